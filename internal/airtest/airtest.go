@@ -1,0 +1,149 @@
+// Package airtest holds test helpers shared by Airlock's packages: building
+// the guest agent, making a small busybox root filesystem, and skipping with
+// a clear message when the host lacks a capability. Only tests import it.
+package airtest
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// ModuleRoot returns the directory that holds Airlock's go.mod.
+func ModuleRoot(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		t.Fatalf("not inside the Airlock module")
+	}
+	return filepath.Dir(gomod)
+}
+
+var builds struct {
+	mu    sync.Mutex
+	paths map[string]string
+}
+
+// BuildBinary builds the main package at pkg (relative to the module root,
+// e.g. "./cmd/airlock-agent") as a static binary, once per test process, and
+// returns its path.
+func BuildBinary(t testing.TB, pkg string) string {
+	t.Helper()
+	builds.mu.Lock()
+	defer builds.mu.Unlock()
+	if p, ok := builds.paths[pkg]; ok {
+		return p
+	}
+	root := ModuleRoot(t)
+	dir, err := os.MkdirTemp("", "airtest-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, stderr.String())
+	}
+	if builds.paths == nil {
+		builds.paths = map[string]string{}
+	}
+	builds.paths[pkg] = out
+	return out
+}
+
+// BuildAgent returns the path of a freshly built static airlock-agent.
+func BuildAgent(t testing.TB) string {
+	t.Helper()
+	return BuildBinary(t, "./cmd/airlock-agent")
+}
+
+// RequireRoot skips the test unless it runs as root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (namespaces, mounts, cgroups): run the suite as root as CI does")
+	}
+}
+
+// RequireBinary skips the test unless name is in PATH and returns its path.
+func RequireBinary(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Skipf("needs %s in PATH (install it as .ci/run does)", name)
+	}
+	return p
+}
+
+// BusyboxPath returns the path of a statically linked busybox, skipping the
+// test if there is none (Debian package busybox-static).
+func BusyboxPath(t testing.TB) string {
+	t.Helper()
+	for _, p := range []string{"/bin/busybox", "/usr/bin/busybox"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p
+		}
+	}
+	t.Skip("needs a static busybox (Debian package busybox-static)")
+	return ""
+}
+
+// BusyboxRootfs builds a minimal root filesystem in a new temporary directory:
+// busybox with its applet links in /bin, and the usual empty mount points.
+// It is removed when the test ends.
+func BusyboxRootfs(t testing.TB) string {
+	t.Helper()
+	bb := BusyboxPath(t)
+	root := t.TempDir()
+	for _, d := range []string{"bin", "dev", "proc", "sys", "tmp", "etc", "root", "run"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bb, "--list").Output()
+	if err != nil {
+		t.Fatalf("busybox --list: %v", err)
+	}
+	for _, applet := range strings.Fields(string(out)) {
+		if applet == "busybox" {
+			continue
+		}
+		if err := os.Symlink("busybox", filepath.Join(root, "bin", applet)); err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{
+		"etc/passwd": "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
+		"etc/group":  "root:x:0:\nnogroup:x:65534:\n",
+		"etc/hosts":  "127.0.0.1 localhost\n::1 localhost\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+

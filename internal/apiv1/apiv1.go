@@ -1,0 +1,189 @@
+// Package apiv1 holds the JSON wire types of Airlock's management API (/v1)
+// and of the data plane's SSE events. The server (internal/api,
+// internal/dataplane) and the Go client (internal/client) share them; the
+// OpenAPI document served at /openapi.json describes the same shapes.
+package apiv1
+
+import "time"
+
+// Error is the body of every error response: {"code": "...", "message": "..."}.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Stable error codes. Clients may switch on them; they never change meaning.
+const (
+	CodeInvalidRequest       = "invalid_request"        // 400: malformed JSON, unknown field, bad value
+	CodeUnauthenticated      = "unauthenticated"        // 401: missing, malformed, unknown or revoked key
+	CodeWrongTokenKind       = "wrong_token_kind"       // 401: an attachment token on the management API or vice versa
+	CodeTokenExpired         = "token_expired"          // 401: attachment token past its expiry
+	CodePermissionDenied     = "permission_denied"      // 403: the key's role may not do this
+	CodeNotFound             = "not_found"              // 404: no such resource in this project
+	CodeTemplateNotFound     = "template_not_found"     // 404/400: the template reference resolves to nothing
+	CodeMethodNotAllowed     = "method_not_allowed"     // 405
+	CodeInvalidTransition    = "invalid_transition"     // 409: the lifecycle state machine refuses the request
+	CodeIdempotencyKeyReused = "idempotency_key_reused" // 409: same Idempotency-Key, different request
+	CodeAlreadyExists        = "already_exists"         // 409
+	CodeSandboxNotRunning    = "sandbox_not_running"    // 409: a command needs a running sandbox
+	CodePayloadTooLarge      = "payload_too_large"      // 413
+	CodeUnsupportedMedia     = "unsupported_media_type" // 415
+	CodeNotSupported         = "not_supported"          // 501: a capability this deployment lacks
+	CodeInternal             = "internal"               // 500
+	CodeUnavailable          = "unavailable"            // 503
+)
+
+// Sandbox is a sandbox as the API shows it.
+type Sandbox struct {
+	ID          string            `json:"id"`
+	Template    string            `json:"template"` // sha256:… digest
+	CPUs        int               `json:"cpus"`
+	MemoryMiB   int               `json:"memory_mib"`
+	Env         map[string]string `json:"env"`
+	Metadata    map[string]string `json:"metadata"`
+	State       string            `json:"state"`
+	StateReason string            `json:"state_reason,omitempty"`
+	Runtime     string            `json:"runtime,omitempty"`
+	CreatedAt   time.Time         `json:"created_at"`
+	UpdatedAt   time.Time         `json:"updated_at"`
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes. Omitted fields take
+// defaults: template "default", 1 CPU, 512 MiB.
+type CreateSandboxRequest struct {
+	Template  string            `json:"template,omitempty"`
+	CPUs      int               `json:"cpus,omitempty"`
+	MemoryMiB int               `json:"memory_mib,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+}
+
+// SandboxWithOperation is the 202 response of POST /v1/sandboxes.
+type SandboxWithOperation struct {
+	Sandbox   Sandbox   `json:"sandbox"`
+	Operation Operation `json:"operation"`
+}
+
+// SandboxList is the response of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes  []Sandbox `json:"sandboxes"`
+	NextCursor string    `json:"next_cursor,omitempty"` // pass as ?cursor= for the next page
+}
+
+// Operation tracks one asynchronous lifecycle request.
+type Operation struct {
+	ID         string     `json:"id"`
+	Kind       string     `json:"kind"`  // create, delete
+	State      string     `json:"state"` // pending, running, succeeded, failed
+	SandboxID  string     `json:"sandbox_id"`
+	Error      *Error     `json:"error,omitempty"`
+	Attempts   int        `json:"attempts"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// OperationResponse is the 202 response of DELETE /v1/sandboxes/{id}.
+type OperationResponse struct {
+	Operation Operation `json:"operation"`
+}
+
+// Template is an imported template.
+type Template struct {
+	Digest    string    `json:"digest"`
+	Names     []string  `json:"names"`
+	SizeBytes int64     `json:"size_bytes"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// TemplateList is the response of GET /v1/templates.
+type TemplateList struct {
+	Templates []Template `json:"templates"`
+}
+
+// ImportTemplateRequest is the body of POST /v1/templates (admin only): import
+// a root filesystem from a directory or a tar archive (.tar, .tar.gz, .tgz)
+// on the server host, and optionally point a name at it.
+type ImportTemplateRequest struct {
+	Source string `json:"source"`
+	Name   string `json:"name,omitempty"`
+}
+
+// CreateCommandRequest is the body of POST /v1/sandboxes/{id}/commands.
+type CreateCommandRequest struct {
+	Args []string          `json:"args"`
+	Env  map[string]string `json:"env,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`
+}
+
+// CommandSession is the response of POST /v1/sandboxes/{id}/commands. The
+// process starts when a client attaches to AttachURL (SSE) with
+// "Authorization: Bearer <attachment_token>" (or ?token=).
+type CommandSession struct {
+	ID              string    `json:"id"`
+	SandboxID       string    `json:"sandbox_id"`
+	ProcessID       string    `json:"process_id"`
+	AttachURL       string    `json:"attach_url"`
+	AttachmentToken string    `json:"attachment_token"`
+	ExpiresAt       time.Time `json:"expires_at"`
+}
+
+// Project is a tenant.
+type Project struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// CreateProjectRequest is the body of POST /v1/admin/projects.
+type CreateProjectRequest struct {
+	Name string `json:"name"`
+}
+
+// ProjectList is the response of GET /v1/admin/projects.
+type ProjectList struct {
+	Projects []Project `json:"projects"`
+}
+
+// APIKey is an API key as the API shows it. Token is present only in the
+// response that created the key; it is never stored.
+type APIKey struct {
+	ID        string     `json:"id"`
+	ProjectID string     `json:"project_id"`
+	Role      string     `json:"role"`
+	Name      string     `json:"name"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	Token     string     `json:"token,omitempty"`
+}
+
+// CreateAPIKeyRequest is the body of POST /v1/admin/keys.
+type CreateAPIKeyRequest struct {
+	ProjectID string `json:"project_id"`
+	Role      string `json:"role"` // admin or member
+	Name      string `json:"name,omitempty"`
+}
+
+// APIKeyList is the response of GET /v1/admin/keys.
+type APIKeyList struct {
+	Keys []APIKey `json:"keys"`
+}
+
+// Data-plane SSE event names on an attach stream.
+const (
+	EventStdout = "stdout"
+	EventStderr = "stderr"
+	EventExit   = "exit"
+	EventError  = "error"
+)
+
+// OutputEventData is the data of stdout/stderr events.
+type OutputEventData struct {
+	Data []byte `json:"data"` // base64 in JSON
+}
+
+// ExitEventData is the data of the exit event.
+type ExitEventData struct {
+	ExitCode int    `json:"exit_code"`        // -1 if killed by a signal
+	Signal   string `json:"signal,omitempty"` // the signal's name, e.g. "KILL"
+}

@@ -1,0 +1,160 @@
+package model
+
+import (
+	"fmt"
+	"time"
+)
+
+// Role is what an API key may do.
+type Role string
+
+// Roles.
+const (
+	RoleAdmin  Role = "admin"  // manage keys and projects, import templates, plus everything a member can do
+	RoleMember Role = "member" // manage sandboxes and commands of its own project
+)
+
+// ParseRole parses s as a role.
+func ParseRole(s string) (Role, error) {
+	switch Role(s) {
+	case RoleAdmin, RoleMember:
+		return Role(s), nil
+	}
+	return "", fmt.Errorf("%w: role %q must be admin or member", ErrInvalid, truncate(s))
+}
+
+// Project is a tenant: every sandbox, operation and key belongs to one.
+type Project struct {
+	ID        ProjectID
+	Name      string
+	CreatedAt time.Time
+}
+
+// APIKey is a management credential. Only the SHA-256 of its secret is stored.
+type APIKey struct {
+	ID         APIKeyID
+	ProjectID  ProjectID
+	Role       Role
+	Name       string
+	SecretHash []byte // SHA-256 of the secret half of the token
+	CreatedAt  time.Time
+	RevokedAt  *time.Time
+}
+
+// Template is an imported, immutable root filesystem plus configuration.
+type Template struct {
+	Digest    TemplateDigest
+	Names     []TemplateName // aliases pointing at this digest, sorted
+	SizeBytes int64
+	Manifest  []byte // canonical manifest JSON; Digest is its SHA-256
+	CreatedAt time.Time
+}
+
+// Resources are the limits a sandbox runs under.
+type Resources struct {
+	CPUs      int // whole vCPUs (CPU quota for containers)
+	MemoryMiB int
+}
+
+// Resource bounds accepted by the API.
+const (
+	MinCPUs      = 1
+	MaxCPUs      = 64
+	MinMemoryMiB = 32
+	MaxMemoryMiB = 256 * 1024
+)
+
+// DefaultResources are used when a create request omits them.
+func DefaultResources() Resources { return Resources{CPUs: 1, MemoryMiB: 512} }
+
+// Validate checks the bounds.
+func (r Resources) Validate() error {
+	if r.CPUs < MinCPUs || r.CPUs > MaxCPUs {
+		return fmt.Errorf("%w: cpus must be between %d and %d", ErrInvalid, MinCPUs, MaxCPUs)
+	}
+	if r.MemoryMiB < MinMemoryMiB || r.MemoryMiB > MaxMemoryMiB {
+		return fmt.Errorf("%w: memory_mib must be between %d and %d", ErrInvalid, MinMemoryMiB, MaxMemoryMiB)
+	}
+	return nil
+}
+
+// Sandbox is the stored record of one sandbox: its spec (immutable after
+// create), its lifecycle state and where it runs.
+type Sandbox struct {
+	ID          SandboxID
+	ProjectID   ProjectID
+	Template    TemplateDigest // resolved at create time; never a name
+	Resources   Resources
+	Env         Env
+	Metadata    Metadata
+	State       SandboxState
+	StateReason string // why the sandbox is failed (or other human detail); empty otherwise
+	NodeID      NodeID // node that hosts it; empty until placed
+	Runtime     string // runtime name on that node, e.g. "runsc"; empty until placed
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// OperationKind is the lifecycle request an operation tracks.
+type OperationKind string
+
+// Operation kinds. Pause, suspend and wake come with the lifecycle issue.
+const (
+	OpCreate OperationKind = "create"
+	OpDelete OperationKind = "delete"
+)
+
+// OperationState is an operation's progress.
+type OperationState string
+
+// Operation states. Succeeded and failed are final.
+const (
+	OpPending   OperationState = "pending"
+	OpRunning   OperationState = "running"
+	OpSucceeded OperationState = "succeeded"
+	OpFailed    OperationState = "failed"
+)
+
+// Done reports whether the operation has finished.
+func (s OperationState) Done() bool { return s == OpSucceeded || s == OpFailed }
+
+// OperationError says why an operation failed.
+type OperationError struct {
+	Code    string // stable machine code, e.g. "runtime_error", "cancelled"
+	Message string
+}
+
+// Operation is the asynchronous record of one lifecycle request.
+type Operation struct {
+	ID         OperationID
+	ProjectID  ProjectID
+	SandboxID  SandboxID
+	Kind       OperationKind
+	State      OperationState
+	Error      *OperationError // set when State is failed
+	Attempts   int
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	FinishedAt *time.Time
+}
+
+// ProcessSpec is what to run for a command.
+type ProcessSpec struct {
+	Args []string  // argv; Args[0] is looked up in PATH
+	Env  Env       // added to the sandbox's env
+	Cwd  GuestPath // working directory; "/" if empty
+}
+
+// CommandSession is the connection info and authorization for one command.
+// Its process starts when a client first attaches.
+type CommandSession struct {
+	ID         CommandSessionID
+	ProjectID  ProjectID
+	SandboxID  SandboxID
+	ProcessID  ProcessID
+	Spec       ProcessSpec
+	TokenHash  []byte // SHA-256 of the attachment token
+	CreatedAt  time.Time
+	ExpiresAt  time.Time // the token can no longer start or attach after this
+	AttachedAt *time.Time
+}

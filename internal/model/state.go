@@ -1,0 +1,83 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+)
+
+// SandboxState is a sandbox's lifecycle state.
+type SandboxState string
+
+// Lifecycle states (DESIGN.md §Lifecycle).
+const (
+	StatePending    SandboxState = "pending"
+	StateCreating   SandboxState = "creating"
+	StateRunning    SandboxState = "running"
+	StatePaused     SandboxState = "paused"
+	StateSuspending SandboxState = "suspending"
+	StateSuspended  SandboxState = "suspended"
+	StateWaking     SandboxState = "waking"
+	StateDeleting   SandboxState = "deleting"
+	StateDeleted    SandboxState = "deleted"
+	StateFailed     SandboxState = "failed"
+)
+
+// AllSandboxStates lists every state, in lifecycle order.
+func AllSandboxStates() []SandboxState {
+	return []SandboxState{
+		StatePending, StateCreating, StateRunning, StatePaused, StateSuspending,
+		StateSuspended, StateWaking, StateDeleting, StateDeleted, StateFailed,
+	}
+}
+
+// ParseSandboxState parses s as a lifecycle state.
+func ParseSandboxState(s string) (SandboxState, error) {
+	for _, st := range AllSandboxStates() {
+		if string(st) == s {
+			return st, nil
+		}
+	}
+	return "", fmt.Errorf("%w: unknown sandbox state %q", ErrInvalid, truncate(s))
+}
+
+// Terminal reports whether no transition leaves s.
+func (s SandboxState) Terminal() bool { return s == StateDeleted }
+
+// ErrInvalidTransition is wrapped by every refused state transition; the API
+// maps it to 409.
+var ErrInvalidTransition = errors.New("invalid state transition")
+
+// transitions is the lifecycle state machine: the only table of allowed moves.
+// Any transition not listed here is refused. "deleting" is reachable from every
+// state except itself and "deleted".
+var transitions = map[SandboxState][]SandboxState{
+	StatePending:    {StateCreating, StateFailed, StateDeleting},
+	StateCreating:   {StateRunning, StateFailed, StateDeleting},
+	StateRunning:    {StatePaused, StateSuspending, StateFailed, StateDeleting},
+	StatePaused:     {StateRunning, StateSuspending, StateFailed, StateDeleting},
+	StateSuspending: {StateSuspended, StateFailed, StateDeleting},
+	StateSuspended:  {StateWaking, StateDeleting},
+	StateWaking:     {StateRunning, StateFailed, StateDeleting},
+	StateFailed:     {StateDeleting},
+	StateDeleting:   {StateDeleted},
+	StateDeleted:    nil,
+}
+
+// CanTransition reports whether the state machine allows from → to.
+func CanTransition(from, to SandboxState) bool {
+	for _, t := range transitions[from] {
+		if t == to {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckTransition returns nil if from → to is allowed and an error wrapping
+// ErrInvalidTransition otherwise.
+func CheckTransition(from, to SandboxState) error {
+	if CanTransition(from, to) {
+		return nil
+	}
+	return fmt.Errorf("%w: sandbox is %s and cannot become %s", ErrInvalidTransition, from, to)
+}

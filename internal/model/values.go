@@ -1,0 +1,277 @@
+package model
+
+import (
+	"encoding/hex"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"unicode/utf8"
+)
+
+// TemplateDigest is the content address of a template: "sha256:" + 64 lower-case
+// hex characters of the SHA-256 of its canonical manifest.
+type TemplateDigest string
+
+// ParseTemplateDigest parses s as a template digest.
+func ParseTemplateDigest(s string) (TemplateDigest, error) {
+	hexPart, ok := strings.CutPrefix(s, "sha256:")
+	if !ok || len(hexPart) != 64 {
+		return "", fmt.Errorf("%w: template digest %q must be sha256:<64 hex characters>", ErrInvalid, truncate(s))
+	}
+	if strings.ToLower(hexPart) != hexPart {
+		return "", fmt.Errorf("%w: template digest %q must be lower-case hex", ErrInvalid, truncate(s))
+	}
+	if _, err := hex.DecodeString(hexPart); err != nil {
+		return "", fmt.Errorf("%w: template digest %q is not hex", ErrInvalid, truncate(s))
+	}
+	return TemplateDigest(s), nil
+}
+
+// DigestFromSHA256 builds a digest from raw SHA-256 bytes.
+func DigestFromSHA256(sum [32]byte) TemplateDigest {
+	return TemplateDigest("sha256:" + hex.EncodeToString(sum[:]))
+}
+
+func (d TemplateDigest) String() string { return string(d) }
+
+// Hex returns the 64 hex characters without the algorithm prefix.
+func (d TemplateDigest) Hex() string { return strings.TrimPrefix(string(d), "sha256:") }
+
+// TemplateName is a human alias for a template digest, such as "default" or
+// "python-3.12". Names are 1–63 characters of [a-z0-9._-], starting with a
+// letter or digit.
+type TemplateName string
+
+// ParseTemplateName parses s as a template name.
+func ParseTemplateName(s string) (TemplateName, error) {
+	if len(s) == 0 || len(s) > 63 {
+		return "", fmt.Errorf("%w: template name %q must be 1 to 63 characters", ErrInvalid, truncate(s))
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if i == 0 && !alnum {
+			return "", fmt.Errorf("%w: template name %q must start with a lower-case letter or digit", ErrInvalid, truncate(s))
+		}
+		if !alnum && c != '.' && c != '_' && c != '-' {
+			return "", fmt.Errorf("%w: template name %q may contain only a-z, 0-9, '.', '_' and '-'", ErrInvalid, truncate(s))
+		}
+	}
+	return TemplateName(s), nil
+}
+
+func (n TemplateName) String() string { return string(n) }
+
+// DefaultTemplateName is the template that `airlock server` provides out of the box.
+const DefaultTemplateName TemplateName = "default"
+
+// TemplateRef names a template either by digest or by name. Exactly one of the
+// two is set.
+type TemplateRef struct {
+	digest TemplateDigest
+	name   TemplateName
+}
+
+// ParseTemplateRef parses "sha256:<hex>" as a digest reference and anything else
+// as a name.
+func ParseTemplateRef(s string) (TemplateRef, error) {
+	if strings.HasPrefix(s, "sha256:") {
+		d, err := ParseTemplateDigest(s)
+		if err != nil {
+			return TemplateRef{}, err
+		}
+		return TemplateRef{digest: d}, nil
+	}
+	n, err := ParseTemplateName(s)
+	if err != nil {
+		return TemplateRef{}, err
+	}
+	return TemplateRef{name: n}, nil
+}
+
+// RefByDigest returns a reference to the given digest.
+func RefByDigest(d TemplateDigest) TemplateRef { return TemplateRef{digest: d} }
+
+// RefByName returns a reference to the given name.
+func RefByName(n TemplateName) TemplateRef { return TemplateRef{name: n} }
+
+// Digest returns the digest and true if the reference is by digest.
+func (r TemplateRef) Digest() (TemplateDigest, bool) { return r.digest, r.digest != "" }
+
+// Name returns the name and true if the reference is by name.
+func (r TemplateRef) Name() (TemplateName, bool) { return r.name, r.name != "" }
+
+// IsZero reports whether r is the zero reference.
+func (r TemplateRef) IsZero() bool { return r.digest == "" && r.name == "" }
+
+func (r TemplateRef) String() string {
+	if r.digest != "" {
+		return string(r.digest)
+	}
+	return string(r.name)
+}
+
+// IdempotencyKey is the client-chosen key of the Idempotency-Key header:
+// 1–255 printable ASCII characters.
+type IdempotencyKey string
+
+// ParseIdempotencyKey parses s as an idempotency key.
+func ParseIdempotencyKey(s string) (IdempotencyKey, error) {
+	if len(s) == 0 || len(s) > 255 {
+		return "", fmt.Errorf("%w: Idempotency-Key must be 1 to 255 characters", ErrInvalid)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return "", fmt.Errorf("%w: Idempotency-Key may contain only printable ASCII without spaces", ErrInvalid)
+		}
+	}
+	return IdempotencyKey(s), nil
+}
+
+func (k IdempotencyKey) String() string { return string(k) }
+
+// GuestPath is an absolute, clean path inside a sandbox.
+type GuestPath string
+
+// ParseGuestPath parses s as an absolute path inside the guest. It must be
+// absolute, already clean (no "..", "." or repeated slashes), valid UTF-8,
+// without NUL bytes, and at most 4096 bytes.
+func ParseGuestPath(s string) (GuestPath, error) {
+	switch {
+	case s == "":
+		return "", fmt.Errorf("%w: path must not be empty", ErrInvalid)
+	case len(s) > 4096:
+		return "", fmt.Errorf("%w: path is longer than 4096 bytes", ErrInvalid)
+	case !utf8.ValidString(s) || strings.ContainsRune(s, 0):
+		return "", fmt.Errorf("%w: path %q must be valid UTF-8 without NUL", ErrInvalid, truncate(s))
+	case !strings.HasPrefix(s, "/"):
+		return "", fmt.Errorf("%w: path %q must be absolute", ErrInvalid, truncate(s))
+	case path.Clean(s) != s:
+		return "", fmt.Errorf("%w: path %q must be clean (no '..', '.', trailing or repeated '/')", ErrInvalid, truncate(s))
+	}
+	return GuestPath(s), nil
+}
+
+func (p GuestPath) String() string { return string(p) }
+
+// Env is a set of environment variables for a sandbox or process. Names follow
+// POSIX ([A-Za-z_][A-Za-z0-9_]*); values are valid UTF-8 without NUL.
+type Env map[string]string
+
+const (
+	maxEnvVars     = 256
+	maxEnvValueLen = 32 * 1024
+)
+
+// ParseEnv validates a raw map and returns it as Env. A nil map gives an empty Env.
+func ParseEnv(raw map[string]string) (Env, error) {
+	if len(raw) > maxEnvVars {
+		return nil, fmt.Errorf("%w: at most %d environment variables", ErrInvalid, maxEnvVars)
+	}
+	env := make(Env, len(raw))
+	for k, v := range raw {
+		if !validEnvName(k) {
+			return nil, fmt.Errorf("%w: environment variable name %q must match [A-Za-z_][A-Za-z0-9_]*", ErrInvalid, truncate(k))
+		}
+		if len(v) > maxEnvValueLen || !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return nil, fmt.Errorf("%w: environment variable %s must be valid UTF-8 without NUL, at most %d bytes", ErrInvalid, k, maxEnvValueLen)
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+func validEnvName(k string) bool {
+	if k == "" || len(k) > 255 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9' {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// List returns the variables as sorted "NAME=value" strings.
+func (e Env) List() []string {
+	out := make([]string, 0, len(e))
+	for k, v := range e {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Merge returns a new Env with the variables of over replacing those of e.
+func (e Env) Merge(over Env) Env {
+	out := make(Env, len(e)+len(over))
+	for k, v := range e {
+		out[k] = v
+	}
+	for k, v := range over {
+		out[k] = v
+	}
+	return out
+}
+
+// Metadata is a set of user labels on a sandbox, used for filtering.
+// At most 32 entries; keys are 1–63 characters of [A-Za-z0-9._/-]; values are
+// at most 256 bytes of UTF-8.
+type Metadata map[string]string
+
+const (
+	maxMetadataEntries  = 32
+	maxMetadataKeyLen   = 63
+	maxMetadataValueLen = 256
+)
+
+// ParseMetadata validates a raw map and returns it as Metadata.
+func ParseMetadata(raw map[string]string) (Metadata, error) {
+	if len(raw) > maxMetadataEntries {
+		return nil, fmt.Errorf("%w: at most %d metadata entries", ErrInvalid, maxMetadataEntries)
+	}
+	md := make(Metadata, len(raw))
+	for k, v := range raw {
+		if err := validMetadataKey(k); err != nil {
+			return nil, err
+		}
+		if len(v) > maxMetadataValueLen || !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return nil, fmt.Errorf("%w: metadata value of %q must be valid UTF-8 without NUL, at most %d bytes", ErrInvalid, k, maxMetadataValueLen)
+		}
+		md[k] = v
+	}
+	return md, nil
+}
+
+// ParseMetadataFilter parses "key=value" as a single metadata filter term.
+func ParseMetadataFilter(s string) (key, value string, err error) {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok {
+		return "", "", fmt.Errorf("%w: metadata filter %q must be key=value", ErrInvalid, truncate(s))
+	}
+	if err := validMetadataKey(k); err != nil {
+		return "", "", err
+	}
+	if len(v) > maxMetadataValueLen || !utf8.ValidString(v) {
+		return "", "", fmt.Errorf("%w: metadata filter value too long or not UTF-8", ErrInvalid)
+	}
+	return k, v, nil
+}
+
+func validMetadataKey(k string) error {
+	if k == "" || len(k) > maxMetadataKeyLen {
+		return fmt.Errorf("%w: metadata key %q must be 1 to %d characters", ErrInvalid, truncate(k), maxMetadataKeyLen)
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' || c == '/' {
+			continue
+		}
+		return fmt.Errorf("%w: metadata key %q may contain only A-Z, a-z, 0-9, '.', '_', '-' and '/'", ErrInvalid, truncate(k))
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+// Package runtime defines the interface between a worker and the technology
+// that isolates a sandbox (an OCI runtime today; QEMU and Firecracker microVMs
+// later). A Runtime owns everything below the guest agent: the sandbox's root
+// filesystem, its isolation boundary, its resource limits and the byte stream
+// to the agent. Implementations live in subpackages (runtime/oci, …) and all
+// pass the conformance suite in runtime/runtimetest.
+//
+// Optional capabilities (pause, suspend, wake, checkpoint) are separate
+// interfaces that a Runtime may also implement; callers discover them with a
+// type assertion.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"net"
+
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// Errors returned by Runtime implementations.
+var (
+	// ErrNotFound: the runtime knows no sandbox with that ID.
+	ErrNotFound = errors.New("sandbox not found in runtime")
+	// ErrNotSupported: the runtime (or this host) cannot do what was asked.
+	ErrNotSupported = errors.New("not supported by this runtime")
+)
+
+// Isolation classes, from DESIGN.md §Execution environments.
+type Isolation string
+
+// Isolation classes, strongest first.
+const (
+	IsolationHardwareVM      Isolation = "hardware-vm"
+	IsolationEmulatedVM      Isolation = "emulated-vm"
+	IsolationUserSpaceKernel Isolation = "user-space-kernel"
+	IsolationSharedKernel    Isolation = "shared-kernel"
+)
+
+// OOMScope says what the host kills when a sandbox exceeds its memory limit.
+type OOMScope string
+
+const (
+	// OOMKillsProcess: the kernel OOM killer kills a process inside the
+	// sandbox; the sandbox keeps running (runc, crun).
+	OOMKillsProcess OOMScope = "process"
+	// OOMKillsSandbox: the whole sandbox dies, because all guest memory is
+	// charged to one host process (gVisor's sentry, a VMM).
+	OOMKillsSandbox OOMScope = "sandbox"
+)
+
+// Info describes a runtime binding on this host.
+type Info struct {
+	Name      string    // "runc", "crun", "runsc", "qemu", …
+	Version   string    // as reported by the binary
+	Binary    string    // absolute path of the binary
+	Isolation Isolation // isolation class
+	OOMScope  OOMScope
+}
+
+// Resources are the limits applied to a sandbox.
+type Resources struct {
+	CPUs        int   // CPU quota in whole CPUs
+	MemoryBytes int64 // memory limit; exceeding it is an OOM kill (see OOMScope)
+	PidsLimit   int64 // maximum number of tasks inside the sandbox
+}
+
+// Spec is everything a runtime needs to create one sandbox.
+type Spec struct {
+	ID          model.SandboxID
+	TemplateDir string // read-only root filesystem tree of the template (host path)
+	StateDir    string // per-sandbox host directory that the runtime owns; removed by Delete
+	Hostname    string
+	Env         model.Env // environment of the guest agent (and so of every process)
+	Resources   Resources
+	// AgentBinary is the host path of the static airlock-agent binary that
+	// the runtime starts as the sandbox's first process.
+	AgentBinary string
+}
+
+// Phase is a sandbox's state as the runtime observes it.
+type Phase string
+
+// Phases.
+const (
+	PhaseCreated Phase = "created" // exists, agent not started
+	PhaseRunning Phase = "running"
+	PhaseStopped Phase = "stopped" // exists, nothing runs inside
+)
+
+// Status is a runtime's observation of one sandbox.
+type Status struct {
+	ID        model.SandboxID
+	Phase     Phase
+	Pid       int  // host PID of the sandbox's init (or VMM), 0 if none
+	OOMKilled bool // the sandbox (or, for OOMKillsSandbox runtimes, its host process) was killed for memory
+}
+
+// Runtime creates and destroys sandboxes. Every method is idempotent where
+// noted, so a reconciler can repeat a step after a crash.
+type Runtime interface {
+	Info() Info
+	// Create prepares the root filesystem and creates the sandbox without
+	// starting it. If a sandbox with spec.ID already exists, Create returns nil
+	// when it is in PhaseCreated or PhaseRunning and an error otherwise.
+	Create(ctx context.Context, spec Spec) error
+	// Start starts the guest agent. Starting a running sandbox is a no-op.
+	Start(ctx context.Context, id model.SandboxID) error
+	// State reports the sandbox's phase, or ErrNotFound.
+	State(ctx context.Context, id model.SandboxID) (Status, error)
+	// Stop kills everything inside the sandbox; it stays in PhaseStopped.
+	// Stopping a stopped sandbox is a no-op; ErrNotFound if it does not exist.
+	Stop(ctx context.Context, id model.SandboxID) error
+	// Delete stops the sandbox if needed and removes every trace of it:
+	// runtime state, mounts, cgroups and StateDir. Deleting a sandbox that
+	// does not exist is a no-op (it still cleans up leftovers of stateDir).
+	Delete(ctx context.Context, id model.SandboxID, stateDir string) error
+	// List returns the IDs of every sandbox this runtime instance knows of,
+	// including ones created before the server restarted.
+	List(ctx context.Context) ([]model.SandboxID, error)
+	// DialAgent opens a byte stream to the guest agent of a running sandbox.
+	// It may be called again at any time (e.g. after a server restart).
+	DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, error)
+}

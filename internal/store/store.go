@@ -1,0 +1,186 @@
+// Package store defines Airlock's persistent desired state: projects, API keys,
+// templates, sandboxes, operations, command sessions and idempotency records.
+//
+// One interface, two implementations that share one set of versioned
+// migrations: SQLite (internal/store/sqlite, the embedded default) and
+// PostgreSQL (internal/store/postgres). Both pass the conformance suite in
+// internal/store/storetest. Command output never enters the store.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// Errors returned by every Store implementation. Callers test them with
+// errors.Is; implementations wrap them with context.
+var (
+	// ErrNotFound: the row does not exist (or is not visible to the project).
+	ErrNotFound = errors.New("not found")
+	// ErrAlreadyExists: a row with the same unique key exists.
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrStateChanged: a compare-and-swap on a sandbox's state found a state
+	// other than the expected one.
+	ErrStateChanged = errors.New("sandbox state changed concurrently")
+	// ErrLeaseLost: the caller no longer holds the lease on an operation.
+	ErrLeaseLost = errors.New("operation lease lost")
+	// ErrNoWork: ClaimOperation found nothing claimable.
+	ErrNoWork = errors.New("no claimable operation")
+)
+
+// IdempotencyRecord is the stored result of a mutating request made with an
+// Idempotency-Key. The raw key is never stored: KeyHash is its SHA-256, and
+// SealedBody is the response body encrypted with a key derived from the raw
+// key (see internal/api), so a reader of the database learns neither.
+type IdempotencyRecord struct {
+	ProjectID   model.ProjectID
+	KeyHash     []byte // SHA-256 of the Idempotency-Key
+	Method      string
+	Path        string
+	RequestHash []byte // SHA-256 over method, path and canonical body
+	Status      int
+	SealedBody  []byte
+	CreatedAt   time.Time
+}
+
+// IdempotencyConflictError is returned by a mutation whose idempotency record
+// could not be inserted because one with the same (project, key) exists. The
+// mutation itself was not applied. Existing is the stored record.
+type IdempotencyConflictError struct {
+	Existing IdempotencyRecord
+}
+
+func (e *IdempotencyConflictError) Error() string {
+	return "idempotency key already used"
+}
+
+// SandboxCursor is a position in the (created_at, id) order of sandboxes.
+type SandboxCursor struct {
+	CreatedAt time.Time
+	ID        model.SandboxID
+}
+
+// SandboxQuery selects sandboxes of one project.
+type SandboxQuery struct {
+	ProjectID model.ProjectID
+	States    []model.SandboxState // empty: every state
+	Metadata  map[string]string    // every pair must match exactly
+	Limit     int                  // 1..1000
+	After     *SandboxCursor       // exclusive; nil starts at the beginning
+}
+
+// SandboxPage is one page of a sandbox listing, in (created_at, id) order.
+type SandboxPage struct {
+	Sandboxes []model.Sandbox
+	Next      *SandboxCursor // nil on the last page
+}
+
+// DeleteRequest asks to move a sandbox to deleting and queue its delete
+// operation, atomically.
+type DeleteRequest struct {
+	ProjectID   model.ProjectID
+	SandboxID   model.SandboxID
+	Operation   model.Operation // kind delete, state pending
+	Idempotency *IdempotencyRecord
+	Now         time.Time
+}
+
+// Claim describes which operations a controller may take.
+type Claim struct {
+	Owner model.NodeID  // lease holder
+	Lease time.Duration // lease length from Now
+	Now   time.Time
+}
+
+// Finish ends an operation held by Owner. If SandboxTo is set, the sandbox
+// moves from SandboxFrom to SandboxTo in the same transaction (the state
+// machine must allow it); if its current state is not SandboxFrom, nothing is
+// written and ErrStateChanged is returned.
+type Finish struct {
+	OperationID   model.OperationID
+	Owner         model.NodeID
+	State         model.OperationState // succeeded or failed
+	Error         *model.OperationError
+	SandboxFrom   model.SandboxState
+	SandboxTo     model.SandboxState // empty: leave the sandbox alone
+	SandboxReason string
+	Now           time.Time
+}
+
+// Store is Airlock's desired-state store.
+type Store interface {
+	// Projects and API keys.
+	CreateProject(ctx context.Context, p model.Project) error
+	GetProject(ctx context.Context, id model.ProjectID) (model.Project, error)
+	ListProjects(ctx context.Context) ([]model.Project, error)
+	CreateAPIKey(ctx context.Context, k model.APIKey, idem *IdempotencyRecord) error
+	GetAPIKey(ctx context.Context, id model.APIKeyID) (model.APIKey, error)
+	ListAPIKeys(ctx context.Context, project model.ProjectID) ([]model.APIKey, error)
+	// RevokeAPIKey sets revoked_at if it is not set yet; revoking twice is not an error.
+	RevokeAPIKey(ctx context.Context, id model.APIKeyID, at time.Time) error
+	CountAPIKeys(ctx context.Context) (int, error)
+
+	// Templates. Digests are immutable; names move.
+	PutTemplate(ctx context.Context, t model.Template) error // no-op if the digest exists
+	SetTemplateName(ctx context.Context, name model.TemplateName, digest model.TemplateDigest, now time.Time) error
+	GetTemplate(ctx context.Context, digest model.TemplateDigest) (model.Template, error)
+	ResolveTemplate(ctx context.Context, ref model.TemplateRef) (model.Template, error)
+	ListTemplates(ctx context.Context) ([]model.Template, error)
+
+	// Sandboxes.
+	// CreateSandbox inserts the sandbox (state pending) and its create
+	// operation, plus the idempotency record if given, in one transaction.
+	CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Operation, idem *IdempotencyRecord) error
+	// GetSandbox returns a sandbox of the given project (ErrNotFound for another project's).
+	GetSandbox(ctx context.Context, project model.ProjectID, id model.SandboxID) (model.Sandbox, error)
+	// GetSandboxByID is for the control loops and the data plane, which are not project-scoped.
+	GetSandboxByID(ctx context.Context, id model.SandboxID) (model.Sandbox, error)
+	ListSandboxes(ctx context.Context, q SandboxQuery) (SandboxPage, error)
+	// ListSandboxesOnNode returns every sandbox placed on the node that is not deleted.
+	ListSandboxesOnNode(ctx context.Context, node model.NodeID) ([]model.Sandbox, error)
+	// RequestDelete moves the sandbox to deleting (refused with
+	// model.ErrInvalidTransition when the state machine forbids it), fails
+	// any still-pending operation of the sandbox with code "cancelled", and
+	// inserts the delete operation and idempotency record, atomically.
+	RequestDelete(ctx context.Context, req DeleteRequest) (model.Sandbox, error)
+	// TransitionSandbox is a compare-and-swap on the sandbox state that also
+	// checks the state machine.
+	TransitionSandbox(ctx context.Context, id model.SandboxID, from, to model.SandboxState, reason string, now time.Time) error
+	// PlaceSandbox records the node and runtime that host the sandbox.
+	PlaceSandbox(ctx context.Context, id model.SandboxID, node model.NodeID, runtime string, now time.Time) error
+
+	// Operations.
+	GetOperation(ctx context.Context, project model.ProjectID, id model.OperationID) (model.Operation, error)
+	// ClaimOperation takes the oldest unfinished operation whose lease is free
+	// or expired, that is not preceded by another unfinished operation of the
+	// same sandbox, and whose sandbox is unplaced or placed on c.Owner. It
+	// marks it running, increments Attempts and leases it to c.Owner.
+	// Returns ErrNoWork when there is none.
+	ClaimOperation(ctx context.Context, c Claim) (model.Operation, error)
+	// RenewLease extends the lease; ErrLeaseLost if another owner took it or it finished.
+	RenewLease(ctx context.Context, id model.OperationID, c Claim) error
+	// FinishOperation ends a leased operation (see Finish).
+	FinishOperation(ctx context.Context, f Finish) error
+	// ListUnfinishedOperations returns pending and running operations (oldest first).
+	ListUnfinishedOperations(ctx context.Context) ([]model.Operation, error)
+
+	// Command sessions.
+	CreateCommandSession(ctx context.Context, cs model.CommandSession, idem *IdempotencyRecord) error
+	GetCommandSessionByProcess(ctx context.Context, id model.ProcessID) (model.CommandSession, error)
+	// MarkCommandSessionAttached sets attached_at if unset and reports whether this call set it.
+	MarkCommandSessionAttached(ctx context.Context, id model.CommandSessionID, at time.Time) (first bool, err error)
+
+	// Idempotency.
+	GetIdempotency(ctx context.Context, project model.ProjectID, keyHash []byte) (IdempotencyRecord, error)
+	DeleteIdempotencyBefore(ctx context.Context, before time.Time) (int, error)
+
+	// Watch returns a channel that receives a value (coalesced) after any
+	// operation or sandbox row changes, from this process or, for PostgreSQL,
+	// any process sharing the database. It is closed when ctx ends.
+	Watch(ctx context.Context) <-chan struct{}
+
+	Close() error
+}
