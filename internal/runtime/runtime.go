@@ -65,11 +65,12 @@ type Resources struct {
 	PidsLimit   int64 // maximum number of tasks inside the sandbox
 }
 
-// Spec is everything a runtime needs to create one sandbox.
+// Spec is everything a runtime needs to create one sandbox. Each runtime
+// keeps per-sandbox state in a directory it derives from the ID under its
+// configured state root, so it finds it again after a restart.
 type Spec struct {
 	ID          model.SandboxID
 	TemplateDir string // read-only root filesystem tree of the template (host path)
-	StateDir    string // per-sandbox host directory that the runtime owns; removed by Delete
 	Hostname    string
 	Env         model.Env // environment of the guest agent (and so of every process)
 	Resources   Resources
@@ -112,13 +113,16 @@ type Runtime interface {
 	// Stopping a stopped sandbox is a no-op; ErrNotFound if it does not exist.
 	Stop(ctx context.Context, id model.SandboxID) error
 	// Delete stops the sandbox if needed and removes every trace of it:
-	// runtime state, mounts, cgroups and StateDir. Deleting a sandbox that
-	// does not exist is a no-op (it still cleans up leftovers of stateDir).
-	Delete(ctx context.Context, id model.SandboxID, stateDir string) error
+	// runtime state, mounts, cgroups and its state directory. Deleting a
+	// sandbox that does not exist is a no-op (it still removes leftovers,
+	// e.g. of a create that crashed half-way).
+	Delete(ctx context.Context, id model.SandboxID) error
 	// List returns the IDs of every sandbox this runtime instance knows of,
-	// including ones created before the server restarted.
+	// including ones created before the server restarted and leftovers of
+	// half-finished creates (so a reconciler can delete orphans).
 	List(ctx context.Context) ([]model.SandboxID, error)
-	// DialAgent opens a byte stream to the guest agent of a running sandbox.
-	// It may be called again at any time (e.g. after a server restart).
+	// DialAgent opens a byte stream to the guest agent of a running sandbox,
+	// waiting (until ctx ends) for the agent to start listening. It may be
+	// called again at any time (e.g. after a server restart).
 	DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, error)
 }

@@ -1,0 +1,17 @@
+// Package server is Airlock's composition root: it opens the store, picks and
+// probes the runtime, and wires the controller, worker, management API and
+// data plane into one `airlock server` process.
+package server
+
+import "log/slog"
+
+// Options configure `airlock server`. The flag names of `airlock server` map
+// one to one onto these fields.
+type Options struct {
+	DataDir     string       // --data-dir: everything Airlock stores on this host; DIR/admin.key holds the first admin key
+	Listen      string       // --listen HOST:PORT
+	Runtime     string       // --runtime runc|crun|runsc; "" picks the strongest that works here
+	DatabaseURL string       // --database-url postgres://…; "" uses SQLite in DataDir
+	AgentBinary string       // --agent-binary; "" looks next to the airlock binary, then in PATH
+	Logger      *slog.Logger // nil: text logs on stderr
+}
