@@ -164,6 +164,11 @@ type Store interface {
 	RenewLease(ctx context.Context, id model.OperationID, c Claim) error
 	// FinishOperation ends a leased operation (see Finish).
 	FinishOperation(ctx context.Context, f Finish) error
+	// ReleaseLeases makes every unfinished operation leased to owner claimable
+	// again at once (lease expiry set to the past) and returns how many. A
+	// server calls it at start-up, when it holds its data dir's lock and so
+	// knows that leases in its name belong to a previous, crashed incarnation.
+	ReleaseLeases(ctx context.Context, owner model.NodeID, now time.Time) (int, error)
 	// ListUnfinishedOperations returns pending and running operations (oldest first).
 	ListUnfinishedOperations(ctx context.Context) ([]model.Operation, error)
 
@@ -175,6 +180,11 @@ type Store interface {
 
 	// Idempotency.
 	GetIdempotency(ctx context.Context, project model.ProjectID, keyHash []byte) (IdempotencyRecord, error)
+	// PutIdempotency inserts a record on its own, for the mutations whose store
+	// call takes none (project creation, key revocation, template import). It
+	// returns *IdempotencyConflictError (with the stored record) if one with the
+	// same (project, key hash) exists.
+	PutIdempotency(ctx context.Context, rec IdempotencyRecord) error
 	DeleteIdempotencyBefore(ctx context.Context, before time.Time) (int, error)
 
 	// Watch returns a channel that receives a value (coalesced) after any

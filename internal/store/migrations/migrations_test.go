@@ -1,0 +1,141 @@
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	_ "modernc.org/sqlite"
+)
+
+func TestParseVersion(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		want int
+		ok   bool
+	}{
+		{"001_init.sql", 1, true},
+		{"dir/042_add_nodes.sql", 42, true},
+		{"1_x.sql", 1, true},
+		{"000_zero.sql", 0, false},
+		{"001_init.SQL", 0, false},
+		{"001init.sql", 0, false},
+		{"_init.sql", 0, false},
+		{"001_.sql", 0, false},
+		{"0x1_init.sql", 0, false},
+		{"001_Init.sql", 0, false},
+		{"001_in-it.sql", 0, false},
+		{"1234567890_big.sql", 0, false},
+		{"001_init.sql.bak", 0, false},
+	} {
+		got, err := ParseVersion(tc.file)
+		if tc.ok != (err == nil) || got != tc.want {
+			t.Errorf("ParseVersion(%q) = %d, %v; want %d, ok=%v", tc.file, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func FuzzParseVersion(f *testing.F) {
+	for _, s := range []string{"001_init.sql", "9_x.sql", "", "_.sql", "001_a b.sql", "\x00_a.sql"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := ParseVersion(s)
+		if err != nil {
+			return
+		}
+		if v < 1 || !strings.HasSuffix(s, ".sql") {
+			t.Fatalf("ParseVersion(%q) = %d accepted", s, v)
+		}
+	})
+}
+
+func TestLoadEmbedded(t *testing.T) {
+	all, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) == 0 || all[0].Version != 1 || all[0].Name != "001_init" {
+		t.Fatalf("Load = %+v", all)
+	}
+	for _, m := range all {
+		for _, d := range []Dialect{{Name: "sqlite", BytesType: "BLOB"}, {Name: "postgres", BytesType: "BYTEA"}} {
+			out, err := d.Render(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(out, "{{") {
+				t.Fatalf("%s for %s still has a placeholder", m.Name, d.Name)
+			}
+		}
+	}
+}
+
+func TestLoadRejectsBadSets(t *testing.T) {
+	for name, fsys := range map[string]fstest.MapFS{
+		"gap":       {"001_a.sql": {}, "003_c.sql": {}},
+		"duplicate": {"001_a.sql": {}, "001_b.sql": {}},
+		"no one":    {"002_b.sql": {}},
+		"bad name":  {"001_a.sql": {}, "two_b.sql": {}},
+	} {
+		if _, err := load(fsys); err == nil {
+			t.Errorf("%s: load accepted %v", name, fsys)
+		}
+	}
+}
+
+func TestRenderRejectsUnknownPlaceholder(t *testing.T) {
+	_, err := Dialect{Name: "x", BytesType: "BLOB"}.Render(Migration{Name: "001_a", SQL: "CREATE TABLE t (v {{JSON}})"})
+	if err == nil {
+		t.Fatal("unknown placeholder accepted")
+	}
+	if _, err := (Dialect{Name: "x"}).Render(Migration{Name: "001_a", SQL: "SELECT 1"}); err == nil {
+		t.Fatal("dialect without BytesType accepted")
+	}
+}
+
+// TestApplyIsIncrementalAndAtomic runs the runner against SQLite with a
+// synthetic set: a failing migration leaves no trace and stops the run, and
+// a rerun applies only what is pending.
+func TestApplyIsIncrementalAndAtomic(t *testing.T) {
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", "file:"+t.TempDir()+"/m.db?_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	d := Dialect{Name: "sqlite", BytesType: "BLOB"}
+	first := []Migration{{1, "001_a", "CREATE TABLE a (v {{BYTES}});"}}
+	got, err := apply(ctx, db, d, first, nil)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("first apply = %v, %v", got, err)
+	}
+	broken := append(first,
+		Migration{2, "002_b", "CREATE TABLE b (v INTEGER); INSERT INTO a VALUES (x'00');"},
+		Migration{3, "003_c", "CREATE TABLE c (v INTEGER); THIS IS NOT SQL;"},
+		Migration{4, "004_d", "CREATE TABLE d (v INTEGER);"},
+	)
+	got, err = apply(ctx, db, d, broken, nil)
+	if err == nil || len(got) != 1 || got[0] != 2 {
+		t.Fatalf("broken apply = %v, %v; want [2] and an error", got, err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE name IN ('c', 'd')`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("failed migration left tables behind (%d, %v)", n, err)
+	}
+	if err := db.QueryRow(`SELECT MAX(version) FROM schema_migrations`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("schema version = %d, %v; want 2", n, err)
+	}
+	got, err = apply(ctx, db, d, first, nil)
+	if !errors.Is(err, ErrTooNew) {
+		t.Fatalf("older binary: %v, %v; want ErrTooNew", got, err)
+	}
+	fixed := broken[:2]
+	got, err = apply(ctx, db, d, fixed, nil)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("rerun = %v, %v; want nothing applied", got, err)
+	}
+}

@@ -1,0 +1,111 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/store/migrations"
+	"github.com/airlockdev/airlock/internal/store/storetest"
+)
+
+func open(t *testing.T, path string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), path, nil)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return open(t, filepath.Join(t.TempDir(), "airlock.db"))
+	})
+}
+
+func TestReopenKeepsDataAndSettings(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "dir with spaces", "a?b#c.db")
+	if _, err := Open(ctx, path, nil); err == nil {
+		t.Fatal("Open succeeded in a directory that does not exist")
+	}
+	path = filepath.Join(t.TempDir(), "a b?c#d.db")
+	s, err := Open(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := model.Project{ID: model.NewProjectID(), Name: "p", CreatedAt: time.Now()}
+	if err := s.CreateProject(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := filepath.Glob(path); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, path)
+	if _, err := s.GetProject(ctx, p.ID); err != nil {
+		t.Fatalf("project lost across reopen: %v", err)
+	}
+	db := s.DB()
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	all, _ := migrations.Load()
+	if n != len(all) {
+		t.Fatalf("schema_migrations has %d rows, want %d (migrations re-applied?)", n, len(all))
+	}
+	for pragma, want := range map[string]string{"journal_mode": "wal", "foreign_keys": "1", "busy_timeout": "10000"} {
+		var got string
+		if err := db.QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("PRAGMA %s = %s, want %s", pragma, got, want)
+		}
+	}
+}
+
+func TestRefusesNewerSchema(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "airlock.db")
+	s := open(t, path)
+	if _, err := s.DB().ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, '999_future', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(ctx, path, nil)
+	if !errors.Is(err, migrations.ErrTooNew) {
+		t.Fatalf("Open of a newer schema: %v, want ErrTooNew", err)
+	}
+}
+
+func TestCloseEndsWatchers(t *testing.T) {
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "airlock.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := s.Watch(context.Background())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case _, ok := <-w:
+		if ok {
+			t.Fatal("watch delivered a value on Close instead of closing")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("watch channel still open after Close")
+	}
+}

@@ -1,0 +1,132 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// Code and message of the error given to pending operations that a delete
+// request supersedes.
+const (
+	CancelledCode    = "cancelled"
+	CancelledMessage = "superseded by delete"
+)
+
+// lockSandboxState reads a sandbox's state inside t, locking its row where
+// the dialect can, so that the compare-and-swap that follows cannot race.
+// project "" matches any project.
+func (t tx) lockSandboxState(ctx context.Context, id model.SandboxID, project model.ProjectID) (model.SandboxState, error) {
+	query, args := `SELECT s.state FROM sandboxes s WHERE s.id = ?`, []any{string(id)}
+	if project != "" {
+		query, args = query+` AND s.project_id = ?`, append(args, string(project))
+	}
+	var state string
+	if err := t.queryRow(ctx, query+" "+t.s.d.RowLock, args...).Scan(&state); err != nil {
+		return "", errNotFound(err)
+	}
+	return model.ParseSandboxState(state)
+}
+
+// setSandboxState is the compare-and-swap itself; the caller has already
+// locked the row and checked the state machine.
+func (t tx) setSandboxState(ctx context.Context, id model.SandboxID, from, to model.SandboxState, reason string, now time.Time) error {
+	res, err := t.exec(ctx, `UPDATE sandboxes SET state = ?, state_reason = ?, updated_at = ? WHERE id = ? AND state = ?`,
+		string(to), reason, micro(now), string(id), string(from))
+	if err != nil {
+		return fmt.Errorf("update sandbox state: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("update sandbox state: %w", err)
+	}
+	if n != 1 {
+		return store.ErrStateChanged
+	}
+	return nil
+}
+
+// RequestDelete implements store.Store. The sandbox moves to deleting,
+// every still-pending operation of it fails with code "cancelled" (running
+// ones are left to their controller), and the delete operation and the
+// idempotency record are inserted, in one transaction. It returns the
+// sandbox as it is after the change.
+func (s *Store) RequestDelete(ctx context.Context, req store.DeleteRequest) (model.Sandbox, error) {
+	op := req.Operation
+	switch {
+	case op.Kind != model.OpDelete:
+		return model.Sandbox{}, fmt.Errorf("delete sandbox %s: %w: operation kind must be delete, not %q", req.SandboxID, model.ErrInvalid, op.Kind)
+	case op.State != "" && op.State != model.OpPending:
+		return model.Sandbox{}, fmt.Errorf("delete sandbox %s: %w: a new operation must be pending, not %s", req.SandboxID, model.ErrInvalid, op.State)
+	case op.SandboxID != req.SandboxID || op.ProjectID != req.ProjectID:
+		return model.Sandbox{}, fmt.Errorf("delete sandbox %s: %w: operation %s belongs to another sandbox or project", req.SandboxID, model.ErrInvalid, op.ID)
+	}
+	var out model.Sandbox
+	err := s.write(ctx, true, func(t tx) error {
+		if err := t.insertIdempotency(ctx, req.Idempotency); err != nil {
+			return err
+		}
+		from, err := t.lockSandboxState(ctx, req.SandboxID, req.ProjectID)
+		if err != nil {
+			return err
+		}
+		if err := model.CheckTransition(from, model.StateDeleting); err != nil {
+			return err
+		}
+		// The state reason is kept: why a failed sandbox failed stays visible.
+		res, err := t.exec(ctx, `UPDATE sandboxes SET state = ?, updated_at = ? WHERE id = ? AND state = ?`,
+			string(model.StateDeleting), micro(req.Now), string(req.SandboxID), string(from))
+		if err != nil {
+			return fmt.Errorf("update sandbox state: %w", err)
+		}
+		if err := oneRow(res); err != nil {
+			return fmt.Errorf("%w: sandbox left %s", store.ErrStateChanged, from)
+		}
+		now := micro(req.Now)
+		if _, err := t.exec(ctx, `UPDATE operations SET state = ?, error_code = ?, error_message = ?, updated_at = ?, finished_at = ?
+			WHERE sandbox_id = ? AND state = ?`,
+			string(model.OpFailed), CancelledCode, CancelledMessage, now, now,
+			string(req.SandboxID), string(model.OpPending)); err != nil {
+			return fmt.Errorf("cancel pending operations: %w", err)
+		}
+		if err := t.insertOperation(ctx, op); err != nil {
+			return err
+		}
+		out, err = scanSandbox(t.queryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes s WHERE s.id = ?`, string(req.SandboxID)))
+		if err != nil {
+			return fmt.Errorf("read sandbox: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return model.Sandbox{}, fmt.Errorf("delete sandbox %s: %w", req.SandboxID, err)
+	}
+	return out, nil
+}
+
+// TransitionSandbox implements store.Store: store.ErrNotFound for an unknown
+// sandbox, store.ErrStateChanged when it is not in from, an error wrapping
+// model.ErrInvalidTransition when the state machine forbids from → to. The
+// reason replaces the sandbox's StateReason.
+func (s *Store) TransitionSandbox(ctx context.Context, id model.SandboxID, from, to model.SandboxState, reason string, now time.Time) error {
+	if err := model.CheckTransition(from, to); err != nil {
+		return fmt.Errorf("transition sandbox %s: %w", id, err)
+	}
+	err := s.write(ctx, true, func(t tx) error {
+		cur, err := t.lockSandboxState(ctx, id, "")
+		if err != nil {
+			return err
+		}
+		if cur != from {
+			return fmt.Errorf("%w: sandbox is %s, expected %s", store.ErrStateChanged, cur, from)
+		}
+		return t.setSandboxState(ctx, id, from, to, reason, now)
+	})
+	if err != nil {
+		return fmt.Errorf("transition sandbox %s from %s to %s: %w", id, from, to, err)
+	}
+	return nil
+}

@@ -1,0 +1,267 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+const operationColumns = `o.id, o.project_id, o.sandbox_id, o.kind, o.state, o.error_code, o.error_message,
+	o.attempts, o.created_at, o.updated_at, o.finished_at`
+
+// operationReturning is operationColumns without the alias, for RETURNING.
+const operationReturning = `id, project_id, sandbox_id, kind, state, error_code, error_message,
+	attempts, created_at, updated_at, finished_at`
+
+func scanOperation(row interface{ Scan(...any) error }) (model.Operation, error) {
+	var (
+		op                             model.Operation
+		id, project, sandbox, kind, st string
+		code, msg                      sql.NullString
+		created, updated               int64
+		finished                       sql.NullInt64
+	)
+	if err := row.Scan(&id, &project, &sandbox, &kind, &st, &code, &msg, &op.Attempts, &created, &updated, &finished); err != nil {
+		return model.Operation{}, err
+	}
+	switch k := model.OperationKind(kind); k {
+	case model.OpCreate, model.OpDelete:
+		op.Kind = k
+	default:
+		return model.Operation{}, fmt.Errorf("stored operation %s: unknown kind %q", id, kind)
+	}
+	switch s := model.OperationState(st); s {
+	case model.OpPending, model.OpRunning, model.OpSucceeded, model.OpFailed:
+		op.State = s
+	default:
+		return model.Operation{}, fmt.Errorf("stored operation %s: unknown state %q", id, st)
+	}
+	if code.Valid {
+		op.Error = &model.OperationError{Code: code.String, Message: msg.String}
+	}
+	op.ID = model.OperationID(id)
+	op.ProjectID = model.ProjectID(project)
+	op.SandboxID = model.SandboxID(sandbox)
+	op.CreatedAt = fromMicro(created)
+	op.UpdatedAt = fromMicro(updated)
+	op.FinishedAt = fromMicroPtr(finished)
+	return op, nil
+}
+
+// opError splits an optional operation error into nullable columns.
+func opError(e *model.OperationError) (code, msg sql.NullString) {
+	if e == nil {
+		return sql.NullString{}, sql.NullString{}
+	}
+	return sql.NullString{String: e.Code, Valid: true}, sql.NullString{String: e.Message, Valid: true}
+}
+
+// insertOperation inserts a new pending operation inside t.
+func (t tx) insertOperation(ctx context.Context, op model.Operation) error {
+	code, msg := opError(op.Error)
+	_, err := t.exec(ctx, `INSERT INTO operations (id, project_id, sandbox_id, kind, state, error_code, error_message,
+		attempts, lease_owner, lease_expires_at, created_at, updated_at, finished_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', 0, ?, ?, NULL)`,
+		string(op.ID), string(op.ProjectID), string(op.SandboxID), string(op.Kind), string(model.OpPending),
+		code, msg, op.Attempts, micro(op.CreatedAt), micro(op.UpdatedAt))
+	if err != nil {
+		return fmt.Errorf("insert operation %s: %w", op.ID, t.s.insertErr(err))
+	}
+	return nil
+}
+
+// GetOperation implements store.Store; another project's operation is
+// store.ErrNotFound.
+func (s *Store) GetOperation(ctx context.Context, project model.ProjectID, id model.OperationID) (model.Operation, error) {
+	op, err := scanOperation(s.queryRow(ctx, `SELECT `+operationColumns+` FROM operations o WHERE o.id = ? AND o.project_id = ?`,
+		string(id), string(project)))
+	if err != nil {
+		return model.Operation{}, fmt.Errorf("get operation %s: %w", id, errNotFound(err))
+	}
+	return op, nil
+}
+
+// ListUnfinishedOperations implements store.Store, in (created_at, id) order.
+func (s *Store) ListUnfinishedOperations(ctx context.Context) ([]model.Operation, error) {
+	rows, err := s.query(ctx, `SELECT `+operationColumns+` FROM operations o WHERE o.state IN (?, ?) ORDER BY o.created_at, o.id`,
+		string(model.OpPending), string(model.OpRunning))
+	if err != nil {
+		return nil, fmt.Errorf("list unfinished operations: %w", err)
+	}
+	defer rows.Close()
+	var out []model.Operation
+	for rows.Next() {
+		op, err := scanOperation(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list unfinished operations: %w", err)
+		}
+		out = append(out, op)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list unfinished operations: %w", err)
+	}
+	return out, nil
+}
+
+func checkClaim(c store.Claim) error {
+	if c.Owner == "" {
+		return fmt.Errorf("%w: claim without owner", model.ErrInvalid)
+	}
+	if c.Lease <= 0 {
+		return fmt.Errorf("%w: lease %s must be positive", model.ErrInvalid, c.Lease)
+	}
+	return nil
+}
+
+// ClaimOperation implements store.Store. One UPDATE picks and leases the
+// operation: on PostgreSQL its sub-select locks the row with
+// FOR UPDATE SKIP LOCKED so concurrent claimers take different rows; on
+// SQLite the immediate transaction serializes claimers.
+func (s *Store) ClaimOperation(ctx context.Context, c store.Claim) (model.Operation, error) {
+	if err := checkClaim(c); err != nil {
+		return model.Operation{}, fmt.Errorf("claim operation: %w", err)
+	}
+	now := micro(c.Now)
+	var op model.Operation
+	err := s.write(ctx, true, func(t tx) error {
+		var err error
+		op, err = scanOperation(t.queryRow(ctx, `UPDATE operations
+			SET state = ?, attempts = attempts + 1, lease_owner = ?, lease_expires_at = ?, updated_at = ?
+			WHERE id = (
+				SELECT o.id FROM operations o JOIN sandboxes s ON s.id = o.sandbox_id
+				WHERE o.state IN (?, ?)
+				  AND (o.lease_owner = '' OR o.lease_expires_at <= ?)
+				  AND (s.node_id = '' OR s.node_id = ?)
+				  AND NOT EXISTS (
+					SELECT 1 FROM operations p
+					WHERE p.sandbox_id = o.sandbox_id AND p.state IN (?, ?)
+					  AND (p.created_at < o.created_at OR (p.created_at = o.created_at AND p.id < o.id)))
+				ORDER BY o.created_at, o.id
+				LIMIT 1 `+s.d.ClaimLock+`)
+			RETURNING `+operationReturning,
+			string(model.OpRunning), string(c.Owner), micro(c.Now.Add(c.Lease)), now,
+			string(model.OpPending), string(model.OpRunning), now, string(c.Owner),
+			string(model.OpPending), string(model.OpRunning)))
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.ErrNoWork
+		}
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrNoWork) {
+			return model.Operation{}, store.ErrNoWork
+		}
+		return model.Operation{}, fmt.Errorf("claim operation for %s: %w", c.Owner, err)
+	}
+	return op, nil
+}
+
+// RenewLease implements store.Store: the lease runs until c.Now + c.Lease.
+// It changes nothing a reader of model.Operation sees, so watchers are not
+// woken.
+func (s *Store) RenewLease(ctx context.Context, id model.OperationID, c store.Claim) error {
+	if err := checkClaim(c); err != nil {
+		return fmt.Errorf("renew lease of %s: %w", id, err)
+	}
+	res, err := s.exec(ctx, `UPDATE operations SET lease_expires_at = ? WHERE id = ? AND lease_owner = ? AND state = ?`,
+		micro(c.Now.Add(c.Lease)), string(id), string(c.Owner), string(model.OpRunning))
+	if err != nil {
+		return fmt.Errorf("renew lease of %s: %w", id, err)
+	}
+	if err := oneRow(res); err == nil {
+		return nil
+	}
+	var exists int
+	if err := s.queryRow(ctx, `SELECT COUNT(*) FROM operations WHERE id = ?`, string(id)).Scan(&exists); err != nil {
+		return fmt.Errorf("renew lease of %s: %w", id, err)
+	}
+	if exists == 0 {
+		return fmt.Errorf("renew lease of %s: %w", id, store.ErrNotFound)
+	}
+	return fmt.Errorf("renew lease of %s for %s: %w", id, c.Owner, store.ErrLeaseLost)
+}
+
+// FinishOperation implements store.Store. It locks the sandbox row before
+// the operation row (the order RequestDelete uses too), checks that f.Owner
+// still holds the running operation (store.ErrLeaseLost otherwise), applies
+// the optional sandbox compare-and-swap (store.ErrStateChanged,
+// model.ErrInvalidTransition) and finishes the operation, atomically.
+func (s *Store) FinishOperation(ctx context.Context, f store.Finish) error {
+	if f.State != model.OpSucceeded && f.State != model.OpFailed {
+		return fmt.Errorf("finish operation %s: %w: final state must be succeeded or failed, not %q", f.OperationID, model.ErrInvalid, f.State)
+	}
+	if f.SandboxTo != "" {
+		if err := model.CheckTransition(f.SandboxFrom, f.SandboxTo); err != nil {
+			return fmt.Errorf("finish operation %s: %w", f.OperationID, err)
+		}
+	}
+	err := s.write(ctx, true, func(t tx) error {
+		var sandbox string
+		if err := t.queryRow(ctx, `SELECT sandbox_id FROM operations WHERE id = ?`, string(f.OperationID)).Scan(&sandbox); err != nil {
+			return errNotFound(err)
+		}
+		cur, err := t.lockSandboxState(ctx, model.SandboxID(sandbox), "")
+		if err != nil {
+			return fmt.Errorf("sandbox %s: %w", sandbox, err)
+		}
+		var state, owner string
+		if err := t.queryRow(ctx, `SELECT o.state, o.lease_owner FROM operations o WHERE o.id = ? `+s.d.RowLock,
+			string(f.OperationID)).Scan(&state, &owner); err != nil {
+			return errNotFound(err)
+		}
+		if model.OperationState(state) != model.OpRunning || owner != string(f.Owner) {
+			return fmt.Errorf("%w: operation is %s, leased to %q", store.ErrLeaseLost, state, owner)
+		}
+		if f.SandboxTo != "" {
+			if cur != f.SandboxFrom {
+				return fmt.Errorf("%w: sandbox is %s, expected %s", store.ErrStateChanged, cur, f.SandboxFrom)
+			}
+			if err := t.setSandboxState(ctx, model.SandboxID(sandbox), f.SandboxFrom, f.SandboxTo, f.SandboxReason, f.Now); err != nil {
+				return err
+			}
+		}
+		code, msg := opError(f.Error)
+		now := micro(f.Now)
+		_, err = t.exec(ctx, `UPDATE operations SET state = ?, error_code = ?, error_message = ?, updated_at = ?, finished_at = ?
+			WHERE id = ?`, string(f.State), code, msg, now, now, string(f.OperationID))
+		if err != nil {
+			return fmt.Errorf("update operation: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("finish operation %s: %w", f.OperationID, err)
+	}
+	return nil
+}
+
+// ReleaseLeases implements store.Store: every unfinished operation leased to
+// owner gets a lease expiry of 0 (the distant past), so the next claim of any
+// owner takes it; the owner column is kept until then. Watchers are woken
+// when at least one lease was released. now is accepted for symmetry with
+// the other lease calls; the release does not depend on it.
+func (s *Store) ReleaseLeases(ctx context.Context, owner model.NodeID, now time.Time) (int, error) {
+	if owner == "" {
+		return 0, fmt.Errorf("release leases: %w: empty owner", model.ErrInvalid)
+	}
+	var n int64
+	err := s.write(ctx, true, func(t tx) error {
+		res, err := t.exec(ctx, `UPDATE operations SET lease_expires_at = 0
+			WHERE lease_owner = ? AND state IN (?, ?) AND lease_expires_at <> 0`,
+			string(owner), string(model.OpPending), string(model.OpRunning))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("release leases of %s at %s: %w", owner, now.UTC().Format(time.RFC3339), err)
+	}
+	return int(n), nil
+}

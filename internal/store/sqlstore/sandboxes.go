@@ -1,0 +1,261 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// Listing bounds of SandboxQuery.Limit.
+const (
+	MinListLimit = 1
+	MaxListLimit = 1000
+)
+
+const sandboxColumns = `s.id, s.project_id, s.template_digest, s.cpus, s.memory_mib, s.env, s.metadata,
+	s.state, s.state_reason, s.node_id, s.runtime, s.created_at, s.updated_at`
+
+func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
+	var (
+		sb                             model.Sandbox
+		id, project, digest            string
+		env, metadata, state, node, rt string
+		created, updated               int64
+	)
+	err := row.Scan(&id, &project, &digest, &sb.Resources.CPUs, &sb.Resources.MemoryMiB, &env, &metadata,
+		&state, &sb.StateReason, &node, &rt, &created, &updated)
+	if err != nil {
+		return model.Sandbox{}, err
+	}
+	st, err := model.ParseSandboxState(state)
+	if err != nil {
+		return model.Sandbox{}, fmt.Errorf("stored sandbox %s: %w", id, err)
+	}
+	if err := json.Unmarshal([]byte(env), &sb.Env); err != nil {
+		return model.Sandbox{}, fmt.Errorf("stored sandbox %s: env: %w", id, err)
+	}
+	if err := json.Unmarshal([]byte(metadata), &sb.Metadata); err != nil {
+		return model.Sandbox{}, fmt.Errorf("stored sandbox %s: metadata: %w", id, err)
+	}
+	if sb.Env == nil {
+		sb.Env = model.Env{}
+	}
+	if sb.Metadata == nil {
+		sb.Metadata = model.Metadata{}
+	}
+	sb.ID = model.SandboxID(id)
+	sb.ProjectID = model.ProjectID(project)
+	sb.Template = model.TemplateDigest(digest)
+	sb.State = st
+	sb.NodeID = model.NodeID(node)
+	sb.Runtime = rt
+	sb.CreatedAt = fromMicro(created)
+	sb.UpdatedAt = fromMicro(updated)
+	return sb, nil
+}
+
+// jsonMap encodes a string map as a JSON object ("{}" for nil).
+func jsonMap(m map[string]string) (string, error) {
+	if m == nil {
+		return "{}", nil
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// CreateSandbox implements store.Store. The sandbox must be pending (or have
+// no state yet) and op must be its pending create operation. A used
+// idempotency key gives *store.IdempotencyConflictError, an unknown project
+// or template store.ErrNotFound, a duplicate ID store.ErrAlreadyExists; in
+// every error case nothing is written.
+func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Operation, idem *store.IdempotencyRecord) error {
+	if err := checkCreate(sb, op); err != nil {
+		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+	}
+	env, err := jsonMap(sb.Env)
+	if err != nil {
+		return fmt.Errorf("create sandbox %s: env: %w", sb.ID, err)
+	}
+	metadata, err := jsonMap(sb.Metadata)
+	if err != nil {
+		return fmt.Errorf("create sandbox %s: metadata: %w", sb.ID, err)
+	}
+	err = s.write(ctx, true, func(t tx) error {
+		if err := t.insertIdempotency(ctx, idem); err != nil {
+			return err
+		}
+		_, err := t.exec(ctx, `INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, env, metadata,
+			state, state_reason, node_id, runtime, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			string(sb.ID), string(sb.ProjectID), string(sb.Template), sb.Resources.CPUs, sb.Resources.MemoryMiB,
+			env, metadata, string(model.StatePending), sb.StateReason, string(sb.NodeID), sb.Runtime,
+			micro(sb.CreatedAt), micro(sb.UpdatedAt))
+		if err != nil {
+			return fmt.Errorf("insert sandbox: %w", s.insertErr(err))
+		}
+		for k, v := range sb.Metadata {
+			if _, err := t.exec(ctx, `INSERT INTO sandbox_metadata (sandbox_id, key, value) VALUES (?, ?, ?)`,
+				string(sb.ID), k, v); err != nil {
+				return fmt.Errorf("insert metadata %q: %w", k, err)
+			}
+		}
+		return t.insertOperation(ctx, op)
+	})
+	if err != nil {
+		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+	}
+	return nil
+}
+
+func checkCreate(sb model.Sandbox, op model.Operation) error {
+	switch {
+	case sb.State != "" && sb.State != model.StatePending:
+		return fmt.Errorf("%w: a new sandbox must be pending, not %s", model.ErrInvalid, sb.State)
+	case op.Kind != model.OpCreate:
+		return fmt.Errorf("%w: the operation of a new sandbox must be a create, not %q", model.ErrInvalid, op.Kind)
+	case op.State != "" && op.State != model.OpPending:
+		return fmt.Errorf("%w: a new operation must be pending, not %s", model.ErrInvalid, op.State)
+	case op.SandboxID != sb.ID || op.ProjectID != sb.ProjectID:
+		return fmt.Errorf("%w: operation %s belongs to another sandbox or project", model.ErrInvalid, op.ID)
+	}
+	return nil
+}
+
+// GetSandbox implements store.Store; another project's sandbox is
+// store.ErrNotFound.
+func (s *Store) GetSandbox(ctx context.Context, project model.ProjectID, id model.SandboxID) (model.Sandbox, error) {
+	sb, err := scanSandbox(s.queryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes s WHERE s.id = ? AND s.project_id = ?`,
+		string(id), string(project)))
+	if err != nil {
+		return model.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, errNotFound(err))
+	}
+	return sb, nil
+}
+
+// GetSandboxByID implements store.Store.
+func (s *Store) GetSandboxByID(ctx context.Context, id model.SandboxID) (model.Sandbox, error) {
+	sb, err := scanSandbox(s.queryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes s WHERE s.id = ?`, string(id)))
+	if err != nil {
+		return model.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, errNotFound(err))
+	}
+	return sb, nil
+}
+
+// ListSandboxes implements store.Store. A Limit outside 1..1000 gives an
+// error wrapping model.ErrInvalid.
+func (s *Store) ListSandboxes(ctx context.Context, q store.SandboxQuery) (store.SandboxPage, error) {
+	if q.Limit < MinListLimit || q.Limit > MaxListLimit {
+		return store.SandboxPage{}, fmt.Errorf("list sandboxes: %w: limit %d must be between %d and %d",
+			model.ErrInvalid, q.Limit, MinListLimit, MaxListLimit)
+	}
+	var (
+		where = []string{"s.project_id = ?"}
+		args  = []any{string(q.ProjectID)}
+	)
+	if len(q.States) > 0 {
+		where = append(where, "s.state IN ("+placeholders(len(q.States))+")")
+		for _, st := range q.States {
+			args = append(args, string(st))
+		}
+	}
+	keys := make([]string, 0, len(q.Metadata))
+	for k := range q.Metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		where = append(where, "EXISTS (SELECT 1 FROM sandbox_metadata m WHERE m.sandbox_id = s.id AND m.key = ? AND m.value = ?)")
+		args = append(args, k, q.Metadata[k])
+	}
+	if q.After != nil {
+		where = append(where, "(s.created_at > ? OR (s.created_at = ? AND s.id > ?))")
+		c := micro(q.After.CreatedAt)
+		args = append(args, c, c, string(q.After.ID))
+	}
+	args = append(args, q.Limit+1)
+	rows, err := s.query(ctx, `SELECT `+sandboxColumns+` FROM sandboxes s WHERE `+strings.Join(where, " AND ")+
+		` ORDER BY s.created_at, s.id LIMIT ?`, args...)
+	if err != nil {
+		return store.SandboxPage{}, fmt.Errorf("list sandboxes of project %s: %w", q.ProjectID, err)
+	}
+	defer rows.Close()
+	list, err := collectSandboxes(rows)
+	if err != nil {
+		return store.SandboxPage{}, fmt.Errorf("list sandboxes of project %s: %w", q.ProjectID, err)
+	}
+	page := store.SandboxPage{Sandboxes: list}
+	if len(list) > q.Limit {
+		page.Sandboxes = list[:q.Limit]
+		last := page.Sandboxes[q.Limit-1]
+		page.Next = &store.SandboxCursor{CreatedAt: last.CreatedAt, ID: last.ID}
+	}
+	return page, nil
+}
+
+func collectSandboxes(rows *sql.Rows) ([]model.Sandbox, error) {
+	var out []model.Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sb)
+	}
+	return out, rows.Err()
+}
+
+// ListSandboxesOnNode implements store.Store, in (created_at, id) order.
+func (s *Store) ListSandboxesOnNode(ctx context.Context, node model.NodeID) ([]model.Sandbox, error) {
+	if node == "" {
+		return nil, fmt.Errorf("list sandboxes on node: %w: empty node ID", model.ErrInvalid)
+	}
+	rows, err := s.query(ctx, `SELECT `+sandboxColumns+` FROM sandboxes s WHERE s.node_id = ? AND s.state <> ?
+		ORDER BY s.created_at, s.id`, string(node), string(model.StateDeleted))
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes on node %s: %w", node, err)
+	}
+	defer rows.Close()
+	list, err := collectSandboxes(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes on node %s: %w", node, err)
+	}
+	return list, nil
+}
+
+// PlaceSandbox implements store.Store.
+func (s *Store) PlaceSandbox(ctx context.Context, id model.SandboxID, node model.NodeID, runtime string, now time.Time) error {
+	err := s.write(ctx, true, func(t tx) error {
+		res, err := t.exec(ctx, `UPDATE sandboxes SET node_id = ?, runtime = ?, updated_at = ? WHERE id = ?`,
+			string(node), runtime, micro(now), string(id))
+		if err != nil {
+			return err
+		}
+		return oneRow(res)
+	})
+	if err != nil {
+		return fmt.Errorf("place sandbox %s on %s: %w", id, node, err)
+	}
+	return nil
+}
+
+// oneRow returns store.ErrNotFound unless res changed exactly one row.
+func oneRow(res sql.Result) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return store.ErrNotFound
+	}
+	return nil
+}

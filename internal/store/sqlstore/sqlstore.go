@@ -1,0 +1,239 @@
+// Package sqlstore is the one implementation of store.Store over
+// database/sql. The SQLite and PostgreSQL packages open a *sql.DB, run the
+// shared migrations and wrap a Store built here with their Dialect; every
+// query is written once, with '?' placeholders, in SQL both databases accept.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// Dialect is what differs between the databases.
+type Dialect struct {
+	// Name is used in errors and logs.
+	Name string
+	// Rebind rewrites the '?' placeholders of a query into the database's
+	// syntax; nil leaves them alone (SQLite). PostgreSQL uses RebindDollar.
+	Rebind func(query string) string
+	// ClaimLock is appended to the SELECT that picks the operation to claim,
+	// whose operations table is aliased "o": PostgreSQL
+	// "FOR UPDATE OF o SKIP LOCKED"; empty for SQLite, whose immediate
+	// transactions already serialize writers.
+	ClaimLock string
+	// RowLock is appended to a SELECT of a row the transaction is about to
+	// change: PostgreSQL "FOR UPDATE"; empty for SQLite.
+	RowLock string
+	// IsUniqueViolation reports whether err is a unique/primary-key violation.
+	IsUniqueViolation func(err error) bool
+	// IsForeignKeyViolation reports whether err is a foreign-key violation.
+	IsForeignKeyViolation func(err error) bool
+	// NotifyTx, if set, is called inside every transaction that changes an
+	// operation or sandbox row, so other processes sharing the database learn
+	// of it at commit (PostgreSQL: pg_notify). Watchers in this process are
+	// woken after the commit in any case.
+	NotifyTx func(ctx context.Context, tx *sql.Tx) error
+}
+
+// Store implements store.Store over a *sql.DB.
+type Store struct {
+	db    *sql.DB
+	d     Dialect
+	watch *broadcaster
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns a Store over db, which must already be migrated. The Store
+// does not own db: Close only stops the watchers; the caller closes db.
+func New(db *sql.DB, d Dialect) *Store {
+	return &Store{db: db, d: d, watch: newBroadcaster()}
+}
+
+// DB returns the underlying database handle.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Broadcast wakes every watcher of this Store. The PostgreSQL listener calls
+// it for notifications from other processes.
+func (s *Store) Broadcast() { s.watch.Broadcast() }
+
+// Watch implements store.Store.
+func (s *Store) Watch(ctx context.Context) <-chan struct{} { return s.watch.Subscribe(ctx) }
+
+// Close closes every watcher channel. It does not close the database.
+func (s *Store) Close() error {
+	s.watch.Close()
+	return nil
+}
+
+// q rebinds a query for the dialect.
+func (s *Store) q(query string) string {
+	if s.d.Rebind == nil {
+		return query
+	}
+	return s.d.Rebind(query)
+}
+
+// RebindDollar rewrites '?' placeholders as $1, $2, … . Question marks inside
+// single-quoted literals, double-quoted identifiers and comments are left
+// alone.
+func RebindDollar(query string) string {
+	var b strings.Builder
+	b.Grow(len(query) + 16)
+	n := 0
+	for i := 0; i < len(query); i++ {
+		c := query[i]
+		switch {
+		case c == '\'' || c == '"':
+			j := i + 1
+			for j < len(query) && query[j] != c {
+				j++
+			}
+			if j >= len(query) {
+				b.WriteString(query[i:])
+				return b.String()
+			}
+			b.WriteString(query[i : j+1])
+			i = j
+		case c == '-' && i+1 < len(query) && query[i+1] == '-':
+			j := strings.IndexByte(query[i:], '\n')
+			if j < 0 {
+				b.WriteString(query[i:])
+				return b.String()
+			}
+			b.WriteString(query[i : i+j+1])
+			i += j
+		case c == '?':
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// exec, queryRow and query run outside a transaction.
+func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return s.db.ExecContext(ctx, s.q(query), args...)
+}
+
+func (s *Store) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	return s.db.QueryRowContext(ctx, s.q(query), args...)
+}
+
+func (s *Store) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return s.db.QueryContext(ctx, s.q(query), args...)
+}
+
+// tx is a transaction with the dialect's rebinding.
+type tx struct {
+	s  *Store
+	tx *sql.Tx
+}
+
+func (t tx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return t.tx.ExecContext(ctx, t.s.q(query), args...)
+}
+
+func (t tx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	return t.tx.QueryRowContext(ctx, t.s.q(query), args...)
+}
+
+func (t tx) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return t.tx.QueryContext(ctx, t.s.q(query), args...)
+}
+
+// write runs fn in a transaction and commits it. With notify set (the
+// transaction changes operations or sandboxes) it also calls the dialect's
+// NotifyTx inside the transaction and wakes local watchers after the commit.
+func (s *Store) write(ctx context.Context, notify bool, fn func(t tx) error) error {
+	sqlTx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	t := tx{s: s, tx: sqlTx}
+	if err := fn(t); err != nil {
+		_ = sqlTx.Rollback()
+		return err
+	}
+	if notify && s.d.NotifyTx != nil {
+		if err := s.d.NotifyTx(ctx, sqlTx); err != nil {
+			_ = sqlTx.Rollback()
+			return fmt.Errorf("notify: %w", err)
+		}
+	}
+	if err := sqlTx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if notify {
+		s.watch.Broadcast()
+	}
+	return nil
+}
+
+// errNotFound maps sql.ErrNoRows to store.ErrNotFound.
+func errNotFound(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	return err
+}
+
+// insertErr maps a failed INSERT's error: unique violations become
+// store.ErrAlreadyExists and foreign-key violations store.ErrNotFound (a
+// referenced row is missing).
+func (s *Store) insertErr(err error) error {
+	switch {
+	case s.d.IsUniqueViolation != nil && s.d.IsUniqueViolation(err):
+		return fmt.Errorf("%w: %v", store.ErrAlreadyExists, err)
+	case s.d.IsForeignKeyViolation != nil && s.d.IsForeignKeyViolation(err):
+		return fmt.Errorf("%w: referenced row: %v", store.ErrNotFound, err)
+	}
+	return err
+}
+
+// micro converts a time to the stored unix microseconds.
+func micro(t time.Time) int64 { return t.UnixMicro() }
+
+// fromMicro converts stored unix microseconds to a UTC time.
+func fromMicro(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+// microPtr converts an optional time.
+func microPtr(t *time.Time) sql.NullInt64 {
+	if t == nil {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMicro(), Valid: true}
+}
+
+// fromMicroPtr converts an optional stored time.
+func fromMicroPtr(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromMicro(v.Int64)
+	return &t
+}
+
+// nonNil returns b, or an empty slice when b is nil, so NOT NULL binary
+// columns never receive NULL.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// placeholders returns "?, ?, …" with n marks.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}

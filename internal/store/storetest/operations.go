@@ -1,0 +1,270 @@
+package storetest
+
+import (
+	"errors"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+func operationTests() []namedTest {
+	return []namedTest{
+		{"ClaimOrder", testClaimOrder},
+		{"ClaimSerializesPerSandbox", testClaimSerializesPerSandbox},
+		{"ClaimPlacementFilter", testClaimPlacement},
+		{"LeaseExpiryAndRenewal", testLeaseExpiry},
+		{"FinishOperation", testFinishOperation},
+		{"ReleaseLeases", testReleaseLeases},
+		{"ListUnfinishedOperations", testListUnfinished},
+		{"ClaimArgumentErrors", testClaimArgs},
+	}
+}
+
+func testClaimOrder(e *env) {
+	t := e.t
+	a := e.project()
+	tpl := e.template()
+	node := model.NewNodeID()
+	e.noWork(node, e.now())
+	var ops []model.Operation
+	for i := 0; i < 3; i++ {
+		_, op := e.sandbox(a.ID, tpl.Digest, nil)
+		ops = append(ops, op)
+	}
+	// Equal created_at: the smaller ID goes first.
+	same := e.now()
+	var tied []model.Operation
+	for i := 0; i < 2; i++ {
+		sb, op := e.newSandbox(a.ID, tpl.Digest, nil)
+		sb.CreatedAt, op.CreatedAt = same, same
+		must(t, e.s.CreateSandbox(e.ctx, sb, op, nil))
+		tied = append(tied, op)
+	}
+	if tied[1].ID < tied[0].ID {
+		tied[0], tied[1] = tied[1], tied[0]
+	}
+	ops = append(ops, tied...)
+	for _, want := range ops {
+		now := e.now()
+		got := e.claim(node, now)
+		want.State, want.Attempts, want.UpdatedAt = model.OpRunning, 1, now
+		checkOperation(t, got, want)
+		checkOperation(t, e.getOp(want), want)
+	}
+	e.noWork(node, e.now())
+}
+
+func testClaimSerializesPerSandbox(e *env) {
+	t := e.t
+	a := e.project()
+	tpl := e.template()
+	node := model.NewNodeID()
+	s1, c1 := e.sandbox(a.ID, tpl.Digest, nil)
+	_, c2 := e.sandbox(a.ID, tpl.Digest, nil)
+	if got := e.claim(node, e.now()); got.ID != c1.ID {
+		t.Fatalf("claimed %s, want %s", got.ID, c1.ID)
+	}
+	must(t, e.s.TransitionSandbox(e.ctx, s1.ID, model.StatePending, model.StateCreating, "", e.now()))
+	d1 := e.deleteOp(s1)
+	_, err := e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: a.ID, SandboxID: s1.ID, Operation: d1, Now: e.now()})
+	must(t, err)
+	// s1's delete is older than nothing but waits for s1's running create;
+	// s2's create is free.
+	if got := e.claim(node, e.now()); got.ID != c2.ID {
+		t.Fatalf("claimed %s, want s2's create %s (s1's delete must wait)", got.ID, c2.ID)
+	}
+	e.noWork(node, e.now())
+	must(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: c1.ID, Owner: node, State: model.OpSucceeded, Now: e.now()}))
+	if got := e.claim(node, e.now()); got.ID != d1.ID {
+		t.Fatalf("claimed %s, want s1's delete %s", got.ID, d1.ID)
+	}
+}
+
+func testClaimPlacement(e *env) {
+	t := e.t
+	a := e.project()
+	tpl := e.template()
+	here, there := model.NewNodeID(), model.NewNodeID()
+	remote, remoteOp := e.sandbox(a.ID, tpl.Digest, nil)
+	must(t, e.s.PlaceSandbox(e.ctx, remote.ID, there, "runsc", e.now()))
+	local, localOp := e.sandbox(a.ID, tpl.Digest, nil)
+	must(t, e.s.PlaceSandbox(e.ctx, local.ID, here, "runsc", e.now()))
+	_, freeOp := e.sandbox(a.ID, tpl.Digest, nil)
+
+	if got := e.claim(here, e.now()); got.ID != localOp.ID {
+		t.Fatalf("claimed %s, want the op of the sandbox placed here %s", got.ID, localOp.ID)
+	}
+	if got := e.claim(here, e.now()); got.ID != freeOp.ID {
+		t.Fatalf("claimed %s, want the unplaced sandbox's op %s", got.ID, freeOp.ID)
+	}
+	e.noWork(here, e.now()) // the remote sandbox's op is not ours
+	if got := e.claim(there, e.now()); got.ID != remoteOp.ID {
+		t.Fatalf("claimed %s, want %s", got.ID, remoteOp.ID)
+	}
+}
+
+func testLeaseExpiry(e *env) {
+	t := e.t
+	a := e.project()
+	tpl := e.template()
+	n1, n2 := model.NewNodeID(), model.NewNodeID()
+	_, op := e.sandbox(a.ID, tpl.Digest, nil)
+	t0 := e.now()
+	lease := 30 * time.Second
+	claim := func(owner model.NodeID, at time.Time) store.Claim {
+		return store.Claim{Owner: owner, Lease: lease, Now: at}
+	}
+
+	first, err := e.s.ClaimOperation(e.ctx, claim(n1, t0))
+	must(t, err)
+	if first.ID != op.ID || first.Attempts != 1 {
+		t.Fatalf("first claim = %+v", first)
+	}
+	e.noWork(n2, t0.Add(lease-time.Microsecond)) // still leased
+	must(t, e.s.RenewLease(e.ctx, op.ID, claim(n1, t0.Add(20*time.Second))))
+	e.noWork(n2, t0.Add(lease+time.Second)) // renewal moved the expiry to t0+50s
+
+	// Expired: another owner takes it over, attempts count up.
+	t1 := t0.Add(50 * time.Second)
+	second, err := e.s.ClaimOperation(e.ctx, claim(n2, t1))
+	must(t, err)
+	if second.ID != op.ID || second.Attempts != 2 || second.State != model.OpRunning || !second.UpdatedAt.Equal(us(t1)) {
+		t.Fatalf("reclaim = %+v", second)
+	}
+	// The first owner lost it.
+	mustIs(t, e.s.RenewLease(e.ctx, op.ID, claim(n1, t1)), store.ErrLeaseLost)
+	mustIs(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: op.ID, Owner: n1, State: model.OpSucceeded, Now: t1}), store.ErrLeaseLost)
+	if got := e.getOp(op); got.State != model.OpRunning || got.Attempts != 2 {
+		t.Fatalf("lost-lease calls changed the op: %+v", got)
+	}
+	must(t, e.s.RenewLease(e.ctx, op.ID, claim(n2, t1.Add(time.Second))))
+	must(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: op.ID, Owner: n2, State: model.OpSucceeded, Now: t1.Add(2 * time.Second)}))
+	// Finished: nobody holds it any more, nobody can claim it.
+	mustIs(t, e.s.RenewLease(e.ctx, op.ID, claim(n2, t1.Add(3*time.Second))), store.ErrLeaseLost)
+	mustIs(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: op.ID, Owner: n2, State: model.OpFailed, Now: t1}), store.ErrLeaseLost)
+	e.noWork(n1, t1.Add(time.Hour))
+	mustIs(t, e.s.RenewLease(e.ctx, model.NewOperationID(), claim(n1, t1)), store.ErrNotFound)
+	mustIs(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: model.NewOperationID(), Owner: n1, State: model.OpFailed, Now: t1}), store.ErrNotFound)
+}
+
+func testFinishOperation(e *env) {
+	t := e.t
+	a := e.project()
+	tpl := e.template()
+	node := model.NewNodeID()
+	type result struct {
+		err     error
+		opState model.OperationState // after; "" = still running
+		sbState model.SandboxState
+	}
+	for _, tc := range []struct {
+		name string
+		f    store.Finish
+		want result
+	}{
+		{"success moves the sandbox", store.Finish{State: model.OpSucceeded, SandboxFrom: model.StateCreating, SandboxTo: model.StateRunning, SandboxReason: "up"},
+			result{nil, model.OpSucceeded, model.StateRunning}},
+		{"failure with error", store.Finish{State: model.OpFailed, Error: &model.OperationError{Code: "runtime_error", Message: "runc exited 1"},
+			SandboxFrom: model.StateCreating, SandboxTo: model.StateFailed, SandboxReason: "runc exited 1"},
+			result{nil, model.OpFailed, model.StateFailed}},
+		{"sandbox left alone", store.Finish{State: model.OpSucceeded}, result{nil, model.OpSucceeded, model.StateCreating}},
+		{"stale sandbox state", store.Finish{State: model.OpSucceeded, SandboxFrom: model.StatePending, SandboxTo: model.StateCreating},
+			result{store.ErrStateChanged, "", model.StateCreating}},
+		{"forbidden transition", store.Finish{State: model.OpSucceeded, SandboxFrom: model.StateCreating, SandboxTo: model.StatePaused},
+			result{model.ErrInvalidTransition, "", model.StateCreating}},
+		{"not a final state", store.Finish{State: model.OpRunning}, result{model.ErrInvalid, "", model.StateCreating}},
+	} {
+		sb, op := e.sandbox(a.ID, tpl.Digest, nil)
+		claimed := e.claim(node, e.now())
+		if claimed.ID != op.ID {
+			t.Fatalf("%s: claimed %s, want %s", tc.name, claimed.ID, op.ID)
+		}
+		must(t, e.s.TransitionSandbox(e.ctx, sb.ID, model.StatePending, model.StateCreating, "", e.now()))
+		before := e.getSandbox(sb.ID)
+		f := tc.f
+		f.OperationID, f.Owner, f.Now = op.ID, node, e.now()
+		err := e.s.FinishOperation(e.ctx, f)
+		if tc.want.err != nil {
+			if !errors.Is(err, tc.want.err) {
+				t.Fatalf("%s: error %v, want %v", tc.name, err, tc.want.err)
+			}
+			checkOperation(t, e.getOp(op), claimed)
+			checkSandbox(t, e.getSandbox(sb.ID), before)
+			// Leave nothing running for the next case.
+			must(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: op.ID, Owner: node, State: model.OpFailed, Now: e.now()}))
+			continue
+		}
+		must(t, err)
+		want := claimed
+		want.State, want.Error, want.UpdatedAt, want.FinishedAt = tc.want.opState, tc.f.Error, f.Now, &f.Now
+		checkOperation(t, e.getOp(op), want)
+		wantSb := before
+		if tc.f.SandboxTo != "" {
+			wantSb.State, wantSb.StateReason, wantSb.UpdatedAt = tc.want.sbState, tc.f.SandboxReason, f.Now
+		}
+		checkSandbox(t, e.getSandbox(sb.ID), wantSb)
+	}
+}
+
+func testReleaseLeases(e *env) {
+	t := e.t
+	a := e.project()
+	tpl := e.template()
+	crashed, other := model.NewNodeID(), model.NewNodeID()
+	_, op1 := e.sandbox(a.ID, tpl.Digest, nil)
+	_, op2 := e.sandbox(a.ID, tpl.Digest, nil)
+	_, op3 := e.sandbox(a.ID, tpl.Digest, nil)
+	now := e.now()
+	e.claim(crashed, now)
+	e.claim(crashed, now)
+	e.claim(other, now)
+	e.noWork(other, now)
+	n, err := e.s.ReleaseLeases(e.ctx, crashed, now)
+	must(t, err)
+	if n != 2 {
+		t.Fatalf("ReleaseLeases = %d, want 2", n)
+	}
+	// Released leases are claimable at once, by anyone; other leases stay.
+	got1, got2 := e.claim(other, now), e.claim(crashed, now)
+	if got1.ID != op1.ID || got2.ID != op2.ID || got1.Attempts != 2 || got2.Attempts != 2 {
+		t.Fatalf("after release claimed %+v and %+v, want op1 and op2 at attempt 2", got1, got2)
+	}
+	e.noWork(crashed, now)
+	if n, err := e.s.ReleaseLeases(e.ctx, model.NewNodeID(), now); err != nil || n != 0 {
+		t.Fatalf("ReleaseLeases of an owner without leases = %d, %v", n, err)
+	}
+	if got := e.getOp(op3); got.State != model.OpRunning || got.Attempts != 1 {
+		t.Fatalf("another owner's op changed: %+v", got)
+	}
+}
+
+func testListUnfinished(e *env) {
+	t := e.t
+	a, b := e.project(), e.project()
+	tpl := e.template()
+	node := model.NewNodeID()
+	_, o1 := e.sandbox(a.ID, tpl.Digest, nil)
+	_, o2 := e.sandbox(b.ID, tpl.Digest, nil)
+	_, o3 := e.sandbox(a.ID, tpl.Digest, nil)
+	c := e.claim(node, e.now())
+	must(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: c.ID, Owner: node, State: model.OpSucceeded, Now: e.now()}))
+	running := e.claim(node, e.now())
+	ops, err := e.s.ListUnfinishedOperations(e.ctx)
+	must(t, err)
+	if len(ops) != 2 || ops[0].ID != o2.ID || ops[1].ID != o3.ID {
+		t.Fatalf("ListUnfinishedOperations = %+v, want [o2 o3] (o1 %s finished)", ops, o1.ID)
+	}
+	checkOperation(t, ops[0], running)
+	checkOperation(t, ops[1], o3)
+}
+
+func testClaimArgs(e *env) {
+	for _, c := range []store.Claim{
+		{Owner: "", Lease: time.Second, Now: e.now()},
+		{Owner: model.NewNodeID(), Lease: 0, Now: e.now()},
+	} {
+		_, err := e.s.ClaimOperation(e.ctx, c)
+		mustIs(e.t, err, model.ErrInvalid)
+	}
+}

@@ -1,0 +1,281 @@
+// Package storetest is the conformance suite of store.Store. Every
+// implementation runs it from its own tests:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) store.Store { … })
+//	}
+//
+// open must return a fresh, empty, migrated store for t and register its
+// Close with t.Cleanup. Times are compared at microsecond precision, the
+// store's resolution; the suite never sleeps to let leases expire (it moves
+// the Now fields instead).
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// Run runs every conformance test against stores made by open, each subtest
+// on its own fresh store.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	groups := [][]namedTest{projectTests(), sandboxTests(), lifecycleTests(), operationTests(), concurrencyTests(), sessionTests(), watchTests()}
+	for _, g := range groups {
+		for _, tc := range g {
+			t.Run(tc.name, func(t *testing.T) {
+				tc.fn(newEnv(t, open(t)))
+			})
+		}
+	}
+}
+
+type namedTest struct {
+	name string
+	fn   func(e *env)
+}
+
+// env is one subtest's store plus a deterministic clock and fixtures.
+type env struct {
+	t     *testing.T
+	s     store.Store
+	ctx   context.Context
+	clock time.Time
+}
+
+// baseTime has sub-microsecond digits and a non-UTC zone so that the suite
+// checks truncation to microseconds and conversion to UTC.
+var baseTime = time.Date(2031, 3, 4, 5, 6, 7, 891234567, time.FixedZone("UTC+2", 2*3600))
+
+func newEnv(t *testing.T, s store.Store) *env {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return &env{t: t, s: s, ctx: ctx, clock: baseTime}
+}
+
+// now advances the clock by a little over a second and returns it.
+func (e *env) now() time.Time {
+	e.clock = e.clock.Add(time.Second + 1234*time.Nanosecond)
+	return e.clock
+}
+
+// us is the value a store returns for t: UTC, truncated to microseconds.
+func us(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+func usPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	v := us(*t)
+	return &v
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func sha(s string) []byte {
+	sum := sha256.Sum256([]byte(s))
+	return sum[:]
+}
+
+func (e *env) project() model.Project {
+	e.t.Helper()
+	p := model.Project{ID: model.NewProjectID(), CreatedAt: e.now()}
+	p.Name = "project-" + string(p.ID)[4:12]
+	if err := e.s.CreateProject(e.ctx, p); err != nil {
+		e.t.Fatalf("CreateProject: %v", err)
+	}
+	return p
+}
+
+func (e *env) template() model.Template {
+	e.t.Helper()
+	manifest := []byte(fmt.Sprintf(`{"rootfs":"%x"}`, randomBytes(8)))
+	tpl := model.Template{
+		Digest:    model.DigestFromSHA256(sha256.Sum256(manifest)),
+		SizeBytes: 1 << 20,
+		Manifest:  manifest,
+		CreatedAt: e.now(),
+	}
+	if err := e.s.PutTemplate(e.ctx, tpl); err != nil {
+		e.t.Fatalf("PutTemplate: %v", err)
+	}
+	return tpl
+}
+
+// newSandbox builds (without storing) a pending sandbox and its create op.
+func (e *env) newSandbox(p model.ProjectID, tpl model.TemplateDigest, md model.Metadata) (model.Sandbox, model.Operation) {
+	now := e.now()
+	sb := model.Sandbox{
+		ID:        model.NewSandboxID(),
+		ProjectID: p,
+		Template:  tpl,
+		Resources: model.Resources{CPUs: 2, MemoryMiB: 256},
+		Env:       model.Env{"LANG": "C.UTF-8", "EMPTY": ""},
+		Metadata:  md,
+		State:     model.StatePending,
+		CreatedAt: now,
+		UpdatedAt: now,
+	}
+	op := model.Operation{
+		ID:        model.NewOperationID(),
+		ProjectID: p,
+		SandboxID: sb.ID,
+		Kind:      model.OpCreate,
+		State:     model.OpPending,
+		CreatedAt: now,
+		UpdatedAt: now,
+	}
+	return sb, op
+}
+
+// sandbox creates a sandbox with its create operation.
+func (e *env) sandbox(p model.ProjectID, tpl model.TemplateDigest, md model.Metadata) (model.Sandbox, model.Operation) {
+	e.t.Helper()
+	sb, op := e.newSandbox(p, tpl, md)
+	if err := e.s.CreateSandbox(e.ctx, sb, op, nil); err != nil {
+		e.t.Fatalf("CreateSandbox: %v", err)
+	}
+	return sb, op
+}
+
+// idem builds an idempotency record for key in project p.
+func (e *env) idem(p model.ProjectID, key string) *store.IdempotencyRecord {
+	return &store.IdempotencyRecord{
+		ProjectID:   p,
+		KeyHash:     sha(key),
+		Method:      "POST",
+		Path:        "/v1/sandboxes",
+		RequestHash: sha(key + "|body"),
+		Status:      202,
+		SealedBody:  randomBytes(48),
+		CreatedAt:   e.now(),
+	}
+}
+
+func (e *env) deleteOp(sb model.Sandbox) model.Operation {
+	now := e.now()
+	return model.Operation{
+		ID: model.NewOperationID(), ProjectID: sb.ProjectID, SandboxID: sb.ID,
+		Kind: model.OpDelete, State: model.OpPending, CreatedAt: now, UpdatedAt: now,
+	}
+}
+
+// mustIs fails unless errors.Is(err, target).
+func mustIs(t *testing.T, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("error = %v, want one wrapping %v", err, target)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// normSandbox is what a store returns for a stored sandbox.
+func normSandbox(sb model.Sandbox) model.Sandbox {
+	sb.CreatedAt, sb.UpdatedAt = us(sb.CreatedAt), us(sb.UpdatedAt)
+	if sb.Env == nil {
+		sb.Env = model.Env{}
+	}
+	if sb.Metadata == nil {
+		sb.Metadata = model.Metadata{}
+	}
+	return sb
+}
+
+func checkSandbox(t *testing.T, got, want model.Sandbox) {
+	t.Helper()
+	got, want = normSandbox(got), normSandbox(want)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("sandbox mismatch\n got: %+v\nwant: %+v", got, want)
+	}
+}
+
+func normOperation(op model.Operation) model.Operation {
+	op.CreatedAt, op.UpdatedAt, op.FinishedAt = us(op.CreatedAt), us(op.UpdatedAt), usPtr(op.FinishedAt)
+	return op
+}
+
+func checkOperation(t *testing.T, got, want model.Operation) {
+	t.Helper()
+	got, want = normOperation(got), normOperation(want)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("operation mismatch\n got: %+v\nwant: %+v", got, want)
+	}
+}
+
+func checkIdem(t *testing.T, got store.IdempotencyRecord, want *store.IdempotencyRecord) {
+	t.Helper()
+	if got.ProjectID != want.ProjectID || !bytes.Equal(got.KeyHash, want.KeyHash) || got.Method != want.Method ||
+		got.Path != want.Path || !bytes.Equal(got.RequestHash, want.RequestHash) || got.Status != want.Status ||
+		!bytes.Equal(got.SealedBody, want.SealedBody) || !got.CreatedAt.Equal(us(want.CreatedAt)) ||
+		got.CreatedAt.Location() != time.UTC {
+		t.Fatalf("idempotency record mismatch\n got: %+v\nwant: %+v", got, *want)
+	}
+}
+
+// conflict fails unless err is an *store.IdempotencyConflictError holding want.
+func conflict(t *testing.T, err error, want *store.IdempotencyRecord) {
+	t.Helper()
+	var c *store.IdempotencyConflictError
+	if !errors.As(err, &c) {
+		t.Fatalf("error = %v, want *store.IdempotencyConflictError", err)
+	}
+	checkIdem(t, c.Existing, want)
+}
+
+// getOp reads an operation of its own project.
+func (e *env) getOp(op model.Operation) model.Operation {
+	e.t.Helper()
+	got, err := e.s.GetOperation(e.ctx, op.ProjectID, op.ID)
+	if err != nil {
+		e.t.Fatalf("GetOperation %s: %v", op.ID, err)
+	}
+	return got
+}
+
+func (e *env) getSandbox(id model.SandboxID) model.Sandbox {
+	e.t.Helper()
+	got, err := e.s.GetSandboxByID(e.ctx, id)
+	if err != nil {
+		e.t.Fatalf("GetSandboxByID %s: %v", id, err)
+	}
+	return got
+}
+
+// claim claims as owner at now with a 30 s lease and fails on error.
+func (e *env) claim(owner model.NodeID, now time.Time) model.Operation {
+	e.t.Helper()
+	op, err := e.s.ClaimOperation(e.ctx, store.Claim{Owner: owner, Lease: 30 * time.Second, Now: now})
+	if err != nil {
+		e.t.Fatalf("ClaimOperation(%s): %v", owner, err)
+	}
+	return op
+}
+
+func (e *env) noWork(owner model.NodeID, now time.Time) {
+	e.t.Helper()
+	op, err := e.s.ClaimOperation(e.ctx, store.Claim{Owner: owner, Lease: 30 * time.Second, Now: now})
+	if !errors.Is(err, store.ErrNoWork) {
+		e.t.Fatalf("ClaimOperation(%s) = %+v, %v; want ErrNoWork", owner, op, err)
+	}
+}
