@@ -26,6 +26,7 @@ const (
 	CodeIdempotencyKeyReused = "idempotency_key_reused" // 409: same Idempotency-Key, different request
 	CodeAlreadyExists        = "already_exists"         // 409
 	CodeSandboxNotRunning    = "sandbox_not_running"    // 409: a command needs a running sandbox
+	CodeExecFailed           = "exec_failed"            // SSE error event: the command could not be started (not found, not executable, bad cwd)
 	CodePayloadTooLarge      = "payload_too_large"      // 413
 	CodeUnsupportedMedia     = "unsupported_media_type" // 415
 	CodeNotSupported         = "not_supported"          // 501: a capability this deployment lacks
@@ -186,4 +187,9 @@ type OutputEventData struct {
 type ExitEventData struct {
 	ExitCode int    `json:"exit_code"`        // -1 if killed by a signal
 	Signal   string `json:"signal,omitempty"` // the signal's name, e.g. "KILL"
+}
+
+// Health is the body of GET /healthz and a successful GET /readyz.
+type Health struct {
+	Status string `json:"status"` // "ok"
 }

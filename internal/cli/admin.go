@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+func (a *app) adminCommand() *cobra.Command {
+	return group("admin", "Manage projects and API keys (admin keys only)",
+		group("project", "Create and list projects", a.projectCreateCommand(), a.projectListCommand()),
+		group("key", "Create, list and revoke API keys", a.keyCreateCommand(), a.keyListCommand(), a.keyRevokeCommand()),
+	)
+}
+
+func (a *app) projectCreateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a project",
+		Args:  exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] == "" {
+				return usageErrorf("NAME must not be empty")
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			p, err := c.CreateProject(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return a.printer().project(p)
+		},
+	}
+}
+
+func (a *app) projectListCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List projects",
+		Args:  exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			l, err := c.ListProjects(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return a.printer().projectList(l)
+		},
+	}
+}
+
+func (a *app) keyCreateCommand() *cobra.Command {
+	var project, role, name string
+	cmd := &cobra.Command{
+		Use:   "create --project PROJECT --role admin|member [--name NAME]",
+		Short: "Create an API key; its token is shown only once",
+		Args:  exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if project == "" {
+				return usageErrorf("--project is required")
+			}
+			pid, err := parseArg(model.ParseProjectID, project)
+			if err != nil {
+				return err
+			}
+			if role == "" {
+				return usageErrorf("--role is required (admin or member)")
+			}
+			r, err := parseArg(model.ParseRole, role)
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			k, err := c.CreateAPIKey(cmd.Context(), apiv1.CreateAPIKeyRequest{ProjectID: pid.String(), Role: string(r), Name: name})
+			if err != nil {
+				return err
+			}
+			if err := a.printer().apiKey(k); err != nil {
+				return err
+			}
+			if k.Token != "" {
+				a.progressf("Store the token now: it is not shown again.")
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&project, "project", "", "project ID (prj_…) the key belongs to")
+	fs.StringVar(&role, "role", "", "admin or member")
+	fs.StringVar(&name, "name", "", "a name to recognise the key by")
+	return cmd
+}
+
+func (a *app) keyListCommand() *cobra.Command {
+	var project string
+	cmd := &cobra.Command{
+		Use:   "list [--project PROJECT]",
+		Short: "List API keys",
+		Args:  exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var pid model.ProjectID
+			if project != "" {
+				var err error
+				if pid, err = parseArg(model.ParseProjectID, project); err != nil {
+					return err
+				}
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			l, err := c.ListAPIKeys(cmd.Context(), pid)
+			if err != nil {
+				return err
+			}
+			return a.printer().apiKeyList(l)
+		},
+	}
+	cmd.Flags().StringVar(&project, "project", "", "only keys of this project ID")
+	return cmd
+}
+
+func (a *app) keyRevokeCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "revoke KEY",
+		Short: "Revoke an API key",
+		Args:  exactArgs("KEY"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseArg(model.ParseAPIKeyID, args[0])
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			k, err := c.RevokeAPIKey(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			if k.ID == "" {
+				// The server answered without a body.
+				if a.flags.output == outputJSON {
+					return a.printer().print(map[string]string{"id": id.String()}, nil)
+				}
+				a.progressf("revoked %s", id)
+				return nil
+			}
+			return a.printer().apiKey(k)
+		},
+	}
+}

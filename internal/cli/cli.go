@@ -1,0 +1,266 @@
+// Package cli implements the `airlock` command line: `airlock server`, which
+// runs the server, and the client commands, which talk to a server through
+// internal/client.
+//
+// Exit codes: 0 on success; 1 when a command fails (the error is printed as
+// "error: <message> (<code>)"); 2 for usage errors; 130 when interrupted;
+// `exec` and `run` exit with the remote command's own code.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockdev/airlock/internal/client"
+)
+
+// Exit codes other than a remote command's own.
+const (
+	exitOK          = 0
+	exitFailure     = 1
+	exitUsage       = 2
+	exitInterrupted = 130
+)
+
+// Env is what one invocation of the CLI sees of the outside world.
+type Env struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Getenv func(string) string
+}
+
+// Main runs `airlock` with the process's arguments, environment and standard
+// streams and returns its exit code. SIGINT or SIGTERM cancels the running
+// command (which then cleans up); a second one kills the process.
+func Main() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// After the first signal, restore the default handling so that a second
+	// one terminates the process even if cleanup hangs.
+	unhook := context.AfterFunc(ctx, stop)
+	defer unhook()
+	return Run(ctx, Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}, os.Args[1:])
+}
+
+// Run runs the CLI with args (without the program name) and returns the exit
+// code. Cancelling ctx interrupts the running command.
+func Run(ctx context.Context, env Env, args []string) int {
+	if env.Getenv == nil {
+		env.Getenv = func(string) string { return "" }
+	}
+	if env.Stdin == nil {
+		env.Stdin = eofReader{}
+	}
+	a := &app{env: env, interrupted: ctx.Done()}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(env.Stdin)
+	root.SetOut(env.Stdout)
+	root.SetErr(env.Stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if a.cancel != nil {
+		a.cancel()
+	}
+	return a.exitCode(cmd, err)
+}
+
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// globalFlags are the flags every command accepts.
+type globalFlags struct {
+	url     string
+	apiKey  string
+	dataDir string
+	output  string
+	timeout time.Duration
+}
+
+// app is one invocation of the CLI.
+type app struct {
+	env         Env
+	flags       globalFlags
+	interrupted <-chan struct{} // closed when the caller's context ends (a signal)
+	cancel      context.CancelFunc
+	target      client.Target // where the client commands went, once known
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "airlock",
+		Short: "Run untrusted code in isolated sandboxes",
+		Long: "Airlock runs untrusted code from AI agents in isolated sandboxes.\n\n" +
+			"`airlock server` runs the server; the other commands talk to one, found through\n" +
+			"--url/--api-key, $AIRLOCK_URL/$AIRLOCK_API_KEY, or the local server's data dir.",
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		Args:              groupArgs,
+		RunE:              groupRun,
+		PersistentPreRunE: a.setup,
+	}
+	root.CompletionOptions.HiddenDefaultCmd = true
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.flags.url, "url", "", "server URL, e.g. http://127.0.0.1:7070 (default: $AIRLOCK_URL, then DATA_DIR/server.url)")
+	pf.StringVar(&a.flags.apiKey, "api-key", "", "API key (default: $AIRLOCK_API_KEY, then DATA_DIR/admin.key)")
+	pf.StringVar(&a.flags.dataDir, "data-dir", "", "the local server's data dir (default: $AIRLOCK_DATA_DIR, then /var/lib/airlock as root, else ~/.local/share/airlock)")
+	pf.StringVarP(&a.flags.output, "output", "o", "table", "output format: table or json")
+	pf.DurationVar(&a.flags.timeout, "timeout", 0, "give up when the command takes longer than this (0: no limit)")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+
+	root.AddCommand(
+		a.serverCommand(),
+		a.sandboxCommand(),
+		a.execCommand(),
+		a.runCommand(),
+		a.opCommand(),
+		a.templateCommand(),
+		a.adminCommand(),
+		a.versionCommand(),
+		// `airlock bench` (issue 2, item 13) is added here by the benchmark
+		// code: root.AddCommand(a.benchCommand()) in its own file.
+	)
+	return root
+}
+
+// setup runs before every command: it checks the global flags and applies
+// --timeout to the command's context.
+func (a *app) setup(cmd *cobra.Command, _ []string) error {
+	switch a.flags.output {
+	case outputTable, outputJSON:
+	default:
+		return usageErrorf("--output must be table or json, not %q", a.flags.output)
+	}
+	if a.flags.timeout < 0 {
+		return usageErrorf("--timeout must not be negative")
+	}
+	if a.flags.timeout > 0 {
+		ctx, cancel := context.WithTimeout(cmd.Context(), a.flags.timeout)
+		a.cancel = cancel
+		cmd.SetContext(ctx)
+	}
+	return nil
+}
+
+// client finds the server and returns a client for it.
+func (a *app) client() (*client.Client, error) {
+	t, err := client.Discover(client.DiscoverOptions{
+		URL: a.flags.url, APIKey: a.flags.apiKey, DataDir: a.flags.dataDir, Getenv: a.env.Getenv,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(t.URL, t.APIKey, client.WithUserAgent("airlock-cli/"+buildVersion().Version))
+	if err != nil {
+		return nil, fmt.Errorf("server URL from %s: %w", t.URLFrom, err)
+	}
+	a.target = t
+	return c, nil
+}
+
+func (a *app) printer() printer { return printer{w: a.env.Stdout, format: a.flags.output} }
+
+// progressf writes a progress line to stderr.
+func (a *app) progressf(format string, args ...any) {
+	fmt.Fprintf(a.env.Stderr, format+"\n", args...)
+}
+
+// exitStatus ends a command with a given code; whatever had to be said has
+// been printed already.
+type exitStatus struct{ code int }
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// usageError is a command line the CLI cannot make sense of (exit 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// exitCode prints err (if any) and maps it to the process's exit code.
+func (a *app) exitCode(cmd *cobra.Command, err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var st exitStatus
+	if errors.As(err, &st) {
+		return st.code
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(a.env.Stderr, "error: %v\n", ue.err)
+		if cmd != nil {
+			fmt.Fprintf(a.env.Stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		}
+		return exitUsage
+	}
+	if a.wasInterrupted() && errors.Is(err, context.Canceled) {
+		fmt.Fprintln(a.env.Stderr, "error: interrupted")
+		return exitInterrupted
+	}
+	fmt.Fprintf(a.env.Stderr, "error: %s\n", a.describe(err))
+	return exitFailure
+}
+
+func (a *app) wasInterrupted() bool {
+	select {
+	case <-a.interrupted:
+		return true
+	default:
+		return false
+	}
+}
+
+// describe renders err for humans: the error itself (an *APIError ends in
+// "(code)"), plus a hint where one helps.
+func (a *app) describe(err error) string {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) && a.flags.timeout > 0:
+		msg += fmt.Sprintf(" (--timeout %s reached)", a.flags.timeout)
+	case errors.Is(err, syscall.ECONNREFUSED) && a.target.URL != "":
+		msg += fmt.Sprintf("\nhint: is `airlock server` running at %s (from %s)?", a.target.URL, a.target.URLFrom)
+	case client.IsCode(err, "unauthenticated") && a.target.APIKeyFrom != "":
+		msg += fmt.Sprintf("\nhint: the API key came from %s", a.target.APIKeyFrom)
+	}
+	return msg
+}
+
+// groupArgs and groupRun make a command that only groups subcommands print
+// its help when called alone and fail with a usage error when given an
+// unknown subcommand.
+func groupArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2
+	}
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+	}
+	return usageError{errors.New(msg)}
+}
+
+func groupRun(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+
+// group returns a command that only holds subcommands.
+func group(use, short string, subs ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Args: groupArgs, RunE: groupRun}
+	cmd.AddCommand(subs...)
+	return cmd
+}

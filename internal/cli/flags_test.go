@@ -1,0 +1,154 @@
+package cli
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+func TestParseKV(t *testing.T) {
+	tests := []struct {
+		in      []string
+		want    map[string]string
+		wantErr string
+	}{
+		{in: nil, want: nil},
+		{in: []string{"A=1", "B=x=y", "C="}, want: map[string]string{"A": "1", "B": "x=y", "C": ""}},
+		{in: []string{"A=1,B=2"}, want: map[string]string{"A": "1,B=2"}},
+		{in: []string{"A"}, wantErr: `--env "A": expected KEY=VALUE`},
+		{in: []string{"=1"}, wantErr: `--env "=1": the key before '=' is empty`},
+		{in: []string{"A=1", "A=2"}, wantErr: `--env: key "A" given twice`},
+	}
+	for _, tt := range tests {
+		got, err := parseKV("env", tt.in)
+		if tt.wantErr != "" {
+			var ue usageError
+			if err == nil || err.Error() != tt.wantErr || !errors.As(err, &ue) {
+				t.Errorf("%q: err = %v, want usage error %q", tt.in, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%q: %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestParseEnvAndMetadataFlags(t *testing.T) {
+	if _, err := parseEnvFlag([]string{"1BAD=x"}); err == nil || !strings.Contains(err.Error(), "--env: invalid value: environment variable name \"1BAD\"") {
+		t.Errorf("bad env name: %v", err)
+	}
+	if env, err := parseEnvFlag([]string{"GOOD_1=x y"}); err != nil || env["GOOD_1"] != "x y" {
+		t.Errorf("good env: %v, %v", env, err)
+	}
+	if _, err := parseMetadataFlag([]string{"bad key=x"}); err == nil || !strings.HasPrefix(err.Error(), "--metadata: ") {
+		t.Errorf("bad metadata key: %v", err)
+	}
+	f, err := parseMetadataFilters([]string{"team=ml", "app.io/name=a=b"})
+	if err != nil || !reflect.DeepEqual(f, []client.MetadataFilter{{Key: "team", Value: "ml"}, {Key: "app.io/name", Value: "a=b"}}) {
+		t.Errorf("filters: %v, %v", f, err)
+	}
+	if _, err := parseMetadataFilters([]string{"novalue"}); err == nil {
+		t.Error("filter without = accepted")
+	}
+	st, err := parseStates([]string{"running,failed", "deleted"})
+	if err != nil || !reflect.DeepEqual(st, []model.SandboxState{model.StateRunning, model.StateFailed, model.StateDeleted}) {
+		t.Errorf("states: %v, %v", st, err)
+	}
+	if _, err := parseStates([]string{"runing"}); err == nil {
+		t.Error("misspelt state accepted")
+	}
+}
+
+func TestCreateFlagsRequest(t *testing.T) {
+	f := createFlags{template: "python-3.12", cpus: 2, memoryMiB: 1024, env: []string{"A=1"}, metadata: []string{"k=v"}}
+	req, err := f.request()
+	if err != nil || req.Template != "python-3.12" || req.CPUs != 2 || req.MemoryMiB != 1024 || req.Env["A"] != "1" || req.Metadata["k"] != "v" {
+		t.Fatalf("%+v, %v", req, err)
+	}
+	for _, bad := range []createFlags{{template: "Bad Name"}, {template: "sha256:zz"}, {cpus: -1}, {memoryMiB: -5}, {env: []string{"X"}}} {
+		if _, err := bad.request(); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+	if _, err := (&commandFlags{cwd: "relative"}).request([]string{"ls"}); err == nil {
+		t.Error("relative --cwd accepted")
+	}
+	if req, err := (&commandFlags{cwd: "/tmp", env: []string{"X=1"}}).request([]string{"ls"}); err != nil || req.Cwd != "/tmp" || req.Env["X"] != "1" {
+		t.Errorf("%+v, %v", req, err)
+	}
+}
+
+func TestCommandArgs(t *testing.T) {
+	tests := []struct {
+		cmdline []string // after the command name
+		wantPos int      // positional args before the command (exec: the sandbox)
+		want    []string
+		wantErr bool
+	}{
+		{[]string{"sbx", "--", "ls", "-la"}, 1, []string{"ls", "-la"}, false},
+		{[]string{"sbx", "ls", "-la"}, 1, []string{"ls", "-la"}, false},
+		{[]string{"--env", "A=1", "sbx", "--", "sh", "-c", "echo --"}, 1, []string{"sh", "-c", "echo --"}, false},
+		{[]string{"--", "sbx", "--", "x"}, 1, []string{"--", "x"}, false},
+		{[]string{"sbx", "ls", "--env", "A=1"}, 1, []string{"ls", "--env", "A=1"}, false},
+		{[]string{"sbx"}, 1, nil, true},
+		{[]string{"sbx", "--"}, 1, nil, true},
+		{[]string{"--", "echo", "hi"}, 0, []string{"echo", "hi"}, false},
+		{[]string{"echo", "--", "hi"}, 0, []string{"echo", "--", "hi"}, false},
+	}
+	for _, tt := range tests {
+		cmd := &cobra.Command{}
+		cmd.Flags().SetInterspersed(false)
+		cmd.Flags().StringArray("env", nil, "")
+		if err := cmd.ParseFlags(tt.cmdline); err != nil {
+			t.Fatal(err)
+		}
+		args := cmd.Flags().Args()[tt.wantPos:]
+		got, err := commandArgs(cmd, args)
+		if (err != nil) != tt.wantErr || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%q: %q, %v; want %q (error %v)", tt.cmdline, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func FuzzParseKV(f *testing.F) {
+	f.Add("A=1", "B=x=y")
+	f.Add("=", "A")
+	f.Add("A=1", "A=2")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		m, err := parseKV("env", []string{a, b})
+		if err != nil {
+			var ue usageError
+			if !errors.As(err, &ue) {
+				t.Fatalf("non-usage error %v", err)
+			}
+			return
+		}
+		if len(m) != 2 {
+			t.Fatalf("%q %q: %d entries", a, b, len(m))
+		}
+		for _, kv := range []string{a, b} {
+			k, v, _ := strings.Cut(kv, "=")
+			if k == "" || m[k] != v {
+				t.Fatalf("%q parsed into %v", kv, m)
+			}
+		}
+	})
+}
+
+func FuzzSignalNumber(f *testing.F) {
+	for _, s := range []string{"KILL", "SIGTERM", "9", "RTMIN+3", "", "RTMIN+-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if n, ok := signalNumber(s); ok && (n < 1 || n > 127) {
+			t.Fatalf("%q → %d", s, n)
+		}
+	})
+}

@@ -1,0 +1,106 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/server"
+)
+
+// serverFlags are the flags of `airlock server`; their names are a contract
+// with the docs and scripts. --data-dir is the global flag.
+type serverFlags struct {
+	listen      string
+	runtime     string
+	databaseURL string
+	agentBinary string
+	logLevel    string
+}
+
+// options parses the flags into server.Options.
+func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Options, error) {
+	opts := server.Options{
+		DataDir:     dataDir,
+		Listen:      f.listen,
+		Runtime:     f.runtime,
+		DatabaseURL: f.databaseURL,
+		AgentBinary: f.agentBinary,
+	}
+	_, port, err := net.SplitHostPort(f.listen)
+	if err != nil {
+		return opts, usageErrorf("--listen %q must be HOST:PORT: %w", f.listen, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return opts, usageErrorf("--listen %q: port %q is not a number from 0 to 65535", f.listen, port)
+	}
+	switch f.runtime {
+	case "", "runc", "crun", "runsc":
+	default:
+		return opts, usageErrorf("--runtime must be runc, crun or runsc, not %q", f.runtime)
+	}
+	if f.databaseURL != "" {
+		u, err := url.Parse(f.databaseURL)
+		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			return opts, usageErrorf("--database-url must be a postgres:// URL")
+		}
+	}
+	opts.Logger = slog.New(stderr)
+	return opts, nil
+}
+
+// parseLogLevel parses --log-level.
+func parseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, usageErrorf("--log-level must be debug, info, warn or error, not %q", s)
+	}
+	return l, nil
+}
+
+func (a *app) serverCommand() *cobra.Command {
+	var f serverFlags
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the Airlock server",
+		Long: "Run the Airlock server: the management API, the data plane, the controller and\n" +
+			"the worker, in one process. On first start it creates an admin API key in\n" +
+			"DATA_DIR/admin.key (mode 0600) and writes its URL to DATA_DIR/server.url, where\n" +
+			"the client commands on this host find them. Sandboxes outlive the process: a\n" +
+			"restarted server adopts them. SIGINT or SIGTERM stops it.",
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dataDir, err := client.ResolveDataDir(a.flags.dataDir, a.env.Getenv)
+			if err != nil {
+				return err
+			}
+			level, err := parseLogLevel(f.logLevel)
+			if err != nil {
+				return err
+			}
+			opts, err := f.options(dataDir, slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: level}))
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			err = server.Run(ctx, opts)
+			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				return nil // a signal asked us to stop: a clean shutdown
+			}
+			return err
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:7070", "HOST:PORT to serve the API and the data plane on")
+	fs.StringVar(&f.runtime, "runtime", "", "runc, crun or runsc (default: the strongest isolation that works on this host)")
+	fs.StringVar(&f.databaseURL, "database-url", "", "PostgreSQL URL postgres://… (default: SQLite in the data dir)")
+	fs.StringVar(&f.agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock, then $PATH)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}

@@ -1,0 +1,68 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// ListTemplates returns the imported templates (GET /v1/templates).
+func (c *Client) ListTemplates(ctx context.Context) (apiv1.TemplateList, error) {
+	var out apiv1.TemplateList
+	err := c.do(ctx, request{method: http.MethodGet, path: "/v1/templates"}, &out)
+	return out, err
+}
+
+// ImportTemplate imports a root filesystem from a directory or tar archive
+// on the server host (POST /v1/templates; admin keys only).
+func (c *Client) ImportTemplate(ctx context.Context, req apiv1.ImportTemplateRequest) (apiv1.Template, error) {
+	var out apiv1.Template
+	err := c.do(ctx, request{method: http.MethodPost, path: "/v1/templates", body: req}, &out)
+	return out, err
+}
+
+// CreateProject creates a project (POST /v1/admin/projects).
+func (c *Client) CreateProject(ctx context.Context, name string) (apiv1.Project, error) {
+	var out apiv1.Project
+	err := c.do(ctx, request{method: http.MethodPost, path: "/v1/admin/projects", body: apiv1.CreateProjectRequest{Name: name}}, &out)
+	return out, err
+}
+
+// ListProjects returns every project (GET /v1/admin/projects).
+func (c *Client) ListProjects(ctx context.Context) (apiv1.ProjectList, error) {
+	var out apiv1.ProjectList
+	err := c.do(ctx, request{method: http.MethodGet, path: "/v1/admin/projects"}, &out)
+	return out, err
+}
+
+// CreateAPIKey creates an API key (POST /v1/admin/keys). The returned key's
+// Token is shown only this once.
+func (c *Client) CreateAPIKey(ctx context.Context, req apiv1.CreateAPIKeyRequest) (apiv1.APIKey, error) {
+	var out apiv1.APIKey
+	err := c.do(ctx, request{method: http.MethodPost, path: "/v1/admin/keys", body: req}, &out)
+	return out, err
+}
+
+// ListAPIKeys returns the API keys of one project, or of every project if
+// project is empty (GET /v1/admin/keys[?project_id=]).
+func (c *Client) ListAPIKeys(ctx context.Context, project model.ProjectID) (apiv1.APIKeyList, error) {
+	var out apiv1.APIKeyList
+	r := request{method: http.MethodGet, path: "/v1/admin/keys"}
+	if project != "" {
+		r.query = url.Values{"project_id": {project.String()}}
+	}
+	err := c.do(ctx, r, &out)
+	return out, err
+}
+
+// RevokeAPIKey revokes an API key (DELETE /v1/admin/keys/{id}). It returns
+// the revoked key as the server shows it, or a zero APIKey if the server
+// answered without a body.
+func (c *Client) RevokeAPIKey(ctx context.Context, id model.APIKeyID) (apiv1.APIKey, error) {
+	var out apiv1.APIKey
+	err := c.do(ctx, request{method: http.MethodDelete, path: "/v1/admin/keys/" + id.String(), optionalBody: true}, &out)
+	return out, err
+}
