@@ -1,0 +1,332 @@
+package cgroups
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Unlimited is the value readers return for a limit set to "max".
+const Unlimited int64 = -1
+
+// v1 reports "no limit" for memory as a huge page-aligned number.
+const v1MemoryUnlimited = int64(1) << 62
+
+// Limits are the resource limits set on a cgroup.
+type Limits struct {
+	MemoryBytes     int64 // Unlimited if none
+	PidsMax         int64 // Unlimited if none
+	CPUQuotaMicros  int64 // per period; Unlimited if none
+	CPUPeriodMicros int64
+}
+
+// Limits reads the memory, pids and cpu limits of cgroup p.
+func (h Host) Limits(p Path) (Limits, error) {
+	var l Limits
+	dir, err := h.ControllerDir("memory", p)
+	if err != nil {
+		return l, err
+	}
+	if h.isV1("memory") {
+		l.MemoryBytes, err = readLimit(filepath.Join(dir, "memory.limit_in_bytes"))
+		if err == nil && l.MemoryBytes >= v1MemoryUnlimited {
+			l.MemoryBytes = Unlimited
+		}
+	} else {
+		l.MemoryBytes, err = readLimit(filepath.Join(dir, "memory.max"))
+	}
+	if err != nil {
+		return l, err
+	}
+	if dir, err = h.ControllerDir("pids", p); err != nil {
+		return l, err
+	}
+	if l.PidsMax, err = readLimit(filepath.Join(dir, "pids.max")); err != nil {
+		return l, err
+	}
+	if dir, err = h.ControllerDir("cpu", p); err != nil {
+		return l, err
+	}
+	if h.isV1("cpu") {
+		if l.CPUQuotaMicros, err = readLimit(filepath.Join(dir, "cpu.cfs_quota_us")); err != nil {
+			return l, err
+		}
+		if l.CPUQuotaMicros < 0 {
+			l.CPUQuotaMicros = Unlimited
+		}
+		l.CPUPeriodMicros, err = readLimit(filepath.Join(dir, "cpu.cfs_period_us"))
+		return l, err
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "cpu.max"))
+	if err != nil {
+		return l, fmt.Errorf("read cgroup: %w", err)
+	}
+	l.CPUQuotaMicros, l.CPUPeriodMicros, err = ParseCPUMax(string(data))
+	return l, err
+}
+
+func (h Host) isV1(controller string) bool {
+	for _, x := range h.Hierarchies {
+		if x.Version == 1 && x.Has(controller) {
+			return true
+		}
+	}
+	return false
+}
+
+// OOMKills returns how many processes the kernel's OOM killer killed in
+// cgroup p (and below it): v1 memory.oom_control "oom_kill", v2
+// memory.events "oom_kill".
+func (h Host) OOMKills(p Path) (int64, error) {
+	dir, err := h.ControllerDir("memory", p)
+	if err != nil {
+		return 0, err
+	}
+	file := "memory.events"
+	if h.isV1("memory") {
+		file = "memory.oom_control"
+	}
+	data, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return 0, fmt.Errorf("read cgroup: %w", err)
+	}
+	v, ok, err := KeyedValue(string(data), "oom_kill")
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", filepath.Join(dir, file), err)
+	}
+	if !ok {
+		return 0, fmt.Errorf("%s has no oom_kill counter (kernel too old?)", filepath.Join(dir, file))
+	}
+	return v, nil
+}
+
+// PidsCurrent returns the number of tasks in cgroup p (pids.current).
+func (h Host) PidsCurrent(p Path) (int64, error) {
+	dir, err := h.ControllerDir("pids", p)
+	if err != nil {
+		return 0, err
+	}
+	return readLimit(filepath.Join(dir, "pids.current"))
+}
+
+// Procs returns the processes in cgroup p and below it, across every
+// hierarchy, without duplicates.
+func (h Host) Procs(p Path) ([]int, error) {
+	dirs, err := h.Existing(p)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[int]bool{}
+	var out []int
+	for _, d := range dirs {
+		err := walkDirs(d, func(dir string) error {
+			data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+			if err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					return nil
+				}
+				return fmt.Errorf("read cgroup: %w", err)
+			}
+			for _, f := range strings.Fields(string(data)) {
+				pid, err := strconv.Atoi(f)
+				if err != nil {
+					return fmt.Errorf("%s: bad pid %q", dir, f)
+				}
+				if !seen[pid] {
+					seen[pid] = true
+					out = append(out, pid)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Kill thaws cgroup p and SIGKILLs every process in it and below it, in every
+// hierarchy, until none is left or ctx ends.
+func (h Host) Kill(ctx context.Context, p Path) error {
+	dirs, err := h.Existing(p)
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		// Frozen tasks do not die; thaw first. Errors are fine: the file
+		// exists only in the freezer (v1) or cgroup2 hierarchies.
+		_ = os.WriteFile(filepath.Join(d, "freezer.state"), []byte("THAWED"), 0)
+		_ = os.WriteFile(filepath.Join(d, "cgroup.freeze"), []byte("0"), 0)
+		_ = os.WriteFile(filepath.Join(d, "cgroup.kill"), []byte("1"), 0)
+	}
+	delay := 2 * time.Millisecond
+	for {
+		procs, err := h.Procs(p)
+		if err != nil {
+			return err
+		}
+		live := 0
+		for _, pid := range procs {
+			if !alive(pid) {
+				continue
+			}
+			live++
+			if err := unix.Kill(pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("kill pid %d of cgroup %s: %w", pid, p, err)
+			}
+		}
+		if live == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kill cgroup %s: %d processes left: %w", p, live, ctx.Err())
+		case <-time.After(delay):
+		}
+		if delay < 50*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the ")" that ends the command name.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 || i+2 >= len(data) {
+		return false
+	}
+	st := data[i+2]
+	return st != 'Z' && st != 'X' && st != 'x'
+}
+
+// walkDirs calls fn for dir and every directory below it, parents first.
+func walkDirs(dir string, fn func(string) error) error {
+	if err := fn(dir); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("read cgroup dir: %w", err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := walkDirs(filepath.Join(dir, e.Name()), fn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// removeTree removes a cgroup directory and its child cgroups, deepest
+// first, retrying while the kernel still counts exiting tasks (EBUSY).
+func removeTree(ctx context.Context, dir string, deadline time.Time) error {
+	var dirs []string
+	if err := walkDirs(dir, func(d string) error { dirs = append(dirs, d); return nil }); err != nil {
+		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		delay := 2 * time.Millisecond
+		for {
+			err := unix.Rmdir(dirs[i])
+			if err == nil || errors.Is(err, unix.ENOENT) {
+				break
+			}
+			if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+				return fmt.Errorf("remove cgroup %s: %w", dirs[i], err)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("remove cgroup %s: %w (%w)", dirs[i], err, ctx.Err())
+			case <-time.After(delay):
+			}
+			if delay < 50*time.Millisecond {
+				delay *= 2
+			}
+		}
+	}
+	return nil
+}
+
+func readLimit(file string) (int64, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0, fmt.Errorf("read cgroup: %w", err)
+	}
+	v, err := ParseLimit(string(data))
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", file, err)
+	}
+	return v, nil
+}
+
+// ParseLimit parses a single-value cgroup file: an integer, or "max"
+// (Unlimited).
+func ParseLimit(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if s == "max" {
+		return Unlimited, nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("bad cgroup value %q", truncate(s))
+	}
+	return v, nil
+}
+
+// ParseCPUMax parses cgroup v2 cpu.max: "QUOTA PERIOD" where QUOTA may be
+// "max" (Unlimited).
+func ParseCPUMax(s string) (quota, period int64, err error) {
+	f := strings.Fields(s)
+	if len(f) != 2 {
+		return 0, 0, fmt.Errorf("bad cpu.max %q", truncate(s))
+	}
+	if quota, err = ParseLimit(f[0]); err != nil {
+		return 0, 0, err
+	}
+	if period, err = strconv.ParseInt(f[1], 10, 64); err != nil || period <= 0 {
+		return 0, 0, fmt.Errorf("bad cpu.max period %q", truncate(f[1]))
+	}
+	return quota, period, nil
+}
+
+// KeyedValue finds key in a flat-keyed cgroup file ("key value" lines, as in
+// memory.events or memory.oom_control) and parses its integer value.
+func KeyedValue(data, key string) (int64, bool, error) {
+	for _, line := range strings.Split(data, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || k != key {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("bad value for %s: %q", key, truncate(v))
+		}
+		return n, true, nil
+	}
+	return 0, false, nil
+}
+
+func truncate(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
+}

@@ -1,0 +1,213 @@
+// Package rootfs prepares a sandbox's root filesystem on the host: an
+// overlayfs whose lower layer is a template's read-only tree and whose upper
+// and work directories belong to the sandbox, so a sandbox's writes never
+// touch the template and two sandboxes never see each other's writes.
+//
+// Paths may be long (deep test or data directories): options that would not
+// fit mount(2)'s one-page data limit, or that contain characters overlayfs
+// treats specially (',', ':', '\'), are passed as /proc/self/fd magic links
+// of O_PATH descriptors instead of literal paths.
+package rootfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/rootfs/mountinfo"
+)
+
+// Source is the mount source name of every overlay this package mounts, so
+// Airlock's mounts are recognisable in /proc/self/mountinfo.
+const Source = "airlock"
+
+// maxLiteralOptions is how long the overlay option string may get before the
+// paths are passed as short /proc/self/fd links (mount(2) copies at most one
+// page of data).
+const maxLiteralOptions = 3000
+
+// MountOverlay mounts an overlayfs at target with lower as its read-only
+// lower layer and upper/work as its upper and work directories (which must be
+// on the same filesystem). All four directories must exist.
+func MountOverlay(lower, upper, work, target string) error {
+	dirs := []string{lower, upper, work, target}
+	literal := true
+	for _, d := range dirs {
+		if !filepath.IsAbs(d) {
+			return fmt.Errorf("mount overlay: %q is not an absolute path", d)
+		}
+		if strings.ContainsAny(d, ",:\\") {
+			literal = false
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
+	if len(opts) > maxLiteralOptions {
+		literal = false
+	}
+	if literal {
+		if err := unix.Mount(Source, target, "overlay", 0, opts); err != nil {
+			return fmt.Errorf("mount overlay on %s (%s): %w", target, opts, err)
+		}
+		return nil
+	}
+	fds := make([]int, 0, len(dirs))
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	links := make([]string, len(dirs))
+	for i, d := range dirs {
+		fd, err := openPath(d)
+		if err != nil {
+			return fmt.Errorf("mount overlay: %w", err)
+		}
+		fds = append(fds, fd)
+		links[i] = fmt.Sprintf("/proc/self/fd/%d", fd)
+	}
+	opts = fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", links[0], links[1], links[2])
+	if err := unix.Mount(Source, links[3], "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mount overlay on %s (lower %s, upper %s, work %s): %w", target, lower, upper, work, err)
+	}
+	return nil
+}
+
+func openPath(dir string) (int, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %w", dir, err)
+	}
+	return fd, nil
+}
+
+// IsMounted reports whether target (after resolving symlinks) is a mount
+// point in the calling process's mount namespace.
+func IsMounted(target string) (bool, error) {
+	path, err := canonical(target)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	mounts, err := mountinfo.Read()
+	if err != nil {
+		return false, err
+	}
+	for _, m := range mounts {
+		if m.MountPoint == path {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// MountsUnder returns the mount points at or below dir (after resolving
+// symlinks), deepest first, so they can be unmounted in that order.
+func MountsUnder(dir string) ([]string, error) {
+	path, err := canonical(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	mounts, err := mountinfo.Read()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	prefix := strings.TrimSuffix(path, "/") + "/"
+	for i := len(mounts) - 1; i >= 0; i-- { // later mounts stack on earlier ones
+		mp := mounts[i].MountPoint
+		if mp == path || strings.HasPrefix(mp, prefix) {
+			out = append(out, mp)
+		}
+	}
+	// Deepest first; among equal depths keep the reverse mount order.
+	sortByDepth(out)
+	return out, nil
+}
+
+func sortByDepth(paths []string) {
+	// insertion sort: stable, lists are tiny
+	for i := 1; i < len(paths); i++ {
+		for j := i; j > 0 && strings.Count(paths[j], "/") > strings.Count(paths[j-1], "/"); j-- {
+			paths[j], paths[j-1] = paths[j-1], paths[j]
+		}
+	}
+}
+
+func canonical(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	return filepath.EvalSymlinks(abs)
+}
+
+// BusyTimeout is how long Unmount retries a busy mount before it detaches
+// it lazily.
+const BusyTimeout = 2 * time.Second
+
+// maxStacked bounds the unmount loop when mounts are stacked on one path.
+const maxStacked = 64
+
+// Unmount unmounts everything mounted at target (mounts may be stacked),
+// retrying while the mount is busy. If it is still busy after BusyTimeout it
+// lazily detaches it (MNT_DETACH) and logs a warning: the mount disappears
+// from the namespace at once and the kernel frees it when its last user
+// goes. Unmounting a path that is not a mount point (or does not exist) is a
+// no-op. Paths must be shorter than PATH_MAX.
+func Unmount(ctx context.Context, logger *slog.Logger, target string) error {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	deadline := time.Now().Add(BusyTimeout)
+	delay := 5 * time.Millisecond
+	for unmounts := 0; ; {
+		mounted, err := IsMounted(target)
+		if err != nil {
+			return fmt.Errorf("unmount %s: %w", target, err)
+		}
+		if !mounted {
+			return nil
+		}
+		path, err := canonical(target)
+		if err != nil {
+			return fmt.Errorf("unmount %s: %w", target, err)
+		}
+		flags := 0
+		lazy := time.Now().After(deadline)
+		if lazy {
+			flags = unix.MNT_DETACH
+			logger.Warn("mount still busy; detaching it lazily", "target", path)
+		}
+		err = unix.Unmount(path, flags)
+		switch {
+		case err == nil, errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+			// Unmounted (or someone else did); loop to catch stacked mounts.
+			if unmounts++; unmounts > maxStacked {
+				return fmt.Errorf("unmount %s: still mounted after %d unmounts (last error: %v)", path, unmounts, err)
+			}
+		case errors.Is(err, unix.EBUSY) && !lazy:
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("unmount %s: busy: %w", path, ctx.Err())
+			case <-time.After(delay):
+			}
+			if delay < 100*time.Millisecond {
+				delay *= 2
+			}
+		default:
+			return fmt.Errorf("unmount %s: %w", path, err)
+		}
+	}
+}

@@ -1,0 +1,93 @@
+package oci
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/cgroups"
+	"github.com/airlockdev/airlock/internal/rootfs"
+)
+
+var allFlavors = []Flavor{FlavorRunc, FlavorCrun, FlavorRunsc}
+
+// testConfig returns a configuration with its own runtime root, its own
+// cgroup parent and a very long state root (beyond the 108-byte limit of
+// Unix socket addresses). When the test ends it fails if a cgroup was
+// leaked under the parent, and removes what the runtime keeps in its root
+// (runsc keeps a null-netns bind mount there).
+func testConfig(t *testing.T, flavor Flavor) Config {
+	t.Helper()
+	airtest.RequireRoot(t)
+	if _, err := exec.LookPath(string(flavor)); err != nil {
+		t.Skipf("needs %s in PATH (install it as .ci/run does)", flavor)
+	}
+	base := t.TempDir()
+	var b [6]byte
+	rand.Read(b[:])
+	cfg := Config{
+		Flavor:       string(flavor),
+		RootDir:      filepath.Join(base, "root"),
+		StateRoot:    filepath.Join(base, strings.Repeat("a-long-state-root-", 8), "sandboxes"),
+		Logger:       testLogger(t),
+		CgroupParent: "/airlock-test/" + hex.EncodeToString(b[:]),
+	}
+	host, err := cgroups.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		parent := cgroups.Path(cfg.CgroupParent)
+		for _, dir := range host.Dirs(parent) {
+			if entries, err := os.ReadDir(dir); err == nil {
+				for _, e := range entries {
+					if e.IsDir() {
+						t.Errorf("leaked cgroup %s", filepath.Join(dir, e.Name()))
+					}
+				}
+			}
+		}
+		ctx := context.Background()
+		if err := host.Kill(ctx, parent); err != nil {
+			t.Errorf("kill leaked cgroups: %v", err)
+		}
+		if err := host.Remove(ctx, parent); err != nil {
+			t.Errorf("remove cgroup parent: %v", err)
+		}
+		mounts, err := rootfs.MountsUnder(base)
+		if err != nil {
+			t.Errorf("mounts under the test dir: %v", err)
+		}
+		for _, m := range mounts {
+			if !strings.HasPrefix(m, cfg.RootDir+"/") {
+				t.Errorf("leaked mount %s", m)
+			}
+			if err := rootfs.Unmount(ctx, nil, m); err != nil {
+				t.Errorf("unmount %s: %v", m, err)
+			}
+		}
+	})
+	return cfg
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("AIRLOCK_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

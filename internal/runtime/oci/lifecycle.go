@@ -1,0 +1,256 @@
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/rootfs"
+	"github.com/airlockdev/airlock/internal/runtime"
+)
+
+// Create prepares the sandbox's root filesystem and bundle and creates the
+// container without starting it. An existing created or running sandbox is
+// left alone; a leftover of a create that crashed half-way (state directory,
+// mount or cgroup without a live container) is removed first.
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
+	if _, err := model.ParseSandboxID(spec.ID.String()); err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	unlock := r.lock(spec.ID)
+	defer unlock()
+
+	dirs := r.dirs(spec.ID)
+	st, err := r.state(ctx, spec.ID)
+	switch {
+	case err == nil && !dirExists(dirs.run):
+		// A container whose state directory is gone cannot be reached:
+		// a broken leftover, replaced below.
+		r.log.Warn("replacing a container that has lost its state directory", "sandbox", spec.ID, "phase", st.Phase)
+	case err == nil && (st.Phase == runtime.PhaseCreated || st.Phase == runtime.PhaseRunning):
+		return nil
+	case err == nil:
+		return fmt.Errorf("create %s: sandbox already exists in phase %s", spec.ID, st.Phase)
+	case !errors.Is(err, runtime.ErrNotFound):
+		return fmt.Errorf("create %s: %w", spec.ID, err)
+	}
+	if err := r.removeLeftovers(ctx, spec.ID); err != nil {
+		return fmt.Errorf("create %s: clean up a previous attempt: %w", spec.ID, err)
+	}
+	if err := r.create(ctx, spec, dirs); err != nil {
+		if cerr := r.removeLeftovers(context.WithoutCancel(ctx), spec.ID); cerr != nil {
+			r.log.Error("clean up after failed create", "sandbox", spec.ID, "err", cerr)
+		}
+		return fmt.Errorf("create %s: %w", spec.ID, err)
+	}
+	return nil
+}
+
+func (r *Runtime) create(ctx context.Context, spec runtime.Spec, dirs sandboxDirs) error {
+	if err := r.prepare(spec, dirs); err != nil {
+		return err
+	}
+	return r.runDetached(ctx, dirs.agentLog, "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String())
+}
+
+// prepare writes the bundle and mounts the root filesystem.
+func (r *Runtime) prepare(spec runtime.Spec, dirs sandboxDirs) error {
+	lower := spec.TemplateDir
+	if !filepath.IsAbs(lower) {
+		return fmt.Errorf("template dir %q must be absolute", lower)
+	}
+	if fi, err := os.Stat(lower); err != nil || !fi.IsDir() {
+		return fmt.Errorf("template dir %q: not a directory (%v)", lower, err)
+	}
+	if fi, err := os.Stat(spec.AgentBinary); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("agent binary %q: not a regular file (%v)", spec.AgentBinary, err)
+	}
+	for _, d := range []string{dirs.state, dirs.bundle, dirs.upper, dirs.work, dirs.rootfs, dirs.run} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	// The overlay root takes the mode of the upper dir: make it 0755 like a
+	// normal root directory.
+	if err := os.Chmod(dirs.upper, 0o755); err != nil {
+		return err
+	}
+	oci, err := r.bundleSpec(spec, dirs)
+	if err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(oci, "", "\t")
+	if err != nil {
+		return fmt.Errorf("encode config.json: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(dirs.bundle, "config.json"), data); err != nil {
+		return err
+	}
+	return rootfs.MountOverlay(lower, dirs.upper, dirs.work, dirs.rootfs)
+}
+
+func dirExists(dir string) bool {
+	fi, err := os.Stat(dir)
+	return err == nil && fi.IsDir()
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Start starts the guest agent. Starting a running sandbox is a no-op.
+func (r *Runtime) Start(ctx context.Context, id model.SandboxID) error {
+	unlock := r.lock(id)
+	defer unlock()
+	st, err := r.state(ctx, id)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
+	switch st.Phase {
+	case runtime.PhaseRunning:
+		return nil
+	case runtime.PhaseStopped:
+		return fmt.Errorf("start %s: sandbox is stopped", id)
+	}
+	if _, err := r.run(ctx, "start", id.String()); err != nil {
+		return fmt.Errorf("start %s: %w (agent log: %s)", id, err, errorTail(r.dirs(id).agentLog))
+	}
+	return nil
+}
+
+// State reports the sandbox's phase. A container whose process is gone is
+// stopped even if the runtime still calls it running (runsc does when the
+// host OOM-killed its sentry).
+func (r *Runtime) State(ctx context.Context, id model.SandboxID) (runtime.Status, error) {
+	st, err := r.state(ctx, id)
+	if err != nil {
+		return runtime.Status{}, fmt.Errorf("state %s: %w", id, err)
+	}
+	return st, nil
+}
+
+func (r *Runtime) state(ctx context.Context, id model.SandboxID) (runtime.Status, error) {
+	out, err := r.run(ctx, "state", id.String())
+	if err != nil {
+		known, lerr := r.known(ctx, id)
+		if lerr != nil {
+			return runtime.Status{}, errors.Join(err, lerr)
+		}
+		if !known {
+			return runtime.Status{}, runtime.ErrNotFound
+		}
+		return runtime.Status{}, err
+	}
+	cs, err := ParseState(out)
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	st := runtime.Status{ID: id, Pid: cs.Pid}
+	live := cs.Pid > 0 && processAlive(cs.Pid)
+	switch cs.Status {
+	case "creating", "created":
+		st.Phase = runtime.PhaseCreated
+	case "running", "paused":
+		st.Phase = runtime.PhaseRunning
+	case "stopped":
+		st.Phase = runtime.PhaseStopped
+	default:
+		return runtime.Status{}, fmt.Errorf("runtime reports unknown status %q", cs.Status)
+	}
+	if !live {
+		st.Phase = runtime.PhaseStopped
+		st.Pid = 0
+	}
+	if st.Phase == runtime.PhaseStopped {
+		st.OOMKilled = r.oomKilled(id)
+	}
+	return st, nil
+}
+
+// oomKilled reports whether the kernel OOM-killed something in the stopped
+// sandbox's cgroup and the stop was not requested by Stop.
+func (r *Runtime) oomKilled(id model.SandboxID) bool {
+	if _, err := os.Stat(r.dirs(id).stopMarker); err == nil {
+		return false
+	}
+	cg, err := r.cgroupPath(id)
+	if err != nil {
+		return false
+	}
+	n, err := r.cgroups.OOMKills(cg)
+	if err != nil {
+		r.log.Debug("read OOM kill count", "sandbox", id, "err", err)
+		return false
+	}
+	return n > 0
+}
+
+// processAlive reports whether pid exists and is not a zombie.
+func processAlive(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 || i+2 >= len(data) {
+		return false
+	}
+	switch data[i+2] {
+	case 'Z', 'X', 'x':
+		return false
+	}
+	return true
+}
+
+// Stop kills every process of the sandbox and waits until they are gone.
+func (r *Runtime) Stop(ctx context.Context, id model.SandboxID) error {
+	unlock := r.lock(id)
+	defer unlock()
+	st, err := r.state(ctx, id)
+	if err != nil {
+		return fmt.Errorf("stop %s: %w", id, err)
+	}
+	if st.Phase == runtime.PhaseStopped {
+		return nil
+	}
+	if err := os.WriteFile(r.dirs(id).stopMarker, nil, 0o600); err != nil {
+		return fmt.Errorf("stop %s: %w", id, err)
+	}
+	if _, err := r.run(ctx, "kill", "--all", id.String(), "KILL"); err != nil {
+		// It may have stopped on its own meanwhile.
+		if st2, serr := r.state(ctx, id); serr == nil && st2.Phase == runtime.PhaseStopped {
+			return nil
+		}
+		return fmt.Errorf("stop %s: %w", id, err)
+	}
+	if err := waitExit(ctx, st.Pid); err != nil {
+		return fmt.Errorf("stop %s: %w", id, err)
+	}
+	return nil
+}
+
+// waitExit polls until pid is gone or a zombie.
+func waitExit(ctx context.Context, pid int) error {
+	delay := time.Millisecond
+	for processAlive(pid) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("process %d still alive: %w", pid, ctx.Err())
+		case <-time.After(delay):
+		}
+		if delay < 50*time.Millisecond {
+			delay *= 2
+		}
+	}
+	return nil
+}

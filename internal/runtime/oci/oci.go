@@ -1,0 +1,254 @@
+// Package oci implements runtime.Runtime on an OCI runtime binary: runc,
+// crun or gVisor's runsc. Each sandbox is one container, created detached
+// (`create` + `start`) so it outlives the server process, whose root
+// filesystem is an overlayfs over the template's read-only tree and whose
+// first process is the guest agent listening on a Unix socket in a
+// bind-mounted host directory.
+//
+// Per-sandbox state lives in StateRoot/<sandbox id>/:
+//
+//	bundle/config.json  the OCI spec
+//	upper/, work/       the overlay's upper and work directories
+//	rootfs/             the overlay mount (the container's root)
+//	run/                bind-mounted at /.airlock/run; the agent listens on run/agent.sock
+//	agent.log           the agent's stdout and stderr
+//	pid                 the runtime's --pid-file
+//	stop-requested      written by Stop, so State can tell a requested stop from an OOM kill
+package oci
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/airlockdev/airlock/internal/cgroups"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
+)
+
+// Flavor names a supported OCI runtime.
+type Flavor string
+
+// Supported flavors.
+const (
+	FlavorRunc  Flavor = "runc"
+	FlavorCrun  Flavor = "crun"
+	FlavorRunsc Flavor = "runsc"
+)
+
+// ParseFlavor parses "runc", "crun" or "runsc".
+func ParseFlavor(s string) (Flavor, error) {
+	switch f := Flavor(s); f {
+	case FlavorRunc, FlavorCrun, FlavorRunsc:
+		return f, nil
+	}
+	return "", fmt.Errorf("unknown OCI runtime %q (want runc, crun or runsc)", s)
+}
+
+// DefaultCgroupParent is the cgroup under which sandboxes are created.
+const DefaultCgroupParent = "/airlock"
+
+// Config configures a Runtime.
+type Config struct {
+	Flavor string // "runc", "crun" or "runsc"
+	Binary string // the runtime binary; "" looks the flavor's name up in PATH
+	// RootDir is the runtime's --root (its own state): absolute, without
+	// symlinks. Give every flavor its own, e.g. DATA/runtime/runsc.
+	RootDir string
+	// StateRoot holds one directory per sandbox, StateRoot/<sandbox id>.
+	StateRoot    string
+	CgroupParent string       // default DefaultCgroupParent
+	Logger       *slog.Logger // default slog.Default()
+}
+
+// Runtime drives one OCI runtime binary. It is safe for concurrent use;
+// operations on one sandbox are serialised.
+type Runtime struct {
+	flavor       Flavor
+	binary       string
+	version      string
+	rootDir      string
+	stateRoot    string
+	cgroupParent cgroups.Path
+	cgroups      cgroups.Host
+	// unifiedToHide is the cgroup2 mount that crun must not see on a hybrid
+	// host ("" when crun runs directly).
+	unifiedToHide string
+	log           *slog.Logger
+
+	mu    sync.Mutex
+	locks map[model.SandboxID]*idLock
+}
+
+type idLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New checks the configuration and the runtime binary (its version is read
+// by running it) and returns a Runtime. It does not prove the runtime can
+// start containers here; Probe does.
+func New(cfg Config) (*Runtime, error) {
+	flavor, err := ParseFlavor(cfg.Flavor)
+	if err != nil {
+		return nil, err
+	}
+	binary := cfg.Binary
+	if binary == "" {
+		binary = string(flavor)
+	}
+	binary, err = exec.LookPath(binary)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flavor, err)
+	}
+	if binary, err = filepath.Abs(binary); err != nil {
+		return nil, err
+	}
+	for name, dir := range map[string]string{"RootDir": cfg.RootDir, "StateRoot": cfg.StateRoot} {
+		if dir == "" || !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+			return nil, fmt.Errorf("oci: %s %q must be an absolute, clean path", name, dir)
+		}
+	}
+	if err := os.MkdirAll(cfg.RootDir, 0o700); err != nil {
+		return nil, fmt.Errorf("oci: create runtime root: %w", err)
+	}
+	if resolved, err := filepath.EvalSymlinks(cfg.RootDir); err != nil {
+		return nil, fmt.Errorf("oci: runtime root: %w", err)
+	} else if resolved != cfg.RootDir {
+		return nil, fmt.Errorf("oci: runtime root %q must not contain symlinks (it resolves to %q)", cfg.RootDir, resolved)
+	}
+	if err := os.MkdirAll(cfg.StateRoot, 0o700); err != nil {
+		return nil, fmt.Errorf("oci: create state root: %w", err)
+	}
+	parent := cfg.CgroupParent
+	if parent == "" {
+		parent = DefaultCgroupParent
+	}
+	cgParent, err := cgroups.ParsePath(parent)
+	if err != nil {
+		return nil, fmt.Errorf("oci: cgroup parent: %w", err)
+	}
+	host, err := cgroups.Detect()
+	if err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	r := &Runtime{
+		flavor:       flavor,
+		binary:       binary,
+		rootDir:      cfg.RootDir,
+		stateRoot:    cfg.StateRoot,
+		cgroupParent: cgParent,
+		cgroups:      host,
+		log:          logger.With("runtime", string(flavor)),
+		locks:        map[model.SandboxID]*idLock{},
+	}
+	if flavor == FlavorCrun && host.Layout == cgroups.LayoutHybrid {
+		unified, _ := host.Unified()
+		r.unifiedToHide = unified.MountPoint
+	}
+	if r.version, err = r.readVersion(context.Background()); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Info describes the runtime.
+func (r *Runtime) Info() runtime.Info {
+	info := runtime.Info{
+		Name:      string(r.flavor),
+		Version:   r.version,
+		Binary:    r.binary,
+		Isolation: runtime.IsolationSharedKernel,
+		OOMScope:  runtime.OOMKillsProcess,
+	}
+	if r.flavor == FlavorRunsc {
+		info.Isolation = runtime.IsolationUserSpaceKernel
+		info.OOMScope = runtime.OOMKillsSandbox
+	}
+	return info
+}
+
+// sandboxDirs are the host paths of one sandbox.
+type sandboxDirs struct {
+	state, bundle, upper, work, rootfs, run, agentLog, pidFile, stopMarker string
+}
+
+func (r *Runtime) dirs(id model.SandboxID) sandboxDirs {
+	s := filepath.Join(r.stateRoot, id.String())
+	return sandboxDirs{
+		state:      s,
+		bundle:     filepath.Join(s, "bundle"),
+		upper:      filepath.Join(s, "upper"),
+		work:       filepath.Join(s, "work"),
+		rootfs:     filepath.Join(s, "rootfs"),
+		run:        filepath.Join(s, "run"),
+		agentLog:   filepath.Join(s, "agent.log"),
+		pidFile:    filepath.Join(s, "pid"),
+		stopMarker: filepath.Join(s, "stop-requested"),
+	}
+}
+
+// StateDir returns the host directory that holds the sandbox's state.
+func (r *Runtime) StateDir(id model.SandboxID) string { return r.dirs(id).state }
+
+// UpperDir returns the host directory where the sandbox's root filesystem
+// writes land (the overlay's upper directory).
+func (r *Runtime) UpperDir(id model.SandboxID) string { return r.dirs(id).upper }
+
+// RootfsDir returns the sandbox's overlay mount point.
+func (r *Runtime) RootfsDir(id model.SandboxID) string { return r.dirs(id).rootfs }
+
+// CgroupPath returns the sandbox's cgroup, relative to each hierarchy's root.
+func (r *Runtime) CgroupPath(id model.SandboxID) (cgroups.Path, error) { return r.cgroupPath(id) }
+
+func (r *Runtime) cgroupPath(id model.SandboxID) (cgroups.Path, error) {
+	return r.cgroupParent.Join(id.String())
+}
+
+// Cgroups returns the host's cgroup layout as this runtime sees it.
+func (r *Runtime) Cgroups() cgroups.Host { return r.cgroups }
+
+// lock serialises operations on one sandbox; the returned func unlocks.
+func (r *Runtime) lock(id model.SandboxID) func() {
+	r.mu.Lock()
+	l := r.locks[id]
+	if l == nil {
+		l = &idLock{}
+		r.locks[id] = l
+	}
+	l.refs++
+	r.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		r.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(r.locks, id)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// errorTail returns the last lines of a log file for error messages.
+func errorTail(file string) string {
+	data, err := os.ReadFile(file)
+	if err != nil || len(data) == 0 {
+		return ""
+	}
+	const max = 2048
+	if len(data) > max {
+		data = data[len(data)-max:]
+	}
+	return strings.TrimSpace(string(data))
+}

@@ -1,0 +1,187 @@
+package oci
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/cgroups"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
+)
+
+// Guest paths of the agent's files.
+const (
+	GuestAgentPath  = "/.airlock/bin/airlock-agent"
+	GuestRunDir     = "/.airlock/run"
+	GuestSocketPath = GuestRunDir + "/" + socketName
+	socketName      = "agent.sock"
+)
+
+// ociVersion is the spec version written to config.json: the oldest that
+// has every field used here, so every supported runtime accepts it.
+const ociVersion = "1.0.2"
+
+// defaultPath is the PATH of the guest agent unless the sandbox's Env sets one.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// cpuPeriod is the CFS period; the quota is CPUs × cpuPeriod.
+const cpuPeriod = 100000
+
+// nofileLimit is the guest's RLIMIT_NOFILE unless the host's hard limit is
+// lower (root here lacks CAP_SYS_RESOURCE and cannot raise it).
+const nofileLimit = 1 << 20
+
+// defaultCaps is `runc spec`'s capability set.
+var defaultCaps = []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"}
+
+// hostPidsLimit is the host pids limit of a sandbox whose guest limit is n.
+// Under runsc the host cgroup counts the sentry's threads, the gofer and the
+// systrap stub processes, and exceeding it kills the whole sandbox instead of
+// failing one fork; the agent enforces n inside gVisor (--pids-max) and the
+// host limit is only a backstop with headroom.
+func hostPidsLimit(flavor Flavor, n int64) int64 {
+	if flavor == FlavorRunsc {
+		return 4*n + 256
+	}
+	return n
+}
+
+// bundleSpec builds the OCI config.json of a sandbox.
+func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs) (*specs.Spec, error) {
+	cg, err := r.cgroupPath(spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = spec.ID.String()
+	}
+	args := []string{GuestAgentPath, "--listen", "unix:" + GuestSocketPath}
+	if r.flavor == FlavorRunsc && spec.Resources.PidsLimit > 0 {
+		args = append(args, "--pids-max", strconv.FormatInt(spec.Resources.PidsLimit, 10))
+	}
+	return r.ociSpec(specParams{
+		args:        args,
+		env:         guestEnv(spec.Env),
+		rootfs:      dirs.rootfs,
+		hostname:    hostname,
+		cgroup:      cg,
+		agentBinary: spec.AgentBinary,
+		runDir:      dirs.run,
+		resources:   spec.Resources,
+	})
+}
+
+// specParams are what differs between sandboxes (and the probe container).
+type specParams struct {
+	args        []string
+	env         []string
+	rootfs      string
+	hostname    string
+	cgroup      cgroups.Path
+	agentBinary string // bind-mounted read-only at GuestAgentPath
+	runDir      string // bind-mounted read-write at GuestRunDir; "" for none
+	resources   runtime.Resources
+}
+
+func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
+	if !filepath.IsAbs(p.agentBinary) {
+		return nil, fmt.Errorf("agent binary %q must be an absolute path", p.agentBinary)
+	}
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return nil, fmt.Errorf("read RLIMIT_NOFILE: %w", err)
+	}
+	nofile := min(uint64(nofileLimit), rl.Max)
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		// gVisor always mounts its own (emulated) cgroupfs read-write, which
+		// the agent needs for --pids-max; runc and crun honour "ro".
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+		{Destination: GuestAgentPath, Type: "bind", Source: p.agentBinary, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+	}
+	if p.runDir != "" {
+		mounts = append(mounts, specs.Mount{Destination: GuestRunDir, Type: "bind", Source: p.runDir, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	s := &specs.Spec{
+		Version: ociVersion,
+		Process: &specs.Process{
+			User: specs.User{UID: 0, GID: 0},
+			Args: p.args,
+			Env:  p.env,
+			Cwd:  "/",
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding:  defaultCaps,
+				Effective: defaultCaps,
+				Permitted: defaultCaps,
+				Ambient:   defaultCaps,
+			},
+			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
+			NoNewPrivileges: true,
+		},
+		Root:     &specs.Root{Path: p.rootfs, Readonly: false},
+		Hostname: p.hostname,
+		Mounts:   mounts,
+		Linux: &specs.Linux{
+			CgroupsPath: p.cgroup.String(),
+			Resources:   resources(r.flavor, p.resources),
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace},
+				{Type: specs.NetworkNamespace}, // new and empty: loopback only
+				{Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace},
+				{Type: specs.CgroupNamespace},
+			},
+			MaskedPaths: []string{
+				"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
+			},
+			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
+		},
+	}
+	return s, nil
+}
+
+func resources(flavor Flavor, res runtime.Resources) *specs.LinuxResources {
+	out := &specs.LinuxResources{
+		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+	}
+	if res.MemoryBytes > 0 {
+		limit, swap := res.MemoryBytes, res.MemoryBytes // memory+swap = memory: no swap
+		out.Memory = &specs.LinuxMemory{Limit: &limit, Swap: &swap}
+	}
+	if res.CPUs > 0 {
+		quota, period := int64(res.CPUs)*cpuPeriod, uint64(cpuPeriod)
+		out.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+	}
+	if res.PidsLimit > 0 {
+		limit := hostPidsLimit(flavor, res.PidsLimit)
+		out.Pids = &specs.LinuxPids{Limit: &limit}
+	}
+	return out
+}
+
+// guestEnv is the agent's environment: the sandbox's Env plus defaults, sorted.
+func guestEnv(sandboxEnv model.Env) []string {
+	env := map[string]string{"PATH": defaultPath, "HOME": "/root"}
+	for k, v := range sandboxEnv {
+		env[k] = v
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,135 @@
+package oci
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlockdev/airlock/internal/cgroups"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
+)
+
+func TestBundleSpec(t *testing.T) {
+	res := runtime.Resources{CPUs: 2, MemoryBytes: 512 << 20, PidsLimit: 100}
+	for _, flavor := range allFlavors {
+		t.Run(string(flavor), func(t *testing.T) {
+			r := &Runtime{flavor: flavor, cgroupParent: "/airlock"}
+			id := model.NewSandboxID()
+			spec := runtime.Spec{ID: id, TemplateDir: "/t", Env: model.Env{"B": "2", "A": "1", "PATH": "/custom"},
+				Resources: res, AgentBinary: "/usr/lib/airlock/airlock-agent"}
+			s, err := r.bundleSpec(spec, r.dirs(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantArgs := []string{GuestAgentPath, "--listen", "unix:/.airlock/run/agent.sock"}
+			wantPids := int64(100)
+			if flavor == FlavorRunsc {
+				wantArgs = append(wantArgs, "--pids-max", "100")
+				wantPids = 4*100 + 256
+			}
+			if !slices.Equal(s.Process.Args, wantArgs) {
+				t.Errorf("args = %q, want %q", s.Process.Args, wantArgs)
+			}
+			if want := []string{"A=1", "B=2", "HOME=/root", "PATH=/custom"}; !slices.Equal(s.Process.Env, want) {
+				t.Errorf("env = %q, want %q", s.Process.Env, want)
+			}
+			if s.Hostname != id.String() || s.Process.Cwd != "/" || s.Process.User.UID != 0 || !s.Process.NoNewPrivileges {
+				t.Errorf("hostname %q cwd %q uid %d nnp %v", s.Hostname, s.Process.Cwd, s.Process.User.UID, s.Process.NoNewPrivileges)
+			}
+			if !slices.Equal(s.Process.Capabilities.Bounding, []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"}) {
+				t.Errorf("capabilities = %v", s.Process.Capabilities.Bounding)
+			}
+			if rl := s.Process.Rlimits; len(rl) != 1 || rl[0].Type != "RLIMIT_NOFILE" || rl[0].Hard == 0 || rl[0].Soft != rl[0].Hard {
+				t.Errorf("rlimits = %+v", rl)
+			}
+			var ns []specs.LinuxNamespaceType
+			for _, n := range s.Linux.Namespaces {
+				if n.Path != "" {
+					t.Errorf("namespace %s joins %s instead of being new", n.Type, n.Path)
+				}
+				ns = append(ns, n.Type)
+			}
+			for _, want := range []specs.LinuxNamespaceType{specs.PIDNamespace, specs.NetworkNamespace, specs.IPCNamespace, specs.UTSNamespace, specs.MountNamespace} {
+				if !slices.Contains(ns, want) {
+					t.Errorf("namespace %s missing from %v", want, ns)
+				}
+			}
+			if s.Linux.CgroupsPath != string(cgroups.Path("/airlock/"+id.String())) {
+				t.Errorf("cgroupsPath = %q", s.Linux.CgroupsPath)
+			}
+			rs := s.Linux.Resources
+			if *rs.CPU.Quota != 200000 || *rs.CPU.Period != 100000 {
+				t.Errorf("cpu = %d/%d", *rs.CPU.Quota, *rs.CPU.Period)
+			}
+			if *rs.Memory.Limit != 512<<20 || *rs.Memory.Swap != 512<<20 {
+				t.Errorf("memory = %d swap %d", *rs.Memory.Limit, *rs.Memory.Swap)
+			}
+			if *rs.Pids.Limit != wantPids {
+				t.Errorf("pids = %d, want %d", *rs.Pids.Limit, wantPids)
+			}
+			mounts := map[string]specs.Mount{}
+			for _, m := range s.Mounts {
+				mounts[m.Destination] = m
+			}
+			if m := mounts[GuestAgentPath]; m.Source != spec.AgentBinary || !slices.Contains(m.Options, "ro") {
+				t.Errorf("agent mount = %+v", m)
+			}
+			if m := mounts[GuestRunDir]; m.Source != r.dirs(id).run || !slices.Contains(m.Options, "rw") {
+				t.Errorf("run dir mount = %+v", m)
+			}
+			if s.Root.Path != r.dirs(id).rootfs || s.Root.Readonly {
+				t.Errorf("root = %+v", s.Root)
+			}
+			if !slices.Contains(s.Linux.MaskedPaths, "/proc/kcore") || !slices.Contains(s.Linux.ReadonlyPaths, "/proc/sys") {
+				t.Errorf("masked %v readonly %v", s.Linux.MaskedPaths, s.Linux.ReadonlyPaths)
+			}
+		})
+	}
+}
+
+func TestBundleSpecWithoutLimits(t *testing.T) {
+	r := &Runtime{flavor: FlavorRunsc, cgroupParent: "/airlock"}
+	id := model.NewSandboxID()
+	s, err := r.bundleSpec(runtime.Spec{ID: id, AgentBinary: "/agent", Hostname: "h"}, r.dirs(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs := s.Linux.Resources; rs.CPU != nil || rs.Memory != nil || rs.Pids != nil {
+		t.Errorf("resources without limits = %+v", rs)
+	}
+	if strings.Contains(strings.Join(s.Process.Args, " "), "--pids-max") || s.Hostname != "h" {
+		t.Errorf("args %q hostname %q", s.Process.Args, s.Hostname)
+	}
+	if _, err := r.bundleSpec(runtime.Spec{ID: id, AgentBinary: "relative/agent"}, r.dirs(id)); err == nil {
+		t.Error("relative agent path accepted")
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Symlink(dir, dir+"/link"); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		cfg  Config
+	}{
+		{"unknown flavor", Config{Flavor: "docker", RootDir: dir + "/r", StateRoot: dir + "/s"}},
+		{"relative root", Config{Flavor: "runc", RootDir: "r", StateRoot: dir + "/s"}},
+		{"unclean state root", Config{Flavor: "runc", RootDir: dir + "/r", StateRoot: dir + "/s/../s"}},
+		{"missing binary", Config{Flavor: "runc", Binary: "/nonexistent/runc", RootDir: dir + "/r", StateRoot: dir + "/s"}},
+		{"symlinked root", Config{Flavor: "runc", RootDir: dir + "/link/r", StateRoot: dir + "/s"}},
+		{"bad cgroup parent", Config{Flavor: "runc", RootDir: dir + "/r", StateRoot: dir + "/s", CgroupParent: "airlock"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := New(tt.cfg); err == nil {
+				t.Fatal("New accepted it")
+			}
+		})
+	}
+}

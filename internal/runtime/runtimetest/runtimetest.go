@@ -1,0 +1,87 @@
+// Package runtimetest is the conformance suite that every runtime.Runtime
+// implementation passes. It drives real sandboxes with the real guest agent
+// (built from cmd/airlock-agent) through internal/agentclient, and checks
+// the host side too: mounts, cgroups and state directories left behind.
+package runtimetest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/airlockdev/airlock/internal/cgroups"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
+)
+
+// Inspector must be implemented by the runtime values given to Run (usually
+// by a test-only wrapper): it tells the suite where a sandbox lives on the
+// host so it can check writes and leaks.
+type Inspector interface {
+	Artifacts(id model.SandboxID) Artifacts
+}
+
+// Artifacts are the host-side traces of one sandbox.
+type Artifacts struct {
+	// StateDir is the sandbox's state directory; it must not exist after Delete.
+	StateDir string
+	// UpperDir is where writes to the sandbox's root filesystem land on the host.
+	UpperDir string
+	// MountPoints must not be mount points after Delete (nor may anything
+	// below StateDir be mounted).
+	MountPoints []string
+	// Cgroup is the sandbox's cgroup; it must exist in no hierarchy after
+	// Delete. "" if the runtime uses none.
+	Cgroup cgroups.Path
+}
+
+// CrashSimulator may be implemented by the runtime values given to Run: it
+// puts a sandbox into the partial states a crash (of the server or the
+// runtime) can leave, so the suite can check that Delete and Create clean
+// them up.
+type CrashSimulator interface {
+	CrashStates() []CrashState
+}
+
+// CrashState is one partial state.
+type CrashState struct {
+	Name string
+	// Make leaves the sandbox spec.ID in the partial state.
+	Make func(ctx context.Context, spec runtime.Spec) error
+	// CreateRefuses is set when Create must fail on this state rather than
+	// replace it (e.g. the runtime cannot read its own state: Create cannot
+	// tell a broken sandbox from a transient failure); Delete still cleans it.
+	CreateRefuses bool
+}
+
+// Run runs the conformance suite. newRuntime must return a new Runtime
+// value on every call; all values returned for the same *testing.T share one
+// configuration (state directories), so a second call models a restarted
+// server. The values must implement Inspector and may implement
+// CrashSimulator. The test needs root, the agent and busybox; it skips
+// without them.
+func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
+	s := newSuite(t)
+	for _, tc := range []struct {
+		name string
+		fn   func(t *testing.T, s *suite, newRuntime func(t *testing.T) runtime.Runtime)
+	}{
+		{"Lifecycle", testLifecycle},
+		{"UnknownSandbox", testUnknownSandbox},
+		{"EchoAndEnv", testEchoAndEnv},
+		{"WritableCopyOnWriteRoot", testWritableRoot},
+		{"SandboxesDoNotShareWrites", testIsolatedWrites},
+		{"LoopbackOnlyNetwork", testLoopbackOnly},
+		{"ResourceLimitsOnHost", testLimitsOnHost},
+		{"MemoryHogIsOOMKilled", testMemoryHog},
+		{"ForkBombIsContained", testForkBomb},
+		{"SurvivesRuntimeRestart", testSurvivesRestart},
+		{"ListFindsOrphanStateDirs", testOrphanStateDir},
+		{"DeleteCleansCrashLeftovers", testCrashLeftovers},
+		{"CreateReplacesCrashLeftovers", testCreateOverLeftovers},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, s, newRuntime)
+		})
+	}
+}

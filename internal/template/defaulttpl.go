@@ -1,0 +1,149 @@
+package template
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+)
+
+// defaultMtimeUnix (2024-01-01T00:00:00Z) is the modification time of every
+// entry of the default template, so that its trees are identical wherever built.
+const defaultMtimeUnix = 1704067200
+
+// Files of the default template's /etc.
+const (
+	defaultPasswd = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+	defaultGroup  = "root:x:0:\nnogroup:x:65534:\n"
+	defaultHosts  = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+)
+
+// EnsureDefault builds the default template from the static busybox binary
+// at busyboxPath and adds it to the store (Reused if it is already there):
+// /bin/busybox with a symlink in /bin for each of its applets, /etc/passwd,
+// /etc/group and /etc/hosts, the empty mount points /dev /proc /sys /tmp
+// (1777) /root /run /home, and /.airlock/{bin,run} where runtimes mount the
+// guest agent and its socket directory. The agent is not part of the
+// template. The same busybox gives the same digest on every host.
+func (s *Store) EnsureDefault(ctx context.Context, busyboxPath string) (Imported, error) {
+	data, err := readStaticELF(busyboxPath)
+	if err != nil {
+		return Imported{}, fmt.Errorf("default template: %w", err)
+	}
+	applets, err := busyboxApplets(ctx, busyboxPath)
+	if err != nil {
+		return Imported{}, fmt.Errorf("default template: %w", err)
+	}
+	defaultMtime := time.Unix(defaultMtimeUnix, 0)
+	return s.importWith(ctx, nil, DefaultConfig(), "default template", func(ctx context.Context, stg *stager) error {
+		dir := func(rel string, mode uint32) error {
+			return stg.dir(rel, meta{mode: mode, mtime: defaultMtime})
+		}
+		file := func(rel string, mode uint32, content []byte) error {
+			return stg.file(ctx, rel, meta{mode: mode, mtime: defaultMtime}, int64(len(content)), bytes.NewReader(content))
+		}
+		link := func(rel, target string) error {
+			return stg.symlink(rel, target, meta{mtime: defaultMtime})
+		}
+		dirs := []struct {
+			rel  string
+			mode uint32
+		}{
+			{".", 0o755}, {"bin", 0o755}, {"dev", 0o755}, {"etc", 0o755}, {"home", 0o755},
+			{"proc", 0o555}, {"root", 0o700}, {"run", 0o755}, {"sys", 0o555}, {"tmp", 0o1777},
+			{"usr", 0o755}, {"usr/bin", 0o755},
+			{".airlock", 0o755}, {".airlock/bin", 0o755}, {".airlock/run", 0o755},
+		}
+		for _, d := range dirs {
+			if err := dir(d.rel, d.mode); err != nil {
+				return err
+			}
+		}
+		if err := file("bin/busybox", 0o755, data); err != nil {
+			return err
+		}
+		for _, a := range applets {
+			if err := link("bin/"+a, "busybox"); err != nil {
+				return err
+			}
+		}
+		// Scripts commonly start with #!/usr/bin/env.
+		if err := link("usr/bin/env", "../../bin/busybox"); err != nil {
+			return err
+		}
+		for _, f := range []struct{ rel, content string }{
+			{"etc/passwd", defaultPasswd}, {"etc/group", defaultGroup}, {"etc/hosts", defaultHosts},
+		} {
+			if err := file(f.rel, 0o644, []byte(f.content)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// readStaticELF reads the file at path and checks that it is a statically
+// linked ELF executable (no PT_INTERP program header).
+func readStaticELF(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("busybox: %w (install the busybox-static package)", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("busybox %s is not a regular file", path)
+	}
+	if fi.Size() > 64<<20 {
+		return nil, fmt.Errorf("busybox %s is implausibly large (%d bytes)", path, fi.Size())
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("busybox: %w", err)
+	}
+	ef, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("busybox %s is not an ELF executable: %w", path, err)
+	}
+	defer ef.Close()
+	if ef.Type != elf.ET_EXEC && ef.Type != elf.ET_DYN {
+		return nil, fmt.Errorf("busybox %s is not an ELF executable (type %v)", path, ef.Type)
+	}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_INTERP {
+			return nil, fmt.Errorf("busybox %s is dynamically linked (it has an ELF interpreter); a template needs a statically linked busybox (Debian package busybox-static)", path)
+		}
+	}
+	return data, nil
+}
+
+// busyboxApplets runs `busybox --list` and returns the applet names, sorted,
+// without "busybox" itself.
+func busyboxApplets(ctx context.Context, path string) ([]string, error) {
+	cmd := exec.CommandContext(ctx, path, "--list")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Env = []string{}
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --list: %w: %s", path, err, strings.TrimSpace(stderr.String()))
+	}
+	var applets []string
+	for _, a := range strings.Fields(string(out)) {
+		if a == "busybox" {
+			continue
+		}
+		if a == "." || a == ".." || len(a) > 255 || strings.ContainsAny(a, "/\x00") {
+			return nil, fmt.Errorf("%s --list printed an invalid applet name %q", path, shorten(a))
+		}
+		applets = append(applets, a)
+	}
+	if len(applets) == 0 {
+		return nil, fmt.Errorf("%s --list printed no applets", path)
+	}
+	slices.Sort(applets)
+	return slices.Compact(applets), nil
+}

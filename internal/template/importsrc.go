@@ -1,0 +1,194 @@
+package template
+
+import (
+	"archive/tar"
+	"bufio"
+	"compress/flate"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// ImportPath imports a directory, or a tar archive named *.tar, *.tar.gz or
+// *.tgz (compression is detected from the content either way).
+func (s *Store) ImportPath(ctx context.Context, path string, progress func(Progress)) (Imported, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return Imported{}, fmt.Errorf("import %s: %w", path, err)
+	}
+	if fi.IsDir() {
+		return s.ImportDir(ctx, path, progress)
+	}
+	name := strings.ToLower(filepath.Base(path))
+	isTar := strings.HasSuffix(name, ".tar") || strings.HasSuffix(name, ".tar.gz") || strings.HasSuffix(name, ".tgz")
+	if !fi.Mode().IsRegular() || !isTar {
+		return Imported{}, fmt.Errorf("%w: import %s: want a directory or a .tar, .tar.gz or .tgz archive", model.ErrInvalid, path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return Imported{}, fmt.Errorf("import %s: %w", path, err)
+	}
+	defer f.Close()
+	return s.importTar(ctx, f, path, progress)
+}
+
+// ImportDir imports the tree rooted at directory src: regular files,
+// directories, symlinks (copied as links, never followed) and hardlinks
+// within the tree, with their modes and ownership. Device nodes, fifos and
+// sockets are refused.
+func (s *Store) ImportDir(ctx context.Context, src string, progress func(Progress)) (Imported, error) {
+	return s.importWith(ctx, progress, DefaultConfig(), src, func(ctx context.Context, stg *stager) error {
+		links := map[inodeKey]string{}
+		return walkTree(ctx, src, func(e *walkEntry) error {
+			st := &e.st
+			m := meta{
+				mode:  st.Mode & 0o7777,
+				uid:   int(st.Uid),
+				gid:   int(st.Gid),
+				mtime: time.Unix(st.Mtim.Unix()),
+			}
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFDIR:
+				return stg.dir(e.rel, m)
+			case unix.S_IFREG:
+				key := inodeKey{uint64(st.Dev), st.Ino}
+				if first, ok := links[key]; ok {
+					return stg.hardlink(e.rel, first)
+				}
+				if st.Nlink > 1 {
+					links[key] = e.rel
+				}
+				f, err := e.open()
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				return stg.file(ctx, e.rel, m, st.Size, f)
+			case unix.S_IFLNK:
+				target, err := e.readlink()
+				if err != nil {
+					return err
+				}
+				return stg.symlink(e.rel, target, m)
+			default:
+				return rejectf("%s is a %s; templates may hold only regular files, directories, symlinks and hardlinks",
+					filepath.Join(src, e.rel), fileTypeName(st.Mode))
+			}
+		})
+	})
+}
+
+// ImportTar imports a tar archive, plain or gzip-compressed (detected by its
+// magic bytes). Members are extracted strictly inside the new tree: absolute
+// names, ".." components, paths through a symlink or file, hardlinks to
+// anything but an earlier regular file member, device nodes and fifos are
+// refused, as is anything over the store's limits.
+func (s *Store) ImportTar(ctx context.Context, r io.Reader, progress func(Progress)) (Imported, error) {
+	return s.importTar(ctx, r, "tar archive", progress)
+}
+
+func (s *Store) importTar(ctx context.Context, r io.Reader, what string, progress func(Progress)) (Imported, error) {
+	return s.importWith(ctx, progress, DefaultConfig(), what, func(ctx context.Context, stg *stager) error {
+		br := bufio.NewReaderSize(ctxReader{ctx, r}, 64<<10)
+		var src io.Reader = br
+		if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+			gz, err := gzip.NewReader(br)
+			if err != nil {
+				return rejectf("gzip: %v", err)
+			}
+			defer gz.Close()
+			src = gz
+		}
+		return extractTar(ctx, stg, tar.NewReader(src))
+	})
+}
+
+func extractTar(ctx context.Context, stg *stager, tr *tar.Reader) error {
+	members := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return tarReadError(ctx, err)
+		}
+		if hdr.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		members++
+		name, err := cleanName(hdr.Name)
+		if err != nil {
+			return err
+		}
+		m := meta{mode: uint32(hdr.Mode) & 0o7777, uid: hdr.Uid, gid: hdr.Gid, mtime: hdr.ModTime}
+		switch hdr.Typeflag {
+		case tar.TypeReg, tar.TypeGNUSparse:
+			err = stg.file(ctx, name, m, hdr.Size, tr)
+		case tar.TypeDir:
+			err = stg.dir(name, m)
+		case tar.TypeSymlink:
+			err = stg.symlink(name, hdr.Linkname, m)
+		case tar.TypeLink:
+			var target string
+			if target, err = cleanName(hdr.Linkname); err != nil {
+				return fmt.Errorf("%s: hardlink target: %w", name, err)
+			}
+			err = stg.hardlink(name, target)
+		case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+			return rejectf("%s is a %s; templates may hold only regular files, directories, symlinks and hardlinks",
+				name, tarTypeName(hdr.Typeflag))
+		default:
+			return rejectf("%s: unsupported tar entry type %q", name, hdr.Typeflag)
+		}
+		if err != nil {
+			if sre := (*sourceReadError)(nil); errors.As(err, &sre) {
+				return tarReadError(ctx, err)
+			}
+			return err
+		}
+	}
+	if members == 0 {
+		return rejectf("the archive has no entries")
+	}
+	return nil
+}
+
+// tarReadError classifies an error from reading the archive: format errors
+// and truncation are invalid input; anything else (I/O) is returned as is.
+func tarReadError(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	if errors.Is(err, tar.ErrHeader) || errors.Is(err, tar.ErrInsecurePath) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) || errors.As(err, new(flate.CorruptInputError)) ||
+		strings.HasPrefix(err.Error(), "archive/tar:") {
+		return rejectf("read tar: %v", err)
+	}
+	return fmt.Errorf("read tar: %w", err)
+}
+
+func tarTypeName(t byte) string {
+	switch t {
+	case tar.TypeChar:
+		return "character device"
+	case tar.TypeBlock:
+		return "block device"
+	case tar.TypeFifo:
+		return "fifo"
+	}
+	return fmt.Sprintf("tar entry of type %q", t)
+}
