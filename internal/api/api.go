@@ -1,0 +1,121 @@
+// Package api serves Airlock's management API v1: JSON over HTTP, described
+// by the OpenAPI 3.1 document it serves at /openapi.json.
+//
+// Every /v1 route needs an API key (Bearer) and is scoped to the key's
+// project: another project's sandboxes, operations and sessions do not exist
+// for it (404, never 403). Admin routes need role admin. Every mutating call
+// honours an Idempotency-Key (see idempotency.go). The API only writes
+// desired state; the reconciler does the work and the data plane (another
+// package) serves command output.
+package api
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/template"
+)
+
+//go:embed openapi.json
+var openAPIDocument []byte
+
+// OpenAPIDocument returns the OpenAPI 3.1 document of the API (a copy).
+func OpenAPIDocument() []byte { return append([]byte(nil), openAPIDocument...) }
+
+// TemplateImporter imports a root filesystem (a directory or a tar archive on
+// the server host) into the node's template store. *template.Store is one.
+type TemplateImporter interface {
+	ImportPath(ctx context.Context, path string, progress func(template.Progress)) (template.Imported, error)
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultAttachTTL    = 120 * time.Second
+	// MaxWait is the longest long-poll of GET /v1/operations/{id}?wait=.
+	MaxWait = 60 * time.Second
+)
+
+// Config configures the API.
+type Config struct {
+	Store     store.Store
+	Templates TemplateImporter // used by POST /v1/templates
+	Logger    *slog.Logger     // nil: slog.Default()
+	// PublicURL is the scheme://host[:port] clients reach the server at, used
+	// to build attach URLs. Empty: derived from each request.
+	PublicURL    string
+	MaxBodyBytes int64            // 0: DefaultMaxBodyBytes
+	Now          func() time.Time // nil: time.Now
+	// Ready reports whether the server can take work (GET /readyz). Nil: ready.
+	Ready     func(ctx context.Context) error
+	AttachTTL time.Duration // lifetime of an attachment token; 0: DefaultAttachTTL
+}
+
+// API is the management API handler.
+type API struct {
+	cfg     Config
+	log     *slog.Logger
+	routes  []route
+	mux     *http.ServeMux
+	handler http.Handler
+}
+
+// New checks cfg and builds the API.
+func New(cfg Config) (*API, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("api: Config.Store is required")
+	}
+	if cfg.Templates == nil {
+		return nil, errors.New("api: Config.Templates is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("api: MaxBodyBytes %d is negative", cfg.MaxBodyBytes)
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.AttachTTL < 0 {
+		return nil, fmt.Errorf("api: AttachTTL %s is negative", cfg.AttachTTL)
+	}
+	if cfg.AttachTTL == 0 {
+		cfg.AttachTTL = DefaultAttachTTL
+	}
+	if cfg.PublicURL != "" {
+		u, err := parsePublicURL(cfg.PublicURL)
+		if err != nil {
+			return nil, err
+		}
+		cfg.PublicURL = u
+	}
+	if !json.Valid(openAPIDocument) {
+		return nil, errors.New("api: the embedded OpenAPI document is not valid JSON")
+	}
+	a := &API{cfg: cfg, log: cfg.Logger}
+	a.routes = a.routeTable()
+	a.mux = http.NewServeMux()
+	for _, rt := range a.routes {
+		a.mux.Handle(rt.method+" "+rt.pattern, a.guard(rt))
+	}
+	a.handler = a.withRequestContext(a.recoverPanics(http.HandlerFunc(a.dispatch)))
+	return a, nil
+}
+
+// Handler returns the HTTP handler of the whole API.
+func (a *API) Handler() http.Handler { return a.handler }
+
+// now is the API's clock, truncated to what the stores keep (microseconds, UTC),
+// so that a response built before an insert equals what a later read returns.
+func (a *API) now() time.Time { return a.cfg.Now().UTC().Truncate(time.Microsecond) }

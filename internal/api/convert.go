@@ -1,0 +1,80 @@
+package api
+
+import (
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// The functions below turn domain records into wire types. Maps and slices
+// are never nil, so they encode as {} and [] rather than null.
+
+func sandboxOut(sb model.Sandbox) apiv1.Sandbox {
+	return apiv1.Sandbox{
+		ID:          sb.ID.String(),
+		Template:    sb.Template.String(),
+		CPUs:        sb.Resources.CPUs,
+		MemoryMiB:   sb.Resources.MemoryMiB,
+		Env:         nonNilMap(sb.Env),
+		Metadata:    nonNilMap(sb.Metadata),
+		State:       string(sb.State),
+		StateReason: sb.StateReason,
+		Runtime:     sb.Runtime,
+		CreatedAt:   sb.CreatedAt.UTC(),
+		UpdatedAt:   sb.UpdatedAt.UTC(),
+	}
+}
+
+func operationOut(op model.Operation) apiv1.Operation {
+	out := apiv1.Operation{
+		ID:        op.ID.String(),
+		Kind:      string(op.Kind),
+		State:     string(op.State),
+		SandboxID: op.SandboxID.String(),
+		Attempts:  op.Attempts,
+		CreatedAt: op.CreatedAt.UTC(),
+		UpdatedAt: op.UpdatedAt.UTC(),
+	}
+	if op.Error != nil {
+		out.Error = &apiv1.Error{Code: op.Error.Code, Message: op.Error.Message}
+	}
+	if op.FinishedAt != nil {
+		t := op.FinishedAt.UTC()
+		out.FinishedAt = &t
+	}
+	return out
+}
+
+func templateOut(t model.Template) apiv1.Template {
+	names := make([]string, 0, len(t.Names))
+	for _, n := range t.Names {
+		names = append(names, n.String())
+	}
+	return apiv1.Template{Digest: t.Digest.String(), Names: names, SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt.UTC()}
+}
+
+func projectOut(p model.Project) apiv1.Project {
+	return apiv1.Project{ID: p.ID.String(), Name: p.Name, CreatedAt: p.CreatedAt.UTC()}
+}
+
+func apiKeyOut(k model.APIKey) apiv1.APIKey {
+	out := apiv1.APIKey{
+		ID:        k.ID.String(),
+		ProjectID: k.ProjectID.String(),
+		Role:      string(k.Role),
+		Name:      k.Name,
+		CreatedAt: k.CreatedAt.UTC(),
+	}
+	if k.RevokedAt != nil {
+		t := k.RevokedAt.UTC()
+		out.RevokedAt = &t
+	}
+	return out
+}
+
+func nonNilMap[M ~map[string]string](m M) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

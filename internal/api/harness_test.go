@@ -1,0 +1,352 @@
+package api
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/api/openapitest"
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/store/sqlite"
+	"github.com/airlockdev/airlock/internal/template"
+)
+
+// testEnv is a real API on a real SQLite store and a real template store,
+// behind an httptest server, with a client that validates every exchange
+// against the OpenAPI document.
+type testEnv struct {
+	t       *testing.T
+	st      *sqlite.Store
+	api     *API
+	srv     *httptest.Server
+	client  *http.Client
+	clock   *testClock
+	tpl     *template.Store
+	tplDir  string // a small root filesystem the tests import
+	digest  model.TemplateDigest
+	admin   string // admin key of project "default"
+	adminPj model.ProjectID
+	// Two tenant projects with a member key each.
+	keyA, keyB   string
+	projA, projB model.ProjectID
+}
+
+// testClock is a settable clock; it advances 1 ms per reading so that
+// creation times are distinct and ordered.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(time.Millisecond)
+	return c.t
+}
+
+func docValidator(t testing.TB) *openapitest.Validator {
+	t.Helper()
+	v, err := openapitest.New(context.Background(), openAPIDocument)
+	if err != nil {
+		t.Fatalf("OpenAPI document: %v", err)
+	}
+	return v
+}
+
+type envOption func(*Config)
+
+func newEnv(t *testing.T, opts ...envOption) *testEnv {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	tpl, err := template.Open(filepath.Join(dir, "templates"), logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &testEnv{t: t, st: st, tpl: tpl, clock: &testClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
+	cfg := Config{Store: st, Templates: tpl, Logger: logger, Now: e.clock.Now}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e.api, err = New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = httptest.NewServer(e.api.Handler())
+	t.Cleanup(e.srv.Close)
+	e.client = docValidator(t).Client(t, e.srv.Client().Transport)
+
+	// First start: the bootstrap admin key.
+	keyFile := filepath.Join(dir, "admin.key")
+	if created, err := EnsureAdminKey(ctx, st, keyFile, logger); err != nil || !created {
+		t.Fatalf("EnsureAdminKey = %v, %v", created, err)
+	}
+	b, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.admin = strings.TrimSpace(string(b))
+
+	// The default template, imported through the API.
+	e.tplDir = filepath.Join(dir, "rootfs")
+	writeTree(t, e.tplDir, map[string]string{"bin/hello": "#!/bin/sh\necho hello\n", "etc/motd": "hi\n"})
+	var imported apiv1.Template
+	e.do("POST", "/v1/templates", e.admin, fmt.Sprintf(`{"source": %q, "name": "default"}`, e.tplDir)).
+		want(t, http.StatusCreated).decode(t, &imported)
+	e.digest = model.TemplateDigest(imported.Digest)
+
+	var me apiv1.APIKeyList
+	e.do("GET", "/v1/admin/keys", e.admin, "").want(t, http.StatusOK).decode(t, &me)
+	e.adminPj = model.ProjectID(me.Keys[0].ProjectID)
+	e.projA, e.keyA = e.newProject("tenant-a", "member")
+	e.projB, e.keyB = e.newProject("tenant-b", "member")
+	return e
+}
+
+// newProject creates a project and a key with the given role in it.
+func (e *testEnv) newProject(name, role string) (model.ProjectID, string) {
+	e.t.Helper()
+	var p apiv1.Project
+	e.do("POST", "/v1/admin/projects", e.admin, fmt.Sprintf(`{"name": %q}`, name)).want(e.t, http.StatusCreated).decode(e.t, &p)
+	var k apiv1.APIKey
+	e.do("POST", "/v1/admin/keys", e.admin, fmt.Sprintf(`{"project_id": %q, "role": %q, "name": "test"}`, p.ID, role)).
+		want(e.t, http.StatusCreated).decode(e.t, &k)
+	return model.ProjectID(p.ID), k.Token
+}
+
+func writeTree(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// req describes one request; do() sends it.
+type req struct {
+	method, path, key, body string
+	header                  http.Header
+	invalid                 bool // the OpenAPI document must reject it
+	ctx                     context.Context
+	t                       testing.TB // where failures go; nil: the env's test
+}
+
+type resp struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends a JSON request (Content-Type application/json when body != "").
+func (e *testEnv) do(method, path, key, body string) *resp {
+	return e.send(req{method: method, path: path, key: key, body: body})
+}
+
+func (e *testEnv) send(r req) *resp {
+	var t testing.TB = e.t
+	if r.t != nil {
+		t = r.t
+	}
+	t.Helper()
+	ctx := r.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx = openapitest.WithTest(ctx, t)
+	if r.invalid {
+		ctx = openapitest.ExpectInvalidRequest(ctx)
+	}
+	var body io.Reader
+	if r.body != "" {
+		body = strings.NewReader(r.body)
+	}
+	hr, err := http.NewRequestWithContext(ctx, r.method, e.srv.URL+r.path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.body != "" {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	if r.key != "" {
+		hr.Header.Set("Authorization", "Bearer "+r.key)
+	}
+	for k, vs := range r.header {
+		hr.Header.Del(k)
+		for _, v := range vs {
+			hr.Header.Add(k, v)
+		}
+	}
+	res, err := e.client.Do(hr)
+	if err != nil {
+		t.Fatalf("%s %s: %v", r.method, r.path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Header.Get("X-Request-Id") == "" {
+		t.Errorf("%s %s: no X-Request-Id", r.method, r.path)
+	}
+	return &resp{status: res.StatusCode, header: res.Header, body: b}
+}
+
+func (r *resp) want(t testing.TB, status int) *resp {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d; body: %s", r.status, status, r.body)
+	}
+	return r
+}
+
+// wantError checks an error response's status and code.
+func (r *resp) wantError(t testing.TB, status int, code string) *resp {
+	t.Helper()
+	r.want(t, status)
+	var e apiv1.Error
+	r.decode(t, &e)
+	if e.Code != code {
+		t.Fatalf("code %q, want %q (message %q)", e.Code, code, e.Message)
+	}
+	if e.Message == "" {
+		t.Fatal("error without message")
+	}
+	return r
+}
+
+func (r *resp) decode(t testing.TB, v any) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(r.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("decode %T from %s: %v", v, r.body, err)
+	}
+}
+
+// createSandbox creates a sandbox with the key and returns it and its operation.
+func (e *testEnv) createSandbox(key, body string) apiv1.SandboxWithOperation {
+	e.t.Helper()
+	var out apiv1.SandboxWithOperation
+	e.do("POST", "/v1/sandboxes", key, body).want(e.t, http.StatusAccepted).decode(e.t, &out)
+	return out
+}
+
+const testNode model.NodeID = "node_aaaaaaaaaaaaaaaaaaaaaaaaaa"
+
+// finishCreate drives a sandbox's create operation to success through the
+// store, as the reconciler would: pending → creating → running. The
+// operation must be the oldest unfinished one (the one a claim takes).
+func (e *testEnv) finishCreate(id model.SandboxID) {
+	e.t.Helper()
+	ctx := context.Background()
+	now := time.Now()
+	op, err := e.st.ClaimOperation(ctx, store.Claim{Owner: testNode, Lease: time.Minute, Now: now})
+	if err != nil {
+		e.t.Fatalf("claim: %v", err)
+	}
+	if op.SandboxID != id || op.Kind != model.OpCreate {
+		e.t.Fatalf("claimed %s %s of %s, want the create of %s", op.ID, op.Kind, op.SandboxID, id)
+	}
+	if err := e.st.TransitionSandbox(ctx, id, model.StatePending, model.StateCreating, "", now); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.st.FinishOperation(ctx, store.Finish{
+		OperationID: op.ID, Owner: testNode, State: model.OpSucceeded,
+		SandboxFrom: model.StateCreating, SandboxTo: model.StateRunning, Now: now,
+	}); err != nil {
+		e.t.Fatalf("finish: %v", err)
+	}
+}
+
+// dump returns every row of every table of the SQLite database, to prove
+// that a refused request changed nothing.
+func (e *testEnv) dump() string {
+	e.t.Helper()
+	ctx := context.Background()
+	db := e.st.DB()
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var tables []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			e.t.Fatal(err)
+		}
+		tables = append(tables, n)
+	}
+	rows.Close()
+	var b strings.Builder
+	for _, tbl := range tables {
+		fmt.Fprintf(&b, "== %s\n", tbl)
+		r, err := db.QueryContext(ctx, `SELECT * FROM "`+tbl+`" ORDER BY 1`)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		cols, _ := r.Columns()
+		for r.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := r.Scan(ptrs...); err != nil {
+				e.t.Fatal(err)
+			}
+			fmt.Fprintf(&b, "%v\n", vals)
+		}
+		r.Close()
+	}
+	return b.String()
+}
+
+// writeTar writes an uncompressed tar archive of regular files.
+func writeTar(t *testing.T, path string, files map[string]string) {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for name, content := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(content)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,206 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+)
+
+type docOperation struct {
+	Parameters []struct {
+		Ref string `json:"$ref"`
+	} `json:"parameters"`
+	Responses map[string]json.RawMessage `json:"responses"`
+	Security  *[]map[string][]string     `json:"security"`
+	Plane     string                     `json:"x-airlock-plane"`
+}
+
+func docOperations(t *testing.T) map[string]docOperation {
+	t.Helper()
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
+		t.Fatal(err)
+	}
+	ops := map[string]docOperation{}
+	for path, item := range doc.Paths {
+		for method, raw := range item {
+			switch method {
+			case "get", "put", "post", "delete", "patch", "head", "options", "trace":
+			default:
+				continue
+			}
+			var op docOperation
+			if err := json.Unmarshal(raw, &op); err != nil {
+				t.Fatal(err)
+			}
+			ops[strings.ToUpper(method)+" "+path] = op
+		}
+	}
+	return ops
+}
+
+// TestRoutesMatchDocument: every route the API serves is documented and
+// every documented management route is served.
+func TestRoutesMatchDocument(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ops := docOperations(t)
+	served := map[string]bool{}
+	for _, rt := range e.api.routes {
+		key := rt.method + " " + rt.pattern
+		served[key] = true
+		op, ok := ops[key]
+		if !ok {
+			t.Errorf("route %s is not in the OpenAPI document", key)
+			continue
+		}
+		public := op.Security != nil && len(*op.Security) == 0
+		if public != (rt.access == publicAccess) {
+			t.Errorf("%s: the document says public=%v, the route's access is %d", key, public, rt.access)
+		}
+		if !public {
+			if _, ok := op.Responses["401"]; !ok {
+				t.Errorf("%s needs a key but documents no 401", key)
+			}
+		}
+		if rt.access == admin {
+			if _, ok := op.Responses["403"]; !ok {
+				t.Errorf("%s is admin-only but documents no 403", key)
+			}
+		}
+		if rt.method == "POST" || rt.method == "DELETE" {
+			if !slices.ContainsFunc(op.Parameters, func(p struct {
+				Ref string `json:"$ref"`
+			}) bool {
+				return strings.HasSuffix(p.Ref, "/IdempotencyKey")
+			}) {
+				t.Errorf("%s is mutating but does not document Idempotency-Key", key)
+			}
+		}
+		if _, ok := op.Responses["500"]; !ok {
+			t.Errorf("%s documents no 500", key)
+		}
+	}
+	for key, op := range ops {
+		if op.Plane == "data" {
+			if served[key] {
+				t.Errorf("%s is a data-plane route but the management API serves it", key)
+			}
+			continue
+		}
+		if !served[key] {
+			t.Errorf("the document lists %s but the API does not serve it", key)
+		}
+	}
+	// The data-plane attach route is documented where AttachPath points.
+	if _, ok := ops["GET /data/v1/processes/{process_id}/attach"]; !ok || AttachPath("proc_x") != "/data/v1/processes/proc_x/attach" {
+		t.Error("the attach route and AttachPath disagree")
+	}
+}
+
+// TestErrorCodesDocumented: the Error schema's code enum is exactly apiv1's codes.
+func TestErrorCodesDocumented(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]struct {
+					Enum []string `json:"enum"`
+				} `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
+		t.Fatal(err)
+	}
+	got := doc.Components.Schemas["Error"].Properties["code"].Enum
+	want := []string{
+		apiv1.CodeInvalidRequest, apiv1.CodeUnauthenticated, apiv1.CodeWrongTokenKind, apiv1.CodeTokenExpired,
+		apiv1.CodePermissionDenied, apiv1.CodeNotFound, apiv1.CodeTemplateNotFound, apiv1.CodeMethodNotAllowed,
+		apiv1.CodeInvalidTransition, apiv1.CodeIdempotencyKeyReused, apiv1.CodeAlreadyExists,
+		apiv1.CodeSandboxNotRunning, apiv1.CodePayloadTooLarge, apiv1.CodeUnsupportedMedia,
+		apiv1.CodeNotSupported, apiv1.CodeInternal, apiv1.CodeUnavailable,
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("documented codes %v, apiv1 codes %v", got, want)
+	}
+}
+
+func TestHealthReadyAndDocument(t *testing.T) {
+	t.Parallel()
+	var notReady atomic.Pointer[error]
+	e := newEnv(t, func(c *Config) {
+		c.Ready = func(ctx context.Context) error {
+			if err := notReady.Load(); err != nil {
+				return *err
+			}
+			return nil
+		}
+	})
+	var h apiv1.Health
+	e.do("GET", "/healthz", "", "").want(t, http.StatusOK).decode(t, &h)
+	e.do("GET", "/readyz", "", "").want(t, http.StatusOK).decode(t, &h)
+	if h.Status != "ok" {
+		t.Fatalf("health %+v", h)
+	}
+	errMigrating := errors.New("store migrating")
+	notReady.Store(&errMigrating)
+	e.do("GET", "/readyz", "", "").wantError(t, http.StatusServiceUnavailable, apiv1.CodeUnavailable)
+	e.do("GET", "/healthz", "", "").want(t, http.StatusOK)
+	r := e.do("GET", "/openapi.json", "", "").want(t, http.StatusOK)
+	if string(r.body) != string(openAPIDocument) {
+		t.Fatal("/openapi.json is not the embedded document")
+	}
+}
+
+func TestPanicIsRecovered(t *testing.T) {
+	t.Parallel()
+	logs := logCapture{records: make(chan slog.Record, 1000)}
+	e := newEnv(t, func(c *Config) {
+		c.Logger = slog.New(logs)
+		c.Ready = func(ctx context.Context) error { panic("boom") }
+	})
+	e.do("GET", "/readyz", "", "").wantError(t, http.StatusInternalServerError, apiv1.CodeInternal)
+	for {
+		select {
+		case r := <-logs.records:
+			if r.Message == "handler panic" {
+				// The server keeps serving.
+				e.do("GET", "/healthz", "", "").want(t, http.StatusOK)
+				return
+			}
+		default:
+			t.Fatal("the panic was not logged")
+		}
+	}
+}
+
+func TestRequestID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.send(req{method: "GET", path: "/healthz", header: http.Header{"X-Request-Id": {"client-chosen-42"}}})
+	if got := r.header.Get("X-Request-Id"); got != "client-chosen-42" {
+		t.Fatalf("X-Request-Id %q, want the client's", got)
+	}
+	r = e.send(req{method: "GET", path: "/healthz", header: http.Header{"X-Request-Id": {"has space"}}})
+	if got := r.header.Get("X-Request-Id"); got == "has space" || !strings.HasPrefix(got, "req_") {
+		t.Fatalf("X-Request-Id %q, want a fresh one", got)
+	}
+	a := e.do("GET", "/healthz", "", "").header.Get("X-Request-Id")
+	b := e.do("GET", "/healthz", "", "").header.Get("X-Request-Id")
+	if a == b {
+		t.Fatal("two requests share an ID")
+	}
+}

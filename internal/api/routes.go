@@ -1,0 +1,240 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// access says who may call a route.
+type access int
+
+const (
+	publicAccess access = iota // no credentials
+	member                     // any valid API key
+	admin                      // an API key with role admin
+)
+
+// route is one entry of the API's routing table.
+type route struct {
+	method  string
+	pattern string // net/http pattern and OpenAPI path template alike
+	access  access
+	handle  func(w http.ResponseWriter, r *http.Request, p principal)
+}
+
+// routeTable is the single list of the API's routes; the OpenAPI document
+// lists exactly these (a test checks both ways).
+func (a *API) routeTable() []route {
+	return []route{
+		{"GET", "/healthz", publicAccess, a.healthz},
+		{"GET", "/readyz", publicAccess, a.readyz},
+		{"GET", "/openapi.json", publicAccess, a.openapi},
+
+		{"POST", "/v1/sandboxes", member, mutating(a, a.createSandbox)},
+		{"GET", "/v1/sandboxes", member, a.listSandboxes},
+		{"GET", "/v1/sandboxes/{id}", member, a.getSandbox},
+		{"DELETE", "/v1/sandboxes/{id}", member, mutating(a, a.deleteSandbox)},
+		{"POST", "/v1/sandboxes/{id}/commands", member, mutating(a, a.createCommand)},
+		{"GET", "/v1/operations/{id}", member, a.getOperation},
+
+		{"GET", "/v1/templates", member, a.listTemplates},
+		{"POST", "/v1/templates", admin, mutating(a, a.importTemplate)},
+
+		{"POST", "/v1/admin/projects", admin, mutating(a, a.createProject)},
+		{"GET", "/v1/admin/projects", admin, a.listProjects},
+		{"POST", "/v1/admin/keys", admin, mutating(a, a.createKey)},
+		{"GET", "/v1/admin/keys", admin, a.listKeys},
+		{"DELETE", "/v1/admin/keys/{id}", admin, mutating(a, a.revokeKey)},
+	}
+}
+
+// guard authenticates and authorizes a request before its route runs.
+func (a *API) guard(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var p principal
+		if rt.access != publicAccess {
+			var err error
+			p, err = a.authenticate(r)
+			if err != nil {
+				a.writeError(w, r, err)
+				return
+			}
+			if info := infoFrom(r.Context()); info != nil {
+				info.key, info.project = p.keyID, p.project
+			}
+			if rt.access == admin && p.role != model.RoleAdmin {
+				a.writeError(w, r, errorf(http.StatusForbidden, apiv1.CodePermissionDenied, "this needs an API key with role admin"))
+				return
+			}
+		}
+		rt.handle(w, r, p)
+	})
+}
+
+// dispatch routes a request, answering unknown routes (404) and wrong
+// methods (405) with JSON errors instead of net/http's plain text.
+func (a *API) dispatch(w http.ResponseWriter, r *http.Request) {
+	h, pattern := a.mux.Handler(r)
+	if pattern != "" {
+		a.mux.ServeHTTP(w, r) // sets the path values
+		return
+	}
+	// No route matched: let the mux decide between 404, 405 and a redirect
+	// (unclean paths), then translate its answer.
+	rec := &captureWriter{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	switch rec.status {
+	case http.StatusNotFound:
+		a.writeError(w, r, notFound("no route %s %s", r.Method, truncate(r.URL.Path)))
+	case http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", rec.header.Get("Allow"))
+		a.writeError(w, r, errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed,
+			"%s is not allowed on %s (allowed: %s)", r.Method, truncate(r.URL.Path), rec.header.Get("Allow")))
+	default:
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.status)
+		_, _ = w.Write(rec.body.Bytes())
+	}
+}
+
+// captureWriter records what net/http's fallback handlers write.
+type captureWriter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (c *captureWriter) Header() http.Header { return c.header }
+func (c *captureWriter) WriteHeader(s int) {
+	if c.status == 0 {
+		c.status = s
+	}
+}
+func (c *captureWriter) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	return c.body.Write(b)
+}
+
+// requestInfo is what the logging middleware learns while a request runs.
+type requestInfo struct {
+	id      string
+	key     model.APIKeyID
+	project model.ProjectID
+}
+
+type infoKey struct{}
+
+func infoFrom(ctx context.Context) *requestInfo {
+	info, _ := ctx.Value(infoKey{}).(*requestInfo)
+	return info
+}
+
+func requestIDFrom(ctx context.Context) string {
+	if info := infoFrom(ctx); info != nil {
+		return info.id
+	}
+	return ""
+}
+
+// statusWriter remembers the status a handler answered with. It passes
+// Flush through for streaming responses.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	n, err := s.ResponseWriter.Write(b)
+	s.bytes += int64(n)
+	return n, err
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// withRequestContext gives every request an X-Request-Id (the client's, if it
+// sent a sane one) and logs it when it ends.
+func (a *API) withRequestContext(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := r.Header.Get("X-Request-Id")
+		if !validRequestID(id) {
+			id = newRequestID()
+		}
+		info := &requestInfo{id: id}
+		w.Header().Set("X-Request-Id", id)
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), infoKey{}, info)))
+		attrs := []any{
+			"method", r.Method, "path", r.URL.Path, "status", sw.status, "bytes", sw.bytes,
+			"duration", time.Since(start), "request_id", id, "remote", r.RemoteAddr,
+		}
+		if info.key != "" {
+			attrs = append(attrs, "key", info.key, "project", info.project)
+		}
+		a.log.InfoContext(r.Context(), "http request", attrs...)
+	})
+}
+
+// recoverPanics turns a handler panic into a logged 500.
+func (a *API) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			a.log.ErrorContext(r.Context(), "handler panic", "method", r.Method, "path", r.URL.Path,
+				"request_id", requestIDFrom(r.Context()), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			if sw, ok := w.(*statusWriter); ok && sw.status != 0 {
+				return // the response has started; nothing sane can be added
+			}
+			writeJSON(w, http.StatusInternalServerError, apiv1.Error{Code: apiv1.CodeInternal, Message: "internal error"})
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func validRequestID(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return "req_" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,241 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// createSandbox: POST /v1/sandboxes → 202 SandboxWithOperation.
+func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequest]) (*reply, error) {
+	in := c.in
+	ref := model.RefByName(model.DefaultTemplateName)
+	if c.present["template"] {
+		var err error
+		if ref, err = model.ParseTemplateRef(in.Template); err != nil {
+			return nil, err
+		}
+	}
+	res := model.DefaultResources()
+	if c.present["cpus"] {
+		res.CPUs = in.CPUs
+	}
+	if c.present["memory_mib"] {
+		res.MemoryMiB = in.MemoryMiB
+	}
+	if err := res.Validate(); err != nil {
+		return nil, err
+	}
+	env, err := model.ParseEnv(in.Env)
+	if err != nil {
+		return nil, err
+	}
+	md, err := model.ParseMetadata(in.Metadata)
+	if err != nil {
+		return nil, err
+	}
+	tpl, err := a.cfg.Store.ResolveTemplate(ctx, ref)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errorf(http.StatusNotFound, apiv1.CodeTemplateNotFound, "template %s not found", ref)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resolve template %s: %w", ref, err)
+	}
+	sb := model.Sandbox{
+		ID:        model.NewSandboxID(),
+		ProjectID: c.p.project,
+		Template:  tpl.Digest,
+		Resources: res,
+		Env:       env,
+		Metadata:  md,
+		State:     model.StatePending,
+		CreatedAt: c.now,
+		UpdatedAt: c.now,
+	}
+	op := model.Operation{
+		ID:        model.NewOperationID(),
+		ProjectID: c.p.project,
+		SandboxID: sb.ID,
+		Kind:      model.OpCreate,
+		State:     model.OpPending,
+		CreatedAt: c.now,
+		UpdatedAt: c.now,
+	}
+	rep, rec, err := c.reply(http.StatusAccepted, apiv1.SandboxWithOperation{Sandbox: sandboxOut(sb), Operation: operationOut(op)})
+	if err != nil {
+		return nil, err
+	}
+	if err := a.cfg.Store.CreateSandbox(ctx, sb, op, rec); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	return rep, nil
+}
+
+// listSandboxes: GET /v1/sandboxes → 200 SandboxList.
+func (a *API) listSandboxes(w http.ResponseWriter, r *http.Request, p principal) {
+	q, err := parseSandboxQuery(p.project, r.URL.Query())
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	page, err := a.cfg.Store.ListSandboxes(r.Context(), q)
+	if err != nil {
+		a.writeError(w, r, fmt.Errorf("list sandboxes: %w", err))
+		return
+	}
+	out := apiv1.SandboxList{Sandboxes: make([]apiv1.Sandbox, 0, len(page.Sandboxes))}
+	for _, sb := range page.Sandboxes {
+		out.Sandboxes = append(out.Sandboxes, sandboxOut(sb))
+	}
+	if page.Next != nil {
+		out.NextCursor = encodeCursor(*page.Next)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// sandboxOf loads a sandbox of the caller's project named by the {id} path value.
+func (a *API) sandboxOf(ctx context.Context, r *http.Request, p principal) (model.Sandbox, error) {
+	id, err := model.ParseSandboxID(r.PathValue("id"))
+	if err != nil {
+		return model.Sandbox{}, err
+	}
+	sb, err := a.cfg.Store.GetSandbox(ctx, p.project, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return model.Sandbox{}, notFound("sandbox %s not found", id)
+	}
+	if err != nil {
+		return model.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// getSandbox: GET /v1/sandboxes/{id} → 200 Sandbox.
+func (a *API) getSandbox(w http.ResponseWriter, r *http.Request, p principal) {
+	sb, err := a.sandboxOf(r.Context(), r, p)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sandboxOut(sb))
+}
+
+// deleteSandbox: DELETE /v1/sandboxes/{id} → 202 OperationResponse.
+func (a *API) deleteSandbox(ctx context.Context, c *call[noBody]) (*reply, error) {
+	id, err := model.ParseSandboxID(c.r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	op := model.Operation{
+		ID:        model.NewOperationID(),
+		ProjectID: c.p.project,
+		SandboxID: id,
+		Kind:      model.OpDelete,
+		State:     model.OpPending,
+		CreatedAt: c.now,
+		UpdatedAt: c.now,
+	}
+	rep, rec, err := c.reply(http.StatusAccepted, apiv1.OperationResponse{Operation: operationOut(op)})
+	if err != nil {
+		return nil, err
+	}
+	_, err = a.cfg.Store.RequestDelete(ctx, store.DeleteRequest{
+		ProjectID: c.p.project, SandboxID: id, Operation: op, Idempotency: rec, Now: c.now,
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFound("sandbox %s not found", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	return rep, nil
+}
+
+// Bounds of a command's argv.
+const (
+	maxArgs      = 4096
+	maxArgsBytes = 256 * 1024
+)
+
+// parseArgs checks a command's argv: at least one argument, the first not
+// empty, all valid UTF-8 without NUL.
+func parseArgs(args []string) ([]string, error) {
+	if len(args) == 0 {
+		return nil, badRequest("args must name the program to run: at least one argument")
+	}
+	if len(args) > maxArgs {
+		return nil, badRequest("at most %d args", maxArgs)
+	}
+	if args[0] == "" {
+		return nil, badRequest("args[0], the program, must not be empty")
+	}
+	total := 0
+	for i, s := range args {
+		total += len(s)
+		if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+			return nil, badRequest("args[%d] must be valid UTF-8 without NUL", i)
+		}
+	}
+	if total > maxArgsBytes {
+		return nil, badRequest("args add up to more than %d bytes", maxArgsBytes)
+	}
+	return args, nil
+}
+
+// createCommand: POST /v1/sandboxes/{id}/commands → 201 CommandSession.
+func (a *API) createCommand(ctx context.Context, c *call[apiv1.CreateCommandRequest]) (*reply, error) {
+	args, err := parseArgs(c.in.Args)
+	if err != nil {
+		return nil, err
+	}
+	env, err := model.ParseEnv(c.in.Env)
+	if err != nil {
+		return nil, err
+	}
+	var cwd model.GuestPath
+	if c.present["cwd"] {
+		if cwd, err = model.ParseGuestPath(c.in.Cwd); err != nil {
+			return nil, err
+		}
+	}
+	sb, err := a.sandboxOf(ctx, c.r, c.p)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State != model.StateRunning {
+		return nil, errorf(http.StatusConflict, apiv1.CodeSandboxNotRunning, "sandbox %s is %s, not running", sb.ID, sb.State)
+	}
+	token, hash := auth.GenerateAttachmentToken()
+	cs := model.CommandSession{
+		ID:        model.NewCommandSessionID(),
+		ProjectID: c.p.project,
+		SandboxID: sb.ID,
+		ProcessID: model.NewProcessID(),
+		Spec:      model.ProcessSpec{Args: args, Env: env, Cwd: cwd},
+		TokenHash: hash,
+		CreatedAt: c.now,
+		ExpiresAt: c.now.Add(a.cfg.AttachTTL),
+	}
+	rep, rec, err := c.reply(http.StatusCreated, apiv1.CommandSession{
+		ID:              cs.ID.String(),
+		SandboxID:       sb.ID.String(),
+		ProcessID:       cs.ProcessID.String(),
+		AttachURL:       a.baseURL(c.r) + AttachPath(cs.ProcessID),
+		AttachmentToken: token,
+		ExpiresAt:       cs.ExpiresAt,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := a.cfg.Store.CreateCommandSession(ctx, cs, rec); err != nil {
+		return nil, fmt.Errorf("create command session: %w", err)
+	}
+	return rep, nil
+}

@@ -1,0 +1,42 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// AttachPath is the data-plane path of a process's attach stream (SSE),
+// relative to the server's public URL. The data plane serves it.
+func AttachPath(id model.ProcessID) string {
+	return "/data/v1/processes/" + id.String() + "/attach"
+}
+
+// parsePublicURL checks Config.PublicURL: an absolute http(s) URL without
+// query or fragment. It returns it without a trailing slash.
+func parsePublicURL(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("api: PublicURL %q: %w", s, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", fmt.Errorf("api: PublicURL %q must be http(s)://host[:port][/prefix]", s)
+	}
+	return strings.TrimSuffix(u.String(), "/"), nil
+}
+
+// baseURL is where clients reach this server: Config.PublicURL, or the
+// scheme and host the request came in on.
+func (a *API) baseURL(r *http.Request) string {
+	if a.cfg.PublicURL != "" {
+		return a.cfg.PublicURL
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}

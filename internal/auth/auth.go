@@ -1,0 +1,156 @@
+// Package auth makes and checks Airlock's two kinds of bearer token, which are
+// never interchangeable:
+//
+//   - API keys (management plane): "alk_<key id>_<secret>", where <key id> is
+//     the 26-character random part of a model.APIKeyID, so the key can be
+//     looked up, and <secret> is 256 random bits. Only SHA-256(secret) is stored.
+//   - Attachment tokens (data plane): "alt_<secret>", a capability for one
+//     command session. Only SHA-256(secret) is stored. (Signed tokens come
+//     with the data-plane issue; they will get their own prefix.)
+//
+// Secrets are encoded in lower-case RFC 4648 base32 without padding, the same
+// alphabet as Airlock's IDs, so a token never contains '_' after its prefix
+// parts and splits unambiguously.
+package auth
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// ErrMalformed is wrapped by every token parse error.
+var ErrMalformed = errors.New("malformed token")
+
+// TokenKind says which plane a bearer token belongs to.
+type TokenKind int
+
+// Token kinds.
+const (
+	KindUnknown    TokenKind = iota // neither prefix
+	KindAPIKey                      // "alk_…": management API key
+	KindAttachment                  // "alt_…": data-plane attachment token
+)
+
+func (k TokenKind) String() string {
+	switch k {
+	case KindAPIKey:
+		return "api key"
+	case KindAttachment:
+		return "attachment token"
+	}
+	return "unknown"
+}
+
+const (
+	apiKeyPrefix     = "alk_"
+	attachmentPrefix = "alt_"
+	secretBytes      = 32 // 256 bits
+	idRandomLen      = 26 // length of the random part of a model ID
+)
+
+// secretEncoding is lower-case base32 without padding: 32 bytes → 52 characters.
+var secretEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+var secretEncodedLen = secretEncoding.EncodedLen(secretBytes)
+
+// KindOf tells by its prefix which kind of token s is. It does not check the
+// rest of the token: a plane uses it to refuse the other plane's tokens with
+// a precise error before parsing its own.
+func KindOf(s string) TokenKind {
+	switch {
+	case strings.HasPrefix(s, apiKeyPrefix):
+		return KindAPIKey
+	case strings.HasPrefix(s, attachmentPrefix):
+		return KindAttachment
+	}
+	return KindUnknown
+}
+
+// HashSecret returns SHA-256(secret), the only form in which a token's secret
+// is stored.
+func HashSecret(secret []byte) []byte {
+	sum := sha256.Sum256(secret)
+	return sum[:]
+}
+
+// VerifySecret reports whether secret hashes to hash, comparing in constant time.
+func VerifySecret(hash, secret []byte) bool {
+	sum := sha256.Sum256(secret)
+	return len(hash) == sha256.Size && subtle.ConstantTimeCompare(hash, sum[:]) == 1
+}
+
+// GenerateAPIKey returns a new API key token, the key's ID and the SHA-256
+// of its secret. The token is shown to its owner once and never stored.
+func GenerateAPIKey() (token string, id model.APIKeyID, secretHash []byte) {
+	id = model.NewAPIKeyID()
+	secret := newSecret()
+	token = apiKeyPrefix + strings.TrimPrefix(id.String(), "key_") + "_" + secretEncoding.EncodeToString(secret)
+	return token, id, HashSecret(secret)
+}
+
+// ParseAPIKey splits an API key token into its key ID and raw secret.
+func ParseAPIKey(token string) (model.APIKeyID, []byte, error) {
+	rest, ok := strings.CutPrefix(token, apiKeyPrefix)
+	if !ok {
+		return "", nil, fmt.Errorf("%w: an API key starts with %q", ErrMalformed, apiKeyPrefix)
+	}
+	idPart, secretPart, ok := strings.Cut(rest, "_")
+	if !ok || len(idPart) != idRandomLen {
+		return "", nil, fmt.Errorf("%w: an API key is %s<key id>_<secret>", ErrMalformed, apiKeyPrefix)
+	}
+	id, err := model.ParseAPIKeyID("key_" + idPart)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: bad key id: %w", ErrMalformed, err)
+	}
+	secret, err := decodeSecret(secretPart)
+	if err != nil {
+		return "", nil, err
+	}
+	return id, secret, nil
+}
+
+// GenerateAttachmentToken returns a new attachment token and the SHA-256 of
+// its secret (what the store keeps).
+func GenerateAttachmentToken() (token string, hash []byte) {
+	secret := newSecret()
+	return attachmentPrefix + secretEncoding.EncodeToString(secret), HashSecret(secret)
+}
+
+// ParseAttachmentToken returns the raw secret of an attachment token; verify
+// it with VerifySecret against the stored hash.
+func ParseAttachmentToken(token string) ([]byte, error) {
+	rest, ok := strings.CutPrefix(token, attachmentPrefix)
+	if !ok {
+		return nil, fmt.Errorf("%w: an attachment token starts with %q", ErrMalformed, attachmentPrefix)
+	}
+	return decodeSecret(rest)
+}
+
+// decodeSecret accepts only the canonical encoding of exactly secretBytes
+// bytes, so every secret has one spelling.
+func decodeSecret(s string) ([]byte, error) {
+	if len(s) != secretEncodedLen {
+		return nil, fmt.Errorf("%w: the secret must be %d characters", ErrMalformed, secretEncodedLen)
+	}
+	b, err := secretEncoding.DecodeString(s)
+	if err != nil || len(b) != secretBytes || secretEncoding.EncodeToString(b) != s {
+		return nil, fmt.Errorf("%w: the secret is not canonical lower-case base32", ErrMalformed)
+	}
+	return b, nil
+}
+
+func newSecret() []byte {
+	b := make([]byte, secretBytes)
+	if _, err := rand.Read(b); err != nil {
+		// crypto/rand never fails on Linux ≥ 3.17; a failure is unrecoverable.
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	return b
+}
