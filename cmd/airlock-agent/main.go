@@ -1,0 +1,183 @@
+// Command airlock-agent is Airlock's guest agent: it runs inside every
+// sandbox (as PID 1 or a child of it), starts processes for the host and
+// streams their output, speaking the protocol of package agentproto over
+// one byte stream.
+//
+// Usage:
+//
+//	airlock-agent --listen unix:/run/airlock/agent.sock [--pids-max N]
+//	airlock-agent --version
+//
+// It must be built static (CGO_ENABLED=0): it runs in root filesystems
+// that have no C library.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/agent"
+	"github.com/airlockdev/airlock/internal/agentproto"
+)
+
+// version is set at link time (-ldflags "-X main.version=…"); otherwise
+// the module version from the build info is used.
+var version string
+
+// stopTimeout is how long running processes get between SIGTERM and SIGKILL
+// when the agent stops.
+const stopTimeout = 5 * time.Second
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func agentVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == agent.SpawnCommand {
+		return agent.SpawnMain(args[1:])
+	}
+	fs := flag.NewFlagSet("airlock-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "", "where to accept the host's connections: unix:/path/to/socket (serial:/dev/vportNpM is reserved for VMs)")
+	pidsMax := fs.Int64("pids-max", 0, "if > 0, start every process in a child pids cgroup with this pids.max (for gVisor, where the host limit kills the whole sandbox)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "airlock-agent %s (protocol %d)\n", agentVersion(), agentproto.ProtocolVersion)
+		return 0
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "airlock-agent: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *listen == "" {
+		fmt.Fprintln(stderr, "airlock-agent: --listen is required")
+		return 2
+	}
+	addr, err := agentproto.ParseListenAddr(*listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock-agent: --listen: %v\n", err)
+		return 2
+	}
+	if *pidsMax < 0 {
+		fmt.Fprintln(stderr, "airlock-agent: --pids-max must not be negative")
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := serve(addr, *pidsMax, logger); err != nil {
+		logger.Error("agent failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func serve(addr agentproto.ListenAddr, pidsMax int64, logger *slog.Logger) error {
+	// Listen for stop signals (and, through the reaper, SIGCHLD) before
+	// anything can start.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	// SIGHUP (e.g. `kill -HUP 1` inside the sandbox) must not end the
+	// agent, and SIGPIPE from a stderr pipe whose reader went away (a
+	// restarted host) must not either: with a handler installed, writes
+	// fail with EPIPE instead. Handlers (unlike SIG_IGN) are reset by
+	// execve, so processes still get the default dispositions.
+	harmless := make(chan os.Signal, 8)
+	signal.Notify(harmless, syscall.SIGHUP, syscall.SIGPIPE)
+	defer signal.Stop(harmless)
+	go func() {
+		for {
+			select {
+			case sig := <-harmless:
+				logger.Debug("ignoring signal", "signal", sig)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	pid1 := os.Getpid() == 1
+	if !pid1 {
+		// Orphans of our processes are reparented to us, not to the
+		// real init, and the central reaper collects them.
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			logger.Warn("cannot become a child subreaper; orphans will be reaped by init", "err", err)
+		}
+	}
+	opts := agent.Options{Version: agentVersion(), Logger: logger, ReapAllChildren: true}
+	var cg agent.PidsCgroup
+	if pidsMax > 0 {
+		var err error
+		cg, err = agent.SetupPidsCgroup(agent.PidsCgroupOptions{Max: pidsMax})
+		if err != nil {
+			logger.Warn("running without a pids limit for processes", "pids_max", pidsMax, "err", err)
+		} else {
+			opts.CgroupDir = cg.Dir
+			logger.Info("processes run in a pids cgroup", "dir", cg.Dir, "cgroup_version", cg.Version, "pids_max", pidsMax)
+		}
+	}
+	srv, err := agent.New(opts)
+	if err != nil {
+		return err
+	}
+	ln, err := agent.Listen(addr)
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	logger.Info("agent listening", "addr", addr.String(), "version", opts.Version, "protocol", agentproto.ProtocolVersion, "pid", os.Getpid(), "pid1", pid1)
+
+	// Serve with a context of its own: on a stop signal, Shutdown first stops
+	// the processes (so connected hosts still receive their exit events)
+	// and only then closes the listener and the connections.
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(context.Background(), ln) }()
+	var served bool
+	select {
+	case <-ctx.Done():
+		logger.Info("stopping", "grace", stopTimeout)
+	case err = <-serveErr:
+		served = true
+		logger.Error("serving stopped", "err", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	if serr := srv.Shutdown(sctx); serr != nil {
+		err = errors.Join(err, serr)
+	}
+	if !served {
+		err = errors.Join(err, <-serveErr)
+	}
+	if cg.Dir != "" && !pid1 {
+		if rerr := cg.Remove(); rerr != nil {
+			logger.Warn("leaving the workload cgroup behind", "err", rerr)
+		}
+	}
+	if err == nil {
+		logger.Info("stopped")
+	}
+	return err
+}

@@ -1,0 +1,276 @@
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultWorkloadCgroup is the name of the child cgroup that holds every
+// process the agent starts when a pids limit is set.
+const DefaultWorkloadCgroup = "airlock-workload"
+
+// PidsCgroupOptions configure SetupPidsCgroup.
+type PidsCgroupOptions struct {
+	// Max is the pids.max of the workload cgroup; it must be > 0.
+	Max int64
+	// Name of the child cgroup; "" means DefaultWorkloadCgroup.
+	Name string
+	// Parent is the cgroup directory to create the child in; "" means the
+	// agent's own pids cgroup, found via /proc/self/mountinfo and
+	// /proc/self/cgroup (cgroup v1 pids hierarchy, else cgroup v2).
+	Parent string
+}
+
+// PidsCgroup is a cgroup with a pids limit that processes join.
+type PidsCgroup struct {
+	Dir     string // absolute directory of the cgroup
+	Version int    // 1 or 2
+}
+
+// Remove deletes the cgroup directory; it fails while processes are in it.
+func (c PidsCgroup) Remove() error {
+	if err := unix.Rmdir(c.Dir); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("remove cgroup %s: %w", c.Dir, err)
+	}
+	return nil
+}
+
+// SetupPidsCgroup creates (or reuses) a child cgroup with pids.max set, for
+// the agent's workload. On cgroup v2 it enables the pids controller in the
+// parent's cgroup.subtree_control first. The agent itself stays where it is.
+func SetupPidsCgroup(opts PidsCgroupOptions) (PidsCgroup, error) {
+	if opts.Max <= 0 {
+		return PidsCgroup{}, fmt.Errorf("pids cgroup: max must be > 0, got %d", opts.Max)
+	}
+	name := opts.Name
+	if name == "" {
+		name = DefaultWorkloadCgroup
+	}
+	if name != filepath.Base(name) || name == "." || name == ".." {
+		return PidsCgroup{}, fmt.Errorf("pids cgroup: bad name %q", name)
+	}
+	parent, version := opts.Parent, 0
+	if parent == "" {
+		var err error
+		parent, version, err = discoverPidsCgroup()
+		if err != nil {
+			return PidsCgroup{}, err
+		}
+	} else {
+		var st unix.Statfs_t
+		if err := unix.Statfs(parent, &st); err != nil {
+			return PidsCgroup{}, fmt.Errorf("pids cgroup: statfs %s: %w", parent, err)
+		}
+		switch st.Type {
+		case unix.CGROUP2_SUPER_MAGIC:
+			version = 2
+		case unix.CGROUP_SUPER_MAGIC:
+			version = 1
+		default:
+			return PidsCgroup{}, fmt.Errorf("pids cgroup: %s is not a cgroup filesystem", parent)
+		}
+	}
+	if version == 2 {
+		if err := enablePidsV2(parent); err != nil {
+			return PidsCgroup{}, err
+		}
+	}
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return PidsCgroup{}, fmt.Errorf("pids cgroup: create %s: %w", dir, err)
+	}
+	limit := strconv.FormatInt(opts.Max, 10)
+	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(limit), 0o644); err != nil {
+		return PidsCgroup{}, fmt.Errorf("pids cgroup: set pids.max=%s in %s: %w", limit, dir, err)
+	}
+	return PidsCgroup{Dir: dir, Version: version}, nil
+}
+
+// enablePidsV2 turns on the pids controller for the children of parent.
+// pids is a threaded controller, so this works even though the agent itself
+// lives in parent.
+func enablePidsV2(parent string) error {
+	ctrl, err := os.ReadFile(filepath.Join(parent, "cgroup.controllers"))
+	if err != nil {
+		return fmt.Errorf("pids cgroup: %w", err)
+	}
+	if !slices.Contains(strings.Fields(string(ctrl)), "pids") {
+		return fmt.Errorf("pids cgroup: the pids controller is not available in %s (cgroup.controllers: %q)", parent, strings.TrimSpace(string(ctrl)))
+	}
+	sub, err := os.ReadFile(filepath.Join(parent, "cgroup.subtree_control"))
+	if err != nil {
+		return fmt.Errorf("pids cgroup: %w", err)
+	}
+	if slices.Contains(strings.Fields(string(sub)), "pids") {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+pids"), 0o644); err != nil {
+		return fmt.Errorf("pids cgroup: enable +pids in %s/cgroup.subtree_control: %w", parent, err)
+	}
+	return nil
+}
+
+// discoverPidsCgroup finds the directory of this process's pids cgroup.
+func discoverPidsCgroup() (dir string, version int, err error) {
+	mi, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", 0, fmt.Errorf("pids cgroup: %w", err)
+	}
+	defer mi.Close()
+	mounts, err := parseMountInfo(mi)
+	if err != nil {
+		return "", 0, fmt.Errorf("pids cgroup: /proc/self/mountinfo: %w", err)
+	}
+	cg, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return "", 0, fmt.Errorf("pids cgroup: %w", err)
+	}
+	defer cg.Close()
+	groups, err := parseProcCgroup(cg)
+	if err != nil {
+		return "", 0, fmt.Errorf("pids cgroup: /proc/self/cgroup: %w", err)
+	}
+	return findPidsCgroup(mounts, groups, func(p string) bool {
+		fi, err := os.Stat(p)
+		return err == nil && fi.IsDir()
+	})
+}
+
+// mountInfo is one line of /proc/self/mountinfo (the fields we use).
+type mountInfo struct {
+	Root       string   // root of the mount within its filesystem
+	MountPoint string   // where it is mounted
+	FSType     string   // e.g. "cgroup", "cgroup2"
+	SuperOpts  []string // per-superblock options (cgroup v1: the controllers)
+}
+
+// parseMountInfo parses the format of proc(5) /proc/[pid]/mountinfo.
+func parseMountInfo(r io.Reader) ([]mountInfo, error) {
+	var out []mountInfo
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			return nil, fmt.Errorf("line %d: no \" - \" separator", n)
+		}
+		f := strings.Fields(pre)
+		g := strings.Fields(post)
+		if len(f) < 6 || len(g) < 2 {
+			return nil, fmt.Errorf("line %d: too few fields", n)
+		}
+		m := mountInfo{Root: unescapeMount(f[3]), MountPoint: unescapeMount(f[4]), FSType: g[0]}
+		if len(g) >= 3 {
+			m.SuperOpts = strings.Split(g[2], ",")
+		}
+		out = append(out, m)
+	}
+	return out, sc.Err()
+}
+
+// unescapeMount undoes the octal escapes (\040 for space, …) of mountinfo.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// procCgroup is one line of /proc/self/cgroup: "ID:CONTROLLERS:PATH".
+type procCgroup struct {
+	Controllers []string // empty for cgroup v2 ("0::/path")
+	Path        string
+}
+
+func parseProcCgroup(r io.Reader) ([]procCgroup, error) {
+	var out []procCgroup
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			return nil, fmt.Errorf("line %d: want ID:CONTROLLERS:PATH", n)
+		}
+		if _, err := strconv.Atoi(parts[0]); err != nil {
+			return nil, fmt.Errorf("line %d: bad hierarchy ID %q", n, parts[0])
+		}
+		var ctrl []string
+		if parts[1] != "" {
+			ctrl = strings.Split(parts[1], ",")
+		}
+		out = append(out, procCgroup{Controllers: ctrl, Path: parts[2]})
+	}
+	return out, sc.Err()
+}
+
+// findPidsCgroup locates the pids cgroup of the process described by groups
+// in mounts: the cgroup v1 pids hierarchy if there is one (hybrid hosts),
+// else the cgroup v2 hierarchy. When the process's cgroup path is not
+// visible under the mount (e.g. a container without a cgroup namespace), the
+// mount point itself is used.
+func findPidsCgroup(mounts []mountInfo, groups []procCgroup, isDir func(string) bool) (string, int, error) {
+	resolve := func(m mountInfo, cgPath string) string {
+		var rel string
+		switch {
+		case m.Root == "/":
+			rel = cgPath
+		case cgPath == m.Root || strings.HasPrefix(cgPath, m.Root+"/"):
+			rel = cgPath[len(m.Root):]
+		default:
+			return m.MountPoint
+		}
+		dir := filepath.Join(m.MountPoint, rel)
+		if dir != m.MountPoint && !strings.HasPrefix(dir, strings.TrimSuffix(m.MountPoint, "/")+"/") || !isDir(dir) {
+			return m.MountPoint
+		}
+		return dir
+	}
+	for _, g := range groups {
+		if !slices.Contains(g.Controllers, "pids") {
+			continue
+		}
+		for _, m := range mounts {
+			if m.FSType == "cgroup" && slices.Contains(m.SuperOpts, "pids") {
+				return resolve(m, g.Path), 1, nil
+			}
+		}
+	}
+	for _, g := range groups {
+		if len(g.Controllers) != 0 {
+			continue
+		}
+		for _, m := range mounts {
+			if m.FSType == "cgroup2" {
+				return resolve(m, g.Path), 2, nil
+			}
+		}
+	}
+	return "", 0, errors.New("pids cgroup: no cgroup v1 pids hierarchy and no cgroup v2 hierarchy is mounted")
+}

@@ -1,0 +1,230 @@
+package agent_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/agent"
+	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// TestMain lets the test binary act as the spawn helper (/proc/self/exe
+// __spawn …), as the airlock-agent binary does.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == agent.SpawnCommand {
+		os.Exit(agent.SpawnMain(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// tempPidsParent creates a throwaway cgroup to act as the agent's own pids
+// cgroup, or skips if this host has no writable pids controller.
+func tempPidsParent(t *testing.T) string {
+	t.Helper()
+	airtest.RequireRoot(t)
+	var b [6]byte
+	rand.Read(b[:])
+	name := "airlock-agent-test-" + hex.EncodeToString(b[:])
+	var dir string
+	switch {
+	case isDir("/sys/fs/cgroup/pids"):
+		dir = filepath.Join("/sys/fs/cgroup/pids", name)
+	case hasWord("/sys/fs/cgroup/cgroup.subtree_control", "pids"):
+		dir = filepath.Join("/sys/fs/cgroup", name)
+	default:
+		t.Skip("needs a writable pids cgroup controller (cgroup v1 /sys/fs/cgroup/pids or pids enabled in the cgroup v2 root's subtree_control)")
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("needs a writable pids cgroup controller: %v", err)
+	}
+	t.Cleanup(func() { removeCgroupTree(t, dir) })
+	return dir
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+func hasWord(file, word string) bool {
+	data, err := os.ReadFile(file)
+	return err == nil && slices.Contains(strings.Fields(string(data)), word)
+}
+
+// removeCgroupTree kills whatever is left in dir and its children and
+// removes them, deepest first.
+func removeCgroupTree(t *testing.T, dir string) {
+	var dirs []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	slices.Reverse(dirs)
+	for _, d := range dirs {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			data, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			for _, f := range strings.Fields(string(data)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			err := syscall.Rmdir(d)
+			if err == nil || errors.Is(err, syscall.ENOENT) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("cannot remove cgroup %s: %v", d, err)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func TestPidsCgroupInProcess(t *testing.T) {
+	parent := tempPidsParent(t)
+	const max = 8
+	cg, err := agent.SetupPidsCgroup(agent.PidsCgroupOptions{Max: max, Parent: parent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cg.Dir != filepath.Join(parent, agent.DefaultWorkloadCgroup) {
+		t.Fatalf("cgroup dir %s", cg.Dir)
+	}
+	if got, _ := os.ReadFile(filepath.Join(cg.Dir, "pids.max")); strings.TrimSpace(string(got)) != strconv.Itoa(max) {
+		t.Fatalf("pids.max = %q", got)
+	}
+	// Reusing an existing cgroup works (an agent restart).
+	if _, err := agent.SetupPidsCgroup(agent.PidsCgroupOptions{Max: max, Parent: parent}); err != nil {
+		t.Fatalf("second setup: %v", err)
+	}
+	srv, err := agent.New(agent.Options{CgroupDir: cg.Dir, Env: []string{"PATH=/usr/bin:/bin"}, DrainTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	c := pipeClient(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// The process is in the cgroup from its first instruction.
+	res, err := c.Run(ctx, agentproto.StartRequest{ID: model.NewProcessID().String(), Args: []string{"cat", "/proc/self/cgroup"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := strings.TrimPrefix(cg.Dir, "/sys/fs/cgroup")
+	rel = strings.TrimPrefix(rel, "/pids")
+	if !strings.Contains(string(res.Stdout), rel+"\n") {
+		t.Fatalf("process cgroups:\n%s\nwant %s", res.Stdout, rel)
+	}
+	// The agent (this test process) is not.
+	self, _ := os.ReadFile("/proc/self/cgroup")
+	if strings.Contains(string(self), agent.DefaultWorkloadCgroup) {
+		t.Fatal("the agent itself joined the workload cgroup")
+	}
+
+	// A fork bomb hits pids.max: fork fails inside, the agent keeps serving.
+	bomb := model.NewProcessID().String()
+	if _, err := c.Start(ctx, agentproto.StartRequest{ID: bomb, Args: []string{"/bin/sh", "-c", "i=0; while [ $i -lt 40 ]; do sleep 3 & i=$((i+1)); done; wait"}}); err != nil {
+		t.Fatal(err)
+	}
+	res2 := collectRun(t, c, bomb)
+	t.Logf("fork bomb: exit %d, stderr %q", res2.ExitCode, res2.Stderr)
+	if !strings.Contains(strings.ToLower(string(res2.Stderr)), "fork") {
+		t.Fatalf("fork bomb stderr %q, exit %d: want a fork failure", res2.Stderr, res2.ExitCode)
+	}
+	cur, _ := os.ReadFile(filepath.Join(cg.Dir, "pids.current"))
+	if n, err := strconv.Atoi(strings.TrimSpace(string(cur))); err != nil || n > max {
+		t.Fatalf("pids.current = %q", cur)
+	}
+	if _, err := c.Info(ctx); err != nil {
+		t.Fatalf("agent stopped serving during the fork bomb: %v", err)
+	}
+
+	// An exec failure inside the helper is a clean exec_failed with no record.
+	bad := filepath.Join(t.TempDir(), "badformat")
+	if err := os.WriteFile(bad, []byte("\x7fELF nonsense"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id := model.NewProcessID().String()
+	_, err = c.Start(ctx, agentproto.StartRequest{ID: id, Args: []string{bad}})
+	var ae *agentclient.Error
+	if !errors.As(err, &ae) || ae.Code != agentproto.CodeExecFailed || !strings.Contains(ae.Message, "exec format error") {
+		t.Fatalf("Start of a bad binary via the helper = %v", err)
+	}
+	if _, err := c.Status(ctx, id); !errors.Is(err, agentclient.ErrProcessNotFound) {
+		t.Fatalf("failed start left a record: %v", err)
+	}
+}
+
+func TestPidsCgroupErrors(t *testing.T) {
+	if _, err := agent.SetupPidsCgroup(agent.PidsCgroupOptions{Max: 0}); err == nil {
+		t.Fatal("Max 0 accepted")
+	}
+	if _, err := agent.SetupPidsCgroup(agent.PidsCgroupOptions{Max: 5, Parent: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "not a cgroup") {
+		t.Fatalf("non-cgroup parent: %v", err)
+	}
+	if _, err := agent.SetupPidsCgroup(agent.PidsCgroupOptions{Max: 5, Name: "../x", Parent: "/sys/fs/cgroup"}); err == nil {
+		t.Fatal("bad name accepted")
+	}
+	if _, err := agent.New(agent.Options{CgroupDir: "/sys/fs/cgroup", SpawnHelper: "/no/such/helper"}); err == nil {
+		t.Fatal("missing spawn helper accepted")
+	}
+}
+
+func pipeClient(t *testing.T, srv *agent.Server) *agentclient.Client {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c := agentclient.New(func(context.Context) (net.Conn, error) {
+		a, b := net.Pipe()
+		go srv.ServeConn(ctx, b)
+		return a, nil
+	}, nil)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func collectRun(t *testing.T, c *agentclient.Client, id string) agentclient.RunResult {
+	t.Helper()
+	s, err := c.Output(context.Background(), id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var res agentclient.RunResult
+	for {
+		ev, err := s.Next()
+		if errors.Is(err, io.EOF) {
+			return res
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch ev.Type {
+		case agentproto.EventStdout:
+			res.Stdout = append(res.Stdout, ev.Data...)
+		case agentproto.EventStderr:
+			res.Stderr = append(res.Stderr, ev.Data...)
+		case agentproto.EventExit:
+			res.ExitCode = *ev.ExitCode
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package agentclient_test
+
+const raceEnabled = false

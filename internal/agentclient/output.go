@@ -1,0 +1,191 @@
+package agentclient
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/agentproto"
+)
+
+// maxEventLine bounds one NDJSON line of an output stream.
+const maxEventLine = 16 << 20
+
+// OutputStream reads the events of one process. It is not safe for
+// concurrent use.
+type OutputStream struct {
+	id   string
+	body io.ReadCloser
+	sc   *bufio.Scanner
+	last uint64 // Seq of the last event returned (or the after it started from)
+	done bool
+	err  error
+}
+
+func newOutputStream(id string, after uint64, body io.ReadCloser) *OutputStream {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 0, 64<<10), maxEventLine)
+	return &OutputStream{id: id, body: body, sc: sc, last: after}
+}
+
+// Next returns the next event. After the exit event it returns io.EOF; it
+// also returns io.EOF if the agent ended the stream cleanly without one
+// (the stream was opened after the exit event). Any other error means the
+// stream broke: open a new one with Output(ctx, id, lastSeq) to resume.
+// A gap in Seq means the agent dropped output before it was read.
+func (s *OutputStream) Next() (agentproto.Event, error) {
+	if s.done {
+		return agentproto.Event{}, io.EOF
+	}
+	if s.err != nil {
+		return agentproto.Event{}, s.err
+	}
+	for s.sc.Scan() {
+		line := s.sc.Bytes()
+		if len(line) == 0 {
+			continue
+		}
+		ev, err := parseEvent(line)
+		if err != nil {
+			s.err = fmt.Errorf("agent output of %s: %w", s.id, err)
+			return agentproto.Event{}, s.err
+		}
+		if ev.Seq <= s.last {
+			s.err = fmt.Errorf("agent output of %s: event seq %d after seq %d", s.id, ev.Seq, s.last)
+			return agentproto.Event{}, s.err
+		}
+		s.last = ev.Seq
+		if ev.Type == agentproto.EventExit {
+			s.done = true
+			s.body.Close()
+		}
+		return ev, nil
+	}
+	if err := s.sc.Err(); err != nil {
+		s.err = fmt.Errorf("agent output of %s broke after seq %d: %w", s.id, s.last, err)
+		return agentproto.Event{}, s.err
+	}
+	s.done = true
+	return agentproto.Event{}, io.EOF
+}
+
+// Close ends the stream.
+func (s *OutputStream) Close() error {
+	return s.body.Close()
+}
+
+// parseEvent decodes one NDJSON line of an output stream. Unknown fields and
+// event types are accepted (the protocol grows); what every event needs is
+// checked.
+func parseEvent(line []byte) (agentproto.Event, error) {
+	var ev agentproto.Event
+	if err := json.Unmarshal(line, &ev); err != nil {
+		return agentproto.Event{}, fmt.Errorf("bad event line: %w", err)
+	}
+	if ev.Seq == 0 {
+		return agentproto.Event{}, errors.New("bad event: seq missing or 0")
+	}
+	switch ev.Type {
+	case "":
+		return agentproto.Event{}, fmt.Errorf("bad event %d: type missing", ev.Seq)
+	case agentproto.EventExit:
+		if ev.ExitCode == nil {
+			return agentproto.Event{}, fmt.Errorf("bad exit event %d: exit_code missing", ev.Seq)
+		}
+	}
+	return ev, nil
+}
+
+// RunResult is the outcome of Run.
+type RunResult struct {
+	Stdout   []byte
+	Stderr   []byte
+	ExitCode int    // -1 if killed by a signal
+	Signal   string // the signal that killed it, e.g. "KILL"
+}
+
+// maxResumes is how many times in a row Run reopens a broken output
+// stream without receiving an event in between.
+const maxResumes = 5
+
+// Run starts a process and collects its output until it exits, resuming the
+// output stream if the connection breaks. If the agent dropped output
+// before Run read it, Run returns what it has together with an error
+// matching ErrOutputLost.
+func (c *Client) Run(ctx context.Context, req agentproto.StartRequest) (RunResult, error) {
+	if _, err := c.Start(ctx, req); err != nil {
+		return RunResult{}, err
+	}
+	var (
+		res    RunResult
+		last   uint64
+		lost   uint64
+		broken int
+	)
+	for {
+		s, err := c.Output(ctx, req.ID, last)
+		if err != nil {
+			var ae *Error
+			if ctx.Err() != nil || errors.As(err, &ae) || broken >= maxResumes {
+				return res, fmt.Errorf("run %s: %w", req.ID, err)
+			}
+			broken++
+			if err := sleepCtx(ctx, time.Duration(broken)*50*time.Millisecond); err != nil {
+				return res, fmt.Errorf("run %s: %w", req.ID, err)
+			}
+			continue
+		}
+		for {
+			ev, err := s.Next()
+			if errors.Is(err, io.EOF) {
+				s.Close()
+				return res, fmt.Errorf("run %s: output ended without an exit event", req.ID)
+			}
+			if err != nil {
+				s.Close()
+				c.logger.Debug("agent output stream broke; resuming", "id", req.ID, "after", last, "err", err)
+				break
+			}
+			broken = 0
+			if ev.Seq != last+1 {
+				lost += ev.Seq - last - 1
+			}
+			last = ev.Seq
+			switch ev.Type {
+			case agentproto.EventStdout:
+				res.Stdout = append(res.Stdout, ev.Data...)
+			case agentproto.EventStderr:
+				res.Stderr = append(res.Stderr, ev.Data...)
+			case agentproto.EventExit:
+				s.Close()
+				res.ExitCode, res.Signal = *ev.ExitCode, ev.Signal
+				if lost > 0 {
+					return res, fmt.Errorf("run %s: %w: %d events dropped by the agent", req.ID, ErrOutputLost, lost)
+				}
+				return res, nil
+			}
+		}
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("run %s: %w", req.ID, ctx.Err())
+		}
+		broken++
+		if broken > maxResumes {
+			return res, fmt.Errorf("run %s: output stream kept breaking", req.ID)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

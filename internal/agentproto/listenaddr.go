@@ -1,0 +1,74 @@
+package agentproto
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// Transport schemes of a ListenAddr.
+const (
+	// SchemeUnix: the agent listens on a Unix socket and serves every
+	// accepted connection as its own HTTP/2 connection.
+	SchemeUnix = "unix"
+	// SchemeSerial: the agent opens a character device (a virtio-serial
+	// port such as /dev/vport0p1) and serves it as one long-lived HTTP/2
+	// connection, serving it again after EOF.
+	SchemeSerial = "serial"
+)
+
+// maxUnixPath is the longest path a Unix socket address can hold on Linux
+// (sun_path is 108 bytes including the terminating NUL).
+const maxUnixPath = 107
+
+// ListenAddr is where a guest agent accepts the host's byte stream, written
+// "SCHEME:PATH" (e.g. "unix:/run/airlock/agent.sock",
+// "serial:/dev/vport0p1"). Path is absolute and clean.
+type ListenAddr struct {
+	Scheme string
+	Path   string
+}
+
+// String returns the address in the form ParseListenAddr accepts.
+func (a ListenAddr) String() string { return a.Scheme + ":" + a.Path }
+
+// ParseListenAddr parses "SCHEME:PATH". Known schemes are SchemeUnix and
+// SchemeSerial; whether an agent build implements a scheme is the agent's
+// business. PATH must be absolute, clean and free of NUL bytes; a Unix
+// socket path must fit in sun_path.
+func ParseListenAddr(s string) (ListenAddr, error) {
+	scheme, path, ok := strings.Cut(s, ":")
+	if !ok {
+		return ListenAddr{}, fmt.Errorf("listen address %q: want SCHEME:PATH (e.g. unix:/run/airlock/agent.sock)", truncate(s))
+	}
+	switch scheme {
+	case SchemeUnix, SchemeSerial:
+	default:
+		return ListenAddr{}, fmt.Errorf("listen address %q: unknown scheme %q (want %q or %q)", truncate(s), truncate(scheme), SchemeUnix, SchemeSerial)
+	}
+	if path == "" || !filepath.IsAbs(path) {
+		return ListenAddr{}, fmt.Errorf("listen address %q: path must be absolute", truncate(s))
+	}
+	if strings.IndexByte(path, 0) >= 0 {
+		return ListenAddr{}, fmt.Errorf("listen address %q: path contains a NUL byte", truncate(s))
+	}
+	if filepath.Clean(path) != path {
+		return ListenAddr{}, fmt.Errorf("listen address %q: path is not clean (want %q)", truncate(s), filepath.Clean(path))
+	}
+	if path == "/" {
+		return ListenAddr{}, fmt.Errorf("listen address %q: path must name a file", truncate(s))
+	}
+	if scheme == SchemeUnix && len(path) > maxUnixPath {
+		return ListenAddr{}, fmt.Errorf("listen address %q: a Unix socket path can be at most %d bytes, this one has %d", truncate(s), maxUnixPath, len(path))
+	}
+	return ListenAddr{Scheme: scheme, Path: path}, nil
+}
+
+// truncate keeps error messages short when a caller passes a huge value.
+func truncate(s string) string {
+	const max = 120
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
+}
