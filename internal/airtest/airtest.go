@@ -146,4 +146,3 @@ func BusyboxRootfs(t testing.TB) string {
 	}
 	return root
 }
-

@@ -14,4 +14,7 @@ type Options struct {
 	DatabaseURL string       // --database-url postgres://…; "" uses SQLite in DataDir
 	AgentBinary string       // --agent-binary; "" looks next to the airlock binary, then in PATH
 	Logger      *slog.Logger // nil: text logs on stderr
+	// FaultPoint makes the process SIGKILL itself when it reaches the named
+	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
+	FaultPoint string
 }

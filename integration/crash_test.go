@@ -1,0 +1,217 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// The fault points of the worker (see internal/worker): the server SIGKILLs
+// itself when it reaches one.
+var (
+	createPoints = []string{"create.before-runtime-create", "create.after-runtime-create", "create.after-start"}
+	deletePoints = []string{"delete.before-runtime-delete", "delete.after-runtime-delete"}
+)
+
+// TestCrashDuringCreate kills the server at each step of a create, restarts
+// it, and checks the create converges: the operation succeeds, the sandbox
+// runs commands, and after delete nothing is left on the host.
+func TestCrashDuringCreate(t *testing.T) {
+	airtest.RequireRoot(t)
+	bins := build(t)
+	for _, rt := range []string{"runc", "runsc"} {
+		for _, point := range createPoints {
+			t.Run(rt+"/"+point, func(t *testing.T) {
+				airtest.RequireBinary(t, rt)
+				s := newServer(t, bins, serverConfig{runtime: rt, crashAt: point})
+				s.start()
+				ctx := ctxFor(t, 2*time.Minute)
+				res, err := s.client().CreateSandbox(ctx, apiv1.CreateSandboxRequest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.waitExit(60 * time.Second) // the armed point kills it
+				if !strings.Contains(s.log.String(), "fault injection: killing the server") {
+					t.Fatalf("the server did not die at %s:\n%s", point, s.log.String())
+				}
+
+				s.cfg.crashAt = ""
+				s.start()
+				c := s.client()
+				op, err := c.WaitOperation(ctx, model.OperationID(res.Operation.ID))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if op.State != string(model.OpSucceeded) {
+					t.Fatalf("create after crash at %s: %s %+v", point, op.State, op.Error)
+				}
+				id := model.SandboxID(res.Sandbox.ID)
+				if out := execIn(ctx, t, c, id, "echo", "alive"); out.stdout != "alive\n" {
+					t.Fatalf("sandbox after recovery: %+v", out)
+				}
+				assertOneSandbox(ctx, t, c)
+				deleteAndCheck(ctx, t, s, id)
+			})
+		}
+	}
+}
+
+// TestCrashDuringDelete kills the server at each step of a delete, restarts
+// it, and checks the delete converges with nothing left on the host.
+func TestCrashDuringDelete(t *testing.T) {
+	airtest.RequireRoot(t)
+	bins := build(t)
+	for _, rt := range []string{"runc", "runsc"} {
+		for _, point := range deletePoints {
+			t.Run(rt+"/"+point, func(t *testing.T) {
+				airtest.RequireBinary(t, rt)
+				s := newServer(t, bins, serverConfig{runtime: rt})
+				s.start()
+				ctx := ctxFor(t, 2*time.Minute)
+				sb := createSandbox(ctx, t, s.client(), apiv1.CreateSandboxRequest{})
+				id := model.SandboxID(sb.ID)
+				s.stop()
+
+				s.cfg.crashAt = point
+				s.start()
+				res, err := s.client().DeleteSandbox(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.waitExit(60 * time.Second)
+
+				s.cfg.crashAt = ""
+				s.start()
+				op, err := s.client().WaitOperation(ctx, model.OperationID(res.Operation.ID))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if op.State != string(model.OpSucceeded) {
+					t.Fatalf("delete after crash at %s: %s %+v", point, op.State, op.Error)
+				}
+				got := s.waitState(ctx, id, model.StateDeleted)
+				if got.State != string(model.StateDeleted) {
+					t.Fatalf("sandbox is %s", got.State)
+				}
+				assertNoLeftovers(t, s.dataDir, []model.SandboxID{id})
+			})
+		}
+	}
+}
+
+// TestKillAtRandomMoments SIGKILLs the server at random moments while
+// sandboxes are being created and deleted, and checks everything converges.
+func TestKillAtRandomMoments(t *testing.T) {
+	airtest.RequireRoot(t)
+	airtest.RequireBinary(t, "runc")
+	s := newServer(t, build(t), serverConfig{runtime: "runc"})
+	s.start()
+	ctx := ctxFor(t, 3*time.Minute)
+	var ops []model.OperationID
+	for round := 0; round < 4; round++ {
+		c := s.client()
+		for i := 0; i < 3; i++ {
+			res, err := c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ops = append(ops, model.OperationID(res.Operation.ID))
+		}
+		time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond)
+		s.kill()
+		s.start()
+		// Delete half of what exists, then kill again soon after.
+		c = s.client()
+		list, err := c.ListAllSandboxes(ctx, client.ListSandboxesQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, sb := range list.Sandboxes {
+			if i%2 == 1 {
+				continue
+			}
+			res, err := c.DeleteSandbox(ctx, model.SandboxID(sb.ID))
+			if err != nil {
+				if client.IsCode(err, apiv1.CodeInvalidTransition) {
+					continue
+				}
+				t.Fatal(err)
+			}
+			ops = append(ops, model.OperationID(res.Operation.ID))
+		}
+		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
+		s.kill()
+		s.start()
+	}
+	// Every operation ends, and every sandbox is either running and usable
+	// or deleted.
+	c := s.client()
+	for _, id := range ops {
+		op, err := c.WaitOperation(ctx, id)
+		var failed *client.OperationFailedError
+		switch {
+		case errors.As(err, &failed):
+			// A create that a delete overtook is cancelled; nothing else may fail.
+			if e := failed.Operation.Error; e == nil || e.Code != "cancelled" {
+				t.Errorf("operation %s failed: %+v", id, e)
+			}
+		case err != nil:
+			t.Fatal(err)
+		case op.State != string(model.OpSucceeded):
+			t.Errorf("operation %s ended %s", id, op.State)
+		}
+	}
+	list, err := c.ListAllSandboxes(ctx, client.ListSandboxesQuery{States: model.AllSandboxStates()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range list.Sandboxes {
+		switch sb.State {
+		case string(model.StateRunning):
+			if out := execIn(ctx, t, c, model.SandboxID(sb.ID), "true"); out.exitCode != 0 {
+				t.Errorf("sandbox %s: %+v", sb.ID, out)
+			}
+		case string(model.StateDeleted):
+		default:
+			t.Errorf("sandbox %s did not converge: %s (%s)", sb.ID, sb.State, sb.StateReason)
+		}
+	}
+}
+
+func assertOneSandbox(ctx context.Context, t *testing.T, c *client.Client) {
+	t.Helper()
+	list, err := c.ListAllSandboxes(ctx, client.ListSandboxesQuery{States: model.AllSandboxStates()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Sandboxes) != 1 {
+		t.Fatalf("want exactly one sandbox, have %d: %+v", len(list.Sandboxes), list.Sandboxes)
+	}
+}
+
+// deleteAndCheck deletes a sandbox, waits for it, and checks the host holds
+// nothing of it.
+func deleteAndCheck(ctx context.Context, t *testing.T, s *server, id model.SandboxID) {
+	t.Helper()
+	c := s.client()
+	res, err := c.DeleteSandbox(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := c.WaitOperation(ctx, model.OperationID(res.Operation.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op.State != string(model.OpSucceeded) {
+		t.Fatalf("delete: %s %+v", op.State, op.Error)
+	}
+	assertNoLeftovers(t, s.dataDir, []model.SandboxID{id})
+}

@@ -1,0 +1,407 @@
+// Package controller holds Airlock's level-triggered reconcilers. The
+// operation loop claims pending lifecycle operations from the store (leased,
+// so a crashed server's work is taken over), drives the worker, and records
+// the outcome. The resync loop compares what the store wants with what the
+// runtime has and repairs the difference: it adopts sandboxes that outlived a
+// server restart, marks sandboxes that died as failed, and removes orphans.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/worker"
+)
+
+// Config configures a Controller.
+type Config struct {
+	Store  store.Store
+	Worker *worker.Worker
+	NodeID model.NodeID
+	// Lease is how long a claimed operation stays ours without renewal; a
+	// crashed server's operations are taken over after it. Default 30 s.
+	Lease time.Duration
+	// Parallel is how many operations run at once. Default 4.
+	Parallel int
+	// MaxAttempts bounds retries of an operation that keeps failing with a
+	// transient error. Default 5.
+	MaxAttempts int
+	// Resync is the period of the resync loop. Default 10 s.
+	Resync time.Duration
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Controller reconciles desired state (store) with observed state (runtime).
+type Controller struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns a Controller.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Store == nil || cfg.Worker == nil {
+		return nil, errors.New("controller: store and worker are required")
+	}
+	if cfg.NodeID == "" {
+		return nil, errors.New("controller: node ID is required")
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = 30 * time.Second
+	}
+	if cfg.Parallel == 0 {
+		cfg.Parallel = 4
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = 5
+	}
+	if cfg.Resync == 0 {
+		cfg.Resync = 10 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Controller{cfg: cfg, log: cfg.Logger}, nil
+}
+
+// Run reconciles until ctx ends. It first takes back operations that a
+// previous incarnation of this node left leased, and adopts or cleans up
+// what the runtime has, then runs the operation workers and the resync loop.
+func (c *Controller) Run(ctx context.Context) error {
+	n, err := c.cfg.Store.ReleaseLeases(ctx, c.cfg.NodeID, c.cfg.Now())
+	if err != nil {
+		return fmt.Errorf("release stale leases: %w", err)
+	}
+	if n > 0 {
+		c.log.InfoContext(ctx, "resuming operations of a previous run", "operations", n)
+	}
+	if err := c.Resync(ctx); err != nil && ctx.Err() == nil {
+		c.log.ErrorContext(ctx, "initial resync", "err", err)
+	}
+
+	var wg sync.WaitGroup
+	for i := 0; i < c.cfg.Parallel; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.operationLoop(ctx)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(c.cfg.Resync)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := c.Resync(ctx); err != nil && ctx.Err() == nil {
+					c.log.ErrorContext(ctx, "resync", "err", err)
+				}
+			}
+		}
+	}()
+	wg.Wait()
+	return nil
+}
+
+// operationLoop claims and runs operations until ctx ends. It sleeps until the
+// store reports a change, or a short poll interval passes (to pick up expired
+// leases and retries whose delay has passed).
+func (c *Controller) operationLoop(ctx context.Context) {
+	changes := c.cfg.Store.Watch(ctx)
+	poll := time.NewTicker(time.Second)
+	defer poll.Stop()
+	for ctx.Err() == nil {
+		op, err := c.cfg.Store.ClaimOperation(ctx, c.claim())
+		switch {
+		case errors.Is(err, store.ErrNoWork):
+			select {
+			case <-ctx.Done():
+			case <-changes:
+			case <-poll.C:
+			}
+			continue
+		case err != nil:
+			if ctx.Err() == nil {
+				c.log.ErrorContext(ctx, "claim operation", "err", err)
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		c.runOperation(ctx, op)
+	}
+}
+
+func (c *Controller) claim() store.Claim {
+	return store.Claim{Owner: c.cfg.NodeID, Lease: c.cfg.Lease, Now: c.cfg.Now()}
+}
+
+// runOperation executes one claimed operation while renewing its lease.
+func (c *Controller) runOperation(ctx context.Context, op model.Operation) {
+	log := c.log.With("operation", op.ID, "kind", op.Kind, "sandbox", op.SandboxID, "attempt", op.Attempts)
+	opCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.renewLease(opCtx, op.ID, cancel, log)
+	}()
+	defer wg.Wait()
+	defer cancel()
+
+	start := time.Now()
+	var err error
+	switch op.Kind {
+	case model.OpCreate:
+		err = c.create(opCtx, op, log)
+	case model.OpDelete:
+		err = c.delete(opCtx, op, log)
+	default:
+		err = c.finish(ctx, op, model.OpFailed, &model.OperationError{Code: "not_supported", Message: fmt.Sprintf("operation kind %q is not supported by this server", op.Kind)}, "", "", "")
+	}
+	switch {
+	case err == nil:
+		log.InfoContext(ctx, "operation done", "took", time.Since(start).Round(time.Millisecond))
+	case errors.Is(err, store.ErrLeaseLost) || ctx.Err() != nil:
+		log.WarnContext(ctx, "operation interrupted; it will be resumed", "err", err)
+	default:
+		c.retryOrFail(ctx, op, err, log)
+	}
+}
+
+// renewLease keeps the lease while the operation runs; if the lease is lost,
+// it cancels the operation so two nodes never act on it at once.
+func (c *Controller) renewLease(ctx context.Context, id model.OperationID, cancel context.CancelFunc, log *slog.Logger) {
+	t := time.NewTicker(c.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := c.cfg.Store.RenewLease(ctx, id, c.claim()); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				log.WarnContext(ctx, "lost operation lease", "err", err)
+				cancel()
+				return
+			}
+		}
+	}
+}
+
+// retryOrFail handles an operation step that returned an error: permanent
+// errors and exhausted attempts fail the operation (and, for create, the
+// sandbox); transient ones are retried after a backoff by shortening the lease.
+func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, err error, log *slog.Logger) {
+	if !errors.Is(err, worker.ErrPermanent) && op.Attempts < c.cfg.MaxAttempts {
+		backoff := time.Duration(1<<min(op.Attempts, 5)) * 500 * time.Millisecond
+		log.WarnContext(ctx, "operation failed; retrying", "err", err, "in", backoff)
+		claim := c.claim()
+		claim.Lease = backoff
+		if rerr := c.cfg.Store.RenewLease(ctx, op.ID, claim); rerr != nil {
+			log.WarnContext(ctx, "schedule retry", "err", rerr)
+		}
+		return
+	}
+	log.ErrorContext(ctx, "operation failed", "err", err)
+	opErr := &model.OperationError{Code: "runtime_error", Message: err.Error()}
+	var from, to model.SandboxState
+	switch op.Kind {
+	case model.OpCreate:
+		// Release what the failed create left behind; the record stays as failed.
+		if derr := c.cfg.Worker.Destroy(ctx, op.SandboxID); derr != nil {
+			log.ErrorContext(ctx, "clean up failed create", "err", derr)
+		}
+		from, to = model.StateCreating, model.StateFailed
+	case model.OpDelete:
+		// The sandbox stays "deleting"; a later delete request or resync retries.
+	}
+	if ferr := c.finish(ctx, op, model.OpFailed, opErr, from, to, err.Error()); ferr != nil {
+		if errors.Is(ferr, store.ErrStateChanged) {
+			ferr = c.finish(ctx, op, model.OpFailed, opErr, "", "", "")
+		}
+		if ferr != nil {
+			log.ErrorContext(ctx, "record failed operation", "err", ferr)
+		}
+	}
+}
+
+func (c *Controller) finish(ctx context.Context, op model.Operation, state model.OperationState, opErr *model.OperationError, from, to model.SandboxState, reason string) error {
+	return c.cfg.Store.FinishOperation(ctx, store.Finish{
+		OperationID:   op.ID,
+		Owner:         c.cfg.NodeID,
+		State:         state,
+		Error:         opErr,
+		SandboxFrom:   from,
+		SandboxTo:     to,
+		SandboxReason: reason,
+		Now:           c.cfg.Now(),
+	})
+}
+
+// create drives a create operation: pending → creating → running.
+func (c *Controller) create(ctx context.Context, op model.Operation, log *slog.Logger) error {
+	sb, err := c.cfg.Store.GetSandboxByID(ctx, op.SandboxID)
+	if err != nil {
+		return fmt.Errorf("load sandbox: %w", err)
+	}
+	switch sb.State {
+	case model.StatePending:
+		if err := c.cfg.Store.PlaceSandbox(ctx, sb.ID, c.cfg.NodeID, c.cfg.Worker.RuntimeInfo().Name, c.cfg.Now()); err != nil {
+			return fmt.Errorf("place sandbox: %w", err)
+		}
+		if err := c.cfg.Store.TransitionSandbox(ctx, sb.ID, model.StatePending, model.StateCreating, "", c.cfg.Now()); err != nil {
+			if errors.Is(err, store.ErrStateChanged) {
+				return c.create(ctx, op, log) // raced with a delete; look again
+			}
+			return fmt.Errorf("mark sandbox creating: %w", err)
+		}
+	case model.StateCreating:
+		// Resuming a create that a crash interrupted.
+		if err := c.checkRuntime(sb); err != nil {
+			return err
+		}
+	default:
+		// Deleted (or otherwise moved on) while the operation waited.
+		return c.finish(ctx, op, model.OpFailed, cancelled(sb.State), "", "", "")
+	}
+	if err := c.cfg.Worker.Ensure(ctx, sb); err != nil {
+		return err
+	}
+	err = c.finish(ctx, op, model.OpSucceeded, nil, model.StateCreating, model.StateRunning, "")
+	if errors.Is(err, store.ErrStateChanged) {
+		// A delete arrived while we created; the delete operation cleans up.
+		cur, gerr := c.cfg.Store.GetSandboxByID(ctx, sb.ID)
+		if gerr != nil {
+			return gerr
+		}
+		return c.finish(ctx, op, model.OpFailed, cancelled(cur.State), "", "", "")
+	}
+	return err
+}
+
+func cancelled(state model.SandboxState) *model.OperationError {
+	return &model.OperationError{Code: "cancelled", Message: fmt.Sprintf("sandbox became %s before it was created", state)}
+}
+
+// delete drives a delete operation: deleting → deleted.
+func (c *Controller) delete(ctx context.Context, op model.Operation, log *slog.Logger) error {
+	sb, err := c.cfg.Store.GetSandboxByID(ctx, op.SandboxID)
+	if err != nil {
+		return fmt.Errorf("load sandbox: %w", err)
+	}
+	if sb.State != model.StateDeleting {
+		return c.finish(ctx, op, model.OpFailed, &model.OperationError{Code: "cancelled", Message: fmt.Sprintf("sandbox is %s, not deleting", sb.State)}, "", "", "")
+	}
+	if err := c.checkRuntime(sb); err != nil {
+		return err
+	}
+	if err := c.cfg.Worker.Destroy(ctx, sb.ID); err != nil {
+		return err
+	}
+	return c.finish(ctx, op, model.OpSucceeded, nil, model.StateDeleting, model.StateDeleted, "")
+}
+
+// checkRuntime refuses to act on a sandbox that another runtime hosts (the
+// server was restarted with a different --runtime): acting on it here would
+// leak the real sandbox. An unplaced sandbox has nothing to check.
+func (c *Controller) checkRuntime(sb model.Sandbox) error {
+	name := c.cfg.Worker.RuntimeInfo().Name
+	if sb.Runtime == "" || sb.Runtime == name {
+		return nil
+	}
+	return fmt.Errorf("%w: sandbox %s runs on runtime %s but this server drives %s; restart the server with --runtime %s to manage it", worker.ErrPermanent, sb.ID, sb.Runtime, name, sb.Runtime)
+}
+
+// Resync compares the sandboxes this node should have with what its runtime
+// has: running sandboxes that died are marked failed (with the reason), and
+// runtime sandboxes that no live record wants are destroyed. A sandbox that
+// survived a server restart is simply found running and kept: adopted, not
+// recreated.
+func (c *Controller) Resync(ctx context.Context) error {
+	// Observe the runtime before reading the records: a create places its
+	// record before it touches the runtime, so anything listed here is
+	// already wanted by a record read afterwards, and never mistaken for an
+	// orphan while it is being created.
+	have, err := c.cfg.Worker.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list runtime sandboxes: %w", err)
+	}
+	want, err := c.cfg.Store.ListSandboxesOnNode(ctx, c.cfg.NodeID)
+	if err != nil {
+		return fmt.Errorf("list sandboxes on node: %w", err)
+	}
+	live := make(map[model.SandboxID]model.Sandbox, len(want))
+	for _, sb := range want {
+		live[sb.ID] = sb
+	}
+	for _, id := range have {
+		if _, ok := live[id]; ok {
+			continue
+		}
+		// No live record wants it: a sandbox deleted while we were down, or
+		// the leftover of a create whose record never committed.
+		c.log.InfoContext(ctx, "removing orphaned sandbox", "sandbox", id)
+		if err := c.cfg.Worker.Destroy(ctx, id); err != nil {
+			c.log.ErrorContext(ctx, "remove orphan", "sandbox", id, "err", err)
+		}
+	}
+	rtName := c.cfg.Worker.RuntimeInfo().Name
+	for _, sb := range want {
+		if sb.Runtime != rtName {
+			// Hosted by another runtime than this server drives (it was
+			// restarted with a different --runtime): leave it alone.
+			c.log.WarnContext(ctx, "sandbox runs on a runtime this server does not drive; leaving it alone", "sandbox", sb.ID, "runtime", sb.Runtime, "server_runtime", rtName)
+			continue
+		}
+		if sb.State != model.StateRunning {
+			continue // pending/creating/deleting are driven by their operations
+		}
+		st, err := c.cfg.Worker.Observe(ctx, sb.ID)
+		reason := ""
+		switch {
+		case errors.Is(err, runtime.ErrNotFound):
+			reason = "sandbox disappeared from the runtime"
+		case err != nil:
+			c.log.WarnContext(ctx, "observe sandbox", "sandbox", sb.ID, "err", err)
+			continue
+		case st.Phase == runtime.PhaseRunning:
+			continue
+		case st.OOMKilled:
+			reason = "sandbox was killed for exceeding its memory limit"
+		default:
+			reason = fmt.Sprintf("sandbox stopped unexpectedly (runtime phase %s)", st.Phase)
+		}
+		c.log.WarnContext(ctx, "sandbox failed", "sandbox", sb.ID, "reason", reason)
+		err = c.cfg.Store.TransitionSandbox(ctx, sb.ID, model.StateRunning, model.StateFailed, reason, c.cfg.Now())
+		if err != nil && !errors.Is(err, store.ErrStateChanged) {
+			c.log.ErrorContext(ctx, "mark sandbox failed", "sandbox", sb.ID, "err", err)
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

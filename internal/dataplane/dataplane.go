@@ -1,0 +1,310 @@
+// Package dataplane carries command output between guest processes and
+// clients. A client attaches to a command session's process with the
+// session's attachment token and receives stdout, stderr and the exit as
+// Server-Sent Events whose ids are the guest agent's sequence numbers, so a
+// client that reconnects with Last-Event-ID resumes where it left off (within
+// the agent's per-process buffer). Output flows agent → data plane → client
+// and never touches the store.
+package dataplane
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// AttachPath is the route of the attach endpoint; {process_id} is a model.ProcessID.
+const AttachPath = "/data/v1/processes/{process_id}/attach"
+
+// Agents gives the data plane a guest-agent client for a sandbox hosted on
+// this node (the worker implements it).
+type Agents interface {
+	Agent(id model.SandboxID) *agentclient.Client
+}
+
+// Config configures the data plane.
+type Config struct {
+	Store     store.Store
+	Agents    Agents
+	Logger    *slog.Logger
+	Now       func() time.Time
+	KeepAlive time.Duration // interval of SSE comment lines on idle streams; default 15 s
+}
+
+// DataPlane serves attach streams.
+type DataPlane struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns a DataPlane.
+func New(cfg Config) (*DataPlane, error) {
+	if cfg.Store == nil || cfg.Agents == nil {
+		return nil, errors.New("dataplane: store and agents are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.KeepAlive == 0 {
+		cfg.KeepAlive = 15 * time.Second
+	}
+	return &DataPlane{cfg: cfg, log: cfg.Logger}, nil
+}
+
+// Register adds the data-plane routes to mux.
+func (d *DataPlane) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET "+AttachPath, d.attach)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(apiv1.Error{Code: code, Message: msg})
+}
+
+// bearer returns the attachment token from the Authorization header or the
+// token query parameter (browsers' EventSource cannot set headers).
+func bearer(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, tok, ok := strings.Cut(h, " ")
+		if ok && strings.EqualFold(scheme, "Bearer") {
+			return strings.TrimSpace(tok)
+		}
+		return ""
+	}
+	return r.URL.Query().Get("token")
+}
+
+func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	pid, err := model.ParseProcessID(r.PathValue("process_id"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, err.Error())
+		return
+	}
+	tok := bearer(r)
+	if tok == "" {
+		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "missing attachment token: send Authorization: Bearer <attachment_token>")
+		return
+	}
+	if auth.KindOf(tok) == auth.KindAPIKey {
+		writeError(w, http.StatusUnauthorized, apiv1.CodeWrongTokenKind, "an API key cannot attach to a process; use the command session's attachment token")
+		return
+	}
+	secret, err := auth.ParseAttachmentToken(tok)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "malformed attachment token")
+		return
+	}
+	cs, err := d.cfg.Store.GetCommandSessionByProcess(ctx, pid)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			// Same answer as a wrong token: do not reveal which processes exist.
+			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "invalid attachment token for this process")
+			return
+		}
+		d.log.ErrorContext(ctx, "load command session", "process", pid, "err", err)
+		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not load the command session")
+		return
+	}
+	sum := sha256.Sum256(secret)
+	if subtle.ConstantTimeCompare(sum[:], cs.TokenHash) != 1 {
+		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "invalid attachment token for this process")
+		return
+	}
+	if !d.cfg.Now().Before(cs.ExpiresAt) {
+		writeError(w, http.StatusUnauthorized, apiv1.CodeTokenExpired, "attachment token expired; create a new command session")
+		return
+	}
+	sb, err := d.cfg.Store.GetSandboxByID(ctx, cs.SandboxID)
+	if err != nil {
+		d.log.ErrorContext(ctx, "load sandbox", "sandbox", cs.SandboxID, "err", err)
+		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not load the sandbox")
+		return
+	}
+	if sb.State != model.StateRunning {
+		writeError(w, http.StatusConflict, apiv1.CodeSandboxNotRunning, fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State))
+		return
+	}
+	var after uint64
+	if h := r.Header.Get("Last-Event-ID"); h != "" {
+		after, err = strconv.ParseUint(h, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, "Last-Event-ID must be a non-negative integer")
+			return
+		}
+	}
+
+	agent := d.cfg.Agents.Agent(sb.ID)
+	if _, err := d.cfg.Store.MarkCommandSessionAttached(ctx, cs.ID, d.cfg.Now()); err != nil {
+		d.log.ErrorContext(ctx, "mark session attached", "session", cs.ID, "err", err)
+		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not record the attachment")
+		return
+	}
+	// Starting is idempotent by process ID: the first attach starts the
+	// process, later ones (reconnects) find it running or exited.
+	startErr := d.start(ctx, agent, cs)
+
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "streaming unsupported")
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	sse := &sseWriter{w: w, f: flusher}
+	if startErr != nil {
+		var aerr *agentclient.Error
+		code, msg := apiv1.CodeInternal, startErr.Error()
+		if errors.As(startErr, &aerr) {
+			code, msg = aerr.Code, aerr.Message
+		}
+		d.log.InfoContext(ctx, "process did not start", "process", pid, "err", startErr)
+		_ = sse.event("", apiv1.EventError, apiv1.Error{Code: code, Message: msg})
+		return
+	}
+	if err := d.stream(ctx, sse, agent, pid, after); err != nil && ctx.Err() == nil {
+		d.log.WarnContext(ctx, "attach stream ended with an error", "process", pid, "err", err)
+		_ = sse.event("", apiv1.EventError, apiv1.Error{Code: apiv1.CodeUnavailable, Message: "lost the connection to the sandbox: " + err.Error()})
+	}
+}
+
+func (d *DataPlane) start(ctx context.Context, agent *agentclient.Client, cs model.CommandSession) error {
+	cwd := string(cs.Spec.Cwd)
+	if cwd == "" {
+		cwd = "/"
+	}
+	_, err := agent.Start(ctx, agentproto.StartRequest{
+		ID:   cs.ProcessID.String(),
+		Args: cs.Spec.Args,
+		Env:  cs.Spec.Env.List(),
+		Cwd:  cwd,
+	})
+	if errors.Is(err, agentclient.ErrProcessExists) {
+		return nil
+	}
+	return err
+}
+
+// stream relays the process's events from the agent to the client until the
+// exit event, resuming from the last relayed sequence number if the agent
+// connection breaks.
+func (d *DataPlane) stream(ctx context.Context, sse *sseWriter, agent *agentclient.Client, pid model.ProcessID, after uint64) error {
+	const maxResumes = 3
+	resumes := 0
+	for {
+		out, err := agent.Output(ctx, pid.String(), after)
+		if err != nil {
+			if resumes >= maxResumes || ctx.Err() != nil {
+				return err
+			}
+			resumes++
+			sleep(ctx, time.Duration(resumes)*200*time.Millisecond)
+			continue
+		}
+		done, err := d.relay(ctx, sse, out, &after)
+		_ = out.Close()
+		if done || ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && resumes >= maxResumes {
+			return err
+		}
+		resumes++
+	}
+}
+
+// relay copies events from one agent output stream; it reports done once the
+// exit event was sent.
+func (d *DataPlane) relay(ctx context.Context, sse *sseWriter, out *agentclient.OutputStream, after *uint64) (done bool, err error) {
+	type next struct {
+		ev  agentproto.Event
+		err error
+	}
+	events := make(chan next)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			ev, err := out.Next()
+			select {
+			case events <- next{ev, err}:
+			case <-stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	keepAlive := time.NewTicker(d.cfg.KeepAlive)
+	defer keepAlive.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = out.Close() // unblocks the reader goroutine
+			return false, ctx.Err()
+		case <-keepAlive.C:
+			if err := sse.comment("keep-alive"); err != nil {
+				_ = out.Close()
+				return false, err
+			}
+		case n := <-events:
+			if n.err != nil {
+				return false, n.err
+			}
+			id := strconv.FormatUint(n.ev.Seq, 10)
+			switch n.ev.Type {
+			case agentproto.EventStdout, agentproto.EventStderr:
+				err = sse.event(id, n.ev.Type, apiv1.OutputEventData{Data: n.ev.Data})
+			case agentproto.EventExit:
+				code := -1
+				if n.ev.ExitCode != nil {
+					code = *n.ev.ExitCode
+				}
+				err = sse.event(id, apiv1.EventExit, apiv1.ExitEventData{ExitCode: code, Signal: n.ev.Signal})
+				if err == nil {
+					return true, nil
+				}
+			default:
+				continue // a newer agent's event type this server does not know
+			}
+			if err != nil {
+				_ = out.Close()
+				return false, err
+			}
+			*after = n.ev.Seq
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,67 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/runtime/oci"
+)
+
+// autoCandidates are the runtimes the server may pick on its own, strongest
+// isolation first. Shared-kernel runtimes (runc, crun) are never picked
+// automatically: the operator must ask for them.
+func autoCandidates() []string { return []string{"runsc"} }
+
+// selectRuntime returns the runtime the operator asked for, or the strongest
+// one that works on this host, after proving it works by running a probe.
+func selectRuntime(ctx context.Context, name string, dd *dataDir, agentBin string, log *slog.Logger) (runtime.Runtime, error) {
+	cfgFor := func(flavor string) oci.Config {
+		return oci.Config{
+			Flavor: flavor,
+			// Each runtime has its own state and sandbox directories, so
+			// one never mistakes another's sandboxes for orphans.
+			RootDir:   dd.join(runtimeDir, flavor, "state"),
+			StateRoot: dd.join(runtimeDir, flavor, "sandboxes"),
+			Logger:    log.With("component", "runtime", "runtime", flavor),
+		}
+	}
+	if name != "" {
+		switch name {
+		case "runc", "crun", "runsc":
+		default:
+			return nil, fmt.Errorf("--runtime %q: must be runc, crun or runsc", name)
+		}
+		cfg := cfgFor(name)
+		info, err := oci.Probe(ctx, cfg, agentBin)
+		if err != nil {
+			return nil, fmt.Errorf("runtime %s does not work on this host: %w", name, err)
+		}
+		rt, err := oci.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("using the requested runtime", "runtime", info.Name, "version", info.Version, "isolation", info.Isolation)
+		return rt, nil
+	}
+	var errs []error
+	for _, flavor := range autoCandidates() {
+		cfg := cfgFor(flavor)
+		info, err := oci.Probe(ctx, cfg, agentBin)
+		if err != nil {
+			log.Info("runtime unavailable", "runtime", flavor, "err", err)
+			errs = append(errs, fmt.Errorf("%s: %w", flavor, err))
+			continue
+		}
+		rt, err := oci.New(cfg)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", flavor, err))
+			continue
+		}
+		log.Info("picked the strongest runtime that works on this host", "runtime", info.Name, "version", info.Version, "isolation", info.Isolation)
+		return rt, nil
+	}
+	return nil, fmt.Errorf("no runtime with isolation stronger than shared-kernel works on this host (%w); install gVisor runsc, or pass --runtime crun or --runtime runc to accept shared-kernel isolation", errors.Join(errs...))
+}

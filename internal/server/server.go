@@ -1,0 +1,303 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/api"
+	"github.com/airlockdev/airlock/internal/controller"
+	"github.com/airlockdev/airlock/internal/dataplane"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/store/postgres"
+	"github.com/airlockdev/airlock/internal/store/sqlite"
+	"github.com/airlockdev/airlock/internal/template"
+	"github.com/airlockdev/airlock/internal/worker"
+)
+
+// shutdownGrace is how long attached streams may run on after a shutdown
+// signal before their connections are closed.
+const shutdownGrace = 10 * time.Second
+
+// Run starts `airlock server` and blocks until ctx ends or a component fails.
+// Sandboxes keep running after Run returns; the next Run adopts them.
+func Run(ctx context.Context, opts Options) error {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	fault := faultInjector(opts.FaultPoint, log)
+
+	dd, err := openDataDir(opts.DataDir)
+	if err != nil {
+		return err
+	}
+	defer dd.close()
+	nodeID, err := dd.nodeID()
+	if err != nil {
+		return err
+	}
+	log = log.With("node", nodeID)
+
+	st, err := openStore(ctx, dd, opts.DatabaseURL, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	templates, err := template.Open(dd.join(templatesDir), log.With("component", "templates"))
+	if err != nil {
+		return fmt.Errorf("open template store: %w", err)
+	}
+	if err := ensureDefaultTemplate(ctx, st, templates, log); err != nil {
+		return err
+	}
+
+	agentBin, err := findAgentBinary(opts.AgentBinary)
+	if err != nil {
+		return err
+	}
+	rt, err := selectRuntime(ctx, opts.Runtime, dd, agentBin, log)
+	if err != nil {
+		return err
+	}
+
+	wk, err := worker.New(worker.Config{
+		Runtime: rt,
+		TemplateDir: func(d model.TemplateDigest) (string, error) {
+			if !templates.Has(d) {
+				return "", fmt.Errorf("template %s is not present on this node", d)
+			}
+			return templates.RootfsDir(d), nil
+		},
+		AgentBinary: agentBin,
+		Fault:       fault,
+		Logger:      log.With("component", "worker"),
+	})
+	if err != nil {
+		return err
+	}
+	defer wk.Close()
+
+	ctrl, err := controller.New(controller.Config{
+		Store:  st,
+		Worker: wk,
+		NodeID: nodeID,
+		Logger: log.With("component", "controller"),
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
+	}
+	baseURL := "http://" + ln.Addr().String()
+
+	apiHandler, err := api.New(api.Config{
+		Store:     st,
+		Templates: templates,
+		Logger:    log.With("component", "api"),
+		Ready:     func(ctx context.Context) error { return nil },
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	dp, err := dataplane.New(dataplane.Config{
+		Store:  st,
+		Agents: wk,
+		Logger: log.With("component", "dataplane"),
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	mux := http.NewServeMux()
+	dp.Register(mux)
+	mux.Handle("/", apiHandler.Handler())
+
+	if _, err := api.EnsureAdminKey(ctx, st, dd.join(adminKeyFile), log); err != nil {
+		ln.Close()
+		return fmt.Errorf("bootstrap admin key: %w", err)
+	}
+	if err := writeFileAtomic(dd.join(serverURLFile), []byte(baseURL+"\n"), 0o644); err != nil {
+		ln.Close()
+		return fmt.Errorf("write %s: %w", serverURLFile, err)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 3)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := ctrl.Run(runCtx); err != nil {
+			errc <- fmt.Errorf("controller: %w", err)
+		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		janitor(runCtx, st, log)
+	}()
+
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return runCtx },
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("http server: %w", err)
+		}
+	}()
+	log.Info("airlock server ready", "url", baseURL, "data_dir", dd.path,
+		"runtime", rt.Info().Name, "isolation", rt.Info().Isolation,
+		"admin_key_file", dd.join(adminKeyFile))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down; sandboxes keep running")
+	case runErr = <-errc:
+		log.Error("component failed; shutting down", "err", runErr)
+	}
+	shutCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer stop()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		_ = srv.Close()
+	}
+	cancel()
+	wg.Wait()
+	return runErr
+}
+
+func openStore(ctx context.Context, dd *dataDir, url string, log *slog.Logger) (store.Store, error) {
+	if url == "" {
+		st, err := sqlite.Open(ctx, dd.join(sqliteFile), log.With("component", "store"))
+		if err != nil {
+			return nil, fmt.Errorf("open SQLite store: %w", err)
+		}
+		return st, nil
+	}
+	st, err := postgres.Open(ctx, url, log.With("component", "store"))
+	if err != nil {
+		return nil, fmt.Errorf("open PostgreSQL store: %w", err)
+	}
+	return st, nil
+}
+
+// ensureDefaultTemplate builds the busybox template and names it "default".
+// Without a static busybox there is no default template; the server still
+// runs and says how to get one.
+func ensureDefaultTemplate(ctx context.Context, st store.Store, templates *template.Store, log *slog.Logger) error {
+	bb := ""
+	for _, p := range []string{"/bin/busybox", "/usr/bin/busybox"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			bb = p
+			break
+		}
+	}
+	if bb == "" {
+		log.Warn("no static busybox found: the default template is unavailable (install the busybox-static package, or import a template)")
+		return nil
+	}
+	imp, err := templates.EnsureDefault(ctx, bb)
+	if err != nil {
+		log.Warn("default template unavailable", "err", err)
+		return nil
+	}
+	now := time.Now()
+	if err := st.PutTemplate(ctx, model.Template{
+		Digest:    imp.Digest,
+		SizeBytes: imp.SizeBytes,
+		Manifest:  imp.Manifest,
+		CreatedAt: now,
+	}); err != nil {
+		return fmt.Errorf("record default template: %w", err)
+	}
+	if err := st.SetTemplateName(ctx, model.DefaultTemplateName, imp.Digest, now); err != nil {
+		return fmt.Errorf("name default template: %w", err)
+	}
+	log.Info("default template ready", "digest", imp.Digest)
+	return nil
+}
+
+// findAgentBinary locates the static guest agent.
+func findAgentBinary(explicit string) (string, error) {
+	if explicit != "" {
+		p, err := filepath.Abs(explicit)
+		if err != nil {
+			return "", err
+		}
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("--agent-binary: %w", err)
+		}
+		return p, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "airlock-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("airlock-agent"); err == nil {
+		return filepath.Abs(p)
+	}
+	return "", errors.New("airlock-agent not found next to the airlock binary or in PATH: build it with `CGO_ENABLED=0 go build -o bin/ ./cmd/...` or pass --agent-binary")
+}
+
+// janitor removes expired idempotency records.
+func janitor(ctx context.Context, st store.Store, log *slog.Logger) {
+	const keep = 24 * time.Hour
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		if n, err := st.DeleteIdempotencyBefore(ctx, time.Now().Add(-keep)); err != nil && ctx.Err() == nil {
+			log.Warn("purge idempotency records", "err", err)
+		} else if n > 0 {
+			log.Debug("purged idempotency records", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// faultInjector returns the hook the worker calls at named points. When the
+// configured point is reached the process kills itself with SIGKILL, exactly
+// as an operator's kill -9 or an OOM kill would.
+func faultInjector(point string, log *slog.Logger) func(string) {
+	if point == "" {
+		point = os.Getenv("AIRLOCK_TEST_CRASH_AT")
+	}
+	if point == "" {
+		return func(string) {}
+	}
+	log.Warn("fault injection armed", "point", point)
+	return func(p string) {
+		if p == point {
+			log.Warn("fault injection: killing the server", "point", p)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // never continue past the point
+		}
+	}
+}

@@ -1,0 +1,199 @@
+// Package worker is the node-local executor: it turns a sandbox record into a
+// running sandbox on this host's runtime, observes it, destroys it, and keeps
+// one guest-agent client per sandbox for the data plane. Every method is
+// idempotent so the controller can repeat it after a crash.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
+)
+
+// ErrPermanent marks failures that retrying cannot fix (a missing template, an
+// invalid spec). The controller fails the operation at once instead of retrying.
+var ErrPermanent = errors.New("permanent failure")
+
+// Config configures a Worker.
+type Config struct {
+	Runtime runtime.Runtime
+	// TemplateDir returns the host path of a template's read-only root
+	// filesystem, or an error if the template is not present on this node.
+	TemplateDir func(model.TemplateDigest) (string, error)
+	AgentBinary string
+	PidsLimit   int64         // tasks per sandbox; default 1024
+	AgentWait   time.Duration // how long a new sandbox's agent may take to answer; default 60 s
+	// Fault, if set, is called at named points of Ensure and Destroy so tests
+	// can kill the process there (see internal/faults).
+	Fault  func(point string)
+	Logger *slog.Logger
+}
+
+// Worker runs sandboxes on one node.
+type Worker struct {
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	agents map[model.SandboxID]*agentclient.Client
+}
+
+// New returns a Worker.
+func New(cfg Config) (*Worker, error) {
+	if cfg.Runtime == nil {
+		return nil, errors.New("worker: no runtime")
+	}
+	if cfg.TemplateDir == nil {
+		return nil, errors.New("worker: no template resolver")
+	}
+	if cfg.AgentBinary == "" {
+		return nil, errors.New("worker: no agent binary")
+	}
+	if cfg.PidsLimit == 0 {
+		cfg.PidsLimit = 1024
+	}
+	if cfg.AgentWait == 0 {
+		cfg.AgentWait = 60 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Fault == nil {
+		cfg.Fault = func(string) {}
+	}
+	return &Worker{cfg: cfg, log: cfg.Logger, agents: map[model.SandboxID]*agentclient.Client{}}, nil
+}
+
+// RuntimeInfo describes the runtime this worker drives.
+func (w *Worker) RuntimeInfo() runtime.Info { return w.cfg.Runtime.Info() }
+
+// Ensure makes the sandbox exist and run, starting from whatever state a
+// previous (possibly crashed) attempt left, and returns once its guest agent
+// answers.
+func (w *Worker) Ensure(ctx context.Context, sb model.Sandbox) error {
+	rt := w.cfg.Runtime
+	st, err := rt.State(ctx, sb.ID)
+	switch {
+	case errors.Is(err, runtime.ErrNotFound):
+		if err := w.create(ctx, sb); err != nil {
+			return err
+		}
+	case err != nil:
+		return fmt.Errorf("observe sandbox %s: %w", sb.ID, err)
+	case st.Phase == runtime.PhaseStopped:
+		// A previous attempt left a dead sandbox: start over from scratch.
+		w.log.InfoContext(ctx, "recreating stopped sandbox", "sandbox", sb.ID)
+		if err := w.Destroy(ctx, sb.ID); err != nil {
+			return err
+		}
+		if err := w.create(ctx, sb); err != nil {
+			return err
+		}
+	}
+	if st.Phase != runtime.PhaseRunning {
+		if err := rt.Start(ctx, sb.ID); err != nil {
+			return fmt.Errorf("start sandbox %s: %w", sb.ID, err)
+		}
+	}
+	w.cfg.Fault("create.after-start")
+	waitCtx, cancel := context.WithTimeout(ctx, w.cfg.AgentWait)
+	defer cancel()
+	if _, err := w.Agent(sb.ID).Info(waitCtx); err != nil {
+		return fmt.Errorf("sandbox %s: guest agent did not answer: %w", sb.ID, err)
+	}
+	return nil
+}
+
+func (w *Worker) create(ctx context.Context, sb model.Sandbox) error {
+	dir, err := w.cfg.TemplateDir(sb.Template)
+	if err != nil {
+		return fmt.Errorf("%w: template %s: %w", ErrPermanent, sb.Template, err)
+	}
+	spec := runtime.Spec{
+		ID:          sb.ID,
+		TemplateDir: dir,
+		Hostname:    "airlock",
+		Env:         sb.Env,
+		Resources: runtime.Resources{
+			CPUs:        sb.Resources.CPUs,
+			MemoryBytes: int64(sb.Resources.MemoryMiB) << 20,
+			PidsLimit:   w.cfg.PidsLimit,
+		},
+		AgentBinary: w.cfg.AgentBinary,
+	}
+	w.cfg.Fault("create.before-runtime-create")
+	if err := w.cfg.Runtime.Create(ctx, spec); err != nil {
+		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+	}
+	w.cfg.Fault("create.after-runtime-create")
+	return nil
+}
+
+// Destroy removes every trace of the sandbox from this node. Destroying a
+// sandbox that does not exist succeeds.
+func (w *Worker) Destroy(ctx context.Context, id model.SandboxID) error {
+	w.dropAgent(id)
+	w.cfg.Fault("delete.before-runtime-delete")
+	if err := w.cfg.Runtime.Delete(ctx, id); err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	w.cfg.Fault("delete.after-runtime-delete")
+	return nil
+}
+
+// Observe reports what the runtime sees of the sandbox.
+func (w *Worker) Observe(ctx context.Context, id model.SandboxID) (runtime.Status, error) {
+	return w.cfg.Runtime.State(ctx, id)
+}
+
+// List returns every sandbox the runtime knows on this node, including orphans.
+func (w *Worker) List(ctx context.Context) ([]model.SandboxID, error) {
+	return w.cfg.Runtime.List(ctx)
+}
+
+// Agent returns the (cached) guest-agent client of a sandbox. It connects
+// lazily and reconnects after a broken connection, so it also serves
+// sandboxes adopted after a server restart.
+func (w *Worker) Agent(id model.SandboxID) *agentclient.Client {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c, ok := w.agents[id]; ok {
+		return c
+	}
+	rt := w.cfg.Runtime
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
+		return rt.DialAgent(ctx, id)
+	}, w.log.With("sandbox", id))
+	w.agents[id] = c
+	return c
+}
+
+func (w *Worker) dropAgent(id model.SandboxID) {
+	w.mu.Lock()
+	c, ok := w.agents[id]
+	delete(w.agents, id)
+	w.mu.Unlock()
+	if ok {
+		_ = c.Close()
+	}
+}
+
+// Close closes every agent connection. Sandboxes keep running.
+func (w *Worker) Close() error {
+	w.mu.Lock()
+	agents := w.agents
+	w.agents = map[model.SandboxID]*agentclient.Client{}
+	w.mu.Unlock()
+	for _, c := range agents {
+		_ = c.Close()
+	}
+	return nil
+}

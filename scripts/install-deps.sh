@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs what Airlock needs on a Debian 12 host: the OCI runtimes (runc, crun,
+# gVisor runsc), a static busybox for the default template, PostgreSQL's
+# binaries for the test suite, and Go. Idempotent: fast when all is present.
+# Run as root.
+set -euo pipefail
+
+RUNSC_VERSION="v0.0.0-20260905035102-160fafc42237" # gVisor, pinned
+GO_VERSION="go1.26.8"
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: run as root (sudo $0)" >&2
+  exit 1
+fi
+
+export PATH="/usr/local/go/bin:/usr/local/bin:$PATH"
+export DEBIAN_FRONTEND=noninteractive
+
+packages=(runc crun busybox-static bubblewrap util-linux iproute2 postgresql gcc libc6-dev ca-certificates git)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ! command -v go >/dev/null 2>&1; then
+  # Debian's Go is older than Airlock needs; it only bootstraps the pinned
+  # toolchain, which the go command fetches from the module proxy.
+  missing+=(golang-go)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Use the pinned Go toolchain if the installed one is older.
+have=$(go env GOVERSION)
+if [ "$(printf '%s\n%s\n' "$GO_VERSION" "$have" | sort -V | head -n1)" != "$GO_VERSION" ]; then
+  echo "install-deps: Go $have is older than $GO_VERSION; using GOTOOLCHAIN=$GO_VERSION"
+  export GOTOOLCHAIN="$GO_VERSION"
+  go version
+fi
+
+if ! command -v runsc >/dev/null 2>&1; then
+  echo "install-deps: building gVisor runsc $RUNSC_VERSION (about a minute)"
+  CGO_ENABLED=0 GOBIN=/usr/local/bin go install "gvisor.dev/gvisor/runsc@$RUNSC_VERSION"
+fi
+
+echo "install-deps: ok ($(go version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}'), crun $(crun --version | awk 'NR==1{print $3}'), runsc at $(command -v runsc))"

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 host, starts `airlock server` in the background and
+# runs a first command in a sandbox. Run as root from the repository.
+#   AIRLOCK_DATA_DIR (default /var/lib/airlock), AIRLOCK_LISTEN (default 127.0.0.1:7070)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+export PATH="/usr/local/go/bin:$PATH"
+./scripts/build.sh
+
+data_dir="${AIRLOCK_DATA_DIR:-/var/lib/airlock}"
+listen="${AIRLOCK_LISTEN:-127.0.0.1:7070}"
+mkdir -p "$data_dir"
+
+healthy() {
+  local url
+  url=$(cat "$data_dir/server.url" 2>/dev/null) || return 1
+  bin/airlock --data-dir "$data_dir" --timeout 2s sandbox list >/dev/null 2>&1 && [ -n "$url" ]
+}
+
+if healthy; then
+  echo "quickstart: airlock server already running at $(cat "$data_dir/server.url")"
+else
+  rm -f "$data_dir/server.url"
+  echo "quickstart: starting airlock server (log: $data_dir/server.log)"
+  nohup bin/airlock server --data-dir "$data_dir" --listen "$listen" >>"$data_dir/server.log" 2>&1 &
+  for _ in $(seq 1 120); do
+    healthy && break
+    if ! kill -0 $! 2>/dev/null; then
+      echo "quickstart: airlock server exited; last log lines:" >&2
+      tail -n 20 "$data_dir/server.log" >&2
+      exit 1
+    fi
+    sleep 0.5
+  done
+  healthy || { echo "quickstart: server did not become ready; see $data_dir/server.log" >&2; exit 1; }
+  echo "quickstart: airlock server running at $(cat "$data_dir/server.url") (pid $!)"
+fi
+
+echo "quickstart: airlock run -- echo hello from a sandbox"
+bin/airlock --data-dir "$data_dir" run -- echo "hello from a sandbox"
+cat <<MSG
+
+Airlock is running. Try:
+  bin/airlock --data-dir $data_dir run -- sh -c 'uname -a; id; ls /'
+  bin/airlock --data-dir $data_dir sandbox create        # keep one around
+  bin/airlock --data-dir $data_dir exec SANDBOX_ID -- ps
+Admin key: $data_dir/admin.key
+MSG
