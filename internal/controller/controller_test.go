@@ -1,0 +1,301 @@
+package controller
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/rootfs"
+	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/runtime/oci"
+	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/store/sqlite"
+	"github.com/airlockdev/airlock/internal/worker"
+)
+
+// env is a controller over a real SQLite store, a real OCI runtime and the
+// real guest agent.
+type env struct {
+	t       *testing.T
+	st      store.Store
+	rt      runtime.Runtime
+	wk      *worker.Worker
+	ctrl    *Controller
+	node    model.NodeID
+	project model.ProjectID
+	digest  model.TemplateDigest
+}
+
+func newEnv(t *testing.T, flavor string, templateErr error) *env {
+	t.Helper()
+	airtest.RequireRoot(t)
+	airtest.RequireBinary(t, flavor)
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	dir, err := os.MkdirTemp("", "ctl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		mounts, _ := rootfs.MountsUnder(dir)
+		for _, m := range mounts {
+			_ = rootfs.Unmount(context.Background(), log, m)
+		}
+		os.RemoveAll(dir)
+	})
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rt, err := oci.New(oci.Config{
+		Flavor:       flavor,
+		RootDir:      filepath.Join(dir, "state"),
+		StateRoot:    filepath.Join(dir, "sbx"),
+		CgroupParent: "/airlock-test",
+		Logger:       log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := airtest.BusyboxRootfs(t)
+	wk, err := worker.New(worker.Config{
+		Runtime: rt,
+		TemplateDir: func(model.TemplateDigest) (string, error) {
+			if templateErr != nil {
+				return "", templateErr
+			}
+			return tmpl, nil
+		},
+		AgentBinary: airtest.BuildAgent(t),
+		Logger:      log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { wk.Close() })
+	e := &env{t: t, st: st, rt: rt, wk: wk, node: model.NewNodeID(), project: model.NewProjectID(), digest: model.DigestFromSHA256([32]byte{7})}
+	e.ctrl, err = New(Config{Store: st, Worker: wk, NodeID: e.node, Logger: log, Resync: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := st.CreateProject(ctx, model.Project{ID: e.project, Name: "p", CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutTemplate(ctx, model.Template{Digest: e.digest, Manifest: []byte("{}"), CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever a test leaves, the runtime must hold nothing afterwards.
+	t.Cleanup(func() {
+		ids, _ := rt.List(context.Background())
+		for _, id := range ids {
+			_ = rt.Delete(context.Background(), id)
+		}
+	})
+	return e
+}
+
+// run starts the controller until the test ends.
+func (e *env) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = e.ctrl.Run(ctx)
+	}()
+	e.t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+func (e *env) create() (model.SandboxID, model.OperationID) {
+	e.t.Helper()
+	now := time.Now()
+	sb := model.Sandbox{ID: model.NewSandboxID(), ProjectID: e.project, Template: e.digest,
+		Resources: model.Resources{CPUs: 1, MemoryMiB: 256}, Env: model.Env{"HELLO": "world"}, Metadata: model.Metadata{},
+		State: model.StatePending, CreatedAt: now, UpdatedAt: now}
+	op := model.Operation{ID: model.NewOperationID(), ProjectID: e.project, SandboxID: sb.ID, Kind: model.OpCreate,
+		State: model.OpPending, CreatedAt: now, UpdatedAt: now}
+	if err := e.st.CreateSandbox(context.Background(), sb, op, nil); err != nil {
+		e.t.Fatal(err)
+	}
+	return sb.ID, op.ID
+}
+
+func (e *env) delete(id model.SandboxID) model.OperationID {
+	e.t.Helper()
+	now := time.Now()
+	op := model.Operation{ID: model.NewOperationID(), ProjectID: e.project, SandboxID: id, Kind: model.OpDelete,
+		State: model.OpPending, CreatedAt: now, UpdatedAt: now}
+	if _, err := e.st.RequestDelete(context.Background(), store.DeleteRequest{ProjectID: e.project, SandboxID: id, Operation: op, Now: now}); err != nil {
+		e.t.Fatal(err)
+	}
+	return op.ID
+}
+
+// waitOp waits for an operation to finish.
+func (e *env) waitOp(id model.OperationID) model.Operation {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	changes := e.st.Watch(ctx)
+	for {
+		op, err := e.st.GetOperation(ctx, e.project, id)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if op.State.Done() {
+			return op
+		}
+		select {
+		case <-ctx.Done():
+			e.t.Fatalf("operation %s did not finish: %+v", id, op)
+		case <-changes:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (e *env) sandbox(id model.SandboxID) model.Sandbox {
+	e.t.Helper()
+	sb, err := e.st.GetSandboxByID(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return sb
+}
+
+func TestCreateRunDelete(t *testing.T) {
+	e := newEnv(t, "runc", nil)
+	e.run()
+	id, opID := e.create()
+	if op := e.waitOp(opID); op.State != model.OpSucceeded {
+		t.Fatalf("create: %+v", op)
+	}
+	sb := e.sandbox(id)
+	if sb.State != model.StateRunning || sb.NodeID != e.node || sb.Runtime != "runc" {
+		t.Fatalf("after create: %+v", sb)
+	}
+	res, err := e.wk.Agent(id).Run(context.Background(), agentproto.StartRequest{ID: model.NewProcessID().String(), Args: []string{"sh", "-c", "echo $HELLO"}})
+	if err != nil || string(res.Stdout) != "world\n" {
+		t.Fatalf("run in sandbox: %+v, %v", res, err)
+	}
+	if op := e.waitOp(e.delete(id)); op.State != model.OpSucceeded {
+		t.Fatalf("delete: %+v", op)
+	}
+	if sb := e.sandbox(id); sb.State != model.StateDeleted {
+		t.Fatalf("after delete: %s", sb.State)
+	}
+	if _, err := e.rt.State(context.Background(), id); err == nil {
+		t.Fatal("the runtime still has the deleted sandbox")
+	}
+}
+
+func TestCreateWithMissingTemplateFails(t *testing.T) {
+	e := newEnv(t, "runc", os.ErrNotExist)
+	e.run()
+	id, opID := e.create()
+	op := e.waitOp(opID)
+	if op.State != model.OpFailed || op.Error == nil || op.Attempts != 1 {
+		t.Fatalf("create with a missing template: %+v (a permanent error must not be retried)", op)
+	}
+	if sb := e.sandbox(id); sb.State != model.StateFailed || !strings.Contains(sb.StateReason, "template") {
+		t.Fatalf("sandbox: %s %q", sb.State, sb.StateReason)
+	}
+	if ids, _ := e.rt.List(context.Background()); len(ids) != 0 {
+		t.Fatalf("a failed create left %v in the runtime", ids)
+	}
+}
+
+func TestDeleteCancelsPendingCreate(t *testing.T) {
+	e := newEnv(t, "runc", nil)
+	id, createOp := e.create()
+	deleteOp := e.delete(id) // before any controller runs
+	e.run()
+	if op := e.waitOp(createOp); op.State != model.OpFailed || op.Error == nil || op.Error.Code != "cancelled" {
+		t.Fatalf("create: %+v", op)
+	}
+	if op := e.waitOp(deleteOp); op.State != model.OpSucceeded {
+		t.Fatalf("delete: %+v", op)
+	}
+}
+
+func TestResyncFailsDeadSandboxAndRemovesOrphans(t *testing.T) {
+	e := newEnv(t, "runc", nil)
+	e.run()
+	id, opID := e.create()
+	if op := e.waitOp(opID); op.State != model.OpSucceeded {
+		t.Fatalf("create: %+v", op)
+	}
+	// Something outside Airlock kills the sandbox.
+	if err := e.rt.Stop(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	// And something left a sandbox that no record wants.
+	orphan := model.NewSandboxID()
+	tmpl := airtest.BusyboxRootfs(t)
+	if err := e.rt.Create(context.Background(), runtime.Spec{ID: orphan, TemplateDir: tmpl, Hostname: "x",
+		Resources: runtime.Resources{CPUs: 1, MemoryBytes: 128 << 20, PidsLimit: 64}, AgentBinary: airtest.BuildAgent(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ctrl.Resync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if sb := e.sandbox(id); sb.State != model.StateFailed || !strings.Contains(sb.StateReason, "stopped") {
+		t.Fatalf("dead sandbox: %s %q", sb.State, sb.StateReason)
+	}
+	if _, err := e.rt.State(context.Background(), orphan); err == nil {
+		t.Fatal("resync left the orphan")
+	}
+	// The failed sandbox keeps its resources until deleted, then loses them.
+	if op := e.waitOp(e.delete(id)); op.State != model.OpSucceeded {
+		t.Fatalf("delete: %+v", op)
+	}
+}
+
+// TestResyncReportsOOMUnderGVisor: under gVisor a memory hog kills the
+// whole sandbox; resync marks it failed and says why.
+func TestResyncReportsOOMUnderGVisor(t *testing.T) {
+	e := newEnv(t, "runsc", nil)
+	e.run()
+	id, opID := e.create()
+	if op := e.waitOp(opID); op.State != model.OpSucceeded {
+		t.Fatalf("create: %+v", op)
+	}
+	// 256 MiB limit; ask for 1 GiB.
+	_, _ = e.wk.Agent(id).Run(context.Background(), agentproto.StartRequest{ID: model.NewProcessID().String(),
+		Args: []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=1024M", "count=1"}})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := e.ctrl.Resync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		sb := e.sandbox(id)
+		if sb.State == model.StateFailed {
+			if !strings.Contains(sb.StateReason, "memory") {
+				t.Fatalf("reason %q does not mention memory", sb.StateReason)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox still %s after the memory hog", sb.State)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if op := e.waitOp(e.delete(id)); op.State != model.OpSucceeded {
+		t.Fatalf("delete: %+v", op)
+	}
+}
