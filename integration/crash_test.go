@@ -12,6 +12,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/pgtest"
 )
 
 // The fault points of the worker (see internal/worker): the server SIGKILLs
@@ -21,17 +22,39 @@ var (
 	deletePoints = []string{"delete.before-runtime-delete", "delete.after-runtime-delete"}
 )
 
+// crashSetup is a runtime and store combination the crash tests run on.
+type crashSetup struct {
+	name     string
+	runtime  string
+	postgres bool
+}
+
+func (c crashSetup) databaseURL(t *testing.T) string {
+	if !c.postgres {
+		return ""
+	}
+	return pgtest.DSN(t)
+}
+
+func crashSetups() []crashSetup {
+	return []crashSetup{
+		{"runc-sqlite", "runc", false},
+		{"runsc-sqlite", "runsc", false},
+		{"runc-postgres", "runc", true},
+	}
+}
+
 // TestCrashDuringCreate kills the server at each step of a create, restarts
 // it, and checks the create converges: the operation succeeds, the sandbox
 // runs commands, and after delete nothing is left on the host.
 func TestCrashDuringCreate(t *testing.T) {
 	airtest.RequireRoot(t)
 	bins := build(t)
-	for _, rt := range []string{"runc", "runsc"} {
+	for _, setup := range crashSetups() {
 		for _, point := range createPoints {
-			t.Run(rt+"/"+point, func(t *testing.T) {
-				airtest.RequireBinary(t, rt)
-				s := newServer(t, bins, serverConfig{runtime: rt, crashAt: point})
+			t.Run(setup.name+"/"+point, func(t *testing.T) {
+				airtest.RequireBinary(t, setup.runtime)
+				s := newServer(t, bins, serverConfig{runtime: setup.runtime, databaseURL: setup.databaseURL(t), crashAt: point})
 				s.start()
 				ctx := ctxFor(t, 2*time.Minute)
 				res, err := s.client().CreateSandbox(ctx, apiv1.CreateSandboxRequest{})
@@ -69,11 +92,11 @@ func TestCrashDuringCreate(t *testing.T) {
 func TestCrashDuringDelete(t *testing.T) {
 	airtest.RequireRoot(t)
 	bins := build(t)
-	for _, rt := range []string{"runc", "runsc"} {
+	for _, setup := range crashSetups() {
 		for _, point := range deletePoints {
-			t.Run(rt+"/"+point, func(t *testing.T) {
-				airtest.RequireBinary(t, rt)
-				s := newServer(t, bins, serverConfig{runtime: rt})
+			t.Run(setup.name+"/"+point, func(t *testing.T) {
+				airtest.RequireBinary(t, setup.runtime)
+				s := newServer(t, bins, serverConfig{runtime: setup.runtime, databaseURL: setup.databaseURL(t)})
 				s.start()
 				ctx := ctxFor(t, 2*time.Minute)
 				sb := createSandbox(ctx, t, s.client(), apiv1.CreateSandboxRequest{})
