@@ -1,0 +1,365 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/runtime/oci"
+	"github.com/airlockdev/airlock/internal/server"
+)
+
+// Timeouts of the Airlock subjects.
+const (
+	serverStartTimeout = 3 * time.Minute // includes the runtime probe
+	airlockRunTimeout  = 2 * time.Minute // one create → output → delete
+	deleteTimeout      = time.Minute
+)
+
+// Files the server writes into its data dir: the contract with the CLI.
+const (
+	serverURLFile = "server.url"
+	adminKeyFile  = "admin.key"
+)
+
+// Names of the phases of an Airlock sample, in order.
+var airlockPhases = []struct{ name, what string }{
+	{"create", "POST /v1/sandboxes → its create operation succeeded (long poll)"},
+	{"command session", "POST /v1/sandboxes/{id}/commands [echo hello] → session returned"},
+	{"first output", "attach (SSE, starts the process) → first stdout event"},
+}
+
+// airlockSubject is one in-process `airlock server` on one runtime, driven
+// through the Go client exactly as a user would drive it.
+type airlockSubject struct {
+	flavor oci.Flavor
+	dir    string // the server's data dir
+	log    *slog.Logger
+	c      *client.Client
+
+	stopServer context.CancelFunc
+	serverDone chan error // receives server.Run's result once
+	serverErr  error
+	stopped    bool
+}
+
+// startAirlock starts a server on a fresh data dir and waits until it has
+// written its URL and admin key. On failure it stops the server again.
+func startAirlock(ctx context.Context, flavor oci.Flavor, dir, agentBinary string, serverLog, log *slog.Logger) (*airlockSubject, error) {
+	// The server must outlive ctx: on Ctrl-C its sandboxes are deleted
+	// through it before it stops (see close).
+	srvCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a := &airlockSubject{flavor: flavor, dir: dir, log: log, stopServer: cancel, serverDone: make(chan error, 1)}
+	opts := server.Options{
+		DataDir:     dir,
+		Listen:      "127.0.0.1:0",
+		Runtime:     string(flavor),
+		AgentBinary: agentBinary,
+		Logger:      serverLog.With("server", string(flavor)),
+	}
+	go func() { a.serverDone <- server.Run(srvCtx, opts) }()
+
+	url, key, err := a.waitReady(ctx)
+	if err == nil {
+		a.c, err = client.New(url, key, client.WithUserAgent("airlock-bench"))
+	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("airlock server on %s: %w", flavor, err), a.stop())
+	}
+	return a, nil
+}
+
+// waitReady polls for server.url and admin.key until both are there, the
+// server fails, or ctx ends.
+func (a *airlockSubject) waitReady(ctx context.Context) (url, key string, err error) {
+	deadline := time.NewTimer(serverStartTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		u, uerr := os.ReadFile(filepath.Join(a.dir, serverURLFile))
+		k, kerr := os.ReadFile(filepath.Join(a.dir, adminKeyFile))
+		if uerr == nil && kerr == nil && strings.HasSuffix(string(u), "\n") && len(strings.TrimSpace(string(k))) > 0 {
+			return strings.TrimSpace(string(u)), strings.TrimSpace(string(k)), nil
+		}
+		select {
+		case err := <-a.serverDone:
+			a.stopped, a.serverErr = true, err
+			if err == nil {
+				err = errors.New("it stopped before it was ready")
+			}
+			return "", "", err
+		case <-ctx.Done():
+			return "", "", context.Cause(ctx)
+		case <-deadline.C:
+			return "", "", fmt.Errorf("not ready after %s", serverStartTimeout)
+		case <-tick.C:
+		}
+	}
+}
+
+func (a *airlockSubject) info() Subject {
+	s := Subject{
+		Name:      "airlock-" + string(a.flavor),
+		Kind:      KindAirlock,
+		Runtime:   string(a.flavor),
+		Isolation: runtime.IsolationSharedKernel,
+		Method: "Go client against an in-process airlock server on 127.0.0.1: POST /v1/sandboxes (default template) → " +
+			"create operation done → POST …/commands [echo hello] → attach → first stdout event",
+		Rootfs: "per-sandbox overlayfs over the template tree, mounted inside the timed create; the guest agent is PID 1 and starts echo",
+	}
+	if a.flavor == oci.FlavorRunsc {
+		s.Isolation = runtime.IsolationUserSpaceKernel
+	}
+	return s
+}
+
+// defaultTemplate returns the digest the server's "default" name points at.
+func (a *airlockSubject) defaultTemplate(ctx context.Context) (model.TemplateDigest, error) {
+	list, err := a.c.ListTemplates(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, t := range list.Templates {
+		for _, n := range t.Names {
+			if n == model.DefaultTemplateName.String() {
+				return model.ParseTemplateDigest(t.Digest)
+			}
+		}
+	}
+	return "", errors.New("the server has no default template (install the busybox-static package)")
+}
+
+// once creates a sandbox, runs echo in it, and deletes it (untimed; the
+// deletion is waited for so that runs never overlap).
+func (a *airlockSubject) once(ctx context.Context) (smp sample, err error) {
+	ctx, cancel := context.WithTimeout(ctx, airlockRunTimeout)
+	defer cancel()
+
+	t0 := time.Now()
+	created, err := a.c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{})
+	if err != nil {
+		return sample{}, err
+	}
+	id, err := model.ParseSandboxID(created.Sandbox.ID)
+	if err != nil {
+		return sample{}, fmt.Errorf("the server returned a bad sandbox ID: %w", err)
+	}
+	defer func() {
+		if derr := a.deleteSandbox(context.WithoutCancel(ctx), id); derr != nil {
+			err = errors.Join(err, derr)
+		}
+	}()
+	opID, err := model.ParseOperationID(created.Operation.ID)
+	if err != nil {
+		return sample{}, fmt.Errorf("the server returned a bad operation ID: %w", err)
+	}
+	if _, err := a.c.WaitOperation(ctx, opID); err != nil {
+		return sample{}, err
+	}
+	tCreated := time.Now()
+	cs, err := a.c.CreateCommand(ctx, id, apiv1.CreateCommandRequest{Args: peerArgs})
+	if err != nil {
+		return sample{}, err
+	}
+	tSession := time.Now()
+	first, out, err := a.attach(ctx, cs)
+	if err != nil {
+		return sample{}, err
+	}
+	if out != peerOutput {
+		return sample{}, fmt.Errorf("sandbox %s printed %q, want %q", id, out, peerOutput)
+	}
+	return sample{
+		total:  first.Sub(t0),
+		phases: []time.Duration{tCreated.Sub(t0), tSession.Sub(tCreated), first.Sub(tSession)},
+	}, nil
+}
+
+// attach starts the command and returns when its first stdout event came,
+// and what it printed by its (successful) exit.
+func (a *airlockSubject) attach(ctx context.Context, cs apiv1.CommandSession) (time.Time, string, error) {
+	st, err := a.c.Attach(ctx, cs.AttachURL, cs.AttachmentToken)
+	if err != nil {
+		return time.Time{}, "", err
+	}
+	defer st.Close()
+	var (
+		first  time.Time
+		stdout strings.Builder
+		stderr strings.Builder
+	)
+	for {
+		ev, err := st.Next()
+		if errors.Is(err, io.EOF) {
+			return time.Time{}, "", errors.New("the attach stream ended without an exit event")
+		}
+		if err != nil {
+			return time.Time{}, "", err
+		}
+		switch ev.Kind {
+		case apiv1.EventStdout:
+			if first.IsZero() {
+				first = time.Now()
+			}
+			stdout.Write(ev.Data)
+		case apiv1.EventStderr:
+			stderr.Write(ev.Data)
+		case apiv1.EventError:
+			msg := "no reason given"
+			if ev.Err != nil {
+				msg = ev.Err.Code + ": " + ev.Err.Message
+			}
+			return time.Time{}, "", fmt.Errorf("command failed: %s", msg)
+		case apiv1.EventExit:
+			if ev.ExitCode != 0 || ev.Signal != "" {
+				return time.Time{}, "", fmt.Errorf("echo exited with code %d (signal %q): %s", ev.ExitCode, ev.Signal, strings.TrimSpace(stderr.String()))
+			}
+			if first.IsZero() {
+				return time.Time{}, "", errors.New("echo exited without printing anything")
+			}
+			return first, stdout.String(), nil
+		}
+	}
+}
+
+// deleteSandbox deletes a sandbox and waits until it is gone.
+func (a *airlockSubject) deleteSandbox(ctx context.Context, id model.SandboxID) error {
+	ctx, cancel := context.WithTimeout(ctx, deleteTimeout)
+	defer cancel()
+	resp, err := a.c.DeleteSandbox(ctx, id)
+	switch {
+	case client.IsCode(err, apiv1.CodeNotFound):
+		return nil
+	case client.IsCode(err, apiv1.CodeInvalidTransition):
+		return a.waitGone(ctx, id) // already being deleted
+	case err != nil:
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	opID, err := model.ParseOperationID(resp.Operation.ID)
+	if err != nil {
+		return fmt.Errorf("delete sandbox %s: bad operation ID: %w", id, err)
+	}
+	if _, err := a.c.WaitOperation(ctx, opID); err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// waitGone polls until the sandbox is deleted or unknown.
+func (a *airlockSubject) waitGone(ctx context.Context, id model.SandboxID) error {
+	for {
+		sb, err := a.c.GetSandbox(ctx, id)
+		switch {
+		case client.IsCode(err, apiv1.CodeNotFound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("wait for sandbox %s to be deleted: %w", id, err)
+		case sb.State == string(model.StateDeleted):
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sandbox %s still %s: %w", id, sb.State, context.Cause(ctx))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// close deletes every sandbox the server still has (an interrupted run may
+// leave one, even one whose ID never reached us), stops the server, and
+// deletes, through the OCI driver, anything the runtime still knows.
+func (a *airlockSubject) close(ctx context.Context) error {
+	var errs []error
+	if !a.stopped {
+		if err := a.deleteAll(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := a.stop(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := a.sweepRuntime(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (a *airlockSubject) deleteAll(ctx context.Context) error {
+	list, err := a.c.ListAllSandboxes(ctx, client.ListSandboxesQuery{})
+	if err != nil {
+		return fmt.Errorf("airlock-%s: list sandboxes to delete: %w", a.flavor, err)
+	}
+	var errs []error
+	for _, sb := range list.Sandboxes {
+		if sb.State == string(model.StateDeleted) {
+			continue
+		}
+		id, err := model.ParseSandboxID(sb.ID)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := a.deleteSandbox(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stop stops the server and waits for it. A server stopped by us (or that
+// stopped cleanly) is no error.
+func (a *airlockSubject) stop() error {
+	if !a.stopped {
+		a.stopServer()
+		a.serverErr = <-a.serverDone
+		a.stopped = true
+	}
+	a.stopServer()
+	if a.serverErr != nil && !errors.Is(a.serverErr, context.Canceled) {
+		return fmt.Errorf("airlock server on %s: %w", a.flavor, a.serverErr)
+	}
+	return nil
+}
+
+// sweepRuntime is the backstop after the server stopped: containers its
+// runtime still knows (a sandbox the server failed to delete) are deleted
+// with the OCI driver, which also unmounts and removes their cgroups. The
+// runtime's directories are the server's layout DATA/runtime/<flavor>/.
+func (a *airlockSubject) sweepRuntime(ctx context.Context) error {
+	base := filepath.Join(a.dir, "runtime", string(a.flavor))
+	if _, err := os.Stat(base); err != nil {
+		return nil
+	}
+	rt, err := oci.New(oci.Config{
+		Flavor:    string(a.flavor),
+		RootDir:   filepath.Join(base, "state"),
+		StateRoot: filepath.Join(base, "sandboxes"),
+		Logger:    a.log,
+	})
+	if err != nil {
+		return fmt.Errorf("airlock-%s: open the runtime to clean up: %w", a.flavor, err)
+	}
+	ids, err := rt.List(ctx)
+	if err != nil {
+		return fmt.Errorf("airlock-%s: list leftover containers: %w", a.flavor, err)
+	}
+	var errs []error
+	for _, id := range ids {
+		a.log.Warn("deleting a sandbox the server left behind", "runtime", a.flavor, "sandbox", id)
+		if err := rt.Delete(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

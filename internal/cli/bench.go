@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockdev/airlock/internal/bench"
+)
+
+func (a *app) benchCommand() *cobra.Command {
+	return group("bench", "Measure Airlock against the raw runtimes", a.benchCreateCommand())
+}
+
+// benchCreateFlags are the flags of `airlock bench create`.
+type benchCreateFlags struct {
+	runs        int
+	warmup      int
+	runtimes    []string
+	peers       []string
+	agentBinary string
+	seed        uint64
+	logLevel    string
+}
+
+func (a *app) benchCreateCommand() *cobra.Command {
+	def := bench.DefaultConfig()
+	f := benchCreateFlags{}
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Measure create → first output of echo, for Airlock and the raw runtimes",
+		Long: "Measure the time from asking for a new sandbox to the first stdout byte of\n" +
+			"`echo hello` in it: for Airlock on each of --runtimes (an in-process airlock server\n" +
+			"on a temporary data dir, driven through the API) and, in the same run and on the\n" +
+			"same root filesystem, for the raw runtimes of --peers (runc run, crun run, runsc\n" +
+			"run, podman run --rootfs). Each round runs every subject once in a random order.\n" +
+			"Prints p50/p95/min/max/mean per subject and Airlock's p50 over its raw peer's.\n" +
+			"Needs root. Everything it creates is removed on exit, also on Ctrl-C.",
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.runs < 1 {
+				return usageErrorf("--runs must be at least 1")
+			}
+			if f.warmup < 0 {
+				return usageErrorf("--warmup must not be negative")
+			}
+			level, err := parseLogLevel(f.logLevel)
+			if err != nil {
+				return err
+			}
+			if os.Geteuid() != 0 {
+				return bench.ErrNotRoot
+			}
+			agent, err := benchAgentBinary(f.agentBinary)
+			if err != nil {
+				return err
+			}
+			logs := slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: level}))
+			cfg := bench.Config{
+				Runs:         f.runs,
+				Warmup:       f.warmup,
+				Runtimes:     f.runtimes,
+				Peers:        f.peers,
+				AgentBinary:  agent,
+				TempDir:      def.TempDir,
+				Seed:         f.seed,
+				Progress:     a.env.Stderr,
+				ServerLogger: logs,
+				Logger:       logs,
+				Version:      buildVersion().Version,
+			}
+			rep, err := bench.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			if a.flags.output == outputJSON {
+				return rep.WriteJSON(a.env.Stdout)
+			}
+			return rep.WriteTable(a.env.Stdout)
+		},
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&f.runs, "runs", def.Runs, "counted runs per subject")
+	fs.IntVar(&f.warmup, "warmup", def.Warmup, "uncounted warm-up runs per subject before them")
+	fs.StringSliceVar(&f.runtimes, "runtimes", def.Runtimes, "runtimes to measure Airlock on: runc, crun, runsc")
+	fs.StringSliceVar(&f.peers, "peers", def.Peers, "raw runs to compare with: runc, crun, runsc, podman (missing ones are skipped)")
+	fs.StringVar(&f.agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock)")
+	fs.Uint64Var(&f.seed, "seed", 0, "seed of the per-round order (default: random)")
+	fs.StringVar(&f.logLevel, "log-level", "warn", "level of the servers' logs on stderr: debug, info, warn or error")
+	return cmd
+}
+
+// benchAgentBinary returns --agent-binary, or airlock-agent next to the
+// running executable.
+func benchAgentBinary(flag string) (string, error) {
+	if flag != "" {
+		return filepath.Abs(flag)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find airlock-agent: %w", err)
+	}
+	p := filepath.Join(filepath.Dir(exe), "airlock-agent")
+	if _, err := os.Stat(p); err != nil {
+		return "", errors.New("airlock-agent not found next to the airlock binary (" + p + "): build it with ./scripts/build.sh or pass --agent-binary")
+	}
+	return p, nil
+}
