@@ -28,8 +28,11 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 		return nil, fmt.Errorf("dial agent: %w", err)
 	}
 	runDir := r.dirs(id).run
-	delay := 5 * time.Millisecond
-	var lastCheck time.Time // zero: check the state at the first failure
+	// A new sandbox's agent listens within tens of milliseconds: poll the
+	// socket often (a failed connect costs microseconds) and ask the runtime
+	// (an exec of its binary) only when that takes long.
+	delay := 2 * time.Millisecond
+	lastCheck := time.Now()
 	for {
 		conn, err := dialIn(ctx, runDir, socketName)
 		if err == nil {
@@ -58,7 +61,7 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 			return nil, fmt.Errorf("dial agent of %s: %w (last error: %v)", id, ctx.Err(), err)
 		case <-time.After(delay):
 		}
-		if delay < 100*time.Millisecond {
+		if delay < 10*time.Millisecond {
 			delay *= 2
 		}
 	}

@@ -40,8 +40,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 	case !errors.Is(err, runtime.ErrNotFound):
 		return fmt.Errorf("create %s: %w", spec.ID, err)
 	}
-	if err := r.removeLeftovers(ctx, spec.ID); err != nil {
-		return fmt.Errorf("create %s: clean up a previous attempt: %w", spec.ID, err)
+	if pristine, err := r.pristine(spec.ID); err != nil {
+		return fmt.Errorf("create %s: %w", spec.ID, err)
+	} else if !pristine {
+		if err := r.removeLeftovers(ctx, spec.ID); err != nil {
+			return fmt.Errorf("create %s: clean up a previous attempt: %w", spec.ID, err)
+		}
 	}
 	if err := r.create(ctx, spec, dirs); err != nil {
 		if cerr := r.removeLeftovers(context.WithoutCancel(ctx), spec.ID); cerr != nil {
@@ -112,20 +116,42 @@ func writeFileAtomic(path string, data []byte) error {
 func (r *Runtime) Start(ctx context.Context, id model.SandboxID) error {
 	unlock := r.lock(id)
 	defer unlock()
+	// Optimistic: starting a created container is the common case, and
+	// asking for its state first would cost another exec of the runtime.
+	_, startErr := r.run(ctx, "start", id.String())
+	if startErr == nil {
+		return nil
+	}
 	st, err := r.state(ctx, id)
 	if err != nil {
-		return fmt.Errorf("start %s: %w", id, err)
+		return fmt.Errorf("start %s: %w (start: %v)", id, err, startErr)
 	}
 	switch st.Phase {
 	case runtime.PhaseRunning:
 		return nil
 	case runtime.PhaseStopped:
-		return fmt.Errorf("start %s: sandbox is stopped", id)
+		return fmt.Errorf("start %s: sandbox is stopped (agent log: %s)", id, errorTail(r.dirs(id).agentLog))
 	}
-	if _, err := r.run(ctx, "start", id.String()); err != nil {
-		return fmt.Errorf("start %s: %w (agent log: %s)", id, err, errorTail(r.dirs(id).agentLog))
+	return fmt.Errorf("start %s: %w (agent log: %s)", id, startErr, errorTail(r.dirs(id).agentLog))
+}
+
+// pristine reports whether nothing of the sandbox exists on the host: no
+// runtime state, no state directory, no cgroup. Then a create needs no
+// clean-up (which costs several execs of the runtime).
+func (r *Runtime) pristine(id model.SandboxID) (bool, error) {
+	files, err := r.runtimeFiles(id)
+	if err != nil || len(files) > 0 {
+		return false, err
 	}
-	return nil
+	if _, err := os.Lstat(r.dirs(id).state); !errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	cg, err := r.cgroupPath(id)
+	if err != nil {
+		return false, err
+	}
+	exists, err := r.cgroups.Exists(cg)
+	return !exists, err
 }
 
 // State reports the sandbox's phase. A container whose process is gone is
@@ -140,6 +166,13 @@ func (r *Runtime) State(ctx context.Context, id model.SandboxID) (runtime.Status
 }
 
 func (r *Runtime) state(ctx context.Context, id model.SandboxID) (runtime.Status, error) {
+	// The runtime knows a container only through its state files under
+	// RootDir; without any, it has none (and asking would cost an exec).
+	if files, err := r.runtimeFiles(id); err != nil {
+		return runtime.Status{}, err
+	} else if len(files) == 0 {
+		return runtime.Status{}, runtime.ErrNotFound
+	}
 	out, err := r.run(ctx, "state", id.String())
 	if err != nil {
 		known, lerr := r.known(ctx, id)
