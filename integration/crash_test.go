@@ -57,10 +57,10 @@ func TestCrashDuringCreate(t *testing.T) {
 				s := newServer(t, bins, serverConfig{runtime: setup.runtime, databaseURL: setup.databaseURL(t), crashAt: point})
 				s.start()
 				ctx := ctxFor(t, 2*time.Minute)
-				res, err := s.client().CreateSandbox(ctx, apiv1.CreateSandboxRequest{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				// The server may die before it answers: the same call with the
+				// same Idempotency-Key after the restart returns the first result.
+				keyed := client.WithIdempotencyKey(ctx, model.IdempotencyKey("create-"+model.NewOperationID().String()))
+				_, firstErr := s.client().CreateSandbox(keyed, apiv1.CreateSandboxRequest{})
 				s.waitExit(60 * time.Second) // the armed point kills it
 				if !strings.Contains(s.log.String(), "fault injection: killing the server") {
 					t.Fatalf("the server did not die at %s:\n%s", point, s.log.String())
@@ -69,6 +69,11 @@ func TestCrashDuringCreate(t *testing.T) {
 				s.cfg.crashAt = ""
 				s.start()
 				c := s.client()
+				res, err := c.CreateSandbox(keyed, apiv1.CreateSandboxRequest{})
+				if err != nil {
+					t.Fatalf("repeat the create (first attempt: %v): %v", firstErr, err)
+				}
+				assertOneSandbox(ctx, t, c)
 				op, err := c.WaitOperation(ctx, model.OperationID(res.Operation.ID))
 				if err != nil {
 					t.Fatal(err)
@@ -105,14 +110,16 @@ func TestCrashDuringDelete(t *testing.T) {
 
 				s.cfg.crashAt = point
 				s.start()
-				res, err := s.client().DeleteSandbox(ctx, id)
-				if err != nil {
-					t.Fatal(err)
-				}
+				keyed := client.WithIdempotencyKey(ctx, model.IdempotencyKey("delete-"+id.String()))
+				_, firstErr := s.client().DeleteSandbox(keyed, id) // may die before it answers
 				s.waitExit(60 * time.Second)
 
 				s.cfg.crashAt = ""
 				s.start()
+				res, err := s.client().DeleteSandbox(keyed, id) // replays the first result
+				if err != nil {
+					t.Fatalf("repeat the delete (first attempt: %v): %v", firstErr, err)
+				}
 				op, err := s.client().WaitOperation(ctx, model.OperationID(res.Operation.ID))
 				if err != nil {
 					t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -124,7 +125,11 @@ func (s *server) start() {
 	}
 	cmd := exec.Command(s.bins.airlock, args...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_CRASH_AT="+s.cfg.crashAt)
-	s.log = &lockedBuffer{}
+	// One log across restarts, so a failure shows every incarnation.
+	if s.log == nil {
+		s.log = &lockedBuffer{}
+	}
+	fmt.Fprintf(s.log, "----- airlock %s (AIRLOCK_TEST_CRASH_AT=%q)\n", strings.Join(args, " "), s.cfg.crashAt)
 	cmd.Stdout = s.log
 	cmd.Stderr = s.log
 	// Its own process group, so the test can signal it alone.
@@ -250,7 +255,7 @@ func (s *server) cli(ctx context.Context, args ...string) (string, string, int) 
 func (s *server) cleanup() {
 	t := s.t
 	if t.Failed() && s.log != nil {
-		t.Logf("server log:\n%s", tail(s.log.String(), 80))
+		t.Logf("server log:\n%s", tail(s.log.String(), 200))
 	}
 	if !s.running() {
 		s.cfg.crashAt = ""

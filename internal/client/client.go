@@ -152,6 +152,17 @@ func (r request) String() string { return r.method + " " + r.path }
 // describe names the request with its full URL, for transport errors.
 func (c *Client) describe(r request) string { return r.method + " " + c.base.String() + r.path }
 
+type idempotencyKeyCtx struct{}
+
+// WithIdempotencyKey returns a context that makes the mutating call made with
+// it send key as its Idempotency-Key instead of a fresh random one. A caller
+// that repeats a call after the client gave up (e.g. across a server
+// restart) with the same key gets the first call's result, never a second
+// effect.
+func WithIdempotencyKey(ctx context.Context, key model.IdempotencyKey) context.Context {
+	return context.WithValue(ctx, idempotencyKeyCtx{}, key)
+}
+
 // newIdempotencyKey returns a fresh random key (128 bits).
 func newIdempotencyKey() model.IdempotencyKey {
 	return model.IdempotencyKey("airlock-" + crand.Text())
@@ -170,7 +181,11 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 	}
 	var key model.IdempotencyKey
 	if r.method != http.MethodGet && r.method != http.MethodHead {
-		key = newIdempotencyKey()
+		if k, ok := ctx.Value(idempotencyKeyCtx{}).(model.IdempotencyKey); ok && k != "" {
+			key = k
+		} else {
+			key = newIdempotencyKey()
+		}
 	}
 	for attempt := 0; ; attempt++ {
 		retryAfter, err := c.attempt(ctx, r, body, key, out)

@@ -473,3 +473,27 @@ func TestExcerptCutsAtCharacterBoundary(t *testing.T) {
 		t.Errorf("excerpt = %s, want %s", got, want)
 	}
 }
+
+func TestExplicitIdempotencyKey(t *testing.T) {
+	var rec recorded
+	sbx := model.NewSandboxID()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.add(r.Header.Get("Idempotency-Key"))
+		writeJSON(w, 202, apiv1.OperationResponse{Operation: apiv1.Operation{ID: model.NewOperationID().String(), Kind: "delete", State: "pending", SandboxID: sbx.String()}})
+	}))
+	defer srv.Close()
+	c := newTestClient(t, srv.URL)
+	ctx := WithIdempotencyKey(context.Background(), "my-key-1")
+	for i := 0; i < 2; i++ {
+		if _, err := c.DeleteSandbox(ctx, sbx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.DeleteSandbox(context.Background(), sbx); err != nil {
+		t.Fatal(err)
+	}
+	keys := rec.all()
+	if len(keys) != 3 || keys[0] != "my-key-1" || keys[1] != "my-key-1" || keys[2] == "my-key-1" || keys[2] == "" {
+		t.Fatalf("keys %q: want the explicit key twice, then a fresh one", keys)
+	}
+}
