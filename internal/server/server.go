@@ -109,7 +109,12 @@ func Run(ctx context.Context, opts Options) error {
 		Store:     st,
 		Templates: templates,
 		Logger:    log.With("component", "api"),
-		Ready:     func(ctx context.Context) error { return nil },
+		// Ready while the store answers; the listener only exists once
+		// the runtime was probed and the controller wired.
+		Ready: func(ctx context.Context) error {
+			_, err := st.CountAPIKeys(ctx)
+			return err
+		},
 	})
 	if err != nil {
 		ln.Close()
