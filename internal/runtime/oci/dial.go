@@ -67,17 +67,38 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 	}
 }
 
-// dialIn connects to the Unix socket name inside dir through
-// /proc/self/fd/N/name, where N is an O_PATH descriptor of dir.
+// dialIn connects to the Unix socket name inside dir. The directory is
+// writable by the guest, so the socket is opened without following links
+// (O_PATH|O_NOFOLLOW) and must be a socket; the connect then goes through
+// /proc/self/fd/N of that very inode. Resolving the name itself would let a
+// guest plant a symlink and point the host at any Unix socket on the host.
+// Going through a descriptor also sidesteps the 108-byte limit of socket
+// paths.
 func dialIn(ctx context.Context, dir, name string) (net.Conn, error) {
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
+	defer unix.Close(dfd)
+	fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir + "/" + name, Err: err}
+	}
 	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: dir + "/" + name, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("%s/%s is not a socket (mode %#o): %w", dir, name, st.Mode, errNotSocket)
+	}
 	var d net.Dialer
-	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, name))
+	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 }
+
+// errNotSocket: the agent's socket path holds something else (a symlink the
+// guest planted, a regular file). Not retried.
+var errNotSocket = errors.New("agent socket is not a socket")
 
 // retryable reports whether a dial error means "not listening yet".
 func retryable(err error) bool {

@@ -71,6 +71,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		{"WritableCopyOnWriteRoot", testWritableRoot},
 		{"SandboxesDoNotShareWrites", testIsolatedWrites},
 		{"LoopbackOnlyNetwork", testLoopbackOnly},
+		{"AgentSocketSymlinkRefused", testAgentSocketSymlinkRefused},
 		{"ResourceLimitsOnHost", testLimitsOnHost},
 		{"MemoryHogIsOOMKilled", testMemoryHog},
 		{"ForkBombIsContained", testForkBomb},
