@@ -90,13 +90,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 
 	var wg sync.WaitGroup
-	for i := 0; i < c.cfg.Parallel; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.operationLoop(ctx)
-		}()
-	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.operationLoop(ctx)
+	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -117,31 +115,53 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// operationLoop claims and runs operations until ctx ends. It sleeps until the
-// store reports a change, or a short poll interval passes (to pick up expired
-// leases and retries whose delay has passed).
+// operationLoop claims operations while a worker slot is free and runs each
+// in its own goroutine (at most Parallel at once), until ctx ends; it waits
+// for them before returning. With no work it sleeps until the store reports
+// a change, an operation finishes, or a short poll interval passes (to pick
+// up expired leases and retries whose delay has passed). One loop claims, so
+// a store change costs one claim, not one per idle worker.
 func (c *Controller) operationLoop(ctx context.Context) {
 	changes := c.cfg.Store.Watch(ctx)
 	poll := time.NewTicker(time.Second)
 	defer poll.Stop()
-	for ctx.Err() == nil {
+	slots := make(chan struct{}, c.cfg.Parallel)
+	finished := make(chan struct{}, 1)
+	var running sync.WaitGroup
+	defer running.Wait()
+	for {
+		select { // take a slot
+		case <-ctx.Done():
+			return
+		case slots <- struct{}{}:
+		}
 		op, err := c.cfg.Store.ClaimOperation(ctx, c.claim())
-		switch {
-		case errors.Is(err, store.ErrNoWork):
+		if err != nil {
+			<-slots
+			if !errors.Is(err, store.ErrNoWork) && ctx.Err() == nil {
+				c.log.ErrorContext(ctx, "claim operation", "err", err)
+			}
 			select {
 			case <-ctx.Done():
+				return
 			case <-changes:
+			case <-finished:
 			case <-poll.C:
 			}
 			continue
-		case err != nil:
-			if ctx.Err() == nil {
-				c.log.ErrorContext(ctx, "claim operation", "err", err)
-				sleep(ctx, time.Second)
-			}
-			continue
 		}
-		c.runOperation(ctx, op)
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			defer func() {
+				<-slots
+				select { // a finished operation may unblock its sandbox's next one
+				case finished <- struct{}{}:
+				default:
+				}
+			}()
+			c.runOperation(ctx, op)
+		}()
 	}
 }
 
@@ -229,8 +249,12 @@ func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, err er
 			log.ErrorContext(ctx, "clean up failed create", "err", derr)
 		}
 		from, to = model.StateCreating, model.StateFailed
+		if sb, gerr := c.cfg.Store.GetSandboxByID(ctx, op.SandboxID); gerr == nil && sb.State == model.StatePending {
+			from = model.StatePending // failed before it was marked creating
+		}
 	case model.OpDelete:
-		// The sandbox stays "deleting"; a later delete request or resync retries.
+		// The sandbox stays deleting; the resync loop queues a new delete
+		// (and a user may request one again).
 	}
 	if ferr := c.finish(ctx, op, model.OpFailed, opErr, from, to, err.Error()); ferr != nil {
 		if errors.Is(ferr, store.ErrStateChanged) {
@@ -362,6 +386,9 @@ func (c *Controller) Resync(ctx context.Context) error {
 			c.log.ErrorContext(ctx, "remove orphan", "sandbox", id, "err", err)
 		}
 	}
+	if err := c.requeueDeletes(ctx, want); err != nil {
+		c.log.ErrorContext(ctx, "requeue deletes", "err", err)
+	}
 	rtName := c.cfg.Worker.RuntimeInfo().Name
 	for _, sb := range want {
 		if sb.Runtime != rtName {
@@ -397,11 +424,35 @@ func (c *Controller) Resync(ctx context.Context) error {
 	return nil
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
+// requeueDeletes queues a new delete operation for every deleting sandbox
+// whose delete operation has ended without deleting it (it failed, e.g.
+// after repeated runtime errors): a delete is retried until it succeeds.
+func (c *Controller) requeueDeletes(ctx context.Context, sandboxes []model.Sandbox) error {
+	ops, err := c.cfg.Store.ListUnfinishedOperations(ctx)
+	if err != nil {
+		return err
 	}
+	busy := make(map[model.SandboxID]bool, len(ops))
+	for _, op := range ops {
+		busy[op.SandboxID] = true
+	}
+	rtName := c.cfg.Worker.RuntimeInfo().Name
+	for _, sb := range sandboxes {
+		if sb.State != model.StateDeleting || busy[sb.ID] || sb.Runtime != rtName {
+			continue
+		}
+		now := c.cfg.Now()
+		op := model.Operation{ID: model.NewOperationID(), ProjectID: sb.ProjectID, SandboxID: sb.ID,
+			Kind: model.OpDelete, State: model.OpPending, CreatedAt: now, UpdatedAt: now}
+		_, err := c.cfg.Store.RequestDelete(ctx, store.DeleteRequest{ProjectID: sb.ProjectID, SandboxID: sb.ID, Operation: op, Now: now})
+		switch {
+		case err == nil:
+			c.log.InfoContext(ctx, "retrying the delete of a sandbox whose delete failed", "sandbox", sb.ID, "operation", op.ID)
+		case errors.Is(err, model.ErrInvalidTransition) || errors.Is(err, store.ErrNotFound):
+			// Someone else queued one (or it is gone) meanwhile.
+		default:
+			return fmt.Errorf("requeue delete of %s: %w", sb.ID, err)
+		}
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,9 +33,17 @@ type env struct {
 	node    model.NodeID
 	project model.ProjectID
 	digest  model.TemplateDigest
+	// stateRoot is the runtime's per-sandbox state directory root.
+	stateRoot string
 }
 
 func newEnv(t *testing.T, flavor string, templateErr error) *env {
+	return newEnvWith(t, flavor, templateErr, Config{})
+}
+
+// newEnvWith is newEnv with controller settings (Store, Worker, NodeID and
+// Logger are filled in).
+func newEnvWith(t *testing.T, flavor string, templateErr error, cc Config) *env {
 	t.Helper()
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, flavor)
@@ -59,10 +68,11 @@ func newEnv(t *testing.T, flavor string, templateErr error) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	stateRoot := filepath.Join(dir, "sbx")
 	rt, err := oci.New(oci.Config{
 		Flavor:       flavor,
 		RootDir:      filepath.Join(dir, "state"),
-		StateRoot:    filepath.Join(dir, "sbx"),
+		StateRoot:    stateRoot,
 		CgroupParent: "/airlock-test",
 		Logger:       log,
 	})
@@ -85,8 +95,12 @@ func newEnv(t *testing.T, flavor string, templateErr error) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { wk.Close() })
-	e := &env{t: t, st: st, rt: rt, wk: wk, node: model.NewNodeID(), project: model.NewProjectID(), digest: model.DigestFromSHA256([32]byte{7})}
-	e.ctrl, err = New(Config{Store: st, Worker: wk, NodeID: e.node, Logger: log, Resync: time.Hour})
+	e := &env{t: t, st: st, rt: rt, wk: wk, node: model.NewNodeID(), project: model.NewProjectID(), digest: model.DigestFromSHA256([32]byte{7}), stateRoot: stateRoot}
+	cc.Store, cc.Worker, cc.NodeID, cc.Logger = st, wk, e.node, log
+	if cc.Resync == 0 {
+		cc.Resync = time.Hour // tests call Resync themselves
+	}
+	e.ctrl, err = New(cc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,5 +311,46 @@ func TestResyncReportsOOMUnderGVisor(t *testing.T) {
 	}
 	if op := e.waitOp(e.delete(id)); op.State != model.OpSucceeded {
 		t.Fatalf("delete: %+v", op)
+	}
+}
+
+// TestFailedDeleteIsRetried: a delete that keeps failing ends its operation
+// as failed with the sandbox still deleting; once the cause is gone, the
+// resync loop queues the delete again and it succeeds.
+func TestFailedDeleteIsRetried(t *testing.T) {
+	chattr := airtest.RequireBinary(t, "chattr")
+	e := newEnvWith(t, "runc", nil, Config{MaxAttempts: 1})
+	e.run()
+	id, opID := e.create()
+	if op := e.waitOp(opID); op.State != model.OpSucceeded {
+		t.Fatalf("create: %+v", op)
+	}
+	// An immutable file makes removing the sandbox's state fail.
+	pinned := filepath.Join(e.stateRoot, id.String(), "bundle", "config.json")
+	if out, err := exec.Command(chattr, "+i", pinned).CombinedOutput(); err != nil {
+		t.Skipf("chattr +i not supported here: %v %s", err, out)
+	}
+	unpin := func() { _ = exec.Command(chattr, "-i", pinned).Run() }
+	t.Cleanup(unpin)
+
+	if op := e.waitOp(e.delete(id)); op.State != model.OpFailed {
+		t.Fatalf("delete of a pinned sandbox: %+v", op)
+	}
+	if sb := e.sandbox(id); sb.State != model.StateDeleting {
+		t.Fatalf("after a failed delete the sandbox is %s", sb.State)
+	}
+	unpin()
+	if err := e.ctrl.Resync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for e.sandbox(id).State != model.StateDeleted {
+		if time.Now().After(deadline) {
+			t.Fatalf("the requeued delete did not finish: %s", e.sandbox(id).State)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := e.rt.State(context.Background(), id); err == nil {
+		t.Fatal("the runtime still has the deleted sandbox")
 	}
 }

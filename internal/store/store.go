@@ -144,7 +144,10 @@ type Store interface {
 	// RequestDelete moves the sandbox to deleting (refused with
 	// model.ErrInvalidTransition when the state machine forbids it), fails
 	// any still-pending operation of the sandbox with code "cancelled", and
-	// inserts the delete operation and idempotency record, atomically.
+	// inserts the delete operation and idempotency record, atomically. A
+	// sandbox already deleting whose delete operation has ended (failed) gets
+	// a new delete operation; while one is unfinished, a second is refused
+	// with model.ErrInvalidTransition.
 	RequestDelete(ctx context.Context, req DeleteRequest) (model.Sandbox, error)
 	// TransitionSandbox is a compare-and-swap on the sandbox state that also
 	// checks the state machine.

@@ -22,6 +22,10 @@ import (
 // invalid spec). The controller fails the operation at once instead of retrying.
 var ErrPermanent = errors.New("permanent failure")
 
+// dialTimeout bounds one connection attempt to a guest agent. A new
+// sandbox's agent listens within a second even on a loaded host.
+const dialTimeout = 20 * time.Second
+
 // Config configures a Worker.
 type Config struct {
 	Runtime runtime.Runtime
@@ -170,6 +174,10 @@ func (w *Worker) Agent(id model.SandboxID) *agentclient.Client {
 	}
 	rt := w.cfg.Runtime
 	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
+		// Bounded: a guest that removed its agent's socket must not hold a
+		// caller (or Close, which waits for a dial in progress) forever.
+		ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+		defer cancel()
 		return rt.DialAgent(ctx, id)
 	}, w.log.With("sandbox", id))
 	w.agents[id] = c

@@ -73,17 +73,30 @@ func (s *Store) RequestDelete(ctx context.Context, req store.DeleteRequest) (mod
 		if err != nil {
 			return err
 		}
-		if err := model.CheckTransition(from, model.StateDeleting); err != nil {
-			return err
-		}
-		// The state reason is kept: why a failed sandbox failed stays visible.
-		res, err := t.exec(ctx, `UPDATE sandboxes SET state = ?, updated_at = ? WHERE id = ? AND state = ?`,
-			string(model.StateDeleting), micro(req.Now), string(req.SandboxID), string(from))
-		if err != nil {
-			return fmt.Errorf("update sandbox state: %w", err)
-		}
-		if err := oneRow(res); err != nil {
-			return fmt.Errorf("%w: sandbox left %s", store.ErrStateChanged, from)
+		if from == model.StateDeleting {
+			// A delete whose operation ended (it failed) may be requested
+			// again; while one is still under way, a second is refused.
+			var unfinished int
+			if err := t.queryRow(ctx, `SELECT COUNT(*) FROM operations WHERE sandbox_id = ? AND state IN (?, ?)`,
+				string(req.SandboxID), string(model.OpPending), string(model.OpRunning)).Scan(&unfinished); err != nil {
+				return fmt.Errorf("count unfinished operations: %w", err)
+			}
+			if unfinished > 0 {
+				return fmt.Errorf("%w: sandbox is already being deleted", model.ErrInvalidTransition)
+			}
+		} else {
+			if err := model.CheckTransition(from, model.StateDeleting); err != nil {
+				return err
+			}
+			// The state reason is kept: why a failed sandbox failed stays visible.
+			res, err := t.exec(ctx, `UPDATE sandboxes SET state = ?, updated_at = ? WHERE id = ? AND state = ?`,
+				string(model.StateDeleting), micro(req.Now), string(req.SandboxID), string(from))
+			if err != nil {
+				return fmt.Errorf("update sandbox state: %w", err)
+			}
+			if err := oneRow(res); err != nil {
+				return fmt.Errorf("%w: sandbox left %s", store.ErrStateChanged, from)
+			}
 		}
 		now := micro(req.Now)
 		if _, err := t.exec(ctx, `UPDATE operations SET state = ?, error_code = ?, error_message = ?, updated_at = ?, finished_at = ?

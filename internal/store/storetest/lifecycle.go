@@ -13,6 +13,7 @@ func lifecycleTests() []namedTest {
 		{"RequestDeleteCancelsPendingCreate", testRequestDeleteCancelsPending},
 		{"RequestDeleteLeavesRunningCreate", testRequestDeleteLeavesRunning},
 		{"RequestDeleteRefusals", testRequestDeleteRefusals},
+		{"RequestDeleteAgainAfterFailedDelete", testRequestDeleteAgain},
 	}
 }
 
@@ -178,5 +179,36 @@ func testRequestDeleteRefusals(e *env) {
 	// Deleted is terminal.
 	must(t, e.s.TransitionSandbox(e.ctx, sb.ID, model.StateDeleting, model.StateDeleted, "", e.now()))
 	_, err = e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: a.ID, SandboxID: sb.ID, Operation: e.deleteOp(sb), Now: e.now()})
+	mustIs(t, err, model.ErrInvalidTransition)
+}
+
+// testRequestDeleteAgain: a delete whose operation failed can be requested
+// again, which queues a new delete operation and leaves the sandbox deleting.
+func testRequestDeleteAgain(e *env) {
+	t := e.t
+	p := e.project()
+	sb, _ := e.sandbox(p.ID, e.template().Digest, nil)
+	first := e.deleteOp(sb)
+	_, err := e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: p.ID, SandboxID: sb.ID, Operation: first, Now: e.now()})
+	must(t, err)
+	node := model.NewNodeID()
+	claimed := e.claim(node, e.now())
+	if claimed.ID != first.ID {
+		t.Fatalf("claimed %s, want the delete %s", claimed.ID, first.ID)
+	}
+	must(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: first.ID, Owner: node, State: model.OpFailed,
+		Error: &model.OperationError{Code: "runtime_error", Message: "boom"}, Now: e.now()}))
+
+	second := e.deleteOp(sb)
+	got, err := e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: p.ID, SandboxID: sb.ID, Operation: second, Now: e.now()})
+	must(t, err)
+	if got.State != model.StateDeleting {
+		t.Fatalf("sandbox is %s after a repeated delete", got.State)
+	}
+	if op := e.getOp(second); op.State != model.OpPending || op.Kind != model.OpDelete {
+		t.Fatalf("new delete operation: %+v", op)
+	}
+	// While that one is unfinished, a third is refused.
+	_, err = e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: p.ID, SandboxID: sb.ID, Operation: e.deleteOp(sb), Now: e.now()})
 	mustIs(t, err, model.ErrInvalidTransition)
 }
