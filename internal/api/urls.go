@@ -6,13 +6,14 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
 // AttachPath is the data-plane path of a process's attach stream (SSE),
 // relative to the server's public URL. The data plane serves it.
 func AttachPath(id model.ProcessID) string {
-	return "/data/v1/processes/" + id.String() + "/attach"
+	return apiv1.AttachPath(id.String())
 }
 
 // parsePublicURL checks Config.PublicURL: an absolute http(s) URL without

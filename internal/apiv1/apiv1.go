@@ -170,6 +170,16 @@ type APIKeyList struct {
 	Keys []APIKey `json:"keys"`
 }
 
+// AttachRoute is the data plane's attach endpoint as a net/http pattern;
+// {process_id} is a process ID (proc_…). Command sessions name it in
+// attach_url.
+const AttachRoute = "/data/v1/processes/{process_id}/attach"
+
+// AttachPath returns AttachRoute for one process.
+func AttachPath(processID string) string {
+	return "/data/v1/processes/" + processID + "/attach"
+}
+
 // Data-plane SSE event names on an attach stream.
 const (
 	EventStdout = "stdout"

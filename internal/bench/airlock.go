@@ -168,7 +168,7 @@ func (a *airlockSubject) once(ctx context.Context) (smp sample, err error) {
 		return sample{}, err
 	}
 	tCreated := time.Now()
-	cs, err := a.c.CreateCommand(ctx, id, apiv1.CreateCommandRequest{Args: peerArgs})
+	cs, err := a.c.CreateCommand(ctx, id, apiv1.CreateCommandRequest{Args: peerArgs()})
 	if err != nil {
 		return sample{}, err
 	}

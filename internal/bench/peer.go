@@ -127,7 +127,7 @@ func (p *peerSubject) args(root, bundle, name string) []string {
 			"--cpus", strconv.Itoa(peerCPUs), "--memory", strconv.Itoa(peerMemoryMiB)+"m",
 			"--pids-limit", strconv.Itoa(peerPids), "--cgroup-parent", p.cgParent.String(),
 			"--name", name, "--rootfs", filepath.Join(bundle, "rootfs"))
-		return append(args, peerArgs...)
+		return append(args, peerArgs()...)
 	default:
 		return []string{"--root", root, "run", "--bundle", bundle, name}
 	}

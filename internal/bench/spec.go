@@ -25,8 +25,8 @@ const (
 // agent's default).
 const guestPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// peerArgs is the command every subject runs.
-var peerArgs = []string{"echo", "hello"}
+// peerArgs returns the command every subject runs.
+func peerArgs() []string { return []string{"echo", "hello"} }
 
 // peerOutput is what it must print.
 const peerOutput = "hello\n"
@@ -55,7 +55,7 @@ func peerSpec(flavor oci.Flavor, rootfsDir, hostname string, cg cgroups.Path) (*
 		Version: "1.0.2",
 		Process: &specs.Process{
 			User:            specs.User{UID: 0, GID: 0},
-			Args:            peerArgs,
+			Args:            peerArgs(),
 			Env:             []string{"HOME=/root", "PATH=" + guestPath},
 			Cwd:             "/",
 			Capabilities:    &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps, Ambient: caps},

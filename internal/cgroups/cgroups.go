@@ -119,11 +119,14 @@ func Detect() (Host, error) {
 	})
 }
 
-// v1Options are superblock options of a v1 cgroup mount that are not
+// v1Option reports superblock options of a v1 cgroup mount that are not
 // controller names.
-var v1Options = map[string]bool{
-	"rw": true, "ro": true, "noprefix": true, "clone_children": true, "xattr": true,
-	"cpuset_v2_mode": true, "favordynmods": true, "nofavordynmods": true,
+func v1Option(o string) bool {
+	switch o {
+	case "rw", "ro", "noprefix", "clone_children", "xattr", "cpuset_v2_mode", "favordynmods", "nofavordynmods":
+		return true
+	}
+	return false
 }
 
 // FromMounts builds the Host from a mount table; controllersOf reads the
@@ -155,7 +158,7 @@ func FromMounts(mounts []mountinfo.Mount, controllersOf func(dir string) ([]stri
 		} else {
 			h.Version = 1
 			for _, o := range strings.Split(m.SuperOptions, ",") {
-				if o != "" && !v1Options[o] && !strings.HasPrefix(o, "release_agent=") {
+				if o != "" && !v1Option(o) && !strings.HasPrefix(o, "release_agent=") {
 					h.Controllers = append(h.Controllers, o)
 				}
 			}

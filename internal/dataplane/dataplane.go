@@ -9,8 +9,6 @@ package dataplane
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,9 +25,6 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
-
-// AttachPath is the route of the attach endpoint; {process_id} is a model.ProcessID.
-const AttachPath = "/data/v1/processes/{process_id}/attach"
 
 // Agents gives the data plane a guest-agent client for a sandbox hosted on
 // this node (the worker implements it).
@@ -71,7 +66,7 @@ func New(cfg Config) (*DataPlane, error) {
 
 // Register adds the data-plane routes to mux.
 func (d *DataPlane) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET "+AttachPath, d.attach)
+	mux.HandleFunc("GET "+apiv1.AttachRoute, d.attach)
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
@@ -126,8 +121,7 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not load the command session")
 		return
 	}
-	sum := sha256.Sum256(secret)
-	if subtle.ConstantTimeCompare(sum[:], cs.TokenHash) != 1 {
+	if !auth.VerifySecret(cs.TokenHash, secret) {
 		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "invalid attachment token for this process")
 		return
 	}
@@ -155,10 +149,12 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 	}
 
 	agent := d.cfg.Agents.Agent(sb.ID)
-	if _, err := d.cfg.Store.MarkCommandSessionAttached(ctx, cs.ID, d.cfg.Now()); err != nil {
-		d.log.ErrorContext(ctx, "mark session attached", "session", cs.ID, "err", err)
-		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not record the attachment")
-		return
+	if cs.AttachedAt == nil { // record the first use only; reconnects write nothing
+		if _, err := d.cfg.Store.MarkCommandSessionAttached(ctx, cs.ID, d.cfg.Now()); err != nil {
+			d.log.ErrorContext(ctx, "mark session attached", "session", cs.ID, "err", err)
+			writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not record the attachment")
+			return
+		}
 	}
 	// Starting is idempotent by process ID: the first attach starts the
 	// process, later ones (reconnects) find it running or exited.
@@ -176,11 +172,7 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	sse := &sseWriter{w: w, f: flusher}
 	if startErr != nil {
-		var aerr *agentclient.Error
-		code, msg := apiv1.CodeInternal, startErr.Error()
-		if errors.As(startErr, &aerr) {
-			code, msg = aerr.Code, aerr.Message
-		}
+		code, msg := publicError(startErr)
 		d.log.InfoContext(ctx, "process did not start", "process", pid, "err", startErr)
 		_ = sse.event("", apiv1.EventError, apiv1.Error{Code: code, Message: msg})
 		return
@@ -189,6 +181,25 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 		d.log.WarnContext(ctx, "attach stream ended with an error", "process", pid, "err", err)
 		_ = sse.event("", apiv1.EventError, apiv1.Error{Code: apiv1.CodeUnavailable, Message: "lost the connection to the sandbox: " + err.Error()})
 	}
+}
+
+// publicError turns an error of the guest agent into a stable apiv1 code and
+// a message. The agent runs inside the sandbox and is not trusted: only the
+// codes mapped here reach clients, anything else is "internal".
+func publicError(err error) (code, msg string) {
+	var aerr *agentclient.Error
+	if !errors.As(err, &aerr) {
+		return apiv1.CodeUnavailable, "could not reach the sandbox: " + err.Error()
+	}
+	switch aerr.Code {
+	case agentproto.CodeExecFailed:
+		return apiv1.CodeExecFailed, aerr.Message
+	case agentproto.CodeInvalidRequest:
+		return apiv1.CodeInvalidRequest, aerr.Message
+	case agentproto.CodeShuttingDown:
+		return apiv1.CodeUnavailable, "the sandbox is shutting down"
+	}
+	return apiv1.CodeInternal, "the sandbox's agent refused the command"
 }
 
 func (d *DataPlane) start(ctx context.Context, agent *agentclient.Client, cs model.CommandSession) error {

@@ -36,8 +36,9 @@ const cpuPeriod = 100000
 // lower (root here lacks CAP_SYS_RESOURCE and cannot raise it).
 const nofileLimit = 1 << 20
 
-// defaultCaps is `runc spec`'s capability set.
-var defaultCaps = []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"}
+// defaultCaps returns `runc spec`'s capability set (a fresh slice each time:
+// the spec's four sets must not alias one another).
+func defaultCaps() []string { return []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"} }
 
 // hostPidsLimit is the host pids limit of a sandbox whose guest limit is n.
 // Under runsc the host cgroup counts the sentry's threads, the gofer and the
@@ -121,10 +122,10 @@ func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
 			Env:  p.env,
 			Cwd:  "/",
 			Capabilities: &specs.LinuxCapabilities{
-				Bounding:  defaultCaps,
-				Effective: defaultCaps,
-				Permitted: defaultCaps,
-				Ambient:   defaultCaps,
+				Bounding:  defaultCaps(),
+				Effective: defaultCaps(),
+				Permitted: defaultCaps(),
+				Ambient:   defaultCaps(),
 			},
 			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
 			NoNewPrivileges: true,
