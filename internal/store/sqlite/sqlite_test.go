@@ -109,3 +109,18 @@ func TestCloseEndsWatchers(t *testing.T) {
 		t.Fatal("watch channel still open after Close")
 	}
 }
+
+// TestCorruptRowsAreRefused: a value in the database that does not parse as
+// its domain type (written by hand, by a bug, or by an attacker with write
+// access to the file) makes reads fail instead of travelling on unchecked.
+func TestCorruptRowsAreRefused(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "airlock.db"))
+	ctx := context.Background()
+	if _, err := s.DB().ExecContext(ctx, `INSERT INTO projects (id, name, created_at) VALUES (?, ?, ?)`, "prj_../../etc", "evil", 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.ListProjects(ctx)
+	if err == nil || !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("ListProjects over a corrupt row: %v, want an error wrapping model.ErrInvalid", err)
+	}
+}

@@ -59,7 +59,11 @@ func scanIdempotency(row interface{ Scan(...any) error }) (store.IdempotencyReco
 	if err := row.Scan(&project, &r.KeyHash, &r.Method, &r.Path, &r.RequestHash, &r.Status, &r.SealedBody, &created); err != nil {
 		return store.IdempotencyRecord{}, err
 	}
-	r.ProjectID = model.ProjectID(project)
+	c := columns{row: "idempotency record"}
+	r.ProjectID = c.projectID("project_id", project)
+	if c.err != nil {
+		return store.IdempotencyRecord{}, c.err
+	}
 	r.CreatedAt = fromMicro(created)
 	return r, nil
 }

@@ -44,9 +44,13 @@ func scanOperation(row interface{ Scan(...any) error }) (model.Operation, error)
 	if code.Valid {
 		op.Error = &model.OperationError{Code: code.String, Message: msg.String}
 	}
-	op.ID = model.OperationID(id)
-	op.ProjectID = model.ProjectID(project)
-	op.SandboxID = model.SandboxID(sandbox)
+	c := columns{row: "operation " + id}
+	op.ID = c.operationID("id", id)
+	op.ProjectID = c.projectID("project_id", project)
+	op.SandboxID = c.sandboxID("sandbox_id", sandbox)
+	if c.err != nil {
+		return model.Operation{}, c.err
+	}
 	op.CreatedAt = fromMicro(created)
 	op.UpdatedAt = fromMicro(updated)
 	op.FinishedAt = fromMicroPtr(finished)
@@ -201,11 +205,16 @@ func (s *Store) FinishOperation(ctx context.Context, f store.Finish) error {
 		}
 	}
 	err := s.write(ctx, true, func(t tx) error {
-		var sandbox string
-		if err := t.queryRow(ctx, `SELECT sandbox_id FROM operations WHERE id = ?`, string(f.OperationID)).Scan(&sandbox); err != nil {
+		var raw string
+		if err := t.queryRow(ctx, `SELECT sandbox_id FROM operations WHERE id = ?`, string(f.OperationID)).Scan(&raw); err != nil {
 			return errNotFound(err)
 		}
-		cur, err := t.lockSandboxState(ctx, model.SandboxID(sandbox), "")
+		c := columns{row: "operation " + f.OperationID.String()}
+		sandbox := c.sandboxID("sandbox_id", raw)
+		if c.err != nil {
+			return c.err
+		}
+		cur, err := t.lockSandboxState(ctx, sandbox, "")
 		if err != nil {
 			return fmt.Errorf("sandbox %s: %w", sandbox, err)
 		}
@@ -221,7 +230,7 @@ func (s *Store) FinishOperation(ctx context.Context, f store.Finish) error {
 			if cur != f.SandboxFrom {
 				return fmt.Errorf("%w: sandbox is %s, expected %s", store.ErrStateChanged, cur, f.SandboxFrom)
 			}
-			if err := t.setSandboxState(ctx, model.SandboxID(sandbox), f.SandboxFrom, f.SandboxTo, f.SandboxReason, f.Now); err != nil {
+			if err := t.setSandboxState(ctx, sandbox, f.SandboxFrom, f.SandboxTo, f.SandboxReason, f.Now); err != nil {
 				return err
 			}
 		}

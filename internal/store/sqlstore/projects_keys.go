@@ -30,7 +30,11 @@ func scanProject(row interface{ Scan(...any) error }) (model.Project, error) {
 	if err := row.Scan(&id, &p.Name, &created); err != nil {
 		return model.Project{}, err
 	}
-	p.ID = model.ProjectID(id)
+	c := columns{row: "project " + id}
+	p.ID = c.projectID("id", id)
+	if c.err != nil {
+		return model.Project{}, c.err
+	}
 	p.CreatedAt = fromMicro(created)
 	return p, nil
 }
@@ -81,8 +85,12 @@ func scanAPIKey(row interface{ Scan(...any) error }) (model.APIKey, error) {
 	if err != nil {
 		return model.APIKey{}, fmt.Errorf("stored API key %s: %w", id, err)
 	}
-	k.ID = model.APIKeyID(id)
-	k.ProjectID = model.ProjectID(project)
+	c := columns{row: "API key " + id}
+	k.ID = c.apiKeyID("id", id)
+	k.ProjectID = c.projectID("project_id", project)
+	if c.err != nil {
+		return model.APIKey{}, c.err
+	}
 	k.Role = r
 	k.CreatedAt = fromMicro(created)
 	k.RevokedAt = fromMicroPtr(revoked)

@@ -50,11 +50,15 @@ func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 	if sb.Metadata == nil {
 		sb.Metadata = model.Metadata{}
 	}
-	sb.ID = model.SandboxID(id)
-	sb.ProjectID = model.ProjectID(project)
-	sb.Template = model.TemplateDigest(digest)
+	c := columns{row: "sandbox " + id}
+	sb.ID = c.sandboxID("id", id)
+	sb.ProjectID = c.projectID("project_id", project)
+	sb.Template = c.digest("template", digest)
+	sb.NodeID = c.nodeID("node_id", node)
+	if c.err != nil {
+		return model.Sandbox{}, c.err
+	}
 	sb.State = st
-	sb.NodeID = model.NodeID(node)
 	sb.Runtime = rt
 	sb.CreatedAt = fromMicro(created)
 	sb.UpdatedAt = fromMicro(updated)

@@ -34,11 +34,23 @@ func scanSession(row interface{ Scan(...any) error }) (model.CommandSession, err
 	if err := json.Unmarshal([]byte(specJ), &spec); err != nil {
 		return model.CommandSession{}, fmt.Errorf("stored command session %s: spec: %w", id, err)
 	}
-	cs.ID = model.CommandSessionID(id)
-	cs.ProjectID = model.ProjectID(project)
-	cs.SandboxID = model.SandboxID(sandbox)
-	cs.ProcessID = model.ProcessID(process)
-	cs.Spec = model.ProcessSpec{Args: spec.Args, Env: model.Env(spec.Env), Cwd: model.GuestPath(spec.Cwd)}
+	c := columns{row: "command session " + id}
+	cs.ID = c.sessionID("id", id)
+	cs.ProjectID = c.projectID("project_id", project)
+	cs.SandboxID = c.sandboxID("sandbox_id", sandbox)
+	cs.ProcessID = c.processID("process_id", process)
+	cwd := c.guestPath("spec.cwd", spec.Cwd)
+	if c.err != nil {
+		return model.CommandSession{}, c.err
+	}
+	var env model.Env
+	if spec.Env != nil {
+		var err error
+		if env, err = model.ParseEnv(spec.Env); err != nil {
+			return model.CommandSession{}, fmt.Errorf("stored command session %s: spec.env: %w", id, err)
+		}
+	}
+	cs.Spec = model.ProcessSpec{Args: spec.Args, Env: env, Cwd: cwd}
 	cs.CreatedAt = fromMicro(created)
 	cs.ExpiresAt = fromMicro(expires)
 	cs.AttachedAt = fromMicroPtr(attached)

@@ -46,7 +46,11 @@ func scanTemplate(row interface{ Scan(...any) error }) (model.Template, error) {
 	if err := row.Scan(&digest, &t.SizeBytes, &t.Manifest, &created); err != nil {
 		return model.Template{}, err
 	}
-	t.Digest = model.TemplateDigest(digest)
+	c := columns{row: "template " + digest}
+	t.Digest = c.digest("digest", digest)
+	if c.err != nil {
+		return model.Template{}, c.err
+	}
 	t.CreatedAt = fromMicro(created)
 	return t, nil
 }
@@ -68,7 +72,12 @@ func (s *Store) templateNames(ctx context.Context, digest model.TemplateDigest) 
 		if err := rows.Scan(&d, &n); err != nil {
 			return nil, err
 		}
-		out[model.TemplateDigest(d)] = append(out[model.TemplateDigest(d)], model.TemplateName(n))
+		c := columns{row: "template name " + n}
+		digest, name := c.digest("digest", d), c.templateName("name", n)
+		if c.err != nil {
+			return nil, c.err
+		}
+		out[digest] = append(out[digest], name)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -109,7 +118,12 @@ func (s *Store) ResolveTemplate(ctx context.Context, ref model.TemplateRef) (mod
 	if err := s.queryRow(ctx, `SELECT digest FROM template_names WHERE name = ?`, string(name)).Scan(&digest); err != nil {
 		return model.Template{}, fmt.Errorf("resolve template %s: %w", name, errNotFound(err))
 	}
-	return s.GetTemplate(ctx, model.TemplateDigest(digest))
+	c := columns{row: "template name " + string(name)}
+	d := c.digest("digest", digest)
+	if c.err != nil {
+		return model.Template{}, fmt.Errorf("resolve template %s: %w", name, c.err)
+	}
+	return s.GetTemplate(ctx, d)
 }
 
 // ListTemplates implements store.Store, in (created_at, digest) order.
