@@ -26,9 +26,6 @@ import (
 //go:embed openapi.json
 var openAPIDocument []byte
 
-// OpenAPIDocument returns the OpenAPI 3.1 document of the API (a copy).
-func OpenAPIDocument() []byte { return append([]byte(nil), openAPIDocument...) }
-
 // TemplateImporter imports a root filesystem (a directory or a tar archive on
 // the server host) into the node's template store. *template.Store is one.
 type TemplateImporter interface {

@@ -199,25 +199,9 @@ func (r *Runtime) dirs(id model.SandboxID) sandboxDirs {
 	}
 }
 
-// StateDir returns the host directory that holds the sandbox's state.
-func (r *Runtime) StateDir(id model.SandboxID) string { return r.dirs(id).state }
-
-// UpperDir returns the host directory where the sandbox's root filesystem
-// writes land (the overlay's upper directory).
-func (r *Runtime) UpperDir(id model.SandboxID) string { return r.dirs(id).upper }
-
-// RootfsDir returns the sandbox's overlay mount point.
-func (r *Runtime) RootfsDir(id model.SandboxID) string { return r.dirs(id).rootfs }
-
-// CgroupPath returns the sandbox's cgroup, relative to each hierarchy's root.
-func (r *Runtime) CgroupPath(id model.SandboxID) (cgroups.Path, error) { return r.cgroupPath(id) }
-
 func (r *Runtime) cgroupPath(id model.SandboxID) (cgroups.Path, error) {
 	return r.cgroupParent.Join(id.String())
 }
-
-// Cgroups returns the host's cgroup layout as this runtime sees it.
-func (r *Runtime) Cgroups() cgroups.Host { return r.cgroups }
 
 // lock serialises operations on one sandbox; the returned func unlocks.
 func (r *Runtime) lock(id model.SandboxID) func() {

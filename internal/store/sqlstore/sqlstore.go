@@ -148,10 +148,6 @@ func (t tx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
 	return t.tx.QueryRowContext(ctx, t.s.q(query), args...)
 }
 
-func (t tx) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return t.tx.QueryContext(ctx, t.s.q(query), args...)
-}
-
 // write runs fn in a transaction and commits it. With notify set (the
 // transaction changes operations or sandboxes) it also calls the dialect's
 // NotifyTx inside the transaction and wakes local watchers after the commit.
