@@ -34,34 +34,37 @@ func selectRuntime(ctx context.Context, name string, dd *dataDir, agentBin strin
 		default:
 			return nil, fmt.Errorf("--runtime %q: must be runc, crun or runsc", name)
 		}
-		cfg := cfgFor(name)
-		info, err := oci.Probe(ctx, cfg, agentBin)
+		rt, err := probed(ctx, cfgFor(name), agentBin)
 		if err != nil {
 			return nil, fmt.Errorf("runtime %s does not work on this host: %w", name, err)
 		}
-		rt, err := oci.New(cfg)
-		if err != nil {
-			return nil, err
-		}
+		info := rt.Info()
 		log.Info("using the requested runtime", "runtime", info.Name, "version", info.Version, "isolation", info.Isolation)
 		return rt, nil
 	}
 	var errs []error
 	for _, flavor := range autoCandidates() {
-		cfg := cfgFor(flavor)
-		info, err := oci.Probe(ctx, cfg, agentBin)
+		rt, err := probed(ctx, cfgFor(flavor), agentBin)
 		if err != nil {
 			log.Info("runtime unavailable", "runtime", flavor, "err", err)
 			errs = append(errs, fmt.Errorf("%s: %w", flavor, err))
 			continue
 		}
-		rt, err := oci.New(cfg)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", flavor, err))
-			continue
-		}
+		info := rt.Info()
 		log.Info("picked the strongest runtime that works on this host", "runtime", info.Name, "version", info.Version, "isolation", info.Isolation)
 		return rt, nil
 	}
 	return nil, fmt.Errorf("no runtime with isolation stronger than shared-kernel works on this host (%w); install gVisor runsc, or pass --runtime crun or --runtime runc to accept shared-kernel isolation", errors.Join(errs...))
+}
+
+// probed makes the runtime and proves it runs a container here.
+func probed(ctx context.Context, cfg oci.Config, agentBin string) (*oci.Runtime, error) {
+	rt, err := oci.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := rt.Probe(ctx, agentBin); err != nil {
+		return nil, err
+	}
+	return rt, nil
 }

@@ -36,30 +36,37 @@ func Probe(ctx context.Context, cfg Config, agentBinary string) (runtime.Info, e
 	if err != nil {
 		return runtime.Info{}, err
 	}
+	return r.Info(), r.Probe(ctx, agentBinary)
+}
+
+// Probe is the package-level Probe for a Runtime already made, so a caller
+// that goes on to use the runtime does not construct it twice.
+func (r *Runtime) Probe(ctx context.Context, agentBinary string) error {
 	info := r.Info()
+	var err error
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, probeTimeout)
 		defer cancel()
 	}
 	if agentBinary, err = filepath.Abs(agentBinary); err != nil {
-		return info, err
+		return err
 	}
 	want, err := exec.CommandContext(ctx, agentBinary, "--version").Output()
 	if err != nil {
-		return info, fmt.Errorf("probe %s: run %s --version on the host: %w", info.Name, agentBinary, err)
+		return fmt.Errorf("probe %s: run %s --version on the host: %w", info.Name, agentBinary, err)
 	}
 	if err := r.cleanStaleProbes(ctx); err != nil {
-		return info, fmt.Errorf("probe %s: remove the leftovers of an earlier probe: %w", info.Name, err)
+		return fmt.Errorf("probe %s: remove the leftovers of an earlier probe: %w", info.Name, err)
 	}
 	got, err := r.probe(ctx, agentBinary)
 	if err != nil {
-		return info, fmt.Errorf("probe %s: %w", info.Name, err)
+		return fmt.Errorf("probe %s: %w", info.Name, err)
 	}
 	if strings.TrimSpace(got) != strings.TrimSpace(string(want)) {
-		return info, fmt.Errorf("probe %s: the agent in the container printed %q, want %q", info.Name, truncate(got), strings.TrimSpace(string(want)))
+		return fmt.Errorf("probe %s: the agent in the container printed %q, want %q", info.Name, truncate(got), strings.TrimSpace(string(want)))
 	}
-	return info, nil
+	return nil
 }
 
 func (r *Runtime) probe(ctx context.Context, agentBinary string) (out string, err error) {
