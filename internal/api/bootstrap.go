@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/atomicfile"
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
@@ -40,7 +39,7 @@ func EnsureAdminKey(ctx context.Context, st store.Store, path string, logger *sl
 		return false, err
 	}
 	token, id, hash := auth.GenerateAPIKey()
-	if err := writeSecretFile(path, []byte(token+"\n")); err != nil {
+	if err := atomicfile.Write(path, []byte(token+"\n"), 0o600); err != nil {
 		return false, fmt.Errorf("write admin key file: %w", err)
 	}
 	key := model.APIKey{
@@ -77,45 +76,4 @@ func ensureProject(ctx context.Context, st store.Store, name string) (model.Proj
 		// Created concurrently: read it on the next pass.
 	}
 	return model.Project{}, fmt.Errorf("create project %q: it exists but cannot be listed", name)
-}
-
-// writeSecretFile replaces path atomically with a 0600 file holding data:
-// a temporary file in the same directory is written, synced and renamed
-// over path, and the directory is synced.
-func writeSecretFile(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(0o600); err != nil { // CreateTemp makes 0600; be explicit
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

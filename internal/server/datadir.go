@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockdev/airlock/internal/atomicfile"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -85,33 +86,8 @@ func (d *dataDir) nodeID() (model.NodeID, error) {
 		return "", fmt.Errorf("read node ID: %w", err)
 	}
 	id := model.NewNodeID()
-	if err := writeFileAtomic(p, []byte(id.String()+"\n"), 0o600); err != nil {
+	if err := atomicfile.Write(p, []byte(id.String()+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("write node ID: %w", err)
 	}
 	return id, nil
-}
-
-// writeFileAtomic writes data to a temporary file and renames it into place.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/api"
+	"github.com/airlockdev/airlock/internal/atomicfile"
 	"github.com/airlockdev/airlock/internal/controller"
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/model"
@@ -137,7 +138,7 @@ func Run(ctx context.Context, opts Options) error {
 		ln.Close()
 		return fmt.Errorf("bootstrap admin key: %w", err)
 	}
-	if err := writeFileAtomic(dd.join(serverURLFile), []byte(baseURL+"\n"), 0o644); err != nil {
+	if err := atomicfile.Write(dd.join(serverURLFile), []byte(baseURL+"\n"), 0o644); err != nil {
 		ln.Close()
 		return fmt.Errorf("write %s: %w", serverURLFile, err)
 	}
