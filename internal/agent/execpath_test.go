@@ -100,7 +100,7 @@ func TestParseSignal(t *testing.T) {
 			t.Fatalf("parseSignal(SIG%s) = %v, %v", name, sig2, err)
 		}
 	}
-	for _, bad := range []string{"", "term", "SEGV", "9", "SIG", strings.Repeat("X", 100)} {
+	for _, bad := range []string{"", "term", "SEGV", "0", "65", "-1", "SIG", strings.Repeat("X", 100)} {
 		if _, err := parseSignal(bad); err == nil {
 			t.Fatalf("parseSignal(%q) succeeded", bad)
 		}

@@ -8,6 +8,10 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
+	"time"
+
+	"github.com/creack/pty"
 
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/model"
@@ -27,6 +31,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/processes/{id}", s.handleStatus)
 	mux.HandleFunc("GET /v1/processes/{id}/output", s.handleOutput)
 	mux.HandleFunc("POST /v1/processes/{id}/signal", s.handleSignal)
+	mux.HandleFunc("GET /v1/processes/{id}/wait", s.handleWait)
+	mux.HandleFunc("POST /v1/processes/{id}/stdin", s.handleStdin)
+	mux.HandleFunc("POST /v1/processes/{id}/resize", s.handleResize)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, agentproto.CodeNoRoute, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
 	})
@@ -139,8 +146,14 @@ func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// handleOutput streams the process's events after ?after=N as NDJSON,
-// flushing every line, until the exit event has been written.
+// maxWriteBatch bounds the bytes an output stream encodes before writing.
+const maxWriteBatch = 256 << 10
+
+// handleOutput streams the process's events after ?after=N — binary frames
+// if the host accepts them, NDJSON otherwise — until the exit event has been
+// written. While the stream is open its cursor holds the process's writes
+// back; a write that cannot go out within the stall timeout resets the
+// stream (the host resumes with after=N).
 func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
 	p := s.processFor(w, r)
 	if p == nil {
@@ -155,25 +168,49 @@ func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
 		}
 		after = n
 	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		writeError(w, http.StatusInternalServerError, agentproto.CodeInternal, "response writer cannot flush")
+	if p.log.cursorCount() >= s.opts.StreamsPerProcess {
+		writeError(w, http.StatusTooManyRequests, agentproto.CodeBusy, fmt.Sprintf("process %s has %d output streams open already", p.id, s.opts.StreamsPerProcess))
 		return
 	}
+	frames := strings.Contains(r.Header.Get("Accept"), agentproto.FramesMediaType)
+	rc := http.NewResponseController(w)
 	s.streams.Add(1)
 	defer s.streams.Add(-1)
-	w.Header().Set("Content-Type", "application/x-ndjson")
+	cur := p.log.attach(after)
+	defer p.log.detach(cur)
+	if frames {
+		w.Header().Set("Content-Type", agentproto.FramesMediaType)
+	} else {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+	}
 	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
-	enc := json.NewEncoder(w)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	var buf []byte
 	for {
 		evs, done, changed := p.log.read(after, outputBatch)
+		buf = buf[:0]
 		for i := range evs {
-			if err := enc.Encode(&evs[i]); err != nil {
-				return // the client went away
+			var err error
+			if frames {
+				buf, err = agentproto.AppendFrame(buf, &evs[i])
+			} else {
+				buf, err = appendNDJSON(buf, &evs[i])
 			}
-			flusher.Flush()
-			after = evs[i].Seq
+			if err != nil {
+				s.logger.Error("encode output event", "id", p.id, "seq", evs[i].Seq, "err", err)
+				panic(http.ErrAbortHandler)
+			}
+			last := evs[i].Seq
+			if len(buf) >= maxWriteBatch || i == len(evs)-1 {
+				if !s.writeOut(w, rc, buf) {
+					return // the host went away or stalled: the stream is reset
+				}
+				buf = buf[:0]
+				after = last
+				p.log.advance(cur, after)
+			}
 		}
 		if done {
 			return
@@ -191,4 +228,96 @@ func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
 			panic(http.ErrAbortHandler)
 		}
 	}
+}
+
+// writeOut writes and flushes b within the stall timeout.
+func (s *Server) writeOut(w http.ResponseWriter, rc *http.ResponseController, b []byte) bool {
+	_ = rc.SetWriteDeadline(time.Now().Add(s.opts.StallTimeout))
+	if _, err := w.Write(b); err != nil {
+		return false
+	}
+	return rc.Flush() == nil
+}
+
+func appendNDJSON(buf []byte, ev *agentproto.Event) ([]byte, error) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return buf, err
+	}
+	return append(append(buf, b...), '\n'), nil
+}
+
+// handleWait answers the process's status once it has exited. The
+// request's context bounds the wait.
+func (s *Server) handleWait(w http.ResponseWriter, r *http.Request) {
+	p := s.processFor(w, r)
+	if p == nil {
+		return
+	}
+	select {
+	case <-p.done:
+		writeJSON(w, http.StatusOK, p.snapshot())
+	case <-r.Context().Done():
+	case <-s.ctx.Done():
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// handleStdin copies the request body into the process's stdin; with
+// ?close=1 it closes stdin after the body.
+func (s *Server) handleStdin(w http.ResponseWriter, r *http.Request) {
+	p := s.processFor(w, r)
+	if p == nil {
+		return
+	}
+	closeAfter := false
+	switch v := r.URL.Query().Get("close"); v {
+	case "", "0", "false":
+	case "1", "true":
+		closeAfter = true
+	default:
+		writeError(w, http.StatusBadRequest, agentproto.CodeInvalidRequest, fmt.Sprintf("close=%q: want 1 or 0", truncateMsg(v)))
+		return
+	}
+	n, err := p.writeStdin(r.Body, closeAfter)
+	switch {
+	case errors.Is(err, errNoStdin):
+		writeError(w, http.StatusConflict, agentproto.CodeNoStdin, fmt.Sprintf("process %s has no open stdin", p.id))
+	case errors.Is(err, errStdinGone):
+		writeError(w, http.StatusConflict, agentproto.CodeNotRunning, fmt.Sprintf("process %s no longer reads its stdin (wrote %d bytes)", p.id, n))
+	case err != nil:
+		// The host's request body broke: what arrived was written.
+		s.logger.Debug("stdin body ended early", "id", p.id, "written", n, "err", err)
+		panic(http.ErrAbortHandler)
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func (s *Server) handleResize(w http.ResponseWriter, r *http.Request) {
+	p := s.processFor(w, r)
+	if p == nil {
+		return
+	}
+	var req agentproto.ResizeRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.Rows == 0 || req.Cols == 0 {
+		writeError(w, http.StatusBadRequest, agentproto.CodeInvalidRequest, "rows and cols must be positive")
+		return
+	}
+	if p.pty == nil {
+		writeError(w, http.StatusConflict, agentproto.CodeNoPTY, fmt.Sprintf("process %s has no terminal", p.id))
+		return
+	}
+	if exited, _ := p.hasExited(); exited {
+		writeError(w, http.StatusConflict, agentproto.CodeNotRunning, fmt.Sprintf("process %s has exited", p.id))
+		return
+	}
+	if err := pty.Setsize(p.pty, &pty.Winsize{Rows: req.Rows, Cols: req.Cols}); err != nil {
+		writeError(w, http.StatusConflict, agentproto.CodeNotRunning, fmt.Sprintf("resize: %v", err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

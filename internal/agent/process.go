@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/model"
@@ -27,11 +31,18 @@ type process struct {
 	startedAt time.Time
 	child     *child
 	log       *eventLog
+	pty       *os.File      // the terminal's controlling side, for PTY processes
+	done      chan struct{} // closed once the exit is recorded
+
+	stdinMu sync.Mutex // serialises stdin writers
+	stdin   *os.File   // write end of stdin (or the PTY); nil once closed or if never open
 
 	mu       sync.Mutex
 	exited   bool
 	status   exitStatus
 	exitedAt time.Time
+	timedOut bool
+	timer    *time.Timer // the timeout, if any
 }
 
 func (p *process) snapshot() agentproto.ProcessStatus {
@@ -42,8 +53,13 @@ func (p *process) snapshot() agentproto.ProcessStatus {
 		Pid:       p.child.pid,
 		Args:      slices.Clone(p.args),
 		Running:   !p.exited,
+		PTY:       p.pty != nil,
+		TimedOut:  p.timedOut,
 		StartedAt: p.startedAt,
 	}
+	p.stdinMu.Lock()
+	st.Stdin = p.stdin != nil && !p.exited
+	p.stdinMu.Unlock()
 	if p.exited {
 		code := p.status.code
 		at := p.exitedAt
@@ -81,10 +97,14 @@ func execFailed(err error) *startError {
 
 // startSpec is a validated StartRequest.
 type startSpec struct {
-	id   model.ProcessID
-	args []string
-	env  []string // request env only
-	cwd  string
+	id      model.ProcessID
+	args    []string
+	env     []string // request env only
+	cwd     string
+	stdin   bool
+	pty     *agentproto.WindowSize
+	user    *agentproto.User
+	timeout time.Duration
 }
 
 func parseStartRequest(req agentproto.StartRequest) (startSpec, error) {
@@ -113,7 +133,17 @@ func parseStartRequest(req agentproto.StartRequest) (startSpec, error) {
 	if !filepath.IsAbs(cwd) || strings.IndexByte(cwd, 0) >= 0 {
 		return startSpec{}, invalidRequest("cwd %q must be an absolute path", truncateMsg(cwd))
 	}
-	return startSpec{id: id, args: slices.Clone(req.Args), env: slices.Clone(req.Env), cwd: cwd}, nil
+	if req.TimeoutMillis < 0 {
+		return startSpec{}, invalidRequest("timeout_ms must not be negative")
+	}
+	if req.PTY != nil && (req.PTY.Rows == 0 || req.PTY.Cols == 0) {
+		return startSpec{}, invalidRequest("pty rows and cols must be positive")
+	}
+	return startSpec{
+		id: id, args: slices.Clone(req.Args), env: slices.Clone(req.Env), cwd: cwd,
+		stdin: req.Stdin, pty: req.PTY, user: req.User,
+		timeout: time.Duration(req.TimeoutMillis) * time.Millisecond,
+	}, nil
 }
 
 func truncateMsg(s string) string {
@@ -123,130 +153,177 @@ func truncateMsg(s string) string {
 	return s
 }
 
+// procIO holds the agent's ends of a started process's standard streams.
+type procIO struct {
+	stdout *os.File // read end of stdout, or the PTY
+	stderr *os.File // read end of stderr; nil for a PTY process
+	stdin  *os.File // write end of stdin (a dup of the PTY for PTY processes); nil if not kept open
+	pty    *os.File // the PTY, for resizes; nil without one
+}
+
+func (io *procIO) closeAll() {
+	for _, f := range []*os.File{io.stdout, io.stderr, io.stdin} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+func internalErr(format string, args ...any) *startError {
+	return &startError{status: 500, code: agentproto.CodeInternal, err: fmt.Errorf(format, args...)}
+}
+
 // startProcess forks the process described by spec. On success the process
-// runs, its pipes are returned (read ends) and the caller owns them.
-func (s *Server) startProcess(spec startSpec) (*child, *os.File, *os.File, error) {
+// runs and the caller owns the returned ends of its streams.
+func (s *Server) startProcess(spec startSpec) (*child, procIO, error) {
 	env := mergeEnv(s.env, spec.env)
+	if spec.pty != nil && envValue(env, "TERM") == "" {
+		env = append(env, "TERM=xterm-256color")
+	}
 	fi, err := os.Stat(spec.cwd)
 	if err != nil {
-		return nil, nil, nil, execFailed(fmt.Errorf("cwd: %w", err))
+		return nil, procIO{}, execFailed(fmt.Errorf("cwd: %w", err))
 	}
 	if !fi.IsDir() {
-		return nil, nil, nil, execFailed(fmt.Errorf("cwd %s: not a directory", spec.cwd))
+		return nil, procIO{}, execFailed(fmt.Errorf("cwd %s: not a directory", spec.cwd))
 	}
 	path, err := lookPath(spec.args[0], envValue(env, "PATH"), spec.cwd)
 	if err != nil {
-		return nil, nil, nil, execFailed(err)
+		return nil, procIO{}, execFailed(err)
 	}
 
-	var files []*os.File // parent's copies of the child's ends, closed below
+	var childFiles []*os.File // parent's copies of the child's ends, closed below
 	defer func() {
-		for _, f := range files {
+		for _, f := range childFiles {
 			f.Close()
 		}
 	}()
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err != nil {
-			return nil, nil, &startError{status: 500, code: agentproto.CodeInternal, err: fmt.Errorf("pipe: %w", err)}
+	var pio procIO
+	ok := false
+	defer func() {
+		if !ok {
+			pio.closeAll()
 		}
-		return r, w, nil
+	}()
+	// Own process group (or session, with a terminal): signals aimed at
+	// the agent's group do not reach workloads, and shutdown can kill a
+	// process together with its children.
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	var stdio []*os.File
+	if spec.pty != nil {
+		ptmx, tty, err := pty.Open()
+		if err != nil {
+			return nil, procIO{}, internalErr("open a terminal: %w", err)
+		}
+		childFiles = append(childFiles, tty)
+		pio.stdout, pio.pty = ptmx, ptmx
+		if err := pty.Setsize(ptmx, &pty.Winsize{Rows: spec.pty.Rows, Cols: spec.pty.Cols}); err != nil {
+			return nil, procIO{}, internalErr("set terminal size: %w", err)
+		}
+		if pio.stdin, err = dupFile(ptmx); err != nil {
+			return nil, procIO{}, internalErr("dup terminal: %w", err)
+		}
+		stdio = []*os.File{tty, tty, tty}
+		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	} else {
+		stdinR, stdinW, err := os.Pipe()
+		if err != nil {
+			return nil, procIO{}, internalErr("pipe: %w", err)
+		}
+		childFiles = append(childFiles, stdinR)
+		if spec.stdin {
+			pio.stdin = stdinW
+		} else {
+			stdinW.Close() // reads see EOF
+		}
+		stdoutR, stdoutW, err := os.Pipe()
+		if err != nil {
+			return nil, procIO{}, internalErr("pipe: %w", err)
+		}
+		childFiles = append(childFiles, stdoutW)
+		pio.stdout = stdoutR
+		stderrR, stderrW, err := os.Pipe()
+		if err != nil {
+			return nil, procIO{}, internalErr("pipe: %w", err)
+		}
+		childFiles = append(childFiles, stderrW)
+		pio.stderr = stderrR
+		stdio = []*os.File{stdinR, stdoutW, stderrW}
 	}
-	// stdin: a pipe whose write end is closed, so reads see EOF.
-	stdinR, stdinW, err := pipe()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	stdinW.Close()
-	files = append(files, stdinR)
-	stdoutR, stdoutW, err := pipe()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	files = append(files, stdoutW)
-	stderrR, stderrW, err := pipe()
-	if err != nil {
-		stdoutR.Close()
-		return nil, nil, nil, err
-	}
-	files = append(files, stderrW)
-	closeReads := func() { stdoutR.Close(); stderrR.Close() }
-
-	attr := &os.ProcAttr{
-		Dir:   spec.cwd,
-		Env:   env,
-		Files: []*os.File{stdinR, stdoutW, stderrW},
-		// Own process group: signals aimed at the agent's group (a
-		// terminal's ^C in tests) do not reach workloads, and shutdown can
-		// kill a process together with its children.
-		Sys: &syscall.SysProcAttr{Setpgid: true},
-	}
+	attr := &os.ProcAttr{Dir: spec.cwd, Env: env, Files: stdio, Sys: sys}
 	execPath, argv := path, spec.args
 	var statusR *os.File
 	if s.cgroupDir != "" {
-		r, w, err := pipe()
+		r, w, err := os.Pipe()
 		if err != nil {
-			closeReads()
-			return nil, nil, nil, err
+			return nil, procIO{}, internalErr("pipe: %w", err)
 		}
 		statusR = r
 		defer statusR.Close()
-		files = append(files, w)
+		childFiles = append(childFiles, w)
 		attr.Files = append(attr.Files, w)
 		execPath = s.spawnHelper
-		argv = append([]string{s.spawnHelper}, spawnArgs(s.cgroupDir, path, spec.args)...)
+		argv = append([]string{s.spawnHelper}, spawnArgs(s.cgroupDir, path, spec.user, spec.args)...)
+	} else if spec.user != nil {
+		sys.Credential = &syscall.Credential{Uid: spec.user.UID, Gid: spec.user.GID, NoSetGroups: true}
 	}
 	c, err := s.waiter.spawn(func() (*os.Process, error) { return os.StartProcess(execPath, argv, attr) })
 	if err != nil {
-		closeReads()
-		return nil, nil, nil, execFailed(fmt.Errorf("start %s: %w", spec.args[0], err))
+		return nil, procIO{}, execFailed(fmt.Errorf("start %s: %w", spec.args[0], err))
 	}
-	for _, f := range files {
+	for _, f := range childFiles {
 		f.Close()
 	}
-	files = nil
+	childFiles = nil
 	if statusR != nil {
 		msg, err := io.ReadAll(io.LimitReader(statusR, 64*1024))
-		if err == nil && len(msg) == 0 {
-			return c, stdoutR, stderrR, nil
+		if err != nil || len(msg) != 0 {
+			<-c.exited // the helper exits right after reporting
+			if err != nil {
+				return nil, procIO{}, internalErr("spawn helper: %w", err)
+			}
+			if m, found := strings.CutPrefix(string(msg), spawnFailExec); found {
+				return nil, procIO{}, execFailed(fmt.Errorf("start %s: %s", spec.args[0], m))
+			}
+			return nil, procIO{}, internalErr("spawn helper: %s", msg)
 		}
-		<-c.exited // the helper exits right after reporting
-		closeReads()
-		if err != nil {
-			return nil, nil, nil, &startError{status: 500, code: agentproto.CodeInternal, err: fmt.Errorf("spawn helper: %w", err)}
-		}
-		if m, ok := strings.CutPrefix(string(msg), spawnFailExec); ok {
-			return nil, nil, nil, execFailed(fmt.Errorf("start %s: %s", spec.args[0], m))
-		}
-		return nil, nil, nil, &startError{status: 500, code: agentproto.CodeInternal, err: fmt.Errorf("spawn helper: %s", msg)}
 	}
-	return c, stdoutR, stderrR, nil
+	ok = true
+	return c, pio, nil
 }
 
-// run owns the process's output: it reads both pipes into the event log,
-// waits for the exit, drains the pipes (for at most drainTimeout once the
-// process is gone: a background child may hold them open) and appends the
-// exit event.
-func (s *Server) run(p *process, stdout, stderr *os.File) {
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// run owns the process's output: it reads the output into the event log
+// (waiting while attached readers lag: back-pressure), waits for the exit,
+// drains the output (for at most drainTimeout once the process is gone: a
+// background child may hold it open) and appends the exit event.
+func (s *Server) run(p *process, pio procIO) {
 	var readers sync.WaitGroup
-	for _, src := range []struct {
-		f   *os.File
-		typ string
-	}{{stdout, agentproto.EventStdout}, {stderr, agentproto.EventStderr}} {
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			buf := make([]byte, readChunk)
-			for {
-				n, err := src.f.Read(buf)
-				if n > 0 {
-					p.log.append(agentproto.Event{Type: src.typ, Data: slices.Clone(buf[:n])})
-				}
-				if err != nil {
-					return
-				}
+	read := func(f *os.File, typ string) {
+		defer readers.Done()
+		buf := make([]byte, readChunk)
+		for {
+			n, err := f.Read(buf)
+			if n > 0 {
+				p.log.append(agentproto.Event{Type: typ, Data: slices.Clone(buf[:n])}, s.closingCh)
 			}
-		}()
+			if err != nil {
+				return
+			}
+		}
+	}
+	readers.Add(1)
+	go read(pio.stdout, agentproto.EventStdout)
+	if pio.stderr != nil {
+		readers.Add(1)
+		go read(pio.stderr, agentproto.EventStderr)
 	}
 	drained := make(chan struct{})
 	go func() {
@@ -259,21 +336,93 @@ func (s *Server) run(p *process, stdout, stderr *os.File) {
 	select {
 	case <-drained:
 	case <-timer.C:
-		s.logger.Warn("process exited but its output is still open (a background child holds it); closing it",
-			"id", p.id, "pid", p.child.pid, "after", s.opts.DrainTimeout)
+		if p.log.cursorCount() == 0 {
+			s.logger.Warn("process exited but its output is still open (a background child holds it); closing it",
+				"id", p.id, "pid", p.child.pid, "after", s.opts.DrainTimeout)
+		}
 	}
 	timer.Stop()
-	stdout.Close() // unblocks the readers if they are still reading
-	stderr.Close()
+	pio.stdout.Close() // unblocks the readers if they are still reading
+	if pio.stderr != nil {
+		pio.stderr.Close()
+	}
 	<-drained
+	p.closeStdin()
 
 	st := p.child.status
 	code := st.code
 	now := time.Now()
 	p.mu.Lock()
 	p.exited, p.status, p.exitedAt = true, st, now
+	timedOut := p.timedOut
+	if p.timer != nil {
+		p.timer.Stop()
+	}
 	p.mu.Unlock()
-	p.log.append(agentproto.Event{Type: agentproto.EventExit, ExitCode: &code, Signal: st.signal})
-	s.logger.Info("process exited", "id", p.id, "pid", p.child.pid, "exit_code", st.code, "signal", st.signal)
+	close(p.done)
+	p.log.append(agentproto.Event{Type: agentproto.EventExit, ExitCode: &code, Signal: st.signal, TimedOut: timedOut}, s.closingCh)
+	s.logger.Info("process exited", "id", p.id, "pid", p.child.pid, "exit_code", st.code, "signal", st.signal, "timed_out", timedOut)
 	s.processExited(p)
+}
+
+// closeStdin closes the process's stdin (for a PTY process: the agent's
+// dup of the terminal). Closing twice does nothing.
+func (p *process) closeStdin() {
+	p.stdinMu.Lock()
+	defer p.stdinMu.Unlock()
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+}
+
+// Errors of writeStdin.
+var (
+	errNoStdin   = errors.New("no open stdin")
+	errStdinGone = errors.New("stdin reader gone")
+)
+
+// writeStdin copies r into the process's stdin, then closes stdin if
+// closeAfter. Writers are serialised. It returns errNoStdin if stdin is
+// not open, errStdinGone if the process no longer reads it (EPIPE), or the
+// error of reading r.
+func (p *process) writeStdin(r io.Reader, closeAfter bool) (int64, error) {
+	p.stdinMu.Lock()
+	defer p.stdinMu.Unlock()
+	if p.stdin == nil {
+		return 0, errNoStdin
+	}
+	n, err := io.Copy(stdinWriter{p.stdin}, r)
+	if err != nil {
+		if errors.Is(err, errStdinGone) {
+			p.stdin.Close()
+			p.stdin = nil
+		}
+		return n, err
+	}
+	if closeAfter {
+		if p.pty != nil {
+			// A terminal has no half-close: send end-of-file (^D) as a
+			// terminal in canonical mode understands it.
+			if _, err := p.stdin.Write([]byte{4}); err != nil {
+				return n, errStdinGone
+			}
+			return n, nil
+		}
+		p.stdin.Close()
+		p.stdin = nil
+	}
+	return n, nil
+}
+
+// stdinWriter maps write errors to errStdinGone (and hides ReadFrom, so
+// io.Copy's errors from the source stay distinguishable).
+type stdinWriter struct{ f *os.File }
+
+func (w stdinWriter) Write(b []byte) (int, error) {
+	n, err := w.f.Write(b)
+	if err != nil {
+		return n, fmt.Errorf("%w: %w", errStdinGone, err)
+	}
+	return n, nil
 }

@@ -19,8 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/net/http2"
-
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/model"
 )
@@ -33,6 +31,9 @@ const (
 	DefaultExitedBufferBytes = 64 << 20
 	DefaultDrainTimeout      = 2 * time.Second
 	DefaultSpawnHelper       = "/proc/self/exe"
+	DefaultSandboxBytes      = 64 << 20
+	DefaultStallTimeout      = 60 * time.Second
+	DefaultStreamsPerProcess = 16
 )
 
 // maxConcurrentStreams is how many requests (e.g. output streams) one
@@ -50,6 +51,15 @@ type Options struct {
 	Env []string
 	// BufferBytes bounds each process's buffered output events.
 	BufferBytes int
+	// SandboxBufferBytes bounds the output buffered by all processes
+	// together (each may still keep 64 KiB).
+	SandboxBufferBytes int
+	// StallTimeout is how long an output stream may take nothing before
+	// the agent resets it; a reset stream no longer holds the process's
+	// writes back.
+	StallTimeout time.Duration
+	// StreamsPerProcess bounds the concurrent output streams of one process.
+	StreamsPerProcess int
 	// MaxExited and ExitedTTL bound how many exited process records are
 	// kept (so a reconnecting host can still read the exit) and for how
 	// long; the oldest go first. ExitedBufferBytes bounds the output that
@@ -89,8 +99,9 @@ type Server struct {
 	spawnHelper string
 	waiter      waiter
 	handler     http.Handler
-	h2          *http2.Server
 	startedAt   time.Time
+	budget      *budget
+	closingCh   chan struct{} // closed when Shutdown begins: writers stop waiting for readers
 
 	ctx    context.Context // cancelled when shutdown has finished with the processes
 	cancel context.CancelFunc
@@ -120,7 +131,11 @@ func New(opts Options) (*Server, error) {
 	opts.ExitedTTL = cmp.Or(opts.ExitedTTL, DefaultExitedTTL)
 	opts.ExitedBufferBytes = cmp.Or(opts.ExitedBufferBytes, DefaultExitedBufferBytes)
 	opts.DrainTimeout = cmp.Or(opts.DrainTimeout, DefaultDrainTimeout)
-	if opts.BufferBytes < 0 || opts.MaxExited < 0 || opts.ExitedTTL < 0 || opts.ExitedBufferBytes < 0 || opts.DrainTimeout < 0 {
+	opts.SandboxBufferBytes = cmp.Or(opts.SandboxBufferBytes, max(DefaultSandboxBytes, opts.BufferBytes))
+	opts.StallTimeout = cmp.Or(opts.StallTimeout, DefaultStallTimeout)
+	opts.StreamsPerProcess = cmp.Or(opts.StreamsPerProcess, DefaultStreamsPerProcess)
+	if opts.BufferBytes < 0 || opts.MaxExited < 0 || opts.ExitedTTL < 0 || opts.ExitedBufferBytes < 0 || opts.DrainTimeout < 0 ||
+		opts.SandboxBufferBytes < 0 || opts.StallTimeout < 0 || opts.StreamsPerProcess < 0 {
 		return nil, errors.New("agent: negative limit in Options")
 	}
 	logger := opts.Logger
@@ -133,8 +148,9 @@ func New(opts Options) (*Server, error) {
 		env:         opts.Env,
 		cgroupDir:   opts.CgroupDir,
 		spawnHelper: cmp.Or(opts.SpawnHelper, DefaultSpawnHelper),
-		h2:          &http2.Server{MaxConcurrentStreams: maxConcurrentStreams},
 		startedAt:   time.Now(),
+		budget:      &budget{max: opts.SandboxBufferBytes},
+		closingCh:   make(chan struct{}),
 		procs:       map[model.ProcessID]*process{},
 		starting:    map[model.ProcessID]struct{}{},
 		janitorStop: make(chan struct{}),
@@ -163,46 +179,74 @@ func New(opts Options) (*Server, error) {
 // ServeConn use it; tests may mount it elsewhere.
 func (s *Server) Handler() http.Handler { return s.handler }
 
+// httpServer returns an HTTP server that speaks HTTP/2 with prior knowledge
+// only (no HTTP/1, no TLS) with the agent's handler.
+func (s *Server) httpServer(ctx context.Context) *http.Server {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Handler:     s.handler,
+		Protocols:   &p,
+		BaseContext: func(net.Listener) context.Context { return ctx },
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: maxConcurrentStreams,
+			// The host's stdin and file uploads: enough to stream fast,
+			// small enough that many at once stay cheap.
+			MaxReceiveBufferPerStream:     1 << 20,
+			MaxReceiveBufferPerConnection: 8 << 20,
+		},
+		ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
+	}
+}
+
 // Serve accepts connections on ln and serves each as its own HTTP/2
 // (prior knowledge) connection until ctx ends or the Server shuts down; it
-// then closes ln and returns nil. Connections that are open keep being
-// served until they close, ctx ends or the Server shuts down.
+// then closes ln and the connections and returns nil.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stopA := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stopA()
+	if !s.track() {
+		ln.Close()
+		return nil
+	}
+	defer s.bgWG.Done()
 	stopB := context.AfterFunc(s.ctx, cancel)
 	defer stopB()
-	var backoff time.Duration
+	hs := s.httpServer(ctx)
+	stopA := context.AfterFunc(ctx, func() { hs.Close() })
+	defer stopA()
+	err := hs.Serve(&retryListener{Listener: ln, ctx: ctx, logger: s.logger})
+	if ctx.Err() != nil || errors.Is(err, http.ErrServerClosed) {
+		hs.Close()
+		return nil
+	}
+	hs.Close()
+	return fmt.Errorf("agent: listener closed: %w", err)
+}
+
+// retryListener waits and retries after temporary accept errors (e.g.
+// EMFILE) instead of spinning; net/http retries only net.Error temporaries.
+type retryListener struct {
+	net.Listener
+	ctx     context.Context
+	logger  *slog.Logger
+	backoff time.Duration
+}
+
+func (l *retryListener) Accept() (net.Conn, error) {
 	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return fmt.Errorf("agent: listener closed: %w", err)
-			}
-			// e.g. EMFILE: wait a little rather than spin.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.logger.Warn("accept failed", "err", err, "retry_in", backoff)
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-				return nil
-			}
-			continue
+		c, err := l.Listener.Accept()
+		if err == nil || l.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+			l.backoff = 0
+			return c, err
 		}
-		backoff = 0
-		if !s.track() {
-			conn.Close()
-			return nil
+		l.backoff = min(max(2*l.backoff, 5*time.Millisecond), time.Second)
+		l.logger.Warn("accept failed", "err", err, "retry_in", l.backoff)
+		select {
+		case <-time.After(l.backoff):
+		case <-l.ctx.Done():
+			return nil, net.ErrClosed
 		}
-		go func() {
-			defer s.bgWG.Done()
-			s.ServeConn(ctx, conn)
-		}()
 	}
 }
 
@@ -210,21 +254,59 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // speaks first, with the HTTP/2 preface) until the peer closes it, ctx ends
 // or the Server shuts down. It closes conn before returning.
 func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
+	if s.ctx.Err() != nil || ctx.Err() != nil {
+		conn.Close()
+		return
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stopA := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stopA()
 	stopB := context.AfterFunc(s.ctx, cancel)
 	defer stopB()
 	s.logger.Debug("connection opened", "remote", conn.RemoteAddr())
-	s.h2.ServeConn(conn, &http2.ServeConnOpts{
-		Context:    ctx,
-		Handler:    s.handler,
-		BaseConfig: &http.Server{ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug)},
-	})
+	hs := s.httpServer(ctx)
+	ln := newOneConnListener(conn)
+	hs.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed || st == http.StateHijacked {
+			ln.Close()
+		}
+	}
+	stopA := context.AfterFunc(ctx, func() { hs.Close() })
+	defer stopA()
+	_ = hs.Serve(ln)
+	hs.Close()
 	conn.Close()
 	s.logger.Debug("connection closed", "remote", conn.RemoteAddr())
 }
+
+// oneConnListener hands out one connection, then blocks until closed.
+type oneConnListener struct {
+	conn   chan net.Conn
+	addr   net.Addr
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newOneConnListener(c net.Conn) *oneConnListener {
+	l := &oneConnListener{conn: make(chan net.Conn, 1), addr: c.LocalAddr(), closed: make(chan struct{})}
+	l.conn <- c
+	return l
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conn:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *oneConnListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *oneConnListener) Addr() net.Addr { return l.addr }
 
 // Shutdown stops the Server: new starts are refused, every running process
 // (with its process group) gets SIGTERM, and whatever still runs when ctx
@@ -248,6 +330,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
+	close(s.closingCh)
 
 	done := make(chan struct{})
 	go func() {
@@ -367,6 +450,7 @@ func (s *Server) pruneLocked(now time.Time) {
 			break
 		}
 		s.exitedBytes -= p.log.size()
+		p.log.release()
 		delete(s.procs, p.id)
 		n++
 	}
@@ -402,7 +486,7 @@ func (s *Server) start(req agentproto.StartRequest) (agentproto.ProcessStatus, e
 	s.procWG.Add(1) // before unlocking, so Shutdown waits for this start
 	s.mu.Unlock()
 
-	c, stdout, stderr, err := s.startProcess(spec)
+	c, pio, err := s.startProcess(spec)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -417,9 +501,25 @@ func (s *Server) start(req agentproto.StartRequest) (agentproto.ProcessStatus, e
 		args:      spec.args,
 		startedAt: time.Now(),
 		child:     c,
-		log:       newEventLog(s.opts.BufferBytes),
+		log:       newEventLog(s.opts.BufferBytes, s.budget),
+		pty:       pio.pty,
+		stdin:     pio.stdin,
+		done:      make(chan struct{}),
 	}
 	s.procs[spec.id] = p
+	if spec.timeout > 0 {
+		p.timer = time.AfterFunc(spec.timeout, func() {
+			p.mu.Lock()
+			exited := p.exited
+			if !exited {
+				p.timedOut = true
+			}
+			p.mu.Unlock()
+			if !exited && s.waiter.signalGroup(c, syscall.SIGKILL) == nil {
+				s.logger.Info("process timed out; killed", "id", spec.id, "pid", c.pid, "timeout", spec.timeout)
+			}
+		})
+	}
 	if s.closing {
 		// Shutdown began while we forked: it may have signalled the others already.
 		_ = s.waiter.signalGroup(c, syscall.SIGKILL)
@@ -427,7 +527,7 @@ func (s *Server) start(req agentproto.StartRequest) (agentproto.ProcessStatus, e
 	s.logger.Info("process started", "id", spec.id, "pid", c.pid, "args", spec.args, "cwd", spec.cwd)
 	go func() {
 		defer s.procWG.Done()
-		s.run(p, stdout, stderr)
+		s.run(p, pio)
 	}()
 	return p.snapshot(), nil
 }
@@ -459,7 +559,16 @@ func (s *Server) info() agentproto.Info {
 	return agentproto.Info{
 		AgentVersion: s.opts.Version,
 		Protocol:     agentproto.ProtocolVersion,
+		Features:     features(),
 		Pid:          os.Getpid(),
 		StartedAt:    s.startedAt,
+	}
+}
+
+// features returns what this agent implements beyond protocol 1.
+func features() []string {
+	return []string{
+		agentproto.FeatureFrames, agentproto.FeatureGap, agentproto.FeatureStdin, agentproto.FeaturePTY,
+		agentproto.FeatureUser, agentproto.FeatureTimeout, agentproto.FeatureWait,
 	}
 }

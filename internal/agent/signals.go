@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -11,6 +12,12 @@ import (
 // parseSignal maps a signal name of the protocol ("TERM", "KILL", …; a
 // "SIG" prefix is accepted) to the signal.
 func parseSignal(name string) (syscall.Signal, error) {
+	if n, err := strconv.Atoi(name); err == nil {
+		if n <= 0 || n > 64 {
+			return 0, fmt.Errorf("signal number %d out of range 1–64", n)
+		}
+		return syscall.Signal(n), nil
+	}
 	switch strings.TrimPrefix(name, "SIG") {
 	case "TERM":
 		return syscall.SIGTERM, nil
@@ -30,11 +37,13 @@ func parseSignal(name string) (syscall.Signal, error) {
 		return syscall.SIGSTOP, nil
 	case "CONT":
 		return syscall.SIGCONT, nil
+	case "WINCH":
+		return syscall.SIGWINCH, nil
 	}
 	if len(name) > 32 {
 		name = name[:32] + "…"
 	}
-	return 0, fmt.Errorf("unknown signal %q (want TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP or CONT)", name)
+	return 0, fmt.Errorf("unknown signal %q (want TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT, WINCH or a number)", name)
 }
 
 // signalName returns the protocol name of sig: "KILL" for SIGKILL, or

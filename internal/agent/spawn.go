@@ -5,18 +5,22 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/agentproto"
 )
 
 // SpawnCommand is the first argument with which the agent re-executes itself
 // to start a process inside the workload cgroup:
 //
-//	/proc/self/exe __spawn CGROUP-DIR PATH -- ARGV0 ARGS…
+//	/proc/self/exe __spawn CGROUP-DIR PATH [UID:GID] -- ARGV0 ARGS…
 //
-// The helper writes its own pid into CGROUP-DIR/cgroup.procs and then
-// execve's PATH with ARGV, so the process (and everything it forks) is in
+// The helper writes its own pid into CGROUP-DIR/cgroup.procs, takes the
+// user and group IDs if given (after joining: an unprivileged user could
+// not) and then execve's PATH with ARGV, so the process (and everything it forks) is in
 // the cgroup from its first instruction. A program that embeds the agent's
 // Server with a cgroup must dispatch this argument to SpawnMain (the
 // airlock-agent binary does; tests can in TestMain).
@@ -34,8 +38,29 @@ const (
 )
 
 // spawnArgs returns the helper's arguments (after the helper path).
-func spawnArgs(cgroupDir, path string, argv []string) []string {
-	return append([]string{SpawnCommand, cgroupDir, path, "--"}, argv...)
+func spawnArgs(cgroupDir, path string, user *agentproto.User, argv []string) []string {
+	args := []string{SpawnCommand, cgroupDir, path}
+	if user != nil {
+		args = append(args, fmt.Sprintf("%d:%d", user.UID, user.GID))
+	}
+	return append(append(args, "--"), argv...)
+}
+
+// parseSpawnUser parses the helper's UID:GID argument.
+func parseSpawnUser(s string) (uid, gid int, err error) {
+	u, g, ok := strings.Cut(s, ":")
+	if !ok {
+		return 0, 0, fmt.Errorf("user %q: want UID:GID", s)
+	}
+	uid, err = strconv.Atoi(u)
+	if err != nil || uid < 0 {
+		return 0, 0, fmt.Errorf("user %q: bad UID", s)
+	}
+	gid, err = strconv.Atoi(g)
+	if err != nil || gid < 0 {
+		return 0, 0, fmt.Errorf("user %q: bad GID", s)
+	}
+	return uid, gid, nil
 }
 
 // SpawnMain runs the spawn helper with the arguments that follow
@@ -48,14 +73,38 @@ func SpawnMain(args []string) int {
 		}
 		return 127
 	}
-	if len(args) < 4 || args[2] != "--" {
-		return fail(spawnFailExec, fmt.Errorf("usage: %s CGROUP-DIR PATH -- ARGV0 [ARGS…]", SpawnCommand))
+	usage := fmt.Errorf("usage: %s CGROUP-DIR PATH [UID:GID] -- ARGV0 [ARGS…]", SpawnCommand)
+	if len(args) < 4 {
+		return fail(spawnFailExec, usage)
 	}
-	dir, path, argv := args[0], args[1], args[3:]
+	dir, path, rest := args[0], args[1], args[2:]
+	user := ""
+	if rest[0] != "--" {
+		user, rest = rest[0], rest[1:]
+	}
+	if len(rest) < 2 || rest[0] != "--" {
+		return fail(spawnFailExec, usage)
+	}
+	argv := rest[1:]
 	unix.CloseOnExec(spawnStatusFD)
 	procs := filepath.Join(dir, "cgroup.procs")
 	if err := os.WriteFile(procs, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return fail(spawnFailCgroup, fmt.Errorf("join %s: %w", dir, err))
+	}
+	if user != "" {
+		uid, gid, err := parseSpawnUser(user)
+		if err != nil {
+			return fail(spawnFailExec, err)
+		}
+		if err := syscall.Setgroups(nil); err != nil {
+			return fail(spawnFailExec, fmt.Errorf("setgroups: %w", err))
+		}
+		if err := syscall.Setgid(gid); err != nil {
+			return fail(spawnFailExec, fmt.Errorf("setgid %d: %w", gid, err))
+		}
+		if err := syscall.Setuid(uid); err != nil {
+			return fail(spawnFailExec, fmt.Errorf("setuid %d: %w", uid, err))
+		}
 	}
 	err := syscall.Exec(path, argv, os.Environ())
 	return fail(spawnFailExec, fmt.Errorf("%s: %w", path, err))

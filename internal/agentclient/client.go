@@ -1,7 +1,10 @@
 // Package agentclient is the host side of Airlock's host↔guest protocol
 // (see package agentproto): a Client that talks HTTP/2 (prior knowledge) to
 // a guest agent over one byte stream it obtains from a Dialer, dialling
-// lazily and again after the stream breaks.
+// lazily and again after the stream breaks. Every new connection starts with
+// GET /v1/info: an agent whose protocol version is outside
+// [MinProtocol, agentproto.ProtocolVersion] is refused with a
+// *ProtocolError, and the features it reports are kept (Info).
 package agentclient
 
 import (
@@ -16,9 +19,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
-
-	"golang.org/x/net/http2"
 
 	"github.com/airlockdev/airlock/internal/agentproto"
 )
@@ -38,6 +40,33 @@ var (
 	ErrOutputLost = errors.New("agent: output lost")
 	// ErrClosed: the Client has been closed.
 	ErrClosed = errors.New("agent client closed")
+	// ErrUnsupported: the agent lacks a feature the call needs (an older
+	// agent, e.g. restored from an old snapshot).
+	ErrUnsupported = errors.New("agent: not supported by this agent")
+)
+
+// MinProtocol is the oldest agent protocol version the host accepts.
+const MinProtocol = 1
+
+// ProtocolError is returned when the agent speaks a protocol version this
+// host does not support.
+type ProtocolError struct {
+	Protocol     int
+	AgentVersion string
+}
+
+func (e *ProtocolError) Error() string {
+	return fmt.Sprintf("agent %s speaks protocol %d; this host supports protocols %d to %d (update the sandbox's agent or the server)",
+		e.AgentVersion, e.Protocol, MinProtocol, agentproto.ProtocolVersion)
+}
+
+// Flow-control windows of the host's side of an agent connection: what an
+// output stream that is not being read can hold in memory, and what all of
+// one sandbox's streams together can. A stream at its window stops the
+// agent's writes to it, which pushes back on the process (see agentproto).
+const (
+	streamWindow = 1 << 20
+	connWindow   = 64 << 20
 )
 
 // Error is an error response of the agent.
@@ -71,10 +100,11 @@ func (e *Error) Is(target error) bool {
 type Client struct {
 	dial   Dialer
 	logger *slog.Logger
-	tr     *http2.Transport
+	tr     *http.Transport
 
-	lock   chan struct{} // 1-slot semaphore guarding cc and closed
-	cc     *http2.ClientConn
+	lock   chan struct{} // 1-slot semaphore guarding cc, info and closed
+	cc     *http.ClientConn
+	info   agentproto.Info // what the agent of cc said about itself
 	closed bool
 }
 
@@ -84,23 +114,32 @@ func New(dial Dialer, logger *slog.Logger) *Client {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
 	return &Client{
 		dial:   dial,
 		logger: logger,
-		tr: &http2.Transport{
-			AllowHTTP: true,
-			// Notice a dead peer on a stream that stays open but silent
-			// (e.g. a paused VM's serial port) instead of hanging forever.
-			ReadIdleTimeout: 30 * time.Second,
-			PingTimeout:     15 * time.Second,
+		tr: &http.Transport{
+			Protocols: &p,
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return dial(ctx)
+			},
+			HTTP2: &http.HTTP2Config{
+				MaxReceiveBufferPerStream:     streamWindow,
+				MaxReceiveBufferPerConnection: connWindow,
+				// Notice a dead peer on a stream that stays open but
+				// silent (e.g. a paused VM's serial port).
+				SendPingTimeout: 30 * time.Second,
+				PingTimeout:     15 * time.Second,
+			},
 		},
 		lock: make(chan struct{}, 1),
 	}
 }
 
 // conn returns a usable connection, dialling if there is none or the last
-// one closed.
-func (c *Client) conn(ctx context.Context) (*http2.ClientConn, error) {
+// one broke. A new connection is checked with GET /v1/info first.
+func (c *Client) conn(ctx context.Context) (*http.ClientConn, error) {
 	select {
 	case c.lock <- struct{}{}:
 	case <-ctx.Done():
@@ -111,25 +150,49 @@ func (c *Client) conn(ctx context.Context) (*http2.ClientConn, error) {
 		return nil, ErrClosed
 	}
 	if c.cc != nil {
-		st := c.cc.State()
-		if !st.Closed && !st.Closing {
+		if c.cc.Err() == nil {
 			return c.cc, nil
 		}
 		c.cc.Close()
 		c.cc = nil
-		c.logger.Debug("agent connection closed; redialling")
+		c.logger.Debug("agent connection broke; redialling")
 	}
-	nc, err := c.dial(ctx)
+	cc, err := c.tr.NewClientConn(ctx, "http", "agent:0")
 	if err != nil {
 		return nil, fmt.Errorf("dial agent: %w", err)
 	}
-	cc, err := c.tr.NewClientConn(nc)
+	info, err := handshake(ctx, cc)
 	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("agent HTTP/2 handshake: %w", err)
+		cc.Close()
+		return nil, err
 	}
-	c.cc = cc
+	c.cc, c.info = cc, info
 	return cc, nil
+}
+
+// handshake asks a new connection's agent who it is and checks its
+// protocol version.
+func handshake(ctx context.Context, cc *http.ClientConn) (agentproto.Info, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/info", nil)
+	if err != nil {
+		return agentproto.Info{}, err
+	}
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		return agentproto.Info{}, fmt.Errorf("agent handshake: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return agentproto.Info{}, fmt.Errorf("agent handshake: %w", responseError(resp))
+	}
+	var info agentproto.Info
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&info); err != nil {
+		return agentproto.Info{}, fmt.Errorf("agent handshake: decode info: %w", err)
+	}
+	if info.Protocol < MinProtocol || info.Protocol > agentproto.ProtocolVersion {
+		return agentproto.Info{}, &ProtocolError{Protocol: info.Protocol, AgentVersion: info.AgentVersion}
+	}
+	return info, nil
 }
 
 // Close closes the connection; later calls fail with ErrClosed. Open
@@ -146,30 +209,67 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// features returns the info of the current connection's agent, dialling
+// if needed.
+func (c *Client) agentInfo(ctx context.Context) (agentproto.Info, error) {
+	if _, err := c.conn(ctx); err != nil {
+		return agentproto.Info{}, err
+	}
+	c.lock <- struct{}{}
+	defer func() { <-c.lock }()
+	return c.info, nil
+}
+
+// require fails with ErrUnsupported unless the agent has feature f.
+func (c *Client) require(ctx context.Context, f string) error {
+	info, err := c.agentInfo(ctx)
+	if err != nil {
+		return err
+	}
+	if !info.HasFeature(f) {
+		return fmt.Errorf("%w: agent %s (protocol %d) lacks %q", ErrUnsupported, info.AgentVersion, info.Protocol, f)
+	}
+	return nil
+}
+
 // roundTrip sends one request. GET requests that fail because the
 // connection had died are retried once on a fresh connection.
 func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
+	var rd func() io.Reader
+	if body != nil {
+		rd = func() io.Reader { return bytes.NewReader(body) }
+	}
+	return c.send(ctx, method, path, rd, "application/json", "")
+}
+
+// send sends one request whose body (if any) newBody makes. GET requests
+// that fail because the connection had died are retried once on a fresh
+// connection.
+func (c *Client) send(ctx context.Context, method, path string, newBody func() io.Reader, contentType, accept string) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		cc, err := c.conn(ctx)
 		if err != nil {
 			return nil, err
 		}
 		var rd io.Reader
-		if body != nil {
-			rd = bytes.NewReader(body)
+		if newBody != nil {
+			rd = newBody()
 		}
 		req, err := http.NewRequestWithContext(ctx, method, "http://agent"+path, rd)
 		if err != nil {
 			return nil, fmt.Errorf("agent %s %s: %w", method, path, err)
 		}
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
+		if rd != nil {
+			req.Header.Set("Content-Type", contentType)
+		}
+		if accept != "" {
+			req.Header.Set("Accept", accept)
 		}
 		resp, err := cc.RoundTrip(req)
 		if err == nil {
 			return resp, nil
 		}
-		if ctx.Err() == nil && method == http.MethodGet && attempt == 0 && cc.State().Closed {
+		if ctx.Err() == nil && method == http.MethodGet && attempt == 0 && cc.Err() != nil {
 			c.logger.Debug("agent connection broke; retrying on a new one", "path", path, "err", err)
 			continue
 		}
@@ -236,6 +336,21 @@ func (c *Client) Info(ctx context.Context) (agentproto.Info, error) {
 // ErrProcessExists; other refusals are *Error (e.g. Code
 // agentproto.CodeExecFailed when the executable is missing).
 func (c *Client) Start(ctx context.Context, req agentproto.StartRequest) (agentproto.ProcessStatus, error) {
+	for _, need := range []struct {
+		used    bool
+		feature string
+	}{
+		{req.Stdin, agentproto.FeatureStdin},
+		{req.PTY != nil, agentproto.FeaturePTY},
+		{req.User != nil, agentproto.FeatureUser},
+		{req.TimeoutMillis > 0, agentproto.FeatureTimeout},
+	} {
+		if need.used {
+			if err := c.require(ctx, need.feature); err != nil {
+				return agentproto.ProcessStatus{}, err
+			}
+		}
+	}
 	var st agentproto.ProcessStatus
 	err := c.call(ctx, http.MethodPost, "/v1/processes", req, http.StatusCreated, &st)
 	return st, err
@@ -265,9 +380,10 @@ func (c *Client) Signal(ctx context.Context, id, signal string) error {
 
 // Output opens the event stream of a process, starting after Seq after
 // (0: from the first kept event). The stream lives until ctx ends, Close is
-// called or the exit event has been read.
+// called or the exit event has been read. While it is open and unread, the
+// process's output is held back (see agentproto); close streams promptly.
 func (c *Client) Output(ctx context.Context, id string, after uint64) (*OutputStream, error) {
-	resp, err := c.roundTrip(ctx, http.MethodGet, processPath(id)+"/output?after="+strconv.FormatUint(after, 10), nil)
+	resp, err := c.send(ctx, http.MethodGet, processPath(id)+"/output?after="+strconv.FormatUint(after, 10), nil, "", agentproto.FramesMediaType)
 	if err != nil {
 		return nil, err
 	}
@@ -275,5 +391,63 @@ func (c *Client) Output(ctx context.Context, id string, after uint64) (*OutputSt
 		defer resp.Body.Close()
 		return nil, responseError(resp)
 	}
-	return newOutputStream(id, after, resp.Body), nil
+	frames := strings.HasPrefix(resp.Header.Get("Content-Type"), agentproto.FramesMediaType)
+	return newOutputStream(id, after, resp.Body, frames), nil
 }
+
+// Wait blocks until the process has exited and returns its status; ctx
+// bounds the wait. Agents without the wait feature give ErrUnsupported.
+func (c *Client) Wait(ctx context.Context, id string) (agentproto.ProcessStatus, error) {
+	if err := c.require(ctx, agentproto.FeatureWait); err != nil {
+		return agentproto.ProcessStatus{}, err
+	}
+	var st agentproto.ProcessStatus
+	err := c.call(ctx, http.MethodGet, processPath(id)+"/wait", nil, http.StatusOK, &st)
+	return st, err
+}
+
+// Stdin streams r into the process's stdin; with closeAfter, stdin is
+// closed after r's end (a PTY process gets end-of-file, ^D). A process
+// without open stdin gives an *Error with Code agentproto.CodeNoStdin.
+func (c *Client) Stdin(ctx context.Context, id string, r io.Reader, closeAfter bool) error {
+	if err := c.require(ctx, agentproto.FeatureStdin); err != nil {
+		return err
+	}
+	path := processPath(id) + "/stdin"
+	if closeAfter {
+		path += "?close=1"
+	}
+	if r == nil {
+		r = http.NoBody
+	}
+	used := false
+	resp, err := c.send(ctx, http.MethodPost, path, func() io.Reader {
+		if used {
+			return errReader{errors.New("stdin body cannot be sent twice")}
+		}
+		used = true
+		return r
+	}, "application/octet-stream", "")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return responseError(resp)
+	}
+	return nil
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// Resize changes a PTY process's terminal size.
+func (c *Client) Resize(ctx context.Context, id string, size agentproto.WindowSize) error {
+	if err := c.require(ctx, agentproto.FeaturePTY); err != nil {
+		return err
+	}
+	return c.call(ctx, http.MethodPost, processPath(id)+"/resize", size, http.StatusNoContent, nil)
+}
+
+// Info returns what the agent says about itself (from a fresh request).

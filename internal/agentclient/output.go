@@ -18,25 +18,32 @@ const maxEventLine = 16 << 20
 // OutputStream reads the events of one process. It is not safe for
 // concurrent use.
 type OutputStream struct {
-	id   string
-	body io.ReadCloser
-	sc   *bufio.Scanner
-	last uint64 // Seq of the last event returned (or the after it started from)
-	done bool
-	err  error
+	id     string
+	body   io.ReadCloser
+	frames *agentproto.FrameReader // protocol 2 agents
+	sc     *bufio.Scanner          // NDJSON, protocol 1 agents
+	last   uint64                  // Seq of the last event returned (or the after it started from)
+	done   bool
+	err    error
 }
 
-func newOutputStream(id string, after uint64, body io.ReadCloser) *OutputStream {
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 0, 64<<10), maxEventLine)
-	return &OutputStream{id: id, body: body, sc: sc, last: after}
+func newOutputStream(id string, after uint64, body io.ReadCloser, frames bool) *OutputStream {
+	s := &OutputStream{id: id, body: body, last: after}
+	if frames {
+		s.frames = agentproto.NewFrameReader(body)
+	} else {
+		s.sc = bufio.NewScanner(body)
+		s.sc.Buffer(make([]byte, 0, 64<<10), maxEventLine)
+	}
+	return s
 }
 
 // Next returns the next event. After the exit event it returns io.EOF; it
 // also returns io.EOF if the agent ended the stream cleanly without one
 // (the stream was opened after the exit event). Any other error means the
 // stream broke: open a new one with Output(ctx, id, lastSeq) to resume.
-// A gap in Seq means the agent dropped output before it was read.
+// A gap event (agentproto.EventGap) says the agent dropped output before it
+// was read; an older agent's gap shows only as a jump in Seq.
 func (s *OutputStream) Next() (agentproto.Event, error) {
 	if s.done {
 		return agentproto.Event{}, io.EOF
@@ -44,14 +51,17 @@ func (s *OutputStream) Next() (agentproto.Event, error) {
 	if s.err != nil {
 		return agentproto.Event{}, s.err
 	}
-	for s.sc.Scan() {
-		line := s.sc.Bytes()
-		if len(line) == 0 {
-			continue
+	for {
+		ev, err := s.read()
+		if errors.Is(err, agentproto.ErrUnknownFrame) {
+			continue // a newer agent's event kind
 		}
-		ev, err := parseEvent(line)
+		if errors.Is(err, io.EOF) {
+			s.done = true
+			return agentproto.Event{}, io.EOF
+		}
 		if err != nil {
-			s.err = fmt.Errorf("agent output of %s: %w", s.id, err)
+			s.err = fmt.Errorf("agent output of %s broke after seq %d: %w", s.id, s.last, err)
 			return agentproto.Event{}, s.err
 		}
 		if ev.Seq <= s.last {
@@ -65,11 +75,23 @@ func (s *OutputStream) Next() (agentproto.Event, error) {
 		}
 		return ev, nil
 	}
-	if err := s.sc.Err(); err != nil {
-		s.err = fmt.Errorf("agent output of %s broke after seq %d: %w", s.id, s.last, err)
-		return agentproto.Event{}, s.err
+}
+
+// read decodes the next event in either encoding; io.EOF at a clean end.
+func (s *OutputStream) read() (agentproto.Event, error) {
+	if s.frames != nil {
+		return s.frames.Next()
 	}
-	s.done = true
+	for s.sc.Scan() {
+		line := s.sc.Bytes()
+		if len(line) == 0 {
+			continue
+		}
+		return parseEvent(line)
+	}
+	if err := s.sc.Err(); err != nil {
+		return agentproto.Event{}, err
+	}
 	return agentproto.Event{}, io.EOF
 }
 
@@ -151,11 +173,13 @@ func (c *Client) Run(ctx context.Context, req agentproto.StartRequest) (RunResul
 				break
 			}
 			broken = 0
-			if ev.Seq != last+1 {
-				lost += ev.Seq - last - 1
+			if ev.Seq != last+1 && ev.Type != agentproto.EventGap {
+				lost += ev.Seq - last - 1 // an older agent's silent gap
 			}
 			last = ev.Seq
 			switch ev.Type {
+			case agentproto.EventGap:
+				lost += ev.Gap.Events
 			case agentproto.EventStdout:
 				res.Stdout = append(res.Stdout, ev.Data...)
 			case agentproto.EventStderr:
@@ -164,7 +188,7 @@ func (c *Client) Run(ctx context.Context, req agentproto.StartRequest) (RunResul
 				s.Close()
 				res.ExitCode, res.Signal = *ev.ExitCode, ev.Signal
 				if lost > 0 {
-					return res, fmt.Errorf("run %s: %w: %d events dropped by the agent", req.ID, ErrOutputLost, lost)
+					return res, fmt.Errorf("run %s: %w: %d events dropped by the agent before they were read", req.ID, ErrOutputLost, lost)
 				}
 				return res, nil
 			}

@@ -72,7 +72,7 @@ func TestOutputStreamNext(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newOutputStream("proc_x", tt.after, io.NopCloser(strings.NewReader(tt.body)))
+			s := newOutputStream("proc_x", tt.after, io.NopCloser(strings.NewReader(tt.body)), false)
 			var got []uint64
 			var err error
 			for {
@@ -148,7 +148,7 @@ func FuzzParseEvent(f *testing.F) {
 			t.Fatalf("round trip of %+v: %+v, %v", ev, ev2, err)
 		}
 		// And a stream of it ends cleanly or with an error, never panics.
-		s := newOutputStream("p", 0, io.NopCloser(strings.NewReader(string(line)+"\n"+string(line)+"\n")))
+		s := newOutputStream("p", 0, io.NopCloser(strings.NewReader(string(line)+"\n"+string(line)+"\n")), false)
 		for range 3 {
 			if _, err := s.Next(); err != nil {
 				break

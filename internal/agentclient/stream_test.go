@@ -42,8 +42,12 @@ func TestLargeOutputWithoutReader(t *testing.T) {
 	for _, ev := range evs {
 		kept += len(ev.Data)
 	}
-	if evs[0].Seq == 1 || kept > agent.DefaultBufferBytes {
-		t.Fatalf("first kept seq %d, %d bytes kept", evs[0].Seq, kept)
+	if evs[0].Type != agentproto.EventGap || kept > agent.DefaultBufferBytes {
+		t.Fatalf("first event %s seq %d, %d bytes kept", evs[0].Type, evs[0].Seq, kept)
+	}
+	// The gap says exactly what was lost.
+	if g := evs[0].Gap; !g.Exact || g.StdoutBytes+uint64(kept) != 52428800+5 || g.Events != evs[0].Seq {
+		t.Fatalf("gap %+v with %d bytes kept", *g, kept)
 	}
 	if !bytes.HasSuffix(evs[len(evs)-2].Data, []byte("tail\n")) {
 		t.Fatal("newest output not kept")
@@ -80,13 +84,14 @@ func TestLargeOutputLossless(t *testing.T) {
 	})
 }
 
-// A reader that reads slowly does not hold the process back: the process
-// exits while the reader is far behind, and the reader then sees a gap.
+// A reader that reads slowly holds the process back (the agent stops
+// reading its output while the buffer is full) and gets every byte.
 func TestSlowReader(t *testing.T) {
 	transports(t, agent.Options{BufferBytes: 256 << 10}, func(t *testing.T, c *agentclient.Client, _ *agent.Server) {
 		ctx := ctxT(t)
 		id := newID()
-		if _, err := c.Start(ctx, sh(id, "head -c 8000000 /dev/zero")); err != nil {
+		const size = 4_000_000
+		if _, err := c.Start(ctx, sh(id, "sleep 0.3; head -c 4000000 /dev/zero")); err != nil {
 			t.Fatal(err)
 		}
 		s, err := c.Output(ctx, id, 0)
@@ -96,7 +101,6 @@ func TestSlowReader(t *testing.T) {
 		defer s.Close()
 		var (
 			last    uint64
-			gaps    int
 			read    int
 			exited  bool
 			checked bool
@@ -109,8 +113,8 @@ func TestSlowReader(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ev.Seq != last+1 {
-				gaps++
+			if ev.Seq != last+1 || ev.Type == agentproto.EventGap {
+				t.Fatalf("gap at seq %d (type %s) after %d", ev.Seq, ev.Type, last)
 			}
 			last = ev.Seq
 			read += len(ev.Data)
@@ -119,16 +123,52 @@ func TestSlowReader(t *testing.T) {
 				continue
 			}
 			if !checked && read >= 64<<10 {
-				// Far behind: the process must be done anyway.
-				waitExited(t, c, id)
+				// Far behind: the process must be held back.
+				time.Sleep(300 * time.Millisecond)
+				st, err := c.Status(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !st.Running {
+					t.Fatal("the process finished while its reader was 3.9 MB behind: no back-pressure")
+				}
 				checked = true
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(time.Millisecond)
 		}
-		if !exited || !checked || gaps == 0 || read >= 8000000 {
-			t.Fatalf("exited=%v checked=%v gaps=%d read=%d", exited, checked, gaps, read)
+		if !exited || !checked || read != size {
+			t.Fatalf("exited=%v checked=%v read=%d, want %d", exited, checked, read, size)
 		}
 	})
+}
+
+// A stream whose reader takes nothing for the stall timeout is reset by the
+// agent; the process then goes on (no longer held back) and a later reader
+// gets a gap for what was dropped.
+func TestStalledReaderIsReset(t *testing.T) {
+	srv := newServer(t, agent.Options{BufferBytes: 128 << 10, StallTimeout: 300 * time.Millisecond})
+	rec, _ := unixDialer(t, srv)
+	c := newClient(t, rec.Dial)
+	ctx := ctxT(t)
+	id := newID()
+	if _, err := c.Start(ctx, sh(id, "head -c 20000000 /dev/zero; echo end")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Output(ctx, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Never read s: its window and the agent's buffer fill, the stream
+	// stalls and is reset, and the process finishes.
+	st := waitExited(t, c, id)
+	if *st.ExitCode != 0 {
+		t.Fatalf("exit %d", *st.ExitCode)
+	}
+	evs := readAll(t, c, id, 0)
+	if evs[0].Type != agentproto.EventGap || evs[0].Gap.StdoutBytes == 0 {
+		t.Fatalf("no gap after the stalled reader was reset: first %+v", evs[0])
+	}
 }
 
 // The connection breaks in the middle of an output stream: the reader gets
@@ -499,8 +539,11 @@ func TestExitedBufferBudget(t *testing.T) {
 			t.Fatalf("Run %d: %d bytes, %v", i, len(res.Stdout), err)
 		}
 	}
-	for i, id := range ids {
-		evs := readAll(t, c, id, 0)
+	// The exit event is readable a moment before the agent files the
+	// record among the exited ones: poll.
+	deadline := time.Now().Add(5 * time.Second)
+	for i := 0; i < len(ids); i++ {
+		evs := readAll(t, c, ids[i], 0)
 		var n int
 		for _, ev := range evs {
 			n += len(ev.Data)
@@ -511,7 +554,15 @@ func TestExitedBufferBudget(t *testing.T) {
 		}
 		trimmed := i < 2
 		if trimmed != (n == 0) || !trimmed && n != 60000 {
+			if time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+				i--
+				continue
+			}
 			t.Fatalf("process %d keeps %d bytes of output", i, n)
+		}
+		if trimmed && (evs[0].Type != agentproto.EventGap || evs[0].Gap.StdoutBytes != 60000) {
+			t.Fatalf("process %d: trimmed output without an exact gap: %+v", i, evs[0])
 		}
 	}
 }

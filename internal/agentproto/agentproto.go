@@ -5,12 +5,15 @@
 // Unix socket for OCI runtimes, a virtio-serial port or vsock for microVMs.
 // One stream carries many concurrent requests, so the same protocol works
 // where only a single connection exists (virtio-serial). Requests and
-// responses are JSON; process output is a streamed response of
-// newline-delimited JSON Events.
+// responses are JSON; process output is a streamed response of Events,
+// binary frames (see frame.go) when the host asks for FramesMediaType in
+// Accept (protocol 2), newline-delimited JSON otherwise (protocol 1).
 //
 // Compatibility: the protocol only grows. New fields and endpoints may be
 // added; existing ones keep their meaning. The host checks Info.Protocol
-// against the versions it supports.
+// against the range of versions it supports on every (re)connect, and
+// Info.Features tells what an agent of a supported version can do (agents
+// restored from old snapshots report fewer features).
 //
 // Endpoints (all under /v1):
 //
@@ -18,8 +21,19 @@
 //	POST /v1/processes                     StartRequest → 201 ProcessStatus (409 "exists" if the ID is taken)
 //	GET  /v1/processes                     → ProcessList
 //	GET  /v1/processes/{id}                → ProcessStatus
-//	GET  /v1/processes/{id}/output?after=N → stream of Event (NDJSON), ending after the exit event
+//	GET  /v1/processes/{id}/wait           → ProcessStatus once the process has exited (the request's context bounds the wait)
+//	GET  /v1/processes/{id}/output?after=N → stream of Event, ending after the exit event
 //	POST /v1/processes/{id}/signal         SignalRequest → 204
+//	POST /v1/processes/{id}/stdin[?close=1] raw body appended to the process's stdin → 204 (close=1: close stdin after the body)
+//	POST /v1/processes/{id}/resize         ResizeRequest → 204 (PTY processes)
+//
+// Output flow control: while an output stream is open, the agent never
+// drops events that stream has not yet written; a full buffer stops the
+// agent from reading the process's output (back-pressure to the writer). A
+// stream that takes nothing for the agent's stall timeout is reset and no
+// longer holds the writer back. Without open streams, the oldest events are
+// dropped when the buffer is full, and the next stream that asks for them
+// gets a "gap" event saying what was lost.
 //
 // Errors are JSON Error with an HTTP status.
 package agentproto
@@ -27,14 +41,39 @@ package agentproto
 import "time"
 
 // ProtocolVersion is the version of this protocol the code speaks.
-const ProtocolVersion = 1
+// Version 1: NDJSON output, no stdin, PTY, wait or gap events.
+// Version 2: binary output frames, gap events, stdin, PTY, user, timeout,
+// wait, Info.Features.
+const ProtocolVersion = 2
+
+// Features an agent may report in Info.Features.
+const (
+	FeatureFrames  = "frames"  // binary output frames (FramesMediaType)
+	FeatureGap     = "gap"     // explicit gap events instead of silent loss
+	FeatureStdin   = "stdin"   // StartRequest.Stdin and the stdin endpoint
+	FeaturePTY     = "pty"     // StartRequest.PTY and the resize endpoint
+	FeatureUser    = "user"    // StartRequest.User
+	FeatureTimeout = "timeout" // StartRequest.TimeoutMillis
+	FeatureWait    = "wait"    // the wait endpoint
+)
 
 // Info describes a running agent.
 type Info struct {
 	AgentVersion string    `json:"agent_version"`
 	Protocol     int       `json:"protocol"`
-	Pid          int       `json:"pid"` // the agent's PID inside the guest
+	Features     []string  `json:"features,omitempty"` // protocol 2+
+	Pid          int       `json:"pid"`                // the agent's PID inside the guest
 	StartedAt    time.Time `json:"started_at"`
+}
+
+// HasFeature reports whether the agent reported feature f.
+func (i Info) HasFeature(f string) bool {
+	for _, x := range i.Features {
+		if x == f {
+			return true
+		}
+	}
+	return false
 }
 
 // StartRequest starts a process. ID is chosen by the host (a model.ProcessID).
@@ -43,7 +82,33 @@ type StartRequest struct {
 	Args []string `json:"args"`
 	Env  []string `json:"env,omitempty"` // "NAME=value", added to the agent's environment
 	Cwd  string   `json:"cwd,omitempty"` // default "/"
+	// Stdin keeps the process's stdin open for the stdin endpoint; without
+	// it stdin reads EOF at once.
+	Stdin bool `json:"stdin,omitempty"`
+	// PTY runs the process on a new pseudo-terminal (stdin, stdout and
+	// stderr are the terminal; output arrives as stdout events).
+	PTY *WindowSize `json:"pty,omitempty"`
+	// User runs the process with these IDs (default: the agent's, root).
+	User *User `json:"user,omitempty"`
+	// TimeoutMillis, if > 0, kills the process's group with SIGKILL that
+	// long after it started; its exit event then says timed_out.
+	TimeoutMillis int64 `json:"timeout_ms,omitempty"`
 }
+
+// WindowSize is a terminal's size in character cells.
+type WindowSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// User is a numeric user and group inside the sandbox.
+type User struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+}
+
+// ResizeRequest changes a PTY process's terminal size.
+type ResizeRequest = WindowSize
 
 // ProcessStatus reports one process.
 type ProcessStatus struct {
@@ -51,6 +116,9 @@ type ProcessStatus struct {
 	Pid       int        `json:"pid"`
 	Args      []string   `json:"args"`
 	Running   bool       `json:"running"`
+	PTY       bool       `json:"pty,omitempty"`
+	Stdin     bool       `json:"stdin,omitempty"`     // stdin is open for writing
+	TimedOut  bool       `json:"timed_out,omitempty"` // killed because its timeout passed
 	ExitCode  *int       `json:"exit_code,omitempty"` // set once exited; -1 if killed by a signal
 	Signal    string     `json:"signal,omitempty"`    // e.g. "KILL" if killed by a signal
 	StartedAt time.Time  `json:"started_at"`
@@ -67,22 +135,37 @@ const (
 	EventStdout = "stdout"
 	EventStderr = "stderr"
 	EventExit   = "exit"
+	EventGap    = "gap"
 )
 
 // Event is one item of a process's output stream. Seq starts at 1 and grows
 // by one per event of that process; a client that saw Seq n resumes with
 // ?after=n. The agent keeps a bounded buffer per process; when a client asks
-// for events that were already dropped, the stream starts with the oldest
-// kept event (a gap in Seq tells the client output was lost).
+// for events that were already dropped, the stream starts with a gap event
+// whose Seq is the last dropped one and whose Gap says what was lost, then
+// the oldest kept event.
 type Event struct {
 	Seq      uint64 `json:"seq"`
 	Type     string `json:"type"`
 	Data     []byte `json:"data,omitempty"`      // stdout/stderr bytes (base64 in JSON)
 	ExitCode *int   `json:"exit_code,omitempty"` // exit events
 	Signal   string `json:"signal,omitempty"`    // exit events: the signal that killed it
+	TimedOut bool   `json:"timed_out,omitempty"` // exit events: killed by its timeout
+	Gap      *Gap   `json:"gap,omitempty"`       // gap events
 }
 
-// SignalRequest sends a signal to a process, by name ("TERM", "KILL", "INT", "HUP", …).
+// Gap describes output that was dropped before this reader could read it.
+type Gap struct {
+	Events      uint64 `json:"events"`       // how many events were skipped
+	StdoutBytes uint64 `json:"stdout_bytes"` // stdout bytes in them
+	StderrBytes uint64 `json:"stderr_bytes"` // stderr bytes in them
+	// Exact is false when the agent no longer knows the size of every
+	// skipped event; the byte counts are then a lower bound.
+	Exact bool `json:"exact"`
+}
+
+// SignalRequest sends a signal to a process, by name ("TERM", "KILL", "INT",
+// "HUP", …, with or without "SIG") or by number ("9").
 type SignalRequest struct {
 	Signal string `json:"signal"`
 }

@@ -24,3 +24,14 @@ const (
 	// CodeInternal (500): anything else.
 	CodeInternal = "internal"
 )
+
+// More error codes (protocol 2).
+const (
+	// CodeNoStdin (409): the process was started without Stdin, or its
+	// stdin has been closed.
+	CodeNoStdin = "no_stdin"
+	// CodeNoPTY (409): resize of a process that has no terminal.
+	CodeNoPTY = "no_pty"
+	// CodeBusy (429): too many concurrent output streams of one process.
+	CodeBusy = "busy"
+)
