@@ -69,6 +69,9 @@ const (
 	connWindow   = 64 << 20
 )
 
+// handshakeTimeout bounds dialling a new connection and its info request.
+const handshakeTimeout = 20 * time.Second
+
 // Error is an error response of the agent.
 type Error struct {
 	Status  int    // HTTP status
@@ -157,11 +160,16 @@ func (c *Client) conn(ctx context.Context) (*http.ClientConn, error) {
 		c.cc = nil
 		c.logger.Debug("agent connection broke; redialling")
 	}
-	cc, err := c.tr.NewClientConn(ctx, "http", "agent:0")
+	// Bounded whatever the caller's context: the lock is held meanwhile,
+	// and a guest that accepts but never answers must not wedge every
+	// caller (or Close) behind it.
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	cc, err := c.tr.NewClientConn(hctx, "http", "agent:0")
 	if err != nil {
 		return nil, fmt.Errorf("dial agent: %w", err)
 	}
-	info, err := handshake(ctx, cc)
+	info, err := handshake(hctx, cc)
 	if err != nil {
 		cc.Close()
 		return nil, err

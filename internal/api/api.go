@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/template"
 )
@@ -53,6 +54,9 @@ type Config struct {
 	// Ready reports whether the server can take work (GET /readyz). Nil: ready.
 	Ready     func(ctx context.Context) error
 	AttachTTL time.Duration // lifetime of an attachment token; 0: DefaultAttachTTL
+	// Agents reaches the guest agents of sandboxes hosted here (process
+	// routes, background commands). Nil: those routes answer 501.
+	Agents procctl.Agents
 }
 
 // API is the management API handler.
@@ -108,6 +112,12 @@ func New(cfg Config) (*API, error) {
 	}
 	a.handler = a.withRequestContext(a.recoverPanics(http.HandlerFunc(a.dispatch)))
 	return a, nil
+}
+
+// Wrap gives h the API's request middleware: a request ID (X-Request-Id),
+// the access log and panic recovery. The server wraps the data plane with it.
+func (a *API) Wrap(h http.Handler) http.Handler {
+	return a.withRequestContext(a.recoverPanics(h))
 }
 
 // Handler returns the HTTP handler of the whole API.

@@ -44,6 +44,9 @@ func (a *API) routeTable() []route {
 		{"GET", "/v1/sandboxes/{id}", member, a.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", member, mutating(a, a.deleteSandbox)},
 		{"POST", "/v1/sandboxes/{id}/commands", member, mutating(a, a.createCommand)},
+		{"GET", "/v1/sandboxes/{id}/processes", member, a.listProcesses},
+		{"GET", "/v1/sandboxes/{id}/processes/{pid}", member, a.getProcess},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", member, mutating(a, a.signalProcess)},
 		{"GET", "/v1/operations/{id}", member, a.getOperation},
 
 		{"GET", "/v1/templates", member, a.listTemplates},

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 
+	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -205,6 +208,25 @@ func (a *API) createCommand(ctx context.Context, c *call[apiv1.CreateCommandRequ
 			return nil, err
 		}
 	}
+	spec := model.ProcessSpec{Args: args, Env: env, Cwd: cwd, Stdin: c.in.Stdin}
+	if c.in.PTY != nil {
+		ts, err := model.ParseTermSize(c.in.PTY.Rows, c.in.PTY.Cols)
+		if err != nil {
+			return nil, err
+		}
+		spec.PTY = &ts
+	}
+	if c.in.User != nil {
+		u, err := model.ParseUserIDs(c.in.User.UID, c.in.User.GID)
+		if err != nil {
+			return nil, err
+		}
+		spec.User = &u
+	}
+	if c.in.TimeoutSecs < 0 || time.Duration(c.in.TimeoutSecs)*time.Second > model.MaxProcessTimeout {
+		return nil, badRequest("timeout_secs must be 0–%d", int(model.MaxProcessTimeout/time.Second))
+	}
+	spec.Timeout = time.Duration(c.in.TimeoutSecs) * time.Second
 	sb, err := a.sandboxOf(ctx, c.r, c.p)
 	if err != nil {
 		return nil, err
@@ -218,7 +240,7 @@ func (a *API) createCommand(ctx context.Context, c *call[apiv1.CreateCommandRequ
 		ProjectID: c.p.project,
 		SandboxID: sb.ID,
 		ProcessID: model.NewProcessID(),
-		Spec:      model.ProcessSpec{Args: args, Env: env, Cwd: cwd},
+		Spec:      spec,
 		TokenHash: hash,
 		CreatedAt: c.now,
 		ExpiresAt: c.now.Add(a.cfg.AttachTTL),
@@ -230,12 +252,26 @@ func (a *API) createCommand(ctx context.Context, c *call[apiv1.CreateCommandRequ
 		AttachURL:       a.baseURL(c.r) + AttachPath(cs.ProcessID),
 		AttachmentToken: token,
 		ExpiresAt:       cs.ExpiresAt,
+		WebSocketURL:    wsURL(a.baseURL(c.r)) + apiv1.ProcessDataPath(cs.ProcessID.String(), "ws"),
 	})
 	if err != nil {
 		return nil, err
 	}
+	var agent *agentclient.Client
+	if c.in.Background {
+		// Find the agent before writing anything: a sandbox that cannot
+		// run the command now gets no session.
+		if _, agent, err = a.agentOf(ctx, c.r, c.p); err != nil {
+			return nil, err
+		}
+	}
 	if err := a.cfg.Store.CreateCommandSession(ctx, cs, rec); err != nil {
 		return nil, fmt.Errorf("create command session: %w", err)
+	}
+	if agent != nil {
+		if err := procctl.Start(ctx, agent, cs); err != nil {
+			return nil, procError(err)
+		}
 	}
 	return rep, nil
 }

@@ -41,3 +41,11 @@ func (a *API) baseURL(r *http.Request) string {
 	}
 	return scheme + "://" + r.Host
 }
+
+// wsURL turns an http(s) base URL into the ws(s) one.
+func wsURL(base string) string {
+	if rest, ok := strings.CutPrefix(base, "https://"); ok {
+		return "wss://" + rest
+	}
+	return "ws://" + strings.TrimPrefix(base, "http://")
+}

@@ -32,6 +32,13 @@ const (
 	CodeNotSupported         = "not_supported"          // 501: a capability this deployment lacks
 	CodeInternal             = "internal"               // 500
 	CodeUnavailable          = "unavailable"            // 503
+	CodeDraining             = "draining"               // 503: this server is shutting down; retry (another replica, or after restart)
+	CodeTooManyAttachments   = "too_many_attachments"   // 429: the process, token or project has as many open attachments as allowed
+	CodeNoStdin              = "no_stdin"               // 409: the process's stdin is not open (not requested, or closed)
+	CodeNoPTY                = "no_pty"                 // 409: resize of a process without a terminal
+	CodeProcessExited        = "process_exited"         // 409: the process has exited
+	CodeProcessNotFound      = "process_not_found"      // 404: the sandbox has no such process (never started, or forgotten)
+	CodeAgentUnsupported     = "agent_unsupported"      // 501: the sandbox's agent is too old for this request
 )
 
 // Sandbox is a sandbox as the API shows it.
@@ -115,6 +122,32 @@ type CreateCommandRequest struct {
 	Args []string          `json:"args"`
 	Env  map[string]string `json:"env,omitempty"`
 	Cwd  string            `json:"cwd,omitempty"`
+	// Stdin keeps the process's stdin open for the data plane's stdin
+	// route (or a WebSocket); without it stdin reads end-of-file.
+	Stdin bool `json:"stdin,omitempty"`
+	// PTY runs the command on a pseudo-terminal of this size; its output
+	// arrives as stdout events.
+	PTY *TermSize `json:"pty,omitempty"`
+	// User runs the command as these numeric IDs inside the sandbox.
+	User *User `json:"user,omitempty"`
+	// TimeoutSecs kills the command (and its process group) this long
+	// after it starts; 0 means no timeout. At most 604800 (7 days).
+	TimeoutSecs int `json:"timeout_secs,omitempty"`
+	// Background starts the process now instead of on the first attach;
+	// it runs whether or not anyone attaches.
+	Background bool `json:"background,omitempty"`
+}
+
+// TermSize is a terminal size in character cells (1–1000 each).
+type TermSize struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
+}
+
+// User is a numeric user and group inside a sandbox.
+type User struct {
+	UID int64 `json:"uid"`
+	GID int64 `json:"gid"`
 }
 
 // CommandSession is the response of POST /v1/sandboxes/{id}/commands. The
@@ -127,6 +160,29 @@ type CommandSession struct {
 	AttachURL       string    `json:"attach_url"`
 	AttachmentToken string    `json:"attachment_token"`
 	ExpiresAt       time.Time `json:"expires_at"`
+	// WebSocketURL carries stdin, output and resize both ways on one
+	// connection (same token).
+	WebSocketURL string `json:"websocket_url,omitempty"`
+}
+
+// Process is one process of a sandbox, as the guest reports it.
+type Process struct {
+	ID        string     `json:"id"`
+	Pid       int        `json:"pid"`
+	Args      []string   `json:"args"`
+	Running   bool       `json:"running"`
+	PTY       bool       `json:"pty,omitempty"`
+	Stdin     bool       `json:"stdin,omitempty"`
+	ExitCode  *int       `json:"exit_code,omitempty"`
+	Signal    string     `json:"signal,omitempty"`
+	TimedOut  bool       `json:"timed_out,omitempty"`
+	StartedAt time.Time  `json:"started_at"`
+	ExitedAt  *time.Time `json:"exited_at,omitempty"`
+}
+
+// ProcessList is the response of GET /v1/sandboxes/{id}/processes.
+type ProcessList struct {
+	Processes []Process `json:"processes"`
 }
 
 // Project is a tenant.
@@ -180,23 +236,74 @@ func AttachPath(processID string) string {
 	return "/data/v1/processes/" + processID + "/attach"
 }
 
-// Data-plane SSE event names on an attach stream.
+// Data-plane routes besides attach, as net/http patterns. Each takes the
+// attachment token of the process's command session, with the action the
+// route needs (stdin, signal, resize, read).
+const (
+	StdinRoute    = "/data/v1/processes/{process_id}/stdin"  // POST raw bytes; ?close=1 closes stdin after them
+	SignalRoute   = "/data/v1/processes/{process_id}/signal" // POST SignalRequest
+	ResizeRoute   = "/data/v1/processes/{process_id}/resize" // POST ResizeRequest
+	WebSocketPath = "/data/v1/processes/{process_id}/ws"     // GET, WebSocket upgrade
+)
+
+// ProcessDataPath returns a data-plane path of one process; suffix is
+// "attach", "stdin", "signal", "resize" or "ws".
+func ProcessDataPath(processID, suffix string) string {
+	return "/data/v1/processes/" + processID + "/" + suffix
+}
+
+// Data-plane SSE event names on an attach stream. Event ids are the guest's
+// sequence numbers: send the last one as Last-Event-ID to resume.
 const (
 	EventStdout = "stdout"
 	EventStderr = "stderr"
 	EventExit   = "exit"
 	EventError  = "error"
+	// EventGap: output was dropped before this client read it (nobody was
+	// attached while the process's buffer overflowed). Its data says how
+	// much; the stream goes on after it.
+	EventGap = "gap"
+	// EventReconnect: the server is going away (graceful drain); reconnect
+	// with Last-Event-ID after the advised delay. Nothing is lost.
+	EventReconnect = "reconnect"
 )
 
-// OutputEventData is the data of stdout/stderr events.
+// OutputEventData is the data of stdout/stderr events: {"data":"<base64>"}.
 type OutputEventData struct {
 	Data []byte `json:"data"` // base64 in JSON
 }
 
 // ExitEventData is the data of the exit event.
 type ExitEventData struct {
-	ExitCode int    `json:"exit_code"`        // -1 if killed by a signal
-	Signal   string `json:"signal,omitempty"` // the signal's name, e.g. "KILL"
+	ExitCode int    `json:"exit_code"`           // -1 if killed by a signal
+	Signal   string `json:"signal,omitempty"`    // the signal's name, e.g. "KILL"
+	TimedOut bool   `json:"timed_out,omitempty"` // killed because its timeout passed
+}
+
+// GapEventData is the data of a gap event.
+type GapEventData struct {
+	Events      uint64 `json:"events"`       // events skipped
+	StdoutBytes uint64 `json:"stdout_bytes"` // stdout bytes in them
+	StderrBytes uint64 `json:"stderr_bytes"` // stderr bytes in them
+	Exact       bool   `json:"exact"`        // false: the byte counts are a lower bound
+}
+
+// ReconnectEventData is the data of a reconnect event.
+type ReconnectEventData struct {
+	Reason  string `json:"reason"`   // "draining"
+	RetryMS int    `json:"retry_ms"` // advised delay before reconnecting
+}
+
+// SignalRequest is the body of a signal request: a name ("TERM", "SIGKILL")
+// or a number ("9").
+type SignalRequest struct {
+	Signal string `json:"signal"`
+}
+
+// ResizeRequest is the body of a resize request (PTY processes).
+type ResizeRequest struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
 }
 
 // Health is the body of GET /healthz and a successful GET /readyz.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,16 +23,21 @@ type serverFlags struct {
 	databaseURL string
 	agentBinary string
 	logLevel    string
+	grace       time.Duration
 }
 
 // options parses the flags into server.Options.
 func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Options, error) {
 	opts := server.Options{
-		DataDir:     dataDir,
-		Listen:      f.listen,
-		Runtime:     f.runtime,
-		DatabaseURL: f.databaseURL,
-		AgentBinary: f.agentBinary,
+		DataDir:       dataDir,
+		Listen:        f.listen,
+		Runtime:       f.runtime,
+		DatabaseURL:   f.databaseURL,
+		AgentBinary:   f.agentBinary,
+		ShutdownGrace: f.grace,
+	}
+	if f.grace <= 0 {
+		return opts, usageErrorf("--shutdown-grace must be positive, such as 30s")
 	}
 	_, port, err := net.SplitHostPort(f.listen)
 	if err != nil {
@@ -102,5 +108,6 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringVar(&f.databaseURL, "database-url", "", "PostgreSQL URL postgres://… (default: SQLite in the data dir)")
 	fs.StringVar(&f.agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock, then $PATH)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&f.grace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long open attach streams may run on before they are told to reconnect")
 	return cmd
 }

@@ -203,7 +203,11 @@ func TestCreateRunDelete(t *testing.T) {
 	if sb.State != model.StateRunning || sb.NodeID != e.node || sb.Runtime != "runc" {
 		t.Fatalf("after create: %+v", sb)
 	}
-	res, err := e.wk.Agent(id).Run(context.Background(), agentproto.StartRequest{ID: model.NewProcessID().String(), Args: []string{"sh", "-c", "echo $HELLO"}})
+	agent, err := e.wk.Agent(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := agent.Run(context.Background(), agentproto.StartRequest{ID: model.NewProcessID().String(), Args: []string{"sh", "-c", "echo $HELLO"}})
 	if err != nil || string(res.Stdout) != "world\n" {
 		t.Fatalf("run in sandbox: %+v, %v", res, err)
 	}
@@ -290,7 +294,8 @@ func TestResyncReportsOOMUnderGVisor(t *testing.T) {
 		t.Fatalf("create: %+v", op)
 	}
 	// 256 MiB limit; ask for 1 GiB.
-	_, _ = e.wk.Agent(id).Run(context.Background(), agentproto.StartRequest{ID: model.NewProcessID().String(),
+	agent, _ := e.wk.Agent(id)
+	_, _ = agent.Run(context.Background(), agentproto.StartRequest{ID: model.NewProcessID().String(),
 		Args: []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=1024M", "count=1"}})
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -40,7 +40,7 @@ type fixture struct {
 	client  *agentclient.Client
 }
 
-func (f *fixture) Agent(model.SandboxID) *agentclient.Client { return f.client }
+func (f *fixture) Agent(model.SandboxID) (*agentclient.Client, error) { return f.client, nil }
 
 func (f *fixture) clock() time.Time {
 	f.nowMu.Lock()

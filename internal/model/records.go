@@ -140,10 +140,45 @@ type Operation struct {
 
 // ProcessSpec is what to run for a command.
 type ProcessSpec struct {
-	Args []string  // argv; Args[0] is looked up in PATH
-	Env  Env       // added to the sandbox's env
-	Cwd  GuestPath // working directory; "/" if empty
+	Args    []string      // argv; Args[0] is looked up in PATH
+	Env     Env           // added to the sandbox's env
+	Cwd     GuestPath     // working directory; "/" if empty
+	Stdin   bool          // keep stdin open for writers (else it reads EOF)
+	PTY     *TermSize     // run on a pseudo-terminal of this size
+	User    *UserIDs      // run as this user (default root)
+	Timeout time.Duration // kill the process this long after it starts; 0: never
 }
+
+// TermSize is a terminal's size in character cells; both are 1–1000.
+type TermSize struct {
+	Rows, Cols uint16
+}
+
+// ParseTermSize checks a terminal size.
+func ParseTermSize(rows, cols int) (TermSize, error) {
+	if rows < 1 || rows > 1000 || cols < 1 || cols > 1000 {
+		return TermSize{}, fmt.Errorf("%w: terminal size %dx%d: rows and cols must be 1–1000", ErrInvalid, rows, cols)
+	}
+	return TermSize{Rows: uint16(rows), Cols: uint16(cols)}, nil
+}
+
+// UserIDs is a numeric user and group inside a sandbox.
+type UserIDs struct {
+	UID, GID uint32
+}
+
+// ParseUserIDs checks numeric user and group IDs (0–2^31-2; 2^32-1 is
+// the kernel's "no ID").
+func ParseUserIDs(uid, gid int64) (UserIDs, error) {
+	const maxID = 1<<31 - 2
+	if uid < 0 || uid > maxID || gid < 0 || gid > maxID {
+		return UserIDs{}, fmt.Errorf("%w: user %d:%d: IDs must be 0–%d", ErrInvalid, uid, gid, maxID)
+	}
+	return UserIDs{UID: uint32(uid), GID: uint32(gid)}, nil
+}
+
+// MaxProcessTimeout bounds ProcessSpec.Timeout.
+const MaxProcessTimeout = 7 * 24 * time.Hour
 
 // CommandSession is the connection info and authorization for one command.
 // Its process starts when a client first attaches.

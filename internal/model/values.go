@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -274,4 +275,61 @@ func validMetadataKey(k string) error {
 		return fmt.Errorf("%w: metadata key %q may contain only A-Z, a-z, 0-9, '.', '_', '-' and '/'", ErrInvalid, truncate(k))
 	}
 	return nil
+}
+
+// Signal is a Linux signal number (1–64) named by a client.
+type Signal int
+
+// ParseSignal parses a signal name ("TERM", "SIGTERM", "term") or number
+// ("15").
+func ParseSignal(s string) (Signal, error) {
+	t := strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(s)), "SIG")
+	if n, err := strconv.Atoi(t); err == nil {
+		if n < 1 || n > 64 {
+			return 0, fmt.Errorf("%w: signal %d: want 1–64", ErrInvalid, n)
+		}
+		return Signal(n), nil
+	}
+	names := signalNames()
+	for n, name := range names {
+		if name != "" && name == t {
+			return Signal(n), nil
+		}
+	}
+	switch t {
+	case "IOT":
+		return 6, nil
+	case "POLL":
+		return 29, nil
+	}
+	if len(s) > 32 {
+		s = s[:32] + "…"
+	}
+	return 0, fmt.Errorf("%w: unknown signal %q (want a name such as TERM, KILL, INT, HUP or a number 1–64)", ErrInvalid, s)
+}
+
+// signalNames returns Linux's signal names by number (x86, arm and most
+// others).
+func signalNames() [32]string {
+	return [32]string{1: "HUP", "INT", "QUIT", "ILL", "TRAP", "ABRT", "BUS", "FPE", "KILL", "USR1",
+		"SEGV", "USR2", "PIPE", "ALRM", "TERM", "STKFLT", "CHLD", "CONT", "STOP", "TSTP", "TTIN", "TTOU",
+		"URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR", "SYS"}
+}
+
+// AgentName is the signal as the guest agent's protocol names it: the
+// names protocol 1 knows, the number otherwise (protocol 2 takes numbers).
+func (s Signal) AgentName() string {
+	switch n := s.String(); n {
+	case "TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2", "STOP", "CONT":
+		return n
+	}
+	return strconv.Itoa(int(s))
+}
+
+// String returns the signal's name ("TERM") or "SIG<n>".
+func (s Signal) String() string {
+	if names := signalNames(); int(s) > 0 && int(s) < len(names) && names[s] != "" {
+		return names[s]
+	}
+	return "SIG" + strconv.Itoa(int(s))
 }

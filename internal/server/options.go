@@ -3,7 +3,13 @@
 // data plane into one `airlock server` process.
 package server
 
-import "log/slog"
+import (
+	"log/slog"
+	"time"
+)
+
+// DefaultShutdownGrace is the default of Options.ShutdownGrace.
+const DefaultShutdownGrace = 30 * time.Second
 
 // Options configure `airlock server`. The flag names of `airlock server` map
 // one to one onto these fields.
@@ -14,6 +20,11 @@ type Options struct {
 	DatabaseURL string       // --database-url postgres://…; "" uses SQLite in DataDir
 	AgentBinary string       // --agent-binary; "" looks next to the airlock binary, then in PATH
 	Logger      *slog.Logger // nil: text logs on stderr
+	// ShutdownGrace (--shutdown-grace): on SIGTERM the server stops taking
+	// new attachments and connections (readiness fails) and lets open
+	// streams run this long; then they end with a reconnect event. 0:
+	// DefaultShutdownGrace.
+	ShutdownGrace time.Duration
 	// FaultPoint makes the process SIGKILL itself when it reaches the named
 	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
 	FaultPoint string

@@ -26,9 +26,10 @@ import (
 	"github.com/airlockdev/airlock/internal/worker"
 )
 
-// shutdownGrace is how long attached streams may run on after a shutdown
-// signal before their connections are closed.
-const shutdownGrace = 10 * time.Second
+// closeGrace is how long, after the streams were told to reconnect, the
+// server waits for their connections before closing them.
+const closeGrace = 5 * time.Second
+
 
 // Run starts `airlock server` and blocks until ctx ends or a component fails.
 // Sandboxes keep running after Run returns; the next Run adopts them.
@@ -106,21 +107,6 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	baseURL := "http://" + ln.Addr().String()
 
-	apiHandler, err := api.New(api.Config{
-		Store:     st,
-		Templates: templates,
-		Logger:    log.With("component", "api"),
-		// Ready while the store answers; the listener only exists once
-		// the runtime was probed and the controller wired.
-		Ready: func(ctx context.Context) error {
-			_, err := st.CountAPIKeys(ctx)
-			return err
-		},
-	})
-	if err != nil {
-		ln.Close()
-		return err
-	}
 	dp, err := dataplane.New(dataplane.Config{
 		Store:  st,
 		Agents: wk,
@@ -130,8 +116,30 @@ func Run(ctx context.Context, opts Options) error {
 		ln.Close()
 		return err
 	}
+	apiHandler, err := api.New(api.Config{
+		Store:     st,
+		Templates: templates,
+		Agents:    wk,
+		Logger:    log.With("component", "api"),
+		// Ready while the store answers and the server is not draining;
+		// the listener only exists once the runtime was probed and the
+		// controller wired.
+		Ready: func(ctx context.Context) error {
+			if dp.Draining() {
+				return errors.New("shutting down")
+			}
+			_, err := st.CountAPIKeys(ctx)
+			return err
+		},
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	dataMux := http.NewServeMux()
+	dp.Register(dataMux)
 	mux := http.NewServeMux()
-	dp.Register(mux)
+	mux.Handle("/data/", apiHandler.Wrap(dataMux))
 	mux.Handle("/", apiHandler.Handler())
 
 	if _, err := api.EnsureAdminKey(ctx, st, dd.join(adminKeyFile), log); err != nil {
@@ -184,13 +192,31 @@ func Run(ctx context.Context, opts Options) error {
 	case runErr = <-errc:
 		log.Error("component failed; shutting down", "err", runErr)
 	}
-	shutCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	grace := opts.ShutdownGrace
+	if grace <= 0 {
+		grace = DefaultShutdownGrace
+	}
+	// Drain: refuse new attachments (readiness fails), stop listening and
+	// close idle connections, let open streams run for the grace period,
+	// then end them with a reconnect event and close what is left.
+	graceCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer stop()
+	dp.StartDrain()
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		dp.Drain(graceCtx)
+	}()
+	shutCtx, stopShut := context.WithTimeout(context.WithoutCancel(ctx), grace+closeGrace)
+	defer stopShut()
 	if err := srv.Shutdown(shutCtx); err != nil {
+		log.Warn("connections still open after the shutdown grace; closing them", "err", err)
 		_ = srv.Close()
 	}
+	<-drained
 	cancel()
 	wg.Wait()
+	log.Info("airlock server stopped")
 	return runErr
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
 
@@ -48,7 +49,15 @@ type Worker struct {
 
 	mu     sync.Mutex
 	agents map[model.SandboxID]*agentclient.Client
+	// gone remembers sandboxes destroyed recently, so that an attach that
+	// raced their destruction cannot re-create an agent client nothing
+	// would remove. Entries expire after goneTTL (by then the store says
+	// the sandbox is deleted and nobody asks).
+	gone map[model.SandboxID]time.Time
 }
+
+// goneTTL is how long a destroyed sandbox's ID is remembered.
+const goneTTL = 10 * time.Minute
 
 // New returns a Worker.
 func New(cfg Config) (*Worker, error) {
@@ -73,7 +82,7 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Fault == nil {
 		cfg.Fault = func(string) {}
 	}
-	return &Worker{cfg: cfg, log: cfg.Logger, agents: map[model.SandboxID]*agentclient.Client{}}, nil
+	return &Worker{cfg: cfg, log: cfg.Logger, agents: map[model.SandboxID]*agentclient.Client{}, gone: map[model.SandboxID]time.Time{}}, nil
 }
 
 // RuntimeInfo describes the runtime this worker drives.
@@ -110,7 +119,18 @@ func (w *Worker) Ensure(ctx context.Context, sb model.Sandbox) error {
 	w.cfg.Fault("create.after-start")
 	waitCtx, cancel := context.WithTimeout(ctx, w.cfg.AgentWait)
 	defer cancel()
-	if _, err := w.Agent(sb.ID).Info(waitCtx); err != nil {
+	w.mu.Lock()
+	delete(w.gone, sb.ID) // recreated after an earlier attempt destroyed it
+	w.mu.Unlock()
+	agent, err := w.Agent(sb.ID)
+	if err != nil {
+		return err
+	}
+	if _, err := agent.Info(waitCtx); err != nil {
+		var pe *agentclient.ProtocolError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("%w: sandbox %s: %w", ErrPermanent, sb.ID, err)
+		}
 		return fmt.Errorf("sandbox %s: guest agent did not answer: %w", sb.ID, err)
 	}
 	return nil
@@ -165,12 +185,16 @@ func (w *Worker) List(ctx context.Context) ([]model.SandboxID, error) {
 
 // Agent returns the (cached) guest-agent client of a sandbox. It connects
 // lazily and reconnects after a broken connection, so it also serves
-// sandboxes adopted after a server restart.
-func (w *Worker) Agent(id model.SandboxID) *agentclient.Client {
+// sandboxes adopted after a server restart. A sandbox destroyed in the last
+// goneTTL gives an error matching procctl.ErrSandboxGone.
+func (w *Worker) Agent(id model.SandboxID) (*agentclient.Client, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if c, ok := w.agents[id]; ok {
-		return c
+		return c, nil
+	}
+	if _, ok := w.gone[id]; ok {
+		return nil, fmt.Errorf("sandbox %s: %w", id, procctl.ErrSandboxGone)
 	}
 	rt := w.cfg.Runtime
 	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
@@ -181,13 +205,20 @@ func (w *Worker) Agent(id model.SandboxID) *agentclient.Client {
 		return rt.DialAgent(ctx, id)
 	}, w.log.With("sandbox", id))
 	w.agents[id] = c
-	return c
+	return c, nil
 }
 
 func (w *Worker) dropAgent(id model.SandboxID) {
 	w.mu.Lock()
 	c, ok := w.agents[id]
 	delete(w.agents, id)
+	now := time.Now()
+	w.gone[id] = now
+	for g, at := range w.gone {
+		if now.Sub(at) > goneTTL {
+			delete(w.gone, g)
+		}
+	}
 	w.mu.Unlock()
 	if ok {
 		_ = c.Close()

@@ -13,9 +13,54 @@ import (
 
 // storedSpec is the JSON form of a model.ProcessSpec in command_sessions.spec.
 type storedSpec struct {
-	Args []string          `json:"args"`
-	Env  map[string]string `json:"env,omitempty"`
-	Cwd  string            `json:"cwd,omitempty"`
+	Args      []string          `json:"args"`
+	Env       map[string]string `json:"env,omitempty"`
+	Cwd       string            `json:"cwd,omitempty"`
+	Stdin     bool              `json:"stdin,omitempty"`
+	PTY       *[2]int           `json:"pty,omitempty"`  // rows, cols
+	User      *[2]int64         `json:"user,omitempty"` // uid, gid
+	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+}
+
+func toStoredSpec(p model.ProcessSpec) storedSpec {
+	s := storedSpec{Args: p.Args, Env: p.Env, Cwd: string(p.Cwd), Stdin: p.Stdin, TimeoutMS: p.Timeout.Milliseconds()}
+	if p.PTY != nil {
+		s.PTY = &[2]int{int(p.PTY.Rows), int(p.PTY.Cols)}
+	}
+	if p.User != nil {
+		s.User = &[2]int64{int64(p.User.UID), int64(p.User.GID)}
+	}
+	return s
+}
+
+// parse turns a stored spec back into domain types.
+func (s storedSpec) parse(id string) (model.ProcessSpec, error) {
+	p := model.ProcessSpec{Args: s.Args, Stdin: s.Stdin, Timeout: time.Duration(s.TimeoutMS) * time.Millisecond}
+	if s.Env != nil {
+		env, err := model.ParseEnv(s.Env)
+		if err != nil {
+			return p, fmt.Errorf("stored command session %s: spec.env: %w", id, err)
+		}
+		p.Env = env
+	}
+	if s.PTY != nil {
+		ts, err := model.ParseTermSize(s.PTY[0], s.PTY[1])
+		if err != nil {
+			return p, fmt.Errorf("stored command session %s: spec.pty: %w", id, err)
+		}
+		p.PTY = &ts
+	}
+	if s.User != nil {
+		u, err := model.ParseUserIDs(s.User[0], s.User[1])
+		if err != nil {
+			return p, fmt.Errorf("stored command session %s: spec.user: %w", id, err)
+		}
+		p.User = &u
+	}
+	if s.TimeoutMS < 0 || p.Timeout > model.MaxProcessTimeout {
+		return p, fmt.Errorf("stored command session %s: spec.timeout_ms %d out of range", id, s.TimeoutMS)
+	}
+	return p, nil
 }
 
 const sessionColumns = `id, project_id, sandbox_id, process_id, spec, token_hash, created_at, expires_at, attached_at`
@@ -43,14 +88,12 @@ func scanSession(row interface{ Scan(...any) error }) (model.CommandSession, err
 	if c.err != nil {
 		return model.CommandSession{}, c.err
 	}
-	var env model.Env
-	if spec.Env != nil {
-		var err error
-		if env, err = model.ParseEnv(spec.Env); err != nil {
-			return model.CommandSession{}, fmt.Errorf("stored command session %s: spec.env: %w", id, err)
-		}
+	ps, err := spec.parse(id)
+	if err != nil {
+		return model.CommandSession{}, err
 	}
-	cs.Spec = model.ProcessSpec{Args: spec.Args, Env: env, Cwd: cwd}
+	ps.Cwd = cwd
+	cs.Spec = ps
 	cs.CreatedAt = fromMicro(created)
 	cs.ExpiresAt = fromMicro(expires)
 	cs.AttachedAt = fromMicroPtr(attached)
@@ -61,7 +104,7 @@ func scanSession(row interface{ Scan(...any) error }) (model.CommandSession, err
 // gives store.ErrAlreadyExists, an unknown sandbox store.ErrNotFound, a used
 // idempotency key *store.IdempotencyConflictError.
 func (s *Store) CreateCommandSession(ctx context.Context, cs model.CommandSession, idem *store.IdempotencyRecord) error {
-	spec, err := json.Marshal(storedSpec{Args: cs.Spec.Args, Env: cs.Spec.Env, Cwd: string(cs.Spec.Cwd)})
+	spec, err := json.Marshal(toStoredSpec(cs.Spec))
 	if err != nil {
 		return fmt.Errorf("create command session %s: spec: %w", cs.ID, err)
 	}

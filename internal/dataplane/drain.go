@@ -1,0 +1,98 @@
+package dataplane
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+)
+
+// drainRetryMS is the reconnect delay advised to clients whose stream is
+// ended by a drain.
+const drainRetryMS = 1000
+
+// drainState is the data plane's graceful shutdown: once draining, new
+// attachments are refused (503 draining) while open streams go on; at the
+// deadline the streams still open end with a reconnect event.
+type drainState struct {
+	mu       sync.Mutex
+	draining bool
+	end      context.Context // cancelled at the drain deadline
+	cancel   context.CancelFunc
+	streams  sync.WaitGroup
+}
+
+func (s *drainState) init() {
+	s.end, s.cancel = context.WithCancel(context.Background())
+}
+
+// refuse writes 503 and reports true while draining.
+func (s *drainState) refuse(w http.ResponseWriter) bool {
+	s.mu.Lock()
+	draining := s.draining
+	s.mu.Unlock()
+	if draining {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, apiv1.CodeDraining, "this server is shutting down; reconnect to another replica or after its restart")
+	}
+	return draining
+}
+
+// streamContext returns the context of one stream: ctx, also cancelled at
+// the drain deadline. done must be called when the stream ends.
+func (s *drainState) streamContext(ctx context.Context) (context.Context, func()) {
+	s.streams.Add(1)
+	sctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.end, cancel)
+	return sctx, func() {
+		stop()
+		cancel()
+		s.streams.Done()
+	}
+}
+
+// ended reports whether a stream's context ended because of the drain.
+func (s *drainState) ended(context.Context) bool { return s.end.Err() != nil }
+
+func (s *drainState) retry() int { return drainRetryMS }
+
+// Draining reports whether Drain has been called (readiness fails then).
+func (d *DataPlane) Draining() bool {
+	d.drain.mu.Lock()
+	defer d.drain.mu.Unlock()
+	return d.drain.draining
+}
+
+// StartDrain refuses new attachments from now on; open streams continue.
+func (d *DataPlane) StartDrain() {
+	d.drain.mu.Lock()
+	d.drain.draining = true
+	d.drain.mu.Unlock()
+}
+
+// Drain starts draining and waits until every open stream has ended or ctx
+// ends; then it ends the remaining streams with a reconnect event (clients
+// resume with Last-Event-ID and lose nothing) and waits up to a few seconds
+// for them to write it.
+func (d *DataPlane) Drain(ctx context.Context) {
+	d.StartDrain()
+	done := make(chan struct{})
+	go func() {
+		d.drain.streams.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	d.log.Info("shutdown grace over; ending open streams with a reconnect event")
+	d.drain.cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		d.log.Warn("some streams did not end after the reconnect event")
+	}
+}

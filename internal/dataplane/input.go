@@ -1,0 +1,134 @@
+package dataplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procctl"
+)
+
+// maxControlBody bounds the JSON bodies of signal and resize.
+const maxControlBody = 4 << 10
+
+// stdin: POST /data/v1/processes/{process_id}/stdin[?close=1]. The raw body
+// is streamed into the process's stdin (no size limit: flow control carries
+// the process's pace back to the client); close=1 closes stdin after it
+// (a PTY process gets ^D). 204 once all of it was written.
+func (d *DataPlane) stdin(w http.ResponseWriter, r *http.Request) {
+	if d.drain.refuse(w) {
+		return
+	}
+	t, ok := d.authorize(w, r)
+	if !ok {
+		return
+	}
+	closeAfter := false
+	switch v := r.URL.Query().Get("close"); v {
+	case "", "0", "false":
+	case "1", "true":
+		closeAfter = true
+	default:
+		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, fmt.Sprintf("close=%q: want 1 or 0", truncate(v)))
+		return
+	}
+	if err := d.ensureStarted(r.Context(), t); err != nil {
+		writeProcError(w, err)
+		return
+	}
+	if err := t.agent.Stdin(r.Context(), t.pid.String(), r.Body, closeAfter); err != nil {
+		if r.Context().Err() != nil {
+			return // the client went away mid-body
+		}
+		writeProcError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// ensureStarted starts the session's process if no attach has yet: stdin
+// may arrive before the first attach.
+func (d *DataPlane) ensureStarted(ctx context.Context, t target) error {
+	return procctl.Start(ctx, t.agent, t.cs)
+}
+
+// signal: POST /data/v1/processes/{process_id}/signal {"signal":"TERM"} → 204.
+func (d *DataPlane) signal(w http.ResponseWriter, r *http.Request) {
+	t, ok := d.authorize(w, r)
+	if !ok {
+		return
+	}
+	var req apiv1.SignalRequest
+	if !decodeControl(w, r, &req) {
+		return
+	}
+	sig, err := model.ParseSignal(req.Signal)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), procctl.CallTimeout)
+	defer cancel()
+	if err := t.agent.Signal(ctx, t.pid.String(), sig.AgentName()); err != nil {
+		writeProcError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// resize: POST /data/v1/processes/{process_id}/resize {"rows":R,"cols":C} → 204.
+func (d *DataPlane) resize(w http.ResponseWriter, r *http.Request) {
+	t, ok := d.authorize(w, r)
+	if !ok {
+		return
+	}
+	var req apiv1.ResizeRequest
+	if !decodeControl(w, r, &req) {
+		return
+	}
+	size, err := model.ParseTermSize(req.Rows, req.Cols)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), procctl.CallTimeout)
+	defer cancel()
+	if err := t.agent.Resize(ctx, t.pid.String(), agentproto.WindowSize{Rows: size.Rows, Cols: size.Cols}); err != nil {
+		writeProcError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// decodeControl decodes a small JSON body strictly.
+func decodeControl(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxControlBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, apiv1.CodePayloadTooLarge, fmt.Sprintf("request body over %d bytes", maxControlBody))
+			return false
+		}
+		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, "bad JSON body: "+err.Error())
+		return false
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, "bad JSON body: trailing data after the object")
+		return false
+	}
+	return true
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

@@ -1,0 +1,167 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// maxResumes is how many times in a row a stream reopens the agent's output
+// without receiving an event in between; every event received resets it.
+const maxResumes = 5
+
+// flushEvery bounds the bytes written to a client between flushes while
+// events keep coming (output is flushed at once when the relay catches up).
+const flushEvery = 256 << 10
+
+// stream relays the process's events from the agent to the client until the
+// exit event, resuming from the last relayed sequence number if the agent
+// connection breaks. It returns nil once the exit event was sent.
+func (d *DataPlane) stream(ctx context.Context, sse *sseWriter, agent *agentclient.Client, pid model.ProcessID, after uint64) error {
+	resumes := 0
+	for {
+		out, err := agent.Output(ctx, pid.String(), after)
+		if err != nil {
+			var aerr *agentclient.Error
+			if errors.As(err, &aerr) || resumes >= maxResumes || ctx.Err() != nil {
+				return err
+			}
+			resumes++
+			sleep(ctx, time.Duration(resumes)*100*time.Millisecond)
+			continue
+		}
+		progressed, done, err := d.relay(ctx, sse, out, &after)
+		_ = out.Close()
+		if done {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, errClientGone) {
+			return err
+		}
+		if progressed {
+			resumes = 0 // a healthy stretch: the budget starts again
+		}
+		if resumes >= maxResumes {
+			return err
+		}
+		resumes++
+		d.log.DebugContext(ctx, "agent output stream broke; resuming", "process", pid, "after", after, "err", err)
+	}
+}
+
+// errClientGone: writing to the client failed.
+var errClientGone = errors.New("the client went away")
+
+// relay copies events from one agent output stream to the client. It reports
+// whether any event was relayed and whether the exit event was sent.
+func (d *DataPlane) relay(ctx context.Context, sse *sseWriter, out *agentclient.OutputStream, after *uint64) (progressed, done bool, err error) {
+	type next struct {
+		ev  agentproto.Event
+		err error
+	}
+	// A small queue decouples reading the agent from writing the client,
+	// so writes batch; it is bounded, so a slow client stops the reader
+	// (and through flow control, the process).
+	events := make(chan next, 16)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			ev, err := out.Next()
+			select {
+			case events <- next{ev, err}:
+			case <-stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	keepAlive := time.NewTicker(d.cfg.KeepAlive)
+	defer keepAlive.Stop()
+	unflushed := 0
+	for {
+		var n next
+		select {
+		case <-ctx.Done():
+			_ = out.Close() // unblocks the reader goroutine
+			return progressed, false, ctx.Err()
+		case <-keepAlive.C:
+			if err := sse.comment("keep-alive"); err != nil {
+				_ = out.Close()
+				return progressed, false, errClientGone
+			}
+			continue
+		case n = <-events:
+		}
+		if n.err != nil {
+			if unflushed > 0 {
+				if err := sse.flush(); err != nil {
+					return progressed, false, errClientGone
+				}
+			}
+			if errors.Is(n.err, io.EOF) {
+				return progressed, false, errors.New("the agent ended the output stream without an exit event")
+			}
+			return progressed, false, n.err
+		}
+		ev := n.ev
+		id := strconv.FormatUint(ev.Seq, 10)
+		var werr error
+		switch ev.Type {
+		case agentproto.EventStdout, agentproto.EventStderr:
+			werr = sse.output(ev.Seq, ev.Type, ev.Data)
+			unflushed += len(ev.Data)
+		case agentproto.EventGap:
+			werr = sse.event(id, apiv1.EventGap, apiv1.GapEventData{
+				Events: ev.Gap.Events, StdoutBytes: ev.Gap.StdoutBytes, StderrBytes: ev.Gap.StderrBytes, Exact: ev.Gap.Exact})
+			unflushed++
+		case agentproto.EventExit:
+			code := -1
+			if ev.ExitCode != nil {
+				code = *ev.ExitCode
+			}
+			werr = sse.event(id, apiv1.EventExit, apiv1.ExitEventData{ExitCode: code, Signal: ev.Signal, TimedOut: ev.TimedOut})
+			if werr == nil {
+				werr = sse.flush()
+			}
+			if werr != nil {
+				return progressed, false, errClientGone
+			}
+			*after = ev.Seq
+			return true, true, nil
+		default:
+			continue // a newer agent's event type this server does not know
+		}
+		if werr == nil && (len(events) == 0 || unflushed >= flushEvery) {
+			werr = sse.flush()
+			unflushed = 0
+		}
+		if werr != nil {
+			_ = out.Close()
+			return progressed, false, errClientGone
+		}
+		*after = ev.Seq
+		progressed = true
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,137 @@
+// Package procctl is what the management API and the data plane share about
+// the processes of a sandbox: finding the sandbox's guest agent, starting a
+// command session's process (idempotently), converting the guest's process
+// status to the public wire type, and turning guest errors into stable public
+// error codes. The guest agent runs inside the sandbox and is not trusted:
+// only the codes mapped here reach clients, and transport errors never show
+// host paths.
+package procctl
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// Agents gives a guest-agent client for a sandbox hosted on this node. It
+// fails (with an error matching ErrSandboxGone) for a sandbox that is being
+// or has been destroyed, so that nothing re-creates a client for it.
+type Agents interface {
+	Agent(id model.SandboxID) (*agentclient.Client, error)
+}
+
+// ErrSandboxGone: the sandbox is being destroyed or is gone from this node.
+var ErrSandboxGone = errors.New("sandbox is gone from this node")
+
+// CallTimeout bounds a single short agent call (start, status, signal,
+// resize, list) made on behalf of a client request.
+const CallTimeout = 30 * time.Second
+
+// StartRequest is the agent request that starts cs's process.
+func StartRequest(cs model.CommandSession) agentproto.StartRequest {
+	cwd := string(cs.Spec.Cwd)
+	if cwd == "" {
+		cwd = "/"
+	}
+	req := agentproto.StartRequest{
+		ID:            cs.ProcessID.String(),
+		Args:          cs.Spec.Args,
+		Env:           cs.Spec.Env.List(),
+		Cwd:           cwd,
+		Stdin:         cs.Spec.Stdin,
+		TimeoutMillis: cs.Spec.Timeout.Milliseconds(),
+	}
+	if p := cs.Spec.PTY; p != nil {
+		req.PTY = &agentproto.WindowSize{Rows: p.Rows, Cols: p.Cols}
+	}
+	if u := cs.Spec.User; u != nil {
+		req.User = &agentproto.User{UID: u.UID, GID: u.GID}
+	}
+	return req
+}
+
+// Start starts cs's process unless the agent has it already (running or
+// exited): starting is idempotent by process ID.
+func Start(ctx context.Context, agent *agentclient.Client, cs model.CommandSession) error {
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	_, err := agent.Start(ctx, StartRequest(cs))
+	if errors.Is(err, agentclient.ErrProcessExists) {
+		return nil
+	}
+	return err
+}
+
+// ProcessOut converts the guest's process status to the public type.
+func ProcessOut(st agentproto.ProcessStatus) apiv1.Process {
+	return apiv1.Process{
+		ID: st.ID, Pid: st.Pid, Args: st.Args, Running: st.Running, PTY: st.PTY, Stdin: st.Stdin,
+		ExitCode: st.ExitCode, Signal: st.Signal, TimedOut: st.TimedOut,
+		StartedAt: st.StartedAt, ExitedAt: st.ExitedAt,
+	}
+}
+
+// Error is a guest or transport failure as clients see it.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// PublicError maps an error of an agent call to a public status, code and
+// message.
+func PublicError(err error) *Error {
+	var aerr *agentclient.Error
+	var perr *agentclient.ProtocolError
+	switch {
+	case errors.Is(err, ErrSandboxGone):
+		return &Error{http.StatusConflict, apiv1.CodeSandboxNotRunning, "the sandbox is being deleted"}
+	case errors.As(err, &perr):
+		return &Error{http.StatusNotImplemented, apiv1.CodeAgentUnsupported, perr.Error()}
+	case errors.Is(err, agentclient.ErrUnsupported):
+		return &Error{http.StatusNotImplemented, apiv1.CodeAgentUnsupported, "the sandbox's agent is too old for this request (" + lastPart(err) + ")"}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Error{http.StatusGatewayTimeout, apiv1.CodeUnavailable, "the sandbox's agent did not answer in time"}
+	case errors.Is(err, context.Canceled):
+		return &Error{http.StatusServiceUnavailable, apiv1.CodeUnavailable, "the request was cancelled"}
+	case !errors.As(err, &aerr):
+		// A transport error: never show its text (it names host paths).
+		return &Error{http.StatusServiceUnavailable, apiv1.CodeUnavailable, "could not reach the sandbox's agent"}
+	}
+	switch aerr.Code {
+	case agentproto.CodeExecFailed:
+		return &Error{http.StatusBadRequest, apiv1.CodeExecFailed, aerr.Message}
+	case agentproto.CodeInvalidRequest:
+		return &Error{http.StatusBadRequest, apiv1.CodeInvalidRequest, aerr.Message}
+	case agentproto.CodeNotFound:
+		return &Error{http.StatusNotFound, apiv1.CodeProcessNotFound, "the sandbox has no such process (not started yet, or forgotten after it exited)"}
+	case agentproto.CodeNotRunning:
+		return &Error{http.StatusConflict, apiv1.CodeProcessExited, "the process has exited"}
+	case agentproto.CodeNoStdin:
+		return &Error{http.StatusConflict, apiv1.CodeNoStdin, "the process's stdin is not open (start it with stdin, and do not close it before writing)"}
+	case agentproto.CodeNoPTY:
+		return &Error{http.StatusConflict, apiv1.CodeNoPTY, "the process has no terminal"}
+	case agentproto.CodeBusy:
+		return &Error{http.StatusTooManyRequests, apiv1.CodeTooManyAttachments, "the process has as many output streams as it allows"}
+	case agentproto.CodeShuttingDown:
+		return &Error{http.StatusServiceUnavailable, apiv1.CodeUnavailable, "the sandbox is shutting down"}
+	}
+	return &Error{http.StatusInternalServerError, apiv1.CodeInternal, "the sandbox's agent failed the request"}
+}
+
+func lastPart(err error) string {
+	s := err.Error()
+	if i := strings.LastIndex(s, ": "); i >= 0 {
+		return s[i+2:]
+	}
+	return s
+}
