@@ -27,6 +27,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/processes/{id}", s.handleStatus)
 	mux.HandleFunc("GET /v1/processes/{id}/output", s.handleOutput)
 	mux.HandleFunc("POST /v1/processes/{id}/signal", s.handleSignal)
+	s.fileRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, agentproto.CodeNoRoute, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
 	})
