@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/template"
 )
@@ -53,6 +54,10 @@ type Config struct {
 	// Ready reports whether the server can take work (GET /readyz). Nil: ready.
 	Ready     func(ctx context.Context) error
 	AttachTTL time.Duration // lifetime of an attachment token; 0: DefaultAttachTTL
+	// Agents and FileTokens serve the file routes; without them those
+	// answer 501 not_supported.
+	Agents     dataplane.Agents
+	FileTokens dataplane.FileTokens
 }
 
 // API is the management API handler.

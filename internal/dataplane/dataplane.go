@@ -39,6 +39,8 @@ type Config struct {
 	Logger    *slog.Logger
 	Now       func() time.Time
 	KeepAlive time.Duration // interval of SSE comment lines on idle streams; default 15 s
+	// FileTokens checks file transfer tokens; nil: no file routes.
+	FileTokens FileTokens
 }
 
 // DataPlane serves attach streams.
@@ -67,6 +69,7 @@ func New(cfg Config) (*DataPlane, error) {
 // Register adds the data-plane routes to mux.
 func (d *DataPlane) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+apiv1.AttachRoute, d.attach)
+	d.registerFiles(mux)
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {

@@ -106,10 +106,13 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	baseURL := "http://" + ln.Addr().String()
 
+	fileTokens := dataplane.NewHMACFileTokens()
 	apiHandler, err := api.New(api.Config{
-		Store:     st,
-		Templates: templates,
-		Logger:    log.With("component", "api"),
+		Agents:     wk,
+		FileTokens: fileTokens,
+		Store:      st,
+		Templates:  templates,
+		Logger:     log.With("component", "api"),
 		// Ready while the store answers; the listener only exists once
 		// the runtime was probed and the controller wired.
 		Ready: func(ctx context.Context) error {
@@ -122,9 +125,10 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	dp, err := dataplane.New(dataplane.Config{
-		Store:  st,
-		Agents: wk,
-		Logger: log.With("component", "dataplane"),
+		FileTokens: fileTokens,
+		Store:      st,
+		Agents:     wk,
+		Logger:     log.With("component", "dataplane"),
 	})
 	if err != nil {
 		ln.Close()
