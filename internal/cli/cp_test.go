@@ -48,7 +48,9 @@ func TestExtractLocalTarRefusesEscapes(t *testing.T) {
 		tw.Close()
 		return &b
 	}
-	reg := func(name string) *tar.Header { return &tar.Header{Name: name, Typeflag: tar.TypeReg, Size: 1, Mode: 0o644} }
+	reg := func(name string) *tar.Header {
+		return &tar.Header{Name: name, Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}
+	}
 	cases := map[string]*bytes.Buffer{
 		"dot-dot":        entry(reg("../pwned")),
 		"absolute":       entry(reg("/pwned")),
