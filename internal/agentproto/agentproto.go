@@ -20,6 +20,7 @@
 //	GET  /v1/processes/{id}                → ProcessStatus
 //	GET  /v1/processes/{id}/output?after=N → stream of Event (NDJSON), ending after the exit event
 //	POST /v1/processes/{id}/signal         SignalRequest → 204
+//	…    /v1/files/…                       file endpoints: see files.go
 //
 // Errors are JSON Error with an HTTP status.
 package agentproto
