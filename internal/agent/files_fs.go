@@ -212,7 +212,8 @@ func (r fsRoot) stat(p model.GuestPath) (agentproto.FileInfo, error) {
 	return statAt(dirfd, base, string(p))
 }
 
-// list describes the entries of directory p, sorted by name, at most
+// list describes the entries of directory p, sorted by name; of a larger
+// directory, the first (in directory order)
 // agentproto.MaxListEntries of them.
 func (r fsRoot) list(p model.GuestPath) (agentproto.FileList, error) {
 	fd, err := r.open(p, unix.O_RDONLY|unix.O_DIRECTORY)

@@ -15,7 +15,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -285,4 +288,67 @@ func TestFilesWatchDataPlane(t *testing.T) {
 	if err := dec.Decode(&ev); err != nil || ev.Type != "create" || ev.Path != "/w/new" {
 		t.Fatalf("event %+v, %v", ev, err)
 	}
+}
+
+// TestFilesLargeTransfer streams a large file up and down through the data
+// plane (HTTP/1.1 → data plane → HTTP/2 → agent) and checks that the heap
+// stays flat: nothing on the path buffers the whole body.
+func TestFilesLargeTransfer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	f := newFilesEnv(t)
+	sb := f.createSandbox(f.keyA, `{}`).Sandbox.ID
+	f.finishCreate(model.SandboxID(sb))
+	size := int64(256 << 20)
+	if raceDetector {
+		size = 32 << 20
+	}
+	peak, stop := watchHeap()
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+
+	up := sha256.New()
+	src := io.TeeReader(io.LimitReader(rand.NewChaCha8([32]byte{3}), size), up)
+	tr := f.transfer(f.keyA, sb, "/big", apiv1.DirectionUpload)
+	wantDP(t, f.send("PUT", tr.URL, tr.Token, src, "application/octet-stream"), http.StatusOK, "")
+	tr = f.transfer(f.keyA, sb, "/big", apiv1.DirectionDownload)
+	res := f.send("GET", tr.URL, tr.Token, nil, "")
+	down := sha256.New()
+	n, err := io.CopyBuffer(down, res.Body, make([]byte, 64<<10))
+	res.Body.Close()
+	stop()
+	if err != nil || n != size || !bytes.Equal(up.Sum(nil), down.Sum(nil)) {
+		t.Fatalf("download: %d of %d bytes, %v; hashes equal: %v", n, size, err, bytes.Equal(up.Sum(nil), down.Sum(nil)))
+	}
+	grew := int64(peak()) - int64(base.HeapInuse)
+	t.Logf("heap grew by %d MiB while streaming %d MiB each way", grew>>20, size>>20)
+	if grew > 64<<20 {
+		t.Errorf("heap grew by %d MiB while streaming %d MiB", grew>>20, size>>20)
+	}
+}
+
+// watchHeap samples HeapInuse until stop is called; peak returns the maximum.
+func watchHeap() (peak func() uint64, stop func()) {
+	var max atomic.Uint64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > max.Load() {
+				max.Store(ms.HeapInuse)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return max.Load, func() { close(done); wg.Wait() }
 }
