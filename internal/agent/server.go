@@ -88,6 +88,10 @@ type Options struct {
 	// SpawnHelper is the binary that implements SpawnCommand; ""
 	// means /proc/self/exe. Only used with CgroupDir.
 	SpawnHelper string
+
+	// FilesRoot is the directory the /v1/files endpoints treat as "/"
+	// ("" means DefaultFilesRoot, "/"); tests embed an agent on a temp dir.
+	FilesRoot string
 }
 
 // Server runs processes for the host and serves the agent protocol.

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/template"
@@ -57,6 +58,9 @@ type Config struct {
 	// Agents reaches the guest agents of sandboxes hosted here (process
 	// routes, background commands). Nil: those routes answer 501.
 	Agents procctl.Agents
+	// FileTokens issues file transfer tokens for the file routes; nil:
+	// those answer 501 not_supported.
+	FileTokens dataplane.FileTokens
 }
 
 // API is the management API handler.

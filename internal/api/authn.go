@@ -35,9 +35,9 @@ func (a *API) authenticate(r *http.Request) (principal, error) {
 		return principal{}, unauthenticated("the Authorization header must be Bearer <api key>")
 	}
 	switch auth.KindOf(token) {
-	case auth.KindAttachment:
+	case auth.KindAttachment, auth.KindFiles:
 		return principal{}, errorf(http.StatusUnauthorized, apiv1.CodeWrongTokenKind,
-			"an attachment token cannot call the management API; use an API key")
+			"a data-plane token cannot call the management API; use an API key")
 	case auth.KindAPIKey:
 	default:
 		return principal{}, unauthenticated("malformed API key")

@@ -130,6 +130,7 @@ func TestErrorCodesDocumented(t *testing.T) {
 		apiv1.CodeInvalidTransition, apiv1.CodeIdempotencyKeyReused, apiv1.CodeAlreadyExists,
 		apiv1.CodeSandboxNotRunning, apiv1.CodePayloadTooLarge, apiv1.CodeUnsupportedMedia,
 		apiv1.CodeNotSupported, apiv1.CodeInternal, apiv1.CodeUnavailable,
+		apiv1.CodeInvalidPath, apiv1.CodeNotADirectory, apiv1.CodeIsADirectory, apiv1.CodeDirectoryNotEmpty, apiv1.CodeUnsupportedFileType,
 	}
 	slices.Sort(got)
 	slices.Sort(want)

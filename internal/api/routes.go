@@ -34,7 +34,7 @@ type route struct {
 // routeTable is the single list of the API's routes; the OpenAPI document
 // lists exactly these (a test checks both ways).
 func (a *API) routeTable() []route {
-	return []route{
+	return append([]route{
 		{"GET", "/healthz", publicAccess, a.healthz},
 		{"GET", "/readyz", publicAccess, a.readyz},
 		{"GET", "/openapi.json", publicAccess, a.openapi},
@@ -57,7 +57,7 @@ func (a *API) routeTable() []route {
 		{"POST", "/v1/admin/keys", admin, mutating(a, a.createKey)},
 		{"GET", "/v1/admin/keys", admin, a.listKeys},
 		{"DELETE", "/v1/admin/keys/{id}", admin, mutating(a, a.revokeKey)},
-	}
+	}, a.fileRoutes()...)
 }
 
 // guard authenticates and authorizes a request before its route runs.

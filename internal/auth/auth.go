@@ -36,6 +36,7 @@ const (
 	KindUnknown    TokenKind = iota // neither prefix
 	KindAPIKey                      // "alk_…": management API key
 	KindAttachment                  // "alt_…": data-plane attachment token
+	KindFiles                       // "alf_…": data-plane file transfer token (see FilesTokenPrefix)
 )
 
 func (k TokenKind) String() string {
@@ -44,6 +45,8 @@ func (k TokenKind) String() string {
 		return "api key"
 	case KindAttachment:
 		return "attachment token"
+	case KindFiles:
+		return "file transfer token"
 	}
 	return "unknown"
 }
@@ -69,6 +72,8 @@ func KindOf(s string) TokenKind {
 		return KindAPIKey
 	case strings.HasPrefix(s, attachmentPrefix):
 		return KindAttachment
+	case strings.HasPrefix(s, FilesTokenPrefix):
+		return KindFiles
 	}
 	return KindUnknown
 }

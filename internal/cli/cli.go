@@ -122,6 +122,8 @@ func (a *app) rootCommand() *cobra.Command {
 		a.sandboxCommand(),
 		a.execCommand(),
 		a.runCommand(),
+		a.cpCommand(),
+		a.fsCommand(),
 		a.opCommand(),
 		a.templateCommand(),
 		a.adminCommand(),

@@ -50,6 +50,8 @@ type Config struct {
 	// Concurrent attachments allowed per process, per token and per
 	// project; zero means the defaults above. One more is refused with 429.
 	AttachPerProcess, AttachPerToken, AttachPerProject int
+	// FileTokens checks file transfer tokens; nil: no file routes.
+	FileTokens FileTokens
 }
 
 // DataPlane serves attach streams and the process input routes.
@@ -89,6 +91,7 @@ func (d *DataPlane) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+apiv1.StdinRoute, d.stdin)
 	mux.HandleFunc("POST "+apiv1.SignalRoute, d.signal)
 	mux.HandleFunc("POST "+apiv1.ResizeRoute, d.resize)
+	d.registerFiles(mux)
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {

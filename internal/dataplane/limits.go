@@ -10,10 +10,10 @@ import (
 type attachLimits struct {
 	perProcess, perToken, perProject int
 
-	mu       sync.Mutex
-	process  map[string]int
-	token    map[[32]byte]int
-	project  map[string]int
+	mu      sync.Mutex
+	process map[string]int
+	token   map[[32]byte]int
+	project map[string]int
 }
 
 func newAttachLimits(perProcess, perToken, perProject int) *attachLimits {

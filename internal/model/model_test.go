@@ -2,6 +2,7 @@ package model
 
 import (
 	"errors"
+	"path"
 	"strings"
 	"testing"
 )
@@ -101,12 +102,12 @@ func TestTemplateRef(t *testing.T) {
 }
 
 func TestGuestPath(t *testing.T) {
-	for _, ok := range []string{"/", "/tmp", "/home/user/a b", "/ünïcode"} {
+	for _, ok := range []string{"/", "/tmp", "/home/user/a b", "/ünïcode", "/" + strings.Repeat("a", 255), "/...", "/a/..b"} {
 		if _, err := ParseGuestPath(ok); err != nil {
 			t.Errorf("ParseGuestPath(%q): %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "tmp", "./tmp", "/tmp/", "/tmp/../etc", "/a//b", "/a/./b", "/a\x00b", "/\xff", "/" + strings.Repeat("a", 4096)} {
+	for _, bad := range []string{"", "tmp", "./tmp", "/tmp/", "/tmp/../etc", "/a//b", "/a/./b", "/a\x00b", "/\xff", "/" + strings.Repeat("a", 4096), "/" + strings.Repeat("a", 256), "/x/" + strings.Repeat("a", 256) + "/y", "/..", "/a/.."} {
 		if _, err := ParseGuestPath(bad); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ParseGuestPath(%q) err = %v, want ErrInvalid", bad, err)
 		}
@@ -263,6 +264,14 @@ func FuzzParseGuestPath(f *testing.F) {
 		}
 		if !strings.HasPrefix(string(p), "/") || strings.Contains(string(p), "/../") || strings.HasSuffix(string(p), "/..") || strings.ContainsRune(string(p), 0) {
 			t.Fatalf("accepted unsafe path %q", p)
+		}
+		if len(p) > 4096 || path.Clean(string(p)) != string(p) {
+			t.Fatalf("accepted over-long or unclean path %q", p)
+		}
+		for c := range strings.SplitSeq(string(p)[1:], "/") {
+			if len(c) > 255 || c == ".." || c == "." {
+				t.Fatalf("accepted bad component %q in %q", c, p)
+			}
 		}
 	})
 }

@@ -137,7 +137,8 @@ type GuestPath string
 
 // ParseGuestPath parses s as an absolute path inside the guest. It must be
 // absolute, already clean (no "..", "." or repeated slashes), valid UTF-8,
-// without NUL bytes, and at most 4096 bytes.
+// without NUL bytes, at most 4096 bytes, and no component longer than 255
+// bytes (the Linux limits PATH_MAX and NAME_MAX).
 func ParseGuestPath(s string) (GuestPath, error) {
 	switch {
 	case s == "":
@@ -150,6 +151,11 @@ func ParseGuestPath(s string) (GuestPath, error) {
 		return "", fmt.Errorf("%w: path %q must be absolute", ErrInvalid, truncate(s))
 	case path.Clean(s) != s:
 		return "", fmt.Errorf("%w: path %q must be clean (no '..', '.', trailing or repeated '/')", ErrInvalid, truncate(s))
+	}
+	for c := range strings.SplitSeq(s[1:], "/") {
+		if len(c) > 255 {
+			return "", fmt.Errorf("%w: path %q has a component longer than 255 bytes", ErrInvalid, truncate(s))
+		}
 	}
 	return GuestPath(s), nil
 }

@@ -30,7 +30,6 @@ import (
 // server waits for their connections before closing them.
 const closeGrace = 5 * time.Second
 
-
 // Run starts `airlock server` and blocks until ctx ends or a component fails.
 // Sandboxes keep running after Run returns; the next Run adopts them.
 func Run(ctx context.Context, opts Options) error {
@@ -107,20 +106,23 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	baseURL := "http://" + ln.Addr().String()
 
+	fileTokens := dataplane.NewHMACFileTokens()
 	dp, err := dataplane.New(dataplane.Config{
-		Store:  st,
-		Agents: wk,
-		Logger: log.With("component", "dataplane"),
+		FileTokens: fileTokens,
+		Store:      st,
+		Agents:     wk,
+		Logger:     log.With("component", "dataplane"),
 	})
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	apiHandler, err := api.New(api.Config{
-		Store:     st,
-		Templates: templates,
-		Agents:    wk,
-		Logger:    log.With("component", "api"),
+		Store:      st,
+		Templates:  templates,
+		Agents:     wk,
+		FileTokens: fileTokens,
+		Logger:     log.With("component", "api"),
 		// Ready while the store answers and the server is not draining;
 		// the listener only exists once the runtime was probed and the
 		// controller wired.

@@ -1,0 +1,184 @@
+package agentclient
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/airlockdev/airlock/internal/agentproto"
+)
+
+// File methods: see the /v1/files endpoints in agentproto. Refusals are
+// *Error with the agentproto file codes (CodeNotFound, CodeInvalidPath,
+// CodeIsADirectory, …). Streams are never buffered whole: bodies go out as
+// they are read and come back as io.ReadClosers.
+
+func filePath(endpoint, p string) string {
+	return "/v1/files/" + endpoint + "?path=" + url.QueryEscape(p)
+}
+
+// Stat describes a guest path without following a final symlink.
+func (c *Client) Stat(ctx context.Context, p string) (agentproto.FileInfo, error) {
+	var fi agentproto.FileInfo
+	err := c.call(ctx, http.MethodGet, filePath("stat", p), nil, http.StatusOK, &fi)
+	return fi, err
+}
+
+// ListDir lists a guest directory.
+func (c *Client) ListDir(ctx context.Context, p string) (agentproto.FileList, error) {
+	var l agentproto.FileList
+	err := c.call(ctx, http.MethodGet, filePath("list", p), nil, http.StatusOK, &l)
+	return l, err
+}
+
+// Mkdir creates a directory and its missing parents.
+func (c *Client) Mkdir(ctx context.Context, req agentproto.MkdirRequest) (agentproto.FileInfo, error) {
+	var fi agentproto.FileInfo
+	err := c.call(ctx, http.MethodPost, "/v1/files/mkdir", req, http.StatusOK, &fi)
+	return fi, err
+}
+
+// Move renames a file or directory.
+func (c *Client) Move(ctx context.Context, req agentproto.MoveRequest) error {
+	return c.call(ctx, http.MethodPost, "/v1/files/move", req, http.StatusNoContent, nil)
+}
+
+// Remove removes a file, symlink or directory.
+func (c *Client) Remove(ctx context.Context, req agentproto.RemoveRequest) error {
+	return c.call(ctx, http.MethodPost, "/v1/files/remove", req, http.StatusNoContent, nil)
+}
+
+// stream sends one request whose body (may be nil) is streamed and returns
+// the response if its status is want.
+func (c *Client) stream(ctx context.Context, method, path string, body io.Reader, contentType string, want int) (*http.Response, error) {
+	cc, err := c.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s %s: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode != want {
+		defer resp.Body.Close()
+		return nil, responseError(resp)
+	}
+	return resp, nil
+}
+
+// ReadFile opens a regular guest file for reading; size is its length
+// (the body has exactly that many bytes, or fails).
+func (c *Client) ReadFile(ctx context.Context, p string) (body io.ReadCloser, size int64, err error) {
+	resp, err := c.stream(ctx, http.MethodGet, filePath("content", p), nil, "", http.StatusOK)
+	if err != nil {
+		return nil, 0, err
+	}
+	return resp.Body, resp.ContentLength, nil
+}
+
+// WriteFile streams r into a guest file (created or replaced atomically).
+// mode < 0 keeps the mode of an existing file (0644 for a new one).
+func (c *Client) WriteFile(ctx context.Context, p string, mode int, r io.Reader) (agentproto.FileInfo, error) {
+	path := filePath("content", p)
+	if mode >= 0 {
+		path += "&mode=" + strconv.FormatInt(int64(mode), 8)
+	}
+	var fi agentproto.FileInfo
+	resp, err := c.stream(ctx, http.MethodPut, path, r, "application/octet-stream", http.StatusOK)
+	if err != nil {
+		return fi, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&fi); err != nil {
+		return fi, fmt.Errorf("agent PUT %s: decode response: %w", path, err)
+	}
+	return fi, nil
+}
+
+// TarOut streams a guest directory as a tar archive. A stream that breaks
+// before the tar trailer means the archive is incomplete.
+func (c *Client) TarOut(ctx context.Context, dir string) (io.ReadCloser, error) {
+	resp, err := c.stream(ctx, http.MethodGet, filePath("tar", dir), nil, "", http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// TarIn extracts a tar stream into a guest directory (created if missing).
+func (c *Client) TarIn(ctx context.Context, dir string, r io.Reader) (agentproto.TarResult, error) {
+	var res agentproto.TarResult
+	resp, err := c.stream(ctx, http.MethodPut, filePath("tar", dir), r, "application/x-tar", http.StatusOK)
+	if err != nil {
+		return res, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&res); err != nil {
+		return res, fmt.Errorf("agent PUT tar %s: decode response: %w", dir, err)
+	}
+	return res, nil
+}
+
+// WatchStream reads the events of a directory watch. It is not safe for
+// concurrent use.
+type WatchStream struct {
+	body io.ReadCloser
+	sc   *bufio.Scanner
+}
+
+// Watch watches a guest directory's entries. The agent's first event
+// (type "ready") has been read when Watch returns: changes made after it are
+// reported.
+func (c *Client) Watch(ctx context.Context, dir string) (*WatchStream, error) {
+	resp, err := c.stream(ctx, http.MethodGet, filePath("watch", dir), nil, "", http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 4096), 64<<10)
+	ws := &WatchStream{body: resp.Body, sc: sc}
+	ev, err := ws.Next()
+	if err != nil {
+		ws.Close()
+		return nil, fmt.Errorf("agent watch %s: %w", dir, err)
+	}
+	if ev.Type != agentproto.FileEventReady {
+		ws.Close()
+		return nil, fmt.Errorf("agent watch %s: first event %q, want %q", dir, ev.Type, agentproto.FileEventReady)
+	}
+	return ws, nil
+}
+
+// Next returns the next event; io.EOF when the agent ended the stream (the
+// directory went away).
+func (w *WatchStream) Next() (agentproto.FileEvent, error) {
+	for w.sc.Scan() {
+		if len(w.sc.Bytes()) == 0 {
+			continue
+		}
+		var ev agentproto.FileEvent
+		if err := json.Unmarshal(w.sc.Bytes(), &ev); err != nil {
+			return ev, fmt.Errorf("bad watch event: %w", err)
+		}
+		return ev, nil
+	}
+	if err := w.sc.Err(); err != nil {
+		return agentproto.FileEvent{}, err
+	}
+	return agentproto.FileEvent{}, io.EOF
+}
+
+// Close ends the watch.
+func (w *WatchStream) Close() error { return w.body.Close() }

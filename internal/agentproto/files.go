@@ -1,0 +1,122 @@
+package agentproto
+
+import "time"
+
+// File endpoints (all under /v1/files). Every path is a query parameter or
+// JSON field holding an absolute, clean guest path (see model.GuestPath):
+// no "..", no NUL, at most 4096 bytes, no component over 255 bytes. The
+// agent resolves paths inside its files root (the sandbox's "/") with
+// openat2(RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS), so no symlink leads out of
+// it, and works only on regular files, directories and (for stat, list,
+// move and remove) symlinks themselves: device nodes, FIFOs and sockets are
+// refused with CodeUnsupportedFileType. Remove and move never follow a
+// symlink in the final component.
+//
+//	GET  /v1/files/stat?path=P                → FileInfo (the final symlink is not followed)
+//	GET  /v1/files/list?path=P                → FileList (entries sorted by name)
+//	POST /v1/files/mkdir                      MkdirRequest → 200 FileInfo (like mkdir -p)
+//	POST /v1/files/move                       MoveRequest → 204
+//	POST /v1/files/remove                     RemoveRequest → 204
+//	GET  /v1/files/content?path=P             → 200 raw bytes (application/octet-stream, Content-Length)
+//	PUT  /v1/files/content?path=P[&mode=0644] raw body → 200 FileInfo (written to a temp file beside P, then renamed over it)
+//	GET  /v1/files/tar?path=D                 → 200 application/x-tar of directory D (names relative to D)
+//	PUT  /v1/files/tar?path=D                 tar body → 200 TarResult (D is created if missing)
+//	GET  /v1/files/watch?path=D               → stream of FileEvent (NDJSON), until the client goes away
+//
+// Errors are JSON Error with the file codes below.
+
+// File types of FileInfo.Type.
+const (
+	FileTypeFile      = "file"
+	FileTypeDirectory = "directory"
+	FileTypeSymlink   = "symlink"
+	FileTypeOther     = "other" // device, FIFO or socket: listed, never read or written
+)
+
+// FileInfo describes one file (lstat semantics).
+type FileInfo struct {
+	Path       string    `json:"path"`
+	Name       string    `json:"name"`
+	Type       string    `json:"type"`
+	Size       int64     `json:"size"`
+	Mode       uint32    `json:"mode"` // permission bits and setuid/setgid/sticky (0o7777)
+	ModTime    time.Time `json:"mod_time"`
+	LinkTarget string    `json:"link_target,omitempty"` // symlinks
+}
+
+// FileList is the response of GET /v1/files/list. At most MaxListEntries
+// entries are returned; Truncated says there were more.
+type FileList struct {
+	Path      string     `json:"path"`
+	Entries   []FileInfo `json:"entries"`
+	Truncated bool       `json:"truncated,omitempty"`
+}
+
+// MaxListEntries bounds one directory listing.
+const MaxListEntries = 10000
+
+// MkdirRequest creates a directory and its missing parents. Mode defaults to 0o755.
+type MkdirRequest struct {
+	Path string `json:"path"`
+	Mode uint32 `json:"mode,omitempty"`
+}
+
+// MoveRequest renames From to To. Without Overwrite an existing To is
+// CodeAlreadyExists.
+type MoveRequest struct {
+	From      string `json:"from"`
+	To        string `json:"to"`
+	Overwrite bool   `json:"overwrite,omitempty"`
+}
+
+// RemoveRequest removes a file, symlink or empty directory; with Recursive,
+// a directory and everything in it.
+type RemoveRequest struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// TarResult is the response of PUT /v1/files/tar.
+type TarResult struct {
+	Entries int   `json:"entries"`
+	Bytes   int64 `json:"bytes"` // file content bytes written
+}
+
+// File event types.
+const (
+	FileEventCreate = "create"
+	FileEventWrite  = "write"
+	FileEventRemove = "remove"
+	FileEventRename = "rename" // From is the old path when the agent saw it
+)
+
+// FileEvent is one line of a watch stream. The first line of every stream
+// is {"type":"ready"} once the watch is in place.
+type FileEvent struct {
+	Type  string `json:"type"`
+	Path  string `json:"path,omitempty"`
+	From  string `json:"from,omitempty"`
+	IsDir bool   `json:"is_dir,omitempty"`
+}
+
+// FileEventReady is the type of the first event of a watch stream.
+const FileEventReady = "ready"
+
+// File error codes.
+const (
+	// CodeInvalidPath (400): not an absolute clean path, too long, a
+	// symlink loop or magic link, or a tar entry that leaves its target.
+	CodeInvalidPath = "invalid_path"
+	// CodeNotADirectory (409): a directory was needed.
+	CodeNotADirectory = "not_a_directory"
+	// CodeIsADirectory (409): a file was needed.
+	CodeIsADirectory = "is_a_directory"
+	// CodeAlreadyExists (409): the target exists.
+	CodeAlreadyExists = "already_exists"
+	// CodeDirectoryNotEmpty (409): remove without recursive.
+	CodeDirectoryNotEmpty = "directory_not_empty"
+	// CodeUnsupportedFileType (400): a device, FIFO or socket.
+	CodeUnsupportedFileType = "unsupported_file_type"
+	// CodePermissionDenied (403): the guest kernel refused (EACCES, EPERM, EROFS).
+	CodePermissionDenied = "permission_denied"
+)

@@ -1,0 +1,123 @@
+package apiv1
+
+import "time"
+
+// Error codes of the file endpoints.
+const (
+	CodeInvalidPath         = "invalid_path"          // 400: not an absolute clean path, too long, a magic link, or a tar entry leaving its target
+	CodeNotADirectory       = "not_a_directory"       // 409: a directory was needed
+	CodeIsADirectory        = "is_a_directory"        // 409: a file was needed
+	CodeDirectoryNotEmpty   = "directory_not_empty"   // 409: remove a directory without recursive
+	CodeUnsupportedFileType = "unsupported_file_type" // 400: a device, FIFO, socket (or, for writes, a symlink)
+)
+
+// File types of FileInfo.Type.
+const (
+	FileTypeFile      = "file"
+	FileTypeDirectory = "directory"
+	FileTypeSymlink   = "symlink"
+	FileTypeOther     = "other"
+)
+
+// FileInfo describes one file in a sandbox (a final symlink is not followed).
+type FileInfo struct {
+	Path       string    `json:"path"`
+	Name       string    `json:"name"`
+	Type       string    `json:"type"` // file, directory, symlink, other
+	Size       int64     `json:"size"`
+	Mode       uint32    `json:"mode"` // permission bits (0o7777)
+	ModTime    time.Time `json:"mod_time"`
+	LinkTarget string    `json:"link_target,omitempty"`
+}
+
+// FileList is the response of GET /v1/sandboxes/{id}/files/list.
+type FileList struct {
+	Path      string     `json:"path"`
+	Entries   []FileInfo `json:"entries"`
+	Truncated bool       `json:"truncated,omitempty"` // more than 10000 entries
+}
+
+// MkdirRequest is the body of POST /v1/sandboxes/{id}/files/mkdir (mkdir -p).
+type MkdirRequest struct {
+	Path string `json:"path"`
+}
+
+// MoveRequest is the body of POST /v1/sandboxes/{id}/files/move.
+type MoveRequest struct {
+	From      string `json:"from"`
+	To        string `json:"to"`
+	Overwrite bool   `json:"overwrite,omitempty"`
+}
+
+// RemoveRequest is the body of POST /v1/sandboxes/{id}/files/remove.
+type RemoveRequest struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// RemoveResponse is the response of POST /v1/sandboxes/{id}/files/remove.
+type RemoveResponse struct {
+	Path string `json:"path"`
+}
+
+// Transfer directions.
+const (
+	DirectionDownload = "download" // GET the file's bytes
+	DirectionUpload   = "upload"   // PUT raw bytes (application/octet-stream) into the file
+	DirectionTarOut   = "tar-out"  // GET the directory as application/x-tar
+	DirectionTarIn    = "tar-in"   // PUT a tar stream, extracted into the directory
+	DirectionWatch    = "watch"    // GET a stream of FileEvent (NDJSON)
+)
+
+// CreateTransferRequest is the body of POST /v1/sandboxes/{id}/files/transfers.
+type CreateTransferRequest struct {
+	Path      string `json:"path"`
+	Direction string `json:"direction"`
+}
+
+// Transfer authorizes one byte stream on the data plane: send Method to URL
+// with "Authorization: Bearer <token>" (or ?token=) before ExpiresAt.
+type Transfer struct {
+	URL       string    `json:"url"`
+	Method    string    `json:"method"`
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Path      string    `json:"path"`
+	Direction string    `json:"direction"`
+}
+
+// TarResult is the response of a tar-in transfer.
+type TarResult struct {
+	Entries int   `json:"entries"`
+	Bytes   int64 `json:"bytes"`
+}
+
+// FileEvent is one line of a watch transfer (NDJSON). The first line has
+// type "ready"; then create, write, remove, rename (From is the old path)
+// and "overflow" (events were lost).
+type FileEvent struct {
+	Type  string `json:"type"`
+	Path  string `json:"path,omitempty"`
+	From  string `json:"from,omitempty"`
+	IsDir bool   `json:"is_dir,omitempty"`
+}
+
+// FilesDataRoute is the data plane's file transfer endpoint as a net/http
+// pattern; {direction} is one of the Direction constants.
+const FilesDataRoute = "/data/v1/sandboxes/{id}/files/{direction}"
+
+// FilesDataPath returns FilesDataRoute for one sandbox and direction.
+func FilesDataPath(sandboxID, direction string) string {
+	return "/data/v1/sandboxes/" + sandboxID + "/files/" + direction
+}
+
+// TransferMethod is the HTTP method of a direction ("" if unknown).
+func TransferMethod(direction string) string {
+	switch direction {
+	case DirectionDownload, DirectionTarOut, DirectionWatch:
+		return "GET"
+	case DirectionUpload, DirectionTarIn:
+		return "PUT"
+	}
+	return ""
+}

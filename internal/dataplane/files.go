@@ -1,0 +1,284 @@
+package dataplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+
+	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// registerFiles adds the file transfer routes (only with Config.FileTokens).
+func (d *DataPlane) registerFiles(mux *http.ServeMux) {
+	if d.cfg.FileTokens == nil {
+		return
+	}
+	for _, dir := range []string{apiv1.DirectionDownload, apiv1.DirectionUpload, apiv1.DirectionTarOut, apiv1.DirectionTarIn, apiv1.DirectionWatch} {
+		mux.HandleFunc(apiv1.TransferMethod(dir)+" "+apiv1.FilesDataPath("{id}", dir), d.fileTransfer(dir))
+	}
+}
+
+// FileError maps an error of an agent file call to the HTTP status, stable
+// apiv1 code and message clients see. The agent is not trusted: only the
+// codes mapped here pass through.
+func FileError(err error) (status int, code, msg string) {
+	var aerr *agentclient.Error
+	if !errors.As(err, &aerr) {
+		return http.StatusServiceUnavailable, apiv1.CodeUnavailable, "could not reach the sandbox: " + err.Error()
+	}
+	switch aerr.Code {
+	case agentproto.CodeNotFound:
+		return http.StatusNotFound, apiv1.CodeNotFound, aerr.Message
+	case agentproto.CodeInvalidPath:
+		return http.StatusBadRequest, apiv1.CodeInvalidPath, aerr.Message
+	case agentproto.CodeInvalidRequest:
+		return http.StatusBadRequest, apiv1.CodeInvalidRequest, aerr.Message
+	case agentproto.CodeUnsupportedFileType:
+		return http.StatusBadRequest, apiv1.CodeUnsupportedFileType, aerr.Message
+	case agentproto.CodeNotADirectory:
+		return http.StatusConflict, apiv1.CodeNotADirectory, aerr.Message
+	case agentproto.CodeIsADirectory:
+		return http.StatusConflict, apiv1.CodeIsADirectory, aerr.Message
+	case agentproto.CodeAlreadyExists:
+		return http.StatusConflict, apiv1.CodeAlreadyExists, aerr.Message
+	case agentproto.CodeDirectoryNotEmpty:
+		return http.StatusConflict, apiv1.CodeDirectoryNotEmpty, aerr.Message
+	case agentproto.CodePermissionDenied:
+		return http.StatusForbidden, apiv1.CodePermissionDenied, aerr.Message
+	case agentproto.CodeNoRoute:
+		return http.StatusNotImplemented, apiv1.CodeNotSupported, "the sandbox's agent has no file endpoints (too old)"
+	case agentproto.CodeShuttingDown:
+		return http.StatusServiceUnavailable, apiv1.CodeUnavailable, "the sandbox is shutting down"
+	}
+	return http.StatusInternalServerError, apiv1.CodeInternal, "the sandbox's agent failed the file request"
+}
+
+// checkFileToken authorizes a transfer request: a file token of this
+// sandbox and direction, not expired. It writes the refusal and returns false.
+func (d *DataPlane) checkFileToken(w http.ResponseWriter, r *http.Request, direction string) (FileClaims, bool) {
+	tok := bearer(r)
+	switch {
+	case tok == "":
+		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "missing file transfer token: send Authorization: Bearer <token>")
+		return FileClaims{}, false
+	case auth.KindOf(tok) != auth.KindFiles:
+		writeError(w, http.StatusUnauthorized, apiv1.CodeWrongTokenKind, "this route takes a file transfer token (alf_…) from POST /v1/sandboxes/{id}/files/transfers")
+		return FileClaims{}, false
+	}
+	c, err := d.cfg.FileTokens.Verify(tok, d.cfg.Now())
+	switch {
+	case errors.Is(err, ErrTokenExpired):
+		writeError(w, http.StatusUnauthorized, apiv1.CodeTokenExpired, "file transfer token expired; create a new transfer")
+		return FileClaims{}, false
+	case err != nil:
+		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "invalid file transfer token")
+		return FileClaims{}, false
+	case c.Sandbox.String() != r.PathValue("id") || c.Direction != direction:
+		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "this file transfer token is for another sandbox or direction")
+		return FileClaims{}, false
+	}
+	return c, true
+}
+
+// fileTransfer serves one direction of /data/v1/sandboxes/{id}/files/….
+func (d *DataPlane) fileTransfer(direction string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		c, ok := d.checkFileToken(w, r, direction)
+		if !ok {
+			return
+		}
+		sb, err := d.cfg.Store.GetSandboxByID(ctx, c.Sandbox)
+		if errors.Is(err, store.ErrNotFound) {
+			writeError(w, http.StatusNotFound, apiv1.CodeNotFound, fmt.Sprintf("sandbox %s not found", c.Sandbox))
+			return
+		}
+		if err != nil {
+			d.log.ErrorContext(ctx, "load sandbox", "sandbox", c.Sandbox, "err", err)
+			writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not load the sandbox")
+			return
+		}
+		if sb.State != model.StateRunning {
+			writeError(w, http.StatusConflict, apiv1.CodeSandboxNotRunning, fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State))
+			return
+		}
+		agent, err := d.cfg.Agents.Agent(sb.ID)
+		if err != nil {
+			writeProcError(w, err)
+			return
+		}
+		p := c.Path.String()
+		switch direction {
+		case apiv1.DirectionDownload:
+			d.download(ctx, w, agent, p)
+		case apiv1.DirectionTarOut:
+			d.tarOut(ctx, w, agent, p)
+		case apiv1.DirectionUpload:
+			d.upload(ctx, w, r, agent, p)
+		case apiv1.DirectionTarIn:
+			d.tarIn(ctx, w, r, agent, p)
+		case apiv1.DirectionWatch:
+			d.watch(ctx, w, agent, p)
+		}
+	}
+}
+
+func writeFileError(w http.ResponseWriter, err error) {
+	status, code, msg := FileError(err)
+	writeError(w, status, code, msg)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// copyOut streams body to the client with a bounded buffer. A stream that
+// breaks midway is reset, never ended cleanly, so the client cannot take a
+// truncated file or tar for a complete one.
+func (d *DataPlane) copyOut(ctx context.Context, w http.ResponseWriter, body io.Reader, what string) {
+	n, err := io.CopyBuffer(flushWriter{w}, body, make([]byte, 256<<10))
+	if err != nil && ctx.Err() == nil {
+		d.log.WarnContext(ctx, "file stream broke", "what", what, "bytes", n, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// flushWriter hides ReadFrom so the copy buffer bounds memory.
+type flushWriter struct{ w io.Writer }
+
+func (f flushWriter) Write(b []byte) (int, error) { return f.w.Write(b) }
+
+func (d *DataPlane) download(ctx context.Context, w http.ResponseWriter, agent *agentclient.Client, p string) {
+	body, size, err := agent.ReadFile(ctx, p)
+	if err != nil {
+		writeFileError(w, err)
+		return
+	}
+	defer body.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	if size >= 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	}
+	w.WriteHeader(http.StatusOK)
+	d.copyOut(ctx, w, body, "download "+p)
+}
+
+func (d *DataPlane) tarOut(ctx context.Context, w http.ResponseWriter, agent *agentclient.Client, p string) {
+	body, err := agent.TarOut(ctx, p)
+	if err != nil {
+		writeFileError(w, err)
+		return
+	}
+	defer body.Close()
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	d.copyOut(ctx, w, body, "tar-out "+p)
+}
+
+// mediaOK accepts a missing Content-Type or one of want.
+func mediaOK(w http.ResponseWriter, r *http.Request, want ...string) bool {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil {
+		for _, m := range want {
+			if mt == m {
+				return true
+			}
+		}
+	}
+	writeError(w, http.StatusUnsupportedMediaType, apiv1.CodeUnsupportedMedia, fmt.Sprintf("Content-Type must be %v", want))
+	return false
+}
+
+func (d *DataPlane) upload(ctx context.Context, w http.ResponseWriter, r *http.Request, agent *agentclient.Client, p string) {
+	if !mediaOK(w, r, "application/octet-stream") {
+		return
+	}
+	mode := -1
+	if v := r.URL.Query().Get("mode"); v != "" {
+		m, err := strconv.ParseUint(v, 8, 32)
+		if err != nil || m > 0o7777 {
+			writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, "mode must be octal, at most 7777")
+			return
+		}
+		mode = int(m)
+	}
+	fi, err := agent.WriteFile(ctx, p, mode, r.Body)
+	if err != nil {
+		writeFileError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, FileInfoOut(fi))
+}
+
+func (d *DataPlane) tarIn(ctx context.Context, w http.ResponseWriter, r *http.Request, agent *agentclient.Client, p string) {
+	if !mediaOK(w, r, "application/x-tar", "application/octet-stream") {
+		return
+	}
+	res, err := agent.TarIn(ctx, p, r.Body)
+	if err != nil {
+		writeFileError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apiv1.TarResult{Entries: res.Entries, Bytes: res.Bytes})
+}
+
+func (d *DataPlane) watch(ctx context.Context, w http.ResponseWriter, agent *agentclient.Client, p string) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "streaming unsupported")
+		return
+	}
+	ws, err := agent.Watch(ctx, p)
+	if err != nil {
+		writeFileError(w, err)
+		return
+	}
+	defer ws.Close()
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	if err := enc.Encode(apiv1.FileEvent{Type: agentproto.FileEventReady, Path: p}); err != nil {
+		return
+	}
+	flusher.Flush()
+	for {
+		ev, err := ws.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
+				d.log.InfoContext(ctx, "watch stream ended", "path", p, "err", err)
+				panic(http.ErrAbortHandler)
+			}
+			return
+		}
+		if err := enc.Encode(apiv1.FileEvent{Type: ev.Type, Path: ev.Path, From: ev.From, IsDir: ev.IsDir}); err != nil {
+			return
+		}
+		flusher.Flush()
+	}
+}
+
+// FileInfoOut converts the agent's FileInfo to the API's.
+func FileInfoOut(fi agentproto.FileInfo) apiv1.FileInfo {
+	return apiv1.FileInfo{Path: fi.Path, Name: fi.Name, Type: fi.Type, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime, LinkTarget: fi.LinkTarget}
+}
