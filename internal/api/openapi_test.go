@@ -131,6 +131,8 @@ func TestErrorCodesDocumented(t *testing.T) {
 		apiv1.CodeSandboxNotRunning, apiv1.CodePayloadTooLarge, apiv1.CodeUnsupportedMedia,
 		apiv1.CodeNotSupported, apiv1.CodeInternal, apiv1.CodeUnavailable,
 		apiv1.CodeInvalidPath, apiv1.CodeNotADirectory, apiv1.CodeIsADirectory, apiv1.CodeDirectoryNotEmpty, apiv1.CodeUnsupportedFileType,
+		apiv1.CodeDraining, apiv1.CodeTooManyAttachments, apiv1.CodeNoStdin, apiv1.CodeNoPTY, apiv1.CodeProcessExited,
+		apiv1.CodeProcessNotFound, apiv1.CodeAgentUnsupported,
 	}
 	slices.Sort(got)
 	slices.Sort(want)
