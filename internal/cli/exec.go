@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
@@ -18,19 +19,31 @@ import (
 
 // Exit codes of exec and run besides the command's own.
 const (
+	exitOutputLost        = 125 // the command succeeded but some of its output was lost
 	exitCommandNotStarted = 127 // the command could not be executed, as in a shell
 	exitUnknownEnd        = 255 // the command ended in a way no exit code describes
 )
 
 // commandFlags are the process flags of exec and run.
 type commandFlags struct {
-	env []string
-	cwd string
+	env         []string
+	cwd         string
+	user        string
+	timeout     time.Duration
+	interactive bool // -i: forward our stdin
+}
+
+func (f *commandFlags) register(fs *pflag.FlagSet) {
+	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE of the command (repeatable)")
+	fs.StringVar(&f.cwd, "cwd", "", "working directory inside the sandbox (default /)")
+	fs.StringVarP(&f.user, "user", "u", "", "run as UID[:GID] inside the sandbox (default root)")
+	fs.DurationVar(&f.timeout, "command-timeout", 0, "kill the command this long after it starts (0: never)")
+	fs.BoolVarP(&f.interactive, "interactive", "i", false, "forward our stdin to the command (end of input closes its stdin)")
 }
 
 // request builds the command request for args.
 func (f *commandFlags) request(args []string) (apiv1.CreateCommandRequest, error) {
-	req := apiv1.CreateCommandRequest{Args: args}
+	req := apiv1.CreateCommandRequest{Args: args, Stdin: f.interactive}
 	var err error
 	if req.Env, err = parseEnvFlag(f.env); err != nil {
 		return req, err
@@ -42,17 +55,53 @@ func (f *commandFlags) request(args []string) (apiv1.CreateCommandRequest, error
 		}
 		req.Cwd = p.String()
 	}
+	if f.user != "" {
+		u, err := parseUserFlag(f.user)
+		if err != nil {
+			return req, err
+		}
+		req.User = &u
+	}
+	if f.timeout < 0 || f.timeout%time.Second != 0 {
+		return req, usageErrorf("--command-timeout must be a whole number of seconds, such as 30s or 5m")
+	}
+	req.TimeoutSecs = int(f.timeout / time.Second)
 	return req, nil
 }
 
+// parseUserFlag parses UID[:GID] (GID defaults to UID).
+func parseUserFlag(s string) (apiv1.User, error) {
+	us, gs, hasGID := strings.Cut(s, ":")
+	uid, err := strconv.ParseInt(us, 10, 64)
+	if err != nil {
+		return apiv1.User{}, usageErrorf("--user %q: want a numeric UID[:GID]", s)
+	}
+	gid := uid
+	if hasGID {
+		if gid, err = strconv.ParseInt(gs, 10, 64); err != nil {
+			return apiv1.User{}, usageErrorf("--user %q: want a numeric UID[:GID]", s)
+		}
+	}
+	if _, err := model.ParseUserIDs(uid, gid); err != nil {
+		return apiv1.User{}, usageErrorf("--user: %w", err)
+	}
+	return apiv1.User{UID: uid, GID: gid}, nil
+}
+
 func (a *app) execCommand() *cobra.Command {
-	var f commandFlags
+	var (
+		f      commandFlags
+		detach bool
+	)
 	cmd := &cobra.Command{
-		Use:   "exec SANDBOX [flags] -- COMMAND [ARG...]",
+		Use:   "exec [flags] SANDBOX -- COMMAND [ARG...]",
 		Short: "Run a command in a sandbox and stream its output",
 		Long: "Run a command in a running sandbox. Its stdout and stderr are streamed to ours\n" +
 			"as they arrive, and airlock exits with the command's exit code (128+N if signal\n" +
-			"N killed it; 127 if it could not be started). Flags go before SANDBOX.",
+			"N killed it; 127 if it could not be started; 125 if it succeeded but some of\n" +
+			"its output was lost, which is reported on stderr). -i forwards our stdin; -d\n" +
+			"starts it in the background and prints its process ID (see attach, ps, kill).\n" +
+			"Flags go before SANDBOX.",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErrorf("missing SANDBOX")
@@ -76,6 +125,18 @@ func (a *app) execCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if detach {
+				if f.interactive {
+					return usageErrorf("-d and -i cannot be combined: a background command has nobody to read stdin from")
+				}
+				req.Background = true
+				cs, err := c.CreateCommand(cmd.Context(), id, req)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(a.env.Stdout, cs.ProcessID)
+				return nil
+			}
 			code, err := a.execute(cmd.Context(), c, id, req)
 			if err != nil {
 				return err
@@ -84,8 +145,8 @@ func (a *app) execCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
-	cmd.Flags().StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE of the command (repeatable)")
-	cmd.Flags().StringVar(&f.cwd, "cwd", "", "working directory inside the sandbox (default /)")
+	f.register(cmd.Flags())
+	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "start the command in the background and print its process ID")
 	return cmd
 }
 
@@ -97,11 +158,35 @@ func (a *app) execute(ctx context.Context, c *client.Client, sandbox model.Sandb
 	if err != nil {
 		return 0, err
 	}
-	s, err := c.Attach(ctx, cs.AttachURL, cs.AttachmentToken)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if req.Stdin {
+		dp, err := c.DataPlane(cs.AttachURL, cs.AttachmentToken)
+		if err != nil {
+			return 0, err
+		}
+		// Owned by this call: cancel ends the request. A read of a
+		// terminal blocked in Read ends with the process.
+		go func() {
+			if err := dp.Stdin(ctx, a.env.Stdin, true); err != nil && ctx.Err() == nil {
+				fmt.Fprintf(a.env.Stderr, "airlock: forwarding stdin: %v\n", err)
+			}
+		}()
+	}
+	return a.follow(ctx, c, cs.AttachURL, cs.AttachmentToken, "")
+}
+
+// follow attaches to a command's output (after lastEventID, if set), copies
+// it to our stdout and stderr and returns the exit code airlock should end
+// with. Lost output is reported on stderr and turns success into
+// exitOutputLost.
+func (a *app) follow(ctx context.Context, c *client.Client, attachURL, token, lastEventID string) (int, error) {
+	s, err := c.AttachAfter(ctx, attachURL, token, lastEventID)
 	if err != nil {
 		return 0, err
 	}
 	defer s.Close()
+	lost := false
 	for {
 		ev, err := s.Next()
 		if errors.Is(err, io.EOF) {
@@ -119,13 +204,33 @@ func (a *app) execute(ctx context.Context, c *client.Client, sandbox model.Sandb
 			if _, err := a.env.Stderr.Write(ev.Data); err != nil {
 				return 0, fmt.Errorf("writing the command's stderr: %w", err)
 			}
+		case apiv1.EventGap:
+			lost = true
+			fmt.Fprintln(a.env.Stderr, gapMessage(ev.Gap))
 		case apiv1.EventExit, apiv1.EventError:
 			if msg := endMessage(ev); msg != "" {
 				fmt.Fprintln(a.env.Stderr, msg)
 			}
-			return exitCodeOf(ev), nil
+			code := exitCodeOf(ev)
+			if lost && code == 0 {
+				code = exitOutputLost
+			}
+			return code, nil
 		}
 	}
+}
+
+// gapMessage says on stderr what output was lost.
+func gapMessage(g *apiv1.GapEventData) string {
+	if g == nil {
+		return "airlock: some output of the command was lost"
+	}
+	bound := ""
+	if !g.Exact {
+		bound = "at least "
+	}
+	return fmt.Sprintf("airlock: output lost: %s%d bytes of stdout and %s%d bytes of stderr (%d events) were dropped while nobody was reading",
+		bound, g.StdoutBytes, bound, g.StderrBytes, g.Events)
 }
 
 // exitCodeOf maps the final event of a command to airlock's exit code: the
@@ -157,6 +262,8 @@ func exitCodeOf(ev client.Event) int {
 // for a normal exit.
 func endMessage(ev client.Event) string {
 	switch {
+	case ev.Kind == apiv1.EventExit && ev.TimedOut:
+		return "airlock: the command timed out and was killed"
 	case ev.Kind == apiv1.EventExit && ev.Signal != "":
 		return "airlock: the command was killed by SIG" + strings.TrimPrefix(ev.Signal, "SIG")
 	case ev.Kind == apiv1.EventError && ev.Err != nil:
@@ -246,6 +353,9 @@ func (a *app) runCommand() *cobra.Command {
 	fs := cmd.Flags()
 	cf.register(fs)
 	fs.StringVar(&pf.cwd, "cwd", "", "working directory inside the sandbox (default /)")
+	fs.StringVarP(&pf.user, "user", "u", "", "run as UID[:GID] inside the sandbox (default root)")
+	fs.DurationVar(&pf.timeout, "command-timeout", 0, "kill the command this long after it starts (0: never)")
+	fs.BoolVarP(&pf.interactive, "interactive", "i", false, "forward our stdin to the command (end of input closes its stdin)")
 	fs.BoolVar(&waitDelete, "wait-delete", false, "wait until the sandbox is deleted before exiting")
 	fs.BoolVarP(&verbose, "verbose", "v", false, "show the sandbox's progress on stderr")
 	return cmd

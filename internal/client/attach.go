@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -17,12 +19,14 @@ import (
 
 // Event is one decoded event of an attach stream.
 type Event struct {
-	Kind     string       // apiv1.EventStdout, EventStderr, EventExit or EventError
-	ID       string       // the event's SSE id (a sequence number); empty if it had none
-	Data     []byte       // stdout / stderr bytes
-	ExitCode int          // exit: the exit code, -1 if killed by a signal
-	Signal   string       // exit: the signal's name (e.g. "KILL") if killed by one
-	Err      *apiv1.Error // error: why the process could not start or the stream broke
+	Kind     string              // apiv1.EventStdout, EventStderr, EventGap, EventExit or EventError
+	ID       string              // the event's SSE id (a sequence number); empty if it had none
+	Data     []byte              // stdout / stderr bytes
+	ExitCode int                 // exit: the exit code, -1 if killed by a signal
+	Signal   string              // exit: the signal's name (e.g. "KILL") if killed by one
+	TimedOut bool                // exit: killed because its timeout passed
+	Gap      *apiv1.GapEventData // gap: what output was lost before this client read it
+	Err      *apiv1.Error        // error: why the process could not start or the stream broke
 }
 
 // Stream is an attach stream: a command's output, then its exit (or an
@@ -52,6 +56,12 @@ type Stream struct {
 // attach starts the command's process. The stream lives until Close, the end
 // of ctx, or its exit/error event.
 func (c *Client) Attach(ctx context.Context, attachURL, token string) (*Stream, error) {
+	return c.AttachAfter(ctx, attachURL, token, "")
+}
+
+// AttachAfter is Attach resuming after the event id lastEventID ("" for the
+// start of the buffer).
+func (c *Client) AttachAfter(ctx context.Context, attachURL, token, lastEventID string) (*Stream, error) {
 	u, err := c.resolve(attachURL)
 	if err != nil {
 		return nil, fmt.Errorf("attach: %w", err)
@@ -60,7 +70,7 @@ func (c *Client) Attach(ctx context.Context, attachURL, token string) (*Stream, 
 		return nil, errors.New("attach: empty attachment token")
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Stream{c: c, ctx: ctx, cancel: cancel, url: u.String(), token: token}
+	s := &Stream{c: c, ctx: ctx, cancel: cancel, url: u.String(), token: token, lastID: lastEventID}
 	if err := s.connect(); err != nil {
 		cancel()
 		return nil, err
@@ -80,7 +90,10 @@ func (s *Stream) Close() error {
 }
 
 // Next returns the next event. After the exit or error event it returns
-// io.EOF. If the connection drops it reconnects (with Last-Event-ID, so no
+// io.EOF. A gap event says output was dropped before this client could read
+// it; the stream goes on after it. A reconnect event (the server is
+// draining) is handled here: Next reconnects with Last-Event-ID after the
+// advised delay and nothing is lost. If the connection drops it reconnects (with Last-Event-ID, so no
 // output is lost or repeated) up to the client's reconnect limit, counted
 // from the last event received; it returns the last connection error once
 // that is exhausted, an *APIError if the server refuses the reconnect, and
@@ -117,6 +130,13 @@ func (s *Stream) Next() (Event, error) {
 		s.retry = s.dec.Retry()
 		s.failed = 0
 		if s.duplicate(raw) {
+			continue
+		}
+		if raw.Type == apiv1.EventReconnect {
+			// The server is going away: come back after its advised delay
+			// (the retry field) with Last-Event-ID.
+			s.closeBody()
+			s.lastErr = errors.New("attach: the server asked to reconnect (draining)")
 			continue
 		}
 		ev, ok, err := decodeEvent(raw)
@@ -250,17 +270,23 @@ func decodeEvent(raw SSEEvent) (ev Event, ok bool, err error) {
 	}
 	switch raw.Type {
 	case apiv1.EventStdout, apiv1.EventStderr:
-		var d apiv1.OutputEventData
-		if err := json.Unmarshal([]byte(raw.Data), &d); err != nil {
+		data, err := decodeOutputData(raw.Data)
+		if err != nil {
 			return Event{}, false, fmt.Errorf("malformed %s event %s: %w", raw.Type, raw.ID, err)
 		}
-		ev.Data = d.Data
+		ev.Data = data
+	case apiv1.EventGap:
+		var d apiv1.GapEventData
+		if err := json.Unmarshal([]byte(raw.Data), &d); err != nil {
+			return Event{}, false, fmt.Errorf("malformed gap event %s: %w", raw.ID, err)
+		}
+		ev.Gap = &d
 	case apiv1.EventExit:
 		var d apiv1.ExitEventData
 		if err := json.Unmarshal([]byte(raw.Data), &d); err != nil {
 			return Event{}, false, fmt.Errorf("malformed exit event %s: %w", raw.ID, err)
 		}
-		ev.ExitCode, ev.Signal = d.ExitCode, d.Signal
+		ev.ExitCode, ev.Signal, ev.TimedOut = d.ExitCode, d.Signal, d.TimedOut
 	case apiv1.EventError:
 		var d apiv1.Error
 		if err := json.Unmarshal([]byte(raw.Data), &d); err != nil {
@@ -271,4 +297,24 @@ func decodeEvent(raw SSEEvent) (ev Event, ok bool, err error) {
 		return Event{}, false, nil
 	}
 	return ev, true, nil
+}
+
+// decodeOutputData decodes {"data":"<base64>"}: a fast path for the exact
+// form the server writes, JSON for anything else.
+func decodeOutputData(s string) ([]byte, error) {
+	const pre, post = `{"data":"`, `"}`
+	if strings.HasPrefix(s, pre) && strings.HasSuffix(s, post) && len(s) >= len(pre)+len(post) {
+		b64 := s[len(pre) : len(s)-len(post)]
+		if !strings.ContainsAny(b64, `"\\`) {
+			out, err := base64.StdEncoding.AppendDecode(nil, []byte(b64))
+			if err == nil {
+				return out, nil
+			}
+		}
+	}
+	var d apiv1.OutputEventData
+	if err := json.Unmarshal([]byte(s), &d); err != nil {
+		return nil, err
+	}
+	return d.Data, nil
 }
