@@ -229,6 +229,9 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	sse := &sseWriter{w: w, rc: rc}
+	if err := sse.flush(); err != nil { // the client sees the stream open at once
+		return
+	}
 	if startErr != nil {
 		pe := procctl.PublicError(startErr)
 		d.log.InfoContext(ctx, "process did not start", "process", t.pid, "err", startErr)
