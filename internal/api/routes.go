@@ -44,6 +44,7 @@ func (a *API) routeTable() []route {
 		{"GET", "/v1/sandboxes/{id}", member, a.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", member, mutating(a, a.deleteSandbox)},
 		{"POST", "/v1/sandboxes/{id}/commands", member, mutating(a, a.createCommand)},
+		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/attachments", member, mutating(a, a.createAttachment)},
 		{"GET", "/v1/operations/{id}", member, a.getOperation},
 
 		{"GET", "/v1/templates", member, a.listTemplates},
@@ -54,6 +55,7 @@ func (a *API) routeTable() []route {
 		{"POST", "/v1/admin/keys", admin, mutating(a, a.createKey)},
 		{"GET", "/v1/admin/keys", admin, a.listKeys},
 		{"DELETE", "/v1/admin/keys/{id}", admin, mutating(a, a.revokeKey)},
+		{"POST", "/v1/admin/attach-keys/rotate", admin, mutating(a, a.rotateAttachKey)},
 	}
 }
 

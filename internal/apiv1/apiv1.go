@@ -129,6 +129,30 @@ type CommandSession struct {
 	ExpiresAt       time.Time `json:"expires_at"`
 }
 
+// CreateAttachmentRequest is the optional body of
+// POST /v1/sandboxes/{id}/processes/{process_id}/attachments: a new
+// attachment token for an existing process, narrowed to Actions (a subset of
+// "read", "stdin", "signal", "resize"; all of them if omitted). The answer
+// is a CommandSession.
+type CreateAttachmentRequest struct {
+	Actions []string `json:"actions,omitempty"`
+}
+
+// AttachKey is one key of the attachment-token signing keyring (public
+// information only).
+type AttachKey struct {
+	ID        string     `json:"id"`
+	CreatedAt time.Time  `json:"created_at"`
+	Active    bool       `json:"active"`
+	NotAfter  *time.Time `json:"not_after,omitempty"` // a rotated-out key verifies tokens until then
+}
+
+// AttachKeyList is the response of POST /v1/admin/attach-keys/rotate: the
+// keyring after the rotation, oldest first; the last key is the new active one.
+type AttachKeyList struct {
+	Keys []AttachKey `json:"keys"`
+}
+
 // Project is a tenant.
 type Project struct {
 	ID        string    `json:"id"`

@@ -103,6 +103,7 @@ type AttachClaims struct {
 	NotBefore time.Time              // nbf
 	ExpiresAt time.Time              // exp
 	KeyID     string                 // kid of the signing key (set by Verify; ignored by Issue)
+	TokenID   string                 // jti: unique per token (set by Issue and Verify; ignored by Issue)
 }
 
 // Allows reports whether the claims grant action.
@@ -203,6 +204,7 @@ func (i *Issuer) Issue(c AttachClaims) (string, error) {
 		Node:    c.Node.String(),
 		Actions: acts,
 		RegisteredClaims: jwt.RegisteredClaims{
+			ID:        secretEncoding.EncodeToString(newSecret()[:16]),
 			Issuer:    tokenIssuer,
 			Audience:  jwt.ClaimStrings{tokenAudience},
 			IssuedAt:  jwt.NewNumericDate(c.IssuedAt),
@@ -323,7 +325,7 @@ func (wc wireClaims) parse(kid string) (AttachClaims, error) {
 		return c, errors.New("iat, nbf and exp are required")
 	}
 	c.IssuedAt, c.NotBefore, c.ExpiresAt = wc.IssuedAt.Time, wc.NotBefore.Time, wc.ExpiresAt.Time
-	c.KeyID = kid
+	c.KeyID, c.TokenID = kid, wc.ID
 	if err := c.validate(); err != nil {
 		return c, err
 	}

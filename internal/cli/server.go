@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +23,7 @@ type serverFlags struct {
 	databaseURL string
 	agentBinary string
 	logLevel    string
+	keyMaxAge   time.Duration
 }
 
 // options parses the flags into server.Options.
@@ -32,6 +34,8 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		Runtime:     f.runtime,
 		DatabaseURL: f.databaseURL,
 		AgentBinary: f.agentBinary,
+
+		AttachKeyMaxAge: f.keyMaxAge,
 	}
 	_, port, err := net.SplitHostPort(f.listen)
 	if err != nil {
@@ -44,6 +48,9 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	case "", "runc", "crun", "runsc":
 	default:
 		return opts, usageErrorf("--runtime must be runc, crun or runsc, not %q", f.runtime)
+	}
+	if f.keyMaxAge < 0 {
+		return opts, usageErrorf("--attach-key-max-age must not be negative")
 	}
 	if f.databaseURL != "" {
 		u, err := url.Parse(f.databaseURL)
@@ -102,5 +109,6 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringVar(&f.databaseURL, "database-url", "", "PostgreSQL URL postgres://… (default: SQLite in the data dir)")
 	fs.StringVar(&f.agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock, then $PATH)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&f.keyMaxAge, "attach-key-max-age", server.DefaultAttachKeyMaxAge, "rotate the attachment-token signing key once it is older than this")
 	return cmd
 }

@@ -1,6 +1,7 @@
 // Package dataplane carries command output between guest processes and
 // clients. A client attaches to a command session's process with the
-// session's attachment token and receives stdout, stderr and the exit as
+// session's attachment token (a signed capability checked with public keys
+// only, see authz.go) and receives stdout, stderr and the exit as
 // Server-Sent Events whose ids are the guest agent's sequence numbers, so a
 // client that reconnects with Last-Event-ID resumes where it left off (within
 // the agent's per-process buffer). Output flows agent → data plane → client
@@ -39,6 +40,10 @@ type Config struct {
 	Logger    *slog.Logger
 	Now       func() time.Time
 	KeepAlive time.Duration // interval of SSE comment lines on idle streams; default 15 s
+	// Verifier checks attachment tokens (public keys only).
+	Verifier *auth.Verifier
+	// NodeID, if set, refuses tokens for sandboxes on other nodes.
+	NodeID model.NodeID
 }
 
 // DataPlane serves attach streams.
@@ -49,8 +54,8 @@ type DataPlane struct {
 
 // New returns a DataPlane.
 func New(cfg Config) (*DataPlane, error) {
-	if cfg.Store == nil || cfg.Agents == nil {
-		return nil, errors.New("dataplane: store and agents are required")
+	if cfg.Store == nil || cfg.Agents == nil || cfg.Verifier == nil {
+		return nil, errors.New("dataplane: store, agents and verifier are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -96,37 +101,21 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, err.Error())
 		return
 	}
-	tok := bearer(r)
-	if tok == "" {
-		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "missing attachment token: send Authorization: Bearer <attachment_token>")
-		return
-	}
-	if auth.KindOf(tok) == auth.KindAPIKey {
-		writeError(w, http.StatusUnauthorized, apiv1.CodeWrongTokenKind, "an API key cannot attach to a process; use the command session's attachment token")
-		return
-	}
-	secret, err := auth.ParseAttachmentToken(tok)
-	if err != nil {
-		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "malformed attachment token")
+	claims, ok := d.authorize(w, r, pid, auth.ActionRead)
+	if !ok {
 		return
 	}
 	cs, err := d.cfg.Store.GetCommandSessionByProcess(ctx, pid)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			// Same answer as a wrong token: do not reveal which processes exist.
-			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "invalid attachment token for this process")
+			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "the command session of this token no longer exists")
 			return
 		}
 		d.log.ErrorContext(ctx, "load command session", "process", pid, "err", err)
 		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not load the command session")
 		return
 	}
-	if !auth.VerifySecret(cs.TokenHash, secret) {
-		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "invalid attachment token for this process")
-		return
-	}
-	if !d.cfg.Now().Before(cs.ExpiresAt) {
-		writeError(w, http.StatusUnauthorized, apiv1.CodeTokenExpired, "attachment token expired; create a new command session")
+	if !authorizeSession(w, claims, cs) {
 		return
 	}
 	sb, err := d.cfg.Store.GetSandboxByID(ctx, cs.SandboxID)

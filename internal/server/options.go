@@ -3,7 +3,10 @@
 // data plane into one `airlock server` process.
 package server
 
-import "log/slog"
+import (
+	"log/slog"
+	"time"
+)
 
 // Options configure `airlock server`. The flag names of `airlock server` map
 // one to one onto these fields.
@@ -14,6 +17,10 @@ type Options struct {
 	DatabaseURL string       // --database-url postgres://…; "" uses SQLite in DataDir
 	AgentBinary string       // --agent-binary; "" looks next to the airlock binary, then in PATH
 	Logger      *slog.Logger // nil: text logs on stderr
+	// AttachKeyMaxAge (--attach-key-max-age): the attachment-token signing
+	// key is rotated once older, on start and while running; 0 means
+	// DefaultAttachKeyMaxAge.
+	AttachKeyMaxAge time.Duration
 	// FaultPoint makes the process SIGKILL itself when it reaches the named
 	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
 	FaultPoint string

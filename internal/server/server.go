@@ -49,6 +49,10 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	log = log.With("node", nodeID)
+	attachKeys, err := openAttachKeys(dd, opts.AttachKeyMaxAge, log)
+	if err != nil {
+		return err
+	}
 
 	st, err := openStore(ctx, dd, opts.DatabaseURL, log)
 	if err != nil {
@@ -107,9 +111,11 @@ func Run(ctx context.Context, opts Options) error {
 	baseURL := "http://" + ln.Addr().String()
 
 	apiHandler, err := api.New(api.Config{
-		Store:     st,
-		Templates: templates,
-		Logger:    log.With("component", "api"),
+		Store:      st,
+		Templates:  templates,
+		Attach:     attachKeys.Issuer(),
+		AttachKeys: attachKeys,
+		Logger:     log.With("component", "api"),
 		// Ready while the store answers; the listener only exists once
 		// the runtime was probed and the controller wired.
 		Ready: func(ctx context.Context) error {
@@ -122,9 +128,11 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	dp, err := dataplane.New(dataplane.Config{
-		Store:  st,
-		Agents: wk,
-		Logger: log.With("component", "dataplane"),
+		Store:    st,
+		Agents:   wk,
+		Logger:   log.With("component", "dataplane"),
+		Verifier: attachKeys.Verifier(), // public keys only
+		NodeID:   nodeID,
 	})
 	if err != nil {
 		ln.Close()
@@ -158,6 +166,11 @@ func Run(ctx context.Context, opts Options) error {
 	go func() {
 		defer wg.Done()
 		janitor(runCtx, st, log)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rotateAttachKeys(runCtx, attachKeys, opts.AttachKeyMaxAge, log)
 	}()
 
 	srv := &http.Server{
