@@ -117,9 +117,11 @@ type CreateCommandRequest struct {
 	Cwd  string            `json:"cwd,omitempty"`
 }
 
-// CommandSession is the response of POST /v1/sandboxes/{id}/commands. The
-// process starts when a client attaches to AttachURL (SSE) with
-// "Authorization: Bearer <attachment_token>" (or ?token=).
+// CommandSession is the response of POST /v1/sandboxes/{id}/commands and of
+// POST /v1/sandboxes/{id}/processes/{process_id}/attachments. The process
+// starts when a client attaches to AttachURL (SSE) with
+// "Authorization: Bearer <attachment_token>" (or ?token=). The token is
+// "alt_" + an Ed25519-signed JWT, valid until ExpiresAt (120 s).
 type CommandSession struct {
 	ID              string    `json:"id"`
 	SandboxID       string    `json:"sandbox_id"`
