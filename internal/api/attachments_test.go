@@ -197,3 +197,12 @@ func TestRotateAttachKey(t *testing.T) {
 		t.Fatalf("post-rotation token: %+v, %v", c, err)
 	}
 }
+
+func TestRotateAttachKeyUnsupported(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.AttachKeys = nil })
+	e.do("POST", "/v1/admin/attach-keys/rotate", e.admin, "").wantError(t, http.StatusNotImplemented, apiv1.CodeNotSupported)
+	if len(e.ring.Keys()) != 1 {
+		t.Fatal("rotated without a rotator")
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/atomicfile"
@@ -66,6 +67,22 @@ type Keyring struct {
 
 	mu   sync.RWMutex
 	keys []signingKey // oldest first; the last is active
+
+	// public is the public halves of keys, republished on every change. It
+	// is all a Verifier from this ring can reach: no private key material.
+	public *publicSet
+}
+
+// publicSet is a snapshot of verification keys that can be swapped atomically.
+type publicSet struct {
+	keys atomic.Pointer[[]PublicKey]
+}
+
+func (p *publicSet) load() []PublicKey {
+	if ks := p.keys.Load(); ks != nil {
+		return *ks
+	}
+	return nil
 }
 
 // keyFile is the on-disk form of one key.
@@ -79,7 +96,7 @@ type keyFile struct {
 // are none, rotates if the active key is older than opts.RotateAfter, and
 // deletes keys whose overlap window has passed.
 func OpenKeyring(dir string, opts KeyringOptions) (*Keyring, error) {
-	k := &Keyring{dir: dir, overlap: max(opts.Overlap, MinKeyOverlap), now: opts.Now}
+	k := &Keyring{dir: dir, overlap: max(opts.Overlap, MinKeyOverlap), now: opts.Now, public: &publicSet{}}
 	if k.now == nil {
 		k.now = time.Now
 	}
@@ -94,6 +111,7 @@ func OpenKeyring(dir string, opts KeyringOptions) (*Keyring, error) {
 		return nil, err
 	}
 	k.keys = keys
+	k.publish()
 	if len(keys) == 0 {
 		if _, err := k.Rotate(); err != nil {
 			return nil, err
@@ -207,6 +225,7 @@ func (k *Keyring) rotateLocked() (string, error) {
 		return "", fmt.Errorf("save attach key: %w", err)
 	}
 	k.keys = append(k.keys, key)
+	k.publish()
 	return key.id, nil
 }
 
@@ -230,6 +249,7 @@ func (k *Keyring) pruneLocked() error {
 		kept = append(kept, key)
 	}
 	k.keys = kept
+	k.publish()
 	return nil
 }
 
@@ -269,14 +289,13 @@ func (k *Keyring) Issuer() *Issuer {
 }
 
 // Verifier returns a Verifier over the public halves of the ring's keys,
-// following rotations.
+// following rotations. It holds no private key.
 func (k *Keyring) Verifier() *Verifier {
-	return &Verifier{keys: k.publicKeys}
+	return &Verifier{keys: k.public.load}
 }
 
-func (k *Keyring) publicKeys() []PublicKey {
-	k.mu.RLock()
-	defer k.mu.RUnlock()
+// publish replaces the public snapshot; k.mu must be held (or k unshared).
+func (k *Keyring) publish() {
 	out := make([]PublicKey, len(k.keys))
 	for i, key := range k.keys {
 		out[i] = PublicKey{ID: key.id, Key: key.private.Public().(ed25519.PublicKey)}
@@ -284,5 +303,5 @@ func (k *Keyring) publicKeys() []PublicKey {
 			out[i].NotAfter = k.keys[i+1].created.Add(k.overlap)
 		}
 	}
-	return out
+	k.public.keys.Store(&out)
 }

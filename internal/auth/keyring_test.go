@@ -172,7 +172,7 @@ func TestKeyringRotatesOldKeyOnOpen(t *testing.T) {
 		t.Fatalf("overlap ends %v, want %v", keys[0].NotAfter, keys[1].CreatedAt.Add(MinKeyOverlap))
 	}
 	// The private key never appears in the public listing or the verifier.
-	for _, pk := range ring.publicKeys() {
+	for _, pk := range ring.public.load() {
 		if len(pk.Key) != 32 || strings.Contains(string(pk.Key), "seed") {
 			t.Fatalf("public key %x", pk.Key)
 		}
