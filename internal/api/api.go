@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
@@ -37,7 +38,7 @@ type TemplateImporter interface {
 // Defaults of Config.
 const (
 	DefaultMaxBodyBytes = 1 << 20
-	DefaultAttachTTL    = 120 * time.Second
+	DefaultAttachTTL    = auth.AttachTokenTTL
 	// MaxWait is the longest long-poll of GET /v1/operations/{id}?wait=.
 	MaxWait = 60 * time.Second
 )
@@ -46,7 +47,12 @@ const (
 type Config struct {
 	Store     store.Store
 	Templates TemplateImporter // used by POST /v1/templates
-	Logger    *slog.Logger     // nil: slog.Default()
+	// Attach signs attachment tokens (the private half of the keyring).
+	Attach *auth.Issuer
+	// AttachKeys rotates the signing key (POST /v1/admin/attach-keys/rotate);
+	// nil: the route answers 501 not_supported.
+	AttachKeys KeyRotator
+	Logger     *slog.Logger // nil: slog.Default()
 	// PublicURL is the scheme://host[:port] clients reach the server at, used
 	// to build attach URLs. Empty: derived from each request.
 	PublicURL    string
@@ -54,7 +60,7 @@ type Config struct {
 	Now          func() time.Time // nil: time.Now
 	// Ready reports whether the server can take work (GET /readyz). Nil: ready.
 	Ready     func(ctx context.Context) error
-	AttachTTL time.Duration // lifetime of an attachment token; 0: DefaultAttachTTL
+	AttachTTL time.Duration // lifetime of an attachment token; 0: DefaultAttachTTL; at most auth.AttachTokenTTL
 	// Agents reaches the guest agents of sandboxes hosted here (process
 	// routes, background commands). Nil: those routes answer 501.
 	Agents procctl.Agents
@@ -80,6 +86,9 @@ func New(cfg Config) (*API, error) {
 	if cfg.Templates == nil {
 		return nil, errors.New("api: Config.Templates is required")
 	}
+	if cfg.Attach == nil {
+		return nil, errors.New("api: Config.Attach (the attachment token issuer) is required")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -97,6 +106,9 @@ func New(cfg Config) (*API, error) {
 	}
 	if cfg.AttachTTL == 0 {
 		cfg.AttachTTL = DefaultAttachTTL
+	}
+	if cfg.AttachTTL > auth.AttachTokenTTL || cfg.AttachTTL < time.Second {
+		return nil, fmt.Errorf("api: AttachTTL %s must be between 1s and %s", cfg.AttachTTL, auth.AttachTokenTTL)
 	}
 	if cfg.PublicURL != "" {
 		u, err := parsePublicURL(cfg.PublicURL)

@@ -44,7 +44,9 @@ func TestBadInput(t *testing.T) {
 	keyID, _, _ := auth.ParseAPIKey(e.keyA)
 	otherSecret, _, _ := auth.GenerateAPIKey()
 	wrongSecret := "alk_" + strings.TrimPrefix(keyID.String(), "key_") + otherSecret[30:]
-	attachment, _ := auth.GenerateAttachmentToken()
+	var session apiv1.CommandSession
+	e.do("POST", "/v1/sandboxes/"+running+"/commands", e.keyA, `{"args": ["true"]}`).want(t, http.StatusCreated).decode(t, &session)
+	attachment := session.AttachmentToken
 
 	unknownSandbox := model.NewSandboxID().String()
 	big := `{"metadata": {"k": "` + strings.Repeat("x", DefaultMaxBodyBytes) + `"}}`

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,19 +43,23 @@ func TestCreateCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret, err := auth.ParseAttachmentToken(cs.AttachmentToken)
+	claims, err := e.ring.Verifier().Verify(cs.AttachmentToken, e.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !auth.VerifySecret(stored.TokenHash, secret) || !bytes.Equal(stored.TokenHash, auth.HashSecret(secret)) {
-		t.Fatal("the stored hash is not the hash of the token's secret")
+	if claims.Session.String() != cs.ID || claims.Sandbox.String() != sb || claims.Process.String() != cs.ProcessID ||
+		!slices.Equal(claims.Actions, auth.AllActions()) || !claims.ExpiresAt.Equal(cs.ExpiresAt) {
+		t.Fatalf("token claims %+v do not match the session %+v", claims, cs)
+	}
+	if !bytes.Equal(stored.TokenHash, auth.HashSecret([]byte(cs.AttachmentToken))) {
+		t.Fatal("the stored hash is not the hash of the issued token")
 	}
 	if stored.ID.String() != cs.ID || stored.ProjectID != e.projA || stored.SandboxID.String() != sb ||
 		strings.Join(stored.Spec.Args, " ") != "sh -c echo $X" || stored.Spec.Env["X"] != "y" || stored.Spec.Cwd != "/tmp" ||
 		!stored.ExpiresAt.Equal(cs.ExpiresAt) || stored.AttachedAt != nil {
 		t.Fatalf("stored session %+v does not match %+v", stored, cs)
 	}
-	if strings.Contains(e.dump(), cs.AttachmentToken[4:]) {
+	if strings.Contains(e.dump(), cs.AttachmentToken[len(cs.AttachmentToken)-40:]) {
 		t.Fatal("the database holds the attachment token")
 	}
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/api/openapitest"
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
@@ -36,7 +37,8 @@ type testEnv struct {
 	client  *http.Client
 	clock   *testClock
 	tpl     *template.Store
-	tplDir  string // a small root filesystem the tests import
+	ring    *auth.Keyring // attachment-token signing keys
+	tplDir  string        // a small root filesystem the tests import
 	digest  model.TemplateDigest
 	admin   string // admin key of project "default"
 	adminPj model.ProjectID
@@ -88,7 +90,10 @@ func newEnv(t *testing.T, opts ...envOption) *testEnv {
 		t.Fatal(err)
 	}
 	e := &testEnv{t: t, st: st, tpl: tpl, clock: &testClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
-	cfg := Config{Store: st, Templates: tpl, Logger: logger, Now: e.clock.Now}
+	if e.ring, err = auth.OpenKeyring(filepath.Join(dir, "keys", "attach"), auth.KeyringOptions{Now: e.clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Store: st, Templates: tpl, Logger: logger, Now: e.clock.Now, Attach: e.ring.Issuer(), AttachKeys: e.ring}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -106,10 +106,16 @@ func decodeCall[T any](a *API, r *http.Request, c *call[T]) ([]byte, error) {
 		}
 		return nil, nil
 	}
-	body, err := readBody(r, a.cfg.MaxBodyBytes)
-	if err != nil {
-		return nil, err
+	var body []byte
+	if _, ok := any(&c.in).(interface{ optionalBody() }); ok && r.ContentLength == 0 && r.Header.Get("Content-Type") == "" {
+		body = []byte("{}") // no body: the same request as an empty object
+	} else {
+		var err error
+		if body, err = readBody(r, a.cfg.MaxBodyBytes); err != nil {
+			return nil, err
+		}
 	}
+	var err error
 	if c.present, err = decodeStrict(body, &c.in); err != nil {
 		return nil, err
 	}

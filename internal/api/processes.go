@@ -64,12 +64,12 @@ func (a *API) listProcesses(w http.ResponseWriter, r *http.Request, p principal)
 	writeJSON(w, http.StatusOK, out)
 }
 
-// processOf parses the {pid} path value.
+// processOf parses the {process_id} path value.
 func processOf(r *http.Request) (model.ProcessID, error) {
-	return model.ParseProcessID(r.PathValue("pid"))
+	return model.ParseProcessID(r.PathValue("process_id"))
 }
 
-// getProcess: GET /v1/sandboxes/{id}/processes/{pid}[?wait=30s] → 200
+// getProcess: GET /v1/sandboxes/{id}/processes/{process_id}[?wait=30s] → 200
 // Process. With wait it answers as soon as the process has exited, or with
 // its current state when the wait elapses.
 func (a *API) getProcess(w http.ResponseWriter, r *http.Request, p principal) {
@@ -124,7 +124,7 @@ func (a *API) getProcess(w http.ResponseWriter, r *http.Request, p principal) {
 	writeJSON(w, http.StatusOK, procctl.ProcessOut(st))
 }
 
-// signalProcess: POST /v1/sandboxes/{id}/processes/{pid}/signal
+// signalProcess: POST /v1/sandboxes/{id}/processes/{process_id}/signal
 // {"signal":"TERM"} → 200 Process (its state right after the signal).
 func (a *API) signalProcess(ctx context.Context, c *call[apiv1.SignalRequest]) (*reply, error) {
 	sig, err := model.ParseSignal(c.in.Signal)

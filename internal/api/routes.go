@@ -45,8 +45,9 @@ func (a *API) routeTable() []route {
 		{"DELETE", "/v1/sandboxes/{id}", member, mutating(a, a.deleteSandbox)},
 		{"POST", "/v1/sandboxes/{id}/commands", member, mutating(a, a.createCommand)},
 		{"GET", "/v1/sandboxes/{id}/processes", member, a.listProcesses},
-		{"GET", "/v1/sandboxes/{id}/processes/{pid}", member, a.getProcess},
-		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", member, mutating(a, a.signalProcess)},
+		{"GET", "/v1/sandboxes/{id}/processes/{process_id}", member, a.getProcess},
+		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/signal", member, mutating(a, a.signalProcess)},
+		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/attachments", member, mutating(a, a.createAttachment)},
 		{"GET", "/v1/operations/{id}", member, a.getOperation},
 
 		{"GET", "/v1/templates", member, a.listTemplates},
@@ -57,6 +58,7 @@ func (a *API) routeTable() []route {
 		{"POST", "/v1/admin/keys", admin, mutating(a, a.createKey)},
 		{"GET", "/v1/admin/keys", admin, a.listKeys},
 		{"DELETE", "/v1/admin/keys/{id}", admin, mutating(a, a.revokeKey)},
+		{"POST", "/v1/admin/attach-keys/rotate", admin, mutating(a, a.rotateAttachKey)},
 	}, a.fileRoutes()...)
 }
 

@@ -234,26 +234,23 @@ func (a *API) createCommand(ctx context.Context, c *call[apiv1.CreateCommandRequ
 	if sb.State != model.StateRunning {
 		return nil, errorf(http.StatusConflict, apiv1.CodeSandboxNotRunning, "sandbox %s is %s, not running", sb.ID, sb.State)
 	}
-	token, hash := auth.GenerateAttachmentToken()
 	cs := model.CommandSession{
 		ID:        model.NewCommandSessionID(),
 		ProjectID: c.p.project,
 		SandboxID: sb.ID,
 		ProcessID: model.NewProcessID(),
 		Spec:      spec,
-		TokenHash: hash,
 		CreatedAt: c.now,
-		ExpiresAt: c.now.Add(a.cfg.AttachTTL),
 	}
-	rep, rec, err := c.reply(http.StatusCreated, apiv1.CommandSession{
-		ID:              cs.ID.String(),
-		SandboxID:       sb.ID.String(),
-		ProcessID:       cs.ProcessID.String(),
-		AttachURL:       a.baseURL(c.r) + AttachPath(cs.ProcessID),
-		AttachmentToken: token,
-		ExpiresAt:       cs.ExpiresAt,
-		WebSocketURL:    wsURL(a.baseURL(c.r)) + apiv1.ProcessDataPath(cs.ProcessID.String(), "ws"),
-	})
+	token, exp, err := a.issueAttachment(sb, cs, auth.AllActions(), c.now)
+	if err != nil {
+		return nil, err
+	}
+	// The row keeps the first token's expiry and SHA-256 as a record of what
+	// was issued; tokens are checked by their signature, never against it.
+	cs.ExpiresAt = exp
+	cs.TokenHash = auth.HashSecret([]byte(token))
+	rep, rec, err := c.reply(http.StatusCreated, a.commandSessionOut(c.r, cs, token, exp))
 	if err != nil {
 		return nil, err
 	}

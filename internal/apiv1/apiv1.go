@@ -150,9 +150,11 @@ type User struct {
 	GID int64 `json:"gid"`
 }
 
-// CommandSession is the response of POST /v1/sandboxes/{id}/commands. The
-// process starts when a client attaches to AttachURL (SSE) with
-// "Authorization: Bearer <attachment_token>" (or ?token=).
+// CommandSession is the response of POST /v1/sandboxes/{id}/commands and of
+// POST /v1/sandboxes/{id}/processes/{process_id}/attachments. The process
+// starts when a client attaches to AttachURL (SSE) with
+// "Authorization: Bearer <attachment_token>" (or ?token=). The token is
+// "alt_" + an Ed25519-signed JWT, valid until ExpiresAt (120 s).
 type CommandSession struct {
 	ID              string    `json:"id"`
 	SandboxID       string    `json:"sandbox_id"`
@@ -183,6 +185,30 @@ type Process struct {
 // ProcessList is the response of GET /v1/sandboxes/{id}/processes.
 type ProcessList struct {
 	Processes []Process `json:"processes"`
+}
+
+// CreateAttachmentRequest is the optional body of
+// POST /v1/sandboxes/{id}/processes/{process_id}/attachments: a new
+// attachment token for an existing process, narrowed to Actions (a subset of
+// "read", "stdin", "signal", "resize"; all of them if omitted). The answer
+// is a CommandSession.
+type CreateAttachmentRequest struct {
+	Actions []string `json:"actions,omitempty"`
+}
+
+// AttachKey is one key of the attachment-token signing keyring (public
+// information only).
+type AttachKey struct {
+	ID        string     `json:"id"`
+	CreatedAt time.Time  `json:"created_at"`
+	Active    bool       `json:"active"`
+	NotAfter  *time.Time `json:"not_after,omitempty"` // a rotated-out key verifies tokens until then
+}
+
+// AttachKeyList is the response of POST /v1/admin/attach-keys/rotate: the
+// keyring after the rotation, oldest first; the last key is the new active one.
+type AttachKeyList struct {
+	Keys []AttachKey `json:"keys"`
 }
 
 // Project is a tenant.

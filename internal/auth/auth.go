@@ -4,13 +4,18 @@
 //   - API keys (management plane): "alk_<key id>_<secret>", where <key id> is
 //     the 26-character random part of a model.APIKeyID, so the key can be
 //     looked up, and <secret> is 256 random bits. Only SHA-256(secret) is stored.
-//   - Attachment tokens (data plane): "alt_<secret>", a capability for one
-//     command session. Only SHA-256(secret) is stored. (Signed tokens come
-//     with the data-plane issue; they will get their own prefix.)
+//   - Attachment tokens (data plane): "alt_<JWT>", a capability for one
+//     process of one command session: a compact JWT signed with Ed25519
+//     (EdDSA) naming the session, sandbox, process and node and the allowed
+//     actions (read, stdin, signal, resize), valid AttachTokenTTL (120 s) and
+//     checked with ClockSkew (15 s) of leeway. The API signs them with an
+//     Issuer (private key, from a rotatable Keyring); the data plane checks
+//     them with a Verifier (public keys only) and never asks the store.
+//     See attachtoken.go and keyring.go.
 //
-// Secrets are encoded in lower-case RFC 4648 base32 without padding, the same
-// alphabet as Airlock's IDs, so a token never contains '_' after its prefix
-// parts and splits unambiguously.
+// API key secrets are encoded in lower-case RFC 4648 base32 without padding,
+// the same alphabet as Airlock's IDs, so a key never contains '_' after its
+// prefix parts and splits unambiguously.
 package auth
 
 import (
@@ -119,23 +124,6 @@ func ParseAPIKey(token string) (model.APIKeyID, []byte, error) {
 		return "", nil, err
 	}
 	return id, secret, nil
-}
-
-// GenerateAttachmentToken returns a new attachment token and the SHA-256 of
-// its secret (what the store keeps).
-func GenerateAttachmentToken() (token string, hash []byte) {
-	secret := newSecret()
-	return attachmentPrefix + secretEncoding.EncodeToString(secret), HashSecret(secret)
-}
-
-// ParseAttachmentToken returns the raw secret of an attachment token; verify
-// it with VerifySecret against the stored hash.
-func ParseAttachmentToken(token string) ([]byte, error) {
-	rest, ok := strings.CutPrefix(token, attachmentPrefix)
-	if !ok {
-		return nil, fmt.Errorf("%w: an attachment token starts with %q", ErrMalformed, attachmentPrefix)
-	}
-	return decodeSecret(rest)
 }
 
 // decodeSecret accepts only the canonical encoding of exactly secretBytes

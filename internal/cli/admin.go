@@ -11,7 +11,27 @@ func (a *app) adminCommand() *cobra.Command {
 	return group("admin", "Manage projects and API keys (admin keys only)",
 		group("project", "Create and list projects", a.projectCreateCommand(), a.projectListCommand()),
 		group("key", "Create, list and revoke API keys", a.keyCreateCommand(), a.keyListCommand(), a.keyRevokeCommand()),
+		group("attach-key", "Manage the keys that sign attachment tokens", a.attachKeyRotateCommand()),
 	)
+}
+
+func (a *app) attachKeyRotateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rotate",
+		Short: "Make a new attachment-token signing key active; tokens already issued keep working until they expire",
+		Args:  exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			l, err := c.RotateAttachKey(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return a.printer().attachKeyList(l)
+		},
+	}
 }
 
 func (a *app) projectCreateCommand() *cobra.Command {

@@ -169,6 +169,19 @@ func (p printer) apiKeyList(l apiv1.APIKeyList) error {
 	})
 }
 
+func (p printer) attachKeyList(l apiv1.AttachKeyList) error {
+	return p.print(l, func(w io.Writer) {
+		fmt.Fprintln(w, "KID\tCREATED\tACTIVE\tVERIFIES UNTIL")
+		for _, k := range l.Keys {
+			until := "-"
+			if k.NotAfter != nil {
+				until = timeText(*k.NotAfter)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%t\t%s\n", k.ID, timeText(k.CreatedAt), k.Active, until)
+		}
+	})
+}
+
 // apiErrorText renders an apiv1.Error as "message (code)".
 func apiErrorText(e apiv1.Error) string {
 	if e.Code == "" {

@@ -24,17 +24,19 @@ type serverFlags struct {
 	agentBinary string
 	logLevel    string
 	grace       time.Duration
+	keyMaxAge   time.Duration
 }
 
 // options parses the flags into server.Options.
 func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Options, error) {
 	opts := server.Options{
-		DataDir:       dataDir,
-		Listen:        f.listen,
-		Runtime:       f.runtime,
-		DatabaseURL:   f.databaseURL,
-		AgentBinary:   f.agentBinary,
-		ShutdownGrace: f.grace,
+		DataDir:         dataDir,
+		Listen:          f.listen,
+		Runtime:         f.runtime,
+		DatabaseURL:     f.databaseURL,
+		AgentBinary:     f.agentBinary,
+		ShutdownGrace:   f.grace,
+		AttachKeyMaxAge: f.keyMaxAge,
 	}
 	if f.grace <= 0 {
 		return opts, usageErrorf("--shutdown-grace must be positive, such as 30s")
@@ -50,6 +52,9 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	case "", "runc", "crun", "runsc":
 	default:
 		return opts, usageErrorf("--runtime must be runc, crun or runsc, not %q", f.runtime)
+	}
+	if f.keyMaxAge < 0 {
+		return opts, usageErrorf("--attach-key-max-age must not be negative")
 	}
 	if f.databaseURL != "" {
 		u, err := url.Parse(f.databaseURL)
@@ -109,5 +114,6 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringVar(&f.agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock, then $PATH)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.grace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long open attach streams may run on before they are told to reconnect")
+	fs.DurationVar(&f.keyMaxAge, "attach-key-max-age", server.DefaultAttachKeyMaxAge, "rotate the attachment-token signing key once it is older than this")
 	return cmd
 }

@@ -66,3 +66,12 @@ func (c *Client) RevokeAPIKey(ctx context.Context, id model.APIKeyID) (apiv1.API
 	err := c.do(ctx, request{method: http.MethodDelete, path: "/v1/admin/keys/" + id.String(), optionalBody: true}, &out)
 	return out, err
 }
+
+// RotateAttachKey makes a new attachment-token signing key active
+// (POST /v1/admin/attach-keys/rotate; admin keys only). Tokens signed with
+// the previous key keep working until they expire.
+func (c *Client) RotateAttachKey(ctx context.Context) (apiv1.AttachKeyList, error) {
+	var out apiv1.AttachKeyList
+	err := c.do(ctx, request{method: http.MethodPost, path: "/v1/admin/attach-keys/rotate"}, &out)
+	return out, err
+}

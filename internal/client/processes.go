@@ -139,13 +139,3 @@ func jsonBody(v any) (io.Reader, error) {
 	}
 	return bytes.NewReader(b), nil
 }
-
-// CreateAttachment issues a new attachment token for an existing process
-// (POST /v1/sandboxes/{id}/processes/{pid}/attachments), so that another
-// client can attach to it later.
-func (c *Client) CreateAttachment(ctx context.Context, sandbox model.SandboxID, pid model.ProcessID) (apiv1.CommandSession, error) {
-	var out apiv1.CommandSession
-	path := "/v1/sandboxes/" + sandbox.String() + "/processes/" + pid.String() + "/attachments"
-	err := c.do(ctx, request{method: http.MethodPost, path: path, body: struct{}{}}, &out)
-	return out, err
-}

@@ -104,6 +104,19 @@ func (c *Client) CreateCommand(ctx context.Context, sandbox model.SandboxID, req
 	return out, err
 }
 
+// CreateAttachment issues a new attachment token for an existing process of
+// a sandbox (POST /v1/sandboxes/{id}/processes/{process_id}/attachments),
+// allowing the given actions (all of them if none are given).
+func (c *Client) CreateAttachment(ctx context.Context, sandbox model.SandboxID, process model.ProcessID, actions ...string) (apiv1.CommandSession, error) {
+	var out apiv1.CommandSession
+	r := request{method: http.MethodPost, path: "/v1/sandboxes/" + sandbox.String() + "/processes/" + process.String() + "/attachments"}
+	if len(actions) > 0 {
+		r.body = apiv1.CreateAttachmentRequest{Actions: actions}
+	}
+	err := c.do(ctx, r, &out)
+	return out, err
+}
+
 // GetOperation returns an operation. With wait > 0 the server holds the
 // request until the operation finishes or wait elapses (long poll).
 func (c *Client) GetOperation(ctx context.Context, id model.OperationID, wait time.Duration) (apiv1.Operation, error) {

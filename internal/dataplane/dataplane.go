@@ -4,7 +4,8 @@
 // the exit as Server-Sent Events whose ids are the guest agent's sequence
 // numbers, so a client that reconnects with Last-Event-ID resumes where it
 // left off (within the agent's per-process buffer); stdin, signals and
-// terminal resizes go the other way. Output flows agent → data plane →
+// terminal resizes go the other way. The token is a signed capability
+// checked with public keys only (authz.go). Output flows agent → data plane →
 // client, never touches the store, and is never lost silently: while a
 // client reads, a slow client slows the process (flow control end to end);
 // output dropped while nobody read arrives as an explicit gap event.
@@ -50,6 +51,11 @@ type Config struct {
 	// Concurrent attachments allowed per process, per token and per
 	// project; zero means the defaults above. One more is refused with 429.
 	AttachPerProcess, AttachPerToken, AttachPerProject int
+	// Verifier checks attachment tokens (public keys only); nil: the
+	// process routes answer 501 not_supported.
+	Verifier *auth.Verifier
+	// NodeID, if set, refuses tokens for sandboxes on other nodes.
+	NodeID model.NodeID
 	// FileTokens checks file transfer tokens; nil: no file routes.
 	FileTokens FileTokens
 }
@@ -128,46 +134,32 @@ type target struct {
 	agent *agentclient.Client
 }
 
-// authorize checks the request's attachment token for the {process_id} of
-// the URL and that the sandbox runs; on failure it has written the error.
-func (d *DataPlane) authorize(w http.ResponseWriter, r *http.Request) (target, bool) {
+// authorizeProcess checks the request's attachment token (signature and
+// claims only, see authz.go) for action on the URL's {process_id}, loads the
+// process's command session (for its spec) and checks that the sandbox runs;
+// on failure it has written the error.
+func (d *DataPlane) authorizeProcess(w http.ResponseWriter, r *http.Request, action auth.Action) (target, bool) {
 	ctx := r.Context()
 	pid, err := model.ParseProcessID(r.PathValue("process_id"))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, err.Error())
 		return target{}, false
 	}
-	tok := bearer(r)
-	if tok == "" {
-		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "missing attachment token: send Authorization: Bearer <attachment_token>")
-		return target{}, false
-	}
-	if auth.KindOf(tok) == auth.KindAPIKey {
-		writeError(w, http.StatusUnauthorized, apiv1.CodeWrongTokenKind, "an API key cannot attach to a process; use the command session's attachment token")
-		return target{}, false
-	}
-	secret, err := auth.ParseAttachmentToken(tok)
-	if err != nil {
-		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "malformed attachment token")
+	claims, ok := d.authorize(w, r, pid, action)
+	if !ok {
 		return target{}, false
 	}
 	cs, err := d.cfg.Store.GetCommandSessionByProcess(ctx, pid)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			// Same answer as a wrong token: do not reveal which processes exist.
-			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "invalid attachment token for this process")
+			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "the command session of this token no longer exists")
 			return target{}, false
 		}
 		d.log.ErrorContext(ctx, "load command session", "process", pid, "err", err)
 		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not load the command session")
 		return target{}, false
 	}
-	if !auth.VerifySecret(cs.TokenHash, secret) {
-		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "invalid attachment token for this process")
-		return target{}, false
-	}
-	if !d.cfg.Now().Before(cs.ExpiresAt) {
-		writeError(w, http.StatusUnauthorized, apiv1.CodeTokenExpired, "attachment token expired; create a new command session")
+	if !authorizeSession(w, claims, cs) {
 		return target{}, false
 	}
 	sb, err := d.cfg.Store.GetSandboxByID(ctx, cs.SandboxID)
@@ -185,7 +177,7 @@ func (d *DataPlane) authorize(w http.ResponseWriter, r *http.Request) (target, b
 		writeProcError(w, err)
 		return target{}, false
 	}
-	return target{pid: pid, cs: cs, token: tok, agent: agent}, true
+	return target{pid: pid, cs: cs, token: claims.TokenID, agent: agent}, true
 }
 
 func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
@@ -193,7 +185,7 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 	if d.drain.refuse(w) {
 		return
 	}
-	t, ok := d.authorize(w, r)
+	t, ok := d.authorizeProcess(w, r, auth.ActionRead)
 	if !ok {
 		return
 	}

@@ -39,6 +39,9 @@ type fixture struct {
 	sandbox model.SandboxID
 	client  *agentclient.Client
 	dp      *DataPlane
+	ring    *auth.Keyring // the API's signing keys; the data plane gets only ring.Verifier()
+	ringDir string
+	node    model.NodeID
 }
 
 func (f *fixture) Agent(model.SandboxID) (*agentclient.Client, error) { return f.client, nil }
@@ -89,7 +92,13 @@ func newFixture(t *testing.T) *fixture {
 	must(t, st.PutTemplate(ctx, model.Template{Digest: digest, Manifest: []byte("{}"), CreatedAt: f.now}))
 	f.sandbox = f.addSandbox(digest)
 
-	dp, err := New(Config{Store: st, Agents: f, Logger: log, Now: f.clock})
+	f.node = model.NewNodeID()
+	f.ringDir = filepath.Join(t.TempDir(), "attach")
+	f.ring, err = auth.OpenKeyring(f.ringDir, auth.KeyringOptions{Now: f.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp, err := New(Config{Store: st, Agents: f, Logger: log, Now: f.clock, Verifier: f.ring.Verifier(), NodeID: f.node})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,17 +124,38 @@ func (f *fixture) addSandbox(digest model.TemplateDigest) model.SandboxID {
 	return id
 }
 
-// session creates a command session for args and returns its process ID and token.
+// session creates a command session for args and returns its process ID
+// and a token for it with every action, as the API would.
 func (f *fixture) session(sandbox model.SandboxID, args ...string) (model.ProcessID, string) {
 	f.t.Helper()
-	tok, hash := auth.GenerateAttachmentToken()
+	cs := f.commandSession(sandbox, args...)
+	return cs.ProcessID, f.token(cs, auth.AllActions(), f.clock(), time.Time{})
+}
+
+// commandSession stores a command session for args.
+func (f *fixture) commandSession(sandbox model.SandboxID, args ...string) model.CommandSession {
+	f.t.Helper()
 	cs := model.CommandSession{
 		ID: model.NewCommandSessionID(), ProjectID: f.project, SandboxID: sandbox, ProcessID: model.NewProcessID(),
-		Spec: model.ProcessSpec{Args: args, Env: model.Env{}}, TokenHash: hash,
+		Spec: model.ProcessSpec{Args: args, Env: model.Env{}}, TokenHash: make([]byte, 32),
 		CreatedAt: f.clock(), ExpiresAt: f.clock().Add(120 * time.Second),
 	}
 	must(f.t, f.st.CreateCommandSession(context.Background(), cs, nil))
-	return cs.ProcessID, tok
+	return cs
+}
+
+// token issues a token for cs with the ring's active key; a zero exp means
+// the default lifetime.
+func (f *fixture) token(cs model.CommandSession, actions []auth.Action, iat, exp time.Time) string {
+	f.t.Helper()
+	tok, err := f.ring.Issuer().Issue(auth.AttachClaims{
+		Session: cs.ID, Sandbox: cs.SandboxID, Process: cs.ProcessID, Node: f.node,
+		Actions: actions, IssuedAt: iat, ExpiresAt: exp,
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return tok
 }
 
 func (f *fixture) attachURL(pid string) string {
@@ -273,8 +303,8 @@ func TestAttachRefusesBadCredentials(t *testing.T) {
 		{"malformed", f.attachURL(pid.String()), "Bearer alt_not-base32!", 401, apiv1.CodeUnauthenticated},
 		{"basic auth", f.attachURL(pid.String()), "Basic " + tok, 401, apiv1.CodeUnauthenticated},
 		{"forged", f.attachURL(pid.String()), "Bearer alt_" + strings.Repeat("a", 52), 401, apiv1.CodeUnauthenticated},
-		{"another session's token", f.attachURL(pid.String()), "Bearer " + otherTok, 401, apiv1.CodeUnauthenticated},
-		{"unknown process", f.attachURL(model.NewProcessID().String()), "Bearer " + tok, 401, apiv1.CodeUnauthenticated},
+		{"another session's token", f.attachURL(pid.String()), "Bearer " + otherTok, 403, apiv1.CodePermissionDenied},
+		{"unknown process", f.attachURL(model.NewProcessID().String()), "Bearer " + tok, 403, apiv1.CodePermissionDenied},
 		{"bad process ID", f.attachURL("../../v1/sandboxes"), "Bearer " + tok, 404, ""},
 		{"malformed process ID", f.attachURL("proc_x"), "Bearer " + tok, 400, apiv1.CodeInvalidRequest},
 	}
@@ -305,7 +335,7 @@ func TestAttachRefusesBadCredentials(t *testing.T) {
 func TestAttachRefusesExpiredToken(t *testing.T) {
 	f := newFixture(t)
 	pid, tok := f.session(f.sandbox, "true")
-	f.advance(121 * time.Second)
+	f.advance(auth.AttachTokenTTL + auth.ClockSkew + time.Second)
 	resp := f.get(f.attachURL(pid.String()), "Bearer "+tok, nil)
 	var e apiv1.Error
 	_ = json.NewDecoder(resp.Body).Decode(&e)

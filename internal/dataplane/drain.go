@@ -21,7 +21,7 @@ type drainState struct {
 	draining bool
 	end      context.Context // cancelled at the drain deadline
 	cancel   context.CancelFunc
-	streams  sync.WaitGroup
+	streams  int // open streams
 }
 
 func (s *drainState) init() {
@@ -43,13 +43,17 @@ func (s *drainState) refuse(w http.ResponseWriter) bool {
 // streamContext returns the context of one stream: ctx, also cancelled at
 // the drain deadline. done must be called when the stream ends.
 func (s *drainState) streamContext(ctx context.Context) (context.Context, func()) {
-	s.streams.Add(1)
+	s.mu.Lock()
+	s.streams++
+	s.mu.Unlock()
 	sctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.end, cancel)
 	return sctx, func() {
 		stop()
 		cancel()
-		s.streams.Done()
+		s.mu.Lock()
+		s.streams--
+		s.mu.Unlock()
 	}
 }
 
@@ -78,21 +82,34 @@ func (d *DataPlane) StartDrain() {
 // for them to write it.
 func (d *DataPlane) Drain(ctx context.Context) {
 	d.StartDrain()
-	done := make(chan struct{})
-	go func() {
-		d.drain.streams.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
+	if d.waitStreams(ctx) {
 		return
-	case <-ctx.Done():
 	}
-	d.log.Info("shutdown grace over; ending open streams with a reconnect event")
+	d.log.Info("shutdown grace over; ending open streams with a reconnect event", "streams", d.openStreams())
 	d.drain.cancel()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		d.log.Warn("some streams did not end after the reconnect event")
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if !d.waitStreams(wctx) {
+		d.log.Warn("some streams did not end after the reconnect event", "streams", d.openStreams())
 	}
+}
+
+func (d *DataPlane) openStreams() int {
+	d.drain.mu.Lock()
+	defer d.drain.mu.Unlock()
+	return d.drain.streams
+}
+
+// waitStreams polls until no stream is open (true) or ctx ends (false).
+func (d *DataPlane) waitStreams(ctx context.Context) bool {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for d.openStreams() > 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
 }

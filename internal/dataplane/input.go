@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 )
@@ -25,7 +26,7 @@ func (d *DataPlane) stdin(w http.ResponseWriter, r *http.Request) {
 	if d.drain.refuse(w) {
 		return
 	}
-	t, ok := d.authorize(w, r)
+	t, ok := d.authorizeProcess(w, r, auth.ActionStdin)
 	if !ok {
 		return
 	}
@@ -60,7 +61,7 @@ func (d *DataPlane) ensureStarted(ctx context.Context, t target) error {
 
 // signal: POST /data/v1/processes/{process_id}/signal {"signal":"TERM"} → 204.
 func (d *DataPlane) signal(w http.ResponseWriter, r *http.Request) {
-	t, ok := d.authorize(w, r)
+	t, ok := d.authorizeProcess(w, r, auth.ActionSignal)
 	if !ok {
 		return
 	}
@@ -84,7 +85,7 @@ func (d *DataPlane) signal(w http.ResponseWriter, r *http.Request) {
 
 // resize: POST /data/v1/processes/{process_id}/resize {"rows":R,"cols":C} → 204.
 func (d *DataPlane) resize(w http.ResponseWriter, r *http.Request) {
-	t, ok := d.authorize(w, r)
+	t, ok := d.authorizeProcess(w, r, auth.ActionResize)
 	if !ok {
 		return
 	}

@@ -24,16 +24,15 @@ import (
 // sessionSpec creates a command session with a full spec.
 func (f *fixture) sessionSpec(spec model.ProcessSpec) (model.ProcessID, string) {
 	f.t.Helper()
-	tok, hash := auth.GenerateAttachmentToken()
 	if spec.Env == nil {
 		spec.Env = model.Env{}
 	}
 	cs := model.CommandSession{
 		ID: model.NewCommandSessionID(), ProjectID: f.project, SandboxID: f.sandbox, ProcessID: model.NewProcessID(),
-		Spec: spec, TokenHash: hash, CreatedAt: f.clock(), ExpiresAt: f.clock().Add(120 * time.Second),
+		Spec: spec, TokenHash: make([]byte, 32), CreatedAt: f.clock(), ExpiresAt: f.clock().Add(120 * time.Second),
 	}
 	must(f.t, f.st.CreateCommandSession(context.Background(), cs, nil))
-	return cs.ProcessID, tok
+	return cs.ProcessID, f.token(cs, auth.AllActions(), f.clock(), time.Time{})
 }
 
 func (f *fixture) post(path, tok, contentType string, body io.Reader) *http.Response {
@@ -274,12 +273,11 @@ func TestDrainEndsStreamsWithReconnect(t *testing.T) {
 	}
 }
 
-
 // newDataPlaneOver serves a second data plane over f's store and agent and
 // returns its URL.
 func newDataPlaneOver(t *testing.T, f *fixture) string {
 	t.Helper()
-	dp, err := New(Config{Store: f.st, Agents: f, Now: f.clock})
+	dp, err := New(Config{Store: f.st, Agents: f, Now: f.clock, Verifier: f.ring.Verifier(), NodeID: f.node})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func newAttachLimits(perProcess, perToken, perProject int) *attachLimits {
 // The returned release must be called once the attachment ends.
 func (l *attachLimits) acquire(t target) (release func(), err error) {
 	proc, proj := t.pid.String(), t.cs.ProjectID.String()
-	tok := sha256.Sum256([]byte(t.token)) // never keep the token itself
+	tok := sha256.Sum256([]byte(t.token)) // the token's ID, hashed to a fixed size
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {

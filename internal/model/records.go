@@ -188,8 +188,8 @@ type CommandSession struct {
 	SandboxID  SandboxID
 	ProcessID  ProcessID
 	Spec       ProcessSpec
-	TokenHash  []byte // SHA-256 of the attachment token
+	TokenHash  []byte // SHA-256 of the first attachment token issued (a record; tokens are verified by signature)
 	CreatedAt  time.Time
-	ExpiresAt  time.Time // the token can no longer start or attach after this
+	ExpiresAt  time.Time // expiry of the first token; re-issued tokens carry their own
 	AttachedAt *time.Time
 }

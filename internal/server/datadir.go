@@ -23,6 +23,7 @@ const (
 	sqliteFile    = "airlock.db"
 	templatesDir  = "templates"
 	runtimeDir    = "runtime"
+	attachKeysDir = "keys/attach" // attachment-token signing keys, one 0600 file per key
 )
 
 // dataDir is an opened, locked data directory.

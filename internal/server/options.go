@@ -25,6 +25,10 @@ type Options struct {
 	// streams run this long; then they end with a reconnect event. 0:
 	// DefaultShutdownGrace.
 	ShutdownGrace time.Duration
+	// AttachKeyMaxAge (--attach-key-max-age): the attachment-token signing
+	// key is rotated once older, on start and while running; 0 means
+	// DefaultAttachKeyMaxAge.
+	AttachKeyMaxAge time.Duration
 	// FaultPoint makes the process SIGKILL itself when it reaches the named
 	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
 	FaultPoint string

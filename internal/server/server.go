@@ -49,6 +49,10 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	log = log.With("node", nodeID)
+	attachKeys, err := openAttachKeys(dd, opts.AttachKeyMaxAge, log)
+	if err != nil {
+		return err
+	}
 
 	st, err := openStore(ctx, dd, opts.DatabaseURL, log)
 	if err != nil {
@@ -112,6 +116,8 @@ func Run(ctx context.Context, opts Options) error {
 		Store:      st,
 		Agents:     wk,
 		Logger:     log.With("component", "dataplane"),
+		Verifier:   attachKeys.Verifier(), // public keys only
+		NodeID:     nodeID,
 	})
 	if err != nil {
 		ln.Close()
@@ -122,6 +128,8 @@ func Run(ctx context.Context, opts Options) error {
 		Templates:  templates,
 		Agents:     wk,
 		FileTokens: fileTokens,
+		Attach:     attachKeys.Issuer(),
+		AttachKeys: attachKeys,
 		Logger:     log.With("component", "api"),
 		// Ready while the store answers and the server is not draining;
 		// the listener only exists once the runtime was probed and the
@@ -168,6 +176,11 @@ func Run(ctx context.Context, opts Options) error {
 	go func() {
 		defer wg.Done()
 		janitor(runCtx, st, log)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rotateAttachKeys(runCtx, attachKeys, opts.AttachKeyMaxAge, log)
 	}()
 
 	srv := &http.Server{

@@ -1,0 +1,333 @@
+package auth
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// Lifetime and clock tolerance of attachment tokens.
+const (
+	// AttachTokenTTL is how long an attachment token is valid after issue.
+	AttachTokenTTL = 120 * time.Second
+	// ClockSkew is how far the verifier's clock may be off the issuer's:
+	// nbf, iat and exp are checked with this much leeway.
+	ClockSkew = 15 * time.Second
+	// maxTokenLen bounds what Verify parses at all.
+	maxTokenLen = 4096
+)
+
+// JWT constants of attachment tokens. The issuer and audience keep a token
+// from being mistaken for (or replayed as) any other JWT signed elsewhere.
+const (
+	tokenIssuer   = "airlock"
+	tokenAudience = "airlock-attach"
+	signingAlg    = "EdDSA"
+)
+
+// Errors of Verify. Every refusal wraps exactly one of them: ErrTokenExpired
+// for an authentic token past its expiry (API code token_expired), and
+// ErrInvalidToken for everything else (unauthenticated).
+var (
+	ErrTokenExpired = errors.New("attachment token expired")
+	ErrInvalidToken = errors.New("invalid attachment token")
+)
+
+// Action is one thing an attachment token allows on its process.
+type Action string
+
+// Actions.
+const (
+	ActionRead   Action = "read"   // stream the process's output (attach)
+	ActionStdin  Action = "stdin"  // write to its stdin
+	ActionSignal Action = "signal" // send it signals
+	ActionResize Action = "resize" // resize its terminal
+)
+
+// AllActions are the actions of a new command session's token, in canonical order.
+var allActions = [...]Action{ActionRead, ActionStdin, ActionSignal, ActionResize}
+
+// AllActions returns every action, in canonical order.
+func AllActions() []Action { return slices.Clone(allActions[:]) }
+
+// ParseAction parses s as an action; unknown actions are refused.
+func ParseAction(s string) (Action, error) {
+	if slices.Contains(allActions[:], Action(s)) {
+		return Action(s), nil
+	}
+	return "", fmt.Errorf("%w: action %q must be one of read, stdin, signal, resize", model.ErrInvalid, truncate(s))
+}
+
+// ParseActions parses a non-empty list of distinct actions.
+func ParseActions(ss []string) ([]Action, error) {
+	if len(ss) == 0 {
+		return nil, fmt.Errorf("%w: at least one action is needed", model.ErrInvalid)
+	}
+	out := make([]Action, 0, len(ss))
+	for _, s := range ss {
+		a, err := ParseAction(s)
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(out, a) {
+			return nil, fmt.Errorf("%w: action %q is listed twice", model.ErrInvalid, a)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// AttachClaims is what an attachment token grants: the actions on one
+// process of one command session, for a bounded time.
+type AttachClaims struct {
+	Session   model.CommandSessionID // sid
+	Sandbox   model.SandboxID        // sbx
+	Process   model.ProcessID        // pid
+	Node      model.NodeID           // node: the node hosting the sandbox; empty if not placed
+	Actions   []Action               // act
+	IssuedAt  time.Time              // iat
+	NotBefore time.Time              // nbf
+	ExpiresAt time.Time              // exp
+	KeyID     string                 // kid of the signing key (set by Verify; ignored by Issue)
+	TokenID   string                 // jti: unique per token (set by Issue and Verify; ignored by Issue)
+}
+
+// Allows reports whether the claims grant action.
+func (c AttachClaims) Allows(action Action) bool { return slices.Contains(c.Actions, action) }
+
+// validate checks what Issue must never sign and Verify must never accept.
+func (c AttachClaims) validate() error {
+	if _, err := model.ParseCommandSessionID(c.Session.String()); err != nil {
+		return fmt.Errorf("sid: %w", err)
+	}
+	if _, err := model.ParseSandboxID(c.Sandbox.String()); err != nil {
+		return fmt.Errorf("sbx: %w", err)
+	}
+	if _, err := model.ParseProcessID(c.Process.String()); err != nil {
+		return fmt.Errorf("pid: %w", err)
+	}
+	if c.Node != "" {
+		if _, err := model.ParseNodeID(c.Node.String()); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+	}
+	acts := make([]string, len(c.Actions))
+	for i, a := range c.Actions {
+		acts[i] = string(a)
+	}
+	if _, err := ParseActions(acts); err != nil {
+		return fmt.Errorf("act: %w", err)
+	}
+	if c.IssuedAt.IsZero() || c.NotBefore.IsZero() || c.ExpiresAt.IsZero() {
+		return errors.New("iat, nbf and exp are required")
+	}
+	if !c.ExpiresAt.After(c.NotBefore) || c.NotBefore.Before(c.IssuedAt) {
+		return errors.New("want iat <= nbf < exp")
+	}
+	return nil
+}
+
+// wireClaims is the JWT payload.
+type wireClaims struct {
+	Session string   `json:"sid"`
+	Sandbox string   `json:"sbx"`
+	Process string   `json:"pid"`
+	Node    string   `json:"node,omitempty"`
+	Actions []string `json:"act"`
+	jwt.RegisteredClaims
+}
+
+// Issuer signs attachment tokens with the active private key.
+type Issuer struct {
+	active func() signingKey
+}
+
+// signingKey is one Ed25519 key pair and its ID.
+type signingKey struct {
+	id      string
+	private ed25519.PrivateKey
+	created time.Time
+}
+
+// NewIssuer returns an Issuer that signs with one fixed key (tests and
+// tools; a server uses Keyring.Issuer, which follows rotation).
+func NewIssuer(kid string, key ed25519.PrivateKey) (*Issuer, error) {
+	if err := checkKeyID(kid); err != nil {
+		return nil, err
+	}
+	if len(key) != ed25519.PrivateKeySize {
+		return nil, errors.New("auth: an Ed25519 private key is needed")
+	}
+	k := signingKey{id: kid, private: key}
+	return &Issuer{active: func() signingKey { return k }}, nil
+}
+
+// Issue signs c. A zero NotBefore means IssuedAt; a zero ExpiresAt means
+// IssuedAt + AttachTokenTTL. Times are truncated to whole seconds (JWT
+// NumericDate). KeyID is set from the signing key.
+func (i *Issuer) Issue(c AttachClaims) (string, error) {
+	c.IssuedAt = c.IssuedAt.Truncate(time.Second)
+	if c.NotBefore.IsZero() {
+		c.NotBefore = c.IssuedAt
+	}
+	c.NotBefore = c.NotBefore.Truncate(time.Second)
+	if c.ExpiresAt.IsZero() {
+		c.ExpiresAt = c.IssuedAt.Add(AttachTokenTTL)
+	}
+	c.ExpiresAt = c.ExpiresAt.Truncate(time.Second)
+	if err := c.validate(); err != nil {
+		return "", fmt.Errorf("issue attachment token: %w", err)
+	}
+	acts := make([]string, len(c.Actions))
+	for i, a := range c.Actions {
+		acts[i] = string(a)
+	}
+	key := i.active()
+	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, wireClaims{
+		Session: c.Session.String(),
+		Sandbox: c.Sandbox.String(),
+		Process: c.Process.String(),
+		Node:    c.Node.String(),
+		Actions: acts,
+		RegisteredClaims: jwt.RegisteredClaims{
+			ID:        secretEncoding.EncodeToString(newSecret()[:16]),
+			Issuer:    tokenIssuer,
+			Audience:  jwt.ClaimStrings{tokenAudience},
+			IssuedAt:  jwt.NewNumericDate(c.IssuedAt),
+			NotBefore: jwt.NewNumericDate(c.NotBefore),
+			ExpiresAt: jwt.NewNumericDate(c.ExpiresAt),
+		},
+	})
+	tok.Header["kid"] = key.id
+	s, err := tok.SignedString(key.private)
+	if err != nil {
+		return "", fmt.Errorf("sign attachment token: %w", err)
+	}
+	return attachmentPrefix + s, nil
+}
+
+// PublicKey is a verification key. A zero NotAfter means no end; otherwise
+// tokens signed with it are refused after NotAfter (the end of the overlap
+// window after a rotation).
+type PublicKey struct {
+	ID       string
+	Key      ed25519.PublicKey
+	NotAfter time.Time
+}
+
+// Verifier checks attachment tokens. It holds only public keys.
+type Verifier struct {
+	keys func() []PublicKey
+}
+
+// NewVerifier returns a Verifier with a fixed set of public keys.
+func NewVerifier(keys ...PublicKey) (*Verifier, error) {
+	for _, k := range keys {
+		if err := checkKeyID(k.ID); err != nil {
+			return nil, err
+		}
+		if len(k.Key) != ed25519.PublicKeySize {
+			return nil, fmt.Errorf("auth: key %s is not an Ed25519 public key", k.ID)
+		}
+	}
+	keys = slices.Clone(keys)
+	return &Verifier{keys: func() []PublicKey { return keys }}, nil
+}
+
+// Verify checks token at time now: the alt_ prefix, an EdDSA signature by a
+// known key still in its validity window, issuer and audience, iat, nbf and
+// exp (with ClockSkew of leeway), and well-formed typed claims. It returns
+// an error wrapping ErrTokenExpired or ErrInvalidToken.
+func (v *Verifier) Verify(token string, now time.Time) (AttachClaims, error) {
+	if len(token) > maxTokenLen {
+		return AttachClaims{}, fmt.Errorf("%w: too long", ErrInvalidToken)
+	}
+	raw, ok := strings.CutPrefix(token, attachmentPrefix)
+	if !ok {
+		return AttachClaims{}, fmt.Errorf("%w: an attachment token starts with %q", ErrInvalidToken, attachmentPrefix)
+	}
+	var kid string
+	keyfunc := func(t *jwt.Token) (any, error) {
+		kid, _ = t.Header["kid"].(string)
+		for _, k := range v.keys() {
+			if k.ID == kid && kid != "" {
+				if !k.NotAfter.IsZero() && now.After(k.NotAfter) {
+					return nil, fmt.Errorf("key %q was retired", kid)
+				}
+				return k.Key, nil
+			}
+		}
+		return nil, fmt.Errorf("unknown key %q", truncate(kid))
+	}
+	parser := jwt.NewParser(
+		jwt.WithValidMethods([]string{signingAlg}),
+		jwt.WithStrictDecoding(),
+		jwt.WithLeeway(ClockSkew),
+		jwt.WithTimeFunc(func() time.Time { return now }),
+		jwt.WithIssuedAt(),
+		jwt.WithExpirationRequired(),
+		jwt.WithNotBeforeRequired(),
+		jwt.WithIssuer(tokenIssuer),
+		jwt.WithAudience(tokenAudience),
+	)
+	var wc wireClaims
+	if _, err := parser.ParseWithClaims(raw, &wc, keyfunc); err != nil {
+		// The signature is checked before the claims, so an expired token
+		// here is an authentic one.
+		if errors.Is(err, jwt.ErrTokenExpired) {
+			return AttachClaims{}, fmt.Errorf("%w: %w", ErrTokenExpired, err)
+		}
+		return AttachClaims{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
+	}
+	c, err := wc.parse(kid)
+	if err != nil {
+		return AttachClaims{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
+	}
+	return c, nil
+}
+
+// parse turns verified wire claims into typed claims, once.
+func (wc wireClaims) parse(kid string) (AttachClaims, error) {
+	var c AttachClaims
+	var err error
+	if c.Session, err = model.ParseCommandSessionID(wc.Session); err != nil {
+		return c, fmt.Errorf("sid: %w", err)
+	}
+	if c.Sandbox, err = model.ParseSandboxID(wc.Sandbox); err != nil {
+		return c, fmt.Errorf("sbx: %w", err)
+	}
+	if c.Process, err = model.ParseProcessID(wc.Process); err != nil {
+		return c, fmt.Errorf("pid: %w", err)
+	}
+	if wc.Node != "" {
+		if c.Node, err = model.ParseNodeID(wc.Node); err != nil {
+			return c, fmt.Errorf("node: %w", err)
+		}
+	}
+	if c.Actions, err = ParseActions(wc.Actions); err != nil {
+		return c, fmt.Errorf("act: %w", err)
+	}
+	if wc.IssuedAt == nil || wc.NotBefore == nil || wc.ExpiresAt == nil {
+		return c, errors.New("iat, nbf and exp are required")
+	}
+	c.IssuedAt, c.NotBefore, c.ExpiresAt = wc.IssuedAt.Time, wc.NotBefore.Time, wc.ExpiresAt.Time
+	c.KeyID, c.TokenID = kid, wc.ID
+	if err := c.validate(); err != nil {
+		return c, err
+	}
+	return c, nil
+}

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/auth"
+)
+
+// DefaultAttachKeyMaxAge is how long an attachment-token signing key signs
+// before the server rotates it (Options.AttachKeyMaxAge).
+const DefaultAttachKeyMaxAge = 30 * 24 * time.Hour
+
+// openAttachKeys opens the keyring of attachment-token signing keys in
+// DIR/keys/attach, creating the first key on first start and rotating a key
+// older than maxAge.
+func openAttachKeys(dd *dataDir, maxAge time.Duration, log *slog.Logger) (*auth.Keyring, error) {
+	if maxAge <= 0 {
+		maxAge = DefaultAttachKeyMaxAge
+	}
+	ring, err := auth.OpenKeyring(dd.join(attachKeysDir), auth.KeyringOptions{RotateAfter: maxAge})
+	if err != nil {
+		return nil, fmt.Errorf("open attachment keys: %w", err)
+	}
+	for _, k := range ring.Keys() {
+		if k.Active {
+			log.Info("attachment signing key", "kid", k.ID, "created_at", k.CreatedAt)
+		}
+	}
+	return ring, nil
+}
+
+// rotateAttachKeys rotates the signing key once it is older than maxAge and
+// deletes retired keys, checking hourly, until ctx ends.
+func rotateAttachKeys(ctx context.Context, ring *auth.Keyring, maxAge time.Duration, log *slog.Logger) {
+	if maxAge <= 0 {
+		maxAge = DefaultAttachKeyMaxAge
+	}
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if rotated, err := ring.RotateIfOlder(maxAge); err != nil {
+			log.Warn("rotate attachment signing key", "err", err)
+		} else if rotated {
+			log.Info("attachment signing key rotated")
+		}
+		if err := ring.Prune(); err != nil {
+			log.Warn("remove retired attachment keys", "err", err)
+		}
+	}
+}
