@@ -44,6 +44,7 @@ type serverConfig struct {
 	runtime     string // --runtime; "" = auto
 	databaseURL string
 	crashAt     string // AIRLOCK_TEST_CRASH_AT
+	extraArgs   []string
 }
 
 // server is one running (or crashed) `airlock server` process over a data dir
@@ -123,6 +124,7 @@ func (s *server) start() {
 	if s.cfg.databaseURL != "" {
 		args = append(args, "--database-url", s.cfg.databaseURL)
 	}
+	args = append(args, s.cfg.extraArgs...)
 	cmd := exec.Command(s.bins.airlock, args...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_CRASH_AT="+s.cfg.crashAt)
 	// One log across restarts, so a failure shows every incarnation.
