@@ -91,6 +91,7 @@ func (d *DataPlane) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+apiv1.StdinRoute, d.stdin)
 	mux.HandleFunc("POST "+apiv1.SignalRoute, d.signal)
 	mux.HandleFunc("POST "+apiv1.ResizeRoute, d.resize)
+	mux.HandleFunc("GET "+apiv1.WebSocketPath, d.wsAttach)
 	d.registerFiles(mux)
 }
 

@@ -38,6 +38,7 @@ type fixture struct {
 	project model.ProjectID
 	sandbox model.SandboxID
 	client  *agentclient.Client
+	dp      *DataPlane
 }
 
 func (f *fixture) Agent(model.SandboxID) (*agentclient.Client, error) { return f.client, nil }
@@ -92,6 +93,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.dp = dp
 	mux := http.NewServeMux()
 	dp.Register(mux)
 	f.srv = httptest.NewServer(mux)
