@@ -23,6 +23,10 @@ type Event struct {
 	ExitCode int          // exit: the exit code, -1 if killed by a signal
 	Signal   string       // exit: the signal's name (e.g. "KILL") if killed by one
 	Err      *apiv1.Error // error: why the process could not start or the stream broke
+
+	// WebSocket attachments only (see WebSocket.Next).
+	Gap     *apiv1.GapEventData // gap: how much output was lost
+	Request string              // error: the client message that failed; the session goes on
 }
 
 // Stream is an attach stream: a command's output, then its exit (or an
