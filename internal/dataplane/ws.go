@@ -35,6 +35,8 @@
 // takes it (a slow client slows the process, as with SSE); stdin messages
 // are read from the socket only as fast as the process takes them. Nothing
 // is buffered without bound. Every goroutine of a connection ends with it.
+// The server pings every KeepAlive interval (15 s by default) and drops a
+// client that does not answer within the next one (clients must read).
 package dataplane
 
 import (
@@ -120,7 +122,7 @@ func (d *DataPlane) wsAttach(w http.ResponseWriter, r *http.Request) {
 		s.final(ctx, apiv1.WSEvent{Type: apiv1.EventError, Error: &apiv1.Error{Code: pe.Code, Message: pe.Message}}, websocket.StatusNormalClosure)
 		return
 	}
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		defer cancel() // the client closed or broke the socket: end the session
@@ -129,6 +131,11 @@ func (d *DataPlane) wsAttach(w http.ResponseWriter, r *http.Request) {
 	go func() {
 		defer wg.Done()
 		s.stdinLoop(sessCtx)
+	}()
+	go func() {
+		defer wg.Done()
+		defer cancel() // the client stopped answering pings
+		s.keepAlive(sessCtx)
 	}()
 
 	streamCtx, endStream := d.drain.streamContext(sessCtx)
@@ -146,6 +153,27 @@ func (d *DataPlane) wsAttach(w http.ResponseWriter, r *http.Request) {
 		pe := procctl.PublicError(err)
 		s.final(sessCtx, apiv1.WSEvent{Type: apiv1.EventError,
 			Error: &apiv1.Error{Code: pe.Code, Message: "lost the output stream: " + pe.Message}}, websocket.StatusNormalClosure)
+	}
+}
+
+// keepAlive pings the client every KeepAlive interval, which keeps idle
+// connections open through proxies and notices a client that vanished
+// (it returns when a ping is not answered within the interval).
+func (s *wsSession) keepAlive(ctx context.Context) {
+	t := time.NewTicker(s.d.cfg.KeepAlive)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, s.d.cfg.KeepAlive)
+		err := s.conn.Ping(pctx)
+		cancel()
+		if err != nil {
+			return
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -411,6 +412,43 @@ func TestWSCloseLeavesNoGoroutines(t *testing.T) {
 			buf := make([]byte, 1<<20)
 			buf = buf[:runtime.Stack(buf, true)]
 			t.Fatalf("%d goroutines after %d closed sessions, %d before:\n%s", n, sessions, base, bytes.TrimSpace(buf))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A client that stops answering pings is dropped, and its attachment slot
+// freed.
+func TestWSDropsSilentClient(t *testing.T) {
+	f := newFixture(t)
+	dp, err := New(Config{Store: f.st, Agents: f, Now: f.clock, KeepAlive: 50 * time.Millisecond, AttachPerProcess: 1})
+	must(t, err)
+	mux := http.NewServeMux()
+	dp.Register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	pid, tok := f.specSession(model.ProcessSpec{Args: []string{"sleep", "30"}})
+	defer func() { _ = f.client.Signal(context.Background(), pid.String(), "KILL") }()
+	ctx := testCtx(t)
+	dial := func() (*websocket.Conn, *http.Response, error) {
+		h := http.Header{"Authorization": {"Bearer " + tok}}
+		return websocket.Dial(ctx, srv.URL+apiv1.ProcessDataPath(pid.String(), "ws"), &websocket.DialOptions{HTTPHeader: h})
+	}
+	silent, _, err := dial() // never reads, so never answers a ping
+	must(t, err)
+	defer silent.CloseNow()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		conn, resp, err := dial()
+		if err == nil {
+			conn.CloseNow()
+			return // the silent client's slot was freed
+		}
+		if resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("dial: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the silent client still holds its attachment")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
