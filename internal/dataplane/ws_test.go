@@ -453,3 +453,16 @@ func TestWSDropsSilentClient(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+func TestWSReportsExecFailure(t *testing.T) {
+	f := newFixture(t)
+	pid, tok := f.specSession(model.ProcessSpec{Args: []string{"no-such-program-anywhere"}})
+	_, msgs, err := f.dialWS(testCtx(t), pid, tok, "").readUntil(nil)
+	if websocket.CloseStatus(err) != websocket.StatusNormalClosure || len(msgs) != 1 {
+		t.Fatalf("end %v, messages %+v", err, msgs)
+	}
+	ev := msgs[0].ev
+	if ev.Type != apiv1.EventError || ev.Request != "" || ev.Error == nil || ev.Code != apiv1.CodeExecFailed {
+		t.Fatalf("message %+v, want a final exec_failed error", ev)
+	}
+}
