@@ -133,6 +133,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.versionCommand(),
 	)
 	root.AddCommand(a.benchCommand())
+	root.AddCommand(a.shellCommand())
 	return root
 }
 

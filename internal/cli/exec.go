@@ -92,6 +92,7 @@ func (a *app) execCommand() *cobra.Command {
 	var (
 		f      commandFlags
 		detach bool
+		tty    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "exec [flags] SANDBOX -- COMMAND [ARG...]",
@@ -99,9 +100,10 @@ func (a *app) execCommand() *cobra.Command {
 		Long: "Run a command in a running sandbox. Its stdout and stderr are streamed to ours\n" +
 			"as they arrive, and airlock exits with the command's exit code (128+N if signal\n" +
 			"N killed it; 127 if it could not be started; 125 if it succeeded but some of\n" +
-			"its output was lost, which is reported on stderr). -i forwards our stdin; -d\n" +
-			"starts it in the background and prints its process ID (see attach, ps, kill).\n" +
-			"Flags go before SANDBOX.",
+			"its output was lost, which is reported on stderr). -i forwards our stdin; -t\n" +
+			"runs it on a terminal attached to ours over a WebSocket (as airlock shell, with\n" +
+			"stdin); -d starts it in the background and prints its process ID (see attach,\n" +
+			"ps, kill). Flags go before SANDBOX.",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErrorf("missing SANDBOX")
@@ -125,6 +127,16 @@ func (a *app) execCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if tty {
+				if detach {
+					return usageErrorf("-d and -t cannot be combined")
+				}
+				code, err := a.shell(cmd.Context(), c, id, req)
+				if err != nil {
+					return err
+				}
+				return exitStatus{code}
+			}
 			if detach {
 				if f.interactive {
 					return usageErrorf("-d and -i cannot be combined: a background command has nobody to read stdin from")
@@ -147,6 +159,7 @@ func (a *app) execCommand() *cobra.Command {
 	cmd.Flags().SetInterspersed(false)
 	f.register(cmd.Flags())
 	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "start the command in the background and print its process ID")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the command on a terminal attached to ours (forwards stdin too)")
 	return cmd
 }
 

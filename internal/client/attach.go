@@ -27,6 +27,7 @@ type Event struct {
 	TimedOut bool                // exit: killed because its timeout passed
 	Gap      *apiv1.GapEventData // gap: what output was lost before this client read it
 	Err      *apiv1.Error        // error: why the process could not start or the stream broke
+	Request  string              // WebSocket error: the client message that failed; the session goes on
 }
 
 // Stream is an attach stream: a command's output, then its exit (or an

@@ -1,5 +1,5 @@
 // Package client is the Go client of Airlock's management API (/v1) and of
-// its data plane (SSE attach streams). The `airlock` CLI is built on it.
+// its data plane (SSE attach streams and WebSocket attachments). The `airlock` CLI is built on it.
 //
 // Every mutating call carries a fresh random Idempotency-Key and is retried
 // with the same key after a transport failure or a 502/503/504, so a retry can

@@ -97,6 +97,7 @@ func (d *DataPlane) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+apiv1.StdinRoute, d.stdin)
 	mux.HandleFunc("POST "+apiv1.SignalRoute, d.signal)
 	mux.HandleFunc("POST "+apiv1.ResizeRoute, d.resize)
+	mux.HandleFunc("GET "+apiv1.WebSocketPath, d.wsAttach)
 	d.registerFiles(mux)
 }
 
@@ -128,10 +129,11 @@ func bearer(r *http.Request) string {
 // target is an authorized data-plane request: the process's command session
 // and the running sandbox's agent.
 type target struct {
-	pid   model.ProcessID
-	cs    model.CommandSession
-	token string
-	agent *agentclient.Client
+	claims auth.AttachClaims
+	pid    model.ProcessID
+	cs     model.CommandSession
+	token  string
+	agent  *agentclient.Client
 }
 
 // authorizeProcess checks the request's attachment token (signature and
@@ -177,7 +179,7 @@ func (d *DataPlane) authorizeProcess(w http.ResponseWriter, r *http.Request, act
 		writeProcError(w, err)
 		return target{}, false
 	}
-	return target{pid: pid, cs: cs, token: claims.TokenID, agent: agent}, true
+	return target{claims: claims, pid: pid, cs: cs, token: claims.TokenID, agent: agent}, true
 }
 
 func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {

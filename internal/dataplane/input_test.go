@@ -305,3 +305,26 @@ func getURL(t *testing.T, url, tok, lastID string) *http.Response {
 	t.Cleanup(func() { resp.Body.Close() })
 	return resp
 }
+
+// A token narrowed to read cannot write stdin, signal or resize, on the
+// HTTP routes or over a WebSocket.
+func TestNarrowTokenRefusedInput(t *testing.T) {
+	f := newFixture(t)
+	pid, _ := f.sessionSpec(model.ProcessSpec{Args: []string{"cat"}, Stdin: true})
+	cs, err := f.st.GetCommandSessionByProcess(context.Background(), pid)
+	must(t, err)
+	readOnly := f.token(cs, []auth.Action{auth.ActionRead}, f.clock(), time.Time{})
+	for _, tc := range []struct{ route, ct, body string }{
+		{"stdin", "application/octet-stream", "x"},
+		{"signal", "application/json", `{"signal":"KILL"}`},
+		{"resize", "application/json", `{"rows":1,"cols":1}`},
+	} {
+		resp := f.post(apiv1.ProcessDataPath(pid.String(), tc.route), readOnly, tc.ct, strings.NewReader(tc.body))
+		if resp.StatusCode != http.StatusForbidden || errorCode(t, resp) != apiv1.CodePermissionDenied {
+			t.Fatalf("%s with a read-only token: %d", tc.route, resp.StatusCode)
+		}
+	}
+	if _, err := f.client.Status(context.Background(), pid.String()); err == nil {
+		t.Fatal("a refused request started the process")
+	}
+}
