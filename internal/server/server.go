@@ -72,6 +72,9 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if err := checkStaticAgent(agentBin); err != nil {
+		return err
+	}
 	rt, err := selectRuntime(ctx, opts.Runtime, dd, agentBin, log)
 	if err != nil {
 		return err
