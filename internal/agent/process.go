@@ -20,7 +20,7 @@ import (
 )
 
 // readChunk is the most output bytes one event carries.
-const readChunk = 32 * 1024
+const readChunk = 64 * 1024
 
 // process is the record of one started process. Its pipe readers and its
 // lifecycle goroutine belong to it; they end when the process has exited
