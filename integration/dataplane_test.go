@@ -67,7 +67,7 @@ func TestExecLosslessGiB(t *testing.T) {
 			s := newServer(t, bins, serverConfig{runtime: rt})
 			s.start()
 			ctx := ctxFor(t, 8*time.Minute)
-			sb := createSandbox(ctx, t, s.client(), apiv1.CreateSandboxRequest{MemoryMiB: 512})
+			sb := createSandbox(ctx, t, s.client(), apiv1.CreateSandboxRequest{CPUs: 2, MemoryMiB: 512})
 			for _, tc := range []struct {
 				name  string
 				size  int64

@@ -81,7 +81,7 @@ func (s *Server) processFor(w http.ResponseWriter, r *http.Request) *process {
 		writeError(w, http.StatusBadRequest, agentproto.CodeInvalidRequest, err.Error())
 		return nil
 	}
-	p := s.lookup(id)
+	p := s.lookup(r.Context(), id)
 	if p == nil {
 		writeError(w, http.StatusNotFound, agentproto.CodeNotFound, fmt.Sprintf("no process %s", id))
 		return nil

@@ -114,7 +114,7 @@ type Server struct {
 	closing     bool // no new processes
 	stopped     bool // no new background goroutines
 	procs       map[model.ProcessID]*process
-	starting    map[model.ProcessID]struct{}
+	starting    map[model.ProcessID]chan struct{} // closed once the start has finished
 	exited      []*process // in exit order
 	trimmed     int        // exited[:trimmed] have had their output dropped
 	exitedBytes int        // cost of the events kept by exited records
@@ -156,7 +156,7 @@ func New(opts Options) (*Server, error) {
 		budget:      &budget{max: opts.SandboxBufferBytes},
 		closingCh:   make(chan struct{}),
 		procs:       map[model.ProcessID]*process{},
-		starting:    map[model.ProcessID]struct{}{},
+		starting:    map[model.ProcessID]chan struct{}{},
 		janitorStop: make(chan struct{}),
 	}
 	if s.env == nil {
@@ -481,12 +481,18 @@ func (s *Server) start(req agentproto.StartRequest) (agentproto.ProcessStatus, e
 		return agentproto.ProcessStatus{}, &startError{status: 503, code: agentproto.CodeShuttingDown, err: errors.New("the agent is shutting down")}
 	}
 	_, running := s.procs[spec.id]
-	_, starting := s.starting[spec.id]
+	startingCh, starting := s.starting[spec.id]
 	if running || starting {
 		s.mu.Unlock()
+		if starting {
+			// A concurrent start of the same ID: answer once it is done,
+			// so that a caller told "exists" finds the process.
+			<-startingCh
+		}
 		return agentproto.ProcessStatus{}, &startError{status: 409, code: agentproto.CodeExists, err: fmt.Errorf("process %s exists", spec.id)}
 	}
-	s.starting[spec.id] = struct{}{}
+	done := make(chan struct{})
+	s.starting[spec.id] = done
 	s.procWG.Add(1) // before unlocking, so Shutdown waits for this start
 	s.mu.Unlock()
 
@@ -495,6 +501,7 @@ func (s *Server) start(req agentproto.StartRequest) (agentproto.ProcessStatus, e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.starting, spec.id)
+	defer close(done)
 	if err != nil {
 		s.procWG.Done()
 		s.logger.Info("process start failed", "id", spec.id, "args", spec.args, "err", err)
@@ -536,7 +543,20 @@ func (s *Server) start(req agentproto.StartRequest) (agentproto.ProcessStatus, e
 	return p.snapshot(), nil
 }
 
-func (s *Server) lookup(id model.ProcessID) *process {
+// lookup finds a process; if it is being started, it waits for the start
+// to finish (or ctx to end) first.
+func (s *Server) lookup(ctx context.Context, id model.ProcessID) *process {
+	s.mu.Lock()
+	p, ch := s.procs[id], s.starting[id]
+	s.mu.Unlock()
+	if p != nil || ch == nil {
+		return p
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.procs[id]

@@ -146,3 +146,34 @@ func TestUserIDs(t *testing.T) {
 	}
 	_ = io.EOF
 }
+
+// Two starts of one ID race (an attach and a stdin write, say): the one
+// told "exists" returns only once the process can be found.
+func TestConcurrentStartsFindTheProcess(t *testing.T) {
+	srv := newServer(t, agent.Options{})
+	rec, _ := unixDialer(t, srv)
+	c := newClient(t, rec.Dial)
+	ctx := ctxT(t)
+	for range 20 {
+		id := newID()
+		req := agentproto.StartRequest{ID: id, Args: []string{"cat"}, Stdin: true}
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() {
+				_, err := c.Start(ctx, req)
+				if errors.Is(err, agentclient.ErrProcessExists) {
+					err = c.Stdin(ctx, id, strings.NewReader("x"), true)
+				}
+				errs <- err
+			}()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.Wait(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
