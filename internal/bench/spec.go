@@ -41,7 +41,7 @@ func peerSpec(flavor oci.Flavor, rootfsDir, hostname string, cg cgroups.Path) (*
 		return nil, fmt.Errorf("read RLIMIT_NOFILE: %w", err)
 	}
 	nofile := min(uint64(nofileLimit), rl.Max)
-	caps := []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"}
+	caps := []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SETGID", "CAP_SETUID"}
 	mem := int64(peerMemoryMiB) << 20
 	swap := mem
 	quota, period := int64(peerCPUs*cpuPeriod), uint64(cpuPeriod)

@@ -36,9 +36,14 @@ const cpuPeriod = 100000
 // lower (root here lacks CAP_SYS_RESOURCE and cannot raise it).
 const nofileLimit = 1 << 20
 
-// defaultCaps returns `runc spec`'s capability set (a fresh slice each time:
-// the spec's four sets must not alias one another).
-func defaultCaps() []string { return []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"} }
+// defaultCaps returns `runc spec`'s capability set plus CAP_SETUID and
+// CAP_SETGID, which the agent needs to start a command as another user
+// (docker's default set has both) — a fresh slice each time: the spec's
+// four sets must not alias one another. A process started as a non-root
+// user loses them all at its setuid.
+func defaultCaps() []string {
+	return []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SETGID", "CAP_SETUID"}
+}
 
 // hostPidsLimit is the host pids limit of a sandbox whose guest limit is n.
 // Under runsc the host cgroup counts the sentry's threads, the gofer and the

@@ -40,7 +40,7 @@ func TestBundleSpec(t *testing.T) {
 			if s.Hostname != id.String() || s.Process.Cwd != "/" || s.Process.User.UID != 0 || !s.Process.NoNewPrivileges {
 				t.Errorf("hostname %q cwd %q uid %d nnp %v", s.Hostname, s.Process.Cwd, s.Process.User.UID, s.Process.NoNewPrivileges)
 			}
-			if !slices.Equal(s.Process.Capabilities.Bounding, []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"}) {
+			if !slices.Equal(s.Process.Capabilities.Bounding, []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SETGID", "CAP_SETUID"}) {
 				t.Errorf("capabilities = %v", s.Process.Capabilities.Bounding)
 			}
 			if rl := s.Process.Rlimits; len(rl) != 1 || rl[0].Type != "RLIMIT_NOFILE" || rl[0].Hard == 0 || rl[0].Soft != rl[0].Hard {
