@@ -115,9 +115,9 @@ type Server struct {
 	stopped     bool // no new background goroutines
 	procs       map[model.ProcessID]*process
 	starting    map[model.ProcessID]chan struct{} // closed once the start has finished
-	exited      []*process // in exit order
-	trimmed     int        // exited[:trimmed] have had their output dropped
-	exitedBytes int        // cost of the events kept by exited records
+	exited      []*process                        // in exit order
+	trimmed     int                               // exited[:trimmed] have had their output dropped
+	exitedBytes int                               // cost of the events kept by exited records
 
 	streams     atomic.Int64   // output streams being served
 	procWG      sync.WaitGroup // one per process's run goroutine

@@ -199,9 +199,17 @@ func (a *app) follow(ctx context.Context, c *client.Client, attachURL, token, la
 		return 0, err
 	}
 	defer s.Close()
+	return a.copyEvents(s.Next, "\n")
+}
+
+// copyEvents copies a command's events (from an SSE stream or a WebSocket)
+// to our stdout and stderr until its end, and returns the exit code airlock
+// should end with. Messages end with eol ("\r\n" on a raw terminal). Lost
+// output is reported and turns success into exitOutputLost.
+func (a *app) copyEvents(next func() (client.Event, error), eol string) (int, error) {
 	lost := false
 	for {
-		ev, err := s.Next()
+		ev, err := next()
 		if errors.Is(err, io.EOF) {
 			return 0, errors.New("the output stream ended without the command's exit")
 		}
@@ -219,10 +227,13 @@ func (a *app) follow(ctx context.Context, c *client.Client, attachURL, token, la
 			}
 		case apiv1.EventGap:
 			lost = true
-			fmt.Fprintln(a.env.Stderr, gapMessage(ev.Gap))
-		case apiv1.EventExit, apiv1.EventError:
+			fmt.Fprint(a.env.Stderr, eol, gapMessage(ev.Gap), eol)
+		case apiv1.EventError, apiv1.EventExit:
+			if ev.Kind == apiv1.EventError && ev.Request != "" {
+				continue // one WebSocket message failed (e.g. stdin after the process stopped reading); the session goes on
+			}
 			if msg := endMessage(ev); msg != "" {
-				fmt.Fprintln(a.env.Stderr, msg)
+				fmt.Fprint(a.env.Stderr, msg, eol)
 			}
 			code := exitCodeOf(ev)
 			if lost && code == 0 {

@@ -140,38 +140,7 @@ func (a *app) shell(ctx context.Context, c *client.Client, sandbox model.Sandbox
 
 // shellOutput copies the remote terminal's output to ours until the exit.
 func (a *app) shellOutput(ws *client.WebSocket) (int, error) {
-	for {
-		ev, err := ws.Next()
-		if errors.Is(err, io.EOF) {
-			return 0, errors.New("the connection ended without the shell's exit")
-		}
-		if err != nil {
-			return 0, err
-		}
-		switch ev.Kind {
-		case apiv1.EventStdout:
-			if _, err := a.env.Stdout.Write(ev.Data); err != nil {
-				return 0, fmt.Errorf("writing the shell's output: %w", err)
-			}
-		case apiv1.EventStderr:
-			if _, err := a.env.Stderr.Write(ev.Data); err != nil {
-				return 0, fmt.Errorf("writing the shell's output: %w", err)
-			}
-		case apiv1.EventGap:
-			fmt.Fprintf(a.env.Stderr, "\r\nairlock: some output was lost\r\n")
-		case apiv1.EventError:
-			if ev.Request != "" {
-				continue // e.g. stdin after the shell stopped reading it
-			}
-			fmt.Fprintf(a.env.Stderr, "\r\n%s\r\n", endMessage(ev))
-			return exitCodeOf(ev), nil
-		case apiv1.EventExit:
-			if msg := endMessage(ev); msg != "" {
-				fmt.Fprintf(a.env.Stderr, "\r\n%s\r\n", msg)
-			}
-			return exitCodeOf(ev), nil
-		}
-	}
+	return a.copyEvents(ws.Next, "\r\n")
 }
 
 // followSize sends our terminal's size whenever it changes.

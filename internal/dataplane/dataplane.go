@@ -182,13 +182,37 @@ func (d *DataPlane) authorizeProcess(w http.ResponseWriter, r *http.Request, act
 	return target{claims: claims, pid: pid, cs: cs, token: claims.TokenID, agent: agent}, true
 }
 
+// openAttachment authorizes an attachment (SSE or WebSocket) of the URL's
+// process, counts it against the limits, records the session's first use
+// and starts the process (idempotent by process ID: the first attach starts
+// it, reconnects find it running or exited). On refusal it has written the
+// error; otherwise release must be called when the attachment ends, and
+// startErr says whether the process could be started.
+func (d *DataPlane) openAttachment(w http.ResponseWriter, r *http.Request) (t target, release func(), startErr error, ok bool) {
+	ctx := r.Context()
+	t, ok = d.authorizeProcess(w, r, auth.ActionRead)
+	if !ok {
+		return target{}, nil, nil, false
+	}
+	release, err := d.limits.acquire(t)
+	if err != nil {
+		writeError(w, http.StatusTooManyRequests, apiv1.CodeTooManyAttachments, err.Error())
+		return target{}, nil, nil, false
+	}
+	if t.cs.AttachedAt == nil { // record the first use only; reconnects write nothing
+		if _, err := d.cfg.Store.MarkCommandSessionAttached(ctx, t.cs.ID, d.cfg.Now()); err != nil {
+			release()
+			d.log.ErrorContext(ctx, "mark session attached", "session", t.cs.ID, "err", err)
+			writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not record the attachment")
+			return target{}, nil, nil, false
+		}
+	}
+	return t, release, procctl.Start(ctx, t.agent, t.cs), true
+}
+
 func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	if d.drain.refuse(w) {
-		return
-	}
-	t, ok := d.authorizeProcess(w, r, auth.ActionRead)
-	if !ok {
 		return
 	}
 	var after uint64
@@ -199,22 +223,11 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	release, err := d.limits.acquire(t)
-	if err != nil {
-		writeError(w, http.StatusTooManyRequests, apiv1.CodeTooManyAttachments, err.Error())
+	t, release, startErr, ok := d.openAttachment(w, r)
+	if !ok {
 		return
 	}
 	defer release()
-	if t.cs.AttachedAt == nil { // record the first use only; reconnects write nothing
-		if _, err := d.cfg.Store.MarkCommandSessionAttached(ctx, t.cs.ID, d.cfg.Now()); err != nil {
-			d.log.ErrorContext(ctx, "mark session attached", "session", t.cs.ID, "err", err)
-			writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not record the attachment")
-			return
-		}
-	}
-	// Starting is idempotent by process ID: the first attach starts the
-	// process, later ones (reconnects) find it running or exited.
-	startErr := procctl.Start(ctx, t.agent, t.cs)
 
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -235,7 +248,7 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 	}
 	streamCtx, endStream := d.drain.streamContext(ctx)
 	defer endStream()
-	err = d.stream(streamCtx, sse, t.agent, t.pid, after)
+	err := d.stream(streamCtx, sse, t.agent, t.pid, after)
 	switch {
 	case err == nil:
 	case d.drain.ended(streamCtx) && ctx.Err() == nil:

@@ -194,6 +194,7 @@ func readEvents(t *testing.T, r io.Reader, stop func(sseEvent) bool) []sseEvent 
 	var events []sseEvent
 	var cur sseEvent
 	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		switch {

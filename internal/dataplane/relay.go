@@ -21,13 +21,26 @@ const maxResumes = 5
 // events keep coming (output is flushed at once when the relay catches up).
 const flushEvery = 256 << 10
 
-// stream relays the process's events from the agent to the client until the
-// exit event, resuming from the last relayed sequence number if the agent
-// connection breaks. It returns nil once the exit event was sent.
+// stream relays the process's events from the agent to an SSE client until
+// the exit event; see follow.
 func (d *DataPlane) stream(ctx context.Context, sse *sseWriter, agent *agentclient.Client, pid model.ProcessID, after uint64) error {
+	return d.follow(ctx, agent, pid, &after, func(ctx context.Context, out *agentclient.OutputStream, after *uint64) (bool, bool, error) {
+		return d.relay(ctx, sse, out, after)
+	})
+}
+
+// relayFunc copies events of one agent output stream to a client, advancing
+// *after; it reports whether it relayed any event and whether it sent the
+// exit event.
+type relayFunc func(ctx context.Context, out *agentclient.OutputStream, after *uint64) (progressed, done bool, err error)
+
+// follow relays the process's events with relay until the exit event,
+// reopening the agent's output stream after the last relayed sequence
+// number if it breaks. It returns nil once the exit event was sent.
+func (d *DataPlane) follow(ctx context.Context, agent *agentclient.Client, pid model.ProcessID, after *uint64, relay relayFunc) error {
 	resumes := 0
 	for {
-		out, err := agent.Output(ctx, pid.String(), after)
+		out, err := agent.Output(ctx, pid.String(), *after)
 		if err != nil {
 			var aerr *agentclient.Error
 			if errors.As(err, &aerr) || resumes >= maxResumes || ctx.Err() != nil {
@@ -37,15 +50,14 @@ func (d *DataPlane) stream(ctx context.Context, sse *sseWriter, agent *agentclie
 			sleep(ctx, time.Duration(resumes)*100*time.Millisecond)
 			continue
 		}
-		progressed, done, err := d.relay(ctx, sse, out, &after)
+		progressed, done, err := relay(ctx, out, after)
 		_ = out.Close()
-		if done {
+		switch {
+		case done:
 			return nil
-		}
-		if ctx.Err() != nil {
+		case ctx.Err() != nil:
 			return ctx.Err()
-		}
-		if errors.Is(err, errClientGone) {
+		case errors.Is(err, errClientGone):
 			return err
 		}
 		if progressed {
@@ -55,7 +67,7 @@ func (d *DataPlane) stream(ctx context.Context, sse *sseWriter, agent *agentclie
 			return err
 		}
 		resumes++
-		d.log.DebugContext(ctx, "agent output stream broke; resuming", "process", pid, "after", after, "err", err)
+		d.log.DebugContext(ctx, "agent output stream broke; resuming", "process", pid, "after", *after, "err", err)
 	}
 }
 

@@ -51,7 +51,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
@@ -73,10 +72,6 @@ func (d *DataPlane) wsAttach(w http.ResponseWriter, r *http.Request) {
 	if d.drain.refuse(w) {
 		return
 	}
-	t, ok := d.authorizeProcess(w, r, auth.ActionRead)
-	if !ok {
-		return
-	}
 	var after uint64
 	if v := r.URL.Query().Get("after"); v != "" {
 		var err error
@@ -85,20 +80,11 @@ func (d *DataPlane) wsAttach(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	release, err := d.limits.acquire(t)
-	if err != nil {
-		writeError(w, http.StatusTooManyRequests, apiv1.CodeTooManyAttachments, err.Error())
+	t, release, startErr, ok := d.openAttachment(w, r)
+	if !ok {
 		return
 	}
 	defer release()
-	if t.cs.AttachedAt == nil {
-		if _, err := d.cfg.Store.MarkCommandSessionAttached(ctx, t.cs.ID, d.cfg.Now()); err != nil {
-			d.log.ErrorContext(ctx, "mark session attached", "session", t.cs.ID, "err", err)
-			writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not record the attachment")
-			return
-		}
-	}
-	startErr := procctl.Start(ctx, t.agent, t.cs)
 
 	// The attachment token is the credential, not a cookie: a page of any
 	// origin holding it may attach, so the Origin check is not needed.
@@ -319,39 +305,8 @@ func (s *wsSession) signal(ctx context.Context, name string) error {
 	return s.t.agent.Signal(ctx, s.t.pid.String(), sig.AgentName())
 }
 
-// stream relays the process's events to the socket until the exit event,
-// resuming from the last sequence number sent if the agent stream breaks
-// (as the SSE attach does). It returns nil once the exit event was sent.
+// stream relays the process's events to the socket until the exit event
+// (see DataPlane.follow). It returns nil once the exit event was sent.
 func (s *wsSession) stream(ctx context.Context, after *uint64) error {
-	resumes := 0
-	for {
-		out, err := s.t.agent.Output(ctx, s.t.pid.String(), *after)
-		if err != nil {
-			var aerr *agentclient.Error
-			if errors.As(err, &aerr) || resumes >= maxResumes || ctx.Err() != nil {
-				return err
-			}
-			resumes++
-			sleep(ctx, time.Duration(resumes)*100*time.Millisecond)
-			continue
-		}
-		progressed, done, err := s.relay(ctx, out, after)
-		_ = out.Close()
-		switch {
-		case done:
-			return nil
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.Is(err, errClientGone):
-			return err
-		}
-		if progressed {
-			resumes = 0
-		}
-		if resumes >= maxResumes {
-			return err
-		}
-		resumes++
-		s.d.log.DebugContext(ctx, "agent output stream broke; resuming", "process", s.t.pid, "after", *after, "err", err)
-	}
+	return s.d.follow(ctx, s.t.agent, s.t.pid, after, s.relay)
 }
