@@ -271,13 +271,9 @@ func (s *Server) handleStdin(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		return
 	}
-	closeAfter := false
-	switch v := r.URL.Query().Get("close"); v {
-	case "", "0", "false":
-	case "1", "true":
-		closeAfter = true
-	default:
-		writeError(w, http.StatusBadRequest, agentproto.CodeInvalidRequest, fmt.Sprintf("close=%q: want 1 or 0", truncateMsg(v)))
+	closeAfter, err := agentproto.ParseCloseParam(r.URL.Query().Get("close"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, agentproto.CodeInvalidRequest, err.Error())
 		return
 	}
 	n, err := p.writeStdin(r.Body, closeAfter)

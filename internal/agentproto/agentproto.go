@@ -39,7 +39,10 @@
 // Errors are JSON Error with an HTTP status.
 package agentproto
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // ProtocolVersion is the version of this protocol the code speaks.
 // Version 1: NDJSON output, no stdin, PTY, wait or gap events.
@@ -175,4 +178,16 @@ type SignalRequest struct {
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+}
+
+// ParseCloseParam parses the close query parameter of a stdin request:
+// "", "0" or "false" keep stdin open, "1" or "true" close it after the body.
+func ParseCloseParam(v string) (bool, error) {
+	switch v {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	}
+	return false, fmt.Errorf("close=%q: want 1 or 0", truncate(v))
 }

@@ -30,13 +30,9 @@ func (d *DataPlane) stdin(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	closeAfter := false
-	switch v := r.URL.Query().Get("close"); v {
-	case "", "0", "false":
-	case "1", "true":
-		closeAfter = true
-	default:
-		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, fmt.Sprintf("close=%q: want 1 or 0", truncate(v)))
+	closeAfter, err := agentproto.ParseCloseParam(r.URL.Query().Get("close"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, err.Error())
 		return
 	}
 	if err := d.ensureStarted(r.Context(), t); err != nil {
