@@ -179,6 +179,9 @@ func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
 	defer s.streams.Add(-1)
 	cur := p.log.attach(after)
 	defer p.log.detach(cur)
+	if p.releaseHold != nil {
+		p.releaseHold() // this stream holds the output back now
+	}
 	if frames {
 		w.Header().Set("Content-Type", agentproto.FramesMediaType)
 	} else {

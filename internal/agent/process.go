@@ -43,6 +43,10 @@ type process struct {
 	exitedAt time.Time
 	timedOut bool
 	timer    *time.Timer // the timeout, if any
+
+	// releaseHold, if set, detaches the cursor that holds output back
+	// until the first output stream (StartRequest.HoldOutput).
+	releaseHold func()
 }
 
 func (p *process) snapshot() agentproto.ProcessStatus {
@@ -102,6 +106,7 @@ type startSpec struct {
 	env     []string // request env only
 	cwd     string
 	stdin   bool
+	hold    bool
 	pty     *agentproto.WindowSize
 	user    *agentproto.User
 	timeout time.Duration
@@ -141,7 +146,7 @@ func parseStartRequest(req agentproto.StartRequest) (startSpec, error) {
 	}
 	return startSpec{
 		id: id, args: slices.Clone(req.Args), env: slices.Clone(req.Env), cwd: cwd,
-		stdin: req.Stdin, pty: req.PTY, user: req.User,
+		stdin: req.Stdin, hold: req.HoldOutput, pty: req.PTY, user: req.User,
 		timeout: time.Duration(req.TimeoutMillis) * time.Millisecond,
 	}, nil
 }

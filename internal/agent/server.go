@@ -518,6 +518,14 @@ func (s *Server) start(req agentproto.StartRequest) (agentproto.ProcessStatus, e
 		done:      make(chan struct{}),
 	}
 	s.procs[spec.id] = p
+	if spec.hold {
+		// Attached from the first instruction until the first output
+		// stream takes over (or nobody comes for the stall timeout).
+		hold := p.log.attach(0)
+		var once sync.Once
+		p.releaseHold = func() { once.Do(func() { p.log.detach(hold) }) }
+		time.AfterFunc(s.opts.StallTimeout, p.releaseHold)
+	}
 	if spec.timeout > 0 {
 		p.timer = time.AfterFunc(spec.timeout, func() {
 			p.mu.Lock()
@@ -593,6 +601,6 @@ func (s *Server) info() agentproto.Info {
 func features() []string {
 	return []string{
 		agentproto.FeatureFrames, agentproto.FeatureGap, agentproto.FeatureStdin, agentproto.FeaturePTY,
-		agentproto.FeatureUser, agentproto.FeatureTimeout, agentproto.FeatureWait,
+		agentproto.FeatureUser, agentproto.FeatureTimeout, agentproto.FeatureWait, agentproto.FeatureHold,
 	}
 }

@@ -359,6 +359,13 @@ func (c *Client) Start(ctx context.Context, req agentproto.StartRequest) (agentp
 			}
 		}
 	}
+	if req.HoldOutput {
+		// Holding output is protection, not a requirement: an agent
+		// without it (protocol 1 refuses unknown fields) starts anyway.
+		if info, err := c.agentInfo(ctx); err == nil && !info.HasFeature(agentproto.FeatureHold) {
+			req.HoldOutput = false
+		}
+	}
 	var st agentproto.ProcessStatus
 	err := c.call(ctx, http.MethodPost, "/v1/processes", req, http.StatusCreated, &st)
 	return st, err

@@ -177,3 +177,32 @@ func TestConcurrentStartsFindTheProcess(t *testing.T) {
 		}
 	}
 }
+
+// A process started with HoldOutput is held back until its first reader
+// opens a stream, so the moment between a start and the attach that asked
+// for it loses nothing; the reader takes over the hold.
+func TestHoldOutputUntilFirstReader(t *testing.T) {
+	srv := newServer(t, agent.Options{BufferBytes: 256 << 10})
+	rec, _ := unixDialer(t, srv)
+	c := newClient(t, rec.Dial)
+	ctx := ctxT(t)
+	for _, hold := range []bool{true, false} {
+		id := newID()
+		if _, err := c.Start(ctx, agentproto.StartRequest{ID: id, Args: []string{"head", "-c", "8000000", "/dev/zero"}, HoldOutput: hold}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // the process would overflow the buffer meanwhile
+		evs := readAll(t, c, id, 0)
+		n := 0
+		for _, ev := range evs {
+			n += len(ev.Data)
+		}
+		gap := evs[0].Type == agentproto.EventGap
+		if hold && (gap || n != 8000000) {
+			t.Fatalf("held: %d bytes, first event %s", n, evs[0].Type)
+		}
+		if !hold && !gap {
+			t.Fatalf("not held: no gap (%d bytes)", n)
+		}
+	}
+}

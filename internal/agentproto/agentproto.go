@@ -59,6 +59,7 @@ const (
 	FeatureUser    = "user"    // StartRequest.User
 	FeatureTimeout = "timeout" // StartRequest.TimeoutMillis
 	FeatureWait    = "wait"    // the wait endpoint
+	FeatureHold    = "hold"    // StartRequest.HoldOutput
 )
 
 // Info describes a running agent.
@@ -97,6 +98,11 @@ type StartRequest struct {
 	// TimeoutMillis, if > 0, kills the process's group with SIGKILL that
 	// long after it started; its exit event then says timed_out.
 	TimeoutMillis int64 `json:"timeout_ms,omitempty"`
+	// HoldOutput treats the process as attached from its first instruction
+	// until the first output stream opens (or the agent's stall timeout
+	// passes): output is held back, never dropped, in the moment between
+	// a start and the attach that asked for it.
+	HoldOutput bool `json:"hold_output,omitempty"`
 }
 
 // WindowSize is a terminal's size in character cells.

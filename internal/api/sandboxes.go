@@ -266,7 +266,7 @@ func (a *API) createCommand(ctx context.Context, c *call[apiv1.CreateCommandRequ
 		return nil, fmt.Errorf("create command session: %w", err)
 	}
 	if agent != nil {
-		if err := procctl.Start(ctx, agent, cs); err != nil {
+		if err := procctl.Start(ctx, agent, cs, false); err != nil {
 			return nil, procError(err)
 		}
 	}

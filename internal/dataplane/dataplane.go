@@ -207,7 +207,7 @@ func (d *DataPlane) openAttachment(w http.ResponseWriter, r *http.Request) (t ta
 			return target{}, nil, nil, false
 		}
 	}
-	return t, release, procctl.Start(ctx, t.agent, t.cs), true
+	return t, release, procctl.Start(ctx, t.agent, t.cs, true), true
 }
 
 func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {

@@ -52,7 +52,7 @@ func (d *DataPlane) stdin(w http.ResponseWriter, r *http.Request) {
 // ensureStarted starts the session's process if no attach has yet: stdin
 // may arrive before the first attach.
 func (d *DataPlane) ensureStarted(ctx context.Context, t target) error {
-	return procctl.Start(ctx, t.agent, t.cs)
+	return procctl.Start(ctx, t.agent, t.cs, true) // an attach is on its way
 }
 
 // signal: POST /data/v1/processes/{process_id}/signal {"signal":"TERM"} → 204.

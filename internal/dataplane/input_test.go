@@ -19,6 +19,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procctl"
 )
 
 // sessionSpec creates a command session with a full spec.
@@ -159,10 +160,11 @@ func TestSignalAndResizeThroughDataPlane(t *testing.T) {
 // next reader gets a gap event saying exactly how much, then the rest.
 func TestGapEventOverSSE(t *testing.T) {
 	f := newFixture(t)
-	pid, tok := f.sessionSpec(model.ProcessSpec{Args: []string{"sh", "-c", "read x; head -c 10000000 /dev/zero; echo end"}, Stdin: true})
-	if resp := f.post(apiv1.ProcessDataPath(pid.String(), "stdin")+"?close=1", tok, "application/octet-stream", strings.NewReader("go\n")); resp.StatusCode != 204 {
-		t.Fatalf("stdin: %d", resp.StatusCode)
-	}
+	pid, tok := f.sessionSpec(model.ProcessSpec{Args: []string{"sh", "-c", "head -c 10000000 /dev/zero; echo end"}})
+	cs, err := f.st.GetCommandSessionByProcess(context.Background(), pid)
+	must(t, err)
+	// A background start (as "background": true does): nobody is coming.
+	must(t, procctl.Start(context.Background(), f.client, cs, false))
 	// Wait for the process to finish with nobody attached.
 	deadline := time.Now().Add(20 * time.Second)
 	for {

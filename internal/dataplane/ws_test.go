@@ -251,7 +251,7 @@ func TestWSGapAfterOverflowWithoutReader(t *testing.T) {
 	ctx := testCtx(t)
 	cs, err := f.st.GetCommandSessionByProcess(ctx, pid)
 	must(t, err)
-	must(t, procctl.Start(ctx, f.client, cs))
+	must(t, procctl.Start(ctx, f.client, cs, false))
 	_, err = f.client.Wait(ctx, pid.String())
 	must(t, err)
 

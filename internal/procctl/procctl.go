@@ -58,11 +58,15 @@ func StartRequest(cs model.CommandSession) agentproto.StartRequest {
 }
 
 // Start starts cs's process unless the agent has it already (running or
-// exited): starting is idempotent by process ID.
-func Start(ctx context.Context, agent *agentclient.Client, cs model.CommandSession) error {
+// exited): starting is idempotent by process ID. hold holds its output back
+// until the first output stream opens (see agentproto.StartRequest); a
+// background start, which nobody may attach to, does not hold.
+func Start(ctx context.Context, agent *agentclient.Client, cs model.CommandSession, hold bool) error {
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
-	_, err := agent.Start(ctx, StartRequest(cs))
+	req := StartRequest(cs)
+	req.HoldOutput = hold
+	_, err := agent.Start(ctx, req)
 	if errors.Is(err, agentclient.ErrProcessExists) {
 		return nil
 	}
