@@ -149,6 +149,12 @@ type subject interface {
 // ctx stops it; everything it created is removed before it returns, and the
 // error then wraps ctx's error.
 func Run(ctx context.Context, cfg Config) (rep Report, err error) {
+	return runWith(ctx, cfg, (*benchmark).run)
+}
+
+// runWith checks cfg, sets up the working directory, runs body and cleans
+// up whatever the benchmark created.
+func runWith(ctx context.Context, cfg Config, body func(*benchmark, context.Context) (Report, error)) (rep Report, err error) {
 	if err := cfg.check(); err != nil {
 		return Report{}, err
 	}
@@ -172,7 +178,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 			err = errors.Join(err, fmt.Errorf("bench: clean up: %w", cerr))
 		}
 	}()
-	return b.run(ctx)
+	return body(b, ctx)
 }
 
 // benchmark is one Run in progress.
@@ -191,26 +197,10 @@ func (b *benchmark) progressf(format string, args ...any) {
 
 func (b *benchmark) run(ctx context.Context) (Report, error) {
 	started := time.Now().UTC()
-	b.binaries = map[string]string{}
-	var first *airlockSubject
-	for _, r := range b.cfg.Runtimes {
-		flavor, _ := oci.ParseFlavor(r)
-		bin, err := exec.LookPath(r)
-		if err != nil {
-			return Report{}, fmt.Errorf("bench: Airlock on %s: %s is not installed: %w", r, r, err)
-		}
-		b.binaries[r] = bin
-		b.progressf("starting an airlock server on %s…", r)
-		a, err := startAirlock(ctx, flavor, filepath.Join(b.tmp, "s-"+r), b.cfg.AgentBinary, b.cfg.ServerLogger, b.cfg.Logger)
-		if err != nil {
-			return Report{}, fmt.Errorf("bench: %w", err)
-		}
-		b.subjects = append(b.subjects, a)
-		if first == nil {
-			first = a
-		}
+	first, err := b.startServers(ctx)
+	if err != nil {
+		return Report{}, err
 	}
-
 	digest, lower, err := b.templateTree(ctx, first)
 	if err != nil {
 		return Report{}, err
@@ -255,10 +245,35 @@ func (b *benchmark) run(ctx context.Context) (Report, error) {
 		Skipped:   b.skipped,
 	}
 	for i, s := range b.subjects {
-		rep.Subjects = append(rep.Subjects, summarizeSubject(s.info(), samples[i]))
+		rep.Subjects = append(rep.Subjects, summarizeSubject(s.info(), samples[i], airlockPhases))
 	}
 	rep.Ratios = ratios(rep.Subjects)
 	return rep, nil
+}
+
+// startServers starts an airlock server per runtime (each a subject) and
+// returns the first.
+func (b *benchmark) startServers(ctx context.Context) (*airlockSubject, error) {
+	b.binaries = map[string]string{}
+	var first *airlockSubject
+	for _, r := range b.cfg.Runtimes {
+		flavor, _ := oci.ParseFlavor(r)
+		bin, err := exec.LookPath(r)
+		if err != nil {
+			return nil, fmt.Errorf("bench: Airlock on %s: %s is not installed: %w", r, r, err)
+		}
+		b.binaries[r] = bin
+		b.progressf("starting an airlock server on %s…", r)
+		a, err := startAirlock(ctx, flavor, filepath.Join(b.tmp, "s-"+r), b.cfg.AgentBinary, b.cfg.ServerLogger, b.cfg.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		b.subjects = append(b.subjects, a)
+		if first == nil {
+			first = a
+		}
+	}
+	return first, nil
 }
 
 // templateTree finds the default template in the first server's template
@@ -327,7 +342,7 @@ func (b *benchmark) rounds(ctx context.Context, seed uint64) ([][]sample, error)
 }
 
 // summarizeSubject fills in the statistics of one subject.
-func summarizeSubject(s Subject, samples []sample) Subject {
+func summarizeSubject(s Subject, samples []sample, phases []phaseName) Subject {
 	totals := make([]time.Duration, len(samples))
 	for i, smp := range samples {
 		totals[i] = smp.total
@@ -335,7 +350,7 @@ func summarizeSubject(s Subject, samples []sample) Subject {
 	s.Samples = totals
 	s.FirstOutput = Summarize(totals)
 	if s.Kind == KindAirlock {
-		for pi, ph := range airlockPhases {
+		for pi, ph := range phases {
 			var d []time.Duration
 			for _, smp := range samples {
 				if pi < len(smp.phases) {
