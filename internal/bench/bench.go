@@ -154,20 +154,21 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 
 // runWith checks cfg, sets up the working directory, runs body and cleans
 // up whatever the benchmark created.
-func runWith(ctx context.Context, cfg Config, body func(*benchmark, context.Context) (Report, error)) (rep Report, err error) {
+func runWith[R any](ctx context.Context, cfg Config, body func(*benchmark, context.Context) (R, error)) (rep R, err error) {
+	var zero R
 	if err := cfg.check(); err != nil {
-		return Report{}, err
+		return zero, err
 	}
 	if os.Geteuid() != 0 {
-		return Report{}, ErrNotRoot
+		return zero, ErrNotRoot
 	}
 	cg, err := cgroups.Detect()
 	if err != nil {
-		return Report{}, fmt.Errorf("bench: %w", err)
+		return zero, fmt.Errorf("bench: %w", err)
 	}
 	tmp, err := os.MkdirTemp(cfg.TempDir, "alb-")
 	if err != nil {
-		return Report{}, fmt.Errorf("bench: temporary directory: %w", err)
+		return zero, fmt.Errorf("bench: temporary directory: %w", err)
 	}
 	b := &benchmark{cfg: cfg, cg: cg, tmp: tmp}
 	b.progressf("working directory %s (removed on exit)", tmp)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -116,8 +117,9 @@ func (b *benchmark) runExec(ctx context.Context) (Report, error) {
 
 // execAirlock runs `true` in one long-lived sandbox of one server.
 type execAirlock struct {
-	a  *airlockSubject
-	id model.SandboxID
+	a    *airlockSubject
+	id   model.SandboxID
+	http *http.Client // for the stdin route; see httpClient
 }
 
 // setup creates the sandbox and waits until it runs (untimed).
@@ -174,7 +176,12 @@ func (e *execAirlock) once(ctx context.Context) (sample, error) {
 	return sample{total: t3.Sub(t0), phases: []time.Duration{t1.Sub(t0), t2.Sub(t1), t3.Sub(t2)}}, nil
 }
 
-func (e *execAirlock) close(ctx context.Context) error { return e.a.close(ctx) }
+func (e *execAirlock) close(ctx context.Context) error {
+	if e.http != nil {
+		e.http.CloseIdleConnections()
+	}
+	return e.a.close(ctx)
+}
 
 // waitExit reads st until the exit event and checks the exit code. Output
 // is discarded.

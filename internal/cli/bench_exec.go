@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"os"
 
@@ -10,10 +11,16 @@ import (
 	"github.com/airlockdev/airlock/internal/bench"
 )
 
+// benchReport is what a bench subcommand prints.
+type benchReport interface {
+	WriteJSON(io.Writer) error
+	WriteTable(io.Writer) error
+}
+
 // benchRoundsCommand builds a bench subcommand that runs rounds of
-// subjects (create, exec) with the flags of `airlock bench create`.
-func (a *app) benchRoundsCommand(use, short, long string, run func(context.Context, bench.Config) (bench.Report, error)) *cobra.Command {
-	def := bench.DefaultConfig()
+// subjects (exec, throughput) with the flags of `airlock bench create`;
+// def gives the defaults of --runs and --warmup.
+func (a *app) benchRoundsCommand(use, short, long string, def bench.Config, run func(context.Context, bench.Config) (benchReport, error)) *cobra.Command {
 	f := benchCreateFlags{}
 	cmd := &cobra.Command{
 		Use:   use,
@@ -81,5 +88,6 @@ func (a *app) benchExecCommand() *cobra.Command {
 			"true into an equivalent detached raw container (--peers). Each round runs every\n"+
 			"subject once in a random order. Prints p50/p95 per subject, Airlock's phases and its\n"+
 			"p50 over its raw peer's. Needs root. Everything it creates is removed on exit.",
-		bench.RunExec)
+		bench.DefaultConfig(),
+		func(ctx context.Context, cfg bench.Config) (benchReport, error) { return bench.RunExec(ctx, cfg) })
 }
