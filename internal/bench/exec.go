@@ -118,6 +118,7 @@ func (b *benchmark) runExec(ctx context.Context) (Report, error) {
 // execAirlock runs `true` in one long-lived sandbox of one server.
 type execAirlock struct {
 	a    *airlockSubject
+	req  apiv1.CreateSandboxRequest // the sandbox's settings (default: the API's)
 	id   model.SandboxID
 	http *http.Client // for the stdin route; see httpClient
 }
@@ -126,7 +127,7 @@ type execAirlock struct {
 func (e *execAirlock) setup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, airlockRunTimeout)
 	defer cancel()
-	created, err := e.a.c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{})
+	created, err := e.a.c.CreateSandbox(ctx, e.req)
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/cgroups"
+	"github.com/airlockdev/airlock/internal/model"
 )
 
 // DefaultThroughputBytes is what `airlock bench throughput` moves per
@@ -65,9 +67,9 @@ func (b *benchmark) runThroughput(ctx context.Context, n int64) (ThroughputRepor
 	b.subjects = nil
 	for _, s := range servers {
 		a := s.(*airlockSubject)
-		e := &execAirlock{a: a}
+		e := &execAirlock{a: a, req: apiv1.CreateSandboxRequest{MemoryMiB: throughputMemoryMiB(n)}}
 		b.subjects = append(b.subjects, e)
-		b.progressf("creating a sandbox on airlock-%s…", a.flavor)
+		b.progressf("creating a sandbox with %d MiB on airlock-%s…", e.req.MemoryMiB, a.flavor)
 		if err := e.setup(ctx); err != nil {
 			return ThroughputReport{}, fmt.Errorf("bench: airlock-%s: %w", a.flavor, err)
 		}
@@ -130,6 +132,15 @@ func (b *benchmark) runThroughput(ctx context.Context, n int64) (ThroughputRepor
 		rep.Rows = append(rep.Rows, newThroughputRow(c.row, n, times[i], peaks[i]))
 	}
 	return rep, nil
+}
+
+// throughputMemoryMiB is the memory of a throughput sandbox: the default
+// 512 MiB plus room for three copies of the data (the download's file, an
+// upload's temporary file and the file it replaces), since under runsc a
+// sandbox's files live in its memory.
+func throughputMemoryMiB(n int64) int {
+	mib := 512 + 3*((n+(1<<20)-1)>>20)
+	return int(min(mib, model.MaxMemoryMiB))
 }
 
 // throughputRounds runs every case once per round, in a new random order.

@@ -14,8 +14,12 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 )
 
-// throughputFile is the file upload and download move in the sandbox.
-const throughputFile = "/tmp/airlock-bench-throughput.bin"
+// The files download reads and upload writes (and removes after its
+// check) in the sandbox.
+const (
+	throughputFile   = "/tmp/airlock-bench-throughput.bin"
+	throughputUpload = "/tmp/airlock-bench-upload.bin"
+)
 
 // airlockThroughputCases measure one sandbox through the API. Before the
 // clock: the SHA-256 of the stdout stream computed inside, and the file
@@ -34,6 +38,10 @@ func airlockThroughputCases(ctx context.Context, e *execAirlock, data payload) (
 		return nil, fmt.Errorf("sha256sum inside of %s zero bytes is %s, here %s", n, zerosInside, data.zerosSum)
 	}
 	file, err := model.ParseGuestPath(throughputFile)
+	if err != nil {
+		return nil, err
+	}
+	upFile, err := model.ParseGuestPath(throughputUpload)
 	if err != nil {
 		return nil, err
 	}
@@ -71,10 +79,10 @@ func airlockThroughputCases(ctx context.Context, e *execAirlock, data payload) (
 				}
 				return d, err
 			}},
-		{row: row(DirUpload, "client.Upload of N bytes to "+throughputFile+" (transfer + streamed PUT) → its answer; sha256sum of the file inside is compared, untimed"),
+		{row: row(DirUpload, "client.Upload of N bytes to "+throughputUpload+" (transfer + streamed PUT) → its answer; sha256sum of the file inside is compared and the file removed, untimed"),
 			run: func(ctx context.Context) (time.Duration, error) {
 				t0 := time.Now()
-				fi, err := e.a.c.Upload(ctx, e.id, file, 0o600, data.reader())
+				fi, err := e.a.c.Upload(ctx, e.id, upFile, 0o600, data.reader())
 				if err != nil {
 					return 0, err
 				}
@@ -82,8 +90,11 @@ func airlockThroughputCases(ctx context.Context, e *execAirlock, data payload) (
 				if fi.Size != data.n {
 					return 0, fmt.Errorf("uploaded file has %d bytes, want %d", fi.Size, data.n)
 				}
-				out, err := e.output(ctx, "sha256sum", throughputFile)
+				out, err := e.output(ctx, "sha256sum", throughputUpload)
 				if err != nil {
+					return 0, err
+				}
+				if err := e.a.c.RemoveFile(ctx, e.id, upFile, false); err != nil {
 					return 0, err
 				}
 				sum, err := parseSum(out)
