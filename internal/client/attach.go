@@ -250,6 +250,10 @@ func decodeEvent(raw SSEEvent) (ev Event, ok bool, err error) {
 	}
 	switch raw.Type {
 	case apiv1.EventStdout, apiv1.EventStderr:
+		if data, ok := decodeOutputData(raw.Data); ok {
+			ev.Data = data
+			break
+		}
 		var d apiv1.OutputEventData
 		if err := json.Unmarshal([]byte(raw.Data), &d); err != nil {
 			return Event{}, false, fmt.Errorf("malformed %s event %s: %w", raw.Type, raw.ID, err)
