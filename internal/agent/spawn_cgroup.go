@@ -72,6 +72,7 @@ func newCgroupSpawner(dir string, onlyHelper bool, log *slog.Logger) *cgroupSpaw
 		}
 		s.mode, s.dirFD = spawnViaCloneInto, fd
 	}
+	log.Debug("workload cgroup placement", "cgroup", dir, "mechanism", s.mode, "reason", s.reason)
 	return s
 }
 
