@@ -99,7 +99,15 @@ func removeCgroupTree(t *testing.T, dir string) {
 	}
 }
 
-func TestPidsCgroupInProcess(t *testing.T) {
+// TestPidsCgroupInProcess starts processes directly in the cgroup (a
+// thread that joins it on cgroup v1, CLONE_INTO_CGROUP on v2).
+func TestPidsCgroupInProcess(t *testing.T) { testPidsCgroupInProcess(t, false) }
+
+// TestPidsCgroupInProcessHelper starts them through the re-exec helper,
+// the fallback.
+func TestPidsCgroupInProcessHelper(t *testing.T) { testPidsCgroupInProcess(t, true) }
+
+func testPidsCgroupInProcess(t *testing.T, helperOnly bool) {
 	parent := tempPidsParent(t)
 	const max = 8
 	cg, err := agent.SetupPidsCgroup(agent.PidsCgroupOptions{Max: max, Parent: parent})
@@ -116,7 +124,7 @@ func TestPidsCgroupInProcess(t *testing.T) {
 	if _, err := agent.SetupPidsCgroup(agent.PidsCgroupOptions{Max: max, Parent: parent}); err != nil {
 		t.Fatalf("second setup: %v", err)
 	}
-	srv, err := agent.New(agent.Options{CgroupDir: cg.Dir, Env: []string{"PATH=/usr/bin:/bin"}, DrainTimeout: 200 * time.Millisecond})
+	srv, err := agent.New(agent.Options{CgroupDir: cg.Dir, SpawnHelperOnly: helperOnly, Env: []string{"PATH=/usr/bin:/bin"}, DrainTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

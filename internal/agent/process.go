@@ -258,21 +258,53 @@ func (s *Server) startProcess(spec startSpec) (*child, procIO, error) {
 	attr := &os.ProcAttr{Dir: spec.cwd, Env: env, Files: stdio, Sys: sys}
 	execPath, argv := path, spec.args
 	var statusR *os.File
-	if s.cgroupDir != "" {
+	useHelper := func() error {
 		r, w, err := os.Pipe()
 		if err != nil {
-			return nil, procIO{}, internalErr("pipe: %w", err)
+			return internalErr("pipe: %w", err)
 		}
 		statusR = r
-		defer statusR.Close()
 		childFiles = append(childFiles, w)
 		attr.Files = append(attr.Files, w)
 		execPath = s.spawnHelper
 		argv = append([]string{s.spawnHelper}, spawnArgs(s.cgroupDir, path, spec.user, spec.args)...)
-	} else if spec.user != nil {
+		sys.Credential = nil // the helper drops to the user after joining
+		return nil
+	}
+	defer func() {
+		if statusR != nil {
+			statusR.Close()
+		}
+	}()
+	start := func() (*os.Process, error) { return os.StartProcess(execPath, argv, attr) }
+	mode := ""
+	if s.cgroup != nil {
+		mode = s.cgroup.current()
+	}
+	switch {
+	case mode == spawnViaHelper:
+		if err := useHelper(); err != nil {
+			return nil, procIO{}, err
+		}
+	case mode != "":
+		if spec.user != nil { // no supplementary groups, as the helper
+			sys.Credential = &syscall.Credential{Uid: spec.user.UID, Gid: spec.user.GID}
+		}
+		start = func() (*os.Process, error) { return s.cgroup.start(mode, path, spec.args, attr) }
+	case spec.user != nil:
 		sys.Credential = &syscall.Credential{Uid: spec.user.UID, Gid: spec.user.GID, NoSetGroups: true}
 	}
-	c, err := s.waiter.spawn(func() (*os.Process, error) { return os.StartProcess(execPath, argv, attr) })
+	c, err := s.waiter.spawn(start)
+	if errors.Is(err, errRefused) || errors.Is(err, errCgroupFull) {
+		direct := err
+		if err := useHelper(); err != nil {
+			return nil, procIO{}, err
+		}
+		c, err = s.waiter.spawn(func() (*os.Process, error) { return os.StartProcess(execPath, argv, attr) })
+		if err == nil && errors.Is(direct, errRefused) {
+			s.cgroup.fallBack(mode, direct)
+		}
+	}
 	if err != nil {
 		return nil, procIO{}, execFailed(fmt.Errorf("start %s: %w", spec.args[0], err))
 	}

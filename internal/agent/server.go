@@ -86,8 +86,14 @@ type Options struct {
 	// before it executes (see SetupPidsCgroup and SpawnCommand).
 	CgroupDir string
 	// SpawnHelper is the binary that implements SpawnCommand; ""
-	// means /proc/self/exe. Only used with CgroupDir.
+	// means /proc/self/exe. Only used with CgroupDir, where processes
+	// start directly in the cgroup when it allows (a thread that joins it
+	// on cgroup v1, CLONE_INTO_CGROUP on v2) and through the helper
+	// otherwise.
 	SpawnHelper string
+	// SpawnHelperOnly makes every process with CgroupDir start through
+	// the helper (tests of the fallback).
+	SpawnHelperOnly bool
 
 	// FilesRoot is the directory the /v1/files endpoints treat as "/"
 	// ("" means DefaultFilesRoot, "/"); tests embed an agent on a temp dir.
@@ -101,6 +107,7 @@ type Server struct {
 	env         []string
 	cgroupDir   string
 	spawnHelper string
+	cgroup      *cgroupSpawner // with cgroupDir: how processes join it
 	waiter      waiter
 	handler     http.Handler
 	startedAt   time.Time
@@ -166,6 +173,7 @@ func New(opts Options) (*Server, error) {
 		if _, err := os.Stat(s.spawnHelper); err != nil {
 			return nil, fmt.Errorf("agent: spawn helper: %w", err)
 		}
+		s.cgroup = newCgroupSpawner(s.cgroupDir, opts.SpawnHelperOnly, logger)
 	}
 	if opts.ReapAllChildren {
 		s.waiter = newCentralReaper(logger)

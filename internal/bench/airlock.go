@@ -33,11 +33,14 @@ const (
 )
 
 // Names of the phases of an Airlock sample, in order.
-var airlockPhases = []struct{ name, what string }{
+var airlockPhases = []phaseName{
 	{"create", "POST /v1/sandboxes → its create operation succeeded (long poll)"},
 	{"command session", "POST /v1/sandboxes/{id}/commands [echo hello] → session returned"},
 	{"first output", "attach (SSE, starts the process) → first stdout event"},
 }
+
+// phaseName names one phase of an Airlock sample and says what it times.
+type phaseName struct{ name, what string }
 
 // airlockSubject is one in-process `airlock server` on one runtime, driven
 // through the Go client exactly as a user would drive it.

@@ -149,19 +149,26 @@ type subject interface {
 // ctx stops it; everything it created is removed before it returns, and the
 // error then wraps ctx's error.
 func Run(ctx context.Context, cfg Config) (rep Report, err error) {
+	return runWith(ctx, cfg, (*benchmark).run)
+}
+
+// runWith checks cfg, sets up the working directory, runs body and cleans
+// up whatever the benchmark created.
+func runWith[R any](ctx context.Context, cfg Config, body func(*benchmark, context.Context) (R, error)) (rep R, err error) {
+	var zero R
 	if err := cfg.check(); err != nil {
-		return Report{}, err
+		return zero, err
 	}
 	if os.Geteuid() != 0 {
-		return Report{}, ErrNotRoot
+		return zero, ErrNotRoot
 	}
 	cg, err := cgroups.Detect()
 	if err != nil {
-		return Report{}, fmt.Errorf("bench: %w", err)
+		return zero, fmt.Errorf("bench: %w", err)
 	}
 	tmp, err := os.MkdirTemp(cfg.TempDir, "alb-")
 	if err != nil {
-		return Report{}, fmt.Errorf("bench: temporary directory: %w", err)
+		return zero, fmt.Errorf("bench: temporary directory: %w", err)
 	}
 	b := &benchmark{cfg: cfg, cg: cg, tmp: tmp}
 	b.progressf("working directory %s (removed on exit)", tmp)
@@ -172,7 +179,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 			err = errors.Join(err, fmt.Errorf("bench: clean up: %w", cerr))
 		}
 	}()
-	return b.run(ctx)
+	return body(b, ctx)
 }
 
 // benchmark is one Run in progress.
@@ -191,26 +198,10 @@ func (b *benchmark) progressf(format string, args ...any) {
 
 func (b *benchmark) run(ctx context.Context) (Report, error) {
 	started := time.Now().UTC()
-	b.binaries = map[string]string{}
-	var first *airlockSubject
-	for _, r := range b.cfg.Runtimes {
-		flavor, _ := oci.ParseFlavor(r)
-		bin, err := exec.LookPath(r)
-		if err != nil {
-			return Report{}, fmt.Errorf("bench: Airlock on %s: %s is not installed: %w", r, r, err)
-		}
-		b.binaries[r] = bin
-		b.progressf("starting an airlock server on %s…", r)
-		a, err := startAirlock(ctx, flavor, filepath.Join(b.tmp, "s-"+r), b.cfg.AgentBinary, b.cfg.ServerLogger, b.cfg.Logger)
-		if err != nil {
-			return Report{}, fmt.Errorf("bench: %w", err)
-		}
-		b.subjects = append(b.subjects, a)
-		if first == nil {
-			first = a
-		}
+	first, err := b.startServers(ctx)
+	if err != nil {
+		return Report{}, err
 	}
-
 	digest, lower, err := b.templateTree(ctx, first)
 	if err != nil {
 		return Report{}, err
@@ -255,10 +246,35 @@ func (b *benchmark) run(ctx context.Context) (Report, error) {
 		Skipped:   b.skipped,
 	}
 	for i, s := range b.subjects {
-		rep.Subjects = append(rep.Subjects, summarizeSubject(s.info(), samples[i]))
+		rep.Subjects = append(rep.Subjects, summarizeSubject(s.info(), samples[i], airlockPhases))
 	}
 	rep.Ratios = ratios(rep.Subjects)
 	return rep, nil
+}
+
+// startServers starts an airlock server per runtime (each a subject) and
+// returns the first.
+func (b *benchmark) startServers(ctx context.Context) (*airlockSubject, error) {
+	b.binaries = map[string]string{}
+	var first *airlockSubject
+	for _, r := range b.cfg.Runtimes {
+		flavor, _ := oci.ParseFlavor(r)
+		bin, err := exec.LookPath(r)
+		if err != nil {
+			return nil, fmt.Errorf("bench: Airlock on %s: %s is not installed: %w", r, r, err)
+		}
+		b.binaries[r] = bin
+		b.progressf("starting an airlock server on %s…", r)
+		a, err := startAirlock(ctx, flavor, filepath.Join(b.tmp, "s-"+r), b.cfg.AgentBinary, b.cfg.ServerLogger, b.cfg.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		b.subjects = append(b.subjects, a)
+		if first == nil {
+			first = a
+		}
+	}
+	return first, nil
 }
 
 // templateTree finds the default template in the first server's template
@@ -327,7 +343,7 @@ func (b *benchmark) rounds(ctx context.Context, seed uint64) ([][]sample, error)
 }
 
 // summarizeSubject fills in the statistics of one subject.
-func summarizeSubject(s Subject, samples []sample) Subject {
+func summarizeSubject(s Subject, samples []sample, phases []phaseName) Subject {
 	totals := make([]time.Duration, len(samples))
 	for i, smp := range samples {
 		totals[i] = smp.total
@@ -335,7 +351,7 @@ func summarizeSubject(s Subject, samples []sample) Subject {
 	s.Samples = totals
 	s.FirstOutput = Summarize(totals)
 	if s.Kind == KindAirlock {
-		for pi, ph := range airlockPhases {
+		for pi, ph := range phases {
 			var d []time.Duration
 			for _, smp := range samples {
 				if pi < len(smp.phases) {

@@ -161,7 +161,7 @@ func (r Report) WriteTable(w io.Writer) error {
 	}
 
 	if phased := r.phased(); len(phased) > 0 {
-		fmt.Fprintf(bw, "\nAirlock phases, p50 / p95 (in each run they add up to its first output):\n")
+		fmt.Fprintf(bw, "\nAirlock phases, p50 / p95 (in each run they add up to its total):\n")
 		tw = tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
 		header := []string{"SUBJECT"}
 		for _, p := range phased[0].Phases {

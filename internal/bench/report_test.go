@@ -20,15 +20,15 @@ func sampleReport() Report {
 	}, []sample{
 		{total: ms(90), phases: []time.Duration{ms(80), ms(2), ms(8)}},
 		{total: ms(110), phases: []time.Duration{ms(95), ms(3), ms(12)}},
-	})
+	}, airlockPhases)
 	raw := summarizeSubject(Subject{
 		Name: "runc run", Kind: KindRaw, Runtime: "runc", Isolation: runtime.IsolationSharedKernel,
 		Method: "fork/exec of `runc run`", Rootfs: "overlay before the clock",
-	}, []sample{{total: ms(20)}, {total: ms(30)}})
+	}, []sample{{total: ms(20)}, {total: ms(30)}}, nil)
 	gvisor := summarizeSubject(Subject{
 		Name: "runsc run", Kind: KindRaw, Runtime: "runsc", Isolation: runtime.IsolationUserSpaceKernel,
 		Method: "fork/exec of `runsc run`", Rootfs: "overlay before the clock",
-	}, []sample{{total: ms(120)}, {total: ms(140)}})
+	}, []sample{{total: ms(120)}, {total: ms(140)}}, nil)
 	subjects := []Subject{airlock, raw, gvisor}
 	return Report{
 		Benchmark: "airlock bench create: test",

@@ -94,7 +94,7 @@ func TestSummarizeSubjectPhases(t *testing.T) {
 		{total: ms(100), phases: []time.Duration{ms(80), ms(5), ms(15)}},
 		{total: ms(200), phases: []time.Duration{ms(170), ms(10), ms(20)}},
 	}
-	s := summarizeSubject(Subject{Name: "airlock-runc", Kind: KindAirlock}, samples)
+	s := summarizeSubject(Subject{Name: "airlock-runc", Kind: KindAirlock}, samples, airlockPhases)
 	if s.FirstOutput.N != 2 || s.FirstOutput.P50 != ms(150) {
 		t.Errorf("first output = %+v", s.FirstOutput)
 	}
@@ -104,7 +104,7 @@ func TestSummarizeSubjectPhases(t *testing.T) {
 	if s.Phases[0].Stats.P50 != ms(125) || s.Phases[2].Stats.Max != ms(20) {
 		t.Errorf("phases = %+v", s.Phases)
 	}
-	raw := summarizeSubject(Subject{Name: "runc run", Kind: KindRaw}, []sample{{total: ms(20)}})
+	raw := summarizeSubject(Subject{Name: "runc run", Kind: KindRaw}, []sample{{total: ms(20)}}, nil)
 	if len(raw.Phases) != 0 || !slices.Equal(raw.Samples, []time.Duration{ms(20)}) {
 		t.Errorf("raw subject = %+v", raw)
 	}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -271,11 +269,15 @@ func decodeEvent(raw SSEEvent) (ev Event, ok bool, err error) {
 	}
 	switch raw.Type {
 	case apiv1.EventStdout, apiv1.EventStderr:
-		data, err := decodeOutputData(raw.Data)
-		if err != nil {
+		if data, ok := decodeOutputData(raw.Data); ok {
+			ev.Data = data
+			break
+		}
+		var d apiv1.OutputEventData
+		if err := json.Unmarshal([]byte(raw.Data), &d); err != nil {
 			return Event{}, false, fmt.Errorf("malformed %s event %s: %w", raw.Type, raw.ID, err)
 		}
-		ev.Data = data
+		ev.Data = d.Data
 	case apiv1.EventGap:
 		var d apiv1.GapEventData
 		if err := json.Unmarshal([]byte(raw.Data), &d); err != nil {
@@ -298,24 +300,4 @@ func decodeEvent(raw SSEEvent) (ev Event, ok bool, err error) {
 		return Event{}, false, nil
 	}
 	return ev, true, nil
-}
-
-// decodeOutputData decodes {"data":"<base64>"}: a fast path for the exact
-// form the server writes, JSON for anything else.
-func decodeOutputData(s string) ([]byte, error) {
-	const pre, post = `{"data":"`, `"}`
-	if strings.HasPrefix(s, pre) && strings.HasSuffix(s, post) && len(s) >= len(pre)+len(post) {
-		b64 := s[len(pre) : len(s)-len(post)]
-		if !strings.ContainsAny(b64, `"\\`) {
-			out, err := base64.StdEncoding.AppendDecode(nil, []byte(b64))
-			if err == nil {
-				return out, nil
-			}
-		}
-	}
-	var d apiv1.OutputEventData
-	if err := json.Unmarshal([]byte(s), &d); err != nil {
-		return nil, err
-	}
-	return d.Data, nil
 }

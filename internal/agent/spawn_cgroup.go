@@ -1,0 +1,173 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Ways a process is put into the workload cgroup (Server.cgroupDir) before
+// its first instruction.
+const (
+	// spawnViaHelper re-executes the agent (SpawnCommand), which joins the
+	// cgroup and then execve's the program: works everywhere, but starts
+	// a Go binary per process (≈10 ms under gVisor).
+	spawnViaHelper = "helper"
+	// spawnViaThread (cgroup v1, where membership is per thread): a
+	// dedicated, locked OS thread joins the cgroup through its tasks file
+	// and forks there; the child inherits the thread's cgroup, and the
+	// fork itself is charged to (and limited by) the cgroup's pids.max.
+	// The thread is never reused: it exits with its goroutine.
+	spawnViaThread = "thread"
+	// spawnViaCloneInto (cgroup v2): clone3 with CLONE_INTO_CGROUP.
+	spawnViaCloneInto = "clone-into-cgroup"
+)
+
+// cgroupSpawner starts processes in the workload cgroup, with the cheapest
+// mechanism the cgroup's version allows, and falls back to the re-exec
+// helper for good the first time that mechanism is refused.
+type cgroupSpawner struct {
+	dir    string
+	log    *slog.Logger
+	mu     sync.Mutex
+	mode   string
+	dirFD  int    // cgroup v2: an O_PATH descriptor of dir (kept for the process's life), else -1
+	home   string // cgroup v1: the agent's own pids cgroup, where a spawning thread returns
+	reason string
+}
+
+// newCgroupSpawner picks the mechanism for dir: the helper if onlyHelper,
+// else by the filesystem dir is on.
+func newCgroupSpawner(dir string, onlyHelper bool, log *slog.Logger) *cgroupSpawner {
+	s := &cgroupSpawner{dir: dir, log: log, mode: spawnViaHelper, dirFD: -1}
+	if onlyHelper {
+		return s
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		s.reason = err.Error()
+		return s
+	}
+	switch st.Type {
+	case unix.CGROUP_SUPER_MAGIC:
+		home, version, err := discoverPidsCgroup()
+		if err != nil || version != 1 {
+			s.reason = fmt.Sprintf("the agent's own pids cgroup: v%d, %v", version, err)
+			return s
+		}
+		s.mode, s.home = spawnViaThread, home
+	case unix.CGROUP2_SUPER_MAGIC:
+		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			s.reason = err.Error()
+			return s
+		}
+		s.mode, s.dirFD = spawnViaCloneInto, fd
+	}
+	log.Debug("workload cgroup placement", "cgroup", dir, "mechanism", s.mode, "reason", s.reason)
+	return s
+}
+
+// current returns the mechanism in use.
+func (s *cgroupSpawner) current() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mode
+}
+
+// fallBack switches to the helper for good.
+func (s *cgroupSpawner) fallBack(from string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mode != from {
+		return
+	}
+	s.mode = spawnViaHelper
+	s.log.Warn("cannot start processes directly in the workload cgroup; using the re-exec helper",
+		"cgroup", s.dir, "mechanism", from, "err", err)
+}
+
+// Failures after which the caller retries with the helper.
+var (
+	// errRefused: the mechanism itself failed (not the program); the
+	// helper is used from now on.
+	errRefused = errors.New("cgroup placement refused")
+	// errCgroupFull: the fork was refused by the cgroup's pids.max. The
+	// helper forks outside and then joins (which pids.max does not
+	// refuse), so that a full workload never locks out e.g. a kill.
+	errCgroupFull = errors.New("workload cgroup at pids.max")
+)
+
+// start starts path with attr (whose Sys must be set) in the cgroup using
+// mode, which is spawnViaThread or spawnViaCloneInto. A failure of the
+// mechanism wraps errRefused.
+func (s *cgroupSpawner) start(mode, path string, argv []string, attr *os.ProcAttr) (*os.Process, error) {
+	switch mode {
+	case spawnViaCloneInto:
+		s.mu.Lock()
+		fd := s.dirFD
+		s.mu.Unlock()
+		sys := *attr.Sys
+		sys.UseCgroupFD, sys.CgroupFD = true, fd
+		a := *attr
+		a.Sys = &sys
+		p, err := os.StartProcess(path, argv, &a)
+		return p, classify(err)
+	case spawnViaThread:
+		type result struct {
+			p   *os.Process
+			err error
+		}
+		done := make(chan result, 1)
+		// The goroutine owns a locked thread that joins the cgroup for
+		// the fork and returns home after it (a locked thread never
+		// clones new runtime threads, so none is born in the cgroup).
+		// If it cannot return, the goroutine ends still locked and the
+		// runtime ends the thread.
+		go func() {
+			goruntime.LockOSThread()
+			tid := []byte(strconv.Itoa(unix.Gettid()))
+			if err := os.WriteFile(filepath.Join(s.dir, "tasks"), tid, 0o644); err != nil {
+				goruntime.UnlockOSThread()
+				done <- result{err: fmt.Errorf("%w: join %s with thread %s: %w", errRefused, s.dir, tid, err)}
+				return
+			}
+			p, err := os.StartProcess(path, argv, attr)
+			done <- result{p, classify(err)}
+			if err := os.WriteFile(filepath.Join(s.home, "tasks"), tid, 0o644); err != nil {
+				s.log.Warn("a spawning thread could not leave the workload cgroup; ending it", "tid", string(tid), "err", err)
+				return
+			}
+			goruntime.UnlockOSThread()
+		}()
+		r := <-done
+		return r.p, r.err
+	}
+	return nil, fmt.Errorf("%w: unknown mechanism %q", errRefused, mode)
+}
+
+// classify wraps a start error in errCgroupFull if the fork hit pids.max,
+// or in errRefused if it means clone3 or CLONE_INTO_CGROUP is unsupported
+// (an execve error of the program that looks alike is reported by the
+// helper's retry).
+func classify(err error) error {
+	var errno syscall.Errno
+	if err == nil || !errors.As(err, &errno) {
+		return err
+	}
+	switch errno {
+	case unix.EAGAIN:
+		return fmt.Errorf("%w: %w", errCgroupFull, err)
+	case unix.ENOSYS, unix.EOPNOTSUPP, unix.EBADF, unix.EINVAL:
+		return fmt.Errorf("%w: %w", errRefused, err)
+	}
+	return err
+}

@@ -1,0 +1,145 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// tempCgroup creates a throwaway child of parent (a cgroup directory), or
+// skips if it cannot.
+func tempCgroup(t testing.TB, parent string) string {
+	t.Helper()
+	airtest.RequireRoot(t)
+	dir := filepath.Join(parent, fmt.Sprintf("airlock-spawn-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("needs a writable cgroup under %s: %v", parent, err)
+	}
+	t.Cleanup(func() {
+		for i := 0; i < 50; i++ { // exited children leave the cgroup asynchronously
+			if err := syscall.Rmdir(dir); err == nil || errors.Is(err, syscall.ENOENT) {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Errorf("cgroup %s not removed", dir)
+	})
+	return dir
+}
+
+// runIn starts `cat /proc/self/cgroup` with the spawner's current
+// mechanism and returns what it printed.
+func runIn(t *testing.T, s *cgroupSpawner) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	attr := &os.ProcAttr{Files: []*os.File{nil, w, w}, Sys: &syscall.SysProcAttr{Setpgid: true}}
+	p, err := s.start(s.current(), "/bin/cat", []string{"cat", "/proc/self/cgroup"}, attr)
+	w.Close()
+	if err != nil {
+		t.Fatalf("start with %s: %v", s.current(), err)
+	}
+	out, _ := io.ReadAll(r)
+	if _, err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// On cgroup v1 a locked thread joins the cgroup for the fork: the child is
+// in it, and no thread of this process stays there.
+func TestCgroupSpawnerThreadV1(t *testing.T) {
+	if fi, err := os.Stat("/sys/fs/cgroup/pids"); err != nil || !fi.IsDir() {
+		t.Skip("needs a cgroup v1 pids hierarchy at /sys/fs/cgroup/pids")
+	}
+	dir := tempCgroup(t, "/sys/fs/cgroup/pids")
+	s := newCgroupSpawner(dir, false, slog.New(slog.DiscardHandler))
+	if s.current() != spawnViaThread {
+		t.Fatalf("mechanism %q (%s), want %q", s.current(), s.reason, spawnViaThread)
+	}
+	for i := 0; i < 3; i++ {
+		out := runIn(t, s)
+		if !strings.Contains(out, ":pids:/"+filepath.Base(dir)+"\n") && !strings.Contains(out, "/"+filepath.Base(dir)+"\n") {
+			t.Fatalf("child's cgroups:\n%s\nwant pids in %s", out, dir)
+		}
+	}
+	tasks, err := os.ReadFile(filepath.Join(dir, "tasks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bytes.TrimSpace(tasks)) != 0 {
+		t.Fatalf("threads left in the workload cgroup: %q", tasks)
+	}
+}
+
+// On cgroup v2, clone3 with CLONE_INTO_CGROUP places the child. This host
+// kind has only a hugetlb-only cgroup2 mount next to v1, which is enough
+// to check the placement.
+func TestCgroupSpawnerCloneIntoV2(t *testing.T) {
+	parent := ""
+	for _, p := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		var st syscall.Statfs_t
+		if syscall.Statfs(p, &st) == nil && st.Type == 0x63677270 { // CGROUP2_SUPER_MAGIC
+			parent = p
+			break
+		}
+	}
+	if parent == "" {
+		t.Skip("needs a cgroup v2 mount")
+	}
+	dir := tempCgroup(t, parent)
+	s := newCgroupSpawner(dir, false, slog.New(slog.DiscardHandler))
+	if s.current() != spawnViaCloneInto {
+		t.Fatalf("mechanism %q (%s), want %q", s.current(), s.reason, spawnViaCloneInto)
+	}
+	out := runIn(t, s)
+	if !strings.Contains(out, "0::/"+filepath.Base(dir)+"\n") {
+		t.Fatalf("child's cgroups:\n%s\nwant 0::/%s", out, filepath.Base(dir))
+	}
+}
+
+// BenchmarkStartTrue starts and waits for `true` through the Server's
+// start path: without a cgroup, directly in a cgroup (thread or clone3),
+// and through the re-exec helper.
+func BenchmarkStartTrue(b *testing.B) {
+	if _, err := os.Stat("/sys/fs/cgroup/pids"); err != nil {
+		b.Skip("needs a cgroup v1 pids hierarchy")
+	}
+	for _, mode := range []string{"none", "direct", "helper"} {
+		b.Run(mode, func(b *testing.B) {
+			opts := Options{Env: []string{"PATH=/usr/bin:/bin"}, DrainTimeout: time.Second}
+			if mode != "none" {
+				opts.CgroupDir = tempCgroup(b, "/sys/fs/cgroup/pids")
+				opts.SpawnHelperOnly = mode == "helper"
+			}
+			srv, err := New(opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer srv.Close()
+			for b.Loop() {
+				c, pio, err := srv.startProcess(startSpec{id: model.NewProcessID(), args: []string{"true"}, cwd: "/"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, pio.stdout)
+				<-c.exited
+				pio.closeAll()
+			}
+		})
+	}
+}
