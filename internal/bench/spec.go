@@ -1,12 +1,10 @@
 package bench
 
 import (
-	"fmt"
-
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/cgroups"
+	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
 
@@ -17,8 +15,6 @@ const (
 	peerCPUs      = 1
 	peerMemoryMiB = 512
 	peerPids      = 1024
-	cpuPeriod     = 100000
-	nofileLimit   = 1 << 20
 )
 
 // guestPath is the PATH of the command in a raw peer (the same as the guest
@@ -31,69 +27,18 @@ func peerArgs() []string { return []string{"echo", "hello"} }
 // peerOutput is what it must print.
 const peerOutput = "hello\n"
 
-// peerSpec builds the config.json of a raw peer's bundle: the namespaces,
-// mounts, capabilities, rlimits and resource limits of an Airlock sandbox
-// (see internal/runtime/oci), without the guest agent, running echo
-// directly.
+// peerSpec builds the config.json of a raw peer's bundle: Airlock's own
+// sandbox spec (oci.BaseSpec: namespaces, mounts, capabilities, rlimits and
+// resource limits) without the guest agent, running echo directly.
 func peerSpec(flavor oci.Flavor, rootfsDir, hostname string, cg cgroups.Path) (*specs.Spec, error) {
-	var rl unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
-		return nil, fmt.Errorf("read RLIMIT_NOFILE: %w", err)
-	}
-	nofile := min(uint64(nofileLimit), rl.Max)
-	caps := []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SETGID", "CAP_SETUID"}
-	mem := int64(peerMemoryMiB) << 20
-	swap := mem
-	quota, period := int64(peerCPUs*cpuPeriod), uint64(cpuPeriod)
-	pids := int64(peerPids)
-	if flavor == oci.FlavorRunsc {
-		// As Airlock's driver: the host cgroup also counts the sentry's
-		// threads, so its limit is a backstop with headroom.
-		pids = 4*pids + 256
-	}
-	return &specs.Spec{
-		Version: "1.0.2",
-		Process: &specs.Process{
-			User:            specs.User{UID: 0, GID: 0},
-			Args:            peerArgs(),
-			Env:             []string{"HOME=/root", "PATH=" + guestPath},
-			Cwd:             "/",
-			Capabilities:    &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps, Ambient: caps},
-			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
-			NoNewPrivileges: true,
-		},
-		Root:     &specs.Root{Path: rootfsDir},
+	return oci.BaseSpec(flavor, oci.BaseParams{
+		Args:     peerArgs(),
+		Env:      []string{"HOME=/root", "PATH=" + guestPath},
+		Rootfs:   rootfsDir,
 		Hostname: hostname,
-		Mounts: []specs.Mount{
-			{Destination: "/proc", Type: "proc", Source: "proc"},
-			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
-			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
-			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
-			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+		Cgroup:   cg,
+		Resources: runtime.Resources{
+			CPUs: peerCPUs, MemoryBytes: int64(peerMemoryMiB) << 20, PidsLimit: peerPids,
 		},
-		Linux: &specs.Linux{
-			CgroupsPath: cg.String(),
-			Resources: &specs.LinuxResources{
-				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
-				Memory:  &specs.LinuxMemory{Limit: &mem, Swap: &swap},
-				CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
-				Pids:    &specs.LinuxPids{Limit: &pids},
-			},
-			Namespaces: []specs.LinuxNamespace{
-				{Type: specs.PIDNamespace},
-				{Type: specs.NetworkNamespace},
-				{Type: specs.IPCNamespace},
-				{Type: specs.UTSNamespace},
-				{Type: specs.MountNamespace},
-				{Type: specs.CgroupNamespace},
-			},
-			MaskedPaths: []string{
-				"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
-			},
-			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
-		},
-	}, nil
+	})
 }

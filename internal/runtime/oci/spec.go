@@ -99,6 +99,33 @@ func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
 	if !filepath.IsAbs(p.agentBinary) {
 		return nil, fmt.Errorf("agent binary %q must be an absolute path", p.agentBinary)
 	}
+	s, err := BaseSpec(r.flavor, BaseParams{
+		Args: p.args, Env: p.env, Rootfs: p.rootfs, Hostname: p.hostname, Cgroup: p.cgroup, Resources: p.resources,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.Mounts = append(s.Mounts, specs.Mount{Destination: GuestAgentPath, Type: "bind", Source: p.agentBinary, Options: []string{"bind", "ro", "nosuid", "nodev"}})
+	if p.runDir != "" {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: GuestRunDir, Type: "bind", Source: p.runDir, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	return s, nil
+}
+
+// BaseParams are what differs between containers built on a sandbox's spec.
+type BaseParams struct {
+	Args, Env        []string
+	Rootfs, Hostname string
+	Cgroup           cgroups.Path
+	Resources        runtime.Resources
+}
+
+// BaseSpec builds the OCI config of an Airlock sandbox without the guest
+// agent's mounts: its namespaces (a new, empty network namespace: loopback
+// only), mounts, capabilities, rlimits and resource limits. The benchmark's
+// raw peers are built from it, so that they pay for exactly what a sandbox
+// pays.
+func BaseSpec(flavor Flavor, p BaseParams) (*specs.Spec, error) {
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
 		return nil, fmt.Errorf("read RLIMIT_NOFILE: %w", err)
@@ -114,17 +141,13 @@ func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
 		// gVisor always mounts its own (emulated) cgroupfs read-write, which
 		// the agent needs for --pids-max; runc and crun honour "ro".
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
-		{Destination: GuestAgentPath, Type: "bind", Source: p.agentBinary, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 	}
-	if p.runDir != "" {
-		mounts = append(mounts, specs.Mount{Destination: GuestRunDir, Type: "bind", Source: p.runDir, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
-	}
-	s := &specs.Spec{
+	return &specs.Spec{
 		Version: ociVersion,
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
-			Args: p.args,
-			Env:  p.env,
+			Args: p.Args,
+			Env:  p.Env,
 			Cwd:  "/",
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding:  defaultCaps(),
@@ -135,12 +158,12 @@ func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
 			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
 			NoNewPrivileges: true,
 		},
-		Root:     &specs.Root{Path: p.rootfs, Readonly: false},
-		Hostname: p.hostname,
+		Root:     &specs.Root{Path: p.Rootfs, Readonly: false},
+		Hostname: p.Hostname,
 		Mounts:   mounts,
 		Linux: &specs.Linux{
-			CgroupsPath: p.cgroup.String(),
-			Resources:   resources(r.flavor, p.resources),
+			CgroupsPath: p.Cgroup.String(),
+			Resources:   resources(flavor, p.Resources),
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.PIDNamespace},
 				{Type: specs.NetworkNamespace}, // new and empty: loopback only
@@ -155,8 +178,7 @@ func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
 			},
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
-	}
-	return s, nil
+	}, nil
 }
 
 func resources(flavor Flavor, res runtime.Resources) *specs.LinuxResources {
