@@ -32,12 +32,12 @@ const (
 	signingAlg    = "EdDSA"
 )
 
-// Errors of Verify. Every refusal wraps exactly one of them: ErrTokenExpired
+// Errors of Verify and VerifyFile. Every refusal wraps exactly one of them: ErrTokenExpired
 // for an authentic token past its expiry (API code token_expired), and
 // ErrInvalidToken for everything else (unauthenticated).
 var (
-	ErrTokenExpired = errors.New("attachment token expired")
-	ErrInvalidToken = errors.New("invalid attachment token")
+	ErrTokenExpired = errors.New("token expired")
+	ErrInvalidToken = errors.New("invalid token")
 )
 
 // Action is one thing an attachment token allows on its process.
@@ -151,7 +151,7 @@ type wireClaims struct {
 	jwt.RegisteredClaims
 }
 
-// Issuer signs attachment tokens with the active private key.
+// Issuer signs attachment and file transfer tokens with the active private key.
 type Issuer struct {
 	active func() signingKey
 }
@@ -196,24 +196,14 @@ func (i *Issuer) Issue(c AttachClaims) (string, error) {
 	for i, a := range c.Actions {
 		acts[i] = string(a)
 	}
-	key := i.active()
-	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, wireClaims{
-		Session: c.Session.String(),
-		Sandbox: c.Sandbox.String(),
-		Process: c.Process.String(),
-		Node:    c.Node.String(),
-		Actions: acts,
-		RegisteredClaims: jwt.RegisteredClaims{
-			ID:        secretEncoding.EncodeToString(newSecret()[:16]),
-			Issuer:    tokenIssuer,
-			Audience:  jwt.ClaimStrings{tokenAudience},
-			IssuedAt:  jwt.NewNumericDate(c.IssuedAt),
-			NotBefore: jwt.NewNumericDate(c.NotBefore),
-			ExpiresAt: jwt.NewNumericDate(c.ExpiresAt),
-		},
+	s, err := i.sign(wireClaims{
+		Session:          c.Session.String(),
+		Sandbox:          c.Sandbox.String(),
+		Process:          c.Process.String(),
+		Node:             c.Node.String(),
+		Actions:          acts,
+		RegisteredClaims: registered(tokenAudience, c.IssuedAt, c.NotBefore, c.ExpiresAt),
 	})
-	tok.Header["kid"] = key.id
-	s, err := tok.SignedString(key.private)
 	if err != nil {
 		return "", fmt.Errorf("sign attachment token: %w", err)
 	}
@@ -229,7 +219,7 @@ type PublicKey struct {
 	NotAfter time.Time
 }
 
-// Verifier checks attachment tokens. It holds only public keys.
+// Verifier checks attachment and file transfer tokens. It holds only public keys.
 type Verifier struct {
 	keys func() []PublicKey
 }
@@ -260,38 +250,10 @@ func (v *Verifier) Verify(token string, now time.Time) (AttachClaims, error) {
 	if !ok {
 		return AttachClaims{}, fmt.Errorf("%w: an attachment token starts with %q", ErrInvalidToken, attachmentPrefix)
 	}
-	var kid string
-	keyfunc := func(t *jwt.Token) (any, error) {
-		kid, _ = t.Header["kid"].(string)
-		for _, k := range v.keys() {
-			if k.ID == kid && kid != "" {
-				if !k.NotAfter.IsZero() && now.After(k.NotAfter) {
-					return nil, fmt.Errorf("key %q was retired", kid)
-				}
-				return k.Key, nil
-			}
-		}
-		return nil, fmt.Errorf("unknown key %q", truncate(kid))
-	}
-	parser := jwt.NewParser(
-		jwt.WithValidMethods([]string{signingAlg}),
-		jwt.WithStrictDecoding(),
-		jwt.WithLeeway(ClockSkew),
-		jwt.WithTimeFunc(func() time.Time { return now }),
-		jwt.WithIssuedAt(),
-		jwt.WithExpirationRequired(),
-		jwt.WithNotBeforeRequired(),
-		jwt.WithIssuer(tokenIssuer),
-		jwt.WithAudience(tokenAudience),
-	)
 	var wc wireClaims
-	if _, err := parser.ParseWithClaims(raw, &wc, keyfunc); err != nil {
-		// The signature is checked before the claims, so an expired token
-		// here is an authentic one.
-		if errors.Is(err, jwt.ErrTokenExpired) {
-			return AttachClaims{}, fmt.Errorf("%w: %w", ErrTokenExpired, err)
-		}
-		return AttachClaims{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
+	kid, err := v.parse(raw, tokenAudience, now, &wc)
+	if err != nil {
+		return AttachClaims{}, err
 	}
 	c, err := wc.parse(kid)
 	if err != nil {

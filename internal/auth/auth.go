@@ -1,4 +1,4 @@
-// Package auth makes and checks Airlock's two kinds of bearer token, which are
+// Package auth makes and checks Airlock's kinds of bearer token, which are
 // never interchangeable:
 //
 //   - API keys (management plane): "alk_<key id>_<secret>", where <key id> is
@@ -12,6 +12,11 @@
 //     Issuer (private key, from a rotatable Keyring); the data plane checks
 //     them with a Verifier (public keys only) and never asks the store.
 //     See attachtoken.go and keyring.go.
+//   - File transfer tokens (data plane): "alf_<JWT>", a capability for one
+//     byte stream (download, upload, tar-out, tar-in, watch) of one path in
+//     one sandbox, signed and checked exactly like attachment tokens with the
+//     same keys but another audience, so neither passes as the other. See
+//     filetoken.go.
 //
 // API key secrets are encoded in lower-case RFC 4648 base32 without padding,
 // the same alphabet as Airlock's IDs, so a key never contains '_' after its
