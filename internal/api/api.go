@@ -64,9 +64,10 @@ type Config struct {
 	// Agents reaches the guest agents of sandboxes hosted here (process
 	// routes, background commands). Nil: those routes answer 501.
 	Agents procctl.Agents
-	// FileTokens issues file transfer tokens for the file routes; nil:
+	// FileTokens issues file transfer tokens for the file routes (normally
+	// the keyring's Issuer, as Attach); nil:
 	// those answer 501 not_supported.
-	FileTokens dataplane.FileTokens
+	FileTokens dataplane.FileTokenIssuer
 }
 
 // API is the management API handler.

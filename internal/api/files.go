@@ -9,6 +9,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/model"
 )
@@ -199,8 +200,9 @@ func (a *API) createTransfer(ctx context.Context, c *call[apiv1.CreateTransferRe
 	if err != nil {
 		return nil, err
 	}
-	exp := c.now.Add(dataplane.FileTokenTTL).Truncate(time.Second)
-	tok, err := a.cfg.FileTokens.Issue(dataplane.FileClaims{Sandbox: sb.ID, Path: path, Direction: c.in.Direction, Expiry: exp})
+	iat := c.now.Truncate(time.Second)
+	exp := iat.Add(auth.FileTokenTTL)
+	tok, err := a.cfg.FileTokens.IssueFile(auth.FileClaims{Sandbox: sb.ID, Path: path, Direction: c.in.Direction, IssuedAt: iat, ExpiresAt: exp})
 	if err != nil {
 		return nil, fmt.Errorf("issue file token: %w", err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agent"
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/model"
 )
@@ -60,9 +61,10 @@ func newFilesEnv(t *testing.T) *filesEnv {
 		return host, nil
 	}, nil)
 	t.Cleanup(func() { f.client.Close() })
-	tokens := dataplane.NewHMACFileTokens()
-	f.testEnv = newEnv(t, func(c *Config) { c.Agents = f; c.FileTokens = tokens })
-	dp, err := dataplane.New(dataplane.Config{Store: f.st, Agents: f, FileTokens: tokens, Now: f.clock.Now, Logger: slog.New(slog.DiscardHandler)})
+	// As in the server: the API signs file tokens with the keyring's
+	// Issuer, the data plane checks them with its Verifier (public keys).
+	f.testEnv = newEnv(t, func(c *Config) { c.Agents = f; c.FileTokens = c.Attach })
+	dp, err := dataplane.New(dataplane.Config{Store: f.st, Agents: f, FileTokens: f.ring.Verifier(), Verifier: f.ring.Verifier(), Now: f.clock.Now, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +260,7 @@ func TestFilesTokens(t *testing.T) {
 
 	wantDP(t, f.send("GET", tr.URL, tr.Token, nil, ""), http.StatusOK, "")
 	f.clock.mu.Lock()
-	f.clock.t = f.clock.t.Add(121 * time.Second)
+	f.clock.t = f.clock.t.Add(auth.FileTokenTTL + auth.ClockSkew + time.Second) // exp is checked with ClockSkew of leeway
 	f.clock.mu.Unlock()
 	wantDP(t, f.send("GET", tr.URL, tr.Token, nil, ""), http.StatusUnauthorized, apiv1.CodeTokenExpired)
 }

@@ -28,8 +28,11 @@ func (d *DataPlane) checkToken(tok string, pid model.ProcessID, action auth.Acti
 	if tok == "" {
 		return http.StatusUnauthorized, apiv1.CodeUnauthenticated, "missing attachment token: send Authorization: Bearer <attachment_token>", claims
 	}
-	if auth.KindOf(tok) == auth.KindAPIKey {
+	switch auth.KindOf(tok) {
+	case auth.KindAPIKey:
 		return http.StatusUnauthorized, apiv1.CodeWrongTokenKind, "an API key cannot attach to a process; use the command session's attachment token", claims
+	case auth.KindFiles:
+		return http.StatusUnauthorized, apiv1.CodeWrongTokenKind, "a file transfer token cannot attach to a process; use the command session's attachment token", claims
 	}
 	if d.cfg.Verifier == nil {
 		return http.StatusNotImplemented, apiv1.CodeNotSupported, "this data plane has no attachment keys", claims

@@ -56,8 +56,9 @@ type Config struct {
 	Verifier *auth.Verifier
 	// NodeID, if set, refuses tokens for sandboxes on other nodes.
 	NodeID model.NodeID
-	// FileTokens checks file transfer tokens; nil: no file routes.
-	FileTokens FileTokens
+	// FileTokens checks file transfer tokens (public keys only, normally
+	// the same Verifier as attachment tokens); nil: no file routes.
+	FileTokens FileTokenVerifier
 }
 
 // DataPlane serves attach streams and the process input routes.

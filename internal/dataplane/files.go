@@ -65,27 +65,27 @@ func FileError(err error) (status int, code, msg string) {
 
 // checkFileToken authorizes a transfer request: a file token of this
 // sandbox and direction, not expired. It writes the refusal and returns false.
-func (d *DataPlane) checkFileToken(w http.ResponseWriter, r *http.Request, direction string) (FileClaims, bool) {
+func (d *DataPlane) checkFileToken(w http.ResponseWriter, r *http.Request, direction string) (auth.FileClaims, bool) {
 	tok := bearer(r)
 	switch {
 	case tok == "":
 		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "missing file transfer token: send Authorization: Bearer <token>")
-		return FileClaims{}, false
+		return auth.FileClaims{}, false
 	case auth.KindOf(tok) != auth.KindFiles:
 		writeError(w, http.StatusUnauthorized, apiv1.CodeWrongTokenKind, "this route takes a file transfer token (alf_…) from POST /v1/sandboxes/{id}/files/transfers")
-		return FileClaims{}, false
+		return auth.FileClaims{}, false
 	}
-	c, err := d.cfg.FileTokens.Verify(tok, d.cfg.Now())
+	c, err := d.cfg.FileTokens.VerifyFile(tok, d.cfg.Now())
 	switch {
-	case errors.Is(err, ErrTokenExpired):
+	case errors.Is(err, auth.ErrTokenExpired):
 		writeError(w, http.StatusUnauthorized, apiv1.CodeTokenExpired, "file transfer token expired; create a new transfer")
-		return FileClaims{}, false
+		return auth.FileClaims{}, false
 	case err != nil:
 		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "invalid file transfer token")
-		return FileClaims{}, false
+		return auth.FileClaims{}, false
 	case c.Sandbox.String() != r.PathValue("id") || c.Direction != direction:
 		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "this file transfer token is for another sandbox or direction")
-		return FileClaims{}, false
+		return auth.FileClaims{}, false
 	}
 	return c, true
 }

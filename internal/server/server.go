@@ -113,9 +113,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	baseURL := "http://" + ln.Addr().String()
 
-	fileTokens := dataplane.NewHMACFileTokens()
 	dp, err := dataplane.New(dataplane.Config{
-		FileTokens: fileTokens,
+		FileTokens: attachKeys.Verifier(), // public keys only
 		Store:      st,
 		Agents:     wk,
 		Logger:     log.With("component", "dataplane"),
@@ -130,7 +129,7 @@ func Run(ctx context.Context, opts Options) error {
 		Store:      st,
 		Templates:  templates,
 		Agents:     wk,
-		FileTokens: fileTokens,
+		FileTokens: attachKeys.Issuer(), // file tokens are signed like attachment tokens
 		Attach:     attachKeys.Issuer(),
 		AttachKeys: attachKeys,
 		Logger:     log.With("component", "api"),
