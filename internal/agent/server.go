@@ -206,6 +206,7 @@ func (s *Server) httpServer(ctx context.Context) *http.Server {
 			// small enough that many at once stay cheap.
 			MaxReceiveBufferPerStream:     1 << 20,
 			MaxReceiveBufferPerConnection: 8 << 20,
+			MaxReadFrameSize:              1 << 20,
 		},
 		ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
 	}

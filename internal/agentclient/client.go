@@ -69,6 +69,10 @@ const (
 	connWindow   = 64 << 20
 )
 
+// maxFrame is the largest HTTP/2 frame either side of an agent connection
+// reads (the protocol's default is 16 KiB).
+const maxFrame = 1 << 20
+
 // handshakeTimeout bounds dialling a new connection and its info request.
 const handshakeTimeout = 20 * time.Second
 
@@ -130,6 +134,8 @@ func New(dial Dialer, logger *slog.Logger) *Client {
 			HTTP2: &http.HTTP2Config{
 				MaxReceiveBufferPerStream:     streamWindow,
 				MaxReceiveBufferPerConnection: connWindow,
+				// Big frames: fewer frames and writes per MiB of output.
+				MaxReadFrameSize: maxFrame,
 				// Notice a dead peer on a stream that stays open but
 				// silent (e.g. a paused VM's serial port).
 				SendPingTimeout: 30 * time.Second,

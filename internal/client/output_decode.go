@@ -15,7 +15,9 @@ func decodeOutputData(s string) (data []byte, ok bool) {
 		return nil, false
 	}
 	b64, ok = strings.CutSuffix(b64, `"}`)
-	if !ok || strings.ContainsAny(b64, "\\\"") {
+	// Two vectorised scans: ContainsAny over a 64 KiB event cost a third
+	// of the decoding.
+	if !ok || strings.IndexByte(b64, '"') >= 0 || strings.IndexByte(b64, '\\') >= 0 {
 		return nil, false
 	}
 	out := make([]byte, base64.StdEncoding.DecodedLen(len(b64)))
