@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -333,4 +334,48 @@ func TestStalledAttachAttack(t *testing.T) {
 		t.Fatalf("SIGTERM took %v with a 3 s grace", d)
 	}
 	t.Logf("SIGTERM with a stalled stream: server gone in %v", time.Since(start))
+}
+
+// SIGTERM drains: an attached stream keeps receiving output during the
+// grace period, readiness fails, and the server is gone soon after it.
+func TestSIGTERMDrainsLiveStreams(t *testing.T) {
+	airtest.RequireRoot(t)
+	bins := build(t)
+	s := newServer(t, bins, serverConfig{runtime: "runc", extraArgs: []string{"--shutdown-grace", "2s"}})
+	s.start()
+	ctx := ctxFor(t, 2*time.Minute)
+	sb := createSandbox(ctx, t, s.client(), apiv1.CreateSandboxRequest{})
+	cmd, out, _ := s.cliStream(ctx, "exec", sb.ID, "--", "sh", "-c", "i=0; while :; do echo line$i; i=$((i+1)); sleep 0.1; done")
+	defer cmd.Process.Kill()
+	lines := bufio.NewScanner(out)
+	next := func() string {
+		if !lines.Scan() {
+			t.Fatalf("the stream ended: %v", lines.Err())
+		}
+		return lines.Text()
+	}
+	next()
+	start := time.Now()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	// Output keeps flowing during the grace period.
+	var during int
+	for time.Since(start) < 1500*time.Millisecond {
+		next()
+		during++
+	}
+	if during < 5 {
+		t.Fatalf("only %d lines in the first 1.5 s of the drain", during)
+	}
+	if resp, err := http.Get(s.url + "/readyz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("ready while draining")
+		}
+	}
+	s.waitExit(20 * time.Second)
+	t.Logf("%d lines during the drain; server gone %v after SIGTERM", during, time.Since(start))
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("server took %v to stop with a 2 s grace", d)
+	}
+	s.start() // the cleanup deletes the sandbox through a running server
 }

@@ -165,6 +165,8 @@ func Run(ctx context.Context, opts Options) error {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
 	wg.Add(1)
@@ -189,7 +191,9 @@ func Run(ctx context.Context, opts Options) error {
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return runCtx },
+		// Requests outlive the stop signal: a drain lets open streams run
+		// on for the grace period (the data plane ends them then).
+		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
 	wg.Add(1)
 	go func() {
@@ -230,6 +234,7 @@ func Run(ctx context.Context, opts Options) error {
 		log.Warn("connections still open after the shutdown grace; closing them", "err", err)
 		_ = srv.Close()
 	}
+	cancelRequests() // handlers of hijacked (WebSocket) connections
 	<-drained
 	cancel()
 	wg.Wait()
