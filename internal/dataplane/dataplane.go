@@ -13,6 +13,7 @@ package dataplane
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,10 @@ import (
 // Agents gives the data plane a guest-agent client for a sandbox hosted on
 // this node (the worker implements it).
 type Agents = procctl.Agents
+
+// reconnectWriteGrace is how long writes to a client may still take once
+// the drain deadline has passed.
+const reconnectWriteGrace = time.Second
 
 // Default limits on concurrent attachments (SSE and WebSocket streams).
 const (
@@ -249,6 +254,13 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 	}
 	streamCtx, endStream := d.drain.streamContext(ctx)
 	defer endStream()
+	// At the drain deadline a write blocked on a client that reads nothing
+	// must not hold the shutdown: writes get reconnectWriteGrace to finish
+	// (enough for a live client to take the reconnect event).
+	stopDeadline := context.AfterFunc(d.drain.end, func() {
+		_ = rc.SetWriteDeadline(time.Now().Add(reconnectWriteGrace))
+	})
+	defer stopDeadline()
 	err := d.stream(streamCtx, sse, t.agent, t.pid, after)
 	switch {
 	case err == nil:
