@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
@@ -158,9 +157,15 @@ func (r *Runtime) pristine(id model.SandboxID) (bool, error) {
 // stopped even if the runtime still calls it running (runsc does when the
 // host OOM-killed its sentry).
 func (r *Runtime) State(ctx context.Context, id model.SandboxID) (runtime.Status, error) {
+	if pid, ok := r.cachedRunning(id); ok {
+		return runtime.Status{ID: id, Phase: runtime.PhaseRunning, Pid: pid}, nil
+	}
 	st, err := r.state(ctx, id)
 	if err != nil {
 		return runtime.Status{}, fmt.Errorf("state %s: %w", id, err)
+	}
+	if st.Phase == runtime.PhaseRunning && st.Pid > 0 {
+		r.rememberLive(id, st.Pid)
 	}
 	return st, nil
 }
@@ -229,21 +234,6 @@ func (r *Runtime) oomKilled(id model.SandboxID) bool {
 }
 
 // processAlive reports whether pid exists and is not a zombie.
-func processAlive(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 || i+2 >= len(data) {
-		return false
-	}
-	switch data[i+2] {
-	case 'Z', 'X', 'x':
-		return false
-	}
-	return true
-}
 
 // Stop kills every process of the sandbox and waits until they are gone.
 func (r *Runtime) Stop(ctx context.Context, id model.SandboxID) error {

@@ -83,6 +83,7 @@ type Runtime struct {
 
 	mu    sync.Mutex
 	locks map[model.SandboxID]*idLock
+	live  map[model.SandboxID]liveProc // see cachedRunning
 }
 
 type idLock struct {
@@ -152,6 +153,7 @@ func New(cfg Config) (*Runtime, error) {
 		cgroups:      host,
 		log:          logger.With("runtime", string(flavor)),
 		locks:        map[model.SandboxID]*idLock{},
+		live:         map[model.SandboxID]liveProc{},
 	}
 	if flavor == FlavorCrun && host.Layout == cgroups.LayoutHybrid {
 		unified, _ := host.Unified()
@@ -214,9 +216,11 @@ func (r *Runtime) lock(id model.SandboxID) func() {
 	l.refs++
 	r.mu.Unlock()
 	l.mu.Lock()
+	r.forgetLive(id) // a mutation follows: observe afresh after it
 	return func() {
 		l.mu.Unlock()
 		r.mu.Lock()
+		delete(r.live, id)
 		if l.refs--; l.refs == 0 {
 			delete(r.locks, id)
 		}
