@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/dataplane"
+	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/template"
@@ -61,6 +62,9 @@ type Config struct {
 	// Ready reports whether the server can take work (GET /readyz). Nil: ready.
 	Ready     func(ctx context.Context) error
 	AttachTTL time.Duration // lifetime of an attachment token; 0: DefaultAttachTTL; at most auth.AttachTokenTTL
+	// Capacity bounds what one sandbox may ask for (nil: only the model's
+	// fixed bounds).
+	Capacity *model.NodeCapacity
 	// Agents reaches the guest agents of sandboxes hosted here (process
 	// routes, background commands). Nil: those routes answer 501.
 	Agents procctl.Agents

@@ -37,6 +37,11 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	if err := res.Validate(); err != nil {
 		return nil, err
 	}
+	if a.cfg.Capacity != nil {
+		if err := res.FitsNode(*a.cfg.Capacity); err != nil {
+			return nil, errorf(http.StatusBadRequest, apiv1.CodeExceedsCapacity, "%s", err.Error())
+		}
+	}
 	env, err := model.ParseEnv(in.Env)
 	if err != nil {
 		return nil, err

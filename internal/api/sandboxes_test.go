@@ -189,3 +189,18 @@ func TestListPaginationAndFilters(t *testing.T) {
 	}
 	e.do("GET", "/v1/sandboxes?cursor="+string(c), e.keyA, "").wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
 }
+
+// A create asking for more than one sandbox can have on this node is
+// refused with a clear code, and nothing is written.
+func TestCreateAboveNodeCapacity(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.Capacity = &model.NodeCapacity{CPUs: 2, MemoryMiB: 4096} })
+	before := e.dump()
+	for _, body := range []string{`{"cpus": 3}`, `{"memory_mib": 4097}`, `{"cpus": 64, "memory_mib": 262144}`} {
+		e.do("POST", "/v1/sandboxes", e.keyA, body).wantError(t, http.StatusBadRequest, apiv1.CodeExceedsCapacity)
+	}
+	if after := e.dump(); after != before {
+		t.Fatalf("a refused create changed the store:\n%s\n%s", before, after)
+	}
+	e.do("POST", "/v1/sandboxes", e.keyA, `{"cpus": 2, "memory_mib": 4096}`).want(t, http.StatusAccepted)
+}

@@ -39,6 +39,7 @@ const (
 	CodeProcessExited        = "process_exited"         // 409: the process has exited
 	CodeProcessNotFound      = "process_not_found"      // 404: the sandbox has no such process (never started, or forgotten)
 	CodeAgentUnsupported     = "agent_unsupported"      // 501: the sandbox's agent is too old for this request
+	CodeExceedsCapacity      = "exceeds_node_capacity"  // 400: more cpus or memory than one sandbox can have on this node
 )
 
 // Sandbox is a sandbox as the API shows it.

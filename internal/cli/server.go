@@ -25,18 +25,20 @@ type serverFlags struct {
 	logLevel    string
 	grace       time.Duration
 	keyMaxAge   time.Duration
+	overcommit  float64
 }
 
 // options parses the flags into server.Options.
 func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Options, error) {
 	opts := server.Options{
-		DataDir:         dataDir,
-		Listen:          f.listen,
-		Runtime:         f.runtime,
-		DatabaseURL:     f.databaseURL,
-		AgentBinary:     f.agentBinary,
-		ShutdownGrace:   f.grace,
-		AttachKeyMaxAge: f.keyMaxAge,
+		DataDir:          dataDir,
+		Listen:           f.listen,
+		Runtime:          f.runtime,
+		DatabaseURL:      f.databaseURL,
+		AgentBinary:      f.agentBinary,
+		ShutdownGrace:    f.grace,
+		AttachKeyMaxAge:  f.keyMaxAge,
+		MemoryOvercommit: f.overcommit,
 	}
 	if f.grace <= 0 {
 		return opts, usageErrorf("--shutdown-grace must be positive, such as 30s")
@@ -52,6 +54,9 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	case "", "runc", "crun", "runsc":
 	default:
 		return opts, usageErrorf("--runtime must be runc, crun or runsc, not %q", f.runtime)
+	}
+	if f.overcommit <= 0 || f.overcommit > 100 {
+		return opts, usageErrorf("--memory-overcommit must be a ratio above 0 (1 = no overcommit), not %v", f.overcommit)
 	}
 	if f.keyMaxAge < 0 {
 		return opts, usageErrorf("--attach-key-max-age must not be negative")
@@ -114,6 +119,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringVar(&f.agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock, then $PATH)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.grace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long open attach streams may run on before they are told to reconnect")
+	fs.Float64Var(&f.overcommit, "memory-overcommit", server.DefaultMemoryOvercommit, "one sandbox may ask for at most the host's memory times this (cpus: at most the host's CPUs)")
 	fs.DurationVar(&f.keyMaxAge, "attach-key-max-age", server.DefaultAttachKeyMaxAge, "rotate the attachment-token signing key once it is older than this")
 	return cmd
 }

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -63,6 +64,28 @@ const (
 	MinMemoryMiB = 32
 	MaxMemoryMiB = 256 * 1024
 )
+
+// NodeCapacity is what one sandbox on this node may ask for at most: the
+// host's CPUs, and its memory times the operator's overcommit.
+type NodeCapacity struct {
+	CPUs      int
+	MemoryMiB int
+}
+
+// ErrExceedsCapacity is wrapped by Resources.FitsNode's errors.
+var ErrExceedsCapacity = errors.New("exceeds the node's capacity")
+
+// FitsNode checks that one sandbox of these resources can run on a node of
+// capacity c.
+func (r Resources) FitsNode(c NodeCapacity) error {
+	if c.CPUs > 0 && r.CPUs > c.CPUs {
+		return fmt.Errorf("%w: cpus %d, but this node has %d", ErrExceedsCapacity, r.CPUs, c.CPUs)
+	}
+	if c.MemoryMiB > 0 && r.MemoryMiB > c.MemoryMiB {
+		return fmt.Errorf("%w: memory_mib %d, but this node offers at most %d", ErrExceedsCapacity, r.MemoryMiB, c.MemoryMiB)
+	}
+	return nil
+}
 
 // DefaultResources are used when a create request omits them.
 func DefaultResources() Resources { return Resources{CPUs: 1, MemoryMiB: 512} }

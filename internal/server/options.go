@@ -25,6 +25,10 @@ type Options struct {
 	// streams run this long; then they end with a reconnect event. 0:
 	// DefaultShutdownGrace.
 	ShutdownGrace time.Duration
+	// MemoryOvercommit (--memory-overcommit): one sandbox may ask for at
+	// most the host's memory times this; cpus are bounded by the host's
+	// CPUs. 0: DefaultMemoryOvercommit.
+	MemoryOvercommit float64
 	// AttachKeyMaxAge (--attach-key-max-age): the attachment-token signing
 	// key is rotated once older, on start and while running; 0 means
 	// DefaultAttachKeyMaxAge.

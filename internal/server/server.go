@@ -125,7 +125,17 @@ func Run(ctx context.Context, opts Options) error {
 		ln.Close()
 		return err
 	}
+	overcommit := opts.MemoryOvercommit
+	if overcommit <= 0 {
+		overcommit = DefaultMemoryOvercommit
+	}
+	capacity, err := nodeCapacity(overcommit)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	apiHandler, err := api.New(api.Config{
+		Capacity:   &capacity,
 		Store:      st,
 		Templates:  templates,
 		Agents:     wk,
