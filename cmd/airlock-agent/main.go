@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync"
 	"syscall"
 	"time"
 
@@ -61,6 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "", "where to accept the host's connections: unix:/path/to/socket (serial:/dev/vportNpM is reserved for VMs)")
 	pidsMax := fs.Int64("pids-max", 0, "if > 0, start every process in a child pids cgroup with this pids.max (for gVisor, where the host limit kills the whole sandbox)")
+	memLog := fs.Bool("log-to-memory", false, "once listening, log into a 1 MiB ring served at GET /v1/logs and point stdout and stderr at /dev/null (they are a host file a guest could fill)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -86,15 +88,60 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "airlock-agent: --pids-max must not be negative")
 		return 2
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if err := serve(addr, *pidsMax, logger); err != nil {
+	sink := &logSink{w: stderr}
+	var ring *agent.LogRing
+	if *memLog {
+		ring = agent.NewLogRing(logRingBytes)
+		sink.set(io.MultiWriter(stderr, ring))
+	}
+	logger := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := serve(addr, *pidsMax, logger, ring, sink); err != nil {
 		logger.Error("agent failed", "err", err)
 		return 1
 	}
 	return 0
 }
 
-func serve(addr agentproto.ListenAddr, pidsMax int64, logger *slog.Logger) error {
+// logRingBytes is the size of the in-memory log (--log-to-memory).
+const logRingBytes = 1 << 20
+
+// logSink is the logger's writer, switched from stderr to the ring once the
+// agent listens.
+type logSink struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *logSink) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *logSink) set(w io.Writer) {
+	l.mu.Lock()
+	l.w = w
+	l.mu.Unlock()
+}
+
+// detachStdio points stdout and stderr at /dev/null: the runtime connected
+// them to a host file (agent.log) that a guest could otherwise fill through
+// /proc/1/fd/2.
+func detachStdio() error {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer null.Close()
+	for _, fd := range []int{1, 2} {
+		if err := unix.Dup3(int(null.Fd()), fd, 0); err != nil {
+			return fmt.Errorf("point fd %d at /dev/null: %w", fd, err)
+		}
+	}
+	return nil
+}
+
+func serve(addr agentproto.ListenAddr, pidsMax int64, logger *slog.Logger, ring *agent.LogRing, sink *logSink) error {
 	// Listen for stop signals (and, through the reaper, SIGCHLD) before
 	// anything can start.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -127,7 +174,7 @@ func serve(addr agentproto.ListenAddr, pidsMax int64, logger *slog.Logger) error
 			logger.Warn("cannot become a child subreaper; orphans will be reaped by init", "err", err)
 		}
 	}
-	opts := agent.Options{Version: agentVersion(), Logger: logger, ReapAllChildren: true}
+	opts := agent.Options{Version: agentVersion(), Logger: logger, ReapAllChildren: true, Logs: ring}
 	var cg agent.PidsCgroup
 	if pidsMax > 0 {
 		var err error
@@ -149,6 +196,13 @@ func serve(addr agentproto.ListenAddr, pidsMax int64, logger *slog.Logger) error
 		return err
 	}
 	logger.Info("agent listening", "addr", addr.String(), "version", opts.Version, "protocol", agentproto.ProtocolVersion, "pid", os.Getpid(), "pid1", pid1)
+	if ring != nil {
+		logger.Info("logging into memory from now on (GET /v1/logs)")
+		sink.set(ring)
+		if err := detachStdio(); err != nil {
+			logger.Warn("stdout and stderr stay on the host's log file", "err", err)
+		}
+	}
 
 	// Serve with a context of its own: on a stop signal, Shutdown first stops
 	// the processes (so connected hosts still receive their exit events)

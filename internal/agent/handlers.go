@@ -26,6 +26,7 @@ const outputBatch = 256
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/info", s.handleInfo)
+	mux.HandleFunc("GET /v1/logs", s.handleLogs)
 	mux.HandleFunc("POST /v1/processes", s.handleStart)
 	mux.HandleFunc("GET /v1/processes", s.handleList)
 	mux.HandleFunc("GET /v1/processes/{id}", s.handleStatus)
@@ -87,6 +88,15 @@ func (s *Server) processFor(w http.ResponseWriter, r *http.Request) *process {
 		return nil
 	}
 	return p
+}
+
+func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Logs == nil {
+		writeError(w, http.StatusNotFound, agentproto.CodeNoRoute, "this agent keeps no log in memory")
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write(s.opts.Logs.Snapshot())
 }
 
 func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {

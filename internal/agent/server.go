@@ -85,6 +85,9 @@ type Options struct {
 	// CgroupDir, if set, is a cgroup directory that every process joins
 	// before it executes (see SetupPidsCgroup and SpawnCommand).
 	CgroupDir string
+	// Logs, if set, is served at GET /v1/logs (the agent binary logs into
+	// it once started).
+	Logs *LogRing
 	// SpawnHelper is the binary that implements SpawnCommand; ""
 	// means /proc/self/exe. Only used with CgroupDir, where processes
 	// start directly in the cgroup when it allows (a thread that joins it
@@ -513,7 +516,7 @@ func (s *Server) start(req agentproto.StartRequest) (agentproto.ProcessStatus, e
 	defer close(done)
 	if err != nil {
 		s.procWG.Done()
-		s.logger.Info("process start failed", "id", spec.id, "args", spec.args, "err", err)
+		s.logger.Info("process start failed", "id", spec.id, "err", err) // never the arguments: they may hold secrets
 		return agentproto.ProcessStatus{}, err
 	}
 	p := &process{
@@ -552,7 +555,7 @@ func (s *Server) start(req agentproto.StartRequest) (agentproto.ProcessStatus, e
 		// Shutdown began while we forked: it may have signalled the others already.
 		_ = s.waiter.signalGroup(c, syscall.SIGKILL)
 	}
-	s.logger.Info("process started", "id", spec.id, "pid", c.pid, "args", spec.args, "cwd", spec.cwd)
+	s.logger.Info("process started", "id", spec.id, "pid", c.pid)
 	go func() {
 		defer s.procWG.Done()
 		s.run(p, pio)
@@ -611,5 +614,6 @@ func features() []string {
 	return []string{
 		agentproto.FeatureFrames, agentproto.FeatureGap, agentproto.FeatureStdin, agentproto.FeaturePTY,
 		agentproto.FeatureUser, agentproto.FeatureTimeout, agentproto.FeatureWait, agentproto.FeatureHold,
+		agentproto.FeatureLogs,
 	}
 }

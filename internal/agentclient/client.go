@@ -463,6 +463,23 @@ type errReader struct{ err error }
 
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
+// Logs returns the agent's newest log lines (agents started with
+// --log-to-memory).
+func (c *Client) Logs(ctx context.Context) ([]byte, error) {
+	if err := c.require(ctx, agentproto.FeatureLogs); err != nil {
+		return nil, err
+	}
+	resp, err := c.roundTrip(ctx, http.MethodGet, "/v1/logs", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, responseError(resp)
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+}
+
 // Resize changes a PTY process's terminal size.
 func (c *Client) Resize(ctx context.Context, id string, size agentproto.WindowSize) error {
 	if err := c.require(ctx, agentproto.FeaturePTY); err != nil {

@@ -26,6 +26,7 @@
 //	POST /v1/processes/{id}/signal         SignalRequest → 204
 //	POST /v1/processes/{id}/stdin[?close=1] raw body appended to the process's stdin → 204 (close=1: close stdin after the body)
 //	POST /v1/processes/{id}/resize         ResizeRequest → 204 (PTY processes)
+//	GET  /v1/logs                          → the agent's newest log lines (text/plain)
 //	…    /v1/files/…                       file endpoints: see files.go
 //
 // Output flow control: while an output stream is open, the agent never
@@ -60,6 +61,7 @@ const (
 	FeatureTimeout = "timeout" // StartRequest.TimeoutMillis
 	FeatureWait    = "wait"    // the wait endpoint
 	FeatureHold    = "hold"    // StartRequest.HoldOutput
+	FeatureLogs    = "logs"    // GET /v1/logs
 )
 
 // Info describes a running agent.

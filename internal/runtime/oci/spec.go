@@ -67,7 +67,10 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs) (*specs.Spec, 
 	if hostname == "" {
 		hostname = spec.ID.String()
 	}
-	args := []string{GuestAgentPath, "--listen", "unix:" + GuestSocketPath}
+	// --log-to-memory: after start-up the agent logs into memory and its
+	// stdout/stderr (this host's agent.log) point at /dev/null, so a guest
+	// cannot fill the host's disk through /proc/1/fd/2.
+	args := []string{GuestAgentPath, "--listen", "unix:" + GuestSocketPath, "--log-to-memory"}
 	if r.flavor == FlavorRunsc && spec.Resources.PidsLimit > 0 {
 		args = append(args, "--pids-max", strconv.FormatInt(spec.Resources.PidsLimit, 10))
 	}

@@ -25,7 +25,7 @@ func TestBundleSpec(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantArgs := []string{GuestAgentPath, "--listen", "unix:/.airlock/run/agent.sock"}
+			wantArgs := []string{GuestAgentPath, "--listen", "unix:/.airlock/run/agent.sock", "--log-to-memory"}
 			wantPids := int64(100)
 			if flavor == FlavorRunsc {
 				wantArgs = append(wantArgs, "--pids-max", "100")

@@ -72,6 +72,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		{"SandboxesDoNotShareWrites", testIsolatedWrites},
 		{"LoopbackOnlyNetwork", testLoopbackOnly},
 		{"AgentSocketSymlinkRefused", testAgentSocketSymlinkRefused},
+		{"AgentLogOutOfGuestReach", testAgentLogOutOfReach},
 		{"ResourceLimitsOnHost", testLimitsOnHost},
 		{"MemoryHogIsOOMKilled", testMemoryHog},
 		{"ForkBombIsContained", testForkBomb},
