@@ -62,6 +62,10 @@ type Config struct {
 	// Ready reports whether the server can take work (GET /readyz). Nil: ready.
 	Ready     func(ctx context.Context) error
 	AttachTTL time.Duration // lifetime of an attachment token; 0: DefaultAttachTTL; at most auth.AttachTokenTTL
+	// MutationRate and MutationBurst bound each API key's mutating
+	// requests (token bucket); 0: the defaults; a negative rate: no limit.
+	MutationRate  float64
+	MutationBurst int
 	// Capacity bounds what one sandbox may ask for (nil: only the model's
 	// fixed bounds).
 	Capacity *model.NodeCapacity
@@ -81,6 +85,7 @@ type API struct {
 	routes  []route
 	mux     *http.ServeMux
 	handler http.Handler
+	limits  *keyLimits // nil: no rate limit
 }
 
 // New checks cfg and builds the API.
@@ -126,6 +131,17 @@ func New(cfg Config) (*API, error) {
 		return nil, errors.New("api: the embedded OpenAPI document is not valid JSON")
 	}
 	a := &API{cfg: cfg, log: cfg.Logger}
+	if cfg.MutationRate >= 0 {
+		rate := cfg.MutationRate
+		if rate == 0 {
+			rate = DefaultMutationRate
+		}
+		burst := cfg.MutationBurst
+		if burst <= 0 {
+			burst = DefaultMutationBurst
+		}
+		a.limits = newKeyLimits(rate, burst)
+	}
 	a.routes = a.routeTable()
 	a.mux = http.NewServeMux()
 	for _, rt := range a.routes {

@@ -132,7 +132,7 @@ func TestErrorCodesDocumented(t *testing.T) {
 		apiv1.CodeNotSupported, apiv1.CodeInternal, apiv1.CodeUnavailable,
 		apiv1.CodeInvalidPath, apiv1.CodeNotADirectory, apiv1.CodeIsADirectory, apiv1.CodeDirectoryNotEmpty, apiv1.CodeUnsupportedFileType,
 		apiv1.CodeDraining, apiv1.CodeTooManyAttachments, apiv1.CodeNoStdin, apiv1.CodeNoPTY, apiv1.CodeProcessExited,
-		apiv1.CodeProcessNotFound, apiv1.CodeAgentUnsupported, apiv1.CodeExecFailed, apiv1.CodeExceedsCapacity,
+		apiv1.CodeProcessNotFound, apiv1.CodeAgentUnsupported, apiv1.CodeExecFailed, apiv1.CodeExceedsCapacity, apiv1.CodeRateLimited,
 	}
 	slices.Sort(got)
 	slices.Sort(want)

@@ -80,6 +80,9 @@ func (a *API) guard(rt route) http.Handler {
 				a.writeError(w, r, errorf(http.StatusForbidden, apiv1.CodePermissionDenied, "this needs an API key with role admin"))
 				return
 			}
+			if rt.method != http.MethodGet && a.rateLimited(w, r, p) {
+				return
+			}
 		}
 		rt.handle(w, r, p)
 	})

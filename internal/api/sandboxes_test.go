@@ -204,3 +204,25 @@ func TestCreateAboveNodeCapacity(t *testing.T) {
 	}
 	e.do("POST", "/v1/sandboxes", e.keyA, `{"cpus": 2, "memory_mib": 4096}`).want(t, http.StatusAccepted)
 }
+
+// Each API key's mutations are rate limited (token bucket): beyond the
+// burst a mutation gets 429 rate_limited with Retry-After and changes
+// nothing; reads are not limited, and another key has its own bucket.
+func TestMutationRateLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.MutationRate, c.MutationBurst = 0.001, 5 }) // the setup's admin key makes 4
+	for range 5 {
+		e.do("POST", "/v1/sandboxes", e.keyA, `{}`).want(t, http.StatusAccepted)
+	}
+	before := e.dump()
+	r := e.do("POST", "/v1/sandboxes", e.keyA, `{}`)
+	r.wantError(t, http.StatusTooManyRequests, apiv1.CodeRateLimited)
+	if r.header.Get("Retry-After") == "" {
+		t.Fatal("no Retry-After")
+	}
+	if after := e.dump(); after != before {
+		t.Fatal("a rate-limited create changed the store")
+	}
+	e.do("GET", "/v1/sandboxes", e.keyA, "").want(t, http.StatusOK)
+	e.do("POST", "/v1/sandboxes", e.keyB, `{}`).want(t, http.StatusAccepted)
+}

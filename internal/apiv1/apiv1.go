@@ -40,6 +40,7 @@ const (
 	CodeProcessNotFound      = "process_not_found"      // 404: the sandbox has no such process (never started, or forgotten)
 	CodeAgentUnsupported     = "agent_unsupported"      // 501: the sandbox's agent is too old for this request
 	CodeExceedsCapacity      = "exceeds_node_capacity"  // 400: more cpus or memory than one sandbox can have on this node
+	CodeRateLimited          = "rate_limited"           // 429: this API key made too many changes in a short time; see Retry-After
 )
 
 // Sandbox is a sandbox as the API shows it.

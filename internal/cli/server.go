@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/server"
 )
@@ -26,6 +27,8 @@ type serverFlags struct {
 	grace       time.Duration
 	keyMaxAge   time.Duration
 	overcommit  float64
+	mutRate     float64
+	mutBurst    int
 }
 
 // options parses the flags into server.Options.
@@ -39,6 +42,8 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		ShutdownGrace:    f.grace,
 		AttachKeyMaxAge:  f.keyMaxAge,
 		MemoryOvercommit: f.overcommit,
+		MutationRate:     f.mutRate,
+		MutationBurst:    f.mutBurst,
 	}
 	if f.grace <= 0 {
 		return opts, usageErrorf("--shutdown-grace must be positive, such as 30s")
@@ -57,6 +62,9 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	}
 	if f.overcommit <= 0 || f.overcommit > 100 {
 		return opts, usageErrorf("--memory-overcommit must be a ratio above 0 (1 = no overcommit), not %v", f.overcommit)
+	}
+	if f.mutBurst < 1 {
+		return opts, usageErrorf("--mutation-burst must be at least 1")
 	}
 	if f.keyMaxAge < 0 {
 		return opts, usageErrorf("--attach-key-max-age must not be negative")
@@ -120,6 +128,8 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.grace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long open attach streams may run on before they are told to reconnect")
 	fs.Float64Var(&f.overcommit, "memory-overcommit", server.DefaultMemoryOvercommit, "one sandbox may ask for at most the host's memory times this (cpus: at most the host's CPUs)")
+	fs.Float64Var(&f.mutRate, "mutation-rate", api.DefaultMutationRate, "mutating requests per second each API key may make (token bucket; negative: no limit)")
+	fs.IntVar(&f.mutBurst, "mutation-burst", api.DefaultMutationBurst, "mutating requests each API key may make at once")
 	fs.DurationVar(&f.keyMaxAge, "attach-key-max-age", server.DefaultAttachKeyMaxAge, "rotate the attachment-token signing key once it is older than this")
 	return cmd
 }

@@ -29,6 +29,11 @@ type Options struct {
 	// most the host's memory times this; cpus are bounded by the host's
 	// CPUs. 0: DefaultMemoryOvercommit.
 	MemoryOvercommit float64
+	// MutationRate and MutationBurst (--mutation-rate, --mutation-burst):
+	// each API key's mutating requests per second and at once; 0: the
+	// API's defaults; a negative rate: no limit.
+	MutationRate  float64
+	MutationBurst int
 	// AttachKeyMaxAge (--attach-key-max-age): the attachment-token signing
 	// key is rotated once older, on start and while running; 0 means
 	// DefaultAttachKeyMaxAge.
