@@ -125,7 +125,8 @@ type BaseParams struct {
 
 // BaseSpec builds the OCI config of an Airlock sandbox without the guest
 // agent's mounts: its namespaces (a new, empty network namespace: loopback
-// only), mounts, capabilities, rlimits and resource limits. The benchmark's
+// only), mounts, capabilities, rlimits, resource limits and, for runc and
+// crun, the seccomp filter (seccompProfile). The benchmark's
 // raw peers are built from it, so that they pay for exactly what a sandbox
 // pays.
 func BaseSpec(flavor Flavor, p BaseParams) (*specs.Spec, error) {
@@ -145,7 +146,7 @@ func BaseSpec(flavor Flavor, p BaseParams) (*specs.Spec, error) {
 		// the agent needs for --pids-max; runc and crun honour "ro".
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
 	}
-	return &specs.Spec{
+	s := &specs.Spec{
 		Version: ociVersion,
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
@@ -181,7 +182,17 @@ func BaseSpec(flavor Flavor, p BaseParams) (*specs.Spec, error) {
 			},
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
-	}, nil
+	}
+	// gVisor filters the guest's system calls itself (its sentry implements
+	// them); a profile would only filter what the sentry emulates.
+	if flavor != FlavorRunsc {
+		profile, err := seccompProfile(s)
+		if err != nil {
+			return nil, err
+		}
+		s.Linux.Seccomp = profile
+	}
+	return s, nil
 }
 
 func resources(flavor Flavor, res runtime.Resources) *specs.LinuxResources {

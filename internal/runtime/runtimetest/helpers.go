@@ -34,6 +34,9 @@ const (
 	markerContent = "from the template\n"
 )
 
+// syscallProbe is the template path of testdata/syscallprobe (static).
+const syscallProbe = "bin/airlock-syscallprobe"
+
 // defaultResources are the limits of the suite's sandboxes. The memory limit
 // leaves room for gVisor's sentry, which the host cgroup also charges.
 var defaultResources = runtime.Resources{CPUs: 1, MemoryBytes: 256 << 20, PidsLimit: 64}
@@ -49,6 +52,13 @@ func newSuite(t *testing.T) *suite {
 	airtest.RequireRoot(t)
 	s := &suite{agent: airtest.BuildAgent(t), template: airtest.BusyboxRootfs(t)}
 	if err := os.WriteFile(filepath.Join(s.template, markerFile), []byte(markerContent), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	probe, err := os.ReadFile(airtest.BuildBinary(t, "./internal/runtime/runtimetest/testdata/syscallprobe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.template, syscallProbe), probe, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	host, err := cgroups.Detect()

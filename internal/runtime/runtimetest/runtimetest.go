@@ -53,11 +53,20 @@ type CrashState struct {
 	CreateRefuses bool
 }
 
+// Isolation may be implemented by the runtime values given to Run: it says
+// which of the suite's isolation checks apply. Without it they are skipped.
+type Isolation interface {
+	// SeccompFiltered reports whether the guest runs under a seccomp filter
+	// of the host kernel (runc, crun); false for a runtime that filters
+	// the guest's system calls by its own means (gVisor's sentry).
+	SeccompFiltered() bool
+}
+
 // Run runs the conformance suite. newRuntime must return a new Runtime
 // value on every call; all values returned for the same *testing.T share one
 // configuration (state directories), so a second call models a restarted
 // server. The values must implement Inspector and may implement
-// CrashSimulator. The test needs root, the agent and busybox; it skips
+// CrashSimulator and Isolation. The test needs root, the agent and busybox; it skips
 // without them.
 func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 	s := newSuite(t)
@@ -73,6 +82,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		{"LoopbackOnlyNetwork", testLoopbackOnly},
 		{"AgentSocketSymlinkRefused", testAgentSocketSymlinkRefused},
 		{"AgentLogOutOfGuestReach", testAgentLogOutOfReach},
+		{"SeccompFilter", testSeccomp},
 		{"ResourceLimitsOnHost", testLimitsOnHost},
 		{"MemoryHogIsOOMKilled", testMemoryHog},
 		{"ForkBombIsContained", testForkBomb},

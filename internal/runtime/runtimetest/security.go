@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,5 +63,55 @@ func testAgentSocketSymlinkRefused(t *testing.T, s *suite, newRuntime newRuntime
 	}
 	if n := accepted.Load(); n != 0 {
 		t.Fatalf("the host connected to the symlink's target %d times", n)
+	}
+}
+
+// testSeccomp checks from inside the sandbox that the guest runs under a
+// seccomp filter that refuses, with EPERM, kernel attack surface a sandbox
+// does not need (io_uring, keyrings, perf events, bpf, userfaultfd) and new
+// user namespaces.
+func testSeccomp(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
+	rt := newRuntime(t)
+	iso, ok := rt.(Isolation)
+	if !ok {
+		t.Skipf("%T does not implement runtimetest.Isolation", rt)
+	}
+	if !iso.SeccompFiltered() {
+		t.Skip("this runtime filters the guest's system calls by its own means (gVisor's sentry implements them); there is no host seccomp filter to check from inside")
+	}
+	spec := s.spec(defaultResources, nil)
+	s.started(t, rt, spec)
+	c := client(t, rt, spec.ID)
+
+	// Mode 2 is SECCOMP_MODE_FILTER; the agent (pid 1) and what it starts.
+	for _, pid := range []string{"self", "1"} {
+		out := sh(t, c, "grep '^Seccomp:' /proc/"+pid+"/status")
+		if strings.TrimSpace(out) != "Seccomp:\t2" {
+			t.Errorf("/proc/%s/status: %q, want \"Seccomp:\\t2\"", pid, out)
+		}
+	}
+
+	out := sh(t, c, "/"+syscallProbe)
+	got := map[string]string{}
+	for _, l := range lines(out) {
+		name, result, _ := strings.Cut(l, ": ")
+		got[name] = result
+	}
+	var allowed []string
+	for _, name := range []string{
+		"io_uring_setup", "keyctl", "add_key", "perf_event_open", "bpf", "userfaultfd",
+		"unshare(CLONE_NEWUSER)", "clone(CLONE_NEWUSER)",
+	} {
+		if got[name] != "EPERM" {
+			allowed = append(allowed, name+" → "+got[name])
+		}
+	}
+	if len(allowed) > 0 {
+		t.Errorf("not refused with EPERM inside the sandbox: %q (probe output:\n%s)", allowed, out)
+	}
+
+	res := run(t, c, "unshare", "-U", "true")
+	if res.ExitCode == 0 || !strings.Contains(string(res.Stderr), "Operation not permitted") {
+		t.Errorf("unshare -U true: exit %d, stderr %q; want it refused with EPERM", res.ExitCode, res.Stderr)
 	}
 }
