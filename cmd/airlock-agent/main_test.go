@@ -91,7 +91,10 @@ func startAgent(t *testing.T, attr *syscall.SysProcAttr, mk func(bin, listen str
 	t.Cleanup(func() { a.client.Close() })
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, err := os.Stat(sock); err == nil {
+		// The socket file exists from bind(), a moment before listen():
+		// wait until it takes a connection, not until it exists.
+		if conn, err := net.Dial("unix", sock); err == nil {
+			conn.Close()
 			break
 		}
 		select {
