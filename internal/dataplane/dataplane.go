@@ -234,6 +234,10 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	// Counted as an open stream before the client sees it open, so a drain
+	// that begins now waits for it.
+	streamCtx, endStream := d.drain.streamContext(ctx)
+	defer endStream()
 
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -252,8 +256,6 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 		_ = sse.flush()
 		return
 	}
-	streamCtx, endStream := d.drain.streamContext(ctx)
-	defer endStream()
 	// At the drain deadline a write blocked on a client that reads nothing
 	// must not hold the shutdown: writes get reconnectWriteGrace to finish
 	// (enough for a live client to take the reconnect event).

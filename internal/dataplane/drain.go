@@ -83,6 +83,10 @@ func (d *DataPlane) StartDrain() {
 func (d *DataPlane) Drain(ctx context.Context) {
 	d.StartDrain()
 	if d.waitStreams(ctx) {
+		// Nothing is open; a stream that still slips in (its request got
+		// past the draining check a moment before) ends at once with a
+		// reconnect event.
+		d.drain.cancel()
 		return
 	}
 	d.log.Info("shutdown grace over; ending open streams with a reconnect event", "streams", d.openStreams())
