@@ -191,7 +191,11 @@ func TestHoldOutputUntilFirstReader(t *testing.T) {
 		if _, err := c.Start(ctx, agentproto.StartRequest{ID: id, Args: []string{"head", "-c", "8000000", "/dev/zero"}, HoldOutput: hold}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond) // the process would overflow the buffer meanwhile
+		if hold {
+			time.Sleep(300 * time.Millisecond) // held: it cannot finish without a reader
+		} else {
+			waitExited(t, c, id) // 8 MB through a 256 KiB buffer with nobody reading
+		}
 		evs := readAll(t, c, id, 0)
 		n := 0
 		for _, ev := range evs {

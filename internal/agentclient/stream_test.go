@@ -91,7 +91,9 @@ func TestSlowReader(t *testing.T) {
 		ctx := ctxT(t)
 		id := newID()
 		const size = 4_000_000
-		if _, err := c.Start(ctx, sh(id, "sleep 0.3; head -c 4000000 /dev/zero")); err != nil {
+		req := sh(id, "head -c 4000000 /dev/zero")
+		req.HoldOutput = true // nothing is dropped before the stream below opens
+		if _, err := c.Start(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 		s, err := c.Output(ctx, id, 0)
