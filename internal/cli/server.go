@@ -29,6 +29,7 @@ type serverFlags struct {
 	overcommit  float64
 	mutRate     float64
 	mutBurst    int
+	maxConns    int
 }
 
 // options parses the flags into server.Options.
@@ -44,6 +45,7 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		MemoryOvercommit: f.overcommit,
 		MutationRate:     f.mutRate,
 		MutationBurst:    f.mutBurst,
+		MaxConnections:   f.maxConns,
 	}
 	if f.grace <= 0 {
 		return opts, usageErrorf("--shutdown-grace must be positive, such as 30s")
@@ -62,6 +64,9 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	}
 	if f.overcommit <= 0 || f.overcommit > 100 {
 		return opts, usageErrorf("--memory-overcommit must be a ratio above 0 (1 = no overcommit), not %v", f.overcommit)
+	}
+	if f.maxConns < 1 {
+		return opts, usageErrorf("--max-connections must be at least 1")
 	}
 	if f.mutBurst < 1 {
 		return opts, usageErrorf("--mutation-burst must be at least 1")
@@ -129,6 +134,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.DurationVar(&f.grace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long open attach streams may run on before they are told to reconnect")
 	fs.Float64Var(&f.overcommit, "memory-overcommit", server.DefaultMemoryOvercommit, "one sandbox may ask for at most the host's memory times this (cpus: at most the host's CPUs)")
 	fs.Float64Var(&f.mutRate, "mutation-rate", api.DefaultMutationRate, "mutating requests per second each API key may make (token bucket; negative: no limit)")
+	fs.IntVar(&f.maxConns, "max-connections", server.DefaultMaxConnections, "open client connections at most; beyond, new ones wait to be accepted (agent sockets need the rest of the file limit)")
 	fs.IntVar(&f.mutBurst, "mutation-burst", api.DefaultMutationBurst, "mutating requests each API key may make at once")
 	fs.DurationVar(&f.keyMaxAge, "attach-key-max-age", server.DefaultAttachKeyMaxAge, "rotate the attachment-token signing key once it is older than this")
 	return cmd

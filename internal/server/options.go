@@ -34,6 +34,10 @@ type Options struct {
 	// API's defaults; a negative rate: no limit.
 	MutationRate  float64
 	MutationBurst int
+	// MaxConnections (--max-connections) bounds the open client
+	// connections; beyond it new ones wait to be accepted. 0:
+	// DefaultMaxConnections.
+	MaxConnections int
 	// AttachKeyMaxAge (--attach-key-max-age): the attachment-token signing
 	// key is rotated once older, on start and while running; 0 means
 	// DefaultAttachKeyMaxAge.

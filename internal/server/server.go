@@ -107,10 +107,15 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", opts.Listen)
+	tcpLn, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
 	}
+	maxConns := opts.MaxConnections
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConnections
+	}
+	ln := newLimitListener(tcpLn, maxConns)
 	baseURL := "http://" + ln.Addr().String()
 
 	dp, err := dataplane.New(dataplane.Config{
