@@ -132,13 +132,7 @@ func (c AttachClaims) validate() error {
 	if _, err := ParseActions(acts); err != nil {
 		return fmt.Errorf("act: %w", err)
 	}
-	if c.IssuedAt.IsZero() || c.NotBefore.IsZero() || c.ExpiresAt.IsZero() {
-		return errors.New("iat, nbf and exp are required")
-	}
-	if !c.ExpiresAt.After(c.NotBefore) || c.NotBefore.Before(c.IssuedAt) {
-		return errors.New("want iat <= nbf < exp")
-	}
-	return nil
+	return checkLifetime(c.IssuedAt, c.NotBefore, c.ExpiresAt)
 }
 
 // wireClaims is the JWT payload.
@@ -180,15 +174,7 @@ func NewIssuer(kid string, key ed25519.PrivateKey) (*Issuer, error) {
 // IssuedAt + AttachTokenTTL. Times are truncated to whole seconds (JWT
 // NumericDate). KeyID is set from the signing key.
 func (i *Issuer) Issue(c AttachClaims) (string, error) {
-	c.IssuedAt = c.IssuedAt.Truncate(time.Second)
-	if c.NotBefore.IsZero() {
-		c.NotBefore = c.IssuedAt
-	}
-	c.NotBefore = c.NotBefore.Truncate(time.Second)
-	if c.ExpiresAt.IsZero() {
-		c.ExpiresAt = c.IssuedAt.Add(AttachTokenTTL)
-	}
-	c.ExpiresAt = c.ExpiresAt.Truncate(time.Second)
+	c.IssuedAt, c.NotBefore, c.ExpiresAt = lifetime(c.IssuedAt, c.NotBefore, c.ExpiresAt, AttachTokenTTL)
 	if err := c.validate(); err != nil {
 		return "", fmt.Errorf("issue attachment token: %w", err)
 	}

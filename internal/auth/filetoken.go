@@ -67,13 +67,7 @@ func (c FileClaims) validate() error {
 	if _, err := ParseFileDirection(c.Direction); err != nil {
 		return fmt.Errorf("dir: %w", err)
 	}
-	if c.IssuedAt.IsZero() || c.NotBefore.IsZero() || c.ExpiresAt.IsZero() {
-		return errors.New("iat, nbf and exp are required")
-	}
-	if !c.ExpiresAt.After(c.NotBefore) || c.NotBefore.Before(c.IssuedAt) {
-		return errors.New("want iat <= nbf < exp")
-	}
-	return nil
+	return checkLifetime(c.IssuedAt, c.NotBefore, c.ExpiresAt)
 }
 
 // fileWireClaims is the JWT payload of a file token.
@@ -88,15 +82,7 @@ type fileWireClaims struct {
 // IssuedAt; a zero ExpiresAt means IssuedAt + FileTokenTTL. Times are
 // truncated to whole seconds.
 func (i *Issuer) IssueFile(c FileClaims) (string, error) {
-	c.IssuedAt = c.IssuedAt.Truncate(time.Second)
-	if c.NotBefore.IsZero() {
-		c.NotBefore = c.IssuedAt
-	}
-	c.NotBefore = c.NotBefore.Truncate(time.Second)
-	if c.ExpiresAt.IsZero() {
-		c.ExpiresAt = c.IssuedAt.Add(FileTokenTTL)
-	}
-	c.ExpiresAt = c.ExpiresAt.Truncate(time.Second)
+	c.IssuedAt, c.NotBefore, c.ExpiresAt = lifetime(c.IssuedAt, c.NotBefore, c.ExpiresAt, FileTokenTTL)
 	if err := c.validate(); err != nil {
 		return "", fmt.Errorf("issue file transfer token: %w", err)
 	}

@@ -71,3 +71,27 @@ func (v *Verifier) parse(raw, audience string, now time.Time, claims jwt.Claims)
 	}
 	return kid, nil
 }
+
+// lifetime fills a token's times as Issue and IssueFile do: a zero nbf
+// means iat, a zero exp means iat + ttl; all are truncated to seconds.
+func lifetime(iat, nbf, exp time.Time, ttl time.Duration) (time.Time, time.Time, time.Time) {
+	iat = iat.Truncate(time.Second)
+	if nbf.IsZero() {
+		nbf = iat
+	}
+	if exp.IsZero() {
+		exp = iat.Add(ttl)
+	}
+	return iat, nbf.Truncate(time.Second), exp.Truncate(time.Second)
+}
+
+// checkLifetime refuses missing times and any order but iat <= nbf < exp.
+func checkLifetime(iat, nbf, exp time.Time) error {
+	if iat.IsZero() || nbf.IsZero() || exp.IsZero() {
+		return errors.New("iat, nbf and exp are required")
+	}
+	if !exp.After(nbf) || nbf.Before(iat) {
+		return errors.New("want iat <= nbf < exp")
+	}
+	return nil
+}
