@@ -185,7 +185,7 @@ func (d *DataPlane) authorizeProcess(w http.ResponseWriter, r *http.Request, act
 		writeProcError(w, err)
 		return target{}, false
 	}
-	return target{claims: claims, pid: pid, cs: cs, token: claims.TokenID, agent: agent}, true
+	return target{claims: claims, pid: pid, cs: cs, agent: agent}, true
 }
 
 // openAttachment authorizes an attachment (SSE or WebSocket) of the URL's
@@ -266,8 +266,8 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 	err := d.stream(streamCtx, sse, t.agent, t.pid, after)
 	switch {
 	case err == nil:
-	case d.drain.ended(streamCtx) && ctx.Err() == nil:
-		_ = sse.reconnect(d.drain.retry())
+	case d.drain.ended() && ctx.Err() == nil:
+		_ = sse.reconnect(drainRetryMS)
 	case ctx.Err() == nil:
 		d.log.WarnContext(ctx, "attach stream ended with an error", "process", t.pid, "err", err)
 		pe := procctl.PublicError(err)

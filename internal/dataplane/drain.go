@@ -57,10 +57,9 @@ func (s *drainState) streamContext(ctx context.Context) (context.Context, func()
 	}
 }
 
-// ended reports whether a stream's context ended because of the drain.
-func (s *drainState) ended(context.Context) bool { return s.end.Err() != nil }
-
-func (s *drainState) retry() int { return drainRetryMS }
+// ended reports whether the drain deadline has passed (a stream that ends
+// then ends because of it).
+func (s *drainState) ended() bool { return s.end.Err() != nil }
 
 // Draining reports whether Drain has been called (readiness fails then).
 func (d *DataPlane) Draining() bool {

@@ -35,7 +35,9 @@ func (d *DataPlane) stdin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, err.Error())
 		return
 	}
-	if err := d.ensureStarted(r.Context(), t); err != nil {
+	// stdin may arrive before the first attach: start the process (its
+	// output held for the attach that is on its way).
+	if err := procctl.Start(r.Context(), t.agent, t.cs, true); err != nil {
 		writeProcError(w, err)
 		return
 	}
@@ -47,12 +49,6 @@ func (d *DataPlane) stdin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// ensureStarted starts the session's process if no attach has yet: stdin
-// may arrive before the first attach.
-func (d *DataPlane) ensureStarted(ctx context.Context, t target) error {
-	return procctl.Start(ctx, t.agent, t.cs, true) // an attach is on its way
 }
 
 // signal: POST /data/v1/processes/{process_id}/signal {"signal":"TERM"} → 204.

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"sync"
 )
@@ -12,20 +11,19 @@ type attachLimits struct {
 
 	mu      sync.Mutex
 	process map[string]int
-	token   map[[32]byte]int
+	token   map[string]int // by the token's ID (jti)
 	project map[string]int
 }
 
 func newAttachLimits(perProcess, perToken, perProject int) *attachLimits {
 	return &attachLimits{perProcess: perProcess, perToken: perToken, perProject: perProject,
-		process: map[string]int{}, token: map[[32]byte]int{}, project: map[string]int{}}
+		process: map[string]int{}, token: map[string]int{}, project: map[string]int{}}
 }
 
 // acquire counts one attachment of t, or says which limit it would pass.
 // The returned release must be called once the attachment ends.
 func (l *attachLimits) acquire(t target) (release func(), err error) {
-	proc, proj := t.pid.String(), t.cs.ProjectID.String()
-	tok := sha256.Sum256([]byte(t.token)) // the token's ID, hashed to a fixed size
+	proc, proj, tok := t.pid.String(), t.cs.ProjectID.String(), t.claims.TokenID
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {

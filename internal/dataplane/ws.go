@@ -131,8 +131,8 @@ func (d *DataPlane) wsAttach(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 		_ = conn.Close(websocket.StatusNormalClosure, apiv1.EventExit)
-	case d.drain.ended(streamCtx) && sessCtx.Err() == nil:
-		retry := d.drain.retry()
+	case d.drain.ended() && sessCtx.Err() == nil:
+		retry := drainRetryMS
 		s.final(sessCtx, apiv1.WSEvent{Type: apiv1.EventReconnect, Seq: after,
 			ReconnectEventData: &apiv1.ReconnectEventData{Reason: "draining", RetryMS: retry}}, websocket.StatusGoingAway)
 	case sessCtx.Err() == nil && !errors.Is(err, errClientGone):
