@@ -223,7 +223,7 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// features returns the info of the current connection's agent, dialling
+// agentInfo returns the info of the current connection's agent, dialling
 // if needed.
 func (c *Client) agentInfo(ctx context.Context) (agentproto.Info, error) {
 	if _, err := c.conn(ctx); err != nil {

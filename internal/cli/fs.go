@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -16,6 +18,22 @@ func (a *app) fsCommand() *cobra.Command {
 }
 
 // fsArgs parses SANDBOX and the guest paths that follow it.
+// fsRun makes the RunE of an fs subcommand: it parses SANDBOX PATH… and
+// connects before calling fn.
+func (a *app) fsRun(fn func(ctx context.Context, c *client.Client, id model.SandboxID, paths []model.GuestPath) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		id, paths, err := fsArgs(args)
+		if err != nil {
+			return err
+		}
+		c, err := a.client()
+		if err != nil {
+			return err
+		}
+		return fn(cmd.Context(), c, id, paths)
+	}
+}
+
 func fsArgs(args []string) (model.SandboxID, []model.GuestPath, error) {
 	id, err := parseArg(model.ParseSandboxID, args[0])
 	if err != nil {
@@ -38,16 +56,8 @@ func (a *app) fsListCommand() *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List a directory in a sandbox",
 		Args:    exactArgs("SANDBOX", "PATH"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, paths, err := fsArgs(args)
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			l, err := c.ListFiles(cmd.Context(), id, paths[0])
+		RunE: a.fsRun(func(ctx context.Context, c *client.Client, id model.SandboxID, paths []model.GuestPath) error {
+			l, err := c.ListFiles(ctx, id, paths[0])
 			if err != nil {
 				return err
 			}
@@ -58,7 +68,7 @@ func (a *app) fsListCommand() *cobra.Command {
 				a.progressf("only the first %d entries are listed", len(l.Entries))
 			}
 			return nil
-		},
+		}),
 	}
 }
 
@@ -67,21 +77,13 @@ func (a *app) fsStatCommand() *cobra.Command {
 		Use:   "stat SANDBOX PATH",
 		Short: "Describe a file in a sandbox (a final symlink is not followed)",
 		Args:  exactArgs("SANDBOX", "PATH"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, paths, err := fsArgs(args)
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			fi, err := c.StatFile(cmd.Context(), id, paths[0])
+		RunE: a.fsRun(func(ctx context.Context, c *client.Client, id model.SandboxID, paths []model.GuestPath) error {
+			fi, err := c.StatFile(ctx, id, paths[0])
 			if err != nil {
 				return err
 			}
 			return a.printer().fileInfo(fi)
-		},
+		}),
 	}
 }
 
@@ -90,21 +92,13 @@ func (a *app) fsMkdirCommand() *cobra.Command {
 		Use:   "mkdir SANDBOX PATH",
 		Short: "Create a directory and its missing parents in a sandbox",
 		Args:  exactArgs("SANDBOX", "PATH"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, paths, err := fsArgs(args)
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			fi, err := c.Mkdir(cmd.Context(), id, paths[0])
+		RunE: a.fsRun(func(ctx context.Context, c *client.Client, id model.SandboxID, paths []model.GuestPath) error {
+			fi, err := c.Mkdir(ctx, id, paths[0])
 			if err != nil {
 				return err
 			}
 			return a.printer().fileInfo(fi)
-		},
+		}),
 	}
 }
 
@@ -115,21 +109,13 @@ func (a *app) fsMoveCommand() *cobra.Command {
 		Aliases: []string{"move"},
 		Short:   "Move or rename a file or directory in a sandbox",
 		Args:    exactArgs("SANDBOX", "FROM", "TO"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, paths, err := fsArgs(args)
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			fi, err := c.MoveFile(cmd.Context(), id, apiv1.MoveRequest{From: paths[0].String(), To: paths[1].String(), Overwrite: overwrite})
+		RunE: a.fsRun(func(ctx context.Context, c *client.Client, id model.SandboxID, paths []model.GuestPath) error {
+			fi, err := c.MoveFile(ctx, id, apiv1.MoveRequest{From: paths[0].String(), To: paths[1].String(), Overwrite: overwrite})
 			if err != nil {
 				return err
 			}
 			return a.printer().fileInfo(fi)
-		},
+		}),
 	}
 	cmd.Flags().BoolVarP(&overwrite, "force", "f", false, "replace an existing destination")
 	return cmd
@@ -141,23 +127,15 @@ func (a *app) fsRemoveCommand() *cobra.Command {
 		Use:   "rm SANDBOX PATH",
 		Short: "Remove a file, symlink or (with -r) directory in a sandbox",
 		Args:  exactArgs("SANDBOX", "PATH"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, paths, err := fsArgs(args)
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			if err := c.RemoveFile(cmd.Context(), id, paths[0], recursive); err != nil {
+		RunE: a.fsRun(func(ctx context.Context, c *client.Client, id model.SandboxID, paths []model.GuestPath) error {
+			if err := c.RemoveFile(ctx, id, paths[0], recursive); err != nil {
 				return err
 			}
 			if a.flags.output == outputJSON {
 				return a.printer().print(apiv1.RemoveResponse{Path: paths[0].String()}, nil)
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "remove a directory and everything in it")
 	return cmd
