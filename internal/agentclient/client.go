@@ -339,8 +339,20 @@ func responseError(resp *http.Response) error {
 
 func processPath(id string) string { return "/v1/processes/" + url.PathEscape(id) }
 
-// Info returns what the agent says about itself.
+// Info returns what the agent says about itself: a fresh GET /v1/info on
+// an open connection, the new connection's handshake answer otherwise.
 func (c *Client) Info(ctx context.Context) (agentproto.Info, error) {
+	select {
+	case c.lock <- struct{}{}:
+	case <-ctx.Done():
+		return agentproto.Info{}, ctx.Err()
+	}
+	connected := c.cc != nil && c.cc.Err() == nil
+	<-c.lock
+	if !connected {
+		// A new connection starts with GET /v1/info: do not ask twice.
+		return c.agentInfo(ctx)
+	}
 	var info agentproto.Info
 	err := c.call(ctx, http.MethodGet, "/v1/info", nil, http.StatusOK, &info)
 	return info, err
