@@ -12,6 +12,7 @@ import (
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procctl"
 )
 
 // fileRoutes are the management-plane file routes: small operations are
@@ -65,59 +66,77 @@ func queryPath(r *http.Request) (model.GuestPath, error) {
 	return parsePathField("path", q.Get("path"))
 }
 
+// fileCall runs one call on the agent of the caller's running sandbox {id},
+// bounded by procctl.CallTimeout like every short agent call, and turns the
+// agent's error into the API's.
+func fileCall[T any](ctx context.Context, a *API, r *http.Request, p principal, do func(context.Context, *agentclient.Client) (T, error)) (T, error) {
+	var zero T
+	_, agent, err := a.fileAgent(ctx, r, p)
+	if err != nil {
+		return zero, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, procctl.CallTimeout)
+	defer cancel()
+	v, err := do(ctx, agent)
+	if err != nil {
+		return zero, agentFileError(err)
+	}
+	return v, nil
+}
+
+// fileGet answers a read-only file route: ?path= parsed, one agent call,
+// its result as JSON.
+func (a *API) fileGet(w http.ResponseWriter, r *http.Request, p principal, do func(context.Context, *agentclient.Client, model.GuestPath) (any, error)) {
+	path, err := queryPath(r)
+	if err == nil {
+		var out any
+		out, err = fileCall(r.Context(), a, r, p, func(ctx context.Context, agent *agentclient.Client) (any, error) {
+			return do(ctx, agent, path)
+		})
+		if err == nil {
+			writeJSON(w, http.StatusOK, out)
+			return
+		}
+	}
+	a.writeError(w, r, err)
+}
+
 // statFile: GET /v1/sandboxes/{id}/files/stat?path= → 200 FileInfo.
 func (a *API) statFile(w http.ResponseWriter, r *http.Request, p principal) {
-	err := func() error {
-		path, err := queryPath(r)
-		if err != nil {
-			return err
-		}
-		_, agent, err := a.fileAgent(r.Context(), r, p)
-		if err != nil {
-			return err
-		}
-		fi, err := agent.Stat(r.Context(), path.String())
-		if err != nil {
-			return agentFileError(err)
-		}
-		writeJSON(w, http.StatusOK, dataplane.FileInfoOut(fi))
-		return nil
-	}()
-	if err != nil {
-		a.writeError(w, r, err)
-	}
+	a.fileGet(w, r, p, func(ctx context.Context, agent *agentclient.Client, path model.GuestPath) (any, error) {
+		fi, err := agent.Stat(ctx, path.String())
+		return dataplane.FileInfoOut(fi), err
+	})
 }
 
 // listFiles: GET /v1/sandboxes/{id}/files/list?path= → 200 FileList.
 func (a *API) listFiles(w http.ResponseWriter, r *http.Request, p principal) {
-	err := func() error {
-		path, err := queryPath(r)
+	a.fileGet(w, r, p, func(ctx context.Context, agent *agentclient.Client, path model.GuestPath) (any, error) {
+		l, err := agent.ListDir(ctx, path.String())
 		if err != nil {
-			return err
-		}
-		_, agent, err := a.fileAgent(r.Context(), r, p)
-		if err != nil {
-			return err
-		}
-		l, err := agent.ListDir(r.Context(), path.String())
-		if err != nil {
-			return agentFileError(err)
+			return nil, err
 		}
 		out := apiv1.FileList{Path: l.Path, Entries: make([]apiv1.FileInfo, 0, len(l.Entries)), Truncated: l.Truncated}
 		for _, fi := range l.Entries {
 			out.Entries = append(out.Entries, dataplane.FileInfoOut(fi))
 		}
-		writeJSON(w, http.StatusOK, out)
-		return nil
-	}()
-	if err != nil {
-		a.writeError(w, r, err)
-	}
+		return out, nil
+	})
 }
 
-// fileReply answers a mutating file call and stores its idempotency record
-// (the agent did the work; a repeat with the same key replays this answer).
-func fileReply[T any](ctx context.Context, a *API, c *call[T], status int, v any) (*reply, error) {
+// fileMutation runs a mutating file call on the agent and answers 200 with
+// its result, storing the idempotency record (the agent did the work; a
+// repeat with the same key replays this answer).
+func fileMutation[T, R any](ctx context.Context, a *API, c *call[T], do func(context.Context, *agentclient.Client) (R, error)) (*reply, error) {
+	v, err := fileCall(ctx, a, c.r, c.p, do)
+	if err != nil {
+		return nil, err
+	}
+	return idempotentReply(ctx, a, c, http.StatusOK, v)
+}
+
+// idempotentReply answers a call and stores its idempotency record.
+func idempotentReply[T any](ctx context.Context, a *API, c *call[T], status int, v any) (*reply, error) {
 	rep, rec, err := c.reply(status, v)
 	if err != nil {
 		return nil, err
@@ -134,15 +153,10 @@ func (a *API) mkdirFile(ctx context.Context, c *call[apiv1.MkdirRequest]) (*repl
 	if err != nil {
 		return nil, err
 	}
-	_, agent, err := a.fileAgent(ctx, c.r, c.p)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := agent.Mkdir(ctx, agentproto.MkdirRequest{Path: path.String()})
-	if err != nil {
-		return nil, agentFileError(err)
-	}
-	return fileReply(ctx, a, c, http.StatusOK, dataplane.FileInfoOut(fi))
+	return fileMutation(ctx, a, c, func(ctx context.Context, agent *agentclient.Client) (apiv1.FileInfo, error) {
+		fi, err := agent.Mkdir(ctx, agentproto.MkdirRequest{Path: path.String()})
+		return dataplane.FileInfoOut(fi), err
+	})
 }
 
 // moveFile: POST /v1/sandboxes/{id}/files/move → 200 FileInfo of the destination.
@@ -155,18 +169,13 @@ func (a *API) moveFile(ctx context.Context, c *call[apiv1.MoveRequest]) (*reply,
 	if err != nil {
 		return nil, err
 	}
-	_, agent, err := a.fileAgent(ctx, c.r, c.p)
-	if err != nil {
-		return nil, err
-	}
-	if err := agent.Move(ctx, agentproto.MoveRequest{From: from.String(), To: to.String(), Overwrite: c.in.Overwrite}); err != nil {
-		return nil, agentFileError(err)
-	}
-	fi, err := agent.Stat(ctx, to.String())
-	if err != nil {
-		return nil, agentFileError(err)
-	}
-	return fileReply(ctx, a, c, http.StatusOK, dataplane.FileInfoOut(fi))
+	return fileMutation(ctx, a, c, func(ctx context.Context, agent *agentclient.Client) (apiv1.FileInfo, error) {
+		if err := agent.Move(ctx, agentproto.MoveRequest{From: from.String(), To: to.String(), Overwrite: c.in.Overwrite}); err != nil {
+			return apiv1.FileInfo{}, err
+		}
+		fi, err := agent.Stat(ctx, to.String())
+		return dataplane.FileInfoOut(fi), err
+	})
 }
 
 // removeFile: POST /v1/sandboxes/{id}/files/remove → 200 RemoveResponse.
@@ -175,14 +184,10 @@ func (a *API) removeFile(ctx context.Context, c *call[apiv1.RemoveRequest]) (*re
 	if err != nil {
 		return nil, err
 	}
-	_, agent, err := a.fileAgent(ctx, c.r, c.p)
-	if err != nil {
-		return nil, err
-	}
-	if err := agent.Remove(ctx, agentproto.RemoveRequest{Path: path.String(), Recursive: c.in.Recursive}); err != nil {
-		return nil, agentFileError(err)
-	}
-	return fileReply(ctx, a, c, http.StatusOK, apiv1.RemoveResponse{Path: path.String()})
+	return fileMutation(ctx, a, c, func(ctx context.Context, agent *agentclient.Client) (apiv1.RemoveResponse, error) {
+		err := agent.Remove(ctx, agentproto.RemoveRequest{Path: path.String(), Recursive: c.in.Recursive})
+		return apiv1.RemoveResponse{Path: path.String()}, err
+	})
 }
 
 // createTransfer: POST /v1/sandboxes/{id}/files/transfers → 201 Transfer,
@@ -206,7 +211,7 @@ func (a *API) createTransfer(ctx context.Context, c *call[apiv1.CreateTransferRe
 	if err != nil {
 		return nil, fmt.Errorf("issue file token: %w", err)
 	}
-	return fileReply(ctx, a, c, http.StatusCreated, apiv1.Transfer{
+	return idempotentReply(ctx, a, c, http.StatusCreated, apiv1.Transfer{
 		URL:       a.baseURL(c.r) + apiv1.FilesDataPath(sb.ID.String(), c.in.Direction),
 		Method:    method,
 		Token:     tok,
