@@ -21,7 +21,8 @@ type drainState struct {
 	draining bool
 	end      context.Context // cancelled at the drain deadline
 	cancel   context.CancelFunc
-	streams  int // open streams
+	streams  int           // open streams
+	idle     chan struct{} // closed when streams drops to 0; nil while none is open
 }
 
 func (s *drainState) init() {
@@ -44,7 +45,9 @@ func (s *drainState) refuse(w http.ResponseWriter) bool {
 // the drain deadline. done must be called when the stream ends.
 func (s *drainState) streamContext(ctx context.Context) (context.Context, func()) {
 	s.mu.Lock()
-	s.streams++
+	if s.streams++; s.streams == 1 {
+		s.idle = make(chan struct{})
+	}
 	s.mu.Unlock()
 	sctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.end, cancel)
@@ -52,7 +55,10 @@ func (s *drainState) streamContext(ctx context.Context) (context.Context, func()
 		stop()
 		cancel()
 		s.mu.Lock()
-		s.streams--
+		if s.streams--; s.streams == 0 {
+			close(s.idle)
+			s.idle = nil
+		}
 		s.mu.Unlock()
 	}
 }
@@ -103,16 +109,20 @@ func (d *DataPlane) openStreams() int {
 	return d.drain.streams
 }
 
-// waitStreams polls until no stream is open (true) or ctx ends (false).
+// waitStreams waits until no stream is open (true) or ctx ends (false).
 func (d *DataPlane) waitStreams(ctx context.Context) bool {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for d.openStreams() > 0 {
+	for {
+		d.drain.mu.Lock()
+		idle := d.drain.idle
+		d.drain.mu.Unlock()
+		if idle == nil {
+			return true
+		}
 		select {
 		case <-ctx.Done():
 			return false
-		case <-t.C:
+		case <-idle:
+			// Streams may have opened again since; look once more.
 		}
 	}
-	return true
 }
