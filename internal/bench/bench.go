@@ -226,10 +226,7 @@ func (b *benchmark) run(ctx context.Context) (Report, error) {
 		b.subjects = append(b.subjects, ps)
 	}
 
-	seed := b.cfg.Seed
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
+	seed := b.seed()
 	samples, err := b.rounds(ctx, seed)
 	if err != nil {
 		return Report{}, err
@@ -250,6 +247,14 @@ func (b *benchmark) run(ctx context.Context) (Report, error) {
 	}
 	rep.Ratios = ratios(rep.Subjects)
 	return rep, nil
+}
+
+// seed is the configured seed of the round order, or a random one.
+func (b *benchmark) seed() uint64 {
+	if b.cfg.Seed != 0 {
+		return b.cfg.Seed
+	}
+	return rand.Uint64()
 }
 
 // startServers starts an airlock server per runtime (each a subject) and

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -50,49 +49,10 @@ func (b *benchmark) runExec(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	// The servers become exec subjects, each with one running sandbox.
-	servers := b.subjects
-	b.subjects = nil
-	for _, s := range servers {
-		a := s.(*airlockSubject)
-		e := &execAirlock{a: a}
-		b.subjects = append(b.subjects, e) // closed (with its server) on cleanup
-		b.progressf("creating a sandbox on airlock-%s…", a.flavor)
-		if err := e.setup(ctx); err != nil {
-			return Report{}, fmt.Errorf("bench: airlock-%s: %w", a.flavor, err)
-		}
+	if err := b.setupExecSubjects(ctx, lower, apiv1.CreateSandboxRequest{}, nil, nil); err != nil {
+		return Report{}, err
 	}
-	cgParent, err := cgroups.ParsePath("/" + filepath.Base(b.tmp))
-	if err != nil {
-		return Report{}, fmt.Errorf("bench: cgroup parent: %w", err)
-	}
-	for _, p := range b.cfg.Peers {
-		if p == PeerPodman {
-			b.skipped = append(b.skipped, Skipped{Name: p, Reason: "no exec peer (podman exec needs a podman-managed container)"})
-			continue
-		}
-		bin, err := exec.LookPath(p)
-		if err != nil {
-			b.skipped = append(b.skipped, Skipped{Name: p, Reason: "not installed"})
-			continue
-		}
-		b.binaries[p] = bin
-		ps, err := newPeer(p, bin, filepath.Join(b.tmp, "r-"+p), lower, b.cg, cgParent, b.cfg.Logger)
-		if err != nil {
-			return Report{}, fmt.Errorf("bench: %w", err)
-		}
-		e := &execPeer{p: ps}
-		b.subjects = append(b.subjects, e)
-		b.progressf("starting a %s container…", p)
-		if err := e.setup(ctx); err != nil {
-			return Report{}, fmt.Errorf("bench: %s: %w", p, err)
-		}
-	}
-
-	seed := b.cfg.Seed
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
+	seed := b.seed()
 	samples, err := b.rounds(ctx, seed)
 	if err != nil {
 		return Report{}, err
@@ -222,4 +182,58 @@ func isolationOf(peer string) runtime.Isolation {
 		return runtime.IsolationUserSpaceKernel
 	}
 	return runtime.IsolationSharedKernel
+}
+
+// setupExecSubjects turns the started servers into exec subjects, each with
+// one running sandbox created with req, and adds a long-lived container of
+// every installed peer (but podman: podman exec needs a podman-managed
+// container) over the template tree lower. airlockReady and peerReady, if
+// not nil, are called for each subject once it is ready.
+func (b *benchmark) setupExecSubjects(ctx context.Context, lower string, req apiv1.CreateSandboxRequest, airlockReady func(*execAirlock) error, peerReady func(*execPeer)) error {
+	servers := b.subjects
+	b.subjects = nil
+	for _, s := range servers {
+		a := s.(*airlockSubject)
+		e := &execAirlock{a: a, req: req}
+		b.subjects = append(b.subjects, e) // closed (with its server) on cleanup
+		b.progressf("creating a sandbox on airlock-%s…", a.flavor)
+		if err := e.setup(ctx); err != nil {
+			return fmt.Errorf("bench: airlock-%s: %w", a.flavor, err)
+		}
+		if airlockReady != nil {
+			if err := airlockReady(e); err != nil {
+				return fmt.Errorf("bench: airlock-%s: %w", a.flavor, err)
+			}
+		}
+	}
+	cgParent, err := cgroups.ParsePath("/" + filepath.Base(b.tmp))
+	if err != nil {
+		return fmt.Errorf("bench: cgroup parent: %w", err)
+	}
+	for _, p := range b.cfg.Peers {
+		if p == PeerPodman {
+			b.skipped = append(b.skipped, Skipped{Name: p, Reason: "no exec peer (podman exec needs a podman-managed container)"})
+			continue
+		}
+		bin, err := exec.LookPath(p)
+		if err != nil {
+			b.skipped = append(b.skipped, Skipped{Name: p, Reason: "not installed"})
+			continue
+		}
+		b.binaries[p] = bin
+		ps, err := newPeer(p, bin, filepath.Join(b.tmp, "r-"+p), lower, b.cg, cgParent, b.cfg.Logger)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		e := &execPeer{p: ps}
+		b.subjects = append(b.subjects, e)
+		b.progressf("starting a %s container…", p)
+		if err := e.setup(ctx); err != nil {
+			return fmt.Errorf("bench: %s: %w", p, err)
+		}
+		if peerReady != nil {
+			peerReady(e)
+		}
+	}
+	return nil
 }

@@ -10,14 +10,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"os/exec"
-	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
-	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -63,55 +61,19 @@ func (b *benchmark) runThroughput(ctx context.Context, n int64) (ThroughputRepor
 		return ThroughputReport{}, err
 	}
 	var cases []throughputCase
-	servers := b.subjects
-	b.subjects = nil
-	for _, s := range servers {
-		a := s.(*airlockSubject)
-		e := &execAirlock{a: a, req: apiv1.CreateSandboxRequest{MemoryMiB: throughputMemoryMiB(n)}}
-		b.subjects = append(b.subjects, e)
-		b.progressf("creating a sandbox with %d MiB on airlock-%s…", e.req.MemoryMiB, a.flavor)
-		if err := e.setup(ctx); err != nil {
-			return ThroughputReport{}, fmt.Errorf("bench: airlock-%s: %w", a.flavor, err)
-		}
+	req := apiv1.CreateSandboxRequest{MemoryMiB: throughputMemoryMiB(n)}
+	airlockReady := func(e *execAirlock) error {
 		cs, err := airlockThroughputCases(ctx, e, data)
-		if err != nil {
-			return ThroughputReport{}, fmt.Errorf("bench: airlock-%s: %w", a.flavor, err)
-		}
 		cases = append(cases, cs...)
+		return err
 	}
-	cgParent, err := cgroups.ParsePath("/" + filepath.Base(b.tmp))
-	if err != nil {
-		return ThroughputReport{}, fmt.Errorf("bench: cgroup parent: %w", err)
-	}
-	for _, p := range b.cfg.Peers {
-		if p == PeerPodman {
-			b.skipped = append(b.skipped, Skipped{Name: p, Reason: "no exec peer"})
-			continue
-		}
-		bin, err := exec.LookPath(p)
-		if err != nil {
-			b.skipped = append(b.skipped, Skipped{Name: p, Reason: "not installed"})
-			continue
-		}
-		b.binaries[p] = bin
-		ps, err := newPeer(p, bin, filepath.Join(b.tmp, "r-"+p), lower, b.cg, cgParent, b.cfg.Logger)
-		if err != nil {
-			return ThroughputReport{}, fmt.Errorf("bench: %w", err)
-		}
-		e := &execPeer{p: ps}
-		b.subjects = append(b.subjects, e)
-		b.progressf("starting a %s container…", p)
-		if err := e.setup(ctx); err != nil {
-			return ThroughputReport{}, fmt.Errorf("bench: %s: %w", p, err)
-		}
-		cases = append(cases, peerThroughputCases(e, data)...)
+	peerReady := func(e *execPeer) { cases = append(cases, peerThroughputCases(e, data)...) }
+	if err := b.setupExecSubjects(ctx, lower, req, airlockReady, peerReady); err != nil {
+		return ThroughputReport{}, err
 	}
 	b.skipped = append(b.skipped, Skipped{Name: "raw file transfers", Reason: "no raw peer: a runtime has no file API"})
 
-	seed := b.cfg.Seed
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
+	seed := b.seed()
 	times, peaks, err := b.throughputRounds(ctx, seed, cases, n)
 	if err != nil {
 		return ThroughputReport{}, err
