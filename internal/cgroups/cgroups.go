@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/rootfs/mountinfo"
+
+	"github.com/airlockdev/airlock/internal/procfs"
 )
 
 // removeBusyTimeout bounds how long Remove retries a cgroup the kernel still
@@ -264,7 +266,7 @@ func (h Host) Remove(ctx context.Context, p Path) error {
 		return err
 	}
 	for _, pid := range procs {
-		if alive(pid) {
+		if procfs.Alive(pid) {
 			return fmt.Errorf("remove cgroup %s: process %d is still inside", p, pid)
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/procfs"
 )
 
 // Unlimited is the value readers return for a limit set to "max".
@@ -175,7 +177,7 @@ func (h Host) Kill(ctx context.Context, p Path) error {
 		}
 		live := 0
 		for _, pid := range procs {
-			if !alive(pid) {
+			if !procfs.Alive(pid) {
 				continue
 			}
 			live++
@@ -195,21 +197,6 @@ func (h Host) Kill(ctx context.Context, p Path) error {
 			delay *= 2
 		}
 	}
-}
-
-// alive reports whether pid exists and is not a zombie.
-func alive(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the ")" that ends the command name.
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 || i+2 >= len(data) {
-		return false
-	}
-	st := data[i+2]
-	return st != 'Z' && st != 'X' && st != 'x'
 }
 
 // walkDirs calls fn for dir and every directory below it, parents first.
