@@ -23,6 +23,7 @@ type serverFlags struct {
 	runtime     string
 	databaseURL string
 	agentBinary string
+	sandboxDir  string
 	logLevel    string
 	grace       time.Duration
 	keyMaxAge   time.Duration
@@ -40,6 +41,7 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		Runtime:          f.runtime,
 		DatabaseURL:      f.databaseURL,
 		AgentBinary:      f.agentBinary,
+		SandboxDir:       f.sandboxDir,
 		ShutdownGrace:    f.grace,
 		AttachKeyMaxAge:  f.keyMaxAge,
 		MemoryOvercommit: f.overcommit,
@@ -130,6 +132,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringVar(&f.runtime, "runtime", "", "runc, crun or runsc (default: the strongest isolation that works on this host)")
 	fs.StringVar(&f.databaseURL, "database-url", "", "PostgreSQL URL postgres://… (default: SQLite in the data dir)")
 	fs.StringVar(&f.agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock, then $PATH)")
+	fs.StringVar(&f.sandboxDir, "sandbox-dir", "", "directory for the sandboxes' writable storage (their disk images, bundles and sockets), e.g. on a filesystem of its own apart from the store (default: DATA_DIR/runtime/<runtime>/sandboxes)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.grace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long open attach streams may run on before they are told to reconnect")
 	fs.Float64Var(&f.overcommit, "memory-overcommit", server.DefaultMemoryOvercommit, "one sandbox may ask for at most the host's memory times this (cpus: at most the host's CPUs)")

@@ -3,10 +3,10 @@
 // and work directories belong to the sandbox, so a sandbox's writes never
 // touch the template and two sandboxes never see each other's writes.
 //
-// Paths may be long (deep test or data directories): options that would not
-// fit mount(2)'s one-page data limit, or that contain characters overlayfs
-// treats specially (',', ':', '\'), are passed as /proc/self/fd magic links
-// of O_PATH descriptors instead of literal paths.
+// Layers are passed as /proc/self/fd magic links of O_PATH descriptors, so
+// mount tables show no host paths and paths may be long or contain
+// characters overlayfs treats specially. A sandbox's own filesystem (its
+// disk limit) is an ext4 image loop-mounted by MountImage.
 package rootfs
 
 import (
@@ -28,34 +28,23 @@ import (
 // Airlock's mounts are recognisable in /proc/self/mountinfo.
 const Source = "airlock"
 
-// maxLiteralOptions is how long the overlay option string may get before the
-// paths are passed as short /proc/self/fd links (mount(2) copies at most one
-// page of data).
-const maxLiteralOptions = 3000
-
 // MountOverlay mounts an overlayfs at target with lower as its read-only
 // lower layer and upper/work as its upper and work directories (which must be
 // on the same filesystem). All four directories must exist.
+//
+// The layers are always passed as /proc/self/fd links of O_PATH
+// descriptors, never as literal paths: the kernel (since 6.5) shows the
+// option strings as given in every mount table that lists the overlay,
+// including the sandbox's own /proc/self/mountinfo, so the guest reads
+// "lowerdir=/proc/self/fd/7" instead of the host's data-dir paths. It also
+// keeps long paths within mount(2)'s one-page data limit and needs no
+// escaping of the characters overlayfs treats specially (',', ':', '\').
 func MountOverlay(lower, upper, work, target string) error {
 	dirs := []string{lower, upper, work, target}
-	literal := true
 	for _, d := range dirs {
 		if !filepath.IsAbs(d) {
 			return fmt.Errorf("mount overlay: %q is not an absolute path", d)
 		}
-		if strings.ContainsAny(d, ",:\\") {
-			literal = false
-		}
-	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
-	if len(opts) > maxLiteralOptions {
-		literal = false
-	}
-	if literal {
-		if err := unix.Mount(Source, target, "overlay", 0, opts); err != nil {
-			return fmt.Errorf("mount overlay on %s (%s): %w", target, opts, err)
-		}
-		return nil
 	}
 	fds := make([]int, 0, len(dirs))
 	defer func() {
@@ -72,7 +61,7 @@ func MountOverlay(lower, upper, work, target string) error {
 		fds = append(fds, fd)
 		links[i] = fmt.Sprintf("/proc/self/fd/%d", fd)
 	}
-	opts = fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", links[0], links[1], links[2])
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", links[0], links[1], links[2])
 	if err := unix.Mount(Source, links[3], "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlay on %s (lower %s, upper %s, work %s): %w", target, lower, upper, work, err)
 	}

@@ -63,6 +63,12 @@ type Resources struct {
 	CPUs        int   // CPU quota in whole CPUs
 	MemoryBytes int64 // memory limit; exceeding it is an OOM kill (see OOMScope)
 	PidsLimit   int64 // maximum number of tasks inside the sandbox
+	// DiskBytes limits the sandbox's writable layer (what the guest writes
+	// to its root filesystem): beyond it, writes fail with ENOSPC inside
+	// and the host's filesystems do not grow; `df /` inside shows about
+	// this size. 0: no limit of its own (the writable layer shares the
+	// filesystem of the runtime's state directory).
+	DiskBytes int64
 }
 
 // Spec is everything a runtime needs to create one sandbox. Each runtime

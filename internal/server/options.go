@@ -20,6 +20,13 @@ type Options struct {
 	DatabaseURL string       // --database-url postgres://…; "" uses SQLite in DataDir
 	AgentBinary string       // --agent-binary; "" looks next to the airlock binary, then in PATH
 	Logger      *slog.Logger // nil: text logs on stderr
+	// SandboxDir (--sandbox-dir) holds the sandboxes' storage: each
+	// runtime's per-sandbox state directories (bundle, disk image, agent
+	// socket), in SandboxDir/<runtime>/. Put it on a filesystem of its own
+	// to keep sandboxes' writes apart from the store. "": under the data
+	// dir, DataDir/runtime/<runtime>/sandboxes. Changing it while
+	// sandboxes exist orphans them: the server no longer finds them.
+	SandboxDir string
 	// ShutdownGrace (--shutdown-grace): on SIGTERM the server stops taking
 	// new attachments and connections (readiness fails) and lets open
 	// streams run this long; then they end with a reconnect event. 0:

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
@@ -17,14 +19,18 @@ func autoCandidates() []string { return []string{"runsc"} }
 
 // selectRuntime returns the runtime the operator asked for, or the strongest
 // one that works on this host, after proving it works by running a probe.
-func selectRuntime(ctx context.Context, name string, dd *dataDir, agentBin string, log *slog.Logger) (runtime.Runtime, error) {
+func selectRuntime(ctx context.Context, name string, dd *dataDir, sandboxDir, agentBin string, log *slog.Logger) (runtime.Runtime, error) {
 	cfgFor := func(flavor string) oci.Config {
+		stateRoot := dd.join(runtimeDir, flavor, "sandboxes")
+		if sandboxDir != "" {
+			stateRoot = filepath.Join(sandboxDir, flavor)
+		}
 		return oci.Config{
 			Flavor: flavor,
 			// Each runtime has its own state and sandbox directories, so
 			// one never mistakes another's sandboxes for orphans.
 			RootDir:   dd.join(runtimeDir, flavor, "state"),
-			StateRoot: dd.join(runtimeDir, flavor, "sandboxes"),
+			StateRoot: stateRoot,
 			Logger:    log.With("component", "runtime", "runtime", flavor),
 		}
 	}
@@ -67,4 +73,25 @@ func probed(ctx context.Context, cfg oci.Config, agentBin string) (*oci.Runtime,
 		return nil, err
 	}
 	return rt, nil
+}
+
+// resolveSandboxDir returns --sandbox-dir as an absolute path without
+// symlinks, creating it (mode 0700) if needed; "" stays "" (the default
+// under the data dir).
+func resolveSandboxDir(dir string) (string, error) {
+	if dir == "" {
+		return "", nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("--sandbox-dir %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return "", fmt.Errorf("--sandbox-dir: %w", err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", fmt.Errorf("--sandbox-dir: %w", err)
+	}
+	return real, nil
 }

@@ -75,7 +75,11 @@ func Run(ctx context.Context, opts Options) error {
 	if err := checkStaticAgent(agentBin); err != nil {
 		return err
 	}
-	rt, err := selectRuntime(ctx, opts.Runtime, dd, agentBin, log)
+	sandboxDir, err := resolveSandboxDir(opts.SandboxDir)
+	if err != nil {
+		return err
+	}
+	rt, err := selectRuntime(ctx, opts.Runtime, dd, sandboxDir, agentBin, log)
 	if err != nil {
 		return err
 	}

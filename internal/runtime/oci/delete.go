@@ -15,7 +15,7 @@ import (
 )
 
 // Delete removes every trace of the sandbox: the container, its processes,
-// the overlay mount, its cgroups (in every hierarchy) and its state
+// the overlay mount, the sandbox's filesystem and its loop device, its cgroups (in every hierarchy) and its state
 // directory. It is a no-op for a sandbox that does not exist, and it cleans
 // up every partial state a crash can leave (a state directory without a
 // container, a container without one, a mount or cgroup without either, a
@@ -88,6 +88,12 @@ func (r *Runtime) removeLeftovers(ctx context.Context, id model.SandboxID) error
 		return err
 	} else if len(left) > 0 {
 		return fmt.Errorf("still mounted after unmount: %q", left)
+	}
+	//    The loop device of the sandbox's disk image clears itself once
+	//    unmounted; one left bound (by a process that died holding it, or
+	//    by a mount namespace on its way out) is detached or set to clear.
+	if err := rootfs.DetachLoopDevices(dirs.state); err != nil {
+		return err
 	}
 
 	// 5. Cgroups, in every hierarchy.

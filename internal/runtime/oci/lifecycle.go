@@ -56,14 +56,15 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 }
 
 func (r *Runtime) create(ctx context.Context, spec runtime.Spec, dirs sandboxDirs) error {
-	if err := r.prepare(spec, dirs); err != nil {
+	if err := r.prepare(ctx, spec, dirs); err != nil {
 		return err
 	}
 	return r.runDetached(ctx, dirs.agentLog, "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String())
 }
 
-// prepare writes the bundle and mounts the root filesystem.
-func (r *Runtime) prepare(spec runtime.Spec, dirs sandboxDirs) error {
+// prepare sets up the sandbox's filesystem, writes the bundle and mounts
+// the root filesystem.
+func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dirs sandboxDirs) error {
 	lower := spec.TemplateDir
 	if !filepath.IsAbs(lower) {
 		return fmt.Errorf("template dir %q must be absolute", lower)
@@ -71,17 +72,12 @@ func (r *Runtime) prepare(spec runtime.Spec, dirs sandboxDirs) error {
 	if fi, err := os.Stat(lower); err != nil || !fi.IsDir() {
 		return fmt.Errorf("template dir %q: not a directory (%v)", lower, err)
 	}
-	if fi, err := os.Stat(spec.AgentBinary); err != nil || !fi.Mode().IsRegular() {
-		return fmt.Errorf("agent binary %q: not a regular file (%v)", spec.AgentBinary, err)
-	}
-	for _, d := range []string{dirs.state, dirs.bundle, dirs.upper, dirs.work, dirs.rootfs, dirs.run} {
+	for _, d := range []string{dirs.state, dirs.bundle, dirs.rootfs} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
 	}
-	// The overlay root takes the mode of the upper dir: make it 0755 like a
-	// normal root directory.
-	if err := os.Chmod(dirs.upper, 0o755); err != nil {
+	if err := r.prepareStorage(ctx, spec.Resources.DiskBytes, spec.AgentBinary, dirs); err != nil {
 		return err
 	}
 	oci, err := r.bundleSpec(spec, dirs)
@@ -95,7 +91,23 @@ func (r *Runtime) prepare(spec runtime.Spec, dirs sandboxDirs) error {
 	if err := writeFileAtomic(filepath.Join(dirs.bundle, "config.json"), data); err != nil {
 		return err
 	}
-	return rootfs.MountOverlay(lower, dirs.upper, dirs.work, dirs.rootfs)
+	if err := rootfs.MountOverlay(lower, dirs.upper, dirs.work, dirs.rootfs); err != nil {
+		return err
+	}
+	return ensureTmp(dirs.rootfs)
+}
+
+// ensureTmp gives a root filesystem without /tmp one (mode 1777), so it can
+// be mounted over (see runscTmpMount).
+func ensureTmp(root string) error {
+	tmp := filepath.Join(root, "tmp")
+	if _, err := os.Lstat(tmp); err == nil || !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := os.Mkdir(tmp, 0o777); err != nil {
+		return err
+	}
+	return os.Chmod(tmp, 0o777|os.ModeSticky) // after the umask
 }
 
 func dirExists(dir string) bool {

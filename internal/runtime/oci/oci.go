@@ -8,12 +8,24 @@
 // Per-sandbox state lives in StateRoot/<sandbox id>/:
 //
 //	bundle/config.json  the OCI spec
-//	upper/, work/       the overlay's upper and work directories
+//	disk.img            with a disk limit: a sparse ext4 image of that size,
+//	                    loop-mounted at fs/ (see rootfs.MakeImage)
+//	fs/                 the sandbox's own filesystem (the image; without a
+//	                    limit a directory on StateRoot's filesystem):
+//	  upper/, work/     the overlay's upper and work directories
+//	  meta/             without a limit a small tmpfs; the agent's files:
+//	    airlock-agent   a copy of the agent binary, bind-mounted read-only
+//	                    at /.airlock/bin/airlock-agent
+//	    run/            bind-mounted at /.airlock/run; the agent listens on run/agent.sock
 //	rootfs/             the overlay mount (the container's root)
-//	run/                bind-mounted at /.airlock/run; the agent listens on run/agent.sock
 //	agent.log           the agent's stdout and stderr
 //	pid                 the runtime's --pid-file
 //	stop-requested      written by Stop, so State can tell a requested stop from an OOM kill
+//
+// Nothing the guest can see names a host path: the overlay's layers are
+// given as /proc/self/fd links, and the agent's binary and run directory
+// are bind-mounted from the sandbox's own filesystem, so the mount table
+// shows them as paths inside it (/meta/run), not in the data directory.
 package oci
 
 import (
@@ -183,22 +195,34 @@ func (r *Runtime) Info() runtime.Info {
 
 // sandboxDirs are the host paths of one sandbox.
 type sandboxDirs struct {
-	state, bundle, upper, work, rootfs, run, agentLog, pidFile, stopMarker string
+	state, bundle, image, fs, upper, work, meta, agent, run, rootfs, agentLog, pidFile, stopMarker string
 }
 
 func (r *Runtime) dirs(id model.SandboxID) sandboxDirs {
 	s := filepath.Join(r.stateRoot, id.String())
-	return sandboxDirs{
+	fs := filepath.Join(s, "fs")
+	meta := filepath.Join(fs, "meta")
+	d := sandboxDirs{
 		state:      s,
 		bundle:     filepath.Join(s, "bundle"),
-		upper:      filepath.Join(s, "upper"),
-		work:       filepath.Join(s, "work"),
+		image:      filepath.Join(s, "disk.img"),
+		fs:         fs,
+		upper:      filepath.Join(fs, "upper"),
+		work:       filepath.Join(fs, "work"),
+		meta:       meta,
+		agent:      filepath.Join(meta, "airlock-agent"),
+		run:        filepath.Join(meta, "run"),
 		rootfs:     filepath.Join(s, "rootfs"),
-		run:        filepath.Join(s, "run"),
 		agentLog:   filepath.Join(s, "agent.log"),
 		pidFile:    filepath.Join(s, "pid"),
 		stopMarker: filepath.Join(s, "stop-requested"),
 	}
+	// A sandbox created before the sandbox filesystem existed keeps its
+	// run directory (and agent socket) at the top of its state directory.
+	if legacy := filepath.Join(s, "run"); dirExists(legacy) {
+		d.run = legacy
+	}
+	return d
 }
 
 func (r *Runtime) cgroupPath(id model.SandboxID) (cgroups.Path, error) {

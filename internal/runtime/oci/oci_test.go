@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/agentproto"
@@ -83,7 +86,30 @@ func (r testRuntime) CrashStates() []runtimetest.CrashState {
 			return os.WriteFile(filepath.Join(d.bundle, "config.json.tmp"), []byte(`{"ociVers`), 0o600)
 		}},
 		{Name: "MountedWithoutContainer", Make: func(ctx context.Context, spec runtime.Spec) error {
-			return r.prepare(spec, r.dirs(spec.ID))
+			return r.prepare(ctx, spec, r.dirs(spec.ID))
+		}},
+		{Name: "DiskImageMountedOnly", Make: func(ctx context.Context, spec runtime.Spec) error {
+			// A create that crashed after mounting the sandbox's filesystem.
+			d := r.dirs(spec.ID)
+			if err := os.MkdirAll(d.fs, 0o700); err != nil {
+				return err
+			}
+			if err := rootfs.MakeImage(ctx, d.image, 64<<20); err != nil {
+				return err
+			}
+			return rootfs.MountImage(d.image, d.fs)
+		}},
+		{Name: "LoopDeviceBoundWithoutMount", Make: func(ctx context.Context, spec runtime.Spec) error {
+			// A loop device bound to the image and left so (not autoclear):
+			// what another tool, or an older Airlock, may leave.
+			d := r.dirs(spec.ID)
+			if err := os.MkdirAll(d.state, 0o700); err != nil {
+				return err
+			}
+			if err := rootfs.MakeImage(ctx, d.image, 64<<20); err != nil {
+				return err
+			}
+			return bindLoop(d.image)
 		}},
 		{Name: "CreatedNeverStarted", Make: func(ctx context.Context, spec runtime.Spec) error {
 			return r.Create(ctx, spec)
@@ -96,8 +122,14 @@ func (r testRuntime) CrashStates() []runtimetest.CrashState {
 				return err
 			}
 			d := r.dirs(spec.ID)
-			if err := rootfs.Unmount(ctx, r.log, d.rootfs); err != nil {
+			mounts, err := rootfs.MountsUnder(d.state)
+			if err != nil {
 				return err
+			}
+			for _, m := range mounts {
+				if err := rootfs.Unmount(ctx, r.log, m); err != nil {
+					return err
+				}
 			}
 			return os.RemoveAll(d.state)
 		}},
@@ -135,7 +167,7 @@ func (r testRuntime) CrashStates() []runtimetest.CrashState {
 		{Name: "ProcessesInCgroupWithoutContainer", Make: func(ctx context.Context, spec runtime.Spec) error {
 			// A runtime that crashed after starting the container's first
 			// process but before recording it.
-			if err := r.prepare(spec, r.dirs(spec.ID)); err != nil {
+			if err := r.prepare(ctx, spec, r.dirs(spec.ID)); err != nil {
 				return err
 			}
 			cg, err := r.cgroupPath(spec.ID)
@@ -301,3 +333,34 @@ func TestSandboxOutlivesItsCreator(t *testing.T) {
 // SeccompFiltered: runc and crun sandboxes get a seccomp profile; runsc's
 // sentry filters the guest's system calls itself.
 func (r testRuntime) SeccompFiltered() bool { return r.flavor != FlavorRunsc }
+
+// bindLoop binds image to a free loop device without LO_FLAGS_AUTOCLEAR, so
+// it stays bound after this process closes it.
+func bindLoop(image string) error {
+	file, err := os.OpenFile(image, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer ctl.Close()
+	for attempt := 0; ; attempt++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return err
+		}
+		loop, err := os.OpenFile(fmt.Sprintf("/dev/loop%d", n), os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		err = unix.IoctlLoopConfigure(int(loop.Fd()), &unix.LoopConfig{Fd: uint32(file.Fd())})
+		loop.Close()
+		if errors.Is(err, unix.EBUSY) && attempt < 32 {
+			continue
+		}
+		return err
+	}
+}

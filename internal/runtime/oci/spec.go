@@ -74,16 +74,32 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs) (*specs.Spec, 
 	if r.flavor == FlavorRunsc && spec.Resources.PidsLimit > 0 {
 		args = append(args, "--pids-max", strconv.FormatInt(spec.Resources.PidsLimit, 10))
 	}
-	return r.ociSpec(specParams{
+	s, err := r.ociSpec(specParams{
 		args:        args,
 		env:         guestEnv(spec.Env),
 		rootfs:      dirs.rootfs,
 		hostname:    hostname,
 		cgroup:      cg,
-		agentBinary: spec.AgentBinary,
+		agentBinary: dirs.agent, // the copy on the sandbox's filesystem: no host path in its mount table
 		runDir:      dirs.run,
 		resources:   spec.Resources,
 	})
+	if err != nil {
+		return nil, err
+	}
+	if r.flavor == FlavorRunsc {
+		s.Mounts = append(s.Mounts, runscTmpMount(dirs.rootfs))
+	}
+	return s, nil
+}
+
+// runscTmpMount binds the root filesystem's own /tmp (which prepare
+// creates) onto /tmp. Without a /tmp mount gVisor puts a tmpfs of its own
+// on an empty /tmp, so what the guest writes there lives in the sentry's
+// memory: beyond the disk limit, and an OOM kill of the whole sandbox
+// instead of ENOSPC.
+func runscTmpMount(rootfs string) specs.Mount {
+	return specs.Mount{Destination: "/tmp", Type: "bind", Source: filepath.Join(rootfs, "tmp"), Options: []string{"rbind", "rw"}}
 }
 
 // specParams are what differs between sandboxes (and the probe container).

@@ -17,7 +17,7 @@ func TestBundleSpec(t *testing.T) {
 	res := runtime.Resources{CPUs: 2, MemoryBytes: 512 << 20, PidsLimit: 100}
 	for _, flavor := range allFlavors {
 		t.Run(string(flavor), func(t *testing.T) {
-			r := &Runtime{flavor: flavor, cgroupParent: "/airlock"}
+			r := &Runtime{flavor: flavor, cgroupParent: "/airlock", stateRoot: "/state"}
 			id := model.NewSandboxID()
 			spec := runtime.Spec{ID: id, TemplateDir: "/t", Env: model.Env{"B": "2", "A": "1", "PATH": "/custom"},
 				Resources: res, AgentBinary: "/usr/lib/airlock/airlock-agent"}
@@ -75,7 +75,8 @@ func TestBundleSpec(t *testing.T) {
 			for _, m := range s.Mounts {
 				mounts[m.Destination] = m
 			}
-			if m := mounts[GuestAgentPath]; m.Source != spec.AgentBinary || !slices.Contains(m.Options, "ro") {
+			// The sandbox's copy, on its own filesystem: no host path in its mount table.
+			if m := mounts[GuestAgentPath]; m.Source != r.dirs(id).agent || !slices.Contains(m.Options, "ro") {
 				t.Errorf("agent mount = %+v", m)
 			}
 			if m := mounts[GuestRunDir]; m.Source != r.dirs(id).run || !slices.Contains(m.Options, "rw") {
@@ -92,7 +93,7 @@ func TestBundleSpec(t *testing.T) {
 }
 
 func TestBundleSpecWithoutLimits(t *testing.T) {
-	r := &Runtime{flavor: FlavorRunsc, cgroupParent: "/airlock"}
+	r := &Runtime{flavor: FlavorRunsc, cgroupParent: "/airlock", stateRoot: "/state"}
 	id := model.NewSandboxID()
 	s, err := r.bundleSpec(runtime.Spec{ID: id, AgentBinary: "/agent", Hostname: "h"}, r.dirs(id))
 	if err != nil {
@@ -104,7 +105,7 @@ func TestBundleSpecWithoutLimits(t *testing.T) {
 	if strings.Contains(strings.Join(s.Process.Args, " "), "--pids-max") || s.Hostname != "h" {
 		t.Errorf("args %q hostname %q", s.Process.Args, s.Hostname)
 	}
-	if _, err := r.bundleSpec(runtime.Spec{ID: id, AgentBinary: "relative/agent"}, r.dirs(id)); err == nil {
+	if _, err := r.ociSpec(specParams{agentBinary: "relative/agent"}); err == nil {
 		t.Error("relative agent path accepted")
 	}
 }

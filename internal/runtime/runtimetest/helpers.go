@@ -39,7 +39,7 @@ const syscallProbe = "bin/airlock-syscallprobe"
 
 // defaultResources are the limits of the suite's sandboxes. The memory limit
 // leaves room for gVisor's sentry, which the host cgroup also charges.
-var defaultResources = runtime.Resources{CPUs: 1, MemoryBytes: 256 << 20, PidsLimit: 64}
+var defaultResources = runtime.Resources{CPUs: 1, MemoryBytes: 256 << 20, PidsLimit: 64, DiskBytes: 128 << 20}
 
 type suite struct {
 	agent    string
@@ -168,7 +168,8 @@ func (s *suite) deleteAndCheck(t *testing.T, rt runtime.Runtime, id model.Sandbo
 }
 
 // assertGone checks that no trace of the sandbox is left: not in State, not
-// in List, no state directory, no mount, no cgroup in any hierarchy.
+// in List, no state directory, no mount, no loop device bound to a file in
+// it, no cgroup in any hierarchy.
 func (s *suite) assertGone(t *testing.T, rt runtime.Runtime, id model.SandboxID) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -195,6 +196,7 @@ func (s *suite) assertGone(t *testing.T, rt runtime.Runtime, id model.SandboxID)
 		if _, err := os.Lstat(a.StateDir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("state dir %s still exists after Delete (%v)", a.StateDir, err)
 		}
+		assertNoLoopDevices(t, a.StateDir)
 	}
 	if a.Cgroup != "" {
 		if dirs, err := s.cgroups.Existing(a.Cgroup); err != nil || len(dirs) > 0 {

@@ -83,6 +83,8 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		{"AgentSocketSymlinkRefused", testAgentSocketSymlinkRefused},
 		{"AgentLogOutOfGuestReach", testAgentLogOutOfReach},
 		{"SeccompFilter", testSeccomp},
+		{"DiskLimitGivesENOSPC", testDiskLimit},
+		{"HostPathsHidden", testHostPathsHidden},
 		{"ResourceLimitsOnHost", testLimitsOnHost},
 		{"MemoryHogIsOOMKilled", testMemoryHog},
 		{"ForkBombIsContained", testForkBomb},
