@@ -161,7 +161,7 @@ func testPutExisting(t *testing.T, h Harness) {
 
 func testWrongDigest(t *testing.T, h Harness) {
 	s := h.New(t)
-	for _, n := range []int{0, 10, 3 << 20} {
+	for _, n := range []int{0, 10, 3 << 20, 17<<20 + 1} { // the last one past a 16 MiB part
 		b := content(2, n)
 		other := blobstore.FromBytes(append(slices.Clone(b), 'x'))
 		err := s.Put(ctx(t), other, bytes.NewReader(b), int64(n))
@@ -179,21 +179,25 @@ func testWrongDigest(t *testing.T, h Harness) {
 
 func testSizeMismatch(t *testing.T, h Harness) {
 	b := content(3, 5000)
-	d := blobstore.FromBytes(b)
+	big := content(3, 17<<20+1) // past a 16 MiB part
 	tests := []struct {
 		name     string
+		blob     []byte
 		input    []byte
 		size     int64
 		wantSize int64 // MismatchError.GotSize
 	}{
-		{"InputShorter", b[:4000], 5000, 4000},
-		{"InputLonger", append(slices.Clone(b), "more"...), 5000, -1},
-		{"SizeTooSmall", b, 4999, -1},
-		{"SizeTooLarge", b, 5001, 5000},
-		{"EmptyInput", nil, 5000, 0},
+		{"InputShorter", b, b[:4000], 5000, 4000},
+		{"InputLonger", b, append(slices.Clone(b), "more"...), 5000, -1},
+		{"SizeTooSmall", b, b, 4999, -1},
+		{"SizeTooLarge", b, b, 5001, 5000},
+		{"EmptyInput", b, nil, 5000, 0},
+		{"BigInputShorter", big, big[:17<<20], 17<<20 + 1, 17 << 20},
+		{"BigInputLonger", big, append(slices.Clone(big), 0), 17<<20 + 1, -1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			d := blobstore.FromBytes(tc.blob)
 			s := h.New(t)
 			err := s.Put(ctx(t), d, bytes.NewReader(tc.input), tc.size)
 			var me *blobstore.MismatchError
