@@ -288,6 +288,9 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// Dir returns the gateway's root directory (removed when it stops).
+func (g *Gateway) Dir() string { return g.dir }
+
 // Endpoint returns the gateway's host:port.
 func (g *Gateway) Endpoint() string { return strings.TrimPrefix(g.URL, "http://") }
 
