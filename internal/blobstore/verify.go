@@ -79,20 +79,14 @@ func (in *Input) Finish() error {
 		return fmt.Errorf("blob %s: input finished after %d of %d bytes", in.want, in.n, in.size)
 	}
 	in.done = true
-	var one [1]byte
-	for {
-		n, err := in.r.Read(one[:])
-		if n > 0 {
-			in.err = &MismatchError{Want: in.want, WantSize: in.size, GotSize: -1}
-			return in.err
-		}
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			in.err = fmt.Errorf("read blob input: %w", err)
-			return in.err
-		}
+	n, err := readOneMore(in.r)
+	if n > 0 {
+		in.err = &MismatchError{Want: in.want, WantSize: in.size, GotSize: -1}
+		return in.err
+	}
+	if err != nil {
+		in.err = fmt.Errorf("read blob input: %w", err)
+		return in.err
 	}
 	var sum [sha256.Size]byte
 	in.h.Sum(sum[:0])
@@ -154,18 +148,12 @@ func (v *verifyingReader) Read(p []byte) (int, error) {
 }
 
 func (v *verifyingReader) finish() error {
-	var one [1]byte
-	for {
-		n, err := v.rc.Read(one[:])
-		if n > 0 {
-			return v.corrupt(fmt.Errorf("%w: blob %s: content is longer than its %d bytes", ErrCorrupt, v.want, v.size))
-		}
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("read blob %s: %w", v.want, err)
-		}
+	n, err := readOneMore(v.rc)
+	if n > 0 {
+		return v.corrupt(fmt.Errorf("%w: blob %s: content is longer than its %d bytes", ErrCorrupt, v.want, v.size))
+	}
+	if err != nil {
+		return fmt.Errorf("read blob %s: %w", v.want, err)
 	}
 	var sum [sha256.Size]byte
 	v.h.Sum(sum[:0])
@@ -186,3 +174,22 @@ func (v *verifyingReader) corrupt(err error) error {
 }
 
 func (v *verifyingReader) Close() error { return v.rc.Close() }
+
+// readOneMore reads one byte past the expected end of r: (1, nil) if there
+// is more, (0, nil) at io.EOF, or the error that prevented knowing.
+func readOneMore(r io.Reader) (int, error) {
+	var one [1]byte
+	for range 100 {
+		n, err := r.Read(one[:])
+		if n > 0 {
+			return 1, nil
+		}
+		if errors.Is(err, io.EOF) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	return 0, io.ErrNoProgress
+}
