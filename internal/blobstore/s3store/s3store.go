@@ -194,6 +194,7 @@ func (s *Store) retryRace(ctx context.Context, publish func() error) error {
 		if err == nil || attempt == 5 || minio.ToErrorResponse(err).Code != "ExistingObjectIsDirectory" {
 			return err
 		}
+		s.logger.Debug("s3 blob store: publish raced a concurrent delete; retrying", "attempt", attempt, "err", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
