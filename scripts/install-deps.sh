@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what Airlock needs on a Debian 12 host: the OCI runtimes (runc, crun,
 # gVisor runsc), a static busybox for the default template, PostgreSQL's
-# binaries for the test suite, and Go. Idempotent: fast when all is present.
+# binaries and an S3 gateway (versitygw) for the test suite, and Go.
+# Idempotent: fast when all is present.
 # Run as root.
 set -euo pipefail
 
 RUNSC_VERSION="v0.0.0-20260905035102-160fafc42237" # gVisor, pinned
 GO_VERSION="go1.26.8"
+VERSITYGW_VERSION="v1.8.0" # S3 gateway for the blob store's tests, pinned (= internal/s3test.Version)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: run as root (sudo $0)" >&2
@@ -45,4 +47,16 @@ if ! command -v runsc >/dev/null 2>&1; then
   CGO_ENABLED=0 GOBIN=/usr/local/bin go install "gvisor.dev/gvisor/runsc@$RUNSC_VERSION"
 fi
 
-echo "install-deps: ok ($(go version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}'), crun $(crun --version | awk 'NR==1{print $3}'), runsc at $(command -v runsc))"
+# The blob store's S3 tests run against versitygw, built from the module
+# proxy into the version-keyed cache where internal/s3test looks for it.
+vgw_dir="/var/cache/airlock-test/versitygw-$VERSITYGW_VERSION"
+if [ ! -x "$vgw_dir/versitygw" ]; then
+  echo "install-deps: building versitygw $VERSITYGW_VERSION for the S3 tests (about two minutes)"
+  mkdir -p "$vgw_dir"
+  vgw_tmp=$(mktemp -d "$vgw_dir/build-XXXXXX")
+  (cd "$vgw_tmp" && CGO_ENABLED=0 GOFLAGS= GOWORK=off GOBIN="$vgw_tmp" go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION")
+  mv "$vgw_tmp/versitygw" "$vgw_dir/versitygw"
+  rm -rf "$vgw_tmp"
+fi
+
+echo "install-deps: ok ($(go version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}'), crun $(crun --version | awk 'NR==1{print $3}'), runsc at $(command -v runsc), versitygw $VERSITYGW_VERSION)"
