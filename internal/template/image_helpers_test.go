@@ -69,6 +69,12 @@ func imageOf(t testing.TB, arch string, cfg v1.Config, layers ...[]byte) v1.Imag
 	for _, data := range layers {
 		ls = append(ls, layerOf(t, data))
 	}
+	return imageWithLayers(t, arch, cfg, ls...)
+}
+
+// imageWithLayers is imageOf with ready-made layers.
+func imageWithLayers(t testing.TB, arch string, cfg v1.Config, ls ...v1.Layer) v1.Image {
+	t.Helper()
 	img, err := mutate.AppendLayers(empty.Image, ls...)
 	if err != nil {
 		t.Fatal(err)

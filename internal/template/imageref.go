@@ -91,7 +91,53 @@ func ParseImageRef(s string) (ImageRef, error) {
 	if err != nil {
 		return ImageRef{}, fmt.Errorf("%w: image reference %q: %v", model.ErrInvalid, shorten(s), err)
 	}
+	// go-containerregistry accepts repositories such as "/abs/path" or
+	// "a/../b"; hold them to the distribution spec's grammar.
+	if repo := ref.Context().RepositoryStr(); !validRepository(repo) {
+		return ImageRef{}, fmt.Errorf("%w: image reference %q: repository %q is not lower-case components separated by single slashes",
+			model.ErrInvalid, shorten(s), shorten(repo))
+	}
 	return ImageRef{source: ImageRegistry, ref: ref}, nil
+}
+
+// validRepository reports whether repo follows the distribution spec:
+// components of [a-z0-9]+ joined by ".", "_", "__" or dashes, separated by
+// single slashes.
+func validRepository(repo string) bool {
+	if repo == "" {
+		return false
+	}
+	for comp := range strings.SplitSeq(repo, "/") {
+		if !validRepoComponent(comp) {
+			return false
+		}
+	}
+	return true
+}
+
+func validRepoComponent(c string) bool {
+	alnum := func(b byte) bool { return b >= 'a' && b <= 'z' || b >= '0' && b <= '9' }
+	i := 0
+	for {
+		j := i
+		for j < len(c) && alnum(c[j]) {
+			j++
+		}
+		if j == i {
+			return false
+		}
+		if j == len(c) {
+			return true
+		}
+		k := j
+		for k < len(c) && !alnum(c[k]) {
+			k++
+		}
+		if sep := c[j:k]; sep != "." && sep != "_" && sep != "__" && strings.Trim(sep, "-") != "" {
+			return false
+		}
+		i = k
+	}
 }
 
 // Source says where the image is read from.

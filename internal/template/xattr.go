@@ -29,9 +29,9 @@ import (
 // never change a digest.
 const (
 	xattrCapability = "security.capability"
-	xattrNameMax    = 255     // XATTR_NAME_MAX
+	xattrNameMax    = 255      // XATTR_NAME_MAX
 	xattrValueMax   = 64 << 10 // XATTR_SIZE_MAX
-	maxXattrs       = 128     // kept attributes per entry
+	maxXattrs       = 128      // kept attributes per entry
 )
 
 // paxXattrPrefix starts the PAX records that carry extended attributes.
