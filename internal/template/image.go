@@ -23,6 +23,9 @@ import (
 const (
 	maxImageLayers = 256 // overlayfs-based runtimes stop far below this
 	maxIndexDepth  = 4   // nested image indexes followed to find a platform
+	// maxImageConfig bounds an image config blob, read into memory whole
+	// (go-containerregistry bounds manifests itself, to 100 MiB).
+	maxImageConfig = 16 << 20
 )
 
 // ImageOptions configure reading an image from a registry.
@@ -196,7 +199,7 @@ func pickPlatform(idx v1.ImageIndex, what string, depth int) (v1.Image, error) {
 				return nil, fmt.Errorf("read image %s in %s: %w", d.Digest, what, err)
 			}
 			if d.Platform == nil {
-				cf, err := img.ConfigFile()
+				cf, err := boundedConfig(img)
 				if err != nil {
 					return nil, fmt.Errorf("read config of image %s in %s: %w", d.Digest, what, err)
 				}
@@ -213,6 +216,18 @@ func pickPlatform(idx v1.ImageIndex, what string, depth int) (v1.Image, error) {
 		return nil, rejectf("%s holds no image (this host needs %s)", what, want)
 	}
 	return nil, rejectf("%s has no image for this host's platform %s; it has: %s", what, want, strings.Join(seen, ", "))
+}
+
+// boundedConfig parses img's config after checking its size in the manifest.
+func boundedConfig(img v1.Image) (*v1.ConfigFile, error) {
+	mf, err := img.Manifest()
+	if err != nil {
+		return nil, err
+	}
+	if mf.Config.Size > maxImageConfig {
+		return nil, tooLargef("the image config is %d bytes; at most %d are allowed", mf.Config.Size, maxImageConfig)
+	}
+	return img.ConfigFile()
 }
 
 func configPlatform(cf *v1.ConfigFile) v1.Platform {
@@ -245,15 +260,24 @@ type planLayer struct {
 // platform, and pairs its layers with their diff IDs.
 func planImage(img v1.Image, realManifest bool) (imagePlan, error) {
 	var plan imagePlan
+	var mf *v1.Manifest
+	if realManifest {
+		var err error
+		if mf, err = img.Manifest(); err != nil {
+			return plan, fmt.Errorf("read image manifest: %w", err)
+		}
+		if mf.Config.Size > maxImageConfig {
+			return plan, tooLargef("the image config is %d bytes; at most %d are allowed", mf.Config.Size, maxImageConfig)
+		}
+	}
 	raw, err := img.RawConfigFile()
 	if err != nil {
 		return plan, fmt.Errorf("read image config: %w", err)
 	}
-	var mf *v1.Manifest
-	if realManifest {
-		if mf, err = img.Manifest(); err != nil {
-			return plan, fmt.Errorf("read image manifest: %w", err)
-		}
+	if len(raw) > maxImageConfig {
+		return plan, tooLargef("the image config is %d bytes; at most %d are allowed", len(raw), maxImageConfig)
+	}
+	if mf != nil {
 		sum := sha256.Sum256(raw)
 		if got := "sha256:" + hex.EncodeToString(sum[:]); got != mf.Config.Digest.String() {
 			return plan, rejectf("the image config hashes to %s, the manifest says %s", got, mf.Config.Digest)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,9 +14,13 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/compression"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/model"
@@ -351,6 +356,47 @@ func TestImageConfigMapping(t *testing.T) {
 			if !slices.Equal(got.Env, c.want.Env) || got.WorkingDir != c.want.WorkingDir || got.User != c.want.User ||
 				!slices.Equal(got.Cmd, c.want.Cmd) || !slices.Equal(got.Entrypoint, c.want.Entrypoint) {
 				t.Errorf("got %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+// Images as go-containerregistry generates them (random layers, gzip and
+// zstd) give one digest from all three sources.
+func TestImportGeneratedImages(t *testing.T) {
+	ctx := context.Background()
+	rnd, err := random.Image(4096, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zl, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(makeTar(t, reg("z", "zstd layer")))), nil
+	}, tarball.WithCompression(compression.ZStd), tarball.WithMediaType(types.OCILayerZStd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zstdImg := imageWithLayers(t, "", v1.Config{}, layerOf(t, makeTar(t, reg("g", "gzip layer"))), zl)
+	host := serveRegistry(t, nil)
+	for name, img := range map[string]v1.Image{"random": rnd, "zstd": zstdImg} {
+		t.Run(name, func(t *testing.T) {
+			s, tmp := newStore(t)
+			var digests []model.TemplateDigest
+			for _, r := range []string{
+				pushImage(t, host, "gen/"+name+":v1", img),
+				"oci-layout:" + writeLayout(t, filepath.Join(tmp, "layout"), img),
+				"docker-archive:" + writeDockerArchive(t, filepath.Join(tmp, "image.tar"), img),
+			} {
+				imp, err := s.ImportImage(ctx, mustRef(t, r), ImageOptions{}, nil)
+				if err != nil {
+					t.Fatalf("%s: %v", r, err)
+				}
+				digests = append(digests, imp.Digest)
+			}
+			if digests[0] != digests[1] || digests[0] != digests[2] {
+				t.Errorf("digests differ by source: %v", digests)
+			}
+			if err := s.Verify(ctx, digests[0]); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
