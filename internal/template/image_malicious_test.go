@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -375,4 +376,51 @@ func TestImageBombIsSmallCompressed(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzImageLayers applies two fuzzed tar layers, lower then upper, the way
+// ImportImage does (without the image around them): nothing may escape the
+// store, and what is accepted must verify.
+func FuzzImageLayers(f *testing.F) {
+	for _, c := range badImages(f, "/tmp") {
+		if len(c.layers) == 2 && c.limits == nil {
+			f.Add(c.layers[0], c.layers[1])
+		}
+	}
+	f.Add(makeTar(f, dirEntry("d/"), reg("d/a", "a"), reg("f", "x")),
+		makeTar(f, dirEntry("d/"), whiteoutEntry("d/.wh..wh..opq"), reg("d/b", "b"), whiteoutEntry(".wh.f")))
+	s, tmp := newStore(f)
+	if err := s.SetLimits(Limits{MaxBytes: 1 << 20, MaxEntries: 1000, MaxPathLen: 1024}); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, lower, upper []byte) {
+		ctx := context.Background()
+		blobsBefore := listDir(t, s.blobsDir())
+		imp, err := s.importWith(ctx, nil, DefaultConfig(), "fuzzed layers", func(ctx context.Context, stg *stager) error {
+			a := newLayerApplier(stg)
+			for _, l := range [][]byte{lower, upper} {
+				a.touched = map[string]bool{}
+				r := &budgetReader{r: bytes.NewReader(l), left: &a.budget}
+				if err := a.entries(ctx, tar.NewReader(r)); err != nil {
+					return a.readError(ctx, err)
+				}
+			}
+			return nil
+		})
+		if names := listDir(t, tmp); len(names) != 1 || names[0] != "store" {
+			t.Fatalf("files outside the store: %v", names)
+		}
+		if names := listDir(t, s.stagingDir()); len(names) != 0 {
+			t.Fatalf("staging left behind: %v", names)
+		}
+		if err != nil {
+			if blobs := listDir(t, s.blobsDir()); !slices.Equal(blobs, blobsBefore) {
+				t.Fatalf("failed import changed the blobs: %v -> %v", blobsBefore, blobs)
+			}
+			return
+		}
+		if err := s.Verify(ctx, imp.Digest); err != nil {
+			t.Fatalf("imported template does not verify: %v", err)
+		}
+	})
 }
