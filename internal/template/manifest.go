@@ -34,9 +34,23 @@ type Manifest struct {
 }
 
 // Config is the runtime configuration a sandbox of the template starts with.
+//
+// Cmd, Entrypoint and User come from OCI image configs. They are omitted
+// from the encoding when empty, so manifests without them (every template
+// imported from a directory or tar archive, and the default template) keep
+// the bytes, and so the digests, they had before these fields existed.
+// Sandboxes do not use them yet: they are recorded as the template's runtime
+// defaults for the runtime to apply in a later step.
 type Config struct {
+	// Cmd is the image's default command (arguments to Entrypoint, if any).
+	Cmd []string `json:"cmd,omitempty"`
+	// Entrypoint is the image's entrypoint.
+	Entrypoint []string `json:"entrypoint,omitempty"`
 	// Env is the environment as KEY=VALUE strings, in order.
 	Env []string `json:"env"`
+	// User is the image's user as written there: "uid", "uid:gid", "name"
+	// or "name:group", resolved against the template's /etc files later.
+	User string `json:"user,omitempty"`
 	// WorkingDir is the absolute working directory inside the sandbox.
 	WorkingDir string `json:"working_dir"`
 }
@@ -140,7 +154,7 @@ func (c Config) validate() error {
 	if !path.IsAbs(wd) || path.Clean(wd) != wd || strings.ContainsRune(wd, 0) {
 		return fmt.Errorf("%w: manifest config.working_dir %q must be a clean absolute path", model.ErrInvalid, shorten(wd))
 	}
-	return nil
+	return c.validateProcess()
 }
 
 func validSHA256Ref(s string) error {

@@ -28,9 +28,14 @@ import (
 //	hardlink:      "h" path first-path   (a regular file whose inode was already
 //	                                      recorded under first-path in this walk)
 //	symlink:       "l" path uid gid target
+//	xattr:         "x" name value-hex    (follows the "d" or "f" record of the
+//	                                      entry that has it, one per kept extended
+//	                                      attribute in byte order of the names)
 //
-// Modification and access times, extended attributes and the inode numbers
-// themselves are not part of it.
+// Only the extended attributes that templates keep are hashed (see
+// xattr.go); a tree without any hashes exactly as it did before "x" records
+// were added. Modification and access times, other extended attributes and
+// the inode numbers themselves are not part of it.
 const treeDigestMagic = "airlock-rootfs-tree-v1\x00"
 
 // treeSummary is what the tree digest walk learns about a tree.
@@ -74,6 +79,10 @@ func digestTree(ctx context.Context, root string) (treeSummary, error) {
 			perm(st.Mode)
 			num(uint64(st.Uid))
 			num(uint64(st.Gid))
+			var err error
+			if rec, err = appendXattrRecords(rec, e); err != nil {
+				return err
+			}
 		case unix.S_IFREG:
 			key := inodeKey{uint64(st.Dev), st.Ino}
 			if first, ok := links[key]; ok {
@@ -106,6 +115,9 @@ func digestTree(ctx context.Context, root string) (treeSummary, error) {
 			num(uint64(st.Gid))
 			num(uint64(n))
 			field(hex.EncodeToString(fileHash.Sum(nil)))
+			if rec, err = appendXattrRecords(rec, e); err != nil {
+				return err
+			}
 		case unix.S_IFLNK:
 			target, err := e.readlink()
 			if err != nil {
