@@ -74,7 +74,10 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs) (*specs.Spec, 
 	if r.flavor == FlavorRunsc && spec.Resources.PidsLimit > 0 {
 		args = append(args, "--pids-max", strconv.FormatInt(spec.Resources.PidsLimit, 10))
 	}
-	return r.ociSpec(specParams{
+	// --seal: the workload can neither touch the agent's socket nor (under
+	// gVisor) lift the agent's pids limit (seal.go).
+	args = append(args, sealArgs...)
+	s, err := r.ociSpec(specParams{
 		args:        args,
 		env:         guestEnv(spec.Env),
 		rootfs:      dirs.rootfs,
@@ -84,6 +87,11 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs) (*specs.Spec, 
 		runDir:      dirs.run,
 		resources:   spec.Resources,
 	})
+	if err != nil {
+		return nil, err
+	}
+	grantSealing(s)
+	return s, nil
 }
 
 // specParams are what differs between sandboxes (and the probe container).

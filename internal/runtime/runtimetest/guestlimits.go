@@ -1,0 +1,151 @@
+package runtimetest
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
+)
+
+// testAgentOutOfWorkloadReach plays a hostile workload (root, with the
+// sandbox's capabilities) against its own agent: it must not be able to
+// trace it or read its memory, environment or descriptors, nor remove,
+// replace or hide the agent's socket; and a restarted server must still
+// reach the agent afterwards.
+func testAgentOutOfWorkloadReach(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
+	rt := newRuntime(t)
+	spec := s.spec(defaultResources, nil)
+	s.started(t, rt, spec)
+	c := client(t, rt, spec.ID)
+
+	out := sh(t, c, "/"+syscallProbe+" agent 1")
+	var reached []string
+	for _, l := range lines(out) {
+		if strings.HasSuffix(l, ": ok") {
+			reached = append(reached, strings.TrimSuffix(l, ": ok"))
+		}
+	}
+	if len(reached) > 0 || len(lines(out)) < 7 {
+		t.Errorf("a workload process reached into the agent (pid 1): %q\n%s", reached, out)
+	}
+
+	for _, script := range []string{
+		"rm -f /.airlock/run/agent.sock",
+		"mv /.airlock/run/agent.sock /.airlock/run/moved",
+		"mv /.airlock/run /.airlock/run-moved",
+		"rm -rf /.airlock/run",
+		"touch /.airlock/run/planted",
+		"ln -s /tmp /.airlock/run/planted-link",
+		"chmod 0 /.airlock/run/agent.sock",
+		"chmod 0 /.airlock/run",
+		"umount -l /.airlock/run",
+		"mount -t tmpfs tmpfs /.airlock/run",
+		"mkdir /tmp/x && mount --bind /tmp/x /.airlock/run",
+	} {
+		res := run(t, c, "sh", "-c", script)
+		if res.ExitCode == 0 {
+			t.Errorf("the workload could %q in the agent's run directory", script)
+		}
+	}
+	// The owner of the directory and the socket (root can become any
+	// user with CAP_SETUID) can do no more.
+	owners := strings.Fields(sh(t, c, "stat -c '%u:%g' /.airlock/run /.airlock/run/agent.sock"))
+	for _, owner := range owners {
+		var u agentproto.User
+		if _, err := fmt.Sscanf(owner, "%d:%d", &u.UID, &u.GID); err != nil {
+			t.Fatalf("owner %q: %v", owner, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		res, err := c.Run(ctx, agentproto.StartRequest{ID: model.NewProcessID().String(), User: &u,
+			Args: []string{"sh", "-c", "rm -f /.airlock/run/agent.sock || chmod 0 /.airlock/run/agent.sock"}})
+		cancel()
+		if err != nil || res.ExitCode == 0 {
+			t.Errorf("as %s, the workload could remove or chmod the agent's socket (%v)", owner, err)
+		}
+	}
+	if got := sh(t, c, "ls -la /.airlock/run/"); !strings.Contains(got, "agent.sock") || strings.Contains(got, "planted") {
+		t.Errorf("the agent's run directory changed:\n%s", got)
+	}
+
+	// A restarted server (a fresh runtime value) dials the socket anew.
+	c2 := client(t, newRuntime(t), spec.ID)
+	if got := sh(t, c2, "echo reached"); got != "reached\n" {
+		t.Fatalf("after the attempts, a new connection to the agent: %q", got)
+	}
+}
+
+// testPidsLimitCannotBeLifted plays a workload that tries to lift its own
+// pids limit (raise every pids.max it can find, move itself into every
+// cgroup, create a new one) and then forks far beyond the limit: every
+// attempt must fail, the forks must fail inside the sandbox, and the agent
+// must stay reachable and start commands.
+func testPidsLimitCannotBeLifted(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
+	rt := newRuntime(t)
+	res := defaultResources
+	res.PidsLimit = 24
+	spec := s.spec(res, nil)
+	s.started(t, rt, spec)
+	c := client(t, rt, spec.ID)
+
+	attack := `
+for f in $(find /sys/fs/cgroup -name pids.max 2>/dev/null); do
+	if echo max > "$f" 2>/dev/null; then echo "raised $f"; fi
+done
+for f in $(find /sys/fs/cgroup -name cgroup.procs -o -name tasks 2>/dev/null | sort); do
+	if echo $$ > "$f" 2>/dev/null; then echo "joined $f"; fi
+done
+for d in $(find /sys/fs/cgroup -type d 2>/dev/null); do
+	if mkdir "$d/airlock-escape" 2>/dev/null; then echo "created $d/airlock-escape"; fi
+done
+if umount -l /sys/fs/cgroup/pids 2>/dev/null; then echo "unmounted /sys/fs/cgroup/pids"; fi
+i=0; while [ $i -lt 300 ]; do sleep 20 & i=$((i+1)); done; echo all spawned
+`
+	bomb := run(t, c, "sh", "-c", attack)
+	for _, l := range lines(string(bomb.Stdout)) {
+		if l != "all spawned" {
+			t.Errorf("the workload could lift its limit: %s", l)
+		}
+	}
+	if bomb.ExitCode == 0 || strings.Contains(string(bomb.Stdout), "all spawned") || !strings.Contains(string(bomb.Stderr), "fork") {
+		t.Fatalf("forks beyond the limit did not fail inside: exit %d\nstdout: %s\nstderr: %.2000s", bomb.ExitCode, bomb.Stdout, bomb.Stderr)
+	}
+	mustState(t, rt, spec.ID, runtime.PhaseRunning)
+
+	// The sleeps are still there (20 s): a new connection must reach the
+	// agent at once.
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := client(t, newRuntime(t), spec.ID).Info(ctx); err != nil {
+		t.Fatalf("a new connection to the agent beside the full workload: %v", err)
+	}
+	t.Logf("a new connection reached the agent in %v", time.Since(start))
+	// The agent starts commands again at the latest when the sleeps end
+	// (on runc and crun the limit counts the agent too; under gVisor its
+	// workload cgroup leaves it room at once), and the sleeps stayed
+	// within the limit. Only shell built-ins count them: no fork.
+	count := `n=0; for f in /proc/[0-9]*/comm; do read c < "$f" 2>/dev/null && [ "$c" = sleep ] && n=$((n+1)); done; echo $n`
+	var sleeps int
+	waitFor(t, 60*time.Second, "the agent to start a command after the fork bomb", func() (bool, string) {
+		r, err := tryRun(t, c, "sh", "-c", count)
+		if err != nil || r.ExitCode != 0 {
+			return false, fmt.Sprintf("%v %+v %s", err, r, r.Stderr)
+		}
+		sleeps, err = strconv.Atoi(strings.TrimSpace(string(r.Stdout)))
+		return err == nil, string(r.Stdout)
+	})
+	t.Logf("%d sleeps running with a pids limit of %d; the agent started a command after %v", sleeps, res.PidsLimit, time.Since(start))
+	// gVisor's pids accounting lets a few more through than pids.max (26
+	// sleeps with 24 measured, pids.max unchanged): allow a quarter more;
+	// a lifted limit lets all 300 run.
+	if int64(sleeps) > res.PidsLimit+res.PidsLimit/4 {
+		t.Errorf("%d sleeps running with a pids limit of %d", sleeps, res.PidsLimit)
+	}
+	mustState(t, rt, spec.ID, runtime.PhaseRunning)
+}
