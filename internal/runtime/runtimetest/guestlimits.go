@@ -101,7 +101,8 @@ for f in $(find /sys/fs/cgroup -name cgroup.procs -o -name tasks 2>/dev/null | s
 	if echo $$ > "$f" 2>/dev/null; then echo "joined $f"; fi
 done
 for d in $(find /sys/fs/cgroup -type d 2>/dev/null); do
-	if mkdir "$d/airlock-escape" 2>/dev/null; then echo "created $d/airlock-escape"; fi
+	# A directory on a tmpfs (crun's /sys/fs/cgroup) is harmless; a cgroup is not.
+	if mkdir "$d/airlock-escape" 2>/dev/null && [ -e "$d/airlock-escape/cgroup.procs" ]; then echo "created cgroup $d/airlock-escape"; fi
 done
 if umount -l /sys/fs/cgroup/pids 2>/dev/null; then echo "unmounted /sys/fs/cgroup/pids"; fi
 i=0; while [ $i -lt 300 ]; do sleep 20 & i=$((i+1)); done; echo all spawned
