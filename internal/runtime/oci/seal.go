@@ -1,6 +1,8 @@
 package oci
 
 import (
+	"slices"
+
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -20,8 +22,15 @@ var sealArgs = []string{"--seal"}
 // capabilities and, under the seccomp filter of runc and crun (computed for
 // the workload's capabilities, where mount(2) is refused), mount(2). A
 // workload calling mount still fails: the kernel asks for CAP_SYS_ADMIN,
-// which it no longer has.
+// which it no longer has. The cgroup filesystem is mounted writable: the
+// agent creates its workload cgroup there (--pids-max) and then seals it
+// read-only itself before any workload runs.
 func grantSealing(s *specs.Spec) {
+	for i, m := range s.Mounts {
+		if m.Destination == "/sys/fs/cgroup" {
+			s.Mounts[i].Options = slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return o == "ro" })
+		}
+	}
 	c := s.Process.Capabilities
 	c.Bounding = append(c.Bounding, agentSetupCaps...)
 	c.Effective = append(c.Effective, agentSetupCaps...)

@@ -25,13 +25,11 @@ func TestBundleSpec(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantArgs := []string{GuestAgentPath, "--listen", "unix:/.airlock/run/agent.sock", "--log-to-memory"}
-			wantPids := int64(100)
+			wantArgs := []string{GuestAgentPath, "--listen", "unix:/.airlock/run/agent.sock", "--log-to-memory", "--pids-max", "100", "--seal"}
+			wantPids := int64(100 + agentPidsReserve)
 			if flavor == FlavorRunsc {
-				wantArgs = append(wantArgs, "--pids-max", "100")
 				wantPids = 4*100 + 256
 			}
-			wantArgs = append(wantArgs, "--seal")
 			if !slices.Equal(s.Process.Args, wantArgs) {
 				t.Errorf("args = %q, want %q", s.Process.Args, wantArgs)
 			}

@@ -5,7 +5,9 @@
 //
 // With the argument "agent PID" it plays a workload that tampers with the
 // guest agent (process PID) instead: ptrace attach, reading its memory,
-// environment and descriptors.
+// environment and descriptors. With "fork N" it starts N `sleep 20`s,
+// going on after failed forks (unlike a shell), and prints
+// "started S failed F"; with "fork N hold" it then stays 20 s itself.
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -22,6 +25,13 @@ import (
 func main() {
 	if len(os.Args) == 3 && os.Args[1] == "agent" {
 		probeAgent(os.Args[2])
+		return
+	}
+	if len(os.Args) >= 3 && os.Args[1] == "fork" {
+		forkMany(os.Args[2])
+		if len(os.Args) == 4 && os.Args[3] == "hold" {
+			time.Sleep(20 * time.Second)
+		}
 		return
 	}
 	var uring [120]byte // struct io_uring_params
@@ -163,4 +173,22 @@ func getFD(pid int) error {
 	}
 	unix.Close(fd)
 	return nil
+}
+
+// forkMany starts n sleeps and counts the forks that fail.
+func forkMany(n string) {
+	var count int
+	if _, err := fmt.Sscan(n, &count); err != nil {
+		fmt.Println("bad count:", err)
+		os.Exit(2)
+	}
+	started, failed := 0, 0
+	for i := 0; i < count; i++ {
+		if _, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "20"}, &syscall.ProcAttr{}); err != nil {
+			failed++
+			continue
+		}
+		started++
+	}
+	fmt.Printf("started %d failed %d\n", started, failed)
 }
