@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"sync"
 	"syscall"
@@ -55,6 +56,15 @@ func agentVersion() string {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	// Before anything else: a workload process (root, same user) must not
+	// ptrace the agent or read its memory, environment or descriptors
+	// through /proc. Non-dumpable processes allow that only to holders of
+	// CAP_SYS_PTRACE, which a sandbox never has. The spawn helper too:
+	// it holds the workload cgroup's descriptor until it execs.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintf(stderr, "airlock-agent: prctl(PR_SET_DUMPABLE, 0): %v\n", err)
+		return 1
+	}
 	if len(args) > 0 && args[0] == agent.SpawnCommand {
 		return agent.SpawnMain(args[1:])
 	}
@@ -63,6 +73,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "", "where to accept the host's connections: unix:/path/to/socket (serial:/dev/vportNpM is reserved for VMs)")
 	pidsMax := fs.Int64("pids-max", 0, "if > 0, start every process in a child pids cgroup with this pids.max (for gVisor, where the host limit kills the whole sandbox)")
 	memLog := fs.Bool("log-to-memory", false, "once listening, log into a 1 MiB ring served at GET /v1/logs and point stdout and stderr at /dev/null (they are a host file a guest could fill)")
+	seal := fs.Bool("seal", false, "once listening, make the socket's directory and every writable cgroup mount read-only for the whole sandbox and drop CAP_SYS_ADMIN and CAP_SETPCAP (granted for this only) from all capability sets; fail if any step fails")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -95,7 +106,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		sink.set(io.MultiWriter(stderr, ring))
 	}
 	logger := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if err := serve(addr, *pidsMax, logger, ring, sink); err != nil {
+	if err := serve(addr, *pidsMax, *seal, logger, ring, sink); err != nil {
 		logger.Error("agent failed", "err", err)
 		return 1
 	}
@@ -141,7 +152,7 @@ func detachStdio() error {
 	return nil
 }
 
-func serve(addr agentproto.ListenAddr, pidsMax int64, logger *slog.Logger, ring *agent.LogRing, sink *logSink) error {
+func serve(addr agentproto.ListenAddr, pidsMax int64, seal bool, logger *slog.Logger, ring *agent.LogRing, sink *logSink) error {
 	// Listen for stop signals (and, through the reaper, SIGCHLD) before
 	// anything can start.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -195,6 +206,13 @@ func serve(addr agentproto.ListenAddr, pidsMax int64, logger *slog.Logger, ring 
 		srv.Close()
 		return err
 	}
+	if seal {
+		if err := sealSandbox(addr, logger); err != nil {
+			ln.Close()
+			srv.Close()
+			return err
+		}
+	}
 	logger.Info("agent listening", "addr", addr.String(), "version", opts.Version, "protocol", agentproto.ProtocolVersion, "pid", os.Getpid(), "pid1", pid1)
 	if ring != nil {
 		logger.Info("logging into memory from now on (GET /v1/logs)")
@@ -234,4 +252,24 @@ func serve(addr agentproto.ListenAddr, pidsMax int64, logger *slog.Logger, ring 
 		logger.Info("stopped")
 	}
 	return err
+}
+
+// sealSandbox makes what a workload could use against the agent read-only
+// (its socket's directory; the cgroup mounts, where the agent's workload
+// cgroup and its pids.max live under gVisor) and then gives up the
+// capabilities that did it. It runs before any workload process exists.
+func sealSandbox(addr agentproto.ListenAddr, logger *slog.Logger) error {
+	var dirs []string
+	if addr.Scheme == agentproto.SchemeUnix {
+		dirs = append(dirs, filepath.Dir(addr.Path))
+	}
+	sealed, err := agent.SealMounts(dirs, true)
+	if err != nil {
+		return fmt.Errorf("seal the sandbox: %w", err)
+	}
+	if err := agent.DropCapabilities(agent.SetupCapabilities); err != nil {
+		return fmt.Errorf("seal the sandbox: %w", err)
+	}
+	logger.Info("sealed: read-only for every process, set-up capabilities dropped", "mounts", sealed)
+	return nil
 }

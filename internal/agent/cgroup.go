@@ -80,7 +80,18 @@ func SetupPidsCgroup(opts PidsCgroupOptions) (PidsCgroup, error) {
 		}
 	}
 	if version == 2 {
-		if err := enablePidsV2(parent); err != nil {
+		if err := enablePidsV2(parent); errors.Is(err, unix.EBUSY) {
+			// gVisor (Linux does not, for pids) refuses a controller in the
+			// subtree_control of a cgroup that has processes: the agent
+			// moves to a leaf of its own first.
+			if err := joinLeaf(parent, AgentCgroup); err != nil {
+				return PidsCgroup{}, err
+			}
+			err = enablePidsV2(parent)
+			if err != nil {
+				return PidsCgroup{}, err
+			}
+		} else if err != nil {
 			return PidsCgroup{}, err
 		}
 	}
@@ -93,6 +104,24 @@ func SetupPidsCgroup(opts PidsCgroupOptions) (PidsCgroup, error) {
 		return PidsCgroup{}, fmt.Errorf("pids cgroup: set pids.max=%s in %s: %w", limit, dir, err)
 	}
 	return PidsCgroup{Dir: dir, Version: version}, nil
+}
+
+// AgentCgroup is the cgroup v2 leaf, next to the workload cgroup, that
+// the agent moves itself into where its own cgroup may not both hold
+// processes and enable controllers for children (gVisor).
+const AgentCgroup = "airlock-agent"
+
+// joinLeaf moves this process (all its threads) into parent/name, created
+// if missing.
+func joinLeaf(parent, name string) error {
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("pids cgroup: create %s: %w", dir, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return fmt.Errorf("pids cgroup: move the agent into %s: %w", dir, err)
+	}
+	return nil
 }
 
 // enablePidsV2 turns on the pids controller for the children of parent.

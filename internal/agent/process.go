@@ -265,9 +265,9 @@ func (s *Server) startProcess(spec startSpec) (*child, procIO, error) {
 		}
 		statusR = r
 		childFiles = append(childFiles, w)
-		attr.Files = append(attr.Files, w)
+		attr.Files = append(attr.Files, w, s.cgroup.procs) // spawnStatusFD, spawnCgroupFD
 		execPath = s.spawnHelper
-		argv = append([]string{s.spawnHelper}, spawnArgs(s.cgroupDir, path, spec.user, spec.args)...)
+		argv = append([]string{s.spawnHelper}, spawnArgs(spawnCgroupArg, path, spec.user, spec.args)...)
 		sys.Credential = nil // the helper drops to the user after joining
 		return nil
 	}

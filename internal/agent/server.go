@@ -176,7 +176,11 @@ func New(opts Options) (*Server, error) {
 		if _, err := os.Stat(s.spawnHelper); err != nil {
 			return nil, fmt.Errorf("agent: spawn helper: %w", err)
 		}
-		s.cgroup = newCgroupSpawner(s.cgroupDir, opts.SpawnHelperOnly, logger)
+		cg, err := newCgroupSpawner(s.cgroupDir, opts.SpawnHelperOnly, logger)
+		if err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+		s.cgroup = cg
 	}
 	if opts.ReapAllChildren {
 		s.waiter = newCentralReaper(logger)
@@ -379,6 +383,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.bgWG.Wait()
 	if err == nil {
 		s.waiter.close()
+		if s.cgroup != nil {
+			s.cgroup.close()
+		}
 	}
 	return err
 }

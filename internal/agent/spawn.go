@@ -16,20 +16,28 @@ import (
 // SpawnCommand is the first argument with which the agent re-executes itself
 // to start a process inside the workload cgroup:
 //
-//	/proc/self/exe __spawn CGROUP-DIR PATH [UID:GID] -- ARGV0 ARGS…
+//	/proc/self/exe __spawn CGROUP PATH [UID:GID] -- ARGV0 ARGS…
 //
-// The helper writes its own pid into CGROUP-DIR/cgroup.procs, takes the
-// user and group IDs if given (after joining: an unprivileged user could
-// not) and then execve's PATH with ARGV, so the process (and everything it forks) is in
-// the cgroup from its first instruction. A program that embeds the agent's
-// Server with a cgroup must dispatch this argument to SpawnMain (the
-// airlock-agent binary does; tests can in TestMain).
+// The helper writes its own pid into the cgroup — CGROUP is "fd:N" for an
+// inherited descriptor N of the cgroup's cgroup.procs (the agent's way: its
+// cgroup mounts may be read-only for everyone by then), or a cgroup
+// directory — takes the user and group IDs if given (after joining: an
+// unprivileged user could not) and then execve's PATH with ARGV, so the
+// process (and everything it forks) is in the cgroup from its first
+// instruction. The descriptor gives nothing to a workload that reopens it
+// through /proc: it can only join the workload cgroup. A program that
+// embeds the agent's Server with a cgroup must dispatch this argument to
+// SpawnMain (the airlock-agent binary does; tests can in TestMain).
 const SpawnCommand = "__spawn"
 
 // spawnStatusFD is the descriptor on which the helper reports a failure
 // before execve. It is close-on-exec, so EOF without data means the execve
 // succeeded.
 const spawnStatusFD = 3
+
+// spawnCgroupArg is the CGROUP argument the agent gives the helper: the
+// workload cgroup's cgroup.procs is its descriptor 4.
+const spawnCgroupArg = "fd:4"
 
 // Prefixes of the helper's failure reports.
 const (
@@ -87,9 +95,8 @@ func SpawnMain(args []string) int {
 	}
 	argv := rest[1:]
 	unix.CloseOnExec(spawnStatusFD)
-	procs := filepath.Join(dir, "cgroup.procs")
-	if err := os.WriteFile(procs, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		return fail(spawnFailCgroup, fmt.Errorf("join %s: %w", dir, err))
+	if err := joinCgroup(dir); err != nil {
+		return fail(spawnFailCgroup, err)
 	}
 	if user != "" {
 		uid, gid, err := parseSpawnUser(user)
@@ -108,4 +115,25 @@ func SpawnMain(args []string) int {
 	}
 	err := syscall.Exec(path, argv, os.Environ())
 	return fail(spawnFailExec, fmt.Errorf("%s: %w", path, err))
+}
+
+// joinCgroup moves this process into the cgroup named by the helper's
+// CGROUP argument and closes the descriptor if it names one.
+func joinCgroup(arg string) error {
+	pid := []byte(strconv.Itoa(os.Getpid()))
+	if n, ok := strings.CutPrefix(arg, "fd:"); ok {
+		fd, err := strconv.Atoi(n)
+		if err != nil || fd <= spawnStatusFD {
+			return fmt.Errorf("bad cgroup descriptor %q", arg)
+		}
+		defer unix.Close(fd)
+		if _, err := unix.Write(fd, pid); err != nil {
+			return fmt.Errorf("join the cgroup through descriptor %d: %w", fd, err)
+		}
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(arg, "cgroup.procs"), pid, 0o644); err != nil {
+		return fmt.Errorf("join %s: %w", arg, err)
+	}
+	return nil
 }

@@ -34,46 +34,84 @@ const (
 // cgroupSpawner starts processes in the workload cgroup, with the cheapest
 // mechanism the cgroup's version allows, and falls back to the re-exec
 // helper for good the first time that mechanism is refused.
+//
+// It reaches the cgroup only through descriptors opened when it is made:
+// the agent may then make every cgroup mount read-only for the whole
+// sandbox (SealMounts) and still move processes, because its descriptors
+// stay on the writable mount below.
 type cgroupSpawner struct {
 	dir    string
 	log    *slog.Logger
 	mu     sync.Mutex
 	mode   string
-	dirFD  int    // cgroup v2: an O_PATH descriptor of dir (kept for the process's life), else -1
-	home   string // cgroup v1: the agent's own pids cgroup, where a spawning thread returns
+	dirFD  int      // cgroup v2: an O_PATH descriptor of dir (kept for the process's life), else -1
+	procs  *os.File // dir/cgroup.procs, open for writing: handed to the helper
+	tasks  *os.File // cgroup v1: dir/tasks, where a spawning thread joins
+	home   *os.File // cgroup v1: tasks of the agent's own pids cgroup, where a spawning thread returns
 	reason string
 }
 
 // newCgroupSpawner picks the mechanism for dir: the helper if onlyHelper,
-// else by the filesystem dir is on.
-func newCgroupSpawner(dir string, onlyHelper bool, log *slog.Logger) *cgroupSpawner {
-	s := &cgroupSpawner{dir: dir, log: log, mode: spawnViaHelper, dirFD: -1}
+// else by the filesystem dir is on. It fails if dir's cgroup.procs cannot
+// be opened for writing (then no mechanism works).
+func newCgroupSpawner(dir string, onlyHelper bool, log *slog.Logger) (*cgroupSpawner, error) {
+	procs, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("workload cgroup: %w", err)
+	}
+	s := &cgroupSpawner{dir: dir, log: log, mode: spawnViaHelper, dirFD: -1, procs: procs}
 	if onlyHelper {
-		return s
+		return s, nil
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
 		s.reason = err.Error()
-		return s
+		return s, nil
 	}
 	switch st.Type {
 	case unix.CGROUP_SUPER_MAGIC:
 		home, version, err := discoverPidsCgroup()
 		if err != nil || version != 1 {
 			s.reason = fmt.Sprintf("the agent's own pids cgroup: v%d, %v", version, err)
-			return s
+			return s, nil
 		}
-		s.mode, s.home = spawnViaThread, home
+		tasks, err := os.OpenFile(filepath.Join(dir, "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			s.reason = err.Error()
+			return s, nil
+		}
+		homeTasks, err := os.OpenFile(filepath.Join(home, "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			tasks.Close()
+			s.reason = err.Error()
+			return s, nil
+		}
+		s.mode, s.tasks, s.home = spawnViaThread, tasks, homeTasks
 	case unix.CGROUP2_SUPER_MAGIC:
 		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			s.reason = err.Error()
-			return s
+			return s, nil
 		}
 		s.mode, s.dirFD = spawnViaCloneInto, fd
 	}
 	log.Debug("workload cgroup placement", "cgroup", dir, "mechanism", s.mode, "reason", s.reason)
-	return s
+	return s, nil
+}
+
+// close releases the spawner's descriptors; it starts nothing afterwards.
+func (s *cgroupSpawner) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range []*os.File{s.procs, s.tasks, s.home} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if s.dirFD >= 0 {
+		unix.Close(s.dirFD)
+		s.dirFD = -1
+	}
 }
 
 // current returns the mechanism in use.
@@ -135,14 +173,14 @@ func (s *cgroupSpawner) start(mode, path string, argv []string, attr *os.ProcAtt
 		go func() {
 			goruntime.LockOSThread()
 			tid := []byte(strconv.Itoa(unix.Gettid()))
-			if err := os.WriteFile(filepath.Join(s.dir, "tasks"), tid, 0o644); err != nil {
+			if _, err := s.tasks.Write(tid); err != nil {
 				goruntime.UnlockOSThread()
 				done <- result{err: fmt.Errorf("%w: join %s with thread %s: %w", errRefused, s.dir, tid, err)}
 				return
 			}
 			p, err := os.StartProcess(path, argv, attr)
 			done <- result{p, classify(err)}
-			if err := os.WriteFile(filepath.Join(s.home, "tasks"), tid, 0o644); err != nil {
+			if _, err := s.home.Write(tid); err != nil {
 				s.log.Warn("a spawning thread could not leave the workload cgroup; ending it", "tid", string(tid), "err", err)
 				return
 			}

@@ -67,7 +67,11 @@ func TestCgroupSpawnerThreadV1(t *testing.T) {
 		t.Skip("needs a cgroup v1 pids hierarchy at /sys/fs/cgroup/pids")
 	}
 	dir := tempCgroup(t, "/sys/fs/cgroup/pids")
-	s := newCgroupSpawner(dir, false, slog.New(slog.DiscardHandler))
+	s, err := newCgroupSpawner(dir, false, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.close)
 	if s.current() != spawnViaThread {
 		t.Fatalf("mechanism %q (%s), want %q", s.current(), s.reason, spawnViaThread)
 	}
@@ -102,7 +106,11 @@ func TestCgroupSpawnerCloneIntoV2(t *testing.T) {
 		t.Skip("needs a cgroup v2 mount")
 	}
 	dir := tempCgroup(t, parent)
-	s := newCgroupSpawner(dir, false, slog.New(slog.DiscardHandler))
+	s, err := newCgroupSpawner(dir, false, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.close)
 	if s.current() != spawnViaCloneInto {
 		t.Fatalf("mechanism %q (%s), want %q", s.current(), s.reason, spawnViaCloneInto)
 	}

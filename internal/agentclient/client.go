@@ -127,7 +127,8 @@ func New(dial Dialer, logger *slog.Logger) *Client {
 		dial:   dial,
 		logger: logger,
 		tr: &http.Transport{
-			Protocols: &p,
+			Protocols:              &p,
+			MaxResponseHeaderBytes: maxHeaderBytes,
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				return dial(ctx)
 			},
@@ -200,8 +201,8 @@ func handshake(ctx context.Context, cc *http.ClientConn) (agentproto.Info, error
 		return agentproto.Info{}, fmt.Errorf("agent handshake: %w", responseError(resp))
 	}
 	var info agentproto.Info
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&info); err != nil {
-		return agentproto.Info{}, fmt.Errorf("agent handshake: decode info: %w", err)
+	if err := decodeCapped(resp.Body, maxInfoBytes, "info", &info); err != nil {
+		return agentproto.Info{}, fmt.Errorf("agent handshake: %w", err)
 	}
 	if info.Protocol < MinProtocol || info.Protocol > agentproto.ProtocolVersion {
 		return agentproto.Info{}, &ProtocolError{Protocol: info.Protocol, AgentVersion: info.AgentVersion}
@@ -292,8 +293,13 @@ func (c *Client) send(ctx context.Context, method, path string, newBody func() i
 }
 
 // call sends a JSON request (in may be nil) and decodes a JSON response
-// with status want into out (may be nil).
+// with status want into out (may be nil) of at most maxJSONBytes.
 func (c *Client) call(ctx context.Context, method, path string, in any, want int, out any) error {
+	return c.callCapped(ctx, method, path, in, want, out, maxJSONBytes)
+}
+
+// callCapped is call with a response of at most limit bytes.
+func (c *Client) callCapped(ctx context.Context, method, path string, in any, want int, out any, limit int64) error {
 	var body []byte
 	if in != nil {
 		var err error
@@ -312,15 +318,15 @@ func (c *Client) call(ctx context.Context, method, path string, in any, want int
 	if out == nil {
 		return nil
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(out); err != nil {
-		return fmt.Errorf("agent %s %s: decode response: %w", method, path, err)
+	if err := decodeCapped(resp.Body, limit, "response", out); err != nil {
+		return fmt.Errorf("agent %s %s: %w", method, path, err)
 	}
 	return nil
 }
 
 // responseError turns a non-success response into an *Error.
 func responseError(resp *http.Response) error {
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
 	e := &Error{Status: resp.StatusCode}
 	var body agentproto.Error
 	if jerr := json.Unmarshal(data, &body); jerr == nil && body.Code != "" {
@@ -334,6 +340,7 @@ func responseError(resp *http.Response) error {
 			e.Message += " (reading body: " + err.Error() + ")"
 		}
 	}
+	e.Code, e.Message = truncateMessage(e.Code), truncateMessage(e.Message)
 	return e
 }
 
@@ -392,7 +399,7 @@ func (c *Client) Start(ctx context.Context, req agentproto.StartRequest) (agentp
 // List returns every process the agent knows (running and retained exited ones).
 func (c *Client) List(ctx context.Context) ([]agentproto.ProcessStatus, error) {
 	var l agentproto.ProcessList
-	err := c.call(ctx, http.MethodGet, "/v1/processes", nil, http.StatusOK, &l)
+	err := c.callCapped(ctx, http.MethodGet, "/v1/processes", nil, http.StatusOK, &l, maxListBytes)
 	return l.Processes, err
 }
 
@@ -489,7 +496,11 @@ func (c *Client) Logs(ctx context.Context) ([]byte, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, responseError(resp)
 	}
-	return io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	logs, err := readCapped(resp.Body, maxLogBytes, "logs")
+	if err != nil {
+		return nil, fmt.Errorf("agent GET /v1/logs: %w", err)
+	}
+	return logs, nil
 }
 
 // Resize changes a PTY process's terminal size.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -32,7 +33,7 @@ func (c *Client) Stat(ctx context.Context, p string) (agentproto.FileInfo, error
 // ListDir lists a guest directory.
 func (c *Client) ListDir(ctx context.Context, p string) (agentproto.FileList, error) {
 	var l agentproto.FileList
-	err := c.call(ctx, http.MethodGet, filePath("list", p), nil, http.StatusOK, &l)
+	err := c.callCapped(ctx, http.MethodGet, filePath("list", p), nil, http.StatusOK, &l, maxListBytes)
 	return l, err
 }
 
@@ -101,8 +102,8 @@ func (c *Client) WriteFile(ctx context.Context, p string, mode int, r io.Reader)
 		return fi, err
 	}
 	defer resp.Body.Close()
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&fi); err != nil {
-		return fi, fmt.Errorf("agent PUT %s: decode response: %w", path, err)
+	if err := decodeCapped(resp.Body, maxJSONBytes, "response", &fi); err != nil {
+		return fi, fmt.Errorf("agent PUT %s: %w", path, err)
 	}
 	return fi, nil
 }
@@ -125,11 +126,14 @@ func (c *Client) TarIn(ctx context.Context, dir string, r io.Reader) (agentproto
 		return res, err
 	}
 	defer resp.Body.Close()
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&res); err != nil {
-		return res, fmt.Errorf("agent PUT tar %s: decode response: %w", dir, err)
+	if err := decodeCapped(resp.Body, maxJSONBytes, "response", &res); err != nil {
+		return res, fmt.Errorf("agent PUT tar %s: %w", dir, err)
 	}
 	return res, nil
 }
+
+// maxWatchEvent bounds one line (event) of a watch stream.
+const maxWatchEvent = 64 << 10
 
 // WatchStream reads the events of a directory watch. It is not safe for
 // concurrent use.
@@ -147,7 +151,7 @@ func (c *Client) Watch(ctx context.Context, dir string) (*WatchStream, error) {
 		return nil, err
 	}
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 4096), 64<<10)
+	sc.Buffer(make([]byte, 0, 4096), maxWatchEvent)
 	ws := &WatchStream{body: resp.Body, sc: sc}
 	ev, err := ws.Next()
 	if err != nil {
@@ -175,6 +179,9 @@ func (w *WatchStream) Next() (agentproto.FileEvent, error) {
 		return ev, nil
 	}
 	if err := w.sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return agentproto.FileEvent{}, fmt.Errorf("%w: a watch event is over %d bytes", ErrResponseTooLarge, maxWatchEvent)
+		}
 		return agentproto.FileEvent{}, err
 	}
 	return agentproto.FileEvent{}, io.EOF

@@ -12,8 +12,9 @@ import (
 	"github.com/airlockdev/airlock/internal/agentproto"
 )
 
-// maxEventLine bounds one NDJSON line of an output stream.
-const maxEventLine = 16 << 20
+// maxEventLine bounds one NDJSON line of an output stream (protocol 1: an
+// agent's event carries at most 64 KiB of output, base64 in JSON).
+const maxEventLine = 1 << 20
 
 // OutputStream reads the events of one process. It is not safe for
 // concurrent use.
@@ -90,6 +91,9 @@ func (s *OutputStream) read() (agentproto.Event, error) {
 		return parseEvent(line)
 	}
 	if err := s.sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return agentproto.Event{}, fmt.Errorf("%w: an output event line is over %d bytes", ErrResponseTooLarge, maxEventLine)
+		}
 		return agentproto.Event{}, err
 	}
 	return agentproto.Event{}, io.EOF
@@ -180,10 +184,16 @@ func (c *Client) Run(ctx context.Context, req agentproto.StartRequest) (RunResul
 			switch ev.Type {
 			case agentproto.EventGap:
 				lost += ev.Gap.Events
-			case agentproto.EventStdout:
-				res.Stdout = append(res.Stdout, ev.Data...)
-			case agentproto.EventStderr:
-				res.Stderr = append(res.Stderr, ev.Data...)
+			case agentproto.EventStdout, agentproto.EventStderr:
+				if len(res.Stdout)+len(res.Stderr)+len(ev.Data) > maxRunOutput {
+					s.Close()
+					return res, fmt.Errorf("run %s: %w: output is over %d bytes (read it with Output instead)", req.ID, ErrResponseTooLarge, maxRunOutput)
+				}
+				if ev.Type == agentproto.EventStdout {
+					res.Stdout = append(res.Stdout, ev.Data...)
+				} else {
+					res.Stderr = append(res.Stderr, ev.Data...)
+				}
 			case agentproto.EventExit:
 				s.Close()
 				res.ExitCode, res.Signal = *ev.ExitCode, ev.Signal

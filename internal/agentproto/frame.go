@@ -2,6 +2,7 @@ package agentproto
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -115,11 +116,21 @@ func (f *FrameReader) Next() (Event, error) {
 	if seq == 0 {
 		return Event{}, errors.New("frame: seq 0")
 	}
-	payload := make([]byte, n)
-	if _, err := io.ReadFull(f.r, payload); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
+	switch kind {
+	case frameStdout, frameStderr:
+	case frameExit, frameGap:
+		if n > maxControlPayload {
+			return Event{}, fmt.Errorf("frame %d: control payload of %d bytes is over %d", seq, n, maxControlPayload)
 		}
+	default:
+		// A newer peer's kind: skipped without keeping its payload.
+		if _, err := io.CopyN(io.Discard, f.r, int64(n)); err != nil {
+			return Event{}, fmt.Errorf("frame %d payload: %w", seq, unexpectedEOF(err))
+		}
+		return Event{Seq: seq}, fmt.Errorf("frame %d: kind %d: %w", seq, kind, ErrUnknownFrame)
+	}
+	payload, err := readPayload(f.r, n)
+	if err != nil {
 		return Event{}, fmt.Errorf("frame %d payload: %w", seq, err)
 	}
 	ev := Event{Seq: seq}
@@ -141,8 +152,39 @@ func (f *FrameReader) Next() (Event, error) {
 			return Event{}, fmt.Errorf("gap frame %d: %w", seq, err)
 		}
 		ev.Type, ev.Gap = EventGap, &g
-	default:
-		return Event{Seq: seq}, fmt.Errorf("frame %d: kind %d: %w", seq, kind, ErrUnknownFrame)
 	}
 	return ev, nil
+}
+
+// maxControlPayload bounds the JSON payload of an exit or gap frame.
+const maxControlPayload = 64 << 10
+
+// payloadStep is how much of a payload is allocated before its bytes have
+// arrived: a header alone (the peer is untrusted) must not make the reader
+// allocate the length it claims.
+const payloadStep = 64 << 10
+
+// readPayload reads n bytes, allocating as they arrive beyond payloadStep.
+func readPayload(r io.Reader, n uint32) ([]byte, error) {
+	if n <= payloadStep {
+		payload := make([]byte, n)
+		if _, err := io.ReadFull(r, payload); err != nil {
+			return nil, unexpectedEOF(err)
+		}
+		return payload, nil
+	}
+	var b bytes.Buffer
+	b.Grow(payloadStep)
+	if _, err := io.CopyN(&b, r, int64(n)); err != nil {
+		return nil, unexpectedEOF(err)
+	}
+	return b.Bytes(), nil
+}
+
+// unexpectedEOF: inside a frame, the end of the stream is unexpected.
+func unexpectedEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }

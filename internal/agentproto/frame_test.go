@@ -2,9 +2,11 @@ package agentproto
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"reflect"
+	"runtime"
 	"testing"
 )
 
@@ -103,4 +105,30 @@ func FuzzFrameReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A header that claims a big payload does not make the reader allocate
+// it: the peer is untrusted and may send nothing more.
+func TestFrameReaderAllocatesWhatArrives(t *testing.T) {
+	hdr := make([]byte, frameHeaderLen)
+	hdr[0] = frameStdout
+	binary.BigEndian.PutUint64(hdr[1:9], 1)
+	binary.BigEndian.PutUint32(hdr[9:13], MaxFramePayload)
+	stream := append(hdr, bytes.Repeat([]byte("x"), 100<<10)...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := NewFrameReader(bytes.NewReader(stream)).Next()
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("Next = %v, want io.ErrUnexpectedEOF", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 4<<20 {
+		t.Fatalf("reading a truncated frame that claims %d bytes allocated %d bytes", MaxFramePayload, got)
+	}
+	// Control frames (exit, gap) are small JSON.
+	hdr[0] = frameExit
+	binary.BigEndian.PutUint32(hdr[9:13], maxControlPayload+1)
+	if _, err := NewFrameReader(bytes.NewReader(append(hdr, make([]byte, maxControlPayload+1)...))).Next(); err == nil {
+		t.Fatal("an exit frame over the control payload cap was accepted")
+	}
 }

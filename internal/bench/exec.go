@@ -16,7 +16,6 @@ import (
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
-	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
 
 // execArgs is the command `airlock bench exec` runs in an already running
@@ -108,10 +107,7 @@ func (e *execAirlock) info() Subject {
 	s := e.a.info()
 	s.Method = "Go client against an in-process airlock server on 127.0.0.1, one running sandbox: " +
 		"POST …/commands [true] → attach (SSE) → exit event"
-	s.Rootfs = "per-sandbox overlayfs over the template tree; the guest agent (PID 1) starts true"
-	if e.a.flavor == oci.FlavorRunsc {
-		s.Rootfs += " (under runsc in its pids cgroup: --pids-max)"
-	}
+	s.Rootfs = "per-sandbox overlayfs over the template tree; the guest agent (PID 1) starts true in its workload pids cgroup (--pids-max)"
 	return s
 }
 

@@ -274,10 +274,13 @@ func (r *Runtime) Stop(ctx context.Context, id model.SandboxID) error {
 	return nil
 }
 
-// waitExit polls until pid is gone or a zombie.
+// waitExit polls until pid is gone or a zombie whose other threads have
+// exited too: a thread group's leader turns zombie while its other threads
+// may still be exiting, and they hold its descriptors (the agent's
+// listening socket, which would still accept a connection).
 func waitExit(ctx context.Context, pid int) error {
 	delay := time.Millisecond
-	for processAlive(pid) {
+	for processAlive(pid) || threadsLeft(pid) {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("process %d still alive: %w", pid, ctx.Err())
@@ -288,4 +291,11 @@ func waitExit(ctx context.Context, pid int) error {
 		}
 	}
 	return nil
+}
+
+// threadsLeft reports whether thread group pid has threads besides its
+// (zombie) leader.
+func threadsLeft(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	return err == nil && len(tasks) > 1
 }

@@ -73,7 +73,8 @@ type testRuntime struct{ *Runtime }
 func (r testRuntime) Artifacts(id model.SandboxID) runtimetest.Artifacts {
 	cg, _ := r.cgroupPath(id)
 	d := r.dirs(id)
-	return runtimetest.Artifacts{StateDir: d.state, UpperDir: d.upper, MountPoints: []string{d.rootfs}, Cgroup: cg}
+	return runtimetest.Artifacts{StateDir: d.state, UpperDir: d.upper, MountPoints: []string{d.rootfs}, Cgroup: cg,
+		AgentSocket: filepath.Join(d.run, socketName)}
 }
 
 func (r testRuntime) CrashStates() []runtimetest.CrashState {

@@ -46,16 +46,23 @@ func defaultCaps() []string {
 }
 
 // hostPidsLimit is the host pids limit of a sandbox whose guest limit is n.
-// Under runsc the host cgroup counts the sentry's threads, the gofer and the
-// systrap stub processes, and exceeding it kills the whole sandbox instead of
-// failing one fork; the agent enforces n inside gVisor (--pids-max) and the
-// host limit is only a backstop with headroom.
+// The agent enforces n on the workload in a cgroup of its own (--pids-max,
+// sealed read-only: seal.go); the host limit keeps room for the agent
+// beside it, so a full workload cannot starve the agent of threads (a Go
+// program dies when it cannot create one). Under runsc the host cgroup
+// also counts the sentry's threads, the gofer and the systrap stub
+// processes, and exceeding it kills the whole sandbox instead of failing
+// one fork: there it is only a backstop with headroom.
 func hostPidsLimit(flavor Flavor, n int64) int64 {
 	if flavor == FlavorRunsc {
 		return 4*n + 256
 	}
-	return n
+	return n + agentPidsReserve
 }
+
+// agentPidsReserve is the room the host pids limit of a runc or crun
+// sandbox keeps for the agent's threads and its short-lived helpers.
+const agentPidsReserve = 64
 
 // bundleSpec builds the OCI config.json of a sandbox.
 func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs) (*specs.Spec, error) {
@@ -71,9 +78,12 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs) (*specs.Spec, 
 	// stdout/stderr (this host's agent.log) point at /dev/null, so a guest
 	// cannot fill the host's disk through /proc/1/fd/2.
 	args := []string{GuestAgentPath, "--listen", "unix:" + GuestSocketPath, "--log-to-memory"}
-	if r.flavor == FlavorRunsc && spec.Resources.PidsLimit > 0 {
+	if spec.Resources.PidsLimit > 0 {
 		args = append(args, "--pids-max", strconv.FormatInt(spec.Resources.PidsLimit, 10))
 	}
+	// --seal: the workload can neither touch the agent's socket nor (under
+	// gVisor) lift the agent's pids limit (seal.go).
+	args = append(args, sealArgs...)
 	s, err := r.ociSpec(specParams{
 		args:        args,
 		env:         guestEnv(spec.Env),
@@ -90,6 +100,7 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs) (*specs.Spec, 
 	if r.flavor == FlavorRunsc {
 		s.Mounts = append(s.Mounts, runscTmpMount(dirs.rootfs))
 	}
+	grantSealing(s)
 	return s, nil
 }
 

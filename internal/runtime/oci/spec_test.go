@@ -25,10 +25,9 @@ func TestBundleSpec(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantArgs := []string{GuestAgentPath, "--listen", "unix:/.airlock/run/agent.sock", "--log-to-memory"}
-			wantPids := int64(100)
+			wantArgs := []string{GuestAgentPath, "--listen", "unix:/.airlock/run/agent.sock", "--log-to-memory", "--pids-max", "100", "--seal"}
+			wantPids := int64(100 + agentPidsReserve)
 			if flavor == FlavorRunsc {
-				wantArgs = append(wantArgs, "--pids-max", "100")
 				wantPids = 4*100 + 256
 			}
 			if !slices.Equal(s.Process.Args, wantArgs) {
@@ -40,8 +39,25 @@ func TestBundleSpec(t *testing.T) {
 			if s.Hostname != id.String() || s.Process.Cwd != "/" || s.Process.User.UID != 0 || !s.Process.NoNewPrivileges {
 				t.Errorf("hostname %q cwd %q uid %d nnp %v", s.Hostname, s.Process.Cwd, s.Process.User.UID, s.Process.NoNewPrivileges)
 			}
-			if !slices.Equal(s.Process.Capabilities.Bounding, []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SETGID", "CAP_SETUID"}) {
-				t.Errorf("capabilities = %v", s.Process.Capabilities.Bounding)
+			// The agent gets CAP_SYS_ADMIN and CAP_SETPCAP to seal the
+			// sandbox and drops them itself; never as ambient capabilities.
+			caps := s.Process.Capabilities
+			wantCaps := []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SETGID", "CAP_SETUID", "CAP_SYS_ADMIN", "CAP_SETPCAP"}
+			for name, set := range map[string][]string{"bounding": caps.Bounding, "effective": caps.Effective, "permitted": caps.Permitted} {
+				if !slices.Equal(set, wantCaps) {
+					t.Errorf("%s capabilities = %v, want %v", name, set, wantCaps)
+				}
+			}
+			if !slices.Equal(caps.Ambient, defaultCaps()) {
+				t.Errorf("ambient capabilities = %v, want %v", caps.Ambient, defaultCaps())
+			}
+			if seccomp := s.Linux.Seccomp; seccomp != nil {
+				allowsMount := slices.ContainsFunc(seccomp.Syscalls, func(r specs.LinuxSyscall) bool {
+					return r.Action == specs.ActAllow && slices.Contains(r.Names, "mount")
+				})
+				if !allowsMount {
+					t.Error("the seccomp filter refuses mount(2), which the agent needs to seal the sandbox")
+				}
 			}
 			if rl := s.Process.Rlimits; len(rl) != 1 || rl[0].Type != "RLIMIT_NOFILE" || rl[0].Hard == 0 || rl[0].Soft != rl[0].Hard {
 				t.Errorf("rlimits = %+v", rl)

@@ -32,6 +32,9 @@ type Artifacts struct {
 	// Cgroup is the sandbox's cgroup; it must exist in no hierarchy after
 	// Delete. "" if the runtime uses none.
 	Cgroup cgroups.Path
+	// AgentSocket is the host path of the agent's Unix socket, if it has
+	// one in a host directory the guest shares.
+	AgentSocket string
 }
 
 // CrashSimulator may be implemented by the runtime values given to Run: it
@@ -82,6 +85,8 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		{"LoopbackOnlyNetwork", testLoopbackOnly},
 		{"AgentSocketSymlinkRefused", testAgentSocketSymlinkRefused},
 		{"AgentLogOutOfGuestReach", testAgentLogOutOfReach},
+		{"AgentOutOfWorkloadReach", testAgentOutOfWorkloadReach},
+		{"PidsLimitCannotBeLifted", testPidsLimitCannotBeLifted},
 		{"SeccompFilter", testSeccomp},
 		{"DiskLimitGivesENOSPC", testDiskLimit},
 		{"HostPathsHidden", testHostPathsHidden},

@@ -14,7 +14,7 @@ import (
 
 // testAgentSocketSymlinkRefused plays a hostile guest: it replaces the agent
 // socket in its (host-backed) run directory with a symlink to a Unix socket
-// elsewhere on the host. The host must refuse to follow it — otherwise a
+// elsewhere on the host (from the host side, since the guest cannot). The host must refuse to follow it — otherwise a
 // guest could point the server at any socket on the host, such as another
 // sandbox's agent.
 func testAgentSocketSymlinkRefused(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
@@ -47,9 +47,25 @@ func testAgentSocketSymlinkRefused(t *testing.T, s *suite, newRuntime newRuntime
 	}()
 
 	c := client(t, rt, spec.ID)
-	// The agent keeps serving connections it already accepted; the planted
-	// link only affects new dials.
-	sh(t, c, "rm -f /.airlock/run/agent.sock && ln -s "+target+" /.airlock/run/agent.sock && ls -l /.airlock/run/")
+	// The guest cannot change its run directory (the agent sealed it:
+	// AgentOutOfWorkloadReach). The host must not depend on that: the link
+	// is planted from the host side, as a guest of a runtime without the
+	// seal would. The agent keeps serving connections it already accepted;
+	// the planted link only affects new dials.
+	plant := "rm -f /.airlock/run/agent.sock && ln -s " + target + " /.airlock/run/agent.sock"
+	if res := run(t, c, "sh", "-c", plant); res.ExitCode == 0 {
+		t.Errorf("the guest replaced its agent's socket with a symlink")
+	}
+	sock := inspector(t, rt).Artifacts(spec.ID).AgentSocket
+	if sock == "" {
+		t.Skip("the runtime does not report the host path of the agent's socket")
+	}
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, sock); err != nil {
+		t.Fatal(err)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

@@ -2,19 +2,38 @@
 // suite, built static and copied into the sandbox template: it makes system
 // calls that a sandbox's seccomp filter must refuse and prints one line per
 // call, "name: ok" or "name: ERRNO".
+//
+// With the argument "agent PID" it plays a workload that tampers with the
+// guest agent (process PID) instead: ptrace attach, reading its memory,
+// environment and descriptors. With "fork N" it starts N `sleep 20`s,
+// going on after failed forks (unlike a shell), and prints
+// "started S failed F"; with "fork N hold" it then stays 20 s itself.
 package main
 
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "agent" {
+		probeAgent(os.Args[2])
+		return
+	}
+	if len(os.Args) >= 3 && os.Args[1] == "fork" {
+		forkMany(os.Args[2])
+		if len(os.Args) == 4 && os.Args[3] == "hold" {
+			time.Sleep(20 * time.Second)
+		}
+		return
+	}
 	var uring [120]byte // struct io_uring_params
 	var perf unix.PerfEventAttr
 	perf.Type = unix.PERF_TYPE_SOFTWARE
@@ -74,4 +93,102 @@ func main() {
 func raw(trap, a1, a2, a3 uintptr) (uintptr, syscall.Errno) {
 	r, _, e := unix.Syscall(trap, a1, a2, a3)
 	return r, e
+}
+
+// probeAgent tries to reach into process pid, one line per attempt.
+func probeAgent(pid string) {
+	report := func(name string, err error) {
+		var errno syscall.Errno
+		switch {
+		case err == nil:
+			fmt.Printf("%s: ok\n", name)
+		case errors.As(err, &errno):
+			fmt.Printf("%s: %s\n", name, unix.ErrnoName(errno))
+		default:
+			fmt.Printf("%s: %v\n", name, err)
+		}
+	}
+	var n int
+	if _, err := fmt.Sscan(pid, &n); err != nil {
+		fmt.Println("bad pid:", err)
+		os.Exit(2)
+	}
+	err := unix.PtraceAttach(n)
+	if err == nil {
+		var ws unix.WaitStatus
+		unix.Wait4(n, &ws, unix.WALL, nil)
+		unix.PtraceDetach(n)
+	}
+	report("ptrace(PTRACE_ATTACH)", err)
+	report("ptrace(PTRACE_SEIZE)", seize(n))
+	report("read /proc/PID/mem", readMem(n))
+	_, err = os.ReadFile(fmt.Sprintf("/proc/%d/environ", n))
+	report("read /proc/PID/environ", err)
+	f, err := os.Open(fmt.Sprintf("/proc/%d/fd/0", n))
+	if err == nil {
+		f.Close()
+	}
+	report("open /proc/PID/fd/0", err)
+	_, err = os.Readlink(fmt.Sprintf("/proc/%d/fd/0", n))
+	report("readlink /proc/PID/fd/0", err)
+	report("pidfd_getfd", getFD(n))
+}
+
+func seize(pid int) error {
+	_, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(pid), 0, 0, 0, 0)
+	if e != 0 {
+		return e
+	}
+	unix.PtraceDetach(pid)
+	return nil
+}
+
+func readMem(pid int) error {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return err
+	}
+	var lo uint64
+	if _, err := fmt.Sscanf(string(maps), "%x-", &lo); err != nil {
+		return fmt.Errorf("parse maps: %w", err)
+	}
+	_, err = f.ReadAt(make([]byte, 16), int64(lo))
+	return err
+}
+
+func getFD(pid int) error {
+	pfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	fd, err := unix.PidfdGetfd(pfd, 0, 0)
+	if err != nil {
+		return err
+	}
+	unix.Close(fd)
+	return nil
+}
+
+// forkMany starts n sleeps and counts the forks that fail.
+func forkMany(n string) {
+	var count int
+	if _, err := fmt.Sscan(n, &count); err != nil {
+		fmt.Println("bad count:", err)
+		os.Exit(2)
+	}
+	started, failed := 0, 0
+	for i := 0; i < count; i++ {
+		if _, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "20"}, &syscall.ProcAttr{}); err != nil {
+			failed++
+			continue
+		}
+		started++
+	}
+	fmt.Printf("started %d failed %d\n", started, failed)
 }
