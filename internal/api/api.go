@@ -67,8 +67,11 @@ type Config struct {
 	MutationRate  float64
 	MutationBurst int
 	// Capacity bounds what one sandbox may ask for (nil: only the model's
-	// fixed bounds).
+	// fixed bounds); its DiskMiB is the server's --max-disk-mib.
 	Capacity *model.NodeCapacity
+	// DefaultDiskMiB is the writable layer of a sandbox whose create
+	// request names no disk_mib; 0: model.DefaultDiskMiB.
+	DefaultDiskMiB int
 	// Agents reaches the guest agents of sandboxes hosted here (process
 	// routes, background commands). Nil: those routes answer 501.
 	Agents procctl.Agents
@@ -110,6 +113,13 @@ func New(cfg Config) (*API, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.DefaultDiskMiB == 0 {
+		cfg.DefaultDiskMiB = model.DefaultDiskMiB
+	}
+	if d := cfg.DefaultDiskMiB; d < model.MinDiskMiB || d > model.MaxDiskMiB ||
+		cfg.Capacity != nil && cfg.Capacity.DiskMiB > 0 && d > cfg.Capacity.DiskMiB {
+		return nil, fmt.Errorf("api: DefaultDiskMiB %d must be between %d and %d and at most Capacity.DiskMiB", d, model.MinDiskMiB, model.MaxDiskMiB)
 	}
 	if cfg.AttachTTL < 0 {
 		return nil, fmt.Errorf("api: AttachTTL %s is negative", cfg.AttachTTL)

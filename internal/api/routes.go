@@ -55,6 +55,8 @@ func (a *API) routeTable() []route {
 
 		{"POST", "/v1/admin/projects", admin, mutating(a, a.createProject)},
 		{"GET", "/v1/admin/projects", admin, a.listProjects},
+		{"GET", "/v1/admin/projects/{id}/quota", admin, a.getQuota},
+		{"PUT", "/v1/admin/projects/{id}/quota", admin, mutating(a, a.setQuota)},
 		{"POST", "/v1/admin/keys", admin, mutating(a, a.createKey)},
 		{"GET", "/v1/admin/keys", admin, a.listKeys},
 		{"DELETE", "/v1/admin/keys/{id}", admin, mutating(a, a.revokeKey)},
