@@ -47,6 +47,8 @@ func classify(err error) (*apiError, bool) {
 		return ae, true
 	case errors.As(err, &qe):
 		return errorf(http.StatusForbidden, apiv1.CodeQuotaExceeded, "%s", qe.Error()), true
+	case errors.Is(err, errBodyTimeout):
+		return errorf(http.StatusRequestTimeout, apiv1.CodeRequestTimeout, "the request body did not arrive in time; the connection is closed"), true
 	case errors.Is(err, model.ErrInvalid):
 		return badRequest("%s", err.Error()), true
 	case errors.Is(err, model.ErrInvalidTransition):
