@@ -185,6 +185,15 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
+// Flush passes through, for handlers that assert http.Flusher (the data
+// plane's file watch) rather than use an http.ResponseController.
+func (s *statusWriter) Flush() {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	_ = http.NewResponseController(s.ResponseWriter).Flush()
+}
+
 // withRequestContext gives every request an X-Request-Id (the client's, if it
 // sent a sane one) and logs it when it ends.
 func (a *API) withRequestContext(next http.Handler) http.Handler {
