@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -53,13 +54,14 @@ func bodyModes() *http.ServeMux {
 // its body cannot hold a handler and a connection (one of
 // --max-connections) for ever. It sets the connection's read deadline:
 // when it passes, the body's Read fails (the handler answers 408
-// request_timeout; a streaming handler fails its stream) and the response
-// carries Connection: close, so the connection is closed after it. The
-// deadline is armed before the handler runs (it also bounds what net/http
-// discards of a body the handler left unread) and re-armed before each
-// read. net/http clears it once the body has been read to its end (before
-// it watches the connection for the client going away), so a handler that
-// works on after its body is not cut.
+// request_timeout; a streaming handler fails its stream), and net/http,
+// which cannot discard the rest of a body whose read failed, answers with
+// Connection: close and closes the connection. The deadline is armed
+// before the handler runs (it also bounds what net/http discards of a body
+// the handler left unread) and re-armed before each read. net/http clears
+// it once the body has been read to its end (before it watches the
+// connection for the client going away), so a handler that works on after
+// its body is not cut.
 func (a *API) withBodyDeadline(next http.Handler) http.Handler {
 	timeout := a.cfg.BodyReadTimeout
 	if timeout < 0 {
@@ -81,7 +83,7 @@ func (a *API) withBodyDeadline(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		b := &deadlineBody{ReadCloser: r.Body, w: w, rc: http.NewResponseController(w), step: timeout}
+		b := &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), step: timeout}
 		if mode == bodyWhole {
 			b.end = time.Now().Add(timeout)
 		}
@@ -92,22 +94,35 @@ func (a *API) withBodyDeadline(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = b
+		defer b.finish()
 		next.ServeHTTP(w, r)
 	})
 }
 
 // deadlineBody re-arms the connection's read deadline before each read.
-// Reads come from the handler's goroutine only.
+// Reads may come from another goroutine than the handler's (an HTTP/2
+// client streaming the body to an agent), even after the handler returned.
 type deadlineBody struct {
 	io.ReadCloser
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	step    time.Duration // each read must get data this soon
-	end     time.Time     // and the whole body by then (zero: no bound)
+	rc   *http.ResponseController
+	step time.Duration // each read must get data this soon
+	end  time.Time     // and the whole body by then (zero: no bound)
+
+	mu      sync.Mutex
+	done    bool // the handler returned: the connection is no longer this request's to time
 	expired bool
 }
 
 func (b *deadlineBody) arm() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.armLocked()
+}
+
+func (b *deadlineBody) armLocked() error {
+	if b.done {
+		return nil
+	}
 	d := time.Now().Add(b.step)
 	if !b.end.IsZero() && b.end.Before(d) {
 		d = b.end
@@ -115,15 +130,27 @@ func (b *deadlineBody) arm() error {
 	return b.rc.SetReadDeadline(d)
 }
 
+// finish is called when the handler has returned; later reads (which
+// net/http refuses anyway) no longer touch the connection.
+func (b *deadlineBody) finish() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.done = true
+}
+
 func (b *deadlineBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
 	if b.expired {
+		b.mu.Unlock()
 		return 0, errBodyTimeout
 	}
-	_ = b.arm() // it worked before the handler ran
+	_ = b.armLocked() // it worked before the handler ran
+	b.mu.Unlock()
 	n, err := b.ReadCloser.Read(p)
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		b.mu.Lock()
 		b.expired = true
-		b.w.Header().Set("Connection", "close")
+		b.mu.Unlock()
 		return n, fmt.Errorf("%w: %w", errBodyTimeout, err)
 	}
 	return n, err
