@@ -67,11 +67,19 @@ type Config struct {
 	MutationRate  float64
 	MutationBurst int
 	// Capacity bounds what one sandbox may ask for (nil: only the model's
-	// fixed bounds).
+	// fixed bounds); its DiskMiB is the server's --max-disk-mib.
 	Capacity *model.NodeCapacity
+	// DefaultDiskMiB is the writable layer of a sandbox whose create
+	// request names no disk_mib; 0: model.DefaultDiskMiB.
+	DefaultDiskMiB int
 	// Agents reaches the guest agents of sandboxes hosted here (process
 	// routes, background commands). Nil: those routes answer 501.
 	Agents procctl.Agents
+	// BodyReadTimeout bounds how long a client may take to send a request
+	// body: the whole of a JSON body, and each read of a streamed file
+	// upload (a process's stdin is not timed). 0: DefaultBodyReadTimeout;
+	// negative: no bound. See withBodyDeadline.
+	BodyReadTimeout time.Duration
 	// FileTokens issues file transfer tokens for the file routes (normally
 	// the keyring's Issuer, as Attach); nil:
 	// those answer 501 not_supported.
@@ -111,6 +119,16 @@ func New(cfg Config) (*API, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.BodyReadTimeout == 0 {
+		cfg.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if cfg.DefaultDiskMiB == 0 {
+		cfg.DefaultDiskMiB = model.DefaultDiskMiB
+	}
+	if d := cfg.DefaultDiskMiB; d < model.MinDiskMiB || d > model.MaxDiskMiB ||
+		cfg.Capacity != nil && cfg.Capacity.DiskMiB > 0 && d > cfg.Capacity.DiskMiB {
+		return nil, fmt.Errorf("api: DefaultDiskMiB %d must be between %d and %d and at most Capacity.DiskMiB", d, model.MinDiskMiB, model.MaxDiskMiB)
+	}
 	if cfg.AttachTTL < 0 {
 		return nil, fmt.Errorf("api: AttachTTL %s is negative", cfg.AttachTTL)
 	}
@@ -147,14 +165,15 @@ func New(cfg Config) (*API, error) {
 	for _, rt := range a.routes {
 		a.mux.Handle(rt.method+" "+rt.pattern, a.guard(rt))
 	}
-	a.handler = a.withRequestContext(a.recoverPanics(http.HandlerFunc(a.dispatch)))
+	a.handler = a.Wrap(http.HandlerFunc(a.dispatch))
 	return a, nil
 }
 
 // Wrap gives h the API's request middleware: a request ID (X-Request-Id),
-// the access log and panic recovery. The server wraps the data plane with it.
+// the access log, panic recovery and the request body's read deadline. The
+// server wraps the data plane with it.
 func (a *API) Wrap(h http.Handler) http.Handler {
-	return a.withRequestContext(a.recoverPanics(h))
+	return a.withRequestContext(a.recoverPanics(a.withBodyDeadline(h)))
 }
 
 // Handler returns the HTTP handler of the whole API.

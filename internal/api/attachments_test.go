@@ -125,11 +125,12 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 	cs := e.newSession(e.keyA)
 	keysBefore := len(e.ring.Keys())
 	bodies := map[string]string{
-		"POST /v1/sandboxes":               `{}`,
-		"POST /v1/sandboxes/{id}/commands": `{"args": ["true"]}`,
-		"POST /v1/templates":               fmt.Sprintf(`{"source": %q}`, e.tplDir),
-		"POST /v1/admin/projects":          `{"name": "evil"}`,
-		"POST /v1/admin/keys":              fmt.Sprintf(`{"project_id": %q, "role": "admin", "name": "x"}`, e.projA),
+		"POST /v1/sandboxes":                                         `{}`,
+		"POST /v1/sandboxes/{id}/commands":                           `{"args": ["true"]}`,
+		"POST /v1/templates":                                         fmt.Sprintf(`{"source": %q}`, e.tplDir),
+		"POST /v1/admin/projects":                                    `{"name": "evil"}`,
+		"POST /v1/admin/keys":                                        fmt.Sprintf(`{"project_id": %q, "role": "admin", "name": "x"}`, e.projA),
+		"PUT /v1/admin/projects/{id}/quota":                          `{"sandboxes": 0}`,
 		"POST /v1/sandboxes/{id}/processes/{process_id}/attachments": `{"actions": ["read"]}`,
 		"POST /v1/sandboxes/{id}/processes/{process_id}/signal":      `{"signal": "KILL"}`,
 		"POST /v1/sandboxes/{id}/files/mkdir":                        `{"path": "/x"}`,
@@ -156,6 +157,8 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 		switch {
 		case strings.HasPrefix(rt.pattern, "/v1/admin/keys/"):
 			path = strings.Replace(path, "{id}", keyID.String(), 1)
+		case strings.HasPrefix(rt.pattern, "/v1/admin/projects/"):
+			path = strings.Replace(path, "{id}", e.projA.String(), 1)
 		case strings.HasPrefix(rt.pattern, "/v1/operations/"):
 			path = strings.Replace(path, "{id}", model.NewOperationID().String(), 1)
 		default:

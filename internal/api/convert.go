@@ -14,6 +14,7 @@ func sandboxOut(sb model.Sandbox) apiv1.Sandbox {
 		Template:    sb.Template.String(),
 		CPUs:        sb.Resources.CPUs,
 		MemoryMiB:   sb.Resources.MemoryMiB,
+		DiskMiB:     sb.Resources.DiskMiB,
 		Env:         nonNilMap(sb.Env),
 		Metadata:    nonNilMap(sb.Metadata),
 		State:       string(sb.State),
@@ -54,6 +55,16 @@ func templateOut(t model.Template) apiv1.Template {
 
 func projectOut(p model.Project) apiv1.Project {
 	return apiv1.Project{ID: p.ID.String(), Name: p.Name, CreatedAt: p.CreatedAt.UTC()}
+}
+
+func quotaOut(p model.ProjectID, q model.Quota, u model.Usage) apiv1.ProjectQuota {
+	return apiv1.ProjectQuota{
+		ProjectID: p.String(),
+		Limits: apiv1.QuotaLimits{
+			Sandboxes: q.Sandboxes.Ptr(), CPUs: q.CPUs.Ptr(), MemoryMiB: q.MemoryMiB.Ptr(), DiskMiB: q.DiskMiB.Ptr(),
+		},
+		Usage: apiv1.QuotaUsage{Sandboxes: u.Sandboxes, CPUs: u.CPUs, MemoryMiB: u.MemoryMiB, DiskMiB: u.DiskMiB},
+	}
 }
 
 func apiKeyOut(k model.APIKey) apiv1.APIKey {

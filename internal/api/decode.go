@@ -52,8 +52,10 @@ func tooLarge(limit int64) error {
 // struct. Unlike encoding/json it refuses, with a 400: anything but an
 // object, field names that match a struct field only case-insensitively,
 // unknown fields, null values, duplicate fields and trailing data. It returns
-// the set of fields present, so callers can tell "absent" from "zero".
+// the set of fields present, so callers can tell "absent" from "zero". A
+// type with a nullable() method accepts null fields, as if absent.
 func decodeStrict(body []byte, dst any) (fieldSet, error) {
+	_, nullable := dst.(interface{ nullable() })
 	dec := json.NewDecoder(bytes.NewReader(body))
 	tok, err := dec.Token()
 	if err != nil {
@@ -81,6 +83,9 @@ func decodeStrict(body []byte, dst any) (fieldSet, error) {
 			return nil, badRequest("duplicate field %q", name)
 		}
 		if string(raw) == "null" {
+			if nullable {
+				continue
+			}
 			return nil, badRequest("field %q must not be null", name)
 		}
 		present[name] = true

@@ -38,10 +38,17 @@ func notFound(format string, args ...any) *apiError {
 // error it is answered with. Unknown errors are internal: their text is
 // logged, never sent.
 func classify(err error) (*apiError, bool) {
-	var ae *apiError
+	var (
+		ae *apiError
+		qe *model.QuotaExceededError
+	)
 	switch {
 	case errors.As(err, &ae):
 		return ae, true
+	case errors.As(err, &qe):
+		return errorf(http.StatusForbidden, apiv1.CodeQuotaExceeded, "%s", qe.Error()), true
+	case errors.Is(err, errBodyTimeout):
+		return errorf(http.StatusRequestTimeout, apiv1.CodeRequestTimeout, "the request body did not arrive in time; the connection is closed"), true
 	case errors.Is(err, model.ErrInvalid):
 		return badRequest("%s", err.Error()), true
 	case errors.Is(err, model.ErrInvalidTransition):

@@ -43,7 +43,7 @@ type filesEnv struct {
 
 func (f *filesEnv) Agent(model.SandboxID) (*agentclient.Client, error) { return f.client, nil }
 
-func newFilesEnv(t *testing.T) *filesEnv {
+func newFilesEnv(t *testing.T, opts ...envOption) *filesEnv {
 	t.Helper()
 	f := &filesEnv{root: t.TempDir()}
 	ag, err := agent.New(agent.Options{FilesRoot: f.root, Logger: slog.New(slog.DiscardHandler)})
@@ -63,14 +63,14 @@ func newFilesEnv(t *testing.T) *filesEnv {
 	t.Cleanup(func() { f.client.Close() })
 	// As in the server: the API signs file tokens with the keyring's
 	// Issuer, the data plane checks them with its Verifier (public keys).
-	f.testEnv = newEnv(t, func(c *Config) { c.Agents = f; c.FileTokens = c.Attach })
+	f.testEnv = newEnv(t, append([]envOption{func(c *Config) { c.Agents = f; c.FileTokens = c.Attach }}, opts...)...)
 	dp, err := dataplane.New(dataplane.Config{Store: f.st, Agents: f, FileTokens: f.ring.Verifier(), Verifier: f.ring.Verifier(), Now: f.clock.Now, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	dp.Register(mux)
-	f.dp = httptest.NewServer(mux)
+	f.dp = httptest.NewServer(f.api.Wrap(mux)) // as in the server
 	t.Cleanup(f.dp.Close)
 	return f
 }

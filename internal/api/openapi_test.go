@@ -78,7 +78,7 @@ func TestRoutesMatchDocument(t *testing.T) {
 				t.Errorf("%s is admin-only but documents no 403", key)
 			}
 		}
-		if rt.method == "POST" || rt.method == "DELETE" {
+		if rt.method == "POST" || rt.method == "PUT" || rt.method == "DELETE" {
 			if !slices.ContainsFunc(op.Parameters, func(p struct {
 				Ref string `json:"$ref"`
 			}) bool {
@@ -133,6 +133,7 @@ func TestErrorCodesDocumented(t *testing.T) {
 		apiv1.CodeInvalidPath, apiv1.CodeNotADirectory, apiv1.CodeIsADirectory, apiv1.CodeDirectoryNotEmpty, apiv1.CodeUnsupportedFileType,
 		apiv1.CodeDraining, apiv1.CodeTooManyAttachments, apiv1.CodeNoStdin, apiv1.CodeNoPTY, apiv1.CodeProcessExited,
 		apiv1.CodeProcessNotFound, apiv1.CodeAgentUnsupported, apiv1.CodeExecFailed, apiv1.CodeExceedsCapacity, apiv1.CodeRateLimited,
+		apiv1.CodeQuotaExceeded, apiv1.CodeRequestTimeout,
 	}
 	slices.Sort(got)
 	slices.Sort(want)

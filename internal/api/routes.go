@@ -55,6 +55,8 @@ func (a *API) routeTable() []route {
 
 		{"POST", "/v1/admin/projects", admin, mutating(a, a.createProject)},
 		{"GET", "/v1/admin/projects", admin, a.listProjects},
+		{"GET", "/v1/admin/projects/{id}/quota", admin, a.getQuota},
+		{"PUT", "/v1/admin/projects/{id}/quota", admin, mutating(a, a.setQuota)},
 		{"POST", "/v1/admin/keys", admin, mutating(a, a.createKey)},
 		{"GET", "/v1/admin/keys", admin, a.listKeys},
 		{"DELETE", "/v1/admin/keys/{id}", admin, mutating(a, a.revokeKey)},
@@ -182,6 +184,15 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 }
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Flush passes through, for handlers that assert http.Flusher (the data
+// plane's file watch) rather than use an http.ResponseController.
+func (s *statusWriter) Flush() {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	_ = http.NewResponseController(s.ResponseWriter).Flush()
+}
 
 // withRequestContext gives every request an X-Request-Id (the client's, if it
 // sent a sane one) and logs it when it ends.

@@ -28,11 +28,15 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 		}
 	}
 	res := model.DefaultResources()
+	res.DiskMiB = a.cfg.DefaultDiskMiB
 	if c.present["cpus"] {
 		res.CPUs = in.CPUs
 	}
 	if c.present["memory_mib"] {
 		res.MemoryMiB = in.MemoryMiB
+	}
+	if c.present["disk_mib"] {
+		res.DiskMiB = in.DiskMiB
 	}
 	if err := res.Validate(); err != nil {
 		return nil, err
@@ -81,6 +85,9 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	if err != nil {
 		return nil, err
 	}
+	// The project's quota is checked last, by the store, in the
+	// transaction that inserts the sandbox: racing creates cannot both take
+	// the last slot.
 	if err := a.cfg.Store.CreateSandbox(ctx, sb, op, rec); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}

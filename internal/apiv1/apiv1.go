@@ -41,6 +41,8 @@ const (
 	CodeAgentUnsupported     = "agent_unsupported"      // 501: the sandbox's agent is too old for this request
 	CodeExceedsCapacity      = "exceeds_node_capacity"  // 400: more cpus or memory than one sandbox can have on this node
 	CodeRateLimited          = "rate_limited"           // 429: this API key made too many changes in a short time; see Retry-After
+	CodeQuotaExceeded        = "quota_exceeded"         // 403: the project's quota does not admit the new sandbox (the message names the limit, the usage and the request)
+	CodeRequestTimeout       = "request_timeout"        // 408: the request body did not arrive in time; the server closes the connection
 )
 
 // Sandbox is a sandbox as the API shows it.
@@ -49,6 +51,7 @@ type Sandbox struct {
 	Template    string            `json:"template"` // sha256:… digest
 	CPUs        int               `json:"cpus"`
 	MemoryMiB   int               `json:"memory_mib"`
+	DiskMiB     int               `json:"disk_mib"` // size of the writable layer
 	Env         map[string]string `json:"env"`
 	Metadata    map[string]string `json:"metadata"`
 	State       string            `json:"state"`
@@ -59,11 +62,13 @@ type Sandbox struct {
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Omitted fields take
-// defaults: template "default", 1 CPU, 512 MiB.
+// defaults: template "default", 1 CPU, 512 MiB, the server's disk_mib
+// (10240 unless its operator chose another).
 type CreateSandboxRequest struct {
 	Template  string            `json:"template,omitempty"`
 	CPUs      int               `json:"cpus,omitempty"`
 	MemoryMiB int               `json:"memory_mib,omitempty"`
+	DiskMiB   int               `json:"disk_mib,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 }
@@ -223,6 +228,32 @@ type Project struct {
 // CreateProjectRequest is the body of POST /v1/admin/projects.
 type CreateProjectRequest struct {
 	Name string `json:"name"`
+}
+
+// QuotaLimits are a project's quota: limits on its live sandboxes (every
+// state but deleted) together. Null is unlimited; 0 admits nothing. It is
+// also the body of PUT /v1/admin/projects/{id}/quota, which replaces the
+// whole quota: an absent field is unlimited too.
+type QuotaLimits struct {
+	Sandboxes *int64 `json:"sandboxes"`
+	CPUs      *int64 `json:"cpus"`
+	MemoryMiB *int64 `json:"memory_mib"`
+	DiskMiB   *int64 `json:"disk_mib"`
+}
+
+// QuotaUsage is what a project's live sandboxes hold together.
+type QuotaUsage struct {
+	Sandboxes int64 `json:"sandboxes"`
+	CPUs      int64 `json:"cpus"`
+	MemoryMiB int64 `json:"memory_mib"`
+	DiskMiB   int64 `json:"disk_mib"`
+}
+
+// ProjectQuota is the response of GET and PUT /v1/admin/projects/{id}/quota.
+type ProjectQuota struct {
+	ProjectID string      `json:"project_id"`
+	Limits    QuotaLimits `json:"limits"`
+	Usage     QuotaUsage  `json:"usage"`
 }
 
 // ProjectList is the response of GET /v1/admin/projects.

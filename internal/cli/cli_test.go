@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -36,7 +37,9 @@ type fakeServer struct {
 	attaches   map[string]int      // process ID → connections
 	deleted    []string
 	creates    []apiv1.CreateSandboxRequest
-	hang       chan struct{} // "hang" commands block until it closes
+	quota      apiv1.QuotaLimits   // of every project
+	quotaPuts  []apiv1.QuotaLimits // bodies of PUT …/quota
+	hang       chan struct{}       // "hang" commands block until it closes
 }
 
 func newFakeServer(t *testing.T) *fakeServer {
@@ -49,6 +52,8 @@ func newFakeServer(t *testing.T) *fakeServer {
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}", f.deleteSandbox)
 	mux.HandleFunc("POST /v1/sandboxes/{id}/commands", f.createCommand)
 	mux.HandleFunc("GET /v1/operations/{id}", f.getOperation)
+	mux.HandleFunc("GET /v1/admin/projects/{id}/quota", f.getQuota)
+	mux.HandleFunc("PUT /v1/admin/projects/{id}/quota", f.putQuota)
 	mux.HandleFunc("GET /data/v1/processes/{pid}/attach", f.attach)
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer key_test" && !strings.HasPrefix(r.URL.Path, "/data/") {
@@ -86,7 +91,7 @@ func (f *fakeServer) createSandbox(w http.ResponseWriter, r *http.Request) {
 	defer f.mu.Unlock()
 	f.creates = append(f.creates, req)
 	sb := apiv1.Sandbox{ID: model.NewSandboxID().String(), Template: "sha256:" + strings.Repeat("ab", 32),
-		CPUs: max(req.CPUs, 1), MemoryMiB: max(req.MemoryMiB, 512), Env: req.Env, Metadata: req.Metadata,
+		CPUs: max(req.CPUs, 1), MemoryMiB: max(req.MemoryMiB, 512), DiskMiB: cmp.Or(req.DiskMiB, 10240), Env: req.Env, Metadata: req.Metadata,
 		State: "pending", CreatedAt: fixedTime, UpdatedAt: fixedTime}
 	op := apiv1.Operation{ID: model.NewOperationID().String(), Kind: "create", State: "pending", SandboxID: sb.ID, CreatedAt: fixedTime, UpdatedAt: fixedTime}
 	writeJSON(w, 202, apiv1.SandboxWithOperation{Sandbox: sb, Operation: op})
@@ -352,12 +357,13 @@ func TestRunInterrupted(t *testing.T) {
 func TestSandboxCommands(t *testing.T) {
 	f := newFakeServer(t)
 	ctx := context.Background()
-	code, stdout, stderr := runCLI(ctx, f, "sandbox", "create", "--cpus", "2", "--metadata", "team=ml", "--env", "SECRET=hunter2")
+	code, stdout, stderr := runCLI(ctx, f, "sandbox", "create", "--cpus", "2", "--disk-mib", "2048", "--metadata", "team=ml", "--env", "SECRET=hunter2")
 	if code != 0 || !strings.Contains(squash(stdout), "State: running") || !strings.Contains(squash(stdout), "Env: SECRET\n") ||
+		!strings.Contains(squash(stdout), "Disk: 2048 MiB") ||
 		strings.Contains(stdout, "hunter2") || !strings.Contains(stderr, ": running (") {
 		t.Fatalf("create: %d\n%s\n%s", code, stdout, stderr)
 	}
-	if req := f.creates[0]; req.CPUs != 2 || req.Metadata["team"] != "ml" || req.Env["SECRET"] != "hunter2" {
+	if req := f.creates[0]; req.CPUs != 2 || req.DiskMiB != 2048 || req.Metadata["team"] != "ml" || req.Env["SECRET"] != "hunter2" {
 		t.Errorf("request %+v", req)
 	}
 	var id string

@@ -2,9 +2,11 @@ package cli
 
 import (
 	"errors"
+	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -151,4 +153,25 @@ func FuzzSignalNumber(f *testing.F) {
 			t.Fatalf("%q → %d", s, n)
 		}
 	})
+}
+
+func TestServerDiskAndTimeoutFlags(t *testing.T) {
+	ok := serverFlags{listen: "127.0.0.1:0", grace: time.Second, overcommit: 1, maxConns: 1, mutBurst: 1,
+		defaultDisk: 2048, maxDisk: 4096, bodyTimeout: time.Second}
+	opts, err := ok.options("/tmp/x", slog.DiscardHandler)
+	if err != nil || opts.DefaultDiskMiB != 2048 || opts.MaxDiskMiB != 4096 || opts.BodyReadTimeout != time.Second {
+		t.Fatalf("%+v, %v", opts, err)
+	}
+	for _, bad := range []func(f *serverFlags){
+		func(f *serverFlags) { f.defaultDisk = 4097 },
+		func(f *serverFlags) { f.defaultDisk = 63 },
+		func(f *serverFlags) { f.maxDisk = 32 },
+		func(f *serverFlags) { f.bodyTimeout = 0 },
+	} {
+		f := ok
+		bad(&f)
+		if _, err := f.options("/tmp/x", slog.DiscardHandler); err == nil {
+			t.Errorf("%+v accepted", f)
+		}
+	}
 }

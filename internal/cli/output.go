@@ -61,6 +61,7 @@ func sandboxFields(w io.Writer, sb apiv1.Sandbox) {
 	fmt.Fprintf(w, "Template:\t%s\n", sb.Template)
 	fmt.Fprintf(w, "CPUs:\t%d\n", sb.CPUs)
 	fmt.Fprintf(w, "Memory:\t%d MiB\n", sb.MemoryMiB)
+	fmt.Fprintf(w, "Disk:\t%d MiB\n", sb.DiskMiB)
 	if sb.Runtime != "" {
 		fmt.Fprintf(w, "Runtime:\t%s\n", sb.Runtime)
 	}
@@ -73,10 +74,10 @@ func sandboxFields(w io.Writer, sb apiv1.Sandbox) {
 
 func (p printer) sandboxList(l apiv1.SandboxList) error {
 	return p.print(l, func(w io.Writer) {
-		fmt.Fprintln(w, "ID\tSTATE\tTEMPLATE\tCPUS\tMEMORY\tCREATED\tMETADATA")
+		fmt.Fprintln(w, "ID\tSTATE\tTEMPLATE\tCPUS\tMEMORY\tDISK\tCREATED\tMETADATA")
 		for _, sb := range l.Sandboxes {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d MiB\t%s\t%s\n", sb.ID, sb.State, shortDigest(sb.Template),
-				sb.CPUs, sb.MemoryMiB, timeText(sb.CreatedAt), orDash(kvList(sb.Metadata)))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d MiB\t%d MiB\t%s\t%s\n", sb.ID, sb.State, shortDigest(sb.Template),
+				sb.CPUs, sb.MemoryMiB, sb.DiskMiB, timeText(sb.CreatedAt), orDash(kvList(sb.Metadata)))
 		}
 	})
 }

@@ -14,7 +14,7 @@ var (
 	t0      = time.Date(2026, 11, 30, 9, 5, 7, 123456789, time.UTC)
 	t1      = t0.Add(90 * time.Second)
 	digest  = "sha256:93169b62828e8752a010fbbce3d6e67f8c38cd180ef98448d8138a12d50dd7de"
-	sampleS = apiv1.Sandbox{ID: "sbx_aaaaaaaaaaaaaaaaaaaaaaaaaa", Template: digest, CPUs: 2, MemoryMiB: 1024,
+	sampleS = apiv1.Sandbox{ID: "sbx_aaaaaaaaaaaaaaaaaaaaaaaaaa", Template: digest, CPUs: 2, MemoryMiB: 1024, DiskMiB: 4096,
 		Env: map[string]string{"TOKEN": "s3cret", "A": "1"}, Metadata: map[string]string{"team": "ml", "app": "x\ty"},
 		State: "failed", StateReason: "runsc: exit status 1\ndetails", Runtime: "runsc", CreatedAt: t0, UpdatedAt: t1}
 	sampleOp = apiv1.Operation{ID: "op_bbbbbbbbbbbbbbbbbbbbbbbbbb", Kind: "create", State: "failed", SandboxID: sampleS.ID,
@@ -44,6 +44,7 @@ func TestTableOutput(t *testing.T) {
 			"Template:  " + digest + "\n" +
 			"CPUs:      2\n" +
 			"Memory:    1024 MiB\n" +
+			"Disk:      4096 MiB\n" +
 			"Runtime:   runsc\n" +
 			"Env:       A, TOKEN\n" +
 			"Metadata:  app=x y,team=ml\n" +
@@ -52,9 +53,9 @@ func TestTableOutput(t *testing.T) {
 		{"sandbox list", func(p printer) error {
 			return p.sandboxList(apiv1.SandboxList{Sandboxes: []apiv1.Sandbox{sampleS, {ID: "sbx_c", State: "running"}}})
 		}, "" +
-			"ID                              STATE    TEMPLATE             CPUS  MEMORY    CREATED               METADATA\n" +
-			"sbx_aaaaaaaaaaaaaaaaaaaaaaaaaa  failed   sha256:93169b62828e  2     1024 MiB  2026-11-30T09:05:07Z  app=x y,team=ml\n" +
-			"sbx_c                           running  -                    0     0 MiB     -                     -\n"},
+			"ID                              STATE    TEMPLATE             CPUS  MEMORY    DISK      CREATED               METADATA\n" +
+			"sbx_aaaaaaaaaaaaaaaaaaaaaaaaaa  failed   sha256:93169b62828e  2     1024 MiB  4096 MiB  2026-11-30T09:05:07Z  app=x y,team=ml\n" +
+			"sbx_c                           running  -                    0     0 MiB     0 MiB     -                     -\n"},
 		{"operation", func(p printer) error { return p.operation(sampleOp) }, "" +
 			"ID:        op_bbbbbbbbbbbbbbbbbbbbbbbbbb\n" +
 			"Kind:      create\n" +

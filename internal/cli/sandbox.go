@@ -24,6 +24,7 @@ type createFlags struct {
 	template  string
 	cpus      int
 	memoryMiB int
+	diskMiB   int
 	env       []string
 	metadata  []string
 }
@@ -32,6 +33,7 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.template, "template", "", "template name or sha256: digest (default: the server's \"default\")")
 	fs.IntVar(&f.cpus, "cpus", 0, "vCPUs (default: the server's, 1)")
 	fs.IntVar(&f.memoryMiB, "memory-mib", 0, "memory limit in MiB (default: the server's, 512)")
+	fs.IntVar(&f.diskMiB, "disk-mib", 0, "size of the writable layer in MiB (default: the server's --default-disk-mib)")
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE of the sandbox (repeatable)")
 	fs.StringArrayVar(&f.metadata, "metadata", nil, "metadata label KEY=VALUE (repeatable)")
 }
@@ -52,7 +54,10 @@ func (f *createFlags) request() (apiv1.CreateSandboxRequest, error) {
 	if f.memoryMiB < 0 {
 		return req, usageErrorf("--memory-mib must be positive")
 	}
-	req.CPUs, req.MemoryMiB = f.cpus, f.memoryMiB
+	if f.diskMiB < 0 {
+		return req, usageErrorf("--disk-mib must be positive")
+	}
+	req.CPUs, req.MemoryMiB, req.DiskMiB = f.cpus, f.memoryMiB, f.diskMiB
 	var err error
 	if req.Env, err = parseEnvFlag(f.env); err != nil {
 		return req, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/server"
 )
 
@@ -31,6 +32,9 @@ type serverFlags struct {
 	mutRate     float64
 	mutBurst    int
 	maxConns    int
+	defaultDisk int
+	maxDisk     int
+	bodyTimeout time.Duration
 }
 
 // options parses the flags into server.Options.
@@ -48,6 +52,9 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		MutationRate:     f.mutRate,
 		MutationBurst:    f.mutBurst,
 		MaxConnections:   f.maxConns,
+		DefaultDiskMiB:   f.defaultDisk,
+		MaxDiskMiB:       f.maxDisk,
+		BodyReadTimeout:  f.bodyTimeout,
 	}
 	if f.grace <= 0 {
 		return opts, usageErrorf("--shutdown-grace must be positive, such as 30s")
@@ -69,6 +76,15 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	}
 	if f.maxConns < 1 {
 		return opts, usageErrorf("--max-connections must be at least 1")
+	}
+	if f.maxDisk < model.MinDiskMiB || f.maxDisk > model.MaxDiskMiB {
+		return opts, usageErrorf("--max-disk-mib must be between %d and %d", model.MinDiskMiB, model.MaxDiskMiB)
+	}
+	if f.defaultDisk < model.MinDiskMiB || f.defaultDisk > f.maxDisk {
+		return opts, usageErrorf("--default-disk-mib must be between %d and --max-disk-mib (%d)", model.MinDiskMiB, f.maxDisk)
+	}
+	if f.bodyTimeout <= 0 {
+		return opts, usageErrorf("--body-read-timeout must be positive, such as 30s")
 	}
 	if f.mutBurst < 1 {
 		return opts, usageErrorf("--mutation-burst must be at least 1")
@@ -138,6 +154,9 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.Float64Var(&f.overcommit, "memory-overcommit", server.DefaultMemoryOvercommit, "one sandbox may ask for at most the host's memory times this (cpus: at most the host's CPUs)")
 	fs.Float64Var(&f.mutRate, "mutation-rate", api.DefaultMutationRate, "mutating requests per second each API key may make (token bucket; negative: no limit)")
 	fs.IntVar(&f.maxConns, "max-connections", server.DefaultMaxConnections, "open client connections at most; beyond, new ones wait to be accepted (agent sockets need the rest of the file limit)")
+	fs.IntVar(&f.defaultDisk, "default-disk-mib", model.DefaultDiskMiB, "writable layer in MiB of a sandbox whose create request names none")
+	fs.IntVar(&f.maxDisk, "max-disk-mib", server.DefaultMaxDiskMiB, "largest writable layer in MiB a sandbox may ask for (above: 400 exceeds_node_capacity)")
+	fs.DurationVar(&f.bodyTimeout, "body-read-timeout", api.DefaultBodyReadTimeout, "a request body must arrive within this (a file upload: each read); then 408 and the connection is closed")
 	fs.IntVar(&f.mutBurst, "mutation-burst", api.DefaultMutationBurst, "mutating requests each API key may make at once")
 	fs.DurationVar(&f.keyMaxAge, "attach-key-max-age", server.DefaultAttachKeyMaxAge, "rotate the attachment-token signing key once it is older than this")
 	return cmd

@@ -75,3 +75,19 @@ func (c *Client) RotateAttachKey(ctx context.Context) (apiv1.AttachKeyList, erro
 	err := c.do(ctx, request{method: http.MethodPost, path: "/v1/admin/attach-keys/rotate"}, &out)
 	return out, err
 }
+
+// GetProjectQuota returns a project's quota and what its live sandboxes
+// hold (GET /v1/admin/projects/{id}/quota; admin keys only).
+func (c *Client) GetProjectQuota(ctx context.Context, project model.ProjectID) (apiv1.ProjectQuota, error) {
+	var out apiv1.ProjectQuota
+	err := c.do(ctx, request{method: http.MethodGet, path: "/v1/admin/projects/" + project.String() + "/quota"}, &out)
+	return out, err
+}
+
+// SetProjectQuota replaces a project's quota; nil limits are unlimited
+// (PUT /v1/admin/projects/{id}/quota; admin keys only).
+func (c *Client) SetProjectQuota(ctx context.Context, project model.ProjectID, limits apiv1.QuotaLimits) (apiv1.ProjectQuota, error) {
+	var out apiv1.ProjectQuota
+	err := c.do(ctx, request{method: http.MethodPut, path: "/v1/admin/projects/" + project.String() + "/quota", body: limits}, &out)
+	return out, err
+}

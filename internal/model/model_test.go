@@ -213,10 +213,31 @@ func TestResources(t *testing.T) {
 	if err := DefaultResources().Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []Resources{{0, 512}, {65, 512}, {1, 31}, {1, MaxMemoryMiB + 1}} {
+	ok := DefaultResources()
+	if ok.DiskMiB != DefaultDiskMiB {
+		t.Fatalf("default disk_mib %d, want %d", ok.DiskMiB, DefaultDiskMiB)
+	}
+	for _, bad := range []Resources{
+		{CPUs: 0, MemoryMiB: 512, DiskMiB: ok.DiskMiB}, {CPUs: 65, MemoryMiB: 512, DiskMiB: ok.DiskMiB},
+		{CPUs: 1, MemoryMiB: 31, DiskMiB: ok.DiskMiB}, {CPUs: 1, MemoryMiB: MaxMemoryMiB + 1, DiskMiB: ok.DiskMiB},
+		{CPUs: 1, MemoryMiB: 512, DiskMiB: MinDiskMiB - 1}, {CPUs: 1, MemoryMiB: 512, DiskMiB: MaxDiskMiB + 1},
+		{CPUs: 1, MemoryMiB: 512}, // no disk_mib at all
+	} {
 		if err := bad.Validate(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: %v", bad, err)
 		}
+	}
+	c := NodeCapacity{CPUs: 4, MemoryMiB: 4096, DiskMiB: 20480}
+	if err := ok.FitsNode(c); err != nil {
+		t.Fatal(err)
+	}
+	big := ok
+	big.DiskMiB = 20481
+	if err := big.FitsNode(c); !errors.Is(err, ErrExceedsCapacity) || !strings.Contains(err.Error(), "disk_mib 20481") {
+		t.Fatalf("disk above the server's maximum: %v", err)
+	}
+	if err := big.FitsNode(NodeCapacity{}); err != nil {
+		t.Fatalf("a zero capacity bounds nothing: %v", err)
 	}
 }
 

@@ -55,21 +55,31 @@ type Template struct {
 type Resources struct {
 	CPUs      int // whole vCPUs (CPU quota for containers)
 	MemoryMiB int
+	DiskMiB   int // size of the sandbox's writable layer
 }
 
-// Resource bounds accepted by the API.
+// Resource bounds accepted by the API. A server may bound disk_mib lower
+// (NodeCapacity.DiskMiB, its --max-disk-mib).
 const (
 	MinCPUs      = 1
 	MaxCPUs      = 64
 	MinMemoryMiB = 32
 	MaxMemoryMiB = 256 * 1024
+	MinDiskMiB   = 64
+	MaxDiskMiB   = 16 * 1024 * 1024 // 16 TiB
+	// DefaultDiskMiB is the writable layer's size when a create request
+	// names none and the server sets no other default (--default-disk-mib);
+	// sandboxes stored before disk_mib existed have it too.
+	DefaultDiskMiB = 10 * 1024
 )
 
 // NodeCapacity is what one sandbox on this node may ask for at most: the
-// host's CPUs, and its memory times the operator's overcommit.
+// host's CPUs, its memory times the operator's overcommit, and the
+// operator's largest writable layer. Zero fields do not bound.
 type NodeCapacity struct {
 	CPUs      int
 	MemoryMiB int
+	DiskMiB   int
 }
 
 // ErrExceedsCapacity is wrapped by Resources.FitsNode's errors.
@@ -84,11 +94,16 @@ func (r Resources) FitsNode(c NodeCapacity) error {
 	if c.MemoryMiB > 0 && r.MemoryMiB > c.MemoryMiB {
 		return fmt.Errorf("%w: memory_mib %d, but this node offers at most %d", ErrExceedsCapacity, r.MemoryMiB, c.MemoryMiB)
 	}
+	if c.DiskMiB > 0 && r.DiskMiB > c.DiskMiB {
+		return fmt.Errorf("%w: disk_mib %d, but this server allows at most %d", ErrExceedsCapacity, r.DiskMiB, c.DiskMiB)
+	}
 	return nil
 }
 
 // DefaultResources are used when a create request omits them.
-func DefaultResources() Resources { return Resources{CPUs: 1, MemoryMiB: 512} }
+func DefaultResources() Resources {
+	return Resources{CPUs: 1, MemoryMiB: 512, DiskMiB: DefaultDiskMiB}
+}
 
 // Validate checks the bounds.
 func (r Resources) Validate() error {
@@ -97,6 +112,9 @@ func (r Resources) Validate() error {
 	}
 	if r.MemoryMiB < MinMemoryMiB || r.MemoryMiB > MaxMemoryMiB {
 		return fmt.Errorf("%w: memory_mib must be between %d and %d", ErrInvalid, MinMemoryMiB, MaxMemoryMiB)
+	}
+	if r.DiskMiB < MinDiskMiB || r.DiskMiB > MaxDiskMiB {
+		return fmt.Errorf("%w: disk_mib must be between %d and %d", ErrInvalid, MinDiskMiB, MaxDiskMiB)
 	}
 	return nil
 }

@@ -11,6 +11,9 @@ import (
 // DefaultShutdownGrace is the default of Options.ShutdownGrace.
 const DefaultShutdownGrace = 30 * time.Second
 
+// DefaultMaxDiskMiB is the default of Options.MaxDiskMiB: 100 GiB.
+const DefaultMaxDiskMiB = 100 * 1024
+
 // Options configure `airlock server`. The flag names of `airlock server` map
 // one to one onto these fields.
 type Options struct {
@@ -41,6 +44,17 @@ type Options struct {
 	// API's defaults; a negative rate: no limit.
 	MutationRate  float64
 	MutationBurst int
+	// DefaultDiskMiB (--default-disk-mib) is the writable layer of a
+	// sandbox whose create request names no disk_mib; MaxDiskMiB
+	// (--max-disk-mib) the largest one may ask for. 0: model.DefaultDiskMiB
+	// and DefaultMaxDiskMiB.
+	DefaultDiskMiB int
+	MaxDiskMiB     int
+	// BodyReadTimeout (--body-read-timeout) bounds how long a client may
+	// take to send a request body (a file upload: each read); then it gets
+	// 408 request_timeout and its connection is closed. 0:
+	// api.DefaultBodyReadTimeout.
+	BodyReadTimeout time.Duration
 	// MaxConnections (--max-connections) bounds the open client
 	// connections; beyond it new ones wait to be accepted. 0:
 	// DefaultMaxConnections.

@@ -143,17 +143,23 @@ func Run(ctx context.Context, opts Options) error {
 		ln.Close()
 		return err
 	}
+	capacity.DiskMiB = opts.MaxDiskMiB
+	if capacity.DiskMiB <= 0 {
+		capacity.DiskMiB = DefaultMaxDiskMiB
+	}
 	apiHandler, err := api.New(api.Config{
-		Capacity:      &capacity,
-		MutationRate:  opts.MutationRate,
-		MutationBurst: opts.MutationBurst,
-		Store:         st,
-		Templates:     templates,
-		Agents:        wk,
-		FileTokens:    attachKeys.Issuer(), // file tokens are signed like attachment tokens
-		Attach:        attachKeys.Issuer(),
-		AttachKeys:    attachKeys,
-		Logger:        log.With("component", "api"),
+		Capacity:        &capacity,
+		DefaultDiskMiB:  opts.DefaultDiskMiB,
+		BodyReadTimeout: opts.BodyReadTimeout,
+		MutationRate:    opts.MutationRate,
+		MutationBurst:   opts.MutationBurst,
+		Store:           st,
+		Templates:       templates,
+		Agents:          wk,
+		FileTokens:      attachKeys.Issuer(), // file tokens are signed like attachment tokens
+		Attach:          attachKeys.Issuer(),
+		AttachKeys:      attachKeys,
+		Logger:          log.With("component", "api"),
 		// Ready while the store answers and the server is not draining;
 		// the listener only exists once the runtime was probed and the
 		// controller wired.

@@ -122,6 +122,14 @@ type Store interface {
 	// RevokeAPIKey sets revoked_at if it is not set yet; revoking twice is not an error.
 	RevokeAPIKey(ctx context.Context, id model.APIKeyID, at time.Time) error
 	CountAPIKeys(ctx context.Context) (int, error)
+	// SetProjectQuota replaces the project's quota (unlimited limits are
+	// stored as such); ErrNotFound for an unknown project. A quota below
+	// the current usage is allowed: it refuses new sandboxes until enough
+	// are deleted.
+	SetProjectQuota(ctx context.Context, project model.ProjectID, q model.Quota) error
+	// GetProjectQuota returns the project's quota and what its live
+	// sandboxes (every state but deleted) hold, read together.
+	GetProjectQuota(ctx context.Context, project model.ProjectID) (model.Quota, model.Usage, error)
 
 	// Templates. Digests are immutable; names move.
 	PutTemplate(ctx context.Context, t model.Template) error // no-op if the digest exists
@@ -133,6 +141,11 @@ type Store interface {
 	// Sandboxes.
 	// CreateSandbox inserts the sandbox (state pending) and its create
 	// operation, plus the idempotency record if given, in one transaction.
+	// In the same transaction it checks the project's quota against its
+	// live sandboxes and refuses with a *model.QuotaExceededError (errors.Is
+	// model.ErrQuotaExceeded) a sandbox that would exceed it: of several
+	// concurrent creates, no more succeed than the quota admits. A
+	// conflicting idempotency record is reported before the quota.
 	CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Operation, idem *IdempotencyRecord) error
 	// GetSandbox returns a sandbox of the given project (ErrNotFound for another project's).
 	GetSandbox(ctx context.Context, project model.ProjectID, id model.SandboxID) (model.Sandbox, error)

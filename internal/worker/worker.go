@@ -149,6 +149,7 @@ func (w *Worker) create(ctx context.Context, sb model.Sandbox) error {
 		Resources: runtime.Resources{
 			CPUs:        sb.Resources.CPUs,
 			MemoryBytes: int64(sb.Resources.MemoryMiB) << 20,
+			DiskBytes:   int64(sb.Resources.DiskMiB) << 20,
 			PidsLimit:   w.cfg.PidsLimit,
 		},
 		AgentBinary: w.cfg.AgentBinary,

@@ -139,3 +139,44 @@ func TestApplyIsIncrementalAndAtomic(t *testing.T) {
 		t.Fatalf("rerun = %v, %v; want nothing applied", got, err)
 	}
 }
+
+// TestDiskMiBOfExistingSandboxes: migration 2 gives the sandboxes stored
+// before it the default writable layer (10240 MiB) and their projects no
+// quota.
+func TestDiskMiBOfExistingSandboxes(t *testing.T) {
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", "file:"+t.TempDir()+"/m.db?_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	d := Dialect{Name: "sqlite", BytesType: "BLOB"}
+	all, err := Load()
+	if err != nil || len(all) < 2 || all[1].Name != "002_disk_and_quotas" {
+		t.Fatalf("Load = %v, %v", all, err)
+	}
+	if _, err := apply(ctx, db, d, all[:1], nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO projects (id, name, created_at) VALUES ('prj_1', 'p', 0)`,
+		`INSERT INTO templates (digest, size_bytes, manifest, created_at) VALUES ('sha256:00', 0, x'', 0)`,
+		`INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, env, metadata, state, state_reason,
+			node_id, runtime, created_at, updated_at) VALUES ('sbx_1', 'prj_1', 'sha256:00', 1, 512, '{}', '{}', 'running', '', '', '', 0, 0)`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := apply(ctx, db, d, all[:2], nil); err != nil {
+		t.Fatal(err)
+	}
+	var disk int
+	var quota sql.NullInt64
+	if err := db.QueryRowContext(ctx, `SELECT s.disk_mib, p.quota_sandboxes FROM sandboxes s, projects p`).Scan(&disk, &quota); err != nil {
+		t.Fatal(err)
+	}
+	if disk != 10240 || quota.Valid {
+		t.Fatalf("existing sandbox: disk_mib %d, quota %v; want 10240 and none", disk, quota)
+	}
+}

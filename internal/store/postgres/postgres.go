@@ -52,6 +52,7 @@ func Dialect() sqlstore.Dialect {
 		Rebind:                sqlstore.RebindDollar,
 		ClaimLock:             "FOR UPDATE OF o SKIP LOCKED",
 		RowLock:               "FOR UPDATE",
+		QuotaLock:             "FOR NO KEY UPDATE",
 		IsUniqueViolation:     func(err error) bool { return hasCode(err, codeUniqueViolation) },
 		IsForeignKeyViolation: func(err error) bool { return hasCode(err, codeForeignKeyViolation) },
 		NotifyTx: func(ctx context.Context, tx *sql.Tx) error {

@@ -19,7 +19,7 @@ const (
 	MaxListLimit = 1000
 )
 
-const sandboxColumns = `s.id, s.project_id, s.template_digest, s.cpus, s.memory_mib, s.env, s.metadata,
+const sandboxColumns = `s.id, s.project_id, s.template_digest, s.cpus, s.memory_mib, s.disk_mib, s.env, s.metadata,
 	s.state, s.state_reason, s.node_id, s.runtime, s.created_at, s.updated_at`
 
 func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
@@ -29,7 +29,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 		env, metadata, state, node, rt string
 		created, updated               int64
 	)
-	err := row.Scan(&id, &project, &digest, &sb.Resources.CPUs, &sb.Resources.MemoryMiB, &env, &metadata,
+	err := row.Scan(&id, &project, &digest, &sb.Resources.CPUs, &sb.Resources.MemoryMiB, &sb.Resources.DiskMiB, &env, &metadata,
 		&state, &sb.StateReason, &node, &rt, &created, &updated)
 	if err != nil {
 		return model.Sandbox{}, err
@@ -80,8 +80,11 @@ func jsonMap(m map[string]string) (string, error) {
 // CreateSandbox implements store.Store. The sandbox must be pending (or have
 // no state yet) and op must be its pending create operation. A used
 // idempotency key gives *store.IdempotencyConflictError, an unknown project
-// or template store.ErrNotFound, a duplicate ID store.ErrAlreadyExists; in
-// every error case nothing is written.
+// or template store.ErrNotFound, a duplicate ID store.ErrAlreadyExists, a
+// sandbox over its project's quota a *model.QuotaExceededError; in every
+// error case nothing is written. The idempotency record goes first, so a
+// retry of a create that took the last slot is answered as a replay, not
+// as over quota.
 func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Operation, idem *store.IdempotencyRecord) error {
 	if err := checkCreate(sb, op); err != nil {
 		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
@@ -98,11 +101,14 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Op
 		if err := t.insertIdempotency(ctx, idem); err != nil {
 			return err
 		}
-		_, err := t.exec(ctx, `INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, env, metadata,
+		if err := t.admit(ctx, sb.ProjectID, sb.Resources); err != nil {
+			return err
+		}
+		_, err := t.exec(ctx, `INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, disk_mib, env, metadata,
 			state, state_reason, node_id, runtime, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			string(sb.ID), string(sb.ProjectID), string(sb.Template), sb.Resources.CPUs, sb.Resources.MemoryMiB,
-			env, metadata, string(model.StatePending), sb.StateReason, string(sb.NodeID), sb.Runtime,
+			sb.Resources.DiskMiB, env, metadata, string(model.StatePending), sb.StateReason, string(sb.NodeID), sb.Runtime,
 			micro(sb.CreatedAt), micro(sb.UpdatedAt))
 		if err != nil {
 			return fmt.Errorf("insert sandbox: %w", s.insertErr(err))

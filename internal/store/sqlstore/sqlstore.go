@@ -31,6 +31,12 @@ type Dialect struct {
 	// RowLock is appended to a SELECT of a row the transaction is about to
 	// change: PostgreSQL "FOR UPDATE"; empty for SQLite.
 	RowLock string
+	// QuotaLock is appended to the SELECT of a project's quota in
+	// CreateSandbox, to serialize the creates of one project: PostgreSQL
+	// "FOR NO KEY UPDATE" (it does not block inserts that merely reference
+	// the project); empty for SQLite, whose immediate transactions already
+	// serialize writers.
+	QuotaLock string
 	// IsUniqueViolation reports whether err is a unique/primary-key violation.
 	IsUniqueViolation func(err error) bool
 	// IsForeignKeyViolation reports whether err is a foreign-key violation.

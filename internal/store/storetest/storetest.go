@@ -29,7 +29,7 @@ import (
 // Run runs every conformance test against stores made by open, each subtest
 // on its own fresh store.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
-	groups := [][]namedTest{projectTests(), sandboxTests(), lifecycleTests(), operationTests(), concurrencyTests(), sessionTests(), watchTests()}
+	groups := [][]namedTest{projectTests(), sandboxTests(), lifecycleTests(), operationTests(), concurrencyTests(), quotaTests(), sessionTests(), watchTests()}
 	for _, g := range groups {
 		for _, tc := range g {
 			t.Run(tc.name, func(t *testing.T) {
@@ -124,7 +124,7 @@ func (e *env) newSandbox(p model.ProjectID, tpl model.TemplateDigest, md model.M
 		ID:        model.NewSandboxID(),
 		ProjectID: p,
 		Template:  tpl,
-		Resources: model.Resources{CPUs: 2, MemoryMiB: 256},
+		Resources: model.Resources{CPUs: 2, MemoryMiB: 256, DiskMiB: 2048},
 		Env:       model.Env{"LANG": "C.UTF-8", "EMPTY": ""},
 		Metadata:  md,
 		State:     model.StatePending,

@@ -1,0 +1,157 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+)
+
+// DefaultBodyReadTimeout is the default of Config.BodyReadTimeout.
+const DefaultBodyReadTimeout = 30 * time.Second
+
+// errBodyTimeout is wrapped by a request body's Read when the client did
+// not send it in time; classify answers 408 request_timeout.
+var errBodyTimeout = errors.New("the request body did not arrive in time")
+
+// bodyMode says how a route's request body is timed.
+type bodyMode int
+
+const (
+	// bodyWhole: the whole body within the timeout, counted from the start
+	// of the request (JSON bodies of at most MaxBodyBytes).
+	bodyWhole bodyMode = iota
+	// bodyProgress: streamed uploads (files, tar archives) of any size and
+	// length: each read must get data within the timeout.
+	bodyProgress
+	// bodyUntimed: a process's stdin, an interactive stream that is idle
+	// whenever its user is. It needs an attachment token for a running
+	// process, and --max-connections bounds how many may be open.
+	bodyUntimed
+)
+
+// modeHandler marks a route's body mode in bodyModes.
+type modeHandler bodyMode
+
+func (modeHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
+
+// bodyModes routes requests to their body mode; unmatched ones are timed
+// whole.
+func bodyModes() *http.ServeMux {
+	m := http.NewServeMux()
+	m.Handle(apiv1.FilesDataRoute, modeHandler(bodyProgress))
+	m.Handle("POST "+apiv1.StdinRoute, modeHandler(bodyUntimed))
+	return m
+}
+
+// withBodyDeadline bounds how long a client may take to send a request
+// body, so that a client that sends headers and then trickles or stalls
+// its body cannot hold a handler and a connection (one of
+// --max-connections) for ever. It sets the connection's read deadline:
+// when it passes, the body's Read fails (the handler answers 408
+// request_timeout; a streaming handler fails its stream), and net/http,
+// which cannot discard the rest of a body whose read failed, answers with
+// Connection: close and closes the connection. The deadline is armed
+// before the handler runs (it also bounds what net/http discards of a body
+// the handler left unread) and re-armed before each read. net/http clears
+// it once the body has been read to its end (before it watches the
+// connection for the client going away), so a handler that works on after
+// its body is not cut.
+func (a *API) withBodyDeadline(next http.Handler) http.Handler {
+	timeout := a.cfg.BodyReadTimeout
+	if timeout < 0 {
+		return next
+	}
+	modes := bodyModes()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		mode := bodyWhole
+		if h, _ := modes.Handler(r); h != nil {
+			if m, ok := h.(modeHandler); ok {
+				mode = bodyMode(m)
+			}
+		}
+		if mode == bodyUntimed {
+			next.ServeHTTP(w, r)
+			return
+		}
+		b := &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), step: timeout}
+		if mode == bodyWhole {
+			b.end = time.Now().Add(timeout)
+		}
+		if err := b.arm(); err != nil {
+			// The connection cannot take deadlines (a test recorder):
+			// serve the body untimed.
+			next.ServeHTTP(w, r)
+			return
+		}
+		r.Body = b
+		defer b.finish()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody re-arms the connection's read deadline before each read.
+// Reads may come from another goroutine than the handler's (an HTTP/2
+// client streaming the body to an agent), even after the handler returned.
+type deadlineBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	step time.Duration // each read must get data this soon
+	end  time.Time     // and the whole body by then (zero: no bound)
+
+	mu      sync.Mutex
+	done    bool // the handler returned: the connection is no longer this request's to time
+	expired bool
+}
+
+func (b *deadlineBody) arm() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.armLocked()
+}
+
+func (b *deadlineBody) armLocked() error {
+	if b.done {
+		return nil
+	}
+	d := time.Now().Add(b.step)
+	if !b.end.IsZero() && b.end.Before(d) {
+		d = b.end
+	}
+	return b.rc.SetReadDeadline(d)
+}
+
+// finish is called when the handler has returned; later reads (which
+// net/http refuses anyway) no longer touch the connection.
+func (b *deadlineBody) finish() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.done = true
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	if b.expired {
+		b.mu.Unlock()
+		return 0, errBodyTimeout
+	}
+	_ = b.armLocked() // it worked before the handler ran
+	b.mu.Unlock()
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		b.mu.Lock()
+		b.expired = true
+		b.mu.Unlock()
+		return n, fmt.Errorf("%w: %w", errBodyTimeout, err)
+	}
+	return n, err
+}
