@@ -338,6 +338,9 @@ func assertNoLeftovers(t *testing.T, dataDir string, ids []model.SandboxID) {
 	for _, cg := range sandboxCgroups(ids) {
 		t.Errorf("leaked cgroup %s", cg)
 	}
+	if devs, err := rootfs.LoopDevices(dataDir); err != nil || len(devs) > 0 {
+		t.Errorf("leaked loop devices: %+v (%v)", devs, err)
+	}
 }
 
 // sandboxCgroups lists the cgroups of the given sandboxes that still exist,
