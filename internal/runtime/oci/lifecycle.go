@@ -56,14 +56,14 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 }
 
 func (r *Runtime) create(ctx context.Context, spec runtime.Spec, dirs sandboxDirs) error {
-	if err := r.prepare(spec, dirs); err != nil {
+	if err := r.prepare(ctx, spec, dirs); err != nil {
 		return err
 	}
 	return r.runDetached(ctx, dirs.agentLog, "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String())
 }
 
 // prepare writes the bundle and mounts the root filesystem.
-func (r *Runtime) prepare(spec runtime.Spec, dirs sandboxDirs) error {
+func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dirs sandboxDirs) error {
 	lower := spec.TemplateDir
 	if !filepath.IsAbs(lower) {
 		return fmt.Errorf("template dir %q must be absolute", lower)
@@ -84,7 +84,11 @@ func (r *Runtime) prepare(spec runtime.Spec, dirs sandboxDirs) error {
 	if err := os.Chmod(dirs.upper, 0o755); err != nil {
 		return err
 	}
-	oci, err := r.bundleSpec(spec, dirs)
+	ids, err := r.idRange(spec.ID.String(), dirs)
+	if err != nil {
+		return err
+	}
+	oci, err := r.bundleSpec(spec, dirs, ids)
 	if err != nil {
 		return err
 	}
@@ -95,7 +99,22 @@ func (r *Runtime) prepare(spec runtime.Spec, dirs sandboxDirs) error {
 	if err := writeFileAtomic(filepath.Join(dirs.bundle, "config.json"), data); err != nil {
 		return err
 	}
-	return rootfs.MountOverlay(lower, dirs.upper, dirs.work, dirs.rootfs)
+	return r.mountRootfs(ctx, lower, dirs, ids)
+}
+
+// mountRootfs mounts the overlay of the sandbox's root filesystem: over
+// the template itself, or, with a user namespace, over an idmapped view of
+// it in which the template's owners are shifted into the sandbox's range.
+func (r *Runtime) mountRootfs(ctx context.Context, template string, dirs sandboxDirs, ids *rootfs.IDRange) error {
+	if ids == nil {
+		return rootfs.MountOverlay(template, dirs.upper, dirs.work, dirs.rootfs)
+	}
+	userns, err := rootfs.NewUserns(*ids)
+	if err != nil {
+		return err
+	}
+	defer userns.Close()
+	return rootfs.MountOverlayIDMapped(ctx, r.log, template, dirs.lower, dirs.upper, dirs.work, dirs.rootfs, userns)
 }
 
 func dirExists(dir string) bool {

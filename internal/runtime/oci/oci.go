@@ -9,6 +9,8 @@
 //
 //	bundle/config.json  the OCI spec
 //	upper/, work/       the overlay's upper and work directories
+//	lower/              where the template's idmapped view is mounted while the overlay is mounted (runc, crun)
+//	idrange             the sandbox's host uid/gid range (runc, crun): see IDPool
 //	rootfs/             the overlay mount (the container's root)
 //	run/                bind-mounted at /.airlock/run; the agent listens on run/agent.sock
 //	agent.log           the agent's stdout and stderr
@@ -62,8 +64,11 @@ type Config struct {
 	RootDir string
 	// StateRoot holds one directory per sandbox, StateRoot/<sandbox id>.
 	StateRoot    string
-	CgroupParent string       // default DefaultCgroupParent
-	Logger       *slog.Logger // default slog.Default()
+	CgroupParent string // default DefaultCgroupParent
+	// IDPool is where the host uid/gid ranges of runc and crun sandboxes'
+	// user namespaces come from (zero value: the defaults). Unused by runsc.
+	IDPool IDPool
+	Logger *slog.Logger // default slog.Default()
 }
 
 // Runtime drives one OCI runtime binary. It is safe for concurrent use;
@@ -79,7 +84,10 @@ type Runtime struct {
 	// unifiedToHide is the cgroup2 mount that crun must not see on a hybrid
 	// host ("" when crun runs directly).
 	unifiedToHide string
-	log           *slog.Logger
+	// ids hands out the sandboxes' user namespace id ranges; nil for
+	// runsc.
+	ids *idAllocator
+	log *slog.Logger
 
 	mu    sync.Mutex
 	locks map[model.SandboxID]*idLock
@@ -125,7 +133,11 @@ func New(cfg Config) (*Runtime, error) {
 	} else if resolved != cfg.RootDir {
 		return nil, fmt.Errorf("oci: runtime root %q must not contain symlinks (it resolves to %q)", cfg.RootDir, resolved)
 	}
-	if err := os.MkdirAll(cfg.StateRoot, 0o700); err != nil {
+	stateMode := os.FileMode(0o700)
+	if usesUserns(flavor) {
+		stateMode = 0o711 // see stateRootSearchable
+	}
+	if err := os.MkdirAll(cfg.StateRoot, stateMode); err != nil {
 		return nil, fmt.Errorf("oci: create state root: %w", err)
 	}
 	parent := cfg.CgroupParent
@@ -159,6 +171,19 @@ func New(cfg Config) (*Runtime, error) {
 		unified, _ := host.Unified()
 		r.unifiedToHide = unified.MountPoint
 	}
+	if usesUserns(flavor) {
+		pool, err := cfg.IDPool.withDefaults()
+		if err != nil {
+			return nil, err
+		}
+		if err := stateRootSearchable(cfg.StateRoot); err != nil {
+			return nil, err
+		}
+		r.ids = newIDAllocator(pool)
+		if err := r.ids.load(cfg.StateRoot); err != nil {
+			return nil, fmt.Errorf("oci: %w", err)
+		}
+	}
 	if r.version, err = r.readVersion(context.Background()); err != nil {
 		return nil, err
 	}
@@ -184,6 +209,9 @@ func (r *Runtime) Info() runtime.Info {
 // sandboxDirs are the host paths of one sandbox.
 type sandboxDirs struct {
 	state, bundle, upper, work, rootfs, run, agentLog, pidFile, stopMarker string
+	// lower is where the idmapped view of the template is mounted while
+	// the overlay is being mounted (runc and crun).
+	lower string
 }
 
 func (r *Runtime) dirs(id model.SandboxID) sandboxDirs {
@@ -193,6 +221,7 @@ func (r *Runtime) dirs(id model.SandboxID) sandboxDirs {
 		bundle:     filepath.Join(s, "bundle"),
 		upper:      filepath.Join(s, "upper"),
 		work:       filepath.Join(s, "work"),
+		lower:      filepath.Join(s, "lower"),
 		rootfs:     filepath.Join(s, "rootfs"),
 		run:        filepath.Join(s, "run"),
 		agentLog:   filepath.Join(s, "agent.log"),

@@ -83,7 +83,7 @@ func (r testRuntime) CrashStates() []runtimetest.CrashState {
 			return os.WriteFile(filepath.Join(d.bundle, "config.json.tmp"), []byte(`{"ociVers`), 0o600)
 		}},
 		{Name: "MountedWithoutContainer", Make: func(ctx context.Context, spec runtime.Spec) error {
-			return r.prepare(spec, r.dirs(spec.ID))
+			return r.prepare(ctx, spec, r.dirs(spec.ID))
 		}},
 		{Name: "CreatedNeverStarted", Make: func(ctx context.Context, spec runtime.Spec) error {
 			return r.Create(ctx, spec)
@@ -135,7 +135,7 @@ func (r testRuntime) CrashStates() []runtimetest.CrashState {
 		{Name: "ProcessesInCgroupWithoutContainer", Make: func(ctx context.Context, spec runtime.Spec) error {
 			// A runtime that crashed after starting the container's first
 			// process but before recording it.
-			if err := r.prepare(spec, r.dirs(spec.ID)); err != nil {
+			if err := r.prepare(ctx, spec, r.dirs(spec.ID)); err != nil {
 				return err
 			}
 			cg, err := r.cgroupPath(spec.ID)
@@ -301,3 +301,7 @@ func TestSandboxOutlivesItsCreator(t *testing.T) {
 // SeccompFiltered: runc and crun sandboxes get a seccomp profile; runsc's
 // sentry filters the guest's system calls itself.
 func (r testRuntime) SeccompFiltered() bool { return r.flavor != FlavorRunsc }
+
+// UserNamespaced: runc and crun sandboxes get a user namespace with a host
+// id range of their own.
+func (r testRuntime) UserNamespaced() bool { return usesUserns(r.flavor) }

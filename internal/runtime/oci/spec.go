@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
 
@@ -57,8 +58,9 @@ func hostPidsLimit(flavor Flavor, n int64) int64 {
 	return n
 }
 
-// bundleSpec builds the OCI config.json of a sandbox.
-func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs) (*specs.Spec, error) {
+// bundleSpec builds the OCI config.json of a sandbox; ids is its user
+// namespace's id range (nil: none, runsc).
+func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs, ids *rootfs.IDRange) (*specs.Spec, error) {
 	cg, err := r.cgroupPath(spec.ID)
 	if err != nil {
 		return nil, err
@@ -83,6 +85,7 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs) (*specs.Spec, 
 		agentBinary: spec.AgentBinary,
 		runDir:      dirs.run,
 		resources:   spec.Resources,
+		ids:         ids,
 	})
 }
 
@@ -96,6 +99,7 @@ type specParams struct {
 	agentBinary string // bind-mounted read-only at GuestAgentPath
 	runDir      string // bind-mounted read-write at GuestRunDir; "" for none
 	resources   runtime.Resources
+	ids         *rootfs.IDRange // the user namespace's id range; nil for none
 }
 
 func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
@@ -111,6 +115,9 @@ func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
 	s.Mounts = append(s.Mounts, specs.Mount{Destination: GuestAgentPath, Type: "bind", Source: p.agentBinary, Options: []string{"bind", "ro", "nosuid", "nodev"}})
 	if p.runDir != "" {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: GuestRunDir, Type: "bind", Source: p.runDir, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	if p.ids != nil {
+		addUserns(s, *p.ids)
 	}
 	return s, nil
 }
