@@ -78,24 +78,42 @@ func NewUserns(r IDRange) (*os.File, error) {
 // filesystem of src must support idmapped mounts (ext4, xfs, btrfs, tmpfs,
 // … on Linux 5.12 and later).
 func MountIDMapped(src, target string, userns *os.File) error {
-	if !filepath.IsAbs(src) || !filepath.IsAbs(target) {
+	if !filepath.IsAbs(target) {
 		return fmt.Errorf("idmapped mount of %s on %s: paths must be absolute", src, target)
+	}
+	tree, err := idmappedTree(src, userns)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(tree)
+	return attach(tree, src, target)
+}
+
+// idmappedTree returns a descriptor of a detached, idmapped, read-only copy
+// of the mount of src (see MountIDMapped).
+func idmappedTree(src string, userns *os.File) (int, error) {
+	if !filepath.IsAbs(src) {
+		return -1, fmt.Errorf("idmapped mount of %s: path must be absolute", src)
 	}
 	tree, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
-		return fmt.Errorf("idmapped mount: open_tree %s: %w", src, err)
+		return -1, fmt.Errorf("idmapped mount: open_tree %s: %w", src, err)
 	}
-	defer unix.Close(tree)
 	attr := unix.MountAttr{
 		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
 		Userns_fd: uint64(userns.Fd()),
 	}
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		unix.Close(tree)
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
-			return fmt.Errorf("idmapped mount of %s: the kernel or the filesystem does not support idmapped mounts: %w", src, err)
+			return -1, fmt.Errorf("idmapped mount of %s: the kernel or the filesystem does not support idmapped mounts: %w", src, err)
 		}
-		return fmt.Errorf("idmapped mount of %s: mount_setattr: %w", src, err)
+		return -1, fmt.Errorf("idmapped mount of %s: mount_setattr: %w", src, err)
 	}
+	return tree, nil
+}
+
+func attach(tree int, src, target string) error {
 	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("idmapped mount of %s on %s: move_mount: %w", src, target, err)
 	}
@@ -103,18 +121,42 @@ func MountIDMapped(src, target string, userns *os.File) error {
 }
 
 // MountOverlayIDMapped mounts an overlayfs at target like MountOverlay, but
-// its lower layer is lower seen through an idmapped mount (MountIDMapped
-// with userns), so the template's files appear owned by the ids they map to
-// in userns. The idmapped mount is attached at scratch (an empty directory)
-// only while the overlay is mounted: overlayfs keeps its own private copy of
-// each layer, so scratch is unmounted again before this returns (a crash in
-// between leaves it mounted; MountsUnder finds it). The upper and work
-// directories keep the owners the caller gave them.
+// its lower layer is lower seen through an idmapped mount (see
+// MountIDMapped with userns), so the template's files appear owned by the
+// ids they map to in userns. The upper and work directories keep the
+// owners the caller gave them.
+//
+// Where the kernel takes a detached mount as an overlay layer (6.18 does),
+// the idmapped view is never attached anywhere. Elsewhere (Linux 5.19 and
+// later) it is attached at scratch (an empty directory) only while the
+// overlay is mounted: overlayfs keeps its own private copy of each layer,
+// so scratch is unmounted again before this returns (a crash in between
+// leaves it mounted; MountsUnder finds it).
 func MountOverlayIDMapped(ctx context.Context, logger *slog.Logger, lower, scratch, upper, work, target string, userns *os.File) error {
-	if err := MountIDMapped(lower, scratch, userns); err != nil {
+	return mountOverlayIDMapped(ctx, logger, lower, scratch, upper, work, target, userns, true)
+}
+
+// mountOverlayIDMapped is MountOverlayIDMapped; without tryDetached it
+// goes straight to attaching the idmapped view at scratch (tests).
+func mountOverlayIDMapped(ctx context.Context, logger *slog.Logger, lower, scratch, upper, work, target string, userns *os.File, tryDetached bool) error {
+	if !filepath.IsAbs(scratch) {
+		return fmt.Errorf("mount overlay: %q is not an absolute path", scratch)
+	}
+	tree, err := idmappedTree(lower, userns)
+	if err != nil {
 		return err
 	}
-	err := MountOverlay(scratch, upper, work, target)
+	defer unix.Close(tree)
+	detachedErr := errors.New("not tried")
+	if tryDetached {
+		if detachedErr = MountOverlay(fmt.Sprintf("/proc/self/fd/%d", tree), upper, work, target); detachedErr == nil {
+			return nil
+		}
+	}
+	if err := attach(tree, lower, scratch); err != nil {
+		return errors.Join(detachedErr, err)
+	}
+	err = MountOverlay(scratch, upper, work, target)
 	if uerr := Unmount(ctx, logger, scratch); uerr != nil {
 		if err == nil {
 			_ = Unmount(ctx, logger, target)
@@ -122,7 +164,7 @@ func MountOverlayIDMapped(ctx context.Context, logger *slog.Logger, lower, scrat
 		return errors.Join(err, uerr)
 	}
 	if err != nil {
-		return fmt.Errorf("overlay with an idmapped lower layer (needs Linux 5.19 or later): %w", err)
+		return fmt.Errorf("overlay with an idmapped lower layer (needs Linux 5.19 or later): %w (with the layer detached: %v)", err, detachedErr)
 	}
 	return nil
 }

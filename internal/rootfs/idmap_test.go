@@ -46,6 +46,21 @@ func owner(t *testing.T, path string) (uid, gid uint32) {
 // the lower directory is untouched and no mount is left but the overlay.
 func TestMountOverlayIDMapped(t *testing.T) {
 	airtest.RequireRoot(t)
+	for _, tt := range []struct {
+		name        string
+		tryDetached bool
+	}{
+		{"detached idmapped layer", true},
+		{"idmapped layer attached while mounting", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			testMountOverlayIDMapped(t, tt.tryDetached)
+		})
+	}
+}
+
+func testMountOverlayIDMapped(t *testing.T, tryDetached bool) {
 	ctx := context.Background()
 	r := IDRange{Host: 1<<30 + 7*65536, Size: 65536}
 	base := t.TempDir()
@@ -68,7 +83,7 @@ func TestMountOverlayIDMapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer userns.Close()
-	if err := MountOverlayIDMapped(ctx, nil, l.lower, scratch, l.upper, l.work, l.merged, userns); err != nil {
+	if err := mountOverlayIDMapped(ctx, nil, l.lower, scratch, l.upper, l.work, l.merged, userns, tryDetached); err != nil {
 		t.Skipf("idmapped overlay layers unsupported here: %v", err)
 	}
 	t.Cleanup(func() {
