@@ -107,7 +107,7 @@ func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
 		return nil, fmt.Errorf("agent binary %q must be an absolute path", p.agentBinary)
 	}
 	s, err := BaseSpec(r.flavor, BaseParams{
-		Args: p.args, Env: p.env, Rootfs: p.rootfs, Hostname: p.hostname, Cgroup: p.cgroup, Resources: p.resources,
+		Args: p.args, Env: p.env, Rootfs: p.rootfs, Hostname: p.hostname, Cgroup: p.cgroup, Resources: p.resources, IDs: p.ids,
 	})
 	if err != nil {
 		return nil, err
@@ -115,9 +115,6 @@ func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
 	s.Mounts = append(s.Mounts, specs.Mount{Destination: GuestAgentPath, Type: "bind", Source: p.agentBinary, Options: []string{"bind", "ro", "nosuid", "nodev"}})
 	if p.runDir != "" {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: GuestRunDir, Type: "bind", Source: p.runDir, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
-	}
-	if p.ids != nil {
-		addUserns(s, *p.ids)
 	}
 	return s, nil
 }
@@ -128,11 +125,15 @@ type BaseParams struct {
 	Rootfs, Hostname string
 	Cgroup           cgroups.Path
 	Resources        runtime.Resources
+	// IDs, if set, puts the container in a new user namespace mapping
+	// its ids 0–Size-1 onto this host range (runc and crun sandboxes); the
+	// root filesystem must then be owned by the range (an idmapped view).
+	IDs *rootfs.IDRange
 }
 
 // BaseSpec builds the OCI config of an Airlock sandbox without the guest
 // agent's mounts: its namespaces (a new, empty network namespace: loopback
-// only), mounts, capabilities, rlimits, resource limits and, for runc and
+// only; a user namespace with p.IDs), mounts, capabilities, rlimits, resource limits and, for runc and
 // crun, the seccomp filter (seccompProfile). The benchmark's
 // raw peers are built from it, so that they pay for exactly what a sandbox
 // pays.
@@ -189,6 +190,12 @@ func BaseSpec(flavor Flavor, p BaseParams) (*specs.Spec, error) {
 			},
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
+	}
+	if p.IDs != nil {
+		if flavor == FlavorRunsc {
+			return nil, fmt.Errorf("a user namespace of Airlock's making is for runc and crun; runsc has its own")
+		}
+		addUserns(s, *p.IDs)
 	}
 	// gVisor filters the guest's system calls itself (its sentry implements
 	// them); a profile would only filter what the sentry emulates.
