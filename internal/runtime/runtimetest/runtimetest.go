@@ -89,6 +89,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		{"SeccompFilter", testSeccomp},
 		{"UserNamespace", testUserNamespace},
 		{"UserNamespacesDistinct", testUserNamespacesDistinct},
+		{"UserKeyringNotShared", testUserKeyringNotShared},
 		{"ResourceLimitsOnHost", testLimitsOnHost},
 		{"MemoryHogIsOOMKilled", testMemoryHog},
 		{"ForkBombIsContained", testForkBomb},

@@ -1,15 +1,20 @@
 package runtimetest
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
@@ -155,5 +160,68 @@ func testUserNamespacesDistinct(t *testing.T, s *suite, newRuntime newRuntimeFun
 	a, b := maps[0], maps[1]
 	if a.host < b.host+b.size && b.host < a.host+a.size {
 		t.Fatalf("two sandboxes' host uid ranges overlap: %+v and %+v", a, b)
+	}
+}
+
+// testUserKeyringNotShared checks, from the host, that the user keyring of
+// a sandbox's root is not host root's, both ways: a key host root adds to
+// its user keyring (@u) is not found by the sandbox's root, and one the
+// sandbox's root adds is not in host root's. Inside the sandbox keyctl and
+// add_key fail with EPERM (SeccompFilter) and /proc/keys is masked, so the
+// suite plays the sandbox's root with a helper that enters the sandbox's
+// user namespace (nsenter) as uid and gid 0 there — the same credentials,
+// without the seccomp filter that would refuse the calls.
+func testUserKeyringNotShared(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
+	rt := newRuntime(t)
+	if iso, ok := rt.(Isolation); !ok || !iso.UserNamespaced() {
+		t.Skip("the runtime does not promise user namespaces")
+	}
+	nsenter := airtest.RequireBinary(t, "nsenter")
+	probe := airtest.BuildBinary(t, "./internal/runtime/runtimetest/testdata/keyringprobe")
+	spec := s.spec(defaultResources, nil)
+	s.started(t, rt, spec)
+	st := mustState(t, rt, spec.ID, runtime.PhaseRunning)
+	asSandboxRoot := func(args ...string) map[string]string {
+		t.Helper()
+		cmd := exec.Command(nsenter, append([]string{"--user=/proc/" + strconv.Itoa(st.Pid) + "/ns/user", "--setuid", "0", "--setgid", "0", "--", probe}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("keyringprobe %q as the sandbox's root: %v\n%s", args, err, out)
+		}
+		res := map[string]string{}
+		for _, l := range lines(string(out)) {
+			k, v, _ := strings.Cut(l, " ")
+			res[k] = v
+		}
+		return res
+	}
+
+	hostRing, err := unix.KeyctlInt(unix.KEYCTL_GET_KEYRING_ID, unix.KEY_SPEC_USER_KEYRING, 1, 0, 0)
+	if err != nil {
+		t.Skipf("the host's user keyring: %v", err)
+	}
+	hostDesc := "airlock-test-host-" + spec.ID.String()
+	hostKey, err := unix.AddKey("user", hostDesc, []byte("host root's secret"), unix.KEY_SPEC_USER_KEYRING)
+	if err != nil {
+		t.Fatalf("add a key to host root's user keyring: %v", err)
+	}
+	t.Cleanup(func() { _, _ = unix.KeyctlInt(unix.KEYCTL_INVALIDATE, hostKey, 0, 0, 0) })
+
+	got := asSandboxRoot("find", hostDesc)
+	if got["user-keyring"] == strconv.Itoa(hostRing) {
+		t.Errorf("the sandbox's root has host root's user keyring %d", hostRing)
+	}
+	if _, absent := got["absent"]; !absent {
+		t.Errorf("the sandbox's root finds host root's key %q: %v", hostDesc, got)
+	}
+	t.Logf("user keyrings: host root's %d, the sandbox root's %s", hostRing, got["user-keyring"])
+
+	sandboxDesc := "airlock-test-sandbox-" + spec.ID.String()
+	if _, ok := asSandboxRoot("add", sandboxDesc)["added"]; !ok {
+		t.Fatal("the sandbox's root could not add a key to its own user keyring")
+	}
+	t.Cleanup(func() { asSandboxRoot("invalidate", sandboxDesc) })
+	if id, err := unix.KeyctlSearch(unix.KEY_SPEC_USER_KEYRING, "user", sandboxDesc, 0); !errors.Is(err, unix.ENOKEY) {
+		t.Errorf("host root's user keyring holds the sandbox root's key (%d, %v)", id, err)
 	}
 }
