@@ -52,6 +52,11 @@ func (r *Runtime) Probe(ctx context.Context, agentBinary string) error {
 	if agentBinary, err = filepath.Abs(agentBinary); err != nil {
 		return err
 	}
+	if usesUserns(r.flavor) {
+		if err := reachableByOthers(agentBinary); err != nil {
+			return fmt.Errorf("probe %s: agent binary: %w", info.Name, err)
+		}
+	}
 	want, err := exec.CommandContext(ctx, agentBinary, "--version").Output()
 	if err != nil {
 		return fmt.Errorf("probe %s: run %s --version on the host: %w", info.Name, agentBinary, err)

@@ -217,6 +217,31 @@ func (r *Runtime) prepareUserns(dirs sandboxDirs, ids rootfs.IDRange) error {
 	return nil
 }
 
+// reachableByOthers checks that a user who is neither the owner nor in the
+// group of path and of its directories can reach and execute it, as a
+// runc or crun sandbox's root must for the agent binary it bind-mounts.
+func reachableByOthers(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o001 == 0 {
+		return fmt.Errorf("%s (mode %v) must be executable by others (chmod o+x): runc and crun sandboxes run it as an unprivileged host user", path, fi.Mode().Perm())
+	}
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s (mode %v) must be searchable by others (chmod o+x): runc and crun sandboxes reach %s as an unprivileged host user", dir, fi.Mode().Perm(), path)
+		}
+		if dir == "/" {
+			return nil
+		}
+	}
+}
+
 // stateRootSearchable makes stateRoot searchable (not readable) by everyone
 // (mode 0711) and checks that its ancestors are: a sandbox's mapped root is
 // not host root, and the runtime resolves the sandbox's root filesystem and

@@ -96,3 +96,45 @@ func TestIDAllocator(t *testing.T) {
 		t.Fatal("load accepted a malformed record")
 	}
 }
+
+func TestReachableByOthers(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := filepath.Join(dir, "closed")
+	if err := os.Mkdir(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]os.FileMode{
+		filepath.Join(dir, "agent"):         0o755,
+		filepath.Join(dir, "owner-only"):    0o700,
+		filepath.Join(closed, "agent"):      0o755,
+		filepath.Join(dir, "exec-only-bin"): 0o711,
+	}
+	for f, mode := range files {
+		if err := os.WriteFile(f, nil, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(f, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		path string
+		ok   bool
+	}{
+		{filepath.Join(dir, "agent"), true},
+		{filepath.Join(dir, "exec-only-bin"), true},
+		{filepath.Join(dir, "owner-only"), false},
+		{filepath.Join(closed, "agent"), false},
+		{filepath.Join(dir, "missing"), false},
+	}
+	for _, tt := range tests {
+		if err := reachableByOthers(tt.path); (err == nil) != tt.ok {
+			t.Errorf("reachableByOthers(%s) = %v, want ok %v", tt.path, err, tt.ok)
+		}
+	}
+}
