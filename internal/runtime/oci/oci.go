@@ -1,7 +1,9 @@
 // Package oci implements runtime.Runtime on an OCI runtime binary: runc,
 // crun or gVisor's runsc. Each sandbox is one container, created detached
 // (`create` + `start`) so it outlives the server process, whose root
-// filesystem is an overlayfs over the template's read-only tree and whose
+// filesystem is an overlayfs over the template's read-only tree (runc and
+// crun: over an idmapped view of it, the sandbox being in a user namespace
+// whose root is a host id range of its own, see IDPool) and whose
 // first process is the guest agent listening on a Unix socket in a
 // bind-mounted host directory.
 //
@@ -9,7 +11,7 @@
 //
 //	bundle/config.json  the OCI spec
 //	upper/, work/       the overlay's upper and work directories
-//	lower/              where the template's idmapped view is mounted while the overlay is mounted (runc, crun)
+//	lower/              runc, crun: where the template's idmapped view is attached while the overlay is mounted, on kernels that cannot use it detached
 //	idrange             the sandbox's host uid/gid range (runc, crun): see IDPool
 //	rootfs/             the overlay mount (the container's root)
 //	run/                bind-mounted at /.airlock/run; the agent listens on run/agent.sock
@@ -209,8 +211,9 @@ func (r *Runtime) Info() runtime.Info {
 // sandboxDirs are the host paths of one sandbox.
 type sandboxDirs struct {
 	state, bundle, upper, work, rootfs, run, agentLog, pidFile, stopMarker string
-	// lower is where the idmapped view of the template is mounted while
-	// the overlay is being mounted (runc and crun).
+	// lower is where the idmapped view of the template is attached while
+	// the overlay is being mounted, on kernels that cannot use it
+	// detached (runc and crun).
 	lower string
 }
 
