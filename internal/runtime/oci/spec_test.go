@@ -122,6 +122,9 @@ func TestBundleSpecWithoutLimits(t *testing.T) {
 	if _, err := r.bundleSpec(runtime.Spec{ID: id, AgentBinary: "relative/agent"}, r.dirs(id), nil); err == nil {
 		t.Error("relative agent path accepted")
 	}
+	if _, err := r.bundleSpec(runtime.Spec{ID: id, AgentBinary: "/agent"}, r.dirs(id), &rootfs.IDRange{Host: 1 << 30, Size: IDRangeSize}); err == nil {
+		t.Error("runsc accepted a user namespace of Airlock's making")
+	}
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
