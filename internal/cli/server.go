@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/server"
 )
 
@@ -31,6 +32,8 @@ type serverFlags struct {
 	mutRate     float64
 	mutBurst    int
 	maxConns    int
+	usernsBase  uint32
+	usernsN     int
 }
 
 // options parses the flags into server.Options.
@@ -48,6 +51,8 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		MutationRate:     f.mutRate,
 		MutationBurst:    f.mutBurst,
 		MaxConnections:   f.maxConns,
+		UsernsBase:       f.usernsBase,
+		UsernsRanges:     f.usernsN,
 	}
 	if f.grace <= 0 {
 		return opts, usageErrorf("--shutdown-grace must be positive, such as 30s")
@@ -69,6 +74,15 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	}
 	if f.maxConns < 1 {
 		return opts, usageErrorf("--max-connections must be at least 1")
+	}
+	if f.usernsBase < oci.IDRangeSize {
+		return opts, usageErrorf("--userns-base must be at least %d (host root and the host's users must stay outside every sandbox's range)", oci.IDRangeSize)
+	}
+	if f.usernsN < 1 {
+		return opts, usageErrorf("--userns-ranges must be at least 1")
+	}
+	if end := uint64(f.usernsBase) + uint64(f.usernsN)*oci.IDRangeSize; end > 1<<32-1 {
+		return opts, usageErrorf("--userns-base %d plus --userns-ranges %d of %d ids ends at %d, beyond the largest id 4294967294", f.usernsBase, f.usernsN, oci.IDRangeSize, end-1)
 	}
 	if f.mutBurst < 1 {
 		return opts, usageErrorf("--mutation-burst must be at least 1")
@@ -138,6 +152,8 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.Float64Var(&f.overcommit, "memory-overcommit", server.DefaultMemoryOvercommit, "one sandbox may ask for at most the host's memory times this (cpus: at most the host's CPUs)")
 	fs.Float64Var(&f.mutRate, "mutation-rate", api.DefaultMutationRate, "mutating requests per second each API key may make (token bucket; negative: no limit)")
 	fs.IntVar(&f.maxConns, "max-connections", server.DefaultMaxConnections, "open client connections at most; beyond, new ones wait to be accepted (agent sockets need the rest of the file limit)")
+	fs.Uint32Var(&f.usernsBase, "userns-base", oci.DefaultIDBase, "runc and crun: first host uid/gid of the ranges that sandboxes' user namespaces map root to")
+	fs.IntVar(&f.usernsN, "userns-ranges", oci.DefaultIDRanges, "runc and crun: number of 65536-id ranges from --userns-base (one per sandbox)")
 	fs.IntVar(&f.mutBurst, "mutation-burst", api.DefaultMutationBurst, "mutating requests each API key may make at once")
 	fs.DurationVar(&f.keyMaxAge, "attach-key-max-age", server.DefaultAttachKeyMaxAge, "rotate the attachment-token signing key once it is older than this")
 	return cmd

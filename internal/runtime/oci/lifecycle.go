@@ -80,7 +80,11 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 	if err := r.prepareStorage(ctx, spec.Resources.DiskBytes, spec.AgentBinary, dirs); err != nil {
 		return err
 	}
-	oci, err := r.bundleSpec(spec, dirs)
+	ids, err := r.idRange(spec.ID.String(), dirs)
+	if err != nil {
+		return err
+	}
+	oci, err := r.bundleSpec(spec, dirs, ids)
 	if err != nil {
 		return err
 	}
@@ -91,10 +95,25 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 	if err := writeFileAtomic(filepath.Join(dirs.bundle, "config.json"), data); err != nil {
 		return err
 	}
-	if err := rootfs.MountOverlay(lower, dirs.upper, dirs.work, dirs.rootfs); err != nil {
+	if err := r.mountRootfs(ctx, lower, dirs, ids); err != nil {
 		return err
 	}
 	return ensureTmp(dirs.rootfs)
+}
+
+// mountRootfs mounts the overlay of the sandbox's root filesystem: over
+// the template itself, or, with a user namespace, over an idmapped view of
+// it in which the template's owners are shifted into the sandbox's range.
+func (r *Runtime) mountRootfs(ctx context.Context, template string, dirs sandboxDirs, ids *rootfs.IDRange) error {
+	if ids == nil {
+		return rootfs.MountOverlay(template, dirs.upper, dirs.work, dirs.rootfs)
+	}
+	userns, err := rootfs.NewUserns(*ids)
+	if err != nil {
+		return err
+	}
+	defer userns.Close()
+	return rootfs.MountOverlayIDMapped(ctx, r.log, template, dirs.lower, dirs.upper, dirs.work, dirs.rootfs, userns)
 }
 
 // ensureTmp gives a root filesystem without /tmp one (mode 1777), so it can

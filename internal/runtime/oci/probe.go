@@ -52,6 +52,11 @@ func (r *Runtime) Probe(ctx context.Context, agentBinary string) error {
 	if agentBinary, err = filepath.Abs(agentBinary); err != nil {
 		return err
 	}
+	if usesUserns(r.flavor) {
+		if err := reachableByOthers(agentBinary); err != nil {
+			return fmt.Errorf("probe %s: agent binary: %w", info.Name, err)
+		}
+	}
 	want, err := exec.CommandContext(ctx, agentBinary, "--version").Output()
 	if err != nil {
 		return fmt.Errorf("probe %s: run %s --version on the host: %w", info.Name, agentBinary, err)
@@ -80,23 +85,39 @@ func (r *Runtime) probe(ctx context.Context, agentBinary string) (out string, er
 	if err != nil {
 		return "", err
 	}
-	root := filepath.Join(dir, "rootfs")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return "", err
+	// The probe's root filesystem is made as a sandbox's is (an overlay,
+	// over an idmapped view with a user namespace) over an empty template.
+	dirs := sandboxDirs{
+		state: dir, upper: filepath.Join(dir, "upper"), work: filepath.Join(dir, "work"),
+		rootfs: filepath.Join(dir, "rootfs"), lower: filepath.Join(dir, "lower"),
 	}
+	template := filepath.Join(dir, "template")
 	defer func() {
 		if cerr := r.cleanProbe(context.WithoutCancel(ctx), name, dir, cg); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
+	for _, d := range []string{template, dirs.upper, dirs.work, dirs.rootfs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	ids, err := r.idRange(name, dirs)
+	if err != nil {
+		return "", err
+	}
+	if err := r.mountRootfs(ctx, template, dirs, ids); err != nil {
+		return "", err
+	}
 	spec, err := r.ociSpec(specParams{
 		args:        []string{GuestAgentPath, "--version"},
 		env:         guestEnv(nil),
-		rootfs:      root,
+		rootfs:      dirs.rootfs,
 		hostname:    "airlock-probe",
 		cgroup:      cg,
 		agentBinary: agentBinary,
 		resources:   runtime.Resources{CPUs: 1, MemoryBytes: 512 << 20, PidsLimit: 64},
+		ids:         ids,
 	})
 	if err != nil {
 		return "", err
@@ -186,5 +207,11 @@ func (r *Runtime) cleanProbe(ctx context.Context, name, dir string, cg cgroups.P
 	if left, err := rootfs.MountsUnder(dir); err != nil || len(left) > 0 {
 		return fmt.Errorf("probe directory still has mounts %q (%v)", left, err)
 	}
-	return os.RemoveAll(dir)
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if r.ids != nil {
+		r.ids.release(name)
+	}
+	return nil
 }
