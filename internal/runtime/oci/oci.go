@@ -230,7 +230,12 @@ type sandboxDirs struct {
 }
 
 func (r *Runtime) dirs(id model.SandboxID) sandboxDirs {
-	s := filepath.Join(r.stateRoot, id.String())
+	return dirsAt(filepath.Join(r.stateRoot, id.String()))
+}
+
+// dirsAt lays out the sandbox (or probe) directories below the state
+// directory s.
+func dirsAt(s string) sandboxDirs {
 	fs := filepath.Join(s, "fs")
 	meta := filepath.Join(fs, "meta")
 	d := sandboxDirs{

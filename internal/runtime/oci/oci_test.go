@@ -73,7 +73,7 @@ type testRuntime struct{ *Runtime }
 func (r testRuntime) Artifacts(id model.SandboxID) runtimetest.Artifacts {
 	cg, _ := r.cgroupPath(id)
 	d := r.dirs(id)
-	return runtimetest.Artifacts{StateDir: d.state, UpperDir: d.upper, MountPoints: []string{d.rootfs, d.lower}, Cgroup: cg}
+	return runtimetest.Artifacts{StateDir: d.state, UpperDir: d.upper, MountPoints: []string{d.rootfs, d.lower, d.meta, d.fs}, Cgroup: cg}
 }
 
 func (r testRuntime) CrashStates() []runtimetest.CrashState {

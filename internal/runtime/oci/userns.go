@@ -172,8 +172,9 @@ func addUserns(s *specs.Spec, r rootfs.IDRange) {
 }
 
 // idRange returns the id range of the sandbox (or probe) name whose
-// directories are dirs, allocating it if need be, and prepares dirs for it
-// (prepareUserns); nil for runsc. dirs.state and dirs.upper must exist.
+// directories are dirs, allocating it if need be, and prepares the state
+// directory for it (prepareUserns); nil for runsc. dirs.state must exist.
+// The sandbox's own filesystem is given to its root by prepareStorage.
 func (r *Runtime) idRange(name string, dirs sandboxDirs) (*rootfs.IDRange, error) {
 	if r.ids == nil {
 		return nil, nil
@@ -188,14 +189,13 @@ func (r *Runtime) idRange(name string, dirs sandboxDirs) (*rootfs.IDRange, error
 	return &rg, nil
 }
 
-// prepareUserns gives the sandbox's mapped root what it must own: the
-// overlay's upper directory (the sandbox's "/", and every file it writes)
-// and the run directory, where the agent creates its socket. The host
-// reaches the socket as host root. The runtime resolves the paths of the
-// root filesystem and of the bind mounts as the sandbox's root, so the
-// state directory is searchable by the sandbox's group (mode 0710, group
-// the range's first gid) and by nobody else. dirs.lower is created for the
-// idmapped view of the template.
+// prepareUserns lets the sandbox's mapped root reach what is its own below
+// the state directory: the runtime resolves the paths of the root
+// filesystem and of the bind mounts (the agent's copy and run directory on
+// the sandbox's filesystem) as the sandbox's root, so the state directory
+// is searchable by the sandbox's group (mode 0710, group the range's first
+// gid) and by nobody else. dirs.lower is created for the idmapped view of
+// the template.
 func (r *Runtime) prepareUserns(dirs sandboxDirs, ids rootfs.IDRange) error {
 	if err := os.MkdirAll(dirs.lower, 0o700); err != nil {
 		return err
@@ -206,40 +206,25 @@ func (r *Runtime) prepareUserns(dirs sandboxDirs, ids rootfs.IDRange) error {
 	if err := os.Chmod(dirs.state, 0o710); err != nil {
 		return fmt.Errorf("let the sandbox's root reach its state directory: %w", err)
 	}
-	for _, d := range []string{dirs.upper, dirs.run} {
-		if d == "" {
-			continue
-		}
-		if err := os.Chown(d, int(ids.Host), int(ids.Host)); err != nil {
-			return fmt.Errorf("give %s to the sandbox's root: %w", d, err)
-		}
-	}
 	return nil
 }
 
-// reachableByOthers checks that a user who is neither the owner nor in the
-// group of path and of its directories can reach and execute it, as a
-// runc or crun sandbox's root must for the agent binary it bind-mounts.
-func reachableByOthers(path string) error {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return err
+// giveToRoot makes the sandbox's mapped root the owner of each path (nil
+// ids: nothing to do). What the sandbox's root must own on its own
+// filesystem: the filesystem's root directory, the overlay's upper
+// directory (the sandbox's "/", and every file it writes) and work
+// directory, and the agent's directory and run directory, where the agent
+// creates its socket (the host reaches it as host root).
+func giveToRoot(ids *rootfs.IDRange, paths ...string) error {
+	if ids == nil {
+		return nil
 	}
-	if fi.Mode().Perm()&0o001 == 0 {
-		return fmt.Errorf("%s (mode %v) must be executable by others (chmod o+x): runc and crun sandboxes run it as an unprivileged host user", path, fi.Mode().Perm())
-	}
-	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
-		fi, err := os.Stat(dir)
-		if err != nil {
-			return err
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("%s (mode %v) must be searchable by others (chmod o+x): runc and crun sandboxes reach %s as an unprivileged host user", dir, fi.Mode().Perm(), path)
-		}
-		if dir == "/" {
-			return nil
+	for _, p := range paths {
+		if err := os.Lchown(p, int(ids.Host), int(ids.Host)); err != nil {
+			return fmt.Errorf("give %s to the sandbox's root: %w", p, err)
 		}
 	}
+	return nil
 }
 
 // stateRootSearchable makes stateRoot searchable (not readable) by everyone

@@ -47,7 +47,9 @@ var identity = idMapLine{0, 0, 1<<32 - 1}
 // id; on the host, the sandbox's first process runs as that id and lives in
 // another user namespace; the template's files appear owned by root inside;
 // files the sandbox writes land on the host owned by the mapped ids, also
-// for a process started as another user.
+// for a process started as another user. With and without a disk limit
+// (the writable layer is then on the sandbox's own loop-mounted
+// filesystem, which its root must own).
 func testUserNamespace(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	rt := newRuntime(t)
 	iso, ok := rt.(Isolation)
@@ -57,7 +59,17 @@ func testUserNamespace(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	if !iso.UserNamespaced() {
 		t.Skip("this runtime does not promise that sandbox root is an unprivileged host user (gVisor's sentry runs the guest in a user namespace of its own)")
 	}
-	spec := s.spec(defaultResources, nil)
+	for _, disk := range []int64{0, 64 << 20} {
+		t.Run("DiskBytes="+strconv.FormatInt(disk, 10), func(t *testing.T) {
+			res := defaultResources
+			res.DiskBytes = disk
+			testUserNamespaceWith(t, s, rt, res)
+		})
+	}
+}
+
+func testUserNamespaceWith(t *testing.T, s *suite, rt runtime.Runtime, resources runtime.Resources) {
+	spec := s.spec(resources, nil)
 	s.started(t, rt, spec)
 	c := client(t, rt, spec.ID)
 
@@ -124,6 +136,7 @@ func testUserNamespace(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 		name     string
 		uid, gid uint64
 	}{
+		{".", uid, gid}, // the upper directory itself: the sandbox's "/"
 		{"userns-root", uid, gid},
 		{markerFile, uid, gid}, // copied up from the template
 		{"tmp/by-1000", uid + 1000, gid + 1000},
