@@ -39,12 +39,17 @@ func selectRuntime(ctx context.Context, name string, ids oci.IDPool, dd *dataDir
 		switch name {
 		case "runc", "crun":
 			// Their sandboxes' roots are unprivileged host users that must
-			// reach their directories below DATA/runtime (each sandbox's
-			// own directory stays closed to others).
-			if err := os.MkdirAll(dd.join(runtimeDir, name), 0o711); err != nil {
+			// reach their directories below DATA/runtime, or below
+			// --sandbox-dir (each sandbox's own directory stays closed to
+			// others).
+			dirs := []string{dd.path, dd.join(runtimeDir), dd.join(runtimeDir, name)}
+			if sandboxDir != "" {
+				dirs = []string{sandboxDir}
+			}
+			if err := os.MkdirAll(dirs[len(dirs)-1], 0o711); err != nil {
 				return nil, err
 			}
-			if err := searchable(dd.path, dd.join(runtimeDir), dd.join(runtimeDir, name)); err != nil {
+			if err := searchable(dirs...); err != nil {
 				return nil, err
 			}
 		case "runsc":
