@@ -47,6 +47,11 @@ func BuildBinary(t testing.TB, pkg string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Searchable by everyone: a runc or crun sandbox's root, an
+	// unprivileged host user, must reach a binary bind-mounted from here.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	out := filepath.Join(dir, filepath.Base(pkg))
 	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Dir = root

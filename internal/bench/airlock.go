@@ -119,7 +119,8 @@ func (a *airlockSubject) info() Subject {
 		Isolation: runtime.IsolationSharedKernel,
 		Method: "Go client against an in-process airlock server on 127.0.0.1: POST /v1/sandboxes (default template) → " +
 			"create operation done → POST …/commands [echo hello] → attach → first stdout event",
-		Rootfs: "per-sandbox overlayfs over the template tree, mounted inside the timed create; the guest agent is PID 1 and starts echo",
+		Rootfs: "per-sandbox overlayfs over the template tree (runc, crun: over an idmapped view of it, in the sandbox's own user namespace), " +
+			"mounted inside the timed create; the guest agent is PID 1 and starts echo",
 	}
 	if a.flavor == oci.FlavorRunsc {
 		s.Isolation = runtime.IsolationUserSpaceKernel

@@ -170,6 +170,13 @@ func runWith[R any](ctx context.Context, cfg Config, body func(*benchmark, conte
 	if err != nil {
 		return zero, fmt.Errorf("bench: temporary directory: %w", err)
 	}
+	// Searchable by others: the roots of runc and crun sandboxes are
+	// unprivileged host users that must reach their state directories
+	// below it (which the runtime keeps closed to everyone else).
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		os.Remove(tmp)
+		return zero, fmt.Errorf("bench: temporary directory: %w", err)
+	}
 	b := &benchmark{cfg: cfg, cg: cg, tmp: tmp}
 	b.progressf("working directory %s (removed on exit)", tmp)
 	defer func() {

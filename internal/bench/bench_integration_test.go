@@ -37,6 +37,9 @@ func benchConfig(t *testing.T) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Chmod(dir, 0o711); err != nil { // see Run
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	cfg.TempDir = dir
 	return cfg

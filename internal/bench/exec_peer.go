@@ -42,7 +42,7 @@ func (e *execPeer) setup(ctx context.Context) error {
 	if err := e.p.prepare(e.name, e.bundle, cg); err != nil {
 		return fmt.Errorf("prepare the bundle: %w", err)
 	}
-	spec, err := peerSpec(oci.Flavor(e.p.peer), filepath.Join(e.bundle, "rootfs"), e.name, cg)
+	spec, err := peerSpec(oci.Flavor(e.p.peer), filepath.Join(e.bundle, "rootfs"), e.name, cg, e.p.ids)
 	if err != nil {
 		return err
 	}

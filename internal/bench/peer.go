@@ -51,15 +51,24 @@ type peerSubject struct {
 	unifiedToHide string
 	// podmanRuntime is podman's --runtime ("" for its default).
 	podmanRuntime string
-	log           *slog.Logger
-	seq           int
+	// ids is the user namespace's id range of runc and crun peers.
+	ids *rootfs.IDRange
+	log *slog.Logger
+	seq int
 }
 
 func newPeer(peer, binary, dir, lower string, cg cgroups.Host, cgParent cgroups.Path, log *slog.Logger) (*peerSubject, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "root", "tmp"), 0o700); err != nil {
 		return nil, fmt.Errorf("%s: %w", peer, err)
 	}
-	p := &peerSubject{peer: peer, binary: binary, dir: dir, lower: lower, cg: cg, cgParent: cgParent, log: log}
+	p := &peerSubject{peer: peer, binary: binary, dir: dir, lower: lower, cg: cg, cgParent: cgParent, log: log, ids: peerIDs(peer)}
+	if p.ids != nil {
+		// The container's root, an unprivileged host user, must reach
+		// the bundles' root filesystems below dir.
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return nil, fmt.Errorf("%s: %w", peer, err)
+		}
+	}
 	if peer == PeerCrun && cg.Layout == cgroups.LayoutHybrid {
 		if u, ok := cg.Unified(); ok {
 			p.unifiedToHide = u.MountPoint
@@ -84,6 +93,9 @@ func (p *peerSubject) info() Subject {
 		Method:    "fork/exec of `" + strings.Join(p.displayArgs(), " ") + "` → first byte on its stdout pipe",
 		Rootfs: "per-run overlayfs over the same template tree (mounted before the clock starts); " +
 			"an Airlock sandbox's namespaces, capabilities and limits (1 CPU, 512 MiB, 1024 pids), no guest agent",
+	}
+	if p.ids != nil {
+		s.Rootfs += "; a user namespace (root = host uid " + strconv.FormatUint(uint64(p.ids.Host), 10) + ") over an idmapped view of the template, as Airlock's driver"
 	}
 	switch p.peer {
 	case PeerRunsc:
@@ -207,13 +219,13 @@ func (p *peerSubject) prepare(name, bundle string, cg cgroups.Path) error {
 	if err := os.Chmod(upper, 0o755); err != nil { // the overlay root takes the upper dir's mode
 		return err
 	}
-	if err := rootfs.MountOverlay(p.lower, upper, work, root); err != nil {
+	if err := p.mountRootfs(bundle, upper, work, root); err != nil {
 		return err
 	}
 	if p.peer == PeerPodman {
 		return nil
 	}
-	spec, err := peerSpec(oci.Flavor(p.peer), root, name, cg)
+	spec, err := peerSpec(oci.Flavor(p.peer), root, name, cg, p.ids)
 	if err != nil {
 		return err
 	}
@@ -222,6 +234,35 @@ func (p *peerSubject) prepare(name, bundle string, cg cgroups.Path) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600)
+}
+
+// mountRootfs mounts the bundle's overlay as Airlock mounts a sandbox's:
+// with a user namespace, over an idmapped view of the template, with the
+// upper dir and the bundle's access given to the mapped root.
+func (p *peerSubject) mountRootfs(bundle, upper, work, root string) error {
+	if p.ids == nil {
+		return rootfs.MountOverlay(p.lower, upper, work, root)
+	}
+	host := int(p.ids.Host)
+	if err := os.Chown(upper, host, host); err != nil {
+		return err
+	}
+	if err := os.Chown(bundle, 0, host); err != nil {
+		return err
+	}
+	if err := os.Chmod(bundle, 0o710); err != nil {
+		return err
+	}
+	scratch := filepath.Join(bundle, "lower")
+	if err := os.Mkdir(scratch, 0o700); err != nil {
+		return err
+	}
+	userns, err := rootfs.NewUserns(*p.ids)
+	if err != nil {
+		return err
+	}
+	defer userns.Close()
+	return rootfs.MountOverlayIDMapped(context.Background(), p.log, p.lower, scratch, upper, work, root, userns)
 }
 
 // remove deletes the container (a no-op when `run` already did), kills and

@@ -4,6 +4,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/airlockdev/airlock/internal/cgroups"
+	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
@@ -29,9 +30,11 @@ const peerOutput = "hello\n"
 
 // peerSpec builds the config.json of a raw peer's bundle: Airlock's own
 // sandbox spec (oci.BaseSpec: namespaces, mounts, capabilities, rlimits and
-// resource limits) without the guest agent, running echo directly.
-func peerSpec(flavor oci.Flavor, rootfsDir, hostname string, cg cgroups.Path) (*specs.Spec, error) {
+// resource limits; for runc and crun the user namespace of ids) without the
+// guest agent, running echo directly.
+func peerSpec(flavor oci.Flavor, rootfsDir, hostname string, cg cgroups.Path, ids *rootfs.IDRange) (*specs.Spec, error) {
 	return oci.BaseSpec(flavor, oci.BaseParams{
+		IDs:      ids,
 		Args:     peerArgs(),
 		Env:      []string{"HOME=/root", "PATH=" + guestPath},
 		Rootfs:   rootfsDir,
@@ -41,4 +44,14 @@ func peerSpec(flavor oci.Flavor, rootfsDir, hostname string, cg cgroups.Path) (*
 			CPUs: peerCPUs, MemoryBytes: int64(peerMemoryMiB) << 20, PidsLimit: peerPids,
 		},
 	})
+}
+
+// peerIDs is the user namespace id range of the runc and crun peers, as an
+// Airlock sandbox has one: just below the default pool of Airlock's
+// sandboxes (oci.IDPool), so the in-process servers never use it.
+func peerIDs(peer string) *rootfs.IDRange {
+	if peer != PeerRunc && peer != PeerCrun {
+		return nil
+	}
+	return &rootfs.IDRange{Host: oci.DefaultIDBase - oci.IDRangeSize, Size: oci.IDRangeSize}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/server"
 )
 
@@ -35,6 +36,8 @@ type serverFlags struct {
 	defaultDisk int
 	maxDisk     int
 	bodyTimeout time.Duration
+	usernsBase  uint32
+	usernsN     int
 }
 
 // options parses the flags into server.Options.
@@ -55,6 +58,8 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		DefaultDiskMiB:   f.defaultDisk,
 		MaxDiskMiB:       f.maxDisk,
 		BodyReadTimeout:  f.bodyTimeout,
+		UsernsBase:       f.usernsBase,
+		UsernsRanges:     f.usernsN,
 	}
 	if f.grace <= 0 {
 		return opts, usageErrorf("--shutdown-grace must be positive, such as 30s")
@@ -85,6 +90,15 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	}
 	if f.bodyTimeout <= 0 {
 		return opts, usageErrorf("--body-read-timeout must be positive, such as 30s")
+	}
+	if f.usernsBase < oci.IDRangeSize {
+		return opts, usageErrorf("--userns-base must be at least %d (host root and the host's users must stay outside every sandbox's range)", oci.IDRangeSize)
+	}
+	if f.usernsN < 1 {
+		return opts, usageErrorf("--userns-ranges must be at least 1")
+	}
+	if end := uint64(f.usernsBase) + uint64(f.usernsN)*oci.IDRangeSize; end > 1<<32-1 {
+		return opts, usageErrorf("--userns-base %d plus --userns-ranges %d of %d ids ends at %d, beyond the largest id 4294967294", f.usernsBase, f.usernsN, oci.IDRangeSize, end-1)
 	}
 	if f.mutBurst < 1 {
 		return opts, usageErrorf("--mutation-burst must be at least 1")
@@ -157,6 +171,8 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.IntVar(&f.defaultDisk, "default-disk-mib", model.DefaultDiskMiB, "writable layer in MiB of a sandbox whose create request names none")
 	fs.IntVar(&f.maxDisk, "max-disk-mib", server.DefaultMaxDiskMiB, "largest writable layer in MiB a sandbox may ask for (above: 400 exceeds_node_capacity)")
 	fs.DurationVar(&f.bodyTimeout, "body-read-timeout", api.DefaultBodyReadTimeout, "a request body must arrive within this (a file upload: each read); then 408 and the connection is closed")
+	fs.Uint32Var(&f.usernsBase, "userns-base", oci.DefaultIDBase, "runc and crun: first host uid/gid of the ranges that sandboxes' user namespaces map root to")
+	fs.IntVar(&f.usernsN, "userns-ranges", oci.DefaultIDRanges, "runc and crun: number of 65536-id ranges from --userns-base (one per sandbox)")
 	fs.IntVar(&f.mutBurst, "mutation-burst", api.DefaultMutationBurst, "mutating requests each API key may make at once")
 	fs.DurationVar(&f.keyMaxAge, "attach-key-max-age", server.DefaultAttachKeyMaxAge, "rotate the attachment-token signing key once it is older than this")
 	return cmd

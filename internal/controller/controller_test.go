@@ -56,6 +56,11 @@ func newEnvWith(t *testing.T, flavor string, templateErr error, cc Config) *env 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// runc and crun sandbox roots are unprivileged host users that must
+	// reach their state directories below it.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		mounts, _ := rootfs.MountsUnder(dir)
 		for _, m := range mounts {

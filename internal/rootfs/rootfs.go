@@ -1,7 +1,10 @@
 // Package rootfs prepares a sandbox's root filesystem on the host: an
 // overlayfs whose lower layer is a template's read-only tree and whose upper
 // and work directories belong to the sandbox, so a sandbox's writes never
-// touch the template and two sandboxes never see each other's writes.
+// touch the template and two sandboxes never see each other's writes. For a
+// sandbox in a user namespace the lower layer is an idmapped view of the
+// template (MountOverlayIDMapped), so its files belong to the sandbox's
+// root without a copy.
 //
 // Layers are passed as /proc/self/fd magic links of O_PATH descriptors, so
 // mount tables show no host paths and paths may be long or contain

@@ -63,6 +63,14 @@ type Options struct {
 	// key is rotated once older, on start and while running; 0 means
 	// DefaultAttachKeyMaxAge.
 	AttachKeyMaxAge time.Duration
+	// UsernsBase and UsernsRanges (--userns-base, --userns-ranges): runc
+	// and crun sandboxes each get a user namespace whose root is a host id
+	// range of their own, one of UsernsRanges ranges of 65536 uids and gids
+	// from UsernsBase on. 0: oci.DefaultIDBase (2^30) and
+	// oci.DefaultIDRanges (16384). Give servers that share a host disjoint
+	// pools.
+	UsernsBase   uint32
+	UsernsRanges int
 	// FaultPoint makes the process SIGKILL itself when it reaches the named
 	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
 	FaultPoint string

@@ -19,13 +19,14 @@ func autoCandidates() []string { return []string{"runsc"} }
 
 // selectRuntime returns the runtime the operator asked for, or the strongest
 // one that works on this host, after proving it works by running a probe.
-func selectRuntime(ctx context.Context, name string, dd *dataDir, sandboxDir, agentBin string, log *slog.Logger) (runtime.Runtime, error) {
+func selectRuntime(ctx context.Context, name string, ids oci.IDPool, dd *dataDir, sandboxDir, agentBin string, log *slog.Logger) (runtime.Runtime, error) {
 	cfgFor := func(flavor string) oci.Config {
 		stateRoot := dd.join(runtimeDir, flavor, "sandboxes")
 		if sandboxDir != "" {
 			stateRoot = filepath.Join(sandboxDir, flavor)
 		}
 		return oci.Config{
+			IDPool: ids,
 			Flavor: flavor,
 			// Each runtime has its own state and sandbox directories, so
 			// one never mistakes another's sandboxes for orphans.
@@ -36,7 +37,22 @@ func selectRuntime(ctx context.Context, name string, dd *dataDir, sandboxDir, ag
 	}
 	if name != "" {
 		switch name {
-		case "runc", "crun", "runsc":
+		case "runc", "crun":
+			// Their sandboxes' roots are unprivileged host users that must
+			// reach their directories below DATA/runtime, or below
+			// --sandbox-dir (each sandbox's own directory stays closed to
+			// others).
+			dirs := []string{dd.path, dd.join(runtimeDir), dd.join(runtimeDir, name)}
+			if sandboxDir != "" {
+				dirs = []string{sandboxDir}
+			}
+			if err := os.MkdirAll(dirs[len(dirs)-1], 0o711); err != nil {
+				return nil, err
+			}
+			if err := searchable(dirs...); err != nil {
+				return nil, err
+			}
+		case "runsc":
 		default:
 			return nil, fmt.Errorf("--runtime %q: must be runc, crun or runsc", name)
 		}
@@ -94,4 +110,21 @@ func resolveSandboxDir(dir string) (string, error) {
 		return "", fmt.Errorf("--sandbox-dir: %w", err)
 	}
 	return real, nil
+}
+
+// searchable adds search (not read) permission for group and others to
+// each directory.
+func searchable(dirs ...string) error {
+	for _, d := range dirs {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if mode := fi.Mode().Perm(); mode&0o011 != 0o011 {
+			if err := os.Chmod(d, mode|0o011); err != nil {
+				return fmt.Errorf("make %s searchable: %w", d, err)
+			}
+		}
+	}
+	return nil
 }

@@ -1,9 +1,15 @@
 package server
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
 
 func TestResolveSandboxDir(t *testing.T) {
@@ -29,5 +35,44 @@ func TestResolveSandboxDir(t *testing.T) {
 	}
 	if fi, err := os.Stat(got); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("created dir: %v, %v; want a 0700 directory", fi, err)
+	}
+}
+
+// TestSandboxDirSearchableForUserns: with runc, whose sandboxes' roots are
+// unprivileged host users, a --sandbox-dir the server created 0700 is made
+// searchable (not readable) by others, so the start-up probe's container
+// (made as a sandbox is) reaches its state directory below it.
+func TestSandboxDirSearchableForUserns(t *testing.T) {
+	airtest.RequireRoot(t)
+	airtest.RequireBinary(t, "runc")
+	agent := airtest.BuildAgent(t)
+	base := t.TempDir()
+	for _, d := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dd, err := openDataDir(filepath.Join(base, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dd.close()
+	sandboxDir, err := resolveSandboxDir(filepath.Join(base, "sandboxes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// A pool of its own, far from the default one of servers on this host.
+	ids := oci.IDPool{Base: oci.DefaultIDBase + 1<<29, Ranges: 2}
+	if _, err := selectRuntime(context.Background(), "runc", ids, dd, sandboxDir, agent, log); err != nil {
+		t.Fatalf("runc with --sandbox-dir: %v", err)
+	}
+	for dir, want := range map[string]os.FileMode{sandboxDir: 0o711, filepath.Join(sandboxDir, "runc"): 0o711} {
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: %v, %v; want mode %v", dir, fi, err, want)
+		}
+	}
+	if entries, err := os.ReadDir(filepath.Join(sandboxDir, "runc")); err != nil || len(entries) != 0 {
+		t.Errorf("the probe left %d entries in the state root (%v)", len(entries), err)
 	}
 }

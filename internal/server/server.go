@@ -19,6 +19,7 @@ import (
 	"github.com/airlockdev/airlock/internal/controller"
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/postgres"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
@@ -79,7 +80,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	rt, err := selectRuntime(ctx, opts.Runtime, dd, sandboxDir, agentBin, log)
+	rt, err := selectRuntime(ctx, opts.Runtime, oci.IDPool{Base: opts.UsernsBase, Ranges: opts.UsernsRanges}, dd, sandboxDir, agentBin, log)
 	if err != nil {
 		return err
 	}

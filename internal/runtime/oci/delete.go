@@ -105,6 +105,11 @@ func (r *Runtime) removeLeftovers(ctx context.Context, id model.SandboxID) error
 	if err := os.RemoveAll(dirs.state); err != nil {
 		return fmt.Errorf("remove state dir: %w", err)
 	}
+	// 7. Its user namespace's id range: nothing owned by it is left (the
+	//    sandbox could write only below its state directory).
+	if r.ids != nil {
+		r.ids.release(id.String())
+	}
 	return nil
 }
 

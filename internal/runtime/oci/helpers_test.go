@@ -30,6 +30,13 @@ func testConfig(t *testing.T, flavor Flavor) Config {
 		t.Skipf("needs %s in PATH (install it as .ci/run does)", flavor)
 	}
 	base := t.TempDir()
+	// runc and crun sandboxes reach their state directories as an
+	// unprivileged host user (see stateRootSearchable).
+	for _, d := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var b [6]byte
 	rand.Read(b[:])
 	cfg := Config{

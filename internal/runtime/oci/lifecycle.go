@@ -77,10 +77,14 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 			return err
 		}
 	}
-	if err := r.prepareStorage(ctx, spec.Resources.DiskBytes, spec.AgentBinary, dirs); err != nil {
+	ids, err := r.idRange(spec.ID.String(), dirs)
+	if err != nil {
 		return err
 	}
-	oci, err := r.bundleSpec(spec, dirs)
+	if err := r.prepareStorage(ctx, spec.Resources.DiskBytes, spec.AgentBinary, dirs, ids); err != nil {
+		return err
+	}
+	oci, err := r.bundleSpec(spec, dirs, ids)
 	if err != nil {
 		return err
 	}
@@ -91,15 +95,30 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 	if err := writeFileAtomic(filepath.Join(dirs.bundle, "config.json"), data); err != nil {
 		return err
 	}
-	if err := rootfs.MountOverlay(lower, dirs.upper, dirs.work, dirs.rootfs); err != nil {
+	if err := r.mountRootfs(ctx, lower, dirs, ids); err != nil {
 		return err
 	}
-	return ensureTmp(dirs.rootfs)
+	return ensureTmp(dirs.rootfs, ids)
 }
 
-// ensureTmp gives a root filesystem without /tmp one (mode 1777), so it can
-// be mounted over (see runscTmpMount).
-func ensureTmp(root string) error {
+// mountRootfs mounts the overlay of the sandbox's root filesystem: over
+// the template itself, or, with a user namespace, over an idmapped view of
+// it in which the template's owners are shifted into the sandbox's range.
+func (r *Runtime) mountRootfs(ctx context.Context, template string, dirs sandboxDirs, ids *rootfs.IDRange) error {
+	if ids == nil {
+		return rootfs.MountOverlay(template, dirs.upper, dirs.work, dirs.rootfs)
+	}
+	userns, err := rootfs.NewUserns(*ids)
+	if err != nil {
+		return err
+	}
+	defer userns.Close()
+	return rootfs.MountOverlayIDMapped(ctx, r.log, template, dirs.lower, dirs.upper, dirs.work, dirs.rootfs, userns)
+}
+
+// ensureTmp gives a root filesystem without /tmp one (mode 1777, owned by
+// the sandbox's root), so it can be mounted over (see runscTmpMount).
+func ensureTmp(root string, ids *rootfs.IDRange) error {
 	tmp := filepath.Join(root, "tmp")
 	if _, err := os.Lstat(tmp); err == nil || !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -107,7 +126,10 @@ func ensureTmp(root string) error {
 	if err := os.Mkdir(tmp, 0o777); err != nil {
 		return err
 	}
-	return os.Chmod(tmp, 0o777|os.ModeSticky) // after the umask
+	if err := os.Chmod(tmp, 0o777|os.ModeSticky); err != nil { // after the umask
+		return err
+	}
+	return giveToRoot(ids, tmp)
 }
 
 func dirExists(dir string) bool {

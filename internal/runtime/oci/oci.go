@@ -1,7 +1,9 @@
 // Package oci implements runtime.Runtime on an OCI runtime binary: runc,
 // crun or gVisor's runsc. Each sandbox is one container, created detached
 // (`create` + `start`) so it outlives the server process, whose root
-// filesystem is an overlayfs over the template's read-only tree and whose
+// filesystem is an overlayfs over the template's read-only tree (runc and
+// crun: over an idmapped view of it, the sandbox being in a user namespace
+// whose root is a host id range of its own, see IDPool) and whose
 // first process is the guest agent listening on a Unix socket in a
 // bind-mounted host directory.
 //
@@ -17,6 +19,8 @@
 //	    airlock-agent   a copy of the agent binary, bind-mounted read-only
 //	                    at /.airlock/bin/airlock-agent
 //	    run/            bind-mounted at /.airlock/run; the agent listens on run/agent.sock
+//	lower/              runc, crun: where the template's idmapped view is attached while the overlay is mounted, on kernels that cannot use it detached
+//	idrange             the sandbox's host uid/gid range (runc, crun): see IDPool
 //	rootfs/             the overlay mount (the container's root)
 //	agent.log           the agent's stdout and stderr
 //	pid                 the runtime's --pid-file
@@ -74,8 +78,11 @@ type Config struct {
 	RootDir string
 	// StateRoot holds one directory per sandbox, StateRoot/<sandbox id>.
 	StateRoot    string
-	CgroupParent string       // default DefaultCgroupParent
-	Logger       *slog.Logger // default slog.Default()
+	CgroupParent string // default DefaultCgroupParent
+	// IDPool is where the host uid/gid ranges of runc and crun sandboxes'
+	// user namespaces come from (zero value: the defaults). Unused by runsc.
+	IDPool IDPool
+	Logger *slog.Logger // default slog.Default()
 }
 
 // Runtime drives one OCI runtime binary. It is safe for concurrent use;
@@ -91,7 +98,10 @@ type Runtime struct {
 	// unifiedToHide is the cgroup2 mount that crun must not see on a hybrid
 	// host ("" when crun runs directly).
 	unifiedToHide string
-	log           *slog.Logger
+	// ids hands out the sandboxes' user namespace id ranges; nil for
+	// runsc.
+	ids *idAllocator
+	log *slog.Logger
 
 	mu    sync.Mutex
 	locks map[model.SandboxID]*idLock
@@ -137,7 +147,11 @@ func New(cfg Config) (*Runtime, error) {
 	} else if resolved != cfg.RootDir {
 		return nil, fmt.Errorf("oci: runtime root %q must not contain symlinks (it resolves to %q)", cfg.RootDir, resolved)
 	}
-	if err := os.MkdirAll(cfg.StateRoot, 0o700); err != nil {
+	stateMode := os.FileMode(0o700)
+	if usesUserns(flavor) {
+		stateMode = 0o711 // see stateRootSearchable
+	}
+	if err := os.MkdirAll(cfg.StateRoot, stateMode); err != nil {
 		return nil, fmt.Errorf("oci: create state root: %w", err)
 	}
 	parent := cfg.CgroupParent
@@ -171,6 +185,19 @@ func New(cfg Config) (*Runtime, error) {
 		unified, _ := host.Unified()
 		r.unifiedToHide = unified.MountPoint
 	}
+	if usesUserns(flavor) {
+		pool, err := cfg.IDPool.withDefaults()
+		if err != nil {
+			return nil, err
+		}
+		if err := stateRootSearchable(cfg.StateRoot); err != nil {
+			return nil, err
+		}
+		r.ids = newIDAllocator(pool)
+		if err := r.ids.load(cfg.StateRoot); err != nil {
+			return nil, fmt.Errorf("oci: %w", err)
+		}
+	}
 	if r.version, err = r.readVersion(context.Background()); err != nil {
 		return nil, err
 	}
@@ -196,10 +223,19 @@ func (r *Runtime) Info() runtime.Info {
 // sandboxDirs are the host paths of one sandbox.
 type sandboxDirs struct {
 	state, bundle, image, fs, upper, work, meta, agent, run, rootfs, agentLog, pidFile, stopMarker string
+	// lower is where the idmapped view of the template is attached while
+	// the overlay is being mounted, on kernels that cannot use it
+	// detached (runc and crun).
+	lower string
 }
 
 func (r *Runtime) dirs(id model.SandboxID) sandboxDirs {
-	s := filepath.Join(r.stateRoot, id.String())
+	return dirsAt(filepath.Join(r.stateRoot, id.String()))
+}
+
+// dirsAt lays out the sandbox (or probe) directories below the state
+// directory s.
+func dirsAt(s string) sandboxDirs {
 	fs := filepath.Join(s, "fs")
 	meta := filepath.Join(fs, "meta")
 	d := sandboxDirs{
@@ -212,6 +248,7 @@ func (r *Runtime) dirs(id model.SandboxID) sandboxDirs {
 		meta:       meta,
 		agent:      filepath.Join(meta, "airlock-agent"),
 		run:        filepath.Join(meta, "run"),
+		lower:      filepath.Join(s, "lower"),
 		rootfs:     filepath.Join(s, "rootfs"),
 		agentLog:   filepath.Join(s, "agent.log"),
 		pidFile:    filepath.Join(s, "pid"),

@@ -73,11 +73,36 @@ type testRuntime struct{ *Runtime }
 func (r testRuntime) Artifacts(id model.SandboxID) runtimetest.Artifacts {
 	cg, _ := r.cgroupPath(id)
 	d := r.dirs(id)
-	return runtimetest.Artifacts{StateDir: d.state, UpperDir: d.upper, MountPoints: []string{d.rootfs}, Cgroup: cg,
+	return runtimetest.Artifacts{StateDir: d.state, UpperDir: d.upper, MountPoints: []string{d.rootfs, d.lower, d.meta, d.fs}, Cgroup: cg,
 		AgentSocket: filepath.Join(d.run, socketName)}
 }
 
 func (r testRuntime) CrashStates() []runtimetest.CrashState {
+	states := r.commonCrashStates()
+	if usesUserns(r.flavor) {
+		states = append(states, runtimetest.CrashState{Name: "IDMappedTemplateLeftMounted", Make: func(ctx context.Context, spec runtime.Spec) error {
+			// A crash between the idmapped mount of the template and its
+			// unmount once the overlay holds it.
+			d := r.dirs(spec.ID)
+			if err := r.prepare(ctx, spec, d); err != nil {
+				return err
+			}
+			ids, err := readIDRange(d.state)
+			if err != nil {
+				return err
+			}
+			userns, err := rootfs.NewUserns(ids)
+			if err != nil {
+				return err
+			}
+			defer userns.Close()
+			return rootfs.MountIDMapped(spec.TemplateDir, d.lower, userns)
+		}})
+	}
+	return states
+}
+
+func (r testRuntime) commonCrashStates() []runtimetest.CrashState {
 	return []runtimetest.CrashState{
 		{Name: "HalfWrittenBundle", Make: func(ctx context.Context, spec runtime.Spec) error {
 			d := r.dirs(spec.ID)
@@ -365,3 +390,7 @@ func bindLoop(image string) error {
 		return err
 	}
 }
+
+// UserNamespaced: runc and crun sandboxes get a user namespace with a host
+// id range of their own.
+func (r testRuntime) UserNamespaced() bool { return usesUserns(r.flavor) }

@@ -22,15 +22,18 @@ import (
 // probeTimeout bounds a probe when ctx has no earlier deadline.
 const probeTimeout = 90 * time.Second
 
+// probeDiskBytes is the disk limit of the probe's container.
+const probeDiskBytes = MinDiskBytes
+
 // probePrefix starts the names of probe containers and directories; they are
 // never sandbox IDs, so List ignores them.
 const probePrefix = "airlock-probe-"
 
 // Probe proves that the runtime configured by cfg really runs containers on
-// this host: it runs a throwaway container whose root filesystem is an empty
-// directory with only the agent bind-mounted, executes
-// `/.airlock/bin/airlock-agent --version` in it and checks that it prints
-// what the agent prints on the host. It removes everything it created.
+// this host: it runs a throwaway container made as a sandbox is (see probe)
+// over an empty template, with only the agent's copy and its run directory
+// bind-mounted, executes `/.airlock/bin/airlock-agent --version` in it and
+// checks that it prints what the agent prints on the host. It removes everything it created.
 func Probe(ctx context.Context, cfg Config, agentBinary string) (runtime.Info, error) {
 	r, err := New(cfg)
 	if err != nil {
@@ -80,23 +83,43 @@ func (r *Runtime) probe(ctx context.Context, agentBinary string) (out string, er
 	if err != nil {
 		return "", err
 	}
-	root := filepath.Join(dir, "rootfs")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return "", err
-	}
+	// The probe's container is made as a sandbox's is, over an empty
+	// template: its own filesystem (a disk image of the smallest limit)
+	// holding the overlay's upper layer, the agent's copy and run
+	// directory; with a user namespace, all of it given to the mapped root
+	// and the overlay over an idmapped view of the template.
+	dirs := dirsAt(dir)
+	template := filepath.Join(dir, "template")
 	defer func() {
 		if cerr := r.cleanProbe(context.WithoutCancel(ctx), name, dir, cg); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
+	for _, d := range []string{template, dirs.rootfs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	ids, err := r.idRange(name, dirs)
+	if err != nil {
+		return "", err
+	}
+	if err := r.prepareStorage(ctx, probeDiskBytes, agentBinary, dirs, ids); err != nil {
+		return "", err
+	}
+	if err := r.mountRootfs(ctx, template, dirs, ids); err != nil {
+		return "", err
+	}
 	spec, err := r.ociSpec(specParams{
 		args:        []string{GuestAgentPath, "--version"},
 		env:         guestEnv(nil),
-		rootfs:      root,
+		rootfs:      dirs.rootfs,
 		hostname:    "airlock-probe",
 		cgroup:      cg,
-		agentBinary: agentBinary,
-		resources:   runtime.Resources{CPUs: 1, MemoryBytes: 512 << 20, PidsLimit: 64},
+		agentBinary: dirs.agent,
+		runDir:      dirs.run,
+		resources:   runtime.Resources{CPUs: 1, MemoryBytes: 512 << 20, PidsLimit: 64, DiskBytes: probeDiskBytes},
+		ids:         ids,
 	})
 	if err != nil {
 		return "", err
@@ -163,7 +186,8 @@ func (r *Runtime) cleanStaleProbes(ctx context.Context) error {
 	return nil
 }
 
-// cleanProbe removes the probe container, its cgroups and its directory.
+// cleanProbe removes the probe container, its cgroups, its mounts and loop
+// device and its directory, then frees its id range.
 func (r *Runtime) cleanProbe(ctx context.Context, name, dir string, cg cgroups.Path) error {
 	_, _ = r.run(ctx, "delete", "--force", name)
 	killCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -186,5 +210,14 @@ func (r *Runtime) cleanProbe(ctx context.Context, name, dir string, cg cgroups.P
 	if left, err := rootfs.MountsUnder(dir); err != nil || len(left) > 0 {
 		return fmt.Errorf("probe directory still has mounts %q (%v)", left, err)
 	}
-	return os.RemoveAll(dir)
+	if err := rootfs.DetachLoopDevices(dir); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if r.ids != nil {
+		r.ids.release(name)
+	}
+	return nil
 }

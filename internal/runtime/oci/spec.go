@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
 
@@ -64,8 +65,9 @@ func hostPidsLimit(flavor Flavor, n int64) int64 {
 // sandbox keeps for the agent's threads and its short-lived helpers.
 const agentPidsReserve = 64
 
-// bundleSpec builds the OCI config.json of a sandbox.
-func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs) (*specs.Spec, error) {
+// bundleSpec builds the OCI config.json of a sandbox; ids is its user
+// namespace's id range (nil: none, runsc).
+func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs, ids *rootfs.IDRange) (*specs.Spec, error) {
 	cg, err := r.cgroupPath(spec.ID)
 	if err != nil {
 		return nil, err
@@ -93,6 +95,7 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs) (*specs.Spec, 
 		agentBinary: dirs.agent, // the copy on the sandbox's filesystem: no host path in its mount table
 		runDir:      dirs.run,
 		resources:   spec.Resources,
+		ids:         ids,
 	})
 	if err != nil {
 		return nil, err
@@ -123,6 +126,7 @@ type specParams struct {
 	agentBinary string // bind-mounted read-only at GuestAgentPath
 	runDir      string // bind-mounted read-write at GuestRunDir; "" for none
 	resources   runtime.Resources
+	ids         *rootfs.IDRange // the user namespace's id range; nil for none
 }
 
 func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
@@ -130,7 +134,7 @@ func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
 		return nil, fmt.Errorf("agent binary %q must be an absolute path", p.agentBinary)
 	}
 	s, err := BaseSpec(r.flavor, BaseParams{
-		Args: p.args, Env: p.env, Rootfs: p.rootfs, Hostname: p.hostname, Cgroup: p.cgroup, Resources: p.resources,
+		Args: p.args, Env: p.env, Rootfs: p.rootfs, Hostname: p.hostname, Cgroup: p.cgroup, Resources: p.resources, IDs: p.ids,
 	})
 	if err != nil {
 		return nil, err
@@ -148,11 +152,15 @@ type BaseParams struct {
 	Rootfs, Hostname string
 	Cgroup           cgroups.Path
 	Resources        runtime.Resources
+	// IDs, if set, puts the container in a new user namespace mapping
+	// its ids 0–Size-1 onto this host range (runc and crun sandboxes); the
+	// root filesystem must then be owned by the range (an idmapped view).
+	IDs *rootfs.IDRange
 }
 
 // BaseSpec builds the OCI config of an Airlock sandbox without the guest
 // agent's mounts: its namespaces (a new, empty network namespace: loopback
-// only), mounts, capabilities, rlimits, resource limits and, for runc and
+// only; a user namespace with p.IDs), mounts, capabilities, rlimits, resource limits and, for runc and
 // crun, the seccomp filter (seccompProfile). The benchmark's
 // raw peers are built from it, so that they pay for exactly what a sandbox
 // pays.
@@ -209,6 +217,12 @@ func BaseSpec(flavor Flavor, p BaseParams) (*specs.Spec, error) {
 			},
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
+	}
+	if p.IDs != nil {
+		if flavor == FlavorRunsc {
+			return nil, fmt.Errorf("a user namespace of Airlock's making is for runc and crun; runsc has its own")
+		}
+		addUserns(s, *p.IDs)
 	}
 	// gVisor filters the guest's system calls itself (its sentry implements
 	// them); a profile would only filter what the sentry emulates.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
 
@@ -21,7 +22,11 @@ func TestBundleSpec(t *testing.T) {
 			id := model.NewSandboxID()
 			spec := runtime.Spec{ID: id, TemplateDir: "/t", Env: model.Env{"B": "2", "A": "1", "PATH": "/custom"},
 				Resources: res, AgentBinary: "/usr/lib/airlock/airlock-agent"}
-			s, err := r.bundleSpec(spec, r.dirs(id))
+			var ids *rootfs.IDRange
+			if usesUserns(flavor) {
+				ids = &rootfs.IDRange{Host: 1 << 30, Size: IDRangeSize}
+			}
+			s, err := r.bundleSpec(spec, r.dirs(id), ids)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,6 +79,16 @@ func TestBundleSpec(t *testing.T) {
 					t.Errorf("namespace %s missing from %v", want, ns)
 				}
 			}
+			wantMap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: 1 << 30, Size: IDRangeSize}}
+			if ids == nil {
+				wantMap = nil
+			}
+			if got := slices.Contains(ns, specs.UserNamespace); got != (ids != nil) {
+				t.Errorf("user namespace in %v: %v, want %v", ns, got, ids != nil)
+			}
+			if !slices.Equal(s.Linux.UIDMappings, wantMap) || !slices.Equal(s.Linux.GIDMappings, wantMap) {
+				t.Errorf("uid map %+v, gid map %+v, want %+v for both", s.Linux.UIDMappings, s.Linux.GIDMappings, wantMap)
+			}
 			if s.Linux.CgroupsPath != string(cgroups.Path("/airlock/"+id.String())) {
 				t.Errorf("cgroupsPath = %q", s.Linux.CgroupsPath)
 			}
@@ -111,7 +126,7 @@ func TestBundleSpec(t *testing.T) {
 func TestBundleSpecWithoutLimits(t *testing.T) {
 	r := &Runtime{flavor: FlavorRunsc, cgroupParent: "/airlock", stateRoot: "/state"}
 	id := model.NewSandboxID()
-	s, err := r.bundleSpec(runtime.Spec{ID: id, AgentBinary: "/agent", Hostname: "h"}, r.dirs(id))
+	s, err := r.bundleSpec(runtime.Spec{ID: id, AgentBinary: "/agent", Hostname: "h"}, r.dirs(id), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +138,9 @@ func TestBundleSpecWithoutLimits(t *testing.T) {
 	}
 	if _, err := r.ociSpec(specParams{agentBinary: "relative/agent"}); err == nil {
 		t.Error("relative agent path accepted")
+	}
+	if _, err := r.bundleSpec(runtime.Spec{ID: id, AgentBinary: "/agent"}, r.dirs(id), &rootfs.IDRange{Host: 1 << 30, Size: IDRangeSize}); err == nil {
+		t.Error("runsc accepted a user namespace of Airlock's making")
 	}
 }
 

@@ -23,7 +23,12 @@ const metaSlack = 1 << 20
 // copy) loop-mounted there; without one, a directory, with a small tmpfs at
 // dirs.meta for the agent's files. It then creates the overlay's upper and
 // work directories and the run directory and copies the agent binary in.
-func (r *Runtime) prepareStorage(ctx context.Context, diskBytes int64, agentBinary string, dirs sandboxDirs) error {
+//
+// With a user namespace (ids, runc and crun) the filesystem's root, the
+// upper, work, meta and run directories belong to the sandbox's mapped root
+// (see giveToRoot), which the runtime resolves the bind mounts as; the
+// agent's copy stays host root's, mode 0555.
+func (r *Runtime) prepareStorage(ctx context.Context, diskBytes int64, agentBinary string, dirs sandboxDirs, ids *rootfs.IDRange) error {
 	agentInfo, err := os.Stat(agentBinary)
 	if err != nil || !agentInfo.Mode().IsRegular() {
 		return fmt.Errorf("agent binary %q: not a regular file (%v)", agentBinary, err)
@@ -44,17 +49,29 @@ func (r *Runtime) prepareStorage(ctx context.Context, diskBytes int64, agentBina
 		if err := rootfs.MountImage(dirs.image, dirs.fs); err != nil {
 			return err
 		}
+		// mkfs.ext4 makes the root 0755 and host root's.
+		if err := os.Chmod(dirs.fs, 0o700); err != nil {
+			return err
+		}
 	}
 	for _, d := range []string{dirs.upper, dirs.work, dirs.meta} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
 	}
+	if err := giveToRoot(ids, dirs.fs, dirs.upper, dirs.work); err != nil {
+		return err
+	}
 	if diskBytes == 0 {
 		opts := fmt.Sprintf("mode=0700,size=%d,nr_inodes=64", metaSize)
+		if ids != nil {
+			opts += fmt.Sprintf(",uid=%d,gid=%d", ids.Host, ids.Host)
+		}
 		if err := unix.Mount("airlock-meta", dirs.meta, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 			return fmt.Errorf("mount tmpfs on %s: %w", dirs.meta, err)
 		}
+	} else if err := giveToRoot(ids, dirs.meta); err != nil {
+		return err
 	}
 	// The overlay root takes the mode of the upper dir: make it 0755 like a
 	// normal root directory.
@@ -62,6 +79,9 @@ func (r *Runtime) prepareStorage(ctx context.Context, diskBytes int64, agentBina
 		return err
 	}
 	if err := os.MkdirAll(dirs.run, 0o700); err != nil {
+		return err
+	}
+	if err := giveToRoot(ids, dirs.run); err != nil {
 		return err
 	}
 	return copyFile(agentBinary, dirs.agent, 0o555)

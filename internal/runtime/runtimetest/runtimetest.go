@@ -63,6 +63,10 @@ type Isolation interface {
 	// of the host kernel (runc, crun); false for a runtime that filters
 	// the guest's system calls by its own means (gVisor's sentry).
 	SeccompFiltered() bool
+	// UserNamespaced reports whether each sandbox runs in a user namespace
+	// of its own in which its root is an unprivileged host user, and no two
+	// sandboxes share host ids (runc, crun).
+	UserNamespaced() bool
 }
 
 // Run runs the conformance suite. newRuntime must return a new Runtime
@@ -90,6 +94,9 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		{"SeccompFilter", testSeccomp},
 		{"DiskLimitGivesENOSPC", testDiskLimit},
 		{"HostPathsHidden", testHostPathsHidden},
+		{"UserNamespace", testUserNamespace},
+		{"UserNamespacesDistinct", testUserNamespacesDistinct},
+		{"UserKeyringNotShared", testUserKeyringNotShared},
 		{"ResourceLimitsOnHost", testLimitsOnHost},
 		{"MemoryHogIsOOMKilled", testMemoryHog},
 		{"ForkBombIsContained", testForkBomb},

@@ -1,0 +1,251 @@
+package oci
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlockdev/airlock/internal/rootfs"
+)
+
+// User namespaces of runc and crun sandboxes: each sandbox gets its own
+// range of IDRangeSize host uids and gids (the same numbers for both), in
+// which its root is the range's first id. Ranges are taken from a pool of
+// Count ranges starting at Base and are recorded in the sandbox's state
+// directory (file idrange), so a restarted server finds them again; a range
+// is free again once Delete has removed the state directory.
+const (
+	// IDRangeSize is the number of uids (and gids) of one sandbox: 0–65535
+	// inside, like a Linux system.
+	IDRangeSize = 65536
+	// DefaultIDBase is the first host id of the pool: 2^30, far above the
+	// ids of a host's users and of /etc/subuid's usual ranges (100000…).
+	DefaultIDBase = 1 << 30
+	// DefaultIDRanges is the pool's size: 2^30 ids, so the pool ends at
+	// 2^31 (ids from 2^31 on are treated as negative by some tools).
+	DefaultIDRanges = 1 << 14
+)
+
+// IDPool configures the host id ranges of runc and crun sandboxes.
+type IDPool struct {
+	Base   uint32 // first host id; 0 means DefaultIDBase
+	Ranges int    // number of IDRangeSize ranges; 0 means DefaultIDRanges
+}
+
+func (p IDPool) withDefaults() (IDPool, error) {
+	if p.Base == 0 {
+		p.Base = DefaultIDBase
+	}
+	if p.Ranges == 0 {
+		p.Ranges = DefaultIDRanges
+	}
+	if p.Ranges < 0 {
+		return p, fmt.Errorf("oci: id pool: %d ranges", p.Ranges)
+	}
+	if end := uint64(p.Base) + uint64(p.Ranges)*IDRangeSize; end > 1<<32-1 {
+		return p, fmt.Errorf("oci: id pool of %d ranges from %d ends beyond the largest id (%d > 4294967295)", p.Ranges, p.Base, end)
+	}
+	if p.Base < IDRangeSize {
+		return p, fmt.Errorf("oci: id pool base %d must be at least %d: host root and the host's users must not map into a sandbox", p.Base, IDRangeSize)
+	}
+	return p, nil
+}
+
+// idAllocator hands out the ranges of an IDPool. One Runtime value owns a
+// state root; the allocator learns the ranges in use from the state
+// directories when the Runtime is made.
+type idAllocator struct {
+	pool IDPool
+	mu   sync.Mutex
+	used map[string]uint32 // sandbox (or probe) name → first host id
+}
+
+func newIDAllocator(pool IDPool) *idAllocator {
+	return &idAllocator{pool: pool, used: map[string]uint32{}}
+}
+
+// rangeFile is the name of the file in a state directory that records the
+// sandbox's range: "<first host id> <size>\n".
+const rangeFile = "idrange"
+
+// load records the ranges found in the state directories under stateRoot.
+func (a *idAllocator) load(stateRoot string) error {
+	entries, err := os.ReadDir(stateRoot)
+	if err != nil {
+		return fmt.Errorf("read state root: %w", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		r, err := readIDRange(filepath.Join(stateRoot, e.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		a.used[e.Name()] = r.Host
+	}
+	return nil
+}
+
+// allocate returns name's range: the one recorded in stateDir if there is
+// one, else a free range of the pool, which it records there (stateDir must
+// exist).
+func (a *idAllocator) allocate(name, stateDir string) (rootfs.IDRange, error) {
+	if r, err := readIDRange(stateDir); err == nil {
+		a.mu.Lock()
+		a.used[name] = r.Host
+		a.mu.Unlock()
+		return r, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return rootfs.IDRange{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	taken := make(map[uint32]bool, len(a.used))
+	for n, h := range a.used {
+		if n != name {
+			taken[h] = true
+		}
+	}
+	for i := range a.pool.Ranges {
+		host := a.pool.Base + uint32(i)*IDRangeSize
+		if taken[host] {
+			continue
+		}
+		r := rootfs.IDRange{Host: host, Size: IDRangeSize}
+		if err := writeFileAtomic(filepath.Join(stateDir, rangeFile), []byte(fmt.Sprintf("%d %d\n", r.Host, r.Size))); err != nil {
+			return rootfs.IDRange{}, fmt.Errorf("record id range: %w", err)
+		}
+		a.used[name] = host
+		return r, nil
+	}
+	return rootfs.IDRange{}, fmt.Errorf("all %d id ranges of the pool from %d are in use", a.pool.Ranges, a.pool.Base)
+}
+
+// release frees name's range; call it once nothing of the sandbox is left.
+func (a *idAllocator) release(name string) {
+	a.mu.Lock()
+	delete(a.used, name)
+	a.mu.Unlock()
+}
+
+func readIDRange(stateDir string) (rootfs.IDRange, error) {
+	data, err := os.ReadFile(filepath.Join(stateDir, rangeFile))
+	if err != nil {
+		return rootfs.IDRange{}, err
+	}
+	f := strings.Fields(string(data))
+	if len(f) != 2 {
+		return rootfs.IDRange{}, fmt.Errorf("%s/%s: malformed id range %q", stateDir, rangeFile, data)
+	}
+	host, err1 := strconv.ParseUint(f[0], 10, 32)
+	size, err2 := strconv.ParseUint(f[1], 10, 32)
+	r := rootfs.IDRange{Host: uint32(host), Size: uint32(size)}
+	if err := errors.Join(err1, err2); err != nil || !r.Valid() {
+		return rootfs.IDRange{}, fmt.Errorf("%s/%s: malformed id range %q", stateDir, rangeFile, data)
+	}
+	return r, nil
+}
+
+// usesUserns reports whether the flavor's sandboxes get a user namespace of
+// Airlock's making: runc and crun. gVisor's sentry runs the guest in a user
+// namespace of its own and drops its host privileges itself.
+func usesUserns(f Flavor) bool { return f != FlavorRunsc }
+
+// addUserns adds a user namespace mapping r to the spec.
+func addUserns(s *specs.Spec, r rootfs.IDRange) {
+	m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: r.Host, Size: r.Size}}
+	s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+	s.Linux.UIDMappings = m
+	s.Linux.GIDMappings = m
+}
+
+// idRange returns the id range of the sandbox (or probe) name whose
+// directories are dirs, allocating it if need be, and prepares the state
+// directory for it (prepareUserns); nil for runsc. dirs.state must exist.
+// The sandbox's own filesystem is given to its root by prepareStorage.
+func (r *Runtime) idRange(name string, dirs sandboxDirs) (*rootfs.IDRange, error) {
+	if r.ids == nil {
+		return nil, nil
+	}
+	rg, err := r.ids.allocate(name, dirs.state)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.prepareUserns(dirs, rg); err != nil {
+		return nil, err
+	}
+	return &rg, nil
+}
+
+// prepareUserns lets the sandbox's mapped root reach what is its own below
+// the state directory: the runtime resolves the paths of the root
+// filesystem and of the bind mounts (the agent's copy and run directory on
+// the sandbox's filesystem) as the sandbox's root, so the state directory
+// is searchable by the sandbox's group (mode 0710, group the range's first
+// gid) and by nobody else. dirs.lower is created for the idmapped view of
+// the template.
+func (r *Runtime) prepareUserns(dirs sandboxDirs, ids rootfs.IDRange) error {
+	if err := os.MkdirAll(dirs.lower, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chown(dirs.state, 0, int(ids.Host)); err != nil {
+		return fmt.Errorf("let the sandbox's root reach its state directory: %w", err)
+	}
+	if err := os.Chmod(dirs.state, 0o710); err != nil {
+		return fmt.Errorf("let the sandbox's root reach its state directory: %w", err)
+	}
+	return nil
+}
+
+// giveToRoot makes the sandbox's mapped root the owner of each path (nil
+// ids: nothing to do). What the sandbox's root must own on its own
+// filesystem: the filesystem's root directory, the overlay's upper
+// directory (the sandbox's "/", and every file it writes) and work
+// directory, and the agent's directory and run directory, where the agent
+// creates its socket (the host reaches it as host root).
+func giveToRoot(ids *rootfs.IDRange, paths ...string) error {
+	if ids == nil {
+		return nil
+	}
+	for _, p := range paths {
+		if err := os.Lchown(p, int(ids.Host), int(ids.Host)); err != nil {
+			return fmt.Errorf("give %s to the sandbox's root: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// stateRootSearchable makes stateRoot searchable (not readable) by everyone
+// (mode 0711) and checks that its ancestors are: a sandbox's mapped root is
+// not host root, and the runtime resolves the sandbox's root filesystem and
+// run directory below stateRoot as that user. Each sandbox's own directory
+// is closed to all but its own group (prepareUserns).
+func stateRootSearchable(stateRoot string) error {
+	if err := os.Chmod(stateRoot, 0o711); err != nil {
+		return fmt.Errorf("oci: state root: %w", err)
+	}
+	for dir := filepath.Dir(stateRoot); ; dir = filepath.Dir(dir) {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return fmt.Errorf("oci: state root: %w", err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("oci: %s (mode %v) must be searchable by others (chmod o+x): runc and crun sandboxes run as an unprivileged host user that must reach their root filesystem under the state root %s", dir, fi.Mode().Perm(), stateRoot)
+		}
+		if dir == "/" {
+			return nil
+		}
+	}
+}
