@@ -5,12 +5,16 @@ package airtest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/airlockdev/airlock/internal/procfs"
 )
 
 // ModuleRoot returns the directory that holds Airlock's go.mod.
@@ -43,13 +47,8 @@ func BuildBinary(t testing.TB, pkg string) string {
 		return p
 	}
 	root := ModuleRoot(t)
-	dir, err := os.MkdirTemp("", "airtest-bin-")
+	dir, err := buildDir()
 	if err != nil {
-		t.Fatal(err)
-	}
-	// Searchable by everyone: a runc or crun sandbox's root, an
-	// unprivileged host user, must reach a binary bind-mounted from here.
-	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
@@ -66,6 +65,57 @@ func BuildBinary(t testing.TB, pkg string) string {
 	}
 	builds.paths[pkg] = out
 	return out
+}
+
+// buildDir returns a new directory for this test process's binaries,
+// named after the process (pid and start time) under os.TempDir()/airtest-bin,
+// after removing those of test processes that are gone: a test process
+// builds once and cannot know when its last test ends, so the next one
+// cleans up after it.
+func buildDir() (string, error) {
+	parent := filepath.Join(os.TempDir(), "airtest-bin")
+	// Searchable by everyone: a runc or crun sandbox's root, an
+	// unprivileged host user, must reach a binary bind-mounted from here.
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(parent, 0o755); err != nil {
+		return "", err
+	}
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if !processLives(e.Name()) {
+			_ = os.RemoveAll(filepath.Join(parent, e.Name()))
+		}
+	}
+	self, ok := procfs.ReadStat(os.Getpid())
+	if !ok {
+		return "", fmt.Errorf("read /proc/%d/stat", os.Getpid())
+	}
+	dir, err := os.MkdirTemp(parent, fmt.Sprintf("%d-%d-", os.Getpid(), self.StartTime))
+	if err != nil {
+		return "", err
+	}
+	return dir, os.Chmod(dir, 0o755)
+}
+
+// processLives reports whether the test process a build directory is named
+// after ("PID-STARTTIME-…") still runs; names of another form are kept.
+func processLives(name string) bool {
+	f := strings.SplitN(name, "-", 3)
+	if len(f) != 3 {
+		return true
+	}
+	pid, err1 := strconv.Atoi(f[0])
+	start, err2 := strconv.ParseUint(f[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	st, ok := procfs.ReadStat(pid)
+	return ok && st.Alive() && st.StartTime == start
 }
 
 // BuildAgent returns the path of a freshly built static airlock-agent.
