@@ -30,6 +30,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/model"
+
+	"github.com/airlockdev/airlock/internal/atomicfile"
 )
 
 // Errors. Input that cannot become a template (a malicious or malformed
@@ -404,7 +406,7 @@ func (s *Store) publish(st *staging, imp Imported) (bool, error) {
 	case err != nil:
 		return false, fmt.Errorf("publish %s: %w", imp.Digest, err)
 	}
-	if err := syncDir(s.blobsDir()); err != nil {
+	if err := atomicfile.SyncDir(s.blobsDir()); err != nil {
 		return true, err
 	}
 	return true, nil
@@ -436,18 +438,6 @@ func syncfs(dir string) error {
 	defer f.Close()
 	if err := unix.Syncfs(int(f.Fd())); err != nil {
 		return fmt.Errorf("syncfs %s: %w", dir, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
 	}
 	return nil
 }

@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/blobstore"
+
+	"github.com/airlockdev/airlock/internal/atomicfile"
 )
 
 // staleTemp is the age after which a file under tmp/ is taken for the
@@ -147,19 +149,10 @@ func (s *Store) Put(ctx context.Context, d blobstore.Digest, r io.Reader, size i
 	if err := os.Rename(tmp, dst); err != nil {
 		return fmt.Errorf("put blob %s: %w", d, err)
 	}
-	if err := syncDir(filepath.Dir(dst)); err != nil {
+	if err := atomicfile.SyncDir(filepath.Dir(dst)); err != nil {
 		return fmt.Errorf("put blob %s: %w", d, err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 // Open implements blobstore.Store. A blob found corrupt while it is read is
