@@ -93,6 +93,15 @@ func (h Host) DelegatePids(p Path, d PidsDelegation) (string, error) {
 		if err := enableController(parentDir, "pids"); err != nil {
 			return "", err
 		}
+		// A runtime may have delegated p itself to the delegate (crun
+		// chowns a container's cgroup v2 directory and its delegatable
+		// files to the container's root): take back what would let it
+		// create cgroups or change p's controllers.
+		for _, f := range []string{parentDir, filepath.Join(parentDir, "cgroup.subtree_control"), filepath.Join(parentDir, "cgroup.threads")} {
+			if err := os.Lchown(f, 0, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return "", fmt.Errorf("delegate pids cgroup: %w", err)
+			}
+		}
 		owned = append(owned, filepath.Join(parentDir, "cgroup.procs"))
 	}
 	limit := strconv.FormatInt(d.Max, 10)
