@@ -47,6 +47,13 @@ func (c PidsCgroup) Remove() error {
 // SetupPidsCgroup creates (or reuses) a child cgroup with pids.max set, for
 // the agent's workload. On cgroup v2 it enables the pids controller in the
 // parent's cgroup.subtree_control first. The agent itself stays where it is.
+//
+// A cgroup the host prepared is reused without being created or changed:
+// in a user namespace (runc, crun) the host makes the workload cgroup, sets
+// its pids.max and gives the sandbox's root only its cgroup.procs and tasks
+// (and, on cgroup v2, moves the agent into its AgentCgroup leaf and enables
+// pids for the children itself); SetupPidsCgroup then only checks that the
+// limit is Max.
 func SetupPidsCgroup(opts PidsCgroupOptions) (PidsCgroup, error) {
 	if opts.Max <= 0 {
 		return PidsCgroup{}, fmt.Errorf("pids cgroup: max must be > 0, got %d", opts.Max)
@@ -96,14 +103,38 @@ func SetupPidsCgroup(opts PidsCgroupOptions) (PidsCgroup, error) {
 		}
 	}
 	dir := filepath.Join(parent, name)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return PidsCgroup{}, fmt.Errorf("pids cgroup: create %s: %w", dir, err)
+	// A cgroup the host prepared (a sandbox in a user namespace, whose root
+	// may not create cgroups) is used as it is: mkdir would fail there
+	// even for an existing directory once the mount is read-only.
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return PidsCgroup{}, fmt.Errorf("pids cgroup: create %s: %w", dir, err)
+		}
 	}
-	limit := strconv.FormatInt(opts.Max, 10)
-	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(limit), 0o644); err != nil {
-		return PidsCgroup{}, fmt.Errorf("pids cgroup: set pids.max=%s in %s: %w", limit, dir, err)
+	if err := setPidsMax(dir, opts.Max); err != nil {
+		return PidsCgroup{}, err
 	}
 	return PidsCgroup{Dir: dir, Version: version}, nil
+}
+
+// setPidsMax sets dir's pids.max to max. Where the agent may not write it
+// (the host prepared the cgroup and kept its limit to itself) it succeeds
+// only if the limit already is max.
+func setPidsMax(dir string, max int64) error {
+	file := filepath.Join(dir, "pids.max")
+	limit := strconv.FormatInt(max, 10)
+	werr := os.WriteFile(file, []byte(limit), 0o644)
+	if werr == nil {
+		return nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("pids cgroup: set pids.max=%s in %s: %w (read: %w)", limit, dir, werr, err)
+	}
+	if got := strings.TrimSpace(string(data)); got != limit {
+		return fmt.Errorf("pids cgroup: set pids.max=%s in %s: %w (it is %q)", limit, dir, werr, got)
+	}
+	return nil
 }
 
 // AgentCgroup is the cgroup v2 leaf, next to the workload cgroup, that
@@ -168,10 +199,23 @@ func discoverPidsCgroup() (dir string, version int, err error) {
 	if err != nil {
 		return "", 0, fmt.Errorf("pids cgroup: /proc/self/cgroup: %w", err)
 	}
-	return findPidsCgroup(mounts, groups, func(p string) bool {
+	dir, version, err = findPidsCgroup(mounts, groups, func(p string) bool {
 		fi, err := os.Stat(p)
 		return err == nil && fi.IsDir()
 	})
+	return parentOfAgentLeaf(dir, version), version, err
+}
+
+// parentOfAgentLeaf returns the cgroup the agent's workload cgroup belongs
+// in, given the agent's own: on cgroup v2, an agent already in its leaf
+// AgentCgroup (moved there by the host before it started, or by an earlier
+// run of itself) makes its workload cgroup next to the leaf, in the
+// leaf's parent.
+func parentOfAgentLeaf(dir string, version int) string {
+	if version == 2 && filepath.Base(dir) == AgentCgroup {
+		return filepath.Dir(dir)
+	}
+	return dir
 }
 
 // mountInfo is one line of /proc/self/mountinfo (the fields we use).

@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -181,6 +184,79 @@ func testPidsCgroupInProcess(t *testing.T, helperOnly bool) {
 	if _, err := c.Status(ctx, id); !errors.Is(err, agentclient.ErrProcessNotFound) {
 		t.Fatalf("failed start left a record: %v", err)
 	}
+}
+
+// TestPidsCgroupPreparedByHost plays a sandbox in a user namespace: the
+// host prepares the workload cgroup (cgroups.DelegatePids) and gives an
+// unprivileged user only what moves processes into it. As that user,
+// SetupPidsCgroup reuses it when its limit is the one asked for and
+// refuses another; the user can neither create a cgroup nor change the
+// limit.
+func TestPidsCgroupPreparedByHost(t *testing.T) {
+	parent := tempPidsParent(t)
+	host, err := cgroups.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const uid, max = 1<<30 + 12345, 8
+	p := cgroups.Path("/" + filepath.Base(parent))
+	dir, err := host.DelegatePids(p, cgroups.PidsDelegation{Child: agent.DefaultWorkloadCgroup, Leaf: agent.AgentCgroup, Max: max, UID: uid, GID: uid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = asUser(uid, func() error {
+		cg, err := agent.SetupPidsCgroup(agent.PidsCgroupOptions{Max: max, Parent: parent})
+		if err != nil {
+			return err
+		}
+		if cg.Dir != dir {
+			return fmt.Errorf("cgroup dir %s, want %s", cg.Dir, dir)
+		}
+		if _, err := agent.SetupPidsCgroup(agent.PidsCgroupOptions{Max: max + 1, Parent: parent}); err == nil || !strings.Contains(err.Error(), `it is "8"`) {
+			return fmt.Errorf("another limit than the host's: %v", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte("max"), 0); err == nil {
+			return errors.New("the delegate raised pids.max")
+		}
+		for _, d := range []string{parent, dir} {
+			if err := os.Mkdir(filepath.Join(d, "escape"), 0o755); err == nil {
+				return fmt.Errorf("the delegate created a cgroup in %s", d)
+			}
+		}
+		// It can open what moves processes in (the agent's spawner).
+		f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "pids.max")); strings.TrimSpace(string(got)) != strconv.Itoa(max) {
+		t.Fatalf("pids.max = %q", got)
+	}
+}
+
+// asUser runs fn on an OS thread of its own whose user and group IDs are
+// uid (so without capabilities); the thread ends with it.
+func asUser(uid int, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		// Never unlocked: the runtime ends the thread when this goroutine
+		// returns, and creates no thread from it meanwhile.
+		goruntime.LockOSThread()
+		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESGID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+			done <- fmt.Errorf("setresgid: %w", e)
+			return
+		}
+		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+			done <- fmt.Errorf("setresuid: %w", e)
+			return
+		}
+		done <- fn()
+	}()
+	return <-done
 }
 
 func TestPidsCgroupErrors(t *testing.T) {

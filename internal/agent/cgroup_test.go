@@ -97,6 +97,27 @@ func TestFindPidsCgroup(t *testing.T) {
 	}
 }
 
+// TestParentOfAgentLeaf: an agent the host moved into its cgroup v2 leaf
+// makes its workload cgroup next to the leaf; on cgroup v1 it stays where
+// it is.
+func TestParentOfAgentLeaf(t *testing.T) {
+	for _, tt := range []struct {
+		dir     string
+		version int
+		want    string
+	}{
+		{"/sys/fs/cgroup/" + AgentCgroup, 2, "/sys/fs/cgroup"},
+		{"/sys/fs/cgroup/a/" + AgentCgroup, 2, "/sys/fs/cgroup/a"},
+		{"/sys/fs/cgroup", 2, "/sys/fs/cgroup"},
+		{"/sys/fs/cgroup/pids/" + AgentCgroup, 1, "/sys/fs/cgroup/pids/" + AgentCgroup},
+		{"/sys/fs/cgroup/pids", 1, "/sys/fs/cgroup/pids"},
+	} {
+		if got := parentOfAgentLeaf(tt.dir, tt.version); got != tt.want {
+			t.Errorf("parentOfAgentLeaf(%q, %d) = %q, want %q", tt.dir, tt.version, got, tt.want)
+		}
+	}
+}
+
 func TestDiscoverPidsCgroupOnThisHost(t *testing.T) {
 	dir, v, err := discoverPidsCgroup()
 	if err != nil {

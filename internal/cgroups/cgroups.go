@@ -4,7 +4,10 @@
 // kill counter. It also kills and removes a cgroup's leftovers, so a deleted
 // sandbox leaves no cgroup behind in any controller.
 //
-// It never creates cgroups or applies limits: the OCI runtime does that.
+// It creates a sandbox's cgroups and applies their limits only in one case:
+// the child cgroup with a pids limit that a sandbox's agent, in a user
+// namespace, may move its workload into but not change (DelegatePids). The
+// OCI runtime makes the sandbox's own cgroup.
 package cgroups
 
 import (

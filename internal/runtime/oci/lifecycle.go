@@ -59,7 +59,10 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, dirs sandboxDir
 	if err := r.prepare(ctx, spec, dirs); err != nil {
 		return err
 	}
-	return r.runDetached(ctx, dirs.agentLog, "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String())
+	if err := r.runDetached(ctx, dirs.agentLog, "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String()); err != nil {
+		return err
+	}
+	return r.delegateWorkloadCgroup(spec.ID, dirs, spec.Resources.PidsLimit)
 }
 
 // prepare sets up the sandbox's filesystem, writes the bundle and mounts
@@ -149,6 +152,9 @@ func writeFileAtomic(path string, data []byte) error {
 func (r *Runtime) Start(ctx context.Context, id model.SandboxID) error {
 	unlock := r.lock(id)
 	defer unlock()
+	if err := r.ensureWorkloadCgroup(ctx, id); err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
 	// Optimistic: starting a created container is the common case, and
 	// asking for its state first would cost another exec of the runtime.
 	_, startErr := r.run(ctx, "start", id.String())

@@ -97,6 +97,14 @@ func (r testRuntime) CrashStates() []runtimetest.CrashState {
 			}
 			defer userns.Close()
 			return rootfs.MountIDMapped(spec.TemplateDir, d.lower, userns)
+		}}, runtimetest.CrashState{Name: "CreatedBeforeWorkloadCgroup", Make: func(ctx context.Context, spec runtime.Spec) error {
+			// A crash between the runtime's create and the host's
+			// workload cgroup (delegateWorkloadCgroup).
+			d := r.dirs(spec.ID)
+			if err := r.prepare(ctx, spec, d); err != nil {
+				return err
+			}
+			return r.runDetached(ctx, d.agentLog, "create", "--bundle", d.bundle, "--pid-file", d.pidFile, spec.ID.String())
 		}})
 	}
 	return states

@@ -176,8 +176,7 @@ exec /` + syscallProbe + ` fork 300 hold
 		}
 	}
 	t.Logf("fork bomb: %d sleeps started, %d forks failed, with a pids limit of %d", started, failed, res.PidsLimit)
-	// The forker itself (its threads) is part of the limit (and on runc and
-	// crun the agent is too).
+	// The forker itself (its threads) is part of the limit.
 	if failed == 0 || int64(started) >= res.PidsLimit {
 		t.Errorf("forks beyond the limit did not fail inside: %d started, %d failed, limit %d\nstdout: %s\nstderr: %.2000s",
 			started, failed, res.PidsLimit, bomb.Stdout, bomb.Stderr)
@@ -185,8 +184,8 @@ exec /` + syscallProbe + ` fork 300 hold
 	mustState(t, rt, spec.ID, runtime.PhaseRunning)
 
 	// The workload is full (for 20 s): a new connection must reach the
-	// agent at once, and (under gVisor, where the agent is outside the
-	// workload's limit) the agent must start a command beside it.
+	// agent at once, and the agent, outside the workload's limit, must
+	// start a command beside it.
 	start := time.Now()
 	ictx, icancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer icancel()
@@ -197,12 +196,10 @@ exec /` + syscallProbe + ` fork 300 hold
 	start = time.Now()
 	echo, err := tryRun(t, c, "echo", "beside")
 	t.Logf("a command beside the full workload: %q, %v (%v)", echo.Stdout, err, time.Since(start))
-	if rt.Info().Isolation == runtime.IsolationUserSpaceKernel && (err != nil || string(echo.Stdout) != "beside\n") {
+	if err != nil || string(echo.Stdout) != "beside\n" {
 		t.Errorf("the agent could not start a command beside the full workload: %+v, %v", echo, err)
 	}
-	// The agent starts commands again at the latest when the sleeps end
-	// (on runc and crun the limit counts the agent too; under gVisor its
-	// workload cgroup leaves it room at once), and the sleeps stayed
+	// The agent starts commands (it did above) and the sleeps stayed
 	// within the limit. Only shell built-ins count them: no fork.
 	count := `n=0; for f in /proc/[0-9]*/comm; do read c < "$f" 2>/dev/null && [ "$c" = sleep ] && n=$((n+1)); done; echo $n`
 	var sleeps int
