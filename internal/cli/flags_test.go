@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
 
 func TestParseKV(t *testing.T) {
@@ -157,7 +158,7 @@ func FuzzSignalNumber(f *testing.F) {
 
 func TestServerDiskAndTimeoutFlags(t *testing.T) {
 	ok := serverFlags{listen: "127.0.0.1:0", grace: time.Second, overcommit: 1, maxConns: 1, mutBurst: 1,
-		defaultDisk: 2048, maxDisk: 4096, bodyTimeout: time.Second}
+		defaultDisk: 2048, maxDisk: 4096, bodyTimeout: time.Second, usernsBase: oci.DefaultIDBase, usernsN: 1}
 	opts, err := ok.options("/tmp/x", slog.DiscardHandler)
 	if err != nil || opts.DefaultDiskMiB != 2048 || opts.MaxDiskMiB != 4096 || opts.BodyReadTimeout != time.Second {
 		t.Fatalf("%+v, %v", opts, err)
@@ -167,6 +168,9 @@ func TestServerDiskAndTimeoutFlags(t *testing.T) {
 		func(f *serverFlags) { f.defaultDisk = 63 },
 		func(f *serverFlags) { f.maxDisk = 32 },
 		func(f *serverFlags) { f.bodyTimeout = 0 },
+		func(f *serverFlags) { f.usernsBase = 1000 },                    // host users inside a range
+		func(f *serverFlags) { f.usernsN = 0 },                          // no range at all
+		func(f *serverFlags) { f.usernsBase, f.usernsN = 1<<31, 1<<15 }, // beyond the largest id
 	} {
 		f := ok
 		bad(&f)
