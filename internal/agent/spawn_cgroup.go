@@ -25,7 +25,8 @@ const (
 	// dedicated, locked OS thread joins the cgroup through its tasks file
 	// and forks there; the child inherits the thread's cgroup, and the
 	// fork itself is charged to (and limited by) the cgroup's pids.max.
-	// The thread is never reused: it exits with its goroutine.
+	// The thread returns to the agent's cgroup after the fork, or, where
+	// it may not (user namespaces), exits.
 	spawnViaThread = "thread"
 	// spawnViaCloneInto (cgroup v2): clone3 with CLONE_INTO_CGROUP.
 	spawnViaCloneInto = "clone-into-cgroup"
@@ -47,8 +48,19 @@ type cgroupSpawner struct {
 	dirFD  int      // cgroup v2: an O_PATH descriptor of dir (kept for the process's life), else -1
 	procs  *os.File // dir/cgroup.procs, open for writing: handed to the helper
 	tasks  *os.File // cgroup v1: dir/tasks, where a spawning thread joins
-	home   *os.File // cgroup v1: tasks of the agent's own pids cgroup, where a spawning thread returns
+	home   *os.File // cgroup v1: tasks of the agent's own pids cgroup, where a spawning thread returns; nil: see resident
 	reason string
+	// resident (cgroup v1 without home): the requests of the one spawning
+	// thread that lives in the workload cgroup for good; closed by close.
+	resident chan spawnRequest
+}
+
+// spawnRequest asks the resident spawning thread to start a process.
+type spawnRequest struct {
+	path string
+	argv []string
+	attr *os.ProcAttr
+	done chan<- spawned
 }
 
 // newCgroupSpawner picks the mechanism for dir: the helper if onlyHelper,
@@ -80,13 +92,19 @@ func newCgroupSpawner(dir string, onlyHelper bool, log *slog.Logger) (*cgroupSpa
 			s.reason = err.Error()
 			return s, nil
 		}
+		// Under a user namespace the agent's own cgroup stays host
+		// root's (so a workload cannot move back into it): a thread that
+		// joined the workload cgroup cannot return. Then one thread
+		// joins it for good and makes every fork (serveResident).
 		homeTasks, err := os.OpenFile(filepath.Join(home, "tasks"), os.O_WRONLY, 0)
 		if err != nil {
-			tasks.Close()
-			s.reason = err.Error()
-			return s, nil
+			s.reason = fmt.Sprintf("spawning threads end after their fork: %v", err)
+			homeTasks = nil
 		}
 		s.mode, s.tasks, s.home = spawnViaThread, tasks, homeTasks
+		if homeTasks == nil {
+			s.startResident()
+		}
 	case unix.CGROUP2_SUPER_MAGIC:
 		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -103,6 +121,10 @@ func newCgroupSpawner(dir string, onlyHelper bool, log *slog.Logger) (*cgroupSpa
 func (s *cgroupSpawner) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.resident != nil {
+		close(s.resident)
+		s.resident = nil
+	}
 	for _, f := range []*os.File{s.procs, s.tasks, s.home} {
 		if f != nil {
 			f.Close()
@@ -160,36 +182,98 @@ func (s *cgroupSpawner) start(mode, path string, argv []string, attr *os.ProcAtt
 		p, err := os.StartProcess(path, argv, &a)
 		return p, classify(err)
 	case spawnViaThread:
-		type result struct {
-			p   *os.Process
-			err error
+		done := make(chan spawned, 1)
+		s.mu.Lock()
+		resident := s.resident
+		if resident != nil {
+			resident <- spawnRequest{path, argv, attr, done}
 		}
-		done := make(chan result, 1)
-		// The goroutine owns a locked thread that joins the cgroup for
-		// the fork and returns home after it (a locked thread never
-		// clones new runtime threads, so none is born in the cgroup).
-		// If it cannot return, the goroutine ends still locked and the
-		// runtime ends the thread.
-		go func() {
-			goruntime.LockOSThread()
-			tid := []byte(strconv.Itoa(unix.Gettid()))
-			if _, err := s.tasks.Write(tid); err != nil {
-				goruntime.UnlockOSThread()
-				done <- result{err: fmt.Errorf("%w: join %s with thread %s: %w", errRefused, s.dir, tid, err)}
-				return
-			}
-			p, err := os.StartProcess(path, argv, attr)
-			done <- result{p, classify(err)}
-			if _, err := s.home.Write(tid); err != nil {
-				s.log.Warn("a spawning thread could not leave the workload cgroup; ending it", "tid", string(tid), "err", err)
-				return
-			}
-			goruntime.UnlockOSThread()
-		}()
+		s.mu.Unlock()
+		if resident == nil {
+			// The fork runs on a locked thread that joins the cgroup for
+			// it and returns home after it (a locked thread never clones
+			// new runtime threads, so none is born in the cgroup).
+			onSpareThread(func() { s.forkOnThread(path, argv, attr, done) })
+		}
 		r := <-done
 		return r.p, r.err
 	}
 	return nil, fmt.Errorf("%w: unknown mechanism %q", errRefused, mode)
+}
+
+// spawned is what a start on a spawning thread gives.
+type spawned struct {
+	p   *os.Process
+	err error
+}
+
+// onSpareThread runs fn in a new goroutine locked to an OS thread other
+// than the main one. If fn returns still locked, the runtime ends that
+// thread; it never ends the main thread (a goroutine that exits locked to
+// it wedges it instead), so while the main thread is the one locked, it is
+// held and fn runs on another.
+func onSpareThread(fn func()) {
+	go func() {
+		goruntime.LockOSThread()
+		if unix.Gettid() != unix.Getpid() {
+			fn()
+			return
+		}
+		spare := make(chan struct{})
+		go func() {
+			defer close(spare)
+			goruntime.LockOSThread()
+			fn()
+		}()
+		<-spare
+		goruntime.UnlockOSThread()
+	}()
+}
+
+// startResident starts the resident spawning thread.
+func (s *cgroupSpawner) startResident() {
+	s.resident = make(chan spawnRequest)
+	onSpareThread(func() { s.serveResident(s.resident) })
+}
+
+// serveResident runs on a locked spare thread: it joins the workload
+// cgroup for good and starts every process asked of it there, until close.
+// The thread counts against the cgroup's pids.max. It returns locked, so
+// the runtime ends the thread.
+func (s *cgroupSpawner) serveResident(reqs <-chan spawnRequest) {
+	tid := []byte(strconv.Itoa(unix.Gettid()))
+	_, joinErr := s.tasks.Write(tid)
+	if joinErr != nil {
+		joinErr = fmt.Errorf("%w: join %s with thread %s: %w", errRefused, s.dir, tid, joinErr)
+	}
+	for req := range reqs {
+		if joinErr != nil {
+			req.done <- spawned{err: joinErr}
+			continue
+		}
+		p, err := os.StartProcess(req.path, req.argv, req.attr)
+		req.done <- spawned{p, classify(err)}
+	}
+}
+
+// forkOnThread runs on a goroutine locked to a thread other than the main
+// one: the thread joins the workload cgroup, forks there and goes back to
+// the agent's cgroup, unlocking; if it cannot go back, it returns still
+// locked, so that the runtime ends the thread when its goroutine ends.
+func (s *cgroupSpawner) forkOnThread(path string, argv []string, attr *os.ProcAttr, done chan<- spawned) {
+	tid := []byte(strconv.Itoa(unix.Gettid()))
+	if _, err := s.tasks.Write(tid); err != nil {
+		goruntime.UnlockOSThread()
+		done <- spawned{err: fmt.Errorf("%w: join %s with thread %s: %w", errRefused, s.dir, tid, err)}
+		return
+	}
+	p, err := os.StartProcess(path, argv, attr)
+	done <- spawned{p, classify(err)}
+	if _, err := s.home.Write(tid); err != nil {
+		s.log.Warn("a spawning thread could not leave the workload cgroup; ending it", "tid", string(tid), "err", err)
+		return
+	}
+	goruntime.UnlockOSThread()
 }
 
 // classify wraps a start error in errCgroupFull if the fork hit pids.max,

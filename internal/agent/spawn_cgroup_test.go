@@ -90,6 +90,56 @@ func TestCgroupSpawnerThreadV1(t *testing.T) {
 	}
 }
 
+// Under a user namespace the agent may not write its own cgroup's tasks
+// (home is nil): one resident thread then lives in the cgroup and forks
+// every child there; after close it ends, and no thread of this process
+// stays in the cgroup.
+func TestCgroupSpawnerThreadV1WithoutReturn(t *testing.T) {
+	if fi, err := os.Stat("/sys/fs/cgroup/pids"); err != nil || !fi.IsDir() {
+		t.Skip("needs a cgroup v1 pids hierarchy at /sys/fs/cgroup/pids")
+	}
+	dir := tempCgroup(t, "/sys/fs/cgroup/pids")
+	s, err := newCgroupSpawner(dir, false, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.close) // again: a no-op after the close below
+	s.home.Close()
+	s.home = nil
+	s.startResident()
+	for i := 0; i < 3; i++ {
+		out := runIn(t, s)
+		if !strings.Contains(out, ":pids:/"+filepath.Base(dir)+"\n") && !strings.Contains(out, "/"+filepath.Base(dir)+"\n") {
+			t.Fatalf("child's cgroups:\n%s\nwant pids in %s", out, dir)
+		}
+	}
+	if s.current() != spawnViaThread {
+		t.Fatalf("fell back to %q", s.current())
+	}
+	tasks, err := os.ReadFile(filepath.Join(dir, "tasks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(strings.Fields(string(tasks))); n != 1 {
+		t.Fatalf("%d threads in the workload cgroup, want the resident one: %q", n, tasks)
+	}
+	s.close()
+	// The resident thread leaves the cgroup as it ends.
+	for i := 0; ; i++ {
+		tasks, err := os.ReadFile(filepath.Join(dir, "tasks"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bytes.TrimSpace(tasks)) == 0 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("threads left in the workload cgroup: %q", tasks)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // On cgroup v2, clone3 with CLONE_INTO_CGROUP places the child. This host
 // kind has only a hugetlb-only cgroup2 mount next to v1, which is enough
 // to check the placement.
@@ -127,7 +177,7 @@ func BenchmarkStartTrue(b *testing.B) {
 	if _, err := os.Stat("/sys/fs/cgroup/pids"); err != nil {
 		b.Skip("needs a cgroup v1 pids hierarchy")
 	}
-	for _, mode := range []string{"none", "direct", "helper"} {
+	for _, mode := range []string{"none", "direct", "direct-no-return", "helper"} {
 		b.Run(mode, func(b *testing.B) {
 			opts := Options{Env: []string{"PATH=/usr/bin:/bin"}, DrainTimeout: time.Second}
 			if mode != "none" {
@@ -139,6 +189,11 @@ func BenchmarkStartTrue(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer srv.Close()
+			if mode == "direct-no-return" {
+				srv.cgroup.home.Close()
+				srv.cgroup.home = nil
+				srv.cgroup.startResident()
+			}
 			for b.Loop() {
 				c, pio, err := srv.startProcess(startSpec{id: model.NewProcessID(), args: []string{"true"}, cwd: "/"})
 				if err != nil {
