@@ -144,7 +144,8 @@ type target struct {
 
 // authorizeProcess checks the request's attachment token (signature and
 // claims only, see authz.go) for action on the URL's {process_id}, loads the
-// process's command session (for its spec) and checks that the sandbox runs;
+// process's command session (for its spec) with its sandbox's state in one
+// read and checks that the sandbox runs;
 // on failure it has written the error.
 func (d *DataPlane) authorizeProcess(w http.ResponseWriter, r *http.Request, action auth.Action) (target, bool) {
 	ctx := r.Context()
@@ -157,7 +158,7 @@ func (d *DataPlane) authorizeProcess(w http.ResponseWriter, r *http.Request, act
 	if !ok {
 		return target{}, false
 	}
-	cs, err := d.cfg.Store.GetCommandSessionByProcess(ctx, pid)
+	cs, state, err := d.cfg.Store.GetAttachTarget(ctx, pid)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "the command session of this token no longer exists")
@@ -170,17 +171,11 @@ func (d *DataPlane) authorizeProcess(w http.ResponseWriter, r *http.Request, act
 	if !authorizeSession(w, claims, cs) {
 		return target{}, false
 	}
-	sb, err := d.cfg.Store.GetSandboxByID(ctx, cs.SandboxID)
-	if err != nil {
-		d.log.ErrorContext(ctx, "load sandbox", "sandbox", cs.SandboxID, "err", err)
-		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not load the sandbox")
+	if state != model.StateRunning {
+		writeError(w, http.StatusConflict, apiv1.CodeSandboxNotRunning, fmt.Sprintf("sandbox %s is %s", cs.SandboxID, state))
 		return target{}, false
 	}
-	if sb.State != model.StateRunning {
-		writeError(w, http.StatusConflict, apiv1.CodeSandboxNotRunning, fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State))
-		return target{}, false
-	}
-	agent, err := d.cfg.Agents.Agent(sb.ID)
+	agent, err := d.cfg.Agents.Agent(cs.SandboxID)
 	if err != nil {
 		writeProcError(w, err)
 		return target{}, false

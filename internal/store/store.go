@@ -191,6 +191,9 @@ type Store interface {
 	// Command sessions.
 	CreateCommandSession(ctx context.Context, cs model.CommandSession, idem *IdempotencyRecord) error
 	GetCommandSessionByProcess(ctx context.Context, id model.ProcessID) (model.CommandSession, error)
+	// GetAttachTarget is GetCommandSessionByProcess plus the current state of
+	// the session's sandbox, in one read (the data plane asks on every attach).
+	GetAttachTarget(ctx context.Context, id model.ProcessID) (model.CommandSession, model.SandboxState, error)
 	// MarkCommandSessionAttached sets attached_at if unset and reports whether this call set it.
 	MarkCommandSessionAttached(ctx context.Context, id model.CommandSessionID, at time.Time) (first bool, err error)
 

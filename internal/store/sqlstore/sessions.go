@@ -65,6 +65,9 @@ func (s storedSpec) parse(id string) (model.ProcessSpec, error) {
 
 const sessionColumns = `id, project_id, sandbox_id, process_id, spec, token_hash, created_at, expires_at, attached_at`
 
+// joinedSessionColumns are sessionColumns of the table aliased c.
+const joinedSessionColumns = `c.id, c.project_id, c.sandbox_id, c.process_id, c.spec, c.token_hash, c.created_at, c.expires_at, c.attached_at`
+
 func scanSession(row interface{ Scan(...any) error }) (model.CommandSession, error) {
 	var (
 		cs                                   model.CommandSession
@@ -134,6 +137,31 @@ func (s *Store) GetCommandSessionByProcess(ctx context.Context, id model.Process
 	}
 	return cs, nil
 }
+
+// GetAttachTarget implements store.Store.
+func (s *Store) GetAttachTarget(ctx context.Context, id model.ProcessID) (model.CommandSession, model.SandboxState, error) {
+	var state string
+	row := s.queryRow(ctx, `SELECT `+joinedSessionColumns+`, s.state FROM command_sessions c
+		JOIN sandboxes s ON s.id = c.sandbox_id WHERE c.process_id = ?`, string(id))
+	cs, err := scanSession(scanWithExtra{row, []any{&state}})
+	if err != nil {
+		return model.CommandSession{}, "", fmt.Errorf("get attach target of process %s: %w", id, errNotFound(err))
+	}
+	st, err := model.ParseSandboxState(state)
+	if err != nil {
+		return model.CommandSession{}, "", fmt.Errorf("stored sandbox %s: %w", cs.SandboxID, err)
+	}
+	return cs, st, nil
+}
+
+// scanWithExtra scans a row's leading columns into what Scan is given and
+// its trailing ones into extra.
+type scanWithExtra struct {
+	row   interface{ Scan(...any) error }
+	extra []any
+}
+
+func (r scanWithExtra) Scan(dest ...any) error { return r.row.Scan(append(dest, r.extra...)...) }
 
 // MarkCommandSessionAttached implements store.Store: a compare-and-swap on
 // attached_at IS NULL, so exactly one caller sees first == true.

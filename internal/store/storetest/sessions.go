@@ -74,6 +74,16 @@ func testCommandSessions(e *env) {
 	mustIs(t, e.s.CreateCommandSession(e.ctx, ghost, nil), store.ErrNotFound)
 	_, err = e.s.GetCommandSessionByProcess(e.ctx, model.NewProcessID())
 	mustIs(t, err, store.ErrNotFound)
+
+	// The attach target: the same session and its sandbox's current state.
+	got, state, err := e.s.GetAttachTarget(e.ctx, cs.ProcessID)
+	must(t, err)
+	checkSession(e, got, cs)
+	if state != sb.State {
+		t.Errorf("attach target state %q, want %q", state, sb.State)
+	}
+	_, _, err = e.s.GetAttachTarget(e.ctx, model.NewProcessID())
+	mustIs(t, err, store.ErrNotFound)
 }
 
 func testAttachOnce(e *env) {
