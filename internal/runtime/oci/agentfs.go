@@ -97,6 +97,12 @@ func (a *agentFS) install(src string) (string, error) {
 			return filepath.Join(a.dir, k.digest), nil
 		}
 	}
+	// Not known yet, changed, or its file gone: look at the mount table
+	// afresh (someone may have unmounted the tmpfs), then hash.
+	a.mounted = false
+	if err := a.ensureMounted(); err != nil {
+		return "", err
+	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return "", fmt.Errorf("agent binary %s: %w", src, err)
