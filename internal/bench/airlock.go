@@ -338,7 +338,8 @@ func (a *airlockSubject) stop() error {
 
 // sweepRuntime is the backstop after the server stopped: containers its
 // runtime still knows (a sandbox the server failed to delete) are deleted
-// with the OCI driver, which also unmounts and removes their cgroups. The
+// with the OCI driver, which also unmounts and removes their cgroups; then
+// the runtime's shared agent filesystem is unmounted. The
 // runtime's directories are the server's layout DATA/runtime/<flavor>/.
 func (a *airlockSubject) sweepRuntime(ctx context.Context) error {
 	base := filepath.Join(a.dir, "runtime", string(a.flavor))
@@ -365,5 +366,10 @@ func (a *airlockSubject) sweepRuntime(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	// The runtime's shared agent filesystem, which the server leaves
+	// mounted for its sandboxes.
+	return rt.ReleaseAgentFS(ctx)
 }

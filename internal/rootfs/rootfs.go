@@ -101,6 +101,30 @@ func IsMounted(target string) (bool, error) {
 	return false, nil
 }
 
+// MountsAt returns the mounts whose mount point is target (after resolving
+// symlinks), in mount order: the last one is on top. A missing target has
+// none.
+func MountsAt(target string) ([]mountinfo.Mount, error) {
+	path, err := canonical(target)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	mounts, err := mountinfo.Read()
+	if err != nil {
+		return nil, err
+	}
+	var out []mountinfo.Mount
+	for _, m := range mounts {
+		if m.MountPoint == path {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
 // MountsUnder returns the mount points at or below dir (after resolving
 // symlinks), deepest first, so they can be unmounted in that order.
 func MountsUnder(dir string) ([]string, error) {

@@ -108,6 +108,9 @@ func TestUnmountStacked(t *testing.T) {
 	if under, _ := MountsUnder(l.merged); len(under) != 2 {
 		t.Fatalf("MountsUnder = %q, want two stacked mounts", under)
 	}
+	if at, err := MountsAt(l.merged); err != nil || len(at) != 2 || at[0].FSType != "overlay" || at[0].ID == at[1].ID {
+		t.Fatalf("MountsAt = %+v, %v; want the two overlays", at, err)
+	}
 	if err := Unmount(ctx, nil, l.merged); err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +151,12 @@ func TestIsMountedMissingPath(t *testing.T) {
 	}
 	if mounted, err := IsMounted("/proc"); err != nil || !mounted {
 		t.Fatalf("IsMounted(/proc) = %v, %v", mounted, err)
+	}
+	if at, err := MountsAt(filepath.Join(t.TempDir(), "does-not-exist")); err != nil || len(at) != 0 {
+		t.Fatalf("MountsAt(missing) = %+v, %v", at, err)
+	}
+	if at, err := MountsAt("/proc"); err != nil || len(at) == 0 || at[len(at)-1].FSType != "proc" {
+		t.Fatalf("MountsAt(/proc) = %+v, %v", at, err)
 	}
 }
 

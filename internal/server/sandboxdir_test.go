@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
 
@@ -64,15 +65,30 @@ func TestSandboxDirSearchableForUserns(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// A pool of its own, far from the default one of servers on this host.
 	ids := oci.IDPool{Base: oci.DefaultIDBase + 1<<29, Ranges: 2}
-	if _, err := selectRuntime(context.Background(), "runc", ids, dd, sandboxDir, agent, log); err != nil {
+	rt, err := selectRuntime(context.Background(), "runc", ids, dd, sandboxDir, agent, log)
+	if err != nil {
 		t.Fatalf("runc with --sandbox-dir: %v", err)
+	}
+	// The probe mounted the runtime's shared agent filesystem, which a
+	// server leaves mounted for its sandboxes.
+	agentFS := filepath.Join(sandboxDir, "runc", ".agentfs")
+	t.Cleanup(func() {
+		if err := rt.(*oci.Runtime).ReleaseAgentFS(context.Background()); err != nil {
+			t.Errorf("ReleaseAgentFS: %v", err)
+		}
+		if mounted, err := rootfs.IsMounted(agentFS); err != nil || mounted {
+			t.Errorf("%s still mounted (%v)", agentFS, err)
+		}
+	})
+	if mounted, err := rootfs.IsMounted(agentFS); err != nil || !mounted {
+		t.Errorf("the shared agent filesystem %s is not mounted (%v)", agentFS, err)
 	}
 	for dir, want := range map[string]os.FileMode{sandboxDir: 0o711, filepath.Join(sandboxDir, "runc"): 0o711} {
 		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != want {
 			t.Errorf("%s: %v, %v; want mode %v", dir, fi, err, want)
 		}
 	}
-	if entries, err := os.ReadDir(filepath.Join(sandboxDir, "runc")); err != nil || len(entries) != 0 {
-		t.Errorf("the probe left %d entries in the state root (%v)", len(entries), err)
+	if entries, err := os.ReadDir(filepath.Join(sandboxDir, "runc")); err != nil || len(entries) != 1 || entries[0].Name() != ".agentfs" {
+		t.Errorf("the probe left %d entries in the state root, not just the shared agent filesystem (%v)", len(entries), err)
 	}
 }

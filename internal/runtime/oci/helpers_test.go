@@ -22,7 +22,8 @@ var allFlavors = []Flavor{FlavorRunc, FlavorCrun, FlavorRunsc}
 // cgroup parent and a very long state root (beyond the 108-byte limit of
 // Unix socket addresses). When the test ends it fails if a cgroup was
 // leaked under the parent, and removes what the runtime keeps in its root
-// (runsc keeps a null-netns bind mount there).
+// (runsc keeps a null-netns bind mount there) and the shared agent
+// filesystem.
 func testConfig(t *testing.T, flavor Flavor) Config {
 	t.Helper()
 	airtest.RequireRoot(t)
@@ -72,8 +73,11 @@ func testConfig(t *testing.T, flavor Flavor) Config {
 		if err != nil {
 			t.Errorf("mounts under the test dir: %v", err)
 		}
+		// The shared agent filesystem stays mounted while sandboxes may
+		// exist (a server never unmounts it): unmounted here.
+		agentFS := filepath.Join(cfg.StateRoot, agentFSName)
 		for _, m := range mounts {
-			if !strings.HasPrefix(m, cfg.RootDir+"/") {
+			if !strings.HasPrefix(m, cfg.RootDir+"/") && m != agentFS {
 				t.Errorf("leaked mount %s", m)
 			}
 			if err := rootfs.Unmount(ctx, nil, m); err != nil {

@@ -80,14 +80,19 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 			return err
 		}
 	}
+	// After the state directory exists: ReleaseAgentFS sees the sandbox.
+	agent, err := r.agent.install(spec.AgentBinary)
+	if err != nil {
+		return err
+	}
 	ids, err := r.idRange(spec.ID.String(), dirs)
 	if err != nil {
 		return err
 	}
-	if err := r.prepareStorage(ctx, spec.Resources.DiskBytes, spec.AgentBinary, dirs, ids); err != nil {
+	if err := r.prepareStorage(ctx, spec.Resources.DiskBytes, dirs, ids); err != nil {
 		return err
 	}
-	oci, err := r.bundleSpec(spec, dirs, ids)
+	oci, err := r.bundleSpec(spec, dirs, ids, agent)
 	if err != nil {
 		return err
 	}

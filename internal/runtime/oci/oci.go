@@ -16,8 +16,6 @@
 //	                    limit a directory on StateRoot's filesystem):
 //	  upper/, work/     the overlay's upper and work directories
 //	  meta/             without a limit a small tmpfs; the agent's files:
-//	    airlock-agent   a copy of the agent binary, bind-mounted read-only
-//	                    at /.airlock/bin/airlock-agent
 //	    run/            bind-mounted at /.airlock/run; the agent listens on run/agent.sock
 //	lower/              runc, crun: where the template's idmapped view is attached while the overlay is mounted, on kernels that cannot use it detached
 //	idrange             the sandbox's host uid/gid range (runc, crun): see IDPool
@@ -26,10 +24,16 @@
 //	pid                 the runtime's --pid-file
 //	stop-requested      written by Stop, so State can tell a requested stop from an OOM kill
 //
+// and the runtime's shared agent filesystem (agentfs.go) in
+// StateRoot/.agentfs/: a read-only tmpfs holding each agent version as
+// <sha256 hex>, which every sandbox bind-mounts read-only at
+// /.airlock/bin/airlock-agent (nothing is copied per sandbox).
+//
 // Nothing the guest can see names a host path: the overlay's layers are
-// given as /proc/self/fd links, and the agent's binary and run directory
-// are bind-mounted from the sandbox's own filesystem, so the mount table
-// shows them as paths inside it (/meta/run), not in the data directory.
+// given as /proc/self/fd links, the agent's binary is bind-mounted from
+// the shared tmpfs and its run directory from the sandbox's own
+// filesystem, so the mount table shows them as paths inside those
+// (/<digest>, /meta/run), not in the data directory.
 package oci
 
 import (
@@ -101,7 +105,9 @@ type Runtime struct {
 	// ids hands out the sandboxes' user namespace id ranges; nil for
 	// runsc.
 	ids *idAllocator
-	log *slog.Logger
+	// agent is the shared agent filesystem, mounted on first use.
+	agent *agentFS
+	log   *slog.Logger
 
 	mu    sync.Mutex
 	locks map[model.SandboxID]*idLock
@@ -178,6 +184,7 @@ func New(cfg Config) (*Runtime, error) {
 		cgroupParent: cgParent,
 		cgroups:      host,
 		log:          logger.With("runtime", string(flavor)),
+		agent:        newAgentFS(cfg.StateRoot, logger.With("runtime", string(flavor))),
 		locks:        map[model.SandboxID]*idLock{},
 		live:         map[model.SandboxID]liveProc{},
 	}
@@ -222,7 +229,7 @@ func (r *Runtime) Info() runtime.Info {
 
 // sandboxDirs are the host paths of one sandbox.
 type sandboxDirs struct {
-	state, bundle, image, fs, upper, work, meta, agent, run, rootfs, agentLog, pidFile, stopMarker string
+	state, bundle, image, fs, upper, work, meta, run, rootfs, agentLog, pidFile, stopMarker string
 	// lower is where the idmapped view of the template is attached while
 	// the overlay is being mounted, on kernels that cannot use it
 	// detached (runc and crun).
@@ -246,7 +253,6 @@ func dirsAt(s string) sandboxDirs {
 		upper:      filepath.Join(fs, "upper"),
 		work:       filepath.Join(fs, "work"),
 		meta:       meta,
-		agent:      filepath.Join(meta, "airlock-agent"),
 		run:        filepath.Join(meta, "run"),
 		lower:      filepath.Join(s, "lower"),
 		rootfs:     filepath.Join(s, "rootfs"),

@@ -31,9 +31,12 @@ const probePrefix = "airlock-probe-"
 
 // Probe proves that the runtime configured by cfg really runs containers on
 // this host: it runs a throwaway container made as a sandbox is (see probe)
-// over an empty template, with only the agent's copy and its run directory
+// over an empty template, with only the agent (the shared agent
+// filesystem's file, as a sandbox has it) and its run directory
 // bind-mounted, executes `/.airlock/bin/airlock-agent --version` in it and
-// checks that it prints what the agent prints on the host. It removes everything it created.
+// checks that it prints what the agent prints on the host. It removes
+// everything it created but the shared agent filesystem, which the
+// runtime's sandboxes go on to use (see ReleaseAgentFS).
 func Probe(ctx context.Context, cfg Config, agentBinary string) (runtime.Info, error) {
 	r, err := New(cfg)
 	if err != nil {
@@ -85,8 +88,8 @@ func (r *Runtime) probe(ctx context.Context, agentBinary string) (out string, er
 	}
 	// The probe's container is made as a sandbox's is, over an empty
 	// template: its own filesystem (a disk image of the smallest limit)
-	// holding the overlay's upper layer, the agent's copy and run
-	// directory; with a user namespace, all of it given to the mapped root
+	// holding the overlay's upper layer and the agent's run directory, the
+	// agent bind-mounted from the shared agent filesystem; with a user namespace, all of it given to the mapped root
 	// and the overlay over an idmapped view of the template.
 	dirs := dirsAt(dir)
 	template := filepath.Join(dir, "template")
@@ -100,11 +103,15 @@ func (r *Runtime) probe(ctx context.Context, agentBinary string) (out string, er
 			return "", err
 		}
 	}
+	agent, err := r.agent.install(agentBinary)
+	if err != nil {
+		return "", err
+	}
 	ids, err := r.idRange(name, dirs)
 	if err != nil {
 		return "", err
 	}
-	if err := r.prepareStorage(ctx, probeDiskBytes, agentBinary, dirs, ids); err != nil {
+	if err := r.prepareStorage(ctx, probeDiskBytes, dirs, ids); err != nil {
 		return "", err
 	}
 	if err := r.mountRootfs(ctx, template, dirs, ids); err != nil {
@@ -116,7 +123,7 @@ func (r *Runtime) probe(ctx context.Context, agentBinary string) (out string, er
 		rootfs:      dirs.rootfs,
 		hostname:    "airlock-probe",
 		cgroup:      cg,
-		agentBinary: dirs.agent,
+		agentBinary: agent, // the same file as a sandbox's
 		runDir:      dirs.run,
 		resources:   runtime.Resources{CPUs: 1, MemoryBytes: 512 << 20, PidsLimit: 64, DiskBytes: probeDiskBytes},
 		ids:         ids,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,9 +36,14 @@ func TestProbe(t *testing.T) {
 			if info.Isolation != wantIso {
 				t.Fatalf("Isolation = %s, want %s", info.Isolation, wantIso)
 			}
+			// Only the shared agent filesystem stays, holding the agent the
+			// probe ran.
 			entries, err := os.ReadDir(cfg.StateRoot)
-			if err != nil || len(entries) != 0 {
+			if err != nil || len(entries) != 1 || entries[0].Name() != agentFSName {
 				t.Fatalf("state root after probe: %v entries, %v", len(entries), err)
+			}
+			if files, err := os.ReadDir(filepath.Join(cfg.StateRoot, agentFSName)); err != nil || len(files) != 1 {
+				t.Fatalf("shared agent filesystem after probe: %v files, %v", len(files), err)
 			}
 			r, err := New(cfg)
 			if err != nil {
@@ -83,8 +89,8 @@ func TestProbeRemovesStaleProbes(t *testing.T) {
 	if out, err := r.run(context.Background(), "list", "--quiet"); err != nil || strings.TrimSpace(string(out)) != "" {
 		t.Fatalf("containers after probe: %q, %v", out, err)
 	}
-	if entries, _ := os.ReadDir(cfg.StateRoot); len(entries) != 0 {
-		t.Fatalf("probe left %d entries in the state root", len(entries))
+	if entries := probeLeftovers(t, cfg.StateRoot); len(entries) != 0 {
+		t.Fatalf("probe left %q in the state root", entries)
 	}
 	if ok, err := r.cgroups.Exists(cg); err != nil || ok {
 		t.Fatalf("stale probe cgroup exists = %v, %v", ok, err)
@@ -103,7 +109,24 @@ func TestProbeFailsWithABrokenAgent(t *testing.T) {
 	if _, err := Probe(context.Background(), cfg, script); err == nil {
 		t.Fatal("probe succeeded with an agent that cannot run in the container")
 	}
-	if entries, _ := os.ReadDir(cfg.StateRoot); len(entries) != 0 {
-		t.Fatalf("probe left %d entries in the state root", len(entries))
+	if entries := probeLeftovers(t, cfg.StateRoot); len(entries) != 0 {
+		t.Fatalf("probe left %q in the state root", entries)
 	}
+}
+
+// probeLeftovers lists the state root's entries but the shared agent
+// filesystem.
+func probeLeftovers(t *testing.T, stateRoot string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(stateRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.Name() != agentFSName {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }

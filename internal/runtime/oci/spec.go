@@ -66,8 +66,9 @@ func hostPidsLimit(flavor Flavor, n int64) int64 {
 const agentPidsReserve = 64
 
 // bundleSpec builds the OCI config.json of a sandbox; ids is its user
-// namespace's id range (nil: none, runsc).
-func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs, ids *rootfs.IDRange) (*specs.Spec, error) {
+// namespace's id range (nil: none, runsc), agent its agent's file on the
+// shared agent filesystem.
+func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs, ids *rootfs.IDRange, agent string) (*specs.Spec, error) {
 	cg, err := r.cgroupPath(spec.ID)
 	if err != nil {
 		return nil, err
@@ -92,7 +93,7 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs, ids *rootfs.ID
 		rootfs:      dirs.rootfs,
 		hostname:    hostname,
 		cgroup:      cg,
-		agentBinary: dirs.agent, // the copy on the sandbox's filesystem: no host path in its mount table
+		agentBinary: agent, // on the shared tmpfs: its mount table shows /<digest>, no host path
 		runDir:      dirs.run,
 		resources:   spec.Resources,
 		ids:         ids,

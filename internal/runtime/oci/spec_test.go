@@ -26,7 +26,7 @@ func TestBundleSpec(t *testing.T) {
 			if usesUserns(flavor) {
 				ids = &rootfs.IDRange{Host: 1 << 30, Size: IDRangeSize}
 			}
-			s, err := r.bundleSpec(spec, r.dirs(id), ids)
+			s, err := r.bundleSpec(spec, r.dirs(id), ids, "/state/.agentfs/0123abcd")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,8 +106,8 @@ func TestBundleSpec(t *testing.T) {
 			for _, m := range s.Mounts {
 				mounts[m.Destination] = m
 			}
-			// The sandbox's copy, on its own filesystem: no host path in its mount table.
-			if m := mounts[GuestAgentPath]; m.Source != r.dirs(id).agent || !slices.Contains(m.Options, "ro") {
+			// The shared agent filesystem's file: no host path in its mount table.
+			if m := mounts[GuestAgentPath]; m.Source != "/state/.agentfs/0123abcd" || !slices.Contains(m.Options, "ro") {
 				t.Errorf("agent mount = %+v", m)
 			}
 			if m := mounts[GuestRunDir]; m.Source != r.dirs(id).run || !slices.Contains(m.Options, "rw") {
@@ -126,7 +126,7 @@ func TestBundleSpec(t *testing.T) {
 func TestBundleSpecWithoutLimits(t *testing.T) {
 	r := &Runtime{flavor: FlavorRunsc, cgroupParent: "/airlock", stateRoot: "/state"}
 	id := model.NewSandboxID()
-	s, err := r.bundleSpec(runtime.Spec{ID: id, AgentBinary: "/agent", Hostname: "h"}, r.dirs(id), nil)
+	s, err := r.bundleSpec(runtime.Spec{ID: id, AgentBinary: "/agent", Hostname: "h"}, r.dirs(id), nil, "/agent")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestBundleSpecWithoutLimits(t *testing.T) {
 	if _, err := r.ociSpec(specParams{agentBinary: "relative/agent"}); err == nil {
 		t.Error("relative agent path accepted")
 	}
-	if _, err := r.bundleSpec(runtime.Spec{ID: id, AgentBinary: "/agent"}, r.dirs(id), &rootfs.IDRange{Host: 1 << 30, Size: IDRangeSize}); err == nil {
+	if _, err := r.bundleSpec(runtime.Spec{ID: id, AgentBinary: "/agent"}, r.dirs(id), &rootfs.IDRange{Host: 1 << 30, Size: IDRangeSize}, "/agent"); err == nil {
 		t.Error("runsc accepted a user namespace of Airlock's making")
 	}
 }

@@ -3,7 +3,6 @@ package oci
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -14,26 +13,23 @@ import (
 // MinDiskBytes is the smallest disk limit a sandbox may have.
 const MinDiskBytes = 16 << 20
 
-// metaSlack is what the agent's run directory may take on the sandbox's
-// filesystem beyond the copy of the agent binary.
-const metaSlack = 1 << 20
+// metaSize is the room of the agent's run directory on the sandbox's
+// filesystem (its socket): the tmpfs at dirs.meta without a disk limit, and
+// what the disk image has beyond the limit.
+const metaSize = 1 << 20
 
 // prepareStorage sets up the sandbox's own filesystem at dirs.fs: with a
-// disk limit, a fresh ext4 image of the limit (plus room for the agent's
-// copy) loop-mounted there; without one, a directory, with a small tmpfs at
-// dirs.meta for the agent's files. It then creates the overlay's upper and
-// work directories and the run directory and copies the agent binary in.
+// disk limit, a fresh ext4 image of the limit (plus metaSize) loop-mounted
+// there; without one, a directory, with a small tmpfs at dirs.meta for the
+// agent's run directory. It then creates the overlay's upper and work
+// directories and the run directory. The agent binary is not copied: every
+// sandbox bind-mounts the runtime's shared agent filesystem's file
+// (agentfs.go).
 //
 // With a user namespace (ids, runc and crun) the filesystem's root, the
 // upper, work, meta and run directories belong to the sandbox's mapped root
-// (see giveToRoot), which the runtime resolves the bind mounts as; the
-// agent's copy stays host root's, mode 0555.
-func (r *Runtime) prepareStorage(ctx context.Context, diskBytes int64, agentBinary string, dirs sandboxDirs, ids *rootfs.IDRange) error {
-	agentInfo, err := os.Stat(agentBinary)
-	if err != nil || !agentInfo.Mode().IsRegular() {
-		return fmt.Errorf("agent binary %q: not a regular file (%v)", agentBinary, err)
-	}
-	metaSize := roundUp(agentInfo.Size(), 1<<20) + metaSlack
+// (see giveToRoot), which the runtime resolves the bind mounts as.
+func (r *Runtime) prepareStorage(ctx context.Context, diskBytes int64, dirs sandboxDirs, ids *rootfs.IDRange) error {
 	if err := os.MkdirAll(dirs.fs, 0o700); err != nil {
 		return err
 	}
@@ -81,31 +77,5 @@ func (r *Runtime) prepareStorage(ctx context.Context, diskBytes int64, agentBina
 	if err := os.MkdirAll(dirs.run, 0o700); err != nil {
 		return err
 	}
-	if err := giveToRoot(ids, dirs.run); err != nil {
-		return err
-	}
-	return copyFile(agentBinary, dirs.agent, 0o555)
+	return giveToRoot(ids, dirs.run)
 }
-
-// copyFile copies src to a new file dst with the given mode.
-func copyFile(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return fmt.Errorf("copy %s: %w", src, err)
-	}
-	if err := out.Close(); err != nil {
-		return fmt.Errorf("copy %s: %w", src, err)
-	}
-	return nil
-}
-
-func roundUp(n, to int64) int64 { return (n + to - 1) / to * to }

@@ -191,11 +191,11 @@ func (r *Runtime) idRange(name string, dirs sandboxDirs) (*rootfs.IDRange, error
 
 // prepareUserns lets the sandbox's mapped root reach what is its own below
 // the state directory: the runtime resolves the paths of the root
-// filesystem and of the bind mounts (the agent's copy and run directory on
-// the sandbox's filesystem) as the sandbox's root, so the state directory
-// is searchable by the sandbox's group (mode 0710, group the range's first
-// gid) and by nobody else. dirs.lower is created for the idmapped view of
-// the template.
+// filesystem and of the bind mounts (the run directory on the sandbox's
+// filesystem; the shared agent file, agentfs.go) as the sandbox's root, so
+// the state directory is searchable by the sandbox's group (mode 0710,
+// group the range's first gid) and by nobody else. dirs.lower is created
+// for the idmapped view of the template.
 func (r *Runtime) prepareUserns(dirs sandboxDirs, ids rootfs.IDRange) error {
 	if err := os.MkdirAll(dirs.lower, 0o700); err != nil {
 		return err
