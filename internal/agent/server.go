@@ -274,10 +274,13 @@ func (l *retryListener) Accept() (net.Conn, error) {
 // speaks first, with the HTTP/2 preface) until the peer closes it, ctx ends
 // or the Server shuts down. It closes conn before returning.
 func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
-	if s.ctx.Err() != nil || ctx.Err() != nil {
+	// Counted, so that Shutdown returns only once every connection is
+	// closed: none answers a request after it.
+	if s.ctx.Err() != nil || ctx.Err() != nil || !s.track() {
 		conn.Close()
 		return
 	}
+	defer s.bgWG.Done()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stopB := context.AfterFunc(s.ctx, cancel)
