@@ -82,23 +82,8 @@ func openPath(dir string) (int, error) {
 // IsMounted reports whether target (after resolving symlinks) is a mount
 // point in the calling process's mount namespace.
 func IsMounted(target string) (bool, error) {
-	path, err := canonical(target)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return false, nil
-		}
-		return false, err
-	}
-	mounts, err := mountinfo.Read()
-	if err != nil {
-		return false, err
-	}
-	for _, m := range mounts {
-		if m.MountPoint == path {
-			return true, nil
-		}
-	}
-	return false, nil
+	mounts, err := MountsAt(target)
+	return len(mounts) > 0, err
 }
 
 // MountsAt returns the mounts whose mount point is target (after resolving
