@@ -31,9 +31,11 @@ import (
 var openAPIDocument []byte
 
 // TemplateImporter imports a root filesystem (a directory or a tar archive on
-// the server host) into the node's template store. *template.Store is one.
+// the server host, or an OCI image) into the node's template store.
+// *template.Store is one.
 type TemplateImporter interface {
 	ImportPath(ctx context.Context, path string, progress func(template.Progress)) (template.Imported, error)
+	ImportImage(ctx context.Context, ref template.ImageRef, opts template.ImageOptions, progress func(template.Progress)) (template.Imported, error)
 }
 
 // Defaults of Config.

@@ -5,11 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/template"
 )
 
 // listTemplates: GET /v1/templates → 200 TemplateList. Templates are shared
@@ -27,33 +33,100 @@ func (a *API) listTemplates(w http.ResponseWriter, r *http.Request, _ principal)
 	writeJSON(w, http.StatusOK, out)
 }
 
+// templateSource is the parsed source of POST /v1/templates: a path on the
+// server host or an OCI image reference.
+type templateSource struct {
+	path  string            // a clean absolute path, or ""
+	image template.ImageRef // when path is ""
+}
+
+func (s templateSource) String() string {
+	if s.path != "" {
+		return s.path
+	}
+	return s.image.String()
+}
+
+// Prefixes of the image reference forms that name a path on the server host.
+var imagePathPrefixes = []string{"oci-layout:", "docker-archive:"}
+
+const sourceForms = "a clean absolute path on the server host or an image reference " +
+	"(registry/repo:tag or registry/repo@sha256:… with a registry host, docker://REF, " +
+	"oci-layout:/DIR or docker-archive:/FILE.tar)"
+
+// parseTemplateSource parses src: a clean absolute path; "oci-layout:" or
+// "docker-archive:" followed by a clean absolute path; "docker://" followed
+// by any registry reference; or a registry reference whose first component
+// names the registry host (holds a "." or ":", or is "localhost"), so that a
+// relative path such as "rootfs" is refused rather than pulled from Docker
+// Hub.
+func parseTemplateSource(src string) (templateSource, error) {
+	if src == "" {
+		return templateSource{}, badRequest("source must be %s", sourceForms)
+	}
+	if strings.HasPrefix(src, "/") {
+		if filepath.Clean(src) != src {
+			return templateSource{}, badRequest("source %q is not a clean absolute path", src)
+		}
+		return templateSource{path: src}, nil
+	}
+	for _, p := range imagePathPrefixes {
+		if loc, ok := strings.CutPrefix(src, p); ok && (!filepath.IsAbs(loc) || filepath.Clean(loc) != loc) {
+			return templateSource{}, badRequest("source %q: the path after %q must be a clean absolute path on the server host", src, p)
+		}
+	}
+	if !strings.HasPrefix(src, "docker://") && !hasPathPrefix(src) && !hasRegistryHost(src) {
+		return templateSource{}, badRequest("source %q must be %s", src, sourceForms)
+	}
+	ref, err := template.ParseImageRef(src)
+	if err != nil {
+		return templateSource{}, badRequest("source: %s", strings.TrimPrefix(err.Error(), model.ErrInvalid.Error()+": "))
+	}
+	return templateSource{image: ref}, nil
+}
+
+func hasPathPrefix(src string) bool {
+	for _, p := range imagePathPrefixes {
+		if strings.HasPrefix(src, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasRegistryHost reports whether the first component of a registry
+// reference names a registry host, as docker decides it.
+func hasRegistryHost(src string) bool {
+	host, _, ok := strings.Cut(src, "/")
+	return ok && (strings.ContainsAny(host, ".:") || host == "localhost")
+}
+
 // importTemplate: POST /v1/templates (admin) → 201 Template. It imports a
-// directory or tar archive on the server host, records the template and
-// points the optional name at it. Importing is content-addressed, so a
-// repeat imports nothing new; the idempotency record is stored after the
-// import for the same reason.
+// directory or tar archive on the server host, or an OCI image (from a
+// registry, anonymously, or an OCI layout or docker archive on the server
+// host), records the template and points the optional name at it. Importing
+// is content-addressed, so a repeat imports nothing new; the idempotency
+// record is stored after the import for the same reason.
 func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRequest]) (*reply, error) {
-	src := c.in.Source
-	if src == "" || !filepath.IsAbs(src) || filepath.Clean(src) != src {
-		return nil, badRequest("source must be a clean absolute path on the server host")
+	src, err := parseTemplateSource(c.in.Source)
+	if err != nil {
+		return nil, err
 	}
 	var name model.TemplateName
 	if c.present["name"] {
-		var err error
 		if name, err = model.ParseTemplateName(c.in.Name); err != nil {
 			return nil, err
 		}
 	}
-	imp, err := a.cfg.Templates.ImportPath(ctx, src, nil)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, badRequest("source %s does not exist on the server host", src)
-	case errors.Is(err, fs.ErrPermission):
-		return nil, badRequest("the server may not read source %s", src)
-	case errors.Is(err, model.ErrInvalid):
-		return nil, badRequest("cannot import %s: %s", src, err.Error())
-	case err != nil:
-		return nil, fmt.Errorf("import template from %s: %w", src, err)
+	var imp template.Imported
+	if src.path != "" {
+		imp, err = a.cfg.Templates.ImportPath(ctx, src.path, nil)
+	} else {
+		// Anonymous access; plain HTTP only to loopback registries.
+		imp, err = a.cfg.Templates.ImportImage(ctx, src.image, template.ImageOptions{}, nil)
+	}
+	if err != nil {
+		return nil, importError(src, err)
 	}
 	if err := a.cfg.Store.PutTemplate(ctx, model.Template{
 		Digest: imp.Digest, SizeBytes: imp.SizeBytes, Manifest: imp.Manifest, CreatedAt: c.now,
@@ -79,4 +152,45 @@ func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRe
 		return nil, err
 	}
 	return rep, nil
+}
+
+// importError maps an import failure to the API error it is answered with.
+// A registry that answers "no such image" or "not allowed" is the request's
+// fault (400); one that cannot be reached or fails is 502.
+func importError(src templateSource, err error) error {
+	var (
+		te *transport.Error
+		ue *url.Error
+		ne net.Error
+	)
+	switch {
+	case errors.As(err, &te):
+		switch te.StatusCode {
+		case http.StatusNotFound, http.StatusUnauthorized, http.StatusForbidden, http.StatusBadRequest:
+			return badRequest("cannot import %s: the registry answered %d (%s): the image does not exist or may not be read anonymously",
+				src, te.StatusCode, registryDetail(te))
+		}
+		return errorf(http.StatusBadGateway, apiv1.CodeRegistryUnavailable, "cannot import %s: the registry answered %d: %s", src, te.StatusCode, registryDetail(te))
+	case errors.Is(err, fs.ErrNotExist):
+		return badRequest("source %s does not exist on the server host", src)
+	case errors.Is(err, fs.ErrPermission):
+		return badRequest("the server may not read source %s", src)
+	case errors.Is(err, model.ErrInvalid):
+		return badRequest("cannot import %s: %s", src, err.Error())
+	case src.path == "" && src.image.Source() == template.ImageRegistry && (errors.As(err, &ue) || errors.As(err, &ne)):
+		return errorf(http.StatusBadGateway, apiv1.CodeRegistryUnavailable, "cannot import %s: the registry could not be reached: %s", src, err.Error())
+	}
+	return fmt.Errorf("import template from %s: %w", src, err)
+}
+
+// registryDetail is the registry's own error codes, or its status text.
+func registryDetail(te *transport.Error) string {
+	var codes []string
+	for _, d := range te.Errors {
+		codes = append(codes, string(d.Code))
+	}
+	if len(codes) == 0 {
+		return http.StatusText(te.StatusCode)
+	}
+	return strings.Join(codes, ", ")
 }

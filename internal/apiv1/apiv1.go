@@ -43,6 +43,7 @@ const (
 	CodeRateLimited          = "rate_limited"           // 429: this API key made too many changes in a short time; see Retry-After
 	CodeQuotaExceeded        = "quota_exceeded"         // 403: the project's quota does not admit the new sandbox (the message names the limit, the usage and the request)
 	CodeRequestTimeout       = "request_timeout"        // 408: the request body did not arrive in time; the server closes the connection
+	CodeRegistryUnavailable  = "registry_unavailable"   // 502: an image registry could not be reached or failed (network error, 5xx, rate limit)
 )
 
 // Sandbox is a sandbox as the API shows it.
@@ -117,8 +118,13 @@ type TemplateList struct {
 }
 
 // ImportTemplateRequest is the body of POST /v1/templates (admin only): import
-// a root filesystem from a directory or a tar archive (.tar, .tar.gz, .tgz)
-// on the server host, and optionally point a name at it.
+// a template and optionally point a name at it. Source is either a clean
+// absolute path on the server host of a directory or a tar archive (.tar,
+// .tar.gz, .tgz), or an OCI image reference: "registry/repo:tag" or
+// "registry/repo@sha256:…" with an explicit registry host (or any reference
+// after "docker://", where Docker Hub is the default registry), pulled with
+// anonymous auth; "oci-layout:DIR" or "docker-archive:FILE.tar" with a clean
+// absolute server path.
 type ImportTemplateRequest struct {
 	Source string `json:"source"`
 	Name   string `json:"name,omitempty"`

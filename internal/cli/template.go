@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -18,23 +22,32 @@ func (a *app) templateCommand() *cobra.Command {
 func (a *app) templateImportCommand() *cobra.Command {
 	var name string
 	cmd := &cobra.Command{
-		Use:   "import SOURCE",
-		Short: "Import a root filesystem on the server host as a template",
-		Long: "Import a template from SOURCE, a directory or a tar archive (.tar, .tar.gz, .tgz)\n" +
-			"on the server's host; a relative SOURCE is made absolute against the current\n" +
-			"directory. --name points a name at the new template. Needs an admin key.",
-		Args: exactArgs("SOURCE"),
+		Use:   "import PATH|IMAGE",
+		Short: "Import a root filesystem or an OCI image as a template",
+		Long: "Import a template from a root filesystem on the server's host or from an OCI image.\n" +
+			"--name points a name at the new template. Needs an admin key.\n\n" +
+			"The source is one of:\n" +
+			"  PATH                        a directory or a tar archive (.tar, .tar.gz, .tgz) on the\n" +
+			"                              server's host; a relative PATH is made absolute against the\n" +
+			"                              current directory\n" +
+			"  REGISTRY/REPO:TAG           an image in a registry, pulled anonymously by the server\n" +
+			"  REGISTRY/REPO@sha256:…      (the first component names the registry host: it holds a\n" +
+			"                              '.' or ':', or is localhost; plain HTTP only on loopback)\n" +
+			"  docker://REF                any registry reference; Docker Hub is the default registry\n" +
+			"                              (docker://alpine:3.20)\n" +
+			"  oci-layout:/DIR             an OCI image layout directory on the server's host\n" +
+			"  docker-archive:/FILE.tar    a `docker save` tarball on the server's host\n\n" +
+			"A multi-platform image gives its linux image for the server's architecture. The same\n" +
+			"image gives the same template digest from every source.",
+		Example: "  airlock template import ./rootfs --name mybase\n" +
+			"  airlock template import ghcr.io/example/python:3.12 --name python-3.12\n" +
+			"  airlock template import docker://alpine:3.20 --name alpine\n" +
+			"  airlock template import oci-layout:/srv/images/python --name python",
+		Args: exactArgs("PATH|IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			src := args[0]
-			if src == "" {
-				return usageErrorf("SOURCE must not be empty")
-			}
-			if !filepath.IsAbs(src) {
-				abs, err := filepath.Abs(src)
-				if err != nil {
-					return fmt.Errorf("making %s absolute: %w", src, err)
-				}
-				src = abs
+			src, err := importSource(args[0])
+			if err != nil {
+				return err
 			}
 			req := apiv1.ImportTemplateRequest{Source: src}
 			if name != "" {
@@ -57,6 +70,42 @@ func (a *app) templateImportCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&name, "name", "", "name to give the template, e.g. python-3.12")
 	return cmd
+}
+
+// importSource is the source the server is asked to import for the
+// argument of `template import`: an image reference as given ("docker://…",
+// "oci-layout:…", "docker-archive:…", or "registry/…" whose first component
+// names a registry host and that is not a local path), otherwise a path,
+// made absolute against the current directory.
+func importSource(arg string) (string, error) {
+	if arg == "" {
+		return "", usageErrorf("PATH|IMAGE must not be empty")
+	}
+	for _, p := range []string{"docker://", "oci-layout:", "docker-archive:"} {
+		if strings.HasPrefix(arg, p) {
+			return arg, nil
+		}
+	}
+	if filepath.IsAbs(arg) {
+		return arg, nil
+	}
+	if looksLikeRegistryRef(arg) {
+		if _, err := os.Lstat(arg); errors.Is(err, fs.ErrNotExist) {
+			return arg, nil
+		}
+	}
+	abs, err := filepath.Abs(arg)
+	if err != nil {
+		return "", fmt.Errorf("making %s absolute: %w", arg, err)
+	}
+	return abs, nil
+}
+
+// looksLikeRegistryRef reports whether s starts with a registry host, as
+// docker decides it: a first component holding "." or ":", or "localhost".
+func looksLikeRegistryRef(s string) bool {
+	host, _, ok := strings.Cut(s, "/")
+	return ok && host != "." && host != ".." && (strings.ContainsAny(host, ".:") || host == "localhost")
 }
 
 func (a *app) templateListCommand() *cobra.Command {

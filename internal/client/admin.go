@@ -16,8 +16,9 @@ func (c *Client) ListTemplates(ctx context.Context) (apiv1.TemplateList, error) 
 	return out, err
 }
 
-// ImportTemplate imports a root filesystem from a directory or tar archive
-// on the server host (POST /v1/templates; admin keys only).
+// ImportTemplate imports a template from a directory or tar archive on the
+// server host, or from an OCI image reference (POST /v1/templates; admin
+// keys only).
 func (c *Client) ImportTemplate(ctx context.Context, req apiv1.ImportTemplateRequest) (apiv1.Template, error) {
 	var out apiv1.Template
 	err := c.do(ctx, request{method: http.MethodPost, path: "/v1/templates", body: req}, &out)

@@ -27,6 +27,9 @@ import (
 	"github.com/airlockdev/airlock/internal/worker"
 )
 
+// The template store is what the API imports templates with.
+var _ api.TemplateImporter = (*template.Store)(nil)
+
 // closeGrace is how long, after the streams were told to reconnect, the
 // server waits for their connections before closing them.
 const closeGrace = 5 * time.Second

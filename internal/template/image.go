@@ -155,7 +155,8 @@ type schemeGuard struct {
 
 func (g schemeGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "https" && !g.insecure && !isLoopbackHost(req.URL.Hostname()) {
-		return nil, fmt.Errorf("refusing plain HTTP to registry host %s (not loopback; set ImageOptions.Insecure to allow)", req.URL.Host)
+		// model.ErrInvalid: the reference, not the network, is at fault.
+		return nil, rejectf("refusing plain HTTP to registry host %s: only loopback registries may be reached without TLS", req.URL.Host)
 	}
 	return g.next.RoundTrip(req)
 }
