@@ -417,7 +417,14 @@ type execResult struct {
 // execIn runs a command in a sandbox through a command session and the data plane.
 func execIn(ctx context.Context, t *testing.T, c *client.Client, id model.SandboxID, args ...string) execResult {
 	t.Helper()
-	cs, err := c.CreateCommand(ctx, id, apiv1.CreateCommandRequest{Args: args})
+	return execReq(ctx, t, c, id, apiv1.CreateCommandRequest{Args: args})
+}
+
+// execReq is execIn with a whole command request (env, cwd, user, …).
+func execReq(ctx context.Context, t *testing.T, c *client.Client, id model.SandboxID, req apiv1.CreateCommandRequest) execResult {
+	t.Helper()
+	args := req.Args
+	cs, err := c.CreateCommand(ctx, id, req)
 	if err != nil {
 		t.Fatalf("create command %v: %v", args, err)
 	}

@@ -86,6 +86,9 @@ type Config struct {
 	// the keyring's Issuer, as Attach); nil:
 	// those answer 501 not_supported.
 	FileTokens dataplane.FileTokenIssuer
+	// TemplateDefaults gives a template's defaults for the commands of
+	// its sandboxes (working directory, user); nil: none (root, "/").
+	TemplateDefaults func(model.TemplateDigest) (procctl.Defaults, error)
 }
 
 // API is the management API handler.

@@ -246,6 +246,9 @@ func (a *API) createCommand(ctx context.Context, c *call[apiv1.CreateCommandRequ
 	if sb.State != model.StateRunning {
 		return nil, errorf(http.StatusConflict, apiv1.CodeSandboxNotRunning, "sandbox %s is %s, not running", sb.ID, sb.State)
 	}
+	if err := a.applyTemplateDefaults(&spec, sb.Template); err != nil {
+		return nil, err
+	}
 	cs := model.CommandSession{
 		ID:        model.NewCommandSessionID(),
 		ProjectID: c.p.project,

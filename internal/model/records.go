@@ -183,10 +183,10 @@ type Operation struct {
 type ProcessSpec struct {
 	Args    []string      // argv; Args[0] is looked up in PATH
 	Env     Env           // added to the sandbox's env
-	Cwd     GuestPath     // working directory; "/" if empty
+	Cwd     GuestPath     // working directory; "/" if empty (the API fills in the template's when the request names none)
 	Stdin   bool          // keep stdin open for writers (else it reads EOF)
 	PTY     *TermSize     // run on a pseudo-terminal of this size
-	User    *UserIDs      // run as this user (default root)
+	User    *UserIDs      // run as this user (default root; the API fills in the template's when the request names none)
 	Timeout time.Duration // kill the process this long after it starts; 0: never
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/airlockdev/airlock/internal/controller"
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/postgres"
@@ -96,6 +97,10 @@ func Run(ctx context.Context, opts Options) error {
 			}
 			return templates.RootfsDir(d), nil
 		},
+		TemplateEnv: func(d model.TemplateDigest) ([]string, error) {
+			def, err := templates.Defaults(d)
+			return def.Config.Env, err
+		},
 		AgentBinary: agentBin,
 		Fault:       fault,
 		Logger:      log.With("component", "worker"),
@@ -159,11 +164,14 @@ func Run(ctx context.Context, opts Options) error {
 		MutationBurst:   opts.MutationBurst,
 		Store:           st,
 		Templates:       templates,
-		Agents:          wk,
-		FileTokens:      attachKeys.Issuer(), // file tokens are signed like attachment tokens
-		Attach:          attachKeys.Issuer(),
-		AttachKeys:      attachKeys,
-		Logger:          log.With("component", "api"),
+		TemplateDefaults: func(d model.TemplateDigest) (procctl.Defaults, error) {
+			return commandDefaults(templates, d)
+		},
+		Agents:     wk,
+		FileTokens: attachKeys.Issuer(), // file tokens are signed like attachment tokens
+		Attach:     attachKeys.Issuer(),
+		AttachKeys: attachKeys,
+		Logger:     log.With("component", "api"),
 		// Ready while the store answers and the server is not draining;
 		// the listener only exists once the runtime was probed and the
 		// controller wired.

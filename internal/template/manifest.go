@@ -39,8 +39,8 @@ type Manifest struct {
 // from the encoding when empty, so manifests without them (every template
 // imported from a directory or tar archive, and the default template) keep
 // the bytes, and so the digests, they had before these fields existed.
-// Sandboxes do not use them yet: they are recorded as the template's runtime
-// defaults for the runtime to apply in a later step.
+// Sandboxes use Env, WorkingDir and User as their defaults (see Defaults);
+// Entrypoint and Cmd are recorded for later use and change nothing yet.
 type Config struct {
 	// Cmd is the image's default command (arguments to Entrypoint, if any).
 	Cmd []string `json:"cmd,omitempty"`

@@ -88,6 +88,9 @@ type Store struct {
 
 	mu     sync.Mutex
 	limits Limits
+
+	defMu    sync.Mutex
+	defaults map[model.TemplateDigest]Defaults // see Defaults
 }
 
 // Open opens (creating if needed) the template store in dir and removes

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +34,10 @@ type Config struct {
 	// TemplateDir returns the host path of a template's read-only root
 	// filesystem, or an error if the template is not present on this node.
 	TemplateDir func(model.TemplateDigest) (string, error)
+	// TemplateEnv returns a template's environment ("NAME=value", in
+	// order; a later entry of a name wins), the base of its sandboxes'
+	// environment. Nil: templates add none.
+	TemplateEnv func(model.TemplateDigest) ([]string, error)
 	AgentBinary string
 	PidsLimit   int64         // tasks per sandbox; default 1024
 	AgentWait   time.Duration // how long a new sandbox's agent may take to answer; default 60 s
@@ -141,11 +146,17 @@ func (w *Worker) create(ctx context.Context, sb model.Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("%w: template %s: %w", ErrPermanent, sb.Template, err)
 	}
+	var tplEnv []string
+	if w.cfg.TemplateEnv != nil {
+		if tplEnv, err = w.cfg.TemplateEnv(sb.Template); err != nil {
+			return fmt.Errorf("%w: template %s: %w", ErrPermanent, sb.Template, err)
+		}
+	}
 	spec := runtime.Spec{
 		ID:          sb.ID,
 		TemplateDir: dir,
 		Hostname:    "airlock",
-		Env:         sb.Env,
+		Env:         SandboxEnv(tplEnv, sb.Env),
 		Resources: runtime.Resources{
 			CPUs:        sb.Resources.CPUs,
 			MemoryBytes: int64(sb.Resources.MemoryMiB) << 20,
@@ -160,6 +171,23 @@ func (w *Worker) create(ctx context.Context, sb model.Sandbox) error {
 	}
 	w.cfg.Fault("create.after-runtime-create")
 	return nil
+}
+
+// SandboxEnv is the environment of a sandbox's guest agent, and so the base
+// of every command's: the template's Env, with the sandbox's own Env
+// replacing it name by name. (A command's Env in turn replaces both; the
+// runtime adds PATH and HOME when neither sets them.)
+func SandboxEnv(template []string, sandbox model.Env) model.Env {
+	env := make(model.Env, len(template)+len(sandbox))
+	for _, kv := range template {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			env[k] = v
+		}
+	}
+	for k, v := range sandbox {
+		env[k] = v
+	}
+	return env
 }
 
 // Destroy removes every trace of the sandbox from this node. Destroying a

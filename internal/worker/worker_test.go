@@ -16,10 +16,16 @@ import (
 type fakeRuntime struct {
 	mu      sync.Mutex
 	deleted []model.SandboxID
+	created []runtime.Spec
 }
 
-func (f *fakeRuntime) Info() runtime.Info                              { return runtime.Info{Name: "fake"} }
-func (f *fakeRuntime) Create(context.Context, runtime.Spec) error      { return nil }
+func (f *fakeRuntime) Info() runtime.Info { return runtime.Info{Name: "fake"} }
+func (f *fakeRuntime) Create(_ context.Context, spec runtime.Spec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.created = append(f.created, spec)
+	return nil
+}
 func (f *fakeRuntime) Start(context.Context, model.SandboxID) error    { return nil }
 func (f *fakeRuntime) Stop(context.Context, model.SandboxID) error     { return nil }
 func (f *fakeRuntime) List(context.Context) ([]model.SandboxID, error) { return nil, nil }

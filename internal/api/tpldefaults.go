@@ -1,0 +1,29 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procctl"
+)
+
+// applyTemplateDefaults gives a new command the working directory and user
+// of its sandbox's template unless it names its own.
+func (a *API) applyTemplateDefaults(spec *model.ProcessSpec, tpl model.TemplateDigest) error {
+	if a.cfg.TemplateDefaults == nil || spec.Cwd != "" && spec.User != nil {
+		return nil
+	}
+	d, err := a.cfg.TemplateDefaults(tpl)
+	if err != nil {
+		return fmt.Errorf("defaults of template %s: %w", tpl, err)
+	}
+	if err := procctl.ApplyDefaults(spec, d); err != nil {
+		var pe *procctl.Error
+		if errors.As(err, &pe) {
+			return errorf(pe.Status, pe.Code, "%s", pe.Message)
+		}
+		return err
+	}
+	return nil
+}

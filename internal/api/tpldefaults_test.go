@@ -1,0 +1,48 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procctl"
+)
+
+// A command that names no cwd or user gets its template's; the stored
+// session says what runs. A template user that cannot be resolved fails
+// only the commands that name no user, with a clear error.
+func TestCommandTemplateDefaults(t *testing.T) {
+	t.Parallel()
+	def := procctl.Defaults{Cwd: "/work", User: &model.UserIDs{UID: 1234, GID: 50}}
+	e := newEnv(t, func(c *Config) {
+		c.TemplateDefaults = func(model.TemplateDigest) (procctl.Defaults, error) { return def, nil }
+	})
+	sb := e.createSandbox(e.keyA, `{}`).Sandbox.ID
+	e.finishCreate(model.SandboxID(sb))
+	stored := func(body string) model.ProcessSpec {
+		t.Helper()
+		var cs apiv1.CommandSession
+		e.do("POST", "/v1/sandboxes/"+sb+"/commands", e.keyA, body).want(t, http.StatusCreated).decode(t, &cs)
+		got, err := e.st.GetCommandSessionByProcess(context.Background(), model.ProcessID(cs.ProcessID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Spec
+	}
+	if s := stored(`{"args": ["pwd"]}`); s.Cwd != "/work" || s.User == nil || *s.User != (model.UserIDs{UID: 1234, GID: 50}) {
+		t.Errorf("command without cwd/user: cwd %q user %v", s.Cwd, s.User)
+	}
+	if s := stored(`{"args": ["pwd"], "cwd": "/", "user": {"uid": 0, "gid": 0}}`); s.Cwd != "/" || s.User == nil || *s.User != (model.UserIDs{}) {
+		t.Errorf("command with its own cwd/user: cwd %q user %v", s.Cwd, s.User)
+	}
+
+	def = procctl.Defaults{Cwd: "/work", UserErr: errors.New(`the template's user "ghost": no such user in the template's /etc/passwd`)}
+	r := e.do("POST", "/v1/sandboxes/"+sb+"/commands", e.keyA, `{"args": ["pwd"]}`)
+	r.wantError(t, http.StatusBadRequest, apiv1.CodeExecFailed)
+	if s := stored(`{"args": ["pwd"], "user": {"uid": 5, "gid": 5}}`); s.Cwd != "/work" || s.User == nil || s.User.UID != 5 {
+		t.Errorf("command with its own user on a template with a bad user: cwd %q user %v", s.Cwd, s.User)
+	}
+}

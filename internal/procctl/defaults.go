@@ -1,0 +1,45 @@
+package procctl
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// Defaults are what a sandbox's template gives the commands that do not
+// say otherwise (see template.Defaults).
+type Defaults struct {
+	// Cwd is the working directory of a command that names none; "" or
+	// "/": the root.
+	Cwd model.GuestPath
+	// User runs a command that names no user; nil: root.
+	User *model.UserIDs
+	// UserErr, if set, says why the template's user could not be
+	// resolved: a command that names no user then cannot start.
+	UserErr error
+}
+
+// ApplyDefaults fills in what spec leaves to the template: its working
+// directory and its user. A command's own cwd and user always win. It is
+// done host-side when the command session is created, so the stored spec
+// says what runs and any guest agent can run it. The error (a *Error) says
+// that the template's user cannot be resolved and the command named none.
+func ApplyDefaults(spec *model.ProcessSpec, d Defaults) error {
+	if spec.Cwd == "" && d.Cwd != "/" {
+		spec.Cwd = d.Cwd
+	}
+	if spec.User != nil {
+		return nil
+	}
+	if d.UserErr != nil {
+		return &Error{http.StatusBadRequest, apiv1.CodeExecFailed,
+			fmt.Sprintf("the command names no user and %v; give the command a user", d.UserErr)}
+	}
+	if d.User != nil {
+		u := *d.User
+		spec.User = &u
+	}
+	return nil
+}

@@ -1,0 +1,27 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procctl"
+	"github.com/airlockdev/airlock/internal/template"
+)
+
+// commandDefaults gives the working directory and user that template d's
+// Config sets for the commands of its sandboxes. Its Env reaches them
+// through the sandbox's environment (worker.Config.TemplateEnv); its
+// Entrypoint and Cmd are not used yet.
+func commandDefaults(templates *template.Store, d model.TemplateDigest) (procctl.Defaults, error) {
+	def, err := templates.Defaults(d)
+	if err != nil {
+		return procctl.Defaults{}, err
+	}
+	out := procctl.Defaults{User: def.User, UserErr: def.UserErr}
+	if wd := def.Config.WorkingDir; wd != "" {
+		if out.Cwd, err = model.ParseGuestPath(wd); err != nil {
+			return procctl.Defaults{}, fmt.Errorf("template %s: working directory: %w", d, err)
+		}
+	}
+	return out, nil
+}

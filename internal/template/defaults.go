@@ -1,0 +1,185 @@
+package template
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// Defaults are what sandboxes of a template start with: the manifest's
+// Config, with its User resolved against the template's own /etc/passwd
+// and /etc/group.
+type Defaults struct {
+	Config Config
+	// User is Config.User as numeric IDs; nil when Config.User is empty
+	// (processes run as root) or could not be resolved (UserErr says why).
+	User *model.UserIDs
+	// UserErr says why Config.User names no user of the template. It does
+	// not stop sandboxes from being created: a command that runs as the
+	// template's user fails with it, one that names its own user does not.
+	UserErr error
+}
+
+// Bounds on what resolving a template's user reads.
+const (
+	maxIDFileSize     = 4 << 20 // bytes read of /etc/passwd or /etc/group
+	maxDefaultsCached = 1024
+	maxUnixID         = 1<<31 - 2 // as model.ParseUserIDs
+)
+
+// Defaults returns the runtime defaults of template d. Templates are
+// immutable, so the result is computed once per digest and cached.
+func (s *Store) Defaults(d model.TemplateDigest) (Defaults, error) {
+	s.defMu.Lock()
+	def, ok := s.defaults[d]
+	s.defMu.Unlock()
+	if ok {
+		return def, nil
+	}
+	data, err := s.Manifest(d)
+	if err != nil {
+		return Defaults{}, err
+	}
+	m, err := ParseManifest(data)
+	if err != nil {
+		return Defaults{}, fmt.Errorf("%w: %s: %w", ErrCorrupt, d, err)
+	}
+	def = Defaults{Config: m.Config}
+	if m.Config.User != "" {
+		u, err := resolveUser(s.RootfsDir(d), m.Config.User)
+		if err != nil {
+			def.UserErr = fmt.Errorf("the template's user %q: %w", shorten(m.Config.User), err)
+		} else {
+			def.User = &u
+		}
+	}
+	s.defMu.Lock()
+	if s.defaults == nil || len(s.defaults) >= maxDefaultsCached {
+		s.defaults = map[model.TemplateDigest]Defaults{}
+	}
+	s.defaults[d] = def
+	s.defMu.Unlock()
+	return def, nil
+}
+
+// resolveUser turns an image's user ("name", "uid", "uid:gid", "name:group",
+// "uid:group" or "name:gid") into numeric IDs the way OCI runtimes do: a
+// name must be in the tree's /etc/passwd (a group name in /etc/group); a
+// numeric user need not be, and without a group takes its passwd entry's
+// group, or 0 when it has none. The files are read inside rootfs only
+// (symbolic links cannot leave it).
+func resolveUser(rootfs, spec string) (model.UserIDs, error) {
+	userPart, groupPart, hasGroup := strings.Cut(spec, ":")
+	if userPart == "" || hasGroup && groupPart == "" {
+		return model.UserIDs{}, errors.New("want user[:group]")
+	}
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return model.UserIDs{}, fmt.Errorf("open the template's root: %w", err)
+	}
+	defer root.Close()
+
+	var ids model.UserIDs
+	uid, numeric := parseID(userPart)
+	// name:pw:uid:gid:…
+	ent, err := findEntry(root, "etc/passwd", func(f []string) bool {
+		if len(f) < 4 {
+			return false
+		}
+		if numeric {
+			id, ok := parseID(f[2])
+			return ok && id == uid
+		}
+		return f[0] == userPart
+	})
+	switch {
+	case err != nil && !(numeric && errors.Is(err, fs.ErrNotExist)):
+		return model.UserIDs{}, err
+	case ent != nil:
+		u, ok1 := parseID(ent[2])
+		g, ok2 := parseID(ent[3])
+		if !ok1 || !ok2 {
+			return model.UserIDs{}, errors.New("the template's /etc/passwd has a malformed entry for it")
+		}
+		ids = model.UserIDs{UID: u, GID: g}
+	case numeric:
+		ids = model.UserIDs{UID: uid}
+	default:
+		return model.UserIDs{}, errors.New("no such user in the template's /etc/passwd")
+	}
+	if !hasGroup {
+		return ids, nil
+	}
+	if gid, ok := parseID(groupPart); ok {
+		ids.GID = gid
+		return ids, nil
+	}
+	// name:pw:gid:members
+	ent, err = findEntry(root, "etc/group", func(f []string) bool { return len(f) >= 3 && f[0] == groupPart })
+	if err != nil {
+		return model.UserIDs{}, err
+	}
+	if ent == nil {
+		return model.UserIDs{}, fmt.Errorf("no group %q in the template's /etc/group", shorten(groupPart))
+	}
+	gid, ok := parseID(ent[2])
+	if !ok {
+		return model.UserIDs{}, fmt.Errorf("the template's /etc/group has a malformed entry for group %q", shorten(groupPart))
+	}
+	ids.GID = gid
+	return ids, nil
+}
+
+// parseID parses a decimal user or group ID in the range model accepts.
+func parseID(s string) (uint32, bool) {
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || n > maxUnixID {
+		return 0, false
+	}
+	return uint32(n), true
+}
+
+// findEntry returns the colon-separated fields of the first line of the
+// file name (inside root) that match accepts, or nil. A missing file is an
+// error matching fs.ErrNotExist.
+func findEntry(root *os.Root, name string, match func([]string) bool) ([]string, error) {
+	// Stat before opening: opening a FIFO would block (the tree is
+	// immutable, so what Stat sees is what Open gets).
+	st, err := root.Stat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("the template has no /%s: %w", name, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the template's /%s: %w", name, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("the template's /%s is not a regular file", name)
+	}
+	f, err := root.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("read the template's /%s: %w", name, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(io.LimitReader(f, maxIDFileSize))
+	sc.Buffer(make([]byte, 0, 4096), 64<<10)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if fields := strings.Split(line, ":"); match(fields) {
+			return fields, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read the template's /%s: %w", name, err)
+	}
+	return nil, nil
+}
