@@ -131,7 +131,7 @@ func TestCrashDuringDelete(t *testing.T) {
 				if got.State != string(model.StateDeleted) {
 					t.Fatalf("sandbox is %s", got.State)
 				}
-				assertNoLeftovers(t, s.dataDir, []model.SandboxID{id})
+				assertNoLeftovers(t, s.dataDir, []model.SandboxID{id}, false)
 			})
 		}
 	}
@@ -243,5 +243,5 @@ func deleteAndCheck(ctx context.Context, t *testing.T, s *server, id model.Sandb
 	if op.State != string(model.OpSucceeded) {
 		t.Fatalf("delete: %s %+v", op.State, op.Error)
 	}
-	assertNoLeftovers(t, s.dataDir, []model.SandboxID{id})
+	assertNoLeftovers(t, s.dataDir, []model.SandboxID{id}, false)
 }

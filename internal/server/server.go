@@ -20,6 +20,7 @@ import (
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
+	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/postgres"
@@ -277,8 +278,23 @@ func Run(ctx context.Context, opts Options) error {
 	<-drained
 	cancel()
 	wg.Wait()
+	releaseAgentFS(context.WithoutCancel(ctx), rt, log)
 	log.Info("airlock server stopped")
 	return runErr
+}
+
+// releaseAgentFS unmounts the runtime's shared agent filesystem when no
+// sandbox is left, so that a stopped server with no sandboxes leaves no
+// mount behind (its data dir can be removed). With sandboxes it stays:
+// they use it, and the next start reuses it.
+func releaseAgentFS(ctx context.Context, rt runtime.Runtime, log *slog.Logger) {
+	rel, ok := rt.(interface{ ReleaseAgentFS(context.Context) error })
+	if !ok {
+		return
+	}
+	if err := rel.ReleaseAgentFS(ctx); err != nil {
+		log.Debug("the shared agent filesystem stays mounted", "reason", err)
+	}
 }
 
 func openStore(ctx context.Context, dd *dataDir, url string, log *slog.Logger) (store.Store, error) {

@@ -249,9 +249,9 @@ func (a *agentFS) add(src *os.File, digest string) error {
 // ReleaseAgentFS unmounts the runtime's shared agent filesystem (and
 // removes its directory) if the runtime has no sandbox at all: no state
 // directory under StateRoot (a probe's included) and no container in its
-// RootDir. A server never calls it (its sandboxes outlive it); tests and
-// the benchmark do, to leave no mount behind. Without the filesystem it is
-// a no-op.
+// RootDir. A server calls it as it stops (with sandboxes, which outlive
+// it, the filesystem stays), and so do tests and the benchmark, to leave
+// no mount behind. Without the filesystem it is a no-op.
 func (r *Runtime) ReleaseAgentFS(ctx context.Context) error {
 	a := r.agent
 	a.mu.Lock()
