@@ -3,13 +3,19 @@ package template
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/atomicfile"
+	"github.com/airlockdev/airlock/internal/model"
 )
 
 // defaultMtimeUnix (2024-01-01T00:00:00Z) is the modification time of every
@@ -30,11 +36,66 @@ const (
 // (1777) /root /run /home, and /.airlock/{bin,run} where runtimes mount the
 // guest agent and its socket directory. The agent is not part of the
 // template. The same busybox gives the same digest on every host.
+//
+// A build is remembered by the SHA-256 of the busybox binary and the
+// recipe's version (defaultRecipe): a later call with the same busybox
+// finds the template in the store and neither runs busybox nor stages or
+// hashes the tree again.
 func (s *Store) EnsureDefault(ctx context.Context, busyboxPath string) (Imported, error) {
 	data, err := readStaticELF(busyboxPath)
 	if err != nil {
 		return Imported{}, fmt.Errorf("default template: %w", err)
 	}
+	record := s.defaultRecord(data)
+	if imp, ok := s.remembered(record); ok {
+		return imp, nil
+	}
+	imp, err := s.buildDefault(ctx, busyboxPath, data)
+	if err != nil {
+		return Imported{}, err
+	}
+	if err := os.MkdirAll(filepath.Dir(record), 0o700); err == nil {
+		err = atomicfile.Write(record, []byte(imp.Digest.String()+"\n"), 0o600)
+	}
+	if err != nil {
+		s.logger.Warn("default template: cannot remember the build; the next start builds it again", "err", err)
+	}
+	return imp, nil
+}
+
+// defaultRecipe names the default template's recipe: change it whenever
+// buildDefault's output changes for the same busybox, so that a build
+// remembered by an older binary is not reused.
+const defaultRecipe = "default-v1"
+
+// defaultRecord is the file that remembers the default template built from
+// this busybox by this recipe.
+func (s *Store) defaultRecord(busybox []byte) string {
+	sum := sha256.Sum256(busybox)
+	return filepath.Join(s.dir, "sources", defaultRecipe+"-"+hex.EncodeToString(sum[:]))
+}
+
+// remembered returns the template a record names, if the store still has
+// it intact (its manifest parses; the tree itself is checked by Verify).
+func (s *Store) remembered(record string) (Imported, bool) {
+	b, err := os.ReadFile(record)
+	if err != nil {
+		return Imported{}, false
+	}
+	d, err := model.ParseTemplateDigest(strings.TrimSpace(string(b)))
+	if err != nil || !s.Has(d) {
+		return Imported{}, false
+	}
+	imp, err := s.load(d)
+	if err != nil {
+		return Imported{}, false
+	}
+	imp.Reused = true
+	return imp, true
+}
+
+// buildDefault stages, hashes and stores the default template.
+func (s *Store) buildDefault(ctx context.Context, busyboxPath string, data []byte) (Imported, error) {
 	applets, err := busyboxApplets(ctx, busyboxPath)
 	if err != nil {
 		return Imported{}, fmt.Errorf("default template: %w", err)

@@ -119,3 +119,55 @@ func TestEnsureDefaultRefusesUnusableBusybox(t *testing.T) {
 	}
 	requireEmptyStore(t, s)
 }
+
+// A second EnsureDefault with the same busybox neither runs busybox nor
+// stages the tree again: it finds the build it remembered. A record that
+// names a template the store lacks is rebuilt.
+func TestEnsureDefaultRemembered(t *testing.T) {
+	src := airtest.BusyboxPath(t)
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb := filepath.Join(t.TempDir(), "busybox")
+	if err := os.WriteFile(bb, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, _ := newStore(t)
+	first, err := s.EnsureDefault(ctx, bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not executable: a rebuild would fail at `busybox --list`.
+	if err := os.Chmod(bb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.EnsureDefault(ctx, bb)
+	if err != nil {
+		t.Fatalf("the second EnsureDefault rebuilt the template: %v", err)
+	}
+	if again.Digest != first.Digest || !again.Reused || !bytes.Equal(again.Manifest, first.Manifest) {
+		t.Fatalf("second EnsureDefault = %+v; want %s, Reused", again, first.Digest)
+	}
+
+	// A record naming a template the store does not have is not trusted.
+	record := s.defaultRecord(data)
+	missing := "sha256:" + strings.Repeat("0", 64)
+	if err := os.WriteFile(record, []byte(missing+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EnsureDefault(ctx, bb); err == nil {
+		t.Fatal("a record of a missing template was trusted (no rebuild was tried)")
+	}
+	if err := os.Chmod(bb, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rebuilt, err := s.EnsureDefault(ctx, bb)
+	if err != nil || rebuilt.Digest != first.Digest {
+		t.Fatalf("rebuild = %+v, %v; want %s", rebuilt, err, first.Digest)
+	}
+	if b, err := os.ReadFile(record); err != nil || strings.TrimSpace(string(b)) != first.Digest.String() {
+		t.Fatalf("record after the rebuild: %q, %v", b, err)
+	}
+}
