@@ -268,12 +268,15 @@ func (s *cgroupSpawner) forkOnThread(path string, argv []string, attr *os.ProcAt
 		return
 	}
 	p, err := os.StartProcess(path, argv, attr)
-	done <- spawned{p, classify(err)}
-	if _, err := s.home.Write(tid); err != nil {
-		s.log.Warn("a spawning thread could not leave the workload cgroup; ending it", "tid", string(tid), "err", err)
+	// Back home before answering: when start returns, no thread of the
+	// agent is left in the workload cgroup (nor counts against its limit).
+	if _, herr := s.home.Write(tid); herr != nil {
+		s.log.Warn("a spawning thread could not leave the workload cgroup; ending it", "tid", string(tid), "err", herr)
+		done <- spawned{p, classify(err)}
 		return
 	}
 	goruntime.UnlockOSThread()
+	done <- spawned{p, classify(err)}
 }
 
 // classify wraps a start error in errCgroupFull if the fork hit pids.max,
