@@ -23,6 +23,7 @@ func NewLogRing(max int) *LogRing { return &LogRing{max: max} }
 // Write appends p, dropping the oldest whole lines beyond max. It never
 // fails.
 func (r *LogRing) Write(p []byte) (int, error) {
+	n := len(p) // all of p is taken, even where only its tail is kept
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(p) > r.max {
@@ -42,7 +43,7 @@ func (r *LogRing) Write(p []byte) (int, error) {
 	if cap(r.buf) > 4*r.max { // do not keep growing the backing array
 		r.buf = append([]byte(nil), r.buf...)
 	}
-	return len(p), nil
+	return n, nil
 }
 
 // Snapshot returns a copy of the kept lines, preceded by a note if older
