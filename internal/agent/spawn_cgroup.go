@@ -270,12 +270,12 @@ func (s *cgroupSpawner) forkOnThread(path string, argv []string, attr *os.ProcAt
 	p, err := os.StartProcess(path, argv, attr)
 	// Back home before answering: when start returns, no thread of the
 	// agent is left in the workload cgroup (nor counts against its limit).
+	// A thread that cannot go back stays locked and so ends.
 	if _, herr := s.home.Write(tid); herr != nil {
 		s.log.Warn("a spawning thread could not leave the workload cgroup; ending it", "tid", string(tid), "err", herr)
-		done <- spawned{p, classify(err)}
-		return
+	} else {
+		goruntime.UnlockOSThread()
 	}
-	goruntime.UnlockOSThread()
 	done <- spawned{p, classify(err)}
 }
 

@@ -138,7 +138,6 @@ type target struct {
 	claims auth.AttachClaims
 	pid    model.ProcessID
 	cs     model.CommandSession
-	token  string
 	agent  *agentclient.Client
 }
 
