@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procfs"
 	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
@@ -239,7 +240,7 @@ func (r *Runtime) state(ctx context.Context, id model.SandboxID) (runtime.Status
 		return runtime.Status{}, err
 	}
 	st := runtime.Status{ID: id, Pid: cs.Pid}
-	live := cs.Pid > 0 && processAlive(cs.Pid)
+	live := cs.Pid > 0 && procfs.Alive(cs.Pid)
 	switch cs.Status {
 	case "creating", "created":
 		st.Phase = runtime.PhaseCreated
@@ -278,8 +279,6 @@ func (r *Runtime) oomKilled(id model.SandboxID) bool {
 	return n > 0
 }
 
-// processAlive reports whether pid exists and is not a zombie.
-
 // Stop kills every process of the sandbox and waits until they are gone.
 func (r *Runtime) Stop(ctx context.Context, id model.SandboxID) error {
 	unlock := r.lock(id)
@@ -313,7 +312,7 @@ func (r *Runtime) Stop(ctx context.Context, id model.SandboxID) error {
 // listening socket, which would still accept a connection).
 func waitExit(ctx context.Context, pid int) error {
 	delay := time.Millisecond
-	for processAlive(pid) || threadsLeft(pid) {
+	for procfs.Alive(pid) || threadsLeft(pid) {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("process %d still alive: %w", pid, ctx.Err())

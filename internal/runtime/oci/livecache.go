@@ -13,9 +13,6 @@ type liveProc struct {
 	start uint64
 }
 
-// processAlive reports whether pid is a live (not zombie) process.
-func processAlive(pid int) bool { return procfs.Alive(pid) }
-
 // cachedRunning reports whether the init process last seen running for id
 // is still the same live process; observing a running sandbox then costs a
 // read of /proc instead of an exec of the runtime (resync asks every 10 s
