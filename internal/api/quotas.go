@@ -26,21 +26,6 @@ type quotaBody apiv1.QuotaLimits
 
 func (quotaBody) nullable() {}
 
-// projectOf parses the {id} path value as a project that exists.
-func (a *API) projectOf(ctx context.Context, r *http.Request) (model.ProjectID, error) {
-	id, err := model.ParseProjectID(r.PathValue("id"))
-	if err != nil {
-		return "", err
-	}
-	if _, err := a.cfg.Store.GetProject(ctx, id); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return "", notFound("project %s not found", id)
-		}
-		return "", fmt.Errorf("get project %s: %w", id, err)
-	}
-	return id, nil
-}
-
 // quotaOf reads a project's quota and usage.
 func (a *API) quotaOf(ctx context.Context, id model.ProjectID) (apiv1.ProjectQuota, error) {
 	q, u, err := a.cfg.Store.GetProjectQuota(ctx, id)
@@ -77,10 +62,11 @@ func (a *API) setQuota(ctx context.Context, c *call[quotaBody]) (*reply, error) 
 	if err != nil {
 		return nil, err
 	}
-	id, err := a.projectOf(ctx, c.r)
+	id, err := model.ParseProjectID(c.r.PathValue("id"))
 	if err != nil {
 		return nil, err
 	}
+	// An unknown project is the store's ErrNotFound: no read before.
 	if err := a.cfg.Store.SetProjectQuota(ctx, id, q); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, notFound("project %s not found", id)
