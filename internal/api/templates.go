@@ -70,12 +70,18 @@ func parseTemplateSource(src string) (templateSource, error) {
 		}
 		return templateSource{path: src}, nil
 	}
+	pathForm := false
 	for _, p := range imagePathPrefixes {
-		if loc, ok := strings.CutPrefix(src, p); ok && (!filepath.IsAbs(loc) || filepath.Clean(loc) != loc) {
+		loc, ok := strings.CutPrefix(src, p)
+		if !ok {
+			continue
+		}
+		if !filepath.IsAbs(loc) || filepath.Clean(loc) != loc {
 			return templateSource{}, badRequest("source %q: the path after %q must be a clean absolute path on the server host", src, p)
 		}
+		pathForm = true
 	}
-	if !strings.HasPrefix(src, "docker://") && !hasPathPrefix(src) && !hasRegistryHost(src) {
+	if !pathForm && !strings.HasPrefix(src, "docker://") && !hasRegistryHost(src) {
 		return templateSource{}, badRequest("source %q must be %s", src, sourceForms)
 	}
 	ref, err := template.ParseImageRef(src)
@@ -83,15 +89,6 @@ func parseTemplateSource(src string) (templateSource, error) {
 		return templateSource{}, badRequest("source: %s", strings.TrimPrefix(err.Error(), model.ErrInvalid.Error()+": "))
 	}
 	return templateSource{image: ref}, nil
-}
-
-func hasPathPrefix(src string) bool {
-	for _, p := range imagePathPrefixes {
-		if strings.HasPrefix(src, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // hasRegistryHost reports whether the first component of a registry
