@@ -42,14 +42,20 @@ func TestLimitListener(t *testing.T) {
 	first.Close() // a second close gives nothing back twice
 	select {
 	case c := <-accepted:
-		// The second and third connections hold the two slots (the accept
-		// loop waits for one); after a close, a slot is free, or taken by
-		// the accept loop again.
-		if n := len(ln.slots); n != 2 {
-			t.Fatalf("%d slots taken, want 2", n)
-		}
-		c.Close()
+		defer c.Close()
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiting connection was not accepted after one closed")
+	}
+	// Two connections hold both slots again: had the second close given a
+	// slot back too, a fourth would be accepted.
+	c, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case <-accepted:
+		t.Fatal("a connection was accepted above the cap after a double close")
+	case <-time.After(200 * time.Millisecond):
 	}
 }
