@@ -150,18 +150,25 @@ func New(dial Dialer, logger *slog.Logger) *Client {
 // conn returns a usable connection, dialling if there is none or the last
 // one broke. A new connection is checked with GET /v1/info first.
 func (c *Client) conn(ctx context.Context) (*http.ClientConn, error) {
+	cc, _, err := c.connect(ctx)
+	return cc, err
+}
+
+// connect is conn that also says whether it dialled: fresh is true when the
+// connection is new, its handshake having just read the agent's info.
+func (c *Client) connect(ctx context.Context) (cc *http.ClientConn, fresh bool, err error) {
 	select {
 	case c.lock <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	}
 	defer func() { <-c.lock }()
 	if c.closed {
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
 	if c.cc != nil {
 		if c.cc.Err() == nil {
-			return c.cc, nil
+			return c.cc, false, nil
 		}
 		c.cc.Close()
 		c.cc = nil
@@ -172,17 +179,17 @@ func (c *Client) conn(ctx context.Context) (*http.ClientConn, error) {
 	// caller (or Close) behind it.
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
-	cc, err := c.tr.NewClientConn(hctx, "http", "agent:0")
+	cc, err = c.tr.NewClientConn(hctx, "http", "agent:0")
 	if err != nil {
-		return nil, fmt.Errorf("dial agent: %w", err)
+		return nil, false, fmt.Errorf("dial agent: %w", err)
 	}
 	info, err := handshake(hctx, cc)
 	if err != nil {
 		cc.Close()
-		return nil, err
+		return nil, false, err
 	}
 	c.cc, c.info = cc, info
-	return cc, nil
+	return cc, true, nil
 }
 
 // handshake asks a new connection's agent who it is and checks its
@@ -349,19 +356,16 @@ func processPath(id string) string { return "/v1/processes/" + url.PathEscape(id
 // Info returns what the agent says about itself: a fresh GET /v1/info on
 // an open connection, the new connection's handshake answer otherwise.
 func (c *Client) Info(ctx context.Context) (agentproto.Info, error) {
-	select {
-	case c.lock <- struct{}{}:
-	case <-ctx.Done():
-		return agentproto.Info{}, ctx.Err()
+	_, fresh, err := c.connect(ctx)
+	if err != nil {
+		return agentproto.Info{}, err
 	}
-	connected := c.cc != nil && c.cc.Err() == nil
-	<-c.lock
-	if !connected {
+	if fresh {
 		// A new connection starts with GET /v1/info: do not ask twice.
 		return c.agentInfo(ctx)
 	}
 	var info agentproto.Info
-	err := c.call(ctx, http.MethodGet, "/v1/info", nil, http.StatusOK, &info)
+	err = c.call(ctx, http.MethodGet, "/v1/info", nil, http.StatusOK, &info)
 	return info, err
 }
 

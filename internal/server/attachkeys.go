@@ -13,13 +13,19 @@ import (
 // before the server rotates it (Options.AttachKeyMaxAge).
 const DefaultAttachKeyMaxAge = 30 * 24 * time.Hour
 
+// attachKeyMaxAge is Options.AttachKeyMaxAge, or the default when it is not
+// positive.
+func attachKeyMaxAge(maxAge time.Duration) time.Duration {
+	if maxAge <= 0 {
+		return DefaultAttachKeyMaxAge
+	}
+	return maxAge
+}
+
 // openAttachKeys opens the keyring of attachment-token signing keys in
 // DIR/keys/attach, creating the first key on first start and rotating a key
 // older than maxAge.
 func openAttachKeys(dd *dataDir, maxAge time.Duration, log *slog.Logger) (*auth.Keyring, error) {
-	if maxAge <= 0 {
-		maxAge = DefaultAttachKeyMaxAge
-	}
 	ring, err := auth.OpenKeyring(dd.join(attachKeysDir), auth.KeyringOptions{RotateAfter: maxAge})
 	if err != nil {
 		return nil, fmt.Errorf("open attachment keys: %w", err)
@@ -35,9 +41,6 @@ func openAttachKeys(dd *dataDir, maxAge time.Duration, log *slog.Logger) (*auth.
 // rotateAttachKeys rotates the signing key once it is older than maxAge and
 // deletes retired keys, checking hourly, until ctx ends.
 func rotateAttachKeys(ctx context.Context, ring *auth.Keyring, maxAge time.Duration, log *slog.Logger) {
-	if maxAge <= 0 {
-		maxAge = DefaultAttachKeyMaxAge
-	}
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {

@@ -15,7 +15,7 @@ func TestOpenAttachKeys(t *testing.T) {
 	}
 	defer dd.close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ring, err := openAttachKeys(dd, 0, log)
+	ring, err := openAttachKeys(dd, DefaultAttachKeyMaxAge, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestOpenAttachKeys(t *testing.T) {
 		t.Fatalf("key file: %v, %v; want 0600", fi, err)
 	}
 	// A restart keeps the key.
-	again, err := openAttachKeys(dd, 0, log)
+	again, err := openAttachKeys(dd, DefaultAttachKeyMaxAge, log)
 	if err != nil || again.Keys()[0].ID != keys[0].ID {
 		t.Fatalf("reopened: %+v, %v", again.Keys(), err)
 	}

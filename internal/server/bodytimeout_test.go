@@ -35,7 +35,7 @@ func TestStalledBodyFreesItsConnection(t *testing.T) {
 	}
 	defer dd.close()
 	log := slog.New(slog.DiscardHandler)
-	keys, err := openAttachKeys(dd, 0, log)
+	keys, err := openAttachKeys(dd, DefaultAttachKeyMaxAge, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,8 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	log = log.With("node", nodeID)
-	attachKeys, err := openAttachKeys(dd, opts.AttachKeyMaxAge, log)
+	attachKeyAge := attachKeyMaxAge(opts.AttachKeyMaxAge)
+	attachKeys, err := openAttachKeys(dd, attachKeyAge, log)
 	if err != nil {
 		return err
 	}
@@ -224,7 +225,7 @@ func Run(ctx context.Context, opts Options) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		rotateAttachKeys(runCtx, attachKeys, opts.AttachKeyMaxAge, log)
+		rotateAttachKeys(runCtx, attachKeys, attachKeyAge, log)
 	}()
 
 	srv := &http.Server{
