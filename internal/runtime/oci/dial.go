@@ -27,7 +27,7 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 	if _, err := model.ParseSandboxID(id.String()); err != nil {
 		return nil, fmt.Errorf("dial agent: %w", err)
 	}
-	runDir := r.dirs(id).run
+	runDir := r.dirs(id).agentRunDir()
 	// A new sandbox's agent listens within tens of milliseconds: poll the
 	// socket often (a failed connect costs microseconds) and ask the runtime
 	// (an exec of its binary) only when that takes long.

@@ -29,7 +29,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 	dirs := r.dirs(spec.ID)
 	st, err := r.state(ctx, spec.ID)
 	switch {
-	case err == nil && !dirExists(dirs.run):
+	case err == nil && !dirExists(dirs.agentRunDir()):
 		// A container whose state directory is gone cannot be reached:
 		// a broken leftover, replaced below.
 		r.log.Warn("replacing a container that has lost its state directory", "sandbox", spec.ID, "phase", st.Phase)

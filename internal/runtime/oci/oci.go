@@ -260,12 +260,17 @@ func dirsAt(s string) sandboxDirs {
 		pidFile:    filepath.Join(s, "pid"),
 		stopMarker: filepath.Join(s, "stop-requested"),
 	}
-	// A sandbox created before the sandbox filesystem existed keeps its
-	// run directory (and agent socket) at the top of its state directory.
-	if legacy := filepath.Join(s, "run"); dirExists(legacy) {
-		d.run = legacy
-	}
 	return d
+}
+
+// agentRunDir is the run directory that holds a running agent's socket. A
+// sandbox created before the sandbox filesystem existed keeps it at the top
+// of its state directory; a new (or re-created) one has it at d.run.
+func (d sandboxDirs) agentRunDir() string {
+	if legacy := filepath.Join(d.state, "run"); dirExists(legacy) {
+		return legacy
+	}
+	return d.run
 }
 
 func (r *Runtime) cgroupPath(id model.SandboxID) (cgroups.Path, error) {

@@ -402,3 +402,20 @@ func bindLoop(image string) error {
 // UserNamespaced: runc and crun sandboxes get a user namespace with a host
 // id range of their own.
 func (r testRuntime) UserNamespaced() bool { return usesUserns(r.flavor) }
+
+// The legacy run directory is looked for only where the agent's socket is,
+// and only while it exists: the layout itself always names the new one.
+func TestAgentRunDir(t *testing.T) {
+	state := t.TempDir()
+	d := dirsAt(state)
+	if d.run != filepath.Join(state, "fs", "meta", "run") || d.agentRunDir() != d.run {
+		t.Fatalf("new layout: run %s, agent run dir %s", d.run, d.agentRunDir())
+	}
+	legacy := filepath.Join(state, "run")
+	if err := os.Mkdir(legacy, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if d := dirsAt(state); d.run == legacy || d.agentRunDir() != legacy {
+		t.Fatalf("legacy layout: run %s, agent run dir %s", d.run, d.agentRunDir())
+	}
+}
