@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/rootfs/mountinfo"
 )
 
 // DefaultWorkloadCgroup is the name of the child cgroup that holds every
@@ -181,14 +183,9 @@ func enablePidsV2(parent string) error {
 
 // discoverPidsCgroup finds the directory of this process's pids cgroup.
 func discoverPidsCgroup() (dir string, version int, err error) {
-	mi, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return "", 0, fmt.Errorf("pids cgroup: %w", err)
-	}
-	defer mi.Close()
-	mounts, err := parseMountInfo(mi)
-	if err != nil {
-		return "", 0, fmt.Errorf("pids cgroup: /proc/self/mountinfo: %w", err)
 	}
 	cg, err := os.Open("/proc/self/cgroup")
 	if err != nil {
@@ -216,61 +213,6 @@ func parentOfAgentLeaf(dir string, version int) string {
 		return filepath.Dir(dir)
 	}
 	return dir
-}
-
-// mountInfo is one line of /proc/self/mountinfo (the fields we use).
-type mountInfo struct {
-	Root       string   // root of the mount within its filesystem
-	MountPoint string   // where it is mounted
-	FSType     string   // e.g. "cgroup", "cgroup2"
-	SuperOpts  []string // per-superblock options (cgroup v1: the controllers)
-}
-
-// parseMountInfo parses the format of proc(5) /proc/[pid]/mountinfo.
-func parseMountInfo(r io.Reader) ([]mountInfo, error) {
-	var out []mountInfo
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			return nil, fmt.Errorf("line %d: no \" - \" separator", n)
-		}
-		f := strings.Fields(pre)
-		g := strings.Fields(post)
-		if len(f) < 6 || len(g) < 2 {
-			return nil, fmt.Errorf("line %d: too few fields", n)
-		}
-		m := mountInfo{Root: unescapeMount(f[3]), MountPoint: unescapeMount(f[4]), FSType: g[0]}
-		if len(g) >= 3 {
-			m.SuperOpts = strings.Split(g[2], ",")
-		}
-		out = append(out, m)
-	}
-	return out, sc.Err()
-}
-
-// unescapeMount undoes the octal escapes (\040 for space, …) of mountinfo.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // procCgroup is one line of /proc/self/cgroup: "ID:CONTROLLERS:PATH".
@@ -308,8 +250,8 @@ func parseProcCgroup(r io.Reader) ([]procCgroup, error) {
 // else the cgroup v2 hierarchy. When the process's cgroup path is not
 // visible under the mount (e.g. a container without a cgroup namespace), the
 // mount point itself is used.
-func findPidsCgroup(mounts []mountInfo, groups []procCgroup, isDir func(string) bool) (string, int, error) {
-	resolve := func(m mountInfo, cgPath string) string {
+func findPidsCgroup(mounts []mountinfo.Mount, groups []procCgroup, isDir func(string) bool) (string, int, error) {
+	resolve := func(m mountinfo.Mount, cgPath string) string {
 		var rel string
 		switch {
 		case m.Root == "/":
@@ -330,7 +272,7 @@ func findPidsCgroup(mounts []mountInfo, groups []procCgroup, isDir func(string) 
 			continue
 		}
 		for _, m := range mounts {
-			if m.FSType == "cgroup" && slices.Contains(m.SuperOpts, "pids") {
+			if m.FSType == "cgroup" && m.HasSuperOption("pids") {
 				return resolve(m, g.Path), 1, nil
 			}
 		}

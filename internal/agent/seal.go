@@ -3,12 +3,13 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/rootfs/mountinfo"
 )
 
 // Capabilities that the runtime grants the agent only so that it can seal
@@ -30,14 +31,9 @@ var SetupCapabilities = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
 func SealMounts(dirs []string, cgroups bool) ([]string, error) {
 	targets := slices.Clone(dirs)
 	if cgroups {
-		mi, err := os.Open("/proc/self/mountinfo")
+		mounts, err := mountinfo.Read()
 		if err != nil {
 			return nil, fmt.Errorf("seal: %w", err)
-		}
-		mounts, err := parseMountInfo(mi)
-		mi.Close()
-		if err != nil {
-			return nil, fmt.Errorf("seal: /proc/self/mountinfo: %w", err)
 		}
 		for _, m := range mounts {
 			if (m.FSType == "cgroup" || m.FSType == "cgroup2") && !slices.Contains(targets, m.MountPoint) {
