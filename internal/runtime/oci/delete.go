@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/rootfs"
 )
@@ -74,8 +75,17 @@ func (r *Runtime) removeLeftovers(ctx context.Context, id model.SandboxID) error
 		return fmt.Errorf("runtime state left after delete: %q (%v)", files, delErr)
 	}
 
-	// 4. Mounts. Never remove files across a mount point.
-	mounts, err := rootfs.MountsUnder(dirs.state)
+	// 4–7. Mounts, loop devices, cgroups, the state directory, the id range.
+	return r.removeHostState(ctx, dirs.state, cg, id.String())
+}
+
+// removeHostState removes what a sandbox (or the probe) named name left on
+// the host once nothing of its container runs: the mounts below its state
+// directory dir (never removing files across a mount point), loop devices
+// bound to images there, its cgroups, the directory, and its user
+// namespace's id range.
+func (r *Runtime) removeHostState(ctx context.Context, dir string, cg cgroups.Path, name string) error {
+	mounts, err := rootfs.MountsUnder(dir)
 	if err != nil {
 		return err
 	}
@@ -84,31 +94,27 @@ func (r *Runtime) removeLeftovers(ctx context.Context, id model.SandboxID) error
 			return err
 		}
 	}
-	if left, err := rootfs.MountsUnder(dirs.state); err != nil {
+	if left, err := rootfs.MountsUnder(dir); err != nil {
 		return err
 	} else if len(left) > 0 {
 		return fmt.Errorf("still mounted after unmount: %q", left)
 	}
-	//    The loop device of the sandbox's disk image clears itself once
-	//    unmounted; one left bound (by a process that died holding it, or
-	//    by a mount namespace on its way out) is detached or set to clear.
-	if err := rootfs.DetachLoopDevices(dirs.state); err != nil {
+	// The loop device of a disk image clears itself once unmounted; one left
+	// bound (by a process that died holding it, or by a mount namespace on
+	// its way out) is detached or set to clear.
+	if err := rootfs.DetachLoopDevices(dir); err != nil {
 		return err
 	}
-
-	// 5. Cgroups, in every hierarchy.
 	if err := r.cgroups.Remove(ctx, cg); err != nil {
 		return err
 	}
-
-	// 6. The state directory.
-	if err := os.RemoveAll(dirs.state); err != nil {
+	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove state dir: %w", err)
 	}
-	// 7. Its user namespace's id range: nothing owned by it is left (the
-	//    sandbox could write only below its state directory).
+	// Nothing owned by the id range is left: the sandbox could write only
+	// below its state directory.
 	if r.ids != nil {
-		r.ids.release(id.String())
+		r.ids.release(name)
 	}
 	return nil
 }

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/cgroups"
-	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
 
@@ -202,29 +201,5 @@ func (r *Runtime) cleanProbe(ctx context.Context, name, dir string, cg cgroups.P
 	if err := r.cgroups.Kill(killCtx, cg); err != nil {
 		return err
 	}
-	if err := r.cgroups.Remove(ctx, cg); err != nil {
-		return err
-	}
-	mounts, err := rootfs.MountsUnder(dir)
-	if err != nil {
-		return err
-	}
-	for _, m := range mounts {
-		if err := rootfs.Unmount(ctx, r.log, m); err != nil {
-			return err
-		}
-	}
-	if left, err := rootfs.MountsUnder(dir); err != nil || len(left) > 0 {
-		return fmt.Errorf("probe directory still has mounts %q (%v)", left, err)
-	}
-	if err := rootfs.DetachLoopDevices(dir); err != nil {
-		return err
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	if r.ids != nil {
-		r.ids.release(name)
-	}
-	return nil
+	return r.removeHostState(ctx, dir, cg, name)
 }
