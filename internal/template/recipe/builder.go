@@ -328,6 +328,10 @@ func (b *Builder) debian(ctx context.Context, ps planStep, log io.Writer) (templ
 	}
 	defer st.Remove()
 	rootfs := st.Rootfs()
+	// Readable by apt's download user, as a tree's root is anyway.
+	if err := os.Chmod(rootfs, 0o755); err != nil {
+		return template.Imported{}, err
+	}
 	args := []string{"--mount", "--pid", "--fork", "--kill-child", "--propagation", "private", "--",
 		"mmdebstrap", "--mode=root", "--format=directory", "--variant=" + ps.debian.Variant}
 	if len(ps.packages) > 0 {
