@@ -86,7 +86,7 @@ func (b *Builder) Build(ctx context.Context, r Recipe, contextDir string, log io
 	if log == nil {
 		log = io.Discard
 	}
-	b.cleanTemps()
+	b.tidy()
 	steps, err := b.plan(ctx, r, contextDir)
 	if err != nil {
 		return Result{}, err
@@ -362,7 +362,32 @@ func (b *Builder) debian(ctx context.Context, ps planStep, log io.Writer) (templ
 	if err := removeSpecialFiles(filepath.Join(rootfs, "dev")); err != nil {
 		return template.Imported{}, err
 	}
+	if err := hostIndependent(rootfs); err != nil {
+		return template.Imported{}, err
+	}
 	return st.Adopt(ctx, template.DefaultConfig(), "debian "+ps.debian.Suite)
+}
+
+// hostIndependent replaces what mmdebstrap copies from the host that the
+// template should not carry: /etc/hostname (the build host's name) becomes
+// "airlock". /etc/resolv.conf stays (a sandbox with network needs one) but
+// gets mode 0644 (mmdebstrap keeps the host file's).
+func hostIndependent(rootfs string) error {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if err := root.Remove("etc/hostname"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := root.WriteFile("etc/hostname", []byte("airlock\n"), 0o644); err != nil {
+		return err
+	}
+	if fi, err := root.Lstat("etc/resolv.conf"); err == nil && fi.Mode().IsRegular() {
+		return root.Chmod("etc/resolv.conf", 0o644)
+	}
+	return nil
 }
 
 // removeSpecialFiles deletes the device nodes, fifos and sockets below dir

@@ -34,7 +34,7 @@ const keyMagic = "airlock-recipe-step-v1"
 // builderVersion is part of every base key: bump it when what a step
 // produces from the same inputs changes (cleanup after mmdebstrap, the run
 // environment, …), so that old cache entries are not reused.
-const builderVersion = "1"
+const builderVersion = "2"
 
 // Step kinds.
 const (
