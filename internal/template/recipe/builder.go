@@ -23,7 +23,8 @@ import (
 )
 
 // Builder builds recipes into templates of Store, caching every step's
-// result in CacheDir (see cache.go).
+// result in CacheDir (see cache.go). Its methods may run concurrently, also
+// with other builders and processes sharing the store and the cache.
 type Builder struct {
 	Store    *template.Store
 	CacheDir string
@@ -68,10 +69,14 @@ func (b *Builder) check() error {
 	if b.Store == nil || b.CacheDir == "" {
 		return errors.New("recipe builder: Store and CacheDir are required")
 	}
-	if b.Logger == nil {
-		b.Logger = slog.New(slog.DiscardHandler)
-	}
 	return os.MkdirAll(b.CacheDir, 0o700)
+}
+
+func (b *Builder) logger() *slog.Logger {
+	if b.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return b.Logger
 }
 
 // Build builds r, with copy sources read from contextDir, writing progress
@@ -134,7 +139,7 @@ func (b *Builder) Build(ctx context.Context, r Recipe, contextDir string, log io
 			if ctx.Err() != nil {
 				return Result{}, ctx.Err()
 			}
-			b.Logger.Error("recipe build cache: cannot record a step", "key", ps.key, "err", err)
+			b.logger().Error("recipe build cache: cannot record a step", "key", ps.key, "err", err)
 			logf("warning: not cached: %v", err)
 		}
 		cur = imp

@@ -381,3 +381,33 @@ func TestKeys(t *testing.T) {
 		t.Errorf("apt sources change kept the base key")
 	}
 }
+
+func TestBuildConcurrent(t *testing.T) {
+	b := newBuilder(t, "")
+	base := busybox(t, b)
+	ctxDir := t.TempDir()
+	writeFiles(t, ctxDir, map[string]string{"a.txt": "alpha\n", "dir/c.txt": "gamma\n"})
+	r := mustParse(t, chainRecipe(base))
+	const n = 3
+	errs := make(chan error, n)
+	digests := make(chan model.TemplateDigest, n)
+	for range n {
+		go func() {
+			res, err := b.Build(context.Background(), r, ctxDir, nil)
+			errs <- err
+			digests <- res.Imported.Digest
+		}()
+	}
+	var first model.TemplateDigest
+	for i := range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		d := <-digests
+		if i == 0 {
+			first = d
+		} else if d != first {
+			t.Errorf("concurrent builds gave %s and %s", first, d)
+		}
+	}
+}

@@ -95,13 +95,13 @@ func (b *Builder) lookup(ctx context.Context, key string, logf func(string, ...a
 		if !errors.Is(err, model.ErrInvalid) {
 			return template.Imported{}, false, fmt.Errorf("build cache: import %s: %w", b.tarPath(key), err)
 		}
-		b.Logger.Warn("recipe build cache: corrupt entry", "key", key, "err", err)
+		b.logger().Warn("recipe build cache: corrupt entry", "key", key, "err", err)
 		logf("cache entry %s is corrupt, rebuilding: %v", short(key), err)
 		b.dropEntry(key)
 		return template.Imported{}, false, nil
 	}
 	if imp.Digest != e.Digest {
-		b.Logger.Warn("recipe build cache: corrupt entry", "key", key, "digest", imp.Digest, "recorded", e.Digest)
+		b.logger().Warn("recipe build cache: corrupt entry", "key", key, "digest", imp.Digest, "recorded", e.Digest)
 		logf("cache entry %s is corrupt (its tree gives %s, recorded %s), rebuilding", short(key), imp.Digest, e.Digest)
 		b.dropEntry(key)
 		return template.Imported{}, false, nil
@@ -112,7 +112,7 @@ func (b *Builder) lookup(ctx context.Context, key string, logf func(string, ...a
 func (b *Builder) dropEntry(key string) {
 	for _, p := range []string{b.entryPath(key), b.tarPath(key)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			b.Logger.Error("recipe build cache: cannot remove entry", "path", p, "err", err)
+			b.logger().Error("recipe build cache: cannot remove entry", "path", p, "err", err)
 		}
 	}
 }
@@ -173,7 +173,7 @@ func (b *Builder) tidy() {
 				os.Remove(filepath.Join(b.CacheDir, name))
 			}
 		case isEntry && age > maxUnused:
-			b.Logger.Info("recipe build cache: removing an unused entry", "key", key)
+			b.logger().Info("recipe build cache: removing an unused entry", "key", key)
 			b.dropEntry(key)
 		case isTar && age > 24*time.Hour:
 			if _, err := os.Stat(b.entryPath(tarKey)); errors.Is(err, fs.ErrNotExist) {
@@ -187,7 +187,7 @@ func (b *Builder) tidy() {
 func (b *Builder) touch(key string) {
 	now := time.Now()
 	if err := os.Chtimes(b.entryPath(key), now, now); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		b.Logger.Warn("recipe build cache: cannot touch an entry", "key", key, "err", err)
+		b.logger().Warn("recipe build cache: cannot touch an entry", "key", key, "err", err)
 	}
 }
 
