@@ -109,9 +109,9 @@ func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRe
 	if err != nil {
 		return nil, err
 	}
-	var name model.TemplateName
+	var name model.TaggedName
 	if c.present["name"] {
-		if name, err = model.ParseTemplateName(c.in.Name); err != nil {
+		if name, err = model.ParseTaggedName(c.in.Name); err != nil {
 			return nil, err
 		}
 	}
@@ -130,7 +130,7 @@ func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRe
 	}); err != nil {
 		return nil, fmt.Errorf("record template %s: %w", imp.Digest, err)
 	}
-	if name != "" {
+	if name.Name != "" {
 		if err := a.cfg.Store.SetTemplateName(ctx, name, imp.Digest, c.now); err != nil {
 			return nil, fmt.Errorf("name template %s %s: %w", imp.Digest, name, err)
 		}

@@ -341,7 +341,7 @@ func ensureDefaultTemplate(ctx context.Context, st store.Store, templates *templ
 	}); err != nil {
 		return fmt.Errorf("record default template: %w", err)
 	}
-	if err := st.SetTemplateName(ctx, model.DefaultTemplateName, imp.Digest, now); err != nil {
+	if err := st.SetTemplateName(ctx, model.DefaultTemplate, imp.Digest, now); err != nil {
 		return fmt.Errorf("name default template: %w", err)
 	}
 	log.Info("default template ready", "digest", imp.Digest)
