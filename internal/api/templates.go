@@ -26,11 +26,12 @@ func (a *API) listTemplates(w http.ResponseWriter, r *http.Request, _ principal)
 		a.writeError(w, r, fmt.Errorf("list templates: %w", err))
 		return
 	}
-	out := apiv1.TemplateList{Templates: make([]apiv1.Template, 0, len(ts))}
-	for _, t := range ts {
-		out.Templates = append(out.Templates, templateOut(t))
+	views, err := a.templateViews(r.Context(), ts...)
+	if err != nil {
+		a.writeError(w, r, fmt.Errorf("template users: %w", err))
+		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, apiv1.TemplateList{Templates: append(make([]apiv1.Template, 0, len(views)), views...)})
 }
 
 // templateSource is the parsed source of POST /v1/templates: a path on the
@@ -115,6 +116,13 @@ func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRe
 			return nil, err
 		}
 	}
+	// Hold off tree removal until the template is recorded: a tombstoned
+	// template's tree that this import reuses must not go meanwhile.
+	release, err := a.guardImport(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	var imp template.Imported
 	if src.path != "" {
 		imp, err = a.cfg.Templates.ImportPath(ctx, src.path, nil)

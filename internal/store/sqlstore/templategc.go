@@ -30,13 +30,33 @@ import (
 const liveSandboxes = `state <> 'deleted'`
 
 // CountTemplateUsers implements store.Store.
-func (s *Store) CountTemplateUsers(ctx context.Context, digest model.TemplateDigest) (int, error) {
-	var n int
-	if err := s.queryRow(ctx, `SELECT COUNT(*) FROM sandboxes WHERE template_digest = ? AND `+liveSandboxes,
-		string(digest)).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count users of template %s: %w", digest, err)
+func (s *Store) CountTemplateUsers(ctx context.Context, digests ...model.TemplateDigest) (map[model.TemplateDigest]int, error) {
+	query := `SELECT template_digest, COUNT(*) FROM sandboxes WHERE ` + liveSandboxes
+	var args []any
+	if len(digests) > 0 {
+		query += ` AND template_digest IN (` + placeholders(len(digests)) + `)`
+		for _, d := range digests {
+			args = append(args, string(d))
+		}
 	}
-	return n, nil
+	rows, err := s.query(ctx, query+` GROUP BY template_digest`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("count template users: %w", err)
+	}
+	defer rows.Close()
+	out := map[model.TemplateDigest]int{}
+	for rows.Next() {
+		var d string
+		var n int
+		if err := rows.Scan(&d, &n); err != nil {
+			return nil, fmt.Errorf("count template users: %w", err)
+		}
+		out[model.TemplateDigest(d)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count template users: %w", err)
+	}
+	return out, nil
 }
 
 // inUse returns a *store.TemplateInUseError if live sandboxes use digest.

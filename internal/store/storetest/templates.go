@@ -66,12 +66,18 @@ func testTemplateDeleteTag(e *env) {
 	sb, _ := e.sandbox(p.ID, tpl.Digest, nil)
 	_, err = e.s.DeleteTemplateTag(e.ctx, tn("py:3.12"))
 	e.inUse(err, tpl.Digest, 1, sb.ID)
-	if n, err := e.s.CountTemplateUsers(e.ctx, tpl.Digest); err != nil || n != 1 {
-		t.Fatalf("CountTemplateUsers = %d, %v; want 1", n, err)
+	other := e.template()
+	e.sandbox(p.ID, other.Digest, nil)
+	e.sandbox(p.ID, other.Digest, nil)
+	if n, err := e.s.CountTemplateUsers(e.ctx, tpl.Digest); err != nil || !reflect.DeepEqual(n, map[model.TemplateDigest]int{tpl.Digest: 1}) {
+		t.Fatalf("CountTemplateUsers = %v, %v; want 1", n, err)
+	}
+	if n, err := e.s.CountTemplateUsers(e.ctx); err != nil || !reflect.DeepEqual(n, map[model.TemplateDigest]int{tpl.Digest: 1, other.Digest: 2}) {
+		t.Fatalf("CountTemplateUsers() = %v, %v", n, err)
 	}
 	e.deleteSandbox(sb)
-	if n, err := e.s.CountTemplateUsers(e.ctx, tpl.Digest); err != nil || n != 0 {
-		t.Fatalf("CountTemplateUsers = %d, %v; want 0", n, err)
+	if n, err := e.s.CountTemplateUsers(e.ctx, tpl.Digest, other.Digest); err != nil || !reflect.DeepEqual(n, map[model.TemplateDigest]int{other.Digest: 2}) {
+		t.Fatalf("CountTemplateUsers = %v, %v; want none for %s", n, err, tpl.Digest)
 	}
 	d, err := e.s.DeleteTemplateTag(e.ctx, tn("py:3.12"))
 	must(t, err)
