@@ -26,6 +26,7 @@ import (
 	"github.com/airlockdev/airlock/internal/store/postgres"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
 	"github.com/airlockdev/airlock/internal/template"
+	"github.com/airlockdev/airlock/internal/templategc"
 	"github.com/airlockdev/airlock/internal/worker"
 )
 
@@ -71,6 +72,10 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("open template store: %w", err)
 	}
 	if err := ensureDefaultTemplate(ctx, st, templates, log); err != nil {
+		return err
+	}
+	collector, err := templategc.New(templategc.Config{Store: st, Trees: templates, Logger: log.With("component", "template-gc")})
+	if err != nil {
 		return err
 	}
 
@@ -168,6 +173,7 @@ func Run(ctx context.Context, opts Options) error {
 		TemplateDefaults: func(d model.TemplateDigest) (procctl.Defaults, error) {
 			return commandDefaults(templates, d)
 		},
+		TemplateGC: collector,
 		Agents:     wk,
 		FileTokens: attachKeys.Issuer(), // file tokens are signed like attachment tokens
 		Attach:     attachKeys.Issuer(),
@@ -225,6 +231,11 @@ func Run(ctx context.Context, opts Options) error {
 	go func() {
 		defer wg.Done()
 		rotateAttachKeys(runCtx, attachKeys, opts.AttachKeyMaxAge, log)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		collector.Run(runCtx, opts.TemplateGCInterval)
 	}()
 
 	srv := &http.Server{
@@ -327,6 +338,11 @@ func ensureDefaultTemplate(ctx context.Context, st store.Store, templates *templ
 		log.Warn("no static busybox found: the default template is unavailable (install the busybox-static package, or import a template)")
 		return nil
 	}
+	release, err := templates.Guard(ctx) // until recorded: see template.Store.Guard
+	if err != nil {
+		return fmt.Errorf("default template: %w", err)
+	}
+	defer release()
 	imp, err := templates.EnsureDefault(ctx, bb)
 	if err != nil {
 		log.Warn("default template unavailable", "err", err)
