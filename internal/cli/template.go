@@ -15,8 +15,9 @@ import (
 )
 
 func (a *app) templateCommand() *cobra.Command {
-	return group("template", "Import and list templates",
-		a.templateImportCommand(), a.templateListCommand())
+	return group("template", "Import, list, inspect, tag and remove templates",
+		a.templateImportCommand(), a.templateListCommand(),
+		a.templateInspectCommand(), a.templateTagCommand(), a.templateRmCommand(), a.templateGCCommand())
 }
 
 func (a *app) templateImportCommand() *cobra.Command {
