@@ -129,4 +129,6 @@ func TestTemplateGCNotSupported(t *testing.T) {
 	e := newEnv(t)
 	e.do("POST", "/v1/admin/templates/gc", e.admin, "").wantError(t, http.StatusNotImplemented, apiv1.CodeNotSupported)
 	e.send(req{method: "GET", path: "/v1/templates/sha256:abc", key: e.keyA, invalid: true}).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
+	// "sha256:…" reads as a digest, so no tag may be named sha256.
+	e.do("PUT", "/v1/templates/tags/sha256", e.admin, `{"template": "default"}`).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
 }

@@ -44,12 +44,17 @@ type TaggedName struct {
 // box and that a sandbox gets when its create names none: "default:latest".
 var DefaultTemplate = TaggedName{Name: DefaultTemplateName, Tag: DefaultTemplateTag}
 
-// ParseTaggedName parses "name" (tag "latest") or "name:tag".
+// ParseTaggedName parses "name" (tag "latest") or "name:tag". The names
+// sha256, sha384 and sha512 are reserved: "sha256:…" reads as a digest.
 func ParseTaggedName(s string) (TaggedName, error) {
 	name, tag, hasTag := strings.Cut(s, ":")
 	n, err := ParseTemplateName(name)
 	if err != nil {
 		return TaggedName{}, err
+	}
+	if name == "sha256" || name == "sha384" || name == "sha512" {
+		// "sha256:…" is a digest: such a tag could never be named.
+		return TaggedName{}, fmt.Errorf("%w: template name %q is reserved for digests", ErrInvalid, name)
 	}
 	if !hasTag {
 		return TaggedName{Name: n, Tag: DefaultTemplateTag}, nil

@@ -19,7 +19,7 @@ func TestParseTaggedName(t *testing.T) {
 			t.Errorf("ParseTaggedName(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", ":", "python:", ":tag", "Python", "python:.x", "python:a/b", "a:b:c", "sha256:" + strings.Repeat("0", 64)[:10] + "/", "python:" + strings.Repeat("x", 129)} {
+	for _, bad := range []string{"", ":", "python:", ":tag", "Python", "python:.x", "python:a/b", "a:b:c", "sha256:" + strings.Repeat("0", 64)[:10] + "/", "python:" + strings.Repeat("x", 129), "sha256", "sha512:x", "sha384:latest"} {
 		if got, err := ParseTaggedName(bad); err == nil || !errors.Is(err, ErrInvalid) {
 			t.Errorf("ParseTaggedName(%q) = %+v, %v; want ErrInvalid", bad, got, err)
 		}
