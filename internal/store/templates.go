@@ -74,8 +74,9 @@ type Templates interface {
 	// *TemplateInUseError while live sandboxes use it.
 	DeleteTemplate(ctx context.Context, digest model.TemplateDigest, now time.Time) ([]model.TaggedName, error)
 	// TemplateGCCandidates lists the live templates that no tag and no live
-	// sandbox uses, sorted.
-	TemplateGCCandidates(ctx context.Context) ([]model.TemplateDigest, error)
+	// sandbox uses, sorted; with a non-zero createdBefore only those
+	// created (or imported again) before it.
+	TemplateGCCandidates(ctx context.Context, createdBefore time.Time) ([]model.TemplateDigest, error)
 	// TombstoneTemplate tombstones digest if it is live and still unused
 	// (no tag, no live sandbox), reporting whether it did.
 	TombstoneTemplate(ctx context.Context, digest model.TemplateDigest, now time.Time) (bool, error)

@@ -37,6 +37,9 @@ import (
 // DefaultGrace is how old a tree without a row must be before it is removed.
 const DefaultGrace = time.Hour
 
+// DefaultMinAge is Config.MinAge's default.
+const DefaultMinAge = time.Hour
+
 // DefaultInterval is how often the server collects (--template-gc-interval).
 const DefaultInterval = 10 * time.Minute
 
@@ -52,7 +55,12 @@ type Config struct {
 	// Nothing sets it yet. A user that must never lose its template to a
 	// concurrent run has to take the template row's share lock as
 	// CreateSandbox does; Keep alone is read before the run.
-	Keep   func(ctx context.Context) (map[model.TemplateDigest]bool, error)
+	Keep func(ctx context.Context) (map[model.TemplateDigest]bool, error)
+	// MinAge: periodic runs (Run) leave templates created (or imported
+	// again) less than this long ago, so an untagged import is not collected
+	// before its importer had a chance to use it by digest. Collect takes
+	// every unused template. 0: DefaultMinAge.
+	MinAge time.Duration
 	Now    func() time.Time // nil: time.Now
 	Logger *slog.Logger     // nil: discard
 }
@@ -85,6 +93,9 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace
 	}
+	if cfg.MinAge <= 0 {
+		cfg.MinAge = DefaultMinAge
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -95,8 +106,14 @@ func New(cfg Config) (*Collector, error) {
 	return &Collector{cfg: cfg, log: log}, nil
 }
 
-// Collect runs one collection.
+// Collect runs one collection, of every unused template.
 func (c *Collector) Collect(ctx context.Context) (Result, error) {
+	return c.collect(ctx, time.Time{})
+}
+
+// collect runs one collection of the unused templates created before
+// createdBefore (zero: all).
+func (c *Collector) collect(ctx context.Context, createdBefore time.Time) (Result, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	res := Result{Collected: []model.TemplateDigest{}, TreesRemoved: []model.TemplateDigest{}}
@@ -107,7 +124,7 @@ func (c *Collector) Collect(ctx context.Context) (Result, error) {
 			return res, fmt.Errorf("template gc: keep hook: %w", err)
 		}
 	}
-	cands, err := c.cfg.Store.TemplateGCCandidates(ctx)
+	cands, err := c.cfg.Store.TemplateGCCandidates(ctx, createdBefore)
 	if err != nil {
 		return res, fmt.Errorf("template gc: %w", err)
 	}
@@ -179,8 +196,9 @@ func (c *Collector) RemoveDeleted(ctx context.Context, d model.TemplateDigest) e
 	return err
 }
 
-// Run collects every interval until ctx ends; interval <= 0 returns at
-// once. Failures are logged and retried next time.
+// Run collects every interval until ctx ends, leaving templates younger
+// than MinAge; interval <= 0 returns at once. Failures are logged and
+// retried next time.
 func (c *Collector) Run(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		return
@@ -193,7 +211,7 @@ func (c *Collector) Run(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		if _, err := c.Collect(ctx); err != nil && ctx.Err() == nil {
+		if _, err := c.collect(ctx, c.cfg.Now().Add(-c.cfg.MinAge)); err != nil && ctx.Err() == nil {
 			c.log.ErrorContext(ctx, "template gc failed", "err", err)
 		}
 	}

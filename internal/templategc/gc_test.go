@@ -147,3 +147,44 @@ func TestCollect(t *testing.T) {
 		t.Fatalf("trees left: %+v, %v", trees, err)
 	}
 }
+
+// Periodic runs leave templates younger than MinAge; Run stops with its
+// context.
+func TestRunMinAge(t *testing.T) {
+	f := newFixture(t)
+	young := f.tree("young", true)
+	now := f.now
+	c, err := New(Config{Store: f.st, Trees: f.trees, MinAge: time.Hour, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx, 5*time.Millisecond)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if !f.trees.Has(young) {
+		t.Fatal("a periodic run collected a template younger than MinAge")
+	}
+	cancel()
+	<-done
+	now = f.now.Add(2 * time.Hour)
+	ctx, cancel = context.WithCancel(f.ctx)
+	defer cancel()
+	done = make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx, 5*time.Millisecond)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.trees.Has(young) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if f.trees.Has(young) {
+		t.Fatal("a periodic run left an old unused template")
+	}
+}

@@ -177,11 +177,14 @@ func (t tx) tagsOf(ctx context.Context, digest model.TemplateDigest) ([]model.Ta
 }
 
 // TemplateGCCandidates implements store.Store.
-func (s *Store) TemplateGCCandidates(ctx context.Context) ([]model.TemplateDigest, error) {
-	rows, err := s.query(ctx, `SELECT t.digest FROM templates t WHERE t.deleted_at IS NULL
+func (s *Store) TemplateGCCandidates(ctx context.Context, createdBefore time.Time) ([]model.TemplateDigest, error) {
+	query, args := `SELECT t.digest FROM templates t WHERE t.deleted_at IS NULL
 		AND NOT EXISTS (SELECT 1 FROM template_tags n WHERE n.digest = t.digest)
-		AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.template_digest = t.digest AND s.`+liveSandboxes+`)
-		ORDER BY t.digest`)
+		AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.template_digest = t.digest AND s.`+liveSandboxes+`)`, []any(nil)
+	if !createdBefore.IsZero() {
+		query, args = query+` AND t.created_at < ?`, []any{micro(createdBefore)}
+	}
+	rows, err := s.query(ctx, query+` ORDER BY t.digest`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("template gc candidates: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
@@ -164,7 +165,7 @@ func testTemplateGC(e *env) {
 	gone, _ := e.sandbox(p.ID, wasUsed.Digest, nil)
 	e.deleteSandbox(gone)
 
-	got, err := e.s.TemplateGCCandidates(e.ctx)
+	got, err := e.s.TemplateGCCandidates(e.ctx, time.Time{})
 	must(t, err)
 	want := []model.TemplateDigest{unused.Digest, wasUsed.Digest}
 	if want[0] > want[1] {
@@ -172,6 +173,12 @@ func testTemplateGC(e *env) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("TemplateGCCandidates = %v, want %v", got, want)
+	}
+	// Only the older one, created before wasUsed.
+	got, err = e.s.TemplateGCCandidates(e.ctx, wasUsed.CreatedAt)
+	must(t, err)
+	if !reflect.DeepEqual(got, []model.TemplateDigest{unused.Digest}) {
+		t.Fatalf("TemplateGCCandidates(created before %s) = %v, want [%s]", wasUsed.CreatedAt, got, unused.Digest)
 	}
 	for _, d := range []model.TemplateDigest{tagged.Digest, used.Digest} {
 		if ok, err := e.s.TombstoneTemplate(e.ctx, d, e.now()); err != nil || ok {
@@ -186,7 +193,7 @@ func testTemplateGC(e *env) {
 			t.Fatalf("TombstoneTemplate twice = %v, %v", ok, err)
 		}
 	}
-	if got, err := e.s.TemplateGCCandidates(e.ctx); err != nil || len(got) != 0 {
+	if got, err := e.s.TemplateGCCandidates(e.ctx, time.Time{}); err != nil || len(got) != 0 {
 		t.Fatalf("TemplateGCCandidates after GC = %v, %v", got, err)
 	}
 	if ok, err := e.s.TombstoneTemplate(e.ctx, model.DigestFromSHA256([32]byte{7}), e.now()); err != nil || ok {
@@ -236,7 +243,7 @@ func testTemplateGCRacesCreates(e *env) {
 				return
 			default:
 			}
-			cands, err := e.s.TemplateGCCandidates(e.ctx)
+			cands, err := e.s.TemplateGCCandidates(e.ctx, time.Time{})
 			if err != nil {
 				t.Errorf("TemplateGCCandidates: %v", err)
 				return
