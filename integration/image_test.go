@@ -144,7 +144,7 @@ func TestImportImageFromRegistry(t *testing.T) {
 		t.Fatalf("template import %s: exit %d\n%s\n%s", refStr, code, stdout, stderr)
 	}
 	var tpl apiv1.Template
-	if err := json.Unmarshal([]byte(stdout), &tpl); err != nil || len(tpl.Names) != 1 || tpl.Names[0] != "imgtest" {
+	if err := json.Unmarshal([]byte(stdout), &tpl); err != nil || len(tpl.Names) != 1 || tpl.Names[0] != "imgtest:latest" {
 		t.Fatalf("template import: %v %q", err, stdout)
 	}
 	// A missing image is a clear error, not a crash.

@@ -98,7 +98,7 @@ func importImageTemplate(ctx context.Context, t *testing.T, dataDir, name string
 		t.Fatal(err)
 	}
 	defer st.Close()
-	def, err := st.ResolveTemplate(ctx, model.RefByName(model.DefaultTemplateName))
+	def, err := st.ResolveTemplate(ctx, model.RefByName(model.DefaultTemplate))
 	if err != nil {
 		t.Fatalf("no default template (is a static busybox installed?): %v", err)
 	}
@@ -143,7 +143,7 @@ func importImageTemplate(ctx context.Context, t *testing.T, dataDir, name string
 	if err := st.PutTemplate(ctx, model.Template{Digest: imp.Digest, SizeBytes: imp.SizeBytes, Manifest: imp.Manifest, CreatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetTemplateName(ctx, model.TemplateName(name), imp.Digest, now); err != nil {
+	if err := st.SetTemplateName(ctx, model.TaggedName{Name: model.TemplateName(name), Tag: model.DefaultTemplateTag}, imp.Digest, now); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -88,7 +88,7 @@ func TestAdminEndpoints(t *testing.T) {
 	// Templates: listed for members, with the alias.
 	var tl apiv1.TemplateList
 	e.do("GET", "/v1/templates", e.keyB, "").want(t, http.StatusOK).decode(t, &tl)
-	if len(tl.Templates) != 1 || tl.Templates[0].Digest != e.digest.String() || len(tl.Templates[0].Names) != 1 || tl.Templates[0].Names[0] != "default" {
+	if len(tl.Templates) != 1 || tl.Templates[0].Digest != e.digest.String() || len(tl.Templates[0].Names) != 1 || tl.Templates[0].Names[0] != "default:latest" {
 		t.Fatalf("templates = %+v", tl.Templates)
 	}
 	// A tar archive of a different tree, named: a second template.
@@ -96,7 +96,7 @@ func TestAdminEndpoints(t *testing.T) {
 	writeTar(t, tarPath, map[string]string{"etc/os-release": "ID=test\n"})
 	var imported apiv1.Template
 	e.do("POST", "/v1/templates", e.admin, fmt.Sprintf(`{"source": %q, "name": "other"}`, tarPath)).want(t, http.StatusCreated).decode(t, &imported)
-	if imported.Digest == e.digest.String() || len(imported.Names) != 1 || imported.Names[0] != "other" || imported.SizeBytes != 8 {
+	if imported.Digest == e.digest.String() || len(imported.Names) != 1 || imported.Names[0] != "other:latest" || imported.SizeBytes != 8 {
 		t.Fatalf("imported %+v", imported)
 	}
 	var sb apiv1.SandboxWithOperation

@@ -89,6 +89,10 @@ type Config struct {
 	// TemplateDefaults gives a template's defaults for the commands of
 	// its sandboxes (working directory, user); nil: none (root, "/").
 	TemplateDefaults func(model.TemplateDigest) (procctl.Defaults, error)
+	// TemplateGC removes deleted templates' trees and runs collections
+	// (POST /v1/admin/templates/gc); nil: deletes leave trees on disk and
+	// the gc route answers 501 not_supported.
+	TemplateGC TemplateCollector
 }
 
 // API is the management API handler.

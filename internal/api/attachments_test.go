@@ -137,6 +137,7 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 		"POST /v1/sandboxes/{id}/files/move":                         `{"from": "/x", "to": "/y"}`,
 		"POST /v1/sandboxes/{id}/files/remove":                       `{"path": "/x"}`,
 		"POST /v1/sandboxes/{id}/files/transfers":                    `{"path": "/x", "direction": "download"}`,
+		"PUT /v1/templates/tags/{name_tag}":                          `{"template": "default"}`,
 	}
 	queries := map[string]string{
 		"GET /v1/sandboxes/{id}/files/stat": "?path=/",
@@ -153,7 +154,7 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 			continue
 		}
 		key := rt.method + " " + rt.pattern
-		path := strings.NewReplacer("{process_id}", cs.ProcessID).Replace(rt.pattern)
+		path := strings.NewReplacer("{process_id}", cs.ProcessID, "{ref}", "default", "{name_tag}", "x:y").Replace(rt.pattern)
 		switch {
 		case strings.HasPrefix(rt.pattern, "/v1/admin/keys/"):
 			path = strings.Replace(path, "{id}", keyID.String(), 1)

@@ -50,7 +50,8 @@ func templateOut(t model.Template) apiv1.Template {
 	for _, n := range t.Names {
 		names = append(names, n.String())
 	}
-	return apiv1.Template{Digest: t.Digest.String(), Names: names, SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt.UTC()}
+	return apiv1.Template{Digest: t.Digest.String(), Names: names, SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt.UTC(),
+		Config: templateConfig(t.Manifest)}
 }
 
 func projectOut(p model.Project) apiv1.Project {

@@ -52,6 +52,10 @@ func (a *API) routeTable() []route {
 
 		{"GET", "/v1/templates", member, a.listTemplates},
 		{"POST", "/v1/templates", admin, mutating(a, a.importTemplate)},
+		{"GET", "/v1/templates/{ref}", member, a.getTemplate},
+		{"DELETE", "/v1/templates/{ref}", admin, mutating(a, a.deleteTemplate)},
+		{"PUT", "/v1/templates/tags/{name_tag}", admin, mutating(a, a.setTemplateTag)},
+		{"POST", "/v1/admin/templates/gc", admin, mutating(a, a.collectTemplates)},
 
 		{"POST", "/v1/admin/projects", admin, mutating(a, a.createProject)},
 		{"GET", "/v1/admin/projects", admin, a.listProjects},

@@ -20,7 +20,7 @@ import (
 // createSandbox: POST /v1/sandboxes → 202 SandboxWithOperation.
 func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequest]) (*reply, error) {
 	in := c.in
-	ref := model.RefByName(model.DefaultTemplateName)
+	ref := model.RefByName(model.DefaultTemplate)
 	if c.present["template"] {
 		var err error
 		if ref, err = model.ParseTemplateRef(in.Template); err != nil {

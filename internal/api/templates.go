@@ -26,11 +26,12 @@ func (a *API) listTemplates(w http.ResponseWriter, r *http.Request, _ principal)
 		a.writeError(w, r, fmt.Errorf("list templates: %w", err))
 		return
 	}
-	out := apiv1.TemplateList{Templates: make([]apiv1.Template, 0, len(ts))}
-	for _, t := range ts {
-		out.Templates = append(out.Templates, templateOut(t))
+	views, err := a.templateViews(r.Context(), ts...)
+	if err != nil {
+		a.writeError(w, r, fmt.Errorf("template users: %w", err))
+		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, apiv1.TemplateList{Templates: append(make([]apiv1.Template, 0, len(views)), views...)})
 }
 
 // templateSource is the parsed source of POST /v1/templates: a path on the
@@ -109,12 +110,19 @@ func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRe
 	if err != nil {
 		return nil, err
 	}
-	var name model.TemplateName
+	var name model.TaggedName
 	if c.present["name"] {
-		if name, err = model.ParseTemplateName(c.in.Name); err != nil {
+		if name, err = model.ParseTaggedName(c.in.Name); err != nil {
 			return nil, err
 		}
 	}
+	// Hold off tree removal until the template is recorded: a tombstoned
+	// template's tree that this import reuses must not go meanwhile.
+	release, err := a.guardImport(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	var imp template.Imported
 	if src.path != "" {
 		imp, err = a.cfg.Templates.ImportPath(ctx, src.path, nil)
@@ -130,7 +138,7 @@ func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRe
 	}); err != nil {
 		return nil, fmt.Errorf("record template %s: %w", imp.Digest, err)
 	}
-	if name != "" {
+	if name.Name != "" {
 		if err := a.cfg.Store.SetTemplateName(ctx, name, imp.Digest, c.now); err != nil {
 			return nil, fmt.Errorf("name template %s %s: %w", imp.Digest, name, err)
 		}

@@ -129,7 +129,7 @@ func TestImportImageSources(t *testing.T) {
 	}
 
 	fromRegistry := importSource(e, t, host+"/airlock/img:v1", "from-registry")
-	if fromRegistry.Digest == e.digest.String() || len(fromRegistry.Names) != 1 || fromRegistry.Names[0] != "from-registry" {
+	if fromRegistry.Digest == e.digest.String() || len(fromRegistry.Names) != 1 || fromRegistry.Names[0] != "from-registry:latest" {
 		t.Fatalf("imported %+v", fromRegistry)
 	}
 	for _, src := range []string{

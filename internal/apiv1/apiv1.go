@@ -44,6 +44,7 @@ const (
 	CodeQuotaExceeded        = "quota_exceeded"         // 403: the project's quota does not admit the new sandbox (the message names the limit, the usage and the request)
 	CodeRequestTimeout       = "request_timeout"        // 408: the request body did not arrive in time; the server closes the connection
 	CodeRegistryUnavailable  = "registry_unavailable"   // 502: an image registry could not be reached or failed (network error, 5xx, rate limit)
+	CodeTemplateInUse        = "template_in_use"        // 409: a template (or tag) delete while live sandboxes use the digest
 )
 
 // Sandbox is a sandbox as the API shows it.
@@ -107,9 +108,13 @@ type OperationResponse struct {
 // Template is an imported template.
 type Template struct {
 	Digest    string    `json:"digest"`
-	Names     []string  `json:"names"`
+	Names     []string  `json:"names"` // its tags, "name:tag", sorted
 	SizeBytes int64     `json:"size_bytes"`
 	CreatedAt time.Time `json:"created_at"`
+	// Config is the runtime configuration recorded in its manifest.
+	Config *TemplateConfig `json:"config,omitempty"`
+	// InUse is how many live sandboxes use it (GET routes).
+	InUse *int `json:"in_use,omitempty"`
 }
 
 // TemplateList is the response of GET /v1/templates.

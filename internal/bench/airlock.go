@@ -136,7 +136,7 @@ func (a *airlockSubject) defaultTemplate(ctx context.Context) (model.TemplateDig
 	}
 	for _, t := range list.Templates {
 		for _, n := range t.Names {
-			if n == model.DefaultTemplateName.String() {
+			if n == model.DefaultTemplate.String() {
 				return model.ParseTemplateDigest(t.Digest)
 			}
 		}

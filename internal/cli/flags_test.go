@@ -72,7 +72,7 @@ func TestParseEnvAndMetadataFlags(t *testing.T) {
 func TestCreateFlagsRequest(t *testing.T) {
 	f := createFlags{template: "python-3.12", cpus: 2, memoryMiB: 1024, env: []string{"A=1"}, metadata: []string{"k=v"}}
 	req, err := f.request()
-	if err != nil || req.Template != "python-3.12" || req.CPUs != 2 || req.MemoryMiB != 1024 || req.Env["A"] != "1" || req.Metadata["k"] != "v" {
+	if err != nil || req.Template != "python-3.12:latest" || req.CPUs != 2 || req.MemoryMiB != 1024 || req.Env["A"] != "1" || req.Metadata["k"] != "v" {
 		t.Fatalf("%+v, %v", req, err)
 	}
 	for _, bad := range []createFlags{{template: "Bad Name"}, {template: "sha256:zz"}, {cpus: -1}, {memoryMiB: -5}, {env: []string{"X"}}} {

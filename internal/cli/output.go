@@ -107,19 +107,14 @@ func operationFields(w io.Writer, op apiv1.Operation) {
 }
 
 func (p printer) template(t apiv1.Template) error {
-	return p.print(t, func(w io.Writer) {
-		fmt.Fprintf(w, "Digest:\t%s\n", t.Digest)
-		fmt.Fprintf(w, "Names:\t%s\n", orDash(strings.Join(t.Names, ", ")))
-		fmt.Fprintf(w, "Size:\t%s\n", byteSize(t.SizeBytes))
-		fmt.Fprintf(w, "Created:\t%s\n", timeText(t.CreatedAt))
-	})
+	return p.print(t, func(w io.Writer) { templateFields(w, t) })
 }
 
 func (p printer) templateList(l apiv1.TemplateList) error {
 	return p.print(l, func(w io.Writer) {
-		fmt.Fprintln(w, "NAMES\tDIGEST\tSIZE\tCREATED")
+		fmt.Fprintln(w, templateListHeader)
 		for _, t := range l.Templates {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", orDash(strings.Join(t.Names, ",")), t.Digest, byteSize(t.SizeBytes), timeText(t.CreatedAt))
+			templateRow(w, t)
 		}
 	})
 }

@@ -67,10 +67,29 @@ func TestTableOutput(t *testing.T) {
 			"Updated:   2026-11-30T09:06:37Z\n" +
 			"Finished:  2026-11-30T09:06:37Z\n"},
 		{"templates", func(p printer) error {
-			return p.templateList(apiv1.TemplateList{Templates: []apiv1.Template{{Digest: digest, Names: []string{"default", "bb"}, SizeBytes: 1982426, CreatedAt: t0}}})
+			two := 2
+			return p.templateList(apiv1.TemplateList{Templates: []apiv1.Template{
+				{Digest: digest, Names: []string{"bb:latest", "default:latest"}, SizeBytes: 1982426, CreatedAt: t0, InUse: &two},
+				{Digest: digest, SizeBytes: 10, CreatedAt: t0},
+			}})
 		}, "" +
-			"NAMES       DIGEST                                                                   SIZE     CREATED\n" +
-			"default,bb  " + digest + "  1.9 MiB  2026-11-30T09:05:07Z\n"},
+			"TAGS                      DIGEST               SIZE     CREATED               IN USE\n" +
+			"bb:latest,default:latest  " + shortDigest(digest) + "  1.9 MiB  2026-11-30T09:05:07Z  2\n" +
+			"-                         " + shortDigest(digest) + "  10 B     2026-11-30T09:05:07Z  -\n"},
+		{"template", func(p printer) error {
+			one := 1
+			return p.template(apiv1.Template{Digest: digest, Names: []string{"py:3.12"}, SizeBytes: 2048, CreatedAt: t0, InUse: &one,
+				Config: &apiv1.TemplateConfig{Env: []string{"PATH=/bin", "A=b"}, WorkingDir: "/work", User: "app", Cmd: []string{"python3", "-i"}}})
+		}, "" +
+			"Digest:   " + digest + "\n" +
+			"Tags:     py:3.12\n" +
+			"Size:     2.0 KiB\n" +
+			"Created:  2026-11-30T09:05:07Z\n" +
+			"In use:   1 live sandbox(es)\n" +
+			"Env:      PATH=/bin A=b\n" +
+			"Workdir:  /work\n" +
+			"User:     app\n" +
+			"Cmd:      \"python3\" \"-i\"\n"},
 		{"keys", func(p printer) error {
 			return p.apiKeyList(apiv1.APIKeyList{Keys: []apiv1.APIKey{
 				{ID: "key_a", ProjectID: "prj_a", Role: "admin", CreatedAt: t0},

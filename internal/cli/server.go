@@ -16,6 +16,7 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/server"
+	"github.com/airlockdev/airlock/internal/templategc"
 )
 
 // serverFlags are the flags of `airlock server`; their names are a contract
@@ -38,28 +39,30 @@ type serverFlags struct {
 	bodyTimeout time.Duration
 	usernsBase  uint32
 	usernsN     int
+	templateGC  time.Duration
 }
 
 // options parses the flags into server.Options.
 func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Options, error) {
 	opts := server.Options{
-		DataDir:          dataDir,
-		Listen:           f.listen,
-		Runtime:          f.runtime,
-		DatabaseURL:      f.databaseURL,
-		AgentBinary:      f.agentBinary,
-		SandboxDir:       f.sandboxDir,
-		ShutdownGrace:    f.grace,
-		AttachKeyMaxAge:  f.keyMaxAge,
-		MemoryOvercommit: f.overcommit,
-		MutationRate:     f.mutRate,
-		MutationBurst:    f.mutBurst,
-		MaxConnections:   f.maxConns,
-		DefaultDiskMiB:   f.defaultDisk,
-		MaxDiskMiB:       f.maxDisk,
-		BodyReadTimeout:  f.bodyTimeout,
-		UsernsBase:       f.usernsBase,
-		UsernsRanges:     f.usernsN,
+		DataDir:            dataDir,
+		Listen:             f.listen,
+		Runtime:            f.runtime,
+		DatabaseURL:        f.databaseURL,
+		AgentBinary:        f.agentBinary,
+		SandboxDir:         f.sandboxDir,
+		ShutdownGrace:      f.grace,
+		AttachKeyMaxAge:    f.keyMaxAge,
+		TemplateGCInterval: f.templateGC,
+		MemoryOvercommit:   f.overcommit,
+		MutationRate:       f.mutRate,
+		MutationBurst:      f.mutBurst,
+		MaxConnections:     f.maxConns,
+		DefaultDiskMiB:     f.defaultDisk,
+		MaxDiskMiB:         f.maxDisk,
+		BodyReadTimeout:    f.bodyTimeout,
+		UsernsBase:         f.usernsBase,
+		UsernsRanges:       f.usernsN,
 	}
 	if f.grace <= 0 {
 		return opts, usageErrorf("--shutdown-grace must be positive, such as 30s")
@@ -102,6 +105,9 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	}
 	if f.mutBurst < 1 {
 		return opts, usageErrorf("--mutation-burst must be at least 1")
+	}
+	if f.templateGC < 0 {
+		return opts, usageErrorf("--template-gc-interval must not be negative (0 disables)")
 	}
 	if f.keyMaxAge < 0 {
 		return opts, usageErrorf("--attach-key-max-age must not be negative")
@@ -174,6 +180,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.Uint32Var(&f.usernsBase, "userns-base", oci.DefaultIDBase, "runc and crun: first host uid/gid of the ranges that sandboxes' user namespaces map root to")
 	fs.IntVar(&f.usernsN, "userns-ranges", oci.DefaultIDRanges, "runc and crun: number of 65536-id ranges from --userns-base (one per sandbox)")
 	fs.IntVar(&f.mutBurst, "mutation-burst", api.DefaultMutationBurst, "mutating requests each API key may make at once")
+	fs.DurationVar(&f.templateGC, "template-gc-interval", templategc.DefaultInterval, "how often to delete templates that no tag and no live sandbox uses, and their trees on disk (0: never; POST /v1/admin/templates/gc runs it on demand)")
 	fs.DurationVar(&f.keyMaxAge, "attach-key-max-age", server.DefaultAttachKeyMaxAge, "rotate the attachment-token signing key once it is older than this")
 	return cmd
 }

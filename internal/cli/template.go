@@ -15,8 +15,9 @@ import (
 )
 
 func (a *app) templateCommand() *cobra.Command {
-	return group("template", "Import and list templates",
-		a.templateImportCommand(), a.templateListCommand())
+	return group("template", "Import, list, inspect, tag and remove templates",
+		a.templateImportCommand(), a.templateListCommand(),
+		a.templateInspectCommand(), a.templateTagCommand(), a.templateRmCommand(), a.templateGCCommand())
 }
 
 func (a *app) templateImportCommand() *cobra.Command {
@@ -51,7 +52,7 @@ func (a *app) templateImportCommand() *cobra.Command {
 			}
 			req := apiv1.ImportTemplateRequest{Source: src}
 			if name != "" {
-				n, err := model.ParseTemplateName(name)
+				n, err := model.ParseTaggedName(name)
 				if err != nil {
 					return usageErrorf("--name: %w", err)
 				}
@@ -68,7 +69,7 @@ func (a *app) templateImportCommand() *cobra.Command {
 			return a.printer().template(t)
 		},
 	}
-	cmd.Flags().StringVar(&name, "name", "", "name to give the template, e.g. python-3.12")
+	cmd.Flags().StringVar(&name, "name", "", "name[:tag] to give the template, e.g. python:3.12 (tag latest if none)")
 	return cmd
 }
 

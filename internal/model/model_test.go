@@ -80,6 +80,13 @@ func TestTemplateRef(t *testing.T) {
 		{"sha256:" + strings.Repeat("a", 63), false, false},
 		{"sha256:" + strings.Repeat("g", 64), false, false},
 		{"sha512:" + strings.Repeat("a", 64), false, false},
+		{"python:3.12", true, false},
+		{"python:Latest_1.x-y", true, false},
+		{"python:", false, false},
+		{"python:-x", false, false},
+		{"python:a:b", false, false},
+		{":latest", false, false},
+		{"python:" + strings.Repeat("a", 129), false, false},
 	}
 	for _, tc := range cases {
 		ref, err := ParseTemplateRef(tc.in)
@@ -95,7 +102,11 @@ func TestTemplateRef(t *testing.T) {
 		}
 		_, isDigest := ref.Digest()
 		_, isName := ref.Name()
-		if isDigest != tc.isDigest || isName == tc.isDigest || ref.String() != tc.in {
+		want := tc.in
+		if !tc.isDigest && !strings.Contains(want, ":") {
+			want += ":latest"
+		}
+		if isDigest != tc.isDigest || isName == tc.isDigest || ref.String() != want {
 			t.Errorf("ParseTemplateRef(%q) = %+v", tc.in, ref)
 		}
 	}

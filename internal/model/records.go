@@ -45,7 +45,7 @@ type APIKey struct {
 // Template is an imported, immutable root filesystem plus configuration.
 type Template struct {
 	Digest    TemplateDigest
-	Names     []TemplateName // aliases pointing at this digest, sorted
+	Names     []TaggedName // the tags pointing at this digest, sorted
 	SizeBytes int64
 	Manifest  []byte // canonical manifest JSON; Digest is its SHA-256
 	CreatedAt time.Time

@@ -64,18 +64,19 @@ func ParseTemplateName(s string) (TemplateName, error) {
 
 func (n TemplateName) String() string { return string(n) }
 
-// DefaultTemplateName is the template that `airlock server` provides out of the box.
+// DefaultTemplateName is the repository of the template that `airlock
+// server` provides out of the box; see DefaultTemplate.
 const DefaultTemplateName TemplateName = "default"
 
-// TemplateRef names a template either by digest or by name. Exactly one of the
-// two is set.
+// TemplateRef names a template either by digest or by tagged name. Exactly
+// one of the two is set.
 type TemplateRef struct {
 	digest TemplateDigest
-	name   TemplateName
+	name   TaggedName
 }
 
-// ParseTemplateRef parses "sha256:<hex>" as a digest reference and anything else
-// as a name.
+// ParseTemplateRef parses "sha256:<hex>" as a digest reference and anything
+// else as a tagged name, "name" or "name:tag" (the tag defaults to "latest").
 func ParseTemplateRef(s string) (TemplateRef, error) {
 	if strings.HasPrefix(s, "sha256:") {
 		d, err := ParseTemplateDigest(s)
@@ -84,7 +85,10 @@ func ParseTemplateRef(s string) (TemplateRef, error) {
 		}
 		return TemplateRef{digest: d}, nil
 	}
-	n, err := ParseTemplateName(s)
+	if alg, _, ok := strings.Cut(s, ":"); ok && (alg == "sha384" || alg == "sha512") {
+		return TemplateRef{}, fmt.Errorf("%w: template digest %q must be sha256:<64 hex characters>", ErrInvalid, truncate(s))
+	}
+	n, err := ParseTaggedName(s)
 	if err != nil {
 		return TemplateRef{}, err
 	}
@@ -94,23 +98,27 @@ func ParseTemplateRef(s string) (TemplateRef, error) {
 // RefByDigest returns a reference to the given digest.
 func RefByDigest(d TemplateDigest) TemplateRef { return TemplateRef{digest: d} }
 
-// RefByName returns a reference to the given name.
-func RefByName(n TemplateName) TemplateRef { return TemplateRef{name: n} }
+// RefByName returns a reference to the given tagged name.
+func RefByName(n TaggedName) TemplateRef { return TemplateRef{name: n} }
 
 // Digest returns the digest and true if the reference is by digest.
 func (r TemplateRef) Digest() (TemplateDigest, bool) { return r.digest, r.digest != "" }
 
-// Name returns the name and true if the reference is by name.
-func (r TemplateRef) Name() (TemplateName, bool) { return r.name, r.name != "" }
+// Name returns the tagged name and true if the reference is by name.
+func (r TemplateRef) Name() (TaggedName, bool) { return r.name, r.name.Name != "" }
 
 // IsZero reports whether r is the zero reference.
-func (r TemplateRef) IsZero() bool { return r.digest == "" && r.name == "" }
+func (r TemplateRef) IsZero() bool { return r.digest == "" && r.name.Name == "" }
 
+// String is the digest or "name:tag".
 func (r TemplateRef) String() string {
 	if r.digest != "" {
 		return string(r.digest)
 	}
-	return string(r.name)
+	if r.name.Name == "" {
+		return ""
+	}
+	return r.name.String()
 }
 
 // IdempotencyKey is the client-chosen key of the Idempotency-Key header:

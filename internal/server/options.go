@@ -71,6 +71,11 @@ type Options struct {
 	// pools.
 	UsernsBase   uint32
 	UsernsRanges int
+	// TemplateGCInterval (--template-gc-interval): how often the server
+	// collects templates that no tag and no live sandbox uses and removes
+	// deleted templates' trees (internal/templategc); 0 disables the
+	// periodic run (POST /v1/admin/templates/gc still runs one).
+	TemplateGCInterval time.Duration
 	// FaultPoint makes the process SIGKILL itself when it reaches the named
 	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
 	FaultPoint string

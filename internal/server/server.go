@@ -26,6 +26,7 @@ import (
 	"github.com/airlockdev/airlock/internal/store/postgres"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
 	"github.com/airlockdev/airlock/internal/template"
+	"github.com/airlockdev/airlock/internal/templategc"
 	"github.com/airlockdev/airlock/internal/worker"
 )
 
@@ -72,6 +73,10 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("open template store: %w", err)
 	}
 	if err := ensureDefaultTemplate(ctx, st, templates, log); err != nil {
+		return err
+	}
+	collector, err := templategc.New(templategc.Config{Store: st, Trees: templates, Logger: log.With("component", "template-gc")})
+	if err != nil {
 		return err
 	}
 
@@ -169,6 +174,7 @@ func Run(ctx context.Context, opts Options) error {
 		TemplateDefaults: func(d model.TemplateDigest) (procctl.Defaults, error) {
 			return commandDefaults(templates, d)
 		},
+		TemplateGC: collector,
 		Agents:     wk,
 		FileTokens: attachKeys.Issuer(), // file tokens are signed like attachment tokens
 		Attach:     attachKeys.Issuer(),
@@ -226,6 +232,11 @@ func Run(ctx context.Context, opts Options) error {
 	go func() {
 		defer wg.Done()
 		rotateAttachKeys(runCtx, attachKeys, attachKeyAge, log)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		collector.Run(runCtx, opts.TemplateGCInterval)
 	}()
 
 	srv := &http.Server{
@@ -328,6 +339,11 @@ func ensureDefaultTemplate(ctx context.Context, st store.Store, templates *templ
 		log.Warn("no static busybox found: the default template is unavailable (install the busybox-static package, or import a template)")
 		return nil
 	}
+	release, err := templates.Guard(ctx) // until recorded: see template.Store.Guard
+	if err != nil {
+		return fmt.Errorf("default template: %w", err)
+	}
+	defer release()
 	imp, err := templates.EnsureDefault(ctx, bb)
 	if err != nil {
 		log.Warn("default template unavailable", "err", err)
@@ -342,7 +358,7 @@ func ensureDefaultTemplate(ctx context.Context, st store.Store, templates *templ
 	}); err != nil {
 		return fmt.Errorf("record default template: %w", err)
 	}
-	if err := st.SetTemplateName(ctx, model.DefaultTemplateName, imp.Digest, now); err != nil {
+	if err := st.SetTemplateName(ctx, model.DefaultTemplate, imp.Digest, now); err != nil {
 		return fmt.Errorf("name default template: %w", err)
 	}
 	log.Info("default template ready", "digest", imp.Digest)

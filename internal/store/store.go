@@ -131,12 +131,8 @@ type Store interface {
 	// sandboxes (every state but deleted) hold, read together.
 	GetProjectQuota(ctx context.Context, project model.ProjectID) (model.Quota, model.Usage, error)
 
-	// Templates. Digests are immutable; names move.
-	PutTemplate(ctx context.Context, t model.Template) error // no-op if the digest exists
-	SetTemplateName(ctx context.Context, name model.TemplateName, digest model.TemplateDigest, now time.Time) error
-	GetTemplate(ctx context.Context, digest model.TemplateDigest) (model.Template, error)
-	ResolveTemplate(ctx context.Context, ref model.TemplateRef) (model.Template, error)
-	ListTemplates(ctx context.Context) ([]model.Template, error)
+	// Templates: tags, delete and garbage collection (templates.go).
+	Templates
 
 	// Sandboxes.
 	// CreateSandbox inserts the sandbox (state pending) and its create

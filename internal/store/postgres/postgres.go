@@ -53,6 +53,7 @@ func Dialect() sqlstore.Dialect {
 		ClaimLock:             "FOR UPDATE OF o SKIP LOCKED",
 		RowLock:               "FOR UPDATE",
 		QuotaLock:             "FOR NO KEY UPDATE",
+		TemplateUseLock:       "FOR SHARE",
 		IsUniqueViolation:     func(err error) bool { return hasCode(err, codeUniqueViolation) },
 		IsForeignKeyViolation: func(err error) bool { return hasCode(err, codeForeignKeyViolation) },
 		NotifyTx: func(ctx context.Context, tx *sql.Tx) error {

@@ -96,6 +96,14 @@ func (c *columns) templateName(column, raw string) model.TemplateName {
 	return v
 }
 
+func (c *columns) templateTag(column, raw string) model.TemplateTag {
+	v, err := model.ParseTemplateTag(raw)
+	if err != nil {
+		c.fail(column, raw, err)
+	}
+	return v
+}
+
 // guestPath parses a working directory; "" (the default) stays "".
 func (c *columns) guestPath(column, raw string) model.GuestPath {
 	if raw == "" {

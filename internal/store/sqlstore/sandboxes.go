@@ -104,6 +104,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Op
 		if err := t.admit(ctx, sb.ProjectID, sb.Resources); err != nil {
 			return err
 		}
+		// The template must be live, and stays so until this commits.
+		if err := t.lockLiveTemplate(ctx, sb.Template); err != nil {
+			return err
+		}
 		_, err := t.exec(ctx, `INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, disk_mib, env, metadata,
 			state, state_reason, node_id, runtime, created_at, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,

@@ -37,6 +37,11 @@ type Dialect struct {
 	// the project); empty for SQLite, whose immediate transactions already
 	// serialize writers.
 	QuotaLock string
+	// TemplateUseLock is appended to the SELECT of a live template's row by
+	// a transaction that makes it used (a sandbox create, a tag), so that a
+	// concurrent delete or collection, which locks the row exclusively,
+	// waits for it: PostgreSQL "FOR SHARE"; empty for SQLite.
+	TemplateUseLock string
 	// IsUniqueViolation reports whether err is a unique/primary-key violation.
 	IsUniqueViolation func(err error) bool
 	// IsForeignKeyViolation reports whether err is a foreign-key violation.

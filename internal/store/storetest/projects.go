@@ -157,31 +157,32 @@ func testTemplates(e *env) {
 	must(t, e.s.PutTemplate(e.ctx, again)) // no-op: digests are immutable
 	mustIs(t, e.s.PutTemplate(e.ctx, model.Template{Digest: "sha256:nothex"}), model.ErrInvalid)
 
-	must(t, e.s.SetTemplateName(e.ctx, "python", t1.Digest, e.now()))
-	must(t, e.s.SetTemplateName(e.ctx, "default", t1.Digest, e.now()))
-	must(t, e.s.SetTemplateName(e.ctx, "beta", t2.Digest, e.now()))
-	check := func(tpl model.Template, names ...model.TemplateName) {
+	must(t, e.s.SetTemplateName(e.ctx, tn("python"), t1.Digest, e.now()))
+	must(t, e.s.SetTemplateName(e.ctx, tn("default"), t1.Digest, e.now()))
+	must(t, e.s.SetTemplateName(e.ctx, tn("beta:1.0"), t2.Digest, e.now()))
+	check := func(tpl model.Template, names ...string) {
 		t.Helper()
 		got, err := e.s.GetTemplate(e.ctx, tpl.Digest)
 		must(t, err)
 		want := tpl
-		want.Names, want.CreatedAt = names, us(tpl.CreatedAt)
+		want.Names, want.CreatedAt = tns(names...), us(tpl.CreatedAt)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("GetTemplate = %+v\nwant %+v", got, want)
 		}
 	}
 	check(t1, "default", "python")
-	check(t2, "beta")
+	check(t2, "beta:1.0")
 
 	for _, tc := range []struct {
 		ref  model.TemplateRef
 		want model.TemplateDigest
 		err  error
 	}{
-		{model.RefByName("python"), t1.Digest, nil},
-		{model.RefByName("beta"), t2.Digest, nil},
+		{model.RefByName(tn("python")), t1.Digest, nil},
+		{model.RefByName(tn("beta:1.0")), t2.Digest, nil},
+		{model.RefByName(tn("beta")), "", store.ErrNotFound},
 		{model.RefByDigest(t2.Digest), t2.Digest, nil},
-		{model.RefByName("missing"), "", store.ErrNotFound},
+		{model.RefByName(tn("missing")), "", store.ErrNotFound},
 		{model.RefByDigest(model.DigestFromSHA256([32]byte{1})), "", store.ErrNotFound},
 		{model.TemplateRef{}, "", model.ErrInvalid},
 	} {
@@ -196,11 +197,11 @@ func testTemplates(e *env) {
 		}
 	}
 
-	// Names move.
-	must(t, e.s.SetTemplateName(e.ctx, "python", t2.Digest, e.now()))
+	// Tags move.
+	must(t, e.s.SetTemplateName(e.ctx, tn("python"), t2.Digest, e.now()))
 	check(t1, "default")
-	check(t2, "beta", "python")
-	mustIs(t, e.s.SetTemplateName(e.ctx, "ghost", model.DigestFromSHA256([32]byte{2}), e.now()), store.ErrNotFound)
+	check(t2, "beta:1.0", "python")
+	mustIs(t, e.s.SetTemplateName(e.ctx, tn("ghost"), model.DigestFromSHA256([32]byte{2}), e.now()), store.ErrNotFound)
 	_, err := e.s.GetTemplate(e.ctx, model.DigestFromSHA256([32]byte{3}))
 	mustIs(t, err, store.ErrNotFound)
 
@@ -209,7 +210,7 @@ func testTemplates(e *env) {
 	if len(list) != 2 || list[0].Digest != t1.Digest || list[1].Digest != t2.Digest {
 		t.Fatalf("ListTemplates = %+v, want [t1 t2]", list)
 	}
-	if !reflect.DeepEqual(list[1].Names, []model.TemplateName{"beta", "python"}) || !bytes.Equal(list[0].Manifest, t1.Manifest) {
+	if !reflect.DeepEqual(list[1].Names, tns("beta:1.0", "python")) || !bytes.Equal(list[0].Manifest, t1.Manifest) {
 		t.Fatalf("ListTemplates = %+v", list)
 	}
 }
