@@ -44,8 +44,10 @@ func (s *Store) ImportPath(ctx context.Context, path string, progress func(Progr
 
 // ImportDir imports the tree rooted at directory src: regular files,
 // directories, symlinks (copied as links, never followed) and hardlinks
-// within the tree, with their modes and ownership. Device nodes, fifos and
-// sockets are refused.
+// within the tree, with their modes, ownership and the extended attributes
+// templates keep (xattr.go). File content goes through the copier
+// (internal/rootfs/treecopy): reflinked where the filesystem allows, holes
+// kept. Device nodes, fifos and sockets are refused.
 func (s *Store) ImportDir(ctx context.Context, src string, progress func(Progress)) (Imported, error) {
 	return s.importWith(ctx, progress, DefaultConfig(), src, func(ctx context.Context, stg *stager) error {
 		links := map[inodeKey]string{}
@@ -59,7 +61,10 @@ func (s *Store) ImportDir(ctx context.Context, src string, progress func(Progres
 			}
 			switch st.Mode & unix.S_IFMT {
 			case unix.S_IFDIR:
-				return stg.dir(e.rel, m)
+				if err := stg.dir(e.rel, m); err != nil {
+					return err
+				}
+				return stg.copyDirXattrs(e)
 			case unix.S_IFREG:
 				key := inodeKey{uint64(st.Dev), st.Ino}
 				if first, ok := links[key]; ok {
@@ -73,7 +78,7 @@ func (s *Store) ImportDir(ctx context.Context, src string, progress func(Progres
 					return err
 				}
 				defer f.Close()
-				return stg.file(ctx, e.rel, m, st.Size, f)
+				return stg.copyFile(ctx, e.rel, m, st.Size, f)
 			case unix.S_IFLNK:
 				target, err := e.readlink()
 				if err != nil {
@@ -138,8 +143,14 @@ func extractTar(ctx context.Context, stg *stager, tr *tar.Reader) error {
 		switch hdr.Typeflag {
 		case tar.TypeReg, tar.TypeGNUSparse:
 			err = stg.file(ctx, name, m, hdr.Size, tr)
+			if err == nil {
+				err = setTarXattrs(stg, name, hdr, kindFile)
+			}
 		case tar.TypeDir:
 			err = stg.dir(name, m)
+			if err == nil {
+				err = setTarXattrs(stg, name, hdr, kindDir)
+			}
 		case tar.TypeSymlink:
 			err = stg.symlink(name, hdr.Linkname, m)
 		case tar.TypeLink:
@@ -165,6 +176,16 @@ func extractTar(ctx context.Context, stg *stager, tr *tar.Reader) error {
 		return rejectf("the archive has no entries")
 	}
 	return nil
+}
+
+// setTarXattrs gives staged entry name the kept extended attributes of its
+// tar header (PAX SCHILY.xattr records).
+func setTarXattrs(stg *stager, name string, hdr *tar.Header, k kind) error {
+	xs, err := tarXattrs(name, hdr, k)
+	if err != nil || len(xs) == 0 {
+		return err
+	}
+	return stg.setXattrs(name, xs)
 }
 
 // tarReadError classifies an error from reading the archive: format errors
