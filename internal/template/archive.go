@@ -166,3 +166,14 @@ func (s *Store) ImportArchive(ctx context.Context, r io.Reader, want model.Templ
 	}
 	return imp, err
 }
+
+// Get returns template d as the store holds it (Reused set), after
+// checking that its manifest hashes to d; ErrNotFound if it is not here.
+func (s *Store) Get(d model.TemplateDigest) (Imported, error) {
+	imp, err := s.load(d)
+	if err != nil {
+		return Imported{}, err
+	}
+	imp.Reused = true
+	return imp, nil
+}

@@ -153,7 +153,8 @@ func (d *Distributor) Publish(ctx context.Context, digest model.TemplateDigest) 
 }
 
 // Fetch makes template digest present in the local store, pulling it from
-// the blob store if it is not there. A template the blob store lacks is an
+// the blob store if it is not there, and returns it (Reused if it was
+// there already). A template the blob store lacks is an
 // error wrapping template.ErrNotFound (and blobstore.ErrNotFound); one whose
 // blobs do not verify or do not make that template wraps
 // template.ErrCorrupt, and nothing is published.
@@ -162,7 +163,7 @@ func (d *Distributor) Fetch(ctx context.Context, digest model.TemplateDigest) (t
 		return template.Imported{}, err
 	}
 	if d.cfg.Templates.Has(digest) {
-		return template.Imported{Digest: digest, Reused: true}, nil
+		return d.cfg.Templates.Get(digest)
 	}
 	d.mu.Lock()
 	f, running := d.fetches[digest]
