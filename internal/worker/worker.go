@@ -45,9 +45,9 @@ type Config struct {
 	// template.ErrCorrupt is permanent; others (the blob store is
 	// unreachable) are retried.
 	FetchTemplate func(context.Context, model.TemplateDigest) error
-	AgentBinary string
-	PidsLimit   int64         // tasks per sandbox; default 1024
-	AgentWait   time.Duration // how long a new sandbox's agent may take to answer; default 60 s
+	AgentBinary   string
+	PidsLimit     int64         // tasks per sandbox; default 1024
+	AgentWait     time.Duration // how long a new sandbox's agent may take to answer; default 60 s
 	// Fault, if set, is called at named points of Ensure and Destroy so tests
 	// can kill the process there (see internal/faults).
 	Fault  func(point string)
