@@ -155,11 +155,15 @@ func publishDefault(ctx context.Context, st interface {
 }
 
 // fetchTemplate is the worker's FetchTemplate: nil without a blob store.
-func fetchTemplate(dist *distribute.Distributor) func(context.Context, model.TemplateDigest) error {
+// A template already here costs one lstat.
+func fetchTemplate(templates *template.Store, dist *distribute.Distributor) func(context.Context, model.TemplateDigest) error {
 	if dist == nil {
 		return nil
 	}
 	return func(ctx context.Context, d model.TemplateDigest) error {
+		if templates.Has(d) {
+			return nil
+		}
 		_, err := dist.Fetch(ctx, d)
 		return err
 	}

@@ -107,7 +107,7 @@ func Run(ctx context.Context, opts Options) error {
 			def, err := templates.Defaults(d)
 			return def.Config.Env, err
 		},
-		FetchTemplate: fetchTemplate(dist),
+		FetchTemplate: fetchTemplate(templates, dist),
 		AgentBinary:   agentBin,
 		Fault:         fault,
 		Logger:        log.With("component", "worker"),
