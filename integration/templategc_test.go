@@ -14,33 +14,6 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 )
 
-// busyboxTree writes a minimal bootable root filesystem with a marker file.
-func busyboxTree(t *testing.T, marker string) string {
-	t.Helper()
-	bb := staticBusybox(t)
-	dir := filepath.Join(t.TempDir(), "rootfs")
-	for _, d := range []string{"bin", "etc", "dev", "proc", "sys", "tmp", "root", "run", ".airlock/bin", ".airlock/run", "srv"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	files := map[string]string{
-		"bin/busybox": string(bb), "etc/passwd": "root:x:0:0:root:/root:/bin/sh\n", "etc/group": "root:x:0:\n",
-		"srv/marker": marker,
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, l := range []string{"sh", "cat"} {
-		if err := os.Symlink("busybox", filepath.Join(dir, "bin", l)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
 // TestTemplateTagDeleteGC: import and tag a template, use it in a sandbox;
 // deletes are refused while the sandbox lives and allowed after, and the
 // tree leaves the disk; an untagged template is collected by `template gc`.
@@ -86,7 +59,7 @@ func TestTemplateTagDeleteGC(t *testing.T) {
 	}
 
 	sb := createSandbox(ctx, t, s.client(), apiv1.CreateSandboxRequest{Template: "gctest:stable"})
-	if r := execIn(ctx, t, s.client(), model.SandboxID(sb.ID), "cat", "/srv/marker"); r.stdout != "gc test\n" {
+	if r := execIn(ctx, t, s.client(), model.SandboxID(sb.ID), "cat", "/srv/greeting"); r.stdout != "gc test\n" {
 		t.Fatalf("exec: %+v", r)
 	}
 	refused("template_not_found", "template", "inspect", "gctest") // gctest:latest does not exist

@@ -50,6 +50,9 @@ const (
 type Config struct {
 	Store     store.Store
 	Templates TemplateImporter // used by POST /v1/templates
+	// Distribution pushes imported templates to the shared blob store and
+	// pulls templates by digest from it; nil: the server has none.
+	Distribution TemplateDistributor
 	// Attach signs attachment tokens (the private half of the keyring).
 	Attach *auth.Issuer
 	// AttachKeys rotates the signing key (POST /v1/admin/attach-keys/rotate);

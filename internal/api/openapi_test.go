@@ -134,6 +134,7 @@ func TestErrorCodesDocumented(t *testing.T) {
 		apiv1.CodeDraining, apiv1.CodeTooManyAttachments, apiv1.CodeNoStdin, apiv1.CodeNoPTY, apiv1.CodeProcessExited,
 		apiv1.CodeProcessNotFound, apiv1.CodeAgentUnsupported, apiv1.CodeExecFailed, apiv1.CodeExceedsCapacity, apiv1.CodeRateLimited,
 		apiv1.CodeQuotaExceeded, apiv1.CodeRequestTimeout, apiv1.CodeRegistryUnavailable, apiv1.CodeTemplateInUse,
+		apiv1.CodeBlobStoreUnavailable, apiv1.CodeBlobStoreCorrupt,
 	}
 	slices.Sort(got)
 	slices.Sort(want)

@@ -37,13 +37,17 @@ func (a *API) listTemplates(w http.ResponseWriter, r *http.Request, _ principal)
 // templateSource is the parsed source of POST /v1/templates: a path on the
 // server host or an OCI image reference.
 type templateSource struct {
-	path  string            // a clean absolute path, or ""
-	image template.ImageRef // when path is ""
+	path   string               // a clean absolute path, or ""
+	digest model.TemplateDigest // a template to pull from the blob store, or ""
+	image  template.ImageRef    // when path and digest are ""
 }
 
 func (s templateSource) String() string {
 	if s.path != "" {
 		return s.path
+	}
+	if s.digest != "" {
+		return s.digest.String()
 	}
 	return s.image.String()
 }
@@ -51,7 +55,7 @@ func (s templateSource) String() string {
 // Prefixes of the image reference forms that name a path on the server host.
 var imagePathPrefixes = []string{"oci-layout:", "docker-archive:"}
 
-const sourceForms = "a clean absolute path on the server host or an image reference " +
+const sourceForms = "a clean absolute path on the server host, a template digest sha256:… to pull from the blob store, or an image reference " +
 	"(registry/repo:tag or registry/repo@sha256:… with a registry host, docker://REF, " +
 	"oci-layout:/DIR or docker-archive:/FILE.tar)"
 
@@ -64,6 +68,13 @@ const sourceForms = "a clean absolute path on the server host or an image refere
 func parseTemplateSource(src string) (templateSource, error) {
 	if src == "" {
 		return templateSource{}, badRequest("source must be %s", sourceForms)
+	}
+	if strings.HasPrefix(src, "sha256:") {
+		d, err := model.ParseTemplateDigest(src)
+		if err != nil {
+			return templateSource{}, badRequest("source %q: a template digest must be sha256:<64 lower-case hex characters>", src)
+		}
+		return templateSource{digest: d}, nil
 	}
 	if strings.HasPrefix(src, "/") {
 		if filepath.Clean(src) != src {
@@ -124,9 +135,14 @@ func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRe
 	}
 	defer release()
 	var imp template.Imported
-	if src.path != "" {
+	switch {
+	case src.digest != "":
+		if imp, err = a.fetchTemplate(ctx, src.digest); err != nil {
+			return nil, err
+		}
+	case src.path != "":
 		imp, err = a.cfg.Templates.ImportPath(ctx, src.path, nil)
-	} else {
+	default:
 		// Anonymous access; plain HTTP only to loopback registries.
 		imp, err = a.cfg.Templates.ImportImage(ctx, src.image, template.ImageOptions{}, nil)
 	}
@@ -137,6 +153,11 @@ func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRe
 		Digest: imp.Digest, SizeBytes: imp.SizeBytes, Manifest: imp.Manifest, CreatedAt: c.now,
 	}); err != nil {
 		return nil, fmt.Errorf("record template %s: %w", imp.Digest, err)
+	}
+	if src.digest == "" { // a pulled template is in the blob store already
+		if err := a.publishTemplate(ctx, imp.Digest); err != nil {
+			return nil, err
+		}
 	}
 	if name.Name != "" {
 		if err := a.cfg.Store.SetTemplateName(ctx, name, imp.Digest, c.now); err != nil {

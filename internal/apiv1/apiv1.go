@@ -45,6 +45,8 @@ const (
 	CodeRequestTimeout       = "request_timeout"        // 408: the request body did not arrive in time; the server closes the connection
 	CodeRegistryUnavailable  = "registry_unavailable"   // 502: an image registry could not be reached or failed (network error, 5xx, rate limit)
 	CodeTemplateInUse        = "template_in_use"        // 409: a template (or tag) delete while live sandboxes use the digest
+	CodeBlobStoreUnavailable = "blob_store_unavailable" // 502: the shared blob store could not be reached or failed
+	CodeBlobStoreCorrupt     = "blob_store_corrupt"     // 502: a template in the shared blob store does not verify against its digest; nothing was imported
 )
 
 // Sandbox is a sandbox as the API shows it.
@@ -129,7 +131,8 @@ type TemplateList struct {
 // "registry/repo@sha256:…" with an explicit registry host (or any reference
 // after "docker://", where Docker Hub is the default registry), pulled with
 // anonymous auth; "oci-layout:DIR" or "docker-archive:FILE.tar" with a clean
-// absolute server path.
+// absolute server path. A template digest "sha256:…" pulls that template from the
+// blob store shared by nodes (the server's --blob-store).
 type ImportTemplateRequest struct {
 	Source string `json:"source"`
 	Name   string `json:"name,omitempty"`

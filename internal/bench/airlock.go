@@ -58,7 +58,8 @@ type airlockSubject struct {
 
 // startAirlock starts a server on a fresh data dir and waits until it has
 // written its URL and admin key. On failure it stops the server again.
-func startAirlock(ctx context.Context, flavor oci.Flavor, dir, agentBinary string, serverLog, log *slog.Logger) (*airlockSubject, error) {
+func startAirlock(ctx context.Context, flavor oci.Flavor, dir, agentBinary string, serverLog, log *slog.Logger,
+	prepare func(dir string, opts *server.Options) error) (*airlockSubject, error) {
 	// The server must outlive ctx: on Ctrl-C its sandboxes are deleted
 	// through it before it stops (see close).
 	srvCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -69,6 +70,12 @@ func startAirlock(ctx context.Context, flavor oci.Flavor, dir, agentBinary strin
 		Runtime:     string(flavor),
 		AgentBinary: agentBinary,
 		Logger:      serverLog.With("server", string(flavor)),
+	}
+	if prepare != nil {
+		if err := prepare(dir, &opts); err != nil {
+			cancel()
+			return nil, fmt.Errorf("airlock server on %s: %w", flavor, err)
+		}
 	}
 	go func() { a.serverDone <- server.Run(srvCtx, opts) }()
 
@@ -147,11 +154,16 @@ func (a *airlockSubject) defaultTemplate(ctx context.Context) (model.TemplateDig
 // once creates a sandbox, runs echo in it, and deletes it (untimed; the
 // deletion is waited for so that runs never overlap).
 func (a *airlockSubject) once(ctx context.Context) (smp sample, err error) {
+	return a.onceFrom(ctx, "")
+}
+
+// onceFrom is once on the template named by ref ("": the default).
+func (a *airlockSubject) onceFrom(ctx context.Context, ref string) (smp sample, err error) {
 	ctx, cancel := context.WithTimeout(ctx, airlockRunTimeout)
 	defer cancel()
 
 	t0 := time.Now()
-	created, err := a.c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{})
+	created, err := a.c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: ref})
 	if err != nil {
 		return sample{}, err
 	}

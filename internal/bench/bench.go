@@ -30,6 +30,7 @@ import (
 	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
+	"github.com/airlockdev/airlock/internal/server"
 	"github.com/airlockdev/airlock/internal/template"
 )
 
@@ -197,6 +198,9 @@ type benchmark struct {
 	subjects []subject
 	skipped  []Skipped
 	binaries map[string]string // runtime name → binary, for the host facts
+	// prepareServer, if set, runs before each airlock server starts, on
+	// its (not yet created) data dir and options.
+	prepareServer func(dir string, opts *server.Options) error
 }
 
 func (b *benchmark) progressf(format string, args ...any) {
@@ -277,7 +281,7 @@ func (b *benchmark) startServers(ctx context.Context) (*airlockSubject, error) {
 		}
 		b.binaries[r] = bin
 		b.progressf("starting an airlock server on %s…", r)
-		a, err := startAirlock(ctx, flavor, filepath.Join(b.tmp, "s-"+r), b.cfg.AgentBinary, b.cfg.ServerLogger, b.cfg.Logger)
+		a, err := startAirlock(ctx, flavor, filepath.Join(b.tmp, "s-"+r), b.cfg.AgentBinary, b.cfg.ServerLogger, b.cfg.Logger, b.prepareServer)
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}

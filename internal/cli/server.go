@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -40,29 +41,35 @@ type serverFlags struct {
 	usernsBase  uint32
 	usernsN     int
 	templateGC  time.Duration
+	blobStore   string
+	trusted     []string
+	blobCreds   string
 }
 
 // options parses the flags into server.Options.
 func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Options, error) {
 	opts := server.Options{
-		DataDir:            dataDir,
-		Listen:             f.listen,
-		Runtime:            f.runtime,
-		DatabaseURL:        f.databaseURL,
-		AgentBinary:        f.agentBinary,
-		SandboxDir:         f.sandboxDir,
-		ShutdownGrace:      f.grace,
-		AttachKeyMaxAge:    f.keyMaxAge,
-		TemplateGCInterval: f.templateGC,
-		MemoryOvercommit:   f.overcommit,
-		MutationRate:       f.mutRate,
-		MutationBurst:      f.mutBurst,
-		MaxConnections:     f.maxConns,
-		DefaultDiskMiB:     f.defaultDisk,
-		MaxDiskMiB:         f.maxDisk,
-		BodyReadTimeout:    f.bodyTimeout,
-		UsernsBase:         f.usernsBase,
-		UsernsRanges:       f.usernsN,
+		DataDir:              dataDir,
+		Listen:               f.listen,
+		Runtime:              f.runtime,
+		DatabaseURL:          f.databaseURL,
+		AgentBinary:          f.agentBinary,
+		SandboxDir:           f.sandboxDir,
+		ShutdownGrace:        f.grace,
+		AttachKeyMaxAge:      f.keyMaxAge,
+		TemplateGCInterval:   f.templateGC,
+		MemoryOvercommit:     f.overcommit,
+		MutationRate:         f.mutRate,
+		MutationBurst:        f.mutBurst,
+		MaxConnections:       f.maxConns,
+		DefaultDiskMiB:       f.defaultDisk,
+		MaxDiskMiB:           f.maxDisk,
+		BodyReadTimeout:      f.bodyTimeout,
+		UsernsBase:           f.usernsBase,
+		UsernsRanges:         f.usernsN,
+		BlobStore:            f.blobStore,
+		TrustedBuckets:       f.trusted,
+		BlobStoreCredentials: f.blobCreds,
 	}
 	if f.grace <= 0 {
 		return opts, usageErrorf("--shutdown-grace must be positive, such as 30s")
@@ -117,6 +124,9 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 			return opts, usageErrorf("--database-url must be a postgres:// URL")
 		}
+	}
+	if f.blobStore != "" && !strings.HasPrefix(f.blobStore, "file:///") && !strings.HasPrefix(f.blobStore, "s3://") {
+		return opts, usageErrorf("--blob-store must be file:///DIR or s3://BUCKET[/PREFIX]?endpoint=URL, not %q", f.blobStore)
 	}
 	opts.Logger = slog.New(stderr)
 	return opts, nil
@@ -182,5 +192,8 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.IntVar(&f.mutBurst, "mutation-burst", api.DefaultMutationBurst, "mutating requests each API key may make at once")
 	fs.DurationVar(&f.templateGC, "template-gc-interval", templategc.DefaultInterval, "how often to delete templates that no tag and no live sandbox uses, and their trees on disk (0: never; POST /v1/admin/templates/gc runs it on demand)")
 	fs.DurationVar(&f.keyMaxAge, "attach-key-max-age", server.DefaultAttachKeyMaxAge, "rotate the attachment-token signing key once it is older than this")
+	fs.StringVar(&f.blobStore, "blob-store", "", "blob store shared by nodes, where imported templates are pushed and missing ones pulled by digest: file:///DIR or s3://BUCKET[/PREFIX]?endpoint=URL[&region=R][&path_style=true] (credentials: $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY or --blob-store-credentials)")
+	fs.StringSliceVar(&f.trusted, "trusted-bucket", nil, "an S3 bucket the server may use as its blob store (repeatable); an s3:// --blob-store must name one of them")
+	fs.StringVar(&f.blobCreds, "blob-store-credentials", "", "file (mode 0600) of AWS_ACCESS_KEY_ID=…, AWS_SECRET_ACCESS_KEY=… and optional AWS_SESSION_TOKEN=… lines for an s3:// --blob-store")
 	return cmd
 }

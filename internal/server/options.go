@@ -76,6 +76,19 @@ type Options struct {
 	// deleted templates' trees (internal/templategc); 0 disables the
 	// periodic run (POST /v1/admin/templates/gc still runs one).
 	TemplateGCInterval time.Duration
+	// BlobStore (--blob-store) is the blob store shared by nodes, where
+	// imported templates are pushed and from which templates missing here
+	// are pulled by digest: file:///DIR or
+	// s3://BUCKET[/PREFIX]?endpoint=URL[&region=R][&path_style=true].
+	// "": none; templates stay on the node that imported them.
+	BlobStore string
+	// TrustedBuckets (--trusted-bucket, repeatable) is the allowlist an s3://
+	// blob store's bucket must be on.
+	TrustedBuckets []string
+	// BlobStoreCredentials (--blob-store-credentials) is a 0600 file of
+	// AWS_ACCESS_KEY_ID=…, AWS_SECRET_ACCESS_KEY=… (and AWS_SESSION_TOKEN=…)
+	// lines; "": those environment variables.
+	BlobStoreCredentials string
 	// FaultPoint makes the process SIGKILL itself when it reaches the named
 	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
 	FaultPoint string

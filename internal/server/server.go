@@ -79,6 +79,11 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	dist, err := newDistributor(ctx, opts, dd, templates, log)
+	if err != nil {
+		return err
+	}
+	publishDefault(ctx, st, dist, log)
 
 	agentBin, err := findAgentBinary(opts.AgentBinary)
 	if err != nil {
@@ -108,9 +113,10 @@ func Run(ctx context.Context, opts Options) error {
 			def, err := templates.Defaults(d)
 			return def.Config.Env, err
 		},
-		AgentBinary: agentBin,
-		Fault:       fault,
-		Logger:      log.With("component", "worker"),
+		FetchTemplate: fetchTemplate(templates, dist),
+		AgentBinary:   agentBin,
+		Fault:         fault,
+		Logger:        log.With("component", "worker"),
 	})
 	if err != nil {
 		return err
@@ -171,6 +177,7 @@ func Run(ctx context.Context, opts Options) error {
 		MutationBurst:   opts.MutationBurst,
 		Store:           st,
 		Templates:       templates,
+		Distribution:    distribution(dist),
 		TemplateDefaults: func(d model.TemplateDigest) (procctl.Defaults, error) {
 			return commandDefaults(templates, d)
 		},

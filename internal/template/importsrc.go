@@ -44,8 +44,10 @@ func (s *Store) ImportPath(ctx context.Context, path string, progress func(Progr
 
 // ImportDir imports the tree rooted at directory src: regular files,
 // directories, symlinks (copied as links, never followed) and hardlinks
-// within the tree, with their modes and ownership. Device nodes, fifos and
-// sockets are refused.
+// within the tree, with their modes, ownership and the extended attributes
+// templates keep (xattr.go). File content goes through the copier
+// (internal/rootfs/treecopy): reflinked where the filesystem allows, holes
+// kept. Device nodes, fifos and sockets are refused.
 func (s *Store) ImportDir(ctx context.Context, src string, progress func(Progress)) (Imported, error) {
 	return s.ImportDirConfig(ctx, src, DefaultConfig(), progress)
 }
@@ -82,7 +84,7 @@ func (s *Store) ImportDirConfig(ctx context.Context, src string, cfg Config, pro
 					return err
 				}
 				defer f.Close()
-				if err := stg.file(ctx, e.rel, m, st.Size, f); err != nil {
+				if err := stg.copyFile(ctx, e.rel, m, st.Size, f); err != nil {
 					return err
 				}
 				return copyXattrs(stg, e)
@@ -109,18 +111,8 @@ func (s *Store) ImportTar(ctx context.Context, r io.Reader, progress func(Progre
 	return s.importTar(ctx, r, "tar archive", progress)
 }
 
-// ImportTarConfig is ImportTar with the runtime configuration cfg in the
-// template's manifest.
-func (s *Store) ImportTarConfig(ctx context.Context, r io.Reader, cfg Config, progress func(Progress)) (Imported, error) {
-	return s.importTarConfig(ctx, r, "tar archive", cfg, progress)
-}
-
 func (s *Store) importTar(ctx context.Context, r io.Reader, what string, progress func(Progress)) (Imported, error) {
-	return s.importTarConfig(ctx, r, what, DefaultConfig(), progress)
-}
-
-func (s *Store) importTarConfig(ctx context.Context, r io.Reader, what string, cfg Config, progress func(Progress)) (Imported, error) {
-	return s.importWith(ctx, progress, cfg, what, func(ctx context.Context, stg *stager) error {
+	return s.importWith(ctx, progress, DefaultConfig(), what, func(ctx context.Context, stg *stager) error {
 		br := bufio.NewReaderSize(ctxReader{ctx, r}, 64<<10)
 		var src io.Reader = br
 		if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -193,6 +185,16 @@ func extractTar(ctx context.Context, stg *stager, tr *tar.Reader) error {
 		return rejectf("the archive has no entries")
 	}
 	return nil
+}
+
+// setTarXattrs gives staged entry name the kept extended attributes of its
+// tar header (PAX SCHILY.xattr records).
+func setTarXattrs(stg *stager, name string, hdr *tar.Header, k kind) error {
+	xs, err := tarXattrs(name, hdr, k)
+	if err != nil || len(xs) == 0 {
+		return err
+	}
+	return stg.setXattrs(name, xs)
 }
 
 // tarReadError classifies an error from reading the archive: format errors

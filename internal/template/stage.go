@@ -202,23 +202,10 @@ func (s *stager) dir(rel string, m meta) error {
 
 // file creates regular file rel with exactly size bytes read from r.
 func (s *stager) file(ctx context.Context, rel string, m meta, size int64, r io.Reader) error {
-	if err := m.check(rel); err != nil {
-		return err
-	}
-	if size < 0 {
-		return rejectf("%s: negative size", rel)
-	}
-	if size > s.limits.MaxBytes-s.bytes {
-		return tooLargef("%s: %d bytes would exceed the limit of %d bytes in total", rel, size, s.limits.MaxBytes)
-	}
-	if _, err := s.prepare(rel, kindFile); err != nil {
-		return err
-	}
-	f, err := s.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := s.createFile(rel, m, size)
 	if err != nil {
-		return fmt.Errorf("create %s: %w", rel, err)
+		return err
 	}
-	s.kinds[rel] = kindFile
 	err = s.copyN(ctx, f, r, size, rel)
 	if err == nil {
 		err = applyMeta(f, m)
@@ -232,7 +219,34 @@ func (s *stager) file(ctx context.Context, rel string, m meta, size int64, r io.
 	return s.setTimes(rel, m.mtime)
 }
 
+// createFile checks that regular file rel of size bytes may be created and
+// creates it, empty and private, for writing.
+func (s *stager) createFile(rel string, m meta, size int64) (*os.File, error) {
+	if err := m.check(rel); err != nil {
+		return nil, err
+	}
+	if size < 0 {
+		return nil, rejectf("%s: negative size", rel)
+	}
+	if size > s.limits.MaxBytes-s.bytes {
+		return nil, tooLargef("%s: %d bytes would exceed the limit of %d bytes in total", rel, size, s.limits.MaxBytes)
+	}
+	if _, err := s.prepare(rel, kindFile); err != nil {
+		return nil, err
+	}
+	f, err := s.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", rel, err)
+	}
+	s.kinds[rel] = kindFile
+	return f, nil
+}
+
+// copyN writes size bytes read from r into the empty file f. Aligned
+// blocks of zeros are not written but left as holes, so that a sparse file
+// that travelled in an archive is sparse again.
 func (s *stager) copyN(ctx context.Context, f *os.File, r io.Reader, size int64, rel string) error {
+	total, off := size, int64(0)
 	for size > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -243,9 +257,10 @@ func (s *stager) copyN(ctx context.Context, f *os.File, r io.Reader, size int64,
 		}
 		got, err := io.ReadFull(r, s.buf[:n])
 		if got > 0 {
-			if _, werr := f.Write(s.buf[:got]); werr != nil {
+			if werr := writeSparse(f, s.buf[:got], off); werr != nil {
 				return fmt.Errorf("write %s: %w", rel, werr)
 			}
+			off += int64(got)
 			s.bytes += int64(got)
 			size -= int64(got)
 			s.progress.report(s.entries, s.bytes, false)
@@ -259,6 +274,9 @@ func (s *stager) copyN(ctx context.Context, f *os.File, r io.Reader, size int64,
 			}
 			return &sourceReadError{rel: rel, err: err}
 		}
+	}
+	if err := f.Truncate(total); err != nil { // a trailing hole
+		return fmt.Errorf("write %s: %w", rel, err)
 	}
 	return nil
 }

@@ -1,18 +1,12 @@
 package template
 
 import (
-	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/airlockdev/airlock/internal/model"
 )
 
 // copyXattrs gives the entry the stager just made for walk entry e (a
@@ -34,16 +28,6 @@ func copyXattrs(stg *stager, e *walkEntry) error {
 		return nil
 	}
 	return stg.setXattrs(e.rel, xs)
-}
-
-// setTarXattrs gives entry name the kept extended attributes of its tar
-// header.
-func setTarXattrs(stg *stager, name string, hdr *tar.Header, k kind) error {
-	xs, err := tarXattrs(name, hdr, k)
-	if err != nil || len(xs) == 0 {
-		return err
-	}
-	return stg.setXattrs(name, xs)
 }
 
 // Staged is a private directory in the store's staging area in which a
@@ -192,95 +176,4 @@ func pruneXattrs(e *walkEntry, k kind) error {
 		return rejectf("%s: more than %d extended attributes", e.rel, maxXattrs)
 	}
 	return nil
-}
-
-// WriteTar writes template d's root filesystem tree to w as a tar archive
-// that ImportTar reads back into the same tree digest: entries in the tree
-// digest's order (the root as "./"), owners and permissions, modification
-// times, hardlinks as links to their first name, and the kept extended
-// attributes as PAX SCHILY.xattr records. The same tree always gives the
-// same bytes.
-func (s *Store) WriteTar(ctx context.Context, d model.TemplateDigest, w io.Writer) error {
-	root := s.RootfsDir(d)
-	if root == "" || !s.Has(d) {
-		return fmt.Errorf("%w: %s", ErrNotFound, d)
-	}
-	tw := tar.NewWriter(w)
-	links := map[inodeKey]string{}
-	buf := make([]byte, 256<<10)
-	err := walkTree(ctx, root, func(e *walkEntry) error {
-		st := &e.st
-		name := e.rel
-		if name == "." {
-			name = "./"
-		}
-		hdr := &tar.Header{
-			Name:    name,
-			Mode:    int64(st.Mode & 0o7777),
-			Uid:     int(st.Uid),
-			Gid:     int(st.Gid),
-			ModTime: time.Unix(st.Mtim.Unix()).Truncate(time.Second),
-			Format:  tar.FormatPAX,
-		}
-		var f *os.File
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFDIR:
-			hdr.Typeflag = tar.TypeDir
-			if e.rel != "." {
-				hdr.Name += "/"
-			}
-		case unix.S_IFREG:
-			key := inodeKey{uint64(st.Dev), st.Ino}
-			if first, ok := links[key]; ok {
-				hdr.Typeflag, hdr.Linkname, hdr.Mode = tar.TypeLink, first, 0
-				return tw.WriteHeader(hdr)
-			}
-			if st.Nlink > 1 {
-				links[key] = e.rel
-			}
-			hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
-			var err error
-			if f, err = e.open(); err != nil {
-				return err
-			}
-			defer f.Close()
-		case unix.S_IFLNK:
-			target, err := e.readlink()
-			if err != nil {
-				return err
-			}
-			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
-		default:
-			return fmt.Errorf("%w: %s is a %s", ErrCorrupt, e.rel, fileTypeName(st.Mode))
-		}
-		if hdr.Typeflag != tar.TypeSymlink {
-			xs, err := readKeptXattrs(e)
-			if err != nil {
-				return err
-			}
-			for _, x := range xs {
-				if hdr.PAXRecords == nil {
-					hdr.PAXRecords = map[string]string{}
-				}
-				hdr.PAXRecords[paxXattrPrefix+x.name] = string(x.value)
-			}
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if f != nil {
-			n, err := io.CopyBuffer(tw, ctxReader{ctx, f}, buf)
-			if err != nil {
-				return fmt.Errorf("read %s: %w", e.rel, err)
-			}
-			if n != st.Size {
-				return fmt.Errorf("%w: %s changed size while being read", ErrCorrupt, e.rel)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("write tar of %s: %w", d, err)
-	}
-	return tw.Close()
 }

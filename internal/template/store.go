@@ -333,6 +333,13 @@ func stagingInUse(dir string) bool {
 // published under its digest unless it is already there.
 func (s *Store) importWith(ctx context.Context, progress func(Progress), cfg Config, what string,
 	fill func(context.Context, *stager) error) (Imported, error) {
+	return s.importChecked(ctx, progress, cfg, what, "", fill)
+}
+
+// importChecked is importWith that, if want is not "", publishes the
+// template only if its digest is want, and otherwise fails with ErrCorrupt.
+func (s *Store) importChecked(ctx context.Context, progress func(Progress), cfg Config, what string,
+	want model.TemplateDigest, fill func(context.Context, *stager) error) (Imported, error) {
 	if err := ctx.Err(); err != nil {
 		return Imported{}, err
 	}
@@ -371,6 +378,9 @@ func (s *Store) importWith(ctx context.Context, progress func(Progress), cfg Con
 	imp := Imported{Digest: manifestDigest(data), Manifest: data, SizeBytes: sum.size, Entries: sum.entries}
 	if err := ctx.Err(); err != nil {
 		return Imported{}, err
+	}
+	if want != "" && imp.Digest != want {
+		return Imported{}, fmt.Errorf("%w: import %s: the tree makes template %s", ErrCorrupt, what, imp.Digest)
 	}
 	if s.Has(imp.Digest) {
 		imp.Reused = true

@@ -18,6 +18,7 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/template"
 )
 
 // ErrPermanent marks failures that retrying cannot fix (a missing template, an
@@ -38,9 +39,15 @@ type Config struct {
 	// order; a later entry of a name wins), the base of its sandboxes'
 	// environment. Nil: templates add none.
 	TemplateEnv func(model.TemplateDigest) ([]string, error)
-	AgentBinary string
-	PidsLimit   int64         // tasks per sandbox; default 1024
-	AgentWait   time.Duration // how long a new sandbox's agent may take to answer; default 60 s
+	// FetchTemplate, if set, makes a template present on this node before
+	// a sandbox is created from it: it pulls one that is missing from the
+	// shared blob store. An error wrapping template.ErrNotFound or
+	// template.ErrCorrupt is permanent; others (the blob store is
+	// unreachable) are retried.
+	FetchTemplate func(context.Context, model.TemplateDigest) error
+	AgentBinary   string
+	PidsLimit     int64         // tasks per sandbox; default 1024
+	AgentWait     time.Duration // how long a new sandbox's agent may take to answer; default 60 s
 	// Fault, if set, is called at named points of Ensure and Destroy so tests
 	// can kill the process there (see internal/faults).
 	Fault  func(point string)
@@ -142,6 +149,14 @@ func (w *Worker) Ensure(ctx context.Context, sb model.Sandbox) error {
 }
 
 func (w *Worker) create(ctx context.Context, sb model.Sandbox) error {
+	if w.cfg.FetchTemplate != nil {
+		if err := w.cfg.FetchTemplate(ctx, sb.Template); err != nil {
+			if errors.Is(err, template.ErrNotFound) || errors.Is(err, template.ErrCorrupt) || errors.Is(err, model.ErrInvalid) {
+				return fmt.Errorf("%w: template %s: %w", ErrPermanent, sb.Template, err)
+			}
+			return fmt.Errorf("fetch template %s: %w", sb.Template, err)
+		}
+	}
 	dir, err := w.cfg.TemplateDir(sb.Template)
 	if err != nil {
 		return fmt.Errorf("%w: template %s: %w", ErrPermanent, sb.Template, err)

@@ -60,6 +60,7 @@ func Run(t *testing.T, h Harness) {
 		{"CancelMidWriteLeavesNothing", testCancelMidWrite},
 		{"CancelWhileReading", testCancelRead},
 		{"BigBlobStreams", testBig},
+		{"Links", testLinks},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })

@@ -19,7 +19,7 @@ import (
 // The build cache: for every step built, CacheDir holds
 //
 //	<key>.json  {"digest", "manifest", "created"}: the template the step made
-//	<key>.tar   that template's tree (template.Store.WriteTar)
+//	<key>.tar   that template's tree (template.Store.WriteArchive)
 //
 // both written atomically (temporary file, then rename), the tar first. A
 // hit needs only the JSON when the store has the digest; otherwise the tar
@@ -73,12 +73,6 @@ func (b *Builder) lookup(ctx context.Context, key string, logf func(string, ...a
 		imp, err := b.loaded(e.Digest)
 		return imp, err == nil, err
 	}
-	m, err := template.ParseManifest([]byte(e.Manifest))
-	if err != nil {
-		logf("cache entry %s has a bad manifest, rebuilding: %v", short(key), err)
-		b.dropEntry(key)
-		return template.Imported{}, false, nil
-	}
 	f, err := os.Open(b.tarPath(key))
 	if errors.Is(err, fs.ErrNotExist) {
 		return template.Imported{}, false, nil
@@ -87,22 +81,17 @@ func (b *Builder) lookup(ctx context.Context, key string, logf func(string, ...a
 		return template.Imported{}, false, fmt.Errorf("build cache: %w", err)
 	}
 	defer f.Close()
-	imp, err := b.Store.ImportTarConfig(ctx, f, m.Config, nil)
+	// Published only if tree and manifest hash to the recorded digest.
+	imp, err := b.Store.ImportArchive(ctx, f, e.Digest, []byte(e.Manifest), nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return template.Imported{}, false, ctx.Err()
 		}
-		if !errors.Is(err, model.ErrInvalid) {
+		if !errors.Is(err, model.ErrInvalid) && !errors.Is(err, template.ErrCorrupt) {
 			return template.Imported{}, false, fmt.Errorf("build cache: import %s: %w", b.tarPath(key), err)
 		}
 		b.logger().Warn("recipe build cache: corrupt entry", "key", key, "err", err)
 		logf("cache entry %s is corrupt, rebuilding: %v", short(key), err)
-		b.dropEntry(key)
-		return template.Imported{}, false, nil
-	}
-	if imp.Digest != e.Digest {
-		b.logger().Warn("recipe build cache: corrupt entry", "key", key, "digest", imp.Digest, "recorded", e.Digest)
-		logf("cache entry %s is corrupt (its tree gives %s, recorded %s), rebuilding", short(key), imp.Digest, e.Digest)
 		b.dropEntry(key)
 		return template.Imported{}, false, nil
 	}
@@ -124,7 +113,7 @@ func (b *Builder) store(ctx context.Context, key, kind string, imp template.Impo
 		return fmt.Errorf("build cache: %w", err)
 	}
 	defer os.Remove(tmp.Name())
-	err = b.Store.WriteTar(ctx, imp.Digest, tmp)
+	err = b.Store.WriteArchive(ctx, imp.Digest, tmp)
 	if err == nil {
 		err = tmp.Sync()
 	}
