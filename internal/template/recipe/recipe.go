@@ -1,0 +1,364 @@
+// Package recipe builds templates from recipes: a base (a Debian suite
+// bootstrapped with mmdebstrap, or an existing template), apt packages,
+// files copied from a context directory, commands run inside the tree, and
+// the runtime configuration (env, working directory, user) of the result.
+//
+// Recipes are for administrators: run steps execute as root, chrooted into
+// the tree being built, in their own mount, PID, UTS and IPC namespaces but
+// with the host's network. That is a build environment, not a sandbox.
+package recipe
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// Bounds on a recipe.
+const (
+	maxRecipeBytes = 1 << 20
+	maxPackages    = 1000
+	maxSteps       = 256
+	maxEnv         = 256
+	maxArgBytes    = 64 << 10
+)
+
+// Recipe is a parsed recipe. It is immutable: its accessors return copies.
+type Recipe struct {
+	debian   *Debian // the base: a Debian suite, or
+	template string  // a template reference (name, name:tag or sha256:…)
+	packages []string
+	steps    []Step
+	env      [][2]string // sorted by name
+	workdir  string
+	user     string
+}
+
+// Debian is a Debian base bootstrapped with mmdebstrap.
+type Debian struct {
+	Suite   string // e.g. "bookworm"
+	Variant string // mmdebstrap --variant, "minbase" when not given
+}
+
+// Step is a copy or run step.
+type Step struct {
+	Copy *Copy    // copy files from the context directory, or
+	Run  []string // run this argv inside the tree (a string in the recipe is ["/bin/sh", "-c", it])
+}
+
+// Copy copies Src (relative to the context directory; a file or a
+// directory) to Dst (absolute, in the tree). Mode, when not zero, is the
+// permission bits of the copied regular files; otherwise they keep their
+// executable bits as 0755 or 0644. Directories are 0755, everything is owned
+// by root.
+type Copy struct {
+	Src  string
+	Dst  string
+	Mode uint32
+}
+
+// Base returns the Debian base, or the template reference the recipe
+// starts from (exactly one is set).
+func (r Recipe) Base() (debian *Debian, template string) {
+	if r.debian != nil {
+		d := *r.debian
+		return &d, ""
+	}
+	return nil, r.template
+}
+
+// Packages returns the apt packages, sorted and without duplicates.
+func (r Recipe) Packages() []string { return slices.Clone(r.packages) }
+
+// Steps returns the copy and run steps in order.
+func (r Recipe) Steps() []Step {
+	out := make([]Step, len(r.steps))
+	for i, s := range r.steps {
+		out[i] = Step{Run: slices.Clone(s.Run)}
+		if s.Copy != nil {
+			c := *s.Copy
+			out[i].Copy = &c
+		}
+	}
+	return out
+}
+
+// Env returns the environment the recipe sets, as NAME=VALUE sorted by name.
+func (r Recipe) Env() []string {
+	out := make([]string, len(r.env))
+	for i, kv := range r.env {
+		out[i] = kv[0] + "=" + kv[1]
+	}
+	return out
+}
+
+// Workdir returns the working directory the recipe sets, or "".
+func (r Recipe) Workdir() string { return r.workdir }
+
+// User returns the user ("uid" or "uid:gid") the recipe sets, or "".
+func (r Recipe) User() string { return r.user }
+
+//go:embed default.yaml
+var defaultYAML []byte
+
+// DefaultYAML returns the source of the default recipe.
+func DefaultYAML() []byte { return slices.Clone(defaultYAML) }
+
+// Default returns the recipe of the template named "default": Debian 12
+// (bookworm, minbase) with bash, coreutils, python3 (with pip and venv),
+// nodejs and npm, git, curl, ca-certificates and procps.
+func Default() Recipe {
+	r, err := Parse(defaultYAML)
+	if err != nil {
+		panic("recipe: the embedded default recipe is invalid: " + err.Error())
+	}
+	return r
+}
+
+// The YAML document.
+type fileDoc struct {
+	From     *fromDoc          `yaml:"from"`
+	Packages []string          `yaml:"packages"`
+	Steps    []stepDoc         `yaml:"steps"`
+	Env      map[string]string `yaml:"env"`
+	Workdir  *string           `yaml:"workdir"`
+	User     *string           `yaml:"user"`
+}
+
+type fromDoc struct {
+	Debian   *debianDoc `yaml:"debian"`
+	Template *string    `yaml:"template"`
+}
+
+type debianDoc struct {
+	Suite   string `yaml:"suite"`
+	Variant string `yaml:"variant"`
+}
+
+type stepDoc struct {
+	Copy *copyDoc  `yaml:"copy"`
+	Run  yaml.Node `yaml:"run"`
+}
+
+type copyDoc struct {
+	Src  string    `yaml:"src"`
+	Dst  string    `yaml:"dst"`
+	Mode yaml.Node `yaml:"mode"`
+}
+
+var (
+	suiteRe   = regexp.MustCompile(`^[a-z][a-z0-9.-]{0,63}$`)
+	packageRe = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]{0,127}(:[a-z0-9-]{1,32})?(=[A-Za-z0-9.+~:-]{1,128})?$`)
+	envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
+	userRe    = regexp.MustCompile(`^[0-9]{1,10}(:[0-9]{1,10})?$`)
+	variants  = []string{"extract", "custom", "essential", "apt", "required", "minbase", "buildd", "important", "debootstrap", "standard"}
+)
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: recipe: %s", model.ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// Parse parses a recipe (YAML). Unknown fields, a missing or ambiguous base,
+// copy sources that are absolute or leave the context directory, relative
+// destinations, bad modes and empty commands are errors wrapping
+// model.ErrInvalid.
+func Parse(data []byte) (Recipe, error) {
+	if len(data) > maxRecipeBytes {
+		return Recipe{}, invalidf("larger than %d bytes", maxRecipeBytes)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var doc fileDoc
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Recipe{}, invalidf("empty document")
+		}
+		return Recipe{}, invalidf("%v", err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return Recipe{}, invalidf("more than one YAML document")
+	}
+	var r Recipe
+	switch {
+	case doc.From == nil:
+		return Recipe{}, invalidf("from: missing (debian: {suite: …} or template: REF)")
+	case (doc.From.Debian == nil) == (doc.From.Template == nil):
+		return Recipe{}, invalidf("from: give exactly one of debian and template")
+	case doc.From.Debian != nil:
+		d := Debian{Suite: doc.From.Debian.Suite, Variant: doc.From.Debian.Variant}
+		if !suiteRe.MatchString(d.Suite) {
+			return Recipe{}, invalidf("from.debian.suite %q is not a suite name", shorten(d.Suite))
+		}
+		if d.Variant == "" {
+			d.Variant = "minbase"
+		}
+		if !slices.Contains(variants, d.Variant) {
+			return Recipe{}, invalidf("from.debian.variant %q is not one of %s", shorten(d.Variant), strings.Join(variants, ", "))
+		}
+		r.debian = &d
+	default:
+		ref := *doc.From.Template
+		if _, err := model.ParseTemplateDigest(ref); err != nil {
+			if _, err := model.ParseTemplateRef(ref); err != nil {
+				return Recipe{}, invalidf("from.template: %v", err)
+			}
+		}
+		r.template = ref
+	}
+	if len(doc.Packages) > maxPackages {
+		return Recipe{}, invalidf("more than %d packages", maxPackages)
+	}
+	for _, p := range doc.Packages {
+		if !packageRe.MatchString(p) {
+			return Recipe{}, invalidf("packages: %q is not a Debian package name", shorten(p))
+		}
+	}
+	r.packages = slices.Clone(doc.Packages)
+	slices.Sort(r.packages)
+	r.packages = slices.Compact(r.packages)
+
+	if len(doc.Steps) > maxSteps {
+		return Recipe{}, invalidf("more than %d steps", maxSteps)
+	}
+	for i, sd := range doc.Steps {
+		s, err := parseStep(sd)
+		if err != nil {
+			return Recipe{}, fmt.Errorf("%w (step %d)", err, i+1)
+		}
+		r.steps = append(r.steps, s)
+	}
+
+	if len(doc.Env) > maxEnv {
+		return Recipe{}, invalidf("env: more than %d variables", maxEnv)
+	}
+	for k, v := range doc.Env {
+		if !envNameRe.MatchString(k) {
+			return Recipe{}, invalidf("env: %q is not a variable name", shorten(k))
+		}
+		if strings.IndexByte(v, 0) >= 0 || len(v) > maxArgBytes {
+			return Recipe{}, invalidf("env: the value of %s has a NUL byte or is too long", k)
+		}
+		r.env = append(r.env, [2]string{k, v})
+	}
+	slices.SortFunc(r.env, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	if doc.Workdir != nil {
+		wd := *doc.Workdir
+		if !path.IsAbs(wd) || path.Clean(wd) != wd || strings.IndexByte(wd, 0) >= 0 || len(wd) > 4096 {
+			return Recipe{}, invalidf("workdir %q must be a clean absolute path", shorten(wd))
+		}
+		r.workdir = wd
+	}
+	if doc.User != nil {
+		if !userRe.MatchString(*doc.User) {
+			return Recipe{}, invalidf("user %q must be \"uid\" or \"uid:gid\" (numbers)", shorten(*doc.User))
+		}
+		for n := range strings.SplitSeq(*doc.User, ":") {
+			if v, _ := strconv.ParseUint(n, 10, 64); v > 1<<31-2 {
+				return Recipe{}, invalidf("user %q: id out of range", *doc.User)
+			}
+		}
+		r.user = *doc.User
+	}
+	return r, nil
+}
+
+func parseStep(sd stepDoc) (Step, error) {
+	hasRun := !sd.Run.IsZero()
+	if (sd.Copy != nil) == hasRun {
+		return Step{}, invalidf("a step is either copy: {…} or run: …")
+	}
+	if sd.Copy != nil {
+		c, err := parseCopy(*sd.Copy)
+		return Step{Copy: c}, err
+	}
+	var argv []string
+	switch sd.Run.Kind {
+	case yaml.ScalarNode:
+		var s string
+		if err := sd.Run.Decode(&s); err != nil {
+			return Step{}, invalidf("run: %v", err)
+		}
+		if strings.TrimSpace(s) == "" {
+			return Step{}, invalidf("run: empty command")
+		}
+		argv = []string{"/bin/sh", "-c", s}
+	case yaml.SequenceNode:
+		if err := sd.Run.Decode(&argv); err != nil {
+			return Step{}, invalidf("run: %v", err)
+		}
+		if len(argv) == 0 || argv[0] == "" {
+			return Step{}, invalidf("run: empty command")
+		}
+	default:
+		return Step{}, invalidf("run: want a string or a list of strings")
+	}
+	total := 0
+	for _, a := range argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return Step{}, invalidf("run: an argument contains a NUL byte")
+		}
+		total += len(a)
+	}
+	if total > maxArgBytes {
+		return Step{}, invalidf("run: command longer than %d bytes", maxArgBytes)
+	}
+	return Step{Run: argv}, nil
+}
+
+func parseCopy(cd copyDoc) (*Copy, error) {
+	src := cd.Src
+	if src == "" || strings.IndexByte(src, 0) >= 0 || len(src) > 4096 {
+		return nil, invalidf("copy.src %q must be a path in the context directory", shorten(src))
+	}
+	if path.IsAbs(src) {
+		return nil, invalidf("copy.src %q is absolute; it must be relative to the context directory", shorten(src))
+	}
+	src = path.Clean(src)
+	if src == ".." || strings.HasPrefix(src, "../") {
+		return nil, invalidf("copy.src %q leaves the context directory", shorten(cd.Src))
+	}
+	dst := cd.Dst
+	if !path.IsAbs(dst) || strings.IndexByte(dst, 0) >= 0 || len(dst) > 4096 {
+		return nil, invalidf("copy.dst %q must be an absolute path in the tree", shorten(dst))
+	}
+	dst = path.Clean(dst)
+	if dst == "/" {
+		return nil, invalidf("copy.dst must not be the root directory")
+	}
+	c := &Copy{Src: src, Dst: dst}
+	if !cd.Mode.IsZero() {
+		if cd.Mode.Kind != yaml.ScalarNode {
+			return nil, invalidf("copy.mode: want an octal number such as 0644")
+		}
+		v := cd.Mode.Value
+		digits := strings.TrimPrefix(strings.TrimPrefix(v, "0o"), "0")
+		if digits == "" {
+			digits = "0"
+		}
+		m, err := strconv.ParseUint(digits, 8, 32)
+		if err != nil || m > 0o7777 || m == 0 {
+			return nil, invalidf("copy.mode %q: want octal permission bits such as 0644 (nonzero, at most 07777)", shorten(v))
+		}
+		c.Mode = uint32(m)
+	}
+	return c, nil
+}
+
+func shorten(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}

@@ -1,0 +1,113 @@
+package recipe
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+func TestDefault(t *testing.T) {
+	r := Default()
+	d, tpl := r.Base()
+	if d == nil || tpl != "" || d.Suite != "bookworm" || d.Variant != "minbase" {
+		t.Fatalf("base = %+v %q", d, tpl)
+	}
+	for _, p := range []string{"bash", "coreutils", "python3", "python3-pip", "python3-venv", "nodejs", "npm", "git", "curl", "ca-certificates", "procps"} {
+		if !slices.Contains(r.Packages(), p) {
+			t.Errorf("default lacks %s", p)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for name, src := range map[string]string{
+		"empty":              "",
+		"no from":            "packages: [bash]\n",
+		"both bases":         "from: {debian: {suite: bookworm}, template: minimal}\n",
+		"unknown field":      "from: {template: minimal}\nfoo: 1\n",
+		"unknown step field": "from: {template: minimal}\nsteps: [{shell: x}]\n",
+		"bad suite":          "from: {debian: {suite: 'Book worm'}}\n",
+		"bad variant":        "from: {debian: {suite: bookworm, variant: huge}}\n",
+		"bad package":        "from: {template: minimal}\npackages: ['-rf']\n",
+		"abs src":            "from: {template: minimal}\nsteps: [{copy: {src: /etc/passwd, dst: /x}}]\n",
+		"dotdot src":         "from: {template: minimal}\nsteps: [{copy: {src: a/../../x, dst: /x}}]\n",
+		"relative dst":       "from: {template: minimal}\nsteps: [{copy: {src: a, dst: x}}]\n",
+		"root dst":           "from: {template: minimal}\nsteps: [{copy: {src: a, dst: /}}]\n",
+		"bad mode":           "from: {template: minimal}\nsteps: [{copy: {src: a, dst: /a, mode: 0999}}]\n",
+		"big mode":           "from: {template: minimal}\nsteps: [{copy: {src: a, dst: /a, mode: 017777}}]\n",
+		"empty run":          "from: {template: minimal}\nsteps: [{run: '  '}]\n",
+		"empty argv":         "from: {template: minimal}\nsteps: [{run: []}]\n",
+		"both kinds":         "from: {template: minimal}\nsteps: [{run: ls, copy: {src: a, dst: /a}}]\n",
+		"bad env":            "from: {template: minimal}\nenv: {'A=B': c}\n",
+		"rel workdir":        "from: {template: minimal}\nworkdir: x\n",
+		"name user":          "from: {template: minimal}\nuser: root\n",
+		"two docs":           "from: {template: minimal}\n---\nfrom: {template: minimal}\n",
+		"bad template":       "from: {template: 'Not A Name!'}\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := Parse([]byte(src)); !errors.Is(err, model.ErrInvalid) {
+				t.Fatalf("Parse = %v, want ErrInvalid", err)
+			}
+		})
+	}
+}
+
+func TestParse(t *testing.T) {
+	r, err := Parse([]byte(`
+from:
+  template: minimal
+packages: [git, curl, git]
+steps:
+  - copy: {src: ./app/, dst: /opt/app/, mode: 0755}
+  - run: echo hi
+  - run: [/bin/true, x]
+env: {B: "2", A: "1"}
+workdir: /opt/app
+user: "1000:1000"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, tpl := r.Base(); tpl != "minimal" {
+		t.Errorf("template = %q", tpl)
+	}
+	if got := r.Packages(); !slices.Equal(got, []string{"curl", "git"}) {
+		t.Errorf("packages = %q", got)
+	}
+	s := r.Steps()
+	if len(s) != 3 || *s[0].Copy != (Copy{Src: "app", Dst: "/opt/app", Mode: 0o755}) ||
+		!slices.Equal(s[1].Run, []string{"/bin/sh", "-c", "echo hi"}) || !slices.Equal(s[2].Run, []string{"/bin/true", "x"}) {
+		t.Errorf("steps = %+v", s)
+	}
+	if got := r.Env(); !slices.Equal(got, []string{"A=1", "B=2"}) {
+		t.Errorf("env = %q", got)
+	}
+	if r.Workdir() != "/opt/app" || r.User() != "1000:1000" {
+		t.Errorf("workdir %q user %q", r.Workdir(), r.User())
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(defaultYAML)
+	f.Add([]byte("from: {template: minimal}\nsteps: [{copy: {src: a, dst: /a, mode: 0644}}, {run: ls}]\nenv: {A: b}\nuser: '1'\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := Parse(data)
+		if err != nil {
+			if !errors.Is(err, model.ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		d, tpl := r.Base()
+		if (d == nil) == (tpl == "") {
+			t.Fatalf("base: %v %q", d, tpl)
+		}
+		for _, s := range r.Steps() {
+			if (s.Copy == nil) == (len(s.Run) == 0) {
+				t.Fatalf("step %+v", s)
+			}
+		}
+	})
+}
