@@ -89,6 +89,9 @@ type Config struct {
 	// TemplateDefaults gives a template's defaults for the commands of
 	// its sandboxes (working directory, user); nil: none (root, "/").
 	TemplateDefaults func(model.TemplateDigest) (procctl.Defaults, error)
+	// Builds is the server's build runner, for the logs and progress of
+	// GET /v1/builds/{id}/log; nil: logs are empty.
+	Builds BuildRunner
 }
 
 // API is the management API handler.

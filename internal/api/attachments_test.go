@@ -161,6 +161,8 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 			path = strings.Replace(path, "{id}", e.projA.String(), 1)
 		case strings.HasPrefix(rt.pattern, "/v1/operations/"):
 			path = strings.Replace(path, "{id}", model.NewOperationID().String(), 1)
+		case strings.HasPrefix(rt.pattern, "/v1/builds/"):
+			path = strings.Replace(path, "{id}", model.NewBuildID().String(), 1)
 		default:
 			path = strings.Replace(path, "{id}", cs.SandboxID, 1)
 		}

@@ -52,6 +52,9 @@ func (a *API) routeTable() []route {
 
 		{"GET", "/v1/templates", member, a.listTemplates},
 		{"POST", "/v1/templates", admin, mutating(a, a.importTemplate)},
+		{"GET", "/v1/builds", member, a.listBuilds},
+		{"GET", "/v1/builds/{id}", member, a.getBuild},
+		{"GET", "/v1/builds/{id}/log", member, a.buildLog},
 
 		{"POST", "/v1/admin/projects", admin, mutating(a, a.createProject)},
 		{"GET", "/v1/admin/projects", admin, a.listProjects},

@@ -2,6 +2,7 @@ package tplbuild
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"net/http"
@@ -28,10 +29,10 @@ func classify(source string, err error) *model.BuildError {
 	case errors.As(err, &te):
 		switch te.StatusCode {
 		case http.StatusNotFound, http.StatusUnauthorized, http.StatusForbidden, http.StatusBadRequest:
-			return &model.BuildError{Code: apiv1.CodeInvalidRequest, Message: "cannot import " + source + ": the registry answered " +
-				http.StatusText(te.StatusCode) + " (" + registryDetail(te) + "): the image does not exist or may not be read anonymously"}
+			return &model.BuildError{Code: apiv1.CodeInvalidRequest, Message: fmt.Sprintf(
+				"cannot import %s: the registry answered %d (%s): the image does not exist or may not be read anonymously", source, te.StatusCode, registryDetail(te))}
 		}
-		return &model.BuildError{Code: apiv1.CodeRegistryUnavailable, Message: "cannot import " + source + ": the registry answered " + registryDetail(te)}
+		return &model.BuildError{Code: apiv1.CodeRegistryUnavailable, Message: fmt.Sprintf("cannot import %s: the registry answered %d: %s", source, te.StatusCode, registryDetail(te))}
 	case errors.Is(err, fs.ErrNotExist):
 		return &model.BuildError{Code: apiv1.CodeInvalidRequest, Message: "source " + source + " does not exist on the server host: " + err.Error()}
 	case errors.Is(err, fs.ErrPermission):

@@ -1,0 +1,34 @@
+package tplbuild
+
+import (
+	"context"
+	"io"
+
+	"github.com/airlockdev/airlock/internal/template"
+	"github.com/airlockdev/airlock/internal/template/recipe"
+)
+
+// Recipes adapts a *recipe.Builder to RecipeBuilder.
+type Recipes struct {
+	Builder *recipe.Builder
+}
+
+// BuildRecipe implements RecipeBuilder: text "" is recipe.Default().
+func (r Recipes) BuildRecipe(ctx context.Context, text, contextDir string, log io.Writer) (template.Imported, []Step, error) {
+	rc := recipe.Default()
+	if text != "" {
+		var err error
+		if rc, err = recipe.Parse([]byte(text)); err != nil {
+			return template.Imported{}, nil, err
+		}
+	}
+	res, err := r.Builder.Build(ctx, rc, contextDir, log)
+	if err != nil {
+		return template.Imported{}, nil, err
+	}
+	steps := make([]Step, 0, len(res.Steps))
+	for _, s := range res.Steps {
+		steps = append(steps, Step{Key: s.Key, Kind: s.Kind, Cached: s.Cached})
+	}
+	return res.Imported, steps, nil
+}
