@@ -49,7 +49,7 @@ func TestBuildRoutes(t *testing.T) {
 	if len(bl.Builds) != 0 {
 		t.Fatalf("active builds of copy: %+v", bl)
 	}
-	e.do("GET", "/v1/builds?state=done", e.keyB, "").wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
+	e.send(req{method: "GET", path: "/v1/builds?state=done", key: e.keyB, invalid: true, t: t}).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
 	e.do("GET", "/v1/builds/"+model.NewBuildID().String(), e.keyB, "").wantError(t, http.StatusNotFound, apiv1.CodeNotFound)
 	// Bodies: exactly one of source and recipe; context only with recipe.
 	e.do("POST", "/v1/templates", e.admin, fmt.Sprintf(`{"source": %q, "recipe": "x"}`, e.tplDir)).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
