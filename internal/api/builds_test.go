@@ -52,7 +52,7 @@ func TestBuildRoutes(t *testing.T) {
 	e.send(req{method: "GET", path: "/v1/builds?state=done", key: e.keyB, invalid: true, t: t}).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
 	e.do("GET", "/v1/builds/"+model.NewBuildID().String(), e.keyB, "").wantError(t, http.StatusNotFound, apiv1.CodeNotFound)
 	// Bodies: exactly one of source and recipe; context only with recipe.
-	e.do("POST", "/v1/templates", e.admin, fmt.Sprintf(`{"source": %q, "recipe": "x"}`, e.tplDir)).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
+	e.send(req{method: "POST", path: "/v1/templates", key: e.admin, body: fmt.Sprintf(`{"source": %q, "recipe": "x"}`, e.tplDir), invalid: true, t: t}).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
 	e.do("POST", "/v1/templates", e.admin, fmt.Sprintf(`{"source": %q, "context": "/"}`, e.tplDir)).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
 	// A recipe build on a runner without a recipe builder fails, visibly.
 	rb := e.importWait(t, `{"recipe": "from: {debian: {suite: bookworm}}\n", "context": "/", "name": "rec"}`, model.BuildFailed)
