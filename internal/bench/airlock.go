@@ -69,6 +69,9 @@ func startAirlock(ctx context.Context, flavor oci.Flavor, dir, agentBinary strin
 		Runtime:     string(flavor),
 		AgentBinary: agentBinary,
 		Logger:      serverLog.With("server", string(flavor)),
+		// The busybox template: the benchmark measures sandboxes, not
+		// the Debian build.
+		DefaultTemplate: server.DefaultTemplateMinimal,
 	}
 	go func() { a.serverDone <- server.Run(srvCtx, opts) }()
 

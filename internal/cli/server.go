@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -38,6 +39,8 @@ type serverFlags struct {
 	bodyTimeout time.Duration
 	usernsBase  uint32
 	usernsN     int
+	defaultTpl  string
+	buildCache  string
 }
 
 // options parses the flags into server.Options.
@@ -60,6 +63,20 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		BodyReadTimeout:  f.bodyTimeout,
 		UsernsBase:       f.usernsBase,
 		UsernsRanges:     f.usernsN,
+		DefaultTemplate:  f.defaultTpl,
+		BuildCacheDir:    f.buildCache,
+	}
+	switch f.defaultTpl {
+	case "", server.DefaultTemplateDebian, server.DefaultTemplateMinimal:
+	default:
+		return opts, usageErrorf("--default-template must be debian or minimal, not %q", f.defaultTpl)
+	}
+	if f.buildCache != "" {
+		abs, err := filepath.Abs(f.buildCache)
+		if err != nil {
+			return opts, usageErrorf("--build-cache-dir: %w", err)
+		}
+		opts.BuildCacheDir = abs
 	}
 	if f.grace <= 0 {
 		return opts, usageErrorf("--shutdown-grace must be positive, such as 30s")
@@ -174,6 +191,8 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.Uint32Var(&f.usernsBase, "userns-base", oci.DefaultIDBase, "runc and crun: first host uid/gid of the ranges that sandboxes' user namespaces map root to")
 	fs.IntVar(&f.usernsN, "userns-ranges", oci.DefaultIDRanges, "runc and crun: number of 65536-id ranges from --userns-base (one per sandbox)")
 	fs.IntVar(&f.mutBurst, "mutation-burst", api.DefaultMutationBurst, "mutating requests each API key may make at once")
+	fs.StringVar(&f.defaultTpl, "default-template", server.DefaultTemplateDebian, "what the template named default is: debian (Debian 12 with python3, node, git…, built in the background at first start; creates that need it wait) or minimal (the busybox template, also named minimal, ready at once: offline hosts, fast tests)")
+	fs.StringVar(&f.buildCache, "build-cache-dir", "", "directory of the recipe build cache (default: DATA_DIR/build-cache)")
 	fs.DurationVar(&f.keyMaxAge, "attach-key-max-age", server.DefaultAttachKeyMaxAge, "rotate the attachment-token signing key once it is older than this")
 	return cmd
 }

@@ -11,6 +11,12 @@ import (
 // DefaultShutdownGrace is the default of Options.ShutdownGrace.
 const DefaultShutdownGrace = 30 * time.Second
 
+// Values of Options.DefaultTemplate.
+const (
+	DefaultTemplateDebian  = "debian"
+	DefaultTemplateMinimal = "minimal"
+)
+
 // DefaultMaxDiskMiB is the default of Options.MaxDiskMiB: 100 GiB.
 const DefaultMaxDiskMiB = 100 * 1024
 
@@ -71,6 +77,15 @@ type Options struct {
 	// pools.
 	UsernsBase   uint32
 	UsernsRanges int
+	// DefaultTemplate (--default-template) is what the template named
+	// "default" is: DefaultTemplateDebian (the Debian recipe, built in the
+	// background at start unless its build is cached) or
+	// DefaultTemplateMinimal (the busybox tree, also named "minimal", ready
+	// at once; for offline hosts and fast tests). "": Debian.
+	DefaultTemplate string
+	// BuildCacheDir (--build-cache-dir) holds the recipe build cache; "":
+	// DataDir/build-cache.
+	BuildCacheDir string
 	// FaultPoint makes the process SIGKILL itself when it reaches the named
 	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
 	FaultPoint string

@@ -70,7 +70,8 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("open template store: %w", err)
 	}
-	if err := ensureDefaultTemplate(ctx, st, templates, log); err != nil {
+	builds, err := startBuilds(ctx, opts, dd, st, templates, nodeID, log)
+	if err != nil {
 		return err
 	}
 
@@ -169,6 +170,7 @@ func Run(ctx context.Context, opts Options) error {
 			return commandDefaults(templates, d)
 		},
 		Agents:     wk,
+		Builds:     builds,
 		FileTokens: attachKeys.Issuer(), // file tokens are signed like attachment tokens
 		Attach:     attachKeys.Issuer(),
 		AttachKeys: attachKeys,
@@ -208,7 +210,7 @@ func Run(ctx context.Context, opts Options) error {
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
 	var wg sync.WaitGroup
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -220,6 +222,13 @@ func Run(ctx context.Context, opts Options) error {
 	go func() {
 		defer wg.Done()
 		janitor(runCtx, st, log)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := builds.Run(runCtx); err != nil {
+			errc <- fmt.Errorf("template builds: %w", err)
+		}
 	}()
 	wg.Add(1)
 	go func() {
@@ -310,42 +319,6 @@ func openStore(ctx context.Context, dd *dataDir, url string, log *slog.Logger) (
 		return nil, fmt.Errorf("open PostgreSQL store: %w", err)
 	}
 	return st, nil
-}
-
-// ensureDefaultTemplate builds the busybox template and names it "default".
-// Without a static busybox there is no default template; the server still
-// runs and says how to get one.
-func ensureDefaultTemplate(ctx context.Context, st store.Store, templates *template.Store, log *slog.Logger) error {
-	bb := ""
-	for _, p := range []string{"/bin/busybox", "/usr/bin/busybox"} {
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			bb = p
-			break
-		}
-	}
-	if bb == "" {
-		log.Warn("no static busybox found: the default template is unavailable (install the busybox-static package, or import a template)")
-		return nil
-	}
-	imp, err := templates.EnsureDefault(ctx, bb)
-	if err != nil {
-		log.Warn("default template unavailable", "err", err)
-		return nil
-	}
-	now := time.Now()
-	if err := st.PutTemplate(ctx, model.Template{
-		Digest:    imp.Digest,
-		SizeBytes: imp.SizeBytes,
-		Manifest:  imp.Manifest,
-		CreatedAt: now,
-	}); err != nil {
-		return fmt.Errorf("record default template: %w", err)
-	}
-	if err := st.SetTemplateName(ctx, model.DefaultTemplateName, imp.Digest, now); err != nil {
-		return fmt.Errorf("name default template: %w", err)
-	}
-	log.Info("default template ready", "digest", imp.Digest)
-	return nil
 }
 
 // findAgentBinary locates the static guest agent.
