@@ -173,4 +173,3 @@ func (c *Client) ActiveBuild(ctx context.Context, name string) (apiv1.Build, boo
 	}
 	return l.Builds[0], true, nil
 }
-

@@ -16,7 +16,6 @@ import (
 	"github.com/airlockdev/airlock/internal/template"
 )
 
-
 func newEnv(t *testing.T) (store.Store, *template.Store, string) {
 	t.Helper()
 	dir := t.TempDir()
