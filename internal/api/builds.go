@@ -266,11 +266,12 @@ func (a *API) buildLog(w http.ResponseWriter, r *http.Request, _ principal) {
 	sse := &eventWriter{w: w, rc: http.NewResponseController(w)}
 
 	var (
-		off      int64
-		pending  []byte // a partial last line
-		since    time.Time
-		lastProg apiv1.BuildProgressEventData
-		lastSent = time.Now()
+		off       int64
+		pending   []byte // a partial last line
+		since     time.Time
+		lastProg  apiv1.BuildProgressEventData
+		lastSent  = time.Now()
+		lastReady = time.Now()
 	)
 	sendLog := func(final bool) error {
 		chunk, err := readLogFrom(a.logPath(b.ID), off, maxLogEvent)
@@ -350,6 +351,15 @@ func (a *API) buildLog(w http.ResponseWriter, r *http.Request, _ principal) {
 			return
 		case <-changed:
 		case <-tick.C:
+		}
+		if a.cfg.Ready != nil && time.Since(lastReady) > time.Second {
+			// A server that is shutting down ends the stream at once (the
+			// client opens it again) rather than holding its drain.
+			if err := a.cfg.Ready(ctx); err != nil {
+				a.log.DebugContext(ctx, "build log stream ends: not ready", "build", b.ID, "err", err)
+				return
+			}
+			lastReady = time.Now()
 		}
 		nb, err := a.cfg.Store.GetBuild(ctx, b.ID)
 		if err != nil {

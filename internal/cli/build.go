@@ -135,7 +135,7 @@ func (a *app) followBuild(ctx context.Context, c *client.Client, b apiv1.Build, 
 	if done.State == string(model.BuildFailed) {
 		msg := "the build failed"
 		if done.Error != nil {
-			msg = done.Error.Message
+			msg = done.Error.Code + ": " + done.Error.Message
 		}
 		return fmt.Errorf("build %s failed: %s (its log: airlock build log %s)", done.ID, msg, done.ID)
 	}
@@ -286,7 +286,7 @@ func (a *app) buildLogCommand() *cobra.Command {
 			if b.State == string(model.BuildFailed) {
 				msg := ""
 				if b.Error != nil {
-					msg = b.Error.Message
+					msg = b.Error.Code + ": " + b.Error.Message
 				}
 				return fmt.Errorf("build %s failed: %s", b.ID, msg)
 			}
