@@ -47,7 +47,13 @@ func (s *Store) ImportPath(ctx context.Context, path string, progress func(Progr
 // within the tree, with their modes and ownership. Device nodes, fifos and
 // sockets are refused.
 func (s *Store) ImportDir(ctx context.Context, src string, progress func(Progress)) (Imported, error) {
-	return s.importWith(ctx, progress, DefaultConfig(), src, func(ctx context.Context, stg *stager) error {
+	return s.ImportDirConfig(ctx, src, DefaultConfig(), progress)
+}
+
+// ImportDirConfig is ImportDir with the runtime configuration cfg in the
+// template's manifest.
+func (s *Store) ImportDirConfig(ctx context.Context, src string, cfg Config, progress func(Progress)) (Imported, error) {
+	return s.importWith(ctx, progress, cfg, src, func(ctx context.Context, stg *stager) error {
 		links := map[inodeKey]string{}
 		return walkTree(ctx, src, func(e *walkEntry) error {
 			st := &e.st
@@ -59,7 +65,10 @@ func (s *Store) ImportDir(ctx context.Context, src string, progress func(Progres
 			}
 			switch st.Mode & unix.S_IFMT {
 			case unix.S_IFDIR:
-				return stg.dir(e.rel, m)
+				if err := stg.dir(e.rel, m); err != nil {
+					return err
+				}
+				return copyXattrs(stg, e)
 			case unix.S_IFREG:
 				key := inodeKey{uint64(st.Dev), st.Ino}
 				if first, ok := links[key]; ok {
@@ -73,7 +82,10 @@ func (s *Store) ImportDir(ctx context.Context, src string, progress func(Progres
 					return err
 				}
 				defer f.Close()
-				return stg.file(ctx, e.rel, m, st.Size, f)
+				if err := stg.file(ctx, e.rel, m, st.Size, f); err != nil {
+					return err
+				}
+				return copyXattrs(stg, e)
 			case unix.S_IFLNK:
 				target, err := e.readlink()
 				if err != nil {
@@ -97,8 +109,18 @@ func (s *Store) ImportTar(ctx context.Context, r io.Reader, progress func(Progre
 	return s.importTar(ctx, r, "tar archive", progress)
 }
 
+// ImportTarConfig is ImportTar with the runtime configuration cfg in the
+// template's manifest.
+func (s *Store) ImportTarConfig(ctx context.Context, r io.Reader, cfg Config, progress func(Progress)) (Imported, error) {
+	return s.importTarConfig(ctx, r, "tar archive", cfg, progress)
+}
+
 func (s *Store) importTar(ctx context.Context, r io.Reader, what string, progress func(Progress)) (Imported, error) {
-	return s.importWith(ctx, progress, DefaultConfig(), what, func(ctx context.Context, stg *stager) error {
+	return s.importTarConfig(ctx, r, what, DefaultConfig(), progress)
+}
+
+func (s *Store) importTarConfig(ctx context.Context, r io.Reader, what string, cfg Config, progress func(Progress)) (Imported, error) {
+	return s.importWith(ctx, progress, cfg, what, func(ctx context.Context, stg *stager) error {
 		br := bufio.NewReaderSize(ctxReader{ctx, r}, 64<<10)
 		var src io.Reader = br
 		if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -138,8 +160,14 @@ func extractTar(ctx context.Context, stg *stager, tr *tar.Reader) error {
 		switch hdr.Typeflag {
 		case tar.TypeReg, tar.TypeGNUSparse:
 			err = stg.file(ctx, name, m, hdr.Size, tr)
+			if err == nil {
+				err = setTarXattrs(stg, name, hdr, kindFile)
+			}
 		case tar.TypeDir:
 			err = stg.dir(name, m)
+			if err == nil {
+				err = setTarXattrs(stg, name, hdr, kindDir)
+			}
 		case tar.TypeSymlink:
 			err = stg.symlink(name, hdr.Linkname, m)
 		case tar.TypeLink:

@@ -198,25 +198,42 @@ func xattrBuffer(call func([]byte) (int, error)) ([]byte, error) {
 // attributes of walk entry e (a directory or a regular file seen first under
 // this name) to rec: one "x" name value-hex record each, in name order.
 func appendXattrRecords(rec []byte, e *walkEntry) ([]byte, error) {
+	xs, err := readKeptXattrs(e)
+	if err != nil {
+		return rec, err
+	}
+	for _, x := range xs {
+		rec = append(rec, "x\x00"...)
+		rec = append(append(rec, x.name...), 0)
+		rec = append(hex.AppendEncode(rec, x.value), 0)
+	}
+	return rec, nil
+}
+
+// readKeptXattrs returns the kept extended attributes of walk entry e (a
+// directory or a regular file), sorted by name.
+func readKeptXattrs(e *walkEntry) ([]xattr, error) {
 	k := kindFile
 	if e.st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		k = kindDir
 	}
 	// The entry is named relative to an open directory; the kernel has no
 	// llistxattrat before Linux 6.13, so go through that directory's fd.
-	p := fmt.Sprintf("/proc/self/fd/%d/%s", e.dirFd, e.name)
+	p := e.procPath()
 	list, err := xattrBuffer(func(b []byte) (int, error) { return unix.Llistxattr(p, b) })
 	if err != nil {
-		return rec, fmt.Errorf("list extended attributes of %s: %w", e.rel, err)
+		return nil, fmt.Errorf("list extended attributes of %s: %w", e.rel, err)
 	}
+	var xs []xattr
 	for _, name := range keptNames(list, k) {
 		val, err := xattrBuffer(func(b []byte) (int, error) { return unix.Lgetxattr(p, name, b) })
 		if err != nil {
-			return rec, fmt.Errorf("read extended attribute %s of %s: %w", name, e.rel, err)
+			return nil, fmt.Errorf("read extended attribute %s of %s: %w", name, e.rel, err)
 		}
-		rec = append(rec, "x\x00"...)
-		rec = append(append(rec, name...), 0)
-		rec = append(hex.AppendEncode(rec, val), 0)
+		xs = append(xs, xattr{name: name, value: val})
 	}
-	return rec, nil
+	return xs, nil
 }
+
+// procPath names walk entry e through its open directory's fd.
+func (e *walkEntry) procPath() string { return fmt.Sprintf("/proc/self/fd/%d/%s", e.dirFd, e.name) }

@@ -3,8 +3,20 @@ package recipe
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/template"
@@ -16,14 +28,14 @@ type Builder struct {
 	Store    *template.Store
 	CacheDir string
 	Logger   *slog.Logger
-	// Resolve turns a template reference of "from: template:" (a name,
-	// name:tag or sha256:…) into a digest of Store. When nil only digests
-	// are accepted.
+	// Resolve turns the template reference of "from: template:" (a name or
+	// name:tag) into a digest of Store. Digests need no resolving; when
+	// Resolve is nil only they are accepted.
 	Resolve func(ctx context.Context, ref string) (model.TemplateDigest, error)
 }
 
 // Result is what a build produced: the final template and one StepResult
-// per step of the hash chain (the base first).
+// per step of the hash chain, the base first.
 type Result struct {
 	Imported template.Imported
 	Steps    []StepResult
@@ -32,22 +44,342 @@ type Result struct {
 // StepResult is one step of a build.
 type StepResult struct {
 	Key    string // the step's cache key (hex SHA-256)
-	Kind   string // "debian", "template", "packages", "copy", "run" or "config"
-	Cached bool   // the result came from the cache
+	Kind   string // KindDebian, KindTemplate, KindPackages, KindCopy, KindRun or KindConfig
+	Cached bool   // nothing was built: the result came from the cache (a template base is always Cached)
 	Digest model.TemplateDigest
 }
 
-// errNotImplemented is returned by paths not finished yet.
-var errNotImplemented = errors.New("recipe: not implemented yet")
+// StepError is a run (or packages) step whose command failed.
+type StepError struct {
+	Step     int // 1-based
+	Kind     string
+	ExitCode int
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("step %d %s: the command exited with status %d", e.Step, e.Kind, e.ExitCode)
+}
+
+// sourceDateEpoch is the SOURCE_DATE_EPOCH of Debian bases (2025-01-01),
+// for reproducible mmdebstrap output.
+const sourceDateEpoch = "1735689600"
+
+func (b *Builder) check() error {
+	if b.Store == nil || b.CacheDir == "" {
+		return errors.New("recipe builder: Store and CacheDir are required")
+	}
+	if b.Logger == nil {
+		b.Logger = slog.New(slog.DiscardHandler)
+	}
+	return os.MkdirAll(b.CacheDir, 0o700)
+}
 
 // Build builds r, with copy sources read from contextDir, writing progress
-// lines to log. Steps whose result is cached are not run again.
+// lines to log: for each step "step N/M KIND KEY: CACHED" or "… built in
+// Xs", between them the output of mmdebstrap and of run steps. Steps whose
+// result is cached are not run again. A failed run step fails the build
+// with a *StepError; nothing stays mounted or staged.
 func (b *Builder) Build(ctx context.Context, r Recipe, contextDir string, log io.Writer) (Result, error) {
-	return Result{}, errNotImplemented
+	if err := b.check(); err != nil {
+		return Result{}, err
+	}
+	if log == nil {
+		log = io.Discard
+	}
+	b.cleanTemps()
+	steps, err := b.plan(ctx, r, contextDir)
+	if err != nil {
+		return Result{}, err
+	}
+	var res Result
+	var cur template.Imported
+	for i, ps := range steps {
+		head := fmt.Sprintf("step %d/%d %s %s", i+1, len(steps), ps.kind, short(ps.key))
+		logf := func(format string, args ...any) { fmt.Fprintf(log, head+": "+format+"\n", args...) }
+		start := time.Now()
+		sr := StepResult{Key: ps.key, Kind: ps.kind}
+		if ps.kind == KindTemplate {
+			if !b.Store.Has(ps.base) {
+				return Result{}, fmt.Errorf("%s: base template %s: %w", head, ps.base, template.ErrNotFound)
+			}
+			if cur, err = b.loaded(ps.base); err != nil {
+				return Result{}, fmt.Errorf("%s: %w", head, err)
+			}
+			sr.Cached, sr.Digest = true, cur.Digest
+			logf("CACHED (template %s)", cur.Digest)
+			res.Steps = append(res.Steps, sr)
+			continue
+		}
+		imp, hit, err := b.lookup(ctx, ps.key, logf)
+		if err != nil {
+			return Result{}, fmt.Errorf("%s: %w", head, err)
+		}
+		if hit {
+			cur = imp
+			sr.Cached, sr.Digest = true, imp.Digest
+			logf("CACHED")
+			res.Steps = append(res.Steps, sr)
+			continue
+		}
+		logf("building")
+		imp, err = b.execute(ctx, i+1, ps, cur.Digest, contextDir, log)
+		if err != nil {
+			if se := (*StepError)(nil); errors.As(err, &se) {
+				logf("failed: the command exited with status %d", se.ExitCode)
+				return Result{}, err
+			}
+			return Result{}, fmt.Errorf("%s: %w", head, err)
+		}
+		if err := b.store(ctx, ps.key, ps.kind, imp); err != nil {
+			if ctx.Err() != nil {
+				return Result{}, ctx.Err()
+			}
+			b.Logger.Error("recipe build cache: cannot record a step", "key", ps.key, "err", err)
+			logf("warning: not cached: %v", err)
+		}
+		cur = imp
+		sr.Digest = imp.Digest
+		logf("built in %.1fs", time.Since(start).Seconds())
+		res.Steps = append(res.Steps, sr)
+	}
+	res.Imported = cur
+	return res, nil
 }
 
 // Cached reports whether r's final result is in the cache and in the store,
-// without building or hashing any tree (the server uses it at start).
+// without building or hashing any tree (the server uses it at start; copy
+// sources in contextDir are hashed, since they are part of the keys).
 func (b *Builder) Cached(r Recipe, contextDir string) (template.Imported, bool, error) {
-	return template.Imported{}, false, errNotImplemented
+	if err := b.check(); err != nil {
+		return template.Imported{}, false, err
+	}
+	steps, err := b.plan(context.Background(), r, contextDir)
+	if err != nil {
+		return template.Imported{}, false, err
+	}
+	last := steps[len(steps)-1]
+	var d model.TemplateDigest
+	if last.kind == KindTemplate {
+		d = last.base
+	} else {
+		e, ok, err := b.readEntry(last.key)
+		if err != nil || !ok {
+			return template.Imported{}, false, err
+		}
+		d = e.Digest
+	}
+	if !b.Store.Has(d) {
+		return template.Imported{}, false, nil
+	}
+	imp, err := b.loaded(d)
+	if err != nil {
+		return template.Imported{}, false, err
+	}
+	return imp, true, nil
+}
+
+// execute builds step n (ps) on top of parent.
+func (b *Builder) execute(ctx context.Context, n int, ps planStep, parent model.TemplateDigest, contextDir string, log io.Writer) (template.Imported, error) {
+	switch ps.kind {
+	case KindDebian:
+		return b.debian(ctx, ps, log)
+	case KindConfig:
+		cfg, err := b.config(parent)
+		if err != nil {
+			return template.Imported{}, err
+		}
+		cfg.Env = mergeEnv(cfg.Env, ps.env)
+		if ps.workdir != "" {
+			cfg.WorkingDir = ps.workdir
+		}
+		if ps.user != "" {
+			cfg.User = ps.user
+		}
+		return b.Store.ImportDirConfig(ctx, b.Store.RootfsDir(parent), cfg, nil)
+	}
+	return b.overlayStep(ctx, n, ps, parent, contextDir, log)
+}
+
+func (b *Builder) config(d model.TemplateDigest) (template.Config, error) {
+	data, err := b.Store.Manifest(d)
+	if err != nil {
+		return template.Config{}, err
+	}
+	m, err := template.ParseManifest(data)
+	if err != nil {
+		return template.Config{}, err
+	}
+	return m.Config, nil
+}
+
+// mergeEnv sets the NAME=VALUE entries of set in env, replacing an entry of
+// the same name in place, appending the others in order.
+func mergeEnv(env, set []string) []string {
+	out := slices.Clone(env)
+	for _, kv := range set {
+		name, _, _ := strings.Cut(kv, "=")
+		i := slices.IndexFunc(out, func(e string) bool { return strings.HasPrefix(e, name+"=") })
+		if i >= 0 {
+			out[i] = kv
+		} else {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// overlayStep runs a copy, run or packages step: the parent's tree is the
+// lower of an overlay mounted in the helper's private namespace, and the
+// merged tree afterwards is imported as the step's template.
+func (b *Builder) overlayStep(ctx context.Context, n int, ps planStep, parent model.TemplateDigest, contextDir string, log io.Writer) (template.Imported, error) {
+	cfg, err := b.config(parent)
+	if err != nil {
+		return template.Imported{}, err
+	}
+	lower := b.Store.RootfsDir(parent)
+	var rootSt unix.Stat_t
+	if err := unix.Stat(lower, &rootSt); err != nil {
+		return template.Imported{}, fmt.Errorf("parent template %s: %w", parent, err)
+	}
+	st, err := b.Store.NewStaged()
+	if err != nil {
+		return template.Imported{}, err
+	}
+	defer st.Remove()
+	upper, work, merged := filepath.Join(st.Dir(), "upper"), filepath.Join(st.Dir(), "work"), filepath.Join(st.Dir(), "merged")
+	for _, d := range []string{upper, work, merged} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return template.Imported{}, err
+		}
+	}
+	// The merged root takes the upper root's owner and mode.
+	if err := os.Lchown(upper, int(rootSt.Uid), int(rootSt.Gid)); err != nil {
+		return template.Imported{}, err
+	}
+	if err := unix.Chmod(upper, rootSt.Mode&0o7777); err != nil {
+		return template.Imported{}, err
+	}
+	env := runEnv(cfg.Env)
+	h, rc, err := startHelper(ctx, lower, upper, work, merged, ps.argv, env, log)
+	if err != nil {
+		return template.Imported{}, err
+	}
+	imp, err := func() (template.Imported, error) {
+		if rc != 0 {
+			return template.Imported{}, &StepError{Step: n, Kind: ps.kind, ExitCode: rc}
+		}
+		if ps.kind == KindCopy {
+			if err := b.copyStep(ctx, h.path(merged), contextDir, ps); err != nil {
+				return template.Imported{}, err
+			}
+		}
+		return b.Store.ImportDirConfig(ctx, h.path(merged), cfg, nil)
+	}()
+	if werr := h.wait(); werr != nil && err == nil {
+		var ee *exec.ExitError
+		if !errors.As(werr, &ee) {
+			err = fmt.Errorf("build helper: %w", werr)
+		}
+	}
+	return imp, err
+}
+
+func (b *Builder) copyStep(ctx context.Context, mergedPath, contextDir string, ps planStep) error {
+	rootFd, err := unix.Open(mergedPath, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the merged tree: %w", err)
+	}
+	defer unix.Close(rootFd)
+	src, err := os.OpenRoot(contextDir)
+	if err != nil {
+		return fmt.Errorf("recipe context directory: %w", err)
+	}
+	defer src.Close()
+	sum, err := copyInto(ctx, rootFd, src, *ps.copy)
+	if err != nil {
+		return err
+	}
+	if sum != ps.copySum {
+		return fmt.Errorf("copy %s: the context directory changed during the build", ps.copy.Src)
+	}
+	return nil
+}
+
+// runEnv is the environment of run steps: the parent template's, with
+// HOME, LANG and DEBIAN_FRONTEND added when it does not set them.
+func runEnv(env []string) []string {
+	out := slices.Clone(env)
+	for _, kv := range []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
+		"LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive"} {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.ContainsFunc(out, func(e string) bool { return strings.HasPrefix(e, name+"=") }) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// debian bootstraps the base with mmdebstrap straight into a staging
+// directory of the store, which then adopts the tree without copying it.
+func (b *Builder) debian(ctx context.Context, ps planStep, log io.Writer) (template.Imported, error) {
+	st, err := b.Store.NewStaged()
+	if err != nil {
+		return template.Imported{}, err
+	}
+	defer st.Remove()
+	rootfs := st.Rootfs()
+	// Readable by apt's download user, as a tree's root is anyway.
+	if err := os.Chmod(rootfs, 0o755); err != nil {
+		return template.Imported{}, err
+	}
+	args := []string{"--mount", "--pid", "--fork", "--kill-child", "--propagation", "private", "--",
+		"mmdebstrap", "--mode=root", "--format=directory", "--variant=" + ps.debian.Variant}
+	if len(ps.packages) > 0 {
+		args = append(args, "--include="+strings.Join(ps.packages, ","))
+	}
+	args = append(args, ps.debian.Suite, rootfs)
+	args = append(args, ps.mirrors...)
+	runtime.LockOSThread() // for Pdeathsig, see startHelper
+	defer runtime.UnlockOSThread()
+	cmd := exec.CommandContext(ctx, "unshare", args...)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
+		"SOURCE_DATE_EPOCH=" + sourceDateEpoch}
+	lw := &lineWriter{w: log}
+	cmd.Stdout, cmd.Stderr = lw, lw
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	err = cmd.Run()
+	lw.flush()
+	if err != nil {
+		if ctx.Err() != nil {
+			return template.Imported{}, ctx.Err()
+		}
+		return template.Imported{}, fmt.Errorf("mmdebstrap %s: %w", ps.debian.Suite, err)
+	}
+	if err := os.Chmod(rootfs, 0o755); err != nil {
+		return template.Imported{}, err
+	}
+	if err := removeSpecialFiles(filepath.Join(rootfs, "dev")); err != nil {
+		return template.Imported{}, err
+	}
+	return st.Adopt(ctx, template.DefaultConfig(), "debian "+ps.debian.Suite)
+}
+
+// removeSpecialFiles deletes the device nodes, fifos and sockets below dir
+// (mmdebstrap populates /dev; templates hold no device nodes, sandboxes get
+// their own /dev).
+func removeSpecialFiles(dir string) error {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type()&(fs.ModeDevice|fs.ModeCharDevice|fs.ModeNamedPipe|fs.ModeSocket) != 0 {
+			return os.Remove(p)
+		}
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }

@@ -2,7 +2,9 @@ package recipe
 
 import (
 	"errors"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/model"
@@ -45,6 +47,7 @@ func TestParseErrors(t *testing.T) {
 		"name user":          "from: {template: minimal}\nuser: root\n",
 		"two docs":           "from: {template: minimal}\n---\nfrom: {template: minimal}\n",
 		"bad template":       "from: {template: 'Not A Name!'}\n",
+		"duplicate key":      "from: {template: minimal}\nfrom: {template: x}\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := Parse([]byte(src)); !errors.Is(err, model.ErrInvalid) {
@@ -110,4 +113,24 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestParseDocExample parses the example of docs/templates.md.
+func TestParseDocExample(t *testing.T) {
+	data, err := os.ReadFile("../../../docs/templates.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "```yaml\n")
+	example, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("no yaml example in docs/templates.md")
+	}
+	r, err := Parse([]byte(example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Steps()) != 4 || r.User() != "1000:1000" {
+		t.Errorf("parsed %+v", r)
+	}
 }

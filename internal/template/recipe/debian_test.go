@@ -1,0 +1,78 @@
+package recipe
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/template"
+)
+
+// testCacheDir is the shared recipe build cache of the tests:
+// $AIRLOCK_TEST_CACHE (else /var/cache/airlock-test)/recipe-cache-v1, with
+// the template store the Debian test builds into beside it
+// (recipe-store-v1). The first run on a machine bootstraps Debian (40 s to
+// 2 min); later ones find everything built.
+func testCacheDir(t *testing.T) string {
+	t.Helper()
+	d := os.Getenv("AIRLOCK_TEST_CACHE")
+	if d == "" {
+		d = "/var/cache/airlock-test"
+	}
+	return filepath.Join(d, "recipe-cache-v1")
+}
+
+func TestBuildDefaultDebian(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds Debian (-short)")
+	}
+	airtest.RequireRoot(t)
+	if _, err := mmdebstrapVersion(t.Context()); err != nil {
+		t.Skipf("needs mmdebstrap (apt-get install mmdebstrap; CI installs it): %v", err)
+	}
+	// The store is cached too (beside the build cache): a fresh store
+	// would import the 450 MB tree from the cache's tar on every run, which
+	// TestBuildCacheChain covers on a small tree.
+	s, err := template.Open(filepath.Join(filepath.Dir(testCacheDir(t)), "recipe-store-v1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { checkClean(t, s) })
+	b := &Builder{Store: s, CacheDir: testCacheDir(t)}
+	res, log := build(t, b, Default(), t.TempDir())
+	t.Logf("default: %s (%d MB, %d entries)\n%s", res.Imported.Digest, res.Imported.SizeBytes>>20, res.Imported.Entries, log)
+	root := b.Store.RootfsDir(res.Imported.Digest)
+	for _, p := range []string{"usr/bin/python3", "usr/bin/node", "usr/bin/npm", "usr/bin/git", "usr/bin/curl", "usr/bin/bash", "usr/bin/ps",
+		"etc/ssl/certs/ca-certificates.crt"} {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("default template: %v", err)
+		}
+	}
+	for _, p := range []string{"var/lib/apt/lists", "var/cache/apt/archives"} {
+		ents, _ := os.ReadDir(filepath.Join(root, p))
+		for _, e := range ents {
+			if e.Name() != "partial" && e.Name() != "lock" && e.Name() != "auxfiles" {
+				t.Errorf("%s not cleaned: %s", p, e.Name())
+				break
+			}
+		}
+	}
+	if imp, ok, err := b.Cached(Default(), ""); err != nil || !ok || imp.Digest != res.Imported.Digest {
+		t.Errorf("Cached(Default()) = %s %v %v", imp.Digest, ok, err)
+	}
+
+	// A run step on top: the base comes from the cache.
+	r := mustParse(t, string(DefaultYAML())+"steps:\n  - run: \"python3 -c 'print(6*7)' > /answer && node -e 'console.log(6*7)' >> /answer\"\n")
+	res2, log2 := build(t, b, r, t.TempDir())
+	if !res2.Steps[0].Cached || res2.Steps[0].Digest != res.Imported.Digest {
+		t.Errorf("the base was rebuilt:\n%s", log2)
+	}
+	if got := readTree(t, b, res2.Imported.Digest, "answer"); got != "42\n42\n" {
+		t.Errorf("answer = %q\n%s", got, log2)
+	}
+	if strings.Contains(log2, "step 2/2 run") && !strings.Contains(log2, "CACHED") && !strings.Contains(log2, "built in") {
+		t.Errorf("log:\n%s", log2)
+	}
+}

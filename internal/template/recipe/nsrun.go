@@ -1,0 +1,192 @@
+package recipe
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Steps that change a tree run in a helper: unshare(1) gives it new mount,
+// PID, UTS and IPC namespaces (mount propagation private), and the script
+// below mounts the overlay (the parent template's tree as the read-only
+// lower, upper and work in the build's staging directory) and, for a run
+// step, /proc, a minimal /dev, a /tmp tmpfs and the host's resolv.conf in
+// the merged tree; then it runs the command chrooted there. Every mount
+// lives in that namespace only: when the helper ends, however it ends,
+// they are gone, and nothing is ever mounted on the host. After the command
+// (or at once, for a copy step) the helper unmounts everything but the
+// overlay, reports the exit status on fd 3 and waits for its stdin to
+// close; meanwhile the builder reads (copy step: writes) the merged tree
+// through /proc/<pid>/root.
+const helperScript = `set -eu
+lower=$1 upper=$2 work=$3 merged=$4 mode=$5
+shift 5
+mount -t overlay overlay -o "lowerdir=$lower,upperdir=$upper,workdir=$work" "$merged"
+m=$merged
+rc=0
+plain_dir() { [ -d "$1" ] && [ ! -L "$1" ]; }
+plain_file() { [ -f "$1" ] && [ ! -L "$1" ]; }
+if [ "$mode" = run ]; then
+	hostname airlock-build 2>/dev/null || true
+	if plain_dir "$m/proc"; then mount -t proc -o nosuid,nodev,noexec proc "$m/proc"; fi
+	if plain_dir "$m/dev"; then
+		mount -t tmpfs -o mode=0755,nosuid,noexec,size=1m dev "$m/dev"
+		for d in null zero full random urandom tty; do
+			: >"$m/dev/$d"
+			mount --bind "/dev/$d" "$m/dev/$d"
+		done
+		ln -s /proc/self/fd "$m/dev/fd"
+		ln -s /proc/self/fd/0 "$m/dev/stdin"
+		ln -s /proc/self/fd/1 "$m/dev/stdout"
+		ln -s /proc/self/fd/2 "$m/dev/stderr"
+		mkdir "$m/dev/shm" "$m/dev/pts"
+	fi
+	if plain_dir "$m/tmp"; then mount -t tmpfs -o mode=1777,nosuid,nodev tmp "$m/tmp"; fi
+	if plain_dir "$m/etc" && plain_file "$m/etc/resolv.conf" && [ -f /etc/resolv.conf ]; then
+		mount --bind /etc/resolv.conf "$m/etc/resolv.conf"
+	fi
+	set +e
+	chroot "$m" "$@" </dev/null 3>&-
+	rc=$?
+	set -e
+	kill -KILL -1 2>/dev/null || true
+	for p in etc/resolv.conf tmp dev proc; do
+		if mountpoint -q "$m/$p" 2>/dev/null; then umount -R -l "$m/$p"; fi
+	done
+fi
+echo "$rc" >&3
+exec 3>&-
+cat >/dev/null
+`
+
+// helper is a running helper.
+type helper struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	status *os.File
+	log    *lineWriter
+}
+
+// startHelper starts the helper and waits until the merged tree is ready
+// (copy) or the command has ended (run). It returns the command's exit
+// status (0 for a copy step).
+func startHelper(ctx context.Context, lower, upper, work, merged string, argv, env []string, log io.Writer) (*helper, int, error) {
+	for _, p := range []string{lower, upper, work} {
+		if strings.ContainsAny(p, ",:\\\n") {
+			return nil, 0, fmt.Errorf("overlay path %q contains a character overlayfs options cannot hold", p)
+		}
+	}
+	mode := "hold"
+	if len(argv) > 0 {
+		mode = "run"
+	}
+	args := append([]string{"--mount", "--pid", "--uts", "--ipc", "--fork", "--kill-child", "--propagation", "private",
+		"--", "/bin/sh", "-c", helperScript, "airlock-build", lower, upper, work, merged, mode}, argv...)
+	cmd := exec.Command("unshare", args...)
+	cmd.Env = env
+	lw := &lineWriter{w: log}
+	cmd.Stdout, cmd.Stderr = lw, lw
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, 0, err
+	}
+	cmd.ExtraFiles = []*os.File{statusW}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		statusR.Close()
+		statusW.Close()
+		return nil, 0, err
+	}
+	// Pdeathsig fires when the thread that started the child exits: keep
+	// this goroutine on its thread until the helper is done (see wait).
+	runtime.LockOSThread()
+	if err := cmd.Start(); err != nil {
+		runtime.UnlockOSThread()
+		statusR.Close()
+		statusW.Close()
+		return nil, 0, fmt.Errorf("start the build helper (unshare): %w", err)
+	}
+	statusW.Close()
+	h := &helper{cmd: cmd, stdin: stdin, status: statusR, log: lw}
+	stop := context.AfterFunc(ctx, func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	line, rerr := bufio.NewReader(statusR).ReadString('\n')
+	stop()
+	rc, perr := strconv.Atoi(strings.TrimSpace(line))
+	if rerr != nil || perr != nil {
+		werr := h.wait()
+		if err := ctx.Err(); err != nil {
+			return nil, 0, err
+		}
+		return nil, 0, fmt.Errorf("the build helper failed (%v)", errors.Join(werr, rerr))
+	}
+	return h, rc, nil
+}
+
+// merged returns the host path of the helper's view of path p.
+func (h *helper) path(p string) string { return fmt.Sprintf("/proc/%d/root%s", h.cmd.Process.Pid, p) }
+
+// wait lets the helper end (its namespaces and mounts go with it).
+func (h *helper) wait() error {
+	defer runtime.UnlockOSThread()
+	h.stdin.Close()
+	h.status.Close()
+	done := make(chan error, 1)
+	go func() { done <- h.cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
+		err = <-done
+	}
+	h.log.flush()
+	return err
+}
+
+// lineWriter passes whole lines to w (one Write each), keeping a partial
+// last line until it is complete or flushed. It is safe for concurrent use.
+type lineWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	buf []byte
+}
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.w.Write(l.buf[:i+1])
+		l.buf = l.buf[i+1:]
+	}
+	if len(l.buf) > 64<<10 { // a very long line goes out in pieces
+		l.w.Write(append(l.buf, '\n'))
+		l.buf = nil
+	}
+	return len(p), nil
+}
+
+func (l *lineWriter) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.buf) > 0 {
+		l.w.Write(append(l.buf, '\n'))
+		l.buf = nil
+	}
+}
