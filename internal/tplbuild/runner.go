@@ -38,9 +38,16 @@ type Step struct {
 
 // RecipeBuilder builds recipes. text is the recipe's YAML, or "" for the
 // server's default recipe; copy sources are relative to contextDir (may be
-// ""). The build's log goes to log.
+// ""). The build's log goes to log; progress is called as steps start and
+// end.
 type RecipeBuilder interface {
-	BuildRecipe(ctx context.Context, text, contextDir string, log io.Writer) (template.Imported, []Step, error)
+	BuildRecipe(ctx context.Context, text, contextDir string, log io.Writer, progress func(StepProgress)) (template.Imported, []Step, error)
+}
+
+// StepProgress is how far a recipe build is: Done steps of Total ended,
+// Cached of them from the cache.
+type StepProgress struct {
+	Done, Cached, Total int
 }
 
 // Progress is what a running build has done so far (kept in memory by the
@@ -305,7 +312,12 @@ func (r *Runner) build(ctx context.Context, b model.TemplateBuild, lf *logFile) 
 		if r.cfg.Recipes == nil {
 			return template.Imported{}, fmt.Errorf("%w: this server cannot build recipes", errNotSupported)
 		}
-		imp, steps, err := r.cfg.Recipes.BuildRecipe(ctx, b.Recipe, b.Context, lf)
+		imp, steps, err := r.cfg.Recipes.BuildRecipe(ctx, b.Recipe, b.Context, lf, func(p StepProgress) {
+			r.setProgress(b.ID, func(q *Progress) { q.StepsDone, q.StepsCached, q.StepsTotal = p.Done, p.Cached, p.Total })
+			if err := r.cfg.Store.SetBuildProgress(ctx, b.ID, r.cfg.Owner, p.Done, p.Cached, p.Total, time.Now()); err != nil && ctx.Err() == nil {
+				r.log.Warn("record build progress", "build", b.ID, "err", err)
+			}
+		})
 		if err != nil {
 			return template.Imported{}, err
 		}
