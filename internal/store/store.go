@@ -262,7 +262,7 @@ type Store interface {
 	ReleaseBuildLeases(ctx context.Context, owner model.NodeID, now time.Time) (int, error)
 
 	// Watch returns a channel that receives a value (coalesced) after any
-	// operation or sandbox row changes, from this process or, for PostgreSQL,
+	// operation, sandbox or template build row changes, from this process or, for PostgreSQL,
 	// any process sharing the database. It is closed when ctx ends.
 	Watch(ctx context.Context) <-chan struct{}
 
