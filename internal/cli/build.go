@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -127,7 +128,9 @@ func (a *app) followBuild(ctx context.Context, c *client.Client, b apiv1.Build, 
 		return err
 	}
 	ui := newBuildUI(a.env.Stderr, b)
+	stopTicking := ui.tick()
 	done, err := c.FollowBuild(ctx, id, true, ui.event)
+	stopTicking()
 	ui.end()
 	if err != nil {
 		return err
@@ -166,6 +169,7 @@ func (a *app) waitForTemplate(ctx context.Context, c *client.Client, ref string)
 // place (steps, bytes, elapsed time and the log's last line); otherwise
 // the log's lines as they come.
 type buildUI struct {
+	mu       sync.Mutex
 	w        io.Writer
 	tty      bool
 	width    int
@@ -179,6 +183,9 @@ type buildUI struct {
 
 func newBuildUI(w io.Writer, b apiv1.Build) *buildUI {
 	ui := &buildUI{w: w, build: b, start: time.Now(), width: 80}
+	if !b.CreatedAt.IsZero() && b.CreatedAt.Before(ui.start) {
+		ui.start = b.CreatedAt // the time shown is the build's
+	}
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		ui.tty = true
 		if wd, _, err := term.GetSize(int(f.Fd())); err == nil && wd > 20 {
@@ -188,7 +195,36 @@ func newBuildUI(w io.Writer, b apiv1.Build) *buildUI {
 	return ui
 }
 
+// tick redraws the progress line every second (the elapsed time moves
+// while the log is quiet) until the returned function is called.
+func (ui *buildUI) tick() (stop func()) {
+	if !ui.tty {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				ui.mu.Lock()
+				ui.draw()
+				ui.mu.Unlock()
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
 func (ui *buildUI) event(ev client.BuildEvent) error {
+	ui.mu.Lock()
+	defer ui.mu.Unlock()
 	if ev.Progress != nil {
 		ui.prog = *ev.Progress
 	}
@@ -246,6 +282,8 @@ func (ui *buildUI) draw() {
 
 // end clears the progress line (a terminal) or ends a partial last line.
 func (ui *buildUI) end() {
+	ui.mu.Lock()
+	defer ui.mu.Unlock()
 	if ui.tty && ui.drawn {
 		fmt.Fprint(ui.w, "\r\033[K")
 	}
