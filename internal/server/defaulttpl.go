@@ -125,7 +125,9 @@ func startBuilds(ctx context.Context, opts Options, dd *dataDir, st store.Store,
 		Recipes:   tplbuild.Recipes{Builder: builder},
 		LogDir:    dd.join(buildsDir),
 		Owner:     node,
-		Logger:    log.With("component", "builds"),
+		// Two at once: an import need not wait for the Debian build.
+		Workers: 2,
+		Logger:  log.With("component", "builds"),
 	})
 	if err != nil {
 		return nil, err

@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
@@ -14,6 +16,7 @@ func buildTests() []namedTest {
 		{"BuildFailed", testBuildFailed},
 		{"BuildListOrderAndFilters", testBuildList},
 		{"BuildLeaseRecovery", testBuildLeaseRecovery},
+		{"BuildConcurrentClaims", testBuildConcurrentClaims},
 	}
 }
 
@@ -173,5 +176,51 @@ func testBuildLeaseRecovery(e *env) {
 	later := e.now().Add(2 * time.Hour)
 	if _, err := e.s.ClaimBuild(e.ctx, store.Claim{Owner: "other", Lease: time.Hour, Now: later}); err != nil {
 		e.t.Fatalf("claim of an expired lease: %v", err)
+	}
+}
+
+// testBuildConcurrentClaims: concurrent claimers never take the same build.
+func testBuildConcurrentClaims(e *env) {
+	const n = 8
+	want := map[model.BuildID]bool{}
+	for range n {
+		want[e.newBuild("").ID] = true
+	}
+	now := e.now()
+	got := make(chan model.BuildID, 2*n)
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				b, err := e.s.ClaimBuild(e.ctx, store.Claim{Owner: model.NodeID(fmt.Sprintf("node-%d", w)), Lease: time.Hour, Now: now})
+				if errors.Is(err, store.ErrNoWork) {
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				got <- b.ID
+			}
+		}()
+	}
+	wg.Wait()
+	close(got)
+	close(errs)
+	for err := range errs {
+		e.t.Fatalf("ClaimBuild: %v", err)
+	}
+	seen := map[model.BuildID]bool{}
+	for id := range got {
+		if seen[id] || !want[id] {
+			e.t.Fatalf("build %s claimed twice or unknown", id)
+		}
+		seen[id] = true
+	}
+	if len(seen) != n {
+		e.t.Fatalf("claimed %d of %d builds", len(seen), n)
 	}
 }
