@@ -23,7 +23,8 @@ import (
 )
 
 // Builder builds recipes into templates of Store, caching every step's
-// result in CacheDir (see cache.go).
+// result in CacheDir (see cache.go). Its methods may run concurrently, also
+// with other builders and processes sharing the store and the cache.
 type Builder struct {
 	Store    *template.Store
 	CacheDir string
@@ -68,10 +69,14 @@ func (b *Builder) check() error {
 	if b.Store == nil || b.CacheDir == "" {
 		return errors.New("recipe builder: Store and CacheDir are required")
 	}
-	if b.Logger == nil {
-		b.Logger = slog.New(slog.DiscardHandler)
-	}
 	return os.MkdirAll(b.CacheDir, 0o700)
+}
+
+func (b *Builder) logger() *slog.Logger {
+	if b.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return b.Logger
 }
 
 // Build builds r, with copy sources read from contextDir, writing progress
@@ -86,7 +91,7 @@ func (b *Builder) Build(ctx context.Context, r Recipe, contextDir string, log io
 	if log == nil {
 		log = io.Discard
 	}
-	b.cleanTemps()
+	b.tidy()
 	steps, err := b.plan(ctx, r, contextDir)
 	if err != nil {
 		return Result{}, err
@@ -134,7 +139,7 @@ func (b *Builder) Build(ctx context.Context, r Recipe, contextDir string, log io
 			if ctx.Err() != nil {
 				return Result{}, ctx.Err()
 			}
-			b.Logger.Error("recipe build cache: cannot record a step", "key", ps.key, "err", err)
+			b.logger().Error("recipe build cache: cannot record a step", "key", ps.key, "err", err)
 			logf("warning: not cached: %v", err)
 		}
 		cur = imp
@@ -362,7 +367,32 @@ func (b *Builder) debian(ctx context.Context, ps planStep, log io.Writer) (templ
 	if err := removeSpecialFiles(filepath.Join(rootfs, "dev")); err != nil {
 		return template.Imported{}, err
 	}
+	if err := hostIndependent(rootfs); err != nil {
+		return template.Imported{}, err
+	}
 	return st.Adopt(ctx, template.DefaultConfig(), "debian "+ps.debian.Suite)
+}
+
+// hostIndependent replaces what mmdebstrap copies from the host that the
+// template should not carry: /etc/hostname (the build host's name) becomes
+// "airlock". /etc/resolv.conf stays (a sandbox with network needs one) but
+// gets mode 0644 (mmdebstrap keeps the host file's).
+func hostIndependent(rootfs string) error {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if err := root.Remove("etc/hostname"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := root.WriteFile("etc/hostname", []byte("airlock\n"), 0o644); err != nil {
+		return err
+	}
+	if fi, err := root.Lstat("etc/resolv.conf"); err == nil && fi.Mode().IsRegular() {
+		return root.Chmod("etc/resolv.conf", 0o644)
+	}
+	return nil
 }
 
 // removeSpecialFiles deletes the device nodes, fifos and sockets below dir

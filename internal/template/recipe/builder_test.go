@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/model"
@@ -171,9 +172,31 @@ func TestBuildCacheChain(t *testing.T) {
 	}
 
 	// Again: everything from the cache.
+	hourAgo := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(b.entryPath(res.Steps[1].Key), hourAgo, hourAgo); err != nil {
+		t.Fatal(err)
+	}
 	res2, log2 := build(t, b, r, ctxDir)
 	if got := cachedSteps(res2); slices.Contains(got, false) || res2.Imported.Digest != final {
 		t.Fatalf("second build cached = %v, digest %s\n%s", got, res2.Imported.Digest, log2)
+	}
+	if fi, err := os.Stat(b.entryPath(res.Steps[1].Key)); err != nil || time.Since(fi.ModTime()) > time.Minute {
+		t.Errorf("a hit does not touch its entry: %v %v", fi, err)
+	}
+
+	// Unused entries and stray files go.
+	old := time.Now().Add(-maxUnused - time.Hour)
+	writeFiles(t, b.CacheDir, map[string]string{"stale.json": "{}", "stale.tar": "x", "orphan.tar": "x", "x.tar.tmp-1": "x"})
+	for _, n := range []string{"stale.json", "stale.tar", "orphan.tar", "x.tar.tmp-1"} {
+		if err := os.Chtimes(filepath.Join(b.CacheDir, n), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.tidy()
+	for _, n := range []string{"stale.json", "stale.tar", "orphan.tar", "x.tar.tmp-1"} {
+		if _, err := os.Stat(filepath.Join(b.CacheDir, n)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s not removed: %v", n, err)
+		}
 	}
 	if n := strings.Count(log2, ": CACHED"); n != 6 || strings.Contains(log2, "ran-b") {
 		t.Errorf("second build log:\n%s", log2)
@@ -356,5 +379,35 @@ func TestKeys(t *testing.T) {
 	writeFiles(t, dir, map[string]string{"x.list": "deb http://example.invalid/debian bookworm main\n"})
 	if k := keys("from: {debian: {suite: bookworm}}\npackages: [git, curl]\n" + tail); k[0] == k1[0] {
 		t.Errorf("apt sources change kept the base key")
+	}
+}
+
+func TestBuildConcurrent(t *testing.T) {
+	b := newBuilder(t, "")
+	base := busybox(t, b)
+	ctxDir := t.TempDir()
+	writeFiles(t, ctxDir, map[string]string{"a.txt": "alpha\n", "dir/c.txt": "gamma\n"})
+	r := mustParse(t, chainRecipe(base))
+	const n = 3
+	errs := make(chan error, n)
+	digests := make(chan model.TemplateDigest, n)
+	for range n {
+		go func() {
+			res, err := b.Build(context.Background(), r, ctxDir, nil)
+			errs <- err
+			digests <- res.Imported.Digest
+		}()
+	}
+	var first model.TemplateDigest
+	for i := range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		d := <-digests
+		if i == 0 {
+			first = d
+		} else if d != first {
+			t.Errorf("concurrent builds gave %s and %s", first, d)
+		}
 	}
 }

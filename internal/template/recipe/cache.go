@@ -68,6 +68,7 @@ func (b *Builder) lookup(ctx context.Context, key string, logf func(string, ...a
 	if !ok {
 		return template.Imported{}, false, nil
 	}
+	b.touch(key)
 	if b.Store.Has(e.Digest) {
 		imp, err := b.loaded(e.Digest)
 		return imp, err == nil, err
@@ -94,13 +95,13 @@ func (b *Builder) lookup(ctx context.Context, key string, logf func(string, ...a
 		if !errors.Is(err, model.ErrInvalid) {
 			return template.Imported{}, false, fmt.Errorf("build cache: import %s: %w", b.tarPath(key), err)
 		}
-		b.Logger.Warn("recipe build cache: corrupt entry", "key", key, "err", err)
+		b.logger().Warn("recipe build cache: corrupt entry", "key", key, "err", err)
 		logf("cache entry %s is corrupt, rebuilding: %v", short(key), err)
 		b.dropEntry(key)
 		return template.Imported{}, false, nil
 	}
 	if imp.Digest != e.Digest {
-		b.Logger.Warn("recipe build cache: corrupt entry", "key", key, "digest", imp.Digest, "recorded", e.Digest)
+		b.logger().Warn("recipe build cache: corrupt entry", "key", key, "digest", imp.Digest, "recorded", e.Digest)
 		logf("cache entry %s is corrupt (its tree gives %s, recorded %s), rebuilding", short(key), imp.Digest, e.Digest)
 		b.dropEntry(key)
 		return template.Imported{}, false, nil
@@ -111,7 +112,7 @@ func (b *Builder) lookup(ctx context.Context, key string, logf func(string, ...a
 func (b *Builder) dropEntry(key string) {
 	for _, p := range []string{b.entryPath(key), b.tarPath(key)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			b.Logger.Error("recipe build cache: cannot remove entry", "path", p, "err", err)
+			b.logger().Error("recipe build cache: cannot remove entry", "path", p, "err", err)
 		}
 	}
 }
@@ -146,20 +147,47 @@ func (b *Builder) store(ctx context.Context, key, kind string, imp template.Impo
 	return nil
 }
 
-// cleanTemps removes temporary files of cache writes that crashed (older
-// than a day, so that a concurrent build's are left alone).
-func (b *Builder) cleanTemps() {
+// Cache entries unused (neither written nor hit) this long are removed.
+const maxUnused = 30 * 24 * time.Hour
+
+// tidy removes temporary files of cache writes that crashed and tars
+// without an entry (both older than a day, so that a concurrent build's are
+// left alone), and entries unused for maxUnused.
+func (b *Builder) tidy() {
 	ents, err := os.ReadDir(b.CacheDir)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
-		if !strings.Contains(e.Name(), ".tmp-") {
+		name := e.Name()
+		fi, err := e.Info()
+		if err != nil {
 			continue
 		}
-		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > 24*time.Hour {
-			os.Remove(filepath.Join(b.CacheDir, e.Name()))
+		age := time.Since(fi.ModTime())
+		key, isEntry := strings.CutSuffix(name, ".json")
+		tarKey, isTar := strings.CutSuffix(name, ".tar")
+		switch {
+		case strings.Contains(name, ".tmp-"):
+			if age > 24*time.Hour {
+				os.Remove(filepath.Join(b.CacheDir, name))
+			}
+		case isEntry && age > maxUnused:
+			b.logger().Info("recipe build cache: removing an unused entry", "key", key)
+			b.dropEntry(key)
+		case isTar && age > 24*time.Hour:
+			if _, err := os.Stat(b.entryPath(tarKey)); errors.Is(err, fs.ErrNotExist) {
+				os.Remove(filepath.Join(b.CacheDir, name))
+			}
 		}
+	}
+}
+
+// touch marks key's entry used now.
+func (b *Builder) touch(key string) {
+	now := time.Now()
+	if err := os.Chtimes(b.entryPath(key), now, now); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		b.logger().Warn("recipe build cache: cannot touch an entry", "key", key, "err", err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/airlockdev/airlock/internal/model"
 )
@@ -34,7 +35,7 @@ const keyMagic = "airlock-recipe-step-v1"
 // builderVersion is part of every base key: bump it when what a step
 // produces from the same inputs changes (cleanup after mmdebstrap, the run
 // environment, …), so that old cache entries are not reused.
-const builderVersion = "1"
+const builderVersion = "2"
 
 // Step kinds.
 const (
@@ -135,6 +136,9 @@ func (b *Builder) plan(ctx context.Context, r Recipe, contextDir string) ([]plan
 		switch {
 		case s.Copy != nil:
 			if root == nil {
+				if contextDir == "" {
+					return nil, fmt.Errorf("%w: the recipe copies files but has no context directory", model.ErrInvalid)
+				}
 				var err error
 				if root, err = os.OpenRoot(contextDir); err != nil {
 					return nil, fmt.Errorf("recipe context directory: %w", err)
@@ -182,16 +186,29 @@ func (b *Builder) resolve(ctx context.Context, ref string) (model.TemplateDigest
 	return d, nil
 }
 
+// mmdebstrap --version takes about a second (Perl); remember it per binary.
+var versions sync.Map // "path size mtime" -> version
+
 func mmdebstrapVersion(ctx context.Context) (string, error) {
 	p, err := exec.LookPath("mmdebstrap")
 	if err != nil {
 		return "", ErrNoMmdebstrap
 	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", ErrNoMmdebstrap
+	}
+	id := fmt.Sprintf("%s %d %d", p, fi.Size(), fi.ModTime().UnixNano())
+	if v, ok := versions.Load(id); ok {
+		return v.(string), nil
+	}
 	out, err := exec.CommandContext(ctx, p, "--version").Output()
 	if err != nil {
 		return "", fmt.Errorf("mmdebstrap --version: %w", err)
 	}
-	return strings.TrimSpace(string(out)), nil
+	v := strings.TrimSpace(string(out))
+	versions.Store(id, v)
+	return v, nil
 }
 
 // hostSources returns a digest of the host's apt sources (every file apt
