@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -251,6 +252,9 @@ func TestBuildLogLiveAndRestart(t *testing.T) {
 func TestDefaultDebianTemplate(t *testing.T) {
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, "runc")
+	if _, err := exec.LookPath("mmdebstrap"); err != nil && os.Getenv("CI") == "true" {
+		t.Fatal("the Debian default template needs mmdebstrap (scripts/install-deps.sh installs it)")
+	}
 	airtest.RequireBinary(t, "mmdebstrap")
 	cache, err := s3test.CacheDir()
 	if err != nil {
