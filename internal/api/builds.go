@@ -14,11 +14,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/template/recipe"
 	"github.com/airlockdev/airlock/internal/tplbuild"
 )
 
@@ -60,6 +62,10 @@ func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRe
 	case in.Source != "" && in.Recipe != "":
 		return nil, badRequest("give source (an import) or recipe (a build), not both")
 	case in.Recipe != "":
+		// Parsed here too, so that a malformed recipe is a 400 at once.
+		if _, err := recipe.Parse([]byte(in.Recipe)); err != nil {
+			return nil, badRequest("%s", strings.TrimPrefix(err.Error(), model.ErrInvalid.Error()+": "))
+		}
 		b.Kind, b.Source, b.Recipe = model.BuildRecipe, "recipe", in.Recipe
 		if in.Context != "" {
 			if !filepath.IsAbs(in.Context) || filepath.Clean(in.Context) != in.Context {

@@ -54,6 +54,9 @@ func TestBuildRoutes(t *testing.T) {
 	// Bodies: exactly one of source and recipe; context only with recipe.
 	e.send(req{method: "POST", path: "/v1/templates", key: e.admin, body: fmt.Sprintf(`{"source": %q, "recipe": "x"}`, e.tplDir), invalid: true, t: t}).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
 	e.do("POST", "/v1/templates", e.admin, fmt.Sprintf(`{"source": %q, "context": "/"}`, e.tplDir)).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
+	// A malformed recipe is refused at once.
+	e.do("POST", "/v1/templates", e.admin, `{"recipe": "from: [", "name": "rec"}`).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
+	e.do("POST", "/v1/templates", e.admin, `{"recipe": "bogus: 1\n", "name": "rec"}`).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
 	// A recipe build on a runner without a recipe builder fails, visibly.
 	rb := e.importWait(t, `{"recipe": "from: {debian: {suite: bookworm}}\n", "context": "/", "name": "rec"}`, model.BuildFailed)
 	if rb.Kind != "recipe" || rb.Error == nil || rb.Error.Code != apiv1.CodeNotSupported {
