@@ -274,3 +274,63 @@ func TestDefaultDebianTemplate(t *testing.T) {
 		t.Fatalf("run on minimal: exit %d %s %s", code, stdout, stderr)
 	}
 }
+
+// TestTemplateBuildRecipe: `airlock template build -f` sends the recipe's
+// text, copies from its directory (the default context), follows the build
+// and names the template; a failing run step fails the build, visibly.
+func TestTemplateBuildRecipe(t *testing.T) {
+	airtest.RequireRoot(t)
+	airtest.RequireBinary(t, "runc")
+	airtest.RequireBinary(t, "unshare")
+	s := newServer(t, build(t), serverConfig{runtime: "runc"})
+	s.start()
+	ctx := ctxFor(t, 3*time.Minute)
+
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("hello.txt", "copied from the context\n")
+	good := write("good.yaml", "from: {template: minimal}\n"+
+		"steps:\n"+
+		"  - copy: {src: hello.txt, dst: /etc/hello}\n"+
+		"  - run: [/bin/sh, -c, \"echo built by a run step > /etc/built\"]\n"+
+		"env: {GREETING: hi}\n")
+	stdout, stderr, code := s.cli(ctx, "-o", "json", "template", "build", "-f", good, "--name", "rtest")
+	if code != 0 {
+		t.Fatalf("template build: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	var b apiv1.Build
+	if err := json.Unmarshal([]byte(stdout), &b); err != nil || b.State != "succeeded" || b.Kind != "recipe" || b.Name != "rtest" || b.StepsTotal == 0 {
+		t.Fatalf("template build printed %q (%v)", stdout, err)
+	}
+	stdout, stderr, code = s.cli(ctx, "run", "--template", "rtest", "--", "/bin/sh", "-c", "cat /etc/hello /etc/built; echo $GREETING")
+	if code != 0 || stdout != "copied from the context\nbuilt by a run step\nhi\n" {
+		t.Fatalf("run on the built template: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+
+	bad := write("bad.yaml", "from: {template: minimal}\nsteps:\n  - run: \"echo about to fail; exit 3\"\n")
+	_, stderr, code = s.cli(ctx, "template", "build", "-f", bad, "--name", "rbad")
+	if code == 0 || !strings.Contains(stderr, "build bld_") {
+		t.Fatalf("a failing recipe: exit %d, stderr %q", code, stderr)
+	}
+	c := s.client()
+	l, err := c.ListBuilds(ctx, client.BuildFilter{Name: "rbad"})
+	if err != nil || len(l.Builds) != 1 || l.Builds[0].State != "failed" || l.Builds[0].Error == nil {
+		t.Fatalf("builds of rbad: %+v, %v", l, err)
+	}
+	stdout, _, _ = s.cli(ctx, "build", "log", l.Builds[0].ID, "--follow=false")
+	if !strings.Contains(stdout, "about to fail") || !strings.Contains(stdout, "airlock: failed") {
+		t.Fatalf("log of the failed recipe build:\n%s", stdout)
+	}
+	// A malformed recipe is refused before any build.
+	malformed := write("malformed.yaml", "from: {template: minimal}\nstepz: []\n")
+	_, stderr, code = s.cli(ctx, "template", "build", "-f", malformed)
+	if code == 0 || !strings.Contains(stderr, "invalid_request") {
+		t.Fatalf("a malformed recipe: exit %d, stderr %q", code, stderr)
+	}
+}
