@@ -1,7 +1,7 @@
 package integration
 
 import (
-	"errors"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,9 +63,9 @@ func TestTemplateThroughBlobStore(t *testing.T) {
 
 	a := newServer(t, bins, serverConfig{runtime: "runc", extraArgs: []string{"--blob-store", blobs}})
 	a.start()
-	tpl, err := a.client().ImportTemplate(ctx, apiv1.ImportTemplateRequest{Source: busyboxTree(t, "hello from node A\n")})
-	if err != nil {
-		t.Fatal(err)
+	tpl := importAndWait(ctx, t, a.client(), apiv1.ImportTemplateRequest{Source: busyboxTree(t, "hello from node A\n")})
+	if tpl.State != "succeeded" {
+		t.Fatalf("import on A: %+v", tpl)
 	}
 	digest := model.TemplateDigest(tpl.Digest)
 	a.stop() // B must not need A
@@ -79,16 +79,12 @@ func TestTemplateThroughBlobStore(t *testing.T) {
 		t.Fatal("create from a template B never imported succeeded")
 	}
 	missing := "sha256:" + strings.Repeat("0", 64)
-	_, err = cb.ImportTemplate(ctx, apiv1.ImportTemplateRequest{Source: missing})
-	var apiErr *client.APIError
-	if !errors.As(err, &apiErr) || apiErr.Code != apiv1.CodeTemplateNotFound {
-		t.Fatalf("import of a digest the blob store lacks: %v, want %s", err, apiv1.CodeTemplateNotFound)
+	if failed := importAndWait(ctx, t, cb, apiv1.ImportTemplateRequest{Source: missing}); failed.State != "failed" ||
+		failed.Error == nil || failed.Error.Code != apiv1.CodeTemplateNotFound {
+		t.Fatalf("import of a digest the blob store lacks: %+v, want it failed with %s", failed, apiv1.CodeTemplateNotFound)
 	}
-	got, err := cb.ImportTemplate(ctx, apiv1.ImportTemplateRequest{Source: tpl.Digest, Name: "pulled"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Digest != tpl.Digest || got.SizeBytes != tpl.SizeBytes {
+	got := importAndWait(ctx, t, cb, apiv1.ImportTemplateRequest{Source: tpl.Digest, Name: "pulled"})
+	if got.State != "succeeded" || got.Digest != tpl.Digest {
 		t.Fatalf("pulled template %+v, pushed %+v", got, tpl)
 	}
 	run := func(template string) {
@@ -120,6 +116,21 @@ func TestTemplateThroughBlobStore(t *testing.T) {
 	if !strings.Contains(b.log.String(), "template pulled") {
 		t.Error("B's log does not say it pulled the template")
 	}
+}
+
+// importAndWait starts an import (POST /v1/templates) and follows its build
+// to the end.
+func importAndWait(ctx context.Context, t *testing.T, c *client.Client, req apiv1.ImportTemplateRequest) apiv1.Build {
+	t.Helper()
+	b, err := c.ImportTemplate(ctx, req)
+	if err != nil {
+		t.Fatalf("import %s: %v", req.Source, err)
+	}
+	done, err := c.FollowBuild(ctx, model.BuildID(b.ID), true, func(client.BuildEvent) error { return nil })
+	if err != nil {
+		t.Fatalf("follow build %s: %v", b.ID, err)
+	}
+	return done
 }
 
 func xattrOf(path, name string) (string, error) {

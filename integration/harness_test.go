@@ -124,6 +124,9 @@ func (s *server) start() {
 	if s.cfg.databaseURL != "" {
 		args = append(args, "--database-url", s.cfg.databaseURL)
 	}
+	// The busybox template as default, at once; tests that want the Debian
+	// build pass --default-template debian (a later flag wins).
+	args = append(args, "--default-template", "minimal")
 	args = append(args, s.cfg.extraArgs...)
 	cmd := exec.Command(s.bins.airlock, args...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_CRASH_AT="+s.cfg.crashAt)

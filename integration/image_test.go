@@ -143,8 +143,8 @@ func TestImportImageFromRegistry(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("template import %s: exit %d\n%s\n%s", refStr, code, stdout, stderr)
 	}
-	var tpl apiv1.Template
-	if err := json.Unmarshal([]byte(stdout), &tpl); err != nil || len(tpl.Names) != 1 || tpl.Names[0] != "imgtest:latest" {
+	var tpl apiv1.Build
+	if err := json.Unmarshal([]byte(stdout), &tpl); err != nil || tpl.Name != "imgtest:latest" || tpl.State != "succeeded" || tpl.Digest == "" {
 		t.Fatalf("template import: %v %q", err, stdout)
 	}
 	// A missing image is a clear error, not a crash.

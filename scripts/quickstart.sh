@@ -37,12 +37,17 @@ else
   echo "quickstart: airlock server running at $(cat "$data_dir/server.url") (pid $!)"
 fi
 
-echo "quickstart: airlock run -- echo hello from a sandbox"
-bin/airlock --data-dir "$data_dir" run -- echo "hello from a sandbox"
+# The default template (Debian 12 with python3, node, git…) is built in the
+# background at the server's first start (a few minutes; cached afterwards):
+# the first run waits for it, showing the build's progress.
+echo "quickstart: airlock run -- python3 -c 'print(6*7)'"
+bin/airlock --data-dir "$data_dir" run -- python3 -c 'print(6*7)'
 cat <<MSG
 
 Airlock is running. Try:
   bin/airlock --data-dir $data_dir run -- sh -c 'uname -a; id; ls /'
+  bin/airlock --data-dir $data_dir run --template minimal -- busybox uname -a   # the busybox template
+  bin/airlock --data-dir $data_dir build list                                   # template builds
   bin/airlock --data-dir $data_dir sandbox create        # keep one around
   bin/airlock --data-dir $data_dir exec SANDBOX_ID -- ps
 Admin key: $data_dir/admin.key

@@ -24,19 +24,11 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
-	"github.com/airlockdev/airlock/internal/template"
+	"github.com/airlockdev/airlock/internal/tplbuild"
 )
 
 //go:embed openapi.json
 var openAPIDocument []byte
-
-// TemplateImporter imports a root filesystem (a directory or a tar archive on
-// the server host, or an OCI image) into the node's template store.
-// *template.Store is one.
-type TemplateImporter interface {
-	ImportPath(ctx context.Context, path string, progress func(template.Progress)) (template.Imported, error)
-	ImportImage(ctx context.Context, ref template.ImageRef, opts template.ImageOptions, progress func(template.Progress)) (template.Imported, error)
-}
 
 // Defaults of Config.
 const (
@@ -48,11 +40,11 @@ const (
 
 // Config configures the API.
 type Config struct {
-	Store     store.Store
-	Templates TemplateImporter // used by POST /v1/templates
-	// Distribution pushes imported templates to the shared blob store and
-	// pulls templates by digest from it; nil: the server has none.
-	Distribution TemplateDistributor
+	Store store.Store
+	// Distribution is the shared blob store's distributor, which the build
+	// runner pushes templates to and pulls "sha256:…" sources from; the API
+	// only asks whether there is one. nil: the server has none.
+	Distribution tplbuild.Distributor
 	// Attach signs attachment tokens (the private half of the keyring).
 	Attach *auth.Issuer
 	// AttachKeys rotates the signing key (POST /v1/admin/attach-keys/rotate);
@@ -96,6 +88,10 @@ type Config struct {
 	// (POST /v1/admin/templates/gc); nil: deletes leave trees on disk and
 	// the gc route answers 501 not_supported.
 	TemplateGC TemplateCollector
+
+	// Builds is the server's build runner, for the logs and progress of
+	// GET /v1/builds/{id}/log; nil: logs are empty.
+	Builds BuildRunner
 }
 
 // API is the management API handler.
@@ -112,9 +108,6 @@ type API struct {
 func New(cfg Config) (*API, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("api: Config.Store is required")
-	}
-	if cfg.Templates == nil {
-		return nil, errors.New("api: Config.Templates is required")
 	}
 	if cfg.Attach == nil {
 		return nil, errors.New("api: Config.Attach (the attachment token issuer) is required")

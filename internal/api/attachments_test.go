@@ -162,6 +162,8 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 			path = strings.Replace(path, "{id}", e.projA.String(), 1)
 		case strings.HasPrefix(rt.pattern, "/v1/operations/"):
 			path = strings.Replace(path, "{id}", model.NewOperationID().String(), 1)
+		case strings.HasPrefix(rt.pattern, "/v1/builds/"):
+			path = strings.Replace(path, "{id}", model.NewBuildID().String(), 1)
 		default:
 			path = strings.Replace(path, "{id}", cs.SandboxID, 1)
 		}
@@ -214,7 +216,7 @@ func TestRotateAttachKey(t *testing.T) {
 
 func TestRotateAttachKeyUnsupported(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.AttachKeys = nil })
+	e := newEnv(t, func(c *envConfig) { c.AttachKeys = nil })
 	e.do("POST", "/v1/admin/attach-keys/rotate", e.admin, "").wantError(t, http.StatusNotImplemented, apiv1.CodeNotSupported)
 	if len(e.ring.Keys()) != 1 {
 		t.Fatal("rotated without a rotator")

@@ -69,7 +69,7 @@ func waitLog(t *testing.T, logs logCapture, path string, status int) {
 func TestBodyReadTimeout(t *testing.T) {
 	t.Parallel()
 	logs := logCapture{records: make(chan slog.Record, 10000)}
-	e := newEnv(t, func(c *Config) { c.BodyReadTimeout = testBodyTimeout; c.Logger = slog.New(logs) })
+	e := newEnv(t, func(c *envConfig) { c.BodyReadTimeout = testBodyTimeout; c.Logger = slog.New(logs) })
 	body := `{"name": "slowpoke"}`
 	head := fmt.Sprintf("POST /v1/admin/projects HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
 		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n", e.admin, len(body))
@@ -131,7 +131,7 @@ func TestBodyReadTimeout(t *testing.T) {
 // after more than the timeout, and a long-poll after a body is not cut.
 func TestBodyReadTimeoutSpares(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.BodyReadTimeout = testBodyTimeout })
+	e := newEnv(t, func(c *envConfig) { c.BodyReadTimeout = testBodyTimeout })
 	c := rawConn(t, e.srv.URL)
 	br := bufio.NewReader(c)
 	roundTrip := func(method, path, body string) *http.Response {
@@ -226,7 +226,7 @@ func (s *slowReader) Read(p []byte) (int, error) {
 func TestUploadBodyTimeoutIsProgressBased(t *testing.T) {
 	t.Parallel()
 	logs := logCapture{records: make(chan slog.Record, 10000)}
-	f := newFilesEnv(t, func(c *Config) { c.BodyReadTimeout = testBodyTimeout; c.Logger = slog.New(logs) })
+	f := newFilesEnv(t, func(c *envConfig) { c.BodyReadTimeout = testBodyTimeout; c.Logger = slog.New(logs) })
 	sb := f.createSandbox(f.keyA, `{}`).Sandbox.ID
 	f.finishCreate(model.SandboxID(sb))
 

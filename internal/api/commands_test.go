@@ -81,7 +81,7 @@ func TestCreateCommand(t *testing.T) {
 
 func TestAttachURLFromConfig(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.PublicURL = "https://airlock.example:8443/"; c.AttachTTL = 10 * time.Second })
+	e := newEnv(t, func(c *envConfig) { c.PublicURL = "https://airlock.example:8443/"; c.AttachTTL = 10 * time.Second })
 	sb := e.createSandbox(e.keyA, `{}`).Sandbox.ID
 	e.finishCreate(model.SandboxID(sb))
 	var cs apiv1.CommandSession

@@ -47,7 +47,7 @@ func TestReadBodyLimit(t *testing.T) {
 // TestChunkedOversizeBody: a body without Content-Length is cut at the limit too.
 func TestChunkedOversizeBody(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.MaxBodyBytes = 1024 })
+	e := newEnv(t, func(c *envConfig) { c.MaxBodyBytes = 1024 })
 	before := e.dump()
 	hr, err := http.NewRequest("POST", e.srv.URL+"/v1/sandboxes", io.NopCloser(strings.NewReader(`{"metadata": {"k": "`+strings.Repeat("x", 4096)+`"}}`)))
 	if err != nil {

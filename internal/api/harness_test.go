@@ -24,6 +24,7 @@ import (
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
 	"github.com/airlockdev/airlock/internal/template"
+	"github.com/airlockdev/airlock/internal/tplbuild"
 )
 
 // testEnv is a real API on a real SQLite store and a real template store,
@@ -70,7 +71,14 @@ func docValidator(t testing.TB) *openapitest.Validator {
 	return v
 }
 
-type envOption func(*Config)
+// envConfig is what an envOption may change: the API's Config, with the
+// test's template store at hand.
+type envConfig struct {
+	*Config
+	tpl *template.Store
+}
+
+type envOption func(*envConfig)
 
 func newEnv(t *testing.T, opts ...envOption) *testEnv {
 	t.Helper()
@@ -93,9 +101,28 @@ func newEnv(t *testing.T, opts ...envOption) *testEnv {
 	if e.ring, err = auth.OpenKeyring(filepath.Join(dir, "keys", "attach"), auth.KeyringOptions{Now: e.clock.Now}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Store: st, Templates: tpl, Logger: logger, Now: e.clock.Now, Attach: e.ring.Issuer(), AttachKeys: e.ring}
+	cfg := Config{Store: st, Logger: logger, Now: e.clock.Now, Attach: e.ring.Issuer(), AttachKeys: e.ring}
 	for _, o := range opts {
-		o(&cfg)
+		o(&envConfig{Config: &cfg, tpl: tpl})
+	}
+	ownRunner := cfg.Builds == nil
+	if ownRunner {
+		rc := tplbuild.Config{Store: st, Templates: tpl, LogDir: filepath.Join(dir, "builds"), Owner: "node-test", Logger: logger}
+		if cfg.Distribution != nil {
+			rc.Distribution = cfg.Distribution
+		}
+		runner, err := tplbuild.New(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stopRunner := context.WithCancel(ctx)
+		runnerDone := make(chan struct{})
+		go func() {
+			defer close(runnerDone)
+			_ = runner.Run(runCtx)
+		}()
+		t.Cleanup(func() { stopRunner(); <-runnerDone })
+		cfg.Builds = runner
 	}
 	e.api, err = New(cfg)
 	if err != nil {
@@ -119,10 +146,23 @@ func newEnv(t *testing.T, opts ...envOption) *testEnv {
 	// The default template, imported through the API.
 	e.tplDir = filepath.Join(dir, "rootfs")
 	writeTree(t, e.tplDir, map[string]string{"bin/hello": "#!/bin/sh\necho hello\n", "etc/motd": "hi\n"})
-	var imported apiv1.Template
-	e.do("POST", "/v1/templates", e.admin, fmt.Sprintf(`{"source": %q, "name": "default"}`, e.tplDir)).
-		want(t, http.StatusCreated).decode(t, &imported)
-	e.digest = model.TemplateDigest(imported.Digest)
+	if ownRunner {
+		imported := e.importWait(t, fmt.Sprintf(`{"source": %q, "name": "default"}`, e.tplDir), model.BuildSucceeded)
+		e.digest = model.TemplateDigest(imported.Digest)
+	} else {
+		// No runner runs builds: import it directly.
+		imp, err := tpl.ImportPath(ctx, e.tplDir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.PutTemplate(ctx, model.Template{Digest: imp.Digest, SizeBytes: imp.SizeBytes, Manifest: imp.Manifest, CreatedAt: e.clock.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetTemplateName(ctx, model.DefaultTemplate, imp.Digest, e.clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+		e.digest = imp.Digest
+	}
 
 	var me apiv1.APIKeyList
 	e.do("GET", "/v1/admin/keys", e.admin, "").want(t, http.StatusOK).decode(t, &me)
@@ -130,6 +170,45 @@ func newEnv(t *testing.T, opts ...envOption) *testEnv {
 	e.projA, e.keyA = e.newProject("tenant-a", "member")
 	e.projB, e.keyB = e.newProject("tenant-b", "member")
 	return e
+}
+
+// importWait starts a build with body (POST /v1/templates), waits for it to
+// finish in state want and returns it.
+func (e *testEnv) importWait(t *testing.T, body string, want model.BuildState) apiv1.Build {
+	t.Helper()
+	var b apiv1.Build
+	e.do("POST", "/v1/templates", e.admin, body).want(t, http.StatusAccepted).decode(t, &b)
+	return e.waitBuild(t, b.ID, want)
+}
+
+// importTemplate imports with body (POST /v1/templates), waits for the
+// build to succeed and returns the template it made.
+func (e *testEnv) importTemplate(t *testing.T, body string) apiv1.Template {
+	t.Helper()
+	b := e.importWait(t, body, model.BuildSucceeded)
+	var tpl apiv1.Template
+	e.do("GET", "/v1/templates/"+b.Digest, e.admin, "").want(t, http.StatusOK).decode(t, &tpl)
+	return tpl
+}
+
+// waitBuild polls build id until it finishes, which must be in state want.
+func (e *testEnv) waitBuild(t *testing.T, id string, want model.BuildState) apiv1.Build {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var b apiv1.Build
+		e.do("GET", "/v1/builds/"+id, e.admin, "").want(t, http.StatusOK).decode(t, &b)
+		if model.BuildState(b.State).Done() {
+			if b.State != string(want) {
+				t.Fatalf("build %s ended %s, want %s: %+v", id, b.State, want, b.Error)
+			}
+			return b
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("build %s did not finish: %+v", id, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // newProject creates a project and a key with the given role in it.

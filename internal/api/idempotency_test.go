@@ -199,12 +199,17 @@ func TestIdempotentDeleteAndAdmin(t *testing.T) {
 	}
 	e.do("GET", "/v1/sandboxes", tok, "").wantError(t, http.StatusUnauthorized, apiv1.CodeUnauthenticated)
 
-	// Template import: the same template, recorded once.
+	// Template import: one build, replayed.
 	body := fmt.Sprintf(`{"source": %q, "name": "again"}`, e.tplDir)
-	t1 := e.send(req{method: "POST", path: "/v1/templates", key: e.admin, header: idem("tpl"), body: body}).want(t, http.StatusCreated)
-	t2 := e.send(req{method: "POST", path: "/v1/templates", key: e.admin, header: idem("tpl"), body: body}).want(t, http.StatusCreated)
+	t1 := e.send(req{method: "POST", path: "/v1/templates", key: e.admin, header: idem("tpl"), body: body}).want(t, http.StatusAccepted)
+	t2 := e.send(req{method: "POST", path: "/v1/templates", key: e.admin, header: idem("tpl"), body: body}).want(t, http.StatusAccepted)
 	if !bytes.Equal(t1.body, t2.body) || t2.header.Get(headerReplayed) != "true" {
 		t.Fatal("template import was not replayed")
+	}
+	var bl apiv1.BuildList
+	e.do("GET", "/v1/builds?name=again", e.admin, "").want(t, http.StatusOK).decode(t, &bl)
+	if len(bl.Builds) != 1 {
+		t.Fatalf("builds of again = %+v", bl.Builds)
 	}
 }
 
@@ -220,7 +225,7 @@ func (blindIdempotency) GetIdempotency(context.Context, model.ProjectID, []byte)
 
 func TestIdempotencyConflictFromStore(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.Store = blindIdempotency{c.Store} })
+	e := newEnv(t, func(c *envConfig) { c.Store = blindIdempotency{c.Store} })
 	first := e.send(req{method: "POST", path: "/v1/sandboxes", key: e.keyA, header: idem("k"), body: `{"cpus": 2}`}).want(t, http.StatusAccepted)
 	again := e.send(req{method: "POST", path: "/v1/sandboxes", key: e.keyA, header: idem("k"), body: `{ "cpus" : 2 }`}).want(t, http.StatusAccepted)
 	if !bytes.Equal(first.body, again.body) || again.header.Get(headerReplayed) != "true" {

@@ -133,7 +133,7 @@ func TestErrorCodesDocumented(t *testing.T) {
 		apiv1.CodeInvalidPath, apiv1.CodeNotADirectory, apiv1.CodeIsADirectory, apiv1.CodeDirectoryNotEmpty, apiv1.CodeUnsupportedFileType,
 		apiv1.CodeDraining, apiv1.CodeTooManyAttachments, apiv1.CodeNoStdin, apiv1.CodeNoPTY, apiv1.CodeProcessExited,
 		apiv1.CodeProcessNotFound, apiv1.CodeAgentUnsupported, apiv1.CodeExecFailed, apiv1.CodeExceedsCapacity, apiv1.CodeRateLimited,
-		apiv1.CodeQuotaExceeded, apiv1.CodeRequestTimeout, apiv1.CodeRegistryUnavailable, apiv1.CodeTemplateInUse,
+		apiv1.CodeQuotaExceeded, apiv1.CodeRequestTimeout, apiv1.CodeRegistryUnavailable, apiv1.CodeTemplateInUse, apiv1.CodeBuildFailed,
 		apiv1.CodeBlobStoreUnavailable, apiv1.CodeBlobStoreCorrupt,
 	}
 	slices.Sort(got)
@@ -146,7 +146,7 @@ func TestErrorCodesDocumented(t *testing.T) {
 func TestHealthReadyAndDocument(t *testing.T) {
 	t.Parallel()
 	var notReady atomic.Pointer[error]
-	e := newEnv(t, func(c *Config) {
+	e := newEnv(t, func(c *envConfig) {
 		c.Ready = func(ctx context.Context) error {
 			if err := notReady.Load(); err != nil {
 				return *err
@@ -173,7 +173,7 @@ func TestHealthReadyAndDocument(t *testing.T) {
 func TestPanicIsRecovered(t *testing.T) {
 	t.Parallel()
 	logs := logCapture{records: make(chan slog.Record, 1000)}
-	e := newEnv(t, func(c *Config) {
+	e := newEnv(t, func(c *envConfig) {
 		c.Logger = slog.New(logs)
 		c.Ready = func(ctx context.Context) error { panic("boom") }
 	})

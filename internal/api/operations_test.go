@@ -98,7 +98,7 @@ func (l logCapture) WithGroup(string) slog.Handler      { return l }
 func TestLongPollEndsWhenClientLeaves(t *testing.T) {
 	t.Parallel()
 	logs := logCapture{records: make(chan slog.Record, 1000)}
-	e := newEnv(t, func(c *Config) { c.Logger = slog.New(logs) })
+	e := newEnv(t, func(c *envConfig) { c.Logger = slog.New(logs) })
 	out := e.createSandbox(e.keyA, `{}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()

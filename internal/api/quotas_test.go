@@ -64,7 +64,7 @@ func (e *testEnv) finishDelete(id model.SandboxID) {
 
 func TestDiskMiB(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) {
+	e := newEnv(t, func(c *envConfig) {
 		c.DefaultDiskMiB = 2048
 		c.Capacity = &model.NodeCapacity{DiskMiB: 8192}
 	})
@@ -89,7 +89,7 @@ func TestDiskMiB(t *testing.T) {
 	if e.dump() != before {
 		t.Fatal("a refused create changed the store")
 	}
-	if _, err := New(Config{Store: e.st, Templates: e.tpl, Attach: e.ring.Issuer(), DefaultDiskMiB: 8193,
+	if _, err := New(Config{Store: e.st, Attach: e.ring.Issuer(), DefaultDiskMiB: 8193,
 		Capacity: &model.NodeCapacity{DiskMiB: 8192}}); err == nil {
 		t.Fatal("a default disk above the maximum was accepted")
 	}

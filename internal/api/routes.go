@@ -56,6 +56,9 @@ func (a *API) routeTable() []route {
 		{"DELETE", "/v1/templates/{ref}", admin, mutating(a, a.deleteTemplate)},
 		{"PUT", "/v1/templates/tags/{name_tag}", admin, mutating(a, a.setTemplateTag)},
 		{"POST", "/v1/admin/templates/gc", admin, mutating(a, a.collectTemplates)},
+		{"GET", "/v1/builds", member, a.listBuilds},
+		{"GET", "/v1/builds/{id}", member, a.getBuild},
+		{"GET", "/v1/builds/{id}/log", member, a.buildLog},
 
 		{"POST", "/v1/admin/projects", admin, mutating(a, a.createProject)},
 		{"GET", "/v1/admin/projects", admin, a.listProjects},

@@ -54,6 +54,13 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	if err != nil {
 		return nil, err
 	}
+	if name, ok := ref.Name(); ok {
+		// A template that is still building (the server's default on a
+		// fresh host) is waited for.
+		if err := a.waitForBuild(ctx, name); err != nil {
+			return nil, err
+		}
+	}
 	tpl, err := a.cfg.Store.ResolveTemplate(ctx, ref)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errorf(http.StatusNotFound, apiv1.CodeTemplateNotFound, "template %s not found", ref)

@@ -194,7 +194,7 @@ func TestListPaginationAndFilters(t *testing.T) {
 // refused with a clear code, and nothing is written.
 func TestCreateAboveNodeCapacity(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.Capacity = &model.NodeCapacity{CPUs: 2, MemoryMiB: 4096} })
+	e := newEnv(t, func(c *envConfig) { c.Capacity = &model.NodeCapacity{CPUs: 2, MemoryMiB: 4096} })
 	before := e.dump()
 	for _, body := range []string{`{"cpus": 3}`, `{"memory_mib": 4097}`, `{"cpus": 64, "memory_mib": 262144}`} {
 		e.do("POST", "/v1/sandboxes", e.keyA, body).wantError(t, http.StatusBadRequest, apiv1.CodeExceedsCapacity)
@@ -210,7 +210,7 @@ func TestCreateAboveNodeCapacity(t *testing.T) {
 // nothing; reads are not limited, and another key has its own bucket.
 func TestMutationRateLimit(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.MutationRate, c.MutationBurst = 0.001, 5 }) // the setup's admin key makes 4
+	e := newEnv(t, func(c *envConfig) { c.MutationRate, c.MutationBurst = 0.001, 5 }) // the setup's admin key makes 4
 	for range 5 {
 		e.do("POST", "/v1/sandboxes", e.keyA, `{}`).want(t, http.StatusAccepted)
 	}

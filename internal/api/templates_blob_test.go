@@ -10,18 +10,17 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/blobstore/diskstore"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/template"
 	"github.com/airlockdev/airlock/internal/template/distribute"
 )
 
 // withBlobStore gives the API a distributor on the blob store in dir.
 func withBlobStore(t *testing.T, dir string) envOption {
-	return func(c *Config) {
+	return func(c *envConfig) {
 		bs, err := diskstore.Open(dir, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := distribute.New(distribute.Config{Templates: c.Templates.(*template.Store), Blobs: bs, TempDir: t.TempDir()})
+		d, err := distribute.New(distribute.Config{Templates: c.tpl, Blobs: bs, TempDir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,14 +37,11 @@ func TestImportTemplateByDigest(t *testing.T) {
 	a := newEnv(t, withBlobStore(t, blobs))
 	src := filepath.Join(t.TempDir(), "rootfs")
 	writeTree(t, src, map[string]string{"bin/hello": "#!/bin/sh\necho from a\n", "srv/only-on-a": "a\n"})
-	var tpl apiv1.Template
-	a.do("POST", "/v1/templates", a.admin, fmt.Sprintf(`{"source": %q}`, src)).want(t, http.StatusCreated).decode(t, &tpl)
+	tpl := a.importTemplate(t, fmt.Sprintf(`{"source": %q}`, src))
 
 	b := newEnv(t, withBlobStore(t, blobs))
-	var got apiv1.Template
-	b.do("POST", "/v1/templates", b.admin, fmt.Sprintf(`{"source": %q, "name": "pulled"}`, tpl.Digest)).
-		want(t, http.StatusCreated).decode(t, &got)
-	if got.Digest != tpl.Digest || got.SizeBytes != tpl.SizeBytes || len(got.Names) != 1 || got.Names[0] != "pulled" {
+	got := b.importTemplate(t, fmt.Sprintf(`{"source": %q, "name": "pulled"}`, tpl.Digest))
+	if got.Digest != tpl.Digest || got.SizeBytes != tpl.SizeBytes || len(got.Names) != 1 || got.Names[0] != "pulled:latest" {
 		t.Fatalf("pulled %+v, pushed %+v", got, tpl)
 	}
 	if !b.tpl.Has(model.TemplateDigest(tpl.Digest)) {
@@ -53,11 +49,13 @@ func TestImportTemplateByDigest(t *testing.T) {
 	}
 	b.do("POST", "/v1/sandboxes", b.keyA, `{"template": "pulled"}`).want(t, http.StatusAccepted)
 	// Again: nothing to pull, the same answer.
-	b.do("POST", "/v1/templates", b.admin, fmt.Sprintf(`{"source": %q}`, tpl.Digest)).want(t, http.StatusCreated)
+	b.importTemplate(t, fmt.Sprintf(`{"source": %q}`, tpl.Digest))
 
 	missing := "sha256:" + strings.Repeat("0", 64)
-	b.do("POST", "/v1/templates", b.admin, fmt.Sprintf(`{"source": %q}`, missing)).
-		wantError(t, http.StatusBadRequest, apiv1.CodeTemplateNotFound)
+	if failed := b.importWait(t, fmt.Sprintf(`{"source": %q}`, missing), model.BuildFailed); failed.Error == nil ||
+		failed.Error.Code != apiv1.CodeTemplateNotFound {
+		t.Fatalf("pull of a digest the blob store lacks: %+v, want %s", failed.Error, apiv1.CodeTemplateNotFound)
+	}
 	b.send(req{method: "POST", path: "/v1/templates", key: b.admin, body: `{"source": "sha256:ABC"}`, invalid: true, t: t}).
 		wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
 

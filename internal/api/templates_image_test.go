@@ -92,9 +92,16 @@ func importSource(e *testEnv, t *testing.T, source, tplName string) apiv1.Templa
 	if tplName != "" {
 		body = fmt.Sprintf(`{"source": %q, "name": %q}`, source, tplName)
 	}
-	var out apiv1.Template
-	e.send(req{method: "POST", path: "/v1/templates", key: e.admin, body: body, t: t}).want(t, http.StatusCreated).decode(t, &out)
-	return out
+	b := e.importWait(t, body, model.BuildSucceeded)
+	var tl apiv1.TemplateList
+	e.do("GET", "/v1/templates", e.admin, "").want(t, http.StatusOK).decode(t, &tl)
+	for _, tpl := range tl.Templates {
+		if tpl.Digest == b.Digest {
+			return tpl
+		}
+	}
+	t.Fatalf("build %s made template %s, which is not listed", b.ID, b.Digest)
+	return apiv1.Template{}
 }
 
 // TestImportImageSources: the same image imported from a registry, an OCI
@@ -194,8 +201,12 @@ func TestImportImageErrors(t *testing.T) {
 		{"unsupported transport", "oci-archive:/srv/img.tar", false, 400, apiv1.CodeInvalidRequest, "unsupported transport"},
 		{"missing oci layout", "oci-layout:" + filepath.Join(dir, "none"), false, 400, apiv1.CodeInvalidRequest, "does not exist"},
 		{"missing docker archive", "docker-archive:" + filepath.Join(dir, "none.tar"), false, 400, apiv1.CodeInvalidRequest, "does not exist"},
-		{"unknown image", host + "/airlock/none:v1", false, 400, apiv1.CodeInvalidRequest, "registry answered 404 (NAME_UNKNOWN)"},
-		{"unreachable registry", closed + "/airlock/img:v1", false, 502, apiv1.CodeRegistryUnavailable, "could not be reached"},
+	}
+	// Found out by the build, which fails with the error.
+	failing := []struct{ name, source, code, msg string }{
+		{"unknown image", host + "/airlock/none:v1", apiv1.CodeInvalidRequest, "registry answered 404 (NAME_UNKNOWN)"},
+		{"unreachable registry", closed + "/airlock/img:v1", apiv1.CodeRegistryUnavailable, "could not be reached"},
+		{"not a tree", e.tplDir + "/etc/motd", apiv1.CodeInvalidRequest, ""},
 	}
 	before := e.dump()
 	for _, c := range cases {
@@ -213,4 +224,13 @@ func TestImportImageErrors(t *testing.T) {
 	if after := e.dump(); after != before {
 		t.Errorf("failed imports changed the store:\nbefore %s\nafter  %s", before, after)
 	}
+	for _, c := range failing {
+		t.Run(c.name, func(t *testing.T) {
+			b := e.importWait(t, fmt.Sprintf(`{"source": %q, "name": "x"}`, c.source), model.BuildFailed)
+			if b.Error == nil || b.Error.Code != c.code || !strings.Contains(b.Error.Message, c.msg) {
+				t.Errorf("build error %+v, want %s mentioning %q", b.Error, c.code, c.msg)
+			}
+		})
+	}
+	e.do("POST", "/v1/sandboxes", e.keyA, `{"template": "x"}`).wantError(t, http.StatusFailedDependency, apiv1.CodeBuildFailed)
 }

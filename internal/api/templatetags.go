@@ -21,22 +21,6 @@ type TemplateCollector interface {
 	RemoveDeleted(ctx context.Context, d model.TemplateDigest) error
 }
 
-// guarder is a template store whose tree removal an import holds off
-// (template.Store.Guard).
-type guarder interface {
-	Guard(ctx context.Context) (release func(), err error)
-}
-
-// guardImport holds off template tree removal until release is called:
-// from an import until it has been recorded.
-func (a *API) guardImport(ctx context.Context) (release func(), err error) {
-	g, ok := a.cfg.Templates.(guarder)
-	if !ok {
-		return func() {}, nil
-	}
-	return g.Guard(ctx)
-}
-
 // templateViews is templateOut with how many live sandboxes use each template.
 func (a *API) templateViews(ctx context.Context, ts ...model.Template) ([]apiv1.Template, error) {
 	digests := make([]model.TemplateDigest, len(ts))

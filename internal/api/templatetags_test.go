@@ -10,13 +10,12 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/template"
 	"github.com/airlockdev/airlock/internal/templategc"
 )
 
 func withTemplateGC(t *testing.T) envOption {
-	return func(c *Config) {
-		gc, err := templategc.New(templategc.Config{Store: c.Store, Trees: c.Templates.(*template.Store)})
+	return func(c *envConfig) {
+		gc, err := templategc.New(templategc.Config{Store: c.Store, Trees: c.tpl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +41,7 @@ func TestTemplateTagsDeleteGC(t *testing.T) {
 	other := filepath.Join(t.TempDir(), "other")
 	writeTree(t, other, map[string]string{"etc/other": "x\n"})
 	var imp apiv1.Template
-	e.do("POST", "/v1/templates", e.admin, fmt.Sprintf(`{"source": %q, "name": "py:3.12"}`, other)).want(t, http.StatusCreated).decode(t, &imp)
+	imp = e.importTemplate(t, fmt.Sprintf(`{"source": %q, "name": "py:3.12"}`, other))
 	if !reflect.DeepEqual(imp.Names, []string{"py:3.12"}) {
 		t.Fatalf("import = %+v", imp)
 	}
@@ -102,7 +101,7 @@ func TestTemplateTagsDeleteGC(t *testing.T) {
 	e.do("DELETE", "/v1/templates/py:3.12", e.admin, "").want(t, http.StatusOK)
 	third := filepath.Join(t.TempDir(), "third")
 	writeTree(t, third, map[string]string{"etc/third": "3\n"})
-	e.do("POST", "/v1/templates", e.admin, fmt.Sprintf(`{"source": %q}`, third)).want(t, http.StatusCreated).decode(t, &imp)
+	imp = e.importTemplate(t, fmt.Sprintf(`{"source": %q}`, third))
 	var gc apiv1.TemplateGCResult
 	e.do("POST", "/v1/admin/templates/gc", e.keyA, "").wantError(t, http.StatusForbidden, apiv1.CodePermissionDenied)
 	e.do("POST", "/v1/admin/templates/gc", e.admin, "").want(t, http.StatusOK).decode(t, &gc)
@@ -118,7 +117,7 @@ func TestTemplateTagsDeleteGC(t *testing.T) {
 		t.Fatalf("list after gc = %+v", list)
 	}
 	// Importing the collected tree again brings it back.
-	e.do("POST", "/v1/templates", e.admin, fmt.Sprintf(`{"source": %q, "name": "third"}`, third)).want(t, http.StatusCreated)
+	e.importTemplate(t, fmt.Sprintf(`{"source": %q, "name": "third"}`, third))
 	e.do("POST", "/v1/sandboxes", e.keyA, `{"template": "third"}`).want(t, http.StatusAccepted)
 	if !e.tpl.Has(model.TemplateDigest(imp.Digest)) {
 		t.Fatal("re-import did not publish the tree again")

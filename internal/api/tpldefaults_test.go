@@ -17,7 +17,7 @@ import (
 func TestCommandTemplateDefaults(t *testing.T) {
 	t.Parallel()
 	def := procctl.Defaults{Cwd: "/work", User: &model.UserIDs{UID: 1234, GID: 50}}
-	e := newEnv(t, func(c *Config) {
+	e := newEnv(t, func(c *envConfig) {
 		c.TemplateDefaults = func(model.TemplateDigest) (procctl.Defaults, error) { return def, nil }
 	})
 	sb := e.createSandbox(e.keyA, `{}`).Sandbox.ID

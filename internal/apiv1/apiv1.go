@@ -47,6 +47,7 @@ const (
 	CodeTemplateInUse        = "template_in_use"        // 409: a template (or tag) delete while live sandboxes use the digest
 	CodeBlobStoreUnavailable = "blob_store_unavailable" // 502: the shared blob store could not be reached or failed
 	CodeBlobStoreCorrupt     = "blob_store_corrupt"     // 502: a template in the shared blob store does not verify against its digest; nothing was imported
+	CodeBuildFailed          = "build_failed"           // 424 (create): the build that was to provide the template failed; also a failed build's error code
 )
 
 // Sandbox is a sandbox as the API shows it.
@@ -133,9 +134,65 @@ type TemplateList struct {
 // anonymous auth; "oci-layout:DIR" or "docker-archive:FILE.tar" with a clean
 // absolute server path. A template digest "sha256:…" pulls that template from the
 // blob store shared by nodes (the server's --blob-store).
+//
+// Exactly one of Source and Recipe is set. Recipe is the text of a recipe
+// (YAML, see docs/templates.md); Context is a clean absolute directory on
+// the server host that the recipe's copy sources are relative to. The
+// import or build runs in the background: the response (202) is the Build.
 type ImportTemplateRequest struct {
-	Source string `json:"source"`
+	Source  string `json:"source,omitempty"`
+	Name    string `json:"name,omitempty"`
+	Recipe  string `json:"recipe,omitempty"`
+	Context string `json:"context,omitempty"`
+}
+
+// Build is a template build or import, run in the background.
+type Build struct {
+	ID     string `json:"id"`
+	Kind   string `json:"kind"`   // import, recipe
+	Source string `json:"source"` // the import's source; "recipe", or "default" for the server's default build
 	Name   string `json:"name,omitempty"`
+	State  string `json:"state"` // pending, running, succeeded, failed
+	Error  *Error `json:"error,omitempty"`
+	Digest string `json:"digest,omitempty"` // when succeeded
+	// Recipe steps done (of them, from the cache) of the total; absent
+	// when unknown.
+	StepsDone   int        `json:"steps_done,omitempty"`
+	StepsCached int        `json:"steps_cached,omitempty"`
+	StepsTotal  int        `json:"steps_total,omitempty"`
+	Attempts    int        `json:"attempts"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+}
+
+// BuildList is the response of GET /v1/builds, newest first.
+type BuildList struct {
+	Builds     []Build `json:"builds"`
+	NextCursor string  `json:"next_cursor,omitempty"` // pass as ?cursor= for the next page
+}
+
+// Events of GET /v1/builds/{id}/log (text/event-stream).
+const (
+	EventBuildLog      = "log"      // BuildLogEventData
+	EventBuildProgress = "progress" // BuildProgressEventData
+	EventBuildDone     = "done"     // Build, the last event
+)
+
+// BuildLogEventData is a chunk of whole lines of a build's log (the last
+// line of a chunk may lack its newline only at the end of the log).
+type BuildLogEventData struct {
+	Text string `json:"text"`
+}
+
+// BuildProgressEventData is how far a running build has come.
+type BuildProgressEventData struct {
+	State       string `json:"state"`
+	StepsDone   int    `json:"steps_done"`
+	StepsCached int    `json:"steps_cached"`
+	StepsTotal  int    `json:"steps_total"`
+	Entries     int    `json:"entries"` // entries imported so far
+	Bytes       int64  `json:"bytes"`   // file bytes imported so far
 }
 
 // CreateCommandRequest is the body of POST /v1/sandboxes/{id}/commands.

@@ -70,6 +70,9 @@ func startAirlock(ctx context.Context, flavor oci.Flavor, dir, agentBinary strin
 		Runtime:     string(flavor),
 		AgentBinary: agentBinary,
 		Logger:      serverLog.With("server", string(flavor)),
+		// The busybox template: the benchmark measures sandboxes, not
+		// the Debian build.
+		DefaultTemplate: server.DefaultTemplateMinimal,
 	}
 	if prepare != nil {
 		if err := prepare(dir, &opts); err != nil {

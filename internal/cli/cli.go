@@ -129,6 +129,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.fsCommand(),
 		a.opCommand(),
 		a.templateCommand(),
+		a.buildCommand(),
 		a.adminCommand(),
 		a.versionCommand(),
 	)

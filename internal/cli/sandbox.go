@@ -88,6 +88,9 @@ func (a *app) sandboxCreateCommand() *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
+			if err := a.waitForTemplate(ctx, c, req.Template); err != nil {
+				return err
+			}
 			res, err := c.CreateSandbox(ctx, req)
 			if err != nil {
 				return err

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +45,8 @@ type serverFlags struct {
 	blobStore   string
 	trusted     []string
 	blobCreds   string
+	defaultTpl  string
+	buildCache  string
 }
 
 // options parses the flags into server.Options.
@@ -70,6 +73,20 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		BlobStore:            f.blobStore,
 		TrustedBuckets:       f.trusted,
 		BlobStoreCredentials: f.blobCreds,
+		DefaultTemplate:      f.defaultTpl,
+		BuildCacheDir:        f.buildCache,
+	}
+	switch f.defaultTpl {
+	case "", server.DefaultTemplateDebian, server.DefaultTemplateMinimal:
+	default:
+		return opts, usageErrorf("--default-template must be debian or minimal, not %q", f.defaultTpl)
+	}
+	if f.buildCache != "" {
+		abs, err := filepath.Abs(f.buildCache)
+		if err != nil {
+			return opts, usageErrorf("--build-cache-dir: %w", err)
+		}
+		opts.BuildCacheDir = abs
 	}
 	if f.grace <= 0 {
 		return opts, usageErrorf("--shutdown-grace must be positive, such as 30s")
@@ -191,6 +208,8 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.IntVar(&f.usernsN, "userns-ranges", oci.DefaultIDRanges, "runc and crun: number of 65536-id ranges from --userns-base (one per sandbox)")
 	fs.IntVar(&f.mutBurst, "mutation-burst", api.DefaultMutationBurst, "mutating requests each API key may make at once")
 	fs.DurationVar(&f.templateGC, "template-gc-interval", templategc.DefaultInterval, "how often to delete templates that no tag and no live sandbox uses, and their trees on disk (0: never; POST /v1/admin/templates/gc runs it on demand)")
+	fs.StringVar(&f.defaultTpl, "default-template", server.DefaultTemplateDebian, "what the template named default is: debian (Debian 12 with python3, node, git…, built in the background at first start; creates that need it wait) or minimal (the busybox template, also named minimal, ready at once: offline hosts, fast tests)")
+	fs.StringVar(&f.buildCache, "build-cache-dir", "", "directory of the recipe build cache (default: DATA_DIR/build-cache)")
 	fs.DurationVar(&f.keyMaxAge, "attach-key-max-age", server.DefaultAttachKeyMaxAge, "rotate the attachment-token signing key once it is older than this")
 	fs.StringVar(&f.blobStore, "blob-store", "", "blob store shared by nodes, where imported templates are pushed and missing ones pulled by digest: file:///DIR or s3://BUCKET[/PREFIX]?endpoint=URL[&region=R][&path_style=true] (credentials: $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY or --blob-store-credentials)")
 	fs.StringSliceVar(&f.trusted, "trusted-bucket", nil, "an S3 bucket the server may use as its blob store (repeatable); an s3:// --blob-store must name one of them")

@@ -11,22 +11,27 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
-	"github.com/airlockdev/airlock/internal/model"
 )
 
 func (a *app) templateCommand() *cobra.Command {
-	return group("template", "Import, list, inspect, tag and remove templates",
-		a.templateImportCommand(), a.templateListCommand(),
+	return group("template", "Build, import, list, inspect, tag and remove templates",
+		a.templateImportCommand(), a.templateBuildCommand(), a.templateListCommand(),
 		a.templateInspectCommand(), a.templateTagCommand(), a.templateRmCommand(), a.templateGCCommand())
 }
 
 func (a *app) templateImportCommand() *cobra.Command {
-	var name string
+	var (
+		name   string
+		detach bool
+	)
 	cmd := &cobra.Command{
 		Use:   "import PATH|IMAGE",
 		Short: "Import a root filesystem or an OCI image as a template",
 		Long: "Import a template from a root filesystem on the server's host or from an OCI image.\n" +
-			"--name points a name at the new template. Needs an admin key.\n\n" +
+			"--name points a name at the new template. Needs an admin key. The server imports in\n" +
+			"the background; the command follows the import until it is done (a progress line on\n" +
+			"a terminal) and exits non-zero with its error if it fails; --detach prints the build\n" +
+			"ID and returns (follow it with `airlock build log ID`).\n\n" +
 			"The source is one of:\n" +
 			"  PATH                        a directory or a tar archive (.tar, .tar.gz, .tgz) on the\n" +
 			"                              server's host; a relative PATH is made absolute against the\n" +
@@ -51,25 +56,14 @@ func (a *app) templateImportCommand() *cobra.Command {
 				return err
 			}
 			req := apiv1.ImportTemplateRequest{Source: src}
-			if name != "" {
-				n, err := model.ParseTaggedName(name)
-				if err != nil {
-					return usageErrorf("--name: %w", err)
-				}
-				req.Name = n.String()
-			}
-			c, err := a.client()
-			if err != nil {
+			if req.Name, err = nameFlag(name); err != nil {
 				return err
 			}
-			t, err := c.ImportTemplate(cmd.Context(), req)
-			if err != nil {
-				return err
-			}
-			return a.printer().template(t)
+			return a.startBuild(cmd.Context(), req, detach)
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "name[:tag] to give the template, e.g. python:3.12 (tag latest if none)")
+	cmd.Flags().BoolVar(&detach, "detach", false, "print the build ID and return without following the import")
 	return cmd
 }
 

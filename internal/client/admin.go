@@ -16,11 +16,12 @@ func (c *Client) ListTemplates(ctx context.Context) (apiv1.TemplateList, error) 
 	return out, err
 }
 
-// ImportTemplate imports a template from a directory or tar archive on the
-// server host, or from an OCI image reference (POST /v1/templates; admin
-// keys only).
-func (c *Client) ImportTemplate(ctx context.Context, req apiv1.ImportTemplateRequest) (apiv1.Template, error) {
-	var out apiv1.Template
+// ImportTemplate starts a template import (a directory or tar archive on
+// the server host, or an OCI image reference) or a recipe build (POST
+// /v1/templates; admin keys only) and returns the queued build; follow it
+// with FollowBuild.
+func (c *Client) ImportTemplate(ctx context.Context, req apiv1.ImportTemplateRequest) (apiv1.Build, error) {
+	var out apiv1.Build
 	err := c.do(ctx, request{method: http.MethodPost, path: "/v1/templates", body: req}, &out)
 	return out, err
 }

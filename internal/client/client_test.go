@@ -286,6 +286,7 @@ func TestRequestShapes(t *testing.T) {
 	c := newTestClient(t, srv.URL+"/")
 	ctx := context.Background()
 	sbx, op, prj, key := model.NewSandboxID(), model.NewOperationID(), model.NewProjectID(), model.NewAPIKeyID()
+	bld := model.NewBuildID()
 	calls := []struct {
 		call     func() error
 		method   string
@@ -309,6 +310,11 @@ func TestRequestShapes(t *testing.T) {
 		{func() error { _, err := c.GetOperation(ctx, op, 0); return err }, "GET", "/v1/operations/" + op.String(), false},
 		{func() error { _, err := c.GetOperation(ctx, op, 30*time.Second); return err }, "GET", "/v1/operations/" + op.String() + "?wait=30s", false},
 		{func() error { _, err := c.ListTemplates(ctx); return err }, "GET", "/v1/templates", false},
+		{func() error { _, err := c.GetBuild(ctx, bld); return err }, "GET", "/v1/builds/" + bld.String(), false},
+		{func() error {
+			_, err := c.ListBuilds(ctx, BuildFilter{Name: "default", State: "active", Limit: 1})
+			return err
+		}, "GET", "/v1/builds?limit=1&name=default&state=active", false},
 		{func() error {
 			_, err := c.ImportTemplate(ctx, apiv1.ImportTemplateRequest{Source: "/srv/rootfs"})
 			return err

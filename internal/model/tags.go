@@ -66,8 +66,16 @@ func ParseTaggedName(s string) (TaggedName, error) {
 	return TaggedName{Name: n, Tag: t}, nil
 }
 
-// String is "name:tag", the tag always written.
-func (n TaggedName) String() string { return string(n.Name) + ":" + string(n.Tag) }
+// IsZero reports whether n is the zero TaggedName: no name.
+func (n TaggedName) IsZero() bool { return n.Name == "" }
+
+// String is "name:tag", the tag always written; "" for the zero TaggedName.
+func (n TaggedName) String() string {
+	if n.IsZero() {
+		return ""
+	}
+	return string(n.Name) + ":" + string(n.Tag)
+}
 
 // Compare orders tagged names by name, then tag.
 func (n TaggedName) Compare(o TaggedName) int {

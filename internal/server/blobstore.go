@@ -12,13 +12,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/blobstore"
 	"github.com/airlockdev/airlock/internal/blobstore/diskstore"
 	"github.com/airlockdev/airlock/internal/blobstore/s3store"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/template"
 	"github.com/airlockdev/airlock/internal/template/distribute"
+	"github.com/airlockdev/airlock/internal/tplbuild"
 )
 
 // blobTmpDir (under the data dir) holds template archives while they are
@@ -132,25 +132,23 @@ func newDistributor(ctx context.Context, opts Options, dd *dataDir, templates *t
 	return distribute.New(distribute.Config{Templates: templates, Blobs: bs, TempDir: tmp, Logger: log.With("component", "distribute")})
 }
 
-// publishDefault pushes the template named default, if there is one, to
-// the blob store. A failure is logged, not fatal: the server runs on, and
-// the next start (or import) pushes again.
+// publishDefault pushes the templates named default and minimal, where
+// they exist, to the blob store. A failure is logged, not fatal: the server
+// runs on, and the next start (or build) pushes again.
 func publishDefault(ctx context.Context, st interface {
 	ResolveTemplate(context.Context, model.TemplateRef) (model.Template, error)
 }, dist *distribute.Distributor, log *slog.Logger) {
 	if dist == nil {
 		return
 	}
-	ref, err := model.ParseTemplateRef(string(model.DefaultTemplateName))
-	if err != nil {
-		return
-	}
-	t, err := st.ResolveTemplate(ctx, ref)
-	if err != nil {
-		return
-	}
-	if _, err := dist.Publish(ctx, t.Digest); err != nil {
-		log.Warn("cannot push the default template to the blob store", "digest", t.Digest, "err", err)
+	for _, name := range []model.TaggedName{model.DefaultTemplate, minimalTemplate} {
+		t, err := st.ResolveTemplate(ctx, model.RefByName(name))
+		if err != nil {
+			continue // not (yet) there: its build pushes it
+		}
+		if _, err := dist.Publish(ctx, t.Digest); err != nil {
+			log.Warn("cannot push a template to the blob store", "name", name, "digest", t.Digest, "err", err)
+		}
 	}
 }
 
@@ -169,9 +167,9 @@ func fetchTemplate(templates *template.Store, dist *distribute.Distributor) func
 	}
 }
 
-// distribution is the API's Distribution: nil (an interface holding no
-// pointer) without a blob store.
-func distribution(dist *distribute.Distributor) api.TemplateDistributor {
+// distribution is the Distribution of the API and the build runner: nil
+// (an interface holding no pointer) without a blob store.
+func distribution(dist *distribute.Distributor) tplbuild.Distributor {
 	if dist == nil {
 		return nil
 	}

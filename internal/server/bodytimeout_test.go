@@ -17,7 +17,6 @@ import (
 
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
-	"github.com/airlockdev/airlock/internal/template"
 )
 
 // The attacker's side of --max-connections and --body-read-timeout
@@ -44,11 +43,7 @@ func TestStalledBodyFreesItsConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	tpl, err := template.Open(filepath.Join(dir, "templates"), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := api.New(api.Config{Store: st, Templates: tpl, Attach: keys.Issuer(), Logger: log, BodyReadTimeout: timeout})
+	a, err := api.New(api.Config{Store: st, Attach: keys.Issuer(), Logger: log, BodyReadTimeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}

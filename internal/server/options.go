@@ -11,6 +11,12 @@ import (
 // DefaultShutdownGrace is the default of Options.ShutdownGrace.
 const DefaultShutdownGrace = 30 * time.Second
 
+// Values of Options.DefaultTemplate.
+const (
+	DefaultTemplateDebian  = "debian"
+	DefaultTemplateMinimal = "minimal"
+)
+
 // DefaultMaxDiskMiB is the default of Options.MaxDiskMiB: 100 GiB.
 const DefaultMaxDiskMiB = 100 * 1024
 
@@ -89,6 +95,15 @@ type Options struct {
 	// AWS_ACCESS_KEY_ID=…, AWS_SECRET_ACCESS_KEY=… (and AWS_SESSION_TOKEN=…)
 	// lines; "": those environment variables.
 	BlobStoreCredentials string
+	// DefaultTemplate (--default-template) is what the template named
+	// "default" is: DefaultTemplateDebian (the Debian recipe, built in the
+	// background at start unless its build is cached) or
+	// DefaultTemplateMinimal (the busybox tree, also named "minimal", ready
+	// at once; for offline hosts and fast tests). "": Debian.
+	DefaultTemplate string
+	// BuildCacheDir (--build-cache-dir) holds the recipe build cache; "":
+	// DataDir/build-cache.
+	BuildCacheDir string
 	// FaultPoint makes the process SIGKILL itself when it reaches the named
 	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
 	FaultPoint string

@@ -30,9 +30,6 @@ import (
 	"github.com/airlockdev/airlock/internal/worker"
 )
 
-// The template store is what the API imports templates with.
-var _ api.TemplateImporter = (*template.Store)(nil)
-
 // closeGrace is how long, after the streams were told to reconnect, the
 // server waits for their connections before closing them.
 const closeGrace = 5 * time.Second
@@ -72,18 +69,19 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("open template store: %w", err)
 	}
-	if err := ensureDefaultTemplate(ctx, st, templates, log); err != nil {
-		return err
-	}
-	collector, err := templategc.New(templategc.Config{Store: st, Trees: templates, Logger: log.With("component", "template-gc")})
-	if err != nil {
-		return err
-	}
 	dist, err := newDistributor(ctx, opts, dd, templates, log)
 	if err != nil {
 		return err
 	}
+	builds, err := startBuilds(ctx, opts, dd, st, templates, dist, nodeID, log)
+	if err != nil {
+		return err
+	}
 	publishDefault(ctx, st, dist, log)
+	collector, err := templategc.New(templategc.Config{Store: st, Trees: templates, Logger: log.With("component", "template-gc")})
+	if err != nil {
+		return err
+	}
 
 	agentBin, err := findAgentBinary(opts.AgentBinary)
 	if err != nil {
@@ -176,13 +174,13 @@ func Run(ctx context.Context, opts Options) error {
 		MutationRate:    opts.MutationRate,
 		MutationBurst:   opts.MutationBurst,
 		Store:           st,
-		Templates:       templates,
 		Distribution:    distribution(dist),
 		TemplateDefaults: func(d model.TemplateDigest) (procctl.Defaults, error) {
 			return commandDefaults(templates, d)
 		},
 		TemplateGC: collector,
 		Agents:     wk,
+		Builds:     builds,
 		FileTokens: attachKeys.Issuer(), // file tokens are signed like attachment tokens
 		Attach:     attachKeys.Issuer(),
 		AttachKeys: attachKeys,
@@ -222,7 +220,7 @@ func Run(ctx context.Context, opts Options) error {
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
 	var wg sync.WaitGroup
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -238,12 +236,19 @@ func Run(ctx context.Context, opts Options) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		rotateAttachKeys(runCtx, attachKeys, attachKeyAge, log)
+		if err := builds.Run(runCtx); err != nil {
+			errc <- fmt.Errorf("template builds: %w", err)
+		}
 	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		collector.Run(runCtx, opts.TemplateGCInterval)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rotateAttachKeys(runCtx, attachKeys, attachKeyAge, log)
 	}()
 
 	srv := &http.Server{
@@ -329,47 +334,6 @@ func openStore(ctx context.Context, dd *dataDir, url string, log *slog.Logger) (
 		return nil, fmt.Errorf("open PostgreSQL store: %w", err)
 	}
 	return st, nil
-}
-
-// ensureDefaultTemplate builds the busybox template and names it "default".
-// Without a static busybox there is no default template; the server still
-// runs and says how to get one.
-func ensureDefaultTemplate(ctx context.Context, st store.Store, templates *template.Store, log *slog.Logger) error {
-	bb := ""
-	for _, p := range []string{"/bin/busybox", "/usr/bin/busybox"} {
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			bb = p
-			break
-		}
-	}
-	if bb == "" {
-		log.Warn("no static busybox found: the default template is unavailable (install the busybox-static package, or import a template)")
-		return nil
-	}
-	release, err := templates.Guard(ctx) // until recorded: see template.Store.Guard
-	if err != nil {
-		return fmt.Errorf("default template: %w", err)
-	}
-	defer release()
-	imp, err := templates.EnsureDefault(ctx, bb)
-	if err != nil {
-		log.Warn("default template unavailable", "err", err)
-		return nil
-	}
-	now := time.Now()
-	if err := st.PutTemplate(ctx, model.Template{
-		Digest:    imp.Digest,
-		SizeBytes: imp.SizeBytes,
-		Manifest:  imp.Manifest,
-		CreatedAt: now,
-	}); err != nil {
-		return fmt.Errorf("record default template: %w", err)
-	}
-	if err := st.SetTemplateName(ctx, model.DefaultTemplate, imp.Digest, now); err != nil {
-		return fmt.Errorf("name default template: %w", err)
-	}
-	log.Info("default template ready", "digest", imp.Digest)
-	return nil
 }
 
 // findAgentBinary locates the static guest agent.

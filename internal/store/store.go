@@ -110,6 +110,36 @@ type Finish struct {
 	Now           time.Time
 }
 
+// BuildCursor is a position in the (created_at, id) order of builds.
+type BuildCursor struct {
+	CreatedAt time.Time
+	ID        model.BuildID
+}
+
+// BuildQuery selects template builds.
+type BuildQuery struct {
+	Name   model.TaggedName   // zero: any
+	States []model.BuildState // empty: every state
+	Limit  int                // 1..1000
+	Before *BuildCursor       // exclusive; nil starts at the newest
+}
+
+// BuildPage is one page of builds, newest first.
+type BuildPage struct {
+	Builds []model.TemplateBuild
+	Next   *BuildCursor // nil on the last page
+}
+
+// BuildFinish ends a leased build.
+type BuildFinish struct {
+	ID     model.BuildID
+	Owner  model.NodeID
+	State  model.BuildState // succeeded or failed
+	Error  *model.BuildError
+	Digest model.TemplateDigest // when succeeded
+	Now    time.Time
+}
+
 // Store is Airlock's desired-state store.
 type Store interface {
 	// Projects and API keys.
@@ -202,8 +232,33 @@ type Store interface {
 	PutIdempotency(ctx context.Context, rec IdempotencyRecord) error
 	DeleteIdempotencyBefore(ctx context.Context, before time.Time) (int, error)
 
+	// Template builds (see BuildQuery, BuildFinish). Every write wakes
+	// watchers, so a follower of a build's progress needs no polling.
+	// CreateBuild inserts a pending build and the idempotency record if given.
+	CreateBuild(ctx context.Context, b model.TemplateBuild, idem *IdempotencyRecord) error
+	GetBuild(ctx context.Context, id model.BuildID) (model.TemplateBuild, error)
+	// ListBuilds returns builds newest first, (created_at, id) descending.
+	ListBuilds(ctx context.Context, q BuildQuery) (BuildPage, error)
+	// ClaimBuild takes the oldest unfinished build whose lease is free or
+	// expired, marks it running, increments Attempts and leases it to
+	// c.Owner. Returns ErrNoWork when there is none.
+	ClaimBuild(ctx context.Context, c Claim) (model.TemplateBuild, error)
+	// RenewBuildLease extends the lease; ErrLeaseLost if another owner took
+	// it or it finished.
+	RenewBuildLease(ctx context.Context, id model.BuildID, c Claim) error
+	// SetBuildProgress records the steps of a running build leased to owner
+	// (ErrLeaseLost otherwise).
+	SetBuildProgress(ctx context.Context, id model.BuildID, owner model.NodeID, done, cached, total int, now time.Time) error
+	// FinishBuild ends a build leased to f.Owner (ErrLeaseLost otherwise)
+	// and, when it succeeded with a name, points the name at the digest
+	// (which must be a stored template) in the same transaction.
+	FinishBuild(ctx context.Context, f BuildFinish) error
+	// ReleaseBuildLeases makes every unfinished build leased to owner
+	// claimable at once (see ReleaseLeases) and returns how many.
+	ReleaseBuildLeases(ctx context.Context, owner model.NodeID, now time.Time) (int, error)
+
 	// Watch returns a channel that receives a value (coalesced) after any
-	// operation or sandbox row changes, from this process or, for PostgreSQL,
+	// operation, sandbox or template build row changes, from this process or, for PostgreSQL,
 	// any process sharing the database. It is closed when ctx ends.
 	Watch(ctx context.Context) <-chan struct{}
 

@@ -115,3 +115,11 @@ func (c *columns) guestPath(column, raw string) model.GuestPath {
 	}
 	return v
 }
+
+func (c *columns) taggedName(column, raw string) model.TaggedName {
+	v, err := model.ParseTaggedName(raw)
+	if err != nil {
+		c.fail(column, raw, err)
+	}
+	return v
+}

@@ -1,0 +1,484 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/template/recipe"
+	"github.com/airlockdev/airlock/internal/tplbuild"
+)
+
+// BuildRunner is what the API asks of the server's build runner
+// (*tplbuild.Runner): where build logs are and how far a running build is.
+type BuildRunner interface {
+	LogDir() string
+	Progress(id model.BuildID) (tplbuild.Progress, bool)
+}
+
+// MaxBuildWait bounds how long a create waits for the build that is to
+// provide its template.
+const MaxBuildWait = 15 * time.Minute
+
+func buildOut(b model.TemplateBuild) apiv1.Build {
+	out := apiv1.Build{
+		ID: b.ID.String(), Kind: string(b.Kind), Source: b.Source, State: string(b.State),
+		Digest: b.Digest.String(), StepsDone: b.StepsDone, StepsCached: b.StepsCached, StepsTotal: b.StepsTotal,
+		Attempts: b.Attempts, CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC(),
+	}
+	if !b.Name.IsZero() {
+		out.Name = b.Name.String()
+	}
+	if b.Error != nil {
+		out.Error = &apiv1.Error{Code: b.Error.Code, Message: b.Error.Message}
+	}
+	if b.FinishedAt != nil {
+		t := b.FinishedAt.UTC()
+		out.FinishedAt = &t
+	}
+	return out
+}
+
+// importTemplate: POST /v1/templates (admin) → 202 Build. It queues an
+// import (source) or a recipe build (recipe) that the build runner runs in
+// the background; the build points the optional name at the template when
+// it succeeds. A path source that does not exist is refused at once.
+func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRequest]) (*reply, error) {
+	in := c.in
+	b := model.TemplateBuild{ID: model.NewBuildID(), CreatedAt: c.now}
+	switch {
+	case in.Source != "" && in.Recipe != "":
+		return nil, badRequest("give source (an import) or recipe (a build), not both")
+	case in.Recipe != "":
+		// Parsed here too, so that a malformed recipe is a 400 at once.
+		if _, err := recipe.Parse([]byte(in.Recipe)); err != nil {
+			return nil, badRequest("%s", strings.TrimPrefix(err.Error(), model.ErrInvalid.Error()+": "))
+		}
+		b.Kind, b.Source, b.Recipe = model.BuildRecipe, "recipe", in.Recipe
+		if in.Context != "" {
+			if !filepath.IsAbs(in.Context) || filepath.Clean(in.Context) != in.Context {
+				return nil, badRequest("context %q must be a clean absolute directory on the server host", in.Context)
+			}
+			if fi, err := os.Stat(in.Context); err != nil || !fi.IsDir() {
+				return nil, badRequest("context %s is not a directory on the server host", in.Context)
+			}
+			b.Context = in.Context
+		}
+	default:
+		if in.Context != "" {
+			return nil, badRequest("context goes with recipe, not with source")
+		}
+		src, err := parseTemplateSource(in.Source)
+		if err != nil {
+			return nil, err
+		}
+		if src.digest != "" && a.cfg.Distribution == nil {
+			return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported,
+				"source %s: this server has no blob store to pull templates from (start it with --blob-store)", src.digest)
+		}
+		if p := src.localPath(); p != "" {
+			if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+				return nil, badRequest("source %s does not exist on the server host", src)
+			}
+		}
+		b.Kind, b.Source = model.BuildImport, src.String()
+	}
+	if c.present["name"] {
+		var err error
+		if b.Name, err = model.ParseTaggedName(in.Name); err != nil {
+			return nil, err
+		}
+	}
+	b.State, b.UpdatedAt = model.BuildPending, c.now
+	rep, rec, err := c.reply(http.StatusAccepted, buildOut(b))
+	if err != nil {
+		return nil, err
+	}
+	if err := a.cfg.Store.CreateBuild(ctx, b, rec); err != nil {
+		return nil, fmt.Errorf("queue build: %w", err)
+	}
+	a.log.InfoContext(ctx, "template build queued", "build", b.ID, "kind", b.Kind, "source", b.Source, "name", b.Name)
+	return rep, nil
+}
+
+// buildCursor: base64url(version ‖ created_at as big-endian Unix nanoseconds ‖ build ID).
+func encodeBuildCursor(c store.BuildCursor) string {
+	b := make([]byte, 0, 9+len(c.ID))
+	b = append(b, cursorVersion)
+	b = binary.BigEndian.AppendUint64(b, uint64(c.CreatedAt.UnixNano()))
+	b = append(b, c.ID...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeBuildCursor(s string) (store.BuildCursor, error) {
+	bad := badRequest("cursor is not one this server issued")
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) < 10 || b[0] != cursorVersion {
+		return store.BuildCursor{}, bad
+	}
+	id, err := model.ParseBuildID(string(b[9:]))
+	if err != nil {
+		return store.BuildCursor{}, bad
+	}
+	c := store.BuildCursor{CreatedAt: time.Unix(0, int64(binary.BigEndian.Uint64(b[1:9]))).UTC(), ID: id}
+	if encodeBuildCursor(c) != s {
+		return store.BuildCursor{}, bad
+	}
+	return c, nil
+}
+
+// parseBuildQuery parses the query of GET /v1/builds: name, state (pending,
+// running, succeeded, failed, or active for pending and running), limit,
+// cursor.
+func parseBuildQuery(q url.Values) (store.BuildQuery, error) {
+	bq := store.BuildQuery{Limit: defaultListLimit}
+	for name, vals := range q {
+		if len(vals) != 1 {
+			return store.BuildQuery{}, badRequest("give %s once", truncate(name))
+		}
+		v := vals[0]
+		switch name {
+		case "name":
+			n, err := model.ParseTaggedName(v)
+			if err != nil {
+				return store.BuildQuery{}, err
+			}
+			bq.Name = n
+		case "state":
+			if v == "active" {
+				bq.States = []model.BuildState{model.BuildPending, model.BuildRunning}
+				continue
+			}
+			st, err := model.ParseBuildState(v)
+			if err != nil {
+				return store.BuildQuery{}, err
+			}
+			bq.States = []model.BuildState{st}
+		case "limit":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > maxListLimit {
+				return store.BuildQuery{}, badRequest("limit must be an integer from 1 to %d", maxListLimit)
+			}
+			bq.Limit = n
+		case "cursor":
+			c, err := decodeBuildCursor(v)
+			if err != nil {
+				return store.BuildQuery{}, err
+			}
+			bq.Before = &c
+		default:
+			return store.BuildQuery{}, badRequest("unknown query parameter %q", truncate(name))
+		}
+	}
+	return bq, nil
+}
+
+// listBuilds: GET /v1/builds → 200 BuildList, newest first.
+func (a *API) listBuilds(w http.ResponseWriter, r *http.Request, _ principal) {
+	q, err := parseBuildQuery(r.URL.Query())
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	page, err := a.cfg.Store.ListBuilds(r.Context(), q)
+	if err != nil {
+		a.writeError(w, r, fmt.Errorf("list builds: %w", err))
+		return
+	}
+	out := apiv1.BuildList{Builds: make([]apiv1.Build, 0, len(page.Builds))}
+	for _, b := range page.Builds {
+		out.Builds = append(out.Builds, buildOut(b))
+	}
+	if page.Next != nil {
+		out.NextCursor = encodeBuildCursor(*page.Next)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *API) buildOf(ctx context.Context, r *http.Request) (model.TemplateBuild, error) {
+	id, err := model.ParseBuildID(r.PathValue("id"))
+	if err != nil {
+		return model.TemplateBuild{}, err
+	}
+	b, err := a.cfg.Store.GetBuild(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return model.TemplateBuild{}, notFound("build %s not found", id)
+	}
+	if err != nil {
+		return model.TemplateBuild{}, fmt.Errorf("get build %s: %w", id, err)
+	}
+	return b, nil
+}
+
+// getBuild: GET /v1/builds/{id} → 200 Build.
+func (a *API) getBuild(w http.ResponseWriter, r *http.Request, _ principal) {
+	b, err := a.buildOf(r.Context(), r)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, buildOut(b))
+}
+
+// Limits of the build log stream.
+const (
+	maxLogEvent    = 64 << 10 // bytes of log text in one event
+	logPoll        = 250 * time.Millisecond
+	logKeepalive   = 15 * time.Second
+	maxLogLineWait = 2 * time.Second // a partial line is sent after this long
+)
+
+// buildLog: GET /v1/builds/{id}/log[?follow=false] → text/event-stream of
+// log events (whole lines), progress events while the build runs, and a
+// last done event carrying the build. It follows the build until it ends,
+// unless follow=false, which sends the log so far and done.
+func (a *API) buildLog(w http.ResponseWriter, r *http.Request, _ principal) {
+	follow := true
+	for name, vals := range r.URL.Query() {
+		if name != "follow" || len(vals) != 1 {
+			a.writeError(w, r, badRequest("the only query parameter is follow, given once"))
+			return
+		}
+		v, err := strconv.ParseBool(vals[0])
+		if err != nil {
+			a.writeError(w, r, badRequest("follow must be true or false"))
+			return
+		}
+		follow = v
+	}
+	ctx := r.Context()
+	b, err := a.buildOf(ctx, r)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changed := a.cfg.Store.Watch(wctx)
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	sse := &eventWriter{w: w, rc: http.NewResponseController(w)}
+
+	var (
+		off       int64
+		pending   []byte // a partial last line
+		since     time.Time
+		lastProg  apiv1.BuildProgressEventData
+		lastSent  = time.Now()
+		lastReady = time.Now()
+	)
+	sendLog := func(final bool) error {
+		chunk, err := readLogFrom(a.logPath(b.ID), off, maxLogEvent)
+		if err != nil {
+			return err
+		}
+		off += int64(len(chunk))
+		pending = append(pending, chunk...)
+		for len(pending) > 0 {
+			n := bytes.LastIndexByte(pending[:min(len(pending), maxLogEvent)], '\n') + 1
+			if n == 0 {
+				if !final && len(pending) < maxLogEvent && (since.IsZero() || time.Since(since) < maxLogLineWait) {
+					if since.IsZero() {
+						since = time.Now()
+					}
+					return nil
+				}
+				n = min(len(pending), maxLogEvent)
+			}
+			if err := sse.event(apiv1.EventBuildLog, apiv1.BuildLogEventData{Text: string(pending[:n])}); err != nil {
+				return err
+			}
+			lastSent = time.Now()
+			pending, since = pending[n:], time.Time{}
+		}
+		if len(chunk) == maxLogEvent {
+			return errMoreLog
+		}
+		return nil
+	}
+	tick := time.NewTicker(logPoll)
+	defer tick.Stop()
+	for {
+		done := b.State.Done() || !follow
+		for {
+			err := sendLog(done)
+			if errors.Is(err, errMoreLog) {
+				continue
+			}
+			if err != nil {
+				a.log.DebugContext(ctx, "build log stream ends", "build", b.ID, "err", err)
+				return
+			}
+			break
+		}
+		if done {
+			_ = sse.event(apiv1.EventBuildDone, buildOut(b))
+			_ = sse.flush()
+			return
+		}
+		prog := apiv1.BuildProgressEventData{State: string(b.State), StepsDone: b.StepsDone, StepsCached: b.StepsCached, StepsTotal: b.StepsTotal}
+		if a.cfg.Builds != nil {
+			if p, ok := a.cfg.Builds.Progress(b.ID); ok {
+				prog.Entries, prog.Bytes = p.Entries, p.Bytes
+				if p.StepsTotal > 0 {
+					prog.StepsDone, prog.StepsCached, prog.StepsTotal = p.StepsDone, p.StepsCached, p.StepsTotal
+				}
+			}
+		}
+		if prog != lastProg {
+			if err := sse.event(apiv1.EventBuildProgress, prog); err != nil {
+				return
+			}
+			lastProg, lastSent = prog, time.Now()
+		}
+		if time.Since(lastSent) > logKeepalive {
+			if _, err := io.WriteString(w, ": keepalive\n\n"); err != nil {
+				return
+			}
+			lastSent = time.Now()
+		}
+		if err := sse.flush(); err != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-tick.C:
+		}
+		if a.cfg.Ready != nil && time.Since(lastReady) > time.Second {
+			// A server that is shutting down ends the stream at once (the
+			// client opens it again) rather than holding its drain.
+			if err := a.cfg.Ready(ctx); err != nil {
+				a.log.DebugContext(ctx, "build log stream ends: not ready", "build", b.ID, "err", err)
+				return
+			}
+			lastReady = time.Now()
+		}
+		nb, err := a.cfg.Store.GetBuild(ctx, b.ID)
+		if err != nil {
+			a.log.DebugContext(ctx, "build log stream ends", "build", b.ID, "err", err)
+			return
+		}
+		b = nb
+	}
+}
+
+var errMoreLog = errors.New("more log to send")
+
+func (a *API) logPath(id model.BuildID) string {
+	if a.cfg.Builds == nil {
+		return ""
+	}
+	return tplbuild.LogPath(a.cfg.Builds.LogDir(), id)
+}
+
+// readLogFrom reads up to max bytes of the log at path from off; a log
+// that does not exist (yet) is empty.
+func readLogFrom(path string, off int64, max int) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, max)
+	n, err := f.ReadAt(buf, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return buf[:n], nil
+}
+
+// eventWriter writes Server-Sent Events whose data is one JSON line.
+type eventWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (s *eventWriter) event(name string, data any) error {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("encode %s event: %w", name, err)
+	}
+	_, err = fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", name, b)
+	return err
+}
+
+func (s *eventWriter) flush() error { return s.rc.Flush() }
+
+// waitForBuild waits, bounded by ctx and MaxBuildWait, for an unfinished
+// build that is to point name at a template. Without one it returns at
+// once. When the name resolves to nothing afterwards and the newest build
+// for it failed, it answers 424 build_failed naming that build.
+func (a *API) waitForBuild(ctx context.Context, name model.TaggedName) error {
+	wctx, cancel := context.WithTimeout(ctx, MaxBuildWait)
+	defer cancel()
+	changed := a.cfg.Store.Watch(wctx)
+	waited := false
+	for {
+		page, err := a.cfg.Store.ListBuilds(wctx, store.BuildQuery{Name: name, Limit: 1})
+		if err != nil {
+			if ctx.Err() == nil && wctx.Err() != nil {
+				return errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "template %s is still building after %s; try again later", name, MaxBuildWait)
+			}
+			return fmt.Errorf("builds of %s: %w", name, err)
+		}
+		if len(page.Builds) == 0 {
+			return nil
+		}
+		b := page.Builds[0]
+		if b.State.Done() {
+			if b.State == model.BuildFailed {
+				if _, err := a.cfg.Store.ResolveTemplate(ctx, model.RefByName(name)); errors.Is(err, store.ErrNotFound) {
+					msg := ""
+					if b.Error != nil {
+						msg = b.Error.Message
+					}
+					return errorf(http.StatusFailedDependency, apiv1.CodeBuildFailed,
+						"template %s is not available: its build %s failed: %s (see `airlock build log %s`; the busybox template `minimal` needs no build: --template minimal)",
+						name, b.ID, msg, b.ID)
+				}
+			}
+			if waited {
+				a.log.InfoContext(ctx, "create waited for its template's build", "build", b.ID, "name", name, "state", b.State)
+			}
+			return nil
+		}
+		waited = true
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable,
+				"template %s is still building (build %s) after %s; try again later", name, b.ID, MaxBuildWait)
+		case <-changed:
+		case <-time.After(5 * time.Second):
+		}
+	}
+}

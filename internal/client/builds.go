@@ -1,0 +1,175 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// GetBuild returns a template build (GET /v1/builds/{id}).
+func (c *Client) GetBuild(ctx context.Context, id model.BuildID) (apiv1.Build, error) {
+	var out apiv1.Build
+	err := c.do(ctx, request{method: http.MethodGet, path: "/v1/builds/" + id.String()}, &out)
+	return out, err
+}
+
+// BuildFilter selects builds: Name "" is any; State is a build state,
+// "active" (pending or running) or "" (any).
+type BuildFilter struct {
+	Name   string
+	State  string
+	Limit  int
+	Cursor string
+}
+
+// ListBuilds returns a page of builds, newest first (GET /v1/builds).
+func (c *Client) ListBuilds(ctx context.Context, f BuildFilter) (apiv1.BuildList, error) {
+	q := url.Values{}
+	if f.Name != "" {
+		q.Set("name", f.Name)
+	}
+	if f.State != "" {
+		q.Set("state", f.State)
+	}
+	if f.Limit > 0 {
+		q.Set("limit", fmt.Sprint(f.Limit))
+	}
+	if f.Cursor != "" {
+		q.Set("cursor", f.Cursor)
+	}
+	var out apiv1.BuildList
+	err := c.do(ctx, request{method: http.MethodGet, path: "/v1/builds", query: q}, &out)
+	return out, err
+}
+
+// BuildEvent is one event of a build's log stream: Log text, or Progress.
+type BuildEvent struct {
+	Log      string
+	Progress *apiv1.BuildProgressEventData
+}
+
+// FollowBuild streams build id's log (GET /v1/builds/{id}/log) to fn until
+// the build finishes, and returns the finished build. With follow false it
+// sends the log so far and returns the build as it is. A dropped stream is
+// opened again; the log text already seen is not passed to fn twice.
+func (c *Client) FollowBuild(ctx context.Context, id model.BuildID, follow bool, fn func(BuildEvent) error) (apiv1.Build, error) {
+	var seen int64 // log bytes passed to fn
+	for attempt := 0; ; attempt++ {
+		b, done, err := c.followOnce(ctx, id, follow, &seen, fn)
+		if done || err == nil {
+			return b, err
+		}
+		var rt *retryableError
+		if !errors.As(err, &rt) || ctx.Err() != nil || attempt >= 30 {
+			return apiv1.Build{}, err
+		}
+		if err := sleep(ctx, c.backoff(min(attempt, 4))); err != nil {
+			return apiv1.Build{}, err
+		}
+	}
+}
+
+// followOnce reads one log stream. done says the stream ended with its done
+// event (b is the build); a retryable error says it may be opened again.
+func (c *Client) followOnce(ctx context.Context, id model.BuildID, follow bool, seen *int64, fn func(BuildEvent) error) (b apiv1.Build, done bool, err error) {
+	u := *c.base
+	u.Path += "/v1/builds/" + id.String() + "/log"
+	if !follow {
+		u.RawQuery = "follow=false"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return b, false, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("User-Agent", c.userAgent)
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		if ctx.Err() != nil {
+			return b, false, context.Cause(ctx)
+		}
+		return b, false, &retryableError{err: fmt.Errorf("GET %s: %w", u.String(), err)}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		apiErr := readAPIError(resp)
+		if retryableStatus(resp.StatusCode) {
+			return b, false, &retryableError{err: apiErr}
+		}
+		return b, false, apiErr
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		return b, false, fmt.Errorf("build log: server answered with content type %q, not text/event-stream", resp.Header.Get("Content-Type"))
+	}
+	dec := NewSSEDecoder(resp.Body)
+	var offset int64 // log bytes of this stream
+	for {
+		ev, err := dec.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return b, false, context.Cause(ctx)
+			}
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				err = errors.New("the stream ended before the build did")
+			}
+			return b, false, &retryableError{err: fmt.Errorf("build log %s: %w", id, err)}
+		}
+		switch ev.Type {
+		case apiv1.EventBuildLog:
+			var d apiv1.BuildLogEventData
+			if err := json.Unmarshal([]byte(ev.Data), &d); err != nil {
+				return b, false, fmt.Errorf("malformed log event: %w", err)
+			}
+			text := d.Text
+			if skip := *seen - offset; skip > 0 {
+				text = text[min(int(skip), len(text)):]
+			}
+			offset += int64(len(d.Text))
+			if text == "" {
+				continue
+			}
+			*seen += int64(len(text))
+			if err := fn(BuildEvent{Log: text}); err != nil {
+				return b, true, err
+			}
+		case apiv1.EventBuildProgress:
+			var d apiv1.BuildProgressEventData
+			if err := json.Unmarshal([]byte(ev.Data), &d); err != nil {
+				return b, false, fmt.Errorf("malformed progress event: %w", err)
+			}
+			if err := fn(BuildEvent{Progress: &d}); err != nil {
+				return b, true, err
+			}
+		case apiv1.EventBuildDone:
+			if err := json.Unmarshal([]byte(ev.Data), &b); err != nil {
+				return b, false, fmt.Errorf("malformed done event: %w", err)
+			}
+			return b, true, nil
+		}
+	}
+}
+
+// ActiveBuild returns the newest pending or running build that is to name
+// name, if there is one.
+func (c *Client) ActiveBuild(ctx context.Context, name string) (apiv1.Build, bool, error) {
+	l, err := c.ListBuilds(ctx, BuildFilter{Name: name, State: "active", Limit: 1})
+	if err != nil || len(l.Builds) == 0 {
+		return apiv1.Build{}, false, err
+	}
+	return l.Builds[0], true, nil
+}

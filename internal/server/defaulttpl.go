@@ -1,0 +1,164 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/template"
+	"github.com/airlockdev/airlock/internal/template/distribute"
+	"github.com/airlockdev/airlock/internal/template/recipe"
+	"github.com/airlockdev/airlock/internal/tplbuild"
+)
+
+// MinimalTemplateName names the busybox template, tagged minimalTemplate
+// ("minimal:latest").
+const MinimalTemplateName model.TemplateName = "minimal"
+
+var minimalTemplate = model.TaggedName{Name: MinimalTemplateName, Tag: model.DefaultTemplateTag}
+
+// ensureMinimalTemplate builds the busybox template (remembered: a restart
+// neither runs busybox nor hashes the tree again) and points names at it.
+// Without a static busybox there is none; the server still runs and says
+// how to get one.
+func ensureMinimalTemplate(ctx context.Context, st store.Store, templates *template.Store, log *slog.Logger, names ...model.TaggedName) error {
+	bb := ""
+	for _, p := range []string{"/bin/busybox", "/usr/bin/busybox"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			bb = p
+			break
+		}
+	}
+	if bb == "" {
+		log.Warn("no static busybox found: the minimal template is unavailable (install the busybox-static package, or import a template)")
+		return nil
+	}
+	release, err := templates.Guard(ctx) // until recorded: see template.Store.Guard
+	if err != nil {
+		return fmt.Errorf("minimal template: %w", err)
+	}
+	defer release()
+	imp, err := templates.EnsureDefault(ctx, bb)
+	if err != nil {
+		log.Warn("minimal template unavailable", "err", err)
+		return nil
+	}
+	now := time.Now()
+	if err := st.PutTemplate(ctx, model.Template{Digest: imp.Digest, SizeBytes: imp.SizeBytes, Manifest: imp.Manifest, CreatedAt: now}); err != nil {
+		return fmt.Errorf("record minimal template: %w", err)
+	}
+	for _, n := range names {
+		if err := st.SetTemplateName(ctx, n, imp.Digest, now); err != nil {
+			return fmt.Errorf("name minimal template %s: %w", n, err)
+		}
+	}
+	log.Info("minimal template ready", "digest", imp.Digest, "names", names)
+	return nil
+}
+
+// DefaultBuildSource is the source of the server's default build.
+const DefaultBuildSource = "default"
+
+// ensureDebianDefault names "default" at once when the default recipe's
+// build is cached; otherwise it queues its build (unless one is queued or
+// running already, as after a restart mid-build), which names "default"
+// when it is done. The server does not wait for it.
+func ensureDebianDefault(ctx context.Context, st store.Store, b *recipe.Builder, log *slog.Logger) error {
+	release, err := b.Store.Guard(ctx) // until recorded: see template.Store.Guard
+	if err != nil {
+		return fmt.Errorf("default template: %w", err)
+	}
+	defer release()
+	imp, ok, err := b.Cached(recipe.Default(), "")
+	if err != nil {
+		log.Warn("default recipe cache lookup failed; building it", "err", err)
+	}
+	now := time.Now()
+	if ok {
+		if err := st.PutTemplate(ctx, model.Template{Digest: imp.Digest, SizeBytes: imp.SizeBytes, Manifest: imp.Manifest, CreatedAt: now}); err != nil {
+			return fmt.Errorf("record default template: %w", err)
+		}
+		if err := st.SetTemplateName(ctx, model.DefaultTemplate, imp.Digest, now); err != nil {
+			return fmt.Errorf("name default template: %w", err)
+		}
+		log.Info("default template ready (cached build)", "digest", imp.Digest)
+		return nil
+	}
+	page, err := st.ListBuilds(ctx, store.BuildQuery{Name: model.DefaultTemplate, States: []model.BuildState{model.BuildPending, model.BuildRunning}, Limit: 1})
+	if err != nil {
+		return fmt.Errorf("default template builds: %w", err)
+	}
+	if len(page.Builds) > 0 {
+		log.Info("the default template's build is under way", "build", page.Builds[0].ID)
+		return nil
+	}
+	bld := model.TemplateBuild{ID: model.NewBuildID(), Kind: model.BuildRecipe, Source: DefaultBuildSource,
+		Name: model.DefaultTemplate, CreatedAt: now}
+	if err := st.CreateBuild(ctx, bld, nil); err != nil {
+		return fmt.Errorf("queue the default template's build: %w", err)
+	}
+	log.Info("default template (Debian) building in the background; creates that need it wait for it",
+		"build", bld.ID, "follow", "airlock build log "+bld.ID.String())
+	return nil
+}
+
+// buildsDir holds the build logs, DATA/builds/<id>.log.
+const buildsDir = "builds"
+
+// startBuilds makes the template build runner (not yet running) and sets
+// up the templates named "minimal" and "default" as opts.DefaultTemplate
+// says.
+func startBuilds(ctx context.Context, opts Options, dd *dataDir, st store.Store, templates *template.Store, dist *distribute.Distributor, node model.NodeID, log *slog.Logger) (*tplbuild.Runner, error) {
+	cacheDir := opts.BuildCacheDir
+	if cacheDir == "" {
+		cacheDir = dd.join("build-cache")
+	}
+	builder := &recipe.Builder{
+		Store:    templates,
+		CacheDir: cacheDir,
+		Logger:   log.With("component", "recipe"),
+		Resolve: func(ctx context.Context, ref string) (model.TemplateDigest, error) {
+			r, err := model.ParseTemplateRef(ref)
+			if err != nil {
+				return "", err
+			}
+			t, err := st.ResolveTemplate(ctx, r)
+			if err != nil {
+				return "", fmt.Errorf("template %s: %w", ref, err)
+			}
+			return t.Digest, nil
+		},
+	}
+	runner, err := tplbuild.New(tplbuild.Config{
+		Store:     st,
+		Templates: templates,
+		Recipes:   tplbuild.Recipes{Builder: builder},
+		LogDir:    dd.join(buildsDir),
+		Owner:     node,
+		// Two at once: an import need not wait for the Debian build.
+		Workers:      2,
+		Distribution: distribution(dist),
+		Logger:       log.With("component", "builds"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	switch opts.DefaultTemplate {
+	case DefaultTemplateMinimal:
+		err = ensureMinimalTemplate(ctx, st, templates, log, minimalTemplate, model.DefaultTemplate)
+	case DefaultTemplateDebian, "":
+		if err = ensureMinimalTemplate(ctx, st, templates, log, minimalTemplate); err == nil {
+			err = ensureDebianDefault(ctx, st, builder, log)
+		}
+	default:
+		err = fmt.Errorf("--default-template must be %s or %s, not %q", DefaultTemplateDebian, DefaultTemplateMinimal, opts.DefaultTemplate)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return runner, nil
+}

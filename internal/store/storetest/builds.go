@@ -1,0 +1,241 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+func buildTests() []namedTest {
+	return []namedTest{
+		{"BuildLifecycle", testBuildLifecycle},
+		{"BuildFailed", testBuildFailed},
+		{"BuildListOrderAndFilters", testBuildList},
+		{"BuildLeaseRecovery", testBuildLeaseRecovery},
+		{"BuildConcurrentClaims", testBuildConcurrentClaims},
+	}
+}
+
+func (e *env) newBuild(name string) model.TemplateBuild {
+	e.t.Helper()
+	b := model.TemplateBuild{
+		ID: model.NewBuildID(), Kind: model.BuildRecipe, Source: "recipe", Recipe: "suite: bookworm\n",
+		Context: "/srv/ctx", Name: tagged(e.t, name), CreatedAt: e.now(),
+	}
+	if err := e.s.CreateBuild(e.ctx, b, nil); err != nil {
+		e.t.Fatalf("CreateBuild: %v", err)
+	}
+	return b
+}
+
+func testBuildLifecycle(e *env) {
+	b := e.newBuild("py")
+	got, err := e.s.GetBuild(e.ctx, b.ID)
+	if err != nil {
+		e.t.Fatalf("GetBuild: %v", err)
+	}
+	if got.State != model.BuildPending || got.Recipe != b.Recipe || got.Context != b.Context || got.Name.String() != "py:latest" ||
+		!got.CreatedAt.Equal(us(b.CreatedAt)) || got.FinishedAt != nil || got.Error != nil || got.Digest != "" {
+		e.t.Fatalf("stored build = %+v", got)
+	}
+	if err := e.s.CreateBuild(e.ctx, b, nil); !errors.Is(err, store.ErrAlreadyExists) {
+		e.t.Fatalf("duplicate CreateBuild: %v, want ErrAlreadyExists", err)
+	}
+	if _, err := e.s.GetBuild(e.ctx, model.NewBuildID()); !errors.Is(err, store.ErrNotFound) {
+		e.t.Fatalf("GetBuild(unknown): %v", err)
+	}
+	c := store.Claim{Owner: "node-a", Lease: time.Minute, Now: e.now()}
+	claimed, err := e.s.ClaimBuild(e.ctx, c)
+	if err != nil || claimed.ID != b.ID || claimed.State != model.BuildRunning || claimed.Attempts != 1 {
+		e.t.Fatalf("ClaimBuild = %+v, %v", claimed, err)
+	}
+	if _, err := e.s.ClaimBuild(e.ctx, store.Claim{Owner: "node-b", Lease: time.Minute, Now: e.now()}); !errors.Is(err, store.ErrNoWork) {
+		e.t.Fatalf("second ClaimBuild: %v, want ErrNoWork", err)
+	}
+	if err := e.s.RenewBuildLease(e.ctx, b.ID, store.Claim{Owner: "node-b", Lease: time.Minute, Now: e.now()}); !errors.Is(err, store.ErrLeaseLost) {
+		e.t.Fatalf("RenewBuildLease by another owner: %v", err)
+	}
+	if err := e.s.RenewBuildLease(e.ctx, b.ID, store.Claim{Owner: "node-a", Lease: time.Minute, Now: e.now()}); err != nil {
+		e.t.Fatalf("RenewBuildLease: %v", err)
+	}
+	if err := e.s.SetBuildProgress(e.ctx, b.ID, "node-a", 2, 1, 5, e.now()); err != nil {
+		e.t.Fatalf("SetBuildProgress: %v", err)
+	}
+	if err := e.s.SetBuildProgress(e.ctx, b.ID, "node-b", 3, 1, 5, e.now()); !errors.Is(err, store.ErrLeaseLost) {
+		e.t.Fatalf("SetBuildProgress by another owner: %v", err)
+	}
+	got, _ = e.s.GetBuild(e.ctx, b.ID)
+	if got.StepsDone != 2 || got.StepsCached != 1 || got.StepsTotal != 5 {
+		e.t.Fatalf("progress = %+v", got)
+	}
+	tpl := e.template()
+	if err := e.s.FinishBuild(e.ctx, store.BuildFinish{ID: b.ID, Owner: "node-a", State: model.BuildSucceeded, Now: e.now()}); !errors.Is(err, model.ErrInvalid) {
+		e.t.Fatalf("FinishBuild without digest: %v", err)
+	}
+	if err := e.s.FinishBuild(e.ctx, store.BuildFinish{ID: b.ID, Owner: "node-b", State: model.BuildSucceeded, Digest: tpl.Digest, Now: e.now()}); !errors.Is(err, store.ErrLeaseLost) {
+		e.t.Fatalf("FinishBuild by another owner: %v", err)
+	}
+	end := e.now()
+	if err := e.s.FinishBuild(e.ctx, store.BuildFinish{ID: b.ID, Owner: "node-a", State: model.BuildSucceeded, Digest: tpl.Digest, Now: end}); err != nil {
+		e.t.Fatalf("FinishBuild: %v", err)
+	}
+	got, _ = e.s.GetBuild(e.ctx, b.ID)
+	if got.State != model.BuildSucceeded || got.Digest != tpl.Digest || got.FinishedAt == nil || !got.FinishedAt.Equal(us(end)) {
+		e.t.Fatalf("finished build = %+v", got)
+	}
+	named, err := e.s.ResolveTemplate(e.ctx, model.RefByName(tagged(e.t, "py")))
+	if err != nil || named.Digest != tpl.Digest {
+		e.t.Fatalf("name py after the build = %v, %v", named.Digest, err)
+	}
+	if err := e.s.FinishBuild(e.ctx, store.BuildFinish{ID: b.ID, Owner: "node-a", State: model.BuildFailed, Now: e.now()}); !errors.Is(err, store.ErrLeaseLost) {
+		e.t.Fatalf("second FinishBuild: %v", err)
+	}
+}
+
+func testBuildFailed(e *env) {
+	b := e.newBuild("")
+	if _, err := e.s.ClaimBuild(e.ctx, store.Claim{Owner: "n", Lease: time.Minute, Now: e.now()}); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.s.FinishBuild(e.ctx, store.BuildFinish{ID: b.ID, Owner: "n", State: model.BuildFailed,
+		Error: &model.BuildError{Code: "build_failed", Message: "step 2: exit 1"}, Now: e.now()}); err != nil {
+		e.t.Fatal(err)
+	}
+	got, _ := e.s.GetBuild(e.ctx, b.ID)
+	if got.State != model.BuildFailed || got.Error == nil || got.Error.Code != "build_failed" || got.Error.Message != "step 2: exit 1" {
+		e.t.Fatalf("failed build = %+v", got)
+	}
+}
+
+func testBuildList(e *env) {
+	var ids []model.BuildID
+	for i := 0; i < 5; i++ {
+		name := "a"
+		if i%2 == 1 {
+			name = "b"
+		}
+		ids = append(ids, e.newBuild(name).ID)
+	}
+	var seen []model.BuildID
+	q := store.BuildQuery{Limit: 2}
+	for {
+		page, err := e.s.ListBuilds(e.ctx, q)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, b := range page.Builds {
+			seen = append(seen, b.ID)
+		}
+		if page.Next == nil {
+			break
+		}
+		q.Before = page.Next
+	}
+	if len(seen) != 5 {
+		e.t.Fatalf("listed %d builds, want 5", len(seen))
+	}
+	for i := range seen {
+		if seen[i] != ids[4-i] {
+			e.t.Fatalf("listing %v is not newest first (%v)", seen, ids)
+		}
+	}
+	page, err := e.s.ListBuilds(e.ctx, store.BuildQuery{Name: tagged(e.t, "b"), States: []model.BuildState{model.BuildPending, model.BuildRunning}, Limit: 10})
+	if err != nil || len(page.Builds) != 2 || page.Builds[0].ID != ids[3] {
+		e.t.Fatalf("filtered listing = %+v, %v", page, err)
+	}
+	page, err = e.s.ListBuilds(e.ctx, store.BuildQuery{States: []model.BuildState{model.BuildSucceeded}, Limit: 10})
+	if err != nil || len(page.Builds) != 0 {
+		e.t.Fatalf("succeeded builds = %+v, %v", page, err)
+	}
+	if _, err := e.s.ListBuilds(e.ctx, store.BuildQuery{}); !errors.Is(err, model.ErrInvalid) {
+		e.t.Fatalf("limit 0: %v", err)
+	}
+}
+
+func testBuildLeaseRecovery(e *env) {
+	b := e.newBuild("x")
+	if _, err := e.s.ClaimBuild(e.ctx, store.Claim{Owner: "dead", Lease: time.Hour, Now: e.now()}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.s.ClaimBuild(e.ctx, store.Claim{Owner: "dead", Lease: time.Hour, Now: e.now()}); !errors.Is(err, store.ErrNoWork) {
+		e.t.Fatalf("claim of a leased build: %v", err)
+	}
+	n, err := e.s.ReleaseBuildLeases(e.ctx, "dead", e.now())
+	if err != nil || n != 1 {
+		e.t.Fatalf("ReleaseBuildLeases = %d, %v", n, err)
+	}
+	again, err := e.s.ClaimBuild(e.ctx, store.Claim{Owner: "dead", Lease: time.Hour, Now: e.now()})
+	if err != nil || again.ID != b.ID || again.Attempts != 2 {
+		e.t.Fatalf("re-claim = %+v, %v", again, err)
+	}
+	// An expired lease is claimable by another owner too.
+	later := e.now().Add(2 * time.Hour)
+	if _, err := e.s.ClaimBuild(e.ctx, store.Claim{Owner: "other", Lease: time.Hour, Now: later}); err != nil {
+		e.t.Fatalf("claim of an expired lease: %v", err)
+	}
+}
+
+// testBuildConcurrentClaims: concurrent claimers never take the same build.
+func testBuildConcurrentClaims(e *env) {
+	const n = 8
+	want := map[model.BuildID]bool{}
+	for range n {
+		want[e.newBuild("").ID] = true
+	}
+	now := e.now()
+	got := make(chan model.BuildID, 2*n)
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				b, err := e.s.ClaimBuild(e.ctx, store.Claim{Owner: model.NodeID(fmt.Sprintf("node-%d", w)), Lease: time.Hour, Now: now})
+				if errors.Is(err, store.ErrNoWork) {
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				got <- b.ID
+			}
+		}()
+	}
+	wg.Wait()
+	close(got)
+	close(errs)
+	for err := range errs {
+		e.t.Fatalf("ClaimBuild: %v", err)
+	}
+	seen := map[model.BuildID]bool{}
+	for id := range got {
+		if seen[id] || !want[id] {
+			e.t.Fatalf("build %s claimed twice or unknown", id)
+		}
+		seen[id] = true
+	}
+	if len(seen) != n {
+		e.t.Fatalf("claimed %d of %d builds", len(seen), n)
+	}
+}
+
+// tagged parses a tagged template name that the test knows to be valid;
+// "" is none.
+func tagged(t testing.TB, s string) model.TaggedName {
+	t.Helper()
+	if s == "" {
+		return model.TaggedName{}
+	}
+	n, err := model.ParseTaggedName(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
