@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockdev/airlock/internal/bench"
+)
+
+func (a *app) benchTemplateBuildCommand() *cobra.Command {
+	var peer bool
+	var logLevel string
+	cmd := &cobra.Command{
+		Use:   "template-build",
+		Short: "Measure the default template's build: cold, cached, and from the cache into a fresh store",
+		Long: "Build the server's default recipe (Debian 12 with python3, node, git, …) with an empty\n" +
+			"build cache and template store (cold), again with both (every step cached), look it up as\n" +
+			"a server start does, and build it into a fresh store from the cache alone (a new data dir\n" +
+			"on a host that built before); all must give the same digest. With --peer, also time a\n" +
+			"bare mmdebstrap of the same packages (what the cold build costs without Airlock). Needs\n" +
+			"root, mmdebstrap and the host's apt sources. Everything it creates is removed on exit.",
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			level, err := parseLogLevel(logLevel)
+			if err != nil {
+				return err
+			}
+			rep, err := bench.RunTemplateBuild(cmd.Context(), bench.TemplateBuildOptions{
+				Peer:     peer,
+				Progress: a.env.Stderr,
+				Logger:   slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: level})),
+			})
+			if err != nil {
+				return err
+			}
+			if a.flags.output == outputJSON {
+				return rep.WriteJSON(a.env.Stdout)
+			}
+			return rep.WriteTable(a.env.Stdout)
+		},
+	}
+	cmd.Flags().BoolVar(&peer, "peer", true, "also time a bare mmdebstrap of the same packages")
+	cmd.Flags().StringVar(&logLevel, "log-level", "warn", "level of the recipe builder's logs on stderr: debug, info, warn or error")
+	return cmd
+}
