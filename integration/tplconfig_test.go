@@ -47,7 +47,7 @@ func testTemplateConfigDefaults(t *testing.T, s *server) {
 	ctx := ctxFor(t, 3*time.Minute)
 
 	cfg := v1.Config{Env: []string{"PATH=/usr/bin:/bin", "A=tpl", "B=tpl", "C=tpl"}, WorkingDir: "/work", User: "app:staff",
-		Entrypoint: []string{"/bin/sh"}, Cmd: []string{"-c", "echo not used"}}
+		Entrypoint: []string{"/bin/sh"}, Cmd: []string{"-c", "echo from the image cmd; pwd; id -u"}}
 	importImageTemplate(ctx, t, s.dataDir, "cfgtpl", cfg)
 	cfg.User = "ghost"
 	importImageTemplate(ctx, t, s.dataDir, "ghosttpl", cfg)
@@ -68,6 +68,12 @@ func testTemplateConfigDefaults(t *testing.T, s *server) {
 	})
 	if want := "/tmp\n0\n0\n"; res.exitCode != 0 || res.stdout != want {
 		t.Errorf("command with its own cwd and user: exit %d, stdout %q, stderr %q; want %q", res.exitCode, res.stdout, res.stderr, want)
+	}
+
+	// No args: the image's entrypoint and cmd, in its working dir, as its user.
+	res = execReq(ctx, t, c, id, apiv1.CreateCommandRequest{})
+	if want := "from the image cmd\n/work\n1234\n"; res.exitCode != 0 || res.stdout != want {
+		t.Errorf("command without args: exit %d, stdout %q, stderr %q; want %q", res.exitCode, res.stdout, res.stderr, want)
 	}
 
 	// The template's user is not in its /etc/passwd: the sandbox is

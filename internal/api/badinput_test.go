@@ -150,8 +150,8 @@ func TestBadInput(t *testing.T) {
 		{"made-up cursor", "GET", sbx + "?cursor=AAAAAAAAAAAAAAAA", A, ``, nil, false, 400, apiv1.CodeInvalidRequest},
 		{"unknown query parameter", "GET", sbx + "?color=red", A, ``, nil, false, 400, apiv1.CodeInvalidRequest},
 		// Commands.
-		{"command without args", "POST", cmd, A, `{}`, nil, true, 400, apiv1.CodeInvalidRequest},
-		{"command with empty args", "POST", cmd, A, `{"args": []}`, nil, true, 400, apiv1.CodeInvalidRequest},
+		{"command without args, template without a default command", "POST", cmd, A, `{}`, nil, false, 400, apiv1.CodeInvalidRequest},
+		{"command with empty args, template without a default command", "POST", cmd, A, `{"args": []}`, nil, false, 400, apiv1.CodeInvalidRequest},
 		{"command with empty program", "POST", cmd, A, `{"args": [""]}`, nil, true, 400, apiv1.CodeInvalidRequest},
 		{"command with NUL", "POST", cmd, A, `{"args": ["echo", "a\u0000b"]}`, nil, false, 400, apiv1.CodeInvalidRequest},
 		{"relative cwd", "POST", cmd, A, `{"args": ["pwd"], "cwd": "tmp"}`, nil, true, 400, apiv1.CodeInvalidRequest},

@@ -213,9 +213,12 @@ func parseArgs(args []string) ([]string, error) {
 
 // createCommand: POST /v1/sandboxes/{id}/commands → 201 CommandSession.
 func (a *API) createCommand(ctx context.Context, c *call[apiv1.CreateCommandRequest]) (*reply, error) {
-	args, err := parseArgs(c.in.Args)
-	if err != nil {
-		return nil, err
+	var args []string // none: the template's default command
+	var err error
+	if len(c.in.Args) > 0 {
+		if args, err = parseArgs(c.in.Args); err != nil {
+			return nil, err
+		}
 	}
 	env, err := model.ParseEnv(c.in.Env)
 	if err != nil {

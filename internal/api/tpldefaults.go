@@ -8,11 +8,15 @@ import (
 	"github.com/airlockdev/airlock/internal/procctl"
 )
 
-// applyTemplateDefaults gives a new command the working directory and user
-// of its sandbox's template unless it names its own.
+// applyTemplateDefaults gives a new command the default command (when it
+// has no args), working directory and user of its sandbox's template unless
+// it names its own.
 func (a *API) applyTemplateDefaults(spec *model.ProcessSpec, tpl model.TemplateDigest) error {
-	if a.cfg.TemplateDefaults == nil || spec.Cwd != "" && spec.User != nil {
+	if len(spec.Args) > 0 && (a.cfg.TemplateDefaults == nil || spec.Cwd != "" && spec.User != nil) {
 		return nil
+	}
+	if a.cfg.TemplateDefaults == nil {
+		return badRequest("args must name the program to run: at least one argument")
 	}
 	d, err := a.cfg.TemplateDefaults(tpl)
 	if err != nil {
@@ -24,6 +28,9 @@ func (a *API) applyTemplateDefaults(spec *model.ProcessSpec, tpl model.TemplateD
 			return errorf(pe.Status, pe.Code, "%s", pe.Message)
 		}
 		return err
+	}
+	if _, err := parseArgs(spec.Args); err != nil {
+		return fmt.Errorf("template %s's default command: %w", tpl, err)
 	}
 	return nil
 }

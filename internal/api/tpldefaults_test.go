@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -38,6 +39,20 @@ func TestCommandTemplateDefaults(t *testing.T) {
 	if s := stored(`{"args": ["pwd"], "cwd": "/", "user": {"uid": 0, "gid": 0}}`); s.Cwd != "/" || s.User == nil || *s.User != (model.UserIDs{}) {
 		t.Errorf("command with its own cwd/user: cwd %q user %v", s.Cwd, s.User)
 	}
+
+	// No args: the template's default command (entrypoint + cmd); args
+	// replace it whole. A template without one refuses a command without args.
+	def.Command = []string{"/entry", "--flag", "cmd-arg"}
+	if s := stored(`{}`); !slices.Equal(s.Args, def.Command) {
+		t.Errorf("command without args runs %q, want the template's %q", s.Args, def.Command)
+	}
+	if s := stored(`{"args": ["echo", "hi"]}`); !slices.Equal(s.Args, []string{"echo", "hi"}) {
+		t.Errorf("command with args runs %q", s.Args)
+	}
+	def.Command = nil
+	e.do("POST", "/v1/sandboxes/"+sb+"/commands", e.keyA, `{"args": []}`).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
+	def.Command = []string{"", "x"}
+	e.do("POST", "/v1/sandboxes/"+sb+"/commands", e.keyA, `{}`).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
 
 	def = procctl.Defaults{Cwd: "/work", UserErr: errors.New(`the template's user "ghost": no such user in the template's /etc/passwd`)}
 	r := e.do("POST", "/v1/sandboxes/"+sb+"/commands", e.keyA, `{"args": ["pwd"]}`)

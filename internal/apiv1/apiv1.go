@@ -197,7 +197,7 @@ type BuildProgressEventData struct {
 
 // CreateCommandRequest is the body of POST /v1/sandboxes/{id}/commands.
 type CreateCommandRequest struct {
-	Args []string          `json:"args"`
+	Args []string          `json:"args,omitempty"`
 	Env  map[string]string `json:"env,omitempty"`
 	Cwd  string            `json:"cwd,omitempty"`
 	// Stdin keeps the process's stdin open for the data plane's stdin

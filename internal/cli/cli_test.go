@@ -276,7 +276,7 @@ func TestExec(t *testing.T) {
 		{[]string{"exec", sbx, "missing"}, 127, "", "error: missing: no such file or directory (exec_failed)"},
 		{[]string{"exec", sbx, "drop"}, 0, "before after\n", ""},
 		{[]string{"exec", model.NewSandboxID().String(), "echo"}, 1, "", "(sandbox_not_running)"},
-		{[]string{"exec", sbx}, 2, "", "missing the command to run"},
+		{[]string{"exec", sbx}, 1, "", "(invalid_request)"}, // no args: the template's default command, which this one lacks
 		{[]string{"exec", "sbx_nope", "echo"}, 2, "", `sandbox ID "sbx_nope" has the wrong length`},
 		{[]string{"exec", "--cwd", "rel", sbx, "echo"}, 2, "", "--cwd: invalid value"},
 	}
@@ -431,7 +431,6 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"op", "wait", "sbx_x"}, `operation ID "sbx_x" must start with "op_"`},
 		{[]string{"admin", "key", "create", "--role", "member"}, "--project is required"},
 		{[]string{"admin", "key", "revoke", "prj_x"}, `API key ID "prj_x" must start with "key_"`},
-		{[]string{"run"}, "missing the command to run"},
 		{[]string{"server", "--runtime", "docker"}, "--runtime must be runc, crun or runsc"},
 		{[]string{"server", "--listen", "7070"}, `--listen "7070" must be HOST:PORT`},
 		{[]string{"server", "--log-level", "loud"}, "--log-level must be"},

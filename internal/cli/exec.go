@@ -95,7 +95,7 @@ func (a *app) execCommand() *cobra.Command {
 		tty    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "exec [flags] SANDBOX -- COMMAND [ARG...]",
+		Use:   "exec [flags] SANDBOX [-- COMMAND [ARG...]]",
 		Short: "Run a command in a sandbox and stream its output",
 		Long: "Run a command in a running sandbox. Its stdout and stderr are streamed to ours\n" +
 			"as they arrive, and airlock exits with the command's exit code (128+N if signal\n" +
@@ -103,7 +103,8 @@ func (a *app) execCommand() *cobra.Command {
 			"its output was lost, which is reported on stderr). -i forwards our stdin; -t\n" +
 			"runs it on a terminal attached to ours over a WebSocket (as airlock shell, with\n" +
 			"stdin); -d starts it in the background and prints its process ID (see attach,\n" +
-			"ps, kill). Flags go before SANDBOX.",
+			"ps, kill). Flags go before SANDBOX. Without a COMMAND, the template's default\n" +
+			"command runs (an OCI image's entrypoint and cmd).",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErrorf("missing SANDBOX")
@@ -115,11 +116,7 @@ func (a *app) execCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			argv, err := commandArgs(cmd, args[1:])
-			if err != nil {
-				return err
-			}
-			req, err := f.request(argv)
+			req, err := f.request(optionalCommandArgs(cmd, args[1:]))
 			if err != nil {
 				return err
 			}
@@ -344,16 +341,15 @@ func (a *app) runCommand() *cobra.Command {
 		verbose    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "run [flags] -- COMMAND [ARG...]",
+		Use:   "run [flags] [-- COMMAND [ARG...]]",
 		Short: "Run a command in a new sandbox, then delete the sandbox",
 		Long: "Create a sandbox, wait until it runs, run the command in it streaming its output,\n" +
 			"and delete the sandbox — always, also when something fails or on Ctrl-C. airlock\n" +
-			"exits with the command's exit code, like exec. Flags go before the command.",
+			"exits with the command's exit code, like exec. Flags go before the command.\n" +
+			"Without a COMMAND, the template's default command runs (an OCI image's entrypoint\n" +
+			"and cmd).",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			argv, err := commandArgs(cmd, args)
-			if err != nil {
-				return err
-			}
+			argv := optionalCommandArgs(cmd, args)
 			sreq, err := cf.request()
 			if err != nil {
 				return err

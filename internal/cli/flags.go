@@ -113,11 +113,19 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 // or run into the command to run. A "--" that flag parsing left in place
 // (flags stop at the first positional argument) is dropped.
 func commandArgs(cmd *cobra.Command, args []string) ([]string, error) {
-	if cmd.Flags().ArgsLenAtDash() < 0 && len(args) > 0 && args[0] == "--" {
-		args = args[1:]
-	}
+	args = optionalCommandArgs(cmd, args)
 	if len(args) == 0 {
 		return nil, usageErrorf("missing the command to run (after --)")
 	}
 	return args, nil
+}
+
+// optionalCommandArgs is commandArgs where no command is allowed: the
+// sandbox's template then runs its default command (an image's entrypoint
+// and cmd).
+func optionalCommandArgs(cmd *cobra.Command, args []string) []string {
+	if cmd.Flags().ArgsLenAtDash() < 0 && len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
+	return args
 }

@@ -3,6 +3,7 @@ package procctl
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,6 +24,9 @@ func TestApplyDefaults(t *testing.T) {
 		wantCwd  model.GuestPath
 		wantUser *model.UserIDs
 		wantErr  bool
+		noArgs   bool     // the command has no args (else it runs "true")
+		wantArgs []string // when noArgs
+		wantCode string   // when noArgs and wantErr
 	}{
 		{name: "no defaults", wantCwd: "", wantUser: nil},
 		{name: "root cwd kept empty", def: Defaults{Cwd: "/"}, wantCwd: ""},
@@ -33,9 +37,26 @@ func TestApplyDefaults(t *testing.T) {
 		{name: "unresolvable user", def: Defaults{Cwd: "/work", UserErr: errors.New(`the template's user "ghost": no such user`)}, wantErr: true},
 		{name: "unresolvable user, command names one", spec: model.ProcessSpec{User: own},
 			def: Defaults{Cwd: "/work", UserErr: errors.New("no such user")}, wantCwd: "/work", wantUser: own},
+		{name: "default command", noArgs: true, def: Defaults{Command: []string{"/entry", "cmd"}}, wantArgs: []string{"/entry", "cmd"}},
+		{name: "no default command", noArgs: true, wantErr: true, wantCode: apiv1.CodeInvalidRequest},
 	} {
 		spec := c.spec
+		if !c.noArgs {
+			spec.Args = []string{"true"}
+		}
 		err := ApplyDefaults(&spec, c.def)
+		if c.noArgs {
+			var pe *Error
+			switch {
+			case c.wantErr && (!errors.As(err, &pe) || pe.Status != http.StatusBadRequest || pe.Code != c.wantCode):
+				t.Errorf("%s: err = %v, want a 400 %s", c.name, err, c.wantCode)
+			case !c.wantErr && (err != nil || !slices.Equal(spec.Args, c.wantArgs)):
+				t.Errorf("%s: args %q, %v; want %q", c.name, spec.Args, err, c.wantArgs)
+			case !c.wantErr && &spec.Args[0] == &c.def.Command[0]:
+				t.Errorf("%s: the spec shares the template's command", c.name)
+			}
+			continue
+		}
 		if c.wantErr {
 			var pe *Error
 			if !errors.As(err, &pe) || pe.Status != http.StatusBadRequest || pe.Code != apiv1.CodeExecFailed || !strings.Contains(pe.Message, `"ghost"`) {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
@@ -17,7 +18,8 @@ func commandDefaults(templates *template.Store, d model.TemplateDigest) (procctl
 	if err != nil {
 		return procctl.Defaults{}, err
 	}
-	out := procctl.Defaults{User: def.User, UserErr: def.UserErr}
+	out := procctl.Defaults{User: def.User, UserErr: def.UserErr,
+		Command: append(slices.Clone(def.Config.Entrypoint), def.Config.Cmd...)}
 	if wd := def.Config.WorkingDir; wd != "" {
 		if out.Cwd, err = model.ParseGuestPath(wd); err != nil {
 			return procctl.Defaults{}, fmt.Errorf("template %s: working directory: %w", d, err)
