@@ -97,7 +97,7 @@ func parseTemplateSource(src string) (templateSource, error) {
 		}
 		pathForm = true
 	}
-	if !pathForm && !strings.HasPrefix(src, "docker://") && !hasRegistryHost(src) {
+	if !pathForm && !strings.HasPrefix(src, "docker://") && !template.HasRegistryHost(src) {
 		return templateSource{}, badRequest("source %q must be %s", src, sourceForms)
 	}
 	ref, err := template.ParseImageRef(src)
@@ -107,9 +107,3 @@ func parseTemplateSource(src string) (templateSource, error) {
 	return templateSource{image: ref}, nil
 }
 
-// hasRegistryHost reports whether the first component of a registry
-// reference names a registry host, as docker decides it.
-func hasRegistryHost(src string) bool {
-	host, _, ok := strings.Cut(src, "/")
-	return ok && (strings.ContainsAny(host, ".:") || host == "localhost")
-}

@@ -6,11 +6,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/template"
 )
 
 func (a *app) templateCommand() *cobra.Command {
@@ -76,15 +76,10 @@ func importSource(arg string) (string, error) {
 	if arg == "" {
 		return "", usageErrorf("PATH|IMAGE must not be empty")
 	}
-	for _, p := range []string{"docker://", "oci-layout:", "docker-archive:"} {
-		if strings.HasPrefix(arg, p) {
-			return arg, nil
-		}
-	}
-	if filepath.IsAbs(arg) {
+	if template.IsImageRefForm(arg) || filepath.IsAbs(arg) {
 		return arg, nil
 	}
-	if looksLikeRegistryRef(arg) {
+	if template.HasRegistryHost(arg) {
 		if _, err := os.Lstat(arg); errors.Is(err, fs.ErrNotExist) {
 			return arg, nil
 		}
@@ -94,13 +89,6 @@ func importSource(arg string) (string, error) {
 		return "", fmt.Errorf("making %s absolute: %w", arg, err)
 	}
 	return abs, nil
-}
-
-// looksLikeRegistryRef reports whether s starts with a registry host, as
-// docker decides it: a first component holding "." or ":", or "localhost".
-func looksLikeRegistryRef(s string) bool {
-	host, _, ok := strings.Cut(s, "/")
-	return ok && host != "." && host != ".." && (strings.ContainsAny(host, ".:") || host == "localhost")
 }
 
 func (a *app) templateListCommand() *cobra.Command {

@@ -34,6 +34,27 @@ const (
 	maxImageRefLen      = 4096
 )
 
+// HasRegistryHost reports whether the first component of a registry
+// reference s names a registry host, as docker decides it: it holds a "."
+// or ":", or is "localhost" (and is not "." or "..", which name local
+// paths). Without one, docker would read s as a Docker Hub repository.
+func HasRegistryHost(s string) bool {
+	host, _, ok := strings.Cut(s, "/")
+	return ok && host != "." && host != ".." && (strings.ContainsAny(host, ".:") || host == "localhost")
+}
+
+// IsImageRefForm reports whether s starts with one of the prefixes that
+// make it an image reference whatever follows: "docker://", "oci-layout:"
+// or "docker-archive:".
+func IsImageRefForm(s string) bool {
+	for _, p := range []string{dockerPrefix, ociLayoutPrefix, dockerArchivePrefix} {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
 func (k ImageSource) String() string {
 	switch k {
 	case ImageRegistry:

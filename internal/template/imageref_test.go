@@ -75,3 +75,28 @@ func FuzzParseImageRef(f *testing.F) {
 		}
 	})
 }
+
+func TestHasRegistryHost(t *testing.T) {
+	for s, want := range map[string]bool{
+		"ghcr.io/x/y:1":      true,
+		"localhost/x":        true,
+		"127.0.0.1:5000/x":   true,
+		"registry:5000/x":    true,
+		"library/alpine":     false,
+		"alpine":             false,
+		"./rootfs/x":         false,
+		"../up/x":            false,
+		"rootfs.d":           false,
+		"":                   false,
+		"docker.io/library/": true,
+	} {
+		if got := HasRegistryHost(s); got != want {
+			t.Errorf("HasRegistryHost(%q) = %v, want %v", s, got, want)
+		}
+	}
+	for s, want := range map[string]bool{"docker://alpine": true, "oci-layout:/d": true, "docker-archive:/f.tar": true, "/abs": false, "ghcr.io/x": false} {
+		if got := IsImageRefForm(s); got != want {
+			t.Errorf("IsImageRefForm(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
