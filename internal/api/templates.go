@@ -106,4 +106,3 @@ func parseTemplateSource(src string) (templateSource, error) {
 	}
 	return templateSource{image: ref}, nil
 }
-

@@ -19,7 +19,7 @@ func TestCheckStaticAgent(t *testing.T) {
 		{"/bin/busybox", ""}, // Debian's busybox-static
 		{"/bin/ls", "dynamically linked"},
 		{notELF, "not an ELF"},
-		{filepath.Join(t.TempDir(), "missing"), "not an ELF"},
+		{filepath.Join(t.TempDir(), "missing"), "no such file"},
 	}
 	for _, tt := range tests {
 		if _, err := os.Stat(tt.path); err != nil && tt.wantErr == "" {

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"debug/elf"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/atomicfile"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/staticelf"
 )
 
 // defaultMtimeUnix (2024-01-01T00:00:00Z) is the modification time of every
@@ -165,18 +166,11 @@ func readStaticELF(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("busybox: %w", err)
 	}
-	ef, err := elf.NewFile(bytes.NewReader(data))
-	if err != nil {
-		return nil, fmt.Errorf("busybox %s is not an ELF executable: %w", path, err)
-	}
-	defer ef.Close()
-	if ef.Type != elf.ET_EXEC && ef.Type != elf.ET_DYN {
-		return nil, fmt.Errorf("busybox %s is not an ELF executable (type %v)", path, ef.Type)
-	}
-	for _, p := range ef.Progs {
-		if p.Type == elf.PT_INTERP {
-			return nil, fmt.Errorf("busybox %s is dynamically linked (it has an ELF interpreter); a template needs a statically linked busybox (Debian package busybox-static)", path)
-		}
+	switch err := staticelf.Check(data); {
+	case errors.Is(err, staticelf.ErrDynamic):
+		return nil, fmt.Errorf("busybox %s is %v; a template needs a statically linked busybox (Debian package busybox-static)", path, err)
+	case err != nil:
+		return nil, fmt.Errorf("busybox %s: %w", path, err)
 	}
 	return data, nil
 }
