@@ -95,7 +95,10 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	// The project's quota is checked last, by the store, in the
 	// transaction that inserts the sandbox: racing creates cannot both take
 	// the last slot.
-	if err := a.cfg.Store.CreateSandbox(ctx, sb, op, rec); err != nil {
+	if err := a.cfg.Store.CreateSandbox(ctx, sb, op, rec); errors.Is(err, store.ErrNotFound) {
+		// The template was deleted (or collected) since it was resolved.
+		return nil, errorf(http.StatusNotFound, apiv1.CodeTemplateNotFound, "template %s (%s) was deleted meanwhile", ref, tpl.Digest)
+	} else if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	return rep, nil

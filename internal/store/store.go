@@ -137,7 +137,11 @@ type BuildFinish struct {
 	State  model.BuildState // succeeded or failed
 	Error  *model.BuildError
 	Digest model.TemplateDigest // when succeeded
-	Now    time.Time
+	// Template, when succeeded, is recorded (as PutTemplate does) in the
+	// transaction that finishes the build and points its name at it, so
+	// that no collection can take an unnamed template between the two.
+	Template *model.Template
+	Now      time.Time
 }
 
 // Store is Airlock's desired-state store.

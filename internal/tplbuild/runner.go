@@ -233,10 +233,20 @@ func (r *Runner) run(ctx context.Context, b model.TemplateBuild) {
 			defer release() // after finish has named the template
 			imp, err = r.build(bctx, b, lf)
 		}
+		if err == nil && r.cfg.Distribution != nil && !isDigestSource(b) {
+			// Pushed before it is recorded, so that no node finds it in the
+			// store but not in the blob store; a pulled template is there
+			// already.
+			if _, perr := r.cfg.Distribution.Publish(bctx, imp.Digest); perr != nil {
+				err = fmt.Errorf("%w: template %s was made on this node but could not be pushed (build again to retry): %w", errBlobStore, imp.Digest, perr)
+			} else {
+				lf.Printf("airlock: pushed %s to the blob store", imp.Digest)
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				// The server is stopping: leave the build running in the
-				// store; the next start runs it again.
+				// store; the next start runs it again (from the cache).
 				lf.Printf("airlock: interrupted: the server is stopping; the build runs again when it starts")
 				_ = lf.Close()
 				log.Info("build interrupted by shutdown")
@@ -246,20 +256,6 @@ func (r *Runner) run(ctx context.Context, b model.TemplateBuild) {
 				err = c
 			}
 			buildEr = classify(b.Source, err)
-		}
-	}
-	if buildEr == nil {
-		if err := r.cfg.Store.PutTemplate(ctx, model.Template{Digest: imp.Digest, SizeBytes: imp.SizeBytes, Manifest: imp.Manifest, CreatedAt: time.Now()}); err != nil {
-			buildEr = &model.BuildError{Code: apiv1.CodeInternal, Message: fmt.Sprintf("record template %s: %v", imp.Digest, err)}
-		}
-	}
-	if buildEr == nil && r.cfg.Distribution != nil && !isDigestSource(b) {
-		// A pulled template is in the blob store already.
-		if _, err := r.cfg.Distribution.Publish(bctx, imp.Digest); err != nil {
-			buildEr = &model.BuildError{Code: apiv1.CodeBlobStoreUnavailable, Message: fmt.Sprintf(
-				"template %s was made on this node but could not be pushed to the blob store (build again to retry): %v", imp.Digest, err)}
-		} else {
-			lf.Printf("airlock: pushed %s to the blob store", imp.Digest)
 		}
 	}
 	if buildEr != nil {
@@ -281,9 +277,11 @@ func nameSuffix(n model.TaggedName) string {
 }
 
 func (r *Runner) finish(ctx context.Context, log *slog.Logger, b model.TemplateBuild, imp template.Imported, be *model.BuildError) {
-	f := store.BuildFinish{ID: b.ID, Owner: r.cfg.Owner, State: model.BuildSucceeded, Digest: imp.Digest, Now: time.Now()}
+	now := time.Now()
+	f := store.BuildFinish{ID: b.ID, Owner: r.cfg.Owner, State: model.BuildSucceeded, Digest: imp.Digest, Now: now,
+		Template: &model.Template{Digest: imp.Digest, SizeBytes: imp.SizeBytes, Manifest: imp.Manifest, CreatedAt: now}}
 	if be != nil {
-		f.State, f.Error, f.Digest = model.BuildFailed, be, ""
+		f.State, f.Error, f.Digest, f.Template = model.BuildFailed, be, "", nil
 	}
 	if err := r.cfg.Store.FinishBuild(context.WithoutCancel(ctx), f); err != nil {
 		log.Error("finish build", "err", err)

@@ -252,6 +252,14 @@ func (s *Store) FinishBuild(ctx context.Context, f store.BuildFinish) error {
 			return fmt.Errorf("%w: build is %s, leased to %q", store.ErrLeaseLost, state, owner)
 		}
 		now := micro(f.Now)
+		if f.State == model.BuildSucceeded && f.Template != nil {
+			if f.Template.Digest != f.Digest {
+				return fmt.Errorf("%w: build %s finishes with %s but records template %s", model.ErrInvalid, f.ID, f.Digest, f.Template.Digest)
+			}
+			if err := t.putTemplate(ctx, *f.Template); err != nil {
+				return fmt.Errorf("record template %s: %w", f.Digest, err)
+			}
+		}
 		if f.State == model.BuildSucceeded && name != "" {
 			tn, err := model.ParseTaggedName(name)
 			if err != nil {

@@ -17,17 +17,23 @@ import (
 // tombstone is cleared and created_at set, as for a fresh import. t.Names
 // is ignored: tags are set with SetTemplateName.
 func (s *Store) PutTemplate(ctx context.Context, t model.Template) error {
-	if _, err := model.ParseTemplateDigest(string(t.Digest)); err != nil {
-		return fmt.Errorf("put template: %w", err)
-	}
-	_, err := s.exec(ctx, `INSERT INTO templates (digest, size_bytes, manifest, created_at) VALUES (?, ?, ?, ?)
-		ON CONFLICT (digest) DO UPDATE SET deleted_at = NULL, created_at = excluded.created_at
-		WHERE templates.deleted_at IS NOT NULL`,
-		string(t.Digest), t.SizeBytes, nonNil(t.Manifest), micro(t.CreatedAt))
-	if err != nil {
+	if err := s.write(ctx, false, func(tx tx) error { return tx.putTemplate(ctx, t) }); err != nil {
 		return fmt.Errorf("put template %s: %w", t.Digest, err)
 	}
 	return nil
+}
+
+// putTemplate inserts the digest's row, or brings back a tombstoned one,
+// inside a transaction (PutTemplate, a build's finish).
+func (t tx) putTemplate(ctx context.Context, tpl model.Template) error {
+	if _, err := model.ParseTemplateDigest(string(tpl.Digest)); err != nil {
+		return err
+	}
+	_, err := t.exec(ctx, `INSERT INTO templates (digest, size_bytes, manifest, created_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (digest) DO UPDATE SET deleted_at = NULL, created_at = excluded.created_at
+		WHERE templates.deleted_at IS NOT NULL`,
+		string(tpl.Digest), tpl.SizeBytes, nonNil(tpl.Manifest), micro(tpl.CreatedAt))
+	return err
 }
 
 // SetTemplateName implements store.Store: it points the tag at digest,

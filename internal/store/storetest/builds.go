@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sync"
@@ -73,7 +74,18 @@ func testBuildLifecycle(e *env) {
 	if got.StepsDone != 2 || got.StepsCached != 1 || got.StepsTotal != 5 {
 		e.t.Fatalf("progress = %+v", got)
 	}
-	tpl := e.template()
+	// The build's template is recorded by its finish, in the transaction
+	// that names it: it is unknown until then.
+	manifest := []byte(fmt.Sprintf(`{"rootfs":"%x"}`, randomBytes(8)))
+	tpl := model.Template{Digest: model.DigestFromSHA256(sha256.Sum256(manifest)), SizeBytes: 1 << 20, Manifest: manifest, CreatedAt: e.now()}
+	if _, err := e.s.GetTemplate(e.ctx, tpl.Digest); !errors.Is(err, store.ErrNotFound) {
+		e.t.Fatalf("the build's template before its finish: %v", err)
+	}
+	other := tpl
+	other.Digest = model.DigestFromSHA256(sha256.Sum256([]byte("other")))
+	if err := e.s.FinishBuild(e.ctx, store.BuildFinish{ID: b.ID, Owner: "node-a", State: model.BuildSucceeded, Digest: tpl.Digest, Template: &other, Now: e.now()}); !errors.Is(err, model.ErrInvalid) {
+		e.t.Fatalf("FinishBuild recording another digest: %v", err)
+	}
 	if err := e.s.FinishBuild(e.ctx, store.BuildFinish{ID: b.ID, Owner: "node-a", State: model.BuildSucceeded, Now: e.now()}); !errors.Is(err, model.ErrInvalid) {
 		e.t.Fatalf("FinishBuild without digest: %v", err)
 	}
@@ -81,7 +93,7 @@ func testBuildLifecycle(e *env) {
 		e.t.Fatalf("FinishBuild by another owner: %v", err)
 	}
 	end := e.now()
-	if err := e.s.FinishBuild(e.ctx, store.BuildFinish{ID: b.ID, Owner: "node-a", State: model.BuildSucceeded, Digest: tpl.Digest, Now: end}); err != nil {
+	if err := e.s.FinishBuild(e.ctx, store.BuildFinish{ID: b.ID, Owner: "node-a", State: model.BuildSucceeded, Digest: tpl.Digest, Template: &tpl, Now: end}); err != nil {
 		e.t.Fatalf("FinishBuild: %v", err)
 	}
 	got, _ = e.s.GetBuild(e.ctx, b.ID)

@@ -33,7 +33,20 @@ type Builder struct {
 	// name:tag) into a digest of Store. Digests need no resolving; when
 	// Resolve is nil only they are accepted.
 	Resolve func(ctx context.Context, ref string) (model.TemplateDigest, error)
+	// RunOnTemplateBases allows packages and run steps on a template base
+	// ("from: template:"). Those steps run the base template's own programs
+	// (its shell, apt, package scripts) as root on the build host, in a
+	// chroot with private mount, PID, UTS and IPC namespaces, not in a
+	// sandbox: a template imported from an untrusted image could escape it.
+	// On a Debian base the programs are Debian's, from the host's apt
+	// sources, and the commands are the recipe author's (an admin). False
+	// refuses such recipes (ErrUntrustedBase).
+	RunOnTemplateBases bool
 }
+
+// ErrUntrustedBase: a recipe runs commands on a template base and the
+// Builder does not allow it (Builder.RunOnTemplateBases).
+var ErrUntrustedBase = errors.New("run and packages steps on a template base are not allowed")
 
 // Result is what a build produced: the final template and one StepResult
 // per step of the hash chain, the base first.
@@ -314,7 +327,7 @@ func (b *Builder) copyStep(ctx context.Context, mergedPath, contextDir string, p
 // HOME, LANG and DEBIAN_FRONTEND added when it does not set them.
 func runEnv(env []string) []string {
 	out := slices.Clone(env)
-	for _, kv := range []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
+	for _, kv := range []string{"PATH=" + hostPath, "HOME=/root",
 		"LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive"} {
 		name, _, _ := strings.Cut(kv, "=")
 		if !slices.ContainsFunc(out, func(e string) bool { return strings.HasPrefix(e, name+"=") }) {
@@ -347,8 +360,7 @@ func (b *Builder) debian(ctx context.Context, ps planStep, log io.Writer) (templ
 	runtime.LockOSThread() // for Pdeathsig, see startHelper
 	defer runtime.UnlockOSThread()
 	cmd := exec.CommandContext(ctx, "unshare", args...)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
-		"SOURCE_DATE_EPOCH=" + sourceDateEpoch}
+	cmd.Env = hostEnv("SOURCE_DATE_EPOCH=" + sourceDateEpoch)
 	lw := &lineWriter{w: log}
 	cmd.Stdout, cmd.Stderr = lw, lw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}

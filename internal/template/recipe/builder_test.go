@@ -32,7 +32,8 @@ func newBuilder(t *testing.T, cacheDir string) *Builder {
 		cacheDir = filepath.Join(tmp, "cache")
 	}
 	t.Cleanup(func() { checkClean(t, s) })
-	return &Builder{Store: s, CacheDir: cacheDir}
+	// The busybox base is the test's own: trusted.
+	return &Builder{Store: s, CacheDir: cacheDir, RunOnTemplateBases: true}
 }
 
 // checkClean fails if the store has staging leftovers or mounts.
@@ -409,5 +410,25 @@ func TestBuildConcurrent(t *testing.T) {
 		} else if d != first {
 			t.Errorf("concurrent builds gave %s and %s", first, d)
 		}
+	}
+}
+
+// A Builder that does not trust template bases refuses run and packages
+// steps on them (they would run the template's programs as host root), and
+// still builds copy and config steps there.
+func TestTemplateBaseRunsRefused(t *testing.T) {
+	b := &Builder{Store: nil}
+	for _, text := range []string{
+		"from: {template: " + strings.Repeat("a", 3) + "}\nsteps:\n  - run: \"true\"\n",
+		"from: {template: aaa}\npackages: [curl]\n",
+	} {
+		r := mustParse(t, text)
+		if _, err := b.plan(context.Background(), r, ""); !errors.Is(err, ErrUntrustedBase) {
+			t.Errorf("plan(%q) = %v, want ErrUntrustedBase", text, err)
+		}
+	}
+	r := mustParse(t, "from: {template: aaa}\nenv: {A: b}\n")
+	if _, err := b.plan(context.Background(), r, ""); errors.Is(err, ErrUntrustedBase) {
+		t.Errorf("a config-only recipe on a template base was refused: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -21,8 +22,10 @@ import (
 // PID, UTS and IPC namespaces (mount propagation private), and the script
 // below mounts the overlay (the parent template's tree as the read-only
 // lower, upper and work in the build's staging directory) and, for a run
-// step, /proc, a minimal /dev, a /tmp tmpfs and the host's resolv.conf in
-// the merged tree; then it runs the command chrooted there. Every mount
+// step, /proc, a minimal /dev, a /tmp tmpfs and the host's resolv.conf
+// (read-only) in the merged tree; then it runs the command chrooted there,
+// with the tree's environment. The helper itself runs with hostEnv: the
+// host programs it runs are never looked up through the tree's PATH. Every mount
 // lives in that namespace only: when the helper ends, however it ends,
 // they are gone, and nothing is ever mounted on the host. After the command
 // (or at once, for a copy step) the helper unmounts everything but the
@@ -55,9 +58,12 @@ if [ "$mode" = run ]; then
 	if plain_dir "$m/tmp"; then mount -t tmpfs -o mode=1777,nosuid,nodev tmp "$m/tmp"; fi
 	if plain_dir "$m/etc" && plain_file "$m/etc/resolv.conf" && [ -f /etc/resolv.conf ]; then
 		mount --bind /etc/resolv.conf "$m/etc/resolv.conf"
+		mount -o remount,bind,ro "$m/etc/resolv.conf"
 	fi
 	set +e
-	chroot "$m" "$@" </dev/null 3>&-
+	# "$@" is env's: the command's environment, then chroot, the tree and
+	# the command (see startHelper).
+	"$@" </dev/null 3>&-
 	rc=$?
 	set -e
 	kill -KILL -1 2>/dev/null || true
@@ -69,6 +75,26 @@ echo "$rc" >&3
 exec 3>&-
 cat >/dev/null
 `
+
+// hostPath is the PATH of the host programs the build runs.
+const hostPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// hostEnv is the environment of the host programs the build runs (the
+// helper, mmdebstrap).
+func hostEnv(extra ...string) []string {
+	return append([]string{"PATH=" + hostPath, "HOME=/root", "LANG=C.UTF-8"}, extra...)
+}
+
+// lookHost finds a host program on hostPath.
+func lookHost(name string) (string, error) {
+	for _, dir := range filepath.SplitList(hostPath) {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("the build needs %s on the host (%s)", name, hostPath)
+}
 
 // helper is a running helper.
 type helper struct {
@@ -88,13 +114,32 @@ func startHelper(ctx context.Context, lower, upper, work, merged string, argv, e
 		}
 	}
 	mode := "hold"
+	var run []string
 	if len(argv) > 0 {
 		mode = "run"
+		envPath, err := lookHost("env")
+		if err != nil {
+			return nil, 0, err
+		}
+		chrootPath, err := lookHost("chroot")
+		if err != nil {
+			return nil, 0, err
+		}
+		// env -i sets exactly the tree's environment and runs chroot,
+		// which runs the command: env reads NAME=VALUE words up to the
+		// first without "=", chroot's path.
+		run = append([]string{envPath, "-i"}, env...)
+		for _, kv := range env {
+			if name, _, ok := strings.Cut(kv, "="); !ok || name == "" {
+				return nil, 0, fmt.Errorf("run step: bad environment entry %q", kv)
+			}
+		}
+		run = append(append(run, chrootPath, merged), argv...)
 	}
 	args := append([]string{"--mount", "--pid", "--uts", "--ipc", "--fork", "--kill-child", "--propagation", "private",
-		"--", "/bin/sh", "-c", helperScript, "airlock-build", lower, upper, work, merged, mode}, argv...)
+		"--", "/bin/sh", "-c", helperScript, "airlock-build", lower, upper, work, merged, mode}, run...)
 	cmd := exec.Command("unshare", args...)
-	cmd.Env = env
+	cmd.Env = hostEnv()
 	lw := &lineWriter{w: log}
 	cmd.Stdout, cmd.Stderr = lw, lw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}

@@ -96,6 +96,11 @@ func (b *Builder) plan(ctx context.Context, r Recipe, contextDir string) ([]plan
 		parent = ps.key
 		steps = append(steps, ps)
 	}
+	if r.debian == nil && !b.RunOnTemplateBases && (len(r.packages) > 0 || slices.ContainsFunc(r.steps, func(s Step) bool { return s.Run != nil })) {
+		return nil, fmt.Errorf("%w: they would run template %s's own programs as root on the build host, in a chroot, "+
+			"not a sandbox; base the recipe on debian, or start the server with --recipe-run-on-template-bases "+
+			"if every template here is trusted", ErrUntrustedBase, r.template)
+	}
 	if r.debian != nil {
 		version, err := mmdebstrapVersion(ctx)
 		if err != nil {
