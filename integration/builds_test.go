@@ -282,8 +282,7 @@ func TestTemplateBuildRecipe(t *testing.T) {
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, "runc")
 	airtest.RequireBinary(t, "unshare")
-	s := newServer(t, build(t), serverConfig{runtime: "runc"})
-	s.start()
+	bins := build(t)
 	ctx := ctxFor(t, 3*time.Minute)
 
 	dir := t.TempDir()
@@ -300,6 +299,19 @@ func TestTemplateBuildRecipe(t *testing.T) {
 		"  - copy: {src: hello.txt, dst: /etc/hello}\n"+
 		"  - run: [/bin/sh, -c, \"echo built by a run step > /etc/built\"]\n"+
 		"env: {GREETING: hi}\n")
+
+	// Run steps on a template base run its programs as host root: refused
+	// unless the server allows it.
+	strict := newServer(t, bins, serverConfig{runtime: "runc"})
+	strict.start()
+	_, stderr, code := strict.cli(ctx, "template", "build", "-f", good, "--name", "rtest")
+	if code == 0 || !strings.Contains(stderr, "not_supported") || !strings.Contains(stderr, "--recipe-run-on-template-bases") {
+		t.Fatalf("a run step on a template base, not allowed: exit %d, stderr %q", code, stderr)
+	}
+	strict.stop()
+
+	s := newServer(t, bins, serverConfig{runtime: "runc", extraArgs: []string{"--recipe-run-on-template-bases"}})
+	s.start()
 	stdout, stderr, code := s.cli(ctx, "-o", "json", "template", "build", "-f", good, "--name", "rtest")
 	if code != 0 {
 		t.Fatalf("template build: exit %d\n%s\n%s", code, stdout, stderr)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/template/recipe"
 )
 
 // maxRecipeBytes bounds the recipe file `template build` reads and sends.
@@ -48,14 +50,21 @@ func (a *app) templateBuildCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if contextDir == "" {
+			r, err := recipe.Parse([]byte(text))
+			if err != nil {
+				return usageErrorf("%s: %w", file, err)
+			}
+			req := apiv1.ImportTemplateRequest{Recipe: text}
+			// The context goes with recipes that copy files (or when given):
+			// a server on another host need not have the recipe's directory.
+			if contextDir == "" && slices.ContainsFunc(r.Steps(), func(s recipe.Step) bool { return s.Copy != nil }) {
 				contextDir = filepath.Dir(file)
 			}
-			abs, err := filepath.Abs(contextDir)
-			if err != nil {
-				return fmt.Errorf("making %s absolute: %w", contextDir, err)
+			if contextDir != "" {
+				if req.Context, err = filepath.Abs(contextDir); err != nil {
+					return fmt.Errorf("making %s absolute: %w", contextDir, err)
+				}
 			}
-			req := apiv1.ImportTemplateRequest{Recipe: text, Context: abs}
 			if req.Name, err = nameFlag(name); err != nil {
 				return err
 			}
@@ -65,7 +74,7 @@ func (a *app) templateBuildCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVarP(&file, "file", "f", "", "the recipe file (YAML)")
 	fs.StringVar(&name, "name", "", "name[:tag] to point at the template when the build succeeds (tag latest if none)")
-	fs.StringVar(&contextDir, "context", "", "directory on the server's host that the recipe's copy sources are relative to (default: the recipe file's directory)")
+	fs.StringVar(&contextDir, "context", "", "directory on the server's host that the recipe's copy sources are relative to (default, for a recipe with copy steps: the recipe file's directory)")
 	fs.BoolVar(&detach, "detach", false, "print the build ID and return without following the build")
 	return cmd
 }

@@ -118,9 +118,10 @@ func startBuilds(ctx context.Context, opts Options, dd *dataDir, st store.Store,
 		cacheDir = dd.join("build-cache")
 	}
 	builder := &recipe.Builder{
-		Store:    templates,
-		CacheDir: cacheDir,
-		Logger:   log.With("component", "recipe"),
+		Store:              templates,
+		CacheDir:           cacheDir,
+		Logger:             log.With("component", "recipe"),
+		RunOnTemplateBases: opts.RecipeRunOnTemplateBases,
 		Resolve: func(ctx context.Context, ref string) (model.TemplateDigest, error) {
 			r, err := model.ParseTemplateRef(ref)
 			if err != nil {

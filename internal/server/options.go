@@ -104,6 +104,11 @@ type Options struct {
 	// BuildCacheDir (--build-cache-dir) holds the recipe build cache; "":
 	// DataDir/build-cache.
 	BuildCacheDir string
+	// RecipeRunOnTemplateBases (--recipe-run-on-template-bases) allows
+	// recipes to run commands (run and packages steps) on a template base,
+	// which runs that template's own programs as root on this host, in a
+	// chroot, not a sandbox (recipe.Builder.RunOnTemplateBases).
+	RecipeRunOnTemplateBases bool
 	// FaultPoint makes the process SIGKILL itself when it reaches the named
 	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
 	FaultPoint string

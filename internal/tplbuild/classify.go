@@ -14,6 +14,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/template"
+	"github.com/airlockdev/airlock/internal/template/recipe"
 )
 
 // classify turns a failed build's error into the code and message stored
@@ -47,7 +48,7 @@ func classify(source string, err error) *model.BuildError {
 		return &model.BuildError{Code: apiv1.CodeBlobStoreCorrupt, Message: "nothing was imported: " + err.Error()}
 	case errors.Is(err, errBlobStore):
 		return &model.BuildError{Code: apiv1.CodeBlobStoreUnavailable, Message: err.Error()}
-	case errors.Is(err, errNotSupported):
+	case errors.Is(err, errNotSupported), errors.Is(err, recipe.ErrUntrustedBase):
 		return &model.BuildError{Code: apiv1.CodeNotSupported, Message: err.Error()}
 	case errors.Is(err, model.ErrInvalid):
 		return &model.BuildError{Code: apiv1.CodeInvalidRequest, Message: err.Error()}

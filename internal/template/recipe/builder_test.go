@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -277,8 +278,11 @@ steps:
 func TestBuildCopyEscapes(t *testing.T) {
 	b := newBuilder(t, "")
 	base := busybox(t, b)
-	ctxDir := t.TempDir()
-	writeFiles(t, ctxDir, map[string]string{"ok/f": "f"})
+	outer := t.TempDir()
+	ctxDir := filepath.Join(outer, "ctx")
+	// The files the links point at exist: a refusal is the escape's, not a
+	// missing file's.
+	writeFiles(t, outer, map[string]string{"ctx/ok/f": "f", "secret": "s"})
 	for name, target := range map[string]string{"abs": "/etc", "up": "..", "upfile": "../secret"} {
 		if err := os.Symlink(target, filepath.Join(ctxDir, name)); err != nil {
 			t.Fatal(err)
@@ -286,9 +290,18 @@ func TestBuildCopyEscapes(t *testing.T) {
 	}
 	for _, src := range []string{"abs/passwd", "abs", "up", "upfile", "missing"} {
 		r := mustParse(t, fmt.Sprintf("from: {template: %q}\nsteps: [{copy: {src: %s, dst: /x}}]\n", base, src))
-		if _, err := b.Build(context.Background(), r, ctxDir, nil); !errors.Is(err, model.ErrInvalid) {
+		_, err := b.Build(context.Background(), r, ctxDir, nil)
+		if !errors.Is(err, model.ErrInvalid) {
 			t.Errorf("copy %s: %v, want ErrInvalid", src, err)
 		}
+		if src != "missing" && errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("copy %s: refused as missing, not as an escape: %v", src, err)
+		}
+	}
+	// The context itself through a link into it still works.
+	r := mustParse(t, fmt.Sprintf("from: {template: %q}\nsteps: [{copy: {src: ok/f, dst: /x}}]\n", base))
+	if _, err := b.Build(context.Background(), r, ctxDir, nil); err != nil {
+		t.Errorf("copy ok/f: %v", err)
 	}
 }
 
@@ -321,13 +334,15 @@ func TestBuildCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() {
+		// Cancel once the command runs (its first line is in the log).
+		var seen []byte
 		buf := make([]byte, 4096)
-		n, _ := pr.Read(buf)
-		if strings.Contains(string(buf[:n]), "started") || n > 0 {
-			cancel()
-		}
 		for {
-			if _, err := pr.Read(buf); err != nil {
+			n, err := pr.Read(buf)
+			if seen = append(seen, buf[:n]...); strings.Contains(string(seen), "started") {
+				cancel()
+			}
+			if err != nil {
 				return
 			}
 		}
