@@ -19,7 +19,7 @@ func checkStaticAgent(path string) error {
 	}
 	switch err := staticelf.Check(data); {
 	case errors.Is(err, staticelf.ErrDynamic):
-		return fmt.Errorf("agent binary %s is %v (the sandbox has neither): build it static with CGO_ENABLED=0 go build -o bin/ ./cmd/airlock-agent", path, err)
+		return fmt.Errorf("agent binary %s is %v, which sandboxes lack: build it static with CGO_ENABLED=0 go build -o bin/ ./cmd/airlock-agent", path, err)
 	case err != nil:
 		return fmt.Errorf("agent binary %s: %w", path, err)
 	}
