@@ -256,6 +256,13 @@ func testTemplateGCRacesCreates(e *env) {
 				}
 				if ok {
 					tombstoned.Add(1)
+					// Before it comes back: no live sandbox may use it.
+					if users, err := e.s.CountTemplateUsers(e.ctx, d); err != nil {
+						t.Errorf("CountTemplateUsers: %v", err)
+						return
+					} else if users[d] > 0 {
+						t.Errorf("template %s was tombstoned while %d live sandboxes use it", d, users[d])
+					}
 					// Bring it back, as a new import would, so the race goes on.
 					if err := e.s.PutTemplate(e.ctx, model.Template{Digest: d, SizeBytes: 1, Manifest: []byte("m"), CreatedAt: now}); err != nil {
 						t.Errorf("PutTemplate: %v", err)
