@@ -2,11 +2,15 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/atomicfile"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/template"
@@ -25,7 +29,7 @@ var minimalTemplate = model.TaggedName{Name: MinimalTemplateName, Tag: model.Def
 // neither runs busybox nor hashes the tree again) and points names at it.
 // Without a static busybox there is none; the server still runs and says
 // how to get one.
-func ensureMinimalTemplate(ctx context.Context, st store.Store, templates *template.Store, log *slog.Logger, names ...model.TaggedName) error {
+func ensureMinimalTemplate(ctx context.Context, st store.Store, templates *template.Store, def *defaultTag, log *slog.Logger, names ...model.TaggedName) error {
 	bb := ""
 	for _, p := range []string{"/bin/busybox", "/usr/bin/busybox"} {
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
@@ -52,6 +56,12 @@ func ensureMinimalTemplate(ctx context.Context, st store.Store, templates *templ
 		return fmt.Errorf("record minimal template: %w", err)
 	}
 	for _, n := range names {
+		if n == model.DefaultTemplate {
+			if err := def.set(ctx, imp.Digest, now); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := st.SetTemplateName(ctx, n, imp.Digest, now); err != nil {
 			return fmt.Errorf("name minimal template %s: %w", n, err)
 		}
@@ -67,7 +77,10 @@ const DefaultBuildSource = "default"
 // build is cached; otherwise it queues its build (unless one is queued or
 // running already, as after a restart mid-build), which names "default"
 // when it is done. The server does not wait for it.
-func ensureDebianDefault(ctx context.Context, st store.Store, b *recipe.Builder, log *slog.Logger) error {
+func ensureDebianDefault(ctx context.Context, st store.Store, b *recipe.Builder, def *defaultTag, log *slog.Logger) error {
+	if moved, err := def.moved(ctx); err != nil || moved {
+		return err
+	}
 	release, err := b.Store.Guard(ctx) // until recorded: see template.Store.Guard
 	if err != nil {
 		return fmt.Errorf("default template: %w", err)
@@ -82,8 +95,8 @@ func ensureDebianDefault(ctx context.Context, st store.Store, b *recipe.Builder,
 		if err := st.PutTemplate(ctx, model.Template{Digest: imp.Digest, SizeBytes: imp.SizeBytes, Manifest: imp.Manifest, CreatedAt: now}); err != nil {
 			return fmt.Errorf("record default template: %w", err)
 		}
-		if err := st.SetTemplateName(ctx, model.DefaultTemplate, imp.Digest, now); err != nil {
-			return fmt.Errorf("name default template: %w", err)
+		if err := def.set(ctx, imp.Digest, now); err != nil {
+			return err
 		}
 		log.Info("default template ready (cached build)", "digest", imp.Digest)
 		return nil
@@ -148,12 +161,21 @@ func startBuilds(ctx context.Context, opts Options, dd *dataDir, st store.Store,
 	if err != nil {
 		return nil, err
 	}
+	def := &defaultTag{st: st, file: dd.join(defaultTagFile), log: log}
 	switch opts.DefaultTemplate {
 	case DefaultTemplateMinimal:
-		err = ensureMinimalTemplate(ctx, st, templates, log, minimalTemplate, model.DefaultTemplate)
+		names := []model.TaggedName{minimalTemplate}
+		moved, merr := def.moved(ctx)
+		if merr != nil {
+			return nil, merr
+		}
+		if !moved {
+			names = append(names, model.DefaultTemplate)
+		}
+		err = ensureMinimalTemplate(ctx, st, templates, def, log, names...)
 	case DefaultTemplateDebian, "":
-		if err = ensureMinimalTemplate(ctx, st, templates, log, minimalTemplate); err == nil {
-			err = ensureDebianDefault(ctx, st, builder, log)
+		if err = ensureMinimalTemplate(ctx, st, templates, def, log, minimalTemplate); err == nil {
+			err = ensureDebianDefault(ctx, st, builder, def, log)
 		}
 	default:
 		err = fmt.Errorf("--default-template must be %s or %s, not %q", DefaultTemplateDebian, DefaultTemplateMinimal, opts.DefaultTemplate)
@@ -162,4 +184,57 @@ func startBuilds(ctx context.Context, opts Options, dd *dataDir, st store.Store,
 		return nil, err
 	}
 	return runner, nil
+}
+
+// defaultTagFile (in the data dir) holds the digest the server last
+// pointed "default" at.
+const defaultTagFile = "default-template"
+
+// defaultTag is the server's hold on the tag "default": it points it at its
+// choice (--default-template) at every start, unless an operator has moved
+// it since (airlock template tag …), which it then leaves alone.
+type defaultTag struct {
+	st   store.Store
+	file string
+	log  *slog.Logger
+}
+
+// moved reports whether "default" points at a template the server did not
+// point it at: neither the digest it named last (the file) nor one its
+// default build made.
+func (d *defaultTag) moved(ctx context.Context) (bool, error) {
+	t, err := d.st.ResolveTemplate(ctx, model.RefByName(model.DefaultTemplate))
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("default template: %w", err)
+	}
+	if last, err := os.ReadFile(d.file); err == nil && strings.TrimSpace(string(last)) == t.Digest.String() {
+		return false, nil
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("default template: %w", err)
+	}
+	page, err := d.st.ListBuilds(ctx, store.BuildQuery{Name: model.DefaultTemplate, States: []model.BuildState{model.BuildSucceeded}, Limit: 100})
+	if err != nil {
+		return false, fmt.Errorf("default template builds: %w", err)
+	}
+	for _, b := range page.Builds {
+		if b.Source == DefaultBuildSource && b.Digest == t.Digest {
+			return false, nil
+		}
+	}
+	d.log.Info("the template tag default was moved by an operator; the server leaves it", "digest", t.Digest)
+	return true, nil
+}
+
+// set points "default" at digest and remembers that the server did.
+func (d *defaultTag) set(ctx context.Context, digest model.TemplateDigest, now time.Time) error {
+	if err := d.st.SetTemplateName(ctx, model.DefaultTemplate, digest, now); err != nil {
+		return fmt.Errorf("name default template: %w", err)
+	}
+	if err := atomicfile.Write(d.file, []byte(digest.String()+"\n"), 0o600); err != nil {
+		return fmt.Errorf("default template: %w", err)
+	}
+	return nil
 }

@@ -2,10 +2,12 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
@@ -30,8 +32,9 @@ func TestDebianDefaultQueuedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := &recipe.Builder{Store: ts, CacheDir: filepath.Join(dir, "cache"), Logger: log}
+	def := &defaultTag{st: st, file: filepath.Join(dir, defaultTagFile), log: log}
 	for range 2 {
-		if err := ensureDebianDefault(ctx, st, b, log); err != nil {
+		if err := ensureDebianDefault(ctx, st, b, def, log); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -48,5 +51,52 @@ func TestDebianDefaultQueuedOnce(t *testing.T) {
 	}
 	if _, err := st.ResolveTemplate(ctx, model.RefByName(model.DefaultTemplate)); err == nil {
 		t.Fatal("default is named before its build")
+	}
+}
+
+// The server points "default" where --default-template says at every
+// start, but not once an operator has moved the tag.
+func TestDefaultTagLeftWhenMoved(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "db"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now()
+	put := func(m string) model.TemplateDigest {
+		t.Helper()
+		tpl := model.Template{Digest: model.DigestFromSHA256(sha256.Sum256([]byte(m))), SizeBytes: 1, Manifest: []byte(m), CreatedAt: now}
+		if err := st.PutTemplate(ctx, tpl); err != nil {
+			t.Fatal(err)
+		}
+		return tpl.Digest
+	}
+	ours, theirs := put("ours"), put("theirs")
+	def := &defaultTag{st: st, file: filepath.Join(dir, defaultTagFile), log: log}
+	moved := func() bool {
+		t.Helper()
+		m, err := def.moved(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if moved() {
+		t.Fatal("an unset default counts as moved")
+	}
+	if err := def.set(ctx, ours, now); err != nil {
+		t.Fatal(err)
+	}
+	if moved() {
+		t.Fatal("the server's own default counts as moved")
+	}
+	if err := st.SetTemplateName(ctx, model.DefaultTemplate, theirs, now); err != nil {
+		t.Fatal(err)
+	}
+	if !moved() {
+		t.Fatal("an operator's default does not count as moved")
 	}
 }
