@@ -127,7 +127,7 @@ func (a *airlockSubject) info() Subject {
 		Kind:      KindAirlock,
 		Runtime:   string(a.flavor),
 		Isolation: runtime.IsolationSharedKernel,
-		Method: "Go client against an in-process airlock server on 127.0.0.1: POST /v1/sandboxes (default template) → " +
+		Method: "Go client against an in-process airlock server on 127.0.0.1: POST /v1/sandboxes (default template: the busybox tree, as --default-template minimal) → " +
 			"create operation done → POST …/commands [echo hello] → attach → first stdout event",
 		Rootfs: "per-sandbox overlayfs over the template tree (runc, crun: over an idmapped view of it, in the sandbox's own user namespace), " +
 			"mounted inside the timed create; the guest agent is PID 1 and starts echo",

@@ -149,7 +149,7 @@ func (b *benchmark) runTemplateSize(ctx context.Context, cache string, largeByte
 		return Report{}, err
 	}
 	rep := Report{
-		Benchmark: fmt.Sprintf("airlock bench template-size: create → first stdout byte of `echo hello`, from the default template (%s) and a large one (%s), same rounds",
+		Benchmark: fmt.Sprintf("airlock bench template-size: create → first stdout byte of `echo hello`, from the minimal (busybox) template (%s) and a large one (%s), same rounds",
 			formatBytes(smallImp.SizeBytes), formatBytes(largeImp.SizeBytes)),
 		StartedAt: started,
 		Runs:      b.cfg.Runs,
@@ -268,7 +268,7 @@ type templateSubject struct {
 func (t *templateSubject) info() Subject {
 	s := t.airlockSubject.info()
 	s.Name += "-large"
-	s.Method = strings.Replace(s.Method, "(default template)", "(template "+t.ref+", "+formatBytes(t.size)+")", 1)
+	s.Method = strings.Replace(s.Method, "(default template: the busybox tree, as --default-template minimal)", "(template "+t.ref+", "+formatBytes(t.size)+")", 1)
 	return s
 }
 
