@@ -71,20 +71,10 @@ func (d *Staged) Adopt(ctx context.Context, cfg Config, what string) (Imported, 
 	if err := d.checkTree(ctx); err != nil {
 		return Imported{}, fmt.Errorf("import %s: %w", what, err)
 	}
-	sum, err := digestTree(ctx, d.Rootfs())
-	if err != nil {
-		return Imported{}, fmt.Errorf("import %s: digest the tree: %w", what, err)
-	}
-	m := Manifest{
-		SchemaVersion: ManifestSchemaVersion,
-		Rootfs:        RootfsInfo{Digest: sum.digestString(), SizeBytes: sum.size, Entries: sum.entries},
-		Config:        cfg,
-	}
-	data, err := m.Encode()
+	imp, err := templateOfTree(ctx, d.Rootfs(), cfg)
 	if err != nil {
 		return Imported{}, fmt.Errorf("import %s: %w", what, err)
 	}
-	imp := Imported{Digest: manifestDigest(data), Manifest: data, SizeBytes: sum.size, Entries: sum.entries}
 	if err := ctx.Err(); err != nil {
 		return Imported{}, err
 	}

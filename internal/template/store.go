@@ -362,20 +362,10 @@ func (s *Store) importChecked(ctx context.Context, progress func(Progress), cfg 
 		return Imported{}, fmt.Errorf("import %s: %w", what, err)
 	}
 
-	sum, err := digestTree(ctx, st.rootfs())
-	if err != nil {
-		return Imported{}, fmt.Errorf("import %s: digest the tree: %w", what, err)
-	}
-	m := Manifest{
-		SchemaVersion: ManifestSchemaVersion,
-		Rootfs:        RootfsInfo{Digest: sum.digestString(), SizeBytes: sum.size, Entries: sum.entries},
-		Config:        cfg,
-	}
-	data, err := m.Encode()
+	imp, err := templateOfTree(ctx, st.rootfs(), cfg)
 	if err != nil {
 		return Imported{}, fmt.Errorf("import %s: %w", what, err)
 	}
-	imp := Imported{Digest: manifestDigest(data), Manifest: data, SizeBytes: sum.size, Entries: sum.entries}
 	if err := ctx.Err(); err != nil {
 		return Imported{}, err
 	}
@@ -453,4 +443,23 @@ func syncfs(dir string) error {
 		return fmt.Errorf("syncfs %s: %w", dir, err)
 	}
 	return nil
+}
+
+// templateOfTree digests the tree at rootfs and makes its canonical manifest
+// with runtime configuration cfg: the template it is, not yet stored.
+func templateOfTree(ctx context.Context, rootfs string, cfg Config) (Imported, error) {
+	sum, err := digestTree(ctx, rootfs)
+	if err != nil {
+		return Imported{}, fmt.Errorf("digest the tree: %w", err)
+	}
+	m := Manifest{
+		SchemaVersion: ManifestSchemaVersion,
+		Rootfs:        RootfsInfo{Digest: sum.digestString(), SizeBytes: sum.size, Entries: sum.entries},
+		Config:        cfg,
+	}
+	data, err := m.Encode()
+	if err != nil {
+		return Imported{}, err
+	}
+	return Imported{Digest: manifestDigest(data), Manifest: data, SizeBytes: sum.size, Entries: sum.entries}, nil
 }
