@@ -2,7 +2,9 @@
 -- garbage collection.
 --
 -- template_names (name -> digest) becomes template_tags ((name, tag) ->
--- digest); every existing name keeps its meaning as name:latest.
+-- digest); every existing name keeps its meaning as name:latest. The names
+-- sha256, sha384 and sha512 are reserved now ("sha256:latest" reads as a
+-- digest): such a name becomes NAME-name:latest, unless that is taken.
 --
 -- A deleted or collected template keeps its row, because deleted sandboxes'
 -- rows still reference it, but gets a tombstone (deleted_at): it is then
@@ -21,7 +23,12 @@ CREATE TABLE template_tags (
 CREATE INDEX template_tags_digest ON template_tags (digest, name, tag);
 
 INSERT INTO template_tags (name, tag, digest, updated_at)
-    SELECT name, 'latest', digest, updated_at FROM template_names;
+    SELECT name, 'latest', digest, updated_at FROM template_names
+    WHERE name NOT IN ('sha256', 'sha384', 'sha512');
+INSERT INTO template_tags (name, tag, digest, updated_at)
+    SELECT name || '-name', 'latest', digest, updated_at FROM template_names AS old
+    WHERE name IN ('sha256', 'sha384', 'sha512')
+      AND NOT EXISTS (SELECT 1 FROM template_tags AS t WHERE t.name = old.name || '-name' AND t.tag = 'latest');
 
 DROP TABLE template_names;
 

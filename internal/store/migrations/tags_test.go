@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// Migration 004 turns every template name into name:latest and leaves
-// existing templates live (no tombstone).
+// Migration 004 turns every template name into name:latest (a reserved
+// name into NAME-name:latest) and leaves existing templates live (no
+// tombstone).
 func TestTemplateTagsMigration(t *testing.T) {
 	ctx := context.Background()
 	db, err := sql.Open("sqlite", "file:"+t.TempDir()+"/db.sqlite")
@@ -25,7 +26,7 @@ func TestTemplateTagsMigration(t *testing.T) {
 	}
 	for _, q := range []string{
 		`INSERT INTO templates (digest, size_bytes, manifest, created_at) VALUES ('sha256:00', 0, x'', 0)`,
-		`INSERT INTO template_names (name, digest, updated_at) VALUES ('default', 'sha256:00', 7), ('python', 'sha256:00', 8)`,
+		`INSERT INTO template_names (name, digest, updated_at) VALUES ('default', 'sha256:00', 7), ('python', 'sha256:00', 8), ('sha256', 'sha256:00', 9)`,
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			t.Fatal(err)
@@ -47,7 +48,8 @@ func TestTemplateTagsMigration(t *testing.T) {
 		}
 		got = append(got, s)
 	}
-	if len(got) != 2 || got[0] != "default:latest=sha256:00" || got[1] != "python:latest=sha256:00" {
+	// The reserved name sha256 stays reachable under another.
+	if len(got) != 3 || got[0] != "default:latest=sha256:00" || got[1] != "python:latest=sha256:00" || got[2] != "sha256-name:latest=sha256:00" {
 		t.Fatalf("tags after migration: %v", got)
 	}
 	var deleted sql.NullInt64
