@@ -244,7 +244,7 @@ func (b *Builder) execute(ctx context.Context, n int, ps planStep, parent model.
 		if err != nil {
 			return template.Imported{}, err
 		}
-		cfg.Env = mergeEnv(cfg.Env, ps.env)
+		cfg.Env = model.SetEnv(cfg.Env, ps.env)
 		if ps.workdir != "" {
 			cfg.WorkingDir = ps.workdir
 		}
@@ -266,22 +266,6 @@ func (b *Builder) config(d model.TemplateDigest) (template.Config, error) {
 		return template.Config{}, err
 	}
 	return m.Config, nil
-}
-
-// mergeEnv sets the NAME=VALUE entries of set in env, replacing an entry of
-// the same name in place, appending the others in order.
-func mergeEnv(env, set []string) []string {
-	out := slices.Clone(env)
-	for _, kv := range set {
-		name, _, _ := strings.Cut(kv, "=")
-		i := slices.IndexFunc(out, func(e string) bool { return strings.HasPrefix(e, name+"=") })
-		if i >= 0 {
-			out[i] = kv
-		} else {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // overlayStep runs a copy, run or packages step: the parent's tree is the
@@ -362,10 +346,11 @@ func (b *Builder) copyStep(ctx context.Context, mergedPath, contextDir string, p
 }
 
 // runEnv is the environment of run steps: the parent template's, with
-// HOME, LANG and DEBIAN_FRONTEND added when it does not set them.
+// PATH (model.DefaultPath, as the agent's processes get), HOME, LANG and
+// DEBIAN_FRONTEND added when it does not set them.
 func runEnv(env []string) []string {
 	out := slices.Clone(env)
-	for _, kv := range []string{"PATH=" + hostPath, "HOME=/root",
+	for _, kv := range []string{"PATH=" + model.DefaultPath, "HOME=/root",
 		"LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive"} {
 		name, _, _ := strings.Cut(kv, "=")
 		if !slices.ContainsFunc(out, func(e string) bool { return strings.HasPrefix(e, name+"=") }) {
