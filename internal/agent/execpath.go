@@ -6,35 +6,25 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+
+	"github.com/airlockdev/airlock/internal/model"
 )
 
 // DefaultPath is the PATH a process gets when neither the agent's
 // environment nor the request sets one.
-const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const DefaultPath = model.DefaultPath
 
-// mergeEnv returns base with every entry of extra added; an entry of extra
-// replaces the entry of base with the same name. Order is kept: base's names
-// first, then new names from extra. A PATH is added if none is set.
+// mergeEnv returns base with every entry of extra added (model.SetEnv: an
+// entry of extra replaces the entry of base with the same name; base's names
+// first, then new names from extra). A PATH is added if none is set.
 func mergeEnv(base, extra []string) []string {
-	out := make([]string, 0, len(base)+len(extra)+1)
-	index := make(map[string]int, len(base)+len(extra))
-	add := func(kv string) {
+	out := model.SetEnv(base, extra)
+	if !slices.ContainsFunc(out, func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
-		if i, ok := index[name]; ok {
-			out[i] = kv
-			return
-		}
-		index[name] = len(out)
-		out = append(out, kv)
-	}
-	for _, kv := range base {
-		add(kv)
-	}
-	for _, kv := range extra {
-		add(kv)
-	}
-	if _, ok := index["PATH"]; !ok {
+		return name == "PATH"
+	}) {
 		out = append(out, "PATH="+DefaultPath)
 	}
 	return out

@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"path"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -337,4 +338,19 @@ func FuzzParseMetadataFilter(f *testing.F) {
 			t.Fatalf("%q parsed as %q=%q", s, k, v)
 		}
 	})
+}
+
+func TestSetEnv(t *testing.T) {
+	for _, tt := range []struct {
+		env, set, want []string
+	}{
+		{nil, nil, []string{}},
+		{[]string{"A=1", "B=2"}, []string{"B=3", "C=4"}, []string{"A=1", "B=3", "C=4"}},
+		{[]string{"A=1", "B=2", "A=5"}, nil, []string{"A=5", "B=2"}},
+		{[]string{"A=1"}, []string{"C=1", "A=", "C=2"}, []string{"A=", "C=2"}},
+	} {
+		if got := SetEnv(tt.env, tt.set); !slices.Equal(got, tt.want) {
+			t.Errorf("SetEnv(%q, %q) = %q, want %q", tt.env, tt.set, got, tt.want)
+		}
+	}
 }

@@ -233,6 +233,32 @@ func (e Env) Merge(over Env) Env {
 	return out
 }
 
+// DefaultPath is the PATH a process gets when its environment sets none
+// (the agent's processes, a recipe's run steps).
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// SetEnv returns env, a list of NAME=VALUE entries, with the entries of set
+// added: an entry replaces the one of the same name in place, new names are
+// appended in order. A name env or set holds twice is kept once, at its first
+// place, with its last value. Unlike Env, the list keeps its order (an
+// image's or a template's config).
+func SetEnv(env, set []string) []string {
+	out := make([]string, 0, len(env)+len(set))
+	index := make(map[string]int, len(env)+len(set))
+	for _, list := range [][]string{env, set} {
+		for _, kv := range list {
+			name, _, _ := strings.Cut(kv, "=")
+			if i, ok := index[name]; ok {
+				out[i] = kv
+				continue
+			}
+			index[name] = len(out)
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 // Metadata is a set of user labels on a sandbox, used for filtering.
 // At most 32 entries; keys are 1–63 characters of [A-Za-z0-9._/-]; values are
 // at most 256 bytes of UTF-8.

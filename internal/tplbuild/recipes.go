@@ -1,12 +1,8 @@
 package tplbuild
 
 import (
-	"bytes"
 	"context"
 	"io"
-	"regexp"
-	"strconv"
-	"sync"
 
 	"github.com/airlockdev/airlock/internal/template"
 	"github.com/airlockdev/airlock/internal/template/recipe"
@@ -18,6 +14,8 @@ type Recipes struct {
 }
 
 // BuildRecipe implements RecipeBuilder: text "" is recipe.Default().
+// Progress comes from the builder's own step reports, never from the log
+// (which run steps write to).
 func (r Recipes) BuildRecipe(ctx context.Context, text, contextDir string, log io.Writer, progress func(StepProgress)) (template.Imported, []Step, error) {
 	rc := recipe.Default()
 	if text != "" {
@@ -26,8 +24,13 @@ func (r Recipes) BuildRecipe(ctx context.Context, text, contextDir string, log i
 			return template.Imported{}, nil, err
 		}
 	}
-	w := &stepWatcher{w: log, progress: progress}
-	res, err := r.Builder.Build(ctx, rc, contextDir, w)
+	opts := recipe.BuildOptions{Log: log}
+	if progress != nil {
+		opts.Progress = func(p recipe.StepProgress) {
+			progress(StepProgress{Done: p.Done, Cached: p.Cached, Total: p.Total})
+		}
+	}
+	res, err := r.Builder.BuildWith(ctx, rc, contextDir, opts)
 	if err != nil {
 		return template.Imported{}, nil, err
 	}
@@ -36,52 +39,4 @@ func (r Recipes) BuildRecipe(ctx context.Context, text, contextDir string, log i
 		steps = append(steps, Step{Key: s.Key, Kind: s.Kind, Cached: s.Cached})
 	}
 	return res.Imported, steps, nil
-}
-
-// stepLine matches the recipe builder's step lines, "step N/M KIND KEY: …".
-var stepLine = regexp.MustCompile(`^step (\d+)/(\d+) \S+ \S+: (CACHED|built in|building)`)
-
-// stepWatcher passes a build's log through and reports progress from its
-// step lines.
-type stepWatcher struct {
-	w        io.Writer
-	progress func(StepProgress)
-
-	mu     sync.Mutex
-	line   []byte
-	cached int
-}
-
-func (s *stepWatcher) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	for _, c := range p {
-		if c != '\n' {
-			if len(s.line) < 256 {
-				s.line = append(s.line, c)
-			}
-			continue
-		}
-		s.step(s.line)
-		s.line = s.line[:0]
-	}
-	s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-func (s *stepWatcher) step(line []byte) {
-	m := stepLine.FindSubmatch(bytes.TrimSpace(line))
-	if m == nil || s.progress == nil {
-		return
-	}
-	n, _ := strconv.Atoi(string(m[1]))
-	total, _ := strconv.Atoi(string(m[2]))
-	switch string(m[3]) {
-	case "building":
-		s.progress(StepProgress{Done: n - 1, Cached: s.cached, Total: total})
-	case "CACHED":
-		s.cached++
-		s.progress(StepProgress{Done: n, Cached: s.cached, Total: total})
-	default:
-		s.progress(StepProgress{Done: n, Cached: s.cached, Total: total})
-	}
 }

@@ -157,26 +157,3 @@ func TestLogBounded(t *testing.T) {
 		t.Fatalf("log = %q", b)
 	}
 }
-
-func TestStepWatcher(t *testing.T) {
-	var got []StepProgress
-	var out strings.Builder
-	w := &stepWatcher{w: &out, progress: func(p StepProgress) { got = append(got, p) }}
-	for _, s := range []string{"step 1/3 debian abc123: CACHED\nstep 2/3 packages def: buil", "ding\nI: mmdebstrap…\n", "step 2/3 packages def: built in 3.0s\nstep 3/3 run 9a: building\n"} {
-		if _, err := io.WriteString(w, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want := []StepProgress{{1, 1, 3}, {1, 1, 3}, {2, 1, 3}, {2, 1, 3}}
-	if len(got) != len(want) {
-		t.Fatalf("progress %v, want %v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("progress %v, want %v", got, want)
-		}
-	}
-	if !strings.Contains(out.String(), "I: mmdebstrap…") {
-		t.Fatalf("log not passed through: %q", out.String())
-	}
-}

@@ -92,15 +92,41 @@ func (b *Builder) logger() *slog.Logger {
 	return b.Logger
 }
 
-// Build builds r, with copy sources read from contextDir, writing progress
-// lines to log: for each step "step N/M KIND KEY: CACHED" or "… built in
-// Xs", between them the output of mmdebstrap and of run steps. Steps whose
+// BuildOptions are the per-build options of Builder.BuildWith.
+type BuildOptions struct {
+	// Log gets the build's log: for each step "step N/M KIND KEY: CACHED"
+	// or "… built in Xs", between them the output of mmdebstrap and of run
+	// steps. Nil discards it.
+	Log io.Writer
+	// Progress, if set, is called as each step starts and as it ends, from
+	// the goroutine that called BuildWith. Unlike the log, which run steps
+	// write to, it reports only what the builder itself did.
+	Progress func(StepProgress)
+}
+
+// StepProgress is how far a build is: Done of Total steps ended, Cached of
+// them from the cache; Step (1-based) and Kind are the step that just
+// started (Done == Step-1) or ended (Done == Step).
+type StepProgress struct {
+	Done, Cached, Total int
+	Step                int
+	Kind                string
+}
+
+// Build builds r, with copy sources read from contextDir, writing its log
+// to log: BuildWith with BuildOptions{Log: log}.
+func (b *Builder) Build(ctx context.Context, r Recipe, contextDir string, log io.Writer) (Result, error) {
+	return b.BuildWith(ctx, r, contextDir, BuildOptions{Log: log})
+}
+
+// BuildWith builds r, with copy sources read from contextDir. Steps whose
 // result is cached are not run again. A failed run step fails the build
 // with a *StepError; nothing stays mounted or staged.
-func (b *Builder) Build(ctx context.Context, r Recipe, contextDir string, log io.Writer) (Result, error) {
+func (b *Builder) BuildWith(ctx context.Context, r Recipe, contextDir string, opts BuildOptions) (Result, error) {
 	if err := b.check(); err != nil {
 		return Result{}, err
 	}
+	log := opts.Log
 	if log == nil {
 		log = io.Discard
 	}
@@ -111,11 +137,18 @@ func (b *Builder) Build(ctx context.Context, r Recipe, contextDir string, log io
 	}
 	var res Result
 	var cur template.Imported
+	cached := 0
+	report := func(step, done int, kind string) {
+		if opts.Progress != nil {
+			opts.Progress(StepProgress{Done: done, Cached: cached, Total: len(steps), Step: step, Kind: kind})
+		}
+	}
 	for i, ps := range steps {
 		head := fmt.Sprintf("step %d/%d %s %s", i+1, len(steps), ps.kind, short(ps.key))
 		logf := func(format string, args ...any) { fmt.Fprintf(log, head+": "+format+"\n", args...) }
 		start := time.Now()
 		sr := StepResult{Key: ps.key, Kind: ps.kind}
+		report(i+1, i, ps.kind)
 		if ps.kind == KindTemplate {
 			if !b.Store.Has(ps.base) {
 				return Result{}, fmt.Errorf("%s: base template %s: %w", head, ps.base, template.ErrNotFound)
@@ -126,6 +159,8 @@ func (b *Builder) Build(ctx context.Context, r Recipe, contextDir string, log io
 			sr.Cached, sr.Digest = true, cur.Digest
 			logf("CACHED (template %s)", cur.Digest)
 			res.Steps = append(res.Steps, sr)
+			cached++
+			report(i+1, i+1, ps.kind)
 			continue
 		}
 		imp, hit, err := b.lookup(ctx, ps.key, logf)
@@ -137,6 +172,8 @@ func (b *Builder) Build(ctx context.Context, r Recipe, contextDir string, log io
 			sr.Cached, sr.Digest = true, imp.Digest
 			logf("CACHED")
 			res.Steps = append(res.Steps, sr)
+			cached++
+			report(i+1, i+1, ps.kind)
 			continue
 		}
 		logf("building")
@@ -159,6 +196,7 @@ func (b *Builder) Build(ctx context.Context, r Recipe, contextDir string, log io
 		sr.Digest = imp.Digest
 		logf("built in %.1fs", time.Since(start).Seconds())
 		res.Steps = append(res.Steps, sr)
+		report(i+1, i+1, ps.kind)
 	}
 	res.Imported = cur
 	return res, nil
@@ -206,7 +244,7 @@ func (b *Builder) execute(ctx context.Context, n int, ps planStep, parent model.
 		if err != nil {
 			return template.Imported{}, err
 		}
-		cfg.Env = mergeEnv(cfg.Env, ps.env)
+		cfg.Env = model.SetEnv(cfg.Env, ps.env)
 		if ps.workdir != "" {
 			cfg.WorkingDir = ps.workdir
 		}
@@ -228,22 +266,6 @@ func (b *Builder) config(d model.TemplateDigest) (template.Config, error) {
 		return template.Config{}, err
 	}
 	return m.Config, nil
-}
-
-// mergeEnv sets the NAME=VALUE entries of set in env, replacing an entry of
-// the same name in place, appending the others in order.
-func mergeEnv(env, set []string) []string {
-	out := slices.Clone(env)
-	for _, kv := range set {
-		name, _, _ := strings.Cut(kv, "=")
-		i := slices.IndexFunc(out, func(e string) bool { return strings.HasPrefix(e, name+"=") })
-		if i >= 0 {
-			out[i] = kv
-		} else {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // overlayStep runs a copy, run or packages step: the parent's tree is the
@@ -324,10 +346,11 @@ func (b *Builder) copyStep(ctx context.Context, mergedPath, contextDir string, p
 }
 
 // runEnv is the environment of run steps: the parent template's, with
-// HOME, LANG and DEBIAN_FRONTEND added when it does not set them.
+// PATH (model.DefaultPath, as the agent's processes get), HOME, LANG and
+// DEBIAN_FRONTEND added when it does not set them.
 func runEnv(env []string) []string {
 	out := slices.Clone(env)
-	for _, kv := range []string{"PATH=" + hostPath, "HOME=/root",
+	for _, kv := range []string{"PATH=" + model.DefaultPath, "HOME=/root",
 		"LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive"} {
 		name, _, _ := strings.Cut(kv, "=")
 		if !slices.ContainsFunc(out, func(e string) bool { return strings.HasPrefix(e, name+"=") }) {

@@ -275,6 +275,71 @@ steps:
 	}
 }
 
+// Copying a directory onto a symlink of the tree resolves the symlink in
+// the tree: one to a directory of the tree is copied into, one whose target
+// exists only on the host is replaced by a directory of the tree, and
+// whether that target exists on the host changes nothing.
+func TestBuildCopyDirOntoTreeSymlink(t *testing.T) {
+	ctxDir := t.TempDir()
+	writeFiles(t, ctxDir, map[string]string{"dir/c.txt": "gamma\n", "dir/sub/e.txt": "e"})
+	hostDir := filepath.Join(t.TempDir(), "host-only")
+	if err := os.Mkdir(hostDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const inTree = "/srv/airlock-recipe-test-app" // not on the host
+	if _, err := os.Lstat(inTree); !errors.Is(err, fs.ErrNotExist) {
+		t.Skipf("%s exists on the host: %v", inTree, err)
+	}
+	text := func(base model.TemplateDigest) string {
+		return fmt.Sprintf(`
+from: {template: %q}
+steps:
+  - run: "mkdir -p %[2]s && echo old > %[2]s/old && ln -s %[2]s /app && ln -s ../srv/airlock-recipe-test-app /rel && ln -s %[3]s /hostonly"
+  - copy: {src: dir, dst: /app}
+  - copy: {src: dir, dst: /rel/again}
+  - copy: {src: dir, dst: /hostonly}
+`, base, inTree, hostDir)
+	}
+	var digests []model.TemplateDigest
+	for _, hostExists := range []bool{true, false} {
+		if !hostExists {
+			if err := os.Remove(hostDir); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b := newBuilder(t, "")
+		res, log := build(t, b, mustParse(t, text(busybox(t, b))), ctxDir)
+		d := res.Imported.Digest
+		digests = append(digests, d)
+		root := b.Store.RootfsDir(d)
+		for p, want := range map[string]string{
+			"srv/airlock-recipe-test-app/old": "old\n", "srv/airlock-recipe-test-app/c.txt": "gamma\n",
+			"srv/airlock-recipe-test-app/sub/e.txt": "e", "srv/airlock-recipe-test-app/again/c.txt": "gamma\n",
+			"hostonly/c.txt": "gamma\n", "hostonly/sub/e.txt": "e",
+		} {
+			if got := readTree(t, b, d, p); got != want {
+				t.Errorf("host target exists %v: %s = %q, want %q\n%s", hostExists, p, got, want, log)
+			}
+		}
+		if fi, err := os.Lstat(filepath.Join(root, "app")); err != nil || fi.Mode().Type() != fs.ModeSymlink {
+			t.Errorf("/app is no longer a symlink: %v %v", fi, err)
+		}
+		if fi, err := os.Lstat(filepath.Join(root, "hostonly")); err != nil || !fi.IsDir() {
+			t.Errorf("/hostonly is not a directory of the tree: %v %v", fi, err)
+		}
+		if hostExists {
+			if ents, err := os.ReadDir(hostDir); err != nil || len(ents) != 0 {
+				t.Errorf("the host directory was touched: %v %v", ents, err)
+			}
+		} else if _, err := os.Lstat(hostDir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the host directory was created: %v", err)
+		}
+	}
+	if digests[0] != digests[1] {
+		t.Errorf("the tree depends on the host: %s with the host's directory, %s without", digests[0], digests[1])
+	}
+}
+
 func TestBuildCopyEscapes(t *testing.T) {
 	b := newBuilder(t, "")
 	base := busybox(t, b)

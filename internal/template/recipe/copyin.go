@@ -32,7 +32,7 @@ func copyInto(ctx context.Context, rootFd int, src *os.Root, c Copy) (string, er
 		var sum []byte
 		switch e.kind {
 		case 'd':
-			err = mkdirIn(parent, base, dst)
+			err = mkdirIn(rootFd, parent, base, dst)
 		case 'f':
 			sum, err = writeFileIn(ctx, parent, base, dst, src, e, sh.buf)
 		case 'l':
@@ -103,16 +103,24 @@ func clearLeaf(parent int, name, dst string) error {
 	return unix.Unlinkat(parent, name, 0)
 }
 
-func mkdirIn(parent int, name, dst string) error {
-	var st unix.Stat_t
-	err := unix.Fstatat(parent, name, &st, 0) // a symlink to a directory is used as one
+// mkdirIn makes directory dst of the tree, name in its open parent. A
+// directory there, or a symlink that resolves to one inside the tree, is
+// used as it is; anything else (a file, a symlink to a file or to nothing in
+// the tree) is replaced. Resolving in the tree's root matters: a symlink's
+// target on the host must neither change the outcome nor be revealed.
+func mkdirIn(rootFd, parent int, name, dst string) error {
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	fd, err := unix.Openat2(rootFd, dst, how)
 	switch {
-	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
+	case err == nil:
+		unix.Close(fd)
 		return nil
-	case err == nil || !errors.Is(err, unix.ENOENT):
-		if err := clearLeaf(parent, name, dst); err != nil {
-			return err
-		}
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP):
+	default:
+		return err
+	}
+	if err := clearLeaf(parent, name, dst); err != nil {
+		return err
 	}
 	if err := unix.Mkdirat(parent, name, 0o755); err != nil {
 		return err
