@@ -179,10 +179,14 @@ const (
 	EventBuildDone     = "done"     // Build, the last event
 )
 
-// BuildLogEventData is a chunk of whole lines of a build's log (the last
-// line of a chunk may lack its newline only at the end of the log).
+// BuildLogEventData is a chunk of a build's log: whole lines, but for a
+// partial last line at the end of the log or after a pause, or a line cut
+// at 64 KiB. A chunk never ends inside a UTF-8 character; invalid bytes
+// are sent as U+FFFD, one for each. Offset is the log file's byte offset
+// after the chunk (also the event's id): the point to resume from.
 type BuildLogEventData struct {
-	Text string `json:"text"`
+	Text   string `json:"text"`
+	Offset int64  `json:"offset"`
 }
 
 // BuildProgressEventData is how far a running build has come.

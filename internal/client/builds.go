@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
@@ -50,22 +51,29 @@ func (c *Client) ListBuilds(ctx context.Context, f BuildFilter) (apiv1.BuildList
 	return out, err
 }
 
-// BuildEvent is one event of a build's log stream: Log text, or Progress.
+// BuildEvent is one event of a build's log stream: Log text (with Offset,
+// the log's byte offset after it), or Progress.
 type BuildEvent struct {
 	Log      string
+	Offset   int64
 	Progress *apiv1.BuildProgressEventData
 }
 
 // FollowBuild streams build id's log (GET /v1/builds/{id}/log) to fn until
 // the build finishes, and returns the finished build. With follow false it
 // sends the log so far and returns the build as it is. A dropped stream is
-// opened again; the log text already seen is not passed to fn twice.
+// opened again from the log offset of the last log event received (sent as
+// Last-Event-ID), so no log text is dropped or passed to fn twice.
 func (c *Client) FollowBuild(ctx context.Context, id model.BuildID, follow bool, fn func(BuildEvent) error) (apiv1.Build, error) {
-	var seen int64 // log bytes passed to fn
+	var offset int64 // the log's byte offset after the text passed to fn
 	for attempt := 0; ; attempt++ {
-		b, done, err := c.followOnce(ctx, id, follow, &seen, fn)
+		before := offset
+		b, done, err := c.followOnce(ctx, id, follow, &offset, fn)
 		if done || err == nil {
 			return b, err
+		}
+		if offset > before {
+			attempt = 0 // the stream got somewhere: not a failing server
 		}
 		var rt *retryableError
 		if !errors.As(err, &rt) || ctx.Err() != nil || attempt >= 30 {
@@ -79,7 +87,7 @@ func (c *Client) FollowBuild(ctx context.Context, id model.BuildID, follow bool,
 
 // followOnce reads one log stream. done says the stream ended with its done
 // event (b is the build); a retryable error says it may be opened again.
-func (c *Client) followOnce(ctx context.Context, id model.BuildID, follow bool, seen *int64, fn func(BuildEvent) error) (b apiv1.Build, done bool, err error) {
+func (c *Client) followOnce(ctx context.Context, id model.BuildID, follow bool, offset *int64, fn func(BuildEvent) error) (b apiv1.Build, done bool, err error) {
 	u := *c.base
 	u.Path += "/v1/builds/" + id.String() + "/log"
 	if !follow {
@@ -93,6 +101,9 @@ func (c *Client) followOnce(ctx context.Context, id model.BuildID, follow bool, 
 	req.Header.Set("User-Agent", c.userAgent)
 	if c.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	if *offset > 0 {
+		req.Header.Set("Last-Event-ID", strconv.FormatInt(*offset, 10))
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -117,7 +128,6 @@ func (c *Client) followOnce(ctx context.Context, id model.BuildID, follow bool, 
 		return b, false, fmt.Errorf("build log: server answered with content type %q, not text/event-stream", resp.Header.Get("Content-Type"))
 	}
 	dec := NewSSEDecoder(resp.Body)
-	var offset int64 // log bytes of this stream
 	for {
 		ev, err := dec.Next()
 		if err != nil {
@@ -135,16 +145,11 @@ func (c *Client) followOnce(ctx context.Context, id model.BuildID, follow bool, 
 			if err := json.Unmarshal([]byte(ev.Data), &d); err != nil {
 				return b, false, fmt.Errorf("malformed log event: %w", err)
 			}
-			text := d.Text
-			if skip := *seen - offset; skip > 0 {
-				text = text[min(int(skip), len(text)):]
+			if d.Offset <= *offset {
+				return b, false, fmt.Errorf("build log %s: a log event ends at byte %d, not after %d where the stream resumed", id, d.Offset, *offset)
 			}
-			offset += int64(len(d.Text))
-			if text == "" {
-				continue
-			}
-			*seen += int64(len(text))
-			if err := fn(BuildEvent{Log: text}); err != nil {
+			*offset = d.Offset
+			if err := fn(BuildEvent{Log: d.Text, Offset: d.Offset}); err != nil {
 				return b, true, err
 			}
 		case apiv1.EventBuildProgress:

@@ -26,6 +26,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/eventstream"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
@@ -234,20 +235,15 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 	defer endStream()
 
 	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	sse := &sseWriter{w: w, rc: rc}
-	if err := sse.flush(); err != nil { // the client sees the stream open at once
+	sse := &sseWriter{Writer: eventstream.Start(w)}
+	if err := sse.Flush(); err != nil { // the client sees the stream open at once
 		return
 	}
 	if startErr != nil {
 		pe := procctl.PublicError(startErr)
 		d.log.InfoContext(ctx, "process did not start", "process", t.pid, "err", startErr)
-		_ = sse.event("", apiv1.EventError, apiv1.Error{Code: pe.Code, Message: pe.Message})
-		_ = sse.flush()
+		_ = sse.Event("", apiv1.EventError, apiv1.Error{Code: pe.Code, Message: pe.Message})
+		_ = sse.Flush()
 		return
 	}
 	// At the drain deadline a write blocked on a client that reads nothing
@@ -265,7 +261,7 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 	case ctx.Err() == nil:
 		d.log.WarnContext(ctx, "attach stream ended with an error", "process", t.pid, "err", err)
 		pe := procctl.PublicError(err)
-		_ = sse.event("", apiv1.EventError, apiv1.Error{Code: pe.Code, Message: "lost the output stream: " + pe.Message})
-		_ = sse.flush()
+		_ = sse.Event("", apiv1.EventError, apiv1.Error{Code: pe.Code, Message: "lost the output stream: " + pe.Message})
+		_ = sse.Flush()
 	}
 }

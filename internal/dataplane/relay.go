@@ -110,7 +110,7 @@ func (d *DataPlane) relay(ctx context.Context, sse *sseWriter, out *agentclient.
 			_ = out.Close() // unblocks the reader goroutine
 			return progressed, false, ctx.Err()
 		case <-keepAlive.C:
-			if err := sse.comment("keep-alive"); err != nil {
+			if err := sse.Comment("keep-alive"); err != nil {
 				_ = out.Close()
 				return progressed, false, errClientGone
 			}
@@ -119,7 +119,7 @@ func (d *DataPlane) relay(ctx context.Context, sse *sseWriter, out *agentclient.
 		}
 		if n.err != nil {
 			if unflushed > 0 {
-				if err := sse.flush(); err != nil {
+				if err := sse.Flush(); err != nil {
 					return progressed, false, errClientGone
 				}
 			}
@@ -136,7 +136,7 @@ func (d *DataPlane) relay(ctx context.Context, sse *sseWriter, out *agentclient.
 			werr = sse.output(ev.Seq, ev.Type, ev.Data)
 			unflushed += len(ev.Data)
 		case agentproto.EventGap:
-			werr = sse.event(id, apiv1.EventGap, apiv1.GapEventData{
+			werr = sse.Event(id, apiv1.EventGap, apiv1.GapEventData{
 				Events: ev.Gap.Events, StdoutBytes: ev.Gap.StdoutBytes, StderrBytes: ev.Gap.StderrBytes, Exact: ev.Gap.Exact})
 			unflushed++
 		case agentproto.EventExit:
@@ -144,9 +144,9 @@ func (d *DataPlane) relay(ctx context.Context, sse *sseWriter, out *agentclient.
 			if ev.ExitCode != nil {
 				code = *ev.ExitCode
 			}
-			werr = sse.event(id, apiv1.EventExit, apiv1.ExitEventData{ExitCode: code, Signal: ev.Signal, TimedOut: ev.TimedOut})
+			werr = sse.Event(id, apiv1.EventExit, apiv1.ExitEventData{ExitCode: code, Signal: ev.Signal, TimedOut: ev.TimedOut})
 			if werr == nil {
-				werr = sse.flush()
+				werr = sse.Flush()
 			}
 			if werr != nil {
 				return progressed, false, errClientGone
@@ -157,7 +157,7 @@ func (d *DataPlane) relay(ctx context.Context, sse *sseWriter, out *agentclient.
 			continue // a newer agent's event type this server does not know
 		}
 		if werr == nil && (len(events) == 0 || unflushed >= flushEvery) {
-			werr = sse.flush()
+			werr = sse.Flush()
 			unflushed = 0
 		}
 		if werr != nil {
