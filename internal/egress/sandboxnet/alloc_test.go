@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
@@ -136,5 +137,57 @@ func TestPreferredSlotSpread(t *testing.T) {
 	}
 	if len(seen) < 45 {
 		t.Errorf("50 IDs map to only %d slots", len(seen))
+	}
+}
+
+// TestAllocate: slots are recorded, reused on repeat, probed past collisions,
+// freed with the allocation file, and a full pool is an error. File
+// operations only: no privileges needed.
+func TestAllocate(t *testing.T) {
+	p, err := NewPool(netip.MustParsePrefix("192.168.77.0/28"), t.TempDir()) // 4 slots
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]model.SandboxID{}
+	var ids []model.SandboxID
+	for range 4 {
+		id := model.NewSandboxID()
+		s, fresh, err := p.allocate(id)
+		if err != nil || !fresh {
+			t.Fatalf("allocate: %d %v %v", s, fresh, err)
+		}
+		if other, ok := seen[s]; ok {
+			t.Fatalf("slot %d given to %s and %s", s, other, id)
+		}
+		seen[s] = id
+		ids = append(ids, id)
+		if again, fresh, err := p.allocate(id); err != nil || fresh || again != s {
+			t.Fatalf("repeat allocate: %d %v %v, want %d", again, fresh, err, s)
+		}
+	}
+	if _, _, err := p.allocate(model.NewSandboxID()); err == nil || !strings.Contains(err.Error(), "full") {
+		t.Fatalf("fifth allocation in a 4-slot pool: %v", err)
+	}
+	// Free one; the next sandbox gets exactly that slot.
+	freed, _, _ := p.allocate(ids[2])
+	if err := os.Remove(p.allocPath(ids[2])); err != nil {
+		t.Fatal(err)
+	}
+	if s, _, err := p.allocate(model.NewSandboxID()); err != nil || s != freed {
+		t.Fatalf("after freeing %d got %d, %v", freed, s, err)
+	}
+	// A damaged allocation file is replaced by a fresh allocation.
+	if err := os.WriteFile(p.allocPath(ids[0]), []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(p.allocPath(ids[1])); err != nil {
+		t.Fatal(err)
+	}
+	if _, fresh, err := p.allocate(ids[0]); err != nil || !fresh {
+		t.Fatalf("damaged file: fresh=%v, %v", fresh, err)
+	}
+	left, err := p.Leftovers()
+	if err != nil || len(left) != 3 { // ids[0], ids[3] and the one that took the freed slot
+		t.Fatalf("Leftovers = %v, %v", left, err)
 	}
 }

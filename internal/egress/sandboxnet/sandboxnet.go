@@ -12,8 +12,10 @@
 // The host end ("alk" + 12 hex of SHA-256(id)) gets the slot's first address,
 // the guest end is created directly inside the netns as eth0 with the second
 // address and a default route via the host end; lo is up; IPv6 is disabled
-// inside the netns only (net.ipv6.conf.{all,default}.disable_ipv6=1). Nothing
-// changes the host's global settings: no ip_forward, no sysctl, no ruleset.
+// inside the netns (net.ipv6.conf.{all,default}.disable_ipv6=1 there) and on
+// the host end alone (net.ipv6.conf.<host end>.disable_ipv6=1). Nothing
+// changes the host's global settings: no ip_forward, no global or default
+// sysctl, no ruleset.
 //
 // Crash safety: Attach writes the allocation file before it creates anything
 // and Detach removes it last, so every leftover netns or veth is findable from
@@ -306,6 +308,17 @@ func disableIPv6() error {
 	return nil
 }
 
+// disableIPv6On turns IPv6 off on one interface of the caller's netns.
+func disableIPv6On(ifname string) error {
+	err := os.WriteFile("/proc/sys/net/ipv6/conf/"+ifname+"/disable_ipv6", []byte("1\n"), 0)
+	if errors.Is(err, os.ErrNotExist) {
+		if _, serr := os.Stat("/proc/sys/net/ipv6"); errors.Is(serr, os.ErrNotExist) {
+			return nil // kernel without IPv6
+		}
+	}
+	return err
+}
+
 // inNewThread runs fn on a locked OS thread that fn may move into another
 // network namespace. The thread's netns is restored afterwards; if that
 // fails the thread is left locked so the Go runtime terminates it, and no
@@ -405,6 +418,12 @@ func ensureLinks(a Attachment) error {
 	}
 	if err := netlink.AddrReplace(hl, &netlink.Addr{IPNet: ipnet(a.HostAddr)}); err != nil {
 		return fmt.Errorf("address %s on %s: %w", a.HostAddr, a.HostIf, err)
+	}
+	// The host end carries no IPv6 either (not even a link-local address):
+	// a per-interface setting of an interface this package owns, set before
+	// it goes up; the host's global and default settings stay untouched.
+	if err := disableIPv6On(a.HostIf); err != nil {
+		return fmt.Errorf("disable IPv6 on %s: %w", a.HostIf, err)
 	}
 	if err := netlink.LinkSetUp(hl); err != nil {
 		return fmt.Errorf("up %s: %w", a.HostIf, err)
