@@ -61,7 +61,10 @@ type Pool struct {
 }
 
 // NewPool returns a pool over prefix (IPv4, private, at most /30; the zero
-// Prefix means DefaultPrefix) keeping its state in dir, which it creates.
+// Prefix means DefaultPrefix) keeping its state in dir, which it creates. It
+// refuses a prefix that overlaps an address or a (non-default) route of the
+// host on an interface this package did not make: the sandboxes' /30 routes
+// would shadow part of that network.
 func NewPool(prefix netip.Prefix, dir string) (*Pool, error) {
 	if !prefix.IsValid() {
 		prefix = DefaultPrefix
@@ -77,6 +80,9 @@ func NewPool(prefix netip.Prefix, dir string) (*Pool, error) {
 	}
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("sandboxnet: directory %q must be absolute", dir)
+	}
+	if err := checkHostOverlap(prefix); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandboxnet: %w", err)
@@ -474,4 +480,41 @@ func pairIntact(gh *netlink.Handle, a Attachment) bool {
 		return false
 	}
 	return hl.Attrs().ParentIndex == gl.Attrs().Index && gl.Attrs().ParentIndex == hl.Attrs().Index
+}
+
+// checkHostOverlap fails if an address or a main-table route of the host
+// overlaps prefix on an interface other than this package's host ends.
+func checkHostOverlap(prefix netip.Prefix) error {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("sandboxnet: list links: %w", err)
+	}
+	names := map[int]string{}
+	for _, l := range links {
+		names[l.Attrs().Index] = l.Attrs().Name
+	}
+	ours := func(index int) bool { return strings.HasPrefix(names[index], IfPrefix) }
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("sandboxnet: list addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if p, ok := toPrefix(a.IPNet); ok && p.Overlaps(prefix) && !ours(a.LinkIndex) {
+			return fmt.Errorf("sandboxnet: pool %s overlaps address %s on %s", prefix, p, names[a.LinkIndex])
+		}
+	}
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("sandboxnet: list routes: %w", err)
+	}
+	for _, r := range routes {
+		p, ok := toPrefix(r.Dst)
+		if !ok || p.Bits() == 0 {
+			continue // the default route overlaps everything
+		}
+		if p.Overlaps(prefix) && !ours(r.LinkIndex) {
+			return fmt.Errorf("sandboxnet: pool %s overlaps route %s on %s", prefix, p, names[r.LinkIndex])
+		}
+	}
+	return nil
 }

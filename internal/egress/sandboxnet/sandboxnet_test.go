@@ -535,3 +535,37 @@ func TestAttachRejectsBadID(t *testing.T) {
 		}
 	}
 }
+
+// TestNewPoolRefusesHostOverlap: a pool overlapping a network the host
+// already has would shadow it. The test makes its own veth pair (this kernel
+// has no dummy driver) with an address; no traffic is sent.
+func TestNewPoolRefusesHostOverlap(t *testing.T) {
+	needNetAdmin(t)
+	name := "sbnt" + strconv.Itoa(os.Getpid()%100000)
+	dummy := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
+	if err := netlink.LinkAdd(dummy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := netlink.LinkDel(dummy); err != nil {
+			t.Errorf("delete %s: %v", name, err)
+		}
+	})
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipnet(netip.MustParsePrefix("10.215.3.1/24"))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewPool(netip.MustParsePrefix("10.215.0.0/16"), t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "overlaps") {
+		t.Fatalf("NewPool over the host's 10.215.3.0/24: %v", err)
+	}
+	if _, err := NewPool(netip.MustParsePrefix("10.216.0.0/16"), t.TempDir()); err != nil {
+		t.Fatalf("a disjoint pool: %v", err)
+	}
+}
