@@ -2,9 +2,11 @@ package sandboxnet
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -189,5 +191,38 @@ func TestAllocate(t *testing.T) {
 	left, err := p.Leftovers()
 	if err != nil || len(left) != 3 { // ids[0], ids[3] and the one that took the freed slot
 		t.Fatalf("Leftovers = %v, %v", left, err)
+	}
+}
+
+// TestReconcileRemovesTemporaries: an allocation write interrupted by a crash
+// leaves a temporary file that Reconcile removes; kept allocations stay.
+func TestReconcileRemovesTemporaries(t *testing.T) {
+	dir := t.TempDir()
+	p, err := NewPool(netip.MustParsePrefix("192.168.78.0/28"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := model.NewSandboxID()
+	if _, _, err := p.allocate(id); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, "."+string(id)+".slot.tmp-123")
+	other := filepath.Join(dir, "README")
+	for _, f := range []string{tmp, other} {
+		if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed, err := p.Reconcile(context.Background(), func(model.SandboxID) bool { return true })
+	if err != nil || len(removed) != 0 {
+		t.Fatalf("Reconcile = %v, %v", removed, err)
+	}
+	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temporary survived: %v", err)
+	}
+	for _, f := range []string{other, p.allocPath(id)} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
 	}
 }

@@ -239,7 +239,8 @@ func (p *Pool) Leftovers() ([]model.SandboxID, error) {
 }
 
 // Reconcile detaches every sandbox in the pool for which keep returns false,
-// e.g. what a server killed mid-create left, and returns their IDs.
+// e.g. what a server killed mid-create left, and returns their IDs. It also
+// removes the temporary files of interrupted allocation writes.
 func (p *Pool) Reconcile(ctx context.Context, keep func(model.SandboxID) bool) ([]model.SandboxID, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -249,6 +250,17 @@ func (p *Pool) Reconcile(ctx context.Context, keep func(model.SandboxID) bool) (
 	}
 	var removed []model.SandboxID
 	var errs []error
+	// Temporaries of an allocation write that a crash interrupted (writes
+	// happen under p.mu, so none is in progress now).
+	if ents, err := os.ReadDir(p.dir); err == nil {
+		for _, e := range ents {
+			if n := e.Name(); strings.HasPrefix(n, ".") && strings.Contains(n, ".slot.tmp-") {
+				if err := os.Remove(filepath.Join(p.dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
 	for _, id := range ids {
 		if keep(id) {
 			continue
