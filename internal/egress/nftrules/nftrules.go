@@ -87,8 +87,8 @@ func Ensure(conn *nftables.Conn, cfg Config) error {
 	if err := Check(conn, cfg); err == nil {
 		return nil
 	}
-	keep, err := Sandboxes(conn)
-	if err != nil && !errors.Is(err, ErrNoTable) {
+	keep, err := keptSandboxes(conn)
+	if err != nil {
 		return err
 	}
 	// Adding before deleting makes the delete valid whether or not the table exists.
@@ -197,6 +197,22 @@ func Sandboxes(conn *nftables.Conn) ([]string, error) {
 	return names, nil
 }
 
+// keptSandboxes is what Ensure carries over into a rebuilt table: the set's elements, or none when
+// there is no table, no such set, or a set of another type (a foreign or half-made table).
+func keptSandboxes(conn *nftables.Conn) ([]string, error) {
+	names, err := Sandboxes(conn)
+	switch {
+	case err == nil:
+		return names, nil
+	case errors.Is(err, ErrNoTable), errors.Is(err, errNoSet):
+		return nil, nil
+	default:
+		return nil, err
+	}
+}
+
+var errNoSet = errors.New("nftrules: no set " + SandboxSet + " of type ifname")
+
 func exists(conn *nftables.Conn) (bool, error) {
 	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
@@ -217,8 +233,14 @@ func sandboxSet(conn *nftables.Conn) (*nftables.Set, error) {
 		return nil, ErrNoTable
 	}
 	set, err := conn.GetSetByName(table, SandboxSet)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, errNoSet
+	}
 	if err != nil {
 		return nil, fmt.Errorf("nftrules: set %s: %w", SandboxSet, err)
+	}
+	if set.KeyType.Name != nftables.TypeIFName.Name {
+		return nil, errNoSet
 	}
 	return set, nil
 }

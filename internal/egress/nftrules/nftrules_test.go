@@ -137,3 +137,34 @@ func TestEnsureIdempotentAndRemove(t *testing.T) {
 		t.Fatalf("after Remove tables are %v", got)
 	}
 }
+
+func TestEnsureRepairsForeignTable(t *testing.T) {
+	ns := newNetns(t)
+	c := ns.conn(t)
+	// A table of our name with none of our objects (a half-made table, or someone else's).
+	tb := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: TableName})
+	c.AddChain(&nftables.Chain{Name: "stray", Table: tb, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter})
+	wrong := &nftables.Set{Table: tb, Name: SandboxSet, KeyType: nftables.TypeIPAddr}
+	if err := c.AddSet(wrong, []nftables.SetElement{{Key: []byte{10, 0, 0, 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(c, testCfg); err == nil {
+		t.Fatal("Check passed on a foreign table")
+	}
+	if err := Ensure(c, testCfg); err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	if err := Check(c, testCfg); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Sandboxes(c); err != nil || len(got) != 0 {
+		t.Fatalf("Sandboxes = %v, %v", got, err)
+	}
+	if err := Remove(c); err != nil {
+		t.Fatal(err)
+	}
+}
