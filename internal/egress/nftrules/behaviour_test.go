@@ -39,6 +39,12 @@ func TestRedirectAndDrop(t *testing.T) {
 	guest.ip(t, nil, "addr", "add", "10.231.0.2/30", "dev", guestIf)
 	guest.ip(t, nil, "link", "set", guestIf, "up")
 	guest.ip(t, nil, "route", "add", "default", "via", hostAddr.String())
+	// IPv6 too: the redirect works for both families of the inet table, and neighbour discovery
+	// must pass the input chain.
+	hostAddr6 := netip.MustParseAddr("fd00:231::1")
+	host.ip(t, nil, "addr", "add", hostAddr6.String()+"/64", "dev", hostIf, "nodad")
+	guest.ip(t, nil, "addr", "add", "fd00:231::2/64", "dev", guestIf, "nodad")
+	guest.ip(t, nil, "-6", "route", "add", "default", "via", hostAddr6.String())
 
 	c := host.conn(t)
 	if err := Ensure(c, testCfg); err != nil {
@@ -46,11 +52,15 @@ func TestRedirectAndDrop(t *testing.T) {
 	}
 	t.Cleanup(func() { Remove(c) })
 
-	var proxy, other *net.TCPListener
+	var proxy, proxy6, other *net.TCPListener
 	var resolver *net.UDPConn
 	host.do(t, func() {
 		var err error
 		if proxy, err = net.ListenTCP("tcp4", tcpAddr(hostAddr, testCfg.ProxyPort)); err != nil {
+			t.Error(err)
+			return
+		}
+		if proxy6, err = net.ListenTCP("tcp6", tcpAddr(hostAddr6, testCfg.ProxyPort)); err != nil {
 			t.Error(err)
 			return
 		}
@@ -65,12 +75,12 @@ func TestRedirectAndDrop(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	t.Cleanup(func() { proxy.Close(); other.Close(); resolver.Close() })
+	t.Cleanup(func() { proxy.Close(); proxy6.Close(); other.Close(); resolver.Close() })
 
 	dial := func(dst string) (net.Conn, error) {
 		var conn net.Conn
 		var err error
-		guest.do(t, func() { conn, err = net.DialTimeout("tcp4", dst, 750*time.Millisecond) })
+		guest.do(t, func() { conn, err = net.DialTimeout("tcp", dst, 750*time.Millisecond) })
 		return conn, err
 	}
 	// accepted waits for one connection on l and returns its original destination.
@@ -98,13 +108,20 @@ func TestRedirectAndDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, dst := range []string{fmt.Sprintf("%s:80", hostAddr), "203.0.113.5:443", "203.0.113.5:80"} {
+	for _, dst := range []string{
+		fmt.Sprintf("%s:80", hostAddr), "203.0.113.5:443", "203.0.113.5:80",
+		fmt.Sprintf("[%s]:443", hostAddr6), "[2001:db8::5]:443", "[2001:db8::5]:80",
+	} {
+		l := proxy
+		if netip.MustParseAddrPort(dst).Addr().Is6() {
+			l = proxy6
+		}
 		conn, err := dial(dst)
 		if err != nil {
 			t.Errorf("guest → %s: %v", dst, err)
 			continue
 		}
-		orig, err := accepted(proxy)
+		orig, err := accepted(l)
 		conn.Close()
 		if err != nil {
 			t.Errorf("guest → %s: proxy: %v", dst, err)
@@ -144,8 +161,10 @@ func TestRedirectAndDrop(t *testing.T) {
 
 	// Anything else addressed to the host is dropped: its services, and the proxy's own port
 	// when not reached through the redirect.
-	for _, port := range []uint16{service, testCfg.ProxyPort, 22} {
-		dst := fmt.Sprintf("%s:%d", hostAddr, port)
+	for _, dst := range []string{
+		fmt.Sprintf("%s:%d", hostAddr, service), fmt.Sprintf("%s:%d", hostAddr, testCfg.ProxyPort), fmt.Sprintf("%s:22", hostAddr),
+		fmt.Sprintf("[%s]:%d", hostAddr6, testCfg.ProxyPort),
+	} {
 		if conn, err := dial(dst); err == nil {
 			conn.Close()
 			t.Errorf("guest → %s connected, want dropped", dst)
