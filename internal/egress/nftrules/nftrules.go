@@ -14,7 +14,8 @@
 //
 // Nothing outside the table is touched: not other tables, not sysctls. Calls on one table must not
 // run concurrently (the server serializes them); every function takes the *nftables.Conn to use,
-// so tests hand in one bound to a network namespace (nftables.WithNetNSFd).
+// so tests hand in one bound to a network namespace (nftables.WithNetNSFd). After an error, use a
+// fresh Conn: a failed call may have left unsent messages in the Conn's batch.
 package nftrules
 
 import (
