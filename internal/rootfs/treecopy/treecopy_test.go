@@ -186,6 +186,9 @@ func TestReflink(t *testing.T) {
 	requireRoot(t)
 	mkfs, err := exec.LookPath("mkfs.xfs")
 	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("mkfs.xfs not installed: scripts/install-deps.sh installs xfsprogs")
+		}
 		t.Skip("mkfs.xfs not installed (apt-get install xfsprogs): reflink path not exercised")
 	}
 	dir := t.TempDir()
