@@ -136,15 +136,10 @@ func (d *DataPlane) relay(ctx context.Context, sse *sseWriter, out *agentclient.
 			werr = sse.output(ev.Seq, ev.Type, ev.Data)
 			unflushed += len(ev.Data)
 		case agentproto.EventGap:
-			werr = sse.Event(id, apiv1.EventGap, apiv1.GapEventData{
-				Events: ev.Gap.Events, StdoutBytes: ev.Gap.StdoutBytes, StderrBytes: ev.Gap.StderrBytes, Exact: ev.Gap.Exact})
+			werr = sse.Event(id, apiv1.EventGap, gapData(ev))
 			unflushed++
 		case agentproto.EventExit:
-			code := -1
-			if ev.ExitCode != nil {
-				code = *ev.ExitCode
-			}
-			werr = sse.Event(id, apiv1.EventExit, apiv1.ExitEventData{ExitCode: code, Signal: ev.Signal, TimedOut: ev.TimedOut})
+			werr = sse.Event(id, apiv1.EventExit, exitData(ev))
 			if werr == nil {
 				werr = sse.Flush()
 			}
@@ -176,4 +171,19 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// gapData is a gap event as the API shows it (SSE and WebSocket alike).
+func gapData(ev agentproto.Event) apiv1.GapEventData {
+	return apiv1.GapEventData{Events: ev.Gap.Events, StdoutBytes: ev.Gap.StdoutBytes, StderrBytes: ev.Gap.StderrBytes, Exact: ev.Gap.Exact}
+}
+
+// exitData is an exit event as the API shows it; an exit without a code
+// (killed by a signal) has code -1.
+func exitData(ev agentproto.Event) apiv1.ExitEventData {
+	code := -1
+	if ev.ExitCode != nil {
+		code = *ev.ExitCode
+	}
+	return apiv1.ExitEventData{ExitCode: code, Signal: ev.Signal, TimedOut: ev.TimedOut}
 }

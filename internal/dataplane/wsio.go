@@ -33,15 +33,11 @@ func (s *wsSession) relay(ctx context.Context, out *agentclient.OutputStream, af
 		case agentproto.EventStdout, agentproto.EventStderr:
 			werr = s.output(ctx, ev)
 		case agentproto.EventGap:
-			werr = s.event(ctx, apiv1.WSEvent{Type: apiv1.EventGap, Seq: ev.Seq, GapEventData: &apiv1.GapEventData{
-				Events: ev.Gap.Events, StdoutBytes: ev.Gap.StdoutBytes, StderrBytes: ev.Gap.StderrBytes, Exact: ev.Gap.Exact}})
+			gap := gapData(ev)
+			werr = s.event(ctx, apiv1.WSEvent{Type: apiv1.EventGap, Seq: ev.Seq, GapEventData: &gap})
 		case agentproto.EventExit:
-			code := -1
-			if ev.ExitCode != nil {
-				code = *ev.ExitCode
-			}
-			if err := s.event(ctx, apiv1.WSEvent{Type: apiv1.EventExit, Seq: ev.Seq,
-				ExitEventData: &apiv1.ExitEventData{ExitCode: code, Signal: ev.Signal, TimedOut: ev.TimedOut}}); err != nil {
+			exit := exitData(ev)
+			if err := s.event(ctx, apiv1.WSEvent{Type: apiv1.EventExit, Seq: ev.Seq, ExitEventData: &exit}); err != nil {
 				return progressed, false, errClientGone
 			}
 			*after = ev.Seq
