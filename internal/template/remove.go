@@ -33,14 +33,18 @@ import (
 // Guard; try again later.
 var ErrBusy = errors.New("template store busy: an import is running")
 
-func (s *Store) gcLockPath() string { return filepath.Join(s.dir, "gc.lock") }
+// openGCLock opens the lock file that Guard (shared) and Remove
+// (exclusive) take.
+func (s *Store) openGCLock() (*os.File, error) {
+	return os.OpenFile(filepath.Join(s.dir, "gc.lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+}
 
 // Guard keeps Remove from removing any tree until release is called. Hold it
 // across an import and the recording of its result (PutTemplate, tags).
 // Several guards may be held at once, also by other processes sharing the
 // directory; it waits only while a Remove is between its check and rename.
 func (s *Store) Guard(ctx context.Context) (release func(), err error) {
-	f, err := os.OpenFile(s.gcLockPath(), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	f, err := s.openGCLock()
 	if err != nil {
 		return nil, fmt.Errorf("template store guard: %w", err)
 	}
@@ -113,7 +117,7 @@ func (s *Store) Remove(ctx context.Context, d model.TemplateDigest, check func(c
 	if src == "" {
 		return false, fmt.Errorf("%w: template digest %q", model.ErrInvalid, shorten(string(d)))
 	}
-	f, err := os.OpenFile(s.gcLockPath(), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	f, err := s.openGCLock()
 	if err != nil {
 		return false, fmt.Errorf("remove template %s: %w", d, err)
 	}
