@@ -9,10 +9,10 @@ import (
 	"github.com/airlockdev/airlock/internal/template"
 )
 
-// commandDefaults gives the working directory and user that template d's
-// Config sets for the commands of its sandboxes. Its Env reaches them
-// through the sandbox's environment (worker.Config.TemplateEnv); its
-// Entrypoint and Cmd are not used yet.
+// commandDefaults gives the default command (Entrypoint then Cmd), working
+// directory and user that template d's Config sets for the commands of its
+// sandboxes. Its Env reaches them through the sandbox's environment
+// (worker.Config.TemplateEnv).
 func commandDefaults(templates *template.Store, d model.TemplateDigest) (procctl.Defaults, error) {
 	def, err := templates.Defaults(d)
 	if err != nil {
