@@ -2,10 +2,9 @@ package template
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/rootfs/treecopy"
@@ -57,14 +56,9 @@ func (s *stager) copyFile(ctx context.Context, rel string, m meta, size int64, s
 	if err != nil {
 		return err
 	}
-	_, err = treecopy.File(ctx, f, src, size)
-	if err == nil {
-		// A clone takes the source as it is now: had it grown since it
-		// was measured, the limits counted less than was copied.
-		var st unix.Stat_t
-		if err = unix.Fstat(int(f.Fd()), &st); err == nil && st.Size != size {
-			err = fmt.Errorf("%w: %s changed size during the import (%d bytes, then %d)", model.ErrInvalid, rel, size, st.Size)
-		}
+	if _, err = treecopy.File(ctx, f, src, size); errors.Is(err, treecopy.ErrChanged) {
+		// Copied past the size the limits counted, or short of it.
+		err = fmt.Errorf("%w: %s changed during the import: %w", model.ErrInvalid, rel, err)
 	}
 	if err == nil {
 		s.bytes += size

@@ -54,8 +54,12 @@ func (m Method) String() string {
 // cancelled context is noticed within one chunk.
 const chunk = 8 << 20
 
+// ErrChanged: the source file is not, or no longer, the size the caller
+// measured (it is being written meanwhile).
+var ErrChanged = errors.New("the file changed during the copy")
+
 // File copies the content of the regular file src, which must be size
-// bytes long, into dst, which must be empty and opened for writing. It
+// bytes long (else ErrChanged), into dst, which must be empty and opened for writing. It
 // tries a reflink first, then copies only the data extents (holes stay
 // holes) with copy_file_range, falling back to read and write. It returns
 // the method used. src's and dst's offsets are not used.
@@ -68,10 +72,18 @@ func File(ctx context.Context, dst, src *os.File, size int64) (Method, error) {
 		return 0, fmt.Errorf("stat %s: %w", src.Name(), err)
 	}
 	if st.Size != size {
-		return 0, fmt.Errorf("%s has %d bytes, expected %d (it changed)", src.Name(), st.Size, size)
+		return 0, fmt.Errorf("%w: %s has %d bytes, expected %d", ErrChanged, src.Name(), st.Size, size)
 	}
 	if size > 0 {
 		if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err == nil {
+			// A clone takes the source whole, as it is now: had it grown
+			// since it was measured, more than size was copied.
+			if err := unix.Fstat(int(dst.Fd()), &st); err != nil {
+				return 0, fmt.Errorf("stat %s: %w", dst.Name(), err)
+			}
+			if st.Size != size {
+				return 0, fmt.Errorf("%w: %s has %d bytes after its clone, expected %d", ErrChanged, src.Name(), st.Size, size)
+			}
 			return Reflink, nil
 		} else if !cloneUnsupported(err) {
 			return 0, fmt.Errorf("clone %s: %w", src.Name(), err)
