@@ -3,7 +3,6 @@ package integration
 import (
 	"archive/tar"
 	"bytes"
-	"debug/elf"
 	"encoding/json"
 	"io"
 	"log"
@@ -25,31 +24,20 @@ import (
 
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/staticelf"
 )
 
 // staticBusybox returns the host's statically linked busybox, or skips.
 func staticBusybox(t *testing.T) []byte {
 	t.Helper()
-	for _, p := range []string{"/bin/busybox", "/usr/bin/busybox"} {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		ef, err := elf.NewFile(bytes.NewReader(data))
-		if err != nil {
-			continue
-		}
-		static := true
-		for _, prog := range ef.Progs {
-			static = static && prog.Type != elf.PT_INTERP
-		}
-		ef.Close()
-		if static {
-			return data
-		}
+	data, err := os.ReadFile(airtest.BusyboxPath(t))
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Skip("no statically linked busybox on this host")
-	return nil
+	if err := staticelf.Check(data); err != nil {
+		t.Skipf("the host's busybox is not a static executable: %v", err)
+	}
+	return data
 }
 
 // tarLayer is a layer of the entries: a name ending in "/" is a directory,
