@@ -3,6 +3,7 @@ package blobstore
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/airlockdev/airlock/internal/model"
 )
@@ -54,4 +55,17 @@ func CheckLink(kind LinkKind, from, to Digest, needTo bool) error {
 		return fmt.Errorf("%w: link needs a kind and valid digests", model.ErrInvalid)
 	}
 	return nil
+}
+
+// EncodeLink is the stored body of a link to to: its digest and a newline.
+func EncodeLink(to Digest) []byte { return []byte(to.String() + "\n") }
+
+// ParseLink parses the stored body b of link kind from → …; a body that
+// is not a digest wraps ErrCorrupt.
+func ParseLink(kind LinkKind, from Digest, b []byte) (Digest, error) {
+	to, err := ParseDigest(strings.TrimSuffix(string(b), "\n"))
+	if err != nil {
+		return Digest{}, fmt.Errorf("%w: link %s %s: %w", ErrCorrupt, kind, from, err)
+	}
+	return to, nil
 }

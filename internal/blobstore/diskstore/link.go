@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/airlockdev/airlock/internal/atomicfile"
 	"github.com/airlockdev/airlock/internal/blobstore"
@@ -33,7 +32,7 @@ func (s *Store) PutLink(ctx context.Context, kind blobstore.LinkKind, from, to b
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return fmt.Errorf("put link %s %s: %w", kind, from, err)
 	}
-	if err := atomicfile.Write(p, []byte(to.String()+"\n"), 0o600); err != nil {
+	if err := atomicfile.Write(p, blobstore.EncodeLink(to), 0o600); err != nil {
 		return fmt.Errorf("put link %s %s: %w", kind, from, err)
 	}
 	return nil
@@ -54,9 +53,5 @@ func (s *Store) GetLink(ctx context.Context, kind blobstore.LinkKind, from blobs
 	if err != nil {
 		return blobstore.Digest{}, fmt.Errorf("get link %s %s: %w", kind, from, err)
 	}
-	to, err := blobstore.ParseDigest(strings.TrimSuffix(string(b), "\n"))
-	if err != nil {
-		return blobstore.Digest{}, fmt.Errorf("%w: link %s %s: %w", blobstore.ErrCorrupt, kind, from, err)
-	}
-	return to, nil
+	return blobstore.ParseLink(kind, from, b)
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/minio/minio-go/v7"
 
@@ -28,7 +27,7 @@ func (s *Store) PutLink(ctx context.Context, kind blobstore.LinkKind, from, to b
 	if err := blobstore.CheckLink(kind, from, to, true); err != nil {
 		return err
 	}
-	body := []byte(to.String() + "\n")
+	body := blobstore.EncodeLink(to)
 	err := s.retryRace(ctx, func() error {
 		_, err := s.core.PutObject(ctx, s.bucket, s.LinkKey(kind, from), bytes.NewReader(body), int64(len(body)), "", "", minio.PutObjectOptions{})
 		return err
@@ -62,9 +61,5 @@ func (s *Store) GetLink(ctx context.Context, kind blobstore.LinkKind, from blobs
 	if err != nil {
 		return blobstore.Digest{}, fmt.Errorf("get link %s %s: %w", kind, from, err)
 	}
-	to, err := blobstore.ParseDigest(strings.TrimSuffix(string(b), "\n"))
-	if err != nil {
-		return blobstore.Digest{}, fmt.Errorf("%w: link %s %s: %w", blobstore.ErrCorrupt, kind, from, err)
-	}
-	return to, nil
+	return blobstore.ParseLink(kind, from, b)
 }
