@@ -71,25 +71,7 @@ func (d *Staged) Adopt(ctx context.Context, cfg Config, what string) (Imported, 
 	if err := d.checkTree(ctx); err != nil {
 		return Imported{}, fmt.Errorf("import %s: %w", what, err)
 	}
-	imp, err := templateOfTree(ctx, d.Rootfs(), cfg)
-	if err != nil {
-		return Imported{}, fmt.Errorf("import %s: %w", what, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return Imported{}, err
-	}
-	if d.s.Has(imp.Digest) {
-		imp.Reused = true
-		return imp, nil
-	}
-	published, err := d.s.publish(d.st, imp)
-	if err != nil {
-		return Imported{}, fmt.Errorf("import %s: %w", what, err)
-	}
-	imp.Reused = !published
-	d.s.logger.Info("template imported", "source", what, "digest", imp.Digest, "entries", imp.Entries,
-		"bytes", imp.SizeBytes, "reused", imp.Reused)
-	return imp, nil
+	return d.s.publishStaged(ctx, d.st, cfg, what, "")
 }
 
 func (d *Staged) checkTree(ctx context.Context) error {

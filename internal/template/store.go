@@ -362,6 +362,13 @@ func (s *Store) importChecked(ctx context.Context, progress func(Progress), cfg 
 		return Imported{}, fmt.Errorf("import %s: %w", what, err)
 	}
 
+	return s.publishStaged(ctx, st, cfg, what, want)
+}
+
+// publishStaged digests the tree staged in st and publishes it as the
+// template with runtime configuration cfg, unless the store has it already;
+// with want set, only if that is the template it makes (else ErrCorrupt).
+func (s *Store) publishStaged(ctx context.Context, st *staging, cfg Config, what string, want model.TemplateDigest) (Imported, error) {
 	imp, err := templateOfTree(ctx, st.rootfs(), cfg)
 	if err != nil {
 		return Imported{}, fmt.Errorf("import %s: %w", what, err)
