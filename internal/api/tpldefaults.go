@@ -12,11 +12,14 @@ import (
 // has no args), working directory and user of its sandbox's template unless
 // it names its own.
 func (a *API) applyTemplateDefaults(spec *model.ProcessSpec, tpl model.TemplateDigest) error {
-	if len(spec.Args) > 0 && (a.cfg.TemplateDefaults == nil || spec.Cwd != "" && spec.User != nil) {
+	if a.cfg.TemplateDefaults == nil {
+		if len(spec.Args) == 0 {
+			return badRequest("args must name the program to run: at least one argument")
+		}
 		return nil
 	}
-	if a.cfg.TemplateDefaults == nil {
-		return badRequest("args must name the program to run: at least one argument")
+	if len(spec.Args) > 0 && spec.Cwd != "" && spec.User != nil {
+		return nil // nothing left to the template
 	}
 	d, err := a.cfg.TemplateDefaults(tpl)
 	if err != nil {
