@@ -108,9 +108,12 @@ func TestRedirectAndDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Every TCP port lands on the proxy, the host's own addresses and ports included (the proxy
+	// refuses those by policy); the service itself never sees the connection.
 	for _, dst := range []string{
-		fmt.Sprintf("%s:80", hostAddr), "203.0.113.5:443", "203.0.113.5:80",
-		fmt.Sprintf("[%s]:443", hostAddr6), "[2001:db8::5]:443", "[2001:db8::5]:80",
+		fmt.Sprintf("%s:80", hostAddr), "203.0.113.5:443", "203.0.113.5:80", "203.0.113.5:22", "198.51.100.7:8443",
+		fmt.Sprintf("%s:%d", hostAddr, service), fmt.Sprintf("%s:22", hostAddr),
+		fmt.Sprintf("[%s]:443", hostAddr6), "[2001:db8::5]:443", "[2001:db8::5]:80", "[2001:db8::5]:5432",
 	} {
 		l := proxy
 		if netip.MustParseAddrPort(dst).Addr().Is6() {
@@ -159,12 +162,15 @@ func TestRedirectAndDrop(t *testing.T) {
 		}
 	})
 
-	// Anything else addressed to the host is dropped: its services, and the proxy's own port
-	// when not reached through the redirect.
-	for _, dst := range []string{
-		fmt.Sprintf("%s:%d", hostAddr, service), fmt.Sprintf("%s:%d", hostAddr, testCfg.ProxyPort), fmt.Sprintf("%s:22", hostAddr),
-		fmt.Sprintf("[%s]:%d", hostAddr6, testCfg.ProxyPort),
-	} {
+	other.SetDeadline(time.Now().Add(100 * time.Millisecond))
+	if conn, err := other.Accept(); err == nil {
+		conn.Close()
+		t.Error("the service accepted a connection from the sandbox")
+	}
+
+	// The proxy's own port dialled directly is not a redirected connection (the redirect leaves
+	// the tuple as it was, so conntrack marks no DNAT): dropped.
+	for _, dst := range []string{fmt.Sprintf("%s:%d", hostAddr, testCfg.ProxyPort), fmt.Sprintf("[%s]:%d", hostAddr6, testCfg.ProxyPort)} {
 		if conn, err := dial(dst); err == nil {
 			conn.Close()
 			t.Errorf("guest → %s connected, want dropped", dst)
@@ -172,10 +178,42 @@ func TestRedirectAndDrop(t *testing.T) {
 			t.Errorf("guest → %s: %v, want a timeout (dropped)", dst, err)
 		}
 	}
-	other.SetDeadline(time.Now().Add(100 * time.Millisecond))
-	if conn, err := other.Accept(); err == nil {
-		conn.Close()
-		t.Error("the service accepted a connection from the sandbox")
+
+	// UDP other than DNS is dropped: to the host's own UDP service and to the resolver's port
+	// when not reached through the redirect.
+	var udpService *net.UDPConn
+	host.do(t, func() {
+		var err error
+		udpService, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(hostAddr, service)))
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	defer udpService.Close()
+	for _, dst := range []struct {
+		addr string
+		recv *net.UDPConn
+	}{
+		{fmt.Sprintf("%s:%d", hostAddr, service), udpService},
+		{fmt.Sprintf("%s:%d", hostAddr, testCfg.ResolverPort), resolver},
+	} {
+		guest.do(t, func() {
+			u, err := net.Dial("udp4", dst.addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer u.Close()
+			_, _ = u.Write([]byte("leak"))
+		})
+		buf := make([]byte, 64)
+		dst.recv.SetDeadline(time.Now().Add(300 * time.Millisecond))
+		if n, _, err := dst.recv.ReadFromUDPAddrPort(buf); err == nil {
+			t.Errorf("guest → udp %s: the host received %q, want dropped", dst.addr, buf[:n])
+		}
 	}
 
 	// Out of the set, the guest is an ordinary peer again.

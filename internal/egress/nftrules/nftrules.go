@@ -1,9 +1,9 @@
 // Package nftrules owns Airlock's own nftables table (family inet, name "airlock"): the kernel half
 // of sandbox egress. A sandbox's host-side interface joins the set "sandboxes"; from then on
 //
-//   - its TCP to ports 80 and 443 is redirected to the host proxy's port, and its DNS (UDP and TCP
-//     port 53) to the resolver's port, whatever address the guest dialled (the proxy recovers it
-//     with OriginalDst);
+//   - its DNS (UDP and TCP port 53) is redirected to the resolver's port and all its other TCP, to
+//     any port, to the host proxy's port, whatever address the guest dialled (the proxy recovers
+//     it with OriginalDst); UDP other than DNS goes nowhere (it is neither redirected nor routed);
 //   - the host accepts from it only those redirected connections, established/related traffic and
 //     IPv6 neighbour discovery: it cannot reach the host's own services (the Airlock API included);
 //   - nothing is routed from or to it (Airlock never turns on ip_forward; this is the second lock).
@@ -46,7 +46,7 @@ const (
 
 // Config is what the rules depend on: the host ports that redirected traffic lands on.
 type Config struct {
-	// ProxyPort receives the sandboxes' TCP 80 and 443.
+	// ProxyPort receives the sandboxes' TCP (every port but 53).
 	ProxyPort uint16
 	// ResolverPort receives the sandboxes' DNS, UDP and TCP.
 	ResolverPort uint16
@@ -403,6 +403,13 @@ func desired(cfg Config) []chainSpec {
 				&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
 			})
 	}
+	redirectAll := func(proto byte, to uint16) []expr.Any {
+		return concat(fromSandbox(), l4proto(proto),
+			[]expr.Any{
+				&expr.Immediate{Register: 1, Data: be16(to)},
+				&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
+			})
+	}
 	acceptRedirected := func(proto byte, port uint16) []expr.Any {
 		return concat(fromSandbox(), ctStatusDNAT(), l4proto(proto), dportIs(port), verdict(expr.VerdictAccept))
 	}
@@ -418,10 +425,10 @@ func desired(cfg Config) []chainSpec {
 			chain: &nftables.Chain{Name: PreroutingName, Table: table, Type: nftables.ChainTypeNAT,
 				Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept},
 			rules: [][]expr.Any{
-				redirect(unix.IPPROTO_TCP, 80, cfg.ProxyPort),
-				redirect(unix.IPPROTO_TCP, 443, cfg.ProxyPort),
+				// DNS first: TCP 53 goes to the resolver, not the proxy.
 				redirect(unix.IPPROTO_UDP, 53, cfg.ResolverPort),
 				redirect(unix.IPPROTO_TCP, 53, cfg.ResolverPort),
+				redirectAll(unix.IPPROTO_TCP, cfg.ProxyPort),
 			},
 		},
 		{
