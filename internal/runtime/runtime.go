@@ -90,6 +90,15 @@ type Spec struct {
 	Network *Network
 }
 
+// Guest paths of the trust store a runtime writes for a Network with a CA.
+const (
+	// GuestCACert is the deployment CA's certificate alone.
+	GuestCACert = "/etc/airlock/ca.crt"
+	// GuestCABundle is Debian's trust store: the template's own bundle (if
+	// any) with the deployment CA appended, mounted over the template's.
+	GuestCABundle = "/etc/ssl/certs/ca-certificates.crt"
+)
+
 // Network is a sandbox's network as a runtime needs it: a prepared network
 // namespace whose guest interface (eth0) already has its address and a
 // default route, the guest's DNS server and the certificate of the
@@ -105,6 +114,9 @@ type Spec struct {
 // Gateway and DNS to the guest kernel (ip= boot argument or the agent),
 // running the VMM itself inside NetnsPath so the host-side veth, addresses
 // and nftables rules stay exactly as for containers.
+//
+// Every runtime installs CACertPEM at GuestCACert and, appended to the
+// template's own bundle at GuestCABundle (if any), at GuestCABundle.
 type Network struct {
 	// NetnsPath is a bind-mounted network namespace file.
 	NetnsPath string

@@ -22,11 +22,9 @@ import (
 // Guest paths of the network's files.
 const (
 	guestResolvConf = "/etc/resolv.conf"
-	// GuestCACert is the deployment CA's certificate alone.
-	GuestCACert = "/etc/airlock/ca.crt"
-	// GuestCABundle is Debian's trust store: the template's own bundle (if
-	// any) with the deployment CA appended, mounted over the template's.
-	GuestCABundle = "/etc/ssl/certs/ca-certificates.crt"
+	// GuestCACert and GuestCABundle: see runtime.Network.
+	GuestCACert   = runtime.GuestCACert
+	GuestCABundle = runtime.GuestCABundle
 )
 
 // maxTemplateBundle bounds how much of the template's CA bundle is read
