@@ -42,6 +42,10 @@ func Run(ctx context.Context, opts Options) error {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	fault := faultInjector(opts.FaultPoint, log)
+	egressCfg, err := parseEgressOptions(opts)
+	if err != nil {
+		return err
+	}
 
 	dd, err := openDataDir(opts.DataDir)
 	if err != nil {
@@ -99,8 +103,21 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
+	// Every sandbox's network: the pool, the nftables table, the registry.
+	// Reconciled before the controller runs: what a crash left of deleted
+	// sandboxes goes, live ones are registered again.
+	egressNet, egressLn, err := openEgress(egressCfg, dd.join(netnsDir), log.With("component", "egress"))
+	if err != nil {
+		return err
+	}
+	defer egressLn.Close()
+	if err := reconcileEgress(ctx, egressNet, st, nodeID); err != nil {
+		return err
+	}
+
 	wk, err := worker.New(worker.Config{
 		Runtime: rt,
+		Network: egressNet,
 		TemplateDir: func(d model.TemplateDigest) (string, error) {
 			if !templates.Has(d) {
 				return "", fmt.Errorf("template %s is not present on this node", d)
@@ -228,6 +245,7 @@ func Run(ctx context.Context, opts Options) error {
 			errc <- fmt.Errorf("controller: %w", err)
 		}
 	}()
+	startEgressServices(runCtx, &wg, egressNet, egressLn, log.With("component", "egress"))
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -1,0 +1,459 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+
+	"github.com/airlockdev/airlock/internal/egress"
+	"github.com/airlockdev/airlock/internal/egress/nftrules"
+	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/egress/sandboxnet"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// Defaults of the egress options.
+const (
+	DefaultEgressProxyPort    = 15001
+	DefaultEgressResolverPort = 15053
+)
+
+// netnsDir is the sandbox network pool's directory under the data dir:
+// one bind-mounted netns and one allocation file per sandbox.
+const netnsDir = "netns"
+
+// egressConfig is the parsed egress part of Options.
+type egressConfig struct {
+	pool          netip.Prefix
+	defaultPolicy policy.Default
+	upstreamDNS   netip.AddrPort
+	proxyPort     uint16
+	resolverPort  uint16
+}
+
+// parseEgressOptions checks and completes the egress options: the pool
+// (sandboxnet.DefaultPrefix), the default policy (public), the upstream DNS
+// server (the first nameserver of /etc/resolv.conf) and the ports.
+func parseEgressOptions(opts Options) (egressConfig, error) {
+	cfg := egressConfig{pool: opts.EgressPool, defaultPolicy: policy.Public}
+	if !cfg.pool.IsValid() {
+		cfg.pool = sandboxnet.DefaultPrefix
+	}
+	if opts.EgressDefault != "" {
+		d, err := policy.ParseDefault(opts.EgressDefault)
+		if err != nil {
+			return cfg, fmt.Errorf("--egress-default: %w", err)
+		}
+		cfg.defaultPolicy = d
+	}
+	if opts.EgressUpstreamDNS != "" {
+		ap, err := parseDNSServer(opts.EgressUpstreamDNS)
+		if err != nil {
+			return cfg, fmt.Errorf("--egress-upstream-dns: %w", err)
+		}
+		cfg.upstreamDNS = ap
+	} else {
+		ap, err := resolvConfNameserver("/etc/resolv.conf")
+		if err != nil {
+			return cfg, fmt.Errorf("no --egress-upstream-dns and %w", err)
+		}
+		cfg.upstreamDNS = ap
+	}
+	for _, p := range []struct {
+		flag string
+		v    int
+		def  uint16
+		dst  *uint16
+	}{
+		{"--egress-proxy-port", opts.EgressProxyPort, DefaultEgressProxyPort, &cfg.proxyPort},
+		{"--egress-resolver-port", opts.EgressResolverPort, DefaultEgressResolverPort, &cfg.resolverPort},
+	} {
+		switch {
+		case p.v < 0:
+			*p.dst = 0 // picked when the listeners open
+		case p.v == 0:
+			*p.dst = p.def
+		case p.v > 65535:
+			return cfg, fmt.Errorf("%s %d is not a port", p.flag, p.v)
+		default:
+			*p.dst = uint16(p.v)
+		}
+	}
+	if cfg.proxyPort != 0 && cfg.proxyPort == cfg.resolverPort {
+		return cfg, fmt.Errorf("--egress-proxy-port and --egress-resolver-port are both %d", cfg.proxyPort)
+	}
+	return cfg, nil
+}
+
+// parseDNSServer parses HOST:PORT or a bare address (port 53).
+func parseDNSServer(s string) (netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap, nil
+	}
+	a, err := netip.ParseAddr(strings.Trim(s, "[]"))
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%q is not ADDRESS[:PORT]", s)
+	}
+	return netip.AddrPortFrom(a, 53), nil
+}
+
+// resolvConfNameserver returns the first nameserver of a resolv.conf.
+func resolvConfNameserver(path string) (netip.AddrPort, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "nameserver" {
+			a, err := netip.ParseAddr(fields[1])
+			if err != nil {
+				continue
+			}
+			return netip.AddrPortFrom(a.WithZone(""), 53), nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return netip.AddrPort{}, err
+	}
+	return netip.AddrPort{}, fmt.Errorf("%s names no nameserver", path)
+}
+
+// egressNet is the server's half of the egress layer: it owns the sandbox
+// network pool (DATA/netns), Airlock's nftables table and the egress
+// registry, and gives the worker its Network step.
+type egressNet struct {
+	cfg      egressConfig
+	pool     *sandboxnet.Pool
+	registry *egress.Registry
+	log      *slog.Logger
+	// policyFor returns the policy of a sandbox being registered.
+	policyFor func(context.Context, model.SandboxID) (*policy.Policy, error)
+	// caCertPEM is the deployment CA's certificate installed in every
+	// sandbox; nil until the TLS interception CA is wired (caCertificate).
+	caCertPEM []byte
+
+	nftMu sync.Mutex // nftables calls on the table never run concurrently
+}
+
+// openEgress opens the pool, opens the listening sockets of the proxy and
+// the resolver (fixing their ports) and writes the nftables table.
+func openEgress(cfg egressConfig, dataDir string, log *slog.Logger) (*egressNet, *egressListeners, error) {
+	pool, err := sandboxnet.NewPool(cfg.pool, dataDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--egress-pool: %w", err)
+	}
+	ls, err := listenEgress(&cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := &egressNet{cfg: cfg, pool: pool, log: log}
+	n.registry = egress.NewRegistry(egress.RegistryConfig{Denied: hostOrPool(cfg.pool), Logger: log})
+	n.policyFor = n.defaultPolicy
+	ca, err := caCertificate()
+	if err != nil {
+		ls.Close()
+		return nil, nil, err
+	}
+	n.caCertPEM = ca
+	if err := n.nft(func(c *nftables.Conn) error {
+		return nftrules.Ensure(c, nftrules.Config{ProxyPort: cfg.proxyPort, ResolverPort: cfg.resolverPort})
+	}); err != nil {
+		ls.Close()
+		return nil, nil, fmt.Errorf("nftables table %s: %w", nftrules.TableName, err)
+	}
+	return n, ls, nil
+}
+
+// Registry is what the resolver, the proxy and the API share about every
+// running sandbox.
+func (n *egressNet) Registry() *egress.Registry { return n.registry }
+
+// defaultPolicy compiles the server's default policy for every sandbox.
+// Integration point: the store/API keeps each sandbox's own policy
+// (policy.Spec, "egress" of the create body) and replaces policyFor with a
+// lookup that compiles it (with the operator's profiles).
+func (n *egressNet) defaultPolicy(context.Context, model.SandboxID) (*policy.Policy, error) {
+	return policy.Compile(policy.Spec{}, nil, n.cfg.defaultPolicy)
+}
+
+// caCertificate returns the deployment CA's certificate (PEM) to install
+// in every sandbox. Integration point: the TLS interception CA
+// (internal/egress/tlsca) loads or creates the CA under the data dir; until
+// it is wired sandboxes get no CA (and the proxy intercepts nothing).
+func caCertificate() ([]byte, error) { return nil, nil }
+
+// nft runs fn on a fresh netlink connection, one call at a time.
+func (n *egressNet) nft(fn func(*nftables.Conn) error) error {
+	n.nftMu.Lock()
+	defer n.nftMu.Unlock()
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	defer c.CloseLasting()
+	return fn(c)
+}
+
+// Attach gives a sandbox its netns and veth, puts its host end into the
+// nftables set (before any guest process exists: the set is what confines
+// it) and registers it; every step is idempotent.
+func (n *egressNet) Attach(ctx context.Context, id model.SandboxID) (runtime.Network, error) {
+	a, err := n.pool.Attach(ctx, id)
+	if err != nil {
+		return runtime.Network{}, err
+	}
+	if err := n.nft(func(c *nftables.Conn) error { return nftrules.AddSandbox(c, a.HostIf) }); err != nil {
+		return runtime.Network{}, err
+	}
+	if err := n.register(ctx, id, a); err != nil {
+		return runtime.Network{}, err
+	}
+	gw := a.HostAddr.Addr()
+	return runtime.Network{NetnsPath: a.NetnsPath, GuestAddr: a.GuestAddr, Gateway: gw, DNS: gw, CACertPEM: n.caCertPEM}, nil
+}
+
+func (n *egressNet) register(ctx context.Context, id model.SandboxID, a sandboxnet.Attachment) error {
+	p, err := n.policyFor(ctx, id)
+	if err != nil {
+		return fmt.Errorf("egress policy of %s: %w", id, err)
+	}
+	n.registry.Add(id, a.GuestAddr.Addr(), p)
+	return nil
+}
+
+// Detach unregisters the sandbox (closing its proxied connections), removes
+// its netns and veth, then its nftables set member: a crash in between
+// leaves a member without an interface, which reconcile removes.
+func (n *egressNet) Detach(ctx context.Context, id model.SandboxID) error {
+	n.registry.Remove(id)
+	if err := n.pool.Detach(ctx, id); err != nil {
+		return err
+	}
+	return n.nft(func(c *nftables.Conn) error { return nftrules.RemoveSandbox(c, sandboxnet.HostIfName(id)) })
+}
+
+// reconcile runs at start, before the controller: it removes the network of
+// every sandbox that live does not report (what a server killed
+// mid-create or mid-delete left), removes nftables set members whose
+// interface is gone, and puts back into the set and the registry every
+// sandbox that keeps its network.
+func (n *egressNet) reconcile(ctx context.Context, live map[model.SandboxID]bool) error {
+	removed, err := n.pool.Reconcile(ctx, func(id model.SandboxID) bool { return live[id] })
+	if len(removed) > 0 {
+		n.log.Info("removed the networks of sandboxes that no longer exist", "sandboxes", removed)
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for id := range live {
+		a, ok, err := n.pool.Lookup(id)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !ok {
+			continue // not attached yet; the worker's create attaches it
+		}
+		if err := n.nft(func(c *nftables.Conn) error { return nftrules.AddSandbox(c, a.HostIf) }); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := n.register(ctx, id, a); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := n.removeStaleMembers(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// reconcileEgress reconciles the sandbox networks with the store: a
+// sandbox placed on this node and not deleted keeps its network.
+func reconcileEgress(ctx context.Context, n *egressNet, st store.Store, node model.NodeID) error {
+	sbs, err := st.ListSandboxesOnNode(ctx, node)
+	if err != nil {
+		return fmt.Errorf("reconcile sandbox networks: %w", err)
+	}
+	live := make(map[model.SandboxID]bool, len(sbs))
+	for _, sb := range sbs {
+		live[sb.ID] = true
+	}
+	if err := n.reconcile(ctx, live); err != nil {
+		return fmt.Errorf("reconcile sandbox networks: %w", err)
+	}
+	return nil
+}
+
+// removeStaleMembers removes the set members whose interface does not
+// exist. Members with an interface may belong to a sandbox being attached
+// right now (the interface is made before the member) and stay.
+func (n *egressNet) removeStaleMembers() error {
+	return n.nft(func(c *nftables.Conn) error {
+		names, err := nftrules.Sandboxes(c)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, name := range names {
+			_, err := netlink.LinkByName(name)
+			var nf netlink.LinkNotFoundError
+			if !errors.As(err, &nf) {
+				if err != nil {
+					errs = append(errs, err)
+				}
+				continue
+			}
+			if err := nftrules.RemoveSandbox(c, name); err != nil {
+				errs = append(errs, err)
+				// A failed call may leave messages in the Conn's batch.
+				return errors.Join(errs...)
+			}
+			n.log.Info("removed a stale nftables set member", "interface", name)
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// hostOrPool reports the addresses no sandbox may reach beyond the
+// policy's always-denied ranges: the sandbox pool and the host's own
+// addresses (read when asked: they change).
+func hostOrPool(pool netip.Prefix) func(netip.Addr) bool {
+	return func(a netip.Addr) bool {
+		a = a.Unmap().WithZone("")
+		if pool.Contains(a) || a.IsLoopback() || a.IsUnspecified() {
+			return true
+		}
+		addrs, err := net.InterfaceAddrs()
+		if err != nil {
+			return true // fail closed
+		}
+		for _, ia := range addrs {
+			if ipn, ok := ia.(*net.IPNet); ok {
+				if h, ok := netip.AddrFromSlice(ipn.IP); ok && h.Unmap() == a {
+					return true
+				}
+			}
+		}
+		return false
+	}
+}
+
+// egressListeners are the sockets the redirected traffic lands on. They
+// listen on every address (the nftables redirect rewrites a sandbox's
+// packets to its host end's address, one per sandbox); the services refuse
+// a source that is not a registered sandbox.
+type egressListeners struct {
+	proxy       *net.TCPListener
+	resolverUDP *net.UDPConn
+	resolverTCP *net.TCPListener
+}
+
+// listenEgress opens the listeners, choosing free ports for the ones
+// configured as 0, and records the ports in cfg.
+func listenEgress(cfg *egressConfig) (*egressListeners, error) {
+	ls := &egressListeners{}
+	var err error
+	if ls.proxy, err = net.ListenTCP("tcp", &net.TCPAddr{Port: int(cfg.proxyPort)}); err != nil {
+		return nil, fmt.Errorf("egress proxy port: %w", err)
+	}
+	cfg.proxyPort = uint16(ls.proxy.Addr().(*net.TCPAddr).Port)
+	// The resolver's UDP and TCP share a port: pick it for both.
+	for range 20 {
+		if ls.resolverUDP, err = net.ListenUDP("udp", &net.UDPAddr{Port: int(cfg.resolverPort)}); err != nil {
+			ls.Close()
+			return nil, fmt.Errorf("egress resolver port: %w", err)
+		}
+		port := ls.resolverUDP.LocalAddr().(*net.UDPAddr).Port
+		if ls.resolverTCP, err = net.ListenTCP("tcp", &net.TCPAddr{Port: port}); err == nil {
+			cfg.resolverPort = uint16(port)
+			return ls, nil
+		}
+		ls.resolverUDP.Close()
+		ls.resolverUDP = nil
+		if cfg.resolverPort != 0 {
+			break
+		}
+	}
+	ls.Close()
+	return nil, fmt.Errorf("egress resolver port (TCP): %w", err)
+}
+
+// Close closes the listeners that are open.
+func (ls *egressListeners) Close() {
+	if ls.proxy != nil {
+		ls.proxy.Close()
+	}
+	if ls.resolverUDP != nil {
+		ls.resolverUDP.Close()
+	}
+	if ls.resolverTCP != nil {
+		ls.resolverTCP.Close()
+	}
+}
+
+// errEgressNotWired says the resolver and the proxy are not part of this
+// build yet: sandboxes have their network, but nothing answers their DNS
+// nor relays their connections.
+var errEgressNotWired = errors.New("the egress resolver and proxy are not wired yet: sandboxes cannot reach anything outside")
+
+// startEgressServices serves the listeners until ctx ends; wg tracks the
+// goroutines it starts.
+//
+// Integration point: internal/egress/resolver serves ls.resolverUDP and
+// ls.resolverTCP (upstream n.cfg.upstreamDNS, sandboxes by
+// n.Registry().BySource) and internal/egress/proxy serves ls.proxy
+// (nftrules.OriginalDst, the registry, the CA). Until they are wired the
+// server keeps the ports (nothing else on the host may receive the
+// sandboxes' traffic) and refuses everything: connections are reset, DNS
+// goes unanswered. No traffic leaves, and nothing pretends it could.
+func startEgressServices(ctx context.Context, wg *sync.WaitGroup, n *egressNet, ls *egressListeners, log *slog.Logger) {
+	log.Warn("sandboxes have a network but no way out", "reason", errEgressNotWired,
+		"proxy_port", n.cfg.proxyPort, "resolver_port", n.cfg.resolverPort, "upstream_dns", n.cfg.upstreamDNS.String())
+	for _, l := range []*net.TCPListener{ls.proxy, ls.resolverTCP} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			refuse(l)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		ls.Close() // ends refuse
+	}()
+}
+
+// refuse resets every connection accepted on l until l is closed.
+func refuse(l *net.TCPListener) {
+	for {
+		c, err := l.AcceptTCP()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // e.g. out of descriptors
+			continue
+		}
+		_ = c.SetLinger(0) // RST, not FIN
+		_ = c.Close()
+	}
+}
