@@ -427,11 +427,14 @@ var errEgressNotWired = errors.New("the egress resolver and proxy are not wired 
 func startEgressServices(ctx context.Context, wg *sync.WaitGroup, n *egressNet, ls *egressListeners, log *slog.Logger) {
 	log.Warn("sandboxes have a network but no way out", "reason", errEgressNotWired,
 		"proxy_port", n.cfg.proxyPort, "resolver_port", n.cfg.resolverPort, "upstream_dns", n.cfg.upstreamDNS.String())
-	for _, l := range []*net.TCPListener{ls.proxy, ls.resolverTCP} {
+	for _, l := range []struct {
+		name string
+		l    *net.TCPListener
+	}{{"proxy", ls.proxy}, {"resolver", ls.resolverTCP}} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			refuse(l)
+			refuse(l.l, log.With("service", l.name))
 		}()
 	}
 	wg.Add(1)
@@ -442,8 +445,11 @@ func startEgressServices(ctx context.Context, wg *sync.WaitGroup, n *egressNet, 
 	}()
 }
 
-// refuse resets every connection accepted on l until l is closed.
-func refuse(l *net.TCPListener) {
+// refuse resets every connection accepted on l until l is closed, and says
+// so in the log (once per source address, at most maxRefusalLogs times).
+func refuse(l *net.TCPListener, log *slog.Logger) {
+	const maxRefusalLogs = 64
+	logged := map[string]bool{}
 	for {
 		c, err := l.AcceptTCP()
 		if err != nil {
@@ -452,6 +458,11 @@ func refuse(l *net.TCPListener) {
 			}
 			time.Sleep(10 * time.Millisecond) // e.g. out of descriptors
 			continue
+		}
+		src, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		if !logged[src] && len(logged) < maxRefusalLogs {
+			logged[src] = true
+			log.Warn("egress: refused a sandbox connection (the resolver and proxy are not wired yet)", "source", src)
 		}
 		_ = c.SetLinger(0) // RST, not FIN
 		_ = c.Close()

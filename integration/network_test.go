@@ -1,0 +1,129 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// TestSandboxNetwork checks every sandbox's network on each runtime: eth0
+// with its address and the host end as gateway and only name server; its
+// TCP, whatever the port, lands on the server's egress ports (reset there
+// while the proxy and resolver are not wired) and never on another host
+// service; its other UDP is dropped; create/delete churn leaves no netns,
+// veth, nftables set member or mount.
+func TestSandboxNetwork(t *testing.T) {
+	airtest.RequireRoot(t)
+	bins := build(t)
+	for _, rt := range runtimes() {
+		t.Run(rt, func(t *testing.T) {
+			airtest.RequireBinary(t, rt)
+			s := newServer(t, bins, serverConfig{runtime: rt})
+			s.start()
+			ctx := ctxFor(t, 3*time.Minute)
+			c := s.client()
+
+			// A service of the host's on every address, TCP and UDP.
+			tcp, err := net.ListenTCP("tcp4", &net.TCPAddr{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tcp.Close()
+			port := tcp.Addr().(*net.TCPAddr).Port
+			udp, err := net.ListenUDP("udp4", &net.UDPAddr{Port: port})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer udp.Close()
+			reached := make(chan string, 4)
+			go func() {
+				for {
+					conn, err := tcp.Accept()
+					if err != nil {
+						return
+					}
+					reached <- "tcp from " + conn.RemoteAddr().String()
+					conn.Close()
+				}
+			}()
+			go func() {
+				buf := make([]byte, 512)
+				for {
+					n, from, err := udp.ReadFromUDPAddrPort(buf)
+					if err != nil {
+						return
+					}
+					reached <- fmt.Sprintf("udp %q from %s", buf[:n], from)
+				}
+			}()
+
+			sb := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{})
+			id := model.SandboxID(sb.ID)
+			guest, gw := sandboxAddrs(ctx, t, c, id)
+
+			sh := func(script string) execResult {
+				return execIn(ctx, t, c, id, "sh", "-c", script)
+			}
+			// TCP to the host's service and to DNS over TCP: redirected to
+			// the server's ports, which reset it.
+			for _, p := range []int{port, 53, 22} {
+				sh(fmt.Sprintf("echo hello | nc -w 3 %s %d", gw, p))
+			}
+			// UDP other than DNS: dropped.
+			sh(fmt.Sprintf("echo hello | nc -u -w 1 %s %d", gw, port))
+			select {
+			case what := <-reached:
+				t.Errorf("the sandbox reached the host's service: %s", what)
+			case <-time.After(2 * time.Second):
+			}
+			// Both server ports saw the sandbox: the redirect reaches them.
+			for _, svc := range []string{"proxy", "resolver"} {
+				re := regexp.MustCompile(`service=` + svc + `.*source=` + regexp.QuoteMeta(guest.String()) + `\b|refused a sandbox connection.*service=` + svc)
+				if !re.MatchString(s.log.String()) || !strings.Contains(s.log.String(), "source="+guest.String()) {
+					t.Errorf("the server's %s port logged no connection from the sandbox %s", svc, guest)
+				}
+			}
+
+			// Churn: every create gets a network, every delete removes it.
+			var gone []model.SandboxID
+			for range 3 {
+				sb := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{})
+				id := model.SandboxID(sb.ID)
+				sandboxAddrs(ctx, t, c, id)
+				if _, err := c.DeleteSandbox(ctx, id); err != nil {
+					t.Fatal(err)
+				}
+				s.waitState(ctx, id, model.StateDeleted)
+				gone = append(gone, id)
+			}
+			assertNoNetworkLeftovers(t, s.dataDir, gone, false)
+		})
+	}
+}
+
+// sandboxAddrs returns a sandbox's eth0 address and its gateway, checking
+// that the gateway is its only name server.
+func sandboxAddrs(ctx context.Context, t *testing.T, c *client.Client, id model.SandboxID) (guest, gw netip.Addr) {
+	t.Helper()
+	res := execIn(ctx, t, c, id, "sh", "-c", "ip -4 addr show dev eth0; ip -4 route; cat /etc/resolv.conf")
+	if res.exitCode != 0 {
+		t.Fatalf("network of %s: exit %d: %s %s", id, res.exitCode, res.stdout, res.stderr)
+	}
+	m := regexp.MustCompile(`inet (10\.213\.[0-9.]+)/30`).FindStringSubmatch(res.stdout)
+	r := regexp.MustCompile(`default via ([0-9.]+)`).FindStringSubmatch(res.stdout)
+	ns := regexp.MustCompile(`(?m)^nameserver (\S+)$`).FindAllStringSubmatch(res.stdout, -1)
+	if m == nil || r == nil || len(ns) != 1 || ns[0][1] != r[1] {
+		t.Fatalf("network of %s:\n%s\nwant eth0 in 10.213.0.0/16, a default route and the gateway as only nameserver", id, res.stdout)
+	}
+	return netip.MustParseAddr(m[1]), netip.MustParseAddr(r[1])
+}
