@@ -334,26 +334,46 @@ func (n *egressNet) removeStaleMembers() error {
 
 // hostOrPool reports the addresses no sandbox may reach beyond the
 // policy's always-denied ranges: the sandbox pool and the host's own
-// addresses (read when asked: they change).
+// addresses (they change: re-read at most every hostAddrsTTL).
 func hostOrPool(pool netip.Prefix) func(netip.Addr) bool {
+	var (
+		mu      sync.Mutex
+		host    map[netip.Addr]bool
+		readAt  time.Time
+		readErr error
+	)
 	return func(a netip.Addr) bool {
 		a = a.Unmap().WithZone("")
 		if pool.Contains(a) || a.IsLoopback() || a.IsUnspecified() {
 			return true
 		}
-		addrs, err := net.InterfaceAddrs()
-		if err != nil {
-			return true // fail closed
+		mu.Lock()
+		defer mu.Unlock()
+		if host == nil || time.Since(readAt) > hostAddrsTTL {
+			host, readErr = hostAddrs()
+			readAt = time.Now()
 		}
-		for _, ia := range addrs {
-			if ipn, ok := ia.(*net.IPNet); ok {
-				if h, ok := netip.AddrFromSlice(ipn.IP); ok && h.Unmap() == a {
-					return true
-				}
+		return readErr != nil || host[a] // fail closed
+	}
+}
+
+// hostAddrsTTL is how long hostOrPool trusts its list of host addresses.
+const hostAddrsTTL = 5 * time.Second
+
+func hostAddrs() (map[netip.Addr]bool, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[netip.Addr]bool, len(addrs))
+	for _, ia := range addrs {
+		if ipn, ok := ia.(*net.IPNet); ok {
+			if h, ok := netip.AddrFromSlice(ipn.IP); ok {
+				out[h.Unmap()] = true
 			}
 		}
-		return false
 	}
+	return out, nil
 }
 
 // egressListeners are the sockets the redirected traffic lands on. They

@@ -103,4 +103,13 @@ func TestHostOrPool(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.addr, got, tc.want)
 		}
 	}
+	host, err := hostAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for a := range host {
+		if !denied(a) {
+			t.Errorf("the host's own address %s is not denied", a)
+		}
+	}
 }
