@@ -6,13 +6,18 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
+
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/egress/nftrules"
+	"github.com/airlockdev/airlock/internal/egress/sandboxnet"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -107,8 +112,57 @@ func TestSandboxNetwork(t *testing.T) {
 				gone = append(gone, id)
 			}
 			assertNoNetworkLeftovers(t, s.dataDir, gone, false)
+
+			// A restart keeps the running sandbox's network (its veth stays
+			// in the set: the host's service stays out of reach) and removes
+			// set members whose interface is gone.
+			const stale = "alk000000000000"
+			nftDo(t, func(c *nftables.Conn) error { return nftrules.AddSandbox(c, stale) })
+			s.stop()
+			s.start()
+			c = s.client()
+			members := nftMembers(t)
+			if slices.Contains(members, stale) {
+				t.Errorf("the stale set member %s survived a restart: %v", stale, members)
+			}
+			if !slices.Contains(members, sandboxnet.HostIfName(id)) {
+				t.Errorf("the running sandbox's veth %s is not in the set after a restart: %v", sandboxnet.HostIfName(id), members)
+			}
+			if g, _ := sandboxAddrs(ctx, t, c, id); g != guest {
+				t.Errorf("guest address %s after a restart, was %s", g, guest)
+			}
+			execIn(ctx, t, c, id, "sh", "-c", fmt.Sprintf("echo hello | nc -w 3 %s %d", gw, port))
+			select {
+			case what := <-reached:
+				t.Errorf("after a restart the sandbox reached the host's service: %s", what)
+			case <-time.After(time.Second):
+			}
 		})
 	}
+}
+
+// nftDo runs fn on a fresh nftables connection of the host.
+func nftDo(t *testing.T, fn func(*nftables.Conn) error) {
+	t.Helper()
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseLasting()
+	if err := fn(c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nftMembers lists the members of Airlock's set of sandbox interfaces.
+func nftMembers(t *testing.T) []string {
+	t.Helper()
+	var names []string
+	nftDo(t, func(c *nftables.Conn) (err error) {
+		names, err = nftrules.Sandboxes(c)
+		return err
+	})
+	return names
 }
 
 // sandboxAddrs returns a sandbox's eth0 address and its gateway, checking
