@@ -172,7 +172,9 @@ func openEgress(cfg egressConfig, dataDir string, log *slog.Logger) (*egressNet,
 	}
 	n.caCertPEM = ca
 	if err := n.nft(func(c *nftables.Conn) error {
-		return nftrules.Ensure(c, nftrules.Config{ProxyPort: cfg.proxyPort, ResolverPort: cfg.resolverPort})
+		// Every sandboxnet host end is confined, even one whose set
+		// member is missing: fail closed.
+		return nftrules.Ensure(c, nftrules.Config{ProxyPort: cfg.proxyPort, ResolverPort: cfg.resolverPort, InterfacePrefix: sandboxnet.IfPrefix})
 	}); err != nil {
 		ls.Close()
 		return nil, nil, fmt.Errorf("nftables table %s: %w", nftrules.TableName, err)

@@ -230,3 +230,86 @@ func TestRedirectAndDrop(t *testing.T) {
 func tcpAddr(a netip.Addr, port uint16) *net.TCPAddr {
 	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(a, port))
 }
+
+// TestInterfacePrefixFailsClosed: with an interface prefix, a guest whose host-side interface
+// has the prefix but is not in the set reaches nothing on the host (TCP or UDP); another
+// interface stays ordinary host traffic.
+func TestInterfacePrefixFailsClosed(t *testing.T) {
+	host, guest := newNetns(t), newNetns(t)
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs iproute2's ip to make the test veth")
+	}
+	const (
+		hostIf, guestIf = "airtest-h", "airtest-g"
+		service         = 7070
+	)
+	hostAddr := netip.MustParseAddr("10.231.0.1")
+	host.ip(t, nil, "link", "set", "lo", "up")
+	host.ip(t, []*os.File{guest.f}, "link", "add", hostIf, "type", "veth", "peer", "name", guestIf, "netns", "/proc/self/fd/3")
+	host.ip(t, nil, "addr", "add", hostAddr.String()+"/30", "dev", hostIf)
+	host.ip(t, nil, "link", "set", hostIf, "up")
+	guest.ip(t, nil, "link", "set", "lo", "up")
+	guest.ip(t, nil, "addr", "add", "10.231.0.2/30", "dev", guestIf)
+	guest.ip(t, nil, "link", "set", guestIf, "up")
+
+	var tcp *net.TCPListener
+	var udp *net.UDPConn
+	host.do(t, func() {
+		var err error
+		if tcp, err = net.ListenTCP("tcp4", tcpAddr(hostAddr, service)); err != nil {
+			t.Error(err)
+			return
+		}
+		if udp, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(hostAddr, service))); err != nil {
+			t.Error(err)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Cleanup(func() { tcp.Close(); udp.Close() })
+	dst := fmt.Sprintf("%s:%d", hostAddr, service)
+	probe := func() (tcpErr error, udpGot bool) {
+		guest.do(t, func() {
+			var conn net.Conn
+			if conn, tcpErr = net.DialTimeout("tcp", dst, 750*time.Millisecond); tcpErr == nil {
+				conn.Close()
+			}
+			if u, err := net.Dial("udp4", dst); err == nil {
+				_, _ = u.Write([]byte("leak"))
+				u.Close()
+			}
+		})
+		buf := make([]byte, 16)
+		udp.SetDeadline(time.Now().Add(300 * time.Millisecond))
+		_, _, err := udp.ReadFromUDPAddrPort(buf)
+		return tcpErr, err == nil
+	}
+
+	c := host.conn(t)
+	t.Cleanup(func() { Remove(c) })
+	for _, tc := range []struct {
+		prefix string
+		reach  bool
+	}{
+		{"", true},          // no guard: an interface out of the set is ordinary traffic
+		{"other-", true},    // a guard for other names
+		{"airtest-", false}, // the guard covers it
+	} {
+		cfg := testCfg
+		cfg.InterfacePrefix = tc.prefix
+		if err := Ensure(c, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := Check(c, cfg); err != nil {
+			t.Fatal(err)
+		}
+		tcpErr, udpGot := probe()
+		if (tcpErr == nil) != tc.reach || udpGot != tc.reach {
+			t.Errorf("prefix %q: TCP err %v, UDP received %v; want reachable %v", tc.prefix, tcpErr, udpGot, tc.reach)
+		}
+	}
+	if err := Ensure(c, Config{ProxyPort: 1, ResolverPort: 2, InterfacePrefix: "bad name"}); err == nil {
+		t.Error("Ensure accepted an invalid interface prefix")
+	}
+}

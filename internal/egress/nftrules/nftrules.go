@@ -6,7 +6,9 @@
 //     it with OriginalDst); UDP other than DNS goes nowhere (it is neither redirected nor routed);
 //   - the host accepts from it only those redirected connections, established/related traffic and
 //     IPv6 neighbour discovery: it cannot reach the host's own services (the Airlock API included);
-//   - nothing is routed from or to it (Airlock never turns on ip_forward; this is the second lock).
+//   - nothing is routed from or to it (Airlock never turns on ip_forward; this is the second lock);
+//   - with Config.InterfacePrefix, an interface of that prefix that is missing from the set is
+//     dropped at input and never forwarded (fail closed).
 //
 // The table also carries the always-denied destinations (AlwaysDeniedPrefixes) as the interval sets
 // "denied4" and "denied6", for operators and for rules that forward traffic later; the proxy checks
@@ -50,11 +52,21 @@ type Config struct {
 	ProxyPort uint16
 	// ResolverPort receives the sandboxes' DNS, UDP and TCP.
 	ResolverPort uint16
+	// InterfacePrefix, if set, makes the table fail closed: traffic from
+	// any interface whose name starts with it and that is not in the set
+	// (a sandbox whose AddSandbox failed, or was lost) is dropped at input
+	// and never forwarded, instead of being ordinary host traffic.
+	InterfacePrefix string
 }
 
 func (c Config) validate() error {
 	if c.ProxyPort == 0 || c.ResolverPort == 0 {
 		return fmt.Errorf("nftrules: proxy port %d and resolver port %d must both be set", c.ProxyPort, c.ResolverPort)
+	}
+	if c.InterfacePrefix != "" {
+		if err := validIfname(c.InterfacePrefix); err != nil {
+			return fmt.Errorf("nftrules: interface prefix: %w", err)
+		}
 	}
 	return nil
 }
@@ -434,7 +446,7 @@ func desired(cfg Config) []chainSpec {
 		{
 			chain: &nftables.Chain{Name: InputName, Table: table, Type: nftables.ChainTypeFilter,
 				Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept},
-			rules: [][]expr.Any{
+			rules: append([][]expr.Any{
 				concat(fromSandbox(), ctStateEstablishedRelated(), verdict(expr.VerdictAccept)),
 				acceptRedirected(unix.IPPROTO_TCP, cfg.ProxyPort),
 				acceptRedirected(unix.IPPROTO_UDP, cfg.ResolverPort),
@@ -442,15 +454,15 @@ func desired(cfg Config) []chainSpec {
 				icmp6(135), // neighbour solicitation
 				icmp6(136), // neighbour advertisement
 				concat(fromSandbox(), verdict(expr.VerdictDrop)),
-			},
+			}, prefixDrops(cfg, expr.MetaKeyIIFNAME)...),
 		},
 		{
 			chain: &nftables.Chain{Name: ForwardName, Table: table, Type: nftables.ChainTypeFilter,
 				Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept},
-			rules: [][]expr.Any{
+			rules: append([][]expr.Any{
 				concat(fromSandbox(), verdict(expr.VerdictDrop)),
 				concat(toSandbox(), verdict(expr.VerdictDrop)),
-			},
+			}, append(prefixDrops(cfg, expr.MetaKeyIIFNAME), prefixDrops(cfg, expr.MetaKeyOIFNAME)...)...),
 		},
 	}
 }
@@ -511,6 +523,19 @@ func fromSandbox() []expr.Any {
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Lookup{SourceRegister: 1, SetName: SandboxSet},
 	}
+}
+
+// prefixDrops: meta iifname (or oifname) "PREFIX*" drop, when cfg has a prefix.
+func prefixDrops(cfg Config, key expr.MetaKey) [][]expr.Any {
+	if cfg.InterfacePrefix == "" {
+		return nil
+	}
+	return [][]expr.Any{{
+		&expr.Meta{Key: key, Register: 1},
+		// A comparison of the prefix's bytes only: how nft writes "PREFIX*".
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(cfg.InterfacePrefix)},
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	}}
 }
 
 // toSandbox: meta oifname @sandboxes
