@@ -268,7 +268,7 @@ func TestInterfacePrefixFailsClosed(t *testing.T) {
 		t.FailNow()
 	}
 	t.Cleanup(func() { tcp.Close(); udp.Close() })
-	dst := fmt.Sprintf("%s:%d", hostAddr, service)
+	dst := netip.AddrPortFrom(hostAddr, service).String()
 	probe := func() (tcpErr error, udpGot bool) {
 		guest.do(t, func() {
 			var conn net.Conn
