@@ -47,6 +47,13 @@ func (r *Runtime) joinsNetns(id model.SandboxID) bool {
 	return err == nil
 }
 
+// netFile is a file of the sandbox's network: written to the net directory
+// as name and bind-mounted read-only at guest.
+type netFile struct {
+	name, guest string
+	data        []byte
+}
+
 // applyNetwork puts the spec into the sandbox's prepared network namespace
 // and bind-mounts its name server and trust store files read-only. Without
 // a network, the sandbox keeps a new, empty network namespace (loopback).
@@ -87,12 +94,7 @@ func applyNetwork(flavor Flavor, s *specs.Spec, spec runtime.Spec, dirs sandboxD
 			return err
 		}
 	}
-	files := []struct {
-		name, guest string
-		data        []byte
-	}{
-		{"resolv.conf", guestResolvConf, resolvConf(n)},
-	}
+	files := []netFile{{"resolv.conf", guestResolvConf, resolvConf(n)}}
 	if len(n.CACertPEM) > 0 {
 		bundle, err := templateBundle(spec.TemplateDir)
 		if err != nil {
@@ -102,16 +104,7 @@ func applyNetwork(flavor Flavor, s *specs.Spec, spec runtime.Spec, dirs sandboxD
 			bundle = append(bundle, '\n')
 		}
 		bundle = append(bundle, n.CACertPEM...)
-		files = append(files,
-			struct {
-				name, guest string
-				data        []byte
-			}{"ca.crt", GuestCACert, n.CACertPEM},
-			struct {
-				name, guest string
-				data        []byte
-			}{"ca-certificates.crt", GuestCABundle, bundle},
-		)
+		files = append(files, netFile{"ca.crt", GuestCACert, n.CACertPEM}, netFile{"ca-certificates.crt", GuestCABundle, bundle})
 	}
 	for _, f := range files {
 		path := filepath.Join(dir, f.name)
