@@ -8,11 +8,14 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/egress/sandboxnet"
 	"github.com/airlockdev/airlock/internal/runtime"
@@ -47,10 +50,10 @@ func testPreparedNetwork(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	gw := att.HostAddr.Addr()
 	spec.Network = &runtime.Network{NetnsPath: att.NetnsPath, GuestAddr: att.GuestAddr, Gateway: gw, DNS: gw, CACertPEM: []byte(testCACert)}
 
-	ln, err := net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(netip.AddrPortFrom(gw, 0)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The host end moves into a "host" namespace of the test's own, so
+	// the machine's ruleset (an Airlock server's nftables table confines
+	// every sandbox veth) never sees the test's traffic.
+	ln := hostEndListener(t, att)
 	defer ln.Close()
 	got := make(chan string, 1)
 	go func() {
@@ -102,6 +105,79 @@ func testPreparedNetwork(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	if strings.TrimSpace(out) != "pong" {
 		t.Errorf("the guest received %q", out)
 	}
+}
+
+// hostEndListener moves the attachment's host end into a network
+// namespace the test makes (destroyed at cleanup), configures it there as
+// sandboxnet had, and returns a TCP listener on its address in that
+// namespace.
+func hostEndListener(t *testing.T, a sandboxnet.Attachment) *net.TCPListener {
+	t.Helper()
+	type result struct {
+		f   *os.File
+		ln  *net.TCPListener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// Never unlocked: the thread leaves with the goroutine, so its
+		// namespace cannot leak into other goroutines.
+		goruntime.LockOSThread()
+		var r result
+		defer func() { ch <- r }()
+		hostNs, err := netns.Get()
+		if err != nil {
+			r.err = err
+			return
+		}
+		defer hostNs.Close()
+		if r.err = unix.Unshare(unix.CLONE_NEWNET); r.err != nil {
+			return
+		}
+		if r.f, r.err = os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())); r.err != nil {
+			return
+		}
+		h, err := netlink.NewHandleAt(netns.NsHandle(r.f.Fd()))
+		if err != nil {
+			r.err = err
+			return
+		}
+		defer h.Close()
+		// Moved by the host's handle (the host end is in the host netns).
+		host, err := netlink.NewHandleAt(hostNs)
+		if err != nil {
+			r.err = err
+			return
+		}
+		defer host.Close()
+		l, err := host.LinkByName(a.HostIf)
+		if err != nil {
+			r.err = err
+			return
+		}
+		if r.err = host.LinkSetNsFd(l, int(r.f.Fd())); r.err != nil {
+			return
+		}
+		if l, r.err = h.LinkByName(a.HostIf); r.err != nil {
+			return
+		}
+		ipn := &net.IPNet{IP: a.HostAddr.Addr().AsSlice(), Mask: net.CIDRMask(a.HostAddr.Bits(), 32)}
+		if r.err = h.AddrAdd(l, &netlink.Addr{IPNet: ipn}); r.err != nil {
+			return
+		}
+		if r.err = h.LinkSetUp(l); r.err != nil {
+			return
+		}
+		r.ln, r.err = net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(netip.AddrPortFrom(a.HostAddr.Addr(), 0)))
+	}()
+	r := <-ch
+	if r.f != nil {
+		t.Cleanup(func() { r.f.Close() })
+	}
+	if r.err != nil {
+		t.Fatalf("move the host end into the test's namespace: %v", r.err)
+	}
+	return r.ln
 }
 
 // testPool returns a sandbox network pool of its own for the test, in a
