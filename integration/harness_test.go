@@ -363,6 +363,13 @@ func assertNoLeftovers(t *testing.T, dataDir string, ids []model.SandboxID, serv
 	}
 	assertNoNetworkLeftovers(t, dataDir, ids, true)
 	if serverStopped {
+		// A server that stopped with no sandbox removed its nftables table.
+		if c, err := nftables.New(); err == nil {
+			if _, err := nftrules.Sandboxes(c); !errors.Is(err, nftrules.ErrNoTable) {
+				t.Errorf("the nftables table %s is left after the server stopped with no sandbox (%v)", nftrules.TableName, err)
+			}
+			c.CloseLasting()
+		}
 		// Nothing at all stays mounted under a data dir whose server
 		// stopped with no sandbox: not runsc's null-netns pin, not a netns.
 		for _, line := range strings.Split(string(mounts), "\n") {

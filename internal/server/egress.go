@@ -287,6 +287,21 @@ func (n *egressNet) reconcile(ctx context.Context, live map[model.SandboxID]bool
 	return errors.Join(errs...)
 }
 
+// release removes Airlock's nftables table when the server stops with no
+// sandbox network left, so a stopped server with no sandboxes leaves nothing
+// in the host's ruleset; with sandboxes, which outlive the server, the
+// table stays (the next start ensures it again).
+func (n *egressNet) release(log *slog.Logger) {
+	left, err := n.pool.Leftovers()
+	if err != nil || len(left) > 0 {
+		log.Debug("the nftables table stays", "sandboxes", left, "err", err)
+		return
+	}
+	if err := n.nft(nftrules.Remove); err != nil {
+		log.Warn("remove the nftables table", "err", err)
+	}
+}
+
 // reconcileEgress reconciles the sandbox networks with the store: a
 // sandbox placed on this node and not deleted keeps its network.
 func reconcileEgress(ctx context.Context, n *egressNet, st store.Store, node model.NodeID) error {

@@ -321,6 +321,7 @@ func Run(ctx context.Context, opts Options) error {
 	cancel()
 	wg.Wait()
 	releaseAgentFS(context.WithoutCancel(ctx), rt, log)
+	egressNet.release(log)
 	log.Info("airlock server stopped")
 	return runErr
 }
