@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -28,7 +29,7 @@ type fakeUpstream struct {
 	tcp  int
 }
 
-func newFakeUpstream(t *testing.T, records []string, big ...string) *fakeUpstream {
+func newFakeUpstream(t testing.TB, records []string, big ...string) *fakeUpstream {
 	t.Helper()
 	u := &fakeUpstream{zone: map[string][]dns.RR{}, big: map[string]bool{}, seen: map[string]int{}}
 	for _, s := range records {
@@ -168,7 +169,7 @@ var (
 
 // newEnv starts a fake upstream with records, a registry with one sandbox at guest under
 // testPolicy, and a Resolver serving on 127.0.0.1:0 until the test ends.
-func newEnv(t *testing.T, cfg Config, records []string, big ...string) *env {
+func newEnv(t testing.TB, cfg Config, records []string, big ...string) *env {
 	t.Helper()
 	e := &env{up: newFakeUpstream(t, records, big...), clock: &clock{now: time.Unix(1_800_000_000, 0)}}
 	e.reg = egress.NewRegistry(egress.RegistryConfig{Now: e.clock.Now})
@@ -188,6 +189,9 @@ func newEnv(t *testing.T, cfg Config, records []string, big ...string) *env {
 	cfg.Registry = e.reg
 	cfg.HostAddrs = func() []netip.Addr { return []netip.Addr{hostAddr} }
 	cfg.Now = e.clock.Now
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	if cfg.AttemptTimeout == 0 {
 		cfg.AttemptTimeout = time.Second
 	}

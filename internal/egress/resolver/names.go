@@ -17,17 +17,19 @@ import (
 //
 //   - MaxLabelLen 40 (DNS allows 63): the labels of common services (package registries,
 //     cloud APIs, CDNs) stay under 40; tunnels (iodine, dnscat2) fill labels to 63.
-//   - MaxNameLen 160 (DNS allows 253) and MaxLabels 12: room for long cloud names
-//     (vpce-….s3.region.vpce.amazonaws.com is about 70 bytes, 7 labels), but a bound on the
-//     payload of a query that splits its data into many short labels.
+//   - MaxNameLen 160 (DNS allows 253) and MaxLabels 12: room for long cloud names, but a
+//     bound on the payload of a query that splits its data into many short labels.
 //   - Entropy: a label's body (the label without '-' and '_', which separate words and are no
 //     part of any encoding) of at least EntropyMinLen 16 bytes is refused when its Shannon
 //     entropy exceeds MaxEntropy 4.0 bits per byte, or MaxDigitEntropy 3.3 when at least a
-//     fifth of it is digits. Measured on 1000 random labels each: hex is caught at 16 bytes
-//     in 37% of cases, 24 bytes 85%, 32 bytes 98%; base32 28%, 69%, 95%; base36 65%, 92%, 99%.
-//     Word-made labels stay below: "githubusercontent" 3.45, "generativelanguage" 3.09,
-//     "bedrockruntimefips" 3.6, "useast1prod2024" is under 16 bytes. Shorter bodies are not
-//     judged: entropy measured on a few bytes says nothing.
+//     third of it is digits (hex is about 60% digits). Measured on 1000 random bodies each, at
+//     16, 24, 32 and 40 bytes: hex is caught in 41%, 85%, 98%, 100% of cases; base32 in 6%,
+//     47%, 90%, 99%; base36 in 26%, 76%, 97%, 100%. Word-made labels stay below:
+//     "githubusercontent" 3.45, "generativelanguage" 3.09, "bedrock-runtime-fips",
+//     "my-bucket-2023-backups" and "marketplace-visualstudio" pass. Machine-made labels with a
+//     long hex ID in them (vpce-0a1b2c3d4e5f60718-…) do not: raise the limits, or turn the
+//     entropy check off, where a sandbox needs such names. Shorter bodies are not judged:
+//     entropy measured on a few bytes says nothing.
 //
 // The limits shrink, they do not close, the channel: a few bytes per query still leave through
 // any zone the policy allows. A policy of "none" with named zones is what closes it (a zone the
@@ -39,7 +41,7 @@ type NameLimits struct {
 	MaxLabelLen     int     // bytes of one label; default 40
 	EntropyMinLen   int     // bodies at least this long have their entropy judged; default 16
 	MaxEntropy      float64 // bits per byte allowed in such a body; default 4.0
-	MaxDigitEntropy float64 // the same for a body that is at least 20% digits; default 3.3
+	MaxDigitEntropy float64 // the same for a body that is at least a third digits; default 3.3
 }
 
 // Defaults of NameLimits.
@@ -119,7 +121,7 @@ func (l NameLimits) checkEntropy(label string) error {
 	if l.MaxEntropy > 0 && h > l.MaxEntropy {
 		return fmt.Errorf("the label %q looks like encoded data: %.2f bits per byte, more than the limit of %.2f", label, h, l.MaxEntropy)
 	}
-	if l.MaxDigitEntropy > 0 && digits*5 >= len(body) && h > l.MaxDigitEntropy {
+	if l.MaxDigitEntropy > 0 && digits*3 >= len(body) && h > l.MaxDigitEntropy {
 		return fmt.Errorf("the label %q looks like encoded data: %d of its %d bytes are digits and it has %.2f bits per byte, more than the limit of %.2f", label, digits, len(body), h, l.MaxDigitEntropy)
 	}
 	return nil
