@@ -50,7 +50,9 @@ func (r *Resolver) answer(ctx context.Context, src netip.Addr, tcp bool, req *dn
 	}
 	sb, ok := r.cfg.Registry.BySource(src)
 	if !ok {
-		r.log.Warn("dns query from an address that is no sandbox", "src", src.String())
+		r.strangers.Do(func() {
+			r.log.Warn("dns query from an address that is no sandbox (logged at most once a minute)", "src", src.String())
+		})
 		resp.Rcode = dns.RcodeRefused
 		return r.finish(req, resp, tcp)
 	}

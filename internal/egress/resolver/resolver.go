@@ -8,9 +8,11 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/time/rate"
 
 	"github.com/airlockdev/airlock/internal/egress"
 	"github.com/airlockdev/airlock/internal/egress/sandboxnet"
@@ -74,10 +76,11 @@ type Resolver struct {
 	pc   net.PacketConn
 	ln   net.Listener
 
-	inflight inflight
+	inflight  inflight
+	strangers rate.Sometimes // limits the log of queries from unknown sources
 
 	closeOnce sync.Once
-	serving   sync.Mutex // held by Serve
+	served    atomic.Bool
 }
 
 // New validates cfg and binds the UDP and TCP sockets on one port; the sockets are released by
@@ -123,7 +126,8 @@ func New(cfg Config) (*Resolver, error) {
 		cfg.Logger = slog.Default()
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
-	r := &Resolver{cfg: cfg, log: cfg.Logger.With("component", "egress-resolver")}
+	r := &Resolver{cfg: cfg, log: cfg.Logger.With("component", "egress-resolver"),
+		strangers: rate.Sometimes{Interval: defaultUnknownLogPeriod}}
 	r.inflight.init(cfg.MaxInflight)
 	pc, ln, err := listen(cfg.Listen)
 	if err != nil {
@@ -161,6 +165,22 @@ func listen(addr string) (net.PacketConn, net.Listener, error) {
 	return nil, nil, fmt.Errorf("resolver: listen tcp on the udp port: %w", lastErr)
 }
 
+// UpstreamFromResolvConf returns host:port of the first nameserver in a resolv.conf file
+// (path "" means /etc/resolv.conf): the default upstream of the server's resolver.
+func UpstreamFromResolvConf(path string) (string, error) {
+	if path == "" {
+		path = "/etc/resolv.conf"
+	}
+	cc, err := dns.ClientConfigFromFile(path)
+	if err != nil {
+		return "", fmt.Errorf("resolver: read %s: %w", path, err)
+	}
+	if len(cc.Servers) == 0 {
+		return "", fmt.Errorf("resolver: %s names no nameserver", path)
+	}
+	return net.JoinHostPort(cc.Servers[0], cc.Port), nil
+}
+
 // Addr is the bound address; UDP and TCP share it.
 func (r *Resolver) Addr() netip.AddrPort { return r.addr }
 
@@ -178,10 +198,9 @@ func (r *Resolver) Close() error {
 // waits for the queries in flight (whose upstream exchanges are cancelled) and releases the
 // sockets. It returns nil after ctx ended, the socket error otherwise. Call it once.
 func (r *Resolver) Serve(ctx context.Context) error {
-	if !r.serving.TryLock() {
+	if !r.served.CompareAndSwap(false, true) {
 		return errors.New("resolver: Serve called twice")
 	}
-	defer r.serving.Unlock()
 	defer r.Close()
 
 	qctx, cancelQueries := context.WithCancel(context.WithoutCancel(ctx))
