@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -119,5 +120,100 @@ func TestUpstreamFromResolvConf(t *testing.T) {
 	}
 	if _, err := UpstreamFromResolvConf(filepath.Join(dir, "missing")); err == nil {
 		t.Error("missing file accepted")
+	}
+}
+
+func TestInflightWaitersBounded(t *testing.T) {
+	var f inflight
+	f.init(1)
+	sb := &egress.Sandbox{}
+	rel, err := f.acquire(context.Background(), sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	waiters := make(chan error, maxWaitersFactor)
+	for range maxWaitersFactor {
+		go func() {
+			r, err := f.acquire(ctx, sb)
+			if err == nil {
+				r()
+			}
+			waiters <- err
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f.mu.Lock()
+		n := f.by[sb].users
+		f.mu.Unlock()
+		if n == 1+maxWaitersFactor {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d users", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	if _, err := f.acquire(context.Background(), sb); !errors.Is(err, errBusy) || time.Since(start) > time.Second {
+		t.Fatalf("one waiter too many: %v after %s", err, time.Since(start))
+	}
+	cancel()
+	for range maxWaitersFactor {
+		<-waiters
+	}
+	rel()
+}
+
+func TestTCPPerSourceLimit(t *testing.T) {
+	e := newEnv(t, Config{MaxTCPPerSource: 3}, zone)
+	dial := func(src string) *net.TCPConn {
+		c, err := net.DialTCP("tcp", &net.TCPAddr{IP: net.ParseIP(src)}, net.TCPAddrFromAddrPort(e.res.Addr()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// closed reports whether the server closed c (EOF) rather than leaving it open.
+	closed := func(c *net.TCPConn) bool {
+		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		return !(errors.As(err, &ne) && ne.Timeout())
+	}
+	var held []*net.TCPConn
+	for range 3 {
+		held = append(held, dial("127.0.0.2"))
+	}
+	for _, c := range held {
+		if closed(c) {
+			t.Fatal("a connection within the limit was closed")
+		}
+	}
+	if !closed(dial("127.0.0.2")) {
+		t.Fatal("a fourth connection from one source stayed open")
+	}
+	if closed(dial("127.0.0.3")) {
+		t.Fatal("another source was limited")
+	}
+	held[0].Close()
+	time.Sleep(100 * time.Millisecond) // the server sees the close
+	c := dial("127.0.0.2")
+	if closed(c) {
+		t.Fatal("a freed slot was not reused")
+	}
+	// And it still answers queries.
+	m := new(dns.Msg)
+	m.SetQuestion("ok.example.", dns.TypeA)
+	co := &dns.Conn{Conn: c}
+	if err := co.WriteMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	in, err := co.ReadMsg()
+	if err != nil || in.Rcode != dns.RcodeSuccess {
+		t.Fatalf("query on a reused slot: %v %v", in, err)
 	}
 }

@@ -56,8 +56,12 @@ type Config struct {
 	// QueryTimeout the whole answer to one query, retries included (DefaultQueryTimeout).
 	AttemptTimeout, QueryTimeout time.Duration
 	// MaxInflight bounds each sandbox's queries waiting for the upstream at once
-	// (DefaultMaxInflight); more wait for a slot until their QueryTimeout, then get SERVFAIL.
+	// (DefaultMaxInflight); more wait for a slot until their QueryTimeout, then get SERVFAIL
+	// (and beyond four times as many waiting, SERVFAIL at once).
 	MaxInflight int
+	// MaxTCPPerSource bounds the open TCP connections from one address
+	// (DefaultMaxTCPPerSource); more are closed as soon as they are accepted.
+	MaxTCPPerSource int
 	// MinBindingTTL and MaxTTL clamp how long a DNS binding lives (DefaultMinBindingTTL,
 	// DefaultMaxTTL); MaxTTL also caps the TTL handed to the guest. BindingGrace is added to a
 	// binding's life so that a guest that uses an answer until its last second still finds the
@@ -106,6 +110,9 @@ func New(cfg Config) (*Resolver, error) {
 	}
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = DefaultMaxInflight
+	}
+	if cfg.MaxTCPPerSource <= 0 {
+		cfg.MaxTCPPerSource = DefaultMaxTCPPerSource
 	}
 	if cfg.MinBindingTTL <= 0 {
 		cfg.MinBindingTTL = DefaultMinBindingTTL
@@ -207,7 +214,7 @@ func (r *Resolver) Serve(ctx context.Context) error {
 	defer cancelQueries()
 	servers := []*dns.Server{
 		{PacketConn: r.pc, Handler: r.handler(qctx, false), UDPSize: dns.MaxMsgSize},
-		{Listener: r.ln, Handler: r.handler(qctx, true), ReadTimeout: tcpReadTimeout,
+		{Listener: newSourceLimitListener(r.ln, r.cfg.MaxTCPPerSource), Handler: r.handler(qctx, true), ReadTimeout: tcpReadTimeout,
 			IdleTimeout: func() time.Duration { return tcpIdleTimeout }},
 	}
 	type result struct {

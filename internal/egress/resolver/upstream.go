@@ -34,6 +34,10 @@ func (f *inflight) init(max int) {
 	f.by = map[*egress.Sandbox]*slot{}
 }
 
+// maxWaitersFactor bounds the queries of one sandbox waiting for a slot, as a multiple of the
+// slots: beyond it a query fails at once instead of parking a goroutine for its whole timeout.
+const maxWaitersFactor = 4
+
 // acquire waits for one of sb's slots until ctx ends; release gives it back.
 func (f *inflight) acquire(ctx context.Context, sb *egress.Sandbox) (release func(), err error) {
 	f.mu.Lock()
@@ -41,6 +45,10 @@ func (f *inflight) acquire(ctx context.Context, sb *egress.Sandbox) (release fun
 	if !ok {
 		s = &slot{sem: make(chan struct{}, f.max)}
 		f.by[sb] = s
+	}
+	if s.users >= f.max*(1+maxWaitersFactor) {
+		f.mu.Unlock()
+		return nil, errBusy
 	}
 	s.users++
 	f.mu.Unlock()
