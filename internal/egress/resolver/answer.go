@@ -115,8 +115,9 @@ func (r *Resolver) answer(ctx context.Context, src netip.Addr, tcp bool, req *dn
 //   - the SOA of the authority section (negative caching); nothing else of the authority and
 //     additional sections (glue for names the policy never judged).
 //
-// TTLs are capped at MaxTTL. The queried name and every CNAME target are bound to the
-// addresses left, for the shortest TTL in the chain clamped to [MinBindingTTL, MaxTTL] plus
+// Every record of the answer is handed out with the shortest TTL among them, capped at MaxTTL.
+// The queried name and every CNAME target are bound to the addresses left for that TTL, raised
+// to MinBindingTTL (30 s by default: Java caches answers for 30 s whatever their TTL), plus
 // BindingGrace, so that a binding outlives the guest's cached copy of the answer.
 func (r *Resolver) filter(sb *egress.Sandbox, name string, qtype uint16, up *dns.Msg, resp *dns.Msg) {
 	maxTTL := uint32(r.cfg.MaxTTL / time.Second)
@@ -200,8 +201,11 @@ func (r *Resolver) filter(sb *egress.Sandbox, name string, qtype uint16, up *dns
 			resp.Ns = append(resp.Ns, rr)
 		}
 	}
+	// One TTL for the whole answer: a guest that caches (nscd, systemd-resolved, a language
+	// runtime) must ask for the whole chain again, not only for its shortest-lived part, or
+	// the bindings of the names ahead in the chain would expire while it still uses them.
 	for _, rr := range answer {
-		rr.Header().Ttl = min(rr.Header().Ttl, maxTTL)
+		rr.Header().Ttl = minTTL
 	}
 	for _, rr := range resp.Ns {
 		rr.Header().Ttl = min(rr.Header().Ttl, maxTTL)

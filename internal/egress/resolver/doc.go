@@ -27,7 +27,8 @@
 //     that point at always-denied addresses (nftrules.AlwaysDenied), the host's own addresses,
 //     the sandbox pool or an address the policy denies are dropped and logged — the defence
 //     against DNS rebinding to private addresses; when no address is left the answer is an
-//     empty NOERROR. Glue and other extra records are dropped; TTLs are capped.
+//     empty NOERROR. Glue and other extra records are dropped; every record is handed out with
+//     the answer's shortest TTL, capped (an hour by default).
 //  7. The queried name and every CNAME target are recorded as DNS bindings to the addresses
 //     handed out (Sandbox.Bindings), which the proxy requires before it lets a connection by
 //     name through to an address. A binding lives at least as long as the guest may cache the
@@ -35,4 +36,13 @@
 //
 // The guest's question is echoed as asked (its ID, case and flags); nothing in the records
 // handed back is rewritten except TTLs. The resolver keeps no cache: the upstream does.
+//
+// Bounds: each sandbox has at most Config.MaxInflight queries at the upstream (and four times
+// as many waiting), each source address at most Config.MaxTCPPerSource TCP connections, and
+// every query an overall timeout. Serve owns every goroutine it starts: when its context ends
+// it cancels the upstream exchanges, waits for the handlers and closes both sockets.
+//
+// The resolver trusts the source address of a packet, so it must only be reachable from the
+// sandboxes' veths (nftables redirects to it) and the host itself: listen on loopback or the
+// host's address and keep the port closed to other networks.
 package resolver
