@@ -42,7 +42,9 @@
 // every query an overall timeout. Serve owns every goroutine it starts: when its context ends
 // it cancels the upstream exchanges, waits for the handlers and closes both sockets.
 //
-// The resolver trusts the source address of a packet, so it must only be reachable from the
-// sandboxes' veths (nftables redirects to it) and the host itself: listen on loopback or the
-// host's address and keep the port closed to other networks.
+// The redirect delivers to the host end of each sandbox's veth, so in production the resolver
+// listens on all addresses (":PORT"). It trusts a packet's source address: a query from any
+// address that is not a registered sandbox is REFUSED, and a sandbox's address forged from
+// another network is what reverse-path filtering (or a firewall on the port) must stop. What
+// a forged query could do is small anyway: bindings only ever hold the upstream's answers.
 package resolver
