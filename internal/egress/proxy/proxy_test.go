@@ -208,6 +208,10 @@ func TestHTTPSNoBinding(t *testing.T) {
 // clientHello captures the first TLS record a Go client sends for serverName.
 func clientHello(t *testing.T, serverName string) []byte {
 	t.Helper()
+	return capture(t, serverName)
+}
+
+func capture(t testing.TB, serverName string) []byte {
 	c1, c2 := net.Pipe()
 	go func() {
 		_ = tls.Client(c1, &tls.Config{ServerName: serverName, InsecureSkipVerify: true}).Handshake()
