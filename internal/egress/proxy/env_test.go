@@ -319,7 +319,7 @@ func (e *env) client(o clientOpts) *http.Client {
 		tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
 	}
 	e.t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	return &http.Client{Transport: tr, Timeout: 2 * time.Minute}
 }
 
 // event waits for a decision-log event with rule and allowed.

@@ -58,9 +58,16 @@ func (p *Proxy) serveRequest(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusBadRequest, "bad-host", reason)
 		return
 	case t.ip.IsValid():
+		// Tracked (and counted against the limit) before the decision, allowed or not.
+		if !p.trackPlain(w, cc, "") {
+			return
+		}
 		byAddr = true
 		d, host = sb.DecideAddr(decisionlog.KindHTTP, dst.Addr(), dst.Port())
 	default:
+		if !p.trackPlain(w, cc, t.name) {
+			return
+		}
 		host = t.name
 		d = sb.Decide(decisionlog.KindHTTP, host, dst.Addr(), dst.Port())
 	}
@@ -73,9 +80,7 @@ func (p *Proxy) serveRequest(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusForbidden, d.Rule, d.Reason)
 		return
 	}
-	if cc.sni == "" && !cc.track(host) {
-		w.Header().Set("Connection", "close")
-		refuse(w, http.StatusServiceUnavailable, "connection-limit", "the sandbox has too many open connections")
+	if byAddr && host != "" && !p.trackPlain(w, cc, host) { // allowed by a bound name: tracked under it
 		return
 	}
 
@@ -129,6 +134,17 @@ func (p *Proxy) serveRequest(w http.ResponseWriter, r *http.Request) {
 		ErrorLog:      nil,
 	}
 	rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), reqKey{}, st)))
+}
+
+// trackPlain tracks a cleartext connection under the host of its current request; at the
+// sandbox's limit it answers 503 and closes the connection.
+func (p *Proxy) trackPlain(w http.ResponseWriter, cc *clientConn, host string) bool {
+	if cc.track(host) {
+		return true
+	}
+	w.Header().Set("Connection", "close")
+	refuse(w, http.StatusServiceUnavailable, "connection-limit", "the sandbox has too many open connections")
+	return false
 }
 
 func (p *Proxy) placeholderReason(cc *clientConn, host string) string {

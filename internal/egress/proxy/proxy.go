@@ -246,10 +246,15 @@ func (p *Proxy) Close() error {
 		p.cancel()
 		_ = p.ln.Close()
 		_ = p.httpLn.Close()
-		_ = p.srv.Close()
 		for _, c := range conns {
 			_ = c.Close()
 		}
+		// Close drops the HTTP server's connections; Shutdown then waits until their goroutines
+		// have seen it.
+		_ = p.srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = p.srv.Shutdown(ctx)
+		cancel()
 	})
 	p.wg.Wait()
 	return nil

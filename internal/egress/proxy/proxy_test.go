@@ -524,7 +524,7 @@ func TestConnectionLimit(t *testing.T) {
 }
 
 func TestLargeTransfer(t *testing.T) {
-	const size = 64 << 20
+	const size = 32 << 20
 	data := make([]byte, size)
 	rand.Read(data)
 	want := sha256.Sum256(data)
@@ -597,4 +597,38 @@ func TestRemoveClosesConnections(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatal("connection open after its sandbox was removed")
 	}
+}
+
+func TestConnectionLimitCountsDeniedHTTP(t *testing.T) {
+	e := newEnv(t, envOpts{policy: basePolicy, maxConns: 1})
+	e.httpUpstream("203.0.113.10", whoami("plain"), "plain.test", "blocked.test")
+	e.bind("plain.test", "203.0.113.10")
+	e.bind("blocked.test", "203.0.113.10")
+	dst := netip.MustParseAddrPort("203.0.113.10:80")
+	roundTrip := func(c net.Conn, host string) int {
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", host)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	c1, err := e.dialGuest(context.Background(), dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	if code := roundTrip(c1, "blocked.test"); code != 403 {
+		t.Fatalf("denied request: %d", code)
+	}
+	c2, err := e.dialGuest(context.Background(), dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if code := roundTrip(c2, "plain.test"); code != http.StatusServiceUnavailable {
+		t.Fatalf("second connection at a limit of 1: %d", code)
+	}
+	e.event("connection-limit", false)
 }
