@@ -84,6 +84,7 @@ type Proxy struct {
 	srv    *http.Server
 	ctx    context.Context
 	cancel context.CancelFunc
+	bufs   *bufferPool
 
 	mu     sync.Mutex
 	closed bool
@@ -142,6 +143,7 @@ func New(cfg Config) (*Proxy, error) {
 		ctx:    ctx,
 		cancel: cancel,
 		conns:  map[*clientConn]struct{}{},
+		bufs:   &bufferPool{},
 	}
 	p.srv = &http.Server{
 		Handler: http.HandlerFunc(p.serveRequest),
