@@ -54,12 +54,16 @@ func (p *Proxy) serveRequest(w http.ResponseWriter, r *http.Request) {
 		host = cc.sni
 		d = sb.Decide(decisionlog.KindHTTP, host, dst.Addr(), dst.Port())
 	case err != nil:
+		if !p.trackPlain(w, cc, "") {
+			return
+		}
 		reason := fmt.Sprintf("the request's Host %q is not a host name or address: %v", clipHost(r.Host), err)
 		p.deny(sb, decisionlog.KindHTTP, clipHost(r.Host), dst, "bad-host", reason)
 		refuse(w, http.StatusBadRequest, "bad-host", reason)
 		return
 	case t.ip.IsValid():
-		// Tracked (and counted against the limit) before the decision, allowed or not.
+		// A cleartext connection is tracked (and counted against the limit) before each
+		// decision, allowed or not, under the host of its current request.
 		if !p.trackPlain(w, cc, "") {
 			return
 		}
@@ -133,7 +137,7 @@ func (p *Proxy) serveRequest(w http.ResponseWriter, r *http.Request) {
 		BufferPool:    p.bufs,
 		FlushInterval: 50 * time.Millisecond,
 		ErrorHandler:  p.upstreamError,
-		ErrorLog:      nil,
+		ErrorLog:      p.srv.ErrorLog,
 	}
 	rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), reqKey{}, st)))
 }
