@@ -249,7 +249,7 @@ func (p *Proxy) newTransport(cc *clientConn) *http.Transport {
 			}
 			return p.dialName(ctx, cc.sb, host, cc.dst.Addr(), uint16(port))
 		},
-		TLSClientConfig:     &tls.Config{RootCAs: p.cfg.UpstreamRootCAs, MinVersion: tls.VersionTLS12},
+		TLSClientConfig:     &tls.Config{RootCAs: p.cfg.UpstreamRootCAs, MinVersion: tls.VersionTLS12, ClientSessionCache: p.sessions},
 		ForceAttemptHTTP2:   true,
 		DisableCompression:  true,
 		MaxIdleConnsPerHost: 4,

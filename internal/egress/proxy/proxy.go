@@ -23,6 +23,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -85,6 +86,9 @@ type Proxy struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	bufs   *bufferPool
+	// sessions resumes upstream TLS sessions across sandbox connections (the upstream sees
+	// this host either way), which spares a certificate verification per new connection.
+	sessions tls.ClientSessionCache
 
 	mu     sync.Mutex
 	closed bool
@@ -136,14 +140,15 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Proxy{
-		cfg:    cfg,
-		log:    cfg.Logger.With("component", "egress-proxy"),
-		ln:     ln,
-		httpLn: newHandoffListener(ln.Addr()),
-		ctx:    ctx,
-		cancel: cancel,
-		conns:  map[*clientConn]struct{}{},
-		bufs:   &bufferPool{},
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "egress-proxy"),
+		ln:       ln,
+		httpLn:   newHandoffListener(ln.Addr()),
+		ctx:      ctx,
+		cancel:   cancel,
+		conns:    map[*clientConn]struct{}{},
+		bufs:     &bufferPool{},
+		sessions: tls.NewLRUClientSessionCache(4096),
 	}
 	p.srv = &http.Server{
 		Handler: http.HandlerFunc(p.serveRequest),
