@@ -632,3 +632,31 @@ func TestConnectionLimitCountsDeniedHTTP(t *testing.T) {
 	}
 	e.event("connection-limit", false)
 }
+
+// TestDialsOwnResolution: the proxy connects to its own resolution of the name, not to the
+// address the guest dialled, and never to an always-denied address it resolves to.
+func TestDialsOwnResolution(t *testing.T) {
+	e := newEnv(t, envOpts{policy: `{"default":"public"}`})
+	e.httpUpstream("203.0.113.61", whoami("rotated"), "rot.test")
+	e.bind("rot.test", "203.0.113.60") // what the guest resolved earlier; no longer in DNS, not routed
+	e.route("203.0.113.62", 80, "127.0.0.1:1")
+	e.mu.Lock()
+	e.names["rebind.test"] = []netip.Addr{netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("127.0.0.1")}
+	e.mu.Unlock()
+	e.bind("rebind.test", "203.0.113.62")
+	c := e.client(clientOpts{})
+	e.mu.Lock()
+	e.guestDNS["rot.test"] = netip.MustParseAddr("203.0.113.60")
+	e.guestDNS["rebind.test"] = netip.MustParseAddr("203.0.113.62")
+	e.mu.Unlock()
+	if code, body, _ := get(t, c, "http://rot.test/"); code != 200 || !strings.HasPrefix(body, "rotated") {
+		t.Fatalf("rotated name: %d %q", code, body)
+	}
+	before := e.upstreamDials()
+	if code, body, _ := get(t, c, "http://rebind.test/"); code != http.StatusBadGateway || !strings.Contains(body, "no address the sandbox may reach") {
+		t.Fatalf("name rebound to private addresses: %d %q", code, body)
+	}
+	if e.upstreamDials() != before {
+		t.Fatal("the proxy dialled an always-denied address")
+	}
+}
