@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/egress/policy"
@@ -62,4 +63,27 @@ type Egress interface {
 	// ListSecrets returns the project's secrets in name order.
 	ListSecrets(ctx context.Context, project model.ProjectID) ([]SecretRecord, error)
 	DeleteSecret(ctx context.Context, project model.ProjectID, name string) error
+}
+
+// CompileEgress compiles spec with the profiles it names, as st holds them
+// now, and the server's default (see policy.Compile). A profile that does
+// not exist is an error wrapping policy.ErrUnknownProfile. The server
+// compiles a sandbox's stored policy with it when the sandbox starts; the
+// API when it changes.
+func CompileEgress(ctx context.Context, st Egress, spec policy.Spec, serverDefault policy.Default) (*policy.Policy, error) {
+	profiles := map[policy.ProfileName]policy.Spec{}
+	for _, name := range spec.Profiles {
+		p, err := st.GetEgressProfile(ctx, name)
+		if errors.Is(err, ErrNotFound) {
+			continue // policy.Compile reports it
+		}
+		if err != nil {
+			return nil, err
+		}
+		profiles[name] = p.Spec
+	}
+	return policy.Compile(spec, func(n policy.ProfileName) (policy.Spec, bool) {
+		s, ok := profiles[n]
+		return s, ok
+	}, serverDefault)
 }
