@@ -389,3 +389,36 @@ func TestSecretsNeedAKey(t *testing.T) {
 	e := newEnv(t)
 	e.do("PUT", "/v1/secrets/tok", e.keyA, `{"value": "v", "hosts": ["a.example"]}`).wantError(t, http.StatusNotImplemented, apiv1.CodeNotSupported)
 }
+
+func TestEgressPutDeletedSandbox(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sb := e.createSandbox(e.keyA, `{"egress": {"allow": ["a.example"]}}`)
+	e.do("DELETE", "/v1/sandboxes/"+sb.Sandbox.ID, e.keyA, "").want(t, http.StatusAccepted)
+	if err := e.st.TransitionSandbox(context.Background(), model.SandboxID(sb.Sandbox.ID), model.StateDeleting, model.StateDeleted, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.do("PUT", "/v1/sandboxes/"+sb.Sandbox.ID+"/egress", e.keyA, `{}`).wantError(t, http.StatusConflict, apiv1.CodeInvalidTransition)
+	var got apiv1.SandboxEgress
+	e.do("GET", "/v1/sandboxes/"+sb.Sandbox.ID+"/egress", e.keyA, "").want(t, http.StatusOK).decode(t, &got)
+	if len(got.Policy.Allow) != 1 {
+		t.Fatalf("a deleted sandbox's policy changed: %+v", got)
+	}
+}
+
+func TestEgressMutationsRateLimited(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withSecrets(t), func(c *envConfig) { c.MutationRate, c.MutationBurst = 0.001, 5 }) // the setup's admin key makes 4
+	for i := range 5 {
+		e.do("PUT", fmt.Sprintf("/v1/secrets/s%d", i), e.keyA, `{"value": "v", "hosts": ["a.example"]}`).want(t, http.StatusCreated)
+	}
+	for _, r := range []struct{ method, path, body string }{
+		{"PUT", "/v1/secrets/b", `{"value": "v", "hosts": ["a.example"]}`},
+		{"DELETE", "/v1/secrets/s0", ""},
+		{"PUT", "/v1/sandboxes/" + model.NewSandboxID().String() + "/egress", `{}`},
+	} {
+		e.do(r.method, r.path, e.keyA, r.body).wantError(t, http.StatusTooManyRequests, apiv1.CodeRateLimited)
+	}
+	// Reads are not limited.
+	e.do("GET", "/v1/secrets", e.keyA, "").want(t, http.StatusOK)
+}

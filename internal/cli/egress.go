@@ -211,22 +211,29 @@ func (a *app) egressLogCommand() *cobra.Command {
 }
 
 // parseHostPort parses HOST, HOST:PORT, IP, [IPv6]:PORT; no port is 443.
+// HOST must be a DNS name or an IP address.
 func parseHostPort(s string) (string, uint16, error) {
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.String(), 443, nil
-	}
-	host, portText, err := net.SplitHostPort(s)
-	if err != nil {
-		if strings.Contains(s, ":") {
+	host, port := s, uint64(443)
+	if _, err := netip.ParseAddr(s); err != nil {
+		h, portText, err := net.SplitHostPort(s)
+		switch {
+		case err == nil:
+			if port, err = strconv.ParseUint(portText, 10, 16); err != nil {
+				return "", 0, usageErrorf("%q: the port must be 0-65535", s)
+			}
+			host = h
+		case strings.Contains(s, ":"):
 			return "", 0, usageErrorf("%q: give HOST, HOST:PORT or [IPv6]:PORT", s)
 		}
-		return s, 443, nil
 	}
-	port, err := strconv.ParseUint(portText, 10, 16)
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.String(), uint16(port), nil
+	}
+	name, err := policy.NormalizeName(host)
 	if err != nil {
-		return "", 0, usageErrorf("%q: port must be 0-65535", s)
+		return "", 0, usageErrorf("%w", err)
 	}
-	return host, uint16(port), nil
+	return name, uint16(port), nil
 }
 
 func (a *app) egressExplainCommand() *cobra.Command {

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -284,4 +286,25 @@ func TestSecretCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "airlock-secret-tok") {
 		t.Fatalf("list: %d %s", code, stdout)
 	}
+}
+
+// FuzzParseHostPort: an accepted HOST[:PORT] gives a non-empty host, and
+// HOST:PORT built from it parses back to the same.
+func FuzzParseHostPort(f *testing.F) {
+	for _, s := range []string{"pypi.org", "pypi.org:80", "[::1]:443", "::1", "1.2.3.4:0", "a:b:c", "[x]:1", ":80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		host, port, err := parseHostPort(s)
+		if err != nil {
+			return
+		}
+		if host == "" {
+			t.Fatalf("%q: empty host", s)
+		}
+		h2, p2, err := parseHostPort(net.JoinHostPort(host, strconv.Itoa(int(port))))
+		if err != nil || h2 != host || p2 != port {
+			t.Fatalf("%q → %q %d does not round-trip: %q %d %v", s, host, port, h2, p2, err)
+		}
+	})
 }
