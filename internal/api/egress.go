@@ -280,6 +280,11 @@ func (a *API) followDecisions(ctx context.Context, w http.ResponseWriter, sb mod
 	lastSent := time.Now()
 	for {
 		live, ok := a.liveSandbox(sb.ID)
+		if ok && live.Log.Last() < after {
+			// A log newer than the resume point: the sandbox's network was
+			// set up again (a restart) and its log began anew.
+			after = 0
+		}
 		if ok {
 			events, dropped := live.Log.Since(after)
 			if dropped > 0 {

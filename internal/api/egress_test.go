@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
 	"path/filepath"
@@ -311,6 +312,22 @@ func TestEgressDecisions(t *testing.T) {
 	if id, _, _ := next(); id != "4" {
 		t.Fatalf("after the drop, id %s, want 4", id)
 	}
+	// A resume point beyond the log (its sandbox's network was set up
+	// again, and the log began anew) starts at the log's beginning.
+	hr3, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+path+"?follow=true&after=100", nil)
+	hr3.Header.Set("Authorization", "Bearer "+e.keyA)
+	res3, err := e.srv.Client().Do(hr3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res3.Body.Close()
+	lines = bufio.NewScanner(res3.Body)
+	if _, ev, _ := next(); ev != apiv1.EventEgressDropped {
+		t.Fatalf("first event %s, want dropped", ev)
+	}
+	if id, _, _ := next(); id != "4" {
+		t.Fatalf("id %s, want 4", id)
+	}
 }
 
 func TestSecrets(t *testing.T) {
@@ -421,4 +438,42 @@ func TestEgressMutationsRateLimited(t *testing.T) {
 	}
 	// Reads are not limited.
 	e.do("GET", "/v1/secrets", e.keyA, "").want(t, http.StatusOK)
+}
+
+// TestEgressDecisionsEndWithTheSandbox: a follower's stream ends with an
+// end event once the sandbox leaves the registry and is deleted.
+func TestEgressDecisionsEndWithTheSandbox(t *testing.T) {
+	t.Parallel()
+	reg := egress.NewRegistry(egress.RegistryConfig{})
+	e := newEnv(t, withEgress(reg))
+	sb := e.createSandbox(e.keyA, `{}`)
+	id := model.SandboxID(sb.Sandbox.ID)
+	live := e.register(reg, sb.Sandbox.ID, "10.213.0.18")
+	live.Decide(decisionlog.KindDNS, "a.example", netip.Addr{}, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hr, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/v1/sandboxes/"+sb.Sandbox.ID+"/egress/decisions?follow=true", nil)
+	hr.Header.Set("Authorization", "Bearer "+e.keyA)
+	res, err := e.srv.Client().Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	r := bufio.NewReader(res.Body)
+	line, err := r.ReadString('\n')
+	if err != nil || line != "id: 1\n" {
+		t.Fatalf("first line %q %v", line, err)
+	}
+	e.do("DELETE", "/v1/sandboxes/"+sb.Sandbox.ID, e.keyA, "").want(t, http.StatusAccepted)
+	if err := e.st.TransitionSandbox(ctx, id, model.StateDeleting, model.StateDeleted, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	reg.Remove(id)
+	rest, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(rest), "event: end\ndata: {}\n\n") {
+		t.Fatalf("stream ended with %q", rest)
+	}
 }
