@@ -152,6 +152,9 @@ func (p *Proxy) handleTLS(cc *clientConn) {
 	hello, prefix, err := peekClientHello(cc.Conn)
 	cc.pending = prefix
 	switch {
+	case err != nil && len(prefix) == 0:
+		_ = cc.Close() // closed (or silent) before sending anything: nothing to decide
+		return
 	case err != nil:
 		p.deny(sb, decisionlog.KindTLS, "", dst, "no-client-hello", "the connection to port 443 did not start with a TLS ClientHello the proxy could read")
 		_ = cc.Close()
