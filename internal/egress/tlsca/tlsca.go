@@ -248,14 +248,14 @@ func (ca *CA) Leaf(name string) (*tls.Certificate, error) {
 	ca.mu.Lock()
 	delete(ca.inflight, name)
 	if c.err == nil {
-		ca.storeLocked(name, c.cert, now)
+		ca.storeLocked(name, c.cert)
 	}
 	ca.mu.Unlock()
 	close(c.done)
 	return c.cert, c.err
 }
 
-func (ca *CA) storeLocked(name string, cert *tls.Certificate, now time.Time) {
+func (ca *CA) storeLocked(name string, cert *tls.Certificate) {
 	e := &entry{name: name, cert: cert, refresh: cert.Leaf.NotAfter.Add(-ca.opts.LeafValidity / 4)}
 	if el, ok := ca.byName[name]; ok {
 		el.Value = e
