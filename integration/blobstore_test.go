@@ -16,34 +16,21 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 )
 
-// busyboxTree writes a minimal root filesystem around the host's static
-// busybox, plus /srv/greeting and a file with a user xattr.
+// busyboxTree is airtest.BusyboxRootfs plus /srv/greeting, which carries a
+// user xattr, and the agent's mount points.
 func busyboxTree(t *testing.T, greeting string) string {
 	t.Helper()
-	bb := staticBusybox(t)
-	dir := t.TempDir()
-	for _, d := range []string{"bin", "etc", "dev", "proc", "sys", "tmp", "root", "run", ".airlock/bin", ".airlock/run", "srv"} {
+	dir := airtest.BusyboxRootfs(t)
+	for _, d := range []string{".airlock/bin", ".airlock/run", "srv"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	files := map[string]string{
-		"bin/busybox":  string(bb),
-		"etc/passwd":   "root:x:0:0:root:/root:/bin/sh\n",
-		"etc/group":    "root:x:0:\n",
-		"srv/greeting": greeting,
+	p := filepath.Join(dir, "srv/greeting")
+	if err := os.WriteFile(p, []byte(greeting), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, l := range []string{"sh", "cat", "getfattr"} {
-		if err := os.Symlink("busybox", filepath.Join(dir, "bin", l)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := unix.Setxattr(filepath.Join(dir, "srv/greeting"), "user.origin", []byte("node-a"), 0); err != nil {
+	if err := unix.Setxattr(p, "user.origin", []byte("node-a"), 0); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -108,8 +108,8 @@ func SetupPidsCgroup(opts PidsCgroupOptions) (PidsCgroup, error) {
 	// A cgroup the host prepared (a sandbox in a user namespace, whose root
 	// may not create cgroups) is used as it is: mkdir would fail there
 	// even for an existing directory once the mount is read-only.
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		if fi, serr := os.Stat(dir); serr != nil || !fi.IsDir() {
 			return PidsCgroup{}, fmt.Errorf("pids cgroup: create %s: %w", dir, err)
 		}
 	}

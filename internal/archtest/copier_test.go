@@ -67,13 +67,30 @@ func copierViolations(fset *token.FileSet, f *ast.File) []string {
 	report := func(n ast.Node, format string, args ...any) {
 		out = append(out, fset.Position(n.Pos()).String()+": "+fmt.Sprintf(format, args...))
 	}
+	// A walk is the standard library's, or a tree walker of our own: a
+	// function or method whose name starts with walk/Walk (walkTree, …).
 	isWalk := func(c *ast.CallExpr) bool {
 		p, s := pkgOf(c.Fun)
-		return (p == "path/filepath" && (s == "Walk" || s == "WalkDir")) || (p == "io/fs" && s == "WalkDir")
+		if (p == "path/filepath" && (s == "Walk" || s == "WalkDir")) || (p == "io/fs" && s == "WalkDir") {
+			return true
+		}
+		switch f := c.Fun.(type) {
+		case *ast.Ident:
+			return strings.HasPrefix(f.Name, "walk") || strings.HasPrefix(f.Name, "Walk")
+		case *ast.SelectorExpr:
+			return p == "" && (strings.HasPrefix(f.Sel.Name, "walk") || strings.HasPrefix(f.Sel.Name, "Walk"))
+		}
+		return false
 	}
+	// A link is os.Link, unix/syscall Link(at), or a Link method with two
+	// arguments on a value (os.Root.Link).
 	isLink := func(c *ast.CallExpr) bool {
 		p, s := pkgOf(c.Fun)
-		return (p == "os" && s == "Link") || ((p == "golang.org/x/sys/unix" || p == "syscall") && (s == "Link" || s == "Linkat"))
+		if (p == "os" && s == "Link") || ((p == "golang.org/x/sys/unix" || p == "syscall") && (s == "Link" || s == "Linkat")) {
+			return true
+		}
+		f, ok := c.Fun.(*ast.SelectorExpr)
+		return ok && p == "" && f.Sel.Name == "Link" && len(c.Args) == 2
 	}
 	ast.Inspect(f, func(n ast.Node) bool {
 		switch n := n.(type) {
@@ -165,6 +182,14 @@ func walker(dst string) {
 	})
 }
 
+func ownWalker(root *os.Root) {
+	walkTree(".", func(p string) error {
+		return root.Link(p, "copy/"+p)
+	})
+}
+
+func walkTree(string, func(string) error) {}
+
 func fine(os2 struct{ Link func(string, string) error }) {
 	os.Link("a", "b") // a single link, no walk
 	exec.Command("cpx").Run()
@@ -176,7 +201,7 @@ func fine(os2 struct{ Link func(string, string) error }) {
 		t.Fatal(err)
 	}
 	got := copierViolations(fset, f)
-	want := []string{"IoctlFileClone", "CopyFileRange", "/bin/cp", "walker"}
+	want := []string{"IoctlFileClone", "CopyFileRange", "/bin/cp", "walker", "ownWalker"}
 	if len(got) != len(want) {
 		t.Fatalf("findings %q, want %d (%q)", got, len(want), want)
 	}

@@ -51,9 +51,20 @@ func ensureMinimalTemplate(ctx context.Context, st store.Store, templates *templ
 		log.Warn("minimal template unavailable", "err", err)
 		return nil
 	}
+	if err := recordReady(ctx, st, def, imp, names...); err != nil {
+		return fmt.Errorf("minimal template: %w", err)
+	}
+	log.Info("minimal template ready", "digest", imp.Digest, "names", names)
+	return nil
+}
+
+// recordReady records a template that is on disk and points names at it
+// ("default" through def, which remembers the server's choice). The caller
+// holds the template store's Guard.
+func recordReady(ctx context.Context, st store.Store, def *defaultTag, imp template.Imported, names ...model.TaggedName) error {
 	now := time.Now()
 	if err := st.PutTemplate(ctx, model.Template{Digest: imp.Digest, SizeBytes: imp.SizeBytes, Manifest: imp.Manifest, CreatedAt: now}); err != nil {
-		return fmt.Errorf("record minimal template: %w", err)
+		return fmt.Errorf("record %s: %w", imp.Digest, err)
 	}
 	for _, n := range names {
 		if n == model.DefaultTemplate {
@@ -63,10 +74,9 @@ func ensureMinimalTemplate(ctx context.Context, st store.Store, templates *templ
 			continue
 		}
 		if err := st.SetTemplateName(ctx, n, imp.Digest, now); err != nil {
-			return fmt.Errorf("name minimal template %s: %w", n, err)
+			return fmt.Errorf("name %s: %w", n, err)
 		}
 	}
-	log.Info("minimal template ready", "digest", imp.Digest, "names", names)
 	return nil
 }
 
@@ -90,13 +100,9 @@ func ensureDebianDefault(ctx context.Context, st store.Store, b *recipe.Builder,
 	if err != nil {
 		log.Warn("default recipe cache lookup failed; building it", "err", err)
 	}
-	now := time.Now()
 	if ok {
-		if err := st.PutTemplate(ctx, model.Template{Digest: imp.Digest, SizeBytes: imp.SizeBytes, Manifest: imp.Manifest, CreatedAt: now}); err != nil {
-			return fmt.Errorf("record default template: %w", err)
-		}
-		if err := def.set(ctx, imp.Digest, now); err != nil {
-			return err
+		if err := recordReady(ctx, st, def, imp, model.DefaultTemplate); err != nil {
+			return fmt.Errorf("default template: %w", err)
 		}
 		log.Info("default template ready (cached build)", "digest", imp.Digest)
 		return nil
@@ -110,7 +116,7 @@ func ensureDebianDefault(ctx context.Context, st store.Store, b *recipe.Builder,
 		return nil
 	}
 	bld := model.TemplateBuild{ID: model.NewBuildID(), Kind: model.BuildRecipe, Source: DefaultBuildSource,
-		Name: model.DefaultTemplate, CreatedAt: now}
+		Name: model.DefaultTemplate, CreatedAt: time.Now()}
 	if err := st.CreateBuild(ctx, bld, nil); err != nil {
 		return fmt.Errorf("queue the default template's build: %w", err)
 	}

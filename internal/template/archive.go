@@ -76,7 +76,7 @@ func (s *Store) WriteArchive(ctx context.Context, d model.TemplateDigest, w io.W
 		default:
 			return fmt.Errorf("%w: %s is a %s", ErrCorrupt, e.rel, fileTypeName(st.Mode))
 		}
-		xs, err := entryXattrs(e, k)
+		xs, err := readKeptXattrs(e)
 		if err != nil {
 			return err
 		}
@@ -113,26 +113,6 @@ func (s *Store) WriteArchive(ctx context.Context, d model.TemplateDigest, w io.W
 		return fmt.Errorf("archive template %s: %w", d, err)
 	}
 	return nil
-}
-
-// entryXattrs returns the kept extended attributes of walk entry e of kind
-// k, in name order.
-func entryXattrs(e *walkEntry, k kind) ([]xattr, error) {
-	// No llistxattrat before Linux 6.13: go through the directory's fd.
-	p := fmt.Sprintf("/proc/self/fd/%d/%s", e.dirFd, e.name)
-	list, err := xattrBuffer(func(b []byte) (int, error) { return unix.Llistxattr(p, b) })
-	if err != nil {
-		return nil, fmt.Errorf("list extended attributes of %s: %w", e.rel, err)
-	}
-	var xs []xattr
-	for _, name := range keptNames(list, k) {
-		val, err := xattrBuffer(func(b []byte) (int, error) { return unix.Lgetxattr(p, name, b) })
-		if err != nil {
-			return nil, fmt.Errorf("read extended attribute %s of %s: %w", name, e.rel, err)
-		}
-		xs = append(xs, xattr{name: name, value: val})
-	}
-	return xs, nil
 }
 
 // ImportArchive imports the tar archive read from r as the template whose

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/rootfs/treecopy"
 )
 
 // copyXattrs gives the entry the stager just made for walk entry e (a
@@ -120,7 +122,7 @@ func (d *Staged) checkTree(ctx context.Context) error {
 // walk entry e of kind k and checks the kept ones.
 func pruneXattrs(e *walkEntry, k kind) error {
 	p := e.procPath()
-	list, err := xattrBuffer(func(b []byte) (int, error) { return unix.Llistxattr(p, b) })
+	list, err := treecopy.XattrBuffer(func(b []byte) (int, error) { return unix.Llistxattr(p, b) })
 	if err != nil {
 		return fmt.Errorf("list extended attributes of %s: %w", e.rel, err)
 	}
@@ -136,7 +138,7 @@ func pruneXattrs(e *walkEntry, k kind) error {
 			continue
 		}
 		kept++
-		val, err := xattrBuffer(func(b []byte) (int, error) { return unix.Lgetxattr(p, name, b) })
+		val, err := treecopy.XattrBuffer(func(b []byte) (int, error) { return unix.Lgetxattr(p, name, b) })
 		if err != nil {
 			return fmt.Errorf("read extended attribute %s of %s: %w", name, e.rel, err)
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/rootfs/treecopy"
 )
 
 // Extended attributes kept in templates.
@@ -156,7 +158,7 @@ func (s *stager) setXattrs(rel string, xs []xattr) error {
 // listKeptXattrs returns the names of the kept extended attributes of the
 // open file fd of kind k, sorted.
 func listKeptXattrs(fd int, k kind) ([]string, error) {
-	buf, err := xattrBuffer(func(b []byte) (int, error) { return unix.Flistxattr(fd, b) })
+	buf, err := treecopy.XattrBuffer(func(b []byte) (int, error) { return unix.Flistxattr(fd, b) })
 	if err != nil {
 		return nil, fmt.Errorf("list extended attributes: %w", err)
 	}
@@ -172,26 +174,6 @@ func keptNames(list []byte, k kind) []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-// xattrBuffer calls a list/get xattr syscall with a growing buffer. A
-// filesystem without xattr support yields nothing.
-func xattrBuffer(call func([]byte) (int, error)) ([]byte, error) {
-	size := 256
-	for {
-		buf := make([]byte, size)
-		n, err := call(buf)
-		switch {
-		case err == nil:
-			return buf[:n], nil
-		case errors.Is(err, unix.ERANGE) && size < 1<<20:
-			size *= 4
-		case errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.ENODATA):
-			return nil, nil
-		default:
-			return nil, err
-		}
-	}
 }
 
 // appendXattrRecords appends the tree digest records of the kept extended
@@ -220,13 +202,16 @@ func readKeptXattrs(e *walkEntry) ([]xattr, error) {
 	// The entry is named relative to an open directory; the kernel has no
 	// llistxattrat before Linux 6.13, so go through that directory's fd.
 	p := e.procPath()
-	list, err := xattrBuffer(func(b []byte) (int, error) { return unix.Llistxattr(p, b) })
+	list, err := treecopy.XattrBuffer(func(b []byte) (int, error) { return unix.Llistxattr(p, b) })
 	if err != nil {
 		return nil, fmt.Errorf("list extended attributes of %s: %w", e.rel, err)
 	}
 	var xs []xattr
 	for _, name := range keptNames(list, k) {
-		val, err := xattrBuffer(func(b []byte) (int, error) { return unix.Lgetxattr(p, name, b) })
+		val, err := treecopy.XattrBuffer(func(b []byte) (int, error) { return unix.Lgetxattr(p, name, b) })
+		if errors.Is(err, unix.ENODATA) {
+			continue // removed since it was listed: it is not part of the tree
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read extended attribute %s of %s: %w", name, e.rel, err)
 		}

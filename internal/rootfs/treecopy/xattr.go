@@ -45,7 +45,7 @@ func copyXattrs(dst, src int, keep func(name string) bool) error {
 }
 
 func listXattrs(fd int) ([]string, error) {
-	buf, err := xattrBuffer(func(b []byte) (int, error) { return unix.Flistxattr(fd, b) })
+	buf, err := XattrBuffer(func(b []byte) (int, error) { return unix.Flistxattr(fd, b) })
 	if err != nil {
 		return nil, err
 	}
@@ -60,12 +60,14 @@ func listXattrs(fd int) ([]string, error) {
 }
 
 func getXattr(fd int, name string) ([]byte, error) {
-	return xattrBuffer(func(b []byte) (int, error) { return unix.Fgetxattr(fd, name, b) })
+	return XattrBuffer(func(b []byte) (int, error) { return unix.Fgetxattr(fd, name, b) })
 }
 
-// xattrBuffer calls a list/get xattr syscall with a growing buffer. A
-// filesystem without xattr support yields nothing.
-func xattrBuffer(call func([]byte) (int, error)) ([]byte, error) {
+// XattrBuffer calls a list or get extended-attribute syscall with a growing
+// buffer (up to 4 MiB) and returns what it wrote. A filesystem without
+// extended-attribute support yields nothing; other errors (ENODATA for an
+// attribute that is gone) are returned as they are.
+func XattrBuffer(call func([]byte) (int, error)) ([]byte, error) {
 	size := 256
 	for {
 		buf := make([]byte, size)
