@@ -156,22 +156,21 @@ func Entropy(s string) float64 {
 var KnownDoHResolvers = []string{
 	"dns.google",
 	"dns.google.com",
-	"dns64.dns.google",
+	"8888.google",
 	"cloudflare-dns.com", // also mozilla., security., family., chrome. … subdomains
 	"one.one.one.one",
 	"1dot1dot1dot1.cloudflare-dns.com",
 	"dns.quad9.net",
-	"dns9.quad9.net",
-	"dns10.quad9.net",
-	"dns11.quad9.net",
+	"quad9.net", // dns., dns9., dns10., dns11. …
 	"doh.opendns.com",
+	"dns.opendns.com",
 	"doh.familyshield.opendns.com",
 	"dns.umbrella.com",
-	"dns.nextdns.io",
+	"nextdns.io", // dns., per-profile subdomains
 	"doh.cleanbrowsing.org",
 	"dns.adguard.com",
-	"dns.adguard-dns.com",
 	"dns-unfiltered.adguard.com",
+	"adguard-dns.com", // dns., unfiltered., family. …
 	"doh.mullvad.net",
 	"dns.mullvad.net",
 	"doh.dns.sb",
@@ -179,8 +178,7 @@ var KnownDoHResolvers = []string{
 	"doh.pub",
 	"dns.twnic.tw",
 	"doh.libredns.gr",
-	"dns.controld.com",
-	"freedns.controld.com",
+	"controld.com", // dns., freedns., per-profile subdomains
 	"dns0.eu",
 	"doh.ffmuc.net",
 	"ordns.he.net",
