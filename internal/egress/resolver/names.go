@@ -160,7 +160,6 @@ var KnownDoHResolvers = []string{
 	"cloudflare-dns.com", // also mozilla., security., family., chrome. … subdomains
 	"one.one.one.one",
 	"1dot1dot1dot1.cloudflare-dns.com",
-	"dns.quad9.net",
 	"quad9.net", // dns., dns9., dns10., dns11. …
 	"doh.opendns.com",
 	"dns.opendns.com",
