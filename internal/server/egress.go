@@ -153,7 +153,7 @@ type egressNet struct {
 
 // openEgress opens the pool, opens the listening sockets of the proxy and
 // the resolver (fixing their ports) and writes the nftables table.
-func openEgress(cfg egressConfig, dataDir string, log *slog.Logger) (*egressNet, *egressListeners, error) {
+func openEgress(cfg egressConfig, dataDir string, st store.Store, log *slog.Logger) (*egressNet, *egressListeners, error) {
 	pool, err := sandboxnet.NewPool(cfg.pool, dataDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--egress-pool: %w", err)
@@ -164,7 +164,7 @@ func openEgress(cfg egressConfig, dataDir string, log *slog.Logger) (*egressNet,
 	}
 	n := &egressNet{cfg: cfg, pool: pool, log: log}
 	n.registry = egress.NewRegistry(egress.RegistryConfig{Denied: hostOrPool(cfg.pool), Logger: log})
-	n.policyFor = n.defaultPolicy
+	n.policyFor = n.storedPolicy(st)
 	ca, err := caCertificate()
 	if err != nil {
 		ls.Close()
@@ -186,12 +186,26 @@ func openEgress(cfg egressConfig, dataDir string, log *slog.Logger) (*egressNet,
 // running sandbox.
 func (n *egressNet) Registry() *egress.Registry { return n.registry }
 
-// defaultPolicy compiles the server's default policy for every sandbox.
-// Integration point: the store/API keeps each sandbox's own policy
-// (policy.Spec, "egress" of the create body) and replaces policyFor with a
-// lookup that compiles it (with the operator's profiles).
+// defaultPolicy compiles the server's default policy (for a sandbox the
+// store has no policy of).
 func (n *egressNet) defaultPolicy(context.Context, model.SandboxID) (*policy.Policy, error) {
 	return policy.Compile(policy.Spec{}, nil, n.cfg.defaultPolicy)
+}
+
+// storedPolicy returns a policyFor that compiles the sandbox's policy as the
+// store keeps it ("egress" of its create, or its last change) with the
+// operator's profiles and the server's default.
+func (n *egressNet) storedPolicy(st store.Store) func(context.Context, model.SandboxID) (*policy.Policy, error) {
+	return func(ctx context.Context, id model.SandboxID) (*policy.Policy, error) {
+		spec, err := st.GetSandboxEgressByID(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return n.defaultPolicy(ctx, id)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return store.CompileEgress(ctx, st, spec, n.cfg.defaultPolicy)
+	}
 }
 
 // caCertificate returns the deployment CA's certificate (PEM) to install

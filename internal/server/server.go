@@ -107,7 +107,7 @@ func Run(ctx context.Context, opts Options) error {
 	// Every sandbox's network: the pool, the nftables table, the registry.
 	// Reconciled before the controller runs: what a crash left of deleted
 	// sandboxes goes, live ones are registered again.
-	egressNet, egressLn, err := openEgress(egressCfg, dd.join(netnsDir), log.With("component", "egress"))
+	egressNet, egressLn, err := openEgress(egressCfg, dd.join(netnsDir), st, log.With("component", "egress"))
 	if err != nil {
 		return err
 	}
