@@ -133,6 +133,9 @@ func (s *server) start() {
 	// The busybox template as default, at once; tests that want the Debian
 	// build pass --default-template debian (a later flag wins).
 	args = append(args, "--default-template", "minimal")
+	// No test traffic leaves the machine: the egress resolver's upstream is
+	// a closed local port unless a test gives its own (a later flag wins).
+	args = append(args, "--egress-upstream-dns", "127.0.0.1:9")
 	args = append(args, s.cfg.extraArgs...)
 	cmd := exec.Command(s.bins.airlock, args...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_CRASH_AT="+s.cfg.crashAt)

@@ -19,7 +19,10 @@ import (
 	"github.com/airlockdev/airlock/internal/egress"
 	"github.com/airlockdev/airlock/internal/egress/nftrules"
 	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/egress/proxy"
+	"github.com/airlockdev/airlock/internal/egress/resolver"
 	"github.com/airlockdev/airlock/internal/egress/sandboxnet"
+	"github.com/airlockdev/airlock/internal/egress/tlsca"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/store"
@@ -145,41 +148,45 @@ type egressNet struct {
 	// policyFor returns the policy of a sandbox being registered.
 	policyFor func(context.Context, model.SandboxID) (*policy.Policy, error)
 	// caCertPEM is the deployment CA's certificate installed in every
-	// sandbox; nil until the TLS interception CA is wired (caCertificate).
+	// sandbox.
 	caCertPEM []byte
 
 	nftMu sync.Mutex // nftables calls on the table never run concurrently
 }
 
-// openEgress opens the pool, opens the listening sockets of the proxy and
-// the resolver (fixing their ports) and writes the nftables table.
-func openEgress(cfg egressConfig, dataDir string, st store.Store, log *slog.Logger) (*egressNet, *egressListeners, error) {
-	pool, err := sandboxnet.NewPool(cfg.pool, dataDir)
+// egressCADir holds the deployment's TLS interception CA under the data
+// dir (internal/egress/tlsca: the key never leaves it).
+const egressCADir = "egress-ca"
+
+// openEgress opens the pool and the CA, binds the resolver and the proxy
+// (fixing their ports) and writes the nftables table. The services run
+// once startEgressServices is called.
+func openEgress(cfg egressConfig, dd *dataDir, st store.Store, log *slog.Logger) (*egressNet, *egressServices, error) {
+	pool, err := sandboxnet.NewPool(cfg.pool, dd.join(netnsDir))
 	if err != nil {
 		return nil, nil, fmt.Errorf("--egress-pool: %w", err)
 	}
-	ls, err := listenEgress(&cfg)
+	ca, err := tlsca.LoadOrCreate(dd.join(egressCADir))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("egress CA: %w", err)
 	}
-	n := &egressNet{cfg: cfg, pool: pool, log: log}
-	n.registry = egress.NewRegistry(egress.RegistryConfig{Denied: hostOrPool(cfg.pool), Logger: log})
+	host := &hostAddrCache{}
+	n := &egressNet{cfg: cfg, pool: pool, log: log, caCertPEM: ca.CertPEM()}
+	n.registry = egress.NewRegistry(egress.RegistryConfig{Denied: host.deniedWith(cfg.pool), Logger: log})
 	n.policyFor = n.storedPolicy(st)
-	ca, err := caCertificate()
+	svc, err := newEgressServices(&n.cfg, n.registry, ca, host, log)
 	if err != nil {
-		ls.Close()
 		return nil, nil, err
 	}
-	n.caCertPEM = ca
 	if err := n.nft(func(c *nftables.Conn) error {
 		// Every sandboxnet host end is confined, even one whose set
 		// member is missing: fail closed.
-		return nftrules.Ensure(c, nftrules.Config{ProxyPort: cfg.proxyPort, ResolverPort: cfg.resolverPort, InterfacePrefix: sandboxnet.IfPrefix})
+		return nftrules.Ensure(c, nftrules.Config{ProxyPort: n.cfg.proxyPort, ResolverPort: n.cfg.resolverPort, InterfacePrefix: sandboxnet.IfPrefix})
 	}); err != nil {
-		ls.Close()
+		svc.close()
 		return nil, nil, fmt.Errorf("nftables table %s: %w", nftrules.TableName, err)
 	}
-	return n, ls, nil
+	return n, svc, nil
 }
 
 // Registry is what the resolver, the proxy and the API share about every
@@ -207,12 +214,6 @@ func (n *egressNet) storedPolicy(st store.Store) func(context.Context, model.San
 		return store.CompileEgress(ctx, st, spec, n.cfg.defaultPolicy)
 	}
 }
-
-// caCertificate returns the deployment CA's certificate (PEM) to install
-// in every sandbox. Integration point: the TLS interception CA
-// (internal/egress/tlsca) loads or creates the CA under the data dir; until
-// it is wired sandboxes get no CA (and the proxy intercepts nothing).
-func caCertificate() ([]byte, error) { return nil, nil }
 
 // nft runs fn on a fresh netlink connection, one call at a time.
 func (n *egressNet) nft(fn func(*nftables.Conn) error) error {
@@ -363,33 +364,52 @@ func (n *egressNet) removeStaleMembers() error {
 	})
 }
 
-// hostOrPool reports the addresses no sandbox may reach beyond the
+// hostAddrCache lists the host's own addresses, which no sandbox may reach
+// and no answer may hand out; they change, so the list is re-read at most
+// every hostAddrsTTL.
+type hostAddrCache struct {
+	mu     sync.Mutex
+	addrs  map[netip.Addr]bool
+	readAt time.Time
+	err    error
+}
+
+// hostAddrsTTL is how long hostAddrCache trusts its list.
+const hostAddrsTTL = 5 * time.Second
+
+func (h *hostAddrCache) get() (map[netip.Addr]bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.addrs == nil || time.Since(h.readAt) > hostAddrsTTL {
+		h.addrs, h.err = hostAddrs()
+		h.readAt = time.Now()
+	}
+	return h.addrs, h.err
+}
+
+// list returns the host's addresses (for the resolver and the proxy).
+func (h *hostAddrCache) list() []netip.Addr {
+	m, _ := h.get()
+	out := make([]netip.Addr, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	return out
+}
+
+// deniedWith reports the addresses no sandbox may reach beyond the
 // policy's always-denied ranges: the sandbox pool and the host's own
-// addresses (they change: re-read at most every hostAddrsTTL).
-func hostOrPool(pool netip.Prefix) func(netip.Addr) bool {
-	var (
-		mu      sync.Mutex
-		host    map[netip.Addr]bool
-		readAt  time.Time
-		readErr error
-	)
+// addresses (all of them when they cannot be read: fail closed).
+func (h *hostAddrCache) deniedWith(pool netip.Prefix) func(netip.Addr) bool {
 	return func(a netip.Addr) bool {
 		a = a.Unmap().WithZone("")
 		if pool.Contains(a) || a.IsLoopback() || a.IsUnspecified() {
 			return true
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if host == nil || time.Since(readAt) > hostAddrsTTL {
-			host, readErr = hostAddrs()
-			readAt = time.Now()
-		}
-		return readErr != nil || host[a] // fail closed
+		m, err := h.get()
+		return err != nil || m[a]
 	}
 }
-
-// hostAddrsTTL is how long hostOrPool trusts its list of host addresses.
-const hostAddrsTTL = 5 * time.Second
 
 func hostAddrs() (map[netip.Addr]bool, error) {
 	addrs, err := net.InterfaceAddrs()
@@ -407,115 +427,81 @@ func hostAddrs() (map[netip.Addr]bool, error) {
 	return out, nil
 }
 
-// egressListeners are the sockets the redirected traffic lands on. They
-// listen on every address (the nftables redirect rewrites a sandbox's
-// packets to its host end's address, one per sandbox); the services refuse
-// a source that is not a registered sandbox.
-type egressListeners struct {
-	proxy       *net.TCPListener
-	resolverUDP *net.UDPConn
-	resolverTCP *net.TCPListener
+// egressServices are the resolver and the proxy, bound and not yet
+// serving. They listen on every address: the nftables redirect rewrites a
+// sandbox's packets to its host end's address (one per sandbox), and both
+// refuse a source that is not a registered sandbox.
+type egressServices struct {
+	resolver *resolver.Resolver
+	proxy    *proxy.Proxy
 }
 
-// listenEgress opens the listeners, choosing free ports for the ones
-// configured as 0, and records the ports in cfg.
-func listenEgress(cfg *egressConfig) (*egressListeners, error) {
-	ls := &egressListeners{}
-	var err error
-	if ls.proxy, err = net.ListenTCP("tcp", &net.TCPAddr{Port: int(cfg.proxyPort)}); err != nil {
-		return nil, fmt.Errorf("egress proxy port: %w", err)
+// newEgressServices binds the resolver (UDP and TCP) and the proxy on the
+// configured ports (0: a free one) and records the ports in cfg.
+func newEgressServices(cfg *egressConfig, reg *egress.Registry, ca *tlsca.CA, host *hostAddrCache, log *slog.Logger) (*egressServices, error) {
+	res, err := resolver.New(resolver.Config{
+		Listen:       fmt.Sprintf(":%d", cfg.resolverPort),
+		Upstream:     cfg.upstreamDNS.String(),
+		Registry:     reg,
+		HostAddrs:    host.list,
+		SandboxPools: []netip.Prefix{cfg.pool},
+		Logger:       log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("egress resolver: %w", err)
 	}
-	cfg.proxyPort = uint16(ls.proxy.Addr().(*net.TCPAddr).Port)
-	// The resolver's UDP and TCP share a port: pick it for both.
-	for range 20 {
-		if ls.resolverUDP, err = net.ListenUDP("udp", &net.UDPAddr{Port: int(cfg.resolverPort)}); err != nil {
-			ls.Close()
-			return nil, fmt.Errorf("egress resolver port: %w", err)
-		}
-		port := ls.resolverUDP.LocalAddr().(*net.UDPAddr).Port
-		if ls.resolverTCP, err = net.ListenTCP("tcp", &net.TCPAddr{Port: port}); err == nil {
-			cfg.resolverPort = uint16(port)
-			return ls, nil
-		}
-		ls.resolverUDP.Close()
-		ls.resolverUDP = nil
-		if cfg.resolverPort != 0 {
-			break
-		}
+	upstream := cfg.upstreamDNS.String()
+	// The proxy resolves names itself, through the same upstream (never the
+	// guest's answer). Go's resolver reads the host's /etc/hosts first;
+	// whatever it returns is still checked against the always-denied and
+	// host addresses by the proxy.
+	lookup := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, upstream)
+	}}
+	px, err := proxy.New(proxy.Config{
+		Listen:   fmt.Sprintf(":%d", cfg.proxyPort),
+		Registry: reg,
+		CA:       ca,
+		Resolve: func(ctx context.Context, name string) ([]netip.Addr, error) {
+			return lookup.LookupNetIP(ctx, "ip", name)
+		},
+		HostAddrs: host.list,
+		Logger:    log,
+		// Integration point: Secrets (internal/egress/secrets through the
+		// store) once the secrets API is wired; none until then.
+	})
+	if err != nil {
+		res.Close()
+		return nil, fmt.Errorf("egress proxy: %w", err)
 	}
-	ls.Close()
-	return nil, fmt.Errorf("egress resolver port (TCP): %w", err)
+	cfg.resolverPort = res.Addr().Port()
+	cfg.proxyPort = uint16(px.Addr().(*net.TCPAddr).Port)
+	return &egressServices{resolver: res, proxy: px}, nil
 }
 
-// Close closes the listeners that are open.
-func (ls *egressListeners) Close() {
-	if ls.proxy != nil {
-		ls.proxy.Close()
-	}
-	if ls.resolverUDP != nil {
-		ls.resolverUDP.Close()
-	}
-	if ls.resolverTCP != nil {
-		ls.resolverTCP.Close()
-	}
+// close releases the sockets of services that never served.
+func (s *egressServices) close() {
+	s.resolver.Close()
+	s.proxy.Close()
 }
 
-// errEgressNotWired says the resolver and the proxy are not part of this
-// build yet: sandboxes have their network, but nothing answers their DNS
-// nor relays their connections.
-var errEgressNotWired = errors.New("the egress resolver and proxy are not wired yet: sandboxes cannot reach anything outside")
-
-// startEgressServices serves the listeners until ctx ends; wg tracks the
-// goroutines it starts.
-//
-// Integration point: internal/egress/resolver serves ls.resolverUDP and
-// ls.resolverTCP (upstream n.cfg.upstreamDNS, sandboxes by
-// n.Registry().BySource) and internal/egress/proxy serves ls.proxy
-// (nftrules.OriginalDst, the registry, the CA). Until they are wired the
-// server keeps the ports (nothing else on the host may receive the
-// sandboxes' traffic) and refuses everything: connections are reset, DNS
-// goes unanswered. No traffic leaves, and nothing pretends it could.
-func startEgressServices(ctx context.Context, wg *sync.WaitGroup, n *egressNet, ls *egressListeners, log *slog.Logger) {
-	log.Warn("sandboxes have a network but no way out", "reason", errEgressNotWired,
-		"proxy_port", n.cfg.proxyPort, "resolver_port", n.cfg.resolverPort, "upstream_dns", n.cfg.upstreamDNS.String())
-	for _, l := range []struct {
-		name string
-		l    *net.TCPListener
-	}{{"proxy", ls.proxy}, {"resolver", ls.resolverTCP}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			refuse(l.l, log.With("service", l.name))
-		}()
-	}
-	wg.Add(1)
+// startEgressServices serves DNS and the proxy until ctx ends; wg tracks
+// the goroutines, errc receives a service's failure.
+func startEgressServices(ctx context.Context, wg *sync.WaitGroup, errc chan<- error, n *egressNet, s *egressServices, log *slog.Logger) {
+	log.Info("egress serving", "proxy_port", n.cfg.proxyPort, "resolver_port", n.cfg.resolverPort,
+		"upstream_dns", n.cfg.upstreamDNS.String(), "pool", n.cfg.pool.String(), "default", string(n.cfg.defaultPolicy))
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		<-ctx.Done()
-		ls.Close() // ends refuse
+		if err := s.resolver.Serve(ctx); err != nil && ctx.Err() == nil {
+			errc <- fmt.Errorf("egress resolver: %w", err)
+		}
 	}()
-}
-
-// refuse resets every connection accepted on l until l is closed, and says
-// so in the log (once per source address, at most maxRefusalLogs times).
-func refuse(l *net.TCPListener, log *slog.Logger) {
-	const maxRefusalLogs = 64
-	logged := map[string]bool{}
-	for {
-		c, err := l.AcceptTCP()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			time.Sleep(10 * time.Millisecond) // e.g. out of descriptors
-			continue
+	go func() {
+		defer wg.Done()
+		if err := s.proxy.Serve(ctx); err != nil && ctx.Err() == nil {
+			errc <- fmt.Errorf("egress proxy: %w", err)
 		}
-		src, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-		if !logged[src] && len(logged) < maxRefusalLogs {
-			logged[src] = true
-			log.Warn("egress: refused a sandbox connection (the resolver and proxy are not wired yet)", "source", src)
-		}
-		_ = c.SetLinger(0) // RST, not FIN
-		_ = c.Close()
-	}
+	}()
 }

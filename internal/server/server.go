@@ -107,11 +107,11 @@ func Run(ctx context.Context, opts Options) error {
 	// Every sandbox's network: the pool, the nftables table, the registry.
 	// Reconciled before the controller runs: what a crash left of deleted
 	// sandboxes goes, live ones are registered again.
-	egressNet, egressLn, err := openEgress(egressCfg, dd.join(netnsDir), st, log.With("component", "egress"))
+	egressNet, egressSvc, err := openEgress(egressCfg, dd, st, log.With("component", "egress"))
 	if err != nil {
 		return err
 	}
-	defer egressLn.Close()
+	defer egressSvc.close() // no-op once served
 	if err := reconcileEgress(ctx, egressNet, st, nodeID); err != nil {
 		return err
 	}
@@ -244,7 +244,7 @@ func Run(ctx context.Context, opts Options) error {
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 8) // one per component that may fail
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -252,7 +252,7 @@ func Run(ctx context.Context, opts Options) error {
 			errc <- fmt.Errorf("controller: %w", err)
 		}
 	}()
-	startEgressServices(runCtx, &wg, egressNet, egressLn, log.With("component", "egress"))
+	startEgressServices(runCtx, &wg, errc, egressNet, egressSvc, log.With("component", "egress"))
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
