@@ -151,6 +151,9 @@ type egressNet struct {
 	// sandbox.
 	caCertPEM []byte
 
+	// secrets gives the proxy each sandbox's secrets.
+	secrets *secretSource
+
 	nftMu sync.Mutex // nftables calls on the table never run concurrently
 }
 
@@ -161,7 +164,7 @@ const egressCADir = "egress-ca"
 // openEgress opens the pool and the CA, binds the resolver and the proxy
 // (fixing their ports) and writes the nftables table. The services run
 // once startEgressServices is called.
-func openEgress(cfg egressConfig, dd *dataDir, st store.Store, log *slog.Logger) (*egressNet, *egressServices, error) {
+func openEgress(cfg egressConfig, dd *dataDir, st store.Store, secretSrc *secretSource, log *slog.Logger) (*egressNet, *egressServices, error) {
 	pool, err := sandboxnet.NewPool(cfg.pool, dd.join(netnsDir))
 	if err != nil {
 		return nil, nil, fmt.Errorf("--egress-pool: %w", err)
@@ -174,7 +177,8 @@ func openEgress(cfg egressConfig, dd *dataDir, st store.Store, log *slog.Logger)
 	n := &egressNet{cfg: cfg, pool: pool, log: log, caCertPEM: ca.CertPEM()}
 	n.registry = egress.NewRegistry(egress.RegistryConfig{Denied: host.deniedWith(cfg.pool), Logger: log})
 	n.policyFor = n.storedPolicy(st)
-	svc, err := newEgressServices(&n.cfg, n.registry, ca, host, log)
+	n.secrets = secretSrc
+	svc, err := newEgressServices(&n.cfg, n.registry, ca, host, secretSrc, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -259,6 +263,9 @@ func (n *egressNet) register(ctx context.Context, id model.SandboxID, a sandboxn
 // leaves a member without an interface, which reconcile removes.
 func (n *egressNet) Detach(ctx context.Context, id model.SandboxID) error {
 	n.registry.Remove(id)
+	if n.secrets != nil {
+		n.secrets.forget(id)
+	}
 	if err := n.pool.Detach(ctx, id); err != nil {
 		return err
 	}
@@ -438,7 +445,7 @@ type egressServices struct {
 
 // newEgressServices binds the resolver (UDP and TCP) and the proxy on the
 // configured ports (0: a free one) and records the ports in cfg.
-func newEgressServices(cfg *egressConfig, reg *egress.Registry, ca *tlsca.CA, host *hostAddrCache, log *slog.Logger) (*egressServices, error) {
+func newEgressServices(cfg *egressConfig, reg *egress.Registry, ca *tlsca.CA, host *hostAddrCache, secretSrc proxy.SecretSource, log *slog.Logger) (*egressServices, error) {
 	res, err := resolver.New(resolver.Config{
 		Listen:       fmt.Sprintf(":%d", cfg.resolverPort),
 		Upstream:     cfg.upstreamDNS.String(),
@@ -450,26 +457,16 @@ func newEgressServices(cfg *egressConfig, reg *egress.Registry, ca *tlsca.CA, ho
 	if err != nil {
 		return nil, fmt.Errorf("egress resolver: %w", err)
 	}
-	upstream := cfg.upstreamDNS.String()
-	// The proxy resolves names itself, through the same upstream (never the
-	// guest's answer). Go's resolver reads the host's /etc/hosts first;
-	// whatever it returns is still checked against the always-denied and
-	// host addresses by the proxy.
-	lookup := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, network, upstream)
-	}}
 	px, err := proxy.New(proxy.Config{
 		Listen:   fmt.Sprintf(":%d", cfg.proxyPort),
 		Registry: reg,
 		CA:       ca,
-		Resolve: func(ctx context.Context, name string) ([]netip.Addr, error) {
-			return lookup.LookupNetIP(ctx, "ip", name)
-		},
+		// The proxy resolves names itself, through the sandboxes' upstream
+		// (never the guest's answer, never the host's /etc/hosts).
+		Resolve:   res.Lookup,
 		HostAddrs: host.list,
 		Logger:    log,
-		// Integration point: Secrets (internal/egress/secrets through the
-		// store) once the secrets API is wired; none until then.
+		Secrets:   secretSrc,
 	})
 	if err != nil {
 		res.Close()

@@ -104,6 +104,13 @@ func TestRedirectAndDrop(t *testing.T) {
 		}
 	}
 
+	// The proxy's port is closed to every interface but the sandboxes': before AddSandbox the
+	// guest is an ordinary neighbour and its packets to that port are dropped.
+	if conn, err := dial(fmt.Sprintf("%s:%d", hostAddr, testCfg.ProxyPort)); err == nil {
+		conn.Close()
+		t.Fatal("a non-sandbox interface reached the proxy port")
+	}
+
 	if err := AddSandbox(c, hostIf); err != nil {
 		t.Fatal(err)
 	}
