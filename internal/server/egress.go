@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/nftables"
@@ -154,6 +155,10 @@ type egressNet struct {
 	// secrets gives the proxy each sandbox's secrets.
 	secrets *secretSource
 
+	// claim is this server's hold on the network namespace's egress
+	// (see claimEgress), released when the process ends.
+	claim net.Listener
+
 	nftMu sync.Mutex // nftables calls on the table never run concurrently
 }
 
@@ -164,7 +169,16 @@ const egressCADir = "egress-ca"
 // openEgress opens the pool and the CA, binds the resolver and the proxy
 // (fixing their ports) and writes the nftables table. The services run
 // once startEgressServices is called.
-func openEgress(cfg egressConfig, dd *dataDir, st store.Store, secretSrc *secretSource, log *slog.Logger) (*egressNet, *egressServices, error) {
+func openEgress(cfg egressConfig, dd *dataDir, st store.Store, secretSrc *secretSource, log *slog.Logger) (_ *egressNet, _ *egressServices, err error) {
+	claim, err := claimEgress()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			claim.Close()
+		}
+	}()
 	pool, err := sandboxnet.NewPool(cfg.pool, dd.join(netnsDir))
 	if err != nil {
 		return nil, nil, fmt.Errorf("--egress-pool: %w", err)
@@ -174,7 +188,7 @@ func openEgress(cfg egressConfig, dd *dataDir, st store.Store, secretSrc *secret
 		return nil, nil, fmt.Errorf("egress CA: %w", err)
 	}
 	host := &hostAddrCache{}
-	n := &egressNet{cfg: cfg, pool: pool, log: log, caCertPEM: ca.CertPEM()}
+	n := &egressNet{cfg: cfg, pool: pool, log: log, caCertPEM: ca.CertPEM(), claim: claim}
 	n.registry = egress.NewRegistry(egress.RegistryConfig{Denied: host.deniedWith(cfg.pool), Logger: log})
 	n.policyFor = n.storedPolicy(st)
 	n.secrets = secretSrc
@@ -314,6 +328,7 @@ func (n *egressNet) reconcile(ctx context.Context, live map[model.SandboxID]bool
 // in the host's ruleset; with sandboxes, which outlive the server, the
 // table stays (the next start ensures it again).
 func (n *egressNet) release(log *slog.Logger) {
+	defer n.claim.Close()
 	left, err := n.pool.Leftovers()
 	if err != nil || len(left) > 0 {
 		log.Debug("the nftables table stays", "sandboxes", left, "err", err)
@@ -501,4 +516,24 @@ func startEgressServices(ctx context.Context, wg *sync.WaitGroup, errc chan<- er
 			errc <- fmt.Errorf("egress proxy: %w", err)
 		}
 	}()
+}
+
+// egressClaimName is the abstract Unix socket a server binds while it owns
+// its network namespace's egress: the nftables table, the sandbox pool's
+// interfaces and the proxy and resolver ports. Abstract sockets belong to
+// a network namespace and vanish with the process that bound them, so a
+// killed server leaves no stale claim.
+const egressClaimName = "@airlock-egress"
+
+// claimEgress refuses a second server in one network namespace: two would
+// rewrite one nftables table and hand out one address pool twice.
+func claimEgress() (net.Listener, error) {
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: egressClaimName, Net: "unix"})
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("another airlock server runs in this network namespace and owns its sandbox networks (nftables table %s, the egress ports); run one server per host, or each in a network namespace of its own", nftrules.TableName)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim the sandbox network: %w", err)
+	}
+	return l, nil
 }

@@ -117,6 +117,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer egressSvc.close() // no-op once served
+	defer egressNet.claim.Close()
 	if err := reconcileEgress(ctx, egressNet, st, nodeID); err != nil {
 		return err
 	}
