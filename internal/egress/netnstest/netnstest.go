@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -98,4 +99,46 @@ func (ns *Netns) Conn(t testing.TB) *nftables.Conn {
 		t.Fatalf("nftables conn: %v", err)
 	}
 	return c
+}
+
+// isolatedEnv marks a test binary that already runs in a network namespace of its own.
+const isolatedEnv = "AIRLOCK_TEST_ISOLATED_NETNS"
+
+// Main runs a test package in a network namespace of its own, for packages whose tests make
+// host-side network objects (veths, nftables tables, Airlock servers, which own their
+// namespace's egress): call it from TestMain as os.Exit(netnstest.Main(m)). The test binary
+// re-executes itself in a fresh namespace with loopback up, so those objects never meet the
+// machine's or another package's running at the same time, and vanish with the process. A
+// process that may not make a namespace runs the tests where it is.
+func Main(m *testing.M) int {
+	if os.Getenv(isolatedEnv) == "" {
+		cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
+		cmd.Args[0] = os.Args[0]
+		cmd.Env = append(os.Environ(), isolatedEnv+"=1")
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		cmd.SysProcAttr = &unix.SysProcAttr{Cloneflags: unix.CLONE_NEWNET, Pdeathsig: unix.SIGKILL}
+		err := cmd.Run()
+		var exit *exec.ExitError
+		switch {
+		case err == nil:
+			return 0
+		case errors.As(err, &exit) && exit.ExitCode() >= 0:
+			return exit.ExitCode()
+		case errors.Is(err, unix.EPERM):
+			fmt.Fprintf(os.Stderr, "netnstest: cannot make a network namespace (%v); running in this one\n", err)
+			return m.Run()
+		default:
+			fmt.Fprintf(os.Stderr, "netnstest: run the tests in a network namespace of their own: %v\n", err)
+			return 2
+		}
+	}
+	lo, err := netlink.LinkByName("lo")
+	if err == nil {
+		err = netlink.LinkSetUp(lo)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "netnstest: bring up loopback: %v\n", err)
+		return 2
+	}
+	return m.Run()
 }
