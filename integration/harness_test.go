@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/egress/fakenet"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/rootfs"
 )
@@ -45,6 +45,9 @@ type serverConfig struct {
 	databaseURL string
 	crashAt     string // AIRLOCK_TEST_CRASH_AT
 	extraArgs   []string
+	// netns, when set, runs the server (and s.cli) inside the fake
+	// internet's host namespace; see egress_harness_test.go.
+	netns *fakenet.Net
 }
 
 // server is one running (or crashed) `airlock server` process over a data dir
@@ -128,7 +131,7 @@ func (s *server) start() {
 	// build pass --default-template debian (a later flag wins).
 	args = append(args, "--default-template", "minimal")
 	args = append(args, s.cfg.extraArgs...)
-	cmd := exec.Command(s.bins.airlock, args...)
+	cmd := s.command(context.Background(), s.bins.airlock, args...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_CRASH_AT="+s.cfg.crashAt)
 	// One log across restarts, so a failure shows every incarnation.
 	if s.log == nil {
@@ -169,7 +172,7 @@ func (s *server) start() {
 		s.t.Fatalf("read admin.key: %v", err)
 	}
 	s.key = key
-	resp, err := http.Get(s.url + "/healthz")
+	resp, err := s.httpClient().Get(s.url + "/healthz")
 	if err != nil {
 		s.t.Fatalf("healthz: %v\n%s", err, s.log.String())
 	}
@@ -227,7 +230,7 @@ func (s *server) running() bool {
 
 func (s *server) client() *client.Client {
 	s.t.Helper()
-	c, err := client.New(s.url, s.key)
+	c, err := client.New(s.url, s.key, s.clientOptions()...)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -238,7 +241,7 @@ func (s *server) client() *client.Client {
 // and the exit code.
 func (s *server) cli(ctx context.Context, args ...string) (string, string, int) {
 	s.t.Helper()
-	cmd := exec.CommandContext(ctx, s.bins.airlock, args...)
+	cmd := s.command(ctx, s.bins.airlock, args...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_URL="+s.url, "AIRLOCK_API_KEY="+s.key)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
