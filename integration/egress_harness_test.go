@@ -19,6 +19,13 @@ import (
 	"github.com/airlockdev/airlock/internal/egress/fakenet"
 )
 
+// serverNetns is a network namespace a server may run in
+// (*fakenet.Net's host namespace).
+type serverNetns interface {
+	Command(ctx context.Context, name string, args ...string) *exec.Cmd
+	HostTransport() *http.Transport
+}
+
 // command runs name inside the server's network namespace when the server
 // has one (serverConfig.netns), else directly.
 func (s *server) command(ctx context.Context, name string, args ...string) *exec.Cmd {

@@ -20,7 +20,6 @@ import (
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
-	"github.com/airlockdev/airlock/internal/egress/fakenet"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/rootfs"
 )
@@ -47,7 +46,7 @@ type serverConfig struct {
 	extraArgs   []string
 	// netns, when set, runs the server (and s.cli) inside the fake
 	// internet's host namespace; see egress_harness_test.go.
-	netns *fakenet.Net
+	netns serverNetns
 }
 
 // server is one running (or crashed) `airlock server` process over a data dir
