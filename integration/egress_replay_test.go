@@ -301,7 +301,7 @@ func replayAttacks() []attack {
 				)
 				return steps
 			},
-			forbidden: []*regexp.Regexp{regexp.MustCompile(`"status"|ok`)},
+			forbidden: []*regexp.Regexp{regexp.MustCompile(`"status"|(?m)^OK `)},
 			evidence: func(e *replayEnv) []string {
 				if n := e.hostHit.Load(); n > 0 {
 					return []string{fmt.Sprintf("a listener in the host namespace accepted %d connections", n)}
@@ -370,6 +370,28 @@ func TestEgressReplay(t *testing.T) {
 			// The allowed names still work after the attacks (nothing
 			// above broke the sandbox's network).
 			t.Run("control-after", control)
+			// The decision log holds the denials and the allowances.
+			var decisions struct {
+				Decisions []struct {
+					Allowed bool   `json:"allowed"`
+					Kind    string `json:"kind"`
+					Host    string `json:"host"`
+				} `json:"decisions"`
+			}
+			if _, err := env.s.apiJSON(ctx, "GET", "/v1/sandboxes/"+env.sb.String()+"/egress/decisions", nil, &decisions); err != nil {
+				t.Errorf("decision log: %v", err)
+			}
+			var allowed, denied int
+			for _, d := range decisions.Decisions {
+				if d.Allowed {
+					allowed++
+				} else {
+					denied++
+				}
+			}
+			if allowed == 0 || denied == 0 {
+				t.Errorf("decision log has %d allowed and %d denied decisions, want both", allowed, denied)
+			}
 			// Everything the fake internet ever received came from the
 			// host's side of the link (the proxy), never routed from a
 			// sandbox address.

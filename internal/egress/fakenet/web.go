@@ -195,6 +195,12 @@ func (n *Net) handler(proto string) http.Handler {
 			req.SNI = r.TLS.ServerName
 		}
 		n.record(req)
+		if r.Method == http.MethodConnect {
+			// A web server, not an open proxy: a 200 to CONNECT can only
+			// come from whoever sits in between.
+			http.Error(w, "fakenet: CONNECT not supported", http.StatusMethodNotAllowed)
+			return
+		}
 		if r.URL.Path == "/bytes" {
 			size, err := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
 			if err != nil || size < 0 {
