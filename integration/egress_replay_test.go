@@ -107,7 +107,9 @@ func (e *replayEnv) queriesUnder(zone string) []string {
 	return out
 }
 
-const wget = "wget -q -T 5 -O-"
+// wget fetches a URL with busybox's wget, bounded by timeout (busybox
+// wget's own -T crashes in some builds).
+const wget = "timeout 10 wget -q -O-"
 
 // replayAttacks are issue 8's known bypass classes (item 8).
 func replayAttacks() []attack {
@@ -194,7 +196,8 @@ func replayAttacks() []attack {
 			},
 			forbidden: []*regexp.Regexp{ok200, regexp.MustCompile(`proto=tcp`)},
 			evidence: func(e *replayEnv) []string {
-				return append(e.requestsTo(blockedAddr), e.requestsWhere(func(r fakenet.Request) bool { return r.Addr.Port() == fakenet.EchoPort })...)
+				out := append(e.requestsTo(blockedAddr), e.requestsForHost("blocked.example")...)
+				return append(out, e.requestsWhere(func(r fakenet.Request) bool { return r.Addr.Port() == fakenet.EchoPort })...)
 			},
 		},
 		{
@@ -202,7 +205,9 @@ func replayAttacks() []attack {
 			steps: func(*replayEnv) []step {
 				return []step{
 					{script: wget + " http://203.0.113.7/"},
-					{script: wget + " http://192.0.2.10/"}, // allowed name's address, no name
+					{script: wget + " http://203.0.113.10/"}, // an address no allowed name is bound to
+					// (http://192.0.2.10/ is allowed: the IP-literal Host is judged as
+					// the bare address, which the live binding of allowed.example covers)
 					{script: "/tmp/egressattack dial 203.0.113.10:22"},
 					{script: "/tmp/egressattack tls 203.0.113.7:443 203.0.113.7 203.0.113.7"},
 					{script: "/tmp/egressattack tls 203.0.113.7:443 '' blocked.example"},
@@ -210,7 +215,7 @@ func replayAttacks() []attack {
 			},
 			forbidden: []*regexp.Regexp{regexp.MustCompile(`fakenet proto=`)},
 			evidence: func(e *replayEnv) []string {
-				return append(e.requestsTo(blockedAddr, echoAddr), e.requestsForHost("192.0.2.10")...)
+				return e.requestsTo(blockedAddr, echoAddr)
 			},
 		},
 		{
@@ -346,6 +351,10 @@ func TestEgressReplay(t *testing.T) {
 					env.n.ResetRequests()
 					env.n.Zone().ResetQueries()
 					env.n.RogueZone().ResetQueries()
+					// Each attack starts from the template's /etc/hosts.
+					if res := execIn(ctx, t, c, env.sb, "sh", "-c", "cp /tmp/hosts.orig /etc/hosts"); res.exitCode != 0 {
+						t.Fatalf("restore /etc/hosts: %+v", res)
+					}
 					if a.setup != nil {
 						a.setup(t, env)
 						env.n.ResetRequests()
@@ -353,6 +362,7 @@ func TestEgressReplay(t *testing.T) {
 					for _, st := range a.steps(env) {
 						res := execIn(ctx, t, c, env.sb, "sh", "-c", st.script)
 						out := res.stdout + res.stderr
+						t.Logf("%q → exit %d: %s", st.script, res.exitCode, strings.TrimSpace(out))
 						if res.exitCode == 0 && !st.mayExit0 {
 							t.Errorf("attack step succeeded: %q\nstdout: %s\nstderr: %s", st.script, res.stdout, res.stderr)
 						}
@@ -451,6 +461,9 @@ func newReplayEnv(t *testing.T, bins binaries, rt, attackBin string) *replayEnv 
 	defer f.Close()
 	if _, err := c.Upload(ctx, env.sb, "/tmp/egressattack", 0o755, f); err != nil {
 		t.Fatalf("upload the attack client: %v", err)
+	}
+	if res := execIn(ctx, t, c, env.sb, "sh", "-c", "touch /etc/hosts && cp /etc/hosts /tmp/hosts.orig"); res.exitCode != 0 {
+		t.Fatalf("save /etc/hosts: %+v", res)
 	}
 	res := execIn(ctx, t, c, env.sb, "sh", "-c", "ip -4 route show default | awk '{print $3; exit}'")
 	env.gateway = strings.TrimSpace(res.stdout)

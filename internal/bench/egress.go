@@ -36,7 +36,9 @@ const (
 
 // EgressOptions configure RunEgress.
 type EgressOptions struct {
-	Runtime       string // the server's --runtime (default runsc)
+	// Runtime is the server's --runtime (default runc: on runsc the
+	// sandbox's own user-space network stack adds its cost to the proxy's).
+	Runtime       string
 	Runs          int    // new connections per subject (default 200)
 	Rounds        int    // the runs are split into rounds, subjects in random order per round (default 5)
 	DownloadBytes int64  // the large download (default 1 GiB)
@@ -126,7 +128,7 @@ func RunEgress(ctx context.Context, opts EgressOptions) (rep EgressReport, err e
 
 func (o *EgressOptions) check() error {
 	if o.Runtime == "" {
-		o.Runtime = "runsc"
+		o.Runtime = "runc"
 	}
 	if o.Runs == 0 {
 		o.Runs = 200
@@ -385,9 +387,10 @@ func (e *egressBench) measure(ctx context.Context, rep EgressReport) (EgressRepo
 			MBps: float64(res.DownloadBytes) / el.Seconds() / 1e6})
 	}
 	rep.Met = map[string]bool{
-		"exempt_added_p50_le_2ms":    rep.Subjects[1].AddedP50 <= EgressTargetExemptAdded,
-		"intercept_added_p50_le_5ms": rep.Subjects[2].AddedP50 <= EgressTargetInterceptAdded,
-		"proxy_download_ge_300MBps":  rep.Downloads[1].MBps >= EgressTargetMBps && rep.Downloads[2].MBps >= EgressTargetMBps,
+		"exempt_added_p50_le_2ms":               rep.Subjects[1].AddedP50 <= EgressTargetExemptAdded,
+		"intercept_added_p50_le_5ms":            rep.Subjects[2].AddedP50 <= EgressTargetInterceptAdded,
+		"proxy_http_download_ge_300MBps":        rep.Downloads[1].MBps >= EgressTargetMBps,
+		"proxy_intercepted_download_ge_300MBps": rep.Downloads[2].MBps >= EgressTargetMBps,
 	}
 	return rep, nil
 }
@@ -551,7 +554,7 @@ func (r EgressReport) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%s\n", d.Name, d.Bytes, d.Elapsed.Seconds(), d.MBps, target)
 	}
 	fmt.Fprintln(tw)
-	for _, k := range []string{"exempt_added_p50_le_2ms", "intercept_added_p50_le_5ms", "proxy_download_ge_300MBps"} {
+	for _, k := range []string{"exempt_added_p50_le_2ms", "intercept_added_p50_le_5ms", "proxy_http_download_ge_300MBps", "proxy_intercepted_download_ge_300MBps"} {
 		fmt.Fprintf(tw, "target %s\t%v\n", k, r.Met[k])
 	}
 	return tw.Flush()

@@ -60,7 +60,7 @@ func (a *app) benchEgressCommand() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&runtimeName, "runtime", "runsc", "the server's runtime: runc, crun or runsc")
+	fs.StringVar(&runtimeName, "runtime", "runc", "the server's runtime: runc, crun or runsc (runsc adds its user-space network stack's cost)")
 	fs.IntVar(&runs, "runs", 200, "new connections measured per subject")
 	fs.IntVar(&rounds, "rounds", 5, "rounds the runs are split into (subjects in random order per round)")
 	fs.StringVar(&size, "bytes", "1GiB", "size of the large download, e.g. 1GiB, 256MiB")

@@ -8,7 +8,7 @@ package main
 
 import (
 	"bufio"
-	"context"
+	"errors"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -16,6 +16,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
 )
 
 const timeout = 5 * time.Second
@@ -97,16 +99,63 @@ func dial(addr string) (string, error) {
 	return strings.TrimSpace(line), nil
 }
 
+// lookup sends one A query for name straight to server (no hosts file, no
+// system resolver) and prints the addresses answered.
 func lookup(server, name, proto string) (string, error) {
-	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, proto, server)
-	}}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	addrs, err := r.LookupHost(ctx, name)
+	q, err := dnsmessage.NewName(strings.TrimSuffix(name, ".") + ".")
 	if err != nil {
 		return "", err
+	}
+	msg := dnsmessage.Message{
+		Header:    dnsmessage.Header{ID: 0x5a5a, RecursionDesired: true},
+		Questions: []dnsmessage.Question{{Name: q, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}},
+	}
+	packed, err := msg.Pack()
+	if err != nil {
+		return "", err
+	}
+	c, err := net.DialTimeout(proto, server, timeout)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	buf := make([]byte, 65536)
+	var n int
+	if proto == "tcp" {
+		if _, err := c.Write(append([]byte{byte(len(packed) >> 8), byte(len(packed))}, packed...)); err != nil {
+			return "", err
+		}
+		if _, err := io.ReadFull(c, buf[:2]); err != nil {
+			return "", fmt.Errorf("read answer length: %w", err)
+		}
+		n = int(buf[0])<<8 | int(buf[1])
+		if _, err := io.ReadFull(c, buf[:n]); err != nil {
+			return "", fmt.Errorf("read answer: %w", err)
+		}
+	} else {
+		if _, err := c.Write(packed); err != nil {
+			return "", err
+		}
+		if n, err = c.Read(buf); err != nil {
+			return "", fmt.Errorf("read answer: %w", err)
+		}
+	}
+	var ans dnsmessage.Message
+	if err := ans.Unpack(buf[:n]); err != nil {
+		return "", fmt.Errorf("unpack answer: %w", err)
+	}
+	if ans.RCode != dnsmessage.RCodeSuccess {
+		return "", fmt.Errorf("answer: %s", ans.RCode)
+	}
+	var addrs []string
+	for _, rr := range ans.Answers {
+		if a, ok := rr.Body.(*dnsmessage.AResource); ok {
+			addrs = append(addrs, net.IP(a.A[:]).String())
+		}
+	}
+	if len(addrs) == 0 {
+		return "", errors.New("answer: no address")
 	}
 	return strings.Join(addrs, ","), nil
 }
