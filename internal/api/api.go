@@ -21,6 +21,8 @@ import (
 
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/dataplane"
+	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/egress/secrets"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
@@ -92,6 +94,20 @@ type Config struct {
 	// Builds is the server's build runner, for the logs and progress of
 	// GET /v1/builds/{id}/log; nil: logs are empty.
 	Builds BuildRunner
+
+	// EgressDefault is the server's --egress-default, for policies that
+	// name none; "": policy.Public.
+	EgressDefault policy.Default
+	// Egress is the live egress state of the sandboxes hosted here (the
+	// server's *egress.Registry); nil: policies are stored and applied
+	// when sandboxes start, and decision logs are empty.
+	Egress EgressState
+	// Secrets seals secret values (secrets.OpenKey of DATA/secrets.key);
+	// nil: the secret routes answer 501 not_supported.
+	Secrets *secrets.Sealer
+	// SecretsChanged, if set, is called after a project's secrets were
+	// created, replaced or deleted (the proxy drops what it cached).
+	SecretsChanged func(model.ProjectID)
 }
 
 // API is the management API handler.
@@ -123,6 +139,11 @@ func New(cfg Config) (*API, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.EgressDefault != "" {
+		if _, err := policy.ParseDefault(string(cfg.EgressDefault)); err != nil {
+			return nil, fmt.Errorf("api: EgressDefault: %w", err)
+		}
 	}
 	if cfg.BodyReadTimeout == 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout

@@ -131,6 +131,10 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 		"POST /v1/admin/projects":                                    `{"name": "evil"}`,
 		"POST /v1/admin/keys":                                        fmt.Sprintf(`{"project_id": %q, "role": "admin", "name": "x"}`, e.projA),
 		"PUT /v1/admin/projects/{id}/quota":                          `{"sandboxes": 0}`,
+		"PUT /v1/sandboxes/{id}/egress":                              `{"default": "none"}`,
+		"POST /v1/sandboxes/{id}/egress/explain":                     `{"host": "a.example", "port": 443}`,
+		"PUT /v1/egress-profiles/{name}":                             `{"allow": ["a.example"]}`,
+		"PUT /v1/secrets/{name}":                                     `{"value": "v", "hosts": ["a.example"]}`,
 		"POST /v1/sandboxes/{id}/processes/{process_id}/attachments": `{"actions": ["read"]}`,
 		"POST /v1/sandboxes/{id}/processes/{process_id}/signal":      `{"signal": "KILL"}`,
 		"POST /v1/sandboxes/{id}/files/mkdir":                        `{"path": "/x"}`,
@@ -154,7 +158,7 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 			continue
 		}
 		key := rt.method + " " + rt.pattern
-		path := strings.NewReplacer("{process_id}", cs.ProcessID, "{ref}", "default", "{name_tag}", "x:y").Replace(rt.pattern)
+		path := strings.NewReplacer("{process_id}", cs.ProcessID, "{ref}", "default", "{name_tag}", "x:y", "{name}", "x").Replace(rt.pattern)
 		switch {
 		case strings.HasPrefix(rt.pattern, "/v1/admin/keys/"):
 			path = strings.Replace(path, "{id}", keyID.String(), 1)

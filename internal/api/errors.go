@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -49,6 +50,10 @@ func classify(err error) (*apiError, bool) {
 		return errorf(http.StatusForbidden, apiv1.CodeQuotaExceeded, "%s", qe.Error()), true
 	case errors.Is(err, errBodyTimeout):
 		return errorf(http.StatusRequestTimeout, apiv1.CodeRequestTimeout, "the request body did not arrive in time; the connection is closed"), true
+	case errors.Is(err, policy.ErrUnknownProfile):
+		return errorf(http.StatusBadRequest, apiv1.CodeUnknownEgressProfile, "%s", err.Error()), true
+	case errors.Is(err, store.ErrInUse):
+		return errorf(http.StatusConflict, apiv1.CodeEgressProfileInUse, "%s", err.Error()), true
 	case errors.Is(err, model.ErrInvalid):
 		return badRequest("%s", err.Error()), true
 	case errors.Is(err, model.ErrInvalidTransition):

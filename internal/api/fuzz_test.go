@@ -104,6 +104,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"args": ["ls", "-l"], "cwd": "/"}`, `{"source": "/x", "name": "n"}`, `{"name": "p"}`,
 		`{"project_id": "prj_aaaaaaaaaaaaaaaaaaaaaaaaaa", "role": "member"}`, `{} x`, `[]`, `{"a":1,"a":2}`,
 		`{"env": {"A": "\u0000"}}`, "{\"cpus\": 1}\n", `{"metadata": {}}`, `{"memory_mib": 9007199254740993}`,
+		`{"egress": {"default": "none", "allow": ["pypi.org:443"], "profiles": ["p"]}}`, `{"allow": ["*.x.y"], "deny": ["10.0.0.0/8"]}`,
+		`{"host": "pypi.org", "port": 443}`, `{"value": "v", "hosts": ["a.example"], "header": "X-Key"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -113,6 +115,10 @@ func FuzzDecodeRequest(f *testing.F) {
 		func() any { return new(apiv1.ImportTemplateRequest) },
 		func() any { return new(apiv1.CreateProjectRequest) },
 		func() any { return new(apiv1.CreateAPIKeyRequest) },
+		func() any { return new(apiv1.EgressPolicy) },
+		func() any { return new(apiv1.PutEgressProfileRequest) },
+		func() any { return new(apiv1.ExplainEgressRequest) },
+		func() any { return new(putSecretBody) },
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, mk := range targets {
@@ -208,6 +214,38 @@ func FuzzParseProjectName(f *testing.F) {
 			if s[i] >= 0x80 || s[i] <= ' ' || s[i] == '/' {
 				t.Fatalf("accepted %q", s)
 			}
+		}
+	})
+}
+
+// FuzzParseEgressPolicy: a policy body is refused with a 400 or parses into
+// a Spec whose wire form parses back to the same Spec.
+func FuzzParseEgressPolicy(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `{"default": "none", "allow": ["pypi.org:443", "*.github.com", "203.0.113.0/24:22", "[2001:db8::1]:443"]}`,
+		`{"deny": ["10.0.0.0/8"], "profiles": ["a", "b"], "tls_exempt": ["bank.example"]}`, `{"allow": [""]}`,
+		`{"allow": ["a..b"]}`, `{"default": "x"}`, `{"tls_exempt": ["a.example:443"]}`, `{"allow": ["1.2.3.4:0"]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var in apiv1.EgressPolicy
+		if _, err := decodeStrict(body, &in); err != nil {
+			return
+		}
+		spec, err := parseEgressPolicy(in)
+		if err != nil {
+			if ae, ok := classify(err); !ok || ae.status != 400 {
+				t.Fatalf("%q: error %v is not a 400", body, err)
+			}
+			return
+		}
+		again, err := parseEgressPolicy(egressPolicyOut(spec))
+		if err != nil {
+			t.Fatalf("%q parsed, but its wire form %+v does not: %v", body, egressPolicyOut(spec), err)
+		}
+		if !reflect.DeepEqual(again, spec) {
+			t.Fatalf("%q: %+v does not round-trip (%+v)", body, spec, again)
 		}
 	})
 }

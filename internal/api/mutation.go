@@ -51,6 +51,13 @@ func (c *call[T]) reply(status int, v any) (*reply, *store.IdempotencyRecord, er
 	return rep, rec, nil
 }
 
+// keyedCanonical is a request body with a field (a secret's value) that must
+// not enter the idempotency record's request hash as it is: it gives its own
+// canonical form, keyed by the raw Idempotency-Key.
+type keyedCanonical interface {
+	idempotencyCanonical(idempotencyKey string) ([]byte, error)
+}
+
 // mutating wraps the handler of a mutating route: it decodes the body into
 // T, derives the request's identity, replays a stored response for a repeated
 // Idempotency-Key (or refuses a reused one with 409), and resolves the race
@@ -63,6 +70,12 @@ func mutating[T any](a *API, fn func(ctx context.Context, c *call[T]) (*reply, e
 		if err != nil {
 			a.writeError(w, r, err)
 			return
+		}
+		if kc, ok := any(&c.in).(keyedCanonical); ok && r.Header.Get(headerIdempotencyKey) != "" {
+			if canonical, err = kc.idempotencyCanonical(r.Header.Get(headerIdempotencyKey)); err != nil {
+				a.writeError(w, r, fmt.Errorf("canonicalize request: %w", err))
+				return
+			}
 		}
 		c.idem, err = newIdempotency(r, p.project, canonical, c.now)
 		if err != nil {

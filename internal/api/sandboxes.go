@@ -54,6 +54,10 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	if err != nil {
 		return nil, err
 	}
+	egressSpec, err := a.createEgress(ctx, in.Egress)
+	if err != nil {
+		return nil, err
+	}
 	if name, ok := ref.Name(); ok {
 		// A template that is still building (the server's default on a
 		// fresh host) is waited for.
@@ -88,14 +92,17 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 		CreatedAt: c.now,
 		UpdatedAt: c.now,
 	}
-	rep, rec, err := c.reply(http.StatusAccepted, apiv1.SandboxWithOperation{Sandbox: sandboxOut(sb), Operation: operationOut(op)})
+	out := sandboxOut(sb)
+	egressOut := egressPolicyOut(egressSpec)
+	out.Egress = &egressOut
+	rep, rec, err := c.reply(http.StatusAccepted, apiv1.SandboxWithOperation{Sandbox: out, Operation: operationOut(op)})
 	if err != nil {
 		return nil, err
 	}
 	// The project's quota is checked last, by the store, in the
 	// transaction that inserts the sandbox: racing creates cannot both take
 	// the last slot.
-	if err := a.cfg.Store.CreateSandbox(ctx, sb, op, rec); errors.Is(err, store.ErrNotFound) {
+	if err := a.cfg.Store.CreateSandbox(ctx, sb, egressSpec, op, rec); errors.Is(err, store.ErrNotFound) {
 		// The template was deleted (or collected) since it was resolved.
 		return nil, errorf(http.StatusNotFound, apiv1.CodeTemplateNotFound, "template %s (%s) was deleted meanwhile", ref, tpl.Digest)
 	} else if err != nil {
@@ -149,7 +156,15 @@ func (a *API) getSandbox(w http.ResponseWriter, r *http.Request, p principal) {
 		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sandboxOut(sb))
+	spec, err := a.cfg.Store.GetSandboxEgress(r.Context(), p.project, sb.ID)
+	if err != nil {
+		a.writeError(w, r, fmt.Errorf("get egress of %s: %w", sb.ID, err))
+		return
+	}
+	out := sandboxOut(sb)
+	egressOut := egressPolicyOut(spec)
+	out.Egress = &egressOut
+	writeJSON(w, http.StatusOK, out)
 }
 
 // deleteSandbox: DELETE /v1/sandboxes/{id} → 202 OperationResponse.

@@ -25,6 +25,10 @@ func TestCreateGetDeleteSandbox(t *testing.T) {
 
 	var got apiv1.Sandbox
 	e.do("GET", "/v1/sandboxes/"+sb.ID, e.keyA, "").want(t, http.StatusOK).decode(t, &got)
+	if got.Egress == nil || sb.Egress == nil || fmt.Sprint(*got.Egress) != fmt.Sprint(*sb.Egress) {
+		t.Fatalf("egress: GET %+v, create %+v", got.Egress, sb.Egress)
+	}
+	got.Egress, sb.Egress = nil, nil
 	if fmt.Sprint(got) != fmt.Sprint(sb) {
 		t.Fatalf("GET differs from the create response:\n got %+v\nwant %+v", got, sb)
 	}

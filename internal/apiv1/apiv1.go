@@ -48,6 +48,8 @@ const (
 	CodeBlobStoreUnavailable = "blob_store_unavailable" // 502: the shared blob store could not be reached or failed
 	CodeBlobStoreCorrupt     = "blob_store_corrupt"     // 502: a template in the shared blob store does not verify against its digest; nothing was imported
 	CodeBuildFailed          = "build_failed"           // 424 (create): the build that was to provide the template failed; also a failed build's error code
+	CodeUnknownEgressProfile = "unknown_egress_profile" // 400: an egress policy names a profile that does not exist
+	CodeEgressProfileInUse   = "egress_profile_in_use"  // 409: a profile delete while the policy of a sandbox that is not deleted names it
 )
 
 // Sandbox is a sandbox as the API shows it.
@@ -62,8 +64,11 @@ type Sandbox struct {
 	State       string            `json:"state"`
 	StateReason string            `json:"state_reason,omitempty"`
 	Runtime     string            `json:"runtime,omitempty"`
-	CreatedAt   time.Time         `json:"created_at"`
-	UpdatedAt   time.Time         `json:"updated_at"`
+	// Egress is the sandbox's egress policy as given; shown by create and
+	// GET /v1/sandboxes/{id}, omitted in lists.
+	Egress    *EgressPolicy `json:"egress,omitempty"`
+	CreatedAt time.Time     `json:"created_at"`
+	UpdatedAt time.Time     `json:"updated_at"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Omitted fields take
@@ -76,6 +81,9 @@ type CreateSandboxRequest struct {
 	DiskMiB   int               `json:"disk_mib,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
+	// Egress is the sandbox's egress policy; absent: the server's default
+	// with no rules.
+	Egress *EgressPolicy `json:"egress,omitempty"`
 }
 
 // SandboxWithOperation is the 202 response of POST /v1/sandboxes.

@@ -130,6 +130,8 @@ func (a *app) rootCommand() *cobra.Command {
 		a.opCommand(),
 		a.templateCommand(),
 		a.buildCommand(),
+		a.egressCommand(),
+		a.secretCommand(),
 		a.adminCommand(),
 		a.versionCommand(),
 	)

@@ -40,6 +40,7 @@ type fakeServer struct {
 	quota      apiv1.QuotaLimits   // of every project
 	quotaPuts  []apiv1.QuotaLimits // bodies of PUT …/quota
 	hang       chan struct{}       // "hang" commands block until it closes
+	egress     *fakeEgress
 }
 
 func newFakeServer(t *testing.T) *fakeServer {
@@ -55,6 +56,7 @@ func newFakeServer(t *testing.T) *fakeServer {
 	mux.HandleFunc("GET /v1/admin/projects/{id}/quota", f.getQuota)
 	mux.HandleFunc("PUT /v1/admin/projects/{id}/quota", f.putQuota)
 	mux.HandleFunc("GET /data/v1/processes/{pid}/attach", f.attach)
+	f.egress = newFakeEgress(mux)
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer key_test" && !strings.HasPrefix(r.URL.Path, "/data/") {
 			writeJSON(w, 401, apiv1.Error{Code: apiv1.CodeUnauthenticated, Message: "unknown API key"})

@@ -68,6 +68,9 @@ func sandboxFields(w io.Writer, sb apiv1.Sandbox) {
 	// Values of env may be secrets: the table shows names only.
 	fmt.Fprintf(w, "Env:\t%s\n", orDash(strings.Join(sortedKeys(sb.Env), ", ")))
 	fmt.Fprintf(w, "Metadata:\t%s\n", orDash(kvList(sb.Metadata)))
+	if sb.Egress != nil {
+		fmt.Fprintf(w, "Egress:\t%s\n", egressSummary(*sb.Egress))
+	}
 	fmt.Fprintf(w, "Created:\t%s\n", timeText(sb.CreatedAt))
 	fmt.Fprintf(w, "Updated:\t%s\n", timeText(sb.UpdatedAt))
 }
@@ -257,4 +260,24 @@ func oneLine(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// egressSummary is a one-line view of an egress policy.
+func egressSummary(p apiv1.EgressPolicy) string {
+	var parts []string
+	if p.Default != "" {
+		parts = append(parts, "default "+p.Default)
+	}
+	for _, l := range []struct {
+		name  string
+		items []string
+	}{{"allow", p.Allow}, {"deny", p.Deny}, {"profiles", p.Profiles}, {"tls-exempt", p.TLSExempt}} {
+		if len(l.items) > 0 {
+			parts = append(parts, l.name+" "+strings.Join(l.items, ","))
+		}
+	}
+	if len(parts) == 0 {
+		return "server default"
+	}
+	return strings.Join(parts, "; ")
 }

@@ -27,6 +27,7 @@ type createFlags struct {
 	diskMiB   int
 	env       []string
 	metadata  []string
+	egress    egressFlags
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
@@ -36,6 +37,7 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.diskMiB, "disk-mib", 0, "size of the writable layer in MiB (default: the server's --default-disk-mib)")
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE of the sandbox (repeatable)")
 	fs.StringArrayVar(&f.metadata, "metadata", nil, "metadata label KEY=VALUE (repeatable)")
+	f.egress.register(fs, "egress-profile", "egress-default")
 }
 
 // request parses the flags into a create request.
@@ -64,6 +66,13 @@ func (f *createFlags) request() (apiv1.CreateSandboxRequest, error) {
 	}
 	if req.Metadata, err = parseMetadataFlag(f.metadata); err != nil {
 		return req, err
+	}
+	if f.egress.given() {
+		var p apiv1.EgressPolicy
+		if err := f.egress.policy(&p); err != nil {
+			return req, err
+		}
+		req.Egress = &p
 	}
 	return req, nil
 }

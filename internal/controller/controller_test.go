@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
@@ -148,7 +149,7 @@ func (e *env) create() (model.SandboxID, model.OperationID) {
 		State: model.StatePending, CreatedAt: now, UpdatedAt: now}
 	op := model.Operation{ID: model.NewOperationID(), ProjectID: e.project, SandboxID: sb.ID, Kind: model.OpCreate,
 		State: model.OpPending, CreatedAt: now, UpdatedAt: now}
-	if err := e.st.CreateSandbox(context.Background(), sb, op, nil); err != nil {
+	if err := e.st.CreateSandbox(context.Background(), sb, policy.Spec{}, op, nil); err != nil {
 		e.t.Fatal(err)
 	}
 	return sb.ID, op.ID

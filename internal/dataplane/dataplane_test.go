@@ -22,6 +22,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
@@ -118,7 +119,7 @@ func (f *fixture) addSandbox(digest model.TemplateDigest) model.SandboxID {
 		Env: model.Env{}, Metadata: model.Metadata{}, State: model.StatePending, CreatedAt: f.now, UpdatedAt: f.now}
 	op := model.Operation{ID: model.NewOperationID(), ProjectID: f.project, SandboxID: id, Kind: model.OpCreate,
 		State: model.OpPending, CreatedAt: f.now, UpdatedAt: f.now}
-	must(f.t, f.st.CreateSandbox(ctx, sb, op, nil))
+	must(f.t, f.st.CreateSandbox(ctx, sb, policy.Spec{}, op, nil))
 	must(f.t, f.st.TransitionSandbox(ctx, id, model.StatePending, model.StateCreating, "", f.now))
 	must(f.t, f.st.TransitionSandbox(ctx, id, model.StateCreating, model.StateRunning, "", f.now))
 	return id

@@ -18,6 +18,7 @@ import (
 	"github.com/airlockdev/airlock/internal/atomicfile"
 	"github.com/airlockdev/airlock/internal/controller"
 	"github.com/airlockdev/airlock/internal/dataplane"
+	"github.com/airlockdev/airlock/internal/egress/secrets"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime"
@@ -167,7 +168,13 @@ func Run(ctx context.Context, opts Options) error {
 	if capacity.DiskMiB <= 0 {
 		capacity.DiskMiB = DefaultMaxDiskMiB
 	}
+	sealer, err := secrets.OpenKey(dd.join(secrets.KeyFile))
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	apiHandler, err := api.New(api.Config{
+		Secrets:         sealer,
 		Capacity:        &capacity,
 		DefaultDiskMiB:  opts.DefaultDiskMiB,
 		BodyReadTimeout: opts.BodyReadTimeout,

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -29,6 +30,9 @@ var (
 	ErrLeaseLost = errors.New("operation lease lost")
 	// ErrNoWork: ClaimOperation found nothing claimable.
 	ErrNoWork = errors.New("no claimable operation")
+	// ErrInUse: a row that live rows still reference (an egress profile a
+	// live sandbox's policy names) cannot be deleted.
+	ErrInUse = errors.New("in use")
 )
 
 // IdempotencyRecord is the stored result of a mutating request made with an
@@ -168,6 +172,9 @@ type Store interface {
 	// Templates: tags, delete and garbage collection (templates.go).
 	Templates
 
+	// Egress policies, profiles and secrets (egress.go).
+	Egress
+
 	// Sandboxes.
 	// CreateSandbox inserts the sandbox (state pending) and its create
 	// operation, plus the idempotency record if given, in one transaction.
@@ -176,7 +183,11 @@ type Store interface {
 	// model.ErrQuotaExceeded) a sandbox that would exceed it: of several
 	// concurrent creates, no more succeed than the quota admits. A
 	// conflicting idempotency record is reported before the quota.
-	CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Operation, idem *IdempotencyRecord) error
+	// The sandbox's egress policy (egress, possibly empty) is stored with
+	// it; a profile it names that does not exist is an error wrapping
+	// policy.ErrUnknownProfile (and nothing is written), and the profiles it
+	// names cannot be deleted until the sandbox is.
+	CreateSandbox(ctx context.Context, sb model.Sandbox, egress policy.Spec, op model.Operation, idem *IdempotencyRecord) error
 	// GetSandbox returns a sandbox of the given project (ErrNotFound for another project's).
 	GetSandbox(ctx context.Context, project model.ProjectID, id model.SandboxID) (model.Sandbox, error)
 	// GetSandboxByID is for the control loops and the data plane, which are not project-scoped.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
@@ -87,7 +88,7 @@ func TestCollect(t *testing.T) {
 		State: model.StatePending, CreatedAt: f.now, UpdatedAt: f.now}
 	op := model.Operation{ID: model.NewOperationID(), ProjectID: p.ID, SandboxID: sb.ID, Kind: model.OpCreate,
 		State: model.OpPending, CreatedAt: f.now, UpdatedAt: f.now}
-	if err := f.st.CreateSandbox(f.ctx, sb, op, nil); err != nil {
+	if err := f.st.CreateSandbox(f.ctx, sb, policy.Spec{}, op, nil); err != nil {
 		t.Fatal(err)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/pgtest"
 	"github.com/airlockdev/airlock/internal/store"
@@ -102,7 +103,7 @@ func createSandbox(t *testing.T, s store.Store, p model.Project, tpl model.Templ
 		Resources: model.DefaultResources(), State: model.StatePending, CreatedAt: now, UpdatedAt: now}
 	op := model.Operation{ID: model.NewOperationID(), ProjectID: p.ID, SandboxID: sb.ID, Kind: model.OpCreate,
 		State: model.OpPending, CreatedAt: now, UpdatedAt: now}
-	if err := s.CreateSandbox(context.Background(), sb, op, nil); err != nil {
+	if err := s.CreateSandbox(context.Background(), sb, policy.Spec{}, op, nil); err != nil {
 		t.Fatal(err)
 	}
 	return op

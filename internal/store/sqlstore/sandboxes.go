@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -85,8 +86,15 @@ func jsonMap(m map[string]string) (string, error) {
 // error case nothing is written. The idempotency record goes first, so a
 // retry of a create that took the last slot is answered as a replay, not
 // as over quota.
-func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Operation, idem *store.IdempotencyRecord) error {
+func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, egress policy.Spec, op model.Operation, idem *store.IdempotencyRecord) error {
 	if err := checkCreate(sb, op); err != nil {
+		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+	}
+	if err := egress.Check(); err != nil {
+		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+	}
+	egressText, err := encodeSpec(egress)
+	if err != nil {
 		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	}
 	env, err := jsonMap(sb.Env)
@@ -109,13 +117,16 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Op
 			return err
 		}
 		_, err := t.exec(ctx, `INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, disk_mib, env, metadata,
-			state, state_reason, node_id, runtime, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			state, state_reason, node_id, runtime, created_at, updated_at, egress)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			string(sb.ID), string(sb.ProjectID), string(sb.Template), sb.Resources.CPUs, sb.Resources.MemoryMiB,
 			sb.Resources.DiskMiB, env, metadata, string(model.StatePending), sb.StateReason, string(sb.NodeID), sb.Runtime,
-			micro(sb.CreatedAt), micro(sb.UpdatedAt))
+			micro(sb.CreatedAt), micro(sb.UpdatedAt), egressText)
 		if err != nil {
 			return fmt.Errorf("insert sandbox: %w", s.insertErr(err))
+		}
+		if err := t.setSandboxProfiles(ctx, sb.ID, egress); err != nil {
+			return err
 		}
 		for k, v := range sb.Metadata {
 			if _, err := t.exec(ctx, `INSERT INTO sandbox_metadata (sandbox_id, key, value) VALUES (?, ?, ?)`,

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -54,7 +55,7 @@ func testConcurrentSameKey(e *env) {
 	}
 	parallel(n, func(i int) {
 		at := &attempts[i]
-		at.err = e.s.CreateSandbox(e.ctx, at.sb, at.op, at.rec)
+		at.err = e.s.CreateSandbox(e.ctx, at.sb, policy.Spec{}, at.op, at.rec)
 	})
 	winner := -1
 	for i, at := range attempts {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -38,7 +39,7 @@ func testClaimOrder(e *env) {
 	for i := 0; i < 2; i++ {
 		sb, op := e.newSandbox(a.ID, tpl.Digest, nil)
 		sb.CreatedAt, op.CreatedAt = same, same
-		must(t, e.s.CreateSandbox(e.ctx, sb, op, nil))
+		must(t, e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, nil))
 		tied = append(tied, op)
 	}
 	if tied[1].ID < tied[0].ID {

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -93,7 +94,7 @@ func testQuotaRefusesAndFrees(e *env) {
 
 	sb, op := e.newSandbox(a.ID, tpl.Digest, model.Metadata{"k": "v"})
 	rec := e.idem(a.ID, "over-quota")
-	quotaExceeded(e, e.s.CreateSandbox(e.ctx, sb, op, rec), "sandboxes")
+	quotaExceeded(e, e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, rec), "sandboxes")
 	refusedLeavesNothing(e, sb, op, rec)
 	if u := e.usage(a.ID); u.Sandboxes != 2 {
 		t.Fatalf("usage %+v after a refusal, want 2 sandboxes", u)
@@ -103,9 +104,9 @@ func testQuotaRefusesAndFrees(e *env) {
 	now := e.now()
 	_, err := e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: a.ID, SandboxID: first.ID, Operation: e.deleteOp(first), Now: now})
 	must(t, err)
-	quotaExceeded(e, e.s.CreateSandbox(e.ctx, sb, op, nil), "sandboxes")
+	quotaExceeded(e, e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, nil), "sandboxes")
 	must(t, e.s.TransitionSandbox(e.ctx, first.ID, model.StateDeleting, model.StateDeleted, "", e.now()))
-	must(t, e.s.CreateSandbox(e.ctx, sb, op, rec))
+	must(t, e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, rec))
 	if u := e.usage(a.ID); u.Sandboxes != 2 {
 		t.Fatalf("usage %+v, want 2 sandboxes", u)
 	}
@@ -113,9 +114,9 @@ func testQuotaRefusesAndFrees(e *env) {
 	// A quota below the usage is allowed and refuses every create.
 	e.setQuota(a.ID, i64(0), nil, nil, nil)
 	sb2, op2 := e.newSandbox(a.ID, tpl.Digest, nil)
-	quotaExceeded(e, e.s.CreateSandbox(e.ctx, sb2, op2, nil), "sandboxes")
+	quotaExceeded(e, e.s.CreateSandbox(e.ctx, sb2, policy.Spec{}, op2, nil), "sandboxes")
 	e.setQuota(a.ID, nil, nil, nil, nil)
-	must(t, e.s.CreateSandbox(e.ctx, sb2, op2, nil))
+	must(t, e.s.CreateSandbox(e.ctx, sb2, policy.Spec{}, op2, nil))
 }
 
 func testQuotaResourceSums(e *env) {
@@ -142,7 +143,7 @@ func testQuotaResourceSums(e *env) {
 	} {
 		e.setQuota(a.ID, c.sandboxes, c.cpus, c.mem, c.disk)
 		sb, op := e.newSandbox(a.ID, tpl.Digest, nil)
-		err := e.s.CreateSandbox(e.ctx, sb, op, nil)
+		err := e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, nil)
 		if c.limit == "" {
 			must(t, err)
 			continue
@@ -180,7 +181,7 @@ func raceForQuota(e *env, limit string, setQuota func(p model.ProjectID)) {
 	}
 	parallel(n, func(i int) {
 		at := &attempts[i]
-		at.err = e.s.CreateSandbox(e.ctx, at.sb, at.op, at.rec)
+		at.err = e.s.CreateSandbox(e.ctx, at.sb, policy.Spec{}, at.op, at.rec)
 	})
 	winners := 0
 	for _, at := range attempts {
@@ -230,7 +231,7 @@ func testQuotaRetryIsReplay(e *env) {
 		sbs[i], ops[i] = e.newSandbox(a.ID, tpl.Digest, nil)
 		recs[i] = e.idem(a.ID, "one-key")
 	}
-	parallel(n, func(i int) { errs[i] = e.s.CreateSandbox(e.ctx, sbs[i], ops[i], recs[i]) })
+	parallel(n, func(i int) { errs[i] = e.s.CreateSandbox(e.ctx, sbs[i], policy.Spec{}, ops[i], recs[i]) })
 	winner := -1
 	for i, err := range errs {
 		if err == nil {
@@ -250,7 +251,7 @@ func testQuotaRetryIsReplay(e *env) {
 	}
 	// A later retry, with the project full, is still a replay.
 	sb, op := e.newSandbox(a.ID, tpl.Digest, nil)
-	conflict(t, e.s.CreateSandbox(e.ctx, sb, op, e.idem(a.ID, "one-key")), recs[winner])
+	conflict(t, e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, e.idem(a.ID, "one-key")), recs[winner])
 	if u := e.usage(a.ID); u.Sandboxes != 1 {
 		t.Fatalf("usage %+v, want 1 sandbox", u)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -25,7 +26,7 @@ func testCreateSandbox(e *env) {
 	a, b := e.project(), e.project()
 	tpl := e.template()
 	sb, op := e.newSandbox(a.ID, tpl.Digest, model.Metadata{"team": "ml", "env": "dev"})
-	must(t, e.s.CreateSandbox(e.ctx, sb, op, nil))
+	must(t, e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, nil))
 
 	got, err := e.s.GetSandbox(e.ctx, a.ID, sb.ID)
 	must(t, err)
@@ -53,7 +54,7 @@ func testCreateSandbox(e *env) {
 	// A sandbox without env and metadata reads back with empty maps.
 	bare, bareOp := e.newSandbox(b.ID, tpl.Digest, nil)
 	bare.Env = nil
-	must(t, e.s.CreateSandbox(e.ctx, bare, bareOp, nil))
+	must(t, e.s.CreateSandbox(e.ctx, bare, policy.Spec{}, bareOp, nil))
 	checkSandbox(t, e.getSandbox(bare.ID), bare)
 }
 
@@ -80,7 +81,7 @@ func testCreateSandboxErrors(e *env) {
 	} {
 		sb, op := e.newSandbox(a.ID, tpl.Digest, model.Metadata{"k": "v"})
 		tc.mutate(&sb, &op)
-		err := e.s.CreateSandbox(e.ctx, sb, op, e.idem(a.ID, tc.name))
+		err := e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, e.idem(a.ID, tc.name))
 		if err == nil {
 			t.Fatalf("%s: CreateSandbox succeeded", tc.name)
 		}
@@ -105,14 +106,14 @@ func testCreateSandboxIdempotency(e *env) {
 	tpl := e.template()
 	rec := e.idem(a.ID, "create-1")
 	sb, op := e.newSandbox(a.ID, tpl.Digest, nil)
-	must(t, e.s.CreateSandbox(e.ctx, sb, op, rec))
+	must(t, e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, rec))
 	stored, err := e.s.GetIdempotency(e.ctx, a.ID, rec.KeyHash)
 	must(t, err)
 	checkIdem(t, stored, rec) // the replay data: status, sealed body, request hash
 
 	// The same key again: conflict carrying the first record; nothing written.
 	sb2, op2 := e.newSandbox(a.ID, tpl.Digest, nil)
-	conflict(t, e.s.CreateSandbox(e.ctx, sb2, op2, e.idem(a.ID, "create-1")), rec)
+	conflict(t, e.s.CreateSandbox(e.ctx, sb2, policy.Spec{}, op2, e.idem(a.ID, "create-1")), rec)
 	_, err = e.s.GetSandboxByID(e.ctx, sb2.ID)
 	mustIs(t, err, store.ErrNotFound)
 	_, err = e.s.GetOperation(e.ctx, a.ID, op2.ID)
@@ -120,7 +121,7 @@ func testCreateSandboxIdempotency(e *env) {
 
 	// The same key in another project is another key.
 	sb3, op3 := e.newSandbox(b.ID, tpl.Digest, nil)
-	must(t, e.s.CreateSandbox(e.ctx, sb3, op3, e.idem(b.ID, "create-1")))
+	must(t, e.s.CreateSandbox(e.ctx, sb3, policy.Spec{}, op3, e.idem(b.ID, "create-1")))
 }
 
 // listAll pages through q with q.Limit and returns the IDs in order.
@@ -173,7 +174,7 @@ func testListPagination(e *env) {
 	for i := 0; i < 2; i++ {
 		sb, op := e.newSandbox(a.ID, tpl.Digest, nil)
 		sb.CreatedAt, op.CreatedAt = same, same
-		must(t, e.s.CreateSandbox(e.ctx, sb, op, nil))
+		must(t, e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, nil))
 		want = append(want, sb)
 	}
 	sort.SliceStable(want, func(i, j int) bool {

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -29,7 +30,7 @@ import (
 // Run runs every conformance test against stores made by open, each subtest
 // on its own fresh store.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
-	groups := [][]namedTest{projectTests(), sandboxTests(), lifecycleTests(), operationTests(), concurrencyTests(), quotaTests(), sessionTests(), watchTests(), templateTests(), buildTests()}
+	groups := [][]namedTest{projectTests(), sandboxTests(), lifecycleTests(), operationTests(), concurrencyTests(), quotaTests(), sessionTests(), watchTests(), templateTests(), buildTests(), egressTests()}
 	for _, g := range groups {
 		for _, tc := range g {
 			t.Run(tc.name, func(t *testing.T) {
@@ -147,7 +148,7 @@ func (e *env) newSandbox(p model.ProjectID, tpl model.TemplateDigest, md model.M
 func (e *env) sandbox(p model.ProjectID, tpl model.TemplateDigest, md model.Metadata) (model.Sandbox, model.Operation) {
 	e.t.Helper()
 	sb, op := e.newSandbox(p, tpl, md)
-	if err := e.s.CreateSandbox(e.ctx, sb, op, nil); err != nil {
+	if err := e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, nil); err != nil {
 		e.t.Fatalf("CreateSandbox: %v", err)
 	}
 	return sb, op

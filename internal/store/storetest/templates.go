@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -128,7 +129,7 @@ func testTemplateDelete(e *env) {
 	mustIs(t, err, store.ErrNotFound)
 	mustIs(t, e.s.SetTemplateName(e.ctx, tn("a:3"), tpl.Digest, e.now()), store.ErrNotFound)
 	sb, op := e.newSandbox(p.ID, tpl.Digest, nil)
-	mustIs(t, e.s.CreateSandbox(e.ctx, sb, op, nil), store.ErrNotFound)
+	mustIs(t, e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, nil), store.ErrNotFound)
 	list, err := e.s.ListTemplates(e.ctx)
 	must(t, err)
 	if len(list) != 1 || list[0].Digest != other.Digest {
@@ -274,7 +275,7 @@ func testTemplateGCRacesCreates(e *env) {
 	}()
 	parallel(creators, func(i int) {
 		for _, c := range plan[i] {
-			err := e.s.CreateSandbox(e.ctx, c.sb, c.op, nil)
+			err := e.s.CreateSandbox(e.ctx, c.sb, policy.Spec{}, c.op, nil)
 			switch {
 			case err == nil:
 				created.Store(c.sb.ID, c.sb.Template)
@@ -337,7 +338,7 @@ func testTemplateDeleteRacesCreates(e *env) {
 				}
 				return
 			}
-			err := e.s.CreateSandbox(e.ctx, sbs[i], ops[i], nil)
+			err := e.s.CreateSandbox(e.ctx, sbs[i], policy.Spec{}, ops[i], nil)
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("CreateSandbox: %v", err)
 			}

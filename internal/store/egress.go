@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// EgressProfile is an operator-defined set of egress rules that sandbox
+// policies name. Its Spec holds allow, deny and tls_exempt rules only.
+type EgressProfile struct {
+	Name      policy.ProfileName
+	Spec      policy.Spec
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// SecretRecord is a project's secret as the store keeps it: the value only
+// sealed (see internal/egress/secrets), never in clear.
+type SecretRecord struct {
+	ProjectID model.ProjectID
+	Name      string
+	Sealed    []byte
+	Hosts     []string // host patterns: exact names or "*.suffix"
+	Header    string   // the request header the proxy sets
+	Format    string   // the header value, "{value}" standing for the secret
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Egress is the store's part of egress: each sandbox's policy, the
+// operator's profiles and the projects' secrets.
+type Egress interface {
+	// GetSandboxEgress returns the egress policy of a sandbox of the
+	// project as its create or last SetSandboxEgress gave it (ErrNotFound
+	// for another project's).
+	GetSandboxEgress(ctx context.Context, project model.ProjectID, id model.SandboxID) (policy.Spec, error)
+	// GetSandboxEgressByID is GetSandboxEgress for the control loops and
+	// the data plane, which are not project-scoped.
+	GetSandboxEgressByID(ctx context.Context, id model.SandboxID) (policy.Spec, error)
+	// SetSandboxEgress replaces a sandbox's egress policy. A deleted
+	// sandbox is refused with model.ErrInvalidTransition; a profile that
+	// does not exist with an error wrapping policy.ErrUnknownProfile.
+	SetSandboxEgress(ctx context.Context, project model.ProjectID, id model.SandboxID, spec policy.Spec, now time.Time) error
+
+	// PutEgressProfile creates or replaces a profile; created reports
+	// which. The Spec must pass CheckProfile.
+	PutEgressProfile(ctx context.Context, p EgressProfile) (created bool, err error)
+	GetEgressProfile(ctx context.Context, name policy.ProfileName) (EgressProfile, error)
+	// ListEgressProfiles returns every profile in name order.
+	ListEgressProfiles(ctx context.Context) ([]EgressProfile, error)
+	// DeleteEgressProfile removes a profile; ErrInUse while the policy of
+	// a sandbox that is not deleted names it.
+	DeleteEgressProfile(ctx context.Context, name policy.ProfileName) error
+
+	// PutSecret creates or replaces the project's secret of that name;
+	// created reports which (a replacement keeps CreatedAt).
+	PutSecret(ctx context.Context, s SecretRecord) (created bool, err error)
+	GetSecret(ctx context.Context, project model.ProjectID, name string) (SecretRecord, error)
+	// ListSecrets returns the project's secrets in name order.
+	ListSecrets(ctx context.Context, project model.ProjectID) ([]SecretRecord, error)
+	DeleteSecret(ctx context.Context, project model.ProjectID, name string) error
+}
+
+// CompileEgress compiles spec with the profiles it names, as st holds them
+// now, and the server's default (see policy.Compile). A profile that does
+// not exist is an error wrapping policy.ErrUnknownProfile. The server
+// compiles a sandbox's stored policy with it when the sandbox starts; the
+// API when it changes.
+func CompileEgress(ctx context.Context, st Egress, spec policy.Spec, serverDefault policy.Default) (*policy.Policy, error) {
+	profiles := map[policy.ProfileName]policy.Spec{}
+	for _, name := range spec.Profiles {
+		p, err := st.GetEgressProfile(ctx, name)
+		if errors.Is(err, ErrNotFound) {
+			continue // policy.Compile reports it
+		}
+		if err != nil {
+			return nil, err
+		}
+		profiles[name] = p.Spec
+	}
+	return policy.Compile(spec, func(n policy.ProfileName) (policy.Spec, bool) {
+		s, ok := profiles[n]
+		return s, ok
+	}, serverDefault)
+}
