@@ -94,6 +94,17 @@ func newFakenet(t *testing.T) *fakenet.Net {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// Servers have stopped (their cleanups ran first): every sandbox
+		// veth they made in the fake host namespace must be gone.
+		if links, err := n.HostLinks(); err != nil {
+			t.Errorf("links of the fake host namespace: %v", err)
+		} else {
+			for _, l := range links {
+				if !fakenet.OwnLinks(l) {
+					t.Errorf("leaked link %s in the fake host namespace", l)
+				}
+			}
+		}
 		if err := n.Close(); err != nil {
 			t.Errorf("close the fake internet: %v", err)
 		}

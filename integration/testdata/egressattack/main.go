@@ -8,8 +8,8 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"

@@ -372,3 +372,26 @@ func (n *Net) HostTransport() *http.Transport {
 }
 
 var _ io.Closer = (*Net)(nil)
+
+// HostLinks lists the network interfaces in H by name: lo and the veth to
+// the internet, plus whatever the code under test made there (sandbox
+// veths a test may check are gone).
+func (n *Net) HostLinks() ([]string, error) {
+	h, err := netlink.NewHandleAt(netns.NsHandle(n.host.Fd()))
+	if err != nil {
+		return nil, fmt.Errorf("fakenet: netlink in host namespace: %w", err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("fakenet: list links: %w", err)
+	}
+	names := make([]string, 0, len(links))
+	for _, l := range links {
+		names = append(names, l.Attrs().Name)
+	}
+	return names, nil
+}
+
+// OwnLinks reports whether name is one of the interfaces fakenet made in H.
+func OwnLinks(name string) bool { return name == "lo" || name == hostIf }

@@ -206,6 +206,22 @@ func TestWeb(t *testing.T) {
 		}
 	})
 
+	t.Run("connect refused", func(t *testing.T) {
+		req, err := http.NewRequest(http.MethodConnect, "http://192.0.2.10/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "blocked.example:443"
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Fatalf("CONNECT answered %s", resp.Status)
+		}
+	})
+
 	t.Run("download", func(t *testing.T) {
 		resp, err := client.Get("http://192.0.2.10/bytes?n=10000000")
 		if err != nil {
@@ -264,6 +280,9 @@ func TestNoWayOut(t *testing.T) {
 		if lines := strings.Count(strings.TrimSpace(string(out)), "\n") + 1; lines != 2 {
 			t.Errorf("%s namespace has %d links, want lo and the veth:\n%s", ns.name, lines, out)
 		}
+	}
+	if links, err := n.HostLinks(); err != nil || len(links) != 2 || !OwnLinks(links[0]) || !OwnLinks(links[1]) {
+		t.Errorf("host links %v (%v)", links, err)
 	}
 	out, err := exec.Command("nsenter", "--net="+n.InetNetnsPath(), "ip", "-4", "route", "show", "default").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "" {
