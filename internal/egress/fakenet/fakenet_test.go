@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -359,6 +358,5 @@ func netnsHolders(t *testing.T, id string) []string {
 			out = append(out, "thread "+task.Name())
 		}
 	}
-	_ = net.IPv4len
 	return out
 }
