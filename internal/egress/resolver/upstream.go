@@ -1,0 +1,103 @@
+package resolver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/miekg/dns"
+
+	"github.com/airlockdev/airlock/internal/egress"
+)
+
+// errBusy is returned when a sandbox's upstream slots stayed full until its query's deadline.
+var errBusy = errors.New("too many queries in flight for this sandbox")
+
+// inflight bounds the upstream queries of each sandbox: one counting semaphore per sandbox,
+// created on first use and dropped when its last holder leaves, so removed sandboxes leave
+// nothing behind.
+type inflight struct {
+	max int
+	mu  sync.Mutex
+	by  map[*egress.Sandbox]*slot
+}
+
+type slot struct {
+	sem   chan struct{}
+	users int // holders and waiters
+}
+
+func (f *inflight) init(max int) {
+	f.max = max
+	f.by = map[*egress.Sandbox]*slot{}
+}
+
+// maxWaitersFactor bounds the queries of one sandbox waiting for a slot, as a multiple of the
+// slots: beyond it a query fails at once instead of parking a goroutine for its whole timeout.
+const maxWaitersFactor = 4
+
+// acquire waits for one of sb's slots until ctx ends; release gives it back.
+func (f *inflight) acquire(ctx context.Context, sb *egress.Sandbox) (release func(), err error) {
+	f.mu.Lock()
+	s, ok := f.by[sb]
+	if !ok {
+		s = &slot{sem: make(chan struct{}, f.max)}
+		f.by[sb] = s
+	}
+	if s.users >= f.max*(1+maxWaitersFactor) {
+		f.mu.Unlock()
+		return nil, errBusy
+	}
+	s.users++
+	f.mu.Unlock()
+	leave := func() {
+		f.mu.Lock()
+		s.users--
+		if s.users == 0 {
+			delete(f.by, sb)
+		}
+		f.mu.Unlock()
+	}
+	select {
+	case s.sem <- struct{}{}:
+		return func() { <-s.sem; leave() }, nil
+	case <-ctx.Done():
+		leave()
+		return nil, errBusy
+	}
+}
+
+// forward asks the upstream about name (normalized, no trailing dot) and qtype: over UDP
+// first, once more over UDP when the first attempt fails, then over TCP when an answer came
+// back truncated. It checks that the answer is a response to this very question.
+func (r *Resolver) forward(ctx context.Context, name string, qtype uint16) (*dns.Msg, error) {
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(name), qtype)
+	q.RecursionDesired = true
+	q.SetEdns0(upstreamUDPSize, false)
+
+	var resp *dns.Msg
+	var err error
+	udp := &dns.Client{Net: "udp", Timeout: r.cfg.AttemptTimeout, UDPSize: upstreamUDPSize}
+	for attempt := 0; attempt < 2; attempt++ {
+		resp, _, err = udp.ExchangeContext(ctx, q, r.cfg.Upstream)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+	}
+	if err == nil && resp.Truncated {
+		tcp := &dns.Client{Net: "tcp", Timeout: r.cfg.AttemptTimeout}
+		resp, _, err = tcp.ExchangeContext(ctx, q, r.cfg.Upstream)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: %w", r.cfg.Upstream, err)
+	}
+	if !resp.Response || resp.Opcode != dns.OpcodeQuery || len(resp.Question) != 1 ||
+		!strings.EqualFold(resp.Question[0].Name, q.Question[0].Name) ||
+		resp.Question[0].Qtype != qtype || resp.Question[0].Qclass != dns.ClassINET {
+		return nil, fmt.Errorf("upstream %s: the answer is not for the question asked", r.cfg.Upstream)
+	}
+	return resp, nil
+}
