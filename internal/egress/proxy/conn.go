@@ -175,7 +175,7 @@ func (p *Proxy) handleTLS(cc *clientConn) {
 		_ = cc.Close()
 		return
 	}
-	if isDoH(name) {
+	if policy.IsDoHResolver(name) {
 		p.deny(sb, decisionlog.KindTLS, name, dst, "doh-resolver", name+" is a DNS-over-HTTPS resolver; the sandbox's only resolver is Airlock's")
 		_ = cc.Close()
 		return

@@ -76,7 +76,7 @@ func (p *Proxy) serveRequest(w http.ResponseWriter, r *http.Request) {
 		host = t.name
 		d = sb.Decide(decisionlog.KindHTTP, host, dst.Addr(), dst.Port())
 	}
-	if d.Allowed && host != "" && isDoH(host) {
+	if d.Allowed && host != "" && policy.IsDoHResolver(host) {
 		d = policy.Decision{Rule: "doh-resolver", Reason: host + " is a DNS-over-HTTPS resolver; the sandbox's only resolver is Airlock's"}
 		p.deny(sb, decisionlog.KindHTTP, host, dst, d.Rule, d.Reason)
 	}

@@ -132,33 +132,3 @@ func (c *recordingConn) RemoteAddr() net.Addr             { return nil }
 func (c *recordingConn) SetDeadline(time.Time) error      { return nil }
 func (c *recordingConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *recordingConn) SetWriteDeadline(time.Time) error { return nil }
-
-// dohNames are well-known DNS-over-HTTPS resolvers, refused so that a sandbox cannot resolve
-// around Airlock's resolver (and its bindings) over HTTPS. Exact names; dohSuffixes adds
-// whole zones.
-//
-// TODO: replace with resolver.KnownDoHResolvers once the resolver package exports it.
-var dohNames = map[string]bool{
-	"dns.google": true, "dns.google.com": true, "8888.google": true,
-	"cloudflare-dns.com": true, "one.one.one.one": true, "1dot1dot1dot1.cloudflare-dns.com": true,
-	"dns.quad9.net": true, "dns9.quad9.net": true, "dns10.quad9.net": true, "dns11.quad9.net": true,
-	"doh.opendns.com": true, "dns.opendns.com": true, "doh.familyshield.opendns.com": true,
-	"dns.adguard.com": true, "dns.adguard-dns.com": true, "unfiltered.adguard-dns.com": true,
-	"doh.cleanbrowsing.org": true, "doh.dns.sb": true, "dns.alidns.com": true, "doh.pub": true,
-	"dns.nextdns.io": true, "freedns.controld.com": true, "dns.mullvad.net": true, "doh.mullvad.net": true,
-}
-
-var dohSuffixes = []string{".cloudflare-dns.com", ".nextdns.io", ".dns.nextdns.io", ".controld.com", ".quad9.net", ".adguard-dns.com"}
-
-// isDoH reports whether the normalized name is a known DNS-over-HTTPS resolver.
-func isDoH(name string) bool {
-	if dohNames[name] {
-		return true
-	}
-	for _, s := range dohSuffixes {
-		if strings.HasSuffix(name, s) {
-			return true
-		}
-	}
-	return false
-}

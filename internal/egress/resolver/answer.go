@@ -76,7 +76,7 @@ func (r *Resolver) answer(ctx context.Context, src netip.Addr, tcp bool, req *dn
 	if err := r.cfg.Limits.Check(name); err != nil {
 		return refuse(name, RuleExfil, err.Error())
 	}
-	if IsDoHResolver(name) {
+	if policy.IsDoHResolver(name) {
 		return refuse(name, RuleDoH, name+" is a public DNS-over-HTTPS service, which would bypass Airlock's resolver")
 	}
 	if d := sb.Decide(decisionlog.KindDNS, name, netip.Addr{}, 0); !d.Allowed {
@@ -149,7 +149,7 @@ func (r *Resolver) filter(sb *egress.Sandbox, name string, qtype uint16, up *dns
 			resp.Rcode = dns.RcodeServerFailure
 			return
 		}
-		if IsDoHResolver(target) {
+		if policy.IsDoHResolver(target) {
 			sb.Log.Append(decisionlog.Event{Kind: decisionlog.KindDNS, Host: target, Rule: RuleDoH,
 				Reason: fmt.Sprintf("%s is an alias of %s, a public DNS-over-HTTPS service", cur, target)})
 			resp.Rcode = dns.RcodeRefused

@@ -2,7 +2,7 @@
 // reach. nftables redirects every DNS packet a sandbox sends (UDP and TCP port 53, whatever
 // address it was sent to) to one host port, where a Resolver listens on both protocols; DNS
 // over TLS (853) and every other UDP is dropped by nftables, and public DNS-over-HTTPS
-// services are refused by name here and in the proxy (KnownDoHResolvers), so no name leaves a
+// services are refused by name here and in the proxy (policy.KnownDoHResolvers), so no name leaves a
 // sandbox without this package's decision.
 //
 // Each query is judged in this order, and every refusal is a logged decision (kind "dns") in

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/airlockdev/airlock/internal/egress/policy"
 )
 
 func TestNameLimits(t *testing.T) {
@@ -75,8 +77,8 @@ func TestDoHNames(t *testing.T) {
 		{"notdns.google.example", false},
 		{"xcloudflare-dns.com", false},
 	} {
-		if got := IsDoHResolver(tc.name); got != tc.doh {
-			t.Errorf("IsDoHResolver(%q) = %v", tc.name, got)
+		if got := policy.IsDoHResolver(tc.name); got != tc.doh {
+			t.Errorf("policy.IsDoHResolver(%q) = %v", tc.name, got)
 		}
 	}
 }
