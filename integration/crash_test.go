@@ -18,8 +18,8 @@ import (
 // The fault points of the worker (see internal/worker): the server SIGKILLs
 // itself when it reaches one.
 var (
-	createPoints = []string{"create.before-runtime-create", "create.after-runtime-create", "create.after-start"}
-	deletePoints = []string{"delete.before-runtime-delete", "delete.after-runtime-delete"}
+	createPoints = []string{"create.before-network", "create.after-network", "create.before-runtime-create", "create.after-runtime-create", "create.after-start"}
+	deletePoints = []string{"delete.before-runtime-delete", "delete.after-runtime-delete", "delete.after-network-detach"}
 )
 
 // crashSetup is a runtime and store combination the crash tests run on.

@@ -11,15 +11,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/egress/nftrules"
+	"github.com/airlockdev/airlock/internal/egress/sandboxnet"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/rootfs"
 )
@@ -99,8 +105,8 @@ func shortTempDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// runsc keeps a runtime-wide bind mount (null-netns) in its root
-		// dir; it is not a sandbox's, but it pins the directory.
+		// A safety net: a server that was killed and never restarted
+		// may leave mounts (assertNoLeftovers reports them otherwise).
 		mounts, err := rootfs.MountsUnder(dir)
 		if err != nil {
 			t.Errorf("list mounts under %s: %v", dir, err)
@@ -129,6 +135,9 @@ func (s *server) start() {
 	// The busybox template as default, at once; tests that want the Debian
 	// build pass --default-template debian (a later flag wins).
 	args = append(args, "--default-template", "minimal")
+	// No test traffic leaves the machine: the egress resolver's upstream is
+	// a closed local port unless a test gives its own (a later flag wins).
+	args = append(args, "--egress-upstream-dns", "127.0.0.1:9")
 	args = append(args, s.cfg.extraArgs...)
 	cmd := s.command(context.Background(), s.bins.airlock, args...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_CRASH_AT="+s.cfg.crashAt)
@@ -357,8 +366,68 @@ func assertNoLeftovers(t *testing.T, dataDir string, ids []model.SandboxID, serv
 	for _, cg := range sandboxCgroups(ids) {
 		t.Errorf("leaked cgroup %s", cg)
 	}
+	assertNoNetworkLeftovers(t, dataDir, ids, true)
+	if serverStopped {
+		// A server that stopped with no sandbox removed its nftables table.
+		if c, err := nftables.New(); err == nil {
+			if _, err := nftrules.Sandboxes(c); !errors.Is(err, nftrules.ErrNoTable) {
+				t.Errorf("the nftables table %s is left after the server stopped with no sandbox (%v)", nftrules.TableName, err)
+			}
+			c.CloseLasting()
+		}
+		// Nothing at all stays mounted under a data dir whose server
+		// stopped with no sandbox: not runsc's null-netns pin, not a netns.
+		for _, line := range strings.Split(string(mounts), "\n") {
+			if fields := strings.Fields(line); len(fields) > 4 && strings.HasPrefix(fields[4], dataDir+"/") {
+				t.Errorf("leaked mount after the server stopped: %s", line)
+			}
+		}
+	}
 	if devs, err := rootfs.LoopDevices(dataDir); err != nil || len(devs) > 0 {
 		t.Errorf("leaked loop devices: %+v (%v)", devs, err)
+	}
+}
+
+// assertNoNetworkLeftovers checks that no sandbox network is left: no
+// netns or allocation file in the pool's directory, no mount of one, no
+// host veth of the given sandboxes, no nftables set member of theirs; with
+// all, no file of any sandbox in the pool's directory.
+func assertNoNetworkLeftovers(t *testing.T, dataDir string, ids []model.SandboxID, all bool) {
+	t.Helper()
+	dir := filepath.Join(dataDir, "netns")
+	if all {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			t.Errorf("leaked sandbox network file %s/%s", dir, e.Name())
+		}
+	}
+	for _, id := range ids {
+		for _, f := range []string{id.String(), id.String() + ".slot"} {
+			if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
+				t.Errorf("leaked sandbox network file %s/%s", dir, f)
+			}
+		}
+	}
+	for _, id := range ids {
+		name := sandboxnet.HostIfName(id)
+		if _, err := netlink.LinkByName(name); err == nil {
+			t.Errorf("leaked veth %s of %s", name, id)
+		}
+	}
+	c, err := nftables.New()
+	if err != nil {
+		t.Errorf("nftables: %v", err)
+		return
+	}
+	defer c.CloseLasting()
+	members, err := nftrules.Sandboxes(c)
+	if err != nil && !errors.Is(err, nftrules.ErrNoTable) {
+		t.Errorf("read the nftables set: %v", err)
+	}
+	for _, id := range ids {
+		if slices.Contains(members, sandboxnet.HostIfName(id)) {
+			t.Errorf("leaked nftables set member %s of %s", sandboxnet.HostIfName(id), id)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -48,6 +49,12 @@ type serverFlags struct {
 	defaultTpl  string
 	buildCache  string
 	recipeRuns  bool
+	// egress
+	egressPool     string
+	egressDefault  string
+	egressDNS      string
+	egressProxy    int
+	egressResolver int
 }
 
 // options parses the flags into server.Options.
@@ -147,8 +154,44 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	if f.blobStore != "" && !strings.HasPrefix(f.blobStore, "file:///") && !strings.HasPrefix(f.blobStore, "s3://") {
 		return opts, usageErrorf("--blob-store must be file:///DIR or s3://BUCKET[/PREFIX]?endpoint=URL, not %q", f.blobStore)
 	}
+	if err := f.egressOptions(&opts); err != nil {
+		return opts, err
+	}
 	opts.Logger = slog.New(stderr)
 	return opts, nil
+}
+
+// egressOptions parses the --egress-* flags into opts.
+func (f serverFlags) egressOptions(opts *server.Options) error {
+	if f.egressPool != "" {
+		p, err := netip.ParsePrefix(f.egressPool)
+		if err != nil || !p.Addr().Is4() {
+			return usageErrorf("--egress-pool must be an IPv4 CIDR such as 10.213.0.0/16, not %q", f.egressPool)
+		}
+		opts.EgressPool = p
+	}
+	switch f.egressDefault {
+	case "", "public", "none":
+		opts.EgressDefault = f.egressDefault
+	default:
+		return usageErrorf("--egress-default must be public or none, not %q", f.egressDefault)
+	}
+	opts.EgressUpstreamDNS = f.egressDNS
+	for _, p := range []struct {
+		name string
+		v    int
+		dst  *int
+	}{{"--egress-proxy-port", f.egressProxy, &opts.EgressProxyPort}, {"--egress-resolver-port", f.egressResolver, &opts.EgressResolverPort}} {
+		switch {
+		case p.v < 0 || p.v > 65535:
+			return usageErrorf("%s must be a port from 0 (any free port) to 65535, not %d", p.name, p.v)
+		case p.v == 0:
+			*p.dst = -1 // server.Options: negative picks a free port
+		default:
+			*p.dst = p.v
+		}
+	}
+	return nil
 }
 
 // parseLogLevel parses --log-level.
@@ -217,5 +260,10 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringVar(&f.blobStore, "blob-store", "", "blob store shared by nodes, where imported templates are pushed and missing ones pulled by digest: file:///DIR or s3://BUCKET[/PREFIX]?endpoint=URL[&region=R][&path_style=true] (credentials: $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY or --blob-store-credentials)")
 	fs.StringSliceVar(&f.trusted, "trusted-bucket", nil, "an S3 bucket the server may use as its blob store (repeatable); an s3:// --blob-store must name one of them")
 	fs.StringVar(&f.blobCreds, "blob-store-credentials", "", "file (mode 0600) of AWS_ACCESS_KEY_ID=…, AWS_SECRET_ACCESS_KEY=… and optional AWS_SESSION_TOKEN=… lines for an s3:// --blob-store")
+	fs.StringVar(&f.egressPool, "egress-pool", "10.213.0.0/16", "private IPv4 range of the sandboxes' links to the host (a /30 each)")
+	fs.StringVar(&f.egressDefault, "egress-default", "public", "egress policy of a sandbox that sets none: public (names on the public internet; never private, link-local or host addresses) or none")
+	fs.StringVar(&f.egressDNS, "egress-upstream-dns", "", "ADDRESS[:PORT] of the DNS server the egress resolver forwards allowed queries to (default: the first nameserver of /etc/resolv.conf)")
+	fs.IntVar(&f.egressProxy, "egress-proxy-port", server.DefaultEgressProxyPort, "host port the sandboxes' TCP is redirected to (0: any free port)")
+	fs.IntVar(&f.egressResolver, "egress-resolver-port", server.DefaultEgressResolverPort, "host port (UDP and TCP) the sandboxes' DNS is redirected to (0: any free port)")
 	return cmd
 }

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 
 	"github.com/airlockdev/airlock/internal/model"
 )
@@ -83,6 +84,51 @@ type Spec struct {
 	// AgentBinary is the host path of the static airlock-agent binary that
 	// the runtime starts as the sandbox's first process.
 	AgentBinary string
+	// Network, if set, is the sandbox's network, prepared before Create
+	// (internal/egress/sandboxnet): the runtime puts the sandbox into it.
+	// Nil: loopback only.
+	Network *Network
+}
+
+// Guest paths of the trust store a runtime writes for a Network with a CA.
+const (
+	// GuestCACert is the deployment CA's certificate alone.
+	GuestCACert = "/etc/airlock/ca.crt"
+	// GuestCABundle is Debian's trust store: the template's own bundle (if
+	// any) with the deployment CA appended, mounted over the template's.
+	GuestCABundle = "/etc/ssl/certs/ca-certificates.crt"
+)
+
+// Network is a sandbox's network as a runtime needs it: a prepared network
+// namespace whose guest interface (eth0) already has its address and a
+// default route, the guest's DNS server and the certificate of the
+// deployment's TLS-intercepting CA that the guest must trust.
+//
+// Container runtimes join NetnsPath: runc and crun as the container's
+// network namespace, runsc (--network=sandbox) by running its sandbox in it
+// and taking over eth0's configuration into its own network stack.
+//
+// Hook for microVM runtimes (QEMU, Firecracker): they get the same Network
+// and create a TAP device inside NetnsPath, bridge or redirect it to eth0's
+// traffic (e.g. tc mirred between eth0 and the TAP) and hand GuestAddr,
+// Gateway and DNS to the guest kernel (ip= boot argument or the agent),
+// running the VMM itself inside NetnsPath so the host-side veth, addresses
+// and nftables rules stay exactly as for containers.
+//
+// Every runtime installs CACertPEM at GuestCACert and, appended to the
+// template's own bundle at GuestCABundle (if any), at GuestCABundle.
+type Network struct {
+	// NetnsPath is a bind-mounted network namespace file.
+	NetnsPath string
+	// GuestAddr is eth0's address and prefix (e.g. 10.213.0.2/30).
+	GuestAddr netip.Prefix
+	// Gateway is the host end of the link, the guest's default route.
+	Gateway netip.Addr
+	// DNS is the guest's only name server (its /etc/resolv.conf).
+	DNS netip.Addr
+	// CACertPEM is the PEM certificate of the deployment's CA, added to the
+	// guest's trust store; empty: none.
+	CACertPEM []byte
 }
 
 // Phase is a sandbox's state as the runtime observes it.

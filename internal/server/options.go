@@ -5,6 +5,7 @@ package server
 
 import (
 	"log/slog"
+	"net/netip"
 	"time"
 )
 
@@ -109,6 +110,28 @@ type Options struct {
 	// which runs that template's own programs as root on this host, in a
 	// chroot, not a sandbox (recipe.Builder.RunOnTemplateBases).
 	RecipeRunOnTemplateBases bool
+	// Egress. Every sandbox gets its own network namespace wired to the
+	// host by a veth pair (internal/egress/sandboxnet) whose TCP and DNS
+	// Airlock's nftables table redirects to the egress proxy and resolver;
+	// one server per host owns that table and the pool.
+	//
+	// EgressPool (--egress-pool) is the IPv4 range of the sandboxes' /30
+	// links; zero: sandboxnet.DefaultPrefix (10.213.0.0/16).
+	EgressPool netip.Prefix
+	// EgressDefault (--egress-default public|none) is the policy of a
+	// sandbox that sets no default: the public internet, or nothing. "":
+	// public.
+	EgressDefault string
+	// EgressUpstreamDNS (--egress-upstream-dns ADDRESS[:PORT]) is where the
+	// resolver forwards allowed queries; "": the first nameserver of
+	// /etc/resolv.conf.
+	EgressUpstreamDNS string
+	// EgressProxyPort and EgressResolverPort (--egress-proxy-port,
+	// --egress-resolver-port) are the host ports the sandboxes' TCP and DNS
+	// are redirected to; 0: DefaultEgressProxyPort and
+	// DefaultEgressResolverPort; negative: a free port.
+	EgressProxyPort    int
+	EgressResolverPort int
 	// FaultPoint makes the process SIGKILL itself when it reaches the named
 	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
 	FaultPoint string

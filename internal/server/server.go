@@ -43,6 +43,10 @@ func Run(ctx context.Context, opts Options) error {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	fault := faultInjector(opts.FaultPoint, log)
+	egressCfg, err := parseEgressOptions(opts)
+	if err != nil {
+		return err
+	}
 
 	dd, err := openDataDir(opts.DataDir)
 	if err != nil {
@@ -100,8 +104,21 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
+	// Every sandbox's network: the pool, the nftables table, the registry.
+	// Reconciled before the controller runs: what a crash left of deleted
+	// sandboxes goes, live ones are registered again.
+	egressNet, egressSvc, err := openEgress(egressCfg, dd, st, log.With("component", "egress"))
+	if err != nil {
+		return err
+	}
+	defer egressSvc.close() // no-op once served
+	if err := reconcileEgress(ctx, egressNet, st, nodeID); err != nil {
+		return err
+	}
+
 	wk, err := worker.New(worker.Config{
 		Runtime: rt,
+		Network: egressNet,
 		TemplateDir: func(d model.TemplateDigest) (string, error) {
 			if !templates.Has(d) {
 				return "", fmt.Errorf("template %s is not present on this node", d)
@@ -227,7 +244,7 @@ func Run(ctx context.Context, opts Options) error {
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 8) // one per component that may fail
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -235,6 +252,7 @@ func Run(ctx context.Context, opts Options) error {
 			errc <- fmt.Errorf("controller: %w", err)
 		}
 	}()
+	startEgressServices(runCtx, &wg, errc, egressNet, egressSvc, log.With("component", "egress"))
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -310,6 +328,7 @@ func Run(ctx context.Context, opts Options) error {
 	cancel()
 	wg.Wait()
 	releaseAgentFS(context.WithoutCancel(ctx), rt, log)
+	egressNet.release(log)
 	log.Info("airlock server stopped")
 	return runErr
 }

@@ -48,10 +48,38 @@ type Config struct {
 	AgentBinary   string
 	PidsLimit     int64         // tasks per sandbox; default 1024
 	AgentWait     time.Duration // how long a new sandbox's agent may take to answer; default 60 s
+	// Network, if set, gives every sandbox its network before the runtime
+	// creates it and takes it away after the runtime deleted it. Nil:
+	// sandboxes have loopback only.
+	Network Network
 	// Fault, if set, is called at named points of Ensure and Destroy so tests
 	// can kill the process there (see internal/faults).
 	Fault  func(point string)
 	Logger *slog.Logger
+}
+
+// Network prepares and removes sandboxes' networks (in Airlock:
+// sandboxnet's netns and veth, the nftables set and the egress registry).
+// Both methods are idempotent: Attach returns the same network again (and
+// repairs a half-made one), Detach of a sandbox without a network succeeds.
+type Network interface {
+	Attach(ctx context.Context, id model.SandboxID) (runtime.Network, error)
+	Detach(ctx context.Context, id model.SandboxID) error
+}
+
+// CAEnv are the environment variables that point the common TLS stacks at
+// the guest's trust store, which holds the deployment CA (Debian's bundle,
+// to which the runtime appends the CA; Node.js adds the CA alone to its own
+// store).
+func CAEnv(bundle, caCert string) model.Env {
+	return model.Env{
+		"SSL_CERT_FILE":       bundle,
+		"REQUESTS_CA_BUNDLE":  bundle,
+		"CURL_CA_BUNDLE":      bundle,
+		"PIP_CERT":            bundle,
+		"GIT_SSL_CAINFO":      bundle,
+		"NODE_EXTRA_CA_CERTS": caCert,
+	}
 }
 
 // Worker runs sandboxes on one node.
@@ -167,11 +195,26 @@ func (w *Worker) create(ctx context.Context, sb model.Sandbox) error {
 			return fmt.Errorf("%w: template %s: %w", ErrPermanent, sb.Template, err)
 		}
 	}
+	env := SandboxEnv(tplEnv, sb.Env)
+	var network *runtime.Network
+	if w.cfg.Network != nil {
+		w.cfg.Fault("create.before-network")
+		n, err := w.cfg.Network.Attach(ctx, sb.ID)
+		if err != nil {
+			return fmt.Errorf("network of sandbox %s: %w", sb.ID, err)
+		}
+		w.cfg.Fault("create.after-network")
+		network = &n
+		if len(n.CACertPEM) > 0 {
+			env = withCAEnv(tplEnv, sb.Env)
+		}
+	}
 	spec := runtime.Spec{
 		ID:          sb.ID,
 		TemplateDir: dir,
 		Hostname:    "airlock",
-		Env:         SandboxEnv(tplEnv, sb.Env),
+		Network:     network,
+		Env:         env,
 		Resources: runtime.Resources{
 			CPUs:        sb.Resources.CPUs,
 			MemoryBytes: int64(sb.Resources.MemoryMiB) << 20,
@@ -186,6 +229,20 @@ func (w *Worker) create(ctx context.Context, sb model.Sandbox) error {
 	}
 	w.cfg.Fault("create.after-runtime-create")
 	return nil
+}
+
+// withCAEnv is SandboxEnv with CAEnv between the template's Env (a
+// template's own SSL_CERT_FILE would miss the deployment CA) and the
+// sandbox's (which wins, as always).
+func withCAEnv(template []string, sandbox model.Env) model.Env {
+	env := SandboxEnv(template, nil)
+	for k, v := range CAEnv(runtime.GuestCABundle, runtime.GuestCACert) {
+		env[k] = v
+	}
+	for k, v := range sandbox {
+		env[k] = v
+	}
+	return env
 }
 
 // SandboxEnv is the environment of a sandbox's guest agent, and so the base
@@ -214,6 +271,12 @@ func (w *Worker) Destroy(ctx context.Context, id model.SandboxID) error {
 		return fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
 	w.cfg.Fault("delete.after-runtime-delete")
+	if w.cfg.Network != nil {
+		if err := w.cfg.Network.Detach(ctx, id); err != nil {
+			return fmt.Errorf("network of sandbox %s: %w", id, err)
+		}
+		w.cfg.Fault("delete.after-network-detach")
+	}
 	return nil
 }
 

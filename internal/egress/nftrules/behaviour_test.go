@@ -108,9 +108,12 @@ func TestRedirectAndDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Every TCP port lands on the proxy, the host's own addresses and ports included (the proxy
+	// refuses those by policy); the service itself never sees the connection.
 	for _, dst := range []string{
-		fmt.Sprintf("%s:80", hostAddr), "203.0.113.5:443", "203.0.113.5:80",
-		fmt.Sprintf("[%s]:443", hostAddr6), "[2001:db8::5]:443", "[2001:db8::5]:80",
+		fmt.Sprintf("%s:80", hostAddr), "203.0.113.5:443", "203.0.113.5:80", "203.0.113.5:22", "198.51.100.7:8443",
+		fmt.Sprintf("%s:%d", hostAddr, service), fmt.Sprintf("%s:22", hostAddr),
+		fmt.Sprintf("[%s]:443", hostAddr6), "[2001:db8::5]:443", "[2001:db8::5]:80", "[2001:db8::5]:5432",
 	} {
 		l := proxy
 		if netip.MustParseAddrPort(dst).Addr().Is6() {
@@ -159,12 +162,15 @@ func TestRedirectAndDrop(t *testing.T) {
 		}
 	})
 
-	// Anything else addressed to the host is dropped: its services, and the proxy's own port
-	// when not reached through the redirect.
-	for _, dst := range []string{
-		fmt.Sprintf("%s:%d", hostAddr, service), fmt.Sprintf("%s:%d", hostAddr, testCfg.ProxyPort), fmt.Sprintf("%s:22", hostAddr),
-		fmt.Sprintf("[%s]:%d", hostAddr6, testCfg.ProxyPort),
-	} {
+	other.SetDeadline(time.Now().Add(100 * time.Millisecond))
+	if conn, err := other.Accept(); err == nil {
+		conn.Close()
+		t.Error("the service accepted a connection from the sandbox")
+	}
+
+	// The proxy's own port dialled directly is not a redirected connection (the redirect leaves
+	// the tuple as it was, so conntrack marks no DNAT): dropped.
+	for _, dst := range []string{fmt.Sprintf("%s:%d", hostAddr, testCfg.ProxyPort), fmt.Sprintf("[%s]:%d", hostAddr6, testCfg.ProxyPort)} {
 		if conn, err := dial(dst); err == nil {
 			conn.Close()
 			t.Errorf("guest → %s connected, want dropped", dst)
@@ -172,10 +178,42 @@ func TestRedirectAndDrop(t *testing.T) {
 			t.Errorf("guest → %s: %v, want a timeout (dropped)", dst, err)
 		}
 	}
-	other.SetDeadline(time.Now().Add(100 * time.Millisecond))
-	if conn, err := other.Accept(); err == nil {
-		conn.Close()
-		t.Error("the service accepted a connection from the sandbox")
+
+	// UDP other than DNS is dropped: to the host's own UDP service and to the resolver's port
+	// when not reached through the redirect.
+	var udpService *net.UDPConn
+	host.do(t, func() {
+		var err error
+		udpService, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(hostAddr, service)))
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	defer udpService.Close()
+	for _, dst := range []struct {
+		addr string
+		recv *net.UDPConn
+	}{
+		{fmt.Sprintf("%s:%d", hostAddr, service), udpService},
+		{fmt.Sprintf("%s:%d", hostAddr, testCfg.ResolverPort), resolver},
+	} {
+		guest.do(t, func() {
+			u, err := net.Dial("udp4", dst.addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer u.Close()
+			_, _ = u.Write([]byte("leak"))
+		})
+		buf := make([]byte, 64)
+		dst.recv.SetDeadline(time.Now().Add(300 * time.Millisecond))
+		if n, _, err := dst.recv.ReadFromUDPAddrPort(buf); err == nil {
+			t.Errorf("guest → udp %s: the host received %q, want dropped", dst.addr, buf[:n])
+		}
 	}
 
 	// Out of the set, the guest is an ordinary peer again.
@@ -191,4 +229,87 @@ func TestRedirectAndDrop(t *testing.T) {
 
 func tcpAddr(a netip.Addr, port uint16) *net.TCPAddr {
 	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(a, port))
+}
+
+// TestInterfacePrefixFailsClosed: with an interface prefix, a guest whose host-side interface
+// has the prefix but is not in the set reaches nothing on the host (TCP or UDP); another
+// interface stays ordinary host traffic.
+func TestInterfacePrefixFailsClosed(t *testing.T) {
+	host, guest := newNetns(t), newNetns(t)
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs iproute2's ip to make the test veth")
+	}
+	const (
+		hostIf, guestIf = "airtest-h", "airtest-g"
+		service         = 7070
+	)
+	hostAddr := netip.MustParseAddr("10.231.0.1")
+	host.ip(t, nil, "link", "set", "lo", "up")
+	host.ip(t, []*os.File{guest.f}, "link", "add", hostIf, "type", "veth", "peer", "name", guestIf, "netns", "/proc/self/fd/3")
+	host.ip(t, nil, "addr", "add", hostAddr.String()+"/30", "dev", hostIf)
+	host.ip(t, nil, "link", "set", hostIf, "up")
+	guest.ip(t, nil, "link", "set", "lo", "up")
+	guest.ip(t, nil, "addr", "add", "10.231.0.2/30", "dev", guestIf)
+	guest.ip(t, nil, "link", "set", guestIf, "up")
+
+	var tcp *net.TCPListener
+	var udp *net.UDPConn
+	host.do(t, func() {
+		var err error
+		if tcp, err = net.ListenTCP("tcp4", tcpAddr(hostAddr, service)); err != nil {
+			t.Error(err)
+			return
+		}
+		if udp, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(hostAddr, service))); err != nil {
+			t.Error(err)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Cleanup(func() { tcp.Close(); udp.Close() })
+	dst := netip.AddrPortFrom(hostAddr, service).String()
+	probe := func() (tcpErr error, udpGot bool) {
+		guest.do(t, func() {
+			var conn net.Conn
+			if conn, tcpErr = net.DialTimeout("tcp", dst, 750*time.Millisecond); tcpErr == nil {
+				conn.Close()
+			}
+			if u, err := net.Dial("udp4", dst); err == nil {
+				_, _ = u.Write([]byte("leak"))
+				u.Close()
+			}
+		})
+		buf := make([]byte, 16)
+		udp.SetDeadline(time.Now().Add(300 * time.Millisecond))
+		_, _, err := udp.ReadFromUDPAddrPort(buf)
+		return tcpErr, err == nil
+	}
+
+	c := host.conn(t)
+	t.Cleanup(func() { Remove(c) })
+	for _, tc := range []struct {
+		prefix string
+		reach  bool
+	}{
+		{"", true},          // no guard: an interface out of the set is ordinary traffic
+		{"other-", true},    // a guard for other names
+		{"airtest-", false}, // the guard covers it
+	} {
+		cfg := testCfg
+		cfg.InterfacePrefix = tc.prefix
+		if err := Ensure(c, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := Check(c, cfg); err != nil {
+			t.Fatal(err)
+		}
+		tcpErr, udpGot := probe()
+		if (tcpErr == nil) != tc.reach || udpGot != tc.reach {
+			t.Errorf("prefix %q: TCP err %v, UDP received %v; want reachable %v", tc.prefix, tcpErr, udpGot, tc.reach)
+		}
+	}
+	if err := Ensure(c, Config{ProxyPort: 1, ResolverPort: 2, InterfacePrefix: "bad name"}); err == nil {
+		t.Error("Ensure accepted an invalid interface prefix")
+	}
 }

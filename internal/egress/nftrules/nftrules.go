@@ -1,12 +1,14 @@
 // Package nftrules owns Airlock's own nftables table (family inet, name "airlock"): the kernel half
 // of sandbox egress. A sandbox's host-side interface joins the set "sandboxes"; from then on
 //
-//   - its TCP to ports 80 and 443 is redirected to the host proxy's port, and its DNS (UDP and TCP
-//     port 53) to the resolver's port, whatever address the guest dialled (the proxy recovers it
-//     with OriginalDst);
+//   - its DNS (UDP and TCP port 53) is redirected to the resolver's port and all its other TCP, to
+//     any port, to the host proxy's port, whatever address the guest dialled (the proxy recovers
+//     it with OriginalDst); UDP other than DNS goes nowhere (it is neither redirected nor routed);
 //   - the host accepts from it only those redirected connections, established/related traffic and
 //     IPv6 neighbour discovery: it cannot reach the host's own services (the Airlock API included);
-//   - nothing is routed from or to it (Airlock never turns on ip_forward; this is the second lock).
+//   - nothing is routed from or to it (Airlock never turns on ip_forward; this is the second lock);
+//   - with Config.InterfacePrefix, an interface of that prefix that is missing from the set is
+//     dropped at input and never forwarded (fail closed).
 //
 // The table also carries the always-denied destinations (AlwaysDeniedPrefixes) as the interval sets
 // "denied4" and "denied6", for operators and for rules that forward traffic later; the proxy checks
@@ -46,15 +48,25 @@ const (
 
 // Config is what the rules depend on: the host ports that redirected traffic lands on.
 type Config struct {
-	// ProxyPort receives the sandboxes' TCP 80 and 443.
+	// ProxyPort receives the sandboxes' TCP (every port but 53).
 	ProxyPort uint16
 	// ResolverPort receives the sandboxes' DNS, UDP and TCP.
 	ResolverPort uint16
+	// InterfacePrefix, if set, makes the table fail closed: traffic from
+	// any interface whose name starts with it and that is not in the set
+	// (a sandbox whose AddSandbox failed, or was lost) is dropped at input
+	// and never forwarded, instead of being ordinary host traffic.
+	InterfacePrefix string
 }
 
 func (c Config) validate() error {
 	if c.ProxyPort == 0 || c.ResolverPort == 0 {
 		return fmt.Errorf("nftrules: proxy port %d and resolver port %d must both be set", c.ProxyPort, c.ResolverPort)
+	}
+	if c.InterfacePrefix != "" {
+		if err := validIfname(c.InterfacePrefix); err != nil {
+			return fmt.Errorf("nftrules: interface prefix: %w", err)
+		}
 	}
 	return nil
 }
@@ -403,6 +415,13 @@ func desired(cfg Config) []chainSpec {
 				&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
 			})
 	}
+	redirectAll := func(proto byte, to uint16) []expr.Any {
+		return concat(fromSandbox(), l4proto(proto),
+			[]expr.Any{
+				&expr.Immediate{Register: 1, Data: be16(to)},
+				&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
+			})
+	}
 	acceptRedirected := func(proto byte, port uint16) []expr.Any {
 		return concat(fromSandbox(), ctStatusDNAT(), l4proto(proto), dportIs(port), verdict(expr.VerdictAccept))
 	}
@@ -418,16 +437,16 @@ func desired(cfg Config) []chainSpec {
 			chain: &nftables.Chain{Name: PreroutingName, Table: table, Type: nftables.ChainTypeNAT,
 				Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept},
 			rules: [][]expr.Any{
-				redirect(unix.IPPROTO_TCP, 80, cfg.ProxyPort),
-				redirect(unix.IPPROTO_TCP, 443, cfg.ProxyPort),
+				// DNS first: TCP 53 goes to the resolver, not the proxy.
 				redirect(unix.IPPROTO_UDP, 53, cfg.ResolverPort),
 				redirect(unix.IPPROTO_TCP, 53, cfg.ResolverPort),
+				redirectAll(unix.IPPROTO_TCP, cfg.ProxyPort),
 			},
 		},
 		{
 			chain: &nftables.Chain{Name: InputName, Table: table, Type: nftables.ChainTypeFilter,
 				Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept},
-			rules: [][]expr.Any{
+			rules: append([][]expr.Any{
 				concat(fromSandbox(), ctStateEstablishedRelated(), verdict(expr.VerdictAccept)),
 				acceptRedirected(unix.IPPROTO_TCP, cfg.ProxyPort),
 				acceptRedirected(unix.IPPROTO_UDP, cfg.ResolverPort),
@@ -435,15 +454,15 @@ func desired(cfg Config) []chainSpec {
 				icmp6(135), // neighbour solicitation
 				icmp6(136), // neighbour advertisement
 				concat(fromSandbox(), verdict(expr.VerdictDrop)),
-			},
+			}, prefixDrops(cfg, expr.MetaKeyIIFNAME)...),
 		},
 		{
 			chain: &nftables.Chain{Name: ForwardName, Table: table, Type: nftables.ChainTypeFilter,
 				Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept},
-			rules: [][]expr.Any{
+			rules: append([][]expr.Any{
 				concat(fromSandbox(), verdict(expr.VerdictDrop)),
 				concat(toSandbox(), verdict(expr.VerdictDrop)),
-			},
+			}, append(prefixDrops(cfg, expr.MetaKeyIIFNAME), prefixDrops(cfg, expr.MetaKeyOIFNAME)...)...),
 		},
 	}
 }
@@ -504,6 +523,19 @@ func fromSandbox() []expr.Any {
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Lookup{SourceRegister: 1, SetName: SandboxSet},
 	}
+}
+
+// prefixDrops: meta iifname (or oifname) "PREFIX*" drop, when cfg has a prefix.
+func prefixDrops(cfg Config, key expr.MetaKey) [][]expr.Any {
+	if cfg.InterfacePrefix == "" {
+		return nil
+	}
+	return [][]expr.Any{{
+		&expr.Meta{Key: key, Register: 1},
+		// A comparison of the prefix's bytes only: how nft writes "PREFIX*".
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(cfg.InterfacePrefix)},
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	}}
 }
 
 // toSandbox: meta oifname @sandboxes

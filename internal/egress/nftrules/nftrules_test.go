@@ -67,7 +67,7 @@ func TestEnsureIdempotentAndRemove(t *testing.T) {
 		}
 		counts[name] = len(rules)
 	}
-	if counts[PreroutingName] != 4 || counts[InputName] != 7 || counts[ForwardName] != 2 {
+	if counts[PreroutingName] != 3 || counts[InputName] != 7 || counts[ForwardName] != 2 {
 		t.Fatalf("rule counts %v", counts)
 	}
 	if err := Check(c, Config{ProxyPort: 1, ResolverPort: 2}); err == nil {

@@ -130,6 +130,33 @@ func (p *Pool) Attach(ctx context.Context, id model.SandboxID) (Attachment, erro
 	return a, nil
 }
 
+// Lookup returns sandbox id's Attachment as recorded in the pool without
+// touching the kernel (ok false when the sandbox has no allocation): for a
+// server that restarts while the sandbox runs, whose runtime may have taken
+// over the guest end's configuration (runsc's --network=sandbox moves
+// eth0's addresses into its own network stack), so Attach must not repair
+// it.
+func (p *Pool) Lookup(id model.SandboxID) (a Attachment, ok bool, err error) {
+	if _, err := model.ParseSandboxID(string(id)); err != nil {
+		return Attachment{}, false, fmt.Errorf("sandboxnet: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	data, err := os.ReadFile(p.allocPath(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return Attachment{}, false, nil
+	}
+	if err != nil {
+		return Attachment{}, false, fmt.Errorf("sandboxnet: %w", err)
+	}
+	slot, err := parseAlloc(data, slotCount(p.prefix))
+	if err != nil {
+		return Attachment{}, false, nil
+	}
+	host, guest := slotAddrs(p.prefix, slot)
+	return Attachment{NetnsPath: p.nsPath(id), HostIf: HostIfName(id), GuestIf: GuestIf, HostAddr: host, GuestAddr: guest}, true, nil
+}
+
 // allocate returns id's slot, recording a new one (fresh) if it had none.
 // Callers hold p.mu.
 func (p *Pool) allocate(id model.SandboxID) (slot int, fresh bool, err error) {

@@ -569,3 +569,31 @@ func TestNewPoolRefusesHostOverlap(t *testing.T) {
 		t.Fatalf("a disjoint pool: %v", err)
 	}
 }
+
+// TestLookup: Lookup reports what Attach made, without touching the kernel,
+// and nothing for a sandbox without an allocation.
+func TestLookup(t *testing.T) {
+	p, ids := newTestPool(t)
+	ctx := context.Background()
+	id := ids.new()
+	if _, ok, err := p.Lookup(id); ok || err != nil {
+		t.Fatalf("Lookup before Attach = %v, %v", ok, err)
+	}
+	a, err := p.Attach(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := p.Lookup(id)
+	if err != nil || !ok || got != a {
+		t.Fatalf("Lookup = %+v, %v, %v; want %+v", got, ok, err, a)
+	}
+	if _, _, err := p.Lookup("../x"); err == nil {
+		t.Error("Lookup of a bad ID accepted")
+	}
+	if err := p.Detach(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := p.Lookup(id); ok || err != nil {
+		t.Fatalf("Lookup after Detach = %v, %v", ok, err)
+	}
+}

@@ -247,7 +247,8 @@ func (a *agentFS) add(src *os.File, digest string) error {
 }
 
 // ReleaseAgentFS unmounts the runtime's shared agent filesystem (and
-// removes its directory) if the runtime has no sandbox at all: no state
+// removes its directory) and runsc's null-netns pin (releaseNullNetns) if
+// the runtime has no sandbox at all: no state
 // directory under StateRoot (a probe's included) and no container in its
 // RootDir. A server calls it as it stops (with sandboxes, which outlive
 // it, the filesystem stays), and so do tests and the benchmark, to leave
@@ -277,6 +278,9 @@ func (r *Runtime) ReleaseAgentFS(ctx context.Context) error {
 	}
 	if len(left) > 0 {
 		return fmt.Errorf("release the shared agent filesystem: the runtime still has sandboxes %q", left)
+	}
+	if err := r.releaseNullNetns(ctx); err != nil {
+		return fmt.Errorf("release runsc's null network namespace: %w", err)
 	}
 	if err := rootfs.Unmount(ctx, r.log, a.dir); err != nil {
 		return fmt.Errorf("release the shared agent filesystem: %w", err)

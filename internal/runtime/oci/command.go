@@ -19,12 +19,23 @@ import (
 // when the caller's context has no earlier deadline.
 const commandTimeout = 60 * time.Second
 
-// globalArgs are the flags that precede every subcommand.
-func (r *Runtime) globalArgs() []string {
+// globalArgs are the flags that precede every subcommand. joinNetns is
+// true for the create and start of a sandbox with a prepared network
+// namespace (joinsNetns): runsc
+// then runs its sandbox in the spec's network namespace and takes its
+// interfaces, addresses and routes over (--network=sandbox); runsc
+// configures its network stack at start, so start takes the same flag.
+// Otherwise (every other command, the probe) --network=none: a new netns
+// with loopback only.
+func (r *Runtime) globalArgs(joinNetns bool) []string {
 	args := []string{"--root", r.rootDir}
 	if r.flavor == FlavorRunsc {
+		network := "--network=none"
+		if joinNetns {
+			network = "--network=sandbox"
+		}
 		args = append(args,
-			"--network=none",    // loopback only, for now
+			network,
 			"--overlay2=none",   // writes go to our overlay's upper dir, so they persist
 			"--host-uds=create", // the host must reach the agent's socket in the bind-mounted run dir
 			// The agent's pids limit (--pids-max) needs gVisor's cgroup v2:
@@ -42,7 +53,12 @@ func (r *Runtime) globalArgs() []string {
 // v1 controllers, so it runs in a private mount namespace where that mount
 // is gone (the namespace dies with crun; the host is untouched).
 func (r *Runtime) command(ctx context.Context, sub ...string) *exec.Cmd {
-	args := append(r.globalArgs(), sub...)
+	return r.commandNet(ctx, false, sub...)
+}
+
+// commandNet is command with the network mode of globalArgs.
+func (r *Runtime) commandNet(ctx context.Context, joinNetns bool, sub ...string) *exec.Cmd {
+	args := append(r.globalArgs(joinNetns), sub...)
 	var cmd *exec.Cmd
 	if r.unifiedToHide != "" {
 		script := `umount -- "$1" && shift && exec "$@"`
@@ -60,12 +76,17 @@ func (r *Runtime) command(ctx context.Context, sub ...string) *exec.Cmd {
 // run runs a short runtime command and returns its stdout. Errors carry
 // its stderr.
 func (r *Runtime) run(ctx context.Context, sub ...string) ([]byte, error) {
+	return r.runNet(ctx, false, sub...)
+}
+
+// runNet is run with the network mode of globalArgs.
+func (r *Runtime) runNet(ctx context.Context, joinNetns bool, sub ...string) ([]byte, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, commandTimeout)
 		defer cancel()
 	}
-	cmd := r.command(ctx, sub...)
+	cmd := r.commandNet(ctx, joinNetns, sub...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -102,7 +123,7 @@ func (e *commandError) Unwrap() error { return e.err }
 // command's stdio: stdin is /dev/null and stdout/stderr go to logFile, so no
 // pipe ties the sandbox to this process. It runs in a new session so a
 // terminal's signals to the server never reach the sandbox.
-func (r *Runtime) runDetached(ctx context.Context, logFile string, sub ...string) error {
+func (r *Runtime) runDetached(ctx context.Context, logFile string, joinNetns bool, sub ...string) error {
 	log, err := os.OpenFile(logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("open agent log: %w", err)
@@ -118,7 +139,7 @@ func (r *Runtime) runDetached(ctx context.Context, logFile string, sub ...string
 		ctx, cancel = context.WithTimeout(ctx, commandTimeout)
 		defer cancel()
 	}
-	cmd := r.command(ctx, sub...)
+	cmd := r.commandNet(ctx, joinNetns, sub...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devNull, log, log
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}

@@ -60,7 +60,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, dirs sandboxDir
 	if err := r.prepare(ctx, spec, dirs); err != nil {
 		return err
 	}
-	if err := r.runDetached(ctx, dirs.agentLog, "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String()); err != nil {
+	if err := r.runDetached(ctx, dirs.agentLog, spec.Network != nil, "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String()); err != nil {
 		return err
 	}
 	return r.delegateWorkloadCgroup(spec.ID, dirs, spec.Resources.PidsLimit)
@@ -163,7 +163,7 @@ func (r *Runtime) Start(ctx context.Context, id model.SandboxID) error {
 	}
 	// Optimistic: starting a created container is the common case, and
 	// asking for its state first would cost another exec of the runtime.
-	_, startErr := r.run(ctx, "start", id.String())
+	_, startErr := r.runNet(ctx, r.joinsNetns(id), "start", id.String())
 	if startErr == nil {
 		return nil
 	}

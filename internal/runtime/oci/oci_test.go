@@ -104,7 +104,7 @@ func (r testRuntime) CrashStates() []runtimetest.CrashState {
 			if err := r.prepare(ctx, spec, d); err != nil {
 				return err
 			}
-			return r.runDetached(ctx, d.agentLog, "create", "--bundle", d.bundle, "--pid-file", d.pidFile, spec.ID.String())
+			return r.runDetached(ctx, d.agentLog, spec.Network != nil, "create", "--bundle", d.bundle, "--pid-file", d.pidFile, spec.ID.String())
 		}})
 	}
 	return states

@@ -104,6 +104,9 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs, ids *rootfs.ID
 	if r.flavor == FlavorRunsc {
 		s.Mounts = append(s.Mounts, runscTmpMount(dirs.rootfs))
 	}
+	if err := applyNetwork(r.flavor, s, spec, dirs); err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
 	grantSealing(s)
 	return s, nil
 }
@@ -161,7 +164,8 @@ type BaseParams struct {
 
 // BaseSpec builds the OCI config of an Airlock sandbox without the guest
 // agent's mounts: its namespaces (a new, empty network namespace: loopback
-// only; a user namespace with p.IDs), mounts, capabilities, rlimits, resource limits and, for runc and
+// only, unless the sandbox's network replaces it (applyNetwork); a user
+// namespace with p.IDs), mounts, capabilities, rlimits, resource limits and, for runc and
 // crun, the seccomp filter (seccompProfile). The benchmark's
 // raw peers are built from it, so that they pay for exactly what a sandbox
 // pays.
@@ -206,7 +210,7 @@ func BaseSpec(flavor Flavor, p BaseParams) (*specs.Spec, error) {
 			Resources:   resources(flavor, p.Resources),
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.PIDNamespace},
-				{Type: specs.NetworkNamespace}, // new and empty: loopback only
+				{Type: specs.NetworkNamespace}, // new and empty (loopback only) unless applyNetwork joins one
 				{Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace},
 				{Type: specs.MountNamespace},

@@ -87,6 +87,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		{"WritableCopyOnWriteRoot", testWritableRoot},
 		{"SandboxesDoNotShareWrites", testIsolatedWrites},
 		{"LoopbackOnlyNetwork", testLoopbackOnly},
+		{"PreparedNetwork", testPreparedNetwork},
 		{"AgentSocketSymlinkRefused", testAgentSocketSymlinkRefused},
 		{"AgentLogOutOfGuestReach", testAgentLogOutOfReach},
 		{"AgentOutOfWorkloadReach", testAgentOutOfWorkloadReach},

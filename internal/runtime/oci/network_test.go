@@ -1,0 +1,145 @@
+package oci
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlockdev/airlock/internal/runtime"
+)
+
+// The template's CA bundle is read inside the template: a symlink cannot
+// make the host's files part of a sandbox's trust store.
+func TestTemplateBundle(t *testing.T) {
+	hostFile := filepath.Join(t.TempDir(), "host-secret")
+	if err := os.WriteFile(hostFile, []byte("host secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, certs string)
+		want  string
+	}{
+		{"none", func(*testing.T, string) {}, ""},
+		{"regular", func(t *testing.T, certs string) { write(t, filepath.Join(certs, "ca-certificates.crt"), "BUNDLE") }, "BUNDLE"},
+		{"symlink inside", func(t *testing.T, certs string) {
+			write(t, filepath.Join(certs, "real.crt"), "REAL")
+			symlink(t, "/etc/ssl/certs/real.crt", filepath.Join(certs, "ca-certificates.crt"))
+		}, "REAL"},
+		{"absolute symlink to a host file", func(t *testing.T, certs string) {
+			symlink(t, hostFile, filepath.Join(certs, "ca-certificates.crt"))
+		}, ""},
+		{"relative symlink out", func(t *testing.T, certs string) {
+			symlink(t, "../../../../../../../../.."+hostFile, filepath.Join(certs, "ca-certificates.crt"))
+		}, ""},
+		{"directory", func(t *testing.T, certs string) {
+			if err := os.Mkdir(filepath.Join(certs, "ca-certificates.crt"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tpl := t.TempDir()
+			certs := filepath.Join(tpl, "etc", "ssl", "certs")
+			if err := os.MkdirAll(certs, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			tc.setup(t, certs)
+			got, err := templateBundle(tpl)
+			if err != nil || string(got) != tc.want {
+				t.Fatalf("templateBundle = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestApplyNetwork(t *testing.T) {
+	newSpec := func() *specs.Spec {
+		return &specs.Spec{Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}}}}
+	}
+	tpl := t.TempDir()
+	write(t, filepath.Join(tpl, "etc", "ssl", "certs", "ca-certificates.crt"), "TEMPLATE-CAS")
+	dirs := dirsAt(t.TempDir())
+
+	// No network: the spec is left as it is (a new, empty netns).
+	s := newSpec()
+	if err := applyNetwork(FlavorRunsc, s, runtime.Spec{TemplateDir: tpl}, dirs); err != nil {
+		t.Fatal(err)
+	}
+	if s.Linux.Namespaces[1].Path != "" || len(s.Mounts) != 0 {
+		t.Fatalf("spec changed without a network: %+v", s)
+	}
+
+	gw := netip.MustParseAddr("10.213.0.1")
+	n := &runtime.Network{NetnsPath: "/data/netns/sbx", GuestAddr: netip.MustParsePrefix("10.213.0.2/30"), Gateway: gw, DNS: gw, CACertPEM: []byte("CA\n")}
+	s = newSpec()
+	if err := applyNetwork(FlavorRunsc, s, runtime.Spec{TemplateDir: tpl, Network: n}, dirs); err != nil {
+		t.Fatal(err)
+	}
+	if s.Linux.Namespaces[1].Path != n.NetnsPath {
+		t.Errorf("netns path %q", s.Linux.Namespaces[1].Path)
+	}
+	want := map[string]string{
+		"/etc/resolv.conf":                   "# written by Airlock: the sandbox's only name server\nnameserver 10.213.0.1\noptions edns0\n",
+		"/etc/airlock/ca.crt":                "CA\n",
+		"/etc/ssl/certs/ca-certificates.crt": "TEMPLATE-CAS\nCA\n",
+	}
+	for _, m := range s.Mounts {
+		w, ok := want[m.Destination]
+		if !ok {
+			t.Errorf("unexpected mount %+v", m)
+			continue
+		}
+		delete(want, m.Destination)
+		if !slices.Contains(m.Options, "ro") || m.Type != "bind" {
+			t.Errorf("mount %s is not a read-only bind: %+v", m.Destination, m)
+		}
+		data, err := os.ReadFile(m.Source)
+		if err != nil || string(data) != w {
+			t.Errorf("%s: %q, %v; want %q", m.Destination, data, err, w)
+		}
+		if fi, err := os.Stat(m.Source); err != nil || fi.Mode().Perm() != 0o644 {
+			t.Errorf("%s: mode %v, %v", m.Source, fi.Mode(), err)
+		}
+	}
+	for dst := range want {
+		t.Errorf("no mount at %s", dst)
+	}
+	if !dirsJoin(t, dirs) {
+		t.Error("joinsNetns is false after applyNetwork")
+	}
+
+	if err := applyNetwork(FlavorRunsc, newSpec(), runtime.Spec{Network: &runtime.Network{NetnsPath: "relative", DNS: gw}}, dirs); err == nil {
+		t.Error("a relative netns path was accepted")
+	}
+	if err := applyNetwork(FlavorRunsc, newSpec(), runtime.Spec{Network: &runtime.Network{NetnsPath: "/x"}}, dirs); err == nil {
+		t.Error("a network without DNS was accepted")
+	}
+}
+
+func dirsJoin(t *testing.T, dirs sandboxDirs) bool {
+	t.Helper()
+	_, err := os.Stat(filepath.Join(dirs.netDir(), netnsMarker))
+	return err == nil
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func symlink(t *testing.T, target, path string) {
+	t.Helper()
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+}
