@@ -210,7 +210,7 @@ func (e *egressBench) setup(ctx context.Context) error {
 		return err
 	}
 	e.progressf("server up at %s in the fake host namespace; creating the sandbox", e.url)
-	res, err := e.c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{})
+	res, err := e.c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Egress: &apiv1.EgressPolicy{TLSExempt: []string{egressExemptName}}})
 	if err != nil {
 		return fmt.Errorf("bench: create sandbox: %w", err)
 	}
@@ -221,10 +221,6 @@ func (e *egressBench) setup(ctx context.Context) error {
 	}
 	if op.State != string(model.OpSucceeded) {
 		return fmt.Errorf("bench: create sandbox: %s: %+v", op.State, op.Error)
-	}
-	spec := map[string]any{"tls_exempt": []string{egressExemptName}}
-	if err := e.apiJSON(ctx, http.MethodPut, "/v1/sandboxes/"+e.sb.String()+"/egress", spec); err != nil {
-		return fmt.Errorf("bench: set the sandbox's egress policy: %w", err)
 	}
 	f, err := os.Open(e.opts.AirlockBinary)
 	if err != nil {
@@ -287,29 +283,6 @@ func (e *egressBench) startServer(ctx context.Context) error {
 	e.http = &http.Client{Transport: e.net.HostTransport()}
 	e.c, err = client.New(e.url, e.key, client.WithHTTPClient(e.http))
 	return err
-}
-
-func (e *egressBench) apiJSON(ctx context.Context, method, path string, body any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, method, e.url+path, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+e.key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := e.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(data))
-	}
-	return nil
 }
 
 // egressCase is one subject: where its probe runs and what it asks.
