@@ -24,6 +24,19 @@ import (
 type serverNetns interface {
 	Command(ctx context.Context, name string, args ...string) *exec.Cmd
 	HostTransport() *http.Transport
+	InHost(fn func() error) error
+}
+
+// inNetns runs fn (checks of network state: links, nftables) in the
+// server's network namespace, or here when it has none.
+func (s *server) inNetns(fn func()) {
+	if s.cfg.netns == nil {
+		fn()
+		return
+	}
+	if err := s.cfg.netns.InHost(func() error { fn(); return nil }); err != nil {
+		s.t.Errorf("run in the server's network namespace: %v", err)
+	}
 }
 
 // command runs name inside the server's network namespace when the server

@@ -301,7 +301,7 @@ func (s *server) cleanup() {
 	for _, sb := range list.Sandboxes {
 		ids = append(ids, model.SandboxID(sb.ID))
 	}
-	assertNoLeftovers(t, s.dataDir, ids, true)
+	s.inNetns(func() { assertNoLeftovers(t, s.dataDir, ids, true) })
 }
 
 // waitState polls until the sandbox reaches state.

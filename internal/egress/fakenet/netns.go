@@ -1,6 +1,7 @@
 package fakenet
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -47,31 +48,38 @@ func newNetns() (*os.File, error) {
 	return r.f, r.err
 }
 
+// errGoexit is inNetns's result when fn ended its goroutine (a test's
+// FailNow) instead of returning.
+var errGoexit = errors.New("fakenet: the function run in the namespace did not return")
+
 // inNetns runs fn on an OS thread that has entered the namespace ns, and
 // brings the thread back to its own namespace afterwards. Sockets fn opens
 // stay in ns and may be used from any goroutine. When the thread cannot be
-// brought back it stays locked and ends with its goroutine.
+// brought back (or fn ends the goroutine) it stays locked and ends with its
+// goroutine.
 func inNetns(ns *os.File, fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
+		result := errGoexit
+		defer func() { done <- result }()
 		runtime.LockOSThread()
 		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
 		if err != nil {
-			done <- err
+			result = err
 			return
 		}
 		defer orig.Close()
 		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- fmt.Errorf("setns: %w", err)
+			result = fmt.Errorf("setns: %w", err)
 			return
 		}
 		ferr := fn()
 		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- fmt.Errorf("restore network namespace: %w (after: %v)", err, ferr)
+			result = fmt.Errorf("restore network namespace: %w (after: %v)", err, ferr)
 			return // the thread stays locked and is discarded
 		}
 		runtime.UnlockOSThread()
-		done <- ferr
+		result = ferr
 	}()
 	return <-done
 }
