@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/nftables"
@@ -151,6 +152,13 @@ type egressNet struct {
 	// sandbox.
 	caCertPEM []byte
 
+	// secrets gives the proxy each sandbox's secrets.
+	secrets *secretSource
+
+	// claim is this server's hold on the network namespace's egress
+	// (see claimEgress), released when the process ends.
+	claim net.Listener
+
 	nftMu sync.Mutex // nftables calls on the table never run concurrently
 }
 
@@ -161,7 +169,16 @@ const egressCADir = "egress-ca"
 // openEgress opens the pool and the CA, binds the resolver and the proxy
 // (fixing their ports) and writes the nftables table. The services run
 // once startEgressServices is called.
-func openEgress(cfg egressConfig, dd *dataDir, st store.Store, log *slog.Logger) (*egressNet, *egressServices, error) {
+func openEgress(cfg egressConfig, dd *dataDir, st store.Store, secretSrc *secretSource, log *slog.Logger) (_ *egressNet, _ *egressServices, err error) {
+	claim, err := claimEgress()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			claim.Close()
+		}
+	}()
 	pool, err := sandboxnet.NewPool(cfg.pool, dd.join(netnsDir))
 	if err != nil {
 		return nil, nil, fmt.Errorf("--egress-pool: %w", err)
@@ -171,10 +188,11 @@ func openEgress(cfg egressConfig, dd *dataDir, st store.Store, log *slog.Logger)
 		return nil, nil, fmt.Errorf("egress CA: %w", err)
 	}
 	host := &hostAddrCache{}
-	n := &egressNet{cfg: cfg, pool: pool, log: log, caCertPEM: ca.CertPEM()}
+	n := &egressNet{cfg: cfg, pool: pool, log: log, caCertPEM: ca.CertPEM(), claim: claim}
 	n.registry = egress.NewRegistry(egress.RegistryConfig{Denied: host.deniedWith(cfg.pool), Logger: log})
 	n.policyFor = n.storedPolicy(st)
-	svc, err := newEgressServices(&n.cfg, n.registry, ca, host, log)
+	n.secrets = secretSrc
+	svc, err := newEgressServices(&n.cfg, n.registry, ca, host, secretSrc, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -259,6 +277,9 @@ func (n *egressNet) register(ctx context.Context, id model.SandboxID, a sandboxn
 // leaves a member without an interface, which reconcile removes.
 func (n *egressNet) Detach(ctx context.Context, id model.SandboxID) error {
 	n.registry.Remove(id)
+	if n.secrets != nil {
+		n.secrets.forget(id)
+	}
 	if err := n.pool.Detach(ctx, id); err != nil {
 		return err
 	}
@@ -307,6 +328,7 @@ func (n *egressNet) reconcile(ctx context.Context, live map[model.SandboxID]bool
 // in the host's ruleset; with sandboxes, which outlive the server, the
 // table stays (the next start ensures it again).
 func (n *egressNet) release(log *slog.Logger) {
+	defer n.claim.Close()
 	left, err := n.pool.Leftovers()
 	if err != nil || len(left) > 0 {
 		log.Debug("the nftables table stays", "sandboxes", left, "err", err)
@@ -438,7 +460,7 @@ type egressServices struct {
 
 // newEgressServices binds the resolver (UDP and TCP) and the proxy on the
 // configured ports (0: a free one) and records the ports in cfg.
-func newEgressServices(cfg *egressConfig, reg *egress.Registry, ca *tlsca.CA, host *hostAddrCache, log *slog.Logger) (*egressServices, error) {
+func newEgressServices(cfg *egressConfig, reg *egress.Registry, ca *tlsca.CA, host *hostAddrCache, secretSrc proxy.SecretSource, log *slog.Logger) (*egressServices, error) {
 	res, err := resolver.New(resolver.Config{
 		Listen:       fmt.Sprintf(":%d", cfg.resolverPort),
 		Upstream:     cfg.upstreamDNS.String(),
@@ -450,26 +472,16 @@ func newEgressServices(cfg *egressConfig, reg *egress.Registry, ca *tlsca.CA, ho
 	if err != nil {
 		return nil, fmt.Errorf("egress resolver: %w", err)
 	}
-	upstream := cfg.upstreamDNS.String()
-	// The proxy resolves names itself, through the same upstream (never the
-	// guest's answer). Go's resolver reads the host's /etc/hosts first;
-	// whatever it returns is still checked against the always-denied and
-	// host addresses by the proxy.
-	lookup := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, network, upstream)
-	}}
 	px, err := proxy.New(proxy.Config{
 		Listen:   fmt.Sprintf(":%d", cfg.proxyPort),
 		Registry: reg,
 		CA:       ca,
-		Resolve: func(ctx context.Context, name string) ([]netip.Addr, error) {
-			return lookup.LookupNetIP(ctx, "ip", name)
-		},
+		// The proxy resolves names itself, through the sandboxes' upstream
+		// (never the guest's answer, never the host's /etc/hosts).
+		Resolve:   res.Lookup,
 		HostAddrs: host.list,
 		Logger:    log,
-		// Integration point: Secrets (internal/egress/secrets through the
-		// store) once the secrets API is wired; none until then.
+		Secrets:   secretSrc,
 	})
 	if err != nil {
 		res.Close()
@@ -504,4 +516,24 @@ func startEgressServices(ctx context.Context, wg *sync.WaitGroup, errc chan<- er
 			errc <- fmt.Errorf("egress proxy: %w", err)
 		}
 	}()
+}
+
+// egressClaimName is the abstract Unix socket a server binds while it owns
+// its network namespace's egress: the nftables table, the sandbox pool's
+// interfaces and the proxy and resolver ports. Abstract sockets belong to
+// a network namespace and vanish with the process that bound them, so a
+// killed server leaves no stale claim.
+const egressClaimName = "@airlock-egress"
+
+// claimEgress refuses a second server in one network namespace: two would
+// rewrite one nftables table and hand out one address pool twice.
+func claimEgress() (net.Listener, error) {
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: egressClaimName, Net: "unix"})
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("another airlock server runs in this network namespace and owns its sandbox networks (nftables table %s, the egress ports); run one server per host, or each in a network namespace of its own", nftrules.TableName)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim the sandbox network: %w", err)
+	}
+	return l, nil
 }

@@ -4,8 +4,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/airlockdev/airlock/internal/egress/netnstest"
 	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/egress/sandboxnet"
 )
@@ -112,4 +114,30 @@ func TestHostAddrCacheDenied(t *testing.T) {
 			t.Errorf("the host's own address %s is not denied", a)
 		}
 	}
+}
+
+// One server per network namespace owns its egress; a second is refused with a clear error,
+// and the claim is free again once released.
+func TestClaimEgress(t *testing.T) {
+	ns := netnstest.New(t)
+	ns.Do(t, func() {
+		first, err := claimEgress()
+		if err != nil {
+			t.Errorf("first claim: %v", err)
+			return
+		}
+		if second, err := claimEgress(); err == nil {
+			second.Close()
+			t.Error("a second claim in one network namespace succeeded")
+		} else if !strings.Contains(err.Error(), "another airlock server") {
+			t.Errorf("second claim: %v", err)
+		}
+		first.Close()
+		again, err := claimEgress()
+		if err != nil {
+			t.Errorf("claim after release: %v", err)
+			return
+		}
+		again.Close()
+	})
 }

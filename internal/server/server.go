@@ -107,11 +107,17 @@ func Run(ctx context.Context, opts Options) error {
 	// Every sandbox's network: the pool, the nftables table, the registry.
 	// Reconciled before the controller runs: what a crash left of deleted
 	// sandboxes goes, live ones are registered again.
-	egressNet, egressSvc, err := openEgress(egressCfg, dd, st, log.With("component", "egress"))
+	sealer, err := secrets.OpenKey(dd.join(secrets.KeyFile))
+	if err != nil {
+		return err
+	}
+	secretSrc := newSecretSource(st, sealer, log.With("component", "egress"))
+	egressNet, egressSvc, err := openEgress(egressCfg, dd, st, secretSrc, log.With("component", "egress"))
 	if err != nil {
 		return err
 	}
 	defer egressSvc.close() // no-op once served
+	defer egressNet.claim.Close()
 	if err := reconcileEgress(ctx, egressNet, st, nodeID); err != nil {
 		return err
 	}
@@ -185,13 +191,11 @@ func Run(ctx context.Context, opts Options) error {
 	if capacity.DiskMiB <= 0 {
 		capacity.DiskMiB = DefaultMaxDiskMiB
 	}
-	sealer, err := secrets.OpenKey(dd.join(secrets.KeyFile))
-	if err != nil {
-		ln.Close()
-		return err
-	}
 	apiHandler, err := api.New(api.Config{
 		Secrets:         sealer,
+		SecretsChanged:  secretSrc.invalidate,
+		Egress:          egressNet.Registry(),
+		EgressDefault:   egressCfg.defaultPolicy,
 		Capacity:        &capacity,
 		DefaultDiskMiB:  opts.DefaultDiskMiB,
 		BodyReadTimeout: opts.BodyReadTimeout,

@@ -8,13 +8,15 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/egress/netnstest"
 )
 
 // TestRedirectAndDrop wires two namespaces the test makes: "host" (Airlock's table, a proxy
 // listener, a resolver socket, an unrelated service) and "guest" (a sandbox behind a veth whose
 // default route is the host end). No packet leaves them.
 func TestRedirectAndDrop(t *testing.T) {
-	host, guest := newNetns(t), newNetns(t)
+	host, guest := netnstest.New(t), netnstest.New(t)
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("needs iproute2's ip to make the test veth")
 	}
@@ -31,22 +33,22 @@ func TestRedirectAndDrop(t *testing.T) {
 			}
 		}
 	})
-	host.ip(t, nil, "link", "set", "lo", "up")
-	host.ip(t, []*os.File{guest.f}, "link", "add", hostIf, "type", "veth", "peer", "name", guestIf, "netns", "/proc/self/fd/3")
-	host.ip(t, nil, "addr", "add", hostAddr.String()+"/30", "dev", hostIf)
-	host.ip(t, nil, "link", "set", hostIf, "up")
-	guest.ip(t, nil, "link", "set", "lo", "up")
-	guest.ip(t, nil, "addr", "add", "10.231.0.2/30", "dev", guestIf)
-	guest.ip(t, nil, "link", "set", guestIf, "up")
-	guest.ip(t, nil, "route", "add", "default", "via", hostAddr.String())
+	host.IP(t, nil, "link", "set", "lo", "up")
+	host.IP(t, []*os.File{guest.F}, "link", "add", hostIf, "type", "veth", "peer", "name", guestIf, "netns", "/proc/self/fd/3")
+	host.IP(t, nil, "addr", "add", hostAddr.String()+"/30", "dev", hostIf)
+	host.IP(t, nil, "link", "set", hostIf, "up")
+	guest.IP(t, nil, "link", "set", "lo", "up")
+	guest.IP(t, nil, "addr", "add", "10.231.0.2/30", "dev", guestIf)
+	guest.IP(t, nil, "link", "set", guestIf, "up")
+	guest.IP(t, nil, "route", "add", "default", "via", hostAddr.String())
 	// IPv6 too: the redirect works for both families of the inet table, and neighbour discovery
 	// must pass the input chain.
 	hostAddr6 := netip.MustParseAddr("fd00:231::1")
-	host.ip(t, nil, "addr", "add", hostAddr6.String()+"/64", "dev", hostIf, "nodad")
-	guest.ip(t, nil, "addr", "add", "fd00:231::2/64", "dev", guestIf, "nodad")
-	guest.ip(t, nil, "-6", "route", "add", "default", "via", hostAddr6.String())
+	host.IP(t, nil, "addr", "add", hostAddr6.String()+"/64", "dev", hostIf, "nodad")
+	guest.IP(t, nil, "addr", "add", "fd00:231::2/64", "dev", guestIf, "nodad")
+	guest.IP(t, nil, "-6", "route", "add", "default", "via", hostAddr6.String())
 
-	c := host.conn(t)
+	c := host.Conn(t)
 	if err := Ensure(c, testCfg); err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +56,7 @@ func TestRedirectAndDrop(t *testing.T) {
 
 	var proxy, proxy6, other *net.TCPListener
 	var resolver *net.UDPConn
-	host.do(t, func() {
+	host.Do(t, func() {
 		var err error
 		if proxy, err = net.ListenTCP("tcp4", tcpAddr(hostAddr, testCfg.ProxyPort)); err != nil {
 			t.Error(err)
@@ -80,7 +82,7 @@ func TestRedirectAndDrop(t *testing.T) {
 	dial := func(dst string) (net.Conn, error) {
 		var conn net.Conn
 		var err error
-		guest.do(t, func() { conn, err = net.DialTimeout("tcp", dst, 750*time.Millisecond) })
+		guest.Do(t, func() { conn, err = net.DialTimeout("tcp", dst, 750*time.Millisecond) })
 		return conn, err
 	}
 	// accepted waits for one connection on l and returns its original destination.
@@ -102,6 +104,13 @@ func TestRedirectAndDrop(t *testing.T) {
 		if _, err := accepted(other); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	// The proxy's port is closed to every interface but the sandboxes': before AddSandbox the
+	// guest is an ordinary neighbour and its packets to that port are dropped.
+	if conn, err := dial(fmt.Sprintf("%s:%d", hostAddr, testCfg.ProxyPort)); err == nil {
+		conn.Close()
+		t.Fatal("a non-sandbox interface reached the proxy port")
 	}
 
 	if err := AddSandbox(c, hostIf); err != nil {
@@ -134,7 +143,7 @@ func TestRedirectAndDrop(t *testing.T) {
 	}
 
 	// DNS over UDP to any server lands on the resolver; the answer comes back as from that server.
-	guest.do(t, func() {
+	guest.Do(t, func() {
 		u, err := net.Dial("udp4", "203.0.113.5:53")
 		if err != nil {
 			t.Error(err)
@@ -182,7 +191,7 @@ func TestRedirectAndDrop(t *testing.T) {
 	// UDP other than DNS is dropped: to the host's own UDP service and to the resolver's port
 	// when not reached through the redirect.
 	var udpService *net.UDPConn
-	host.do(t, func() {
+	host.Do(t, func() {
 		var err error
 		udpService, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(hostAddr, service)))
 		if err != nil {
@@ -200,7 +209,7 @@ func TestRedirectAndDrop(t *testing.T) {
 		{fmt.Sprintf("%s:%d", hostAddr, service), udpService},
 		{fmt.Sprintf("%s:%d", hostAddr, testCfg.ResolverPort), resolver},
 	} {
-		guest.do(t, func() {
+		guest.Do(t, func() {
 			u, err := net.Dial("udp4", dst.addr)
 			if err != nil {
 				t.Error(err)
@@ -235,7 +244,7 @@ func tcpAddr(a netip.Addr, port uint16) *net.TCPAddr {
 // has the prefix but is not in the set reaches nothing on the host (TCP or UDP); another
 // interface stays ordinary host traffic.
 func TestInterfacePrefixFailsClosed(t *testing.T) {
-	host, guest := newNetns(t), newNetns(t)
+	host, guest := netnstest.New(t), netnstest.New(t)
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("needs iproute2's ip to make the test veth")
 	}
@@ -244,17 +253,17 @@ func TestInterfacePrefixFailsClosed(t *testing.T) {
 		service         = 7070
 	)
 	hostAddr := netip.MustParseAddr("10.231.0.1")
-	host.ip(t, nil, "link", "set", "lo", "up")
-	host.ip(t, []*os.File{guest.f}, "link", "add", hostIf, "type", "veth", "peer", "name", guestIf, "netns", "/proc/self/fd/3")
-	host.ip(t, nil, "addr", "add", hostAddr.String()+"/30", "dev", hostIf)
-	host.ip(t, nil, "link", "set", hostIf, "up")
-	guest.ip(t, nil, "link", "set", "lo", "up")
-	guest.ip(t, nil, "addr", "add", "10.231.0.2/30", "dev", guestIf)
-	guest.ip(t, nil, "link", "set", guestIf, "up")
+	host.IP(t, nil, "link", "set", "lo", "up")
+	host.IP(t, []*os.File{guest.F}, "link", "add", hostIf, "type", "veth", "peer", "name", guestIf, "netns", "/proc/self/fd/3")
+	host.IP(t, nil, "addr", "add", hostAddr.String()+"/30", "dev", hostIf)
+	host.IP(t, nil, "link", "set", hostIf, "up")
+	guest.IP(t, nil, "link", "set", "lo", "up")
+	guest.IP(t, nil, "addr", "add", "10.231.0.2/30", "dev", guestIf)
+	guest.IP(t, nil, "link", "set", guestIf, "up")
 
 	var tcp *net.TCPListener
 	var udp *net.UDPConn
-	host.do(t, func() {
+	host.Do(t, func() {
 		var err error
 		if tcp, err = net.ListenTCP("tcp4", tcpAddr(hostAddr, service)); err != nil {
 			t.Error(err)
@@ -270,7 +279,7 @@ func TestInterfacePrefixFailsClosed(t *testing.T) {
 	t.Cleanup(func() { tcp.Close(); udp.Close() })
 	dst := netip.AddrPortFrom(hostAddr, service).String()
 	probe := func() (tcpErr error, udpGot bool) {
-		guest.do(t, func() {
+		guest.Do(t, func() {
 			var conn net.Conn
 			if conn, tcpErr = net.DialTimeout("tcp", dst, 750*time.Millisecond); tcpErr == nil {
 				conn.Close()
@@ -286,7 +295,7 @@ func TestInterfacePrefixFailsClosed(t *testing.T) {
 		return tcpErr, err == nil
 	}
 
-	c := host.conn(t)
+	c := host.Conn(t)
 	t.Cleanup(func() { Remove(c) })
 	for _, tc := range []struct {
 		prefix string

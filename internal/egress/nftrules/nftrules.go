@@ -8,7 +8,9 @@
 //     IPv6 neighbour discovery: it cannot reach the host's own services (the Airlock API included);
 //   - nothing is routed from or to it (Airlock never turns on ip_forward; this is the second lock);
 //   - with Config.InterfacePrefix, an interface of that prefix that is missing from the set is
-//     dropped at input and never forwarded (fail closed).
+//     dropped at input and never forwarded (fail closed);
+//   - the proxy's and the resolver's ports are closed to every other interface: they listen on
+//     all addresses (the redirect delivers to each host end) but serve sandboxes only.
 //
 // The table also carries the always-denied destinations (AlwaysDeniedPrefixes) as the interval sets
 // "denied4" and "denied6", for operators and for rules that forward traffic later; the proxy checks
@@ -454,6 +456,11 @@ func desired(cfg Config) []chainSpec {
 				icmp6(135), // neighbour solicitation
 				icmp6(136), // neighbour advertisement
 				concat(fromSandbox(), verdict(expr.VerdictDrop)),
+				// The proxy and the resolver listen on every address (the
+				// redirect delivers to each host end); only sandboxes reach them.
+				concat(notFromSandbox(), l4proto(unix.IPPROTO_TCP), dportIs(cfg.ProxyPort), verdict(expr.VerdictDrop)),
+				concat(notFromSandbox(), l4proto(unix.IPPROTO_UDP), dportIs(cfg.ResolverPort), verdict(expr.VerdictDrop)),
+				concat(notFromSandbox(), l4proto(unix.IPPROTO_TCP), dportIs(cfg.ResolverPort), verdict(expr.VerdictDrop)),
 			}, prefixDrops(cfg, expr.MetaKeyIIFNAME)...),
 		},
 		{
@@ -522,6 +529,14 @@ func fromSandbox() []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Lookup{SourceRegister: 1, SetName: SandboxSet},
+	}
+}
+
+// notFromSandbox: meta iifname != @sandboxes
+func notFromSandbox() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: SandboxSet, Invert: true},
 	}
 }
 

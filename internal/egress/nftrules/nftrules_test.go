@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/nftables"
+
+	"github.com/airlockdev/airlock/internal/egress/netnstest"
 )
 
 var testCfg = Config{ProxyPort: 15001, ResolverPort: 15053}
@@ -25,8 +27,8 @@ func tablesOf(t *testing.T, c *nftables.Conn) []string {
 }
 
 func TestEnsureIdempotentAndRemove(t *testing.T) {
-	ns := newNetns(t)
-	c := ns.conn(t)
+	ns := netnstest.New(t)
+	c := ns.Conn(t)
 
 	// Someone else's table: must survive everything below.
 	other := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "other"})
@@ -67,7 +69,7 @@ func TestEnsureIdempotentAndRemove(t *testing.T) {
 		}
 		counts[name] = len(rules)
 	}
-	if counts[PreroutingName] != 3 || counts[InputName] != 7 || counts[ForwardName] != 2 {
+	if counts[PreroutingName] != 3 || counts[InputName] != 10 || counts[ForwardName] != 2 {
 		t.Fatalf("rule counts %v", counts)
 	}
 	if err := Check(c, Config{ProxyPort: 1, ResolverPort: 2}); err == nil {
@@ -139,8 +141,8 @@ func TestEnsureIdempotentAndRemove(t *testing.T) {
 }
 
 func TestEnsureRepairsForeignTable(t *testing.T) {
-	ns := newNetns(t)
-	c := ns.conn(t)
+	ns := netnstest.New(t)
+	c := ns.Conn(t)
 	// A table of our name with none of our objects (a half-made table, or someone else's).
 	tb := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: TableName})
 	c.AddChain(&nftables.Chain{Name: "stray", Table: tb, Type: nftables.ChainTypeFilter,

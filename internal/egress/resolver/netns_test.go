@@ -2,90 +2,24 @@ package resolver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/google/nftables"
 	"github.com/miekg/dns"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/egress"
+	"github.com/airlockdev/airlock/internal/egress/netnstest"
 	"github.com/airlockdev/airlock/internal/egress/nftrules"
 	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 )
-
-// netns is a network namespace the test made, held only by an open file: closing it (at
-// cleanup) lets the kernel destroy it with everything in it.
-type netns struct{ f *os.File }
-
-func newNetns(t *testing.T) *netns {
-	t.Helper()
-	type result struct {
-		f   *os.File
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with its changed namespace
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: err}
-			return
-		}
-		f, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		ch <- result{f, err}
-	}()
-	r := <-ch
-	if errors.Is(r.err, unix.EPERM) {
-		t.Skipf("needs CAP_NET_ADMIN and CAP_SYS_ADMIN to make a network namespace: %v", r.err)
-	}
-	if r.err != nil {
-		t.Fatalf("new network namespace: %v", r.err)
-	}
-	ns := &netns{r.f}
-	t.Cleanup(func() { ns.f.Close() })
-	return ns
-}
-
-// do runs fn on a thread inside the namespace; sockets fn opens stay in it.
-func (ns *netns) do(t *testing.T, fn func()) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked, see newNetns
-		if err := unix.Setns(int(ns.f.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- err
-			return
-		}
-		defer func() { done <- nil }()
-		fn()
-	}()
-	if err := <-done; err != nil {
-		t.Fatalf("setns: %v", err)
-	}
-}
-
-func (ns *netns) ip(t *testing.T, extra []*os.File, args ...string) {
-	t.Helper()
-	var out []byte
-	var err error
-	ns.do(t, func() {
-		cmd := exec.Command("ip", args...)
-		cmd.ExtraFiles = extra
-		out, err = cmd.CombinedOutput()
-	})
-	if err != nil {
-		t.Fatalf("ip %v: %v: %s", args, err, out)
-	}
-}
 
 // TestRedirectedSandbox is the production path: a sandbox in its own namespace sends DNS to
 // whatever server it likes, Airlock's nftables table (in a "host" namespace the test made)
@@ -105,19 +39,19 @@ func TestRedirectedSandbox(t *testing.T) {
 			}
 		}
 	})
-	host, guestNS := newNetns(t), newNetns(t)
+	host, guestNS := netnstest.New(t), netnstest.New(t)
 	hostAddr, guestAddr := netip.MustParseAddr("10.232.0.1"), netip.MustParseAddr("10.232.0.2")
-	host.ip(t, nil, "link", "set", "lo", "up")
-	host.ip(t, []*os.File{guestNS.f}, "link", "add", hostIf, "type", "veth", "peer", "name", guestIf, "netns", "/proc/self/fd/3")
-	host.ip(t, nil, "addr", "add", hostAddr.String()+"/30", "dev", hostIf)
-	host.ip(t, nil, "link", "set", hostIf, "up")
-	guestNS.ip(t, nil, "link", "set", "lo", "up")
-	guestNS.ip(t, nil, "addr", "add", guestAddr.String()+"/30", "dev", guestIf)
-	guestNS.ip(t, nil, "link", "set", guestIf, "up")
-	guestNS.ip(t, nil, "route", "add", "default", "via", hostAddr.String())
+	host.IP(t, nil, "link", "set", "lo", "up")
+	host.IP(t, []*os.File{guestNS.F}, "link", "add", hostIf, "type", "veth", "peer", "name", guestIf, "netns", "/proc/self/fd/3")
+	host.IP(t, nil, "addr", "add", hostAddr.String()+"/30", "dev", hostIf)
+	host.IP(t, nil, "link", "set", hostIf, "up")
+	guestNS.IP(t, nil, "link", "set", "lo", "up")
+	guestNS.IP(t, nil, "addr", "add", guestAddr.String()+"/30", "dev", guestIf)
+	guestNS.IP(t, nil, "link", "set", guestIf, "up")
+	guestNS.IP(t, nil, "route", "add", "default", "via", hostAddr.String())
 
 	const resolverPort = 5354
-	c, err := nftables.New(nftables.WithNetNSFd(int(host.f.Fd())))
+	c, err := nftables.New(nftables.WithNetNSFd(int(host.F.Fd())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +75,7 @@ func TestRedirectedSandbox(t *testing.T) {
 	}
 	sb := reg.Add(model.SandboxID("sbx_netns_test"), guestAddr, p)
 	var r *Resolver
-	host.do(t, func() {
+	host.Do(t, func() {
 		r, err = New(Config{Listen: fmt.Sprintf("0.0.0.0:%d", resolverPort), Upstream: up.addr, Registry: reg,
 			HostAddrs: func() []netip.Addr { return []netip.Addr{hostAddr} }, Logger: slog.New(slog.DiscardHandler)})
 	})
@@ -173,7 +107,7 @@ func TestRedirectedSandbox(t *testing.T) {
 			m.SetQuestion(tc.name, dns.TypeA)
 			var in *dns.Msg
 			var err error
-			guestNS.do(t, func() {
+			guestNS.Do(t, func() {
 				cl := &dns.Client{Net: tc.netw, Timeout: 3 * time.Second}
 				in, _, err = cl.Exchange(m, tc.server)
 			})

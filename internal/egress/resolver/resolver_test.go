@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"context"
 	"net"
 	"net/netip"
 	"slices"
@@ -314,4 +315,42 @@ func TestNewErrors(t *testing.T) {
 		t.Fatalf("port not released: %v", err)
 	}
 	r2.Close()
+}
+
+// Lookup is the proxy's own resolution: the upstream's addresses, CNAME chains followed by the
+// upstream, unfiltered (the proxy judges them), whatever the sandbox's policy says.
+func TestLookup(t *testing.T) {
+	e := newEnv(t, Config{}, zone)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		want []string
+	}{
+		{"OK.example.", []string{"203.0.113.10", "2001:db8::10"}},
+		{"evil.example", []string{"203.0.113.99"}},
+	} {
+		got, err := e.res.Lookup(ctx, tc.name)
+		if err != nil {
+			t.Fatalf("Lookup(%s): %v", tc.name, err)
+		}
+		var s []string
+		for _, a := range got {
+			s = append(s, a.String())
+		}
+		if !slices.Equal(s, tc.want) {
+			t.Errorf("Lookup(%s) = %v, want %v", tc.name, s, tc.want)
+		}
+	}
+	if got, err := e.res.Lookup(ctx, "rebind.example"); err != nil || !slices.Contains(got, netip.MustParseAddr("169.254.169.254")) {
+		t.Errorf("Lookup(rebind.example) = %v, %v; want the metadata address among them, unfiltered", got, err)
+	}
+	if _, err := e.res.Lookup(ctx, "missing.example"); err == nil {
+		t.Error("Lookup of a name with no address succeeded")
+	}
+	if _, err := e.res.Lookup(ctx, "bad name"); err == nil {
+		t.Error("Lookup of an invalid name succeeded")
+	}
+	if n := len(e.sb.Bindings.Addrs("ok.example", e.clock.Now())); n != 0 {
+		t.Errorf("Lookup recorded %d bindings; only the sandbox's own queries may", n)
+	}
 }

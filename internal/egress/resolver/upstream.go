@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"strings"
 	"sync"
 
 	"github.com/miekg/dns"
 
 	"github.com/airlockdev/airlock/internal/egress"
+	"github.com/airlockdev/airlock/internal/egress/policy"
 )
 
 // errBusy is returned when a sandbox's upstream slots stayed full until its query's deadline.
@@ -100,4 +103,45 @@ func (r *Resolver) forward(ctx context.Context, name string, qtype uint16) (*dns
 		return nil, fmt.Errorf("upstream %s: the answer is not for the question asked", r.cfg.Upstream)
 	}
 	return resp, nil
+}
+
+// Lookup resolves name (A, then AAAA) through the upstream, as the proxy must: its own
+// resolution, from the same server the sandboxes' queries go to, and never the host's
+// /etc/hosts or the guest's answers. The addresses come unfiltered (the proxy judges each
+// one); an answer with neither record type is an error.
+func (r *Resolver) Lookup(ctx context.Context, name string) ([]netip.Addr, error) {
+	name, err := policy.NormalizeName(name)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	var errs []error
+	for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
+		resp, err := r.forward(ctx, name, qtype)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, rr := range resp.Answer {
+			var ip net.IP
+			switch v := rr.(type) {
+			case *dns.A:
+				ip = v.A
+			case *dns.AAAA:
+				ip = v.AAAA
+			default:
+				continue
+			}
+			if a, ok := netip.AddrFromSlice(ip); ok {
+				out = append(out, a.Unmap())
+			}
+		}
+	}
+	if len(out) == 0 {
+		if len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
+		return nil, fmt.Errorf("%s: no address", name)
+	}
+	return out, nil
 }
