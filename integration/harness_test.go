@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,6 +50,9 @@ type serverConfig struct {
 	databaseURL string
 	crashAt     string // AIRLOCK_TEST_CRASH_AT
 	extraArgs   []string
+	// netns, when set, runs the server (and s.cli) inside the fake
+	// internet's host namespace; see egress_harness_test.go.
+	netns serverNetns
 }
 
 // server is one running (or crashed) `airlock server` process over a data dir
@@ -137,7 +139,7 @@ func (s *server) start() {
 	// a closed local port unless a test gives its own (a later flag wins).
 	args = append(args, "--egress-upstream-dns", "127.0.0.1:9")
 	args = append(args, s.cfg.extraArgs...)
-	cmd := exec.Command(s.bins.airlock, args...)
+	cmd := s.command(context.Background(), s.bins.airlock, args...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_CRASH_AT="+s.cfg.crashAt)
 	// One log across restarts, so a failure shows every incarnation.
 	if s.log == nil {
@@ -178,7 +180,7 @@ func (s *server) start() {
 		s.t.Fatalf("read admin.key: %v", err)
 	}
 	s.key = key
-	resp, err := http.Get(s.url + "/healthz")
+	resp, err := s.httpClient().Get(s.url + "/healthz")
 	if err != nil {
 		s.t.Fatalf("healthz: %v\n%s", err, s.log.String())
 	}
@@ -236,7 +238,7 @@ func (s *server) running() bool {
 
 func (s *server) client() *client.Client {
 	s.t.Helper()
-	c, err := client.New(s.url, s.key)
+	c, err := client.New(s.url, s.key, s.clientOptions()...)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -247,7 +249,7 @@ func (s *server) client() *client.Client {
 // and the exit code.
 func (s *server) cli(ctx context.Context, args ...string) (string, string, int) {
 	s.t.Helper()
-	cmd := exec.CommandContext(ctx, s.bins.airlock, args...)
+	cmd := s.command(ctx, s.bins.airlock, args...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_URL="+s.url, "AIRLOCK_API_KEY="+s.key)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
@@ -299,7 +301,7 @@ func (s *server) cleanup() {
 	for _, sb := range list.Sandboxes {
 		ids = append(ids, model.SandboxID(sb.ID))
 	}
-	assertNoLeftovers(t, s.dataDir, ids, true)
+	s.inNetns(func() { assertNoLeftovers(t, s.dataDir, ids, true) })
 }
 
 // waitState polls until the sandbox reaches state.
