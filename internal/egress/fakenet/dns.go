@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/airlockdev/airlock/internal/egress/netnstest"
 )
 
 // Record is what a zone answers for one name: a CNAME (followed inside the
@@ -151,7 +153,7 @@ func (n *Net) startDNS(addr netip.Addr, z *Zone) error {
 	ap := netip.AddrPortFrom(addr, 53)
 	var pc net.PacketConn
 	var ln net.Listener
-	err := inNetns(n.inet, func() error {
+	err := netnstest.Run(n.inet, func() error {
 		var err error
 		if pc, err = net.ListenPacket("udp", ap.String()); err != nil {
 			return err

@@ -30,6 +30,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/egress/netnstest"
 )
 
 // Addresses of the fake internet. The veth link between H and I uses
@@ -127,10 +129,10 @@ func New(cfg Config) (_ *Net, err error) {
 	if n.ca, err = newTestCA(); err != nil {
 		return nil, fmt.Errorf("fakenet: test CA: %w", err)
 	}
-	if n.inet, err = newNetns(); err != nil {
+	if n.inet, err = netnstest.Make(); err != nil {
 		return nil, fmt.Errorf("fakenet: internet namespace: %w", err)
 	}
-	if n.host, err = newNetns(); err != nil {
+	if n.host, err = netnstest.Make(); err != nil {
 		return nil, fmt.Errorf("fakenet: host namespace: %w", err)
 	}
 	if err := n.wire(); err != nil {
@@ -313,10 +315,10 @@ func (n *Net) InetNetnsPath() string {
 }
 
 // HostNetnsID is H's identity as /proc/PID/ns/net shows it ("net:[inode]").
-func (n *Net) HostNetnsID() (string, error) { return netnsID(n.host) }
+func (n *Net) HostNetnsID() (string, error) { return netnstest.ID(n.host) }
 
 // InetNetnsID is I's identity.
-func (n *Net) InetNetnsID() (string, error) { return netnsID(n.inet) }
+func (n *Net) InetNetnsID() (string, error) { return netnstest.ID(n.inet) }
 
 // Command returns a command that runs name with args inside H (through
 // nsenter, which execs it: the command's process is name itself).
@@ -339,7 +341,7 @@ func (n *Net) DialInet(ctx context.Context, network, address string) (net.Conn, 
 // ListenHost listens inside H.
 func (n *Net) ListenHost(network, address string) (net.Listener, error) {
 	var ln net.Listener
-	err := inNetns(n.host, func() error {
+	err := netnstest.Run(n.host, func() error {
 		var err error
 		ln, err = net.Listen(network, address)
 		return err
@@ -348,11 +350,11 @@ func (n *Net) ListenHost(network, address string) (net.Listener, error) {
 }
 
 // InHost runs fn on a thread inside H (sockets it opens stay in H).
-func (n *Net) InHost(fn func() error) error { return inNetns(n.host, fn) }
+func (n *Net) InHost(fn func() error) error { return netnstest.Run(n.host, fn) }
 
 func dialIn(ctx context.Context, ns *os.File, network, address string) (net.Conn, error) {
 	var c net.Conn
-	err := inNetns(ns, func() error {
+	err := netnstest.Run(ns, func() error {
 		var d net.Dialer
 		var err error
 		c, err = d.DialContext(ctx, network, address)

@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/egress/netnstest"
 )
 
 // Request is one request a fake web or echo server received.
@@ -123,7 +125,7 @@ const (
 // address of the internet namespace (one dual-stack listener per port).
 func (n *Net) startWeb() error {
 	var l80, l443, l22 net.Listener
-	err := inNetns(n.inet, func() error {
+	err := netnstest.Run(n.inet, func() error {
 		var err error
 		if l80, err = net.Listen("tcp", "[::]:80"); err != nil {
 			return err

@@ -28,50 +28,24 @@ type Netns struct {
 // this process may not make one.
 func New(t testing.TB) *Netns {
 	t.Helper()
-	type result struct {
-		f   *os.File
-		err error
+	f, err := Make()
+	if errors.Is(err, unix.EPERM) {
+		t.Skipf("needs CAP_NET_ADMIN (and CAP_SYS_ADMIN) to make a network namespace: %v", err)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		// The thread is never unlocked: it exits with the goroutine, so its changed namespace
-		// cannot leak into other goroutines.
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: err}
-			return
-		}
-		f, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		ch <- result{f, err}
-	}()
-	r := <-ch
-	if errors.Is(r.err, unix.EPERM) {
-		t.Skipf("needs CAP_NET_ADMIN (and CAP_SYS_ADMIN) to make a network namespace: %v", r.err)
+	if err != nil {
+		t.Fatalf("new network namespace: %v", err)
 	}
-	if r.err != nil {
-		t.Fatalf("new network namespace: %v", r.err)
-	}
-	ns := &Netns{F: r.f}
+	ns := &Netns{F: f}
 	t.Cleanup(func() { ns.F.Close() })
 	return ns
 }
 
-// Do runs fn on a thread that has entered the namespace. Sockets fn opens stay in the
-// namespace and may be used from anywhere afterwards.
+// Do runs fn on a thread that has entered the namespace (see Run). Sockets fn opens stay in
+// the namespace and may be used from anywhere afterwards.
 func (ns *Netns) Do(t testing.TB, fn func()) {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked, see New
-		if err := unix.Setns(int(ns.F.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- err
-			return
-		}
-		defer func() { done <- nil }()
-		fn()
-	}()
-	if err := <-done; err != nil {
-		t.Fatalf("setns: %v", err)
+	if err := Run(ns.F, func() error { fn(); return nil }); err != nil && !errors.Is(err, ErrGoexit) {
+		t.Fatalf("in network namespace: %v", err)
 	}
 }
 
@@ -141,4 +115,88 @@ func Main(m *testing.M) int {
 		return 2
 	}
 	return m.Run()
+}
+
+// Make makes a fresh network namespace and returns it as an open file.
+// The namespace lives as long as the file (and any socket or process in it):
+// no bind mount, so nothing of it can outlive a crashed test.
+func Make() (*os.File, error) {
+	type result struct {
+		f   *os.File
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread goes back to its own namespace afterwards; if it
+		// cannot, it stays locked and ends with the goroutine (a main
+		// thread would be wedged, never reused).
+		runtime.LockOSThread()
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		defer orig.Close()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("unshare network namespace: %w", err)}
+			return
+		}
+		f, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if rerr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); rerr != nil {
+			if f != nil {
+				f.Close()
+			}
+			ch <- result{err: fmt.Errorf("restore network namespace: %w", rerr)}
+			return
+		}
+		runtime.UnlockOSThread()
+		ch <- result{f, err}
+	}()
+	r := <-ch
+	return r.f, r.err
+}
+
+// ErrGoexit is Run's result when fn ended its goroutine (a test's
+// FailNow) instead of returning.
+var ErrGoexit = errors.New("netnstest: the function run in the namespace did not return")
+
+// Run runs fn on an OS thread that has entered the namespace ns, and
+// brings the thread back to its own namespace afterwards. Sockets fn opens
+// stay in ns and may be used from any goroutine. When the thread cannot be
+// brought back (or fn ends the goroutine) it stays locked and ends with its
+// goroutine.
+func Run(ns *os.File, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		result := ErrGoexit
+		defer func() { done <- result }()
+		runtime.LockOSThread()
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			result = err
+			return
+		}
+		defer orig.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			result = fmt.Errorf("setns: %w", err)
+			return
+		}
+		ferr := fn()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			result = fmt.Errorf("restore network namespace: %w (after: %v)", err, ferr)
+			return // the thread stays locked and is discarded
+		}
+		runtime.UnlockOSThread()
+		result = ferr
+	}()
+	return <-done
+}
+
+// ID is the namespace's identity ("net:[inode]"), as /proc shows it.
+func ID(ns *os.File) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(ns.Fd()), &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("net:[%d]", st.Ino), nil
 }
