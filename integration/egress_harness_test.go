@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -125,22 +124,11 @@ func newFakenet(t *testing.T) *fakenet.Net {
 	return n
 }
 
-// serverHasEgress reports whether this airlock binary's server has the
-// egress flags (the resolver/proxy wiring of issue 8).
-func serverHasEgress(t *testing.T, bins binaries) bool {
-	t.Helper()
-	out, _ := exec.Command(bins.airlock, "server", "--help").CombinedOutput()
-	return strings.Contains(string(out), "--egress-upstream-dns")
-}
-
 // newEgressServer starts an airlock server on runtime rt inside the fake
 // internet's host namespace, its upstream DNS the fake one and its proxy
 // trusting the fake internet's CA (SSL_CERT_FILE, read by Go's system pool).
 func newEgressServer(t *testing.T, bins binaries, rt string, n *fakenet.Net, extra ...string) *server {
 	t.Helper()
-	if !serverHasEgress(t, bins) {
-		t.Skip("egress wiring not on this branch: `airlock server` has no --egress-upstream-dns (issue 8 item 1/2/4)")
-	}
 	ca := filepath.Join(t.TempDir(), "fakenet-ca.pem")
 	if err := n.WriteCA(ca); err != nil {
 		t.Fatal(err)
@@ -149,11 +137,6 @@ func newEgressServer(t *testing.T, bins binaries, rt string, n *fakenet.Net, ext
 	args := append([]string{"--egress-upstream-dns", netip.AddrPortFrom(fakenet.DNSAddr, 53).String()}, extra...)
 	s := newServer(t, bins, serverConfig{runtime: rt, netns: n, extraArgs: args})
 	s.start()
-	// The sandbox network may land before the services it redirects to;
-	// the server then says so at start-up.
-	if strings.Contains(s.log.String(), "sandboxes have a network but no way out") {
-		t.Skip("egress resolver and proxy not wired into the server yet (issue 8 items 2/4): sandboxes have a network but no way out")
-	}
 	return s
 }
 

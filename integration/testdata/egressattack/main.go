@@ -29,11 +29,11 @@ func main() {
 	var out string
 	var err error
 	switch args := os.Args[2:]; os.Args[1] {
-	case "tls": // tls ADDR:PORT SNI HOST
-		if len(args) != 3 {
-			fail(fmt.Errorf("usage: egressattack tls ADDR:PORT SNI HOST"))
+	case "tls": // tls ADDR:PORT SNI HOST [NAME:VALUE...]: extra request headers
+		if len(args) < 3 {
+			fail(fmt.Errorf("usage: egressattack tls ADDR:PORT SNI HOST [NAME:VALUE...]"))
 		}
-		out, err = tlsGet(args[0], args[1], args[2])
+		out, err = tlsGet(args[0], args[1], args[2], args[3:]...)
 	case "dial": // dial ADDR:PORT: connect and read one line
 		if len(args) != 1 {
 			fail(fmt.Errorf("usage: egressattack dial ADDR:PORT"))
@@ -60,8 +60,8 @@ func fail(err error) {
 
 // tlsGet connects to addr (a name is resolved through the system's
 // resolver), handshakes with sni (certificates are not checked: the attack
-// is about policy, not trust) and sends a GET with host.
-func tlsGet(addr, sni, host string) (string, error) {
+// is about policy, not trust) and sends a GET with host and the extra headers.
+func tlsGet(addr, sni, host string, headers ...string) (string, error) {
 	d := net.Dialer{Timeout: timeout}
 	raw, err := d.Dial("tcp", addr)
 	if err != nil {
@@ -73,7 +73,11 @@ func tlsGet(addr, sni, host string) (string, error) {
 	if err := c.Handshake(); err != nil {
 		return "", fmt.Errorf("handshake: %w", err)
 	}
-	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host)
+	extra := ""
+	for _, h := range headers {
+		extra += h + "\r\n"
+	}
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n", host, extra)
 	b, err := io.ReadAll(c)
 	if len(b) == 0 && err != nil {
 		return "", err

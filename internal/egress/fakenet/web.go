@@ -32,6 +32,9 @@ type Request struct {
 	SNI   string // https only
 	Host  string // http and https
 	Path  string
+	// Header holds the request's headers (http and https), as the fake
+	// internet received them: what a proxy added or kept.
+	Header http.Header
 }
 
 // testCA signs the leaf certificates of the fake HTTPS servers.
@@ -192,7 +195,7 @@ func (n *Net) handler(proto string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		local, _ := r.Context().Value(keyLocal).(netip.AddrPort)
 		remote, _ := r.Context().Value(keyRemote).(netip.AddrPort)
-		req := Request{Addr: local, From: remote, Proto: proto, Host: r.Host, Path: r.URL.Path}
+		req := Request{Addr: local, From: remote, Proto: proto, Host: r.Host, Path: r.URL.Path, Header: r.Header.Clone()}
 		if r.TLS != nil {
 			req.SNI = r.TLS.ServerName
 		}
