@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -155,40 +156,58 @@ func (a *API) putSandboxEgress(ctx context.Context, c *call[apiv1.EgressPolicy])
 	}
 	live, ok := a.liveSandbox(sb.ID)
 	if ok {
-		live.SetPolicy(compiled)
+		// What the store holds now (this PUT's policy, or a later one's):
+		// concurrent writers cannot leave the live policy behind the store.
+		if err := live.Reload(a.storedPolicy(ctx, sb.ID)); err != nil {
+			a.log.WarnContext(ctx, "egress policy stored but not applied to the running sandbox", "sandbox", sb.ID, "err", err)
+		}
 	}
 	a.log.InfoContext(ctx, "egress policy set", "sandbox", sb.ID, "live", ok, "by", c.p.keyID)
 	out := apiv1.SandboxEgress{Policy: egressPolicyOut(spec), Effective: egressPolicyOut(compiled.Spec()), Live: ok}
 	return idempotentReply(ctx, a, c, http.StatusOK, out)
 }
 
-// reapplyProfile recompiles the policy of every live sandbox that names the
-// profile, after the profile changed.
+// reapplyProfile reloads the policy of every live sandbox that names the
+// profile, after the profile changed. It finishes even when the client
+// goes away: the profile is committed, so every sandbox must follow.
 func (a *API) reapplyProfile(ctx context.Context, name policy.ProfileName) {
 	if a.cfg.Egress == nil {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), profileReapplyTimeout)
+	defer cancel()
 	for _, id := range a.cfg.Egress.IDs() {
 		spec, err := a.cfg.Store.GetSandboxEgressByID(ctx, id)
 		if err != nil {
 			a.log.WarnContext(ctx, "egress profile changed: cannot read a sandbox's policy", "sandbox", id, "profile", name, "err", err)
 			continue
 		}
-		names := false
-		for _, n := range spec.Profiles {
-			names = names || n == name
-		}
-		if !names {
+		if !slices.Contains(spec.Profiles, name) {
 			continue
 		}
-		p, err := a.compileEgress(ctx, spec)
+		sb, ok := a.cfg.Egress.ByID(id)
+		if !ok {
+			continue
+		}
+		if err := sb.Reload(a.storedPolicy(ctx, id)); err != nil {
+			a.log.WarnContext(ctx, "egress profile changed: cannot apply a sandbox's policy", "sandbox", id, "profile", name, "err", err)
+		}
+	}
+}
+
+// profileReapplyTimeout bounds the reload of the sandboxes after a profile
+// changed.
+const profileReapplyTimeout = time.Minute
+
+// storedPolicy loads a sandbox's policy as the store holds it, compiled
+// with the current profiles.
+func (a *API) storedPolicy(ctx context.Context, id model.SandboxID) func() (*policy.Policy, error) {
+	return func() (*policy.Policy, error) {
+		spec, err := a.cfg.Store.GetSandboxEgressByID(ctx, id)
 		if err != nil {
-			a.log.WarnContext(ctx, "egress profile changed: cannot compile a sandbox's policy", "sandbox", id, "profile", name, "err", err)
-			continue
+			return nil, fmt.Errorf("egress policy of %s: %w", id, err)
 		}
-		if sb, ok := a.cfg.Egress.ByID(id); ok {
-			sb.SetPolicy(p)
-		}
+		return a.compileEgress(ctx, spec)
 	}
 }
 

@@ -156,6 +156,8 @@ type Sandbox struct {
 
 	mu    sync.Mutex
 	conns map[*tracked]struct{}
+
+	reloadMu sync.Mutex // one Reload at a time, so the last one wins with the latest policy
 }
 
 // Policy is the sandbox's current policy.
@@ -229,6 +231,21 @@ func (s *Sandbox) SetPolicy(p *policy.Policy) {
 			_ = t.c.Close()
 		}
 	}
+}
+
+// Reload sets the policy load returns, one Reload at a time: when the stored policy changes
+// while another Reload of the same sandbox is under way, the later Reload reads the later
+// policy and is applied last. Writers store first and then Reload (registration, a PUT, a
+// profile change), so the live policy ends as the stored one, whatever the interleaving.
+func (s *Sandbox) Reload(load func() (*policy.Policy, error)) error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	p, err := load()
+	if err != nil {
+		return err
+	}
+	s.SetPolicy(p)
+	return nil
 }
 
 func (s *Sandbox) closeAll() {

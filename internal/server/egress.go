@@ -211,12 +211,6 @@ func openEgress(cfg egressConfig, dd *dataDir, st store.Store, secretSrc *secret
 // running sandbox.
 func (n *egressNet) Registry() *egress.Registry { return n.registry }
 
-// defaultPolicy compiles the server's default policy (for a sandbox the
-// store has no policy of).
-func (n *egressNet) defaultPolicy(context.Context, model.SandboxID) (*policy.Policy, error) {
-	return policy.Compile(policy.Spec{}, nil, n.cfg.defaultPolicy)
-}
-
 // storedPolicy returns a policyFor that compiles the sandbox's policy as the
 // store keeps it ("egress" of its create, or its last change) with the
 // operator's profiles and the server's default.
@@ -224,7 +218,8 @@ func (n *egressNet) storedPolicy(st store.Store) func(context.Context, model.San
 	return func(ctx context.Context, id model.SandboxID) (*policy.Policy, error) {
 		spec, err := st.GetSandboxEgressByID(ctx, id)
 		if errors.Is(err, store.ErrNotFound) {
-			return n.defaultPolicy(ctx, id)
+			// No record of the sandbox: nothing allowed it anything.
+			return policy.Compile(policy.Spec{}, nil, policy.None)
 		}
 		if err != nil {
 			return nil, err
@@ -264,11 +259,14 @@ func (n *egressNet) Attach(ctx context.Context, id model.SandboxID) (runtime.Net
 }
 
 func (n *egressNet) register(ctx context.Context, id model.SandboxID, a sandboxnet.Attachment) error {
-	p, err := n.policyFor(ctx, id)
-	if err != nil {
+	// Registered with no policy (which denies everything) and then loaded
+	// from the store through Reload, so a policy change racing the
+	// registration is never lost: the API stores first, then reloads every
+	// registered sandbox.
+	sb := n.registry.Add(id, a.GuestAddr.Addr(), nil)
+	if err := sb.Reload(func() (*policy.Policy, error) { return n.policyFor(ctx, id) }); err != nil {
 		return fmt.Errorf("egress policy of %s: %w", id, err)
 	}
-	n.registry.Add(id, a.GuestAddr.Addr(), p)
 	return nil
 }
 
@@ -296,31 +294,35 @@ func (n *egressNet) reconcile(ctx context.Context, live map[model.SandboxID]bool
 	if len(removed) > 0 {
 		n.log.Info("removed the networks of sandboxes that no longer exist", "sandboxes", removed)
 	}
+	// One sandbox's failure does not keep the server (and every other
+	// sandbox) down: it is logged, and the sandbox fails closed (a host end
+	// missing from the set is dropped by the interface-prefix rules; an
+	// unregistered or policy-less sandbox gets no answer and no
+	// connection).
 	if err != nil {
-		return err
+		n.log.Warn("remove the networks of sandboxes that no longer exist", "err", err)
 	}
-	var errs []error
 	for id := range live {
 		a, ok, err := n.pool.Lookup(id)
 		if err != nil {
-			errs = append(errs, err)
+			n.log.Warn("sandbox network: lookup at start", "sandbox", id, "err", err)
 			continue
 		}
 		if !ok {
 			continue // not attached yet; the worker's create attaches it
 		}
 		if err := n.nft(func(c *nftables.Conn) error { return nftrules.AddSandbox(c, a.HostIf) }); err != nil {
-			errs = append(errs, err)
+			n.log.Warn("sandbox network: nftables set member at start; the sandbox reaches nothing", "sandbox", id, "err", err)
 			continue
 		}
 		if err := n.register(ctx, id, a); err != nil {
-			errs = append(errs, err)
+			n.log.Warn("sandbox network: egress policy at start; the sandbox reaches nothing", "sandbox", id, "err", err)
 		}
 	}
 	if err := n.removeStaleMembers(); err != nil {
-		errs = append(errs, err)
+		n.log.Warn("remove stale nftables set members", "err", err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // release removes Airlock's nftables table when the server stops with no

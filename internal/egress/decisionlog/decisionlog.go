@@ -44,7 +44,8 @@ const DefaultCapacity = 4096
 type Log struct {
 	mu     sync.Mutex
 	ring   []Event
-	next   uint64 // Seq of the next event; the first is 1
+	first  uint64 // Seq of the log's first event
+	next   uint64 // Seq of the next event
 	notify chan struct{}
 	closed bool
 }
@@ -54,7 +55,8 @@ func New(capacity int) *Log {
 	if capacity <= 0 {
 		capacity = DefaultCapacity
 	}
-	return &Log{ring: make([]Event, capacity), next: 1, notify: make(chan struct{})}
+	base := uint64(time.Now().UnixMicro())
+	return &Log{ring: make([]Event, capacity), first: base + 1, next: base + 1, notify: make(chan struct{})}
 }
 
 // Append adds e, assigning its Seq (and its Time when zero), and returns it.
@@ -79,13 +81,12 @@ func (l *Log) Since(after uint64) (events []Event, dropped uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	last := l.next - 1
-	if after >= last {
+	if l.next == l.first || after >= last {
 		return nil, 0
 	}
 	capacity := uint64(len(l.ring))
-	first := after + 1
-	if last >= capacity && first <= last-capacity {
-		oldest := last - capacity + 1
+	first := max(after+1, l.first) // a number from before this log: from its start
+	if oldest := max(l.first, l.next-min(capacity, l.next-l.first)); first < oldest {
 		dropped = oldest - first
 		first = oldest
 	}
@@ -100,6 +101,9 @@ func (l *Log) Since(after uint64) (events []Event, dropped uint64) {
 func (l *Log) Last() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.next == l.first {
+		return 0
+	}
 	return l.next - 1
 }
 
@@ -108,7 +112,7 @@ func (l *Log) Last() uint64 {
 func (l *Log) Wait(ctx context.Context, after uint64) error {
 	for {
 		l.mu.Lock()
-		if l.next-1 > after {
+		if l.next > l.first && l.next-1 > after {
 			l.mu.Unlock()
 			return nil
 		}
