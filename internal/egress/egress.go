@@ -279,15 +279,18 @@ func (s *Sandbox) Decide(kind, host string, addr netip.Addr, port uint16) policy
 }
 
 // DecideAddr judges a connection with no name to addr:port: an address rule, or else a name
-// bound to addr that the policy allows on port (the first such name is returned). Logged.
+// bound to addr that an allow rule names with this very port (policy.NamedPort; the first such
+// name is returned). Logged.
 func (s *Sandbox) DecideAddr(kind string, addr netip.Addr, port uint16) (policy.Decision, string) {
 	d := s.decide("", addr, port, true)
 	name := ""
-	if !d.Allowed && d.Rule == "no-address-rule" {
+	if p := s.Policy(); !d.Allowed && d.Rule == "no-address-rule" && p != nil {
 		for _, n := range s.Bindings.Names(addr, s.reg.cfg.Now()) {
-			if nd := s.decide(n, addr, port, true); nd.Allowed {
+			if nd := p.NamedPort(n, addr, port); nd.Allowed {
 				d, name = nd, n
 				break
+			} else if nd.Rule == "no-port-rule" && p.Name(n, port).Allowed {
+				d = nd // an allowed name: say that the port needs a rule of its own
 			}
 		}
 	}

@@ -64,9 +64,17 @@ func TestDecide(t *testing.T) {
 	if ev, _ := sb.Log.Since(0); len(ev) != 9 || ev[3].Rule != "no-binding" || ev[3].Addr != "203.0.113.99" {
 		t.Fatalf("log: %+v", ev)
 	}
-	// By address: an allowed name bound to it lets the connection through, a blocked one does not.
+	// By address: an allowed name bound to it opens only the ports a rule names with it, and a
+	// blocked name on the same address opens nothing.
+	if d, _ := sb.DecideAddr("connect", a("203.0.113.20"), 8080); d.Allowed || d.Rule != "no-port-rule" {
+		t.Fatalf("DecideAddr shared, port no rule names: %+v", d)
+	}
+	sb.SetPolicy(compile(t, `{"default":"none","allow":["ok.example","shared.example","shared.example:8080","198.51.100.0/24:22"]}`))
 	if d, name := sb.DecideAddr("connect", a("203.0.113.20"), 8080); !d.Allowed || name != "shared.example" {
 		t.Fatalf("DecideAddr shared: %+v %q", d, name)
+	}
+	if d, _ := sb.DecideAddr("connect", a("203.0.113.20"), 8443); d.Allowed {
+		t.Fatalf("DecideAddr shared, other port: %+v", d)
 	}
 	if d, _ := sb.DecideAddr("connect", a("203.0.113.30"), 8080); d.Allowed {
 		t.Fatalf("DecideAddr unbound: %+v", d)

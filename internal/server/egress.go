@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/egress"
 	"github.com/airlockdev/airlock/internal/egress/nftrules"
@@ -157,7 +160,7 @@ type egressNet struct {
 
 	// claim is this server's hold on the network namespace's egress
 	// (see claimEgress), released when the process ends.
-	claim net.Listener
+	claim io.Closer
 
 	nftMu sync.Mutex // nftables calls on the table never run concurrently
 }
@@ -192,6 +195,7 @@ func openEgress(cfg egressConfig, dd *dataDir, st store.Store, secretSrc *secret
 	n.registry = egress.NewRegistry(egress.RegistryConfig{Denied: host.deniedWith(cfg.pool), Logger: log})
 	n.policyFor = n.storedPolicy(st)
 	n.secrets = secretSrc
+	secretSrc.live = func(id model.SandboxID) bool { _, ok := n.registry.ByID(id); return ok }
 	svc, err := newEgressServices(&n.cfg, n.registry, ca, host, secretSrc, log)
 	if err != nil {
 		return nil, nil, err
@@ -520,22 +524,38 @@ func startEgressServices(ctx context.Context, wg *sync.WaitGroup, errc chan<- er
 	}()
 }
 
-// egressClaimName is the abstract Unix socket a server binds while it owns
-// its network namespace's egress: the nftables table, the sandbox pool's
-// interfaces and the proxy and resolver ports. Abstract sockets belong to
-// a network namespace and vanish with the process that bound them, so a
-// killed server leaves no stale claim.
-const egressClaimName = "@airlock-egress"
+// egressClaimDir holds one lock file per network namespace with an Airlock
+// server (egress-net-<namespace inode>.lock): the server holds an exclusive
+// flock on it while it owns that namespace's egress (the nftables table,
+// the sandbox pool's interfaces, the proxy and resolver ports). The
+// directory is root's alone, so no other user can take the lock first, and
+// a killed server's lock goes with its process.
+const egressClaimDir = "/run/airlock"
 
 // claimEgress refuses a second server in one network namespace: two would
 // rewrite one nftables table and hand out one address pool twice.
-func claimEgress() (net.Listener, error) {
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: egressClaimName, Net: "unix"})
-	if errors.Is(err, syscall.EADDRINUSE) {
-		return nil, fmt.Errorf("another airlock server runs in this network namespace and owns its sandbox networks (nftables table %s, the egress ports); run one server per host, or each in a network namespace of its own", nftrules.TableName)
+func claimEgress() (io.Closer, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return nil, fmt.Errorf("claim the sandbox network: %w", err)
 	}
+	if err := os.MkdirAll(egressClaimDir, 0o700); err != nil {
+		return nil, fmt.Errorf("claim the sandbox network: %w", err)
+	}
+	if fi, err := os.Lstat(egressClaimDir); err != nil || !fi.IsDir() || fi.Mode().Perm()&0o022 != 0 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		return nil, fmt.Errorf("claim the sandbox network: %s must be a directory of root's that only root may write (%v)", egressClaimDir, err)
+	}
+	path := filepath.Join(egressClaimDir, fmt.Sprintf("egress-net-%d.lock", st.Ino))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("claim the sandbox network: %w", err)
 	}
-	return l, nil
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another airlock server runs in this network namespace and owns its sandbox networks (nftables table %s, the egress ports; lock %s); run one server per host, or each in a network namespace of its own", nftrules.TableName, path)
+		}
+		return nil, fmt.Errorf("claim the sandbox network: lock %s: %w", path, err)
+	}
+	return f, nil
 }

@@ -21,10 +21,16 @@ type secretSource struct {
 	st     store.Store
 	sealer *secrets.Sealer
 	log    *slog.Logger
+	// live reports whether a sandbox is registered: a lookup that ends
+	// after its sandbox was forgotten does not remember it again.
+	live func(model.SandboxID) bool
 
 	mu       sync.Mutex
 	projects map[model.SandboxID]model.ProjectID
 	cache    map[model.ProjectID]cachedSecrets
+	// gen counts each project's invalidations: a list read before one is
+	// never cached after it.
+	gen map[model.ProjectID]uint64
 }
 
 type cachedSecrets struct {
@@ -41,7 +47,7 @@ const secretLookupTimeout = 5 * time.Second
 
 func newSecretSource(st store.Store, sealer *secrets.Sealer, log *slog.Logger) *secretSource {
 	return &secretSource{st: st, sealer: sealer, log: log,
-		projects: map[model.SandboxID]model.ProjectID{}, cache: map[model.ProjectID]cachedSecrets{}}
+		projects: map[model.SandboxID]model.ProjectID{}, cache: map[model.ProjectID]cachedSecrets{}, gen: map[model.ProjectID]uint64{}}
 }
 
 // SecretsFor implements proxy.SecretSource. A store that does not answer
@@ -61,11 +67,14 @@ func (s *secretSource) SecretsFor(id model.SandboxID) []proxy.Secret {
 		}
 		project = sb.ProjectID
 		s.mu.Lock()
-		s.projects[id] = project
+		if s.live == nil || s.live(id) {
+			s.projects[id] = project
+		}
 		s.mu.Unlock()
 	}
 	s.mu.Lock()
 	c, ok := s.cache[project]
+	gen := s.gen[project]
 	s.mu.Unlock()
 	if ok && time.Since(c.at) < secretCacheTTL {
 		return c.secrets
@@ -93,21 +102,37 @@ func (s *secretSource) SecretsFor(id model.SandboxID) []proxy.Secret {
 		})
 	}
 	s.mu.Lock()
-	s.cache[project] = cachedSecrets{at: time.Now(), secrets: out}
+	if s.gen[project] == gen {
+		s.cache[project] = cachedSecrets{at: time.Now(), secrets: out}
+	}
 	s.mu.Unlock()
 	return out
 }
 
-// invalidate drops a project's cached secrets (the API changed them).
+// invalidate drops a project's cached secrets (the API changed them); a
+// lookup that read the store before is not cached.
 func (s *secretSource) invalidate(project model.ProjectID) {
 	s.mu.Lock()
 	delete(s.cache, project)
+	s.gen[project]++
 	s.mu.Unlock()
 }
 
-// forget drops a deleted sandbox's project.
+// forget drops a deleted sandbox's project, and the project's cached
+// secrets when no other sandbox of it is known.
 func (s *secretSource) forget(id model.SandboxID) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	project, ok := s.projects[id]
 	delete(s.projects, id)
-	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	for _, p := range s.projects {
+		if p == project {
+			return
+		}
+	}
+	delete(s.cache, project)
+	delete(s.gen, project)
 }

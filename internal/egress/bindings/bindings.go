@@ -6,7 +6,9 @@
 //
 // A Table is bounded: beyond its capacity in names, the name whose bindings expire first is
 // forgotten (counted in Evicted), and a later connection to it is denied until it is resolved
-// again — a refusal the decision log shows, never a silent allowance.
+// again — a refusal the decision log shows, never a silent allowance. Each name keeps at most
+// MaxAddrsPerName addresses (the first ones of an answer; more are counted in Dropped), so an
+// answer of thousands of records cannot make one sandbox's table huge.
 package bindings
 
 import (
@@ -23,10 +25,14 @@ type Table struct {
 	byName  map[string]map[netip.Addr]time.Time // name → address → expiry
 	byAddr  map[netip.Addr]map[string]struct{}
 	evicted uint64
+	dropped uint64
 }
 
 // DefaultMaxNames is the capacity NewTable uses for a non-positive maxNames.
 const DefaultMaxNames = 4096
+
+// MaxAddrsPerName bounds the addresses one name is bound to at once (a CDN answers a handful).
+const MaxAddrsPerName = 32
 
 // NewTable returns an empty Table remembering at most maxNames names.
 func NewTable(maxNames int) *Table {
@@ -47,7 +53,11 @@ func (t *Table) Record(name string, addrs []netip.Addr, ttl time.Duration, now t
 	defer t.mu.Unlock()
 	m, ok := t.byName[name]
 	if !ok {
-		t.expireLocked(now)
+		if len(t.byName) >= t.max {
+			// Full: sweep what expired (a pass over at most max names ×
+			// MaxAddrsPerName bindings, only when full), then evict.
+			t.expireLocked(now)
+		}
 		for len(t.byName) >= t.max {
 			t.evictLocked()
 		}
@@ -56,6 +66,10 @@ func (t *Table) Record(name string, addrs []netip.Addr, ttl time.Duration, now t
 	}
 	for _, a := range addrs {
 		a = a.Unmap().WithZone("")
+		if _, held := m[a]; !held && len(m) >= MaxAddrsPerName {
+			t.dropped++
+			continue
+		}
 		if m[a].Before(until) {
 			m[a] = until
 		}
@@ -115,6 +129,13 @@ func (t *Table) Evicted() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.evicted
+}
+
+// Dropped counts addresses not bound because their name already had MaxAddrsPerName.
+func (t *Table) Dropped() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.dropped
 }
 
 // expireLocked drops every binding that has expired.

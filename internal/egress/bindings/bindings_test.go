@@ -81,3 +81,28 @@ func TestTableConcurrent(t *testing.T) {
 		t.Fatal("over capacity")
 	}
 }
+
+// An answer of thousands of addresses binds the first MaxAddrsPerName; the rest are counted.
+func TestTableAddrsPerName(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tb := NewTable(8)
+	var addrs []netip.Addr
+	for i := range 4000 {
+		addrs = append(addrs, netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)}))
+	}
+	tb.Record("many.example", addrs, time.Hour, now)
+	if got := len(tb.Addrs("many.example", now)); got != MaxAddrsPerName {
+		t.Fatalf("%d addresses bound, want %d", got, MaxAddrsPerName)
+	}
+	if tb.Dropped() != uint64(4000-MaxAddrsPerName) {
+		t.Fatalf("dropped %d", tb.Dropped())
+	}
+	if !tb.Has("many.example", addrs[0], now) || tb.Has("many.example", addrs[3999], now) {
+		t.Fatal("the first addresses must be the bound ones")
+	}
+	// A later answer refreshes the bound ones and still adds nothing beyond the bound.
+	tb.Record("many.example", addrs[:MaxAddrsPerName+5], 2*time.Hour, now)
+	if !tb.Has("many.example", addrs[0], now.Add(90*time.Minute)) || len(tb.Addrs("many.example", now)) != MaxAddrsPerName {
+		t.Fatal("refresh")
+	}
+}

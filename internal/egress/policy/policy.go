@@ -266,6 +266,36 @@ func (p *Policy) Name(host string, port uint16) Decision {
 	return deny("default none", fmt.Sprintf("no allow rule names %s%s and the default is none", name, portSuffix(port)))
 }
 
+// NamedPort decides about a raw connection (a port other than the proxy's HTTP and TLS ports,
+// where no Host or SNI names the destination) to addr:port that is attributed to host because
+// host is bound to addr: the address must not be denied, and an allow rule must name host AND
+// this very port. A rule without a port and the default cover what the proxy can check by name
+// (HTTP's Host, TLS's SNI), not every port of every address a name resolves to: otherwise any
+// name resolving to an address (one shared by a CDN's tenants, or one an attacker's zone points
+// anywhere) would open all its ports.
+func (p *Policy) NamedPort(host string, addr netip.Addr, port uint16) Decision {
+	if d, denied := p.addrDenied(addr, port); denied {
+		return d
+	}
+	name, err := normalizeName(host)
+	if err != nil {
+		return deny("invalid-name", fmt.Sprintf("%q is not a valid host name: %s", clip(host), err))
+	}
+	for _, r := range p.deny {
+		if r.matchName(name) && r.matchPort(port) {
+			return deny("deny "+r.String(), fmt.Sprintf("%s is denied by the rule %s", name, r))
+		}
+	}
+	for _, r := range p.allow {
+		if r.matchName(name) && r.port == port {
+			d := allow("allow "+r.String(), fmt.Sprintf("%s is allowed on port %d by the rule %s", name, port, r))
+			d.ByName = true
+			return d
+		}
+	}
+	return deny("no-port-rule", fmt.Sprintf("a connection to %s on port %d (no HTTP Host or TLS name to check) needs an allow rule naming %s:%d or a CIDR rule", name, port, name, port))
+}
+
 // Addr decides about a connection that has no name: the always-denied ranges, then address
 // rules; the default never allows a bare address.
 func (p *Policy) Addr(addr netip.Addr, port uint16) Decision {

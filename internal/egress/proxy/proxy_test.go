@@ -72,7 +72,8 @@ func TestHTTP(t *testing.T) {
 		{name: "denied name", url: "http://blocked.test/", code: 403, contains: `"default none"`, rule: "default none"},
 		{name: "spoofed address: no binding", url: "http://plain.test/", spoof: "203.0.113.11", code: 403, contains: "no-binding", rule: "no-binding"},
 		{name: "blocked Host on an allowed name's address", url: "http://plain.test/", hdr: []string{"Host", "blocked.test"}, code: 403, contains: "default none"},
-		{name: "direct IP of an allowed bound name", url: "http://203.0.113.10/", code: 200, contains: "plain host=203.0.113.10"},
+		// A name bound to the address opens a raw port only through a rule naming that port.
+		{name: "direct IP of an allowed bound name", url: "http://203.0.113.10/", code: 403, contains: "no-port-rule", rule: "no-port-rule"},
 		{name: "direct IP of a blocked bound name", url: "http://203.0.113.11/", code: 403, contains: "no-address-rule", rule: "no-address-rule"},
 		{name: "bad host", url: "http://plain.test/", hdr: []string{"Host", "a b"}, code: 400, contains: "bad-host"},
 	} {

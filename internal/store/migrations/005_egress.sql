@@ -9,7 +9,7 @@
 -- (admin-defined, global).
 --
 -- A secret belongs to a project; its value is stored sealed (AEAD with the
--- server's key, the name as associated data: see internal/egress/secrets),
+-- server's key, the project and the name as associated data: see internal/egress/secrets),
 -- never in clear. hosts is a JSON array of host patterns.
 
 ALTER TABLE sandboxes ADD COLUMN egress TEXT NOT NULL DEFAULT '{}';
