@@ -23,6 +23,7 @@ import (
 type clientConn struct {
 	net.Conn
 	p   *Proxy
+	src netip.Addr // the source address, counted against Config.MaxConnsPerSource
 	sb  *egress.Sandbox
 	dst netip.AddrPort // the address the guest dialled
 	sni string         // set when the proxy terminates the connection's TLS
@@ -145,7 +146,8 @@ func (p *Proxy) handOff(cc *clientConn, c net.Conn) {
 }
 
 // handleTLS judges a connection to port 443 by its SNI: refused without one, relayed when
-// exempt, else terminated and handed to the HTTP server.
+// exempt, closed without a handshake when the policy denies the name (or it has no binding to
+// the dialled address), else terminated and handed to the HTTP server.
 func (p *Proxy) handleTLS(cc *clientConn) {
 	sb, dst := cc.sb, cc.dst
 	_ = cc.SetDeadline(time.Now().Add(p.cfg.HandshakeTimeout))
@@ -182,6 +184,14 @@ func (p *Proxy) handleTLS(cc *clientConn) {
 	}
 	if pol := sb.Policy(); pol != nil && pol.Exempt(name, dst.Addr()) {
 		p.relayTLS(cc, name)
+		return
+	}
+	// Decided (binding check included, logged) before any leaf is minted: a denied or unbound
+	// name costs the proxy no key and no place in the shared leaf cache. Each request inside
+	// is judged again.
+	if d := sb.Decide(decisionlog.KindTLS, name, dst.Addr(), dst.Port()); !d.Allowed {
+		p.log.Info("egress denied", "sandbox", sb.ID, "kind", decisionlog.KindTLS, "host", name, "dst", dst, "rule", d.Rule)
+		_ = cc.Close()
 		return
 	}
 	if !cc.track(name) {
@@ -254,6 +264,7 @@ func (p *Proxy) newTransport(cc *clientConn) *http.Transport {
 		},
 		TLSClientConfig:     &tls.Config{RootCAs: p.cfg.UpstreamRootCAs, MinVersion: tls.VersionTLS12, ClientSessionCache: p.sessions},
 		ForceAttemptHTTP2:   true,
+		MaxConnsPerHost:     maxUpstreamConnsPerHost,
 		DisableCompression:  true,
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     90 * time.Second,

@@ -49,8 +49,10 @@ type env struct {
 }
 
 type envOpts struct {
-	policy   string
-	maxConns int
+	policy       string
+	maxConns     int
+	maxPerSource int // Config.MaxConnsPerSource
+	maxTotal     int // Config.MaxConns
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -77,15 +79,17 @@ func newEnv(t testing.TB, o envOpts) *env {
 	roots := x509.NewCertPool()
 	roots.AddCert(e.upCA.Certificate())
 	e.px, err = New(Config{
-		Listen:          "127.0.0.1:0",
-		Registry:        e.reg,
-		CA:              e.ca,
-		Resolve:         e.resolve,
-		Dial:            e.dial,
-		OriginalDst:     e.originalDst,
-		Secrets:         e,
-		UpstreamRootCAs: roots,
-		Logger:          quiet,
+		Listen:            "127.0.0.1:0",
+		Registry:          e.reg,
+		CA:                e.ca,
+		Resolve:           e.resolve,
+		Dial:              e.dial,
+		OriginalDst:       e.originalDst,
+		Secrets:           e,
+		UpstreamRootCAs:   roots,
+		Logger:            quiet,
+		MaxConnsPerSource: o.maxPerSource,
+		MaxConns:          o.maxTotal,
 	})
 	if err != nil {
 		t.Fatal(err)

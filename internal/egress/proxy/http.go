@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,12 @@ type reqState struct {
 // serveRequest judges and forwards one HTTP request of a sandbox: plain (port 80) or inside
 // terminated TLS.
 func (p *Proxy) serveRequest(w http.ResponseWriter, r *http.Request) {
+	if !p.enterHandler() {
+		w.Header().Set("Connection", "close")
+		refuse(w, http.StatusServiceUnavailable, "shutting-down", "the egress proxy is shutting down")
+		return
+	}
+	defer p.wg.Done()
 	cc, _ := r.Context().Value(connKey{}).(*clientConn)
 	if cc == nil || cc.sb == nil {
 		http.Error(w, "airlock egress: internal error", http.StatusInternalServerError)
@@ -90,12 +97,15 @@ func (p *Proxy) serveRequest(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// Secrets: injected into HTTPS requests to their hosts; their placeholders go nowhere else.
+	// TRACE and TRACK echo the request back, which would hand the injected value to the
+	// sandbox: a request that would get a secret is refused instead.
 	var placeholders []string
+	var inject []Secret
 	if p.cfg.Secrets != nil {
 		for _, s := range p.cfg.Secrets.SecretsFor(sb.ID) {
 			if cc.sni != "" && s.MatchesHost(host) {
 				if s.Header != "" {
-					r.Header.Set(s.Header, s.Value)
+					inject = append(inject, s)
 				}
 				continue
 			}
@@ -103,6 +113,15 @@ func (p *Proxy) serveRequest(w http.ResponseWriter, r *http.Request) {
 				placeholders = append(placeholders, s.Placeholder)
 			}
 		}
+	}
+	if len(inject) > 0 && isReflectingMethod(r.Method) {
+		reason := fmt.Sprintf("%s echoes the request back; it is refused to %s, which gets a secret injected", clipHost(r.Method), host)
+		p.deny(sb, decisionlog.KindHTTP, host, dst, "secret-method", reason)
+		refuse(w, http.StatusForbidden, "secret-method", reason)
+		return
+	}
+	for _, s := range inject {
+		r.Header.Set(s.Header, s.Value)
 	}
 	if len(placeholders) > 0 {
 		if _, found := placeholderIn(r, placeholders); found {
@@ -140,6 +159,12 @@ func (p *Proxy) serveRequest(w http.ResponseWriter, r *http.Request) {
 		ErrorLog:      p.srv.ErrorLog,
 	}
 	rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), reqKey{}, st)))
+}
+
+// isReflectingMethod reports whether method echoes the request (headers included) back to the
+// client.
+func isReflectingMethod(method string) bool {
+	return strings.EqualFold(method, http.MethodTrace) || strings.EqualFold(method, "TRACK")
 }
 
 // trackPlain tracks a cleartext connection under the host of its current request; at the

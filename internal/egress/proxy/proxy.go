@@ -73,8 +73,27 @@ type Config struct {
 	// BodyScanBytes is how much of a request body is searched for secret placeholders
 	// (64 KiB when 0).
 	BodyScanBytes int
-	Logger        *slog.Logger
+	// MaxConnsPerSource bounds the open connections from one source address, counted from
+	// accept (before the ClientHello or the first request, when the sandbox's own limit starts
+	// to count): one over it is closed at once (egress.DefaultMaxConns when 0; give it the
+	// registry's MaxConnsPerSandbox when that is set).
+	MaxConnsPerSource int
+	// MaxConns bounds the proxy's open connections from all sources together; one over it is
+	// closed at once (DefaultMaxConns when 0).
+	MaxConns int
+	Logger   *slog.Logger
 }
+
+// DefaultMaxConns is Config.MaxConns when 0.
+const DefaultMaxConns = 16384
+
+// Per sandbox connection, the HTTP/2 streams it may have open at once and the upstream
+// connections it may open per upstream host: with the per-source limit, they bound how many
+// upstream connections one sandbox can fan out to.
+const (
+	maxStreamsPerConn       = 32
+	maxUpstreamConnsPerHost = 32
+)
 
 // Proxy is a running egress proxy.
 type Proxy struct {
@@ -90,10 +109,12 @@ type Proxy struct {
 	// this host either way), which spares a certificate verification per new connection.
 	sessions tls.ClientSessionCache
 
-	mu     sync.Mutex
-	closed bool
-	conns  map[*clientConn]struct{}
-	wg     sync.WaitGroup
+	mu        sync.Mutex
+	closed    bool
+	conns     map[*clientConn]struct{}
+	perSource map[netip.Addr]int    // open connections by source address
+	httpConns map[net.Conn]struct{} // connections the HTTP server serves (counted in wg)
+	wg        sync.WaitGroup        // Serve's HTTP server, handlers, relays, HTTP connections
 
 	closeOnce sync.Once
 }
@@ -131,6 +152,12 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.BodyScanBytes <= 0 {
 		cfg.BodyScanBytes = 64 << 10
 	}
+	if cfg.MaxConnsPerSource <= 0 {
+		cfg.MaxConnsPerSource = egress.DefaultMaxConns
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -140,15 +167,17 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Proxy{
-		cfg:      cfg,
-		log:      cfg.Logger.With("component", "egress-proxy"),
-		ln:       ln,
-		httpLn:   newHandoffListener(ln.Addr()),
-		ctx:      ctx,
-		cancel:   cancel,
-		conns:    map[*clientConn]struct{}{},
-		bufs:     &bufferPool{},
-		sessions: tls.NewLRUClientSessionCache(4096),
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "egress-proxy"),
+		ln:        ln,
+		httpLn:    newHandoffListener(ln.Addr()),
+		ctx:       ctx,
+		cancel:    cancel,
+		conns:     map[*clientConn]struct{}{},
+		perSource: map[netip.Addr]int{},
+		httpConns: map[net.Conn]struct{}{},
+		bufs:      &bufferPool{},
+		sessions:  tls.NewLRUClientSessionCache(4096),
 	}
 	p.srv = &http.Server{
 		Handler: http.HandlerFunc(p.serveRequest),
@@ -156,6 +185,8 @@ func New(cfg Config) (*Proxy, error) {
 			return context.WithValue(ctx, connKey{}, clientConnOf(c))
 		},
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnState:         p.httpConnState,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: maxStreamsPerConn},
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
@@ -168,7 +199,7 @@ func New(cfg Config) (*Proxy, error) {
 func (p *Proxy) Addr() net.Addr { return p.ln.Addr() }
 
 // Serve accepts connections until ctx ends or Close is called, then closes every connection
-// and returns once all the proxy's goroutines are gone.
+// and returns once Close has (see Close for what it waits for).
 func (p *Proxy) Serve(ctx context.Context) error {
 	p.mu.Lock()
 	if p.closed {
@@ -204,7 +235,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 			return fmt.Errorf("proxy: accept: %w", err)
 		}
 		backoff = 0
-		cc := &clientConn{Conn: c, p: p}
+		cc := &clientConn{Conn: c, p: p, src: sourceAddr(c)}
 		if !p.adopt(cc) {
 			_ = c.Close()
 			continue
@@ -216,22 +247,94 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	}
 }
 
-// adopt registers an accepted connection and a goroutine for it (false once closed).
+// sourceAddr is the unmapped source address of an accepted connection (invalid when unknown).
+func sourceAddr(c net.Conn) netip.Addr {
+	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
+
+// adopt registers an accepted connection and a goroutine for it. False once closed, and when
+// the connection would exceed the per-source or the global limit: it is then refused before
+// any work is spent on it (a refusal from a sandbox is logged in its decision log).
 func (p *Proxy) adopt(cc *clientConn) bool {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return false
+	}
+	total, fromSrc := len(p.conns), p.perSource[cc.src]
+	if total >= p.cfg.MaxConns || fromSrc >= p.cfg.MaxConnsPerSource {
+		p.mu.Unlock()
+		p.refuseAtAccept(cc, total, fromSrc)
+		return false
+	}
+	p.conns[cc] = struct{}{}
+	p.perSource[cc.src]++
+	p.wg.Add(1)
+	p.mu.Unlock()
+	return true
+}
+
+// refuseAtAccept logs a connection refused by adopt's limits.
+func (p *Proxy) refuseAtAccept(cc *clientConn, total, fromSrc int) {
+	reason := fmt.Sprintf("the proxy already has %d open connections, its limit", total)
+	if fromSrc >= p.cfg.MaxConnsPerSource {
+		reason = fmt.Sprintf("the source already has %d open connections to the proxy, its limit", fromSrc)
+	}
+	sb, ok := p.cfg.Registry.BySource(cc.src)
+	if !ok {
+		p.log.Debug("connection refused at accept", "src", cc.src, "reason", reason)
+		return
+	}
+	sb.Log.Append(decisionlog.Event{Kind: decisionlog.KindConnect, Rule: "connection-limit", Reason: reason})
+	p.log.Debug("connection refused at accept", "sandbox", sb.ID, "src", cc.src, "reason", reason)
+}
+
+// forget unregisters a closed connection (once per adopted connection).
+func (p *Proxy) forget(cc *clientConn) {
+	p.mu.Lock()
+	if _, ok := p.conns[cc]; ok {
+		delete(p.conns, cc)
+		if p.perSource[cc.src]--; p.perSource[cc.src] <= 0 {
+			delete(p.perSource, cc.src)
+		}
+	}
+	p.mu.Unlock()
+}
+
+// httpConnState counts the HTTP server's connection goroutines in wg. StateNew runs in the
+// server's Serve goroutine, itself counted in wg, so the Add never races with Wait at zero.
+func (p *Proxy) httpConnState(c net.Conn, st http.ConnState) {
+	switch st {
+	case http.StateNew:
+		p.mu.Lock()
+		p.httpConns[c] = struct{}{}
+		p.wg.Add(1)
+		p.mu.Unlock()
+	case http.StateClosed, http.StateHijacked:
+		p.mu.Lock()
+		_, ok := p.httpConns[c]
+		delete(p.httpConns, c)
+		p.mu.Unlock()
+		if ok {
+			p.wg.Done()
+		}
+	}
+}
+
+// enterHandler counts a request handler in wg (false once the proxy is closed: Close may
+// already be waiting, and the handler must do nothing).
+func (p *Proxy) enterHandler() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return false
 	}
-	p.conns[cc] = struct{}{}
 	p.wg.Add(1)
 	return true
-}
-
-func (p *Proxy) forget(cc *clientConn) {
-	p.mu.Lock()
-	delete(p.conns, cc)
-	p.mu.Unlock()
 }
 
 func (p *Proxy) isClosed() bool {
@@ -240,7 +343,12 @@ func (p *Proxy) isClosed() bool {
 	return p.closed
 }
 
-// Close stops accepting, closes every connection and waits for the proxy's goroutines.
+// Close stops accepting, closes every connection and waits for the proxy's goroutines: the
+// HTTP server's, every connection handler and relay (both directions), every HTTP connection
+// the server serves and every request handler (HTTP/2 ones included) that started before Close.
+// Not waited for: the goroutines of the upstream HTTP transports' connections, which end as
+// those connections close (idle ones are closed with their sandbox connection, active ones
+// when their request, cancelled by Close, ends).
 func (p *Proxy) Close() error {
 	p.closeOnce.Do(func() {
 		p.mu.Lock()

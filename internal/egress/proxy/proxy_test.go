@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/egress/decisionlog"
 )
 
 // whoami answers with what the upstream saw.
@@ -164,7 +166,6 @@ func TestHTTPSIntercepted(t *testing.T) {
 		{name: "allowed", c: c1, url: "https://secure.test/x", code: 200, proto: "HTTP/1.1", contains: "secure host=secure.test proto=HTTP/1.1 auth= path=/x", rule: "allow secure.test"},
 		{name: "HTTP/2 both sides", c: c2, url: "https://h2.test/y", code: 200, proto: "HTTP/2.0", contains: "h2 host=h2.test proto=HTTP/2.0"},
 		{name: "HTTP/2 to an HTTP/1.1 upstream", c: c2, url: "https://secure.test/", code: 200, proto: "HTTP/2.0", contains: "secure host=secure.test proto=HTTP/1.1"},
-		{name: "denied name", c: c1, url: "https://blocked.test/", code: 403, contains: "default none", rule: "default none"},
 		{name: "SNI allowed, Host blocked", c: c1, url: "https://secure.test/", hdr: []string{"Host", "blocked.test"}, code: 421, contains: "host-sni-mismatch", rule: "host-sni-mismatch"},
 		{name: "SNI allowed, :authority blocked", c: c2, url: "https://h2.test/", hdr: []string{"Host", "blocked.test"}, code: 421, proto: "HTTP/2.0", contains: "host-sni-mismatch"},
 		{name: "Host with the SNI and port 443", c: c1, url: "https://secure.test:443/", code: 200, contains: "secure host=secure.test:443"},
@@ -197,9 +198,13 @@ func TestHTTPSNoBinding(t *testing.T) {
 	e := newEnv(t, envOpts{policy: basePolicy})
 	e.httpsUpstream("203.0.113.20", false, whoami("secure"), "secure.test")
 	// No binding recorded: the guest resolved secure.test elsewhere (its /etc/hosts, say).
-	code, body, _ := get(t, e.client(clientOpts{}), "https://secure.test/")
-	if code != 403 || !strings.Contains(body, "no-binding") {
-		t.Fatalf("got %d %q", code, body)
+	// Denied at the SNI: closed without a handshake (TestTLSDeniedBeforeHandshake).
+	if resp, err := e.client(clientOpts{}).Get("https://secure.test/"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("got %d, want the connection closed", resp.StatusCode)
+	}
+	if ev := e.event("no-binding", false); ev.Kind != decisionlog.KindTLS {
+		t.Fatalf("no-binding logged as %q, want %q", ev.Kind, decisionlog.KindTLS)
 	}
 	if n := e.upstreamDials(); n != 0 {
 		t.Fatalf("%d upstream dials for a denied request", n)

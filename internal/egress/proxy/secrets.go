@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -10,13 +13,78 @@ import (
 )
 
 // Secret is a credential the proxy adds to a sandbox's requests to some hosts; the sandbox only
-// ever sees Placeholder.
+// ever sees Placeholder. Formatting (fmt, any verb), slog and JSON show "[REDACTED]" for Value.
 type Secret struct {
 	Name        string
 	Hosts       []string // exact names, or "*.suffix" for the names under suffix (not suffix itself)
 	Header      string   // e.g. "Authorization"
 	Value       string   // the full header value, e.g. "Bearer sk-..."
 	Placeholder string   // what the sandbox holds, e.g. "airlock-secret:NAME"; "" = none
+}
+
+// redacted replaces a secret's Value wherever a Secret is formatted or logged.
+const redacted = "[REDACTED]"
+
+// redactedSecret is a Secret with its value replaced, for printing.
+type redactedSecret struct {
+	Name        string
+	Hosts       []string
+	Header      string
+	Value       string
+	Placeholder string
+}
+
+func (s Secret) redact() redactedSecret {
+	v := ""
+	if s.Value != "" {
+		v = redacted
+	}
+	return redactedSecret{Name: s.Name, Hosts: s.Hosts, Header: s.Header, Value: v, Placeholder: s.Placeholder}
+}
+
+// String describes the secret without its value.
+func (s Secret) String() string {
+	return fmt.Sprintf("%+v", s.redact())
+}
+
+// GoString describes the secret without its value (for %#v).
+func (s Secret) GoString() string {
+	return fmt.Sprintf("proxy.Secret%+v", s.redact())
+}
+
+// Format prints the secret without its value, whatever the verb and flags.
+func (s Secret) Format(f fmt.State, verb rune) {
+	r := s.redact()
+	switch {
+	case verb == 'v' && f.Flag('#'):
+		_, _ = fmt.Fprintf(f, "proxy.Secret%#v", r)
+	case verb == 'v' && f.Flag('+'):
+		_, _ = fmt.Fprintf(f, "%+v", r)
+	default:
+		_, _ = fmt.Fprintf(f, "%v", r)
+	}
+}
+
+// LogValue logs the secret without its value.
+func (s Secret) LogValue() slog.Value {
+	r := s.redact()
+	return slog.GroupValue(
+		slog.String("name", r.Name),
+		slog.Any("hosts", r.Hosts),
+		slog.String("header", r.Header),
+		slog.String("value", r.Value),
+		slog.String("placeholder", r.Placeholder),
+	)
+}
+
+// MarshalJSON encodes the secret without its value (a slog JSON handler encodes a slice of
+// secrets this way).
+func (s Secret) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(s.redact())
+	if err != nil {
+		return nil, fmt.Errorf("proxy: secret %q: %w", s.Name, err)
+	}
+	return b, nil
 }
 
 // SecretSource gives a sandbox's secrets. It is called on every request, so it should answer
