@@ -6,8 +6,10 @@
 //     resolution of that name (never the address the guest chose) and forwards the request.
 //   - Port 443: TLS, judged by its SNI (a missing or IP-literal SNI is refused). Exempt
 //     destinations (policy.Exempt) are relayed untouched to the proxy's own resolution of the
-//     SNI; the rest is terminated with a leaf of the deployment CA (tlsca), served as HTTP/1.1
-//     or HTTP/2, each request's Host / :authority must equal the SNI (else 421), secrets are
+//     SNI; a name the policy denies (or one without a binding) is closed before any
+//     handshake, so no leaf is minted for it; the rest is terminated with a leaf of the
+//     deployment CA (tlsca), served as HTTP/1.1 or HTTP/2 (at most 32 streams at once), each
+//     request is judged again, its Host / :authority must equal the SNI (else 421), secrets are
 //     injected, and the request goes on over a new TLS connection that verifies the upstream.
 //   - Other ports: allowed by an address rule or by a name bound to the dialled address that
 //     the policy allows on that port; relayed raw to the dialled address.
@@ -17,8 +19,12 @@
 // connection is tracked (egress.Sandbox.Track), so that the per-sandbox limit holds and a
 // policy change cuts what it now denies.
 //
+// Before any of that, every accepted connection counts against Config.MaxConnsPerSource (per
+// source address) and Config.MaxConns (in total); one over either is closed at once.
+//
 // Secrets are injected over HTTPS only: a placeholder in a cleartext (port 80) request is
-// refused like one sent to a host the secret does not belong to.
+// refused like one sent to a host the secret does not belong to, and a TRACE or TRACK request
+// that would get a secret is refused (it would echo the value back).
 package proxy
 
 import (
