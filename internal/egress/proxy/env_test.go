@@ -38,14 +38,15 @@ type env struct {
 	upCA *tlsca.CA // the fake internet's public CA
 	px   *Proxy
 
-	mu       sync.Mutex
-	cond     *sync.Cond
-	names    map[string][]netip.Addr      // the proxy's (and by default the guest's) DNS
-	guestDNS map[string]netip.Addr        // guest-side overrides (spoofing)
-	routes   map[netip.AddrPort]string    // fake address -> loopback address
-	orig     map[string]netip.AddrPort    // guest local address -> dialled destination
-	secrets  map[model.SandboxID][]Secret // SecretsFor
-	dials    int
+	mu        sync.Mutex
+	cond      *sync.Cond
+	names     map[string][]netip.Addr      // the proxy's (and by default the guest's) DNS
+	guestDNS  map[string]netip.Addr        // guest-side overrides (spoofing)
+	routes    map[netip.AddrPort]string    // fake address -> loopback address
+	orig      map[string]netip.AddrPort    // guest local address -> dialled destination
+	secrets   map[model.SandboxID][]Secret // SecretsFor
+	onSecrets func()                       // called by SecretsFor, outside mu, when set
+	dials     int
 }
 
 type envOpts struct {
@@ -121,6 +122,12 @@ func compile(t testing.TB, js string) *policy.Policy {
 }
 
 func (e *env) SecretsFor(id model.SandboxID) []Secret {
+	e.mu.Lock()
+	hook := e.onSecrets
+	e.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.secrets[id]

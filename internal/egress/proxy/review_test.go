@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -294,4 +295,48 @@ func TestCloseWaits(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestCloseWaitsForHTTP2Handler: Close does not return while an HTTP/2 request handler is
+// still running (here held inside SecretsFor), and returns once it ends.
+func TestCloseWaitsForHTTP2Handler(t *testing.T) {
+	e := newEnv(t, envOpts{policy: basePolicy})
+	e.httpsUpstream("203.0.113.20", true, whoami("secure"), "secure.test")
+	e.bind("secure.test", "203.0.113.20")
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.mu.Lock()
+	e.onSecrets = func() {
+		once.Do(func() { close(entered) })
+		<-release
+	}
+	e.mu.Unlock()
+	c := e.client(clientOpts{h2: true})
+	reqDone := make(chan struct{})
+	go func() {
+		defer close(reqDone)
+		if resp, err := c.Get("https://secure.test/"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-entered
+	closed := make(chan error, 1)
+	go func() { closed <- e.px.Close() }()
+	select {
+	case <-closed:
+		close(release)
+		<-reqDone
+		t.Fatal("Close returned while a request handler was running")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return after the handler ended")
+	}
+	<-reqDone
 }
