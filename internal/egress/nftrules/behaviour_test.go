@@ -1,13 +1,18 @@
 package nftrules
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/egress/netnstest"
 )
@@ -225,6 +230,8 @@ func TestRedirectAndDrop(t *testing.T) {
 		}
 	}
 
+	testSpoofedSources(t, host, guest, c, proxy, proxy6, resolver)
+
 	// Out of the set, the guest is an ordinary peer again.
 	if err := RemoveSandbox(c, hostIf); err != nil {
 		t.Fatal(err)
@@ -235,6 +242,256 @@ func TestRedirectAndDrop(t *testing.T) {
 		conn.Close()
 	}
 }
+
+// testSpoofedSources: a guest (root in its namespace) that sends from an address that is not its
+// own reaches neither the resolver nor the proxy, whether the forged address is another
+// sandbox's (routed through another sandbox interface) or any other (routed out of the host's
+// default route): the antispoof chain drops it before the redirect. Its real addresses still
+// work. The kernel's own reverse-path filter is turned off in the host namespace, so the drop
+// is the table's: a control with the antispoof rule deleted shows the forged packet arriving.
+func testSpoofedSources(t *testing.T, host, guest *netnstest.Netns, c *nftables.Conn, proxy, proxy6 *net.TCPListener, resolver *net.UDPConn) {
+	const (
+		hostIf           = "airtest-h"
+		otherH, otherG   = "airtest-h2", "airtest-g2"
+		uplinkA, uplinkB = "airtest-ua", "airtest-ub"
+	)
+	// Sandbox B: another veth in the set, whose guest end is 10.231.0.6 / fd00:232::6.
+	other := netnstest.New(t)
+	host.IP(t, []*os.File{other.F}, "link", "add", otherH, "type", "veth", "peer", "name", otherG, "netns", "/proc/self/fd/3")
+	host.IP(t, nil, "addr", "add", "10.231.0.5/30", "dev", otherH)
+	host.IP(t, nil, "addr", "add", "fd00:232::5/64", "dev", otherH, "nodad")
+	host.IP(t, nil, "link", "set", otherH, "up")
+	other.IP(t, nil, "link", "set", otherG, "up")
+	if err := AddSandbox(c, otherH); err != nil {
+		t.Fatal(err)
+	}
+	// The host's default routes, through an uplink that is no sandbox: a forged address of the
+	// internet routes back, only not through the guest's interface.
+	host.IP(t, nil, "link", "add", uplinkA, "type", "veth", "peer", "name", uplinkB)
+	host.IP(t, nil, "addr", "add", "192.0.2.1/24", "dev", uplinkA)
+	host.IP(t, nil, "addr", "add", "2001:db8:ffff::1/64", "dev", uplinkA, "nodad")
+	host.IP(t, nil, "link", "set", uplinkA, "up")
+	host.IP(t, nil, "link", "set", uplinkB, "up")
+	host.IP(t, nil, "route", "add", "default", "via", "192.0.2.2")
+	host.IP(t, nil, "-6", "route", "add", "default", "via", "2001:db8:ffff::2")
+	host.Do(t, func() {
+		for _, dev := range []string{"all", "default", hostIf, otherH, uplinkA} {
+			if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+dev+"/rp_filter", []byte("0"), 0); err != nil {
+				t.Errorf("rp_filter off on %s: %v", dev, err)
+			}
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	// Neighbours that answer nothing but need no resolution, so that whatever the host sends to
+	// a forged address really leaves (and is seen by the capture below).
+	host.IP(t, nil, "neigh", "add", "192.0.2.2", "lladdr", "02:00:00:00:00:02", "dev", uplinkA, "nud", "permanent")
+	host.IP(t, nil, "neigh", "add", "2001:db8:ffff::2", "lladdr", "02:00:00:00:00:02", "dev", uplinkA, "nud", "permanent")
+	host.IP(t, nil, "neigh", "add", "10.231.0.6", "lladdr", "02:00:00:00:00:06", "dev", otherH, "nud", "permanent")
+	host.IP(t, nil, "neigh", "add", "fd00:232::6", "lladdr", "02:00:00:00:00:06", "dev", otherH, "nud", "permanent")
+	// A packet socket on every interface of the host namespace: it sees what the host sends.
+	var capture int
+	host.Do(t, func() {
+		var err error
+		capture, err = unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM, int(htons(unix.ETH_P_ALL)))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		tv := unix.NsecToTimeval((300 * time.Millisecond).Nanoseconds())
+		if err := unix.SetsockoptTimeval(capture, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+			t.Error(err)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	defer unix.Close(capture)
+	// sent reports whether the host sent anything to dst since the last call (it reads until the
+	// capture has been quiet for 300 ms).
+	sent := func(dst netip.Addr) bool {
+		seen := false
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := unix.Recvfrom(capture, buf, 0)
+			if err != nil {
+				return seen
+			}
+			ll, ok := from.(*unix.SockaddrLinklayer)
+			if !ok || ll.Pkttype != unix.PACKET_OUTGOING || n < 1 {
+				continue
+			}
+			var d netip.Addr
+			switch pkt := buf[:n]; pkt[0] >> 4 {
+			case 4:
+				if n >= 20 {
+					d = netip.AddrFrom4([4]byte(pkt[16:20]))
+				}
+			case 6:
+				if n >= 40 {
+					d = netip.AddrFrom16([16]byte(pkt[24:40]))
+				}
+			}
+			if d == dst {
+				seen = true
+			}
+		}
+	}
+
+	spoofed := []netip.Addr{
+		netip.MustParseAddr("10.231.0.6"),    // sandbox B's address
+		netip.MustParseAddr("198.51.100.77"), // any address: routed out of the default route
+		netip.MustParseAddr("10.231.0.5"),    // the host's end of B's veth
+		netip.MustParseAddr("fd00:232::6"),   // sandbox B's IPv6 address
+		netip.MustParseAddr("2001:db8:77::7"),
+	}
+	// The control's own forged addresses: the host keeps resending its SYN-ACKs to them for a
+	// while, which must not count against the addresses checked after it.
+	controlSpoofed := []netip.Addr{netip.MustParseAddr("198.51.100.78"), netip.MustParseAddr("2001:db8:77::8")}
+	for _, a := range append(slices.Clone(spoofed), controlSpoofed...) {
+		if a.Is4() {
+			guest.IP(t, nil, "addr", "add", a.String()+"/32", "dev", "airtest-g")
+		} else {
+			guest.IP(t, nil, "addr", "add", a.String()+"/128", "dev", "airtest-g", "nodad")
+		}
+	}
+
+	hostAddr6 := netip.MustParseAddr("fd00:231::1")
+	var resolver6 *net.UDPConn
+	var err error
+	host.Do(t, func() {
+		resolver6, err = net.ListenUDP("udp6", net.UDPAddrFromAddrPort(netip.AddrPortFrom(hostAddr6, testCfg.ResolverPort)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resolver6.Close()
+
+	// udpFrom sends a DNS-port datagram from src; it reports whether the resolver received it,
+	// and answers it as Airlock's resolver would answer an unknown source before the fix.
+	udpFrom := func(src netip.Addr, dst string) bool {
+		guest.Do(t, func() {
+			d := net.Dialer{LocalAddr: net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0))}
+			u, err := d.Dial("udp", dst)
+			if err != nil {
+				t.Errorf("udp from %s: %v", src, err)
+				return
+			}
+			defer u.Close()
+			_, _ = u.Write([]byte("spoof"))
+		})
+		buf := make([]byte, 64)
+		r := resolver
+		if src.Is6() {
+			r = resolver6
+		}
+		r.SetDeadline(time.Now().Add(300 * time.Millisecond))
+		n, from, err := r.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			return false
+		}
+		if string(buf[:n]) != "spoof" || from.Addr().Unmap() != src {
+			t.Errorf("resolver read %q from %s, want %q from %s", buf[:n], from, "spoof", src)
+		}
+		_, _ = r.WriteToUDPAddrPort([]byte("refused"), from)
+		return true
+	}
+	// tcpFrom dials dst from src; it reports whether the proxy accepted the connection.
+	tcpFrom := func(src netip.Addr, dst string) bool {
+		var conn net.Conn
+		var err error
+		guest.Do(t, func() {
+			d := net.Dialer{Timeout: 500 * time.Millisecond, LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))}
+			conn, err = d.Dial("tcp", dst)
+		})
+		if err == nil {
+			conn.Close()
+		}
+		l := proxy
+		if src.Is6() {
+			l = proxy6
+		}
+		l.SetDeadline(time.Now().Add(200 * time.Millisecond))
+		a, aerr := l.Accept()
+		if aerr == nil {
+			a.Close()
+		}
+		return err == nil || aerr == nil
+	}
+	dnsDst := func(src netip.Addr) string {
+		if src.Is6() {
+			return "[2001:db8::5]:53"
+		}
+		return "203.0.113.5:53"
+	}
+	webDst := func(src netip.Addr) string {
+		if src.Is6() {
+			return "[2001:db8::5]:80"
+		}
+		return "203.0.113.5:80"
+	}
+
+	// Control: without the antispoof rule, a forged source reaches the resolver (so the drop
+	// below is the table's, not the kernel's). Ensure puts the rule back.
+	tb := &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
+	rules, err := c.GetRules(tb, &nftables.Chain{Name: AntispoofName, Table: tb})
+	if err != nil || len(rules) == 0 {
+		t.Fatalf("antispoof rules: %v, %v", rules, err)
+	}
+	if err := c.DelRule(rules[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	sent(netip.Addr{}) // drain
+	for _, src := range controlSpoofed {
+		if !udpFrom(src, dnsDst(src)) {
+			t.Errorf("control: without the antispoof rule, forged %s did not reach the resolver either", src)
+		}
+		if !sent(src) {
+			t.Errorf("control: without the antispoof rule, the resolver's reply to forged %s was not seen leaving", src)
+		}
+		tcpFrom(src, webDst(src)) // the handshake cannot complete, but the host answers the SYN
+		if !sent(src) {
+			t.Errorf("control: without the antispoof rule, no SYN-ACK to forged %s was seen leaving", src)
+		}
+	}
+	if err := Ensure(c, testCfg); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, src := range spoofed {
+		if udpFrom(src, dnsDst(src)) {
+			t.Errorf("udp from forged %s → %s reached the resolver", src, dnsDst(src))
+		}
+		if tcpFrom(src, webDst(src)) {
+			t.Errorf("tcp from forged %s → %s reached the proxy", src, webDst(src))
+		}
+		if sent(src) {
+			t.Errorf("the host sent a packet to forged %s", src)
+		}
+	}
+	// The guest's real addresses still work, on both protocols and families.
+	for _, src := range []netip.Addr{netip.MustParseAddr("10.231.0.2"), netip.MustParseAddr("fd00:231::2")} {
+		if !udpFrom(src, dnsDst(src)) {
+			t.Errorf("udp from the guest's own %s did not reach the resolver", src)
+		}
+		if !tcpFrom(src, webDst(src)) {
+			t.Errorf("tcp from the guest's own %s did not reach the proxy", src)
+		}
+	}
+	for _, a := range append(spoofed, controlSpoofed...) {
+		guest.IP(t, nil, "addr", "del", a.String(), "dev", "airtest-g")
+	}
+	if err := RemoveSandbox(c, otherH); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// htons is the network-order value of v as the host reads it.
+func htons(v uint16) uint16 { return binary.NativeEndian.Uint16(binary.BigEndian.AppendUint16(nil, v)) }
 
 func tcpAddr(a netip.Addr, port uint16) *net.TCPAddr {
 	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(a, port))

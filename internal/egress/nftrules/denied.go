@@ -27,10 +27,13 @@ var AlwaysDeniedPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("240.0.0.0/4"),    // reserved, incl. broadcast 255.255.255.255
 	// IPv6
 	netip.MustParsePrefix("::/127"),         // unspecified (::) and loopback (::1)
+	netip.MustParsePrefix("::/96"),          // IPv4-compatible (deprecated, RFC 4291): ::a.b.c.d embeds any IPv4 address, private ones included
 	netip.MustParsePrefix("::ffff:0:0/96"),  // IPv4-mapped: AlwaysDenied unmaps first; on the wire, always denied
 	netip.MustParsePrefix("64:ff9b::/96"),   // NAT64 well-known prefix: would reach any IPv4 address, private ones included
 	netip.MustParsePrefix("64:ff9b:1::/48"), // NAT64 local-use prefix
 	netip.MustParsePrefix("100::/64"),       // discard-only
+	netip.MustParsePrefix("2001::/32"),      // Teredo (RFC 4380): embeds a server's and a client's (obfuscated) IPv4 address
+	netip.MustParsePrefix("2002::/16"),      // 6to4 (RFC 3056): 2002:AABB:CCDD:: embeds the IPv4 address A.B.C.D, private ones included
 	netip.MustParsePrefix("fc00::/7"),       // unique local
 	netip.MustParsePrefix("fe80::/10"),      // link-local
 	netip.MustParsePrefix("fec0::/10"),      // site-local (deprecated)

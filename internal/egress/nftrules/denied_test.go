@@ -36,6 +36,16 @@ func TestAlwaysDenied(t *testing.T) {
 		{"::ffff:10.0.0.1", true},
 		{"::ffff:8.8.8.8", false}, // judged as the IPv4 address it carries
 		{"64:ff9b::a00:1", true},
+		// Transition prefixes that embed an IPv4 address: denied whatever the address.
+		{"::a00:1", true},                  // IPv4-compatible 10.0.0.1
+		{"::808:808", true},                // IPv4-compatible 8.8.8.8
+		{"::1:0:0", false},                 // just past ::/96
+		{"2002:a00:1::1", true},            // 6to4 of 10.0.0.1
+		{"2002:a9fe:a9fe::1", true},        // 6to4 of 169.254.169.254
+		{"2002:808:808::1", true},          // 6to4 of 8.8.8.8
+		{"2001:0:4136:e378:8000::1", true}, // Teredo
+		{"2001:1::1", false},               // past Teredo's /32
+		{"2003::1", false},
 		{"fc00::1", true},
 		{"fd12:3456::1", true},
 		{"fe80::1", true},
@@ -73,9 +83,14 @@ func TestDeniedElements(t *testing.T) {
 	if netip.AddrFrom4([4]byte(last.Key)) != netip.MustParseAddr("224.0.0.0") || last.IntervalEnd {
 		t.Errorf("last element %v", last)
 	}
-	// IPv6: ::/127 and ::ffff:0:0/96 stay apart; fe80::/10, fec0::/10 and ff00::/8 merge and run
+	// IPv6: ::/96 (holding ::/127) and ::ffff:0:0/96 stay apart; fe80::/10, fec0::/10 and ff00::/8 merge and run
 	// to the end.
 	v6 := deniedElements(true)
+	// ::/127 lies inside ::/96: one range, :: up to ::1:0:0.
+	if len(v6) < 2 || netip.AddrFrom16([16]byte(v6[0].Key)) != netip.MustParseAddr("::") || v6[0].IntervalEnd ||
+		netip.AddrFrom16([16]byte(v6[1].Key)) != netip.MustParseAddr("::1:0:0") || !v6[1].IntervalEnd {
+		t.Errorf("first IPv6 range %v", v6[:min(2, len(v6))])
+	}
 	last = v6[len(v6)-1]
 	if netip.AddrFrom16([16]byte(last.Key)) != netip.MustParseAddr("fe80::") || last.IntervalEnd {
 		t.Errorf("last IPv6 element %v", last)

@@ -1,6 +1,12 @@
 // Package nftrules owns Airlock's own nftables table (family inet, name "airlock"): the kernel half
 // of sandbox egress. A sandbox's host-side interface joins the set "sandboxes"; from then on
 //
+//   - a packet from it whose source address does not route back through it (strict reverse-path,
+//     "fib saddr . iif oif missing", IPv4 and IPv6) is dropped in the chain "antispoof" at
+//     prerouting, priority raw, before conntrack and the redirect: a guest is root in its
+//     namespace and can forge any source, and a forged packet redirected to the resolver or the
+//     proxy would have its reply sent to that address out of the host's default route (an
+//     egress bypass and a reflector), or pass for another sandbox;
 //   - its DNS (UDP and TCP port 53) is redirected to the resolver's port and all its other TCP, to
 //     any port, to the host proxy's port, whatever address the guest dialled (the proxy recovers
 //     it with OriginalDst); UDP other than DNS goes nowhere (it is neither redirected nor routed);
@@ -8,7 +14,8 @@
 //     IPv6 neighbour discovery: it cannot reach the host's own services (the Airlock API included);
 //   - nothing is routed from or to it (Airlock never turns on ip_forward; this is the second lock);
 //   - with Config.InterfacePrefix, an interface of that prefix that is missing from the set is
-//     dropped at input and never forwarded (fail closed);
+//     dropped at input and never forwarded (fail closed), and its forged sources are dropped at
+//     prerouting like a sandbox's;
 //   - the proxy's and the resolver's ports are closed to every other interface: they listen on
 //     all addresses (the redirect delivers to each host end) but serve sandboxes only.
 //
@@ -43,6 +50,7 @@ const (
 	SandboxSet     = "sandboxes"
 	Denied4Set     = "denied4"
 	Denied6Set     = "denied6"
+	AntispoofName  = "antispoof"
 	PreroutingName = "prerouting"
 	InputName      = "input"
 	ForwardName    = "forward"
@@ -436,6 +444,16 @@ func desired(cfg Config) []chainSpec {
 	}
 	return []chainSpec{
 		{
+			// Before conntrack and NAT: a packet whose source address does not route back
+			// through the sandbox interface it came in on (a forged one) is dropped before the
+			// redirect can deliver it and before a reply can go to that address.
+			chain: &nftables.Chain{Name: AntispoofName, Table: table, Type: nftables.ChainTypeFilter,
+				Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw, Policy: &accept},
+			rules: append([][]expr.Any{
+				concat(fromSandbox(), sourceNotViaInput(), verdict(expr.VerdictDrop)),
+			}, prefixRPF(cfg)...),
+		},
+		{
 			chain: &nftables.Chain{Name: PreroutingName, Table: table, Type: nftables.ChainTypeNAT,
 				Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept},
 			rules: [][]expr.Any{
@@ -551,6 +569,29 @@ func prefixDrops(cfg Config, key expr.MetaKey) [][]expr.Any {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(cfg.InterfacePrefix)},
 		&expr.Verdict{Kind: expr.VerdictDrop},
 	}}
+}
+
+// sourceNotViaInput: fib saddr . iif oif missing — strict reverse-path: the packet's source
+// address has no route back out of the interface it came in on (the lookup is limited to the
+// input interface; no route, or a route through another interface, gives oif 0). The same
+// expression covers IPv4 and IPv6 in the inet table.
+func sourceNotViaInput() []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+// prefixRPF: meta iifname "PREFIX*" fib saddr . iif oif missing drop, when cfg has a prefix:
+// the fail-closed guard of an interface missing from the set covers forged sources too.
+func prefixRPF(cfg Config) [][]expr.Any {
+	if cfg.InterfacePrefix == "" {
+		return nil
+	}
+	return [][]expr.Any{concat([]expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(cfg.InterfacePrefix)},
+	}, sourceNotViaInput(), verdict(expr.VerdictDrop))}
 }
 
 // toSandbox: meta oifname @sandboxes

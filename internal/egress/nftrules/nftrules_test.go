@@ -62,14 +62,14 @@ func TestEnsureIdempotentAndRemove(t *testing.T) {
 	// The rules are what was asked for, read back from the kernel.
 	tb := &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
 	counts := map[string]int{}
-	for _, name := range []string{PreroutingName, InputName, ForwardName} {
+	for _, name := range []string{AntispoofName, PreroutingName, InputName, ForwardName} {
 		rules, err := c.GetRules(tb, &nftables.Chain{Name: name, Table: tb})
 		if err != nil {
 			t.Fatal(err)
 		}
 		counts[name] = len(rules)
 	}
-	if counts[PreroutingName] != 3 || counts[InputName] != 10 || counts[ForwardName] != 2 {
+	if counts[AntispoofName] != 1 || counts[PreroutingName] != 3 || counts[InputName] != 10 || counts[ForwardName] != 2 {
 		t.Fatalf("rule counts %v", counts)
 	}
 	if err := Check(c, Config{ProxyPort: 1, ResolverPort: 2}); err == nil {

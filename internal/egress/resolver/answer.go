@@ -35,9 +35,15 @@ var answeredTypes = map[uint16]bool{
 	dns.TypeCAA: true,
 }
 
-// answer is the whole decision for one query from src; nil means send nothing (a response,
-// not a query). tcp says which transport the reply goes back on (for its size limit).
+// answer is the whole decision for one query from src; nil means send nothing: to a source
+// that is no sandbox (checked first, before anything in the message is looked at), and to a
+// response. tcp says which transport the reply goes back on (for its size limit).
 func (r *Resolver) answer(ctx context.Context, src netip.Addr, tcp bool, req *dns.Msg) *dns.Msg {
+	// The sockets' readers drop unknown sources already; this is the second check.
+	sb, ok := r.sandbox(src)
+	if !ok {
+		return nil
+	}
 	if req.Response {
 		return nil
 	}
@@ -46,14 +52,6 @@ func (r *Resolver) answer(ctx context.Context, src netip.Addr, tcp bool, req *dn
 	resp.RecursionAvailable = true
 	if req.Opcode != dns.OpcodeQuery {
 		resp.Rcode = dns.RcodeNotImplemented
-		return r.finish(req, resp, tcp)
-	}
-	sb, ok := r.cfg.Registry.BySource(src)
-	if !ok {
-		r.strangers.Do(func() {
-			r.log.Warn("dns query from an address that is no sandbox (logged at most once a minute)", "src", src.String())
-		})
-		resp.Rcode = dns.RcodeRefused
 		return r.finish(req, resp, tcp)
 	}
 	if len(req.Question) != 1 {

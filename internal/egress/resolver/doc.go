@@ -9,7 +9,10 @@
 // the sandbox's decision log:
 //
 //  1. The sandbox is found by the packet's source address (egress.Registry.BySource): the guest
-//     end of its veth. An unknown source gets REFUSED.
+//     end of its veth. A packet from an unknown source gets no reply at all (not REFUSED, not
+//     FORMERR, not NOTIMP), and nothing in it is looked at: this check comes before every
+//     other. Its UDP is dropped before miekg/dns parses it, its TCP connection is closed as
+//     soon as it is accepted, and the handler checks again.
 //  2. The question: one question of class IN, of a type a sandbox needs (A, AAAA, CNAME, HTTPS,
 //     SVCB, MX, TXT, SRV, NS, SOA, CAA; ANY, PTR, NULL, transfers are refused), whose name is a
 //     host name (normalized: lower case, no trailing dot, as the policy and the bindings use).
@@ -43,8 +46,10 @@
 // it cancels the upstream exchanges, waits for the handlers and closes both sockets.
 //
 // The redirect delivers to the host end of each sandbox's veth, so in production the resolver
-// listens on all addresses (":PORT"). It trusts a packet's source address: a query from any
-// address that is not a registered sandbox is REFUSED, and a sandbox's address forged from
-// another network is what reverse-path filtering (or a firewall on the port) must stop. What
-// a forged query could do is small anyway: bindings only ever hold the upstream's answers.
+// listens on all addresses (":PORT"). It trusts a packet's source address to name the sandbox;
+// nftrules makes that true: a packet from a sandbox's interface whose source address does not
+// route back through that interface (a forged one: another sandbox's, or any address at all) is
+// dropped before the redirect. Silence to unknown sources is the second lock: a reply to a
+// forged address would leave the host for that address (conntrack reverses the redirect), an
+// egress bypass and a reflector.
 package resolver

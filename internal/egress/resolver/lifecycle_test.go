@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlockdev/airlock/internal/egress"
+	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/model"
 )
 
 func TestInflight(t *testing.T) {
@@ -68,6 +71,15 @@ func TestInflight(t *testing.T) {
 func TestServeStops(t *testing.T) {
 	up := newFakeUpstream(t, zone)
 	reg := egress.NewRegistry(egress.RegistryConfig{})
+	spec, err := policy.ParseSpec([]byte(`{"default":"none"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Compile(spec, nil, policy.Public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Add(model.SandboxID("sbx_serve_stops"), guest, p)
 	r, err := New(Config{Listen: "127.0.0.1:0", Upstream: up.addr, Registry: reg, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +89,7 @@ func TestServeStops(t *testing.T) {
 	go func() { done <- r.Serve(ctx) }()
 	m := new(dns.Msg)
 	m.SetQuestion("ok.example.", dns.TypeA)
-	if in, err := exchange(stranger, "tcp", r.Addr().String(), m); err != nil || in.Rcode != dns.RcodeRefused {
+	if in, err := exchange(guest, "tcp", r.Addr().String(), m); err != nil || in.Rcode != dns.RcodeRefused {
 		t.Fatalf("before stop: %v %v", in, err)
 	}
 	cancel()
@@ -195,8 +207,21 @@ func TestTCPPerSourceLimit(t *testing.T) {
 	if !closed(dial("127.0.0.2")) {
 		t.Fatal("a fourth connection from one source stayed open")
 	}
-	if closed(dial("127.0.0.3")) {
+	// Another sandbox has slots of its own; an address that is no sandbox has none.
+	spec, err := policy.ParseSpec([]byte(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Compile(spec, nil, policy.Public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.reg.Add(model.SandboxID("sbx_other"), netip.MustParseAddr("127.0.0.4"), p)
+	if closed(dial("127.0.0.4")) {
 		t.Fatal("another source was limited")
+	}
+	if !closed(dial(stranger.String())) {
+		t.Fatal("a connection from an address that is no sandbox stayed open")
 	}
 	held[0].Close()
 	time.Sleep(100 * time.Millisecond) // the server sees the close

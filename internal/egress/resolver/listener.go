@@ -9,19 +9,21 @@ import (
 // DefaultMaxTCPPerSource bounds the open TCP connections of one source address.
 const DefaultMaxTCPPerSource = 16
 
-// sourceLimitListener closes at once a connection beyond max open ones from the same source
+// sourceLimitListener closes at once a connection from a source that is not known (no
+// sandbox: it never sees a byte of DNS) and one beyond max open ones from the same source
 // address, so that one sandbox cannot exhaust the host's file descriptors through the
 // resolver's TCP port.
 type sourceLimitListener struct {
 	net.Listener
-	max int
+	max   int
+	known func(netip.Addr) bool
 
 	mu   sync.Mutex
 	open map[netip.Addr]int
 }
 
-func newSourceLimitListener(l net.Listener, max int) *sourceLimitListener {
-	return &sourceLimitListener{Listener: l, max: max, open: map[netip.Addr]int{}}
+func newSourceLimitListener(l net.Listener, max int, known func(netip.Addr) bool) *sourceLimitListener {
+	return &sourceLimitListener{Listener: l, max: max, known: known, open: map[netip.Addr]int{}}
 }
 
 func (l *sourceLimitListener) Accept() (net.Conn, error) {
@@ -31,8 +33,9 @@ func (l *sourceLimitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		src, ok := remoteAddr(c.RemoteAddr())
-		if !ok {
-			return c, nil
+		if !ok || !l.known(src) {
+			c.Close()
+			continue
 		}
 		l.mu.Lock()
 		if l.open[src] >= l.max {

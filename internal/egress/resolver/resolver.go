@@ -213,8 +213,9 @@ func (r *Resolver) Serve(ctx context.Context) error {
 	qctx, cancelQueries := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelQueries()
 	servers := []*dns.Server{
-		{PacketConn: r.pc, Handler: r.handler(qctx, false), UDPSize: dns.MaxMsgSize},
-		{Listener: newSourceLimitListener(r.ln, r.cfg.MaxTCPPerSource), Handler: r.handler(qctx, true), ReadTimeout: tcpReadTimeout,
+		{PacketConn: r.pc, Handler: r.handler(qctx, false), UDPSize: dns.MaxMsgSize,
+			DecorateReader: func(rd dns.Reader) dns.Reader { return knownReader{Reader: rd, known: r.known} }},
+		{Listener: newSourceLimitListener(r.ln, r.cfg.MaxTCPPerSource, r.known), Handler: r.handler(qctx, true), ReadTimeout: tcpReadTimeout,
 			IdleTimeout: func() time.Duration { return tcpIdleTimeout }},
 	}
 	type result struct {
