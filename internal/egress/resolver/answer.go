@@ -11,6 +11,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlockdev/airlock/internal/egress"
+	"github.com/airlockdev/airlock/internal/egress/bindings"
 	"github.com/airlockdev/airlock/internal/egress/decisionlog"
 	"github.com/airlockdev/airlock/internal/egress/policy"
 )
@@ -176,13 +177,13 @@ func (r *Resolver) filter(sb *egress.Sandbox, name string, qtype uint16, up *dns
 		switch rr := rr.(type) {
 		case *dns.A:
 			a, ok := netip.AddrFromSlice(rr.A.To4())
-			if !ok || !r.answerAddrAllowed(sb, cur, a) {
-				continue
+			if !ok || len(addrs) >= bindings.MaxAddrsPerName || !r.answerAddrAllowed(sb, cur, a) {
+				continue // beyond what a name may bind: the guest gets only addresses it may use
 			}
 			addrs = append(addrs, a)
 		case *dns.AAAA:
 			a, ok := netip.AddrFromSlice(rr.AAAA.To16())
-			if !ok || !r.answerAddrAllowed(sb, cur, a) {
+			if !ok || len(addrs) >= bindings.MaxAddrsPerName || !r.answerAddrAllowed(sb, cur, a) {
 				continue
 			}
 			addrs = append(addrs, a)

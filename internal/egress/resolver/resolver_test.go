@@ -92,7 +92,7 @@ func TestResolve(t *testing.T) {
 		{"rebinding AAAA stripped to NODATA", guest, "udp", "rebind.example", dns.TypeAAAA, dns.RcodeSuccess, nil, 0, true, "always-denied", nil},
 		{"private only: NODATA", guest, "udp", "private.ok.example", dns.TypeA, dns.RcodeSuccess, nil, 0, true, "always-denied", nil},
 		{"truncated upstream retried over TCP", guest, "udp", "big.example", dns.TypeA, dns.RcodeSuccess, nil, -1, true, "", nil},
-		{"big answer over TCP", guest, "tcp", "big.example", dns.TypeA, dns.RcodeSuccess, nil, 60, true, "", nil},
+		{"big answer over TCP (as many addresses as a name may bind)", guest, "tcp", "big.example", dns.TypeA, dns.RcodeSuccess, nil, bindings.MaxAddrsPerName, true, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := e.up.count(tc.qname)
