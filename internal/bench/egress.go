@@ -406,42 +406,7 @@ func (e *egressBench) run(ctx context.Context, args []string, w io.Writer) error
 	if err != nil {
 		return err
 	}
-	st, err := e.c.Attach(ctx, cs.AttachURL, cs.AttachmentToken)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	var stderr strings.Builder
-	for {
-		ev, err := st.Next()
-		if errors.Is(err, io.EOF) {
-			return errors.New("the attach stream ended without an exit event")
-		}
-		if err != nil {
-			return err
-		}
-		switch ev.Kind {
-		case apiv1.EventStdout:
-			if _, err := w.Write(ev.Data); err != nil {
-				return err
-			}
-		case apiv1.EventStderr:
-			if stderr.Len() < 4096 {
-				stderr.Write(ev.Data)
-			}
-		case apiv1.EventError:
-			msg := "no reason given"
-			if ev.Err != nil {
-				msg = ev.Err.Code + ": " + ev.Err.Message
-			}
-			return fmt.Errorf("command failed: %s", msg)
-		case apiv1.EventExit:
-			if ev.ExitCode != 0 || ev.Signal != "" {
-				return fmt.Errorf("exited with code %d (signal %q): %s", ev.ExitCode, ev.Signal, strings.TrimSpace(stderr.String()))
-			}
-			return nil
-		}
-	}
+	return attachUntilExit(ctx, e.c, cs, w)
 }
 
 // cleanup deletes the sandbox, stops the server, removes the working

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -133,7 +134,14 @@ func (e *execAirlock) attachTo(ctx context.Context, req apiv1.CreateCommandReque
 }
 
 func (e *execAirlock) attachSession(ctx context.Context, cs apiv1.CommandSession, w io.Writer) error {
-	st, err := e.a.c.Attach(ctx, cs.AttachURL, cs.AttachmentToken)
+	return attachUntilExit(ctx, e.a.c, cs, w)
+}
+
+// attachUntilExit attaches to a command session, copies its stdout to w and
+// returns when it exits: nil for exit code 0, an error with the start of
+// its stderr otherwise.
+func attachUntilExit(ctx context.Context, c *client.Client, cs apiv1.CommandSession, w io.Writer) error {
+	st, err := c.Attach(ctx, cs.AttachURL, cs.AttachmentToken)
 	if err != nil {
 		return err
 	}
