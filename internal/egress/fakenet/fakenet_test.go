@@ -13,33 +13,15 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
-)
 
-// needNetAdmin skips unless the process may make network namespaces.
-func needNetAdmin(t *testing.T) {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Skipf("cannot read capabilities: %v", err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			const netAdmin, sysAdmin = 12, 21
-			if err == nil && caps&(1<<netAdmin) != 0 && caps&(1<<sysAdmin) != 0 {
-				return
-			}
-		}
-	}
-	t.Skip("needs CAP_NET_ADMIN and CAP_SYS_ADMIN (network namespaces, veth)")
-}
+	"github.com/airlockdev/airlock/internal/egress/netnstest"
+)
 
 var (
 	allowedAddr = netip.MustParseAddr("192.0.2.10")
@@ -49,7 +31,7 @@ var (
 
 func newTestNet(t *testing.T) *Net {
 	t.Helper()
-	needNetAdmin(t)
+	netnstest.RequireNetAdmin(t)
 	zone := NewZone(map[string]Record{
 		"allowed.example":  {Addrs: []netip.Addr{allowedAddr, v6Addr}},
 		"alias.example":    {CNAME: "allowed.example"},
@@ -292,7 +274,7 @@ func TestNoWayOut(t *testing.T) {
 // TestClose: after Close no goroutine, socket, thread or veth of the fake
 // internet is left in this process or the real host.
 func TestClose(t *testing.T) {
-	needNetAdmin(t)
+	netnstest.RequireNetAdmin(t)
 	self, err := os.Readlink("/proc/self/ns/net")
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/nftables"
@@ -199,4 +201,24 @@ func ID(ns *os.File) (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("net:[%d]", st.Ino), nil
+}
+
+// RequireNetAdmin skips the test unless the process holds CAP_NET_ADMIN and CAP_SYS_ADMIN
+// (network namespaces, veths, bind mounts of them).
+func RequireNetAdmin(t testing.TB) {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("cannot read capabilities: %v", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			const netAdmin, sysAdmin = 12, 21
+			if err == nil && caps&(1<<netAdmin) != 0 && caps&(1<<sysAdmin) != 0 {
+				return
+			}
+		}
+	}
+	t.Skip("needs CAP_NET_ADMIN and CAP_SYS_ADMIN (network namespaces, veths, bind mounts)")
 }

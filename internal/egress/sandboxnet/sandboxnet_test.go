@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 
+	"github.com/airlockdev/airlock/internal/egress/netnstest"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/rootfs/mountinfo"
 )
@@ -28,26 +29,6 @@ import (
 // by default; tests use it instead of DefaultPrefix so they do not collide
 // with a server running on this host.
 var testPrefix = netip.MustParsePrefix("10.214.0.0/16")
-
-// needNetAdmin skips unless the process holds CAP_NET_ADMIN and CAP_SYS_ADMIN
-// (netns creation, veth, bind mounts).
-func needNetAdmin(t *testing.T) {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Skipf("skipping: cannot read capabilities: %v", err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			const netAdmin, sysAdmin = 12, 21
-			if err == nil && caps&(1<<netAdmin) != 0 && caps&(1<<sysAdmin) != 0 {
-				return
-			}
-		}
-	}
-	t.Skip("skipping: needs root with CAP_NET_ADMIN and CAP_SYS_ADMIN (network namespaces, veth, bind mounts)")
-}
 
 // hostState is what the tests must leave as they found it.
 type hostState struct {
@@ -72,7 +53,7 @@ func readHostState(t *testing.T) hostState {
 // thread in another netns, no host setting changed.
 func newTestPool(t *testing.T) (*Pool, *idSet) {
 	t.Helper()
-	needNetAdmin(t)
+	netnstest.RequireNetAdmin(t)
 	before := readHostState(t)
 	dir := filepath.Join(t.TempDir(), "netns")
 	p, err := NewPool(testPrefix, dir)
@@ -540,7 +521,7 @@ func TestAttachRejectsBadID(t *testing.T) {
 // already has would shadow it. The test makes its own veth pair (this kernel
 // has no dummy driver) with an address; no traffic is sent.
 func TestNewPoolRefusesHostOverlap(t *testing.T) {
-	needNetAdmin(t)
+	netnstest.RequireNetAdmin(t)
 	name := "sbnt" + strconv.Itoa(os.Getpid()%100000)
 	dummy := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
 	if err := netlink.LinkAdd(dummy); err != nil {
