@@ -126,15 +126,41 @@ func resolvConf(n *runtime.Network) []byte {
 	return []byte("# written by Airlock: the sandbox's only name server\nnameserver " + n.DNS.String() + "\noptions edns0\n")
 }
 
-// templateBundle reads the template's CA bundle, resolving the path inside
-// the template (a symlink there cannot point at a host file); none: nil.
+// templateBundlePaths are where distributions keep their CA bundle: Debian,
+// Ubuntu and Alpine; Fedora and RHEL; Alpine's and BSD-style cert.pem;
+// openSUSE. The first one the template has is the base of the sandbox's
+// trust store (mounted at GuestCABundle, which the environment variables
+// name), so a template that is not Debian keeps its public roots.
+var templateBundlePaths = []string{
+	GuestCABundle,
+	"/etc/pki/tls/certs/ca-bundle.crt",
+	"/etc/ssl/cert.pem",
+	"/etc/ssl/ca-bundle.pem",
+}
+
+// templateBundle reads the template's CA bundle (the first of
+// templateBundlePaths it has), resolving each path inside the template (a
+// symlink there cannot point at a host file); none: nil.
 func templateBundle(template string) ([]byte, error) {
 	root, err := os.Open(template)
 	if err != nil {
 		return nil, err
 	}
 	defer root.Close()
-	fd, err := unix.Openat2(int(root.Fd()), GuestCABundle[1:], &unix.OpenHow{
+	for _, p := range templateBundlePaths {
+		data, err := readInRoot(root, p)
+		if err != nil || data != nil {
+			return data, err
+		}
+	}
+	return nil, nil
+}
+
+// readInRoot reads the regular file at path inside root, at most
+// maxTemplateBundle bytes; a path that does not lead to a regular file
+// inside root: nil.
+func readInRoot(root *os.File, path string) ([]byte, error) {
+	fd, err := unix.Openat2(int(root.Fd()), path[1:], &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK,
 		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
 	})
@@ -142,9 +168,9 @@ func templateBundle(template string) ([]byte, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open the template's CA bundle: %w", err)
+		return nil, fmt.Errorf("open the template's CA bundle %s: %w", path, err)
 	}
-	f := os.NewFile(uintptr(fd), GuestCABundle)
+	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil {
 		return nil, err
@@ -153,10 +179,10 @@ func templateBundle(template string) ([]byte, error) {
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxTemplateBundle+1))
 	if err != nil {
-		return nil, fmt.Errorf("read the template's CA bundle: %w", err)
+		return nil, fmt.Errorf("read the template's CA bundle %s: %w", path, err)
 	}
 	if len(data) > maxTemplateBundle {
-		return nil, fmt.Errorf("the template's CA bundle is larger than %d bytes", maxTemplateBundle)
+		return nil, fmt.Errorf("the template's CA bundle %s is larger than %d bytes", path, maxTemplateBundle)
 	}
 	return data, nil
 }

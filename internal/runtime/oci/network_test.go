@@ -36,6 +36,13 @@ func TestTemplateBundle(t *testing.T) {
 		{"relative symlink out", func(t *testing.T, certs string) {
 			symlink(t, "../../../../../../../../.."+hostFile, filepath.Join(certs, "ca-certificates.crt"))
 		}, ""},
+		{"fedora", func(t *testing.T, certs string) {
+			write(t, filepath.Join(certs, "..", "..", "pki", "tls", "certs", "ca-bundle.crt"), "FEDORA")
+		}, "FEDORA"},
+		{"debian first", func(t *testing.T, certs string) {
+			write(t, filepath.Join(certs, "..", "cert.pem"), "OTHER")
+			write(t, filepath.Join(certs, "ca-certificates.crt"), "DEBIAN")
+		}, "DEBIAN"},
 		{"directory", func(t *testing.T, certs string) {
 			if err := os.Mkdir(filepath.Join(certs, "ca-certificates.crt"), 0o755); err != nil {
 				t.Fatal(err)
