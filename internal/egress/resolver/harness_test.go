@@ -43,13 +43,10 @@ func newFakeUpstream(t testing.TB, records []string, big ...string) *fakeUpstrea
 	for _, b := range big {
 		u.big[dns.Fqdn(b)] = true
 	}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	// UDP and TCP on one port, as the resolver binds its own (listen): the
+	// port UDP got may be taken for TCP, so try again.
+	pc, ln, err := listen("127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		pc.Close()
 		t.Fatal(err)
 	}
 	u.addr = pc.LocalAddr().String()
