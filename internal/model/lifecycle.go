@@ -143,6 +143,10 @@ func (l Lifecycle) check() error {
 		if from != l.InProgress && !CanTransition(from, l.InProgress) {
 			return fmt.Errorf("lifecycle %s: start state %s cannot become %s", l.Kind, from, l.InProgress)
 		}
+		// An operation may fail before it moved the sandbox on.
+		if !l.Retried() && from != l.Failure && !CanTransition(from, l.Failure) {
+			return fmt.Errorf("lifecycle %s: start state %s cannot become failure state %s", l.Kind, from, l.Failure)
+		}
 	}
 	if !CanTransition(l.InProgress, l.Final) {
 		return fmt.Errorf("lifecycle %s: %s cannot become final state %s", l.Kind, l.InProgress, l.Final)
