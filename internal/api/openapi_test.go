@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
 )
 
 type docOperation struct {
@@ -208,5 +209,31 @@ func TestRequestID(t *testing.T) {
 	b := e.do("GET", "/healthz", "", "").header.Get("X-Request-Id")
 	if a == b {
 		t.Fatal("two requests share an ID")
+	}
+}
+
+// TestOperationKindsDocumented: the OperationKind schema's enum is exactly
+// the lifecycle table's kinds.
+func TestOperationKindsDocumented(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Enum []string `json:"enum"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
+		t.Fatal(err)
+	}
+	got := doc.Components.Schemas["OperationKind"].Enum
+	var want []string
+	for _, k := range model.AllOperationKinds() {
+		want = append(want, string(k))
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("documented operation kinds %v, lifecycle table %v", got, want)
 	}
 }

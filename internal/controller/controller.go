@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -33,6 +34,10 @@ type Config struct {
 	// MaxAttempts bounds retries of an operation that keeps failing with a
 	// transient error. Default 5.
 	MaxAttempts int
+	// Backoff is how long an operation waits after its attempt-th attempt
+	// failed with a transient error before it may be claimed again (its
+	// not_before). Default DefaultBackoff.
+	Backoff func(attempt int) time.Duration
 	// Resync is the period of the resync loop. Default 10 s.
 	Resync time.Duration
 	Now    func() time.Time
@@ -64,6 +69,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.Resync == 0 {
 		cfg.Resync = 10 * time.Second
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = DefaultBackoff
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -169,7 +177,9 @@ func (c *Controller) claim() store.Claim {
 	return store.Claim{Owner: c.cfg.NodeID, Lease: c.cfg.Lease, Now: c.cfg.Now()}
 }
 
-// runOperation executes one claimed operation while renewing its lease.
+// runOperation executes one claimed operation while renewing its lease. The
+// lifecycle table says what the operation's kind does; a kind this server
+// does not know fails the operation.
 func (c *Controller) runOperation(ctx context.Context, op model.Operation) {
 	log := c.log.With("operation", op.ID, "kind", op.Kind, "sandbox", op.SandboxID, "attempt", op.Attempts)
 	opCtx, cancel := context.WithCancel(ctx)
@@ -184,14 +194,11 @@ func (c *Controller) runOperation(ctx context.Context, op model.Operation) {
 	defer cancel()
 
 	start := time.Now()
-	var err error
-	switch op.Kind {
-	case model.OpCreate:
-		err = c.create(opCtx, op, log)
-	case model.OpDelete:
-		err = c.delete(opCtx, op, log)
-	default:
+	lc, err := model.LifecycleOf(op.Kind)
+	if err != nil {
 		err = c.finish(ctx, op, model.OpFailed, &model.OperationError{Code: "not_supported", Message: fmt.Sprintf("operation kind %q is not supported by this server", op.Kind)}, "", "", "")
+	} else {
+		err = c.drive(opCtx, op, lc, log)
 	}
 	switch {
 	case err == nil:
@@ -199,6 +206,12 @@ func (c *Controller) runOperation(ctx context.Context, op model.Operation) {
 	case errors.Is(err, store.ErrLeaseLost) || ctx.Err() != nil:
 		log.WarnContext(ctx, "operation interrupted; it will be resumed", "err", err)
 	default:
+		if c.retryable(op, err) {
+			// Stop renewing before the retry gives the lease up, so that a
+			// renewal racing with it does not report a lost lease.
+			cancel()
+			wg.Wait()
+		}
 		c.retryOrFail(ctx, op, err, log)
 	}
 }
@@ -225,16 +238,33 @@ func (c *Controller) renewLease(ctx context.Context, id model.OperationID, cance
 	}
 }
 
+// DefaultBackoff is the default Config.Backoff: exponential from 500 ms
+// (doubling per attempt, at most 16 s), with "equal jitter": a uniformly
+// random delay between half and all of it, so that operations that failed
+// together are not retried together.
+func DefaultBackoff(attempt int) time.Duration {
+	base := time.Duration(1<<min(max(attempt, 0), 5)) * 500 * time.Millisecond
+	return base/2 + rand.N(base/2+1)
+}
+
+// retryable reports whether an attempt that failed with err is retried:
+// the error is transient and attempts are left.
+func (c *Controller) retryable(op model.Operation, err error) bool {
+	return !errors.Is(err, worker.ErrPermanent) && op.Attempts < c.cfg.MaxAttempts
+}
+
 // retryOrFail handles an operation step that returned an error: permanent
-// errors and exhausted attempts fail the operation (and, for create, the
-// sandbox); transient ones are retried after a backoff by shortening the lease.
+// errors and exhausted attempts fail the operation (moving the sandbox to
+// its lifecycle's failure state, after the lifecycle's cleanup step);
+// transient ones are retried: the lease is given up and the operation may be
+// claimed again after a backoff (its not_before).
 func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, err error, log *slog.Logger) {
-	if !errors.Is(err, worker.ErrPermanent) && op.Attempts < c.cfg.MaxAttempts {
-		backoff := time.Duration(1<<min(op.Attempts, 5)) * 500 * time.Millisecond
+	if c.retryable(op, err) {
+		backoff := c.cfg.Backoff(op.Attempts)
+		now := c.cfg.Now()
 		log.WarnContext(ctx, "operation failed; retrying", "err", err, "in", backoff)
-		claim := c.claim()
-		claim.Lease = backoff
-		if rerr := c.cfg.Store.RenewLease(ctx, op.ID, claim); rerr != nil {
+		r := store.Retry{OperationID: op.ID, Owner: c.cfg.NodeID, NotBefore: now.Add(backoff), Now: now}
+		if rerr := c.cfg.Store.RetryOperation(ctx, r); rerr != nil {
 			log.WarnContext(ctx, "schedule retry", "err", rerr)
 		}
 		return
@@ -242,20 +272,25 @@ func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, err er
 	log.ErrorContext(ctx, "operation failed", "err", err)
 	opErr := &model.OperationError{Code: "runtime_error", Message: err.Error()}
 	var from, to model.SandboxState
-	switch op.Kind {
-	case model.OpCreate:
-		// Release what the failed create left behind; the record stays as failed.
-		if derr := c.cfg.Worker.Destroy(ctx, op.SandboxID); derr != nil {
-			log.ErrorContext(ctx, "clean up failed create", "err", derr)
+	if lc, lerr := model.LifecycleOf(op.Kind); lerr == nil && !lc.Retried() {
+		sb, gerr := c.cfg.Store.GetSandboxByID(ctx, op.SandboxID)
+		if gerr != nil {
+			sb = model.Sandbox{ID: op.SandboxID}
 		}
-		from, to = model.StateCreating, model.StateFailed
-		if sb, gerr := c.cfg.Store.GetSandboxByID(ctx, op.SandboxID); gerr == nil && sb.State == model.StatePending {
-			from = model.StatePending // failed before it was marked creating
+		if lc.Cleanup != "" {
+			// Release what the failed attempt left behind; the record stays.
+			if cerr := runStep(ctx, c.cfg.Worker, lc.Cleanup, sb); cerr != nil {
+				log.ErrorContext(ctx, "clean up failed operation", "step", lc.Cleanup, "err", cerr)
+			}
 		}
-	case model.OpDelete:
-		// The sandbox stays deleting; the resync loop queues a new delete
-		// (and a user may request one again).
+		from, to = lc.InProgress, lc.Failure
+		if gerr == nil && sb.State != lc.InProgress && lc.CanStart(sb.State) {
+			from = sb.State // failed before it was marked in progress
+		}
 	}
+	// A lifecycle whose failure state is its in-progress state (delete)
+	// leaves the sandbox alone: the resync loop queues the request again
+	// (and a user may request it again).
 	if ferr := c.finish(ctx, op, model.OpFailed, opErr, from, to, err.Error()); ferr != nil {
 		if errors.Is(ferr, store.ErrStateChanged) {
 			ferr = c.finish(ctx, op, model.OpFailed, opErr, "", "", "")
@@ -279,67 +314,73 @@ func (c *Controller) finish(ctx context.Context, op model.Operation, state model
 	})
 }
 
-// create drives a create operation: pending → creating → running.
-func (c *Controller) create(ctx context.Context, op model.Operation, log *slog.Logger) error {
+// stepCalls maps each lifecycle step to the worker call that runs it.
+var stepCalls = map[model.Step]func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error{
+	model.StepEnsure:  func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Ensure(ctx, sb) },
+	model.StepDestroy: func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Destroy(ctx, sb.ID) },
+}
+
+// runStep runs one lifecycle step on the worker; a step without a worker
+// call is a permanent error.
+func runStep(ctx context.Context, w *worker.Worker, step model.Step, sb model.Sandbox) error {
+	call, ok := stepCalls[step]
+	if !ok {
+		return fmt.Errorf("%w: no worker call for lifecycle step %q", worker.ErrPermanent, step)
+	}
+	return call(ctx, w, sb)
+}
+
+// drive runs an operation as its lifecycle says: a sandbox in one of the
+// start states is placed here (if unplaced) and moved to the in-progress
+// state; one already in progress (its request moved it, or a crash
+// interrupted the operation) is resumed; the step runs; the sandbox moves to
+// the final state. A sandbox in any other state moved on while the
+// operation waited: the operation is cancelled.
+func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lifecycle, log *slog.Logger) error {
 	sb, err := c.cfg.Store.GetSandboxByID(ctx, op.SandboxID)
 	if err != nil {
 		return fmt.Errorf("load sandbox: %w", err)
 	}
-	switch sb.State {
-	case model.StatePending:
-		if err := c.cfg.Store.PlaceSandbox(ctx, sb.ID, c.cfg.NodeID, c.cfg.Worker.RuntimeInfo().Name, c.cfg.Now()); err != nil {
-			return fmt.Errorf("place sandbox: %w", err)
-		}
-		if err := c.cfg.Store.TransitionSandbox(ctx, sb.ID, model.StatePending, model.StateCreating, "", c.cfg.Now()); err != nil {
-			if errors.Is(err, store.ErrStateChanged) {
-				return c.create(ctx, op, log) // raced with a delete; look again
-			}
-			return fmt.Errorf("mark sandbox creating: %w", err)
-		}
-	case model.StateCreating:
-		// Resuming a create that a crash interrupted.
+	switch {
+	case sb.State == lc.InProgress:
 		if err := c.checkRuntime(sb); err != nil {
 			return err
 		}
+	case lc.CanStart(sb.State):
+		if sb.NodeID == "" {
+			if err := c.cfg.Store.PlaceSandbox(ctx, sb.ID, c.cfg.NodeID, c.cfg.Worker.RuntimeInfo().Name, c.cfg.Now()); err != nil {
+				return fmt.Errorf("place sandbox: %w", err)
+			}
+		} else if err := c.checkRuntime(sb); err != nil {
+			return err
+		}
+		if err := c.cfg.Store.TransitionSandbox(ctx, sb.ID, sb.State, lc.InProgress, "", c.cfg.Now()); err != nil {
+			if errors.Is(err, store.ErrStateChanged) {
+				return c.drive(ctx, op, lc, log) // raced with another request; look again
+			}
+			return fmt.Errorf("mark sandbox %s: %w", lc.InProgress, err)
+		}
 	default:
-		// Deleted (or otherwise moved on) while the operation waited.
-		return c.finish(ctx, op, model.OpFailed, cancelled(sb.State), "", "", "")
+		return c.finish(ctx, op, model.OpFailed, cancelled(op.Kind, sb.State), "", "", "")
 	}
-	if err := c.cfg.Worker.Ensure(ctx, sb); err != nil {
+	if err := runStep(ctx, c.cfg.Worker, lc.Step, sb); err != nil {
 		return err
 	}
-	err = c.finish(ctx, op, model.OpSucceeded, nil, model.StateCreating, model.StateRunning, "")
+	err = c.finish(ctx, op, model.OpSucceeded, nil, lc.InProgress, lc.Final, "")
 	if errors.Is(err, store.ErrStateChanged) {
-		// A delete arrived while we created; the delete operation cleans up.
+		// Another request (a delete) arrived while we worked; its operation
+		// takes over.
 		cur, gerr := c.cfg.Store.GetSandboxByID(ctx, sb.ID)
 		if gerr != nil {
 			return gerr
 		}
-		return c.finish(ctx, op, model.OpFailed, cancelled(cur.State), "", "", "")
+		return c.finish(ctx, op, model.OpFailed, cancelled(op.Kind, cur.State), "", "", "")
 	}
 	return err
 }
 
-func cancelled(state model.SandboxState) *model.OperationError {
-	return &model.OperationError{Code: "cancelled", Message: fmt.Sprintf("sandbox became %s before it was created", state)}
-}
-
-// delete drives a delete operation: deleting → deleted.
-func (c *Controller) delete(ctx context.Context, op model.Operation, log *slog.Logger) error {
-	sb, err := c.cfg.Store.GetSandboxByID(ctx, op.SandboxID)
-	if err != nil {
-		return fmt.Errorf("load sandbox: %w", err)
-	}
-	if sb.State != model.StateDeleting {
-		return c.finish(ctx, op, model.OpFailed, &model.OperationError{Code: "cancelled", Message: fmt.Sprintf("sandbox is %s, not deleting", sb.State)}, "", "", "")
-	}
-	if err := c.checkRuntime(sb); err != nil {
-		return err
-	}
-	if err := c.cfg.Worker.Destroy(ctx, sb.ID); err != nil {
-		return err
-	}
-	return c.finish(ctx, op, model.OpSucceeded, nil, model.StateDeleting, model.StateDeleted, "")
+func cancelled(kind model.OperationKind, state model.SandboxState) *model.OperationError {
+	return &model.OperationError{Code: "cancelled", Message: fmt.Sprintf("sandbox became %s before the %s finished", state, kind)}
 }
 
 // checkRuntime refuses to act on a sandbox that another runtime hosts (the
@@ -426,8 +467,13 @@ func (c *Controller) Resync(ctx context.Context) error {
 
 // requeueDeletes queues a new delete operation for every deleting sandbox
 // whose delete operation has ended without deleting it (it failed, e.g.
-// after repeated runtime errors): a delete is retried until it succeeds.
+// after repeated runtime errors): a delete is retried until it succeeds (its
+// lifecycle's failure state is its in-progress state).
 func (c *Controller) requeueDeletes(ctx context.Context, sandboxes []model.Sandbox) error {
+	del, err := model.LifecycleOf(model.OpDelete)
+	if err != nil {
+		return err
+	}
 	ops, err := c.cfg.Store.ListUnfinishedOperations(ctx)
 	if err != nil {
 		return err
@@ -438,12 +484,12 @@ func (c *Controller) requeueDeletes(ctx context.Context, sandboxes []model.Sandb
 	}
 	rtName := c.cfg.Worker.RuntimeInfo().Name
 	for _, sb := range sandboxes {
-		if sb.State != model.StateDeleting || busy[sb.ID] || sb.Runtime != rtName {
+		if sb.State != del.InProgress || busy[sb.ID] || sb.Runtime != rtName {
 			continue
 		}
 		now := c.cfg.Now()
 		op := model.Operation{ID: model.NewOperationID(), ProjectID: sb.ProjectID, SandboxID: sb.ID,
-			Kind: model.OpDelete, State: model.OpPending, CreatedAt: now, UpdatedAt: now}
+			Kind: del.Kind, State: model.OpPending, CreatedAt: now, UpdatedAt: now}
 		_, err := c.cfg.Store.RequestDelete(ctx, store.DeleteRequest{ProjectID: sb.ProjectID, SandboxID: sb.ID, Operation: op, Now: now})
 		switch {
 		case err == nil:

@@ -139,7 +139,8 @@ type Sandbox struct {
 // OperationKind is the lifecycle request an operation tracks.
 type OperationKind string
 
-// Operation kinds. Pause, suspend and wake come with the lifecycle issue.
+// Operation kinds. Each has one entry in the lifecycle table (lifecycle.go),
+// which says what it does; a kind missing there fails TestLifecycleCoversKinds.
 const (
 	OpCreate OperationKind = "create"
 	OpDelete OperationKind = "delete"
@@ -167,13 +168,16 @@ type OperationError struct {
 
 // Operation is the asynchronous record of one lifecycle request.
 type Operation struct {
-	ID         OperationID
-	ProjectID  ProjectID
-	SandboxID  SandboxID
-	Kind       OperationKind
-	State      OperationState
-	Error      *OperationError // set when State is failed
-	Attempts   int
+	ID        OperationID
+	ProjectID ProjectID
+	SandboxID SandboxID
+	Kind      OperationKind
+	State     OperationState
+	Error     *OperationError // set when State is failed
+	Attempts  int
+	// NotBefore is when a retried operation may be claimed again (the
+	// controller's backoff); zero: at once.
+	NotBefore  time.Time
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
 	FinishedAt *time.Time

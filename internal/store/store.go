@@ -99,6 +99,16 @@ type Claim struct {
 	Now   time.Time
 }
 
+// Retry gives up Owner's lease on a running operation after a transient
+// failure: the operation stays unfinished, nobody holds it, and no claim
+// takes it before NotBefore (compared with the claim's Now).
+type Retry struct {
+	OperationID model.OperationID
+	Owner       model.NodeID
+	NotBefore   time.Time
+	Now         time.Time
+}
+
 // Finish ends an operation held by Owner. If SandboxTo is set, the sandbox
 // moves from SandboxFrom to SandboxTo in the same transaction (the state
 // machine must allow it); if its current state is not SandboxFrom, nothing is
@@ -212,13 +222,17 @@ type Store interface {
 	// Operations.
 	GetOperation(ctx context.Context, project model.ProjectID, id model.OperationID) (model.Operation, error)
 	// ClaimOperation takes the oldest unfinished operation whose lease is free
-	// or expired, that is not preceded by another unfinished operation of the
-	// same sandbox, and whose sandbox is unplaced or placed on c.Owner. It
-	// marks it running, increments Attempts and leases it to c.Owner.
-	// Returns ErrNoWork when there is none.
+	// or expired and whose NotBefore is not after c.Now, that is not preceded
+	// by another unfinished operation of the same sandbox, and whose sandbox
+	// is unplaced or placed on c.Owner. It marks it running, increments
+	// Attempts and leases it to c.Owner. Returns ErrNoWork when there is none.
 	ClaimOperation(ctx context.Context, c Claim) (model.Operation, error)
 	// RenewLease extends the lease; ErrLeaseLost if another owner took it or it finished.
 	RenewLease(ctx context.Context, id model.OperationID, c Claim) error
+	// RetryOperation schedules a leased operation's next attempt (see Retry);
+	// ErrLeaseLost if r.Owner does not hold it, ErrNotFound if it does not
+	// exist.
+	RetryOperation(ctx context.Context, r Retry) error
 	// FinishOperation ends a leased operation (see Finish).
 	FinishOperation(ctx context.Context, f Finish) error
 	// ReleaseLeases makes every unfinished operation leased to owner claimable

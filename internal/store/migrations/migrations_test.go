@@ -4,10 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
 
+	"github.com/airlockdev/airlock/internal/model"
 	_ "modernc.org/sqlite"
 )
 
@@ -178,5 +181,40 @@ func TestDiskMiBOfExistingSandboxes(t *testing.T) {
 	}
 	if disk != 10240 || quota.Valid {
 		t.Fatalf("existing sandbox: disk_mib %d, quota %v; want 10240 and none", disk, quota)
+	}
+}
+
+// kindCheck finds a CHECK on operations.kind: `kind IN ('a', 'b')`.
+var kindCheck = regexp.MustCompile(`(?is)\bkind\s+IN\s*\(([^)]*)\)`)
+
+// TestKindChecksMatchLifecycleTable: the schema holds no list of operation
+// kinds today (the store checks kinds against model's lifecycle table). If a
+// migration adds a CHECK on kind, the newest one must list exactly the
+// table's kinds.
+func TestKindChecksMatchLifecycleTable(t *testing.T) {
+	all, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last []string
+	for _, m := range all {
+		for _, match := range kindCheck.FindAllStringSubmatch(m.SQL, -1) {
+			last = last[:0]
+			for _, v := range strings.Split(match[1], ",") {
+				last = append(last, strings.Trim(strings.TrimSpace(v), "'"))
+			}
+		}
+	}
+	if last == nil {
+		return
+	}
+	var want []string
+	for _, k := range model.AllOperationKinds() {
+		want = append(want, string(k))
+	}
+	slices.Sort(last)
+	slices.Sort(want)
+	if !slices.Equal(last, want) {
+		t.Fatalf("the schema's CHECK on operations.kind lists %v; the lifecycle table has %v", last, want)
 	}
 }

@@ -56,6 +56,10 @@ func (t tx) setSandboxState(ctx context.Context, id model.SandboxID, from, to mo
 // sandbox as it is after the change.
 func (s *Store) RequestDelete(ctx context.Context, req store.DeleteRequest) (model.Sandbox, error) {
 	op := req.Operation
+	del, err := model.LifecycleOf(model.OpDelete)
+	if err != nil {
+		return model.Sandbox{}, fmt.Errorf("delete sandbox %s: %w", req.SandboxID, err)
+	}
 	switch {
 	case op.Kind != model.OpDelete:
 		return model.Sandbox{}, fmt.Errorf("delete sandbox %s: %w: operation kind must be delete, not %q", req.SandboxID, model.ErrInvalid, op.Kind)
@@ -65,7 +69,7 @@ func (s *Store) RequestDelete(ctx context.Context, req store.DeleteRequest) (mod
 		return model.Sandbox{}, fmt.Errorf("delete sandbox %s: %w: operation %s belongs to another sandbox or project", req.SandboxID, model.ErrInvalid, op.ID)
 	}
 	var out model.Sandbox
-	err := s.write(ctx, true, func(t tx) error {
+	err = s.write(ctx, true, func(t tx) error {
 		if err := t.insertIdempotency(ctx, req.Idempotency); err != nil {
 			return err
 		}
@@ -73,7 +77,7 @@ func (s *Store) RequestDelete(ctx context.Context, req store.DeleteRequest) (mod
 		if err != nil {
 			return err
 		}
-		if from == model.StateDeleting {
+		if from == del.InProgress {
 			// A delete whose operation ended (it failed) may be requested
 			// again; while one is still under way, a second is refused.
 			var unfinished int
@@ -85,12 +89,12 @@ func (s *Store) RequestDelete(ctx context.Context, req store.DeleteRequest) (mod
 				return fmt.Errorf("%w: sandbox is already being deleted", model.ErrInvalidTransition)
 			}
 		} else {
-			if err := model.CheckTransition(from, model.StateDeleting); err != nil {
+			if err := del.CheckStart(from); err != nil {
 				return err
 			}
 			// The state reason is kept: why a failed sandbox failed stays visible.
 			res, err := t.exec(ctx, `UPDATE sandboxes SET state = ?, updated_at = ? WHERE id = ? AND state = ?`,
-				string(model.StateDeleting), micro(req.Now), string(req.SandboxID), string(from))
+				string(del.InProgress), micro(req.Now), string(req.SandboxID), string(from))
 			if err != nil {
 				return fmt.Errorf("update sandbox state: %w", err)
 			}

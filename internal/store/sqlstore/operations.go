@@ -12,29 +12,28 @@ import (
 )
 
 const operationColumns = `o.id, o.project_id, o.sandbox_id, o.kind, o.state, o.error_code, o.error_message,
-	o.attempts, o.created_at, o.updated_at, o.finished_at`
+	o.attempts, o.not_before, o.created_at, o.updated_at, o.finished_at`
 
 // operationReturning is operationColumns without the alias, for RETURNING.
 const operationReturning = `id, project_id, sandbox_id, kind, state, error_code, error_message,
-	attempts, created_at, updated_at, finished_at`
+	attempts, not_before, created_at, updated_at, finished_at`
 
 func scanOperation(row interface{ Scan(...any) error }) (model.Operation, error) {
 	var (
 		op                             model.Operation
 		id, project, sandbox, kind, st string
 		code, msg                      sql.NullString
-		created, updated               int64
+		notBefore, created, updated    int64
 		finished                       sql.NullInt64
 	)
-	if err := row.Scan(&id, &project, &sandbox, &kind, &st, &code, &msg, &op.Attempts, &created, &updated, &finished); err != nil {
+	if err := row.Scan(&id, &project, &sandbox, &kind, &st, &code, &msg, &op.Attempts, &notBefore, &created, &updated, &finished); err != nil {
 		return model.Operation{}, err
 	}
-	switch k := model.OperationKind(kind); k {
-	case model.OpCreate, model.OpDelete:
-		op.Kind = k
-	default:
-		return model.Operation{}, fmt.Errorf("stored operation %s: unknown kind %q", id, kind)
+	k, err := model.ParseOperationKind(kind)
+	if err != nil {
+		return model.Operation{}, fmt.Errorf("stored operation %s: %w", id, err)
 	}
+	op.Kind = k
 	switch s := model.OperationState(st); s {
 	case model.OpPending, model.OpRunning, model.OpSucceeded, model.OpFailed:
 		op.State = s
@@ -51,6 +50,7 @@ func scanOperation(row interface{ Scan(...any) error }) (model.Operation, error)
 	if c.err != nil {
 		return model.Operation{}, c.err
 	}
+	op.NotBefore = fromMicroOrZero(notBefore)
 	op.CreatedAt = fromMicro(created)
 	op.UpdatedAt = fromMicro(updated)
 	op.FinishedAt = fromMicroPtr(finished)
@@ -65,14 +65,34 @@ func opError(e *model.OperationError) (code, msg sql.NullString) {
 	return sql.NullString{String: e.Code, Valid: true}, sql.NullString{String: e.Message, Valid: true}
 }
 
-// insertOperation inserts a new pending operation inside t.
+// fromMicroOrZero is fromMicro with 0 read as the zero time.
+func fromMicroOrZero(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return fromMicro(v)
+}
+
+// microOrZero is micro with the zero time written as 0.
+func microOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return micro(t)
+}
+
+// insertOperation inserts a new pending operation inside t. Its kind must
+// be one of the lifecycle table's.
 func (t tx) insertOperation(ctx context.Context, op model.Operation) error {
+	if err := op.Kind.Validate(); err != nil {
+		return fmt.Errorf("insert operation %s: %w", op.ID, err)
+	}
 	code, msg := opError(op.Error)
 	_, err := t.exec(ctx, `INSERT INTO operations (id, project_id, sandbox_id, kind, state, error_code, error_message,
-		attempts, lease_owner, lease_expires_at, created_at, updated_at, finished_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', 0, ?, ?, NULL)`,
+		attempts, not_before, lease_owner, lease_expires_at, created_at, updated_at, finished_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', 0, ?, ?, NULL)`,
 		string(op.ID), string(op.ProjectID), string(op.SandboxID), string(op.Kind), string(model.OpPending),
-		code, msg, op.Attempts, micro(op.CreatedAt), micro(op.UpdatedAt))
+		code, msg, op.Attempts, microOrZero(op.NotBefore), micro(op.CreatedAt), micro(op.UpdatedAt))
 	if err != nil {
 		return fmt.Errorf("insert operation %s: %w", op.ID, t.s.insertErr(err))
 	}
@@ -140,6 +160,7 @@ func (s *Store) ClaimOperation(ctx context.Context, c store.Claim) (model.Operat
 				SELECT o.id FROM operations o JOIN sandboxes s ON s.id = o.sandbox_id
 				WHERE o.state IN (?, ?)
 				  AND (o.lease_owner = '' OR o.lease_expires_at <= ?)
+				  AND o.not_before <= ?
 				  AND (s.node_id = '' OR s.node_id = ?)
 				  AND NOT EXISTS (
 					SELECT 1 FROM operations p
@@ -149,7 +170,7 @@ func (s *Store) ClaimOperation(ctx context.Context, c store.Claim) (model.Operat
 				LIMIT 1 `+s.d.ClaimLock+`)
 			RETURNING `+operationReturning,
 			string(model.OpRunning), string(c.Owner), micro(c.Now.Add(c.Lease)), now,
-			string(model.OpPending), string(model.OpRunning), now, string(c.Owner),
+			string(model.OpPending), string(model.OpRunning), now, now, string(c.Owner),
 			string(model.OpPending), string(model.OpRunning)))
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrNoWork
@@ -188,6 +209,40 @@ func (s *Store) RenewLease(ctx context.Context, id model.OperationID, c store.Cl
 		return fmt.Errorf("renew lease of %s: %w", id, store.ErrNotFound)
 	}
 	return fmt.Errorf("renew lease of %s for %s: %w", id, c.Owner, store.ErrLeaseLost)
+}
+
+// RetryOperation implements store.Store: the lease is given up (owner
+// cleared, expiry 0) and not_before set, in one UPDATE that only matches the
+// owner's running operation. Watchers are woken (NotBefore and UpdatedAt
+// change), but the operation becomes claimable only when not_before passes,
+// which a controller's poll notices.
+func (s *Store) RetryOperation(ctx context.Context, r store.Retry) error {
+	if r.Owner == "" {
+		return fmt.Errorf("retry operation %s: %w: empty owner", r.OperationID, model.ErrInvalid)
+	}
+	err := s.write(ctx, true, func(t tx) error {
+		res, err := t.exec(ctx, `UPDATE operations SET lease_owner = '', lease_expires_at = 0, not_before = ?, updated_at = ?
+			WHERE id = ? AND lease_owner = ? AND state = ?`,
+			microOrZero(r.NotBefore), micro(r.Now), string(r.OperationID), string(r.Owner), string(model.OpRunning))
+		if err != nil {
+			return err
+		}
+		if err := oneRow(res); err == nil {
+			return nil
+		}
+		var exists int
+		if err := t.queryRow(ctx, `SELECT COUNT(*) FROM operations WHERE id = ?`, string(r.OperationID)).Scan(&exists); err != nil {
+			return err
+		}
+		if exists == 0 {
+			return store.ErrNotFound
+		}
+		return fmt.Errorf("%w: not held by %s", store.ErrLeaseLost, r.Owner)
+	})
+	if err != nil {
+		return fmt.Errorf("retry operation %s: %w", r.OperationID, err)
+	}
+	return nil
 }
 
 // FinishOperation implements store.Store. It locks the sandbox row before

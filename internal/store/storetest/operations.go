@@ -19,6 +19,10 @@ func operationTests() []namedTest {
 		{"ReleaseLeases", testReleaseLeases},
 		{"ListUnfinishedOperations", testListUnfinished},
 		{"ClaimArgumentErrors", testClaimArgs},
+		{"RetryNotBefore", testRetryNotBefore},
+		{"RetryBlocksLaterOperations", testRetryBlocksLater},
+		{"RetryErrors", testRetryErrors},
+		{"OperationKindsFromLifecycleTable", testOperationKinds},
 	}
 }
 
@@ -267,5 +271,135 @@ func testClaimArgs(e *env) {
 	} {
 		_, err := e.s.ClaimOperation(e.ctx, c)
 		mustIs(e.t, err, model.ErrInvalid)
+	}
+}
+
+// testRetryNotBefore: a retried operation gives up its lease and is not
+// claimable, by anyone, before its NotBefore; at NotBefore it is.
+func testRetryNotBefore(e *env) {
+	t := e.t
+	a := e.project()
+	tpl := e.template()
+	n1, n2 := model.NewNodeID(), model.NewNodeID()
+	_, op := e.sandbox(a.ID, tpl.Digest, nil)
+	t0 := e.now()
+	claimed := e.claim(n1, t0)
+	if claimed.ID != op.ID || !claimed.NotBefore.IsZero() {
+		t.Fatalf("claimed %+v, want %s with no NotBefore", claimed, op.ID)
+	}
+	// The backoff is shorter than the lease: only NotBefore holds it back.
+	retryAt, notBefore := t0.Add(time.Second), t0.Add(7*time.Second+500*time.Microsecond)
+	must(t, e.s.RetryOperation(e.ctx, store.Retry{OperationID: op.ID, Owner: n1, NotBefore: notBefore, Now: retryAt}))
+	want := claimed
+	want.NotBefore, want.UpdatedAt = us(notBefore), retryAt
+	checkOperation(t, e.getOp(op), want)
+
+	// The lease is given up: its former owner can neither renew nor finish it.
+	mustIs(t, e.s.RenewLease(e.ctx, op.ID, store.Claim{Owner: n1, Lease: time.Minute, Now: retryAt}), store.ErrLeaseLost)
+	mustIs(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: op.ID, Owner: n1, State: model.OpSucceeded, Now: retryAt}), store.ErrLeaseLost)
+	for _, at := range []time.Time{retryAt, notBefore.Add(-time.Microsecond)} {
+		e.noWork(n1, at)
+		e.noWork(n2, at)
+	}
+	got := e.claim(n2, notBefore)
+	if got.ID != op.ID || got.Attempts != 2 || got.State != model.OpRunning || !got.NotBefore.Equal(us(notBefore)) {
+		t.Fatalf("claim at NotBefore = %+v, want %s at attempt 2", got, op.ID)
+	}
+	// Claimed again, it is leased as usual.
+	e.noWork(n1, notBefore.Add(time.Second))
+	must(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: op.ID, Owner: n2, State: model.OpSucceeded, Now: notBefore.Add(time.Second)}))
+}
+
+// testRetryBlocksLater: while a retried operation waits for its NotBefore,
+// later operations of its sandbox wait too (it is still unfinished); other
+// sandboxes' operations do not.
+func testRetryBlocksLater(e *env) {
+	t := e.t
+	a := e.project()
+	tpl := e.template()
+	node := model.NewNodeID()
+	sb, create := e.sandbox(a.ID, tpl.Digest, nil)
+	t0 := e.now()
+	e.claim(node, t0)
+	notBefore := t0.Add(time.Hour)
+	must(t, e.s.RetryOperation(e.ctx, store.Retry{OperationID: create.ID, Owner: node, NotBefore: notBefore, Now: t0}))
+	del := e.deleteOp(sb)
+	_, err := e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: a.ID, SandboxID: sb.ID, Operation: del, Now: e.now()})
+	must(t, err)
+	if got := e.getOp(create); got.State != model.OpRunning {
+		t.Fatalf("a delete cancelled the retried (running) create: %+v", got)
+	}
+	_, other := e.sandbox(a.ID, tpl.Digest, nil)
+	if got := e.claim(node, e.now()); got.ID != other.ID {
+		t.Fatalf("claimed %s, want the other sandbox's create %s", got.ID, other.ID)
+	}
+	e.noWork(node, e.now())
+	if got := e.claim(node, notBefore); got.ID != create.ID {
+		t.Fatalf("claimed %s at NotBefore, want the retried create %s", got.ID, create.ID)
+	}
+	must(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: create.ID, Owner: node, State: model.OpFailed, Now: notBefore}))
+	if got := e.claim(node, notBefore); got.ID != del.ID {
+		t.Fatalf("claimed %s, want the delete %s", got.ID, del.ID)
+	}
+}
+
+func testRetryErrors(e *env) {
+	t := e.t
+	a := e.project()
+	tpl := e.template()
+	owner, other := model.NewNodeID(), model.NewNodeID()
+	_, op := e.sandbox(a.ID, tpl.Digest, nil)
+	now := e.now()
+	// Pending, not leased by anyone yet.
+	mustIs(t, e.s.RetryOperation(e.ctx, store.Retry{OperationID: op.ID, Owner: owner, NotBefore: now, Now: now}), store.ErrLeaseLost)
+	e.claim(owner, now)
+	before := e.getOp(op)
+	for _, tc := range []struct {
+		name string
+		r    store.Retry
+		want error
+	}{
+		{"another owner", store.Retry{OperationID: op.ID, Owner: other, NotBefore: now.Add(time.Minute), Now: now}, store.ErrLeaseLost},
+		{"no owner", store.Retry{OperationID: op.ID, NotBefore: now.Add(time.Minute), Now: now}, model.ErrInvalid},
+		{"unknown operation", store.Retry{OperationID: model.NewOperationID(), Owner: owner, NotBefore: now, Now: now}, store.ErrNotFound},
+	} {
+		err := e.s.RetryOperation(e.ctx, tc.r)
+		if !errors.Is(err, tc.want) {
+			t.Fatalf("%s: RetryOperation = %v, want %v", tc.name, err, tc.want)
+		}
+		checkOperation(t, e.getOp(op), before)
+	}
+	must(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: op.ID, Owner: owner, State: model.OpSucceeded, Now: e.now()}))
+	mustIs(t, e.s.RetryOperation(e.ctx, store.Retry{OperationID: op.ID, Owner: owner, NotBefore: now, Now: e.now()}), store.ErrLeaseLost)
+}
+
+// testOperationKinds: the store accepts the kinds of the lifecycle table and
+// refuses others, whichever request carries them.
+func testOperationKinds(e *env) {
+	t := e.t
+	a := e.project()
+	tpl := e.template()
+	for _, kind := range []model.OperationKind{"", "bogus", "Create", model.OpDelete} {
+		sb, op := e.newSandbox(a.ID, tpl.Digest, nil)
+		op.Kind = kind
+		mustIs(t, e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, nil), model.ErrInvalid)
+	}
+	sb, _ := e.sandbox(a.ID, tpl.Digest, nil)
+	for _, kind := range []model.OperationKind{"bogus", model.OpCreate} {
+		op := e.deleteOp(sb)
+		op.Kind = kind
+		_, err := e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: a.ID, SandboxID: sb.ID, Operation: op, Now: e.now()})
+		mustIs(t, err, model.ErrInvalid)
+	}
+	// Every kind a store hands out is one of the table's.
+	del := e.deleteOp(sb)
+	_, err := e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: a.ID, SandboxID: sb.ID, Operation: del, Now: e.now()})
+	must(t, err)
+	ops, err := e.s.ListUnfinishedOperations(e.ctx)
+	must(t, err)
+	for _, op := range ops {
+		if err := op.Kind.Validate(); err != nil {
+			t.Fatalf("store returned %+v: %v", op, err)
+		}
 	}
 }

@@ -1,0 +1,117 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// TestEveryLifecycleStepHasAWorkerCall: the controller can run every step
+// (and cleanup step) the lifecycle table names.
+func TestEveryLifecycleStepHasAWorkerCall(t *testing.T) {
+	for _, lc := range model.Lifecycles() {
+		for _, step := range []model.Step{lc.Step, lc.Cleanup} {
+			if step == "" {
+				continue
+			}
+			if _, ok := stepCalls[step]; !ok {
+				t.Errorf("lifecycle %s: step %q has no worker call", lc.Kind, step)
+			}
+		}
+	}
+}
+
+func TestDefaultBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		attempt  int
+		min, max time.Duration
+	}{
+		{0, 250 * time.Millisecond, 500 * time.Millisecond},
+		{1, 500 * time.Millisecond, time.Second},
+		{3, 2 * time.Second, 4 * time.Second},
+		{5, 8 * time.Second, 16 * time.Second},
+		{50, 8 * time.Second, 16 * time.Second},
+	} {
+		seen := map[time.Duration]bool{}
+		for range 200 {
+			d := DefaultBackoff(tc.attempt)
+			if d < tc.min || d > tc.max {
+				t.Fatalf("DefaultBackoff(%d) = %s, want %s–%s", tc.attempt, d, tc.min, tc.max)
+			}
+			seen[d] = true
+		}
+		if len(seen) < 2 {
+			t.Errorf("DefaultBackoff(%d) has no jitter: always %v", tc.attempt, seen)
+		}
+	}
+}
+
+// TestRetrySetsNotBefore: a transient failure gives up the lease and sets
+// not_before = now + backoff; the operation is not claimable before it, and
+// is at it — however long the lease would have been.
+func TestRetrySetsNotBefore(t *testing.T) {
+	now := time.Now().Truncate(time.Microsecond)
+	const backoff = 3 * time.Second
+	var gotAttempt int
+	e := newEnvWith(t, "runc", nil, Config{
+		Lease: time.Hour,
+		Now:   func() time.Time { return now },
+		Backoff: func(attempt int) time.Duration {
+			gotAttempt = attempt
+			return backoff
+		},
+	})
+	ctx := context.Background()
+	_, opID := e.create()
+	op, err := e.st.ClaimOperation(ctx, e.ctrl.claim())
+	if err != nil || op.ID != opID {
+		t.Fatalf("claim: %+v, %v", op, err)
+	}
+	e.ctrl.retryOrFail(ctx, op, errors.New("transient"), e.ctrl.log)
+	if gotAttempt != 1 {
+		t.Fatalf("backoff asked for attempt %d, want 1", gotAttempt)
+	}
+	got, err := e.st.GetOperation(ctx, e.project, opID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != model.OpRunning || !got.NotBefore.Equal(now.Add(backoff)) {
+		t.Fatalf("after a transient failure: %+v, want running with NotBefore %s", got, now.Add(backoff))
+	}
+	for _, at := range []time.Time{now, now.Add(backoff - time.Microsecond)} {
+		if op, err := e.st.ClaimOperation(ctx, store.Claim{Owner: e.node, Lease: time.Minute, Now: at}); !errors.Is(err, store.ErrNoWork) {
+			t.Fatalf("claim at %s: %+v, %v; want ErrNoWork before not_before", at, op, err)
+		}
+	}
+	again, err := e.st.ClaimOperation(ctx, store.Claim{Owner: e.node, Lease: time.Minute, Now: now.Add(backoff)})
+	if err != nil || again.ID != opID || again.Attempts != 2 {
+		t.Fatalf("claim at not_before: %+v, %v", again, err)
+	}
+}
+
+// TestExhaustedRetriesFailThroughTheTable: the last attempt's failure moves
+// the sandbox to its lifecycle's failure state.
+func TestExhaustedRetriesFailThroughTheTable(t *testing.T) {
+	e := newEnvWith(t, "runc", nil, Config{MaxAttempts: 1})
+	ctx := context.Background()
+	id, opID := e.create()
+	op, err := e.st.ClaimOperation(ctx, e.ctrl.claim())
+	if err != nil || op.ID != opID {
+		t.Fatalf("claim: %+v, %v", op, err)
+	}
+	e.ctrl.retryOrFail(ctx, op, errors.New("boom"), e.ctrl.log)
+	lc, err := model.LifecycleOf(model.OpCreate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb := e.sandbox(id); sb.State != lc.Failure || sb.StateReason != "boom" {
+		t.Fatalf("sandbox %s %q, want %s", sb.State, sb.StateReason, lc.Failure)
+	}
+	if got, _ := e.st.GetOperation(ctx, e.project, opID); got.State != model.OpFailed || got.Error == nil {
+		t.Fatalf("operation: %+v", got)
+	}
+}
