@@ -317,3 +317,41 @@ func truncate(s string) string {
 	}
 	return s[:max] + "…"
 }
+
+// Frozen reports whether cgroup p is frozen or freezing: v1 freezer.state
+// other than THAWED, v2 cgroup.freeze 1 or cgroup.events "frozen 1". A
+// cgroup that does not exist, or a host without a freezer, is not frozen.
+func (h Host) Frozen(p Path) (bool, error) {
+	read := func(file string) (string, bool, error) {
+		data, err := os.ReadFile(file)
+		if errors.Is(err, os.ErrNotExist) {
+			return "", false, nil
+		}
+		if err != nil {
+			return "", false, fmt.Errorf("read cgroup: %w", err)
+		}
+		return strings.TrimSpace(string(data)), true, nil
+	}
+	if h.isV1("freezer") {
+		dir, err := h.ControllerDir("freezer", p)
+		if err != nil {
+			return false, err
+		}
+		state, ok, err := read(filepath.Join(dir, "freezer.state"))
+		return ok && state != "THAWED", err
+	}
+	unified, ok := h.Unified()
+	if !ok {
+		return false, nil
+	}
+	dir := unified.Dir(p)
+	if freeze, ok, err := read(filepath.Join(dir, "cgroup.freeze")); err != nil || (ok && freeze == "1") {
+		return ok, err
+	}
+	events, ok, err := read(filepath.Join(dir, "cgroup.events"))
+	if err != nil || !ok {
+		return false, err
+	}
+	v, _, err := KeyedValue(events, "frozen")
+	return v == 1, err
+}

@@ -16,7 +16,8 @@ type liveProc struct {
 // cachedRunning reports whether the init process last seen running for id
 // is still the same live process; observing a running sandbox then costs a
 // read of /proc instead of an exec of the runtime (resync asks every 10 s
-// for every sandbox).
+// for every sandbox). A frozen cgroup (a sandbox paused from outside, e.g.
+// by `runc pause`) falls back to asking the runtime.
 func (r *Runtime) cachedRunning(id model.SandboxID) (int, bool) {
 	r.mu.Lock()
 	p, ok := r.live[id]
@@ -24,7 +25,7 @@ func (r *Runtime) cachedRunning(id model.SandboxID) (int, bool) {
 	if !ok {
 		return 0, false
 	}
-	if st, ok := procfs.ReadStat(p.pid); ok && st.Alive() && st.StartTime == p.start {
+	if st, ok := procfs.ReadStat(p.pid); ok && st.Alive() && st.StartTime == p.start && !r.frozen(id) {
 		return p.pid, true
 	}
 	r.forgetLive(id)
