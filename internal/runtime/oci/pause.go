@@ -3,7 +3,9 @@ package oci
 import (
 	"context"
 	"fmt"
+	"time"
 
+	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
@@ -28,6 +30,9 @@ func (r *Runtime) Pause(ctx context.Context, id model.SandboxID) error {
 		return fmt.Errorf("pause %s: sandbox is %s, not running", id, st.Phase)
 	}
 	if _, err := r.run(ctx, "pause", id.String()); err != nil {
+		return fmt.Errorf("pause %s: %w", id, err)
+	}
+	if err := r.waitFrozen(ctx, id); err != nil {
 		return fmt.Errorf("pause %s: %w", id, err)
 	}
 	return nil
@@ -61,18 +66,51 @@ func (r *Runtime) resume(ctx context.Context, id model.SandboxID) error {
 	return err
 }
 
-// frozen reports whether the sandbox's cgroup is frozen, which is how runc
-// and crun pause: State's shortcut for a live init process (cachedRunning)
-// must not call a sandbox paused by `runc pause` from outside running.
+// frozen reports whether the sandbox's cgroup is frozen or freezing, which
+// is how runc and crun pause: State's shortcut for a live init process
+// (cachedRunning) must not call a sandbox paused by `runc pause` from
+// outside running.
 func (r *Runtime) frozen(id model.SandboxID) bool {
-	cg, err := r.cgroupPath(id)
-	if err != nil {
-		return false
-	}
-	frozen, err := r.cgroups.Frozen(cg)
+	st, err := r.freezer(id)
 	if err != nil {
 		r.log.Debug("read freezer state", "sandbox", id, "err", err)
 		return true // unsure: ask the runtime
 	}
-	return frozen
+	return st != cgroups.Thawed
+}
+
+func (r *Runtime) freezer(id model.SandboxID) (cgroups.FreezerState, error) {
+	cg, err := r.cgroupPath(id)
+	if err != nil {
+		return "", err
+	}
+	return r.cgroups.Freezer(cg)
+}
+
+// waitFrozen waits until every task of a runc or crun sandbox is frozen:
+// crun's pause returns while the v1 freezer is still FREEZING, and calls
+// the container running until it is FROZEN. runsc pauses synchronously
+// (and not with the freezer).
+func (r *Runtime) waitFrozen(ctx context.Context, id model.SandboxID) error {
+	if r.flavor == FlavorRunsc {
+		return nil
+	}
+	delay := 100 * time.Microsecond
+	for {
+		st, err := r.freezer(id)
+		if err != nil {
+			return err
+		}
+		if st == cgroups.Frozen {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cgroup still %s: %w", st, ctx.Err())
+		case <-time.After(delay):
+		}
+		if delay < 20*time.Millisecond {
+			delay *= 2
+		}
+	}
 }

@@ -103,6 +103,17 @@ func TestExternalPauseIsPaused(t *testing.T) {
 			}
 			phase := func(want runtime.Phase) {
 				t.Helper()
+				// crun's pause returns while the freezer is still
+				// freezing, and crun calls the container running until
+				// it is frozen.
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					st, err := r.State(ctx, id)
+					if err == nil && st.Phase == want || time.Now().After(deadline) {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
 				for range 2 { // the second may come from the live cache
 					st, err := r.State(ctx, id)
 					if err != nil || st.Phase != want {
