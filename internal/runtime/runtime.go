@@ -197,13 +197,16 @@ type Runtime interface {
 	Info() Info
 	// Create prepares the root filesystem and creates the sandbox without
 	// starting it. If a sandbox with spec.ID already exists, Create returns nil
-	// when it is in PhaseCreated or PhaseRunning and an error otherwise.
+	// when it is in PhaseCreated or PhaseRunning and an error otherwise (a
+	// paused sandbox is left as it is).
 	Create(ctx context.Context, spec Spec) error
-	// Start starts the guest agent. Starting a running sandbox is a no-op.
+	// Start starts the guest agent. Starting a running sandbox is a no-op;
+	// starting a paused one is an error (Resume continues it).
 	Start(ctx context.Context, id model.SandboxID) error
 	// State reports the sandbox's phase, or ErrNotFound.
 	State(ctx context.Context, id model.SandboxID) (Status, error)
-	// Stop kills everything inside the sandbox; it stays in PhaseStopped.
+	// Stop kills everything inside the sandbox (also a paused one); it stays
+	// in PhaseStopped.
 	// Stopping a stopped sandbox is a no-op; ErrNotFound if it does not exist.
 	Stop(ctx context.Context, id model.SandboxID) error
 	// Delete stops the sandbox if needed and removes every trace of it:
