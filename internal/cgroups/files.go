@@ -317,3 +317,66 @@ func truncate(s string) string {
 	}
 	return s[:max] + "…"
 }
+
+// FreezerState is a cgroup's freezer state.
+type FreezerState string
+
+// Freezer states.
+const (
+	Thawed   FreezerState = "thawed"
+	Freezing FreezerState = "freezing" // asked to freeze, some task not frozen yet
+	Frozen   FreezerState = "frozen"
+)
+
+// Freezer reports cgroup p's freezer state: v1 freezer.state, v2
+// cgroup.freeze with cgroup.events "frozen". A cgroup that does not exist,
+// or a host without a freezer, is thawed.
+func (h Host) Freezer(p Path) (FreezerState, error) {
+	read := func(file string) (string, bool, error) {
+		data, err := os.ReadFile(file)
+		if errors.Is(err, os.ErrNotExist) {
+			return "", false, nil
+		}
+		if err != nil {
+			return "", false, fmt.Errorf("read cgroup: %w", err)
+		}
+		return strings.TrimSpace(string(data)), true, nil
+	}
+	if h.isV1("freezer") {
+		dir, err := h.ControllerDir("freezer", p)
+		if err != nil {
+			return "", err
+		}
+		state, ok, err := read(filepath.Join(dir, "freezer.state"))
+		switch {
+		case err != nil:
+			return "", err
+		case !ok || state == "THAWED":
+			return Thawed, nil
+		case state == "FROZEN":
+			return Frozen, nil
+		case state == "FREEZING":
+			return Freezing, nil
+		}
+		return "", fmt.Errorf("%s: unknown freezer state %q", filepath.Join(dir, "freezer.state"), state)
+	}
+	unified, ok := h.Unified()
+	if !ok {
+		return Thawed, nil
+	}
+	dir := unified.Dir(p)
+	freeze, ok, err := read(filepath.Join(dir, "cgroup.freeze"))
+	if err != nil || !ok || freeze != "1" {
+		return Thawed, err
+	}
+	events, ok, err := read(filepath.Join(dir, "cgroup.events"))
+	if err != nil || !ok {
+		return Freezing, err
+	}
+	if v, _, err := KeyedValue(events, "frozen"); err != nil {
+		return "", err
+	} else if v == 1 {
+		return Frozen, nil
+	}
+	return Freezing, nil
+}

@@ -5,14 +5,20 @@
 // to the agent. Implementations live in subpackages (runtime/oci, …) and all
 // pass the conformance suite in runtime/runtimetest.
 //
-// Optional capabilities (pause, suspend, wake, checkpoint) are separate
-// interfaces that a Runtime may also implement; callers discover them with a
-// type assertion.
+// Optional capabilities (pause, memory checkpoint, filesystem snapshot,
+// network) are declared by each runtime instance in Info().Capabilities,
+// which callers ask: one implementation may drive several runtimes that
+// differ (runc and runsc behind one *oci.Runtime), so whether a value has a
+// method says nothing about what it can do here. The methods of a capability
+// are a separate interface (Pauser, …) that a Runtime claiming it must
+// implement (the conformance suite checks this); callers reach them through
+// an accessor that asks the capability first (AsPauser).
 package runtime
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 
@@ -57,6 +63,8 @@ type Info struct {
 	Binary    string    // absolute path of the binary
 	Isolation Isolation // isolation class
 	OOMScope  OOMScope
+	// Capabilities are what this runtime instance can do on this host.
+	Capabilities Capabilities
 }
 
 // Resources are the limits applied to a sandbox.
@@ -138,8 +146,42 @@ type Phase string
 const (
 	PhaseCreated Phase = "created" // exists, agent not started
 	PhaseRunning Phase = "running"
+	// PhasePaused: every process is frozen (cgroup freezer, runsc pause),
+	// its memory resident; Resume continues it. It is alive: nothing that
+	// finds a paused sandbox may destroy or fail it.
+	PhasePaused  Phase = "paused"
 	PhaseStopped Phase = "stopped" // exists, nothing runs inside
 )
+
+// Alive reports whether processes of a sandbox in phase p exist (running or
+// paused): such a sandbox is adopted as it is, never recreated.
+func (p Phase) Alive() bool { return p == PhaseRunning || p == PhasePaused }
+
+// Pauser is the method set of CapPause. Both methods are idempotent:
+// pausing a paused sandbox and resuming a running one are no-ops. They
+// return ErrNotFound for an unknown sandbox and an error for one that is
+// neither running nor paused.
+type Pauser interface {
+	// Pause freezes every process of a running sandbox, keeping its memory
+	// resident; the sandbox is then in PhasePaused.
+	Pause(ctx context.Context, id model.SandboxID) error
+	// Resume continues a paused sandbox; it is then in PhaseRunning.
+	Resume(ctx context.Context, id model.SandboxID) error
+}
+
+// AsPauser returns rt's pause methods if rt claims CapPause, and an error
+// wrapping ErrNotSupported otherwise.
+func AsPauser(rt Runtime) (Pauser, error) {
+	info := rt.Info()
+	if !info.Capabilities.Has(CapPause) {
+		return nil, fmt.Errorf("pause on %s: %w", info.Name, ErrNotSupported)
+	}
+	p, ok := rt.(Pauser)
+	if !ok {
+		return nil, fmt.Errorf("pause on %s: claims %s without implementing runtime.Pauser: %w", info.Name, CapPause, ErrNotSupported)
+	}
+	return p, nil
+}
 
 // Status is a runtime's observation of one sandbox.
 type Status struct {
@@ -155,13 +197,16 @@ type Runtime interface {
 	Info() Info
 	// Create prepares the root filesystem and creates the sandbox without
 	// starting it. If a sandbox with spec.ID already exists, Create returns nil
-	// when it is in PhaseCreated or PhaseRunning and an error otherwise.
+	// when it is in PhaseCreated or PhaseRunning and an error otherwise (a
+	// paused sandbox is left as it is).
 	Create(ctx context.Context, spec Spec) error
-	// Start starts the guest agent. Starting a running sandbox is a no-op.
+	// Start starts the guest agent. Starting a running sandbox is a no-op;
+	// starting a paused one is an error (Resume continues it).
 	Start(ctx context.Context, id model.SandboxID) error
 	// State reports the sandbox's phase, or ErrNotFound.
 	State(ctx context.Context, id model.SandboxID) (Status, error)
-	// Stop kills everything inside the sandbox; it stays in PhaseStopped.
+	// Stop kills everything inside the sandbox (also a paused one); it stays
+	// in PhaseStopped.
 	// Stopping a stopped sandbox is a no-op; ErrNotFound if it does not exist.
 	Stop(ctx context.Context, id model.SandboxID) error
 	// Delete stops the sandbox if needed and removes every trace of it:

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
 
@@ -19,7 +18,10 @@ func autoCandidates() []string { return []string{"runsc"} }
 
 // selectRuntime returns the runtime the operator asked for, or the strongest
 // one that works on this host, after proving it works by running a probe.
-func selectRuntime(ctx context.Context, name string, ids oci.IDPool, dd *dataDir, sandboxDir, agentBin string, log *slog.Logger) (runtime.Runtime, error) {
+// It returns the concrete *oci.Runtime: what differs between runtimes is
+// asked of Info().Capabilities, and the server's own housekeeping of the
+// OCI runtime (ReleaseAgentFS) needs no discovery.
+func selectRuntime(ctx context.Context, name string, ids oci.IDPool, dd *dataDir, sandboxDir, agentBin string, log *slog.Logger) (*oci.Runtime, error) {
 	cfgFor := func(flavor string) oci.Config {
 		stateRoot := dd.join(runtimeDir, flavor, "sandboxes")
 		if sandboxDir != "" {
@@ -61,7 +63,7 @@ func selectRuntime(ctx context.Context, name string, ids oci.IDPool, dd *dataDir
 			return nil, fmt.Errorf("runtime %s does not work on this host: %w", name, err)
 		}
 		info := rt.Info()
-		log.Info("using the requested runtime", "runtime", info.Name, "version", info.Version, "isolation", info.Isolation)
+		log.Info("using the requested runtime", "runtime", info.Name, "version", info.Version, "isolation", info.Isolation, "capabilities", info.Capabilities)
 		return rt, nil
 	}
 	var errs []error
@@ -73,7 +75,7 @@ func selectRuntime(ctx context.Context, name string, ids oci.IDPool, dd *dataDir
 			continue
 		}
 		info := rt.Info()
-		log.Info("picked the strongest runtime that works on this host", "runtime", info.Name, "version", info.Version, "isolation", info.Isolation)
+		log.Info("picked the strongest runtime that works on this host", "runtime", info.Name, "version", info.Version, "isolation", info.Isolation, "capabilities", info.Capabilities)
 		return rt, nil
 	}
 	return nil, fmt.Errorf("no runtime with isolation stronger than shared-kernel works on this host (%w); install gVisor runsc, or pass --runtime crun or --runtime runc to accept shared-kernel isolation", errors.Join(errs...))

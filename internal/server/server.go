@@ -21,7 +21,6 @@ import (
 	"github.com/airlockdev/airlock/internal/egress/secrets"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
-	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/postgres"
@@ -341,12 +340,8 @@ func Run(ctx context.Context, opts Options) error {
 // sandbox is left, so that a stopped server with no sandboxes leaves no
 // mount behind (its data dir can be removed). With sandboxes it stays:
 // they use it, and the next start reuses it.
-func releaseAgentFS(ctx context.Context, rt runtime.Runtime, log *slog.Logger) {
-	rel, ok := rt.(interface{ ReleaseAgentFS(context.Context) error })
-	if !ok {
-		return
-	}
-	if err := rel.ReleaseAgentFS(ctx); err != nil {
+func releaseAgentFS(ctx context.Context, rt *oci.Runtime, log *slog.Logger) {
+	if err := rt.ReleaseAgentFS(ctx); err != nil {
 		log.Debug("the shared agent filesystem stays mounted", "reason", err)
 	}
 }

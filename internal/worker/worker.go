@@ -130,7 +130,8 @@ func (w *Worker) RuntimeInfo() runtime.Info { return w.cfg.Runtime.Info() }
 
 // Ensure makes the sandbox exist and run, starting from whatever state a
 // previous (possibly crashed) attempt left, and returns once its guest agent
-// answers.
+// answers. A stopped sandbox is recreated; a paused one is alive and is
+// resumed (its runtime must claim runtime.CapPause).
 func (w *Worker) Ensure(ctx context.Context, sb model.Sandbox) error {
 	rt := w.cfg.Runtime
 	st, err := rt.State(ctx, sb.ID)
@@ -141,6 +142,16 @@ func (w *Worker) Ensure(ctx context.Context, sb model.Sandbox) error {
 		}
 	case err != nil:
 		return fmt.Errorf("observe sandbox %s: %w", sb.ID, err)
+	case st.Phase == runtime.PhasePaused:
+		// Alive, its memory resident: continue it, never recreate it.
+		p, err := runtime.AsPauser(rt)
+		if err != nil {
+			return fmt.Errorf("resume sandbox %s: %w", sb.ID, err)
+		}
+		if err := p.Resume(ctx, sb.ID); err != nil {
+			return fmt.Errorf("resume sandbox %s: %w", sb.ID, err)
+		}
+		st.Phase = runtime.PhaseRunning
 	case st.Phase == runtime.PhaseStopped:
 		// A previous attempt left a dead sandbox: start over from scratch.
 		w.log.InfoContext(ctx, "recreating stopped sandbox", "sandbox", sb.ID)
@@ -280,7 +291,9 @@ func (w *Worker) Destroy(ctx context.Context, id model.SandboxID) error {
 	return nil
 }
 
-// Observe reports what the runtime sees of the sandbox.
+// Observe reports what the runtime sees of the sandbox. A sandbox in
+// runtime.PhasePaused is alive (Phase.Alive): an observer must not fail or
+// destroy it.
 func (w *Worker) Observe(ctx context.Context, id model.SandboxID) (runtime.Status, error) {
 	return w.cfg.Runtime.State(ctx, id)
 }

@@ -13,33 +13,61 @@ import (
 	"github.com/airlockdev/airlock/internal/runtime"
 )
 
-// fakeRuntime records deletes; nothing else is needed here.
+// fakeRuntime records what is asked of it. phase is what State reports
+// ("" = ErrNotFound); caps are its Info().Capabilities.
 type fakeRuntime struct {
 	mu      sync.Mutex
 	deleted []model.SandboxID
 	created []runtime.Spec
+	phase   runtime.Phase
+	caps    runtime.Capabilities
+	calls   []string
 }
 
-func (f *fakeRuntime) Info() runtime.Info { return runtime.Info{Name: "fake"} }
+func (f *fakeRuntime) record(call string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call)
+}
+
+func (f *fakeRuntime) Info() runtime.Info { return runtime.Info{Name: "fake", Capabilities: f.caps} }
 func (f *fakeRuntime) Create(_ context.Context, spec runtime.Spec) error {
+	f.record("create")
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.created = append(f.created, spec)
 	return nil
 }
-func (f *fakeRuntime) Start(context.Context, model.SandboxID) error    { return nil }
+func (f *fakeRuntime) Start(context.Context, model.SandboxID) error {
+	f.record("start")
+	return nil
+}
 func (f *fakeRuntime) Stop(context.Context, model.SandboxID) error     { return nil }
 func (f *fakeRuntime) List(context.Context) ([]model.SandboxID, error) { return nil, nil }
-func (f *fakeRuntime) State(context.Context, model.SandboxID) (runtime.Status, error) {
-	return runtime.Status{}, runtime.ErrNotFound
+func (f *fakeRuntime) State(_ context.Context, id model.SandboxID) (runtime.Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.phase == "" {
+		return runtime.Status{}, runtime.ErrNotFound
+	}
+	return runtime.Status{ID: id, Phase: f.phase, Pid: 1}, nil
 }
 func (f *fakeRuntime) DialAgent(context.Context, model.SandboxID) (net.Conn, error) {
 	return nil, errors.New("no agent")
 }
 func (f *fakeRuntime) Delete(_ context.Context, id model.SandboxID) error {
+	f.record("delete")
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.deleted = append(f.deleted, id)
+	return nil
+}
+func (f *fakeRuntime) Pause(context.Context, model.SandboxID) error {
+	f.record("pause")
+	return nil
+}
+func (f *fakeRuntime) Resume(context.Context, model.SandboxID) error {
+	f.record("resume")
 	return nil
 }
 

@@ -174,6 +174,8 @@ func (r *Runtime) Start(ctx context.Context, id model.SandboxID) error {
 	switch st.Phase {
 	case runtime.PhaseRunning:
 		return nil
+	case runtime.PhasePaused:
+		return fmt.Errorf("start %s: sandbox is paused (resume it)", id)
 	case runtime.PhaseStopped:
 		return fmt.Errorf("start %s: sandbox is stopped (agent log: %s)", id, errorTail(r.dirs(id).agentLog))
 	}
@@ -216,6 +218,22 @@ func (r *Runtime) State(ctx context.Context, id model.SandboxID) (runtime.Status
 	return st, nil
 }
 
+// PhaseOf maps the status an OCI runtime reports (runc, crun and runsc
+// alike) to a phase.
+func PhaseOf(status string) (runtime.Phase, error) {
+	switch status {
+	case "creating", "created":
+		return runtime.PhaseCreated, nil
+	case "running":
+		return runtime.PhaseRunning, nil
+	case "paused":
+		return runtime.PhasePaused, nil
+	case "stopped":
+		return runtime.PhaseStopped, nil
+	}
+	return "", fmt.Errorf("runtime reports unknown status %q", status)
+}
+
 func (r *Runtime) state(ctx context.Context, id model.SandboxID) (runtime.Status, error) {
 	// The runtime knows a container only through its state files under
 	// RootDir; without any, it has none (and asking would cost an exec).
@@ -239,18 +257,12 @@ func (r *Runtime) state(ctx context.Context, id model.SandboxID) (runtime.Status
 	if err != nil {
 		return runtime.Status{}, err
 	}
-	st := runtime.Status{ID: id, Pid: cs.Pid}
-	live := cs.Pid > 0 && procfs.Alive(cs.Pid)
-	switch cs.Status {
-	case "creating", "created":
-		st.Phase = runtime.PhaseCreated
-	case "running", "paused":
-		st.Phase = runtime.PhaseRunning
-	case "stopped":
-		st.Phase = runtime.PhaseStopped
-	default:
-		return runtime.Status{}, fmt.Errorf("runtime reports unknown status %q", cs.Status)
+	phase, err := PhaseOf(cs.Status)
+	if err != nil {
+		return runtime.Status{}, err
 	}
+	st := runtime.Status{ID: id, Pid: cs.Pid, Phase: phase}
+	live := cs.Pid > 0 && procfs.Alive(cs.Pid)
 	if !live {
 		st.Phase = runtime.PhaseStopped
 		st.Pid = 0
@@ -292,6 +304,13 @@ func (r *Runtime) Stop(ctx context.Context, id model.SandboxID) error {
 	}
 	if err := os.WriteFile(r.dirs(id).stopMarker, nil, 0o600); err != nil {
 		return fmt.Errorf("stop %s: %w", id, err)
+	}
+	if st.Phase == runtime.PhasePaused {
+		// Frozen tasks do not die of SIGKILL under the v1 freezer, and
+		// runsc's paused sentry would not deliver it.
+		if err := r.resume(ctx, id); err != nil {
+			return fmt.Errorf("stop %s: %w", id, err)
+		}
 	}
 	if _, err := r.run(ctx, "kill", "--all", id.String(), "KILL"); err != nil {
 		// It may have stopped on its own meanwhile.

@@ -214,17 +214,32 @@ func New(cfg Config) (*Runtime, error) {
 // Info describes the runtime.
 func (r *Runtime) Info() runtime.Info {
 	info := runtime.Info{
-		Name:      string(r.flavor),
-		Version:   r.version,
-		Binary:    r.binary,
-		Isolation: runtime.IsolationSharedKernel,
-		OOMScope:  runtime.OOMKillsProcess,
+		Name:         string(r.flavor),
+		Version:      r.version,
+		Binary:       r.binary,
+		Isolation:    runtime.IsolationSharedKernel,
+		OOMScope:     runtime.OOMKillsProcess,
+		Capabilities: capabilitiesOf(r.flavor),
 	}
 	if r.flavor == FlavorRunsc {
 		info.Isolation = runtime.IsolationUserSpaceKernel
 		info.OOMScope = runtime.OOMKillsSandbox
 	}
 	return info
+}
+
+// capabilitiesOf says what a flavor can do on this host. Every flavor
+// pauses (runc and crun with the cgroup freezer, runsc by stopping its
+// sentry's tasks) and joins a prepared network. Only runsc checkpoints
+// memory (runsc checkpoint/restore, in-tree): runc and crun would need CRIU,
+// and Debian's does not work on the kernels Airlock runs on, so they do not
+// claim it.
+func capabilitiesOf(f Flavor) runtime.Capabilities {
+	caps := runtime.NewCapabilities(runtime.CapPause, runtime.CapNetwork)
+	if f == FlavorRunsc {
+		caps = caps.With(runtime.CapCheckpoint)
+	}
+	return caps
 }
 
 // sandboxDirs are the host paths of one sandbox.

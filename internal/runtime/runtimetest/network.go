@@ -34,6 +34,9 @@ const testCACert = "-----BEGIN CERTIFICATE-----\nMIIBairlocktestcertificate\n---
 // with the server.)
 func testPreparedNetwork(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	rt := newRuntime(t)
+	if !rt.Info().Capabilities.Has(runtime.CapNetwork) {
+		t.Skipf("%s does not claim %s", rt.Info().Name, runtime.CapNetwork)
+	}
 	pool, prefix := testPool(t)
 	spec := s.spec(defaultResources, nil)
 	ctx := ctxFor(t)

@@ -82,6 +82,9 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		fn   func(t *testing.T, s *suite, newRuntime func(t *testing.T) runtime.Runtime)
 	}{
 		{"Lifecycle", testLifecycle},
+		{"CapabilitiesConsistent", testCapabilitiesConsistent},
+		{"PauseResume", testPauseResume},
+		{"DeletePaused", testDeletePaused},
 		{"UnknownSandbox", testUnknownSandbox},
 		{"EchoAndEnv", testEchoAndEnv},
 		{"WritableCopyOnWriteRoot", testWritableRoot},

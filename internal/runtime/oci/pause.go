@@ -1,0 +1,116 @@
+package oci
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/cgroups"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
+)
+
+var _ runtime.Pauser = (*Runtime)(nil)
+
+// Pause freezes every process of a running sandbox (`runc|crun pause`: the
+// cgroup freezer; `runsc pause`: the sentry stops its tasks). Pausing a
+// paused sandbox is a no-op.
+func (r *Runtime) Pause(ctx context.Context, id model.SandboxID) error {
+	unlock := r.lock(id)
+	defer unlock()
+	st, err := r.state(ctx, id)
+	if err != nil {
+		return fmt.Errorf("pause %s: %w", id, err)
+	}
+	switch st.Phase {
+	case runtime.PhasePaused:
+		return nil
+	case runtime.PhaseRunning:
+	default:
+		return fmt.Errorf("pause %s: sandbox is %s, not running", id, st.Phase)
+	}
+	if _, err := r.run(ctx, "pause", id.String()); err != nil {
+		return fmt.Errorf("pause %s: %w", id, err)
+	}
+	if err := r.waitFrozen(ctx, id); err != nil {
+		return fmt.Errorf("pause %s: %w", id, err)
+	}
+	return nil
+}
+
+// Resume continues a paused sandbox. Resuming a running sandbox is a
+// no-op.
+func (r *Runtime) Resume(ctx context.Context, id model.SandboxID) error {
+	unlock := r.lock(id)
+	defer unlock()
+	st, err := r.state(ctx, id)
+	if err != nil {
+		return fmt.Errorf("resume %s: %w", id, err)
+	}
+	switch st.Phase {
+	case runtime.PhaseRunning:
+		return nil
+	case runtime.PhasePaused:
+	default:
+		return fmt.Errorf("resume %s: sandbox is %s, not paused", id, st.Phase)
+	}
+	if err := r.resume(ctx, id); err != nil {
+		return fmt.Errorf("resume %s: %w", id, err)
+	}
+	return nil
+}
+
+// resume is Resume of a sandbox known to be paused, under its lock.
+func (r *Runtime) resume(ctx context.Context, id model.SandboxID) error {
+	_, err := r.run(ctx, "resume", id.String())
+	return err
+}
+
+// frozen reports whether the sandbox's cgroup is frozen or freezing, which
+// is how runc and crun pause: State's shortcut for a live init process
+// (cachedRunning) must not call a sandbox paused by `runc pause` from
+// outside running.
+func (r *Runtime) frozen(id model.SandboxID) bool {
+	st, err := r.freezer(id)
+	if err != nil {
+		r.log.Debug("read freezer state", "sandbox", id, "err", err)
+		return true // unsure: ask the runtime
+	}
+	return st != cgroups.Thawed
+}
+
+func (r *Runtime) freezer(id model.SandboxID) (cgroups.FreezerState, error) {
+	cg, err := r.cgroupPath(id)
+	if err != nil {
+		return "", err
+	}
+	return r.cgroups.Freezer(cg)
+}
+
+// waitFrozen waits until every task of a runc or crun sandbox is frozen:
+// crun's pause returns while the v1 freezer is still FREEZING, and calls
+// the container running until it is FROZEN. runsc pauses synchronously
+// (and not with the freezer).
+func (r *Runtime) waitFrozen(ctx context.Context, id model.SandboxID) error {
+	if r.flavor == FlavorRunsc {
+		return nil
+	}
+	delay := 100 * time.Microsecond
+	for {
+		st, err := r.freezer(id)
+		if err != nil {
+			return err
+		}
+		if st == cgroups.Frozen {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cgroup still %s: %w", st, ctx.Err())
+		case <-time.After(delay):
+		}
+		if delay < 20*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
