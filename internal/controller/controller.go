@@ -449,7 +449,7 @@ func (c *Controller) Resync(ctx context.Context) error {
 		case err != nil:
 			c.log.WarnContext(ctx, "observe sandbox", "sandbox", sb.ID, "err", err)
 			continue
-		case st.Phase == runtime.PhaseRunning:
+		case st.Phase.Alive(): // running, or paused (memory kept, alive)
 			continue
 		case st.OOMKilled:
 			reason = "sandbox was killed for exceeding its memory limit"

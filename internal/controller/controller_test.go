@@ -290,6 +290,35 @@ func TestResyncFailsDeadSandboxAndRemovesOrphans(t *testing.T) {
 	}
 }
 
+// A paused sandbox is alive: resync keeps it running in the store.
+func TestResyncKeepsPausedSandbox(t *testing.T) {
+	e := newEnv(t, "runc", nil)
+	e.run()
+	id, opID := e.create()
+	if op := e.waitOp(opID); op.State != model.OpSucceeded {
+		t.Fatalf("create: %+v", op)
+	}
+	p, err := runtime.AsPauser(e.rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Pause(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ctrl.Resync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if sb := e.sandbox(id); sb.State != model.StateRunning {
+		t.Fatalf("paused sandbox after resync: %s %q", sb.State, sb.StateReason)
+	}
+	if err := p.Resume(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if op := e.waitOp(e.delete(id)); op.State != model.OpSucceeded {
+		t.Fatalf("delete: %+v", op)
+	}
+}
+
 // TestResyncReportsOOMUnderGVisor: under gVisor a memory hog kills the
 // whole sandbox; resync marks it failed and says why.
 func TestResyncReportsOOMUnderGVisor(t *testing.T) {
