@@ -557,5 +557,23 @@ func claimEgress() (io.Closer, error) {
 		}
 		return nil, fmt.Errorf("claim the sandbox network: lock %s: %w", path, err)
 	}
-	return f, nil
+	return &egressClaim{f: f, path: path}, nil
+}
+
+// egressClaim is a held claim; Close removes its lock file (so namespaces
+// that come and go, as tests' do, leave no files) and releases it. A
+// killed server leaves its file, unlocked, for the next one to take.
+type egressClaim struct {
+	once sync.Once
+	f    *os.File
+	path string
+}
+
+func (c *egressClaim) Close() error {
+	var err error
+	c.once.Do(func() {
+		_ = os.Remove(c.path)
+		err = c.f.Close()
+	})
+	return err
 }

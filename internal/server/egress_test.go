@@ -1,11 +1,14 @@
 package server
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/egress/netnstest"
 	"github.com/airlockdev/airlock/internal/egress/policy"
@@ -133,6 +136,16 @@ func TestClaimEgress(t *testing.T) {
 			t.Errorf("second claim: %v", err)
 		}
 		first.Close()
+		if left, _ := filepath.Glob(filepath.Join(egressClaimDir, "egress-net-*.lock")); len(left) > 0 {
+			var st unix.Stat_t
+			if err := unix.Stat("/proc/thread-self/ns/net", &st); err == nil {
+				for _, l := range left {
+					if strings.HasSuffix(l, fmt.Sprintf("-%d.lock", st.Ino)) {
+						t.Errorf("the released claim left its lock file %s", l)
+					}
+				}
+			}
+		}
 		again, err := claimEgress()
 		if err != nil {
 			t.Errorf("claim after release: %v", err)
