@@ -42,6 +42,10 @@ func operationOut(op model.Operation) apiv1.Operation {
 		t := op.FinishedAt.UTC()
 		out.FinishedAt = &t
 	}
+	if !op.NotBefore.IsZero() && op.FinishedAt == nil {
+		t := op.NotBefore.UTC()
+		out.NotBefore = &t
+	}
 	return out
 }
 

@@ -100,12 +100,15 @@ type SandboxList struct {
 
 // Operation tracks one asynchronous lifecycle request.
 type Operation struct {
-	ID         string     `json:"id"`
-	Kind       string     `json:"kind"`  // create, delete
-	State      string     `json:"state"` // pending, running, succeeded, failed
-	SandboxID  string     `json:"sandbox_id"`
-	Error      *Error     `json:"error,omitempty"`
-	Attempts   int        `json:"attempts"`
+	ID        string `json:"id"`
+	Kind      string `json:"kind"`  // create, delete
+	State     string `json:"state"` // pending, running, succeeded, failed
+	SandboxID string `json:"sandbox_id"`
+	Error     *Error `json:"error,omitempty"`
+	Attempts  int    `json:"attempts"`
+	// NotBefore is set while a retried operation waits out its backoff:
+	// it is not attempted again before then.
+	NotBefore  *time.Time `json:"not_before,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	UpdatedAt  time.Time  `json:"updated_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
