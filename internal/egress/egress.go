@@ -133,6 +133,11 @@ func (r *Registry) ByID(id model.SandboxID) (*Sandbox, bool) {
 	return sb, ok
 }
 
+// Denied reports whether addr is one no sandbox may reach that the policy cannot know: the
+// host's own addresses and the sandbox pool (RegistryConfig.Denied). The resolver and the
+// proxy ask it of every address they would hand out or dial.
+func (r *Registry) Denied(addr netip.Addr) bool { return r.cfg.Denied(addr.Unmap().WithZone("")) }
+
 // IDs lists the registered sandboxes.
 func (r *Registry) IDs() []model.SandboxID {
 	r.mu.RLock()

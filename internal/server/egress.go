@@ -196,7 +196,7 @@ func openEgress(cfg egressConfig, dd *dataDir, st store.Store, secretSrc *secret
 	n.policyFor = n.storedPolicy(st)
 	n.secrets = secretSrc
 	secretSrc.live = func(id model.SandboxID) bool { _, ok := n.registry.ByID(id); return ok }
-	svc, err := newEgressServices(&n.cfg, n.registry, ca, host, secretSrc, log)
+	svc, err := newEgressServices(&n.cfg, n.registry, ca, secretSrc, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -415,16 +415,6 @@ func (h *hostAddrCache) get() (map[netip.Addr]bool, error) {
 	return h.addrs, h.err
 }
 
-// list returns the host's addresses (for the resolver and the proxy).
-func (h *hostAddrCache) list() []netip.Addr {
-	m, _ := h.get()
-	out := make([]netip.Addr, 0, len(m))
-	for a := range m {
-		out = append(out, a)
-	}
-	return out
-}
-
 // deniedWith reports the addresses no sandbox may reach beyond the
 // policy's always-denied ranges: the sandbox pool and the host's own
 // addresses (all of them when they cannot be read: fail closed).
@@ -466,14 +456,12 @@ type egressServices struct {
 
 // newEgressServices binds the resolver (UDP and TCP) and the proxy on the
 // configured ports (0: a free one) and records the ports in cfg.
-func newEgressServices(cfg *egressConfig, reg *egress.Registry, ca *tlsca.CA, host *hostAddrCache, secretSrc proxy.SecretSource, log *slog.Logger) (*egressServices, error) {
+func newEgressServices(cfg *egressConfig, reg *egress.Registry, ca *tlsca.CA, secretSrc proxy.SecretSource, log *slog.Logger) (*egressServices, error) {
 	res, err := resolver.New(resolver.Config{
-		Listen:       fmt.Sprintf(":%d", cfg.resolverPort),
-		Upstream:     cfg.upstreamDNS.String(),
-		Registry:     reg,
-		HostAddrs:    host.list,
-		SandboxPools: []netip.Prefix{cfg.pool},
-		Logger:       log,
+		Listen:   fmt.Sprintf(":%d", cfg.resolverPort),
+		Upstream: cfg.upstreamDNS.String(),
+		Registry: reg,
+		Logger:   log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("egress resolver: %w", err)
@@ -484,10 +472,9 @@ func newEgressServices(cfg *egressConfig, reg *egress.Registry, ca *tlsca.CA, ho
 		CA:       ca,
 		// The proxy resolves names itself, through the sandboxes' upstream
 		// (never the guest's answer, never the host's /etc/hosts).
-		Resolve:   res.Lookup,
-		HostAddrs: host.list,
-		Logger:    log,
-		Secrets:   secretSrc,
+		Resolve: res.Lookup,
+		Logger:  log,
+		Secrets: secretSrc,
 	})
 	if err != nil {
 		res.Close()

@@ -38,7 +38,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -63,9 +62,6 @@ type Config struct {
 	OriginalDst func(net.Conn) (netip.AddrPort, error)
 	// Secrets gives each sandbox's secrets (none when nil).
 	Secrets SecretSource
-	// HostAddrs lists the host's own addresses, never dialled (none beyond the always-denied
-	// ranges when nil).
-	HostAddrs func() []netip.Addr
 	// UpstreamRootCAs verifies upstream certificates of intercepted connections (the system
 	// roots when nil).
 	UpstreamRootCAs *x509.CertPool
@@ -142,9 +138,6 @@ func New(cfg Config) (*Proxy, error) {
 			}
 			return nftrules.OriginalDst(tc)
 		}
-	}
-	if cfg.HostAddrs == nil {
-		cfg.HostAddrs = func() []netip.Addr { return nil }
 	}
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = 10 * time.Second
@@ -451,10 +444,8 @@ func (p *Proxy) deny(sb *egress.Sandbox, kind, host string, dst netip.AddrPort, 
 	p.log.Info("egress denied", "sandbox", sb.ID, "kind", kind, "host", host, "dst", dst, "rule", rule, "reason", reason)
 }
 
-func (p *Proxy) isHostAddr(a netip.Addr) bool {
-	a = a.Unmap().WithZone("")
-	return slices.ContainsFunc(p.cfg.HostAddrs(), func(h netip.Addr) bool { return h.Unmap().WithZone("") == a })
-}
+// isHostAddr reports an address of this host or of a sandbox (the registry's Denied).
+func (p *Proxy) isHostAddr(a netip.Addr) bool { return p.cfg.Registry.Denied(a) }
 
 // dialName dials the proxy's own resolution of name on port for the sandbox: the address the
 // guest dialled when the resolution agrees with it (so the guest meets the server it expects),

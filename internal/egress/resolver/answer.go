@@ -246,10 +246,8 @@ func (r *Resolver) answerAddrAllowed(sb *egress.Sandbox, name string, a netip.Ad
 		rule, reason = "no-policy", "the sandbox has no egress policy"
 	} else if d := p.Dest(name, a, 0); !d.Allowed {
 		rule, reason = d.Rule, d.Reason
-	} else if slices.Contains(r.cfg.HostAddrs(), a) {
-		rule, reason = RuleDenied, fmt.Sprintf("%s is an address of this host", a)
-	} else if i := slices.IndexFunc(r.cfg.SandboxPools, func(p netip.Prefix) bool { return p.Contains(a) }); i >= 0 {
-		rule, reason = RuleDenied, fmt.Sprintf("%s is in the sandbox pool %s", a, r.cfg.SandboxPools[i])
+	} else if r.cfg.Registry.Denied(a) {
+		rule, reason = RuleDenied, fmt.Sprintf("%s is an address of this host or of a sandbox", a)
 	} else {
 		return true
 	}

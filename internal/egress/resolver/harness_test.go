@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/egress"
 	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/egress/sandboxnet"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -164,12 +165,16 @@ var (
 		"deny":["bad.ok.example","203.0.113.66"]}`
 )
 
+// hostOrPool is what the server's registry denies beyond the policy: the host's own address
+// and the sandbox pool.
+func hostOrPool(a netip.Addr) bool { return a == hostAddr || sandboxnet.DefaultPrefix.Contains(a) }
+
 // newEnv starts a fake upstream with records, a registry with one sandbox at guest under
 // testPolicy, and a Resolver serving on 127.0.0.1:0 until the test ends.
 func newEnv(t testing.TB, cfg Config, records []string, big ...string) *env {
 	t.Helper()
 	e := &env{up: newFakeUpstream(t, records, big...), clock: &clock{now: time.Unix(1_800_000_000, 0)}}
-	e.reg = egress.NewRegistry(egress.RegistryConfig{Now: e.clock.Now})
+	e.reg = egress.NewRegistry(egress.RegistryConfig{Now: e.clock.Now, Denied: hostOrPool})
 	spec, err := policy.ParseSpec([]byte(testPolicy))
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +189,6 @@ func newEnv(t testing.TB, cfg Config, records []string, big ...string) *env {
 		cfg.Upstream = e.up.addr
 	}
 	cfg.Registry = e.reg
-	cfg.HostAddrs = func() []netip.Addr { return []netip.Addr{hostAddr} }
 	cfg.Now = e.clock.Now
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

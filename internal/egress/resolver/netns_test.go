@@ -64,7 +64,7 @@ func TestRedirectedSandbox(t *testing.T) {
 	}
 
 	up := newFakeUpstream(t, zone)
-	reg := egress.NewRegistry(egress.RegistryConfig{})
+	reg := egress.NewRegistry(egress.RegistryConfig{Denied: func(a netip.Addr) bool { return a == hostAddr }})
 	spec, err := policy.ParseSpec([]byte(testPolicy))
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func TestRedirectedSandbox(t *testing.T) {
 	var r *Resolver
 	host.Do(t, func() {
 		r, err = New(Config{Listen: fmt.Sprintf("0.0.0.0:%d", resolverPort), Upstream: up.addr, Registry: reg,
-			HostAddrs: func() []netip.Addr { return []netip.Addr{hostAddr} }, Logger: slog.New(slog.DiscardHandler)})
+			Logger: slog.New(slog.DiscardHandler)})
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,6 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/airlockdev/airlock/internal/egress"
-	"github.com/airlockdev/airlock/internal/egress/sandboxnet"
 )
 
 // Defaults of Config.
@@ -44,12 +43,6 @@ type Config struct {
 	Upstream string
 	// Registry finds the sandbox a query comes from by its source address.
 	Registry *egress.Registry
-	// HostAddrs returns the host's own addresses, never handed to a sandbox in an answer. Nil:
-	// none beyond the always-denied ranges.
-	HostAddrs func() []netip.Addr
-	// SandboxPools are the prefixes sandboxes' addresses come from, never handed out in an
-	// answer either (nil: sandboxnet.DefaultPrefix).
-	SandboxPools []netip.Prefix
 	// Limits bound the names a sandbox may ask about (see NameLimits).
 	Limits NameLimits
 	// AttemptTimeout bounds one exchange with the upstream (DefaultAttemptTimeout);
@@ -95,12 +88,6 @@ func New(cfg Config) (*Resolver, error) {
 	}
 	if _, _, err := net.SplitHostPort(cfg.Upstream); err != nil {
 		return nil, fmt.Errorf("resolver: upstream %q: %w", cfg.Upstream, err)
-	}
-	if cfg.HostAddrs == nil {
-		cfg.HostAddrs = func() []netip.Addr { return nil }
-	}
-	if cfg.SandboxPools == nil {
-		cfg.SandboxPools = []netip.Prefix{sandboxnet.DefaultPrefix}
 	}
 	if cfg.AttemptTimeout <= 0 {
 		cfg.AttemptTimeout = DefaultAttemptTimeout
