@@ -271,7 +271,7 @@ func TestResyncFailsDeadSandboxAndRemovesOrphans(t *testing.T) {
 	// And something left a sandbox that no record wants.
 	orphan := model.NewSandboxID()
 	tmpl := airtest.BusyboxRootfs(t)
-	if err := e.rt.Create(context.Background(), runtime.Spec{ID: orphan, TemplateDir: tmpl, Hostname: "x",
+	if err := e.rt.Create(context.Background(), runtime.Spec{ID: orphan, RootFS: runtime.RootFS{Lower: tmpl}, Hostname: "x",
 		Resources: runtime.Resources{CPUs: 1, MemoryBytes: 128 << 20, PidsLimit: 64}, AgentBinary: airtest.BuildAgent(t)}); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,19 @@ const (
 	// StepDestroy removes the sandbox and everything it holds from the
 	// runtime (idempotent: an absent sandbox is already destroyed).
 	StepDestroy Step = "destroy"
+	// StepPause freezes the sandbox's processes, memory resident
+	// (idempotent: a paused sandbox is left paused).
+	StepPause Step = "pause"
+	// StepResume continues a paused sandbox (idempotent).
+	StepResume Step = "resume"
+	// StepSuspend writes the sandbox's snapshot and frees what it holds
+	// while running (idempotent: an interrupted suspend is finished; a
+	// suspended sandbox reports its snapshot again).
+	StepSuspend Step = "suspend"
+	// StepWake restores a suspended sandbox from its snapshot and returns
+	// once its agent answers (idempotent: a half-restored sandbox is
+	// restored again; the snapshot is kept until the sandbox is deleted).
+	StepWake Step = "wake"
 )
 
 // Lifecycle describes one operation kind: which sandbox states a request may
@@ -58,10 +71,49 @@ var lifecycles = []Lifecycle{
 		Cleanup:    StepDestroy,
 	},
 	{
+		// A failed pause leaves the sandbox running: nothing was frozen.
+		Kind:       OpPause,
+		From:       []SandboxState{StateRunning},
+		InProgress: StatePausing,
+		Final:      StatePaused,
+		Failure:    StateRunning,
+		Step:       StepPause,
+	},
+	{
+		// A failed resume leaves the sandbox paused, to be resumed again.
+		Kind:       OpResume,
+		From:       []SandboxState{StatePaused},
+		InProgress: StateResuming,
+		Final:      StateRunning,
+		Failure:    StatePaused,
+		Step:       StepResume,
+	},
+	{
+		// A failed suspend fails the sandbox: its processes may be gone
+		// and its snapshot incomplete; what it holds is released when it
+		// is deleted.
+		Kind:       OpSuspend,
+		From:       []SandboxState{StateRunning, StatePaused},
+		InProgress: StateSuspending,
+		Final:      StateSuspended,
+		Failure:    StateFailed,
+		Step:       StepSuspend,
+	},
+	{
+		// A failed wake leaves the sandbox suspended: its snapshot is kept,
+		// and it may be woken again.
+		Kind:       OpWake,
+		From:       []SandboxState{StateSuspended},
+		InProgress: StateWaking,
+		Final:      StateRunning,
+		Failure:    StateSuspended,
+		Step:       StepWake,
+	},
+	{
 		Kind: OpDelete,
 		From: []SandboxState{
-			StatePending, StateCreating, StateRunning, StatePaused, StateSuspending,
-			StateSuspended, StateWaking, StateFailed,
+			StatePending, StateCreating, StateRunning, StatePausing, StatePaused, StateResuming,
+			StateSuspending, StateSuspended, StateWaking, StateFailed,
 		},
 		InProgress: StateDeleting,
 		Final:      StateDeleted,

@@ -149,7 +149,7 @@ func TestParseOperationKind(t *testing.T) {
 			t.Errorf("%s.Validate() = %v", k, err)
 		}
 	}
-	for _, s := range []string{"", "Create", "pause", "create "} {
+	for _, s := range []string{"", "Create", "hibernate", "create "} {
 		if _, err := ParseOperationKind(s); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ParseOperationKind(%q) = %v, want ErrInvalid", s, err)
 		}

@@ -204,7 +204,8 @@ func TestStateMachine(t *testing.T) {
 		}
 	}
 	for _, path := range [][]SandboxState{
-		{StatePending, StateCreating, StateRunning, StatePaused, StateRunning, StateSuspending, StateSuspended, StateWaking, StateRunning, StateDeleting, StateDeleted},
+		{StatePending, StateCreating, StateRunning, StatePausing, StatePaused, StateResuming, StateRunning, StateSuspending, StateSuspended, StateWaking, StateRunning, StateDeleting, StateDeleted},
+		{StateRunning, StatePausing, StatePaused, StateSuspending, StateSuspended},
 		{StatePending, StateCreating, StateFailed, StateDeleting, StateDeleted},
 	} {
 		for i := 1; i < len(path); i++ {

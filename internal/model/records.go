@@ -132,8 +132,19 @@ type Sandbox struct {
 	StateReason string // why the sandbox is failed (or other human detail); empty otherwise
 	NodeID      NodeID // node that hosts it; empty until placed
 	Runtime     string // runtime name on that node, e.g. "runsc"; empty until placed
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// Environment is the execution environment it runs in, chosen at
+	// create; empty for sandboxes stored before environments existed
+	// (they run on the runtime named by Runtime).
+	Environment EnvironmentRef
+	// Snapshot is set while the sandbox is suspended (and kept while it
+	// wakes): what its suspend wrote.
+	Snapshot *Snapshot
+	Timeouts Timeouts
+	// LastActivity is when the sandbox was last used (an API call, an
+	// attached stream, process output, stdin), for its idle limit.
+	LastActivity time.Time
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 }
 
 // OperationKind is the lifecycle request an operation tracks.
@@ -142,8 +153,12 @@ type OperationKind string
 // Operation kinds. Each has one entry in the lifecycle table (lifecycle.go),
 // which says what it does; a kind missing there fails TestLifecycleCoversKinds.
 const (
-	OpCreate OperationKind = "create"
-	OpDelete OperationKind = "delete"
+	OpCreate  OperationKind = "create"
+	OpDelete  OperationKind = "delete"
+	OpPause   OperationKind = "pause"
+	OpResume  OperationKind = "resume"
+	OpSuspend OperationKind = "suspend"
+	OpWake    OperationKind = "wake"
 )
 
 // OperationState is an operation's progress.

@@ -13,7 +13,9 @@ const (
 	StatePending    SandboxState = "pending"
 	StateCreating   SandboxState = "creating"
 	StateRunning    SandboxState = "running"
+	StatePausing    SandboxState = "pausing"
 	StatePaused     SandboxState = "paused"
+	StateResuming   SandboxState = "resuming"
 	StateSuspending SandboxState = "suspending"
 	StateSuspended  SandboxState = "suspended"
 	StateWaking     SandboxState = "waking"
@@ -25,8 +27,8 @@ const (
 // AllSandboxStates lists every state, in lifecycle order.
 func AllSandboxStates() []SandboxState {
 	return []SandboxState{
-		StatePending, StateCreating, StateRunning, StatePaused, StateSuspending,
-		StateSuspended, StateWaking, StateDeleting, StateDeleted, StateFailed,
+		StatePending, StateCreating, StateRunning, StatePausing, StatePaused, StateResuming,
+		StateSuspending, StateSuspended, StateWaking, StateDeleting, StateDeleted, StateFailed,
 	}
 }
 
@@ -53,11 +55,13 @@ var ErrInvalidTransition = errors.New("invalid state transition")
 var transitions = map[SandboxState][]SandboxState{
 	StatePending:    {StateCreating, StateFailed, StateDeleting},
 	StateCreating:   {StateRunning, StateFailed, StateDeleting},
-	StateRunning:    {StatePaused, StateSuspending, StateFailed, StateDeleting},
-	StatePaused:     {StateRunning, StateSuspending, StateFailed, StateDeleting},
+	StateRunning:    {StatePausing, StateSuspending, StateFailed, StateDeleting},
+	StatePausing:    {StatePaused, StateRunning, StateFailed, StateDeleting},
+	StatePaused:     {StateResuming, StateSuspending, StateFailed, StateDeleting},
+	StateResuming:   {StateRunning, StatePaused, StateFailed, StateDeleting},
 	StateSuspending: {StateSuspended, StateFailed, StateDeleting},
 	StateSuspended:  {StateWaking, StateDeleting},
-	StateWaking:     {StateRunning, StateFailed, StateDeleting},
+	StateWaking:     {StateRunning, StateSuspended, StateFailed, StateDeleting},
 	StateFailed:     {StateDeleting},
 	StateDeleting:   {StateDeleted},
 	StateDeleted:    nil,

@@ -84,11 +84,12 @@ type Resources struct {
 // keeps per-sandbox state in a directory it derives from the ID under its
 // configured state root, so it finds it again after a restart.
 type Spec struct {
-	ID          model.SandboxID
-	TemplateDir string // read-only root filesystem tree of the template (host path)
-	Hostname    string
-	Env         model.Env // environment of the guest agent (and so of every process)
-	Resources   Resources
+	ID model.SandboxID
+	// RootFS is the sandbox's root filesystem as the worker prepared it.
+	RootFS    RootFS
+	Hostname  string
+	Env       model.Env // environment of the guest agent (and so of every process)
+	Resources Resources
 	// AgentBinary is the host path of the static airlock-agent binary that
 	// the runtime starts as the sandbox's first process.
 	AgentBinary string
@@ -96,6 +97,21 @@ type Spec struct {
 	// (internal/egress/sandboxnet): the runtime puts the sandbox into it.
 	// Nil: loopback only.
 	Network *Network
+	// Restore, if set, is the snapshot a Suspend of this sandbox returned:
+	// Create makes the sandbox from it instead of from scratch (its root
+	// filesystem's changes, and for a SnapshotMemory its processes, which
+	// Start then continues). A snapshot of another sandbox, runtime or
+	// format is refused.
+	Restore *Snapshot
+}
+
+// RootFS describes a sandbox's root filesystem. Overlay runtimes (OCI)
+// put a writable layer of their own over Lower; VM runtimes will get a
+// disk image here (and a copy-on-write disk over it).
+type RootFS struct {
+	// Lower is the template's read-only root filesystem tree (a host
+	// path).
+	Lower string
 }
 
 // Guest paths of the trust store a runtime writes for a Network with a CA.

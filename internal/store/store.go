@@ -10,6 +10,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/egress/policy"
@@ -33,6 +34,10 @@ var (
 	// ErrInUse: a row that live rows still reference (an egress profile a
 	// live sandbox's policy names) cannot be deleted.
 	ErrInUse = errors.New("in use")
+	// ErrBusy: another lifecycle operation of the sandbox is under way.
+	// It wraps model.ErrInvalidTransition: the request conflicts with the
+	// sandbox's state.
+	ErrBusy = fmt.Errorf("%w: another operation of the sandbox is under way", model.ErrInvalidTransition)
 )
 
 // IdempotencyRecord is the stored result of a mutating request made with an
@@ -121,7 +126,23 @@ type Finish struct {
 	SandboxFrom   model.SandboxState
 	SandboxTo     model.SandboxState // empty: leave the sandbox alone
 	SandboxReason string
-	Now           time.Time
+	// SetSnapshot, with SandboxTo set, replaces the sandbox's snapshot
+	// record by Snapshot (nil: it has none) in the same transaction.
+	SetSnapshot bool
+	Snapshot    *model.Snapshot
+	Now         time.Time
+}
+
+// OperationRequest asks to start a lifecycle operation on an existing
+// sandbox (any kind but create and delete, which have their own calls): the
+// sandbox moves to the kind's in-progress state and the operation is queued,
+// atomically.
+type OperationRequest struct {
+	ProjectID   model.ProjectID
+	SandboxID   model.SandboxID
+	Operation   model.Operation // pending, of the request's kind
+	Idempotency *IdempotencyRecord
+	Now         time.Time
 }
 
 // BuildCursor is a position in the (created_at, id) order of builds.
@@ -213,6 +234,12 @@ type Store interface {
 	// a new delete operation; while one is unfinished, a second is refused
 	// with model.ErrInvalidTransition.
 	RequestDelete(ctx context.Context, req DeleteRequest) (model.Sandbox, error)
+	// RequestOperation starts a pause, resume, suspend or wake (see
+	// OperationRequest). It is refused with model.ErrInvalidTransition when
+	// the kind's lifecycle cannot start from the sandbox's state, and with
+	// an error wrapping ErrBusy while another operation of the sandbox is
+	// unfinished; nothing is written then.
+	RequestOperation(ctx context.Context, req OperationRequest) (model.Sandbox, error)
 	// TransitionSandbox is a compare-and-swap on the sandbox state that also
 	// checks the state machine.
 	TransitionSandbox(ctx context.Context, id model.SandboxID, from, to model.SandboxState, reason string, now time.Time) error

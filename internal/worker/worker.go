@@ -221,11 +221,11 @@ func (w *Worker) create(ctx context.Context, sb model.Sandbox) error {
 		}
 	}
 	spec := runtime.Spec{
-		ID:          sb.ID,
-		TemplateDir: dir,
-		Hostname:    "airlock",
-		Network:     network,
-		Env:         env,
+		ID:       sb.ID,
+		RootFS:   runtime.RootFS{Lower: dir},
+		Hostname: "airlock",
+		Network:  network,
+		Env:      env,
 		Resources: runtime.Resources{
 			CPUs:        sb.Resources.CPUs,
 			MemoryBytes: int64(sb.Resources.MemoryMiB) << 20,

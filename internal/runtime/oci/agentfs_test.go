@@ -67,7 +67,7 @@ func TestAgentFSSharedAcrossRestart(t *testing.T) {
 			})
 			start := func(r *Runtime, agentBinary string) model.SandboxID {
 				t.Helper()
-				spec := runtime.Spec{ID: model.NewSandboxID(), TemplateDir: template, AgentBinary: agentBinary,
+				spec := runtime.Spec{ID: model.NewSandboxID(), RootFS: runtime.RootFS{Lower: template}, AgentBinary: agentBinary,
 					Resources: runtime.Resources{CPUs: 1, MemoryBytes: 256 << 20, PidsLimit: 64}}
 				ids = append(ids, spec.ID)
 				if err := r.Create(ctx, spec); err != nil {

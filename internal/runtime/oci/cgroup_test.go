@@ -45,7 +45,7 @@ func TestWorkloadCgroupDelegated(t *testing.T) {
 			defer cancel()
 			const limit = 24
 			newSpec := func() runtime.Spec {
-				spec := runtime.Spec{ID: model.NewSandboxID(), TemplateDir: template, AgentBinary: agentBin,
+				spec := runtime.Spec{ID: model.NewSandboxID(), RootFS: runtime.RootFS{Lower: template}, AgentBinary: agentBin,
 					Resources: runtime.Resources{CPUs: 1, MemoryBytes: 256 << 20, PidsLimit: limit}}
 				t.Cleanup(func() {
 					if err := r.Delete(context.Background(), spec.ID); err != nil {

@@ -69,7 +69,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, dirs sandboxDir
 // prepare sets up the sandbox's filesystem, writes the bundle and mounts
 // the root filesystem.
 func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dirs sandboxDirs) error {
-	lower := spec.TemplateDir
+	lower := spec.RootFS.Lower
 	if !filepath.IsAbs(lower) {
 		return fmt.Errorf("template dir %q must be absolute", lower)
 	}

@@ -96,7 +96,7 @@ func applyNetwork(flavor Flavor, s *specs.Spec, spec runtime.Spec, dirs sandboxD
 	}
 	files := []netFile{{"resolv.conf", guestResolvConf, resolvConf(n)}}
 	if len(n.CACertPEM) > 0 {
-		bundle, err := templateBundle(spec.TemplateDir)
+		bundle, err := templateBundle(spec.RootFS.Lower)
 		if err != nil {
 			return err
 		}

@@ -74,7 +74,7 @@ func TestApplyNetwork(t *testing.T) {
 
 	// No network: the spec is left as it is (a new, empty netns).
 	s := newSpec()
-	if err := applyNetwork(FlavorRunsc, s, runtime.Spec{TemplateDir: tpl}, dirs); err != nil {
+	if err := applyNetwork(FlavorRunsc, s, runtime.Spec{RootFS: runtime.RootFS{Lower: tpl}}, dirs); err != nil {
 		t.Fatal(err)
 	}
 	if s.Linux.Namespaces[1].Path != "" || len(s.Mounts) != 0 {
@@ -84,7 +84,7 @@ func TestApplyNetwork(t *testing.T) {
 	gw := netip.MustParseAddr("10.213.0.1")
 	n := &runtime.Network{NetnsPath: "/data/netns/sbx", GuestAddr: netip.MustParsePrefix("10.213.0.2/30"), Gateway: gw, DNS: gw, CACertPEM: []byte("CA\n")}
 	s = newSpec()
-	if err := applyNetwork(FlavorRunsc, s, runtime.Spec{TemplateDir: tpl, Network: n}, dirs); err != nil {
+	if err := applyNetwork(FlavorRunsc, s, runtime.Spec{RootFS: runtime.RootFS{Lower: tpl}, Network: n}, dirs); err != nil {
 		t.Fatal(err)
 	}
 	if s.Linux.Namespaces[1].Path != n.NetnsPath {

@@ -96,7 +96,7 @@ func (r testRuntime) CrashStates() []runtimetest.CrashState {
 				return err
 			}
 			defer userns.Close()
-			return rootfs.MountIDMapped(spec.TemplateDir, d.lower, userns)
+			return rootfs.MountIDMapped(spec.RootFS.Lower, d.lower, userns)
 		}}, runtimetest.CrashState{Name: "CreatedBeforeWorkloadCgroup", Make: func(ctx context.Context, spec runtime.Spec) error {
 			// A crash between the runtime's create and the host's
 			// workload cgroup (delegateWorkloadCgroup).
@@ -286,7 +286,7 @@ func TestSandboxOutlivesItsCreator(t *testing.T) {
 			cfg := testConfig(t, flavor)
 			args := helperArgs{
 				Config: Config{Flavor: cfg.Flavor, RootDir: cfg.RootDir, StateRoot: cfg.StateRoot, CgroupParent: cfg.CgroupParent},
-				Spec: runtime.Spec{ID: model.NewSandboxID(), TemplateDir: template, AgentBinary: agent,
+				Spec: runtime.Spec{ID: model.NewSandboxID(), RootFS: runtime.RootFS{Lower: template}, AgentBinary: agent,
 					Resources: runtime.Resources{CPUs: 1, MemoryBytes: 256 << 20, PidsLimit: 64}},
 				ProcID: model.NewProcessID().String(),
 			}

@@ -93,7 +93,7 @@ func TestExternalPauseIsPaused(t *testing.T) {
 					t.Errorf("Delete: %v", err)
 				}
 			})
-			spec := runtime.Spec{ID: id, TemplateDir: template, AgentBinary: agent,
+			spec := runtime.Spec{ID: id, RootFS: runtime.RootFS{Lower: template}, AgentBinary: agent,
 				Resources: runtime.Resources{CPUs: 1, MemoryBytes: 256 << 20, PidsLimit: 64}}
 			if err := r.Create(ctx, spec); err != nil {
 				t.Fatal(err)

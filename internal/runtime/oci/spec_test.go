@@ -20,7 +20,7 @@ func TestBundleSpec(t *testing.T) {
 		t.Run(string(flavor), func(t *testing.T) {
 			r := &Runtime{flavor: flavor, cgroupParent: "/airlock", stateRoot: "/state"}
 			id := model.NewSandboxID()
-			spec := runtime.Spec{ID: id, TemplateDir: "/t", Env: model.Env{"B": "2", "A": "1", "PATH": "/custom"},
+			spec := runtime.Spec{ID: id, RootFS: runtime.RootFS{Lower: "/t"}, Env: model.Env{"B": "2", "A": "1", "PATH": "/custom"},
 				Resources: res, AgentBinary: "/usr/lib/airlock/airlock-agent"}
 			var ids *rootfs.IDRange
 			if usesUserns(flavor) {

@@ -118,7 +118,7 @@ func treeDigest(t *testing.T, root string) string {
 func (s *suite) spec(res runtime.Resources, env model.Env) runtime.Spec {
 	return runtime.Spec{
 		ID:          model.NewSandboxID(),
-		TemplateDir: s.template,
+		RootFS:      runtime.RootFS{Lower: s.template},
 		Hostname:    "airlock-test",
 		Env:         env,
 		Resources:   res,

@@ -2,6 +2,8 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -120,6 +122,59 @@ func (s *Store) RequestDelete(ctx context.Context, req store.DeleteRequest) (mod
 	})
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("delete sandbox %s: %w", req.SandboxID, err)
+	}
+	return out, nil
+}
+
+// RequestOperation implements store.Store.
+func (s *Store) RequestOperation(ctx context.Context, req store.OperationRequest) (model.Sandbox, error) {
+	op := req.Operation
+	lc, err := model.LifecycleOf(op.Kind)
+	switch {
+	case err != nil:
+		return model.Sandbox{}, fmt.Errorf("request operation on sandbox %s: %w", req.SandboxID, err)
+	case op.Kind == model.OpCreate || op.Kind == model.OpDelete:
+		return model.Sandbox{}, fmt.Errorf("request operation on sandbox %s: %w: a %s has its own request", req.SandboxID, model.ErrInvalid, op.Kind)
+	case op.State != "" && op.State != model.OpPending:
+		return model.Sandbox{}, fmt.Errorf("request %s of sandbox %s: %w: a new operation must be pending, not %s", op.Kind, req.SandboxID, model.ErrInvalid, op.State)
+	case op.SandboxID != req.SandboxID || op.ProjectID != req.ProjectID:
+		return model.Sandbox{}, fmt.Errorf("request %s of sandbox %s: %w: operation %s belongs to another sandbox or project", op.Kind, req.SandboxID, model.ErrInvalid, op.ID)
+	}
+	var out model.Sandbox
+	err = s.write(ctx, true, func(t tx) error {
+		if err := t.insertIdempotency(ctx, req.Idempotency); err != nil {
+			return err
+		}
+		from, err := t.lockSandboxState(ctx, req.SandboxID, req.ProjectID)
+		if err != nil {
+			return err
+		}
+		var kind string
+		err = t.queryRow(ctx, `SELECT kind FROM operations WHERE sandbox_id = ? AND state IN (?, ?) ORDER BY created_at LIMIT 1`,
+			string(req.SandboxID), string(model.OpPending), string(model.OpRunning)).Scan(&kind)
+		switch {
+		case err == nil:
+			return fmt.Errorf("%w (a %s)", store.ErrBusy, kind)
+		case !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("look for unfinished operations: %w", err)
+		}
+		if err := lc.CheckStart(from); err != nil {
+			return err
+		}
+		if err := t.setSandboxState(ctx, req.SandboxID, from, lc.InProgress, "", req.Now); err != nil {
+			return err
+		}
+		if err := t.insertOperation(ctx, op); err != nil {
+			return err
+		}
+		out, err = scanSandbox(t.queryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes s WHERE s.id = ?`, string(req.SandboxID)))
+		if err != nil {
+			return fmt.Errorf("read sandbox: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return model.Sandbox{}, fmt.Errorf("request %s of sandbox %s: %w", op.Kind, req.SandboxID, err)
 	}
 	return out, nil
 }

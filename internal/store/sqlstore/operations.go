@@ -288,6 +288,15 @@ func (s *Store) FinishOperation(ctx context.Context, f store.Finish) error {
 			if err := t.setSandboxState(ctx, sandbox, f.SandboxFrom, f.SandboxTo, f.SandboxReason, f.Now); err != nil {
 				return err
 			}
+			if f.SetSnapshot {
+				snap, err := encodeSnapshot(f.Snapshot)
+				if err != nil {
+					return err
+				}
+				if _, err := t.exec(ctx, `UPDATE sandboxes SET snapshot = ? WHERE id = ?`, snap, string(sandbox)); err != nil {
+					return fmt.Errorf("record snapshot: %w", err)
+				}
+			}
 		}
 		code, msg := opError(f.Error)
 		now := micro(f.Now)

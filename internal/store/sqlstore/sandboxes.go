@@ -21,7 +21,8 @@ const (
 )
 
 const sandboxColumns = `s.id, s.project_id, s.template_digest, s.cpus, s.memory_mib, s.disk_mib, s.env, s.metadata,
-	s.state, s.state_reason, s.node_id, s.runtime, s.created_at, s.updated_at`
+	s.state, s.state_reason, s.node_id, s.runtime, s.created_at, s.updated_at,
+	s.environment, s.snapshot, s.idle_timeout_ms, s.deadline, s.on_timeout, s.last_activity_at`
 
 func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 	var (
@@ -29,12 +30,32 @@ func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 		id, project, digest            string
 		env, metadata, state, node, rt string
 		created, updated               int64
+		envRef, onTimeout              string
+		snapshot                       sql.NullString
+		idleMS, deadline, activity     int64
 	)
 	err := row.Scan(&id, &project, &digest, &sb.Resources.CPUs, &sb.Resources.MemoryMiB, &sb.Resources.DiskMiB, &env, &metadata,
-		&state, &sb.StateReason, &node, &rt, &created, &updated)
+		&state, &sb.StateReason, &node, &rt, &created, &updated,
+		&envRef, &snapshot, &idleMS, &deadline, &onTimeout, &activity)
 	if err != nil {
 		return model.Sandbox{}, err
 	}
+	if envRef != "" {
+		if sb.Environment, err = model.ParseEnvironmentRef(envRef); err != nil {
+			return model.Sandbox{}, fmt.Errorf("stored sandbox %s: %w", id, err)
+		}
+	}
+	if snapshot.Valid {
+		if sb.Snapshot, err = decodeSnapshot(snapshot.String); err != nil {
+			return model.Sandbox{}, fmt.Errorf("stored sandbox %s: %w", id, err)
+		}
+	}
+	if sb.Timeouts.OnTimeout, err = model.ParseOnTimeout(onTimeout); err != nil {
+		return model.Sandbox{}, fmt.Errorf("stored sandbox %s: %w", id, err)
+	}
+	sb.Timeouts.Idle = time.Duration(idleMS) * time.Millisecond
+	sb.Timeouts.Deadline = fromMicroOrZero(deadline)
+	sb.LastActivity = fromMicroOrZero(activity)
 	st, err := model.ParseSandboxState(state)
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("stored sandbox %s: %w", id, err)
@@ -105,6 +126,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, egress poli
 	if err != nil {
 		return fmt.Errorf("create sandbox %s: metadata: %w", sb.ID, err)
 	}
+	onTimeout, err := model.ParseOnTimeout(string(sb.Timeouts.OnTimeout)) // "": delete
+	if err != nil {
+		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+	}
 	err = s.write(ctx, true, func(t tx) error {
 		if err := t.insertIdempotency(ctx, idem); err != nil {
 			return err
@@ -117,11 +142,14 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, egress poli
 			return err
 		}
 		_, err := t.exec(ctx, `INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, disk_mib, env, metadata,
-			state, state_reason, node_id, runtime, created_at, updated_at, egress)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			state, state_reason, node_id, runtime, created_at, updated_at, egress,
+			environment, idle_timeout_ms, deadline, on_timeout, last_activity_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			string(sb.ID), string(sb.ProjectID), string(sb.Template), sb.Resources.CPUs, sb.Resources.MemoryMiB,
 			sb.Resources.DiskMiB, env, metadata, string(model.StatePending), sb.StateReason, string(sb.NodeID), sb.Runtime,
-			micro(sb.CreatedAt), micro(sb.UpdatedAt), egressText)
+			micro(sb.CreatedAt), micro(sb.UpdatedAt), egressText,
+			string(sb.Environment), sb.Timeouts.Idle.Milliseconds(), microOrZero(sb.Timeouts.Deadline), string(onTimeout),
+			microOrZero(sb.LastActivity))
 		if err != nil {
 			return fmt.Errorf("insert sandbox: %w", s.insertErr(err))
 		}
@@ -146,6 +174,10 @@ func checkCreate(sb model.Sandbox, op model.Operation) error {
 	switch {
 	case sb.State != "" && sb.State != model.StatePending:
 		return fmt.Errorf("%w: a new sandbox must be pending, not %s", model.ErrInvalid, sb.State)
+	case sb.Snapshot != nil:
+		return fmt.Errorf("%w: a new sandbox has no snapshot", model.ErrInvalid)
+	case sb.Timeouts.Idle < 0 || sb.Timeouts.Idle > model.MaxIdleTimeout:
+		return fmt.Errorf("%w: idle timeout %s must be between 0 and %s", model.ErrInvalid, sb.Timeouts.Idle, model.MaxIdleTimeout)
 	case op.Kind != model.OpCreate:
 		return fmt.Errorf("%w: the operation of a new sandbox must be a create, not %q", model.ErrInvalid, op.Kind)
 	case op.State != "" && op.State != model.OpPending:

@@ -129,8 +129,11 @@ func (e *env) newSandbox(p model.ProjectID, tpl model.TemplateDigest, md model.M
 		Env:       model.Env{"LANG": "C.UTF-8", "EMPTY": ""},
 		Metadata:  md,
 		State:     model.StatePending,
-		CreatedAt: now,
-		UpdatedAt: now,
+		Timeouts:  model.Timeouts{Idle: time.Hour, OnTimeout: model.OnTimeoutSuspend, Deadline: now.Add(24 * time.Hour)},
+		// The store keeps what it is given; the API sets these at create.
+		LastActivity: now,
+		CreatedAt:    now,
+		UpdatedAt:    now,
 	}
 	op := model.Operation{
 		ID:        model.NewOperationID(),
@@ -194,6 +197,12 @@ func must(t *testing.T, err error) {
 // normSandbox is what a store returns for a stored sandbox.
 func normSandbox(sb model.Sandbox) model.Sandbox {
 	sb.CreatedAt, sb.UpdatedAt = us(sb.CreatedAt), us(sb.UpdatedAt)
+	sb.LastActivity, sb.Timeouts.Deadline = us(sb.LastActivity), us(sb.Timeouts.Deadline)
+	if sb.Snapshot != nil {
+		snap := *sb.Snapshot
+		snap.CreatedAt = us(snap.CreatedAt)
+		sb.Snapshot = &snap
+	}
 	if sb.Env == nil {
 		sb.Env = model.Env{}
 	}

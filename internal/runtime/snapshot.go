@@ -1,0 +1,64 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// Snapshot is what a Suspend wrote: a typed handle that the store records
+// (model.Snapshot) and that Spec.Restore hands back to the runtime.
+type Snapshot struct {
+	// Kind says whether processes survive (memory) or only the root
+	// filesystem's changes (filesystem).
+	Kind model.SnapshotKind
+	// Format is the runtime's own name of its layout, e.g.
+	// "runsc-checkpoint/1" or "oci-upper/1"; a runtime refuses formats it
+	// does not know.
+	Format string
+	// Location is where the runtime keeps the snapshot on this node (a
+	// path it owns; removed by Delete).
+	Location  string
+	SizeBytes int64
+	CreatedAt time.Time
+}
+
+// Suspender is the method set of CapCheckpoint and CapFilesystemSnapshot.
+type Suspender interface {
+	// Suspend snapshots a running or paused sandbox and frees what it
+	// holds while running (its processes, their memory, its cgroup and
+	// mounts); what the snapshot needs stays, until Delete. The sandbox
+	// is then not found by State (it has no container), but List still
+	// names it. Suspending a suspended sandbox returns its snapshot again.
+	// A runtime claiming CapCheckpoint writes a SnapshotMemory; one
+	// claiming only CapFilesystemSnapshot a SnapshotFilesystem.
+	Suspend(ctx context.Context, id model.SandboxID) (Snapshot, error)
+}
+
+// AsSuspender returns rt's suspend method if rt claims CapCheckpoint or
+// CapFilesystemSnapshot, and an error wrapping ErrNotSupported otherwise.
+func AsSuspender(rt Runtime) (Suspender, error) {
+	info := rt.Info()
+	if !info.Capabilities.Has(CapCheckpoint) && !info.Capabilities.Has(CapFilesystemSnapshot) {
+		return nil, fmt.Errorf("suspend on %s: %w", info.Name, ErrNotSupported)
+	}
+	s, ok := rt.(Suspender)
+	if !ok {
+		return nil, fmt.Errorf("suspend on %s: claims a snapshot capability without implementing runtime.Suspender: %w", info.Name, ErrNotSupported)
+	}
+	return s, nil
+}
+
+// SnapshotKindOf is the kind of snapshot a runtime with these capabilities
+// writes ("" if none).
+func SnapshotKindOf(c Capabilities) model.SnapshotKind {
+	switch {
+	case c.Has(CapCheckpoint):
+		return model.SnapshotMemory
+	case c.Has(CapFilesystemSnapshot):
+		return model.SnapshotFilesystem
+	}
+	return ""
+}
