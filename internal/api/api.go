@@ -105,6 +105,15 @@ type Config struct {
 	// Secrets seals secret values (secrets.OpenKey of DATA/secrets.key);
 	// nil: the secret routes answer 501 not_supported.
 	Secrets *secrets.Sealer
+	// LifecycleSupport says what the runtime hosting a sandbox can do, so
+	// that a pause, resume, suspend or wake it cannot do is refused with
+	// 501 not_supported; ok false: not known here (the operation is queued
+	// and fails with the worker's error). Nil: nothing is checked here.
+	LifecycleSupport func(sb model.Sandbox) (sup LifecycleSupport, ok bool)
+	// ResumeTimeout bounds how long a request that asks to resume (or
+	// wake) its sandbox first waits for it; 0: DefaultResumeTimeout.
+	ResumeTimeout time.Duration
+
 	// SecretsChanged, if set, is called after a project's secrets were
 	// created, replaced or deleted (the proxy drops what it cached).
 	SecretsChanged func(model.ProjectID)
@@ -154,6 +163,12 @@ func New(cfg Config) (*API, error) {
 	if d := cfg.DefaultDiskMiB; d < model.MinDiskMiB || d > model.MaxDiskMiB ||
 		cfg.Capacity != nil && cfg.Capacity.DiskMiB > 0 && d > cfg.Capacity.DiskMiB {
 		return nil, fmt.Errorf("api: DefaultDiskMiB %d must be between %d and %d and at most Capacity.DiskMiB", d, model.MinDiskMiB, model.MaxDiskMiB)
+	}
+	if cfg.ResumeTimeout < 0 {
+		return nil, fmt.Errorf("api: ResumeTimeout %s is negative", cfg.ResumeTimeout)
+	}
+	if cfg.ResumeTimeout == 0 {
+		cfg.ResumeTimeout = DefaultResumeTimeout
 	}
 	if cfg.AttachTTL < 0 {
 		return nil, fmt.Errorf("api: AttachTTL %s is negative", cfg.AttachTTL)

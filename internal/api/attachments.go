@@ -86,7 +86,7 @@ func (a *API) createAttachment(ctx context.Context, c *call[attachmentBody]) (*r
 		return nil, fmt.Errorf("get command session of %s: %w", pid, err)
 	}
 	if sb.State != model.StateRunning {
-		return nil, errorf(http.StatusConflict, apiv1.CodeSandboxNotRunning, "sandbox %s is %s, not running", sb.ID, sb.State)
+		return nil, notRunning(sb)
 	}
 	token, exp, err := a.issueAttachment(sb, cs, actions, c.now)
 	if err != nil {

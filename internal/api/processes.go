@@ -20,7 +20,7 @@ func (a *API) agentOf(ctx context.Context, r *http.Request, p principal) (model.
 		return sb, nil, err
 	}
 	if sb.State != model.StateRunning {
-		return sb, nil, errorf(http.StatusConflict, apiv1.CodeSandboxNotRunning, "sandbox %s is %s, not running", sb.ID, sb.State)
+		return sb, nil, notRunning(sb)
 	}
 	if a.cfg.Agents == nil {
 		return sb, nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server does not host sandboxes")
@@ -30,6 +30,12 @@ func (a *API) agentOf(ctx context.Context, r *http.Request, p principal) (model.
 		return sb, nil, procError(err)
 	}
 	return sb, agent, nil
+}
+
+// notRunning is the error of a request that needs sb running.
+func notRunning(sb model.Sandbox) *apiError {
+	pe := procctl.NotRunning(sb.ID, sb.State)
+	return errorf(pe.Status, pe.Code, "%s", pe.Message)
 }
 
 // procError turns an agent call's error into the API error.

@@ -81,7 +81,7 @@ func (a *API) routeTable() []route {
 		{"GET", "/v1/admin/keys", admin, a.listKeys},
 		{"DELETE", "/v1/admin/keys/{id}", admin, mutating(a, a.revokeKey)},
 		{"POST", "/v1/admin/attach-keys/rotate", admin, mutating(a, a.rotateAttachKey)},
-	}, a.fileRoutes()...)
+	}, append(a.fileRoutes(), a.lifecycleRoutes()...)...)
 }
 
 // guard authenticates and authorizes a request before its route runs.

@@ -271,8 +271,13 @@ func (a *API) createCommand(ctx context.Context, c *call[apiv1.CreateCommandRequ
 	if err != nil {
 		return nil, err
 	}
+	if c.in.Resume {
+		if sb, err = a.runFirst(ctx, c.p.project, sb); err != nil {
+			return nil, err
+		}
+	}
 	if sb.State != model.StateRunning {
-		return nil, errorf(http.StatusConflict, apiv1.CodeSandboxNotRunning, "sandbox %s is %s, not running", sb.ID, sb.State)
+		return nil, notRunning(sb)
 	}
 	if err := a.applyTemplateDefaults(&spec, sb.Template); err != nil {
 		return nil, err

@@ -26,6 +26,10 @@ const (
 	CodeIdempotencyKeyReused = "idempotency_key_reused" // 409: same Idempotency-Key, different request
 	CodeAlreadyExists        = "already_exists"         // 409
 	CodeSandboxNotRunning    = "sandbox_not_running"    // 409: a command needs a running sandbox
+	CodeSandboxPaused        = "sandbox_paused"         // 409: the sandbox is paused (resume it, or ask the command to resume it first)
+	CodeSandboxSuspended     = "sandbox_suspended"      // 409: the sandbox is suspended (wake it, or ask the command to wake it first)
+	CodeSandboxBusy          = "sandbox_busy"           // 409: another lifecycle operation of the sandbox is under way; retry once it finished
+	CodeResumeTimeout        = "resume_timeout"         // 504: the resume (or wake) a request asked for did not finish in time
 	CodeExecFailed           = "exec_failed"            // SSE error event: the command could not be started (not found, not executable, bad cwd)
 	CodePayloadTooLarge      = "payload_too_large"      // 413
 	CodeUnsupportedMedia     = "unsupported_media_type" // 415
@@ -64,6 +68,9 @@ type Sandbox struct {
 	State       string            `json:"state"`
 	StateReason string            `json:"state_reason,omitempty"`
 	Runtime     string            `json:"runtime,omitempty"`
+	// Snapshot is what the sandbox's suspend kept: set while it is
+	// suspended (and while it wakes), null otherwise.
+	Snapshot *Snapshot `json:"snapshot"`
 	// Egress is the sandbox's egress policy as given; shown by create and
 	// GET /v1/sandboxes/{id}, omitted in lists.
 	Egress    *EgressPolicy `json:"egress,omitempty"`
@@ -86,7 +93,26 @@ type CreateSandboxRequest struct {
 	Egress *EgressPolicy `json:"egress,omitempty"`
 }
 
-// SandboxWithOperation is the 202 response of POST /v1/sandboxes.
+// Snapshot kinds: what a suspend kept.
+const (
+	// SnapshotMemory: memory, processes and the filesystem; on wake the
+	// processes continue where they were.
+	SnapshotMemory = "memory"
+	// SnapshotFilesystem: the root filesystem's changes only; on wake the
+	// sandbox boots again and its processes are gone.
+	SnapshotFilesystem = "filesystem"
+)
+
+// Snapshot describes a suspended sandbox's snapshot.
+type Snapshot struct {
+	Kind        string    `json:"kind"`        // SnapshotMemory or SnapshotFilesystem
+	Environment string    `json:"environment"` // env:sha256:… it was taken in (restored only there); "" if unknown
+	SizeBytes   int64     `json:"size_bytes"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// SandboxWithOperation is the 202 response of POST /v1/sandboxes and of
+// the lifecycle routes POST /v1/sandboxes/{id}/pause|resume|suspend|wake.
 type SandboxWithOperation struct {
 	Sandbox   Sandbox   `json:"sandbox"`
 	Operation Operation `json:"operation"`
@@ -101,7 +127,7 @@ type SandboxList struct {
 // Operation tracks one asynchronous lifecycle request.
 type Operation struct {
 	ID        string `json:"id"`
-	Kind      string `json:"kind"`  // create, delete
+	Kind      string `json:"kind"`  // create, delete, pause, resume, suspend, wake
 	State     string `json:"state"` // pending, running, succeeded, failed
 	SandboxID string `json:"sandbox_id"`
 	Error     *Error `json:"error,omitempty"`
@@ -229,6 +255,10 @@ type CreateCommandRequest struct {
 	// Background starts the process now instead of on the first attach;
 	// it runs whether or not anyone attaches.
 	Background bool `json:"background,omitempty"`
+	// Resume resumes a paused (or wakes a suspended) sandbox first and
+	// waits, bounded, until it runs; without it such a sandbox refuses the
+	// command with sandbox_paused (sandbox_suspended).
+	Resume bool `json:"resume,omitempty"`
 }
 
 // TermSize is a terminal size in character cells (1–1000 each).

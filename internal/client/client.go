@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -259,7 +260,9 @@ func (c *Client) attempt(ctx context.Context, r request, body []byte, key model.
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		apiErr := readAPIError(resp)
-		if retryableStatus(resp.StatusCode) {
+		// A resume_timeout already waited out the server's bound; the
+		// same request again would wait as long once more.
+		if retryableStatus(resp.StatusCode) && apiErr.Code != apiv1.CodeResumeTimeout {
 			return parseRetryAfter(resp.Header.Get("Retry-After")), &retryableError{err: apiErr}
 		}
 		return 0, apiErr

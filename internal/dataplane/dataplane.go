@@ -16,7 +16,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -172,7 +171,8 @@ func (d *DataPlane) authorizeProcess(w http.ResponseWriter, r *http.Request, act
 		return target{}, false
 	}
 	if state != model.StateRunning {
-		writeError(w, http.StatusConflict, apiv1.CodeSandboxNotRunning, fmt.Sprintf("sandbox %s is %s", cs.SandboxID, state))
+		pe := procctl.NotRunning(cs.SandboxID, state)
+		writeError(w, pe.Status, pe.Code, pe.Message)
 		return target{}, false
 	}
 	agent, err := d.cfg.Agents.Agent(cs.SandboxID)

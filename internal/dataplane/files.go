@@ -15,6 +15,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -109,7 +110,8 @@ func (d *DataPlane) fileTransfer(direction string) http.HandlerFunc {
 			return
 		}
 		if sb.State != model.StateRunning {
-			writeError(w, http.StatusConflict, apiv1.CodeSandboxNotRunning, fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State))
+			pe := procctl.NotRunning(sb.ID, sb.State)
+			writeError(w, pe.Status, pe.Code, pe.Message)
 			return
 		}
 		agent, err := d.cfg.Agents.Agent(sb.ID)

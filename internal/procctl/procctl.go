@@ -10,6 +10,7 @@ package procctl
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -138,4 +139,20 @@ func lastPart(err error) string {
 		return s[i+2:]
 	}
 	return s
+}
+
+// NotRunning is the error of a request that needs a running sandbox made of
+// sandbox id in state: paused and suspended sandboxes say how to continue
+// (sandbox_paused, sandbox_suspended), any other state is
+// sandbox_not_running.
+func NotRunning(id model.SandboxID, state model.SandboxState) *Error {
+	switch state {
+	case model.StatePaused, model.StatePausing:
+		return &Error{http.StatusConflict, apiv1.CodeSandboxPaused, fmt.Sprintf(
+			"sandbox %s is %s; resume it (POST /v1/sandboxes/%s/resume, airlock sandbox resume) or send the command with \"resume\": true", id, state, id)}
+	case model.StateSuspended, model.StateSuspending:
+		return &Error{http.StatusConflict, apiv1.CodeSandboxSuspended, fmt.Sprintf(
+			"sandbox %s is %s; wake it (POST /v1/sandboxes/%s/wake, airlock sandbox wake) or send the command with \"resume\": true", id, state, id)}
+	}
+	return &Error{http.StatusConflict, apiv1.CodeSandboxNotRunning, fmt.Sprintf("sandbox %s is %s, not running", id, state)}
 }

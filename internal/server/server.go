@@ -191,6 +191,9 @@ func Run(ctx context.Context, opts Options) error {
 		capacity.DiskMiB = DefaultMaxDiskMiB
 	}
 	apiHandler, err := api.New(api.Config{
+		// What each sandbox's runtime can do (pause, suspend).
+		LifecycleSupport: lifecycleSupport(rt),
+
 		Secrets:         sealer,
 		SecretsChanged:  secretSrc.invalidate,
 		Egress:          egressNet.Registry(),

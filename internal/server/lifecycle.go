@@ -1,0 +1,27 @@
+package server
+
+import (
+	"github.com/airlockdev/airlock/internal/api"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
+)
+
+// lifecycleSupport tells the API what the runtimes this server drives can
+// do, from each runtime instance's declared capabilities, so that a pause
+// or suspend a sandbox's runtime cannot do is refused when it is asked for.
+// A sandbox on a runtime not among rts is not known here.
+func lifecycleSupport(rts ...runtime.Runtime) func(model.Sandbox) (api.LifecycleSupport, bool) {
+	return func(sb model.Sandbox) (api.LifecycleSupport, bool) {
+		for _, rt := range rts {
+			info := rt.Info()
+			if sb.Runtime == "" || info.Name != sb.Runtime {
+				continue
+			}
+			return api.LifecycleSupport{
+				Pause:    info.Capabilities.Has(runtime.CapPause),
+				Snapshot: runtime.SnapshotKindOf(info.Capabilities),
+			}, true
+		}
+		return api.LifecycleSupport{}, false
+	}
+}
