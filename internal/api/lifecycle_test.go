@@ -263,7 +263,9 @@ func TestCommandResumesFirst(t *testing.T) {
 	t.Run("paused", func(t *testing.T) {
 		id := e.pausedSandbox(t)
 		done := make(chan *resp, 1)
-		go func() { done <- e.send(req{method: "POST", path: "/v1/sandboxes/" + string(id) + "/commands", key: e.keyA, body: cmd, t: t}) }()
+		go func() {
+			done <- e.send(req{method: "POST", path: "/v1/sandboxes/" + string(id) + "/commands", key: e.keyA, body: cmd, t: t})
+		}()
 		e.waitState(t, id, model.StateResuming)
 		e.finishNext(t, id, model.OpResume, true, nil)
 		var cs apiv1.CommandSession
@@ -277,7 +279,9 @@ func TestCommandResumesFirst(t *testing.T) {
 		e.lifecycle(t, id, "suspend", e.keyA).want(t, http.StatusAccepted)
 		e.finishNext(t, id, model.OpSuspend, true, &model.Snapshot{Kind: model.SnapshotFilesystem, Format: "oci-upper/1", Location: "/x", CreatedAt: time.Now()})
 		done := make(chan *resp, 1)
-		go func() { done <- e.send(req{method: "POST", path: "/v1/sandboxes/" + string(id) + "/commands", key: e.keyA, body: cmd, t: t}) }()
+		go func() {
+			done <- e.send(req{method: "POST", path: "/v1/sandboxes/" + string(id) + "/commands", key: e.keyA, body: cmd, t: t})
+		}()
 		e.waitState(t, id, model.StateWaking)
 		e.finishNext(t, id, model.OpWake, true, nil)
 		(<-done).want(t, http.StatusCreated)
@@ -289,7 +293,9 @@ func TestCommandResumesFirst(t *testing.T) {
 	t.Run("failed resume", func(t *testing.T) {
 		id := e.pausedSandbox(t)
 		done := make(chan *resp, 1)
-		go func() { done <- e.send(req{method: "POST", path: "/v1/sandboxes/" + string(id) + "/commands", key: e.keyA, body: cmd, t: t}) }()
+		go func() {
+			done <- e.send(req{method: "POST", path: "/v1/sandboxes/" + string(id) + "/commands", key: e.keyA, body: cmd, t: t})
+		}()
 		e.waitState(t, id, model.StateResuming)
 		e.finishNext(t, id, model.OpResume, false, nil)
 		r := (<-done).wantError(t, http.StatusConflict, apiv1.CodeSandboxPaused)
