@@ -52,6 +52,7 @@ func newFakeServer(t *testing.T) *fakeServer {
 	mux.HandleFunc("GET /v1/sandboxes/{id}", f.getSandbox)
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}", f.deleteSandbox)
 	mux.HandleFunc("POST /v1/sandboxes/{id}/commands", f.createCommand)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/{kind}", f.lifecycle)
 	mux.HandleFunc("GET /v1/operations/{id}", f.getOperation)
 	mux.HandleFunc("GET /v1/admin/projects/{id}/quota", f.getQuota)
 	mux.HandleFunc("PUT /v1/admin/projects/{id}/quota", f.putQuota)
@@ -163,6 +164,9 @@ func (f *fakeServer) createCommand(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.runFirst(w, r.PathValue("id"), req.Resume) {
+		return
+	}
 	if sb, ok := f.sandboxes[r.PathValue("id")]; !ok || sb.State != "running" {
 		writeJSON(w, 409, apiv1.Error{Code: apiv1.CodeSandboxNotRunning, Message: "sandbox is not running"})
 		return

@@ -31,6 +31,7 @@ type commandFlags struct {
 	user        string
 	timeout     time.Duration
 	interactive bool // -i: forward our stdin
+	resume      bool // --resume: resume (wake) a paused (suspended) sandbox first
 }
 
 func (f *commandFlags) register(fs *pflag.FlagSet) {
@@ -43,7 +44,7 @@ func (f *commandFlags) register(fs *pflag.FlagSet) {
 
 // request builds the command request for args.
 func (f *commandFlags) request(args []string) (apiv1.CreateCommandRequest, error) {
-	req := apiv1.CreateCommandRequest{Args: args, Stdin: f.interactive}
+	req := apiv1.CreateCommandRequest{Args: args, Stdin: f.interactive, Resume: f.resume}
 	var err error
 	if req.Env, err = parseEnvFlag(f.env); err != nil {
 		return req, err
@@ -157,6 +158,7 @@ func (a *app) execCommand() *cobra.Command {
 	f.register(cmd.Flags())
 	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "start the command in the background and print its process ID")
 	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the command on a terminal attached to ours (forwards stdin too)")
+	cmd.Flags().BoolVar(&f.resume, "resume", false, "resume a paused (or wake a suspended) sandbox first and wait until it runs")
 	return cmd
 }
 
