@@ -207,13 +207,14 @@ func (c *Controller) runOperation(ctx context.Context, op model.Operation) {
 	case errors.Is(err, store.ErrLeaseLost) || ctx.Err() != nil:
 		log.WarnContext(ctx, "operation interrupted; it will be resumed", "err", err)
 	default:
-		if c.retryable(op, err) {
+		retry := c.retryable(op, err)
+		if retry {
 			// Stop renewing before the retry gives the lease up, so that a
 			// renewal racing with it does not report a lost lease.
 			cancel()
 			wg.Wait()
 		}
-		c.retryOrFail(ctx, op, err, log)
+		c.retryOrFail(ctx, op, retry, err, log)
 	}
 }
 
@@ -254,13 +255,14 @@ func (c *Controller) retryable(op model.Operation, err error) bool {
 	return !errors.Is(err, worker.ErrPermanent) && op.Attempts < c.cfg.MaxAttempts
 }
 
-// retryOrFail handles an operation step that returned an error: permanent
-// errors and exhausted attempts fail the operation (moving the sandbox to
+// retryOrFail handles an operation step that returned an error (retry:
+// what retryable said of it): permanent errors and exhausted attempts fail
+// the operation (moving the sandbox to
 // its lifecycle's failure state, after the lifecycle's cleanup step);
 // transient ones are retried: the lease is given up and the operation may be
 // claimed again after a backoff (its not_before).
-func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, err error, log *slog.Logger) {
-	if c.retryable(op, err) {
+func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, retry bool, err error, log *slog.Logger) {
+	if retry {
 		backoff := c.cfg.Backoff(op.Attempts)
 		now := c.cfg.Now()
 		log.WarnContext(ctx, "operation failed; retrying", "err", err, "in", backoff)

@@ -72,7 +72,7 @@ func TestRetrySetsNotBefore(t *testing.T) {
 	if err != nil || op.ID != opID {
 		t.Fatalf("claim: %+v, %v", op, err)
 	}
-	e.ctrl.retryOrFail(ctx, op, errors.New("transient"), e.ctrl.log)
+	e.ctrl.retryOrFail(ctx, op, true, errors.New("transient"), e.ctrl.log)
 	if gotAttempt != 1 {
 		t.Fatalf("backoff asked for attempt %d, want 1", gotAttempt)
 	}
@@ -104,7 +104,7 @@ func TestExhaustedRetriesFailThroughTheTable(t *testing.T) {
 	if err != nil || op.ID != opID {
 		t.Fatalf("claim: %+v, %v", op, err)
 	}
-	e.ctrl.retryOrFail(ctx, op, errors.New("boom"), e.ctrl.log)
+	e.ctrl.retryOrFail(ctx, op, e.ctrl.retryable(op, errors.New("boom")), errors.New("boom"), e.ctrl.log)
 	lc, err := model.LifecycleOf(model.OpCreate)
 	if err != nil {
 		t.Fatal(err)

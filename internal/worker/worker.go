@@ -233,10 +233,11 @@ func (w *Worker) spec(ctx context.Context, sb model.Sandbox) (runtime.Spec, erro
 	if err != nil {
 		return runtime.Spec{}, err
 	}
-	env := SandboxEnv(tplEnv, sb.Env)
+	var ca model.Env
 	if network != nil && len(network.CACertPEM) > 0 {
-		env = withCAEnv(tplEnv, sb.Env)
+		ca = CAEnv(runtime.GuestCABundle, runtime.GuestCACert)
 	}
+	env := sandboxEnvWith(tplEnv, ca, sb.Env)
 	return runtime.Spec{
 		ID:       sb.ID,
 		RootFS:   root,
@@ -300,30 +301,26 @@ func (w *Worker) runtimeCreate(ctx context.Context, spec runtime.Spec) error {
 	return nil
 }
 
-// withCAEnv is SandboxEnv with CAEnv between the template's Env (a
-// template's own SSL_CERT_FILE would miss the deployment CA) and the
-// sandbox's (which wins, as always).
-func withCAEnv(template []string, sandbox model.Env) model.Env {
-	env := SandboxEnv(template, nil)
-	for k, v := range CAEnv(runtime.GuestCABundle, runtime.GuestCACert) {
-		env[k] = v
-	}
-	for k, v := range sandbox {
-		env[k] = v
-	}
-	return env
-}
-
 // SandboxEnv is the environment of a sandbox's guest agent, and so the base
 // of every command's: the template's Env, with the sandbox's own Env
 // replacing it name by name. (A command's Env in turn replaces both; the
 // runtime adds PATH and HOME when neither sets them.)
 func SandboxEnv(template []string, sandbox model.Env) model.Env {
-	env := make(model.Env, len(template)+len(sandbox))
+	return sandboxEnvWith(template, nil, sandbox)
+}
+
+// sandboxEnvWith is SandboxEnv with between put between the template's Env and
+// the sandbox's: CAEnv goes there (a template's own SSL_CERT_FILE would
+// miss the deployment CA, and the sandbox's own still wins).
+func sandboxEnvWith(template []string, between, sandbox model.Env) model.Env {
+	env := make(model.Env, len(template)+len(between)+len(sandbox))
 	for _, kv := range template {
 		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
 			env[k] = v
 		}
+	}
+	for k, v := range between {
+		env[k] = v
 	}
 	for k, v := range sandbox {
 		env[k] = v
