@@ -126,5 +126,5 @@ func (w *Worker) Wake(ctx context.Context, sb model.Sandbox) error {
 		// snapshot until the sandbox is deleted).
 		return fmt.Errorf("sandbox %s stopped while it was woken; waking again", sb.ID)
 	}
-	return w.startAndWait(ctx, sb, st.Phase)
+	return w.startAndWait(ctx, sb, st.Phase, "wake")
 }

@@ -170,12 +170,13 @@ func (w *Worker) Ensure(ctx context.Context, sb model.Sandbox) error {
 		}
 		st.Phase = runtime.PhaseCreated
 	}
-	return w.startAndWait(ctx, sb, st.Phase)
+	return w.startAndWait(ctx, sb, st.Phase, "create")
 }
 
 // startAndWait brings a sandbox the runtime has (in phase) to running and
-// waits until its guest agent answers.
-func (w *Worker) startAndWait(ctx context.Context, sb model.Sandbox, phase runtime.Phase) error {
+// waits until its guest agent answers. step names the fault point after the
+// start (step + ".after-start").
+func (w *Worker) startAndWait(ctx context.Context, sb model.Sandbox, phase runtime.Phase, step string) error {
 	rt := w.cfg.Runtime
 	switch phase {
 	case runtime.PhasePaused:
@@ -193,7 +194,7 @@ func (w *Worker) startAndWait(ctx context.Context, sb model.Sandbox, phase runti
 			return fmt.Errorf("start sandbox %s: %w", sb.ID, err)
 		}
 	}
-	w.cfg.Fault("create.after-start")
+	w.cfg.Fault(step + ".after-start")
 	return w.waitAgent(ctx, sb.ID)
 }
 
