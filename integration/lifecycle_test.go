@@ -47,7 +47,7 @@ func TestLifecycle(t *testing.T) {
 			t.Run("pause and resume", func(t *testing.T) {
 				l := l.in(t)
 				before := l.counter(id)
-				l.ok("sandbox", "pause", sb.ID)
+				l.timed("pause", "sandbox", "pause", sb.ID)
 				if got := l.state(id); got.State != string(model.StatePaused) {
 					t.Fatalf("after pause: %s", got.State)
 				}
@@ -57,7 +57,7 @@ func TestLifecycle(t *testing.T) {
 				}
 				// Frozen: three seconds paused add (almost) nothing.
 				time.Sleep(3 * time.Second)
-				l.ok("sandbox", "resume", sb.ID)
+				l.timed("resume", "sandbox", "resume", sb.ID)
 				after := l.counter(id)
 				if after < before {
 					t.Fatalf("counter went from %d to %d: the process was restarted", before, after)
@@ -93,10 +93,7 @@ func TestLifecycle(t *testing.T) {
 				if code != 0 {
 					t.Fatalf("suspend: exit %d\n%s\n%s", code, stdout, stderr)
 				}
-				var res apiv1.SandboxWithOperation
-				if err := json.Unmarshal([]byte(stdout), &res); err != nil {
-					t.Fatalf("suspend output: %v\n%s", err, stdout)
-				}
+				l.logOperation("suspend", stdout)
 				got := l.state(id)
 				wantKind := apiv1.SnapshotMemory
 				if rt == "runc" {
@@ -115,7 +112,7 @@ func TestLifecycle(t *testing.T) {
 					t.Fatalf("pause of a suspended sandbox: %q, want 409 invalid_transition", stderr)
 				}
 
-				l.ok("sandbox", "wake", sb.ID)
+				l.timed("wake", "sandbox", "wake", sb.ID)
 				woken := l.state(id)
 				if woken.State != string(model.StateRunning) {
 					t.Fatalf("after wake: %s", woken.State)
@@ -204,6 +201,26 @@ func (l *lifecycleCLI) ok(args ...string) string {
 		l.t.Fatalf("airlock %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, stdout, stderr)
 	}
 	return stdout
+}
+
+// timed is ok for a lifecycle command, logging how long its operation
+// took.
+func (l *lifecycleCLI) timed(what string, args ...string) {
+	l.t.Helper()
+	l.logOperation(what, l.ok(append([]string{"-o", "json"}, args...)...))
+}
+
+// logOperation logs how long the operation in out (a SandboxWithOperation
+// as JSON) took, from its creation to its end as the server recorded them.
+func (l *lifecycleCLI) logOperation(what, out string) {
+	l.t.Helper()
+	var res apiv1.SandboxWithOperation
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		l.t.Fatalf("%s output: %v\n%s", what, err, out)
+	}
+	if f := res.Operation.FinishedAt; f != nil {
+		l.t.Logf("%s on %s: the operation took %s", what, l.s.cfg.runtime, f.Sub(res.Operation.CreatedAt).Round(time.Millisecond))
+	}
 }
 
 // fail runs the CLI and fails the test unless it exits with code.
