@@ -346,3 +346,20 @@ func (e *testEnv) waitState(t testing.TB, id model.SandboxID, want model.Sandbox
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestPausedSandboxRefusesAttachments: a process started before the pause
+// gets no new attachment token while its sandbox is paused.
+func TestPausedSandboxRefusesAttachments(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.runningSandbox(e.keyA)
+	var cs apiv1.CommandSession
+	e.do("POST", "/v1/sandboxes/"+string(id)+"/commands", e.keyA, `{"args": ["sleep", "60"]}`).want(t, http.StatusCreated).decode(t, &cs)
+	e.lifecycle(t, id, "pause", e.keyA).want(t, http.StatusAccepted)
+	e.finishNext(t, id, model.OpPause, true, nil)
+	path := "/v1/sandboxes/" + string(id) + "/processes/" + cs.ProcessID + "/attachments"
+	e.do("POST", path, e.keyA, "").wantError(t, http.StatusConflict, apiv1.CodeSandboxPaused)
+	e.lifecycle(t, id, "resume", e.keyA).want(t, http.StatusAccepted)
+	e.finishNext(t, id, model.OpResume, true, nil)
+	e.do("POST", path, e.keyA, "").want(t, http.StatusCreated)
+}

@@ -394,3 +394,27 @@ func must(t *testing.T, err error) {
 }
 
 func createFile(path string) (io.WriteCloser, error) { return os.Create(path) }
+
+// TestAttachRefusesPausedSandbox: a paused (or pausing) sandbox's
+// processes get no new attachment, with sandbox_paused saying how to
+// resume; nothing is started.
+func TestAttachRefusesPausedSandbox(t *testing.T) {
+	f := newFixture(t)
+	pid, tok := f.session(f.sandbox, "true")
+	ctx := context.Background()
+	must(t, f.st.TransitionSandbox(ctx, f.sandbox, model.StateRunning, model.StatePausing, "", f.now))
+	for _, state := range []model.SandboxState{model.StatePausing, model.StatePaused} {
+		if state == model.StatePaused {
+			must(t, f.st.TransitionSandbox(ctx, f.sandbox, model.StatePausing, model.StatePaused, "", f.now))
+		}
+		resp := f.get(f.attachURL(pid.String()), "Bearer "+tok, nil)
+		var e apiv1.Error
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		if resp.StatusCode != 409 || e.Code != apiv1.CodeSandboxPaused || !strings.Contains(e.Message, "resume") {
+			t.Fatalf("%s: status %d, error %+v", state, resp.StatusCode, e)
+		}
+	}
+	if _, err := f.client.Status(ctx, pid.String()); err == nil {
+		t.Fatal("an attach to a paused sandbox started the process")
+	}
+}

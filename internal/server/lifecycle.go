@@ -10,7 +10,7 @@ import (
 // do, from each runtime instance's declared capabilities, so that a pause
 // or suspend a sandbox's runtime cannot do is refused when it is asked for.
 // A sandbox on a runtime not among rts is not known here.
-func lifecycleSupport(rts ...runtime.Runtime) func(model.Sandbox) (api.LifecycleSupport, bool) {
+func lifecycleSupport(rts ...infoer) func(model.Sandbox) (api.LifecycleSupport, bool) {
 	return func(sb model.Sandbox) (api.LifecycleSupport, bool) {
 		for _, rt := range rts {
 			info := rt.Info()
@@ -25,3 +25,6 @@ func lifecycleSupport(rts ...runtime.Runtime) func(model.Sandbox) (api.Lifecycle
 		return api.LifecycleSupport{}, false
 	}
 }
+
+// infoer is the part of runtime.Runtime that lifecycleSupport asks.
+type infoer interface{ Info() runtime.Info }
