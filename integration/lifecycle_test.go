@@ -112,7 +112,16 @@ func TestLifecycle(t *testing.T) {
 					t.Fatalf("pause of a suspended sandbox: %q, want 409 invalid_transition", stderr)
 				}
 
-				l.timed("wake", "sandbox", "wake", sb.ID)
+				stdout, stderr, code = s.cli(ctx, "-o", "json", "sandbox", "wake", sb.ID)
+				if code != 0 {
+					t.Fatalf("wake: exit %d\n%s\n%s", code, stdout, stderr)
+				}
+				l.logOperation("wake", stdout)
+				// The wake says what a filesystem-only snapshot means, and
+				// only then.
+				if said := strings.Contains(stderr, "kept the filesystem only"); said != (wantKind == apiv1.SnapshotFilesystem) {
+					t.Errorf("wake of a %s snapshot: stderr %q", wantKind, stderr)
+				}
 				woken := l.state(id)
 				if woken.State != string(model.StateRunning) {
 					t.Fatalf("after wake: %s", woken.State)

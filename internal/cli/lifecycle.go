@@ -53,6 +53,10 @@ func (a *app) lifecycleCommand(kind model.OperationKind, short, long string) *co
 			if err != nil {
 				return err
 			}
+			if snap := res.Sandbox.Snapshot; kind == model.OpWake && snap != nil && snap.Kind == apiv1.SnapshotFilesystem {
+				// Never let a wake look like processes survived.
+				a.progressf("sandbox %s: its snapshot kept the filesystem only: it boots again, and the processes it ran before the suspend do not continue", id)
+			}
 			if noWait {
 				return a.printer().sandboxWithOperation(res)
 			}
