@@ -201,6 +201,15 @@ func (a *API) createTransfer(ctx context.Context, c *call[apiv1.CreateTransferRe
 	if method == "" {
 		return nil, badRequest("direction must be download, upload, tar-out, tar-in or watch")
 	}
+	if c.in.Resume && a.cfg.Agents != nil && a.cfg.FileTokens != nil {
+		sb, err := a.sandboxOf(ctx, c.r, c.p)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := a.runFirst(ctx, c.p.project, sb); err != nil {
+			return nil, err
+		}
+	}
 	sb, _, err := a.fileAgent(ctx, c.r, c.p)
 	if err != nil {
 		return nil, err

@@ -363,3 +363,31 @@ func TestPausedSandboxRefusesAttachments(t *testing.T) {
 	e.finishNext(t, id, model.OpResume, true, nil)
 	e.do("POST", path, e.keyA, "").want(t, http.StatusCreated)
 }
+
+// TestFilesOfPausedSandbox: file calls of a paused sandbox are refused
+// with sandbox_paused; a transfer that asks to resume first gets its token
+// once the sandbox runs, and the data plane then serves it.
+func TestFilesOfPausedSandbox(t *testing.T) {
+	t.Parallel()
+	f := newFilesEnv(t)
+	id := f.pausedSandbox(t)
+	base := "/v1/sandboxes/" + string(id)
+	f.do("GET", base+"/files/stat?path=/", f.keyA, "").wantError(t, http.StatusConflict, apiv1.CodeSandboxPaused)
+	f.do("POST", base+"/files/mkdir", f.keyA, `{"path": "/d"}`).wantError(t, http.StatusConflict, apiv1.CodeSandboxPaused)
+	f.do("POST", base+"/files/transfers", f.keyA, `{"path": "/f", "direction": "upload"}`).wantError(t, http.StatusConflict, apiv1.CodeSandboxPaused)
+
+	done := make(chan *resp, 1)
+	go func() {
+		done <- f.testEnv.send(req{method: "POST", path: base + "/files/transfers", key: f.keyA, body: `{"path": "/f", "direction": "upload", "resume": true}`})
+	}()
+	f.waitState(t, id, model.StateResuming)
+	f.finishNext(t, id, model.OpResume, true, nil)
+	var tr apiv1.Transfer
+	(<-done).want(t, http.StatusCreated).decode(t, &tr)
+	tr.URL = f.dp.URL + strings.TrimPrefix(tr.URL, f.srv.URL)
+	res := f.send(tr.Method, tr.URL, tr.Token, strings.NewReader("hello"), "application/octet-stream")
+	res.Body.Close()
+	if res.StatusCode/100 != 2 {
+		t.Fatalf("upload after the resume: %s", res.Status)
+	}
+}

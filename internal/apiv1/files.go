@@ -73,6 +73,9 @@ const (
 type CreateTransferRequest struct {
 	Path      string `json:"path"`
 	Direction string `json:"direction"`
+	// Resume resumes a paused (or wakes a suspended) sandbox first, as a
+	// command's Resume does.
+	Resume bool `json:"resume,omitempty"`
 }
 
 // Transfer authorizes one byte stream on the data plane: send Method to URL
