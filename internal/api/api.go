@@ -111,7 +111,8 @@ type Config struct {
 	// and fails with the worker's error). Nil: nothing is checked here.
 	LifecycleSupport func(sb model.Sandbox) (sup LifecycleSupport, ok bool)
 	// ResumeTimeout bounds how long a request that asks to resume (or
-	// wake) its sandbox first waits for it; 0: DefaultResumeTimeout.
+	// wake) its sandbox first waits for it; 0 (or negative):
+	// DefaultResumeTimeout.
 	ResumeTimeout time.Duration
 
 	// SecretsChanged, if set, is called after a project's secrets were
@@ -163,12 +164,6 @@ func New(cfg Config) (*API, error) {
 	if d := cfg.DefaultDiskMiB; d < model.MinDiskMiB || d > model.MaxDiskMiB ||
 		cfg.Capacity != nil && cfg.Capacity.DiskMiB > 0 && d > cfg.Capacity.DiskMiB {
 		return nil, fmt.Errorf("api: DefaultDiskMiB %d must be between %d and %d and at most Capacity.DiskMiB", d, model.MinDiskMiB, model.MaxDiskMiB)
-	}
-	if cfg.ResumeTimeout < 0 {
-		return nil, fmt.Errorf("api: ResumeTimeout %s is negative", cfg.ResumeTimeout)
-	}
-	if cfg.ResumeTimeout == 0 {
-		cfg.ResumeTimeout = DefaultResumeTimeout
 	}
 	if cfg.AttachTTL < 0 {
 		return nil, fmt.Errorf("api: AttachTTL %s is negative", cfg.AttachTTL)

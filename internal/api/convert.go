@@ -9,7 +9,7 @@ import (
 // are never nil, so they encode as {} and [] rather than null.
 
 func sandboxOut(sb model.Sandbox) apiv1.Sandbox {
-	out := apiv1.Sandbox{
+	return apiv1.Sandbox{
 		ID:          sb.ID.String(),
 		Template:    sb.Template.String(),
 		CPUs:        sb.Resources.CPUs,
@@ -22,13 +22,8 @@ func sandboxOut(sb model.Sandbox) apiv1.Sandbox {
 		Runtime:     sb.Runtime,
 		CreatedAt:   sb.CreatedAt.UTC(),
 		UpdatedAt:   sb.UpdatedAt.UTC(),
+		Snapshot:    snapshotOut(sb.Snapshot),
 	}
-	if s := sb.Snapshot; s != nil {
-		out.Snapshot = &apiv1.Snapshot{
-			Kind: string(s.Kind), Environment: s.Environment.String(), SizeBytes: s.SizeBytes, CreatedAt: s.CreatedAt.UTC(),
-		}
-	}
-	return out
 }
 
 func operationOut(op model.Operation) apiv1.Operation {

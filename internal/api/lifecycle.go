@@ -173,7 +173,7 @@ func (a *API) runFirst(ctx context.Context, project model.ProjectID, sb model.Sa
 	if sb.State == model.StateRunning {
 		return sb, nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, a.cfg.ResumeTimeout)
+	wctx, cancel := context.WithTimeout(ctx, a.resumeTimeout())
 	defer cancel()
 	changed := a.cfg.Store.Watch(wctx) // before the first read: no change slips between
 	// A backstop in case a change is coalesced away or the watch ends.
@@ -227,7 +227,7 @@ func (a *API) runFirst(ctx context.Context, project model.ProjectID, sb model.Sa
 			}
 			return model.Sandbox{}, errorf(http.StatusGatewayTimeout, apiv1.CodeResumeTimeout,
 				"sandbox %s did not run within %s of asking it to resume (it is %s); retry, or look at GET /v1/sandboxes/%s",
-				sb.ID, a.cfg.ResumeTimeout, cur.State, sb.ID)
+				sb.ID, a.resumeTimeout(), cur.State, sb.ID)
 		case _, ok := <-changed:
 			if !ok {
 				changed = nil // the store is closing or wctx ended; the select sees which
@@ -272,4 +272,21 @@ func failedFirst(sb model.Sandbox, op model.Operation) error {
 	base := notRunning(sb)
 	return errorf(base.status, base.code, "the %s (%s) this request asked for failed: %s; sandbox %s is %s",
 		op.Kind, op.ID, why, sb.ID, sb.State)
+}
+
+// snapshotOut is the wire form of a sandbox's snapshot record (nil: none).
+func snapshotOut(s *model.Snapshot) *apiv1.Snapshot {
+	if s == nil {
+		return nil
+	}
+	return &apiv1.Snapshot{Kind: string(s.Kind), Environment: s.Environment.String(), SizeBytes: s.SizeBytes, CreatedAt: s.CreatedAt.UTC()}
+}
+
+// resumeTimeout is Config.ResumeTimeout or, when that is not positive,
+// DefaultResumeTimeout.
+func (a *API) resumeTimeout() time.Duration {
+	if a.cfg.ResumeTimeout > 0 {
+		return a.cfg.ResumeTimeout
+	}
+	return DefaultResumeTimeout
 }

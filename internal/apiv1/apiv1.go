@@ -68,14 +68,14 @@ type Sandbox struct {
 	State       string            `json:"state"`
 	StateReason string            `json:"state_reason,omitempty"`
 	Runtime     string            `json:"runtime,omitempty"`
-	// Snapshot is what the sandbox's suspend kept: set while it is
-	// suspended (and while it wakes), null otherwise.
-	Snapshot *Snapshot `json:"snapshot"`
 	// Egress is the sandbox's egress policy as given; shown by create and
 	// GET /v1/sandboxes/{id}, omitted in lists.
 	Egress    *EgressPolicy `json:"egress,omitempty"`
 	CreatedAt time.Time     `json:"created_at"`
 	UpdatedAt time.Time     `json:"updated_at"`
+	// Snapshot is what the sandbox's suspend kept: set while it is
+	// suspended (and while it wakes), null otherwise.
+	Snapshot *Snapshot `json:"snapshot"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Omitted fields take
@@ -93,26 +93,7 @@ type CreateSandboxRequest struct {
 	Egress *EgressPolicy `json:"egress,omitempty"`
 }
 
-// Snapshot kinds: what a suspend kept.
-const (
-	// SnapshotMemory: memory, processes and the filesystem; on wake the
-	// processes continue where they were.
-	SnapshotMemory = "memory"
-	// SnapshotFilesystem: the root filesystem's changes only; on wake the
-	// sandbox boots again and its processes are gone.
-	SnapshotFilesystem = "filesystem"
-)
-
-// Snapshot describes a suspended sandbox's snapshot.
-type Snapshot struct {
-	Kind        string    `json:"kind"`        // SnapshotMemory or SnapshotFilesystem
-	Environment string    `json:"environment"` // env:sha256:… it was taken in (restored only there); "" if unknown
-	SizeBytes   int64     `json:"size_bytes"`
-	CreatedAt   time.Time `json:"created_at"`
-}
-
-// SandboxWithOperation is the 202 response of POST /v1/sandboxes and of
-// the lifecycle routes POST /v1/sandboxes/{id}/pause|resume|suspend|wake.
+// SandboxWithOperation is the 202 response of POST /v1/sandboxes.
 type SandboxWithOperation struct {
 	Sandbox   Sandbox   `json:"sandbox"`
 	Operation Operation `json:"operation"`
