@@ -19,10 +19,10 @@ func sandboxOut(sb model.Sandbox) apiv1.Sandbox {
 		Metadata:    nonNilMap(sb.Metadata),
 		State:       string(sb.State),
 		StateReason: sb.StateReason,
+		Snapshot:    snapshotOut(sb.Snapshot),
 		Runtime:     sb.Runtime,
 		CreatedAt:   sb.CreatedAt.UTC(),
 		UpdatedAt:   sb.UpdatedAt.UTC(),
-		Snapshot:    snapshotOut(sb.Snapshot),
 	}
 }
 

@@ -67,15 +67,13 @@ type Sandbox struct {
 	Metadata    map[string]string `json:"metadata"`
 	State       string            `json:"state"`
 	StateReason string            `json:"state_reason,omitempty"`
+	Snapshot    *Snapshot         `json:"snapshot"` // what its suspend kept: set while suspended (and waking), null otherwise
 	Runtime     string            `json:"runtime,omitempty"`
 	// Egress is the sandbox's egress policy as given; shown by create and
 	// GET /v1/sandboxes/{id}, omitted in lists.
 	Egress    *EgressPolicy `json:"egress,omitempty"`
 	CreatedAt time.Time     `json:"created_at"`
 	UpdatedAt time.Time     `json:"updated_at"`
-	// Snapshot is what the sandbox's suspend kept: set while it is
-	// suspended (and while it wakes), null otherwise.
-	Snapshot *Snapshot `json:"snapshot"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Omitted fields take
