@@ -119,7 +119,7 @@ func (a *app) rootCommand() *cobra.Command {
 
 	root.AddCommand(
 		a.serverCommand(),
-		a.sandboxCommand(),
+		a.withLifecycle(a.sandboxCommand()),
 		a.execCommand(),
 		a.attachCommand(),
 		a.psCommand(),

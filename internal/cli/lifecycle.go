@@ -12,6 +12,13 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 )
 
+// withLifecycle adds `pause`, `resume`, `suspend` and `wake` to the
+// sandbox command group.
+func (a *app) withLifecycle(sandbox *cobra.Command) *cobra.Command {
+	sandbox.AddCommand(a.lifecycleCommands()...)
+	return sandbox
+}
+
 // lifecycleCommands are `sandbox pause|resume|suspend|wake`.
 func (a *app) lifecycleCommands() []*cobra.Command {
 	return []*cobra.Command{

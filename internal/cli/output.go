@@ -58,6 +58,7 @@ func sandboxFields(w io.Writer, sb apiv1.Sandbox) {
 	if sb.StateReason != "" {
 		fmt.Fprintf(w, "Reason:\t%s\n", oneLine(sb.StateReason))
 	}
+	snapshotField(w, sb.Snapshot)
 	fmt.Fprintf(w, "Template:\t%s\n", sb.Template)
 	fmt.Fprintf(w, "CPUs:\t%d\n", sb.CPUs)
 	fmt.Fprintf(w, "Memory:\t%d MiB\n", sb.MemoryMiB)
@@ -71,7 +72,6 @@ func sandboxFields(w io.Writer, sb apiv1.Sandbox) {
 	if sb.Egress != nil {
 		fmt.Fprintf(w, "Egress:\t%s\n", egressSummary(*sb.Egress))
 	}
-	snapshotField(w, sb.Snapshot)
 	fmt.Fprintf(w, "Created:\t%s\n", timeText(sb.CreatedAt))
 	fmt.Fprintf(w, "Updated:\t%s\n", timeText(sb.UpdatedAt))
 }

@@ -15,9 +15,8 @@ import (
 )
 
 func (a *app) sandboxCommand() *cobra.Command {
-	return group("sandbox", "Create, list, inspect, pause, suspend and delete sandboxes",
-		append([]*cobra.Command{a.sandboxCreateCommand(), a.sandboxListCommand(), a.sandboxGetCommand(), a.sandboxDeleteCommand()},
-			a.lifecycleCommands()...)...)
+	return group("sandbox", "Create, list, inspect and delete sandboxes",
+		a.sandboxCreateCommand(), a.sandboxListCommand(), a.sandboxGetCommand(), a.sandboxDeleteCommand())
 }
 
 // createFlags are the sandbox spec flags of `sandbox create` and `run`.
