@@ -48,7 +48,6 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 
 // run owns conn and every later connection; it returns when ctx ends.
 func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
-	wait := listenBackoff().Start(l.clock)
 	for conn != nil {
 		for {
 			if _, err := conn.WaitForNotification(ctx); err != nil {
@@ -60,30 +59,32 @@ func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
 			l.wake()
 		}
 		conn.Close(context.Background())
-		conn = l.reconnect(ctx, wait)
+		conn = l.reconnect(ctx)
 	}
 }
 
-// reconnect connects again, waiting wait's delays between failures, and
-// calls wake once connected; it starts wait again for the next outage. It
+// reconnect connects again, waiting the listener's backoff (started afresh
+// for each outage) between failures, and calls wake once connected. It
 // returns nil once ctx ends.
-func (l *listener) reconnect(ctx context.Context, wait *retry.Backoff) *pgx.Conn {
-	for ctx.Err() == nil {
+func (l *listener) reconnect(ctx context.Context) *pgx.Conn {
+	var conn *pgx.Conn
+	err := retry.Do(ctx, listenBackoff(), l.clock, func() error {
 		c, err := l.connect(ctx)
-		if err == nil {
-			wait.Reset()
-			l.logger.Info("store listener reconnected")
-			l.wake()
-			return c
+		if err != nil {
+			if ctx.Err() != nil {
+				return retry.Permanent(err)
+			}
+			return err
 		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		d := wait.Next()
+		conn = c
+		return nil
+	}, func(err error, d time.Duration) {
 		l.logger.Warn("store listener cannot reconnect", "err", err, "retry_in", d)
-		if wait.Sleep(ctx, d) != nil {
-			return nil
-		}
+	})
+	if err != nil { // the backoff never gives up: ctx ended
+		return nil
 	}
-	return nil
+	l.logger.Info("store listener reconnected")
+	l.wake()
+	return conn
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // TestListenerReconnectBackoff: each outage waits the backoff from 50 ms,
-// doubling up to 5 s, and a reconnect starts it again; on a fake clock.
+// doubling up to 5 s, started afresh for the next outage; on a fake clock.
 func TestListenerReconnectBackoff(t *testing.T) {
 	ms := time.Millisecond
 	for _, tc := range []struct {
@@ -38,11 +38,10 @@ func TestListenerReconnectBackoff(t *testing.T) {
 					}
 					return &pgx.Conn{}, nil
 				}}
-			wait := listenBackoff().Start(clock)
 			for i, n := range tc.failures {
 				fail = n
 				before := len(clock.Waits())
-				if c := l.reconnect(context.Background(), wait); c == nil {
+				if c := l.reconnect(context.Background()); c == nil {
 					t.Fatal("reconnect gave up")
 				}
 				got := clock.Waits()[before:]
@@ -69,7 +68,7 @@ func TestListenerReconnectEndsWithContext(t *testing.T) {
 			cancel()
 			return nil, errors.New("connection refused")
 		}}
-	if c := l.reconnect(ctx, listenBackoff().Start(l.clock)); c != nil {
+	if c := l.reconnect(ctx); c != nil {
 		t.Fatal("reconnect returned a connection after its context ended")
 	}
 }
