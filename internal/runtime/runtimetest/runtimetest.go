@@ -85,6 +85,8 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		{"CapabilitiesConsistent", testCapabilitiesConsistent},
 		{"PauseResume", testPauseResume},
 		{"DeletePaused", testDeletePaused},
+		{"SuspendWake", testSuspendWake},
+		{"SuspendPaused", testSuspendPaused},
 		{"UnknownSandbox", testUnknownSandbox},
 		{"EchoAndEnv", testEchoAndEnv},
 		{"WritableCopyOnWriteRoot", testWritableRoot},
