@@ -182,8 +182,14 @@ func (r *Runtime) checkpoint(ctx context.Context, id model.SandboxID, dirs sandb
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return err
 	}
+	if err := r.releaseAgentSocket(ctx, id, dirs); err != nil {
+		return err
+	}
 	start := time.Now()
 	if _, err := r.runNet(ctx, r.joinsNetns(id), "checkpoint", "--image-path", tmp, id.String()); err != nil {
+		// The sandbox may still run (a save that failed before it
+		// stopped the kernel): let its agent listen again.
+		r.reacquireAgentSocket(context.WithoutCancel(ctx), id)
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	r.log.Debug("runsc checkpoint", "sandbox", id, "took", time.Since(start))
@@ -333,7 +339,58 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 		return fmt.Errorf("runsc restore: %w", err)
 	}
 	r.log.Debug("runsc restore", "sandbox", spec.ID, "took", time.Since(start))
+	// The restored agent has no socket (it released it for the
+	// checkpoint): let it listen again now rather than after
+	// agent.ReleaseTimeout.
+	if _, err := r.run(ctx, "kill", spec.ID.String(), agentReacquireSignal); err != nil {
+		return fmt.Errorf("let the restored agent listen again: %w", err)
+	}
 	return nil
+}
+
+// The signals of the agent's listener (internal/agent.SignalReleaseListener
+// and SignalReacquireListener) as `runsc kill` names them.
+const (
+	agentReleaseSignal   = "USR1"
+	agentReacquireSignal = "USR2"
+)
+
+// agentReleaseTimeout bounds the wait for the agent to let go of its
+// socket.
+const agentReleaseTimeout = 10 * time.Second
+
+// releaseAgentSocket makes the agent of a runsc sandbox close its
+// host-backed listening socket and the connections accepted on it, which
+// gVisor cannot checkpoint ("Cannot save endpoint with bound host socket"),
+// and waits until the socket file is gone (the agent removes it last).
+func (r *Runtime) releaseAgentSocket(ctx context.Context, id model.SandboxID, dirs sandboxDirs) error {
+	if _, err := r.run(ctx, "kill", id.String(), agentReleaseSignal); err != nil {
+		return fmt.Errorf("ask the agent to release its socket: %w", err)
+	}
+	sock := filepath.Join(dirs.agentRunDir(), socketName)
+	deadline := time.Now().Add(agentReleaseTimeout)
+	for fileExists(sock) {
+		if time.Now().After(deadline) {
+			r.reacquireAgentSocket(context.WithoutCancel(ctx), id)
+			return fmt.Errorf("the agent did not release its socket within %v (an agent without release support cannot be checkpointed): %w", agentReleaseTimeout, runtime.ErrNotSupported)
+		}
+		select {
+		case <-ctx.Done():
+			r.reacquireAgentSocket(context.WithoutCancel(ctx), id)
+			return fmt.Errorf("wait for the agent to release its socket: %w", ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// reacquireAgentSocket lets the agent of a sandbox whose checkpoint did
+// not happen listen again (best effort: it does by itself after
+// agent.ReleaseTimeout).
+func (r *Runtime) reacquireAgentSocket(ctx context.Context, id model.SandboxID) {
+	if _, err := r.run(ctx, "kill", id.String(), agentReacquireSignal); err != nil {
+		r.log.Warn("let the agent listen again", "sandbox", id, "err", err)
+	}
 }
 
 // snapshotSize is the host disk space the snapshot takes: the disk image's

@@ -131,6 +131,9 @@ func testSuspendWake(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	c := client(t, rt, spec.ID)
 	sh(t, c, "echo before-suspend > /kept.txt && rm /"+markerFile)
 	counter := counterRunning(t, c)
+	// Let it count well away from 0, so a count restarted after the wake
+	// would show.
+	time.Sleep(time.Second)
 	before := readCounter(t, c)
 	st := mustState(t, rt, spec.ID, runtime.PhaseRunning)
 	c.Close()
