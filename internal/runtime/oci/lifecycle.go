@@ -199,6 +199,9 @@ func writeFileAtomic(path string, data []byte) error {
 func (r *Runtime) Start(ctx context.Context, id model.SandboxID) error {
 	unlock := r.lock(id)
 	defer unlock()
+	if r.flavor == FlavorRunsc && r.startedByRestore(id) {
+		return nil
+	}
 	if err := r.ensureWorkloadCgroup(ctx, id); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}

@@ -8,10 +8,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procfs"
 	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
@@ -232,7 +235,7 @@ func (r *Runtime) releaseRunning(ctx context.Context, id model.SandboxID) error 
 	if err := r.cgroups.Remove(ctx, cg); err != nil {
 		return err
 	}
-	for _, f := range []string{dirs.pidFile, dirs.stopMarker, filepath.Join(dirs.state, cgroupReadyName), filepath.Join(dirs.state, checkpointTmpName)} {
+	for _, f := range []string{dirs.pidFile, dirs.stopMarker, filepath.Join(dirs.state, cgroupReadyName), filepath.Join(dirs.state, checkpointTmpName), filepath.Join(dirs.state, restoredName)} {
 		if err := os.RemoveAll(f); err != nil {
 			return err
 		}
@@ -345,7 +348,35 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 	if _, err := r.run(ctx, "kill", spec.ID.String(), agentReacquireSignal); err != nil {
 		return fmt.Errorf("let the restored agent listen again: %w", err)
 	}
-	return nil
+	return writeFileAtomic(filepath.Join(dirs.state, restoredName), nil)
+}
+
+// restoredName is the file Create writes in the state directory of a
+// sandbox that runsc restored: it runs already, and the Start that
+// follows needs no `runsc start` (which fails on a running sandbox) and
+// `runsc state` to find that out — two execs of runsc on the way to the
+// woken sandbox's first answer.
+const restoredName = "restored"
+
+// startedByRestore reports whether sandbox id was restored by Create and
+// still runs (its runsc sandbox process is alive), removing the marker:
+// Start then has nothing to do.
+func (r *Runtime) startedByRestore(id model.SandboxID) bool {
+	d := r.dirs(id)
+	marker := filepath.Join(d.state, restoredName)
+	if !fileExists(marker) {
+		return false
+	}
+	if err := os.Remove(marker); err != nil {
+		r.log.Warn("remove the restore marker", "sandbox", id, "err", err)
+		return false
+	}
+	data, err := os.ReadFile(d.pidFile)
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	return err == nil && pid > 0 && procfs.Alive(pid)
 }
 
 // The signals of the agent's listener (internal/agent.SignalReleaseListener
