@@ -335,6 +335,11 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 		}
 		return r.delegateWorkloadCgroup(spec.ID, dirs, spec.Resources.PidsLimit)
 	}
+	if spec.Network != nil {
+		if err := readdressNetns(spec.Network); err != nil {
+			return fmt.Errorf("prepare the network for the restore: %w", err)
+		}
+	}
 	start := time.Now()
 	if err := r.runDetached(ctx, dirs.agentLog, spec.Network != nil, "restore", "--detach",
 		"--image-path", filepath.Join(dirs.state, checkpointName),

@@ -87,6 +87,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		{"DeletePaused", testDeletePaused},
 		{"SuspendWake", testSuspendWake},
 		{"SuspendPaused", testSuspendPaused},
+		{"SuspendWakeNetwork", testSuspendWakeNetwork},
 		{"UnknownSandbox", testUnknownSandbox},
 		{"EchoAndEnv", testEchoAndEnv},
 		{"WritableCopyOnWriteRoot", testWritableRoot},

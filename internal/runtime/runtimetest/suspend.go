@@ -3,6 +3,7 @@ package runtimetest
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -305,4 +306,73 @@ func testSuspendPaused(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	if _, err := sp.Suspend(ctx, spec.ID); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("Suspend after Delete = %v, want ErrNotFound", err)
 	}
+}
+
+// testSuspendWakeNetwork checks that a sandbox in a prepared network
+// reaches the host end of its link before a suspend and after its wake
+// into the same network namespace (runsc restores its own network stack
+// there, with the flags it was created with).
+func testSuspendWakeNetwork(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
+	rt := newRuntime(t)
+	sp := suspender(t, rt)
+	if !rt.Info().Capabilities.Has(runtime.CapNetwork) {
+		t.Skipf("%s does not claim %s", rt.Info().Name, runtime.CapNetwork)
+	}
+	pool, _ := testPool(t)
+	spec := s.spec(defaultResources, nil)
+	ctx := ctxFor(t)
+	att, err := pool.Attach(ctx, spec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := pool.Detach(context.Background(), spec.ID); err != nil {
+			t.Errorf("Detach: %v", err)
+		}
+		assertNoNetwork(t, att)
+	})
+	gw := att.HostAddr.Addr()
+	spec.Network = &runtime.Network{NetnsPath: att.NetnsPath, GuestAddr: att.GuestAddr, Gateway: gw, DNS: gw}
+	ln := hostEndListener(t, att)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.AcceptTCP()
+			if err != nil {
+				return
+			}
+			c.SetDeadline(time.Now().Add(30 * time.Second))
+			c.Write([]byte("pong\n"))
+			c.Close()
+		}
+	}()
+	ping := func(c *agentclient.Client, when string) {
+		t.Helper()
+		cmd := "nc -w 10 " + gw.String() + " " + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port) + " </dev/null"
+		if out := sh(t, c, cmd); strings.TrimSpace(out) != "pong" {
+			t.Fatalf("%s: the guest received %q from the host end", when, out)
+		}
+	}
+
+	s.started(t, rt, spec)
+	c := client(t, rt, spec.ID)
+	ping(c, "before suspend")
+	c.Close()
+	snap, err := sp.Suspend(ctx, spec.ID)
+	if err != nil {
+		t.Fatalf("Suspend: %v", err)
+	}
+	wake := spec
+	wake.Restore = &snap
+	if err := rt.Create(ctx, wake); err != nil {
+		t.Fatalf("Create with Restore: %v", err)
+	}
+	if err := rt.Start(ctx, spec.ID); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	c = client(t, rt, spec.ID)
+	if addrs := sh(t, c, "ip -4 addr show dev eth0"); !strings.Contains(addrs, "inet "+att.GuestAddr.String()) {
+		t.Errorf("eth0 after wake:\n%s\nwant %s", addrs, att.GuestAddr)
+	}
+	ping(c, "after wake")
 }
