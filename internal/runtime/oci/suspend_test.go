@@ -323,8 +323,8 @@ type durationRecorder struct {
 }
 
 func (d *durationRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (d *durationRecorder) WithAttrs([]slog.Attr) slog.Handler      { return d }
-func (d *durationRecorder) WithGroup(string) slog.Handler           { return d }
+func (d *durationRecorder) WithAttrs([]slog.Attr) slog.Handler       { return d }
+func (d *durationRecorder) WithGroup(string) slog.Handler            { return d }
 func (d *durationRecorder) Handle(_ context.Context, rec slog.Record) error {
 	rec.Attrs(func(a slog.Attr) bool {
 		if a.Key == "took" {
