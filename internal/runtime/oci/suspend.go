@@ -147,6 +147,12 @@ func (r *Runtime) suspend(ctx context.Context, id model.SandboxID) (runtime.Snap
 	if err := r.releaseRunning(ctx, id); err != nil {
 		return runtime.Snapshot{}, fmt.Errorf("free the sandbox's resources: %w", err)
 	}
+	// The image must be free before the snapshot counts as complete: a
+	// restore mounting it while a lingering loop device still has the old
+	// mount's filesystem would mount one ext4 twice.
+	if err := r.waitLoopFree(ctx, dirs.image); err != nil {
+		return runtime.Snapshot{}, err
+	}
 	kind, format := r.snapshotFormat()
 	m := snapshotManifest{Kind: kind, Format: format, CreatedAt: time.Now().UTC(), DiskImage: fileExists(dirs.image)}
 	if m.SizeBytes, err = snapshotSize(dirs); err != nil {
@@ -311,14 +317,44 @@ func (r *Runtime) checkRestore(spec runtime.Spec, dirs sandboxDirs) (snapshotMan
 	if r.flavor == FlavorRunsc && !dirExists(filepath.Join(dirs.state, checkpointName)) {
 		return m, fmt.Errorf("restore: the checkpoint image %s is missing", filepath.Join(dirs.state, checkpointName))
 	}
-	// A lazily detached mount of the image may still be alive: mounting
-	// the same ext4 image twice would corrupt it.
-	if devs, err := rootfs.LoopDevices(dirs.image); err != nil {
-		return m, fmt.Errorf("restore: %w", err)
-	} else if len(devs) > 0 {
-		return m, fmt.Errorf("restore: the disk image is still bound to %v (an unmount of the suspend is not finished); try again", devs)
-	}
 	return m, nil
+}
+
+// loopFreeTimeout bounds the wait for an unmounted image's loop device to
+// go.
+const loopFreeTimeout = 15 * time.Second
+
+// waitLoopFree waits until no loop device is bound to image. The kernel
+// clears an autoclear loop device once its last user goes, which is not
+// the unmount on the host: the lazily detached root of a container's
+// mount namespace, or crun's private mount namespace (command), hold the
+// mount until their last process has gone, and the clearing itself runs
+// asynchronously. Mounting the image again before would mount one ext4
+// filesystem twice.
+func (r *Runtime) waitLoopFree(ctx context.Context, image string) error {
+	start := time.Now()
+	delay := time.Millisecond
+	for {
+		devs, err := rootfs.LoopDevices(image)
+		if err != nil {
+			return err
+		}
+		if len(devs) == 0 {
+			if waited := time.Since(start); waited > 10*time.Millisecond {
+				r.log.Debug("waited for the disk image's loop device to go", "image", image, "took", waited)
+			}
+			return nil
+		}
+		if time.Since(start) > loopFreeTimeout {
+			return fmt.Errorf("the disk image is still bound to %v after %v; try again", devs, loopFreeTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the disk image's loop device %v to go: %w", devs, ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 50*time.Millisecond)
+	}
 }
 
 // restore makes the container of a sandbox whose snapshot checkRestore
@@ -326,6 +362,11 @@ func (r *Runtime) checkRestore(spec runtime.Spec, dirs sandboxDirs) (snapshotMan
 // crun create a container (Start boots a fresh agent over the kept files)
 // and runsc restores its checkpoint, so the sandbox runs after Create.
 func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, dirs sandboxDirs) error {
+	// A suspend that finished checks this too; one that a crash cut short
+	// and a restore that failed after mounting may leave a device behind.
+	if err := r.waitLoopFree(ctx, dirs.image); err != nil {
+		return err
+	}
 	if err := r.prepare(ctx, spec, dirs); err != nil {
 		return err
 	}
