@@ -18,7 +18,9 @@ import (
 // Create prepares the sandbox's root filesystem and bundle and creates the
 // container without starting it. An existing created or running sandbox is
 // left alone; a leftover of a create that crashed half-way (state directory,
-// mount or cgroup without a live container) is removed first.
+// mount or cgroup without a live container) is removed first. A state
+// directory holding a snapshot (suspend.go) is never a leftover: only a
+// Create with spec.Restore makes the sandbox from it (createRestored).
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 	if _, err := model.ParseSandboxID(spec.ID.String()); err != nil {
 		return fmt.Errorf("create: %w", err)
@@ -42,9 +44,10 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 			}
 		}
 		return nil
-	case err == nil && spec.Restore != nil && hasSnapshot(dirs):
+	case err == nil && st.Phase == runtime.PhaseStopped && spec.Restore != nil && hasSnapshot(dirs):
 		// A restore that failed after making the container (the
-		// restored sandbox died): restore again, below.
+		// restored sandbox died): restore again, below. (A paused one
+		// is alive: never replaced by its older snapshot.)
 		r.log.Warn("replacing the container of a failed restore", "sandbox", spec.ID, "phase", st.Phase)
 	case err == nil:
 		return fmt.Errorf("create %s: sandbox already exists in phase %s", spec.ID, st.Phase)
