@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procfs"
+	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
@@ -377,15 +378,10 @@ func (r *Runtime) Stop(ctx context.Context, id model.SandboxID) error {
 // may still be exiting, and they hold its descriptors (the agent's
 // listening socket, which would still accept a connection).
 func waitExit(ctx context.Context, pid int) error {
-	delay := time.Millisecond
+	wait := retry.Policy{Initial: time.Millisecond, Max: 50 * time.Millisecond, Jitter: 0.2}.Start(nil)
 	for procfs.Alive(pid) || threadsLeft(pid) {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("process %d still alive: %w", pid, ctx.Err())
-		case <-time.After(delay):
-		}
-		if delay < 50*time.Millisecond {
-			delay *= 2
+		if err := wait.Wait(ctx); err != nil {
+			return fmt.Errorf("process %d still alive: %w", pid, err)
 		}
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procfs"
+	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
@@ -332,28 +333,24 @@ const loopFreeTimeout = 15 * time.Second
 // asynchronously. Mounting the image again before would mount one ext4
 // filesystem twice.
 func (r *Runtime) waitLoopFree(ctx context.Context, image string) error {
-	start := time.Now()
-	delay := time.Millisecond
+	wait := retry.Policy{Initial: time.Millisecond, Max: 50 * time.Millisecond, Jitter: 0.2, MaxElapsed: loopFreeTimeout}.Start(nil)
 	for {
 		devs, err := rootfs.LoopDevices(image)
 		if err != nil {
 			return err
 		}
 		if len(devs) == 0 {
-			if waited := time.Since(start); waited > 10*time.Millisecond {
+			if waited := wait.Elapsed(); waited > 10*time.Millisecond {
 				r.log.Debug("waited for the disk image's loop device to go", "image", image, "took", waited)
 			}
 			return nil
 		}
-		if time.Since(start) > loopFreeTimeout {
+		switch err := wait.Wait(ctx); {
+		case errors.Is(err, retry.ErrExhausted):
 			return fmt.Errorf("the disk image is still bound to %v after %v; try again", devs, loopFreeTimeout)
+		case err != nil:
+			return fmt.Errorf("wait for the disk image's loop device %v to go: %w", devs, err)
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for the disk image's loop device %v to go: %w", devs, ctx.Err())
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 50*time.Millisecond)
 	}
 }
 
@@ -445,17 +442,15 @@ func (r *Runtime) releaseAgentSocket(ctx context.Context, id model.SandboxID, di
 		return fmt.Errorf("ask the agent to release its socket: %w", err)
 	}
 	sock := filepath.Join(dirs.agentRunDir(), socketName)
-	deadline := time.Now().Add(agentReleaseTimeout)
+	wait := retry.Policy{Initial: time.Millisecond, Max: 10 * time.Millisecond, Jitter: 0.2, MaxElapsed: agentReleaseTimeout}.Start(nil)
 	for fileExists(sock) {
-		if time.Now().After(deadline) {
+		switch err := wait.Wait(ctx); {
+		case errors.Is(err, retry.ErrExhausted):
 			r.reacquireAgentSocket(context.WithoutCancel(ctx), id)
 			return fmt.Errorf("the agent did not release its socket within %v (an agent without release support cannot be checkpointed): %w", agentReleaseTimeout, runtime.ErrNotSupported)
-		}
-		select {
-		case <-ctx.Done():
+		case err != nil:
 			r.reacquireAgentSocket(context.WithoutCancel(ctx), id)
-			return fmt.Errorf("wait for the agent to release its socket: %w", ctx.Err())
-		case <-time.After(2 * time.Millisecond):
+			return fmt.Errorf("wait for the agent to release its socket: %w", err)
 		}
 	}
 	return nil
