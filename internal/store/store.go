@@ -206,6 +206,9 @@ type Store interface {
 	// Egress policies, profiles and secrets (egress.go).
 	Egress
 
+	// When the next operation becomes claimable (due.go).
+	Due
+
 	// Sandboxes.
 	// CreateSandbox inserts the sandbox (state pending) and its create
 	// operation, plus the idempotency record if given, in one transaction.
