@@ -59,6 +59,7 @@ func TestLifecycle(t *testing.T) {
 				time.Sleep(3 * time.Second)
 				l.timed("resume", "sandbox", "resume", sb.ID)
 				after := l.counter(id)
+				t.Logf("counter %d before the pause, %d after 3 s paused and the resume", before, after)
 				if after < before {
 					t.Fatalf("counter went from %d to %d: the process was restarted", before, after)
 				}
