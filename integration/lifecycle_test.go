@@ -148,6 +148,15 @@ func TestLifecycle(t *testing.T) {
 						t.Fatalf("counter moved from %d to %d after a filesystem-only wake: a process survived that the snapshot says did not", now, again)
 					}
 				}
+
+				// A command may ask to wake its suspended sandbox first.
+				l.ok("sandbox", "suspend", sb.ID)
+				if out := l.ok("exec", "--resume", sb.ID, "--", "cat", "/keep.txt"); out != "kept\n" {
+					t.Fatalf("exec --resume of a suspended sandbox: %q", out)
+				}
+				if got := l.state(id); got.State != string(model.StateRunning) || got.Snapshot != nil {
+					t.Fatalf("after exec --resume: %s, snapshot %+v", got.State, got.Snapshot)
+				}
 			})
 
 			t.Run("delete paused and suspended", func(t *testing.T) {
