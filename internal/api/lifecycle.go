@@ -95,8 +95,8 @@ func (a *API) lifecycleError(ctx context.Context, project model.ProjectID, sb mo
 		return notFound("sandbox %s not found", sb.ID)
 	case errors.Is(err, store.ErrBusy):
 		return errorf(http.StatusConflict, apiv1.CodeSandboxBusy,
-			"a %s of sandbox %s cannot start while another operation of it is under way; retry when that has finished (GET /v1/sandboxes/%s shows its state)",
-			lc.Kind, sb.ID, sb.ID)
+			"a %s of sandbox %s cannot start while %s; retry when that has finished (GET /v1/sandboxes/%s shows its state)",
+			lc.Kind, sb.ID, a.underWay(ctx, sb.ID), sb.ID)
 	case errors.Is(err, model.ErrInvalidTransition):
 		state := sb.State
 		if now, gerr := a.cfg.Store.GetSandbox(ctx, project, sb.ID); gerr == nil {
@@ -114,6 +114,19 @@ func (a *API) lifecycleError(ctx context.Context, project model.ProjectID, sb mo
 		return err
 	}
 	return fmt.Errorf("request %s of sandbox %s: %w", lc.Kind, sb.ID, err)
+}
+
+// underWay names the unfinished operation of sandbox id, for a message.
+func (a *API) underWay(ctx context.Context, id model.SandboxID) string {
+	ops, err := a.cfg.Store.ListUnfinishedOperations(ctx)
+	if err == nil {
+		for _, op := range ops {
+			if op.SandboxID == id {
+				return fmt.Sprintf("its %s (%s) is under way", op.Kind, op.ID)
+			}
+		}
+	}
+	return "another operation of it is under way"
 }
 
 // transitionHint suggests the request that fits a refused one.

@@ -87,7 +87,7 @@ func TestLifecycleRoutes(t *testing.T) {
 		{name: "wake of a running sandbox", kind: "wake", status: 409, code: apiv1.CodeInvalidTransition, message: "a wake needs suspended"},
 		{name: "another project's sandbox", kind: "pause", key: "B", status: 404, code: apiv1.CodeNotFound},
 		{name: "pause", kind: "pause", status: 202, state: model.StatePausing},
-		{name: "pause while pausing", kind: "pause", status: 409, code: apiv1.CodeSandboxBusy, message: "another operation"},
+		{name: "pause while pausing", kind: "pause", status: 409, code: apiv1.CodeSandboxBusy, message: "its pause (op_"},
 		{name: "suspend while pausing", kind: "suspend", status: 409, code: apiv1.CodeSandboxBusy},
 		{name: "paused", finish: model.OpPause, state: model.StatePaused},
 		{name: "pause of a paused sandbox", kind: "pause", status: 409, code: apiv1.CodeInvalidTransition, message: "is paused; a pause needs running"},
