@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
 )
 
@@ -243,6 +244,8 @@ func (a *app) describe(err error) string {
 		msg += fmt.Sprintf("\nhint: is `airlock server` running at %s (from %s)?", a.target.URL, a.target.URLFrom)
 	case client.IsCode(err, "unauthenticated") && a.target.APIKeyFrom != "":
 		msg += fmt.Sprintf("\nhint: the API key came from %s", a.target.APIKeyFrom)
+	case client.IsCode(err, apiv1.CodeSandboxPaused) || client.IsCode(err, apiv1.CodeSandboxSuspended):
+		msg += "\nhint: `airlock sandbox resume` (or `wake`) continues it; `airlock exec --resume` does that first"
 	}
 	return msg
 }

@@ -89,7 +89,7 @@ func TestSandboxLifecycleCommands(t *testing.T) {
 		notInOut string
 	}{
 		{args: []string{"sandbox", "pause", id}, stdout: []string{"State: paused", "(pause, succeeded)"}, stderr: []string{": pausing (operation op_", ": paused ("}},
-		{args: []string{"exec", id, "--", "echo", "hi"}, code: 1, stderr: []string{"(sandbox_paused)"}},
+		{args: []string{"exec", id, "--", "echo", "hi"}, code: 1, stderr: []string{"(sandbox_paused)", "hint: `airlock sandbox resume`", "exec --resume"}},
 		{args: []string{"sandbox", "pause", id}, code: 1, stderr: []string{"is paused; a pause", "(invalid_transition)"}},
 		{args: []string{"sandbox", "resume", id}, stdout: []string{"State: running", "(resume, succeeded)"}},
 		{args: []string{"sandbox", "suspend", id}, stdout: []string{"State: suspended", "Snapshot: filesystem: filesystem only", "3.0 MiB"}},
