@@ -262,10 +262,7 @@ func TestCommandResumesFirst(t *testing.T) {
 
 	t.Run("paused", func(t *testing.T) {
 		id := e.pausedSandbox(t)
-		done := make(chan *resp, 1)
-		go func() {
-			done <- e.send(req{method: "POST", path: "/v1/sandboxes/" + string(id) + "/commands", key: e.keyA, body: cmd, t: t})
-		}()
+		done := e.sendAsync(t, req{method: "POST", path: "/v1/sandboxes/" + string(id) + "/commands", key: e.keyA, body: cmd})
 		e.waitState(t, id, model.StateResuming)
 		e.finishNext(t, id, model.OpResume, true, nil)
 		var cs apiv1.CommandSession
@@ -278,10 +275,7 @@ func TestCommandResumesFirst(t *testing.T) {
 		id := e.runningSandbox(e.keyA)
 		e.lifecycle(t, id, "suspend", e.keyA).want(t, http.StatusAccepted)
 		e.finishNext(t, id, model.OpSuspend, true, &model.Snapshot{Kind: model.SnapshotFilesystem, Format: "oci-upper/1", Location: "/x", CreatedAt: time.Now()})
-		done := make(chan *resp, 1)
-		go func() {
-			done <- e.send(req{method: "POST", path: "/v1/sandboxes/" + string(id) + "/commands", key: e.keyA, body: cmd, t: t})
-		}()
+		done := e.sendAsync(t, req{method: "POST", path: "/v1/sandboxes/" + string(id) + "/commands", key: e.keyA, body: cmd})
 		e.waitState(t, id, model.StateWaking)
 		e.finishNext(t, id, model.OpWake, true, nil)
 		(<-done).want(t, http.StatusCreated)
@@ -292,10 +286,7 @@ func TestCommandResumesFirst(t *testing.T) {
 	})
 	t.Run("failed resume", func(t *testing.T) {
 		id := e.pausedSandbox(t)
-		done := make(chan *resp, 1)
-		go func() {
-			done <- e.send(req{method: "POST", path: "/v1/sandboxes/" + string(id) + "/commands", key: e.keyA, body: cmd, t: t})
-		}()
+		done := e.sendAsync(t, req{method: "POST", path: "/v1/sandboxes/" + string(id) + "/commands", key: e.keyA, body: cmd})
 		e.waitState(t, id, model.StateResuming)
 		e.finishNext(t, id, model.OpResume, false, nil)
 		r := (<-done).wantError(t, http.StatusConflict, apiv1.CodeSandboxPaused)
@@ -326,6 +317,37 @@ func TestCommandResumesFirst(t *testing.T) {
 		e.do("DELETE", "/v1/sandboxes/"+string(id), e.keyA, "").want(t, http.StatusAccepted)
 		e.do("POST", "/v1/sandboxes/"+string(id)+"/commands", e.keyA, cmd).wantError(t, http.StatusConflict, apiv1.CodeSandboxNotRunning)
 	})
+}
+
+// sendAsync sends r from another goroutine and delivers its response; a
+// failure to send is reported there with t.Error (never FailNow off the
+// test's goroutine) and delivers nil, which fails the reader.
+func (e *testEnv) sendAsync(t *testing.T, r req) <-chan *resp {
+	out := make(chan *resp, 1)
+	go func() {
+		r.t = &nonFatal{t}
+		defer func() {
+			if v := recover(); v != nil {
+				if _, ok := v.(nonFatalStop); !ok {
+					panic(v)
+				}
+				out <- &resp{}
+			}
+		}()
+		out <- e.send(r)
+	}()
+	return out
+}
+
+// nonFatal turns Fatal into Error plus a panic that sendAsync recovers.
+type nonFatal struct{ *testing.T }
+
+type nonFatalStop struct{}
+
+func (n *nonFatal) Fatal(args ...any) { n.Error(args...); panic(nonFatalStop{}) }
+func (n *nonFatal) Fatalf(format string, args ...any) {
+	n.Errorf(format, args...)
+	panic(nonFatalStop{})
 }
 
 // waitState waits until sandbox id of project A is in state want.
@@ -376,10 +398,7 @@ func TestFilesOfPausedSandbox(t *testing.T) {
 	f.do("POST", base+"/files/mkdir", f.keyA, `{"path": "/d"}`).wantError(t, http.StatusConflict, apiv1.CodeSandboxPaused)
 	f.do("POST", base+"/files/transfers", f.keyA, `{"path": "/f", "direction": "upload"}`).wantError(t, http.StatusConflict, apiv1.CodeSandboxPaused)
 
-	done := make(chan *resp, 1)
-	go func() {
-		done <- f.testEnv.send(req{method: "POST", path: base + "/files/transfers", key: f.keyA, body: `{"path": "/f", "direction": "upload", "resume": true}`})
-	}()
+	done := f.sendAsync(t, req{method: "POST", path: base + "/files/transfers", key: f.keyA, body: `{"path": "/f", "direction": "upload", "resume": true}`})
 	f.waitState(t, id, model.StateResuming)
 	f.finishNext(t, id, model.OpResume, true, nil)
 	var tr apiv1.Transfer
