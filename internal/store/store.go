@@ -205,6 +205,8 @@ type Store interface {
 
 	// Egress policies, profiles and secrets (egress.go).
 	Egress
+	// Execution environments and each node's view of them (environments.go).
+	Environments
 
 	// Sandboxes.
 	// CreateSandbox inserts the sandbox (state pending) and its create
