@@ -157,19 +157,17 @@ func (r *Registry) Update(ctx context.Context, l Local) error {
 
 // Status is one environment as GET /v1/environments lists it.
 type Status struct {
-	Ref  model.EnvironmentRef
-	Name envid.Name
-	// Definition is nil when this server cannot read the stored one (a
-	// newer schema version).
-	Definition *envid.Definition
+	Ref        model.EnvironmentRef
+	Definition envid.Definition
 	// Enabled and Available are this node's; Reason says why it is not
 	// available here.
 	Enabled, Available, Default bool
 	Reason                      string
 }
 
-// List returns every environment the store knows, with this node's view of
-// each.
+// List returns every environment the store knows and this server can read
+// (a definition of a newer schema version, recorded by a newer node, is
+// left out), with this node's view of each.
 func (r *Registry) List(ctx context.Context) ([]Status, error) {
 	recs, err := r.cfg.Store.ListEnvironments(ctx)
 	if err != nil {
@@ -186,18 +184,15 @@ func (r *Registry) List(ctx context.Context) ([]Status, error) {
 	def, _ := r.local(r.cfg.Default)
 	out := make([]Status, 0, len(recs))
 	for _, rec := range recs {
-		st := Status{Ref: rec.Ref, Name: rec.Name, Default: rec.Ref == def.Ref}
-		if d, err := envid.Parse(rec.Definition); err == nil {
-			st.Definition = &d
+		d, err := envid.Parse(rec.Definition)
+		if err != nil {
+			continue
 		}
-		row, ok := mine[rec.Ref]
-		switch {
-		case st.Definition == nil:
-			st.Reason = fmt.Sprintf("its definition (schema version %d) is not readable by this server", rec.SchemaVersion)
-		case !ok:
-			st.Reason = "this node does not have it: its runtime is not installed here or changed since it was recorded"
-		default:
+		st := Status{Ref: rec.Ref, Definition: d, Default: rec.Ref == def.Ref}
+		if row, ok := mine[rec.Ref]; ok {
 			st.Enabled, st.Available, st.Reason = row.Enabled, row.Available, row.Reason
+		} else {
+			st.Reason = "this node does not have it: its runtime is not installed here or changed since it was recorded"
 		}
 		out = append(out, st)
 	}

@@ -72,9 +72,9 @@ func TestRegistry(t *testing.T) {
 	}
 	byName := map[envid.Name]Status{}
 	for _, s := range list {
-		byName[s.Name] = s
+		byName[s.Definition.Name] = s
 	}
-	if s := byName[envid.NameRunsc]; !s.Enabled || !s.Available || !s.Default || s.Ref != runsc.Ref || s.Definition == nil {
+	if s := byName[envid.NameRunsc]; !s.Enabled || !s.Available || !s.Default || s.Ref != runsc.Ref {
 		t.Fatalf("runsc: %+v", s)
 	}
 	if s := byName[envid.NameRunc]; !s.Enabled || !s.Available || s.Default {
