@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
@@ -65,11 +66,11 @@ func startAirlock(ctx context.Context, flavor oci.Flavor, dir, agentBinary strin
 	srvCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a := &airlockSubject{flavor: flavor, dir: dir, log: log, stopServer: cancel, serverDone: make(chan error, 1)}
 	opts := server.Options{
-		DataDir:     dir,
-		Listen:      "127.0.0.1:0",
-		Runtime:     string(flavor),
-		AgentBinary: agentBinary,
-		Logger:      serverLog.With("server", string(flavor)),
+		DataDir:      dir,
+		Listen:       "127.0.0.1:0",
+		Environments: []envid.Name{envid.Name(flavor)}, // a parsed oci.Flavor
+		AgentBinary:  agentBinary,
+		Logger:       serverLog.With("server", string(flavor)),
 		// The busybox template: the benchmark measures sandboxes, not
 		// the Debian build.
 		DefaultTemplate: server.DefaultTemplateMinimal,

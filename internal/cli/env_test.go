@@ -95,3 +95,31 @@ func TestEnvList(t *testing.T) {
 		t.Fatalf("json: %d %s", code, stdout)
 	}
 }
+
+func TestServerEnvironmentFlags(t *testing.T) {
+	for _, tc := range []struct {
+		runtime string
+		envs    []string
+		want    string
+		wantErr bool
+	}{
+		{want: ""},
+		{runtime: "runc", want: "runc"},
+		{envs: []string{"runsc", "runc"}, want: "runsc,runc"},
+		{runtime: "crun", envs: []string{"runsc"}, want: "crun,runsc"},
+		{runtime: "runsc", envs: []string{"runsc", "runc"}, want: "runsc,runc"},
+		{envs: []string{"runc", "runc"}, wantErr: true},
+		{envs: []string{"runc", "runsc", "runc"}, wantErr: true},
+		{envs: []string{"qemu"}, wantErr: true},
+		{runtime: "docker", wantErr: true},
+	} {
+		got, err := serverFlags{runtime: tc.runtime, envs: tc.envs}.environments()
+		var names []string
+		for _, n := range got {
+			names = append(names, string(n))
+		}
+		if (err != nil) != tc.wantErr || strings.Join(names, ",") != tc.want {
+			t.Errorf("--runtime %q --env %v = %v, %v; want %q, error %v", tc.runtime, tc.envs, names, err, tc.want, tc.wantErr)
+		}
+	}
+}

@@ -156,7 +156,7 @@ func TestPauseResumeThroughTheTable(t *testing.T) {
 		if sb := e.sandbox(id); sb.State != lc.Final {
 			t.Fatalf("after %s: sandbox %s, want %s", kind, sb.State, lc.Final)
 		}
-		st, err := e.ctrl.cfg.Worker.Observe(context.Background(), id)
+		st, err := e.wk.Observe(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,221 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"slices"
+
+	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/envreg"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime/oci"
+	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/worker"
+)
+
+// autoEnvironments are the environments the server may pick on its own
+// (no --env, no --runtime), strongest isolation first. Shared-kernel ones
+// (runc, crun) are never picked automatically: the operator must name them.
+func autoEnvironments() []envid.Name { return []envid.Name{envid.NameRunsc} }
+
+// enabledEnv is an enabled execution environment with its probed runtime.
+type enabledEnv struct {
+	local envreg.Local
+	rt    *oci.Runtime
+}
+
+// localOf describes what detection found of environment name: rt is nil
+// when its runtime could not be made (not installed), probeErr the probe's
+// failure.
+func localOf(name envid.Name, rt *oci.Runtime, probeErr error, enabled bool) envreg.Local {
+	l := envreg.Local{Detection: envid.Detection{Name: name}, Enabled: enabled}
+	if rt == nil {
+		l.Reason = probeErr.Error()
+		return l
+	}
+	info := rt.Info()
+	l.Binary = info.Binary
+	d, err := envid.Define(name, info)
+	if err != nil {
+		l.Reason = err.Error()
+		return l
+	}
+	ref, err := d.Ref()
+	if err != nil {
+		l.Reason = err.Error()
+		return l
+	}
+	l.Definition, l.Ref = &d, ref
+	if probeErr != nil {
+		l.Reason = probeErr.Error()
+		return l
+	}
+	l.Available = true
+	return l
+}
+
+// checkEnvironmentSet refuses sets the server cannot drive side by side.
+func checkEnvironmentSet(names []envid.Name) error {
+	if len(names) == 0 {
+		return errors.New("no execution environment enabled")
+	}
+	seen := map[envid.Name]bool{}
+	for _, n := range names {
+		if seen[n] {
+			return fmt.Errorf("--env %s: given twice", n)
+		}
+		seen[n] = true
+	}
+	// runc and crun sandboxes each get a host id range of the user
+	// namespace pool; two runtimes would hand out the same ranges.
+	if seen[envid.NameRunc] && seen[envid.NameCrun] {
+		return errors.New("--env runc and --env crun cannot be enabled together: both would hand out the same user namespace id ranges (--userns-base); run a server of its own, with a pool of its own, for the other")
+	}
+	return nil
+}
+
+// openEnvironments makes and probes the runtime of every environment
+// named (the first is the default). Each must work: an operator who names
+// an environment wants it. With none named it picks the strongest
+// automatic one that works, and says which.
+func openEnvironments(ctx context.Context, names []envid.Name, rts runtimes, log *slog.Logger) ([]enabledEnv, error) {
+	if len(names) == 0 {
+		var errs []error
+		for _, n := range autoEnvironments() {
+			rt, err := rts.open(ctx, n)
+			if err != nil {
+				log.Info("execution environment unavailable", "env", n, "err", err)
+				errs = append(errs, fmt.Errorf("%s: %w", n, err))
+				continue
+			}
+			info := rt.Info()
+			log.Info("picked the strongest execution environment that works on this host", "env", n, "version", info.Version, "isolation", info.Isolation, "capabilities", info.Capabilities)
+			return []enabledEnv{{local: localOf(n, rt, nil, true), rt: rt}}, nil
+		}
+		return nil, fmt.Errorf("no execution environment with isolation stronger than shared-kernel works on this host (%w); install gVisor runsc, or pass --env crun or --env runc to accept shared-kernel isolation", errors.Join(errs...))
+	}
+	if err := checkEnvironmentSet(names); err != nil {
+		return nil, err
+	}
+	out := make([]enabledEnv, 0, len(names))
+	for _, n := range names {
+		rt, err := rts.open(ctx, n)
+		if err != nil {
+			if rt != nil {
+				out = append(out, enabledEnv{rt: rt})
+			}
+			for _, e := range out { // leave no mount of a server that did not start
+				releaseAgentFS(context.WithoutCancel(ctx), e.rt, log)
+			}
+			return nil, fmt.Errorf("execution environment %s does not work on this host: %w", n, err)
+		}
+		info := rt.Info()
+		log.Info("using the requested execution environment", "env", n, "version", info.Version, "isolation", info.Isolation, "capabilities", info.Capabilities)
+		out = append(out, enabledEnv{local: localOf(n, rt, nil, true), rt: rt})
+	}
+	return out, nil
+}
+
+// detectOthers probes the installed environments that are not enabled, so
+// that the node records what works here besides what it runs, and returns
+// what it found. A probe leaves nothing behind (its runtime's shared agent
+// filesystem is released again unless sandboxes of an earlier run use it).
+// An environment that would share the user namespace pool with an enabled
+// one is not probed (its probe's container would take a range in use).
+func detectOthers(ctx context.Context, enabled []envid.Name, rts runtimes, log *slog.Logger) []envreg.Local {
+	var out []envreg.Local
+	for _, n := range envid.Names() {
+		if slices.Contains(enabled, n) || ctx.Err() != nil {
+			continue
+		}
+		if _, err := exec.LookPath(string(n)); err != nil {
+			log.Debug("execution environment not installed", "env", n, "err", err)
+			continue
+		}
+		if (n == envid.NameRunc && slices.Contains(enabled, envid.NameCrun)) || (n == envid.NameCrun && slices.Contains(enabled, envid.NameRunc)) {
+			rt, err := oci.New(rts.config(n))
+			if err != nil {
+				out = append(out, localOf(n, nil, err, false))
+				continue
+			}
+			out = append(out, localOf(n, rt, errors.New("not probed: it would share the user namespace id pool with an enabled environment"), false))
+			continue
+		}
+		rt, err := rts.open(ctx, n)
+		if rt != nil {
+			if rerr := rt.ReleaseAgentFS(context.WithoutCancel(ctx)); rerr != nil {
+				log.Debug("the shared agent filesystem stays mounted", "env", n, "reason", rerr)
+			}
+		}
+		if err != nil && rt == nil {
+			log.Info("execution environment installed but its runtime cannot be made", "env", n, "err", err)
+		}
+		l := localOf(n, rt, err, false)
+		log.Info("detected an execution environment that is not enabled", "env", n, "available", l.Available, "reason", l.Reason)
+		out = append(out, l)
+	}
+	return out
+}
+
+// newWorkers makes one worker per enabled environment (base is every
+// worker's configuration but its runtime and logger) and the set that
+// routes sandboxes to them, the default first.
+func newWorkers(envs []enabledEnv, base worker.Config, st store.Store, log *slog.Logger) (*worker.Set, error) {
+	var list []worker.Env
+	for _, e := range envs {
+		cfg := base
+		cfg.Runtime = e.rt
+		cfg.Logger = log.With("component", "worker", "env", e.local.Name)
+		w, err := worker.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("worker of %s: %w", e.local.Name, err)
+		}
+		list = append(list, worker.Env{Name: e.local.Name, Ref: e.local.Ref, Worker: w})
+	}
+	return worker.NewSet(list, st.GetSandboxByID)
+}
+
+// recordEnvironments makes the node's environment registry and records
+// what it detected; the environments that are not enabled are probed in the
+// background (run), and recorded when done, so that they do not delay the
+// start.
+func recordEnvironments(ctx context.Context, envs []enabledEnv, st store.Store, node model.NodeID, rts runtimes, log *slog.Logger) (reg *envreg.Registry, run func(ctx context.Context), err error) {
+	locals := make([]envreg.Local, 0, len(envs))
+	enabled := make([]envid.Name, 0, len(envs))
+	for _, e := range envs {
+		locals = append(locals, e.local)
+		enabled = append(enabled, e.local.Name)
+	}
+	reg, err = envreg.New(envreg.Config{Store: st, NodeID: node, Envs: locals, Default: enabled[0]})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := reg.Record(ctx); err != nil {
+		return nil, nil, err
+	}
+	for _, l := range locals {
+		log.Info("execution environment enabled", "env", l.Name, "ref", l.Ref, "default", l.Name == enabled[0])
+	}
+	run = func(ctx context.Context) {
+		for _, l := range detectOthers(ctx, enabled, rts, log) {
+			if ctx.Err() != nil {
+				return
+			}
+			if err := reg.Update(ctx, l); err != nil {
+				log.Warn("record a detected execution environment", "env", l.Name, "err", err)
+			}
+		}
+	}
+	return reg, run, nil
+}
+
+func envNames(envs []enabledEnv) []envid.Name {
+	out := make([]envid.Name, 0, len(envs))
+	for _, e := range envs {
+		out = append(out, e.local.Name)
+	}
+	return out
+}
