@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/airtest"
-	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
 
