@@ -179,37 +179,28 @@ func newWorkers(envs []enabledEnv, base worker.Config, st store.Store, log *slog
 }
 
 // recordEnvironments makes the node's environment registry and records
-// what it detected; the environments that are not enabled are probed in the
-// background (run), and recorded when done, so that they do not delay the
-// start.
-func recordEnvironments(ctx context.Context, envs []enabledEnv, st store.Store, node model.NodeID, rts runtimes, log *slog.Logger) (reg *envreg.Registry, run func(ctx context.Context), err error) {
-	locals := make([]envreg.Local, 0, len(envs))
+// what it detected: the enabled environments and, probed here before the
+// server serves (under a second on this host; a crash cannot interrupt a
+// probe half-way then), the installed ones that are not enabled.
+func recordEnvironments(ctx context.Context, envs []enabledEnv, st store.Store, node model.NodeID, rts runtimes, log *slog.Logger) (*envreg.Registry, error) {
+	locals := make([]envreg.Local, 0, len(envid.Names()))
 	enabled := make([]envid.Name, 0, len(envs))
 	for _, e := range envs {
 		locals = append(locals, e.local)
 		enabled = append(enabled, e.local.Name)
 	}
-	reg, err = envreg.New(envreg.Config{Store: st, NodeID: node, Envs: locals, Default: enabled[0]})
+	locals = append(locals, detectOthers(ctx, enabled, rts, log)...)
+	reg, err := envreg.New(envreg.Config{Store: st, NodeID: node, Envs: locals, Default: enabled[0]})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := reg.Record(ctx); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	for _, l := range locals {
-		log.Info("execution environment enabled", "env", l.Name, "ref", l.Ref, "default", l.Name == enabled[0])
+	for _, e := range envs {
+		log.Info("execution environment enabled", "env", e.local.Name, "ref", e.local.Ref, "default", e.local.Name == enabled[0])
 	}
-	run = func(ctx context.Context) {
-		for _, l := range detectOthers(ctx, enabled, rts, log) {
-			if ctx.Err() != nil {
-				return
-			}
-			if err := reg.Update(ctx, l); err != nil {
-				log.Warn("record a detected execution environment", "env", l.Name, "err", err)
-			}
-		}
-	}
-	return reg, run, nil
+	return reg, nil
 }
 
 func envNames(envs []enabledEnv) []envid.Name {

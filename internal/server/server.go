@@ -103,7 +103,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	envReg, detectEnvs, err := recordEnvironments(ctx, envs, st, nodeID, rts, log.With("component", "environments"))
+	envReg, err := recordEnvironments(ctx, envs, st, nodeID, rts, log.With("component", "environments"))
 	if err != nil {
 		return err
 	}
@@ -265,11 +265,7 @@ func Run(ctx context.Context, opts Options) error {
 		defer wg.Done()
 		janitor(runCtx, st, log)
 	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		detectEnvs(runCtx)
-	}()
+
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
