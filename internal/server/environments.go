@@ -168,6 +168,7 @@ func newWorkers(envs []enabledEnv, base worker.Config, st store.Store, log *slog
 	for _, e := range envs {
 		cfg := base
 		cfg.Runtime = e.rt
+		cfg.Environment = e.local.Ref // its snapshots record it; another's are not restored here
 		cfg.Logger = log.With("component", "worker", "env", e.local.Name)
 		w, err := worker.New(cfg)
 		if err != nil {

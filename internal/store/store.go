@@ -208,6 +208,9 @@ type Store interface {
 	// Execution environments and each node's view of them (environments.go).
 	Environments
 
+	// When the next operation becomes claimable (due.go).
+	Due
+
 	// Sandboxes.
 	// CreateSandbox inserts the sandbox (state pending) and its create
 	// operation, plus the idempotency record if given, in one transaction.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
 
@@ -66,19 +67,6 @@ func (r *Runtime) resume(ctx context.Context, id model.SandboxID) error {
 	return err
 }
 
-// frozen reports whether the sandbox's cgroup is frozen or freezing, which
-// is how runc and crun pause: State's shortcut for a live init process
-// (cachedRunning) must not call a sandbox paused by `runc pause` from
-// outside running.
-func (r *Runtime) frozen(id model.SandboxID) bool {
-	st, err := r.freezer(id)
-	if err != nil {
-		r.log.Debug("read freezer state", "sandbox", id, "err", err)
-		return true // unsure: ask the runtime
-	}
-	return st != cgroups.Thawed
-}
-
 func (r *Runtime) freezer(id model.SandboxID) (cgroups.FreezerState, error) {
 	cg, err := r.cgroupPath(id)
 	if err != nil {
@@ -95,7 +83,7 @@ func (r *Runtime) waitFrozen(ctx context.Context, id model.SandboxID) error {
 	if r.flavor == FlavorRunsc {
 		return nil
 	}
-	delay := 100 * time.Microsecond
+	wait := retry.Policy{Initial: 100 * time.Microsecond, Max: 20 * time.Millisecond, Jitter: 0.2}.Start(nil)
 	for {
 		st, err := r.freezer(id)
 		if err != nil {
@@ -104,13 +92,8 @@ func (r *Runtime) waitFrozen(ctx context.Context, id model.SandboxID) error {
 		if st == cgroups.Frozen {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cgroup still %s: %w", st, ctx.Err())
-		case <-time.After(delay):
-		}
-		if delay < 20*time.Millisecond {
-			delay *= 2
+		if err := wait.Wait(ctx); err != nil {
+			return fmt.Errorf("cgroup still %s: %w", st, err)
 		}
 	}
 }
