@@ -74,6 +74,20 @@ func New(cfg Config) (*Registry, error) {
 	return r, nil
 }
 
+// Verify checks that the runtime binary of every enabled environment still
+// hashes to its definition's digest (errors wrap envid.ErrArtifactsMissing),
+// and remembers each file's size, times and inode, so that Resolve hashes
+// again only a binary that changed.
+func (r *Registry) Verify() error {
+	var errs []error
+	for _, l := range r.Enabled() {
+		if l.Definition != nil {
+			errs = append(errs, r.verify(l))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Default is the environment of a create request that names none.
 func (r *Registry) Default() envid.Name { return r.cfg.Default }
 

@@ -66,6 +66,9 @@ func TestRegistry(t *testing.T) {
 	if err := reg.Record(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := reg.Verify(); err != nil {
+		t.Fatal(err)
+	}
 	list, err := reg.List(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +114,9 @@ func TestRegistry(t *testing.T) {
 	}
 	if _, err := reg.Resolve(ctx, envid.Selector{Name: envid.NameRunc}); !errors.Is(err, envid.ErrArtifactsMissing) {
 		t.Fatalf("Resolve after the binary changed = %v, want ErrArtifactsMissing", err)
+	}
+	if err := reg.Verify(); !errors.Is(err, envid.ErrArtifactsMissing) {
+		t.Fatalf("Verify after the binary changed = %v, want ErrArtifactsMissing", err)
 	}
 	if err := os.Remove(runsc.Binary); err != nil {
 		t.Fatal(err)

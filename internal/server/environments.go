@@ -198,6 +198,11 @@ func recordEnvironments(ctx context.Context, envs []enabledEnv, st store.Store, 
 	if err := reg.Record(ctx); err != nil {
 		return nil, err
 	}
+	// Hashing runsc (100 MB) takes a third of a second: done here, the
+	// first create does not wait for it.
+	if err := reg.Verify(); err != nil {
+		return nil, err
+	}
 	for _, e := range envs {
 		log.Info("execution environment enabled", "env", e.local.Name, "ref", e.local.Ref, "default", e.local.Name == enabled[0])
 	}
