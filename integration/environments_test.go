@@ -27,7 +27,9 @@ func TestEnvironments(t *testing.T) {
 	airtest.RequireBinary(t, "runsc")
 	bins := build(t)
 	both := []string{"--env", "runc", "--env", "runsc"}
-	s := newServer(t, bins, serverConfig{extraArgs: both})
+	// Its own network namespace (the egress tests' fake internet), so that
+	// it runs beside other tests' servers on this host.
+	s := newServer(t, bins, serverConfig{extraArgs: both, netns: newFakenet(t)})
 	t.Cleanup(func() {
 		// Runs before the harness's cleanup, which must be able to delete
 		// the runc sandbox, whatever failed.
