@@ -30,6 +30,10 @@ type Local struct {
 	Binary string
 	// Enabled: the operator enabled it (--env).
 	Enabled bool
+	// BinaryInfo, if set, is the binary's stat taken before Definition's
+	// digest was computed: while the file still has that size, those
+	// times and that inode, it is not hashed again.
+	BinaryInfo os.FileInfo
 }
 
 // Config configures a Registry.
@@ -278,12 +282,13 @@ func (r *Registry) verify(l Local) error {
 	if err != nil {
 		return fmt.Errorf("%w: environment %s: %w", envid.ErrArtifactsMissing, l.Name, err)
 	}
-	stamp := fileStamp{digest: l.Definition.Runtime.BinaryDigest, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		stamp.ctime, stamp.i = st.Ctim.Nano(), int64(st.Ino)
-	}
+	stamp := stampOf(fi, l.Definition.Runtime.BinaryDigest)
 	r.mu.Lock()
 	seen, ok := r.verified[l.Binary]
+	if !ok && l.BinaryInfo != nil && stampOf(l.BinaryInfo, stamp.digest) == stamp {
+		seen, ok = stamp, true // hashed for the definition, unchanged since
+		r.verified[l.Binary] = stamp
+	}
 	r.mu.Unlock()
 	if ok && seen == stamp {
 		return nil
@@ -295,4 +300,12 @@ func (r *Registry) verify(l Local) error {
 	r.verified[l.Binary] = stamp
 	r.mu.Unlock()
 	return nil
+}
+
+func stampOf(fi os.FileInfo, d envid.Digest) fileStamp {
+	stamp := fileStamp{digest: d, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		stamp.ctime, stamp.i = st.Ctim.Nano(), int64(st.Ino)
+	}
+	return stamp
 }

@@ -35,6 +35,10 @@ func detected(t *testing.T, n envid.Name, iso runtime.Isolation, enabled, availa
 	if err := os.WriteFile(bin, []byte("binary of "+string(n)+" at "+bin), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	fi, err := os.Stat(bin) // as the server does: the stat before the digest
+	if err != nil {
+		t.Fatal(err)
+	}
 	d, err := envid.Define(n, runtime.Info{Name: string(n), Version: "1.0", Binary: bin, Isolation: iso, OOMScope: runtime.OOMKillsProcess})
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +47,7 @@ func detected(t *testing.T, n envid.Name, iso runtime.Isolation, enabled, availa
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Local{Detection: envid.Detection{Name: n, Definition: &d, Ref: ref, Available: available, Reason: reason}, Binary: bin, Enabled: enabled}
+	return Local{Detection: envid.Detection{Name: n, Definition: &d, Ref: ref, Available: available, Reason: reason}, Binary: bin, Enabled: enabled, BinaryInfo: fi}
 }
 
 func TestRegistry(t *testing.T) {

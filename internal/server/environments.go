@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
 	"slices"
 
@@ -38,6 +39,9 @@ func localOf(name envid.Name, rt *oci.Runtime, probeErr error, enabled bool) env
 	}
 	info := rt.Info()
 	l.Binary = info.Binary
+	if fi, err := os.Stat(info.Binary); err == nil {
+		l.BinaryInfo = fi // before the digest: unchanged since, it needs no second hash
+	}
 	d, err := envid.Define(name, info)
 	if err != nil {
 		l.Reason = err.Error()
@@ -198,8 +202,8 @@ func recordEnvironments(ctx context.Context, envs []enabledEnv, st store.Store, 
 	if err := reg.Record(ctx); err != nil {
 		return nil, err
 	}
-	// Hashing runsc (100 MB) takes a third of a second: done here, the
-	// first create does not wait for it.
+	// Seed the registry's digest cache (hashing runsc, 100 MB, takes a
+	// third of a second), so the first create does not wait for it.
 	if err := reg.Verify(); err != nil {
 		return nil, err
 	}
