@@ -27,7 +27,7 @@ func fakeEnvironment(t *testing.T, n envid.Name, iso runtime.Isolation, caps run
 	if err := os.WriteFile(bin, []byte("#!/bin/sh\n# "+string(n)+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d, err := envid.Define(n, runtime.Info{Name: string(n), Version: string(n) + " 1.0", Binary: bin, Isolation: iso, OOMScope: runtime.OOMKillsProcess, Capabilities: caps})
+	d, err := envid.Define(n, runtime.Info{Name: string(n), Version: string(n) + " 1.0", Binary: bin, Isolation: iso, OOMScope: runtime.OOMKillsProcess, Capabilities: caps}, envid.Inputs{})
 	if err != nil {
 		t.Fatal(err)
 	}

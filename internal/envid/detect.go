@@ -58,7 +58,7 @@ func detectOne(ctx context.Context, n Name, probe Prober) Detection {
 	det := Detection{Name: n}
 	info, perr := probe(ctx, n)
 	if info.Binary != "" {
-		d, err := Define(n, info)
+		d, err := Define(n, info, Inputs{})
 		if err != nil {
 			det.Reason = err.Error()
 			return det
@@ -83,13 +83,15 @@ func detectOne(ctx context.Context, n Name, probe Prober) Detection {
 }
 
 // Define builds the definition of an environment whose runtime is installed
-// at info.Binary, hashing that file.
-func Define(n Name, info runtime.Info) (Definition, error) {
+// at info.Binary, hashing that file into in.BinaryDigest (in gives the
+// rest: platforms, boot inputs, snapshot format).
+func Define(n Name, info runtime.Info, in Inputs) (Definition, error) {
 	dg, err := DigestFile(info.Binary)
 	if err != nil {
 		return Definition{}, fmt.Errorf("environment %s: %w", n, err)
 	}
-	return FromInfo(n, info, Inputs{BinaryDigest: dg})
+	in.BinaryDigest = dg
+	return FromInfo(n, info, in)
 }
 
 // Verify checks that the artifacts of d are still what it was defined

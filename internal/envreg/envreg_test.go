@@ -39,7 +39,7 @@ func detected(t *testing.T, n envid.Name, iso runtime.Isolation, enabled, availa
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := envid.Define(n, runtime.Info{Name: string(n), Version: "1.0", Binary: bin, Isolation: iso, OOMScope: runtime.OOMKillsProcess})
+	d, err := envid.Define(n, runtime.Info{Name: string(n), Version: "1.0", Binary: bin, Isolation: iso, OOMScope: runtime.OOMKillsProcess}, envid.Inputs{})
 	if err != nil {
 		t.Fatal(err)
 	}

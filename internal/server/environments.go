@@ -12,6 +12,7 @@ import (
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/envreg"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/worker"
@@ -42,7 +43,7 @@ func localOf(name envid.Name, rt *oci.Runtime, probeErr error, enabled bool) env
 	if fi, err := os.Stat(info.Binary); err == nil {
 		l.BinaryInfo = fi // before the digest: unchanged since, it needs no second hash
 	}
-	d, err := envid.Define(name, info)
+	d, err := envid.Define(name, info, envid.Inputs{SnapshotFormat: ociSnapshotFormat(info)})
 	if err != nil {
 		l.Reason = err.Error()
 		return l
@@ -59,6 +60,19 @@ func localOf(name envid.Name, rt *oci.Runtime, probeErr error, enabled bool) env
 	}
 	l.Available = true
 	return l
+}
+
+// ociSnapshotFormat is the format of the snapshots an OCI runtime writes
+// ("" when it writes none): part of its environment's definition, since a
+// snapshot is restored only by a runtime that reads its format.
+func ociSnapshotFormat(info runtime.Info) string {
+	switch runtime.SnapshotKindOf(info.Capabilities) {
+	case model.SnapshotMemory:
+		return oci.FormatRunscCheckpoint
+	case model.SnapshotFilesystem:
+		return oci.FormatUpper
+	}
+	return ""
 }
 
 // checkEnvironmentSet refuses sets the server cannot drive side by side.
