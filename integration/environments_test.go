@@ -110,9 +110,14 @@ func TestEnvironments(t *testing.T) {
 	if sb, err := c.GetSandbox(ctx, model.SandboxID(runc.ID)); err != nil || sb.State != string(model.StateRunning) || sb.Runtime != "runc" {
 		t.Fatalf("the runc sandbox's record after the restart: %+v, %v", sb, err)
 	}
+	// Its commands are refused with the reason.
+	var apiErr *client.APIError
+	_, err = c.CreateCommand(ctx, model.SandboxID(runc.ID), apiv1.CreateCommandRequest{Args: []string{"true"}, Background: true})
+	if !errors.As(err, &apiErr) || apiErr.Code != apiv1.CodeEnvironmentUnavailable {
+		t.Fatalf("a command in the runc sandbox while runc is not enabled: %v", err)
+	}
 	// A new runc sandbox is refused: runc is not enabled here.
 	_, err = c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Environment: "runc"})
-	var apiErr *client.APIError
 	if !errors.As(err, &apiErr) || apiErr.Code != apiv1.CodeEnvironmentUnavailable {
 		t.Fatalf("create in runc while it is not enabled: %v", err)
 	}

@@ -11,12 +11,13 @@ import (
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procctl"
 )
 
 // ErrNotDriven: the sandbox belongs to an execution environment this server
 // does not drive (it was restarted with another set of --env); it is left
-// alone. It wraps ErrPermanent.
-var ErrNotDriven = fmt.Errorf("%w: the sandbox's execution environment is not enabled on this server", ErrPermanent)
+// alone. It wraps ErrPermanent and procctl.ErrEnvironmentNotEnabled.
+var ErrNotDriven = fmt.Errorf("%w: %w", ErrPermanent, procctl.ErrEnvironmentNotEnabled)
 
 // Env is one enabled execution environment and the worker that runs its
 // sandboxes.

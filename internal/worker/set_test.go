@@ -3,11 +3,14 @@ package worker
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
 
@@ -93,8 +96,12 @@ func TestSetRoute(t *testing.T) {
 	}
 	gone := model.Sandbox{ID: model.NewSandboxID(), Runtime: "crun"}
 	stored[gone.ID] = gone
-	if _, err := set.Agent(gone.ID); !errors.Is(err, ErrNotDriven) {
+	_, err = set.Agent(gone.ID)
+	if !errors.Is(err, ErrNotDriven) {
 		t.Fatalf("Agent of a sandbox of another runtime = %v", err)
+	}
+	if pe := procctl.PublicError(err); pe.Code != apiv1.CodeEnvironmentUnavailable || pe.Status != http.StatusConflict {
+		t.Fatalf("the API's answer to it: %+v", pe)
 	}
 
 	if _, err := NewSet([]Env{{envid.NameRunsc, refA, runc}}, func(context.Context, model.SandboxID) (model.Sandbox, error) { return model.Sandbox{}, nil }); err == nil {
