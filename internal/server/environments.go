@@ -110,7 +110,7 @@ func openEnvironments(ctx context.Context, names []envid.Name, rts runtimes, log
 				continue
 			}
 			info := rt.Info()
-			log.Info("picked the strongest execution environment that works on this host", "env", n, "version", info.Version, "isolation", info.Isolation, "capabilities", info.Capabilities)
+			log.Info("picked the strongest execution environment that works on this host", "env", n, "runtime", info.Name, "version", info.Version, "isolation", info.Isolation, "capabilities", info.Capabilities)
 			return []enabledEnv{{local: localOf(n, rt, nil, true), rt: rt}}, nil
 		}
 		return nil, fmt.Errorf("no execution environment with isolation stronger than shared-kernel works on this host (%w); install gVisor runsc, or pass --env crun or --env runc to accept shared-kernel isolation", errors.Join(errs...))
@@ -131,7 +131,7 @@ func openEnvironments(ctx context.Context, names []envid.Name, rts runtimes, log
 			return nil, fmt.Errorf("execution environment %s does not work on this host: %w", n, err)
 		}
 		info := rt.Info()
-		log.Info("using the requested execution environment", "env", n, "version", info.Version, "isolation", info.Isolation, "capabilities", info.Capabilities)
+		log.Info("using the requested execution environment", "env", n, "runtime", info.Name, "version", info.Version, "isolation", info.Isolation, "capabilities", info.Capabilities)
 		out = append(out, enabledEnv{local: localOf(n, rt, nil, true), rt: rt})
 	}
 	return out, nil
