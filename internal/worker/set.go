@@ -67,9 +67,9 @@ func (s *Set) Envs() []Env { return s.envs }
 // Default is the default environment.
 func (s *Set) Default() Env { return s.envs[0] }
 
-func (s *Set) byName(n string) (Env, bool) {
+func (s *Set) byName(n envid.Name) (Env, bool) {
 	for _, e := range s.envs {
-		if string(e.Name) == n {
+		if e.Name == n {
 			return e, true
 		}
 	}
@@ -102,7 +102,11 @@ func (s *Set) Route(sb model.Sandbox) (Env, error) {
 	)
 	switch {
 	case sb.Runtime != "":
-		if e, ok = s.byName(sb.Runtime); !ok {
+		// The stored runtime name, parsed here where it enters routing.
+		if n, err := envid.ParseName(sb.Runtime); err == nil {
+			e, ok = s.byName(n)
+		}
+		if !ok {
 			return Env{}, fmt.Errorf("%w: sandbox %s runs on runtime %s but this server drives %s; restart the server with --env %s to manage it", ErrNotDriven, sb.ID, sb.Runtime, s.names(), sb.Runtime)
 		}
 	case sb.Environment != "":
@@ -130,7 +134,7 @@ func (s *Set) Agent(id model.SandboxID) (*agentclient.Client, error) {
 	name, ok := s.routes[id]
 	s.mu.Unlock()
 	if ok {
-		e, _ := s.byName(string(name))
+		e, _ := s.byName(name)
 		return e.Worker.Agent(id)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
