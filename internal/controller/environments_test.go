@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/worker"
 )
 
 // testEnvRef is the reference of the test's one environment.
@@ -91,5 +94,81 @@ func TestSandboxesAreRoutedByEnvironment(t *testing.T) {
 	}
 	if op := e.waitOp(e.delete(id)); op.State != model.OpSucceeded {
 		t.Fatalf("delete: %+v", op)
+	}
+}
+
+// TestTwoEnvironmentsSideBySide: one controller drives runc and runsc
+// sandboxes at once, each through its own worker; resync removes each
+// runtime's orphans with that runtime and keeps the other's sandboxes.
+func TestTwoEnvironmentsSideBySide(t *testing.T) {
+	e := newEnv(t, "runc", nil)
+	gv := newEnv(t, "runsc", nil) // only its runtime and worker are used
+	ctx := context.Background()
+	refRunc, refRunsc := testEnvRef, model.EnvironmentRef("env:sha256:"+strings.Repeat("5", 64))
+	set, err := worker.NewSet([]worker.Env{{Name: envid.NameRunc, Ref: refRunc, Worker: e.wk}, {Name: envid.NameRunsc, Ref: refRunsc, Worker: gv.wk}}, e.st.GetSandboxByID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ctrl, err = New(Config{Store: e.st, Workers: set, NodeID: e.node, Resync: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run()
+
+	runcID, runcOp := e.createIn(refRunc)
+	runscID, runscOp := e.createIn(refRunsc)
+	oldID, oldOp := e.createIn("") // a row from before environments: the default
+	for _, op := range []model.OperationID{runcOp, runscOp, oldOp} {
+		if got := e.waitOp(op); got.State != model.OpSucceeded {
+			t.Fatalf("create: %+v %+v", got, got.Error)
+		}
+	}
+	for id, want := range map[model.SandboxID]string{runcID: "runc", runscID: "runsc", oldID: "runc"} {
+		if sb := e.sandbox(id); sb.State != model.StateRunning || sb.Runtime != want {
+			t.Fatalf("sandbox %s: %s on %q, want running on %s", id, sb.State, sb.Runtime, want)
+		}
+	}
+	if _, err := gv.rt.State(ctx, runscID); err != nil {
+		t.Fatalf("runsc does not have its sandbox: %v", err)
+	}
+	if _, err := e.rt.State(ctx, runscID); err == nil {
+		t.Fatal("runc has the runsc sandbox")
+	}
+	// An agent through the set reaches each.
+	for _, id := range []model.SandboxID{runcID, runscID} {
+		agent, err := set.Agent(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := agent.Run(ctx, agentproto.StartRequest{ID: model.NewProcessID().String(), Args: []string{"echo", "hi"}})
+		if err != nil || string(res.Stdout) != "hi\n" {
+			t.Fatalf("run in %s: %+v, %v", id, res, err)
+		}
+	}
+
+	// An orphan in runsc (no record wants it) goes; the others stay.
+	orphan := model.Sandbox{ID: model.NewSandboxID(), ProjectID: e.project, Template: e.digest,
+		Resources: model.Resources{CPUs: 1, MemoryMiB: 256}, Env: model.Env{}, Metadata: model.Metadata{}}
+	if err := gv.wk.Ensure(ctx, orphan); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ctrl.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gv.rt.State(ctx, orphan.ID); err == nil {
+		t.Fatal("resync left the runsc orphan")
+	}
+	for _, id := range []model.SandboxID{runcID, runscID, oldID} {
+		if sb := e.sandbox(id); sb.State != model.StateRunning {
+			t.Fatalf("sandbox %s after resync: %s (%s)", id, sb.State, sb.StateReason)
+		}
+	}
+	for _, id := range []model.SandboxID{runcID, runscID, oldID} {
+		if op := e.waitOp(e.delete(id)); op.State != model.OpSucceeded {
+			t.Fatalf("delete %s: %+v", id, op)
+		}
+	}
+	if ids, _ := gv.rt.List(ctx); len(ids) != 0 {
+		t.Fatalf("runsc still has %v", ids)
 	}
 }
