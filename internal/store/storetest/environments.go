@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"reflect"
 	"strings"
+	"sync"
 
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
@@ -16,6 +17,7 @@ func environmentTests() []namedTest {
 		{"EnvironmentsPutOnce", testEnvironmentsPutOnce},
 		{"EnvironmentsRefused", testEnvironmentsRefused},
 		{"NodeEnvironmentsReplace", testNodeEnvironmentsReplace},
+		{"EnvironmentsConcurrentPut", testEnvironmentsConcurrentPut},
 	}
 }
 
@@ -205,4 +207,36 @@ func testNodeEnvironmentsReplace(e *env) {
 	// No rows: the node has none.
 	must(t, e.s.SetNodeEnvironments(e.ctx, n1, nil))
 	check("node 1 emptied", list(store.NodeEnvironmentQuery{NodeID: n1}), norm())
+}
+
+// testEnvironmentsConcurrentPut: nodes starting at once record the same
+// definition; exactly one of them creates it.
+func testEnvironmentsConcurrentPut(e *env) {
+	rec := e.envRecord(envid.NameRunsc, "1")
+	const n = 8
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		created int
+		errs    []error
+	)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := e.s.PutEnvironment(e.ctx, rec)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if c {
+				created++
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 || created != 1 {
+		e.t.Fatalf("%d concurrent puts: %d created, errors %v", n, created, errs)
+	}
 }
