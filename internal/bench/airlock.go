@@ -66,15 +66,15 @@ func startAirlock(ctx context.Context, flavor oci.Flavor, dir, agentBinary strin
 	srvCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a := &airlockSubject{flavor: flavor, dir: dir, log: log, stopServer: cancel, serverDone: make(chan error, 1)}
 	opts := server.Options{
-		DataDir:      dir,
-		Listen:       "127.0.0.1:0",
-		Environments: []envid.Name{envid.Name(flavor)}, // a parsed oci.Flavor
-		AgentBinary:  agentBinary,
-		Logger:       serverLog.With("server", string(flavor)),
+		DataDir:     dir,
+		Listen:      "127.0.0.1:0",
+		AgentBinary: agentBinary,
+		Logger:      serverLog.With("server", string(flavor)),
 		// The busybox template: the benchmark measures sandboxes, not
 		// the Debian build.
 		DefaultTemplate: server.DefaultTemplateMinimal,
 	}
+	opts.Environments = []envid.Name{envid.Name(flavor)} // flavor is a parsed oci.Flavor
 	if prepare != nil {
 		if err := prepare(dir, &opts); err != nil {
 			cancel()
