@@ -35,10 +35,11 @@ type Detection struct {
 }
 
 // Prober makes the runtime of environment name and proves it runs a
-// sandbox on this host. It returns the runtime's Info whenever the runtime
-// is installed (even when the probe fails: then with a non-nil error), and
-// a zero Info with an error when it is not.
-type Prober func(ctx context.Context, name Name) (runtime.Info, error)
+// sandbox on this host. It returns the runtime's Info and the definition's
+// other Inputs (its BinaryDigest is filled in by hashing Info.Binary)
+// whenever the runtime is installed, even when the probe fails (then with a
+// non-nil error), and a zero Info with an error when it is not.
+type Prober func(ctx context.Context, name Name) (runtime.Info, Inputs, error)
 
 // Detect probes each environment and reports what works here. A failure of
 // one environment is its Detection's Reason, not an error; Detect fails only
@@ -56,9 +57,9 @@ func Detect(ctx context.Context, names []Name, probe Prober) ([]Detection, error
 
 func detectOne(ctx context.Context, n Name, probe Prober) Detection {
 	det := Detection{Name: n}
-	info, perr := probe(ctx, n)
+	info, in, perr := probe(ctx, n)
 	if info.Binary != "" {
-		d, err := Define(n, info, Inputs{})
+		d, err := Define(n, info, in)
 		if err != nil {
 			det.Reason = err.Error()
 			return det

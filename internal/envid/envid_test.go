@@ -241,14 +241,14 @@ func TestDetectAndVerify(t *testing.T) {
 	infoOf := func(n Name) runtime.Info {
 		return runtime.Info{Name: string(n), Version: "1.0", Binary: bin, Isolation: runtime.IsolationSharedKernel, OOMScope: runtime.OOMKillsProcess}
 	}
-	probe := func(_ context.Context, n Name) (runtime.Info, error) {
+	probe := func(_ context.Context, n Name) (runtime.Info, Inputs, error) {
 		switch n {
 		case NameRunc:
-			return infoOf(n), nil
+			return infoOf(n), Inputs{}, nil
 		case NameCrun:
-			return infoOf(n), errors.New("probe crun: run a container: boom")
+			return infoOf(n), Inputs{}, errors.New("probe crun: run a container: boom")
 		}
-		return runtime.Info{}, errors.New("runsc: executable file not found in $PATH")
+		return runtime.Info{}, Inputs{}, errors.New("runsc: executable file not found in $PATH")
 	}
 	dets, err := Detect(context.Background(), Names(), probe)
 	if err != nil {

@@ -25,8 +25,9 @@ import (
 // Local is one environment as this node detected it.
 type Local struct {
 	envid.Detection
-	// Binary is the runtime binary's path on this node ("" when it is not
-	// installed).
+	// Binary is the runtime binary's path on this node, which Resolve
+	// checks against the definition's digest (needed for enabled
+	// environments only).
 	Binary string
 	// Enabled: the operator enabled it (--env).
 	Enabled bool

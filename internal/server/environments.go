@@ -29,37 +29,23 @@ type enabledEnv struct {
 	rt    *oci.Runtime
 }
 
-// localOf describes what detection found of environment name: rt is nil
-// when its runtime could not be made (not installed), probeErr the probe's
-// failure.
-func localOf(name envid.Name, rt *oci.Runtime, probeErr error, enabled bool) envreg.Local {
-	l := envreg.Local{Detection: envid.Detection{Name: name}, Enabled: enabled}
-	if rt == nil {
-		l.Reason = probeErr.Error()
-		return l
-	}
+// enabledLocal describes an enabled environment whose runtime rt passed
+// its probe: its definition (the binary hashed) and reference.
+func enabledLocal(name envid.Name, rt *oci.Runtime) (envreg.Local, error) {
 	info := rt.Info()
-	l.Binary = info.Binary
+	l := envreg.Local{Detection: envid.Detection{Name: name, Available: true}, Binary: info.Binary, Enabled: true}
 	if fi, err := os.Stat(info.Binary); err == nil {
 		l.BinaryInfo = fi // before the digest: unchanged since, it needs no second hash
 	}
 	d, err := envid.Define(name, info, envid.Inputs{SnapshotFormat: ociSnapshotFormat(info)})
 	if err != nil {
-		l.Reason = err.Error()
-		return l
+		return envreg.Local{}, err
 	}
-	ref, err := d.Ref()
-	if err != nil {
-		l.Reason = err.Error()
-		return l
+	if l.Ref, err = d.Ref(); err != nil {
+		return envreg.Local{}, err
 	}
-	l.Definition, l.Ref = &d, ref
-	if probeErr != nil {
-		l.Reason = probeErr.Error()
-		return l
-	}
-	l.Available = true
-	return l
+	l.Definition = &d
+	return l, nil
 }
 
 // ociSnapshotFormat is the format of the snapshots an OCI runtime writes
@@ -111,7 +97,12 @@ func openEnvironments(ctx context.Context, names []envid.Name, rts runtimes, log
 			}
 			info := rt.Info()
 			log.Info("picked the strongest execution environment that works on this host", "env", n, "runtime", info.Name, "version", info.Version, "isolation", info.Isolation, "capabilities", info.Capabilities)
-			return []enabledEnv{{local: localOf(n, rt, nil, true), rt: rt}}, nil
+			l, err := enabledLocal(n, rt)
+			if err != nil {
+				releaseAgentFS(context.WithoutCancel(ctx), rt, log)
+				return nil, fmt.Errorf("execution environment %s: %w", n, err)
+			}
+			return []enabledEnv{{local: l, rt: rt}}, nil
 		}
 		return nil, fmt.Errorf("no execution environment with isolation stronger than shared-kernel works on this host (%w); install gVisor runsc, or pass --env crun or --env runc to accept shared-kernel isolation", errors.Join(errs...))
 	}
@@ -132,48 +123,62 @@ func openEnvironments(ctx context.Context, names []envid.Name, rts runtimes, log
 		}
 		info := rt.Info()
 		log.Info("using the requested execution environment", "env", n, "runtime", info.Name, "version", info.Version, "isolation", info.Isolation, "capabilities", info.Capabilities)
-		out = append(out, enabledEnv{local: localOf(n, rt, nil, true), rt: rt})
+		l, err := enabledLocal(n, rt)
+		if err != nil {
+			for _, e := range append(out, enabledEnv{rt: rt}) {
+				releaseAgentFS(context.WithoutCancel(ctx), e.rt, log)
+			}
+			return nil, fmt.Errorf("execution environment %s: %w", n, err)
+		}
+		out = append(out, enabledEnv{local: l, rt: rt})
 	}
 	return out, nil
 }
 
-// detectOthers probes the installed environments that are not enabled, so
-// that the node records what works here besides what it runs, and returns
-// what it found. A probe leaves nothing behind (its runtime's shared agent
+// detectOthers probes the installed environments that are not enabled
+// (envid.Detect), so that the node records what works here besides what it
+// runs. A probe leaves nothing behind (its runtime's shared agent
 // filesystem is released again unless sandboxes of an earlier run use it).
 // An environment that would share the user namespace pool with an enabled
 // one is not probed (its probe's container would take a range in use).
 func detectOthers(ctx context.Context, enabled []envid.Name, rts runtimes, log *slog.Logger) []envreg.Local {
-	var out []envreg.Local
+	var others []envid.Name
 	for _, n := range envid.Names() {
-		if slices.Contains(enabled, n) || ctx.Err() != nil {
+		if slices.Contains(enabled, n) {
 			continue
 		}
 		if _, err := exec.LookPath(string(n)); err != nil {
 			log.Debug("execution environment not installed", "env", n, "err", err)
 			continue
 		}
+		others = append(others, n)
+	}
+	probe := func(ctx context.Context, n envid.Name) (runtime.Info, envid.Inputs, error) {
 		if (n == envid.NameRunc && slices.Contains(enabled, envid.NameCrun)) || (n == envid.NameCrun && slices.Contains(enabled, envid.NameRunc)) {
 			rt, err := oci.New(rts.config(n))
 			if err != nil {
-				out = append(out, localOf(n, nil, err, false))
-				continue
+				return runtime.Info{}, envid.Inputs{}, err
 			}
-			out = append(out, localOf(n, rt, errors.New("not probed: it would share the user namespace id pool with an enabled environment"), false))
-			continue
+			return rt.Info(), envid.Inputs{SnapshotFormat: ociSnapshotFormat(rt.Info())}, errors.New("not probed: it would share the user namespace id pool with an enabled environment")
 		}
 		rt, err := rts.open(ctx, n)
-		if rt != nil {
-			if rerr := rt.ReleaseAgentFS(context.WithoutCancel(ctx)); rerr != nil {
-				log.Debug("the shared agent filesystem stays mounted", "env", n, "reason", rerr)
-			}
+		if rt == nil {
+			return runtime.Info{}, envid.Inputs{}, err
 		}
-		if err != nil && rt == nil {
-			log.Info("execution environment installed but its runtime cannot be made", "env", n, "err", err)
+		if rerr := rt.ReleaseAgentFS(context.WithoutCancel(ctx)); rerr != nil {
+			log.Debug("the shared agent filesystem stays mounted", "env", n, "reason", rerr)
 		}
-		l := localOf(n, rt, err, false)
-		log.Info("detected an execution environment that is not enabled", "env", n, "available", l.Available, "reason", l.Reason)
-		out = append(out, l)
+		return rt.Info(), envid.Inputs{SnapshotFormat: ociSnapshotFormat(rt.Info())}, err
+	}
+	dets, err := envid.Detect(ctx, others, probe)
+	if err != nil {
+		log.Warn("detection of the environments that are not enabled stopped", "err", err)
+		return nil
+	}
+	out := make([]envreg.Local, 0, len(dets))
+	for _, d := range dets {
+		log.Info("detected an execution environment that is not enabled", "env", d.Name, "available", d.Available, "reason", d.Reason)
+		out = append(out, envreg.Local{Detection: d}) // not enabled: Resolve never verifies its binary
 	}
 	return out
 }
