@@ -426,6 +426,11 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 		return fmt.Errorf("load sandbox: %w", err)
 	}
 	env, err := c.cfg.Workers.Route(sb)
+	if err != nil && sb.Runtime == "" && lc.Step == model.StepDestroy {
+		// Never placed: nothing of it exists anywhere, so the delete is
+		// carried out here whatever environment it was to run in.
+		env, err = c.cfg.Workers.Default(), nil
+	}
 	if err != nil {
 		if sb.Runtime != "" {
 			// Hosted by a runtime this server does not drive: the

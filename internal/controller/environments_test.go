@@ -62,6 +62,20 @@ func TestSandboxesAreRoutedByEnvironment(t *testing.T) {
 		t.Fatalf("after a create in an environment not driven: %+v", sb)
 	}
 
+	// One in an environment not driven, deleted before it was placed: its
+	// create is cancelled and the delete finishes (nothing of it exists).
+	goneID, goneCreate := e.createIn(other)
+	goneDelete := e.delete(goneID)
+	if op := e.waitOp(goneCreate); op.State != model.OpFailed {
+		t.Fatalf("create of a sandbox deleted before it was placed: %+v", op)
+	}
+	if op := e.waitOp(goneDelete); op.State != model.OpSucceeded {
+		t.Fatalf("delete of a sandbox never placed, of an environment not driven: %+v %+v", op, op.Error)
+	}
+	if sb := e.sandbox(goneID); sb.State != model.StateDeleted {
+		t.Fatalf("after its delete: %s", sb.State)
+	}
+
 	// The crun sandbox: its operation fails, the sandbox stays as it was.
 	op := e.waitOp(crunOp)
 	if op.State != model.OpFailed || op.Error == nil || op.Error.Code != "environment_not_enabled" || !strings.Contains(op.Error.Message, "--env crun") {
