@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/envid"
@@ -44,7 +45,13 @@ func (a *API) listEnvironments(w http.ResponseWriter, r *http.Request, _ princip
 
 func environmentOut(s envreg.Status) apiv1.Environment {
 	d := s.Definition
+	var checked *time.Time
+	if !s.CheckedAt.IsZero() {
+		t := s.CheckedAt.UTC()
+		checked = &t
+	}
 	return apiv1.Environment{
+		CheckedAt:      checked,
 		Ref:            string(s.Ref),
 		Name:           string(d.Name),
 		Isolation:      string(d.Isolation),

@@ -80,7 +80,7 @@ func TestEnvironmentsList(t *testing.T) {
 		g := got[tc.name]
 		if g.Ref != string(tc.local.Ref) || g.Isolation != tc.isolation || g.Snapshot != tc.snapshot ||
 			g.Enabled != tc.enabled || g.Available != tc.available || g.Default != tc.deflt || g.Reason != tc.reason ||
-			g.Runtime.BinaryDigest != string(tc.local.Definition.Runtime.BinaryDigest) || g.SchemaVersion != envid.SchemaVersion {
+			g.Runtime.BinaryDigest != string(tc.local.Definition.Runtime.BinaryDigest) || g.SchemaVersion != envid.SchemaVersion || g.CheckedAt == nil {
 			t.Errorf("%s: %+v", tc.name, g)
 		}
 	}

@@ -1,5 +1,7 @@
 package apiv1
 
+import "time"
+
 // Error codes of execution environments: the three separate reasons a
 // create's environment is refused (decodable is not executable).
 const (
@@ -19,6 +21,9 @@ type Environment struct {
 	Enabled   bool   `json:"enabled"`
 	Available bool   `json:"available"`
 	Reason    string `json:"reason,omitempty"`
+	// CheckedAt is when this node last detected it (at its start);
+	// absent: this node does not have it.
+	CheckedAt *time.Time `json:"checked_at,omitempty"`
 	// Default: a create that names no environment runs in this one.
 	Default bool `json:"default"`
 	// Snapshot is what a suspend keeps: none, filesystem or memory.

@@ -182,6 +182,8 @@ type Status struct {
 	// available here.
 	Enabled, Available, Default bool
 	Reason                      string
+	// CheckedAt is when this node last detected it (zero: never).
+	CheckedAt time.Time
 }
 
 // List returns every environment the store knows and this server can read
@@ -209,7 +211,7 @@ func (r *Registry) List(ctx context.Context) ([]Status, error) {
 		}
 		st := Status{Ref: rec.Ref, Definition: d, Default: rec.Ref == def.Ref}
 		if row, ok := mine[rec.Ref]; ok {
-			st.Enabled, st.Available, st.Reason = row.Enabled, row.Available, row.Reason
+			st.Enabled, st.Available, st.Reason, st.CheckedAt = row.Enabled, row.Available, row.Reason, row.CheckedAt
 		} else {
 			st.Reason = "this node does not have it: its runtime is not installed here or changed since it was recorded"
 		}

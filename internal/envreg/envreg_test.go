@@ -81,7 +81,7 @@ func TestRegistry(t *testing.T) {
 	for _, s := range list {
 		byName[s.Definition.Name] = s
 	}
-	if s := byName[envid.NameRunsc]; !s.Enabled || !s.Available || !s.Default || s.Ref != runsc.Ref {
+	if s := byName[envid.NameRunsc]; !s.Enabled || !s.Available || !s.Default || s.Ref != runsc.Ref || !s.CheckedAt.Equal(time.Unix(1e9, 0)) {
 		t.Fatalf("runsc: %+v", s)
 	}
 	if s := byName[envid.NameRunc]; !s.Enabled || !s.Available || s.Default {
