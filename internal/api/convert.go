@@ -21,6 +21,7 @@ func sandboxOut(sb model.Sandbox) apiv1.Sandbox {
 		StateReason: sb.StateReason,
 		Snapshot:    snapshotOut(sb.Snapshot),
 		Runtime:     sb.Runtime,
+		Environment: string(sb.Environment),
 		CreatedAt:   sb.CreatedAt.UTC(),
 		UpdatedAt:   sb.UpdatedAt.UTC(),
 	}

@@ -69,6 +69,9 @@ type Sandbox struct {
 	StateReason string            `json:"state_reason,omitempty"`
 	Snapshot    *Snapshot         `json:"snapshot"` // what its suspend kept: set while suspended (and waking), null otherwise
 	Runtime     string            `json:"runtime,omitempty"`
+	// Environment is the env:sha256:… reference of its execution
+	// environment (absent for sandboxes made before environments existed).
+	Environment string `json:"environment,omitempty"`
 	// Egress is the sandbox's egress policy as given; shown by create and
 	// GET /v1/sandboxes/{id}, omitted in lists.
 	Egress    *EgressPolicy `json:"egress,omitempty"`
@@ -89,6 +92,9 @@ type CreateSandboxRequest struct {
 	// Egress is the sandbox's egress policy; absent: the server's default
 	// with no rules.
 	Egress *EgressPolicy `json:"egress,omitempty"`
+	// Environment is the execution environment: a name (runsc) or a
+	// reference (env:sha256:…); absent: the server's default.
+	Environment string `json:"environment,omitempty"`
 }
 
 // SandboxWithOperation is the 202 response of POST /v1/sandboxes.

@@ -28,3 +28,12 @@ func lifecycleSupport(rts ...infoer) func(model.Sandbox) (api.LifecycleSupport, 
 
 // infoer is the part of runtime.Runtime that lifecycleSupport asks.
 type infoer interface{ Info() runtime.Info }
+
+// envRuntimes are the runtimes of the enabled environments.
+func envRuntimes(envs []enabledEnv) []infoer {
+	out := make([]infoer, 0, len(envs))
+	for _, e := range envs {
+		out = append(out, e.rt)
+	}
+	return out
+}

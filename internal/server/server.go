@@ -98,7 +98,12 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	rt, err := selectRuntime(ctx, opts.Runtime, oci.IDPool{Base: opts.UsernsBase, Ranges: opts.UsernsRanges}, dd, sandboxDir, agentBin, log)
+	rts := runtimes{ids: oci.IDPool{Base: opts.UsernsBase, Ranges: opts.UsernsRanges}, dd: dd, sandboxDir: sandboxDir, agentBin: agentBin, log: log}
+	envs, err := openEnvironments(ctx, opts.Environments, rts, log)
+	if err != nil {
+		return err
+	}
+	envReg, err := recordEnvironments(ctx, envs, st, nodeID, rts, log.With("component", "environments"))
 	if err != nil {
 		return err
 	}
@@ -121,8 +126,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	wk, err := worker.New(worker.Config{
-		Runtime: rt,
+	wk, err := newWorkers(envs, worker.Config{
 		Network: egressNet,
 		TemplateDir: func(d model.TemplateDigest) (string, error) {
 			if !templates.Has(d) {
@@ -137,18 +141,17 @@ func Run(ctx context.Context, opts Options) error {
 		FetchTemplate: fetchTemplate(templates, dist),
 		AgentBinary:   agentBin,
 		Fault:         fault,
-		Logger:        log.With("component", "worker"),
-	})
+	}, st, log)
 	if err != nil {
 		return err
 	}
 	defer wk.Close()
 
 	ctrl, err := controller.New(controller.Config{
-		Store:  st,
-		Worker: wk,
-		NodeID: nodeID,
-		Logger: log.With("component", "controller"),
+		Store:   st,
+		Workers: wk,
+		NodeID:  nodeID,
+		Logger:  log.With("component", "controller"),
 	})
 	if err != nil {
 		return err
@@ -192,7 +195,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	apiHandler, err := api.New(api.Config{
 		// What each sandbox's runtime can do (pause, suspend).
-		LifecycleSupport: lifecycleSupport(rt),
+		LifecycleSupport: lifecycleSupport(envRuntimes(envs)...),
 
 		Secrets:         sealer,
 		SecretsChanged:  secretSrc.invalidate,
@@ -208,13 +211,14 @@ func Run(ctx context.Context, opts Options) error {
 		TemplateDefaults: func(d model.TemplateDigest) (procctl.Defaults, error) {
 			return commandDefaults(templates, d)
 		},
-		TemplateGC: collector,
-		Agents:     wk,
-		Builds:     builds,
-		FileTokens: attachKeys.Issuer(), // file tokens are signed like attachment tokens
-		Attach:     attachKeys.Issuer(),
-		AttachKeys: attachKeys,
-		Logger:     log.With("component", "api"),
+		TemplateGC:   collector,
+		Agents:       wk,
+		Environments: envReg,
+		Builds:       builds,
+		FileTokens:   attachKeys.Issuer(), // file tokens are signed like attachment tokens
+		Attach:       attachKeys.Issuer(),
+		AttachKeys:   attachKeys,
+		Logger:       log.With("component", "api"),
 		// Ready while the store answers and the server is not draining;
 		// the listener only exists once the runtime was probed and the
 		// controller wired.
@@ -264,6 +268,7 @@ func Run(ctx context.Context, opts Options) error {
 		defer wg.Done()
 		janitor(runCtx, st, log)
 	}()
+
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -298,7 +303,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}()
 	log.Info("airlock server ready", "url", baseURL, "data_dir", dd.path,
-		"runtime", rt.Info().Name, "isolation", rt.Info().Isolation,
+		"environments", envNames(envs), "default_env", envs[0].local.Name,
 		"admin_key_file", dd.join(adminKeyFile))
 
 	var runErr error
@@ -333,7 +338,9 @@ func Run(ctx context.Context, opts Options) error {
 	<-drained
 	cancel()
 	wg.Wait()
-	releaseAgentFS(context.WithoutCancel(ctx), rt, log)
+	for _, e := range envs {
+		releaseAgentFS(context.WithoutCancel(ctx), e.rt, log)
+	}
 	egressNet.release(log)
 	log.Info("airlock server stopped")
 	return runErr

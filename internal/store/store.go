@@ -205,6 +205,8 @@ type Store interface {
 
 	// Egress policies, profiles and secrets (egress.go).
 	Egress
+	// Execution environments and each node's view of them (environments.go).
+	Environments
 
 	// When the next operation becomes claimable (due.go).
 	Due
