@@ -54,6 +54,10 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	if err != nil {
 		return nil, err
 	}
+	timeouts, err := a.createTimeouts(c)
+	if err != nil {
+		return nil, err
+	}
 	egressSpec, err := a.createEgress(ctx, in.Egress)
 	if err != nil {
 		return nil, err
@@ -80,8 +84,11 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 		Env:       env,
 		Metadata:  md,
 		State:     model.StatePending,
-		CreatedAt: c.now,
-		UpdatedAt: c.now,
+		Timeouts:  timeouts,
+		// Created is used: the idle limit counts from now.
+		LastActivity: c.now,
+		CreatedAt:    c.now,
+		UpdatedAt:    c.now,
 	}
 	op := model.Operation{
 		ID:        model.NewOperationID(),
@@ -146,6 +153,7 @@ func (a *API) sandboxOf(ctx context.Context, r *http.Request, p principal) (mode
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, err)
 	}
+	a.touch(sb.ID) // a call that names a sandbox is activity
 	return sb, nil
 }
 

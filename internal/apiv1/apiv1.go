@@ -66,9 +66,20 @@ type Sandbox struct {
 	Runtime     string            `json:"runtime,omitempty"`
 	// Egress is the sandbox's egress policy as given; shown by create and
 	// GET /v1/sandboxes/{id}, omitted in lists.
-	Egress    *EgressPolicy `json:"egress,omitempty"`
-	CreatedAt time.Time     `json:"created_at"`
-	UpdatedAt time.Time     `json:"updated_at"`
+	Egress *EgressPolicy `json:"egress,omitempty"`
+	// TimeoutAt is the sandbox's deadline (null: none), OnTimeout what
+	// happens then ("delete" or "suspend"). The deadline is cleared once
+	// it was acted on.
+	TimeoutAt *time.Time `json:"timeout_at"`
+	OnTimeout string     `json:"on_timeout"`
+	// IdleTimeout is its idle limit in seconds (0: never suspended for
+	// idleness); LastActivityAt when it was last used (null: not
+	// recorded), as last written to the store (activity is flushed every
+	// few seconds).
+	IdleTimeout    int64      `json:"idle_timeout"`
+	LastActivityAt *time.Time `json:"last_activity_at"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Omitted fields take
@@ -84,6 +95,24 @@ type CreateSandboxRequest struct {
 	// Egress is the sandbox's egress policy; absent: the server's default
 	// with no rules.
 	Egress *EgressPolicy `json:"egress,omitempty"`
+	// Timeout, in seconds, sets a deadline that long after the create;
+	// 0 or absent: none. OnTimeout says what happens then: "delete"
+	// (default) or "suspend".
+	Timeout   int64  `json:"timeout,omitempty"`
+	OnTimeout string `json:"on_timeout,omitempty"`
+	// IdleTimeout, in seconds, is how long the sandbox may go without
+	// activity before it is suspended; absent: the server's default
+	// (--default-idle-timeout, 6 h unless its operator chose another);
+	// 0: never.
+	IdleTimeout *int64 `json:"idle_timeout,omitempty"`
+}
+
+// SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: a new
+// deadline Timeout seconds from now (0: none) and, if given, what happens
+// then (else the sandbox's current on_timeout stays).
+type SetTimeoutRequest struct {
+	Timeout   int64  `json:"timeout"`
+	OnTimeout string `json:"on_timeout,omitempty"`
 }
 
 // SandboxWithOperation is the 202 response of POST /v1/sandboxes.
