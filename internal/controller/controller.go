@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -206,13 +207,14 @@ func (c *Controller) runOperation(ctx context.Context, op model.Operation) {
 	case errors.Is(err, store.ErrLeaseLost) || ctx.Err() != nil:
 		log.WarnContext(ctx, "operation interrupted; it will be resumed", "err", err)
 	default:
-		if c.retryable(op, err) {
+		retry := c.retryable(op, err)
+		if retry {
 			// Stop renewing before the retry gives the lease up, so that a
 			// renewal racing with it does not report a lost lease.
 			cancel()
 			wg.Wait()
 		}
-		c.retryOrFail(ctx, op, err, log)
+		c.retryOrFail(ctx, op, retry, err, log)
 	}
 }
 
@@ -253,13 +255,14 @@ func (c *Controller) retryable(op model.Operation, err error) bool {
 	return !errors.Is(err, worker.ErrPermanent) && op.Attempts < c.cfg.MaxAttempts
 }
 
-// retryOrFail handles an operation step that returned an error: permanent
-// errors and exhausted attempts fail the operation (moving the sandbox to
+// retryOrFail handles an operation step that returned an error (retry:
+// what retryable said of it): permanent errors and exhausted attempts fail
+// the operation (moving the sandbox to
 // its lifecycle's failure state, after the lifecycle's cleanup step);
 // transient ones are retried: the lease is given up and the operation may be
 // claimed again after a backoff (its not_before).
-func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, err error, log *slog.Logger) {
-	if c.retryable(op, err) {
+func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, retry bool, err error, log *slog.Logger) {
+	if retry {
 		backoff := c.cfg.Backoff(op.Attempts)
 		now := c.cfg.Now()
 		log.WarnContext(ctx, "operation failed; retrying", "err", err, "in", backoff)
@@ -279,7 +282,7 @@ func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, err er
 		}
 		if lc.Cleanup != "" {
 			// Release what the failed attempt left behind; the record stays.
-			if cerr := runStep(ctx, c.cfg.Worker, lc.Cleanup, sb); cerr != nil {
+			if _, cerr := runStep(ctx, c.cfg.Worker, lc.Cleanup, sb); cerr != nil {
 				log.ErrorContext(ctx, "clean up failed operation", "step", lc.Cleanup, "err", cerr)
 			}
 		}
@@ -314,18 +317,48 @@ func (c *Controller) finish(ctx context.Context, op model.Operation, state model
 	})
 }
 
+// stepResult is what a worker step reports besides success: a snapshot
+// record to store with the sandbox's new state (setSnapshot; nil clears it).
+type stepResult struct {
+	setSnapshot bool
+	snapshot    *model.Snapshot
+}
+
+type stepCall func(ctx context.Context, w *worker.Worker, sb model.Sandbox) (stepResult, error)
+
+// noResult adapts a worker call that reports only success.
+func noResult(f func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error) stepCall {
+	return func(ctx context.Context, w *worker.Worker, sb model.Sandbox) (stepResult, error) {
+		return stepResult{}, f(ctx, w, sb)
+	}
+}
+
 // stepCalls maps each lifecycle step to the worker call that runs it.
-var stepCalls = map[model.Step]func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error{
-	model.StepEnsure:  func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Ensure(ctx, sb) },
-	model.StepDestroy: func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Destroy(ctx, sb.ID) },
+var stepCalls = map[model.Step]stepCall{
+	model.StepEnsure:  noResult(func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Ensure(ctx, sb) }),
+	model.StepDestroy: noResult(func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Destroy(ctx, sb.ID) }),
+	model.StepPause:   noResult(func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Pause(ctx, sb) }),
+	model.StepResume:  noResult(func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Resume(ctx, sb) }),
+	model.StepSuspend: func(ctx context.Context, w *worker.Worker, sb model.Sandbox) (stepResult, error) {
+		snap, err := w.Suspend(ctx, sb)
+		if err != nil {
+			return stepResult{}, err
+		}
+		return stepResult{setSnapshot: true, snapshot: &snap}, nil
+	},
+	// A woken sandbox's snapshot is consumed: its files are the running
+	// sandbox's again (or were restored and removed).
+	model.StepWake: func(ctx context.Context, w *worker.Worker, sb model.Sandbox) (stepResult, error) {
+		return stepResult{setSnapshot: true}, w.Wake(ctx, sb)
+	},
 }
 
 // runStep runs one lifecycle step on the worker; a step without a worker
 // call is a permanent error.
-func runStep(ctx context.Context, w *worker.Worker, step model.Step, sb model.Sandbox) error {
+func runStep(ctx context.Context, w *worker.Worker, step model.Step, sb model.Sandbox) (stepResult, error) {
 	call, ok := stepCalls[step]
 	if !ok {
-		return fmt.Errorf("%w: no worker call for lifecycle step %q", worker.ErrPermanent, step)
+		return stepResult{}, fmt.Errorf("%w: no worker call for lifecycle step %q", worker.ErrPermanent, step)
 	}
 	return call(ctx, w, sb)
 }
@@ -363,10 +396,20 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 	default:
 		return c.finish(ctx, op, model.OpFailed, cancelled(op.Kind, sb.State), "", "", "")
 	}
-	if err := runStep(ctx, c.cfg.Worker, lc.Step, sb); err != nil {
+	res, err := runStep(ctx, c.cfg.Worker, lc.Step, sb)
+	if err != nil {
 		return err
 	}
-	err = c.finish(ctx, op, model.OpSucceeded, nil, lc.InProgress, lc.Final, "")
+	err = c.cfg.Store.FinishOperation(ctx, store.Finish{
+		OperationID: op.ID,
+		Owner:       c.cfg.NodeID,
+		State:       model.OpSucceeded,
+		SandboxFrom: lc.InProgress,
+		SandboxTo:   lc.Final,
+		SetSnapshot: res.setSnapshot,
+		Snapshot:    res.snapshot,
+		Now:         c.cfg.Now(),
+	})
 	if errors.Is(err, store.ErrStateChanged) {
 		// Another request (a delete) arrived while we worked; its operation
 		// takes over.
@@ -438,8 +481,16 @@ func (c *Controller) Resync(ctx context.Context) error {
 			c.log.WarnContext(ctx, "sandbox runs on a runtime this server does not drive; leaving it alone", "sandbox", sb.ID, "runtime", sb.Runtime, "server_runtime", rtName)
 			continue
 		}
-		if sb.State != model.StateRunning {
-			continue // pending/creating/deleting are driven by their operations
+		switch sb.State {
+		case model.StateRunning, model.StatePaused:
+		case model.StateSuspended:
+			// Nothing runs; its snapshot must still be there.
+			if !slices.Contains(have, sb.ID) {
+				c.markFailed(ctx, sb, "the sandbox's snapshot disappeared from the runtime")
+			}
+			continue
+		default:
+			continue // states in progress are driven by their operations
 		}
 		st, err := c.cfg.Worker.Observe(ctx, sb.ID)
 		reason := ""
@@ -456,13 +507,19 @@ func (c *Controller) Resync(ctx context.Context) error {
 		default:
 			reason = fmt.Sprintf("sandbox stopped unexpectedly (runtime phase %s)", st.Phase)
 		}
-		c.log.WarnContext(ctx, "sandbox failed", "sandbox", sb.ID, "reason", reason)
-		err = c.cfg.Store.TransitionSandbox(ctx, sb.ID, model.StateRunning, model.StateFailed, reason, c.cfg.Now())
-		if err != nil && !errors.Is(err, store.ErrStateChanged) {
-			c.log.ErrorContext(ctx, "mark sandbox failed", "sandbox", sb.ID, "err", err)
-		}
+		c.markFailed(ctx, sb, reason)
 	}
 	return nil
+}
+
+// markFailed moves a sandbox that resync found dead (or without its
+// snapshot) to failed, unless its state changed meanwhile.
+func (c *Controller) markFailed(ctx context.Context, sb model.Sandbox, reason string) {
+	c.log.WarnContext(ctx, "sandbox failed", "sandbox", sb.ID, "state", sb.State, "reason", reason)
+	err := c.cfg.Store.TransitionSandbox(ctx, sb.ID, sb.State, model.StateFailed, reason, c.cfg.Now())
+	if err != nil && !errors.Is(err, store.ErrStateChanged) {
+		c.log.ErrorContext(ctx, "mark sandbox failed", "sandbox", sb.ID, "err", err)
+	}
 }
 
 // requeueDeletes queues a new delete operation for every deleting sandbox

@@ -26,7 +26,7 @@ import (
 // env is a controller over a real SQLite store, a real OCI runtime and the
 // real guest agent.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	st      store.Store
 	rt      runtime.Runtime
 	wk      *worker.Worker
@@ -44,7 +44,7 @@ func newEnv(t *testing.T, flavor string, templateErr error) *env {
 
 // newEnvWith is newEnv with controller settings (Store, Worker, NodeID and
 // Logger are filled in).
-func newEnvWith(t *testing.T, flavor string, templateErr error, cc Config) *env {
+func newEnvWith(t testing.TB, flavor string, templateErr error, cc Config, opts ...func(*oci.Config)) *env {
 	t.Helper()
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, flavor)
@@ -75,13 +75,17 @@ func newEnvWith(t *testing.T, flavor string, templateErr error, cc Config) *env 
 	}
 	t.Cleanup(func() { st.Close() })
 	stateRoot := filepath.Join(dir, "sbx")
-	rt, err := oci.New(oci.Config{
+	ocfg := oci.Config{
 		Flavor:       flavor,
 		RootDir:      filepath.Join(dir, "state"),
 		StateRoot:    stateRoot,
 		CgroupParent: "/airlock-test",
 		Logger:       log,
-	})
+	}
+	for _, o := range opts {
+		o(&ocfg)
+	}
+	rt, err := oci.New(ocfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -71,7 +72,7 @@ func TestRetrySetsNotBefore(t *testing.T) {
 	if err != nil || op.ID != opID {
 		t.Fatalf("claim: %+v, %v", op, err)
 	}
-	e.ctrl.retryOrFail(ctx, op, errors.New("transient"), e.ctrl.log)
+	e.ctrl.retryOrFail(ctx, op, true, errors.New("transient"), e.ctrl.log)
 	if gotAttempt != 1 {
 		t.Fatalf("backoff asked for attempt %d, want 1", gotAttempt)
 	}
@@ -103,7 +104,7 @@ func TestExhaustedRetriesFailThroughTheTable(t *testing.T) {
 	if err != nil || op.ID != opID {
 		t.Fatalf("claim: %+v, %v", op, err)
 	}
-	e.ctrl.retryOrFail(ctx, op, errors.New("boom"), e.ctrl.log)
+	e.ctrl.retryOrFail(ctx, op, e.ctrl.retryable(op, errors.New("boom")), errors.New("boom"), e.ctrl.log)
 	lc, err := model.LifecycleOf(model.OpCreate)
 	if err != nil {
 		t.Fatal(err)
@@ -113,5 +114,58 @@ func TestExhaustedRetriesFailThroughTheTable(t *testing.T) {
 	}
 	if got, _ := e.st.GetOperation(ctx, e.project, opID); got.State != model.OpFailed || got.Error == nil {
 		t.Fatalf("operation: %+v", got)
+	}
+}
+
+// request queues a lifecycle operation of kind on a sandbox, as the API does.
+func (e *env) request(id model.SandboxID, kind model.OperationKind) model.OperationID {
+	e.t.Helper()
+	now := time.Now()
+	op := model.Operation{ID: model.NewOperationID(), ProjectID: e.project, SandboxID: id, Kind: kind,
+		State: model.OpPending, CreatedAt: now, UpdatedAt: now}
+	if _, err := e.st.RequestOperation(context.Background(), store.OperationRequest{ProjectID: e.project, SandboxID: id, Operation: op, Now: now}); err != nil {
+		e.t.Fatalf("request %s: %v", kind, err)
+	}
+	return op.ID
+}
+
+// TestPauseResumeThroughTheTable: pause and resume requests run their
+// worker steps and end in the table's final states; a second request while
+// one is under way is refused as busy.
+func TestPauseResumeThroughTheTable(t *testing.T) {
+	e := newEnv(t, "runc", nil)
+	e.run()
+	id, opID := e.create()
+	if op := e.waitOp(opID); op.State != model.OpSucceeded {
+		t.Fatalf("create: %+v", op)
+	}
+	for _, kind := range []model.OperationKind{model.OpPause, model.OpResume} {
+		lc, err := model.LifecycleOf(kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opID := e.request(id, kind)
+		now := time.Now()
+		again := model.Operation{ID: model.NewOperationID(), ProjectID: e.project, SandboxID: id, Kind: kind, State: model.OpPending, CreatedAt: now, UpdatedAt: now}
+		if _, err := e.st.RequestOperation(context.Background(), store.OperationRequest{ProjectID: e.project, SandboxID: id, Operation: again, Now: now}); !errors.Is(err, model.ErrInvalidTransition) {
+			t.Fatalf("a second %s while one is queued: %v, want ErrInvalidTransition", kind, err)
+		}
+		if op := e.waitOp(opID); op.State != model.OpSucceeded {
+			t.Fatalf("%s: %+v", kind, op)
+		}
+		if sb := e.sandbox(id); sb.State != lc.Final {
+			t.Fatalf("after %s: sandbox %s, want %s", kind, sb.State, lc.Final)
+		}
+		st, err := e.ctrl.cfg.Worker.Observe(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[model.OperationKind]runtime.Phase{model.OpPause: runtime.PhasePaused, model.OpResume: runtime.PhaseRunning}[kind]
+		if st.Phase != want {
+			t.Fatalf("after %s the runtime says %s, want %s", kind, st.Phase, want)
+		}
+	}
+	if op := e.waitOp(e.delete(id)); op.State != model.OpSucceeded {
+		t.Fatalf("delete: %+v", op)
 	}
 }

@@ -60,7 +60,7 @@ var transitions = map[SandboxState][]SandboxState{
 	StatePaused:     {StateResuming, StateSuspending, StateFailed, StateDeleting},
 	StateResuming:   {StateRunning, StatePaused, StateFailed, StateDeleting},
 	StateSuspending: {StateSuspended, StateFailed, StateDeleting},
-	StateSuspended:  {StateWaking, StateDeleting},
+	StateSuspended:  {StateWaking, StateFailed, StateDeleting},
 	StateWaking:     {StateRunning, StateSuspended, StateFailed, StateDeleting},
 	StateFailed:     {StateDeleting},
 	StateDeleting:   {StateDeleted},

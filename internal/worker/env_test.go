@@ -52,7 +52,11 @@ func TestCreateUsesTemplateEnv(t *testing.T) {
 	}
 	defer w.Close()
 	sb := model.Sandbox{ID: model.NewSandboxID(), Template: tpl, Env: model.Env{"B": "sb"}}
-	if err := w.create(context.Background(), sb); err != nil {
+	spec, err := w.spec(context.Background(), sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.runtimeCreate(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}
 	want := model.Env{"PATH": "/opt/bin", "A": "tpl", "B": "sb"}
@@ -63,7 +67,7 @@ func TestCreateUsesTemplateEnv(t *testing.T) {
 		t.Errorf("the sandbox record's Env changed: %v", sb.Env)
 	}
 	sb.Template = model.DigestFromSHA256([32]byte{8})
-	if err := w.create(context.Background(), sb); !errors.Is(err, ErrPermanent) {
+	if _, err := w.spec(context.Background(), sb); !errors.Is(err, ErrPermanent) {
 		t.Errorf("create with an unreadable template config: %v, want ErrPermanent", err)
 	}
 }

@@ -52,6 +52,11 @@ type Config struct {
 	// creates it and takes it away after the runtime deleted it. Nil:
 	// sandboxes have loopback only.
 	Network Network
+	// Environment is the reference of the execution environment this
+	// worker runs sandboxes in: recorded in the snapshots it writes, and a
+	// snapshot of another environment is not restored here. Empty: not
+	// known (snapshots are not checked).
+	Environment model.EnvironmentRef
 	// Fault, if set, is called at named points of Ensure and Destroy so tests
 	// can kill the process there (see internal/faults).
 	Fault  func(point string)
@@ -129,100 +134,114 @@ func New(cfg Config) (*Worker, error) {
 func (w *Worker) RuntimeInfo() runtime.Info { return w.cfg.Runtime.Info() }
 
 // Ensure makes the sandbox exist and run, starting from whatever state a
-// previous (possibly crashed) attempt left, and returns once its guest agent
-// answers. A stopped sandbox is recreated; a paused one is alive and is
-// resumed (its runtime must claim runtime.CapPause).
+// previous (possibly crashed) attempt of its create left, and returns once
+// its guest agent answers. A stopped sandbox is what a failed attempt of the
+// create left (nothing in it is worth keeping) and is recreated; a paused
+// one is alive and is resumed (its runtime must claim runtime.CapPause). A
+// sandbox with a snapshot is never created from scratch: it is woken (Wake).
 func (w *Worker) Ensure(ctx context.Context, sb model.Sandbox) error {
+	if sb.Snapshot != nil {
+		return fmt.Errorf("%w: sandbox %s has a snapshot: it is woken, not created again", ErrPermanent, sb.ID)
+	}
 	rt := w.cfg.Runtime
 	st, err := rt.State(ctx, sb.ID)
 	switch {
 	case errors.Is(err, runtime.ErrNotFound):
-		if err := w.create(ctx, sb); err != nil {
+		spec, err := w.spec(ctx, sb)
+		if err != nil {
+			return err
+		}
+		if err := w.runtimeCreate(ctx, spec); err != nil {
 			return err
 		}
 	case err != nil:
 		return fmt.Errorf("observe sandbox %s: %w", sb.ID, err)
-	case st.Phase == runtime.PhasePaused:
+	case st.Phase == runtime.PhaseStopped:
+		w.log.InfoContext(ctx, "recreating a sandbox a failed create attempt left stopped", "sandbox", sb.ID)
+		if err := w.Destroy(ctx, sb.ID); err != nil {
+			return err
+		}
+		spec, err := w.spec(ctx, sb)
+		if err != nil {
+			return err
+		}
+		if err := w.runtimeCreate(ctx, spec); err != nil {
+			return err
+		}
+		st.Phase = runtime.PhaseCreated
+	}
+	return w.startAndWait(ctx, sb, st.Phase, "create")
+}
+
+// startAndWait brings a sandbox the runtime has (in phase) to running and
+// waits until its guest agent answers. step names the fault point after the
+// start (step + ".after-start").
+func (w *Worker) startAndWait(ctx context.Context, sb model.Sandbox, phase runtime.Phase, step string) error {
+	rt := w.cfg.Runtime
+	switch phase {
+	case runtime.PhasePaused:
 		// Alive, its memory resident: continue it, never recreate it.
 		p, err := runtime.AsPauser(rt)
 		if err != nil {
-			return fmt.Errorf("resume sandbox %s: %w", sb.ID, err)
+			return fmt.Errorf("%w: resume sandbox %s: %w", ErrPermanent, sb.ID, err)
 		}
 		if err := p.Resume(ctx, sb.ID); err != nil {
 			return fmt.Errorf("resume sandbox %s: %w", sb.ID, err)
 		}
-		st.Phase = runtime.PhaseRunning
-	case st.Phase == runtime.PhaseStopped:
-		// A previous attempt left a dead sandbox: start over from scratch.
-		w.log.InfoContext(ctx, "recreating stopped sandbox", "sandbox", sb.ID)
-		if err := w.Destroy(ctx, sb.ID); err != nil {
-			return err
-		}
-		if err := w.create(ctx, sb); err != nil {
-			return err
-		}
-	}
-	if st.Phase != runtime.PhaseRunning {
+	case runtime.PhaseRunning:
+	default:
 		if err := rt.Start(ctx, sb.ID); err != nil {
 			return fmt.Errorf("start sandbox %s: %w", sb.ID, err)
 		}
 	}
-	w.cfg.Fault("create.after-start")
+	w.cfg.Fault(step + ".after-start")
+	return w.waitAgent(ctx, sb.ID)
+}
+
+// waitAgent waits (at most AgentWait) until the sandbox's guest agent
+// answers.
+func (w *Worker) waitAgent(ctx context.Context, id model.SandboxID) error {
 	waitCtx, cancel := context.WithTimeout(ctx, w.cfg.AgentWait)
 	defer cancel()
 	w.mu.Lock()
-	delete(w.gone, sb.ID) // recreated after an earlier attempt destroyed it
+	delete(w.gone, id) // (re)created or woken after an earlier step dropped it
 	w.mu.Unlock()
-	agent, err := w.Agent(sb.ID)
+	agent, err := w.Agent(id)
 	if err != nil {
 		return err
 	}
 	if _, err := agent.Info(waitCtx); err != nil {
 		var pe *agentclient.ProtocolError
 		if errors.As(err, &pe) {
-			return fmt.Errorf("%w: sandbox %s: %w", ErrPermanent, sb.ID, err)
+			return fmt.Errorf("%w: sandbox %s: %w", ErrPermanent, id, err)
 		}
-		return fmt.Errorf("sandbox %s: guest agent did not answer: %w", sb.ID, err)
+		return fmt.Errorf("sandbox %s: guest agent did not answer: %w", id, err)
 	}
 	return nil
 }
 
-func (w *Worker) create(ctx context.Context, sb model.Sandbox) error {
-	if w.cfg.FetchTemplate != nil {
-		if err := w.cfg.FetchTemplate(ctx, sb.Template); err != nil {
-			if errors.Is(err, template.ErrNotFound) || errors.Is(err, template.ErrCorrupt) || errors.Is(err, model.ErrInvalid) {
-				return fmt.Errorf("%w: template %s: %w", ErrPermanent, sb.Template, err)
-			}
-			return fmt.Errorf("fetch template %s: %w", sb.Template, err)
-		}
-	}
-	dir, err := w.cfg.TemplateDir(sb.Template)
+// The inputs of a runtime.Spec are prepared by separate steps, each
+// idempotent (it may run again after a crash): the template's tree on this
+// node (rootFS), the sandbox's network (network) and its environment (env).
+
+// spec prepares every input of the sandbox's runtime.Spec.
+func (w *Worker) spec(ctx context.Context, sb model.Sandbox) (runtime.Spec, error) {
+	root, tplEnv, err := w.rootFS(ctx, sb)
 	if err != nil {
-		return fmt.Errorf("%w: template %s: %w", ErrPermanent, sb.Template, err)
+		return runtime.Spec{}, err
 	}
-	var tplEnv []string
-	if w.cfg.TemplateEnv != nil {
-		if tplEnv, err = w.cfg.TemplateEnv(sb.Template); err != nil {
-			return fmt.Errorf("%w: template %s: %w", ErrPermanent, sb.Template, err)
-		}
+	network, err := w.network(ctx, sb)
+	if err != nil {
+		return runtime.Spec{}, err
 	}
-	env := SandboxEnv(tplEnv, sb.Env)
-	var network *runtime.Network
-	if w.cfg.Network != nil {
-		w.cfg.Fault("create.before-network")
-		n, err := w.cfg.Network.Attach(ctx, sb.ID)
-		if err != nil {
-			return fmt.Errorf("network of sandbox %s: %w", sb.ID, err)
-		}
-		w.cfg.Fault("create.after-network")
-		network = &n
-		if len(n.CACertPEM) > 0 {
-			env = withCAEnv(tplEnv, sb.Env)
-		}
+	var ca model.Env
+	if network != nil && len(network.CACertPEM) > 0 {
+		ca = CAEnv(runtime.GuestCABundle, runtime.GuestCACert)
 	}
-	spec := runtime.Spec{
+	env := sandboxEnvWith(tplEnv, ca, sb.Env)
+	return runtime.Spec{
 		ID:       sb.ID,
-		RootFS:   runtime.RootFS{Lower: dir},
+		RootFS:   root,
 		Hostname: "airlock",
 		Network:  network,
 		Env:      env,
@@ -233,27 +252,54 @@ func (w *Worker) create(ctx context.Context, sb model.Sandbox) error {
 			PidsLimit:   w.cfg.PidsLimit,
 		},
 		AgentBinary: w.cfg.AgentBinary,
+	}, nil
+}
+
+// rootFS makes the sandbox's template present on this node and returns
+// its root filesystem and environment.
+func (w *Worker) rootFS(ctx context.Context, sb model.Sandbox) (runtime.RootFS, []string, error) {
+	if w.cfg.FetchTemplate != nil {
+		if err := w.cfg.FetchTemplate(ctx, sb.Template); err != nil {
+			if errors.Is(err, template.ErrNotFound) || errors.Is(err, template.ErrCorrupt) || errors.Is(err, model.ErrInvalid) {
+				return runtime.RootFS{}, nil, fmt.Errorf("%w: template %s: %w", ErrPermanent, sb.Template, err)
+			}
+			return runtime.RootFS{}, nil, fmt.Errorf("fetch template %s: %w", sb.Template, err)
+		}
 	}
+	dir, err := w.cfg.TemplateDir(sb.Template)
+	if err != nil {
+		return runtime.RootFS{}, nil, fmt.Errorf("%w: template %s: %w", ErrPermanent, sb.Template, err)
+	}
+	var tplEnv []string
+	if w.cfg.TemplateEnv != nil {
+		if tplEnv, err = w.cfg.TemplateEnv(sb.Template); err != nil {
+			return runtime.RootFS{}, nil, fmt.Errorf("%w: template %s: %w", ErrPermanent, sb.Template, err)
+		}
+	}
+	return runtime.RootFS{Lower: dir}, tplEnv, nil
+}
+
+// network attaches the sandbox's network (nil without Config.Network).
+func (w *Worker) network(ctx context.Context, sb model.Sandbox) (*runtime.Network, error) {
+	if w.cfg.Network == nil {
+		return nil, nil
+	}
+	w.cfg.Fault("create.before-network")
+	n, err := w.cfg.Network.Attach(ctx, sb.ID)
+	if err != nil {
+		return nil, fmt.Errorf("network of sandbox %s: %w", sb.ID, err)
+	}
+	w.cfg.Fault("create.after-network")
+	return &n, nil
+}
+
+func (w *Worker) runtimeCreate(ctx context.Context, spec runtime.Spec) error {
 	w.cfg.Fault("create.before-runtime-create")
 	if err := w.cfg.Runtime.Create(ctx, spec); err != nil {
-		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+		return fmt.Errorf("create sandbox %s: %w", spec.ID, err)
 	}
 	w.cfg.Fault("create.after-runtime-create")
 	return nil
-}
-
-// withCAEnv is SandboxEnv with CAEnv between the template's Env (a
-// template's own SSL_CERT_FILE would miss the deployment CA) and the
-// sandbox's (which wins, as always).
-func withCAEnv(template []string, sandbox model.Env) model.Env {
-	env := SandboxEnv(template, nil)
-	for k, v := range CAEnv(runtime.GuestCABundle, runtime.GuestCACert) {
-		env[k] = v
-	}
-	for k, v := range sandbox {
-		env[k] = v
-	}
-	return env
 }
 
 // SandboxEnv is the environment of a sandbox's guest agent, and so the base
@@ -261,11 +307,21 @@ func withCAEnv(template []string, sandbox model.Env) model.Env {
 // replacing it name by name. (A command's Env in turn replaces both; the
 // runtime adds PATH and HOME when neither sets them.)
 func SandboxEnv(template []string, sandbox model.Env) model.Env {
-	env := make(model.Env, len(template)+len(sandbox))
+	return sandboxEnvWith(template, nil, sandbox)
+}
+
+// sandboxEnvWith is SandboxEnv with between put between the template's Env and
+// the sandbox's: CAEnv goes there (a template's own SSL_CERT_FILE would
+// miss the deployment CA, and the sandbox's own still wins).
+func sandboxEnvWith(template []string, between, sandbox model.Env) model.Env {
+	env := make(model.Env, len(template)+len(between)+len(sandbox))
 	for _, kv := range template {
 		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
 			env[k] = v
 		}
+	}
+	for k, v := range between {
+		env[k] = v
 	}
 	for k, v := range sandbox {
 		env[k] = v

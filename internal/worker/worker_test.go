@@ -152,7 +152,11 @@ func TestNetworkAttachedAndDetached(t *testing.T) {
 			}
 			defer w.Close()
 			sb := model.Sandbox{ID: model.NewSandboxID(), Env: tc.sbxEnv}
-			if err := w.create(context.Background(), sb); err != nil {
+			spec, err := w.spec(context.Background(), sb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.runtimeCreate(context.Background(), spec); err != nil {
 				t.Fatal(err)
 			}
 			if len(rt.created) != 1 || rt.created[0].Network == nil || rt.created[0].Network.NetnsPath != "/run/netns/"+sb.ID.String() {

@@ -1,0 +1,130 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
+)
+
+// capability turns a runtime's "cannot do this" into a permanent failure:
+// retrying will not give the runtime a capability it lacks.
+func capability(err error) error {
+	if errors.Is(err, runtime.ErrNotSupported) {
+		return fmt.Errorf("%w: %w", ErrPermanent, err)
+	}
+	return err
+}
+
+// Pause freezes every process of a running sandbox, its memory resident.
+// Pausing a paused sandbox succeeds.
+func (w *Worker) Pause(ctx context.Context, sb model.Sandbox) error {
+	p, err := runtime.AsPauser(w.cfg.Runtime)
+	if err != nil {
+		return capability(err)
+	}
+	w.cfg.Fault("pause.before-runtime")
+	if err := p.Pause(ctx, sb.ID); err != nil {
+		return fmt.Errorf("pause sandbox %s: %w", sb.ID, capability(err))
+	}
+	w.cfg.Fault("pause.after-runtime")
+	return nil
+}
+
+// Resume continues a paused sandbox and returns once its agent answers.
+// Resuming a running sandbox succeeds.
+func (w *Worker) Resume(ctx context.Context, sb model.Sandbox) error {
+	p, err := runtime.AsPauser(w.cfg.Runtime)
+	if err != nil {
+		return capability(err)
+	}
+	w.cfg.Fault("resume.before-runtime")
+	if err := p.Resume(ctx, sb.ID); err != nil {
+		return fmt.Errorf("resume sandbox %s: %w", sb.ID, capability(err))
+	}
+	w.cfg.Fault("resume.after-runtime")
+	return w.waitAgent(ctx, sb.ID)
+}
+
+// Suspend writes the sandbox's snapshot and frees what it holds while
+// running, and returns the snapshot's record. Its network stays attached
+// (a memory snapshot is restored into the same network namespace, and its
+// address is the sandbox's own until it is deleted). Suspending a suspended
+// sandbox returns its snapshot again.
+func (w *Worker) Suspend(ctx context.Context, sb model.Sandbox) (model.Snapshot, error) {
+	s, err := runtime.AsSuspender(w.cfg.Runtime)
+	if err != nil {
+		return model.Snapshot{}, capability(err)
+	}
+	// Its agent connection ends with its processes; streams attached to
+	// it end now rather than hang.
+	w.dropAgent(sb.ID)
+	w.cfg.Fault("suspend.before-runtime")
+	snap, err := s.Suspend(ctx, sb.ID)
+	if err != nil {
+		return model.Snapshot{}, fmt.Errorf("suspend sandbox %s: %w", sb.ID, capability(err))
+	}
+	w.cfg.Fault("suspend.after-runtime")
+	env := sb.Environment
+	if env == "" {
+		env = w.cfg.Environment
+	}
+	return model.Snapshot{
+		Kind:        snap.Kind,
+		Environment: env,
+		Format:      snap.Format,
+		Location:    snap.Location,
+		SizeBytes:   snap.SizeBytes,
+		CreatedAt:   snap.CreatedAt,
+	}, nil
+}
+
+// Wake restores a suspended sandbox from its snapshot and returns once its
+// agent answers. A snapshot taken in another execution environment than
+// this worker's is refused. If a previous attempt already restored it, the
+// sandbox is adopted as it is.
+func (w *Worker) Wake(ctx context.Context, sb model.Sandbox) error {
+	snap := sb.Snapshot
+	if snap == nil {
+		return fmt.Errorf("%w: sandbox %s has no snapshot to wake from", ErrPermanent, sb.ID)
+	}
+	if snap.Environment != "" && w.cfg.Environment != "" && snap.Environment != w.cfg.Environment {
+		return fmt.Errorf("%w: sandbox %s: its snapshot was taken in environment %s, and this worker runs %s; a snapshot is restored only into its own environment",
+			ErrPermanent, sb.ID, snap.Environment.Short(), w.cfg.Environment.Short())
+	}
+	rt := w.cfg.Runtime
+	st, err := rt.State(ctx, sb.ID)
+	switch {
+	case errors.Is(err, runtime.ErrNotFound):
+		spec, err := w.spec(ctx, sb)
+		if err != nil {
+			return err
+		}
+		spec.Restore = &runtime.Snapshot{
+			Kind:      snap.Kind,
+			Format:    snap.Format,
+			Location:  snap.Location,
+			SizeBytes: snap.SizeBytes,
+			CreatedAt: snap.CreatedAt,
+		}
+		w.cfg.Fault("wake.before-runtime-create")
+		if err := rt.Create(ctx, spec); err != nil {
+			return fmt.Errorf("restore sandbox %s: %w", sb.ID, capability(err))
+		}
+		w.cfg.Fault("wake.after-runtime-create")
+		st, err = rt.State(ctx, sb.ID)
+		if err != nil {
+			return fmt.Errorf("observe restored sandbox %s: %w", sb.ID, err)
+		}
+	case err != nil:
+		return fmt.Errorf("observe sandbox %s: %w", sb.ID, err)
+	case st.Phase == runtime.PhaseStopped:
+		// A restore that died: its processes are gone, and restoring again
+		// needs the container out of the way (the runtime keeps the
+		// snapshot until the sandbox is deleted).
+		return fmt.Errorf("sandbox %s stopped while it was woken; waking again", sb.ID)
+	}
+	return w.startAndWait(ctx, sb, st.Phase, "wake")
+}
