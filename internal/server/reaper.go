@@ -23,7 +23,13 @@ type timeouts struct {
 // newTimeouts wires idle limits, deadlines and retention for the sandboxes
 // rt hosts on node.
 func newTimeouts(opts Options, st store.Store, node model.NodeID, rt runtime.Runtime, log *slog.Logger) (*timeouts, error) {
-	tracker, err := activity.New(activity.Config{Store: st, Logger: log.With("component", "activity")})
+	// Activity is flushed at least as often as the reaper looks, so that
+	// last_activity_at is as fresh as what the reaper goes by.
+	flush := activity.DefaultInterval
+	if opts.ReapInterval > 0 {
+		flush = min(flush, opts.ReapInterval)
+	}
+	tracker, err := activity.New(activity.Config{Store: st, Interval: flush, Logger: log.With("component", "activity")})
 	if err != nil {
 		return nil, err
 	}
