@@ -3,6 +3,7 @@ package reaper
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,23 +22,40 @@ var t0 = time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 // fixture is a real SQLite store with a project and a template, and a
 // clock the reaper reads.
 type fixture struct {
-	t    *testing.T
+	t    testing.TB
 	ctx  context.Context
-	st   *sqlite.Store
+	st   sqlStore
 	node model.NodeID
 	proj model.ProjectID
 	tpl  model.TemplateDigest
 	now  time.Time
 }
 
-func newFixture(t *testing.T) *fixture {
+// sqlStore is a store.Store over SQL (SQLite or PostgreSQL).
+type sqlStore interface {
+	store.Store
+	DB() *sql.DB
+}
+
+// openSQLite opens a fresh SQLite store.
+func openSQLite(t testing.TB) sqlStore {
 	t.Helper()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "airlock.db"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "airlock.db"), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func newFixture(t testing.TB) *fixture {
+	t.Helper()
+	return newFixtureOn(t, openSQLite(t))
+}
+
+func newFixtureOn(t testing.TB, st sqlStore) *fixture {
+	t.Helper()
+	ctx := context.Background()
 	f := &fixture{t: t, ctx: ctx, st: st, node: model.NewNodeID(), now: t0}
 	p := model.Project{ID: model.NewProjectID(), Name: "reaper", CreatedAt: t0}
 	must(t, st.CreateProject(ctx, p))
@@ -285,7 +303,7 @@ func TestPurger(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
