@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/retry"
 )
 
 // Defaults of Options.
@@ -246,25 +247,36 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // retryListener waits and retries after temporary accept errors (e.g.
 // EMFILE) instead of spinning; net/http retries only net.Error temporaries.
+// Its backoff starts again after an accepted connection.
 type retryListener struct {
 	net.Listener
-	ctx     context.Context
-	logger  *slog.Logger
-	backoff time.Duration
+	ctx    context.Context
+	logger *slog.Logger
+	clock  retry.Clock // nil: the system clock
+	wait   *retry.Backoff
+}
+
+// acceptBackoff is how retryListener waits after a failed accept: from
+// 5 ms, doubling, at most 1 s (±20%).
+func acceptBackoff() retry.Policy {
+	return retry.Policy{Initial: 5 * time.Millisecond, Max: time.Second, Jitter: 0.2}
 }
 
 func (l *retryListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil || l.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-			l.backoff = 0
+			if l.wait != nil {
+				l.wait.Reset()
+			}
 			return c, err
 		}
-		l.backoff = min(max(2*l.backoff, 5*time.Millisecond), time.Second)
-		l.logger.Warn("accept failed", "err", err, "retry_in", l.backoff)
-		select {
-		case <-time.After(l.backoff):
-		case <-l.ctx.Done():
+		if l.wait == nil {
+			l.wait = acceptBackoff().Start(l.clock)
+		}
+		d := l.wait.Next()
+		l.logger.Warn("accept failed", "err", err, "retry_in", d)
+		if l.wait.Sleep(l.ctx, d) != nil {
 			return nil, net.ErrClosed
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/retry"
 )
 
 // maxEventLine bounds one NDJSON line of an output stream (protocol 1: an
@@ -151,6 +152,7 @@ func (c *Client) Run(ctx context.Context, req agentproto.StartRequest) (RunResul
 		last   uint64
 		lost   uint64
 		broken int
+		wait   = resumeBackoff().Start(nil)
 	)
 	for {
 		s, err := c.Output(ctx, req.ID, last)
@@ -160,7 +162,7 @@ func (c *Client) Run(ctx context.Context, req agentproto.StartRequest) (RunResul
 				return res, fmt.Errorf("run %s: %w", req.ID, err)
 			}
 			broken++
-			if err := sleepCtx(ctx, time.Duration(broken)*50*time.Millisecond); err != nil {
+			if err := wait.Wait(ctx); err != nil {
 				return res, fmt.Errorf("run %s: %w", req.ID, err)
 			}
 			continue
@@ -177,6 +179,7 @@ func (c *Client) Run(ctx context.Context, req agentproto.StartRequest) (RunResul
 				break
 			}
 			broken = 0
+			wait.Reset()
 			if ev.Seq != last+1 && ev.Type != agentproto.EventGap {
 				lost += ev.Seq - last - 1 // an older agent's silent gap
 			}
@@ -213,13 +216,8 @@ func (c *Client) Run(ctx context.Context, req agentproto.StartRequest) (RunResul
 	}
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// resumeBackoff is how long Run waits before it reopens an output stream
+// that failed to open: from 50 ms, doubling, at most 250 ms (±20%).
+func resumeBackoff() retry.Policy {
+	return retry.Policy{Initial: 50 * time.Millisecond, Max: 250 * time.Millisecond, Jitter: 0.2}
 }

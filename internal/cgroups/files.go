@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/procfs"
+	"github.com/airlockdev/airlock/internal/retry"
 )
 
 // Unlimited is the value readers return for a limit set to "max".
@@ -169,7 +170,7 @@ func (h Host) Kill(ctx context.Context, p Path) error {
 		_ = os.WriteFile(filepath.Join(d, "cgroup.freeze"), []byte("0"), 0)
 		_ = os.WriteFile(filepath.Join(d, "cgroup.kill"), []byte("1"), 0)
 	}
-	delay := 2 * time.Millisecond
+	wait := pollBackoff().Start(retry.SystemClock())
 	for {
 		procs, err := h.Procs(p)
 		if err != nil {
@@ -188,15 +189,16 @@ func (h Host) Kill(ctx context.Context, p Path) error {
 		if live == 0 {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("kill cgroup %s: %d processes left: %w", p, live, ctx.Err())
-		case <-time.After(delay):
-		}
-		if delay < 50*time.Millisecond {
-			delay *= 2
+		if err := wait.Wait(ctx); err != nil {
+			return fmt.Errorf("kill cgroup %s: %d processes left: %w", p, live, err)
 		}
 	}
+}
+
+// pollBackoff is how Kill and Remove wait for the kernel to finish with
+// exiting tasks: from 2 ms, doubling, at most 64 ms (±20%).
+func pollBackoff() retry.Policy {
+	return retry.Policy{Initial: 2 * time.Millisecond, Max: 64 * time.Millisecond, Jitter: 0.2}
 }
 
 // walkDirs calls fn for dir and every directory below it, parents first.
@@ -228,23 +230,19 @@ func removeTree(ctx context.Context, dir string, deadline time.Time) error {
 	if err := walkDirs(dir, func(d string) error { dirs = append(dirs, d); return nil }); err != nil {
 		return err
 	}
+	clock := retry.SystemClock()
 	for i := len(dirs) - 1; i >= 0; i-- {
-		delay := 2 * time.Millisecond
+		wait := pollBackoff().Start(clock)
 		for {
 			err := unix.Rmdir(dirs[i])
 			if err == nil || errors.Is(err, unix.ENOENT) {
 				break
 			}
-			if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			if !errors.Is(err, unix.EBUSY) || clock.Now().After(deadline) {
 				return fmt.Errorf("remove cgroup %s: %w", dirs[i], err)
 			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("remove cgroup %s: %w (%w)", dirs[i], err, ctx.Err())
-			case <-time.After(delay):
-			}
-			if delay < 50*time.Millisecond {
-				delay *= 2
+			if werr := wait.Wait(ctx); werr != nil {
+				return fmt.Errorf("remove cgroup %s: %w (%w)", dirs[i], err, werr)
 			}
 		}
 	}

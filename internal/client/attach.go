@@ -199,7 +199,7 @@ func (s *Stream) connect() error {
 				delay = min(s.retry, s.c.maxDelay)
 			}
 			s.failed++
-			if err := sleep(s.ctx, delay); err != nil {
+			if err := s.c.sleep(s.ctx, delay); err != nil {
 				return fmt.Errorf("attach: %w", context.Cause(s.ctx))
 			}
 		}

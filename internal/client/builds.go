@@ -79,7 +79,7 @@ func (c *Client) FollowBuild(ctx context.Context, id model.BuildID, follow bool,
 		if !errors.As(err, &rt) || ctx.Err() != nil || attempt >= 30 {
 			return apiv1.Build{}, err
 		}
-		if err := sleep(ctx, c.backoff(min(attempt, 4))); err != nil {
+		if err := c.sleep(ctx, c.backoff(min(attempt, 4))); err != nil {
 			return apiv1.Build{}, err
 		}
 	}

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/retry"
 )
 
 // Limits on what the client reads from a server.
@@ -43,6 +43,7 @@ type Client struct {
 	maxDelay   time.Duration
 	reqTimeout time.Duration // per attempt, plus the long-poll wait
 	reconnects int           // attach reconnect attempts without progress
+	clock      retry.Clock   // what retries wait on (a fake in tests)
 }
 
 // Option configures a Client.
@@ -99,6 +100,7 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 		maxDelay:   2 * time.Second,
 		reqTimeout: 60 * time.Second,
 		reconnects: 8,
+		clock:      retry.SystemClock(),
 	}
 	for _, o := range opts {
 		o(c)
@@ -206,7 +208,7 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 		if retryAfter > delay {
 			delay = min(retryAfter, c.maxDelay)
 		}
-		if err := sleep(ctx, delay); err != nil {
+		if err := c.sleep(ctx, delay); err != nil {
 			return fmt.Errorf("%w (while retrying: %w)", rt.err, err)
 		}
 	}
@@ -312,28 +314,21 @@ func parseRetryAfter(v string) time.Duration {
 	return time.Duration(min(n, 3600)) * time.Second
 }
 
-// backoff returns the delay before retry number attempt+1: firstDelay·2^attempt
-// with ±25% jitter, at most maxDelay.
-func (c *Client) backoff(attempt int) time.Duration {
-	d := c.firstDelay
-	for i := 0; i < attempt && d < c.maxDelay; i++ {
-		d *= 2
-	}
-	d = min(d, c.maxDelay)
-	jitter := time.Duration(rand.Int64N(int64(d)/2+1)) - d/4
-	return max(d+jitter, time.Millisecond)
+// retryPolicy is the client's backoff: firstDelay doubling per retry, at
+// most maxDelay, with ±25% jitter.
+func (c *Client) retryPolicy() retry.Policy {
+	return retry.Policy{Initial: c.firstDelay, Max: c.maxDelay, Jitter: 0.25}
 }
 
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// backoff returns the delay before retry number attempt+1: firstDelay·2^attempt
+// with ±25% jitter, at most maxDelay (before the jitter), at least 1 ms.
+func (c *Client) backoff(attempt int) time.Duration {
+	return max(c.retryPolicy().Nth(attempt), time.Millisecond)
+}
+
+// sleep waits for d on the client's clock or until ctx ends.
+func (c *Client) sleep(ctx context.Context, d time.Duration) error {
+	return retry.Sleep(ctx, c.clock, d)
 }
 
 // resolve turns a possibly relative URL from the server into an absolute one.

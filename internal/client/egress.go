@@ -77,7 +77,7 @@ func (c *Client) FollowEgressDecisions(ctx context.Context, id model.SandboxID, 
 		if !errors.As(err, &rt) || ctx.Err() != nil || attempt >= 30 {
 			return err
 		}
-		if err := sleep(ctx, c.backoff(min(attempt, 4))); err != nil {
+		if err := c.sleep(ctx, c.backoff(min(attempt, 4))); err != nil {
 			return err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/retry"
 )
 
 // CreateSandbox asks for a new sandbox (POST /v1/sandboxes). The sandbox
@@ -164,7 +165,10 @@ func (c *Client) WaitOperation(ctx context.Context, id model.OperationID, opts .
 		o(&cfg)
 	}
 	var last apiv1.Operation
-	quick := 0 // polls in a row that came back early without news
+	// Polls in a row that came back early without news wait this backoff
+	// (from 100 ms, doubling, at most 1 s), started again by a poll the
+	// server held.
+	quick := retry.Policy{Initial: 100 * time.Millisecond, Max: time.Second, Jitter: 0.2}.Start(c.clock)
 	for {
 		start := time.Now()
 		op, err := c.GetOperation(ctx, id, cfg.poll)
@@ -187,13 +191,11 @@ func (c *Client) WaitOperation(ctx context.Context, id model.OperationID, opts .
 		// A server that does not hold the request must not turn this
 		// loop into a busy one.
 		if time.Since(start) < cfg.poll/2 {
-			quick++
-			delay := min(time.Duration(quick)*100*time.Millisecond, time.Second)
-			if err := sleep(ctx, delay); err != nil {
+			if err := quick.Wait(ctx); err != nil {
 				return last, fmt.Errorf("waiting for operation %s (last seen %s): %w", id, stateOrUnknown(last), context.Cause(ctx))
 			}
 		} else {
-			quick = 0
+			quick.Reset()
 		}
 	}
 }

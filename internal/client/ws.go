@@ -200,7 +200,7 @@ func (w *WebSocket) reconnect(delay time.Duration, cause error) error {
 			delay = w.c.backoff(w.failed)
 		}
 		w.failed++
-		if err := sleep(w.ctx, min(delay, w.c.maxDelay)); err != nil {
+		if err := w.c.sleep(w.ctx, min(delay, w.c.maxDelay)); err != nil {
 			return fmt.Errorf("websocket: %w", context.Cause(w.ctx))
 		}
 		delay = 0

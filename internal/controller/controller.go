@@ -11,12 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/worker"
@@ -41,6 +41,10 @@ type Config struct {
 	Backoff func(attempt int) time.Duration
 	// Resync is the period of the resync loop. Default 10 s.
 	Resync time.Duration
+	// Poll is the operation loop's safety poll: the longest it waits for
+	// work without a store change, a finished operation or a due time (a
+	// retry's not_before, a lease's expiry) waking it. Default 10 s.
+	Poll   time.Duration
 	Now    func() time.Time
 	Logger *slog.Logger
 }
@@ -70,6 +74,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.Resync == 0 {
 		cfg.Resync = 10 * time.Second
+	}
+	if cfg.Poll == 0 {
+		cfg.Poll = 10 * time.Second
 	}
 	if cfg.Backoff == nil {
 		cfg.Backoff = DefaultBackoff
@@ -127,13 +134,17 @@ func (c *Controller) Run(ctx context.Context) error {
 // operationLoop claims operations while a worker slot is free and runs each
 // in its own goroutine (at most Parallel at once), until ctx ends; it waits
 // for them before returning. With no work it sleeps until the store reports
-// a change, an operation finishes, or a short poll interval passes (to pick
-// up expired leases and retries whose delay has passed). One loop claims, so
-// a store change costs one claim, not one per idle worker.
+// a change, an operation finishes, the store's next due time comes (a
+// retry's not_before or a lease's expiry, NextOperationDue) or the safety
+// poll (Config.Poll) passes. A store that fails is asked again after a
+// backoff, started again once it answers. One loop claims, so a store
+// change costs one claim, not one per idle worker.
 func (c *Controller) operationLoop(ctx context.Context) {
 	changes := c.cfg.Store.Watch(ctx)
-	poll := time.NewTicker(time.Second)
-	defer poll.Stop()
+	wake := time.NewTimer(c.cfg.Poll)
+	wake.Stop() // started for each idle wait
+	defer wake.Stop()
+	storeErrs := claimBackoff().Start(nil)
 	slots := make(chan struct{}, c.cfg.Parallel)
 	finished := make(chan struct{}, 1)
 	var running sync.WaitGroup
@@ -147,18 +158,28 @@ func (c *Controller) operationLoop(ctx context.Context) {
 		op, err := c.cfg.Store.ClaimOperation(ctx, c.claim())
 		if err != nil {
 			<-slots
-			if !errors.Is(err, store.ErrNoWork) && ctx.Err() == nil {
-				c.log.ErrorContext(ctx, "claim operation", "err", err)
+			var idle time.Duration
+			if errors.Is(err, store.ErrNoWork) {
+				storeErrs.Reset()
+				idle = c.idle(ctx)
+			} else {
+				if ctx.Err() == nil {
+					c.log.ErrorContext(ctx, "claim operation", "err", err)
+				}
+				idle = min(storeErrs.Next(), c.cfg.Poll)
 			}
+			wake.Reset(idle)
 			select {
 			case <-ctx.Done():
 				return
 			case <-changes:
 			case <-finished:
-			case <-poll.C:
+			case <-wake.C:
 			}
+			wake.Stop()
 			continue
 		}
+		storeErrs.Reset()
 		running.Add(1)
 		go func() {
 			defer running.Done()
@@ -172,6 +193,31 @@ func (c *Controller) operationLoop(ctx context.Context) {
 			c.runOperation(ctx, op)
 		}()
 	}
+}
+
+// idle returns how long the operation loop may sleep when there is no work:
+// until the store's next due time, at most the safety poll.
+func (c *Controller) idle(ctx context.Context) time.Duration {
+	now := c.cfg.Now()
+	due, ok, err := c.cfg.Store.NextOperationDue(ctx, c.cfg.NodeID, now)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			c.log.WarnContext(ctx, "next operation due", "err", err)
+		}
+		return c.cfg.Poll
+	case !ok:
+		return c.cfg.Poll
+	}
+	// The store keeps microseconds: wake just after the due time.
+	return min(max(due.Sub(now)+time.Millisecond, 0), c.cfg.Poll)
+}
+
+// claimBackoff is how long the operation loop waits before it asks a
+// failing store for work again: from 100 ms, doubling, at most the safety
+// poll (±20%).
+func claimBackoff() retry.Policy {
+	return retry.Policy{Initial: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: 0.2}
 }
 
 func (c *Controller) claim() store.Claim {
@@ -243,10 +289,11 @@ func (c *Controller) renewLease(ctx context.Context, id model.OperationID, cance
 // DefaultBackoff is the default Config.Backoff: exponential from 500 ms
 // (doubling per attempt, at most 16 s), with "equal jitter": a uniformly
 // random delay between half and all of it, so that operations that failed
-// together are not retried together.
+// together are not retried together. It is the retry package's backoff
+// centred at three quarters of that, ±1/3.
 func DefaultBackoff(attempt int) time.Duration {
-	base := time.Duration(1<<min(max(attempt, 0), 5)) * 500 * time.Millisecond
-	return base/2 + rand.N(base/2+1)
+	p := retry.Policy{Initial: 375 * time.Millisecond, Max: 12 * time.Second, Jitter: 1.0 / 3}
+	return p.Nth(min(max(attempt, 0), 6))
 }
 
 // retryable reports whether an attempt that failed with err is retried:

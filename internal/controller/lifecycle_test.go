@@ -169,3 +169,67 @@ func TestPauseResumeThroughTheTable(t *testing.T) {
 		t.Fatalf("delete: %+v", op)
 	}
 }
+
+// TestSuspendWakeThroughTheTable: a suspend records the runtime's snapshot
+// with the sandbox's suspended state; a wake restores it, clears the record
+// and leaves a running sandbox whose agent answers; a delete of a suspended
+// sandbox leaves nothing in the runtime.
+func TestSuspendWakeThroughTheTable(t *testing.T) {
+	for _, tc := range []struct {
+		flavor string
+		kind   model.SnapshotKind
+	}{
+		{"runc", model.SnapshotFilesystem},
+		{"runsc", model.SnapshotMemory},
+	} {
+		t.Run(tc.flavor, func(t *testing.T) {
+			e := newEnv(t, tc.flavor, nil)
+			e.run()
+			ctx := context.Background()
+			id, opID := e.create()
+			if op := e.waitOp(opID); op.State != model.OpSucceeded {
+				t.Fatalf("create: %+v", op)
+			}
+			if op := e.waitOp(e.request(id, model.OpSuspend)); op.State != model.OpSucceeded {
+				t.Fatalf("suspend: %+v", op)
+			}
+			sb := e.sandbox(id)
+			if sb.State != model.StateSuspended || sb.Snapshot == nil || sb.Snapshot.Kind != tc.kind || sb.Snapshot.Location == "" {
+				t.Fatalf("after suspend: %s, snapshot %+v; want suspended with a %s snapshot", sb.State, sb.Snapshot, tc.kind)
+			}
+			if _, err := e.ctrl.cfg.Worker.Observe(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+				t.Fatalf("a suspended sandbox's container: %v, want ErrNotFound", err)
+			}
+			// Resync keeps a suspended sandbox whose snapshot is there.
+			if err := e.ctrl.Resync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.sandbox(id); got.State != model.StateSuspended {
+				t.Fatalf("after resync: %s (%s)", got.State, got.StateReason)
+			}
+			if op := e.waitOp(e.request(id, model.OpWake)); op.State != model.OpSucceeded {
+				t.Fatalf("wake: %+v", op)
+			}
+			sb = e.sandbox(id)
+			if sb.State != model.StateRunning || sb.Snapshot != nil {
+				t.Fatalf("after wake: %s, snapshot %+v", sb.State, sb.Snapshot)
+			}
+			agent, err := e.wk.Agent(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := agent.Info(ctx); err != nil {
+				t.Fatalf("the woken sandbox's agent: %v", err)
+			}
+			if op := e.waitOp(e.request(id, model.OpSuspend)); op.State != model.OpSucceeded {
+				t.Fatalf("second suspend: %+v", op)
+			}
+			if op := e.waitOp(e.delete(id)); op.State != model.OpSucceeded {
+				t.Fatalf("delete: %+v", op)
+			}
+			if ids, err := e.rt.List(ctx); err != nil || len(ids) != 0 {
+				t.Fatalf("after the delete the runtime lists %v (%v)", ids, err)
+			}
+		})
+	}
+}

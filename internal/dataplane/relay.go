@@ -11,6 +11,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/retry"
 )
 
 // maxResumes is how many times in a row a stream reopens the agent's output
@@ -39,6 +40,7 @@ type relayFunc func(ctx context.Context, out *agentclient.OutputStream, after *u
 // number if it breaks. It returns nil once the exit event was sent.
 func (d *DataPlane) follow(ctx context.Context, agent *agentclient.Client, pid model.ProcessID, after *uint64, relay relayFunc) error {
 	resumes := 0
+	wait := resumeBackoff().Start(nil)
 	for {
 		out, err := agent.Output(ctx, pid.String(), *after)
 		if err != nil {
@@ -47,7 +49,7 @@ func (d *DataPlane) follow(ctx context.Context, agent *agentclient.Client, pid m
 				return err
 			}
 			resumes++
-			sleep(ctx, time.Duration(resumes)*100*time.Millisecond)
+			_ = wait.Wait(ctx) // ctx's end is seen by the next Output
 			continue
 		}
 		progressed, done, err := relay(ctx, out, after)
@@ -62,6 +64,7 @@ func (d *DataPlane) follow(ctx context.Context, agent *agentclient.Client, pid m
 		}
 		if progressed {
 			resumes = 0 // a healthy stretch: the budget starts again
+			wait.Reset()
 		}
 		if resumes >= maxResumes {
 			return err
@@ -164,13 +167,10 @@ func (d *DataPlane) relay(ctx context.Context, sse *sseWriter, out *agentclient.
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+// resumeBackoff is how long follow waits before it reopens an agent output
+// stream that failed to open: from 100 ms, doubling, at most 500 ms (±20%).
+func resumeBackoff() retry.Policy {
+	return retry.Policy{Initial: 100 * time.Millisecond, Max: 500 * time.Millisecond, Jitter: 0.2}
 }
 
 // gapData is a gap event as the API shows it (SSE and WebSocket alike).

@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/rootfs/mountinfo"
 )
 
@@ -158,6 +159,12 @@ func canonical(p string) (string, error) {
 // it lazily.
 const BusyTimeout = 2 * time.Second
 
+// busyBackoff is how Unmount waits between tries of a busy mount: from
+// 5 ms, doubling, at most 160 ms (±20%).
+func busyBackoff() retry.Policy {
+	return retry.Policy{Initial: 5 * time.Millisecond, Max: 160 * time.Millisecond, Jitter: 0.2}
+}
+
 // maxStacked bounds the unmount loop when mounts are stacked on one path.
 const maxStacked = 64
 
@@ -168,11 +175,15 @@ const maxStacked = 64
 // goes. Unmounting a path that is not a mount point (or does not exist) is a
 // no-op. Paths must be shorter than PATH_MAX.
 func Unmount(ctx context.Context, logger *slog.Logger, target string) error {
+	return unmount(ctx, logger, target, retry.SystemClock())
+}
+
+// unmount is Unmount with the clock its busy retries wait on.
+func unmount(ctx context.Context, logger *slog.Logger, target string, clock retry.Clock) error {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	deadline := time.Now().Add(BusyTimeout)
-	delay := 5 * time.Millisecond
+	busy := busyBackoff().Start(clock)
 	for unmounts := 0; ; {
 		mounted, err := IsMounted(target)
 		if err != nil {
@@ -186,7 +197,7 @@ func Unmount(ctx context.Context, logger *slog.Logger, target string) error {
 			return fmt.Errorf("unmount %s: %w", target, err)
 		}
 		flags := 0
-		lazy := time.Now().After(deadline)
+		lazy := busy.Elapsed() > BusyTimeout
 		if lazy {
 			flags = unix.MNT_DETACH
 			logger.Warn("mount still busy; detaching it lazily", "target", path)
@@ -199,13 +210,8 @@ func Unmount(ctx context.Context, logger *slog.Logger, target string) error {
 				return fmt.Errorf("unmount %s: still mounted after %d unmounts (last error: %v)", path, unmounts, err)
 			}
 		case errors.Is(err, unix.EBUSY) && !lazy:
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("unmount %s: busy: %w", path, ctx.Err())
-			case <-time.After(delay):
-			}
-			if delay < 100*time.Millisecond {
-				delay *= 2
+			if err := busy.Wait(ctx); err != nil {
+				return fmt.Errorf("unmount %s: busy: %w", path, err)
 			}
 		default:
 			return fmt.Errorf("unmount %s: %w", path, err)

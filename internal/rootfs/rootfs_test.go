@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/retry/retrytest"
 )
 
 type layout struct{ lower, upper, work, merged string }
@@ -136,11 +138,26 @@ func TestUnmountBusyDetachesLazily(t *testing.T) {
 	if err := MountOverlay(l2.lower, l2.upper, l2.work, sub); err != nil {
 		t.Fatal(err)
 	}
-	if err := Unmount(ctx, nil, l.merged); err != nil {
+	clock := retrytest.NewClock()
+	if err := unmount(ctx, nil, l.merged, clock); err != nil {
 		t.Fatal(err)
 	}
 	if mounted, _ := IsMounted(l.merged); mounted {
 		t.Fatal("still mounted after lazy detach")
+	}
+	// It waited the busy backoff (5 ms doubling to 160 ms, ±20%) until
+	// BusyTimeout passed on its clock, and no longer.
+	var total time.Duration
+	waits := clock.Waits()
+	for i, d := range waits {
+		base := min(5*time.Millisecond<<min(i, 10), 160*time.Millisecond)
+		if d < base*4/5 || d > base*6/5+1 {
+			t.Errorf("wait %d = %v, want %v ±20%%", i, d, base)
+		}
+		total += d
+	}
+	if total <= BusyTimeout || total-waits[len(waits)-1] > BusyTimeout {
+		t.Errorf("waited %v in %d waits (%v), want just past %v", total, len(waits), waits, BusyTimeout)
 	}
 }
 

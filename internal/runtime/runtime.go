@@ -100,8 +100,10 @@ type Spec struct {
 	// Restore, if set, is the snapshot a Suspend of this sandbox returned:
 	// Create makes the sandbox from it instead of from scratch (its root
 	// filesystem's changes, and for a SnapshotMemory its processes, which
-	// Start then continues). A snapshot of another sandbox, runtime or
-	// format is refused.
+	// may run again from Create on: Start is then a no-op). A snapshot of
+	// another sandbox, runtime or format is refused. Once the sandbox
+	// exists again the snapshot is consumed; a restore that fails keeps
+	// it, for another try.
 	Restore *Snapshot
 }
 
@@ -214,12 +216,15 @@ type Runtime interface {
 	// Create prepares the root filesystem and creates the sandbox without
 	// starting it. If a sandbox with spec.ID already exists, Create returns nil
 	// when it is in PhaseCreated or PhaseRunning and an error otherwise (a
-	// paused sandbox is left as it is).
+	// paused sandbox is left as it is). A suspended sandbox (see Suspender)
+	// is made again only from its snapshot (spec.Restore); a Create without
+	// it is an error and leaves the snapshot alone.
 	Create(ctx context.Context, spec Spec) error
 	// Start starts the guest agent. Starting a running sandbox is a no-op;
 	// starting a paused one is an error (Resume continues it).
 	Start(ctx context.Context, id model.SandboxID) error
-	// State reports the sandbox's phase, or ErrNotFound.
+	// State reports the sandbox's phase, or ErrNotFound (also for a
+	// suspended sandbox, which has no container: List still names it).
 	State(ctx context.Context, id model.SandboxID) (Status, error)
 	// Stop kills everything inside the sandbox (also a paused one); it stays
 	// in PhaseStopped.

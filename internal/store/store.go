@@ -212,6 +212,9 @@ type Store interface {
 	// Activity, deadlines and the purge of finished rows (activity.go).
 	Activity
 
+	// When the next operation becomes claimable (due.go).
+	Due
+
 	// Sandboxes.
 	// CreateSandbox inserts the sandbox (state pending) and its create
 	// operation, plus the idempotency record if given, in one transaction.

@@ -97,7 +97,9 @@ func (w *Worker) Wake(ctx context.Context, sb model.Sandbox) error {
 	rt := w.cfg.Runtime
 	st, err := rt.State(ctx, sb.ID)
 	switch {
-	case errors.Is(err, runtime.ErrNotFound):
+	case errors.Is(err, runtime.ErrNotFound) || err == nil && st.Phase == runtime.PhaseStopped:
+		// Not restored yet, or a restore whose sandbox died: (again) from
+		// the snapshot, which the runtime keeps until a restore succeeds.
 		spec, err := w.spec(ctx, sb)
 		if err != nil {
 			return err
@@ -120,11 +122,6 @@ func (w *Worker) Wake(ctx context.Context, sb model.Sandbox) error {
 		}
 	case err != nil:
 		return fmt.Errorf("observe sandbox %s: %w", sb.ID, err)
-	case st.Phase == runtime.PhaseStopped:
-		// A restore that died: its processes are gone, and restoring again
-		// needs the container out of the way (the runtime keeps the
-		// snapshot until the sandbox is deleted).
-		return fmt.Errorf("sandbox %s stopped while it was woken; waking again", sb.ID)
 	}
 	return w.startAndWait(ctx, sb, st.Phase, "wake")
 }

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/rootfs"
 )
 
@@ -188,17 +189,16 @@ func (a *agentFS) setWritable(rw bool) error {
 // leaves the mount writable with a warning (the files are host root's and
 // 0555 regardless; the next add tries again).
 func (a *agentFS) makeReadOnly() {
-	deadline := time.Now().Add(2 * time.Second)
+	wait := retry.Policy{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: 0.2, MaxElapsed: 2 * time.Second}.Start(nil)
 	for {
 		err := a.setWritable(false)
 		if err == nil {
 			return
 		}
-		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+		if !errors.Is(err, unix.EBUSY) || wait.Wait(context.Background()) != nil {
 			a.log.Warn("the shared agent filesystem stays writable", "err", err)
 			return
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

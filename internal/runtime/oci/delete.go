@@ -36,7 +36,22 @@ func (r *Runtime) Delete(ctx context.Context, id model.SandboxID) error {
 // removeLeftovers is Delete without the lock. Each step tolerates the
 // previous ones having happened already.
 func (r *Runtime) removeLeftovers(ctx context.Context, id model.SandboxID) error {
-	dirs := r.dirs(id)
+	if err := r.removeContainer(ctx, id); err != nil {
+		return err
+	}
+	cg, err := r.cgroupPath(id)
+	if err != nil {
+		return err
+	}
+	// 4–7. Mounts, loop devices, cgroups, the state directory, the id range.
+	return r.removeHostState(ctx, r.dirs(id).state, cg, id.String())
+}
+
+// removeContainer kills every process of the sandbox and removes its
+// container from the runtime (steps 1–3 of removeLeftovers), leaving its
+// state directory, mounts and cgroup directories to the caller: Delete
+// removes them, Suspend keeps the sandbox's own filesystem.
+func (r *Runtime) removeContainer(ctx context.Context, id model.SandboxID) error {
 	cg, err := r.cgroupPath(id)
 	if err != nil {
 		return err
@@ -74,9 +89,7 @@ func (r *Runtime) removeLeftovers(ctx context.Context, id model.SandboxID) error
 	} else if len(files) > 0 {
 		return fmt.Errorf("runtime state left after delete: %q (%v)", files, delErr)
 	}
-
-	// 4–7. Mounts, loop devices, cgroups, the state directory, the id range.
-	return r.removeHostState(ctx, dirs.state, cg, id.String())
+	return nil
 }
 
 // removeHostState removes what a sandbox (or the probe) named name left on
@@ -85,6 +98,26 @@ func (r *Runtime) removeLeftovers(ctx context.Context, id model.SandboxID) error
 // bound to images there, its cgroups, the directory, and its user
 // namespace's id range.
 func (r *Runtime) removeHostState(ctx context.Context, dir string, cg cgroups.Path, name string) error {
+	if err := r.unmountAll(ctx, dir); err != nil {
+		return err
+	}
+	if err := r.cgroups.Remove(ctx, cg); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove state dir: %w", err)
+	}
+	// Nothing owned by the id range is left: the sandbox could write only
+	// below its state directory.
+	if r.ids != nil {
+		r.ids.release(name)
+	}
+	return nil
+}
+
+// unmountAll unmounts everything mounted below dir, deepest first, and
+// unbinds the loop devices of images there.
+func (r *Runtime) unmountAll(ctx context.Context, dir string) error {
 	mounts, err := rootfs.MountsUnder(dir)
 	if err != nil {
 		return err
@@ -102,21 +135,7 @@ func (r *Runtime) removeHostState(ctx context.Context, dir string, cg cgroups.Pa
 	// The loop device of a disk image clears itself once unmounted; one left
 	// bound (by a process that died holding it, or by a mount namespace on
 	// its way out) is detached or set to clear.
-	if err := rootfs.DetachLoopDevices(dir); err != nil {
-		return err
-	}
-	if err := r.cgroups.Remove(ctx, cg); err != nil {
-		return err
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("remove state dir: %w", err)
-	}
-	// Nothing owned by the id range is left: the sandbox could write only
-	// below its state directory.
-	if r.ids != nil {
-		r.ids.release(name)
-	}
-	return nil
+	return rootfs.DetachLoopDevices(dir)
 }
 
 // runtimeFiles returns the runtime's own state files for the container id

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
 
@@ -31,7 +32,7 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 	// A new sandbox's agent listens within tens of milliseconds: poll the
 	// socket often (a failed connect costs microseconds) and ask the runtime
 	// (an exec of its binary) only when that takes long.
-	delay := 2 * time.Millisecond
+	wait := dialBackoff().Start(nil)
 	lastCheck := time.Now()
 	for {
 		conn, err := dialIn(ctx, runDir, socketName)
@@ -56,15 +57,16 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 				return nil, fmt.Errorf("dial agent of %s: sandbox is stopped (agent log: %s)", id, errorTail(r.dirs(id).agentLog))
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("dial agent of %s: %w (last error: %v)", id, ctx.Err(), err)
-		case <-time.After(delay):
-		}
-		if delay < 10*time.Millisecond {
-			delay *= 2
+		if werr := wait.Wait(ctx); werr != nil {
+			return nil, fmt.Errorf("dial agent of %s: %w (last error: %v)", id, werr, err)
 		}
 	}
+}
+
+// dialBackoff is how often DialAgent tries the agent's socket: from 2 ms,
+// doubling, at most 16 ms (±20%).
+func dialBackoff() retry.Policy {
+	return retry.Policy{Initial: 2 * time.Millisecond, Max: 16 * time.Millisecond, Jitter: 0.2}
 }
 
 // dialIn connects to the Unix socket name inside dir. The directory is

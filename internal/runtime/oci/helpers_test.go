@@ -24,7 +24,7 @@ var allFlavors = []Flavor{FlavorRunc, FlavorCrun, FlavorRunsc}
 // leaked under the parent, and removes what the runtime keeps in its root
 // (runsc keeps a null-netns bind mount there) and the shared agent
 // filesystem.
-func testConfig(t *testing.T, flavor Flavor) Config {
+func testConfig(t testing.TB, flavor Flavor) Config {
 	t.Helper()
 	airtest.RequireRoot(t)
 	if _, err := exec.LookPath(string(flavor)); err != nil {
@@ -88,7 +88,7 @@ func testConfig(t *testing.T, flavor Flavor) Config {
 	return cfg
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	level := slog.LevelWarn
 	if os.Getenv("AIRLOCK_TEST_DEBUG") != "" {
 		level = slog.LevelDebug
@@ -96,7 +96,7 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))

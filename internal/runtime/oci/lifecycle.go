@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procfs"
+	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
@@ -18,7 +19,9 @@ import (
 // Create prepares the sandbox's root filesystem and bundle and creates the
 // container without starting it. An existing created or running sandbox is
 // left alone; a leftover of a create that crashed half-way (state directory,
-// mount or cgroup without a live container) is removed first.
+// mount or cgroup without a live container) is removed first. A state
+// directory holding a snapshot (suspend.go) is never a leftover: only a
+// Create with spec.Restore makes the sandbox from it (createRestored).
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 	if _, err := model.ParseSandboxID(spec.ID.String()); err != nil {
 		return fmt.Errorf("create: %w", err)
@@ -29,16 +32,35 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 	dirs := r.dirs(spec.ID)
 	st, err := r.state(ctx, spec.ID)
 	switch {
-	case err == nil && !dirExists(dirs.agentRunDir()):
+	case err == nil && !dirExists(dirs.agentRunDir()) && !hasSnapshot(dirs):
 		// A container whose state directory is gone cannot be reached:
 		// a broken leftover, replaced below.
 		r.log.Warn("replacing a container that has lost its state directory", "sandbox", spec.ID, "phase", st.Phase)
 	case err == nil && (st.Phase == runtime.PhaseCreated || st.Phase == runtime.PhaseRunning):
+		if spec.Restore != nil {
+			// A restore that stopped after making the container: finish
+			// it by consuming the snapshot.
+			if err := r.consumeSnapshot(dirs); err != nil {
+				return fmt.Errorf("create %s: %w", spec.ID, err)
+			}
+		}
 		return nil
+	case err == nil && st.Phase == runtime.PhaseStopped && spec.Restore != nil && hasSnapshot(dirs):
+		// A restore that failed after making the container (the
+		// restored sandbox died): restore again, below. (A paused one
+		// is alive: never replaced by its older snapshot.)
+		r.log.Warn("replacing the container of a failed restore", "sandbox", spec.ID, "phase", st.Phase)
 	case err == nil:
 		return fmt.Errorf("create %s: sandbox already exists in phase %s", spec.ID, st.Phase)
 	case !errors.Is(err, runtime.ErrNotFound):
 		return fmt.Errorf("create %s: %w", spec.ID, err)
+	}
+	if spec.Restore != nil {
+		return r.createRestored(ctx, spec, dirs)
+	}
+	if hasSnapshot(dirs) {
+		// Its filesystem is the suspended sandbox: never a leftover.
+		return fmt.Errorf("create %s: the sandbox is suspended (its state directory holds a snapshot): wake it with a Create that restores the snapshot, or delete it", spec.ID)
 	}
 	if pristine, err := r.pristine(spec.ID); err != nil {
 		return fmt.Errorf("create %s: %w", spec.ID, err)
@@ -51,6 +73,29 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 		if cerr := r.removeLeftovers(context.WithoutCancel(ctx), spec.ID); cerr != nil {
 			r.log.Error("clean up after failed create", "sandbox", spec.ID, "err", cerr)
 		}
+		return fmt.Errorf("create %s: %w", spec.ID, err)
+	}
+	return nil
+}
+
+// createRestored is Create with spec.Restore, under the sandbox's lock,
+// with no live container: it frees whatever an earlier attempt left
+// running, restores the snapshot and then consumes it. A failure frees
+// what the attempt made and keeps the snapshot.
+func (r *Runtime) createRestored(ctx context.Context, spec runtime.Spec, dirs sandboxDirs) error {
+	if _, err := r.checkRestore(spec, dirs); err != nil {
+		return fmt.Errorf("create %s: %w", spec.ID, err)
+	}
+	if err := r.releaseRunning(ctx, spec.ID); err != nil {
+		return fmt.Errorf("create %s: clean up a previous attempt: %w", spec.ID, err)
+	}
+	if err := r.restore(ctx, spec, dirs); err != nil {
+		if cerr := r.releaseRunning(context.WithoutCancel(ctx), spec.ID); cerr != nil {
+			r.log.Error("clean up after failed restore", "sandbox", spec.ID, "err", cerr)
+		}
+		return fmt.Errorf("create %s: restore: %w", spec.ID, err)
+	}
+	if err := r.consumeSnapshot(dirs); err != nil {
 		return fmt.Errorf("create %s: %w", spec.ID, err)
 	}
 	return nil
@@ -90,7 +135,7 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 	if err != nil {
 		return err
 	}
-	if err := r.prepareStorage(ctx, spec.Resources.DiskBytes, dirs, ids); err != nil {
+	if err := r.prepareStorage(ctx, spec.Resources.DiskBytes, spec.Restore != nil, dirs, ids); err != nil {
 		return err
 	}
 	oci, err := r.bundleSpec(spec, dirs, ids, agent)
@@ -158,6 +203,9 @@ func writeFileAtomic(path string, data []byte) error {
 func (r *Runtime) Start(ctx context.Context, id model.SandboxID) error {
 	unlock := r.lock(id)
 	defer unlock()
+	if r.flavor == FlavorRunsc && r.startedByRestore(id) {
+		return nil
+	}
 	if err := r.ensureWorkloadCgroup(ctx, id); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
@@ -330,15 +378,10 @@ func (r *Runtime) Stop(ctx context.Context, id model.SandboxID) error {
 // may still be exiting, and they hold its descriptors (the agent's
 // listening socket, which would still accept a connection).
 func waitExit(ctx context.Context, pid int) error {
-	delay := time.Millisecond
+	wait := retry.Policy{Initial: time.Millisecond, Max: 50 * time.Millisecond, Jitter: 0.2}.Start(nil)
 	for procfs.Alive(pid) || threadsLeft(pid) {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("process %d still alive: %w", pid, ctx.Err())
-		case <-time.After(delay):
-		}
-		if delay < 50*time.Millisecond {
-			delay *= 2
+		if err := wait.Wait(ctx); err != nil {
+			return fmt.Errorf("process %d still alive: %w", pid, err)
 		}
 	}
 	return nil

@@ -23,6 +23,8 @@
 //	agent.log           the agent's stdout and stderr
 //	pid                 the runtime's --pid-file
 //	stop-requested      written by Stop, so State can tell a requested stop from an OOM kill
+//	suspending, checkpoint/, snapshot.json
+//	                    a suspended sandbox's snapshot (suspend.go)
 //
 // and the runtime's shared agent filesystem (agentfs.go) in
 // StateRoot/.agentfs/: a read-only tmpfs holding each agent version as
@@ -231,15 +233,16 @@ func (r *Runtime) Info() runtime.Info {
 // capabilitiesOf says what a flavor can do on this host. Every flavor
 // pauses (runc and crun with the cgroup freezer, runsc by stopping its
 // sentry's tasks) and joins a prepared network. Only runsc checkpoints
-// memory (runsc checkpoint/restore, in-tree): runc and crun would need CRIU,
-// and Debian's does not work on the kernels Airlock runs on, so they do not
-// claim it.
+// memory (runsc checkpoint/restore, in-tree; its snapshot keeps the root
+// filesystem's changes too, which are in our overlay's upper layer): runc
+// and crun would need CRIU, and Debian's does not work on the kernels
+// Airlock runs on, so they claim only the filesystem snapshot (suspend.go).
 func capabilitiesOf(f Flavor) runtime.Capabilities {
 	caps := runtime.NewCapabilities(runtime.CapPause, runtime.CapNetwork)
 	if f == FlavorRunsc {
-		caps = caps.With(runtime.CapCheckpoint)
+		return caps.With(runtime.CapCheckpoint)
 	}
-	return caps
+	return caps.With(runtime.CapFilesystemSnapshot)
 }
 
 // sandboxDirs are the host paths of one sandbox.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
 
@@ -95,7 +96,7 @@ func (r *Runtime) waitFrozen(ctx context.Context, id model.SandboxID) error {
 	if r.flavor == FlavorRunsc {
 		return nil
 	}
-	delay := 100 * time.Microsecond
+	wait := retry.Policy{Initial: 100 * time.Microsecond, Max: 20 * time.Millisecond, Jitter: 0.2}.Start(nil)
 	for {
 		st, err := r.freezer(id)
 		if err != nil {
@@ -104,13 +105,8 @@ func (r *Runtime) waitFrozen(ctx context.Context, id model.SandboxID) error {
 		if st == cgroups.Frozen {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cgroup still %s: %w", st, ctx.Err())
-		case <-time.After(delay):
-		}
-		if delay < 20*time.Millisecond {
-			delay *= 2
+		if err := wait.Wait(ctx); err != nil {
+			return fmt.Errorf("cgroup still %s: %w", st, err)
 		}
 	}
 }

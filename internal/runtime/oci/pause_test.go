@@ -13,14 +13,14 @@ import (
 
 // Each flavor claims what it can do on this host: every one pauses and
 // joins a network; only runsc checkpoints memory (runc and crun would need
-// CRIU, which does not work here); none keeps a filesystem snapshot yet.
+// CRIU, which does not work here), so they keep a filesystem snapshot.
 func TestCapabilitiesPerFlavor(t *testing.T) {
 	for _, tc := range []struct {
 		flavor Flavor
 		want   []runtime.Capability
 	}{
-		{FlavorRunc, []runtime.Capability{runtime.CapPause, runtime.CapNetwork}},
-		{FlavorCrun, []runtime.Capability{runtime.CapPause, runtime.CapNetwork}},
+		{FlavorRunc, []runtime.Capability{runtime.CapPause, runtime.CapFilesystemSnapshot, runtime.CapNetwork}},
+		{FlavorCrun, []runtime.Capability{runtime.CapPause, runtime.CapFilesystemSnapshot, runtime.CapNetwork}},
 		{FlavorRunsc, []runtime.Capability{runtime.CapPause, runtime.CapCheckpoint, runtime.CapNetwork}},
 	} {
 		t.Run(string(tc.flavor), func(t *testing.T) {

@@ -110,7 +110,7 @@ func (r *Runtime) probe(ctx context.Context, agentBinary string) (out string, er
 	if err != nil {
 		return "", err
 	}
-	if err := r.prepareStorage(ctx, probeDiskBytes, dirs, ids); err != nil {
+	if err := r.prepareStorage(ctx, probeDiskBytes, false, dirs, ids); err != nil {
 		return "", err
 	}
 	if err := r.mountRootfs(ctx, template, dirs, ids); err != nil {

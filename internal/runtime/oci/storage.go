@@ -29,7 +29,10 @@ const metaSize = 1 << 20
 // With a user namespace (ids, runc and crun) the filesystem's root, the
 // upper, work, meta and run directories belong to the sandbox's mapped root
 // (see giveToRoot), which the runtime resolves the bind mounts as.
-func (r *Runtime) prepareStorage(ctx context.Context, diskBytes int64, dirs sandboxDirs, ids *rootfs.IDRange) error {
+//
+// keep (a restore) re-uses the sandbox's filesystem as Suspend left it: the
+// existing image is mounted without a new filesystem, upper/ and work/ stay.
+func (r *Runtime) prepareStorage(ctx context.Context, diskBytes int64, keep bool, dirs sandboxDirs, ids *rootfs.IDRange) error {
 	if err := os.MkdirAll(dirs.fs, 0o700); err != nil {
 		return err
 	}
@@ -39,8 +42,12 @@ func (r *Runtime) prepareStorage(ctx context.Context, diskBytes int64, dirs sand
 	case diskBytes > 0 && diskBytes < MinDiskBytes:
 		return fmt.Errorf("disk limit %d is below the minimum of %d bytes", diskBytes, MinDiskBytes)
 	case diskBytes > 0:
-		if err := rootfs.MakeImage(ctx, dirs.image, diskBytes+metaSize); err != nil {
-			return err
+		if !keep {
+			if err := rootfs.MakeImage(ctx, dirs.image, diskBytes+metaSize); err != nil {
+				return err
+			}
+		} else if !fileExists(dirs.image) {
+			return fmt.Errorf("the sandbox's disk image %s is missing", dirs.image)
 		}
 		if err := rootfs.MountImage(dirs.image, dirs.fs); err != nil {
 			return err

@@ -19,7 +19,8 @@ import (
 
 // testCapabilitiesConsistent checks that what a runtime claims in
 // Info().Capabilities it has: the methods of each claimed capability
-// (CapPause: runtime.Pauser), reachable through the accessor callers use;
+// (CapPause: runtime.Pauser; CapCheckpoint and CapFilesystemSnapshot:
+// runtime.Suspender), reachable through the accessor callers use;
 // and that an unclaimed one is refused with ErrNotSupported whatever
 // methods the value has. Every value of one configuration claims the same.
 func testCapabilitiesConsistent(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
@@ -41,6 +42,7 @@ func testCapabilitiesConsistent(t *testing.T, s *suite, newRuntime newRuntimeFun
 	case !caps.Has(runtime.CapPause) && !errors.Is(err, runtime.ErrNotSupported):
 		t.Errorf("AsPauser of a runtime not claiming %s = %v, want ErrNotSupported", runtime.CapPause, err)
 	}
+	checkSuspenderClaim(t, rt)
 	if again := newRuntime(t).Info().Capabilities; again != caps {
 		t.Errorf("a second value of the same configuration claims %v, the first %v", again, caps)
 	}

@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/airlockdev/airlock/internal/retry"
 )
 
-// Reconnection backoff of the listener.
-const (
-	listenBackoffMin = 50 * time.Millisecond
-	listenBackoffMax = 5 * time.Second
-)
+// listenBackoff is the listener's reconnection backoff: from 50 ms,
+// doubling, at most 5 s (±20%), started again after a reconnect.
+func listenBackoff() retry.Policy {
+	return retry.Policy{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2}
+}
 
 // listener holds one dedicated connection that LISTENs on Channel and calls
 // wake for every notification. When the connection drops it reconnects with
@@ -23,9 +25,16 @@ type listener struct {
 	cfg    *pgx.ConnConfig
 	logger *slog.Logger
 	wake   func()
+	// dial replaces connect in tests; clock is the backoff's (nil: the
+	// system clock).
+	dial  func(ctx context.Context) (*pgx.Conn, error)
+	clock retry.Clock
 }
 
 func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
+	if l.dial != nil {
+		return l.dial(ctx)
+	}
 	conn, err := pgx.ConnectConfig(ctx, l.cfg)
 	if err != nil {
 		return nil, err
@@ -39,8 +48,7 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 
 // run owns conn and every later connection; it returns when ctx ends.
 func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
-	backoff := listenBackoffMin
-	for {
+	for conn != nil {
 		for {
 			if _, err := conn.WaitForNotification(ctx); err != nil {
 				if ctx.Err() == nil {
@@ -51,28 +59,32 @@ func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
 			l.wake()
 		}
 		conn.Close(context.Background())
-		conn = nil
-		for conn == nil {
-			if ctx.Err() != nil {
-				return
-			}
-			c, err := l.connect(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				l.logger.Warn("store listener cannot reconnect", "err", err, "retry_in", backoff)
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(backoff):
-				}
-				backoff = min(2*backoff, listenBackoffMax)
-				continue
-			}
-			conn, backoff = c, listenBackoffMin
-			l.logger.Info("store listener reconnected")
-			l.wake()
-		}
+		conn = l.reconnect(ctx)
 	}
+}
+
+// reconnect connects again, waiting the listener's backoff (started afresh
+// for each outage) between failures, and calls wake once connected. It
+// returns nil once ctx ends.
+func (l *listener) reconnect(ctx context.Context) *pgx.Conn {
+	var conn *pgx.Conn
+	err := retry.Do(ctx, listenBackoff(), l.clock, func() error {
+		c, err := l.connect(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return retry.Permanent(err)
+			}
+			return err
+		}
+		conn = c
+		return nil
+	}, func(err error, d time.Duration) {
+		l.logger.Warn("store listener cannot reconnect", "err", err, "retry_in", d)
+	})
+	if err != nil { // the backoff never gives up: ctx ended
+		return nil
+	}
+	l.logger.Info("store listener reconnected")
+	l.wake()
+	return conn
 }

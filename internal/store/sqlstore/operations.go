@@ -215,7 +215,7 @@ func (s *Store) RenewLease(ctx context.Context, id model.OperationID, c store.Cl
 // cleared, expiry 0) and not_before set, in one UPDATE that only matches the
 // owner's running operation. Watchers are woken (NotBefore and UpdatedAt
 // change), but the operation becomes claimable only when not_before passes,
-// which a controller's poll notices.
+// which a controller learns from NextOperationDue and wakes for.
 func (s *Store) RetryOperation(ctx context.Context, r store.Retry) error {
 	if r.Owner == "" {
 		return fmt.Errorf("retry operation %s: %w: empty owner", r.OperationID, model.ErrInvalid)

@@ -1,0 +1,537 @@
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procfs"
+	"github.com/airlockdev/airlock/internal/retry"
+	"github.com/airlockdev/airlock/internal/rootfs"
+	"github.com/airlockdev/airlock/internal/runtime"
+)
+
+// Suspend and restore.
+//
+// A suspended sandbox is its state directory without a container: the
+// sandbox's own filesystem (disk.img, or fs/ with upper/ and work/), its id
+// range (upper/'s files belong to the range's ids), its network marker, and
+// for runsc the checkpoint image in checkpoint/. Everything a running
+// sandbox holds besides (processes, the container in the runtime, its
+// cgroup, the overlay, the idmapped template, the meta tmpfs, the image's
+// loop device) is freed. The files of a suspend:
+//
+//	suspending     written first: a suspend is under way (or done); Create
+//	               without Restore refuses the directory from then on
+//	checkpoint/    runsc: the image of `runsc checkpoint`, renamed from
+//	               checkpoint.tmp/ once complete
+//	snapshot.json  written last, atomically: the suspend is complete
+//
+// Each step is idempotent, so a Suspend that crashed half-way is finished
+// by the next one. Create with Spec.Restore consumes the snapshot (removes
+// snapshot.json, checkpoint/ and suspending, in that order) once the
+// sandbox exists again; a failed restore leaves it for another attempt.
+
+// Snapshot formats, one per flavor family.
+const (
+	// FormatUpper is a runc or crun snapshot: the overlay's upper layer
+	// (on the sandbox's disk image with a disk limit), processes not kept.
+	FormatUpper = "oci-upper/1"
+	// FormatRunscCheckpoint is a runsc snapshot: `runsc checkpoint`'s
+	// image of the sandbox's memory and kernel state, plus the overlay's
+	// upper layer (runsc runs with --overlay2=none, so guest writes land
+	// there and the image refers to them).
+	FormatRunscCheckpoint = "runsc-checkpoint/1"
+)
+
+// Names in a sandbox's state directory.
+const (
+	snapshotManifestName = "snapshot.json"
+	suspendingName       = "suspending"
+	checkpointName       = "checkpoint"
+	checkpointTmpName    = "checkpoint.tmp"
+)
+
+var _ runtime.Suspender = (*Runtime)(nil)
+
+// snapshotManifest is snapshot.json.
+type snapshotManifest struct {
+	Kind      model.SnapshotKind `json:"kind"`
+	Format    string             `json:"format"`
+	CreatedAt time.Time          `json:"created_at"`
+	SizeBytes int64              `json:"size_bytes"`
+	// DiskImage records whether the sandbox had a disk limit (its
+	// filesystem is disk.img): a restore must ask for one too.
+	DiskImage bool `json:"disk_image"`
+}
+
+// snapshotFormat is the format this runtime writes and restores.
+func (r *Runtime) snapshotFormat() (model.SnapshotKind, string) {
+	if r.flavor == FlavorRunsc {
+		return model.SnapshotMemory, FormatRunscCheckpoint
+	}
+	return model.SnapshotFilesystem, FormatUpper
+}
+
+// Suspend snapshots a running, paused or created sandbox and frees what
+// it holds while running; see the package's suspend notes above. Suspending
+// a suspended sandbox returns its snapshot again.
+func (r *Runtime) Suspend(ctx context.Context, id model.SandboxID) (runtime.Snapshot, error) {
+	if _, err := model.ParseSandboxID(id.String()); err != nil {
+		return runtime.Snapshot{}, fmt.Errorf("suspend: %w", err)
+	}
+	unlock := r.lock(id)
+	defer unlock()
+	snap, err := r.suspend(ctx, id)
+	if err != nil {
+		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+	}
+	return snap, nil
+}
+
+func (r *Runtime) suspend(ctx context.Context, id model.SandboxID) (runtime.Snapshot, error) {
+	dirs := r.dirs(id)
+	st, err := r.state(ctx, id)
+	alive := err == nil && (st.Phase.Alive() || st.Phase == runtime.PhaseCreated)
+	switch {
+	case err != nil && !errors.Is(err, runtime.ErrNotFound):
+		return runtime.Snapshot{}, err
+	case alive:
+		// A live container makes any snapshot files stale: left by a
+		// restore that crashed before it consumed them.
+		if err := r.consumeSnapshot(dirs); err != nil {
+			return runtime.Snapshot{}, err
+		}
+	default:
+		// No live container: a complete snapshot, a suspend to finish, or
+		// nothing to suspend.
+		if m, err := readSnapshotManifest(dirs.state); err == nil {
+			return r.snapshotOf(dirs, m), nil
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return runtime.Snapshot{}, err
+		}
+		if !fileExists(filepath.Join(dirs.state, suspendingName)) {
+			if !dirExists(dirs.state) {
+				return runtime.Snapshot{}, runtime.ErrNotFound
+			}
+			phase := "without a container"
+			if err == nil {
+				phase = string(st.Phase)
+			}
+			return runtime.Snapshot{}, fmt.Errorf("sandbox is %s, not running or paused: nothing to snapshot", phase)
+		}
+		r.log.Info("finishing a suspend that stopped half-way", "sandbox", id)
+	}
+	needCheckpoint := r.flavor == FlavorRunsc && !dirExists(filepath.Join(dirs.state, checkpointName))
+	if needCheckpoint && (!alive || st.Phase == runtime.PhaseCreated) {
+		// The sandbox's memory is gone (or its agent never started): a
+		// memory snapshot cannot be made.
+		return runtime.Snapshot{}, fmt.Errorf("no checkpoint was written and the sandbox is not running (phase %v): a memory snapshot cannot be made; delete it", st.Phase)
+	}
+	if err := writeFileAtomic(filepath.Join(dirs.state, suspendingName), nil); err != nil {
+		return runtime.Snapshot{}, err
+	}
+	if needCheckpoint {
+		if err := r.checkpoint(ctx, id, dirs, st.Phase); err != nil {
+			return runtime.Snapshot{}, err
+		}
+	}
+	if err := r.releaseRunning(ctx, id); err != nil {
+		return runtime.Snapshot{}, fmt.Errorf("free the sandbox's resources: %w", err)
+	}
+	// The image must be free before the snapshot counts as complete: a
+	// restore mounting it while a lingering loop device still has the old
+	// mount's filesystem would mount one ext4 twice.
+	if err := r.waitLoopFree(ctx, dirs.image); err != nil {
+		return runtime.Snapshot{}, err
+	}
+	kind, format := r.snapshotFormat()
+	m := snapshotManifest{Kind: kind, Format: format, CreatedAt: time.Now().UTC(), DiskImage: fileExists(dirs.image)}
+	if m.SizeBytes, err = snapshotSize(dirs); err != nil {
+		return runtime.Snapshot{}, err
+	}
+	data, err := json.MarshalIndent(m, "", "\t")
+	if err != nil {
+		return runtime.Snapshot{}, err
+	}
+	if err := writeFileAtomic(filepath.Join(dirs.state, snapshotManifestName), data); err != nil {
+		return runtime.Snapshot{}, fmt.Errorf("write the snapshot manifest: %w", err)
+	}
+	if err := syncDir(dirs.state); err != nil {
+		return runtime.Snapshot{}, err
+	}
+	r.log.Info("sandbox suspended", "sandbox", id, "kind", kind, "size", m.SizeBytes)
+	return r.snapshotOf(dirs, m), nil
+}
+
+// checkpoint runs `runsc checkpoint` of a running or paused sandbox into
+// checkpoint.tmp/ and renames it to checkpoint/ once complete. The sandbox
+// exits once checkpointed. runsc takes the global flags the sandbox was
+// created with (its network mode).
+func (r *Runtime) checkpoint(ctx context.Context, id model.SandboxID, dirs sandboxDirs, phase runtime.Phase) error {
+	if phase == runtime.PhasePaused {
+		// runsc checkpoints a running sandbox; the tasks run for the few
+		// milliseconds between resume and checkpoint.
+		if err := r.resume(ctx, id); err != nil {
+			return fmt.Errorf("resume before checkpoint: %w", err)
+		}
+	}
+	tmp := filepath.Join(dirs.state, checkpointTmpName)
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return err
+	}
+	if err := r.releaseAgentSocket(ctx, id, dirs); err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := r.runNet(ctx, r.joinsNetns(id), "checkpoint", "--image-path", tmp, id.String()); err != nil {
+		// The sandbox may still run (a save that failed before it
+		// stopped the kernel): let its agent listen again.
+		r.reacquireAgentSocket(context.WithoutCancel(ctx), id)
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	r.log.Debug("runsc checkpoint", "sandbox", id, "took", time.Since(start))
+	if err := syncTree(tmp); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dirs.state, checkpointName)); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return syncDir(dirs.state)
+}
+
+// releaseRunning frees what a sandbox holds only while it runs, keeping
+// its snapshot: the container and its processes, every mount below its
+// state directory (overlay, idmapped template, meta tmpfs, disk image) and
+// the image's loop device, its cgroups, and the files that describe the
+// running container. Its own filesystem, id range, network marker, bundle
+// and agent log stay. Each step tolerates having been done already.
+func (r *Runtime) releaseRunning(ctx context.Context, id model.SandboxID) error {
+	cg, err := r.cgroupPath(id)
+	if err != nil {
+		return err
+	}
+	// Without state files the runtime knows no container (see state):
+	// skip its kill and delete, two execs of the runtime on the way to a
+	// restore.
+	if files, err := r.runtimeFiles(id); err != nil {
+		return err
+	} else if len(files) > 0 {
+		if err := r.removeContainer(ctx, id); err != nil {
+			return err
+		}
+	} else if err := r.cgroups.Kill(ctx, cg); err != nil {
+		return err
+	}
+	dirs := r.dirs(id)
+	if err := r.unmountAll(ctx, dirs.state); err != nil {
+		return err
+	}
+	if err := r.cgroups.Remove(ctx, cg); err != nil {
+		return err
+	}
+	for _, f := range []string{dirs.pidFile, dirs.stopMarker, filepath.Join(dirs.state, cgroupReadyName), filepath.Join(dirs.state, checkpointTmpName), filepath.Join(dirs.state, restoredName)} {
+		if err := os.RemoveAll(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// consumeSnapshot removes a snapshot's files once the sandbox exists again
+// (or a live container shows them stale): the manifest first, so a crash
+// half-way never leaves a manifest whose checkpoint is gone.
+func (r *Runtime) consumeSnapshot(dirs sandboxDirs) error {
+	for _, name := range []string{snapshotManifestName, checkpointTmpName, checkpointName, suspendingName} {
+		if err := os.RemoveAll(filepath.Join(dirs.state, name)); err != nil {
+			return fmt.Errorf("remove the consumed snapshot: %w", err)
+		}
+	}
+	return nil
+}
+
+// hasSnapshot reports whether the state directory holds a snapshot or a
+// suspend under way: its filesystem is then the sandbox, never a leftover.
+func hasSnapshot(dirs sandboxDirs) bool {
+	for _, name := range []string{snapshotManifestName, suspendingName, checkpointName} {
+		if _, err := os.Lstat(filepath.Join(dirs.state, name)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Runtime) snapshotOf(dirs sandboxDirs, m snapshotManifest) runtime.Snapshot {
+	return runtime.Snapshot{Kind: m.Kind, Format: m.Format, Location: dirs.state, SizeBytes: m.SizeBytes, CreatedAt: m.CreatedAt}
+}
+
+func readSnapshotManifest(state string) (snapshotManifest, error) {
+	var m snapshotManifest
+	data, err := os.ReadFile(filepath.Join(state, snapshotManifestName))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("%s: %w", snapshotManifestName, err)
+	}
+	return m, nil
+}
+
+// checkRestore checks that snap is a snapshot this runtime wrote of the
+// sandbox whose directories are dirs, and that the state directory holds
+// it complete; it returns its manifest.
+func (r *Runtime) checkRestore(spec runtime.Spec, dirs sandboxDirs) (snapshotManifest, error) {
+	snap := spec.Restore
+	kind, format := r.snapshotFormat()
+	if snap.Format != format || snap.Kind != kind {
+		return snapshotManifest{}, fmt.Errorf("restore: a %s snapshot in format %q cannot be restored by %s (it restores %s snapshots in format %q): %w",
+			snap.Kind, snap.Format, r.flavor, kind, format, runtime.ErrNotSupported)
+	}
+	if filepath.Clean(snap.Location) != dirs.state {
+		return snapshotManifest{}, fmt.Errorf("restore: the snapshot at %q is not this sandbox's (%s)", snap.Location, dirs.state)
+	}
+	m, err := readSnapshotManifest(dirs.state)
+	if errors.Is(err, fs.ErrNotExist) {
+		return m, fmt.Errorf("restore: no complete snapshot in %s (suspended half-way, or already restored): %w", dirs.state, runtime.ErrNotFound)
+	}
+	if err != nil {
+		return m, fmt.Errorf("restore: %w", err)
+	}
+	if m.Format != format || m.Kind != kind {
+		return m, fmt.Errorf("restore: the snapshot in %s is a %s snapshot in format %q: %w", dirs.state, m.Kind, m.Format, runtime.ErrNotSupported)
+	}
+	if want := spec.Resources.DiskBytes > 0; want != m.DiskImage {
+		return m, fmt.Errorf("restore: the snapshot was taken with disk image %v, the spec asks for %v (a disk limit cannot be added or removed by a restore)", m.DiskImage, want)
+	}
+	if r.flavor == FlavorRunsc && !dirExists(filepath.Join(dirs.state, checkpointName)) {
+		return m, fmt.Errorf("restore: the checkpoint image %s is missing", filepath.Join(dirs.state, checkpointName))
+	}
+	return m, nil
+}
+
+// loopFreeTimeout bounds the wait for an unmounted image's loop device to
+// go.
+const loopFreeTimeout = 15 * time.Second
+
+// waitLoopFree waits until no loop device is bound to image. The kernel
+// clears an autoclear loop device once its last user goes, which is not
+// the unmount on the host: the lazily detached root of a container's
+// mount namespace, or crun's private mount namespace (command), hold the
+// mount until their last process has gone, and the clearing itself runs
+// asynchronously. Mounting the image again before would mount one ext4
+// filesystem twice.
+func (r *Runtime) waitLoopFree(ctx context.Context, image string) error {
+	wait := retry.Policy{Initial: time.Millisecond, Max: 50 * time.Millisecond, Jitter: 0.2, MaxElapsed: loopFreeTimeout}.Start(nil)
+	for {
+		devs, err := rootfs.LoopDevices(image)
+		if err != nil {
+			return err
+		}
+		if len(devs) == 0 {
+			if waited := wait.Elapsed(); waited > 10*time.Millisecond {
+				r.log.Debug("waited for the disk image's loop device to go", "image", image, "took", waited)
+			}
+			return nil
+		}
+		switch err := wait.Wait(ctx); {
+		case errors.Is(err, retry.ErrExhausted):
+			return fmt.Errorf("the disk image is still bound to %v after %v; try again", devs, loopFreeTimeout)
+		case err != nil:
+			return fmt.Errorf("wait for the disk image's loop device %v to go: %w", devs, err)
+		}
+	}
+}
+
+// restore makes the container of a sandbox whose snapshot checkRestore
+// accepted: the kept filesystem is mounted again (prepare), then runc and
+// crun create a container (Start boots a fresh agent over the kept files)
+// and runsc restores its checkpoint, so the sandbox runs after Create.
+func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, dirs sandboxDirs) error {
+	// A suspend that finished checks this too; one that a crash cut short
+	// and a restore that failed after mounting may leave a device behind.
+	if err := r.waitLoopFree(ctx, dirs.image); err != nil {
+		return err
+	}
+	if err := r.prepare(ctx, spec, dirs); err != nil {
+		return err
+	}
+	if r.flavor != FlavorRunsc {
+		if err := r.runDetached(ctx, dirs.agentLog, spec.Network != nil, "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String()); err != nil {
+			return err
+		}
+		return r.delegateWorkloadCgroup(spec.ID, dirs, spec.Resources.PidsLimit)
+	}
+	if spec.Network != nil {
+		if err := readdressNetns(spec.Network); err != nil {
+			return fmt.Errorf("prepare the network for the restore: %w", err)
+		}
+	}
+	start := time.Now()
+	if err := r.runDetached(ctx, dirs.agentLog, spec.Network != nil, "restore", "--detach",
+		"--image-path", filepath.Join(dirs.state, checkpointName),
+		"--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String()); err != nil {
+		return fmt.Errorf("runsc restore: %w", err)
+	}
+	r.log.Debug("runsc restore", "sandbox", spec.ID, "took", time.Since(start))
+	// The restored agent has no socket (it released it for the
+	// checkpoint): let it listen again now rather than after
+	// agent.ReleaseTimeout.
+	if _, err := r.run(ctx, "kill", spec.ID.String(), agentReacquireSignal); err != nil {
+		return fmt.Errorf("let the restored agent listen again: %w", err)
+	}
+	return writeFileAtomic(filepath.Join(dirs.state, restoredName), nil)
+}
+
+// restoredName is the file Create writes in the state directory of a
+// sandbox that runsc restored: it runs already, and the Start that
+// follows needs no `runsc start` (which fails on a running sandbox) and
+// `runsc state` to find that out — two execs of runsc on the way to the
+// woken sandbox's first answer.
+const restoredName = "restored"
+
+// startedByRestore reports whether sandbox id was restored by Create and
+// still runs (its runsc sandbox process is alive), removing the marker:
+// Start then has nothing to do.
+func (r *Runtime) startedByRestore(id model.SandboxID) bool {
+	d := r.dirs(id)
+	marker := filepath.Join(d.state, restoredName)
+	if !fileExists(marker) {
+		return false
+	}
+	if err := os.Remove(marker); err != nil {
+		r.log.Warn("remove the restore marker", "sandbox", id, "err", err)
+		return false
+	}
+	data, err := os.ReadFile(d.pidFile)
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	return err == nil && pid > 0 && procfs.Alive(pid)
+}
+
+// The signals of the agent's listener (internal/agent.SignalReleaseListener
+// and SignalReacquireListener) as `runsc kill` names them.
+const (
+	agentReleaseSignal   = "USR1"
+	agentReacquireSignal = "USR2"
+)
+
+// agentReleaseTimeout bounds the wait for the agent to let go of its
+// socket.
+const agentReleaseTimeout = 10 * time.Second
+
+// releaseAgentSocket makes the agent of a runsc sandbox close its
+// host-backed listening socket and the connections accepted on it, which
+// gVisor cannot checkpoint ("Cannot save endpoint with bound host socket"),
+// and waits until the socket file is gone (the agent removes it last).
+func (r *Runtime) releaseAgentSocket(ctx context.Context, id model.SandboxID, dirs sandboxDirs) error {
+	if _, err := r.run(ctx, "kill", id.String(), agentReleaseSignal); err != nil {
+		return fmt.Errorf("ask the agent to release its socket: %w", err)
+	}
+	sock := filepath.Join(dirs.agentRunDir(), socketName)
+	wait := retry.Policy{Initial: time.Millisecond, Max: 10 * time.Millisecond, Jitter: 0.2, MaxElapsed: agentReleaseTimeout}.Start(nil)
+	for fileExists(sock) {
+		switch err := wait.Wait(ctx); {
+		case errors.Is(err, retry.ErrExhausted):
+			r.reacquireAgentSocket(context.WithoutCancel(ctx), id)
+			return fmt.Errorf("the agent did not release its socket within %v (an agent without release support cannot be checkpointed): %w", agentReleaseTimeout, runtime.ErrNotSupported)
+		case err != nil:
+			r.reacquireAgentSocket(context.WithoutCancel(ctx), id)
+			return fmt.Errorf("wait for the agent to release its socket: %w", err)
+		}
+	}
+	return nil
+}
+
+// reacquireAgentSocket lets the agent of a sandbox whose checkpoint did
+// not happen listen again (best effort: it does by itself after
+// agent.ReleaseTimeout).
+func (r *Runtime) reacquireAgentSocket(ctx context.Context, id model.SandboxID) {
+	if _, err := r.run(ctx, "kill", id.String(), agentReacquireSignal); err != nil {
+		r.log.Warn("let the agent listen again", "sandbox", id, "err", err)
+	}
+}
+
+// snapshotSize is the host disk space the snapshot takes: the disk image's
+// allocated blocks (or the upper and work directories' without a limit)
+// plus the checkpoint image's.
+func snapshotSize(dirs sandboxDirs) (int64, error) {
+	var total int64
+	roots := []string{filepath.Join(dirs.state, checkpointName)}
+	if fileExists(dirs.image) {
+		roots = append(roots, dirs.image)
+	} else {
+		roots = append(roots, dirs.upper, dirs.work)
+	}
+	for _, root := range roots {
+		err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				total += st.Blocks * 512
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("snapshot size: %w", err)
+		}
+	}
+	return total, nil
+}
+
+// syncTree fsyncs every regular file below dir and the directories, so a
+// renamed checkpoint image is complete on disk, not only in the page cache.
+func syncTree(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+func fileExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
