@@ -1,8 +1,8 @@
 // Package activity records when sandboxes are used, for their idle limits.
 //
-// The management API (a call that names a sandbox) and the data plane (an
-// attach stream, stdin, signals, terminal resizes) report activity to a
-// Tracker, which keeps it in memory and writes it to the store coalesced:
+// The management API (a call that changes a sandbox or reaches into it:
+// commands, processes, files) and the data plane (an attach stream, stdin,
+// signals, terminal resizes, file transfers) report activity to a Tracker, which keeps it in memory and writes it to the store coalesced:
 // every Interval, one TouchSandboxes call with the latest time of each
 // sandbox touched since the last flush. While a stream is attached (Hold),
 // its sandbox counts as active at every flush. The reaper (internal/reaper)

@@ -153,7 +153,9 @@ func (a *API) sandboxOf(ctx context.Context, r *http.Request, p principal) (mode
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, err)
 	}
-	a.touch(sb.ID) // a call that names a sandbox is activity
+	if r.Method != http.MethodGet {
+		a.touch(sb.ID) // a change is activity; reading the record is not (agentOf)
+	}
 	return sb, nil
 }
 

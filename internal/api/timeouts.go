@@ -12,8 +12,11 @@ import (
 	"github.com/airlockdev/airlock/internal/store"
 )
 
-// ActivityRecorder is told of every API call that names a sandbox of the
-// caller's project (the server's *activity.Tracker), for idle limits.
+// ActivityRecorder is told of API calls that use a sandbox of the caller's
+// project (the server's *activity.Tracker), for idle limits: every
+// mutating call that names it, and every call that reaches into it
+// (processes, files). Reading its record (GET /v1/sandboxes/{id}, lists)
+// is not activity: a dashboard that polls must not keep sandboxes awake.
 type ActivityRecorder interface {
 	Touch(id model.SandboxID)
 }

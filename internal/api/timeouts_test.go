@@ -165,8 +165,9 @@ func (r *recorder) count(id model.SandboxID) int {
 	return r.touched[id]
 }
 
-// TestCallsNamingASandboxAreActivity: a call on a sandbox of the caller's
-// project records activity; another project's call does not.
+// TestCallsNamingASandboxAreActivity: a change to a sandbox of the
+// caller's project records activity; another project's call and reading
+// the record do not.
 func TestCallsNamingASandboxAreActivity(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{touched: map[model.SandboxID]int{}}
@@ -180,10 +181,15 @@ func TestCallsNamingASandboxAreActivity(t *testing.T) {
 	if n := rec.count(id); n != 0 {
 		t.Fatalf("another project's call recorded %d activities", n)
 	}
+	e.do("POST", "/v1/sandboxes/"+sb.ID+"/timeout", e.keyB, `{"timeout": 30}`).want(t, http.StatusNotFound)
 	e.do("GET", "/v1/sandboxes/"+sb.ID, e.keyA, "").want(t, http.StatusOK)
+	e.do("GET", "/v1/sandboxes", e.keyA, "").want(t, http.StatusOK)
+	if n := rec.count(id); n != 0 {
+		t.Fatalf("reading the sandbox recorded %d activities", n)
+	}
 	e.do("POST", "/v1/sandboxes/"+sb.ID+"/timeout", e.keyA, `{"timeout": 30}`).want(t, http.StatusOK)
-	if n := rec.count(id); n != 2 {
-		t.Fatalf("recorded %d activities, want 2", n)
+	if n := rec.count(id); n != 1 {
+		t.Fatalf("recorded %d activities, want 1", n)
 	}
 	// The store keeps what the tracker flushes, forward only.
 	later := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
