@@ -88,6 +88,11 @@ func TestTimeouts(t *testing.T) {
 			t.Fatalf("the deadline is still set once acted on: %v", got.TimeoutAt)
 		}
 		t.Logf("at the deadline the sandbox became %s (%q; the reaper's reason was %q)", got.State, got.StateReason, reason)
+		msg := "deadline passed; suspend requested"
+		if !canSuspend {
+			msg = "deadline passed; its runtime cannot suspend, pause requested"
+		}
+		s.wantLog(t, id, msg)
 	})
 
 	t.Run("idle limit", func(t *testing.T) {
@@ -110,6 +115,7 @@ func TestTimeouts(t *testing.T) {
 			return
 		}
 		got := s.waitState(ctx, id, model.StateSuspended)
+		s.wantLog(t, id, "idle; suspend requested")
 		if got.UpdatedAt.Sub(sb.CreatedAt) < 2*time.Second {
 			t.Fatalf("suspended %s after its create, within its idle limit", got.UpdatedAt.Sub(sb.CreatedAt))
 		}
@@ -157,6 +163,17 @@ func TestTimeouts(t *testing.T) {
 			s.waitState(ctx, id, model.StateSuspended)
 		}
 	})
+}
+
+// wantLog fails unless the server logged msg about the sandbox.
+func (s *server) wantLog(t *testing.T, id model.SandboxID, msg string) {
+	t.Helper()
+	for _, line := range strings.Split(s.log.String(), "\n") {
+		if strings.Contains(line, `msg="`+msg+`"`) && strings.Contains(line, "sandbox="+id.String()) {
+			return
+		}
+	}
+	t.Fatalf("the server did not log %q for %s", msg, id)
 }
 
 // drain reads a stream to its exit event.
