@@ -69,7 +69,7 @@ func newFixtureOn(t testing.TB, st sqlStore) *fixture {
 func (f *fixture) clock() time.Time { return f.now }
 
 // sandbox creates a sandbox with timeouts to and takes it to state
-// (pending, creating or running) on the fixture's node.
+// (pending, creating, running or paused) on the fixture's node.
 func (f *fixture) sandbox(to model.Timeouts, state model.SandboxState) model.Sandbox {
 	f.t.Helper()
 	sb := model.Sandbox{
@@ -86,9 +86,19 @@ func (f *fixture) sandbox(to model.Timeouts, state model.SandboxState) model.San
 	must(f.t, err)
 	must(f.t, f.st.TransitionSandbox(f.ctx, sb.ID, model.StatePending, model.StateCreating, "", f.now))
 	must(f.t, f.st.PlaceSandbox(f.ctx, sb.ID, f.node, "runc", f.now))
-	if state == model.StateRunning {
+	if state == model.StateRunning || state == model.StatePaused {
 		must(f.t, f.st.FinishOperation(f.ctx, store.Finish{OperationID: claimed.ID, Owner: f.node, State: model.OpSucceeded,
 			SandboxFrom: model.StateCreating, SandboxTo: model.StateRunning, Now: f.now}))
+	}
+	if state == model.StatePaused {
+		pause := model.Operation{ID: model.NewOperationID(), ProjectID: f.proj, SandboxID: sb.ID, Kind: model.OpPause,
+			State: model.OpPending, CreatedAt: f.now, UpdatedAt: f.now}
+		_, err := f.st.RequestOperation(f.ctx, store.OperationRequest{ProjectID: f.proj, SandboxID: sb.ID, Operation: pause, Now: f.now})
+		must(f.t, err)
+		claimed, err := f.st.ClaimOperation(f.ctx, store.Claim{Owner: f.node, Lease: time.Hour, Now: f.now})
+		must(f.t, err)
+		must(f.t, f.st.FinishOperation(f.ctx, store.Finish{OperationID: claimed.ID, Owner: f.node, State: model.OpSucceeded,
+			SandboxFrom: model.StatePausing, SandboxTo: model.StatePaused, Now: f.now}))
 	}
 	return f.get(sb.ID)
 }
@@ -173,6 +183,12 @@ func TestReaper(t *testing.T) {
 
 		{name: "idle past its limit: suspend", timeouts: idle, state: model.StateRunning, after: 61 * time.Second,
 			canSuspend: true, want: want{state: model.StateSuspending, reason: "idle for 1m0s", ops: []model.OperationKind{model.OpSuspend}}},
+		{name: "idle and paused: suspend", timeouts: idle, state: model.StatePaused, after: 61 * time.Second,
+			canSuspend: true, want: want{state: model.StateSuspending, reason: "idle for 1m0s", ops: []model.OperationKind{model.OpSuspend}}},
+		{name: "deadline passed: paused and cannot suspend", timeouts: deadline(model.OnTimeoutSuspend), state: model.StatePaused, after: time.Hour,
+			want: want{state: model.StatePaused}},
+		{name: "deadline passed: delete a paused sandbox", timeouts: deadline(model.OnTimeoutDelete), state: model.StatePaused, after: time.Hour,
+			want: want{state: model.StateDeleting, reason: ReasonDeadline, ops: []model.OperationKind{model.OpDelete}}},
 		{name: "idle within its limit", timeouts: idle, state: model.StateRunning, after: 59 * time.Second,
 			canSuspend: true, want: want{state: model.StateRunning}},
 		{name: "idle limit 0: never", timeouts: model.Timeouts{OnTimeout: model.OnTimeoutDelete}, state: model.StateRunning, after: 1000 * time.Hour,
