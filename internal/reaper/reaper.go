@@ -23,7 +23,8 @@
 //
 // Idle: a running or paused sandbox (a paused one is idle too) with an idle
 // limit, no unfinished operation, and neither activity nor a state change
-// within its limit is suspended. Activity is what the store holds plus what
+// within its limit is suspended. Sandboxes stored before activity was
+// recorded count as active when the reaper first runs. Activity is what the store holds plus what
 // this server's activity tracker has not flushed yet; a sandbox with an
 // attached stream is never idle. A sandbox whose runtime cannot suspend is
 // left running (logged once): pausing it would make its next command fail
@@ -59,6 +60,7 @@ type Store interface {
 	ListDeadlinePassed(ctx context.Context, q store.ReapQuery) ([]model.Sandbox, error)
 	ListIdle(ctx context.Context, q store.ReapQuery) ([]model.Sandbox, error)
 	ClearDeadline(ctx context.Context, id model.SandboxID, deadline time.Time) (bool, error)
+	BackfillActivity(ctx context.Context, node model.NodeID, now time.Time) (int, error)
 	RequestDelete(ctx context.Context, req store.DeleteRequest) (model.Sandbox, error)
 	RequestOperation(ctx context.Context, req store.OperationRequest) (model.Sandbox, error)
 }
@@ -91,6 +93,9 @@ type Reaper struct {
 	// cannot holds the idle sandboxes already logged as unable to
 	// suspend (only Run's goroutine, or a test's Pass, touches it).
 	cannot map[model.SandboxID]bool
+	// backfilled: the first pass gave the node's sandboxes stored before
+	// activity was recorded an activity time (now).
+	backfilled bool
 }
 
 // New checks cfg and returns a Reaper.
@@ -154,6 +159,18 @@ type Result struct {
 func (r *Reaper) Pass(ctx context.Context) (Result, error) {
 	var res Result
 	now := r.cfg.Now()
+	if !r.backfilled {
+		// Activity was not recorded before this version: such sandboxes
+		// count as active now rather than idle since their last change.
+		n, err := r.cfg.Store.BackfillActivity(ctx, r.cfg.Node, now)
+		if err != nil {
+			return res, err
+		}
+		if n > 0 {
+			r.log.Info("sandboxes without recorded activity count as active from now", "sandboxes", n)
+		}
+		r.backfilled = true
+	}
 	q := store.ReapQuery{Node: r.cfg.Node, Now: now, Limit: r.cfg.Batch}
 	due, err := r.cfg.Store.ListDeadlinePassed(ctx, q)
 	if err != nil {

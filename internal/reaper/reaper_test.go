@@ -325,3 +325,27 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestReaperBackfill: a sandbox stored before activity was recorded is not
+// idle since its last change when the reaper first runs, but from then on.
+func TestReaperBackfill(t *testing.T) {
+	f := newFixture(t)
+	sb := f.sandbox(model.Timeouts{Idle: time.Minute, OnTimeout: model.OnTimeoutDelete}, model.StateRunning)
+	if _, err := f.st.DB().ExecContext(f.ctx, `UPDATE sandboxes SET last_activity_at = 0`); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{Store: f.st, Node: f.node, Now: f.clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	must(t, err)
+	f.now = f.now.Add(time.Hour) // an hour after its last change
+	res, err := r.Pass(f.ctx)
+	must(t, err)
+	if res.Suspended != 0 || !f.get(sb.ID).LastActivity.Equal(f.now) {
+		t.Fatalf("first pass: %+v, last activity %s", res, f.get(sb.ID).LastActivity)
+	}
+	f.now = f.now.Add(61 * time.Second)
+	res, err = r.Pass(f.ctx)
+	must(t, err)
+	if res.Suspended != 1 {
+		t.Fatalf("a minute later: %+v, want it suspended", res)
+	}
+}

@@ -51,6 +51,11 @@ type Activity interface {
 	// many rows it changed. Unknown sandboxes are skipped. It does not wake
 	// watchers: activity is not a state change.
 	TouchSandboxes(ctx context.Context, at map[model.SandboxID]time.Time) (int, error)
+	// BackfillActivity sets last_activity_at to now on the node's
+	// sandboxes that are not deleted and have none (stored before activity
+	// was recorded), so that their idle time counts from now rather than
+	// from their last state change, and returns how many it changed.
+	BackfillActivity(ctx context.Context, node model.NodeID, now time.Time) (int, error)
 	// SetSandboxTimeout replaces a sandbox's deadline (zero: none) and
 	// on_timeout, and returns the sandbox as it is then. A sandbox that is
 	// deleting or deleted is refused with an error wrapping

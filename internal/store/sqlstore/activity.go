@@ -52,6 +52,19 @@ func (s *Store) TouchSandboxes(ctx context.Context, at map[model.SandboxID]time.
 	return total, nil
 }
 
+// BackfillActivity implements store.Store.
+func (s *Store) BackfillActivity(ctx context.Context, node model.NodeID, now time.Time) (int, error) {
+	if node == "" {
+		return 0, fmt.Errorf("backfill activity: %w: empty node ID", model.ErrInvalid)
+	}
+	res, err := s.exec(ctx, `UPDATE sandboxes SET last_activity_at = ? WHERE node_id = ? AND state <> ? AND last_activity_at = 0`,
+		micro(now), string(node), string(model.StateDeleted))
+	if err != nil {
+		return 0, fmt.Errorf("backfill activity on node %s: %w", node, err)
+	}
+	return affected(res)
+}
+
 // SetSandboxTimeout implements store.Store.
 func (s *Store) SetSandboxTimeout(ctx context.Context, project model.ProjectID, id model.SandboxID, deadline time.Time, on model.OnTimeout, now time.Time) (model.Sandbox, error) {
 	on, err := model.ParseOnTimeout(string(on))

@@ -11,6 +11,7 @@ import (
 func activityTests() []namedTest {
 	return []namedTest{
 		{"TouchSandboxesMovesForwardOnly", testTouchSandboxes},
+		{"BackfillActivity", testBackfillActivity},
 		{"SetSandboxTimeout", testSetSandboxTimeout},
 		{"ClearDeadlineIsCompareAndSwap", testClearDeadline},
 		{"ListDeadlinePassed", testListDeadlinePassed},
@@ -89,6 +90,33 @@ func testTouchSandboxes(e *env) {
 	if err != nil || n != 0 {
 		t.Fatalf("TouchSandboxes(nil) = %d, %v", n, err)
 	}
+}
+
+func testBackfillActivity(e *env) {
+	t := e.t
+	p := e.project()
+	tpl := e.template()
+	node := model.NewNodeID()
+	none := func(sb *model.Sandbox) { sb.LastActivity = time.Time{} }
+	old := e.run(e.sandboxWith(p.ID, tpl.Digest, none), node)
+	recorded := e.run(e.sandboxWith(p.ID, tpl.Digest, func(*model.Sandbox) {}), node)
+	elsewhere := e.run(e.sandboxWith(p.ID, tpl.Digest, none), model.NewNodeID())
+	at := e.now()
+	n, err := e.s.BackfillActivity(e.ctx, node, at)
+	must(t, err)
+	if n != 1 {
+		t.Fatalf("BackfillActivity changed %d rows, want 1", n)
+	}
+	want := old
+	want.LastActivity = at
+	checkSandbox(t, e.getSandbox(old.ID), want)
+	checkSandbox(t, e.getSandbox(recorded.ID), recorded)
+	checkSandbox(t, e.getSandbox(elsewhere.ID), elsewhere)
+	if n, err = e.s.BackfillActivity(e.ctx, node, e.now()); err != nil || n != 0 {
+		t.Fatalf("second BackfillActivity = %d, %v", n, err)
+	}
+	_, err = e.s.BackfillActivity(e.ctx, "", at)
+	mustIs(t, err, model.ErrInvalid)
 }
 
 func testSetSandboxTimeout(e *env) {
