@@ -280,7 +280,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringSliceVar(&f.trusted, "trusted-bucket", nil, "an S3 bucket the server may use as its blob store (repeatable); an s3:// --blob-store must name one of them")
 	fs.StringVar(&f.blobCreds, "blob-store-credentials", "", "file (mode 0600) of AWS_ACCESS_KEY_ID=…, AWS_SECRET_ACCESS_KEY=… and optional AWS_SESSION_TOKEN=… lines for an s3:// --blob-store")
 	fs.DurationVar(&f.idleDefault, "default-idle-timeout", model.DefaultIdleTimeout, "idle limit of a sandbox whose create request names none: without activity for this long it is suspended (0: never)")
-	fs.DurationVar(&f.retention, "retention", reaper.DefaultRetention, "how long deleted sandboxes, finished operations and expired command sessions stay in the store before they are purged")
+	fs.DurationVar(&f.retention, "retention", reaper.DefaultRetention, "how long deleted sandboxes (with their command sessions) and finished operations stay in the store before they are purged")
 	fs.DurationVar(&f.reapEvery, "reap-interval", reaper.DefaultInterval, "how often passed deadlines and idle sandboxes are looked for")
 	fs.StringVar(&f.egressPool, "egress-pool", "10.213.0.0/16", "private IPv4 range of the sandboxes' links to the host (a /30 each)")
 	fs.StringVar(&f.egressDefault, "egress-default", "public", "egress policy of a sandbox that sets none: public (names on the public internet; never private, link-local or host addresses) or none")

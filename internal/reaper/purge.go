@@ -32,10 +32,9 @@ type PurgeStore interface {
 // PurgeConfig configures a Purger.
 type PurgeConfig struct {
 	Store PurgeStore
-	// Retention: deleted sandboxes (with their operations, sessions,
-	// metadata and egress profile links), finished operations and
-	// expired, never-attached command sessions older than this are
-	// removed. 0: DefaultRetention.
+	// Retention: deleted sandboxes (with their operations, command
+	// sessions, metadata and egress profile links) and finished operations
+	// older than this are removed. 0: DefaultRetention.
 	Retention time.Duration
 	Interval  time.Duration    // between runs; 0: DefaultPurgeInterval
 	Batch     int              // rows of each kind per transaction; 0: DefaultPurgeBatch

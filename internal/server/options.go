@@ -136,9 +136,9 @@ type Options struct {
 	// sandbox whose create request names none; 0: model.DefaultIdleTimeout;
 	// negative: never.
 	DefaultIdleTimeout time.Duration
-	// Retention (--retention): deleted sandboxes, finished operations and
-	// expired command sessions older than this are purged from the store
-	// (internal/reaper); 0: reaper.DefaultRetention.
+	// Retention (--retention): deleted sandboxes (with their command
+	// sessions) and finished operations older than this are purged from
+	// the store (internal/reaper); 0: reaper.DefaultRetention.
 	Retention time.Duration
 	// ReapInterval (--reap-interval): how often the reaper looks for passed
 	// deadlines and idle sandboxes; 0: reaper.DefaultInterval.

@@ -18,9 +18,9 @@ type ReapQuery struct {
 
 // Purge says which finished rows PurgeFinished removes.
 type Purge struct {
-	// Before: rows that finished (a deleted sandbox's last change, an
-	// operation's finished_at, a never-attached command session's token
-	// expiry) strictly before it are removed.
+	// Before: rows that finished strictly before it are removed: deleted
+	// sandboxes (by their last change) and finished operations (by
+	// finished_at).
 	Before time.Time
 	// Limit bounds the rows of each kind one call removes (1..10000), so
 	// that a call holds the database briefly; call again while it removed
@@ -31,16 +31,15 @@ type Purge struct {
 // PurgeCounts is what one PurgeFinished call removed.
 type PurgeCounts struct {
 	Sandboxes int // deleted sandboxes, with their metadata, egress profile links, sessions and operations
+	Sessions  int // command sessions of those sandboxes
 	// Operations: finished operations of sandboxes that are not (yet)
 	// purged, finished before Purge.Before.
 	Operations int
-	// Sessions: command sessions of live sandboxes never attached whose
-	// first token expired before Purge.Before.
-	Sessions int
 }
 
-// Max reports the largest count, to compare with Purge.Limit.
-func (c PurgeCounts) Max() int { return max(c.Sandboxes, c.Operations, c.Sessions) }
+// Max reports the largest of the counts Purge.Limit bounds (sandboxes and
+// operations), to compare with it.
+func (c PurgeCounts) Max() int { return max(c.Sandboxes, c.Operations) }
 
 // Activity is the store's side of idle limits, deadlines and retention:
 // what the activity tracker flushes, what the reaper asks for, and the

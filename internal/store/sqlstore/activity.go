@@ -181,8 +181,10 @@ func (s *Store) ListIdle(ctx context.Context, q store.ReapQuery) ([]model.Sandbo
 
 // PurgeFinished implements store.Store. Deleted sandboxes go with every row
 // that references them (metadata, egress profile links, command sessions,
-// operations), in one transaction per call; then finished operations and
-// expired, never-attached command sessions of the sandboxes that remain.
+// operations), in one transaction per call; then finished operations of
+// the sandboxes that remain. A live sandbox's command sessions stay: a
+// session's process may outlive its first token (a background command, a
+// re-issued attachment token), and the store cannot tell whether it ended.
 func (s *Store) PurgeFinished(ctx context.Context, p store.Purge) (store.PurgeCounts, error) {
 	if p.Limit < 1 || p.Limit > maxPurgeLimit {
 		return store.PurgeCounts{}, fmt.Errorf("purge: %w: limit %d must be between 1 and %d", model.ErrInvalid, p.Limit, maxPurgeLimit)
@@ -201,8 +203,16 @@ func (s *Store) PurgeFinished(ctx context.Context, p store.Purge) (store.PurgeCo
 				args[i] = id
 			}
 			for _, table := range []string{"sandbox_metadata", "sandbox_egress_profiles", "command_sessions", "operations"} {
-				if _, err := t.exec(ctx, `DELETE FROM `+table+` WHERE sandbox_id IN `+in, args...); err != nil {
+				res, err := t.exec(ctx, `DELETE FROM `+table+` WHERE sandbox_id IN `+in, args...)
+				if err != nil {
 					return fmt.Errorf("purge %s of deleted sandboxes: %w", table, err)
+				}
+				if table == "command_sessions" {
+					n, err := affected(res)
+					if err != nil {
+						return err
+					}
+					c.Sessions += n
 				}
 			}
 			res, err := t.exec(ctx, `DELETE FROM sandboxes WHERE state = ? AND id IN `+in,
@@ -222,15 +232,7 @@ func (s *Store) PurgeFinished(ctx context.Context, p store.Purge) (store.PurgeCo
 		if err != nil {
 			return fmt.Errorf("purge finished operations: %w", err)
 		}
-		if c.Operations, err = affected(res); err != nil {
-			return err
-		}
-		res, err = t.exec(ctx, `DELETE FROM command_sessions WHERE id IN (SELECT id FROM command_sessions
-			WHERE attached_at IS NULL AND expires_at < ? LIMIT ?)`, before, p.Limit)
-		if err != nil {
-			return fmt.Errorf("purge expired command sessions: %w", err)
-		}
-		c.Sessions, err = affected(res)
+		c.Operations, err = affected(res)
 		return err
 	})
 	if err != nil {
