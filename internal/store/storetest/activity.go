@@ -19,6 +19,7 @@ func activityTests() []namedTest {
 		{"RequestReasonIsRecorded", testRequestReason},
 		{"PurgeFinished", testPurgeFinished},
 		{"PurgeFinishedInBatches", testPurgeBatches},
+		{"ConcurrentFlushesAndRequests", testConcurrentFlushes},
 	}
 }
 
@@ -401,5 +402,56 @@ func testPurgeBatches(e *env) {
 	}
 	if total != 5 {
 		t.Fatalf("purged %d sandboxes in batches, want 5", total)
+	}
+}
+
+// testConcurrentFlushes: flushes of overlapping sets (several servers'
+// trackers) race with lifecycle requests and timeout changes on the same
+// rows; none fails and the latest activity wins.
+func testConcurrentFlushes(e *env) {
+	t := e.t
+	p := e.project()
+	tpl := e.template()
+	node := model.NewNodeID()
+	var list []model.Sandbox
+	for range 6 {
+		list = append(list, e.run(e.sandboxWith(p.ID, tpl.Digest, func(*model.Sandbox) {}), node))
+	}
+	base := e.now()
+	const flushers = 4
+	errs := make([]error, flushers+len(list))
+	parallel(flushers+len(list), func(i int) {
+		if i < flushers {
+			for round := range 10 {
+				at := map[model.SandboxID]time.Time{}
+				for j, sb := range list {
+					at[sb.ID] = base.Add(time.Duration(round*100+i*10+j) * time.Millisecond)
+				}
+				if _, err := e.s.TouchSandboxes(e.ctx, at); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+			return
+		}
+		sb := list[i-flushers]
+		if i%2 == 0 {
+			_, errs[i] = e.s.SetSandboxTimeout(e.ctx, p.ID, sb.ID, base.Add(time.Hour), model.OnTimeoutDelete, base)
+			return
+		}
+		op := model.Operation{ID: model.NewOperationID(), ProjectID: p.ID, SandboxID: sb.ID, Kind: model.OpPause,
+			State: model.OpPending, CreatedAt: base, UpdatedAt: base}
+		_, errs[i] = e.s.RequestOperation(e.ctx, store.OperationRequest{ProjectID: p.ID, SandboxID: sb.ID, Operation: op, Now: base})
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("goroutine %d: %v", i, err)
+		}
+	}
+	for j, sb := range list {
+		want := us(base.Add(time.Duration(900+(flushers-1)*10+j) * time.Millisecond))
+		if got := e.getSandbox(sb.ID).LastActivity; !got.Equal(want) {
+			t.Fatalf("sandbox %d: last activity %s, want the latest flushed %s", j, got, want)
+		}
 	}
 }
