@@ -122,10 +122,10 @@ func TestTimeouts(t *testing.T) {
 	})
 
 	t.Run("an attached stream keeps it active", func(t *testing.T) {
-		two := int64(2)
-		sb := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{IdleTimeout: &two})
+		three := int64(3) // enough to create the command before it is idle, on a loaded host too
+		sb := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{IdleTimeout: &three})
 		id := model.SandboxID(sb.ID)
-		cs, err := c.CreateCommand(ctx, id, apiv1.CreateCommandRequest{Args: []string{"sh", "-c", "echo start; sleep 6; echo end"}})
+		cs, err := c.CreateCommand(ctx, id, apiv1.CreateCommandRequest{Args: []string{"sh", "-c", "echo start; sleep 9; echo end"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,8 +135,8 @@ func TestTimeouts(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- drain(st) }()
-		// Three times its idle limit, attached the whole time.
-		for range 6 {
+		// More than twice its idle limit, attached the whole time.
+		for range 7 {
 			time.Sleep(time.Second)
 			got, err := c.GetSandbox(ctx, id)
 			if err != nil {
