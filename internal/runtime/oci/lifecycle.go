@@ -253,15 +253,15 @@ func (r *Runtime) pristine(id model.SandboxID) (bool, error) {
 // stopped even if the runtime still calls it running (runsc does when the
 // host OOM-killed its sentry).
 func (r *Runtime) State(ctx context.Context, id model.SandboxID) (runtime.Status, error) {
-	if pid, ok := r.cachedRunning(id); ok {
-		return runtime.Status{ID: id, Phase: runtime.PhaseRunning, Pid: pid}, nil
+	if phase, pid, ok := r.cachedPhase(id); ok {
+		return runtime.Status{ID: id, Phase: phase, Pid: pid}, nil
 	}
 	st, err := r.state(ctx, id)
 	if err != nil {
 		return runtime.Status{}, fmt.Errorf("state %s: %w", id, err)
 	}
-	if st.Phase == runtime.PhaseRunning && st.Pid > 0 {
-		r.rememberLive(id, st.Pid)
+	if st.Phase.Alive() && st.Pid > 0 {
+		r.rememberLive(id, st.Pid, st.Phase)
 	}
 	return st, nil
 }

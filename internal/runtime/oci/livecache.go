@@ -4,44 +4,68 @@ import (
 	"os"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procfs"
+	"github.com/airlockdev/airlock/internal/runtime"
 )
 
-// liveProc is a sandbox's init process as last seen running: its pid and
+// liveProc is a sandbox's init process as last seen alive: its pid and
 // its start time (clock ticks since boot), which together name one process
-// even if the pid is reused; and the modification times of the runtime's
-// state files then, which change when the runtime changes the container's
-// state (runsc rewrites its state file on pause).
+// even if the pid is reused; the phase it was in (running or paused); and
+// the modification times of the runtime's state files then, which change
+// when the runtime changes the container's state (runsc rewrites its state
+// file on pause and resume).
 type liveProc struct {
 	pid   int
 	start uint64
+	phase runtime.Phase
 	files map[string]time.Time
 }
 
-// cachedRunning reports whether the init process last seen running for id
-// is still the same live process and nothing changed the container since;
-// observing a running sandbox then costs a read of /proc, a stat per
-// runtime state file and one of its freezer state instead of an exec of the
-// runtime (resync asks every 10 s for every sandbox). A sandbox paused
-// from outside (`runc pause`: a frozen cgroup; `runsc pause`: a rewritten
-// state file) falls back to asking the runtime.
-func (r *Runtime) cachedRunning(id model.SandboxID) (int, bool) {
+// cachedPhase reports the phase last seen for id's init process if it is
+// still the same live process and nothing changed the container since;
+// observing a live sandbox then costs a read of /proc and a stat per
+// runtime state file (runc, crun: and a read of its freezer state) instead
+// of an exec of the runtime (resync asks every 10 s for every sandbox,
+// running or paused). A pause or resume made from outside shows as a
+// change (`runc pause`: the freezer state; `runsc pause`: a rewritten
+// state file) and falls back to asking the runtime.
+func (r *Runtime) cachedPhase(id model.SandboxID) (runtime.Phase, int, bool) {
 	r.mu.Lock()
 	p, ok := r.live[id]
 	r.mu.Unlock()
 	if !ok {
-		return 0, false
+		return "", 0, false
 	}
-	if st, ok := procfs.ReadStat(p.pid); ok && st.Alive() && st.StartTime == p.start && unchanged(p.files) && !r.frozen(id) {
-		return p.pid, true
+	if st, ok := procfs.ReadStat(p.pid); ok && st.Alive() && st.StartTime == p.start && unchanged(p.files) && r.freezerAgrees(id, p.phase) {
+		return p.phase, p.pid, true
 	}
 	r.forgetLive(id)
-	return 0, false
+	return "", 0, false
 }
 
-// rememberLive records that id's init process pid was seen running.
-func (r *Runtime) rememberLive(id model.SandboxID, pid int) {
+// freezerAgrees reports whether a runc or crun sandbox's freezer state is
+// the one of phase (thawed while running, frozen while paused). runsc does
+// not pause with the freezer: its state file tells instead.
+func (r *Runtime) freezerAgrees(id model.SandboxID, phase runtime.Phase) bool {
+	if r.flavor == FlavorRunsc {
+		return true
+	}
+	st, err := r.freezer(id)
+	if err != nil {
+		r.log.Debug("read freezer state", "sandbox", id, "err", err)
+		return false // unsure: ask the runtime
+	}
+	if phase == runtime.PhasePaused {
+		return st == cgroups.Frozen
+	}
+	return st == cgroups.Thawed
+}
+
+// rememberLive records that id's init process pid was seen alive in phase
+// (running or paused).
+func (r *Runtime) rememberLive(id model.SandboxID, pid int, phase runtime.Phase) {
 	st, ok := procfs.ReadStat(pid)
 	if !ok || !st.Alive() {
 		return
@@ -59,7 +83,7 @@ func (r *Runtime) rememberLive(id model.SandboxID, pid int) {
 		mtimes[f] = fi.ModTime()
 	}
 	r.mu.Lock()
-	r.live[id] = liveProc{pid: pid, start: st.StartTime, files: mtimes}
+	r.live[id] = liveProc{pid: pid, start: st.StartTime, phase: phase, files: mtimes}
 	r.mu.Unlock()
 }
 

@@ -113,7 +113,7 @@ type Runtime struct {
 
 	mu    sync.Mutex
 	locks map[model.SandboxID]*idLock
-	live  map[model.SandboxID]liveProc // see cachedRunning
+	live  map[model.SandboxID]liveProc // see cachedPhase
 }
 
 type idLock struct {

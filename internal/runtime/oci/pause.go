@@ -67,19 +67,6 @@ func (r *Runtime) resume(ctx context.Context, id model.SandboxID) error {
 	return err
 }
 
-// frozen reports whether the sandbox's cgroup is frozen or freezing, which
-// is how runc and crun pause: State's shortcut for a live init process
-// (cachedRunning) must not call a sandbox paused by `runc pause` from
-// outside running.
-func (r *Runtime) frozen(id model.SandboxID) bool {
-	st, err := r.freezer(id)
-	if err != nil {
-		r.log.Debug("read freezer state", "sandbox", id, "err", err)
-		return true // unsure: ask the runtime
-	}
-	return st != cgroups.Thawed
-}
-
 func (r *Runtime) freezer(id model.SandboxID) (cgroups.FreezerState, error) {
 	cg, err := r.cgroupPath(id)
 	if err != nil {

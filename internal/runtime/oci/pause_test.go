@@ -120,8 +120,8 @@ func TestExternalPauseIsPaused(t *testing.T) {
 						t.Fatalf("State = %+v, %v; want %s", st, err, want)
 					}
 				}
-				if _, cached := r.cachedRunning(id); cached != (want == runtime.PhaseRunning) {
-					t.Fatalf("State of a %s sandbox left the live cache hit = %v", want, cached)
+				if phase, _, cached := r.cachedPhase(id); !cached || phase != want {
+					t.Fatalf("State of a %s sandbox left the live cache at %q (hit %v)", want, phase, cached)
 				}
 			}
 			phase(runtime.PhaseRunning)
