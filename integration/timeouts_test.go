@@ -67,9 +67,11 @@ func TestTimeouts(t *testing.T) {
 		if deleted.UpdatedAt.Before(*changed.TimeoutAt) {
 			t.Fatalf("deleted at %s, before its deadline %s", deleted.UpdatedAt, changed.TimeoutAt)
 		}
-		if late := deleted.UpdatedAt.Sub(*changed.TimeoutAt); late > 20*time.Second {
+		late := deleted.UpdatedAt.Sub(*changed.TimeoutAt)
+		if late > 20*time.Second {
 			t.Fatalf("deleted %s after its deadline", late)
 		}
+		t.Logf("deleted %s after its deadline (reap interval 200ms)", late)
 		// A deleted sandbox's deadline cannot change.
 		if _, stderr, code := s.cli(ctx, "sandbox", "timeout", sb.ID, "1m"); code == 0 || !strings.Contains(stderr, "invalid_transition") {
 			t.Fatalf("timeout of a deleted sandbox: exit %d, stderr %q", code, stderr)
@@ -119,6 +121,7 @@ func TestTimeouts(t *testing.T) {
 		if got.UpdatedAt.Sub(sb.CreatedAt) < 2*time.Second {
 			t.Fatalf("suspended %s after its create, within its idle limit", got.UpdatedAt.Sub(sb.CreatedAt))
 		}
+		t.Logf("suspended %s after its create (idle limit 2s; the suspend itself included)", got.UpdatedAt.Sub(sb.CreatedAt))
 	})
 
 	t.Run("an attached stream keeps it active", func(t *testing.T) {
