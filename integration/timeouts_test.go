@@ -22,15 +22,25 @@ import (
 const cannotSuspendLog = "idle sandboxes are not suspended: the runtime cannot suspend"
 
 // TestTimeouts runs deadlines and idle limits through a real server on
-// runc with short limits: a deadline set by the CLI deletes the sandbox; an
+// runc and runsc with short limits: a deadline set by the CLI deletes the sandbox; an
 // on_timeout=suspend deadline suspends it (or pauses it where the runtime
 // cannot suspend); an idle sandbox is suspended (or, where the runtime
 // cannot suspend, keeps running); a sandbox with an attached stream is
 // active while the stream lasts.
 func TestTimeouts(t *testing.T) {
 	airtest.RequireRoot(t)
-	airtest.RequireBinary(t, "runc")
-	s := newServer(t, build(t), serverConfig{runtime: "runc", extraArgs: []string{"--reap-interval", "200ms"}})
+	bins := build(t)
+	// runc suspends the filesystem only, runsc checkpoints memory too.
+	for _, rt := range []string{"runc", "runsc"} {
+		t.Run(rt, func(t *testing.T) {
+			airtest.RequireBinary(t, rt)
+			testTimeouts(t, bins, rt)
+		})
+	}
+}
+
+func testTimeouts(t *testing.T, bins binaries, rt string) {
+	s := newServer(t, bins, serverConfig{runtime: rt, extraArgs: []string{"--reap-interval", "200ms"}})
 	s.start()
 	ctx := ctxFor(t, 3*time.Minute)
 	c := s.client()
