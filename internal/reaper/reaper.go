@@ -226,7 +226,10 @@ func (r *Reaper) deadline(ctx context.Context, sb model.Sandbox, now time.Time, 
 			res.Suspended++
 			log.Info("deadline passed; suspend requested")
 		}
-	case sb.State == model.StateRunning && r.cfg.CanPause(sb):
+	case sb.State == model.StatePaused:
+		done = true
+		log.Info("deadline passed; its runtime cannot suspend, and it is paused already")
+	case r.cfg.CanPause(sb):
 		err = r.request(ctx, sb, model.OpPause, ReasonDeadlinePaused, now)
 		if done = err == nil; done {
 			res.Paused++
