@@ -107,3 +107,44 @@ func BenchmarkFlush(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPurge measures one purge run over 5000 deleted sandboxes (each
+// with a finished create and delete) in batches of DefaultPurgeBatch: run it
+// with -benchtime 1x, as each iteration builds its own store.
+func BenchmarkPurge(b *testing.B) {
+	const deleted = 5000
+	for b.Loop() {
+		b.StopTimer()
+		f := newFixtureOn(b, openSQLite(b))
+		ctx := context.Background()
+		for range deleted {
+			sb := model.Sandbox{
+				ID: model.NewSandboxID(), ProjectID: f.proj, Template: f.tpl, Resources: model.DefaultResources(),
+				State: model.StatePending, Timeouts: model.Timeouts{OnTimeout: model.OnTimeoutDelete}, CreatedAt: f.now, UpdatedAt: f.now,
+			}
+			op := model.Operation{ID: model.NewOperationID(), ProjectID: f.proj, SandboxID: sb.ID, Kind: model.OpCreate,
+				State: model.OpPending, CreatedAt: f.now, UpdatedAt: f.now}
+			if err := f.st.CreateSandbox(ctx, sb, policy.Spec{}, op, nil); err != nil {
+				b.Fatal(err)
+			}
+			for _, q := range []string{
+				fmt.Sprintf(`UPDATE sandboxes SET state = 'deleted', node_id = '%s' WHERE id = '%s'`, f.node, sb.ID),
+				fmt.Sprintf(`UPDATE operations SET state = 'succeeded', finished_at = 1 WHERE id = '%s'`, op.ID),
+			} {
+				if _, err := f.st.DB().ExecContext(ctx, q); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		f.now = f.now.Add(DefaultRetention + time.Hour)
+		p, err := NewPurger(PurgeConfig{Store: f.st, Now: f.clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		tot, err := p.Once(ctx)
+		if err != nil || tot.Sandboxes != deleted {
+			b.Fatalf("Once = %+v, %v", tot, err)
+		}
+	}
+}

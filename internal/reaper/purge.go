@@ -17,7 +17,7 @@ const (
 	// IdempotencyRetention is how long an Idempotency-Key is remembered.
 	IdempotencyRetention = 24 * time.Hour
 	DefaultPurgeInterval = time.Hour
-	DefaultPurgeBatch    = 1000
+	DefaultPurgeBatch    = 500
 	// maxBatchesPerRun bounds one run, so a huge backlog is worked off
 	// over several intervals rather than in one long burst.
 	maxBatchesPerRun = 100
