@@ -113,7 +113,7 @@ type Config struct {
 	// request names none (--default-idle-timeout); 0:
 	// model.DefaultIdleTimeout; negative: never.
 	DefaultIdleTimeout time.Duration
-	// Activity is told of calls that name a sandbox (timeouts.go); nil:
+	// Activity is told of calls that use a sandbox (timeouts.go); nil:
 	// they are not recorded.
 	Activity ActivityRecorder
 }

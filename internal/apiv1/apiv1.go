@@ -66,7 +66,10 @@ type Sandbox struct {
 	Runtime     string            `json:"runtime,omitempty"`
 	// Egress is the sandbox's egress policy as given; shown by create and
 	// GET /v1/sandboxes/{id}, omitted in lists.
-	Egress *EgressPolicy `json:"egress,omitempty"`
+	Egress    *EgressPolicy `json:"egress,omitempty"`
+	CreatedAt time.Time     `json:"created_at"`
+	UpdatedAt time.Time     `json:"updated_at"`
+
 	// TimeoutAt is the sandbox's deadline (null: none), OnTimeout what
 	// happens then ("delete" or "suspend"). The deadline is cleared once
 	// it was acted on.
@@ -78,8 +81,6 @@ type Sandbox struct {
 	// few seconds).
 	IdleTimeout    int64      `json:"idle_timeout"`
 	LastActivityAt *time.Time `json:"last_activity_at"`
-	CreatedAt      time.Time  `json:"created_at"`
-	UpdatedAt      time.Time  `json:"updated_at"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Omitted fields take
