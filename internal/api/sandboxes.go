@@ -84,11 +84,11 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 		Env:       env,
 		Metadata:  md,
 		State:     model.StatePending,
-		Timeouts:  timeouts,
-		// Created is used: the idle limit counts from now.
-		LastActivity: c.now,
-		CreatedAt:    c.now,
-		UpdatedAt:    c.now,
+		CreatedAt: c.now,
+		UpdatedAt: c.now,
+
+		Timeouts:     timeouts,
+		LastActivity: c.now, // created is used: the idle limit counts from now
 	}
 	op := model.Operation{
 		ID:        model.NewOperationID(),
