@@ -10,9 +10,8 @@ import (
 	"testing"
 	"testing/fstest"
 
-	_ "modernc.org/sqlite"
-
 	"github.com/airlockdev/airlock/internal/model"
+	_ "modernc.org/sqlite"
 )
 
 func TestParseVersion(t *testing.T) {
