@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"sync"
@@ -142,6 +143,16 @@ func TestSetSandboxTimeout(t *testing.T) {
 				wantError(t, tc.status, tc.code)
 		})
 	}
+
+	// With an Idempotency-Key a retry is answered as the first was, and
+	// another body under the same key is refused.
+	first := e.send(req{method: "POST", path: path, key: e.keyA, header: idem("timeout-1"), body: `{"timeout": 300}`}).want(t, http.StatusOK)
+	again := e.send(req{method: "POST", path: path, key: e.keyA, header: idem("timeout-1"), body: `{"timeout": 300}`}).want(t, http.StatusOK)
+	if !bytes.Equal(first.body, again.body) || again.header.Get(headerReplayed) != "true" {
+		t.Fatalf("retry not replayed:\n%s\n%s", first.body, again.body)
+	}
+	e.send(req{method: "POST", path: path, key: e.keyA, header: idem("timeout-1"), body: `{"timeout": 301}`}).
+		wantError(t, http.StatusConflict, apiv1.CodeIdempotencyKeyReused)
 
 	// A sandbox being deleted keeps what it has: 409.
 	e.do("DELETE", "/v1/sandboxes/"+sb.ID, e.keyA, "").want(t, http.StatusAccepted)
