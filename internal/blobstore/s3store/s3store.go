@@ -37,6 +37,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/airlockdev/airlock/internal/blobstore"
+	"github.com/airlockdev/airlock/internal/retry"
 )
 
 // metaDigest is the user metadata key (x-amz-meta-airlock-digest) that
@@ -188,19 +189,16 @@ func (s *Store) putSingle(ctx context.Context, d blobstore.Digest, in *blobstore
 // between its mkdir and its link of the new object. Publishing the same
 // verified content again is harmless.
 func (s *Store) retryRace(ctx context.Context, publish func() error) error {
-	delay := 10 * time.Millisecond
+	wait := retry.Policy{Initial: 10 * time.Millisecond, Max: 80 * time.Millisecond, Jitter: 0.2}.Start(nil)
 	for attempt := 1; ; attempt++ {
 		err := publish()
 		if err == nil || attempt == 5 || minio.ToErrorResponse(err).Code != "ExistingObjectIsDirectory" {
 			return err
 		}
 		s.logger.Debug("s3 blob store: publish raced a concurrent delete; retrying", "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
+		if err := wait.Wait(ctx); err != nil {
+			return err
 		}
-		delay *= 2
 	}
 }
 

@@ -46,6 +46,7 @@ import (
 	"github.com/airlockdev/airlock/internal/egress/decisionlog"
 	"github.com/airlockdev/airlock/internal/egress/nftrules"
 	"github.com/airlockdev/airlock/internal/egress/tlsca"
+	"github.com/airlockdev/airlock/internal/retry"
 )
 
 // Config configures a Proxy.
@@ -213,7 +214,9 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	}()
 	stop := context.AfterFunc(ctx, func() { _ = p.Close() })
 	defer stop()
-	var backoff time.Duration
+	// Out of descriptors (or a timeout): wait, longer each time, and
+	// start again from short after a connection was accepted.
+	wait := retry.Policy{Initial: 5 * time.Millisecond, Max: time.Second, Jitter: 0.2}.Start(nil)
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
@@ -222,18 +225,15 @@ func (p *Proxy) Serve(ctx context.Context) error {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				p.log.Warn("accept", "err", err, "retry_in", backoff)
-				select {
-				case <-time.After(backoff):
-				case <-p.ctx.Done():
-				}
+				d := wait.Next()
+				p.log.Warn("accept", "err", err, "retry_in", d)
+				_ = wait.Sleep(p.ctx, d) // a closed proxy is noticed above
 				continue
 			}
 			_ = p.Close()
 			return fmt.Errorf("proxy: accept: %w", err)
 		}
-		backoff = 0
+		wait.Reset()
 		cc := &clientConn{Conn: c, p: p, src: sourceAddr(c)}
 		if !p.adopt(cc) {
 			_ = c.Close()
