@@ -71,6 +71,10 @@ type Config struct {
 	// DefaultDiskMiB is the writable layer of a sandbox whose create
 	// request names no disk_mib; 0: model.DefaultDiskMiB.
 	DefaultDiskMiB int
+	// Environments resolves a create's execution environment and lists
+	// them (GET /v1/environments); nil: sandboxes record none (the
+	// worker's own runtime), and naming one is refused.
+	Environments Environments
 	// Agents reaches the guest agents of sandboxes hosted here (process
 	// routes, background commands). Nil: those routes answer 501.
 	Agents procctl.Agents

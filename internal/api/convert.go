@@ -20,6 +20,7 @@ func sandboxOut(sb model.Sandbox) apiv1.Sandbox {
 		State:       string(sb.State),
 		StateReason: sb.StateReason,
 		Runtime:     sb.Runtime,
+		Environment: string(sb.Environment),
 		CreatedAt:   sb.CreatedAt.UTC(),
 		UpdatedAt:   sb.UpdatedAt.UTC(),
 	}

@@ -137,6 +137,7 @@ func TestErrorCodesDocumented(t *testing.T) {
 		apiv1.CodeQuotaExceeded, apiv1.CodeRequestTimeout, apiv1.CodeRegistryUnavailable, apiv1.CodeTemplateInUse, apiv1.CodeBuildFailed,
 		apiv1.CodeBlobStoreUnavailable, apiv1.CodeBlobStoreCorrupt,
 		apiv1.CodeUnknownEgressProfile, apiv1.CodeEgressProfileInUse,
+		apiv1.CodeEnvironmentUnknown, apiv1.CodeEnvironmentArtifactsMissing, apiv1.CodeEnvironmentUnavailable,
 	}
 	slices.Sort(got)
 	slices.Sort(want)

@@ -50,6 +50,7 @@ func (a *API) routeTable() []route {
 		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/signal", member, mutating(a, a.signalProcess)},
 		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/attachments", member, mutating(a, a.createAttachment)},
 		{"GET", "/v1/operations/{id}", member, a.getOperation},
+		{"GET", "/v1/environments", member, a.listEnvironments},
 
 		{"GET", "/v1/sandboxes/{id}/egress", member, a.getSandboxEgress},
 		{"PUT", "/v1/sandboxes/{id}/egress", member, mutating(a, a.putSandboxEgress)},

@@ -62,6 +62,10 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	if err != nil {
 		return nil, err
 	}
+	envRef, err := a.createEnvironment(ctx, c.present["environment"], in.Environment)
+	if err != nil {
+		return nil, err
+	}
 	if name, ok := ref.Name(); ok {
 		// A template that is still building (the server's default on a
 		// fresh host) is waited for.
@@ -90,6 +94,7 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 		Timeouts:     timeouts,
 		LastActivity: c.now, // created is used: the idle limit counts from now
 	}
+	sb.Environment = envRef
 	op := model.Operation{
 		ID:        model.NewOperationID(),
 		ProjectID: c.p.project,

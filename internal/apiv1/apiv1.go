@@ -64,6 +64,9 @@ type Sandbox struct {
 	State       string            `json:"state"`
 	StateReason string            `json:"state_reason,omitempty"`
 	Runtime     string            `json:"runtime,omitempty"`
+	// Environment is the env:sha256:… reference of its execution
+	// environment (absent for sandboxes made before environments existed).
+	Environment string `json:"environment,omitempty"`
 	// Egress is the sandbox's egress policy as given; shown by create and
 	// GET /v1/sandboxes/{id}, omitted in lists.
 	Egress    *EgressPolicy `json:"egress,omitempty"`
@@ -96,6 +99,9 @@ type CreateSandboxRequest struct {
 	// Egress is the sandbox's egress policy; absent: the server's default
 	// with no rules.
 	Egress *EgressPolicy `json:"egress,omitempty"`
+	// Environment is the execution environment: a name (runsc) or a
+	// reference (env:sha256:…); absent: the server's default.
+	Environment string `json:"environment,omitempty"`
 	// Timeout, in seconds, sets a deadline that long after the create;
 	// 0 or absent: none. OnTimeout says what happens then: "delete"
 	// (default) or "suspend".

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
@@ -67,13 +68,13 @@ func startAirlock(ctx context.Context, flavor oci.Flavor, dir, agentBinary strin
 	opts := server.Options{
 		DataDir:     dir,
 		Listen:      "127.0.0.1:0",
-		Runtime:     string(flavor),
 		AgentBinary: agentBinary,
 		Logger:      serverLog.With("server", string(flavor)),
 		// The busybox template: the benchmark measures sandboxes, not
 		// the Debian build.
 		DefaultTemplate: server.DefaultTemplateMinimal,
 	}
+	opts.Environments = []envid.Name{envid.Name(flavor)} // flavor is a parsed oci.Flavor
 	if prepare != nil {
 		if err := prepare(dir, &opts); err != nil {
 			cancel()

@@ -132,6 +132,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.buildCommand(),
 		a.egressCommand(),
 		a.secretCommand(),
+		a.envCommand(),
 		a.adminCommand(),
 		a.versionCommand(),
 	)

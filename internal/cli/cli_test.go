@@ -434,6 +434,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"admin", "key", "create", "--role", "member"}, "--project is required"},
 		{[]string{"admin", "key", "revoke", "prj_x"}, `API key ID "prj_x" must start with "key_"`},
 		{[]string{"server", "--runtime", "docker"}, "--runtime must be runc, crun or runsc"},
+		{[]string{"server", "--env", "docker"}, "--env must be runsc, crun or runc"},
+		{[]string{"server", "--env", "runc", "--env", "runc"}, "--env runc given twice"},
 		{[]string{"server", "--listen", "7070"}, `--listen "7070" must be HOST:PORT`},
 		{[]string{"server", "--log-level", "loud"}, "--log-level must be"},
 		{[]string{"server", "--database-url", "mysql://x"}, "--database-url must be a postgres:// URL"},

@@ -30,6 +30,9 @@ type createFlags struct {
 	metadata  []string
 	egress    egressFlags
 	timeouts  timeoutFlags
+	// environment is --environment, the execution environment (an --env
+	// value without '=' names it too).
+	environment string
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
@@ -37,7 +40,8 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.cpus, "cpus", 0, "vCPUs (default: the server's, 1)")
 	fs.IntVar(&f.memoryMiB, "memory-mib", 0, "memory limit in MiB (default: the server's, 512)")
 	fs.IntVar(&f.diskMiB, "disk-mib", 0, "size of the writable layer in MiB (default: the server's --default-disk-mib)")
-	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE of the sandbox (repeatable)")
+	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE of the sandbox (repeatable); a value without '=' names the execution environment instead, as --environment")
+	fs.StringVar(&f.environment, "environment", "", "execution environment: a name (runsc, crun, runc) or an env:sha256: reference, see `airlock env list` (default: the server's)")
 	fs.StringArrayVar(&f.metadata, "metadata", nil, "metadata label KEY=VALUE (repeatable)")
 	f.egress.register(fs, "egress-profile", "egress-default")
 	f.timeouts.register(fs)
@@ -63,8 +67,12 @@ func (f *createFlags) request() (apiv1.CreateSandboxRequest, error) {
 		return req, usageErrorf("--disk-mib must be positive")
 	}
 	req.CPUs, req.MemoryMiB, req.DiskMiB = f.cpus, f.memoryMiB, f.diskMiB
-	var err error
-	if req.Env, err = parseEnvFlag(f.env); err != nil {
+	vars, environment, err := splitEnvFlag(f.env, f.environment)
+	if err != nil {
+		return req, err
+	}
+	req.Environment = environment
+	if req.Env, err = parseEnvFlag(vars); err != nil {
 		return req, err
 	}
 	if req.Metadata, err = parseMetadataFlag(f.metadata); err != nil {

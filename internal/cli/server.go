@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/reaper"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
@@ -28,6 +30,7 @@ import (
 type serverFlags struct {
 	listen      string
 	runtime     string
+	envs        []string
 	databaseURL string
 	agentBinary string
 	sandboxDir  string
@@ -66,7 +69,6 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	opts := server.Options{
 		DataDir:                  dataDir,
 		Listen:                   f.listen,
-		Runtime:                  f.runtime,
 		DatabaseURL:              f.databaseURL,
 		AgentBinary:              f.agentBinary,
 		SandboxDir:               f.sandboxDir,
@@ -126,10 +128,8 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return opts, usageErrorf("--listen %q: port %q is not a number from 0 to 65535", f.listen, port)
 	}
-	switch f.runtime {
-	case "", "runc", "crun", "runsc":
-	default:
-		return opts, usageErrorf("--runtime must be runc, crun or runsc, not %q", f.runtime)
+	if opts.Environments, err = f.environments(); err != nil {
+		return opts, err
 	}
 	if f.overcommit <= 0 || f.overcommit > 100 {
 		return opts, usageErrorf("--memory-overcommit must be a ratio above 0 (1 = no overcommit), not %v", f.overcommit)
@@ -256,7 +256,8 @@ func (a *app) serverCommand() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:7070", "HOST:PORT to serve the API and the data plane on")
-	fs.StringVar(&f.runtime, "runtime", "", "runc, crun or runsc (default: the strongest isolation that works on this host)")
+	fs.StringArrayVar(&f.envs, "env", nil, "execution environment to run sandboxes in: runsc, crun or runc (repeatable; the first is the default; default: the strongest isolation that works on this host, runsc; shared-kernel runc and crun only when named)")
+	fs.StringVar(&f.runtime, "runtime", "", "shorthand for --env: runc, crun or runsc")
 	fs.StringVar(&f.databaseURL, "database-url", "", "PostgreSQL URL postgres://… (default: SQLite in the data dir)")
 	fs.StringVar(&f.agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock, then $PATH)")
 	fs.StringVar(&f.sandboxDir, "sandbox-dir", "", "directory for the sandboxes' writable storage (their disk images, bundles and sockets), e.g. on a filesystem of its own apart from the store (default: DATA_DIR/runtime/<runtime>/sandboxes)")
@@ -288,4 +289,31 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.IntVar(&f.egressProxy, "egress-proxy-port", server.DefaultEgressProxyPort, "host port the sandboxes' TCP is redirected to (0: any free port)")
 	fs.IntVar(&f.egressResolver, "egress-resolver-port", server.DefaultEgressResolverPort, "host port (UDP and TCP) the sandboxes' DNS is redirected to (0: any free port)")
 	return cmd
+}
+
+// environments parses --runtime (shorthand for an --env given first) and
+// --env into the enabled execution environments, the default first.
+func (f serverFlags) environments() ([]envid.Name, error) {
+	var out []envid.Name
+	if f.runtime != "" {
+		n, err := envid.ParseName(f.runtime)
+		if err != nil {
+			return nil, usageErrorf("--runtime must be runc, crun or runsc, not %q", f.runtime)
+		}
+		out = append(out, n)
+	}
+	for i, v := range f.envs {
+		n, err := envid.ParseName(v)
+		if err != nil {
+			return nil, usageErrorf("--env must be runsc, crun or runc, not %q", v)
+		}
+		if slices.Contains(out, n) {
+			if i == 0 && f.runtime == v {
+				continue // --runtime X --env X
+			}
+			return nil, usageErrorf("--env %s given twice", n)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

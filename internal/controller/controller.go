@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/runtime"
@@ -24,9 +25,12 @@ import (
 
 // Config configures a Controller.
 type Config struct {
-	Store  store.Store
-	Worker *worker.Worker
-	NodeID model.NodeID
+	Store store.Store
+	// Workers routes each sandbox to the worker of its execution
+	// environment; sandboxes of environments it does not drive are left
+	// alone.
+	Workers *worker.Set
+	NodeID  model.NodeID
 	// Lease is how long a claimed operation stays ours without renewal; a
 	// crashed server's operations are taken over after it. Default 30 s.
 	Lease time.Duration
@@ -57,8 +61,8 @@ type Controller struct {
 
 // New returns a Controller.
 func New(cfg Config) (*Controller, error) {
-	if cfg.Store == nil || cfg.Worker == nil {
-		return nil, errors.New("controller: store and worker are required")
+	if cfg.Store == nil || cfg.Workers == nil {
+		return nil, errors.New("controller: store and workers are required")
 	}
 	if cfg.NodeID == "" {
 		return nil, errors.New("controller: node ID is required")
@@ -327,9 +331,9 @@ func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, retry 
 		if gerr != nil {
 			sb = model.Sandbox{ID: op.SandboxID}
 		}
-		if lc.Cleanup != "" {
+		if e, rerr := c.cfg.Workers.Route(sb); lc.Cleanup != "" && rerr == nil {
 			// Release what the failed attempt left behind; the record stays.
-			if _, cerr := runStep(ctx, c.cfg.Worker, lc.Cleanup, sb); cerr != nil {
+			if _, cerr := runStep(ctx, e.Worker, lc.Cleanup, sb); cerr != nil {
 				log.ErrorContext(ctx, "clean up failed operation", "step", lc.Cleanup, "err", cerr)
 			}
 		}
@@ -421,18 +425,28 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 	if err != nil {
 		return fmt.Errorf("load sandbox: %w", err)
 	}
+	env, err := c.cfg.Workers.Route(sb)
+	if err != nil && sb.Runtime == "" && lc.Step == model.StepDestroy {
+		// Never placed: nothing of it exists anywhere, so the delete is
+		// carried out here whatever environment it was to run in.
+		env, err = c.cfg.Workers.Default(), nil
+	}
+	if err != nil {
+		if sb.Runtime != "" {
+			// Hosted by a runtime this server does not drive: the
+			// operation fails, the sandbox stays as it is.
+			log.WarnContext(ctx, "operation of a sandbox whose environment this server does not drive; leaving the sandbox alone", "err", err)
+			return c.finish(ctx, op, model.OpFailed, &model.OperationError{Code: "environment_not_enabled", Message: err.Error()}, "", "", "")
+		}
+		return err // never placed: it fails, nothing of it runs anywhere
+	}
 	switch {
 	case sb.State == lc.InProgress:
-		if err := c.checkRuntime(sb); err != nil {
-			return err
-		}
 	case lc.CanStart(sb.State):
 		if sb.NodeID == "" {
-			if err := c.cfg.Store.PlaceSandbox(ctx, sb.ID, c.cfg.NodeID, c.cfg.Worker.RuntimeInfo().Name, c.cfg.Now()); err != nil {
+			if err := c.cfg.Store.PlaceSandbox(ctx, sb.ID, c.cfg.NodeID, string(env.Name), c.cfg.Now()); err != nil {
 				return fmt.Errorf("place sandbox: %w", err)
 			}
-		} else if err := c.checkRuntime(sb); err != nil {
-			return err
 		}
 		if err := c.cfg.Store.TransitionSandbox(ctx, sb.ID, sb.State, lc.InProgress, "", c.cfg.Now()); err != nil {
 			if errors.Is(err, store.ErrStateChanged) {
@@ -443,9 +457,12 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 	default:
 		return c.finish(ctx, op, model.OpFailed, cancelled(op.Kind, sb.State), "", "", "")
 	}
-	res, err := runStep(ctx, c.cfg.Worker, lc.Step, sb)
+	res, err := runStep(ctx, env.Worker, lc.Step, sb)
 	if err != nil {
 		return err
+	}
+	if lc.Final == model.StateDeleted {
+		c.cfg.Workers.Forget(sb.ID)
 	}
 	err = c.cfg.Store.FinishOperation(ctx, store.Finish{
 		OperationID: op.ID,
@@ -473,17 +490,6 @@ func cancelled(kind model.OperationKind, state model.SandboxState) *model.Operat
 	return &model.OperationError{Code: "cancelled", Message: fmt.Sprintf("sandbox became %s before the %s finished", state, kind)}
 }
 
-// checkRuntime refuses to act on a sandbox that another runtime hosts (the
-// server was restarted with a different --runtime): acting on it here would
-// leak the real sandbox. An unplaced sandbox has nothing to check.
-func (c *Controller) checkRuntime(sb model.Sandbox) error {
-	name := c.cfg.Worker.RuntimeInfo().Name
-	if sb.Runtime == "" || sb.Runtime == name {
-		return nil
-	}
-	return fmt.Errorf("%w: sandbox %s runs on runtime %s but this server drives %s; restart the server with --runtime %s to manage it", worker.ErrPermanent, sb.ID, sb.Runtime, name, sb.Runtime)
-}
-
 // Resync compares the sandboxes this node should have with what its runtime
 // has: running sandboxes that died are marked failed (with the reason), and
 // runtime sandboxes that no live record wants are destroyed. A sandbox that
@@ -494,9 +500,13 @@ func (c *Controller) Resync(ctx context.Context) error {
 	// record before it touches the runtime, so anything listed here is
 	// already wanted by a record read afterwards, and never mistaken for an
 	// orphan while it is being created.
-	have, err := c.cfg.Worker.List(ctx)
-	if err != nil {
-		return fmt.Errorf("list runtime sandboxes: %w", err)
+	have := map[envid.Name][]model.SandboxID{}
+	for _, e := range c.cfg.Workers.Envs() {
+		ids, err := e.Worker.List(ctx)
+		if err != nil {
+			return fmt.Errorf("list %s sandboxes: %w", e.Name, err)
+		}
+		have[e.Name] = ids
 	}
 	want, err := c.cfg.Store.ListSandboxesOnNode(ctx, c.cfg.NodeID)
 	if err != nil {
@@ -506,40 +516,48 @@ func (c *Controller) Resync(ctx context.Context) error {
 	for _, sb := range want {
 		live[sb.ID] = sb
 	}
-	for _, id := range have {
-		if _, ok := live[id]; ok {
-			continue
-		}
-		// No live record wants it: a sandbox deleted while we were down, or
-		// the leftover of a create whose record never committed.
-		c.log.InfoContext(ctx, "removing orphaned sandbox", "sandbox", id)
-		if err := c.cfg.Worker.Destroy(ctx, id); err != nil {
-			c.log.ErrorContext(ctx, "remove orphan", "sandbox", id, "err", err)
+	for _, e := range c.cfg.Workers.Envs() {
+		for _, id := range have[e.Name] {
+			if _, ok := live[id]; ok {
+				continue
+			}
+			// No live record wants it: a sandbox deleted while we were
+			// down, or the leftover of a create whose record never
+			// committed.
+			c.log.InfoContext(ctx, "removing orphaned sandbox", "sandbox", id, "env", e.Name)
+			if err := e.Worker.Destroy(ctx, id); err != nil {
+				c.log.ErrorContext(ctx, "remove orphan", "sandbox", id, "env", e.Name, "err", err)
+			}
+			c.cfg.Workers.Forget(id)
 		}
 	}
 	if err := c.requeueDeletes(ctx, want); err != nil {
 		c.log.ErrorContext(ctx, "requeue deletes", "err", err)
 	}
-	rtName := c.cfg.Worker.RuntimeInfo().Name
+	notDriven := map[string]int{}
 	for _, sb := range want {
-		if sb.Runtime != rtName {
-			// Hosted by another runtime than this server drives (it was
-			// restarted with a different --runtime): leave it alone.
-			c.log.WarnContext(ctx, "sandbox runs on a runtime this server does not drive; leaving it alone", "sandbox", sb.ID, "runtime", sb.Runtime, "server_runtime", rtName)
+		if sb.Runtime == "" {
+			continue // not placed yet: its create operation places it
+		}
+		env, err := c.cfg.Workers.Route(sb)
+		if err != nil {
+			// Hosted by a runtime this server does not drive (it was
+			// restarted with another set of --env): leave it alone.
+			notDriven[sb.Runtime]++
 			continue
 		}
 		switch sb.State {
 		case model.StateRunning, model.StatePaused:
 		case model.StateSuspended:
 			// Nothing runs; its snapshot must still be there.
-			if !slices.Contains(have, sb.ID) {
+			if !slices.Contains(have[env.Name], sb.ID) {
 				c.markFailed(ctx, sb, "the sandbox's snapshot disappeared from the runtime")
 			}
 			continue
 		default:
 			continue // states in progress are driven by their operations
 		}
-		st, err := c.cfg.Worker.Observe(ctx, sb.ID)
+		st, err := env.Worker.Observe(ctx, sb.ID)
 		reason := ""
 		switch {
 		case errors.Is(err, runtime.ErrNotFound):
@@ -555,6 +573,9 @@ func (c *Controller) Resync(ctx context.Context) error {
 			reason = fmt.Sprintf("sandbox stopped unexpectedly (runtime phase %s)", st.Phase)
 		}
 		c.markFailed(ctx, sb, reason)
+	}
+	for rt, n := range notDriven {
+		c.log.WarnContext(ctx, "sandboxes run on a runtime this server does not drive; leaving them alone (restart the server with --env for it to manage them)", "runtime", rt, "sandboxes", n)
 	}
 	return nil
 }
@@ -586,10 +607,12 @@ func (c *Controller) requeueDeletes(ctx context.Context, sandboxes []model.Sandb
 	for _, op := range ops {
 		busy[op.SandboxID] = true
 	}
-	rtName := c.cfg.Worker.RuntimeInfo().Name
 	for _, sb := range sandboxes {
-		if sb.State != del.InProgress || busy[sb.ID] || sb.Runtime != rtName {
+		if sb.State != del.InProgress || busy[sb.ID] {
 			continue
+		}
+		if _, err := c.cfg.Workers.Route(sb); err != nil {
+			continue // not ours to delete: its environment is not driven here
 		}
 		now := c.cfg.Now()
 		op := model.Operation{ID: model.NewOperationID(), ProjectID: sb.ProjectID, SandboxID: sb.ID,

@@ -14,6 +14,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
@@ -106,7 +107,11 @@ func newEnvWith(t testing.TB, flavor string, templateErr error, cc Config, opts 
 	}
 	t.Cleanup(func() { wk.Close() })
 	e := &env{t: t, st: st, rt: rt, wk: wk, node: model.NewNodeID(), project: model.NewProjectID(), digest: model.DigestFromSHA256([32]byte{7}), stateRoot: stateRoot}
-	cc.Store, cc.Worker, cc.NodeID, cc.Logger = st, wk, e.node, log
+	set, err := worker.NewSet([]worker.Env{{Name: envid.Name(flavor), Ref: testEnvRef, Worker: wk}}, st.GetSandboxByID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.Store, cc.Workers, cc.NodeID, cc.Logger = st, set, e.node, log
 	if cc.Resync == 0 {
 		cc.Resync = time.Hour // tests call Resync themselves
 	}

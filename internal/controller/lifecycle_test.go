@@ -156,7 +156,7 @@ func TestPauseResumeThroughTheTable(t *testing.T) {
 		if sb := e.sandbox(id); sb.State != lc.Final {
 			t.Fatalf("after %s: sandbox %s, want %s", kind, sb.State, lc.Final)
 		}
-		st, err := e.ctrl.cfg.Worker.Observe(context.Background(), id)
+		st, err := e.wk.Observe(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +197,7 @@ func TestSuspendWakeThroughTheTable(t *testing.T) {
 			if sb.State != model.StateSuspended || sb.Snapshot == nil || sb.Snapshot.Kind != tc.kind || sb.Snapshot.Location == "" {
 				t.Fatalf("after suspend: %s, snapshot %+v; want suspended with a %s snapshot", sb.State, sb.Snapshot, tc.kind)
 			}
-			if _, err := e.ctrl.cfg.Worker.Observe(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+			if _, err := e.wk.Observe(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
 				t.Fatalf("a suspended sandbox's container: %v, want ErrNotFound", err)
 			}
 			// Resync keeps a suspended sandbox whose snapshot is there.

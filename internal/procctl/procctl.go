@@ -30,6 +30,10 @@ type Agents interface {
 // ErrSandboxGone: the sandbox is being destroyed or is gone from this node.
 var ErrSandboxGone = errors.New("sandbox is gone from this node")
 
+// ErrEnvironmentNotEnabled: the sandbox runs in an execution environment
+// this server does not drive (it was restarted without its --env).
+var ErrEnvironmentNotEnabled = errors.New("the sandbox's execution environment is not enabled on this server")
+
 // CallTimeout bounds a single short agent call (start, status, signal,
 // resize, list) made on behalf of a client request.
 const CallTimeout = 30 * time.Second
@@ -99,6 +103,8 @@ func PublicError(err error) *Error {
 	switch {
 	case errors.Is(err, ErrSandboxGone):
 		return &Error{http.StatusConflict, apiv1.CodeSandboxNotRunning, "the sandbox is being deleted"}
+	case errors.Is(err, ErrEnvironmentNotEnabled):
+		return &Error{http.StatusConflict, apiv1.CodeEnvironmentUnavailable, "the sandbox runs in an execution environment this server does not drive (it was restarted without that --env); it is left as it is"}
 	case errors.As(err, &perr):
 		return &Error{http.StatusNotImplemented, apiv1.CodeAgentUnsupported, perr.Error()}
 	case errors.Is(err, agentclient.ErrUnsupported):

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/envid"
 )
 
 // DefaultShutdownGrace is the default of Options.ShutdownGrace.
@@ -26,10 +28,15 @@ const DefaultMaxDiskMiB = 100 * 1024
 type Options struct {
 	DataDir     string       // --data-dir: everything Airlock stores on this host; DIR/admin.key holds the first admin key
 	Listen      string       // --listen HOST:PORT
-	Runtime     string       // --runtime runc|crun|runsc; "" picks the strongest that works here
 	DatabaseURL string       // --database-url postgres://…; "" uses SQLite in DataDir
 	AgentBinary string       // --agent-binary; "" looks next to the airlock binary, then in PATH
 	Logger      *slog.Logger // nil: text logs on stderr
+	// Environments (--env NAME, repeatable; --runtime NAME is shorthand
+	// for one) are the execution environments this server runs sandboxes
+	// in, the first the default; each must work here. Empty: the
+	// strongest automatic one that works (runsc); shared-kernel ones (runc,
+	// crun) only when named.
+	Environments []envid.Name
 	// SandboxDir (--sandbox-dir) holds the sandboxes' storage: each
 	// runtime's per-sandbox state directories (bundle, disk image, agent
 	// socket), in SandboxDir/<runtime>/. Put it on a filesystem of its own

@@ -21,8 +21,8 @@ type timeouts struct {
 }
 
 // newTimeouts wires idle limits, deadlines and retention for the sandboxes
-// rt hosts on node.
-func newTimeouts(opts Options, st store.Store, node model.NodeID, rt runtime.Runtime, log *slog.Logger) (*timeouts, error) {
+// the node's enabled environments host.
+func newTimeouts(opts Options, st store.Store, node model.NodeID, envs []enabledEnv, log *slog.Logger) (*timeouts, error) {
 	// Activity is flushed at least as often as the reaper looks, so that
 	// last_activity_at is as fresh as what the reaper goes by.
 	flush := activity.DefaultInterval
@@ -33,19 +33,25 @@ func newTimeouts(opts Options, st store.Store, node model.NodeID, rt runtime.Run
 	if err != nil {
 		return nil, err
 	}
-	// Asked of the runtime instance, once: every sandbox here runs on it.
-	_, suspendErr := runtime.AsSuspender(rt)
-	_, pauseErr := runtime.AsPauser(rt)
-	canSuspend, canPause := suspendErr == nil, pauseErr == nil
-	if !canSuspend {
-		log.Info("idle sandboxes are not suspended: the runtime cannot suspend", "runtime", rt.Info().Name, "reason", suspendErr)
+	// Asked of each runtime instance, once. A sandbox is matched by the
+	// runtime that hosts it (as the worker set routes it); one placed
+	// nowhere yet or on a runtime not driven here can do neither.
+	canSuspend, canPause := map[string]bool{}, map[string]bool{}
+	for _, e := range envs {
+		name := e.rt.Info().Name
+		_, suspendErr := runtime.AsSuspender(e.rt)
+		_, pauseErr := runtime.AsPauser(e.rt)
+		canSuspend[name], canPause[name] = suspendErr == nil, pauseErr == nil
+		if suspendErr != nil {
+			log.Info("idle sandboxes are not suspended: the runtime cannot suspend", "runtime", name, "reason", suspendErr)
+		}
 	}
 	rp, err := reaper.New(reaper.Config{
 		Store:      st,
 		Node:       node,
 		Activity:   tracker,
-		CanSuspend: func(model.Sandbox) bool { return canSuspend },
-		CanPause:   func(model.Sandbox) bool { return canPause },
+		CanSuspend: func(sb model.Sandbox) bool { return canSuspend[sb.Runtime] },
+		CanPause:   func(sb model.Sandbox) bool { return canPause[sb.Runtime] },
 		Interval:   opts.ReapInterval,
 		Logger:     log.With("component", "reaper"),
 	})

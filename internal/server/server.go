@@ -98,7 +98,12 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	rt, err := selectRuntime(ctx, opts.Runtime, oci.IDPool{Base: opts.UsernsBase, Ranges: opts.UsernsRanges}, dd, sandboxDir, agentBin, log)
+	rts := runtimes{ids: oci.IDPool{Base: opts.UsernsBase, Ranges: opts.UsernsRanges}, dd: dd, sandboxDir: sandboxDir, agentBin: agentBin, log: log}
+	envs, err := openEnvironments(ctx, opts.Environments, rts, log)
+	if err != nil {
+		return err
+	}
+	envReg, err := recordEnvironments(ctx, envs, st, nodeID, rts, log.With("component", "environments"))
 	if err != nil {
 		return err
 	}
@@ -121,8 +126,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	wk, err := worker.New(worker.Config{
-		Runtime: rt,
+	wk, err := newWorkers(envs, worker.Config{
 		Network: egressNet,
 		TemplateDir: func(d model.TemplateDigest) (string, error) {
 			if !templates.Has(d) {
@@ -137,24 +141,23 @@ func Run(ctx context.Context, opts Options) error {
 		FetchTemplate: fetchTemplate(templates, dist),
 		AgentBinary:   agentBin,
 		Fault:         fault,
-		Logger:        log.With("component", "worker"),
-	})
+	}, st, log)
 	if err != nil {
 		return err
 	}
 	defer wk.Close()
 
 	ctrl, err := controller.New(controller.Config{
-		Store:  st,
-		Worker: wk,
-		NodeID: nodeID,
-		Logger: log.With("component", "controller"),
+		Store:   st,
+		Workers: wk,
+		NodeID:  nodeID,
+		Logger:  log.With("component", "controller"),
 	})
 	if err != nil {
 		return err
 	}
 
-	idle, err := newTimeouts(opts, st, nodeID, rt, log)
+	idle, err := newTimeouts(opts, st, nodeID, envs, log)
 	if err != nil {
 		return err
 	}
@@ -215,13 +218,14 @@ func Run(ctx context.Context, opts Options) error {
 		TemplateDefaults: func(d model.TemplateDigest) (procctl.Defaults, error) {
 			return commandDefaults(templates, d)
 		},
-		TemplateGC: collector,
-		Agents:     wk,
-		Builds:     builds,
-		FileTokens: attachKeys.Issuer(), // file tokens are signed like attachment tokens
-		Attach:     attachKeys.Issuer(),
-		AttachKeys: attachKeys,
-		Logger:     log.With("component", "api"),
+		TemplateGC:   collector,
+		Agents:       wk,
+		Environments: envReg,
+		Builds:       builds,
+		FileTokens:   attachKeys.Issuer(), // file tokens are signed like attachment tokens
+		Attach:       attachKeys.Issuer(),
+		AttachKeys:   attachKeys,
+		Logger:       log.With("component", "api"),
 		// Ready while the store answers and the server is not draining;
 		// the listener only exists once the runtime was probed and the
 		// controller wired.
@@ -267,6 +271,7 @@ func Run(ctx context.Context, opts Options) error {
 	}()
 	startEgressServices(runCtx, &wg, errc, egressNet, egressSvc, log.With("component", "egress"))
 	idle.start(runCtx, &wg) // activity flushes, deadlines, idle limits, the purge of finished rows
+
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -301,7 +306,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}()
 	log.Info("airlock server ready", "url", baseURL, "data_dir", dd.path,
-		"runtime", rt.Info().Name, "isolation", rt.Info().Isolation,
+		"environments", envNames(envs), "default_env", envs[0].local.Name,
 		"admin_key_file", dd.join(adminKeyFile))
 
 	var runErr error
@@ -336,7 +341,9 @@ func Run(ctx context.Context, opts Options) error {
 	<-drained
 	cancel()
 	wg.Wait()
-	releaseAgentFS(context.WithoutCancel(ctx), rt, log)
+	for _, e := range envs {
+		releaseAgentFS(context.WithoutCancel(ctx), e.rt, log)
+	}
 	egressNet.release(log)
 	log.Info("airlock server stopped")
 	return runErr

@@ -208,6 +208,8 @@ type Store interface {
 
 	// Egress policies, profiles and secrets (egress.go).
 	Egress
+	// Execution environments and each node's view of them (environments.go).
+	Environments
 
 	// Activity, deadlines and the purge of finished rows (activity.go).
 	Activity

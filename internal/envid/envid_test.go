@@ -1,0 +1,338 @@
+package envid
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
+)
+
+// schemaFields records, per schema version, every field of Definition as
+// its JSON path. A field added, removed or renamed without a new
+// SchemaVersion (and a new entry here) fails TestSchemaFieldsPinned.
+var schemaFields = map[int][]string{
+	1: {
+		"schema_version",
+		"name",
+		"host.os", "host.arch",
+		"runtime.name", "runtime.version", "runtime.binary_digest",
+		"guest.os", "guest.arch",
+		"boot.kernel_digest", "boot.initramfs_digest", "boot.command_line",
+		"isolation",
+		"snapshot.capability", "snapshot.format",
+		"oom_scope",
+	},
+}
+
+func jsonFields(t *testing.T, typ reflect.Type, prefix string) []string {
+	var out []string
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if tag == "" || tag == "-" {
+			t.Fatalf("field %s%s has no JSON name", prefix, f.Name)
+		}
+		if f.Type.Kind() == reflect.Struct {
+			out = append(out, jsonFields(t, f.Type, prefix+tag+".")...)
+			continue
+		}
+		if k := f.Type.Kind(); k != reflect.String && k != reflect.Int {
+			t.Fatalf("field %s%s is a %s: the canonical encoding is pinned for strings and ints only", prefix, tag, k)
+		}
+		out = append(out, prefix+tag)
+	}
+	return out
+}
+
+func TestSchemaFieldsPinned(t *testing.T) {
+	want, ok := schemaFields[SchemaVersion]
+	if !ok {
+		t.Fatalf("SchemaVersion %d has no recorded field list: add it to schemaFields", SchemaVersion)
+	}
+	got := jsonFields(t, reflect.TypeOf(Definition{}), "")
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Definition's fields changed without a new SchemaVersion:\n got %q\nwant %q\nbump SchemaVersion and record the new list", got, want)
+	}
+}
+
+func golden() Definition {
+	return Definition{
+		SchemaVersion: 1,
+		Name:          NameRunsc,
+		Host:          Platform{OS: "linux", Arch: "amd64"},
+		Runtime: RuntimeBinding{
+			Name:         "runsc",
+			Version:      "runsc version release-20240807.0\nspec: 1.1.0-rc.1",
+			BinaryDigest: Digest("sha256:" + strings.Repeat("ab", 32)),
+		},
+		Guest:     Platform{OS: "linux", Arch: "amd64"},
+		Isolation: runtime.IsolationUserSpaceKernel,
+		Snapshot:  Snapshot{Capability: SnapshotMemory, Format: "runsc-checkpoint/1"},
+		OOMScope:  runtime.OOMKillsSandbox,
+	}
+}
+
+// The canonical encoding and reference of a fixed definition are pinned:
+// changing either changes every stored reference.
+func TestGolden(t *testing.T) {
+	const wantJSON = `{"boot":{},"guest":{"arch":"amd64","os":"linux"},"host":{"arch":"amd64","os":"linux"},"isolation":"user-space-kernel","name":"runsc","oom_scope":"sandbox","runtime":{"binary_digest":"sha256:abababababababababababababababababababababababababababababababab","name":"runsc","version":"runsc version release-20240807.0\nspec: 1.1.0-rc.1"},"schema_version":1,"snapshot":{"capability":"memory","format":"runsc-checkpoint/1"}}`
+	const wantRef = "env:sha256:c5bd7f44f644cd30cb9d8c097fdcd19826899b408178c8c402bf25778c0ed837"
+	c, err := golden().Canonical()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(c) != wantJSON {
+		t.Fatalf("canonical encoding:\n got %s\nwant %s", c, wantJSON)
+	}
+	ref, err := golden().Ref()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(ref) != wantRef {
+		t.Fatalf("reference = %s, want %s", ref, wantRef)
+	}
+	if _, err := model.ParseEnvironmentRef(string(ref)); err != nil {
+		t.Fatal(err)
+	}
+	// Parse of the canonical encoding gives the definition back.
+	back, err := Parse(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back != golden() {
+		t.Fatalf("Parse(Canonical) = %+v, want %+v", back, golden())
+	}
+}
+
+func TestRefChangesWithEveryField(t *testing.T) {
+	base, err := golden().Ref()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(d *Definition)
+	}{
+		{"name", func(d *Definition) { d.Name = NameCrun }},
+		{"host arch", func(d *Definition) { d.Host.Arch = "arm64" }},
+		{"runtime version", func(d *Definition) { d.Runtime.Version = "other" }},
+		{"binary digest", func(d *Definition) { d.Runtime.BinaryDigest = Digest("sha256:" + strings.Repeat("cd", 32)) }},
+		{"guest os", func(d *Definition) { d.Guest.OS = "freebsd" }},
+		{"kernel", func(d *Definition) { d.Boot.KernelDigest = Digest("sha256:" + strings.Repeat("01", 32)) }},
+		{"command line", func(d *Definition) { d.Boot.CommandLine = "console=ttyS0" }},
+		{"isolation", func(d *Definition) { d.Isolation = runtime.IsolationSharedKernel }},
+		{"snapshot", func(d *Definition) { d.Snapshot = Snapshot{Capability: SnapshotFilesystem} }},
+		{"snapshot format", func(d *Definition) { d.Snapshot.Format = "runsc-checkpoint/2" }},
+		{"oom", func(d *Definition) { d.OOMScope = runtime.OOMKillsProcess }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := golden()
+			tc.edit(&d)
+			ref, err := d.Ref()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ref == base {
+				t.Fatalf("changing %s kept the reference %s", tc.name, ref)
+			}
+		})
+	}
+}
+
+func TestParseRefuses(t *testing.T) {
+	c, err := golden().Canonical()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, in, want string
+	}{
+		{"not json", `{`, "environment definition"},
+		{"no version", `{"name":"runsc"}`, "no schema_version"},
+		{"newer version", strings.Replace(string(c), `"schema_version":1`, `"schema_version":2`, 1), "schema version 2"},
+		{"unknown field", strings.Replace(string(c), `"boot":{}`, `"boot":{},"extra":1`, 1), "unknown field"},
+		{"trailing", string(c) + ` {}`, "after top-level value"},
+		{"unknown name", strings.Replace(string(c), `"name":"runsc"`, `"name":"lxc"`, 1), "unknown execution environment"},
+		{"bad digest", strings.Replace(string(c), `sha256:abab`, `sha256:ABAB`, 1), "digest"},
+		{"bad isolation", strings.Replace(string(c), `user-space-kernel`, `none`, 1), "isolation"},
+		{"bad snapshot", strings.Replace(string(c), `"capability":"memory"`, `"capability":"disk"`, 1), "snapshot capability"},
+		{"format without capability", strings.Replace(string(c), `"capability":"memory"`, `"capability":"none"`, 1), "without a snapshot capability"},
+		{"bad oom", strings.Replace(string(c), `"oom_scope":"sandbox"`, `"oom_scope":"host"`, 1), "oom scope"},
+		{"bad platform", strings.Replace(string(c), `"os":"linux"`, `"os":"Linux"`, 1), "platform"},
+		{"too big", `{"schema_version":1,"x":"` + strings.Repeat("a", maxDefinitionBytes) + `"}`, "larger than"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.in))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse = %v, want an error containing %q", err, tc.want)
+			}
+			if !errors.Is(err, model.ErrInvalid) {
+				t.Fatalf("Parse = %v, want model.ErrInvalid", err)
+			}
+		})
+	}
+}
+
+func TestParseSelector(t *testing.T) {
+	ref := "env:sha256:" + strings.Repeat("0f", 32)
+	for _, tc := range []struct {
+		in      string
+		want    Selector
+		wantErr bool
+	}{
+		{in: "runsc", want: Selector{Name: NameRunsc}},
+		{in: "runc", want: Selector{Name: NameRunc}},
+		{in: "crun", want: Selector{Name: NameCrun}},
+		{in: ref, want: Selector{Ref: model.EnvironmentRef(ref)}},
+		{in: "", wantErr: true},
+		{in: "RUNSC", wantErr: true},
+		{in: "env:sha256:12", wantErr: true},
+		{in: "qemu", wantErr: true},
+	} {
+		got, err := ParseSelector(tc.in)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("ParseSelector(%q) = %+v, %v; want %+v, error %v", tc.in, got, err, tc.want, tc.wantErr)
+		}
+		if err == nil && got.String() != tc.in {
+			t.Errorf("ParseSelector(%q).String() = %q", tc.in, got.String())
+		}
+	}
+}
+
+func TestFromInfo(t *testing.T) {
+	info := runtime.Info{
+		Name: "runc", Version: "runc version 1.1.5", Binary: "/usr/sbin/runc",
+		Isolation: runtime.IsolationSharedKernel, OOMScope: runtime.OOMKillsProcess,
+		Capabilities: runtime.NewCapabilities(runtime.CapPause, runtime.CapFilesystemSnapshot),
+	}
+	d, err := FromInfo(NameRunc, info, Inputs{BinaryDigest: Digest("sha256:" + strings.Repeat("11", 32))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Host != HostPlatform() || d.Guest != HostPlatform() {
+		t.Fatalf("platforms = %+v, %+v; want the host's", d.Host, d.Guest)
+	}
+	if d.Snapshot.Capability != SnapshotFilesystem || d.Isolation != runtime.IsolationSharedKernel || d.OOMScope != runtime.OOMKillsProcess {
+		t.Fatalf("definition = %+v", d)
+	}
+	if _, err := FromInfo(NameRunc, info, Inputs{}); err == nil {
+		t.Fatal("FromInfo without a binary digest succeeded")
+	}
+}
+
+func fakeBinary(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "rt")
+	if err := os.WriteFile(p, []byte(content), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDetectAndVerify(t *testing.T) {
+	bin := fakeBinary(t, "binary one")
+	infoOf := func(n Name) runtime.Info {
+		return runtime.Info{Name: string(n), Version: "1.0", Binary: bin, Isolation: runtime.IsolationSharedKernel, OOMScope: runtime.OOMKillsProcess}
+	}
+	probe := func(_ context.Context, n Name) (runtime.Info, Inputs, error) {
+		switch n {
+		case NameRunc:
+			return infoOf(n), Inputs{}, nil
+		case NameCrun:
+			return infoOf(n), Inputs{}, errors.New("probe crun: run a container: boom")
+		}
+		return runtime.Info{}, Inputs{}, errors.New("runsc: executable file not found in $PATH")
+	}
+	dets, err := Detect(context.Background(), Names(), probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[Name]Detection{}
+	for _, d := range dets {
+		byName[d.Name] = d
+	}
+	if d := byName[NameRunc]; !d.Available || d.Definition == nil || d.Ref == "" || d.Reason != "" {
+		t.Fatalf("runc: %+v", d)
+	}
+	if d := byName[NameCrun]; d.Available || d.Definition == nil || !strings.Contains(d.Reason, "boom") {
+		t.Fatalf("crun (installed, probe fails): %+v", d)
+	}
+	if d := byName[NameRunsc]; d.Available || d.Definition != nil || !strings.Contains(d.Reason, "not found") {
+		t.Fatalf("runsc (not installed): %+v", d)
+	}
+	runc := *byName[NameRunc].Definition
+	if err := Verify(runc, bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, []byte("binary two"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(runc, bin); !errors.Is(err, ErrArtifactsMissing) {
+		t.Fatalf("Verify after the binary changed = %v, want ErrArtifactsMissing", err)
+	}
+	if err := Verify(runc, filepath.Join(t.TempDir(), "gone")); !errors.Is(err, ErrArtifactsMissing) {
+		t.Fatalf("Verify of a missing binary = %v, want ErrArtifactsMissing", err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Detect(ctx, Names(), probe); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Detect with an ended context = %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	c, err := golden().Canonical()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(c)
+	f.Add([]byte(`{"schema_version":1}`))
+	f.Add([]byte(`{"schema_version":1,"name":"runc","host":{"os":"linux","arch":"amd64"}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d, err := Parse(data)
+		if err != nil {
+			return
+		}
+		c1, err := d.Canonical()
+		if err != nil {
+			t.Fatalf("a parsed definition does not encode: %v", err)
+		}
+		d2, err := Parse(c1)
+		if err != nil {
+			t.Fatalf("the canonical encoding does not parse: %v\n%s", err, c1)
+		}
+		c2, err := d2.Canonical()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d2 != d || !bytes.Equal(c1, c2) {
+			t.Fatalf("round trip changed the definition:\n%s\n%s", c1, c2)
+		}
+	})
+}
+
+func FuzzParseSelector(f *testing.F) {
+	for _, s := range []string{"runsc", "runc", "env:sha256:" + strings.Repeat("a", 64), "env:", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		sel, err := ParseSelector(s)
+		if err != nil {
+			return
+		}
+		if (sel.Name == "") == (sel.Ref == "") {
+			t.Fatalf("ParseSelector(%q) = %+v: exactly one of name and ref must be set", s, sel)
+		}
+		if sel.String() != s {
+			t.Fatalf("ParseSelector(%q).String() = %q", s, sel.String())
+		}
+	})
+}
