@@ -122,6 +122,14 @@ type Config struct {
 	// SecretsChanged, if set, is called after a project's secrets were
 	// created, replaced or deleted (the proxy drops what it cached).
 	SecretsChanged func(model.ProjectID)
+
+	// DefaultIdleTimeout is the idle limit of a sandbox whose create
+	// request names none (--default-idle-timeout); 0:
+	// model.DefaultIdleTimeout; negative: never.
+	DefaultIdleTimeout time.Duration
+	// Activity is told of calls that use a sandbox (timeouts.go); nil:
+	// they are not recorded.
+	Activity ActivityRecorder
 }
 
 // API is the management API handler.
@@ -168,6 +176,9 @@ func New(cfg Config) (*API, error) {
 	if d := cfg.DefaultDiskMiB; d < model.MinDiskMiB || d > model.MaxDiskMiB ||
 		cfg.Capacity != nil && cfg.Capacity.DiskMiB > 0 && d > cfg.Capacity.DiskMiB {
 		return nil, fmt.Errorf("api: DefaultDiskMiB %d must be between %d and %d and at most Capacity.DiskMiB", d, model.MinDiskMiB, model.MaxDiskMiB)
+	}
+	if cfg.DefaultIdleTimeout > model.MaxIdleTimeout {
+		return nil, fmt.Errorf("api: DefaultIdleTimeout %s is over %s", cfg.DefaultIdleTimeout, model.MaxIdleTimeout)
 	}
 	if cfg.AttachTTL < 0 {
 		return nil, fmt.Errorf("api: AttachTTL %s is negative", cfg.AttachTTL)

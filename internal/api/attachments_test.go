@@ -127,6 +127,7 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 	bodies := map[string]string{
 		"POST /v1/sandboxes":                                         `{}`,
 		"POST /v1/sandboxes/{id}/commands":                           `{"args": ["true"]}`,
+		"POST /v1/sandboxes/{id}/timeout":                            `{"timeout": 60}`,
 		"POST /v1/templates":                                         fmt.Sprintf(`{"source": %q}`, e.tplDir),
 		"POST /v1/admin/projects":                                    `{"name": "evil"}`,
 		"POST /v1/admin/keys":                                        fmt.Sprintf(`{"project_id": %q, "role": "admin", "name": "x"}`, e.projA),

@@ -9,7 +9,7 @@ import (
 // are never nil, so they encode as {} and [] rather than null.
 
 func sandboxOut(sb model.Sandbox) apiv1.Sandbox {
-	return apiv1.Sandbox{
+	out := apiv1.Sandbox{
 		ID:          sb.ID.String(),
 		Template:    sb.Template.String(),
 		CPUs:        sb.Resources.CPUs,
@@ -25,6 +25,8 @@ func sandboxOut(sb model.Sandbox) apiv1.Sandbox {
 		CreatedAt:   sb.CreatedAt.UTC(),
 		UpdatedAt:   sb.UpdatedAt.UTC(),
 	}
+	timeoutsOut(&out, sb)
+	return out
 }
 
 func operationOut(op model.Operation) apiv1.Operation {

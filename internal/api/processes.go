@@ -29,6 +29,7 @@ func (a *API) agentOf(ctx context.Context, r *http.Request, p principal) (model.
 	if err != nil {
 		return sb, nil, procError(err)
 	}
+	a.touch(sb.ID) // reaching into the sandbox (processes, files) is activity
 	return sb, agent, nil
 }
 

@@ -43,6 +43,7 @@ func (a *API) routeTable() []route {
 		{"GET", "/v1/sandboxes", member, a.listSandboxes},
 		{"GET", "/v1/sandboxes/{id}", member, a.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", member, mutating(a, a.deleteSandbox)},
+		{"POST", "/v1/sandboxes/{id}/timeout", member, mutating(a, a.setSandboxTimeout)},
 		{"POST", "/v1/sandboxes/{id}/commands", member, mutating(a, a.createCommand)},
 		{"GET", "/v1/sandboxes/{id}/processes", member, a.listProcesses},
 		{"GET", "/v1/sandboxes/{id}/processes/{process_id}", member, a.getProcess},

@@ -54,6 +54,10 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	if err != nil {
 		return nil, err
 	}
+	timeouts, err := a.createTimeouts(c)
+	if err != nil {
+		return nil, err
+	}
 	egressSpec, err := a.createEgress(ctx, in.Egress)
 	if err != nil {
 		return nil, err
@@ -86,6 +90,9 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 		State:     model.StatePending,
 		CreatedAt: c.now,
 		UpdatedAt: c.now,
+
+		Timeouts:     timeouts,
+		LastActivity: c.now, // created is used: the idle limit counts from now
 	}
 	sb.Environment = envRef
 	op := model.Operation{
@@ -150,6 +157,9 @@ func (a *API) sandboxOf(ctx context.Context, r *http.Request, p principal) (mode
 	}
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, err)
+	}
+	if r.Method != http.MethodGet {
+		a.touch(sb.ID) // a change is activity; reading the record is not (agentOf)
 	}
 	return sb, nil
 }

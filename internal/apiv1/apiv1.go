@@ -77,6 +77,18 @@ type Sandbox struct {
 	Egress    *EgressPolicy `json:"egress,omitempty"`
 	CreatedAt time.Time     `json:"created_at"`
 	UpdatedAt time.Time     `json:"updated_at"`
+
+	// TimeoutAt is the sandbox's deadline (null: none), OnTimeout what
+	// happens then ("delete" or "suspend"). The deadline is cleared once
+	// it was acted on.
+	TimeoutAt *time.Time `json:"timeout_at"`
+	OnTimeout string     `json:"on_timeout"`
+	// IdleTimeout is its idle limit in seconds (0: never suspended for
+	// idleness); LastActivityAt when it was last used (null: not
+	// recorded), as last written to the store (activity is flushed every
+	// few seconds).
+	IdleTimeout    int64      `json:"idle_timeout"`
+	LastActivityAt *time.Time `json:"last_activity_at"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Omitted fields take
@@ -95,6 +107,24 @@ type CreateSandboxRequest struct {
 	// Environment is the execution environment: a name (runsc) or a
 	// reference (env:sha256:…); absent: the server's default.
 	Environment string `json:"environment,omitempty"`
+	// Timeout, in seconds, sets a deadline that long after the create;
+	// 0 or absent: none. OnTimeout says what happens then: "delete"
+	// (default) or "suspend".
+	Timeout   int64  `json:"timeout,omitempty"`
+	OnTimeout string `json:"on_timeout,omitempty"`
+	// IdleTimeout, in seconds, is how long the sandbox may go without
+	// activity before it is suspended; absent: the server's default
+	// (--default-idle-timeout, 6 h unless its operator chose another);
+	// 0: never.
+	IdleTimeout *int64 `json:"idle_timeout,omitempty"`
+}
+
+// SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: a new
+// deadline Timeout seconds from now (0: none) and, if given, what happens
+// then (else the sandbox's current on_timeout stays).
+type SetTimeoutRequest struct {
+	Timeout   int64  `json:"timeout"`
+	OnTimeout string `json:"on_timeout,omitempty"`
 }
 
 // SandboxWithOperation is the 202 response of POST /v1/sandboxes.

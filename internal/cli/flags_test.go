@@ -171,6 +171,10 @@ func TestServerDiskAndTimeoutFlags(t *testing.T) {
 		func(f *serverFlags) { f.usernsBase = 1000 },                    // host users inside a range
 		func(f *serverFlags) { f.usernsN = 0 },                          // no range at all
 		func(f *serverFlags) { f.usernsBase, f.usernsN = 1<<31, 1<<15 }, // beyond the largest id
+		func(f *serverFlags) { f.idleDefault = -time.Second },
+		func(f *serverFlags) { f.idleDefault = 31 * 24 * time.Hour },
+		func(f *serverFlags) { f.retention = time.Second },
+		func(f *serverFlags) { f.reapEvery = time.Millisecond },
 	} {
 		f := ok
 		bad(&f)

@@ -75,6 +75,7 @@ func sandboxFields(w io.Writer, sb apiv1.Sandbox) {
 	if sb.Egress != nil {
 		fmt.Fprintf(w, "Egress:\t%s\n", egressSummary(*sb.Egress))
 	}
+	timeoutFields(w, sb)
 	fmt.Fprintf(w, "Created:\t%s\n", timeText(sb.CreatedAt))
 	fmt.Fprintf(w, "Updated:\t%s\n", timeText(sb.UpdatedAt))
 }

@@ -48,6 +48,7 @@ func TestTableOutput(t *testing.T) {
 			"Runtime:   runsc\n" +
 			"Env:       A, TOKEN\n" +
 			"Metadata:  app=x y,team=ml\n" +
+			"Idle:      never\n" +
 			"Created:   2026-11-30T09:05:07Z\n" +
 			"Updated:   2026-11-30T09:06:37Z\n"},
 		{"sandbox list", func(p printer) error {

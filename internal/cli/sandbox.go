@@ -16,7 +16,8 @@ import (
 
 func (a *app) sandboxCommand() *cobra.Command {
 	return group("sandbox", "Create, list, inspect and delete sandboxes",
-		a.sandboxCreateCommand(), a.sandboxListCommand(), a.sandboxGetCommand(), a.sandboxDeleteCommand())
+		a.sandboxCreateCommand(), a.sandboxListCommand(), a.sandboxGetCommand(), a.sandboxDeleteCommand(),
+		a.sandboxTimeoutCommand())
 }
 
 // createFlags are the sandbox spec flags of `sandbox create` and `run`.
@@ -28,6 +29,7 @@ type createFlags struct {
 	env       []string
 	metadata  []string
 	egress    egressFlags
+	timeouts  timeoutFlags
 	// environment is --environment, the execution environment (an --env
 	// value without '=' names it too).
 	environment string
@@ -42,6 +44,7 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.environment, "environment", "", "execution environment: a name (runsc, crun, runc) or an env:sha256: reference, see `airlock env list` (default: the server's)")
 	fs.StringArrayVar(&f.metadata, "metadata", nil, "metadata label KEY=VALUE (repeatable)")
 	f.egress.register(fs, "egress-profile", "egress-default")
+	f.timeouts.register(fs)
 }
 
 // request parses the flags into a create request.
@@ -73,6 +76,9 @@ func (f *createFlags) request() (apiv1.CreateSandboxRequest, error) {
 		return req, err
 	}
 	if req.Metadata, err = parseMetadataFlag(f.metadata); err != nil {
+		return req, err
+	}
+	if err := f.timeouts.apply(&req); err != nil {
 		return req, err
 	}
 	if f.egress.given() {

@@ -19,6 +19,7 @@ import (
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/reaper"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/server"
 	"github.com/airlockdev/airlock/internal/templategc"
@@ -52,6 +53,9 @@ type serverFlags struct {
 	defaultTpl  string
 	buildCache  string
 	recipeRuns  bool
+	idleDefault time.Duration
+	retention   time.Duration
+	reapEvery   time.Duration
 	// egress
 	egressPool     string
 	egressDefault  string
@@ -86,6 +90,21 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		DefaultTemplate:          f.defaultTpl,
 		BuildCacheDir:            f.buildCache,
 		RecipeRunOnTemplateBases: f.recipeRuns,
+		DefaultIdleTimeout:       f.idleDefault,
+		Retention:                f.retention,
+		ReapInterval:             f.reapEvery,
+	}
+	if f.idleDefault < 0 || f.idleDefault > model.MaxIdleTimeout {
+		return opts, usageErrorf("--default-idle-timeout must be between 0 (never) and %s, not %s", model.MaxIdleTimeout, f.idleDefault)
+	}
+	if f.idleDefault == 0 {
+		opts.DefaultIdleTimeout = -1 // never
+	}
+	if f.retention != 0 && f.retention < time.Minute { // 0: the default
+		return opts, usageErrorf("--retention must be at least 1m, not %s", f.retention)
+	}
+	if f.reapEvery != 0 && (f.reapEvery < 100*time.Millisecond || f.reapEvery > time.Hour) {
+		return opts, usageErrorf("--reap-interval must be between 100ms and 1h, not %s", f.reapEvery)
 	}
 	switch f.defaultTpl {
 	case "", server.DefaultTemplateDebian, server.DefaultTemplateMinimal:
@@ -261,6 +280,9 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringVar(&f.blobStore, "blob-store", "", "blob store shared by nodes, where imported templates are pushed and missing ones pulled by digest: file:///DIR or s3://BUCKET[/PREFIX]?endpoint=URL[&region=R][&path_style=true] (credentials: $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY or --blob-store-credentials)")
 	fs.StringSliceVar(&f.trusted, "trusted-bucket", nil, "an S3 bucket the server may use as its blob store (repeatable); an s3:// --blob-store must name one of them")
 	fs.StringVar(&f.blobCreds, "blob-store-credentials", "", "file (mode 0600) of AWS_ACCESS_KEY_ID=…, AWS_SECRET_ACCESS_KEY=… and optional AWS_SESSION_TOKEN=… lines for an s3:// --blob-store")
+	fs.DurationVar(&f.idleDefault, "default-idle-timeout", model.DefaultIdleTimeout, "idle limit of a sandbox whose create request names none: without activity for this long it is suspended (0: never)")
+	fs.DurationVar(&f.retention, "retention", reaper.DefaultRetention, "how long deleted sandboxes (with their command sessions) and finished operations stay in the store before they are purged")
+	fs.DurationVar(&f.reapEvery, "reap-interval", reaper.DefaultInterval, "how often passed deadlines and idle sandboxes are looked for")
 	fs.StringVar(&f.egressPool, "egress-pool", "10.213.0.0/16", "private IPv4 range of the sandboxes' links to the host (a /30 each)")
 	fs.StringVar(&f.egressDefault, "egress-default", "public", "egress policy of a sandbox that sets none: public (names on the public internet; never private, link-local or host addresses) or none")
 	fs.StringVar(&f.egressDNS, "egress-upstream-dns", "", "ADDRESS[:PORT] of the DNS server the egress resolver forwards allowed queries to (default: the first nameserver of /etc/resolv.conf)")

@@ -64,6 +64,25 @@ type Config struct {
 	// FileTokens checks file transfer tokens (public keys only, normally
 	// the same Verifier as attachment tokens); nil: no file routes.
 	FileTokens FileTokenVerifier
+	// Activity is told of every authorized request on a sandbox's
+	// processes and files, and holds the sandbox active while a stream
+	// (attach, stdin, file transfer) is open; nil: nothing is recorded.
+	Activity Activity
+}
+
+// Activity records sandbox activity for idle limits (the server's
+// *activity.Tracker).
+type Activity interface {
+	Touch(id model.SandboxID)
+	Hold(id model.SandboxID) (release func())
+}
+
+// hold holds the sandbox active until the returned function is called.
+func (d *DataPlane) hold(id model.SandboxID) func() {
+	if d.cfg.Activity == nil {
+		return func() {}
+	}
+	return d.cfg.Activity.Hold(id)
 }
 
 // DataPlane serves attach streams and the process input routes.
@@ -180,6 +199,9 @@ func (d *DataPlane) authorizeProcess(w http.ResponseWriter, r *http.Request, act
 		writeProcError(w, err)
 		return target{}, false
 	}
+	if d.cfg.Activity != nil {
+		d.cfg.Activity.Touch(cs.SandboxID) // stdin, signals, resizes, attaches
+	}
 	return target{claims: claims, pid: pid, cs: cs, agent: agent}, true
 }
 
@@ -195,11 +217,14 @@ func (d *DataPlane) openAttachment(w http.ResponseWriter, r *http.Request) (t ta
 	if !ok {
 		return target{}, nil, nil, false
 	}
-	release, err := d.limits.acquire(t)
+	unlimit, err := d.limits.acquire(t)
 	if err != nil {
 		writeError(w, http.StatusTooManyRequests, apiv1.CodeTooManyAttachments, err.Error())
 		return target{}, nil, nil, false
 	}
+	// While the stream is attached its sandbox is active.
+	unhold := d.hold(t.cs.SandboxID)
+	release = func() { unhold(); unlimit() }
 	if t.cs.AttachedAt == nil { // record the first use only; reconnects write nothing
 		if _, err := d.cfg.Store.MarkCommandSessionAttached(ctx, t.cs.ID, d.cfg.Now()); err != nil {
 			release()

@@ -119,6 +119,7 @@ func (d *DataPlane) fileTransfer(direction string) http.HandlerFunc {
 			writeProcError(w, err)
 			return
 		}
+		defer d.hold(sb.ID)() // a transfer (or a watch) is activity while it lasts
 		p := c.Path.String()
 		switch direction {
 		case apiv1.DirectionDownload:

@@ -41,6 +41,7 @@ func (d *DataPlane) stdin(w http.ResponseWriter, r *http.Request) {
 		writeProcError(w, err)
 		return
 	}
+	defer d.hold(t.cs.SandboxID)() // a stdin stream is activity while it lasts
 	if err := t.agent.Stdin(r.Context(), t.pid.String(), r.Body, closeAfter); err != nil {
 		if r.Context().Err() != nil {
 			return // the client went away mid-body

@@ -139,6 +139,17 @@ type Options struct {
 	// DefaultEgressResolverPort; negative: a free port.
 	EgressProxyPort    int
 	EgressResolverPort int
+	// DefaultIdleTimeout (--default-idle-timeout) is the idle limit of a
+	// sandbox whose create request names none; 0: model.DefaultIdleTimeout;
+	// negative: never.
+	DefaultIdleTimeout time.Duration
+	// Retention (--retention): deleted sandboxes (with their command
+	// sessions) and finished operations older than this are purged from
+	// the store (internal/reaper); 0: reaper.DefaultRetention.
+	Retention time.Duration
+	// ReapInterval (--reap-interval): how often the reaper looks for passed
+	// deadlines and idle sandboxes; 0: reaper.DefaultInterval.
+	ReapInterval time.Duration
 	// FaultPoint makes the process SIGKILL itself when it reaches the named
 	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
 	FaultPoint string

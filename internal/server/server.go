@@ -157,6 +157,11 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
+	idle, err := newTimeouts(opts, st, nodeID, envs, log)
+	if err != nil {
+		return err
+	}
+
 	tcpLn, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
@@ -175,6 +180,7 @@ func Run(ctx context.Context, opts Options) error {
 		Logger:     log.With("component", "dataplane"),
 		Verifier:   attachKeys.Verifier(), // public keys only
 		NodeID:     nodeID,
+		Activity:   idle.tracker,
 	})
 	if err != nil {
 		ln.Close()
@@ -208,6 +214,10 @@ func Run(ctx context.Context, opts Options) error {
 		MutationBurst:   opts.MutationBurst,
 		Store:           st,
 		Distribution:    distribution(dist),
+
+		DefaultIdleTimeout: opts.DefaultIdleTimeout,
+		Activity:           idle.tracker,
+
 		TemplateDefaults: func(d model.TemplateDigest) (procctl.Defaults, error) {
 			return commandDefaults(templates, d)
 		},
@@ -263,11 +273,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}()
 	startEgressServices(runCtx, &wg, errc, egressNet, egressSvc, log.With("component", "egress"))
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		janitor(runCtx, st, log)
-	}()
+	idle.start(runCtx, &wg) // activity flushes, deadlines, idle limits, the purge of finished rows
 
 	wg.Add(1)
 	go func() {
@@ -393,25 +399,6 @@ func findAgentBinary(explicit string) (string, error) {
 		return filepath.Abs(p)
 	}
 	return "", errors.New("airlock-agent not found next to the airlock binary or in PATH: build it with `CGO_ENABLED=0 go build -o bin/ ./cmd/...` or pass --agent-binary")
-}
-
-// janitor removes expired idempotency records.
-func janitor(ctx context.Context, st store.Store, log *slog.Logger) {
-	const keep = 24 * time.Hour
-	t := time.NewTicker(time.Hour)
-	defer t.Stop()
-	for {
-		if n, err := st.DeleteIdempotencyBefore(ctx, time.Now().Add(-keep)); err != nil && ctx.Err() == nil {
-			log.Warn("purge idempotency records", "err", err)
-		} else if n > 0 {
-			log.Debug("purged idempotency records", "count", n)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // faultInjector returns the hook the worker calls at named points. When the

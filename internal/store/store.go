@@ -95,6 +95,8 @@ type DeleteRequest struct {
 	Operation   model.Operation // kind delete, state pending
 	Idempotency *IdempotencyRecord
 	Now         time.Time
+	// Reason, if set, replaces the sandbox's state reason (else it is kept).
+	Reason string
 }
 
 // Claim describes which operations a controller may take.
@@ -143,6 +145,7 @@ type OperationRequest struct {
 	Operation   model.Operation // pending, of the request's kind
 	Idempotency *IdempotencyRecord
 	Now         time.Time
+	Reason      string // the sandbox's state reason while it is in progress, e.g. "idle for 6h0m0s"
 }
 
 // BuildCursor is a position in the (created_at, id) order of builds.
@@ -207,6 +210,9 @@ type Store interface {
 	Egress
 	// Execution environments and each node's view of them (environments.go).
 	Environments
+
+	// Activity, deadlines and the purge of finished rows (activity.go).
+	Activity
 
 	// When the next operation becomes claimable (due.go).
 	Due

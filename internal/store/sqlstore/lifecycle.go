@@ -94,9 +94,14 @@ func (s *Store) RequestDelete(ctx context.Context, req store.DeleteRequest) (mod
 			if err := del.CheckStart(from); err != nil {
 				return err
 			}
-			// The state reason is kept: why a failed sandbox failed stays visible.
-			res, err := t.exec(ctx, `UPDATE sandboxes SET state = ?, updated_at = ? WHERE id = ? AND state = ?`,
-				string(del.InProgress), micro(req.Now), string(req.SandboxID), string(from))
+			// The state reason is kept unless the request gives one: why a
+			// failed sandbox failed stays visible.
+			set, args := `state = ?, updated_at = ?`, []any{string(del.InProgress), micro(req.Now)}
+			if req.Reason != "" {
+				set, args = set+`, state_reason = ?`, append(args, req.Reason)
+			}
+			res, err := t.exec(ctx, `UPDATE sandboxes SET `+set+` WHERE id = ? AND state = ?`,
+				append(args, string(req.SandboxID), string(from))...)
 			if err != nil {
 				return fmt.Errorf("update sandbox state: %w", err)
 			}
@@ -161,7 +166,7 @@ func (s *Store) RequestOperation(ctx context.Context, req store.OperationRequest
 		if err := lc.CheckStart(from); err != nil {
 			return err
 		}
-		if err := t.setSandboxState(ctx, req.SandboxID, from, lc.InProgress, "", req.Now); err != nil {
+		if err := t.setSandboxState(ctx, req.SandboxID, from, lc.InProgress, req.Reason, req.Now); err != nil {
 			return err
 		}
 		if err := t.insertOperation(ctx, op); err != nil {

@@ -1,0 +1,77 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/airlockdev/airlock/internal/activity"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/reaper"
+	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// timeouts are the server's activity tracker, reaper and purger
+// (internal/activity, internal/reaper).
+type timeouts struct {
+	tracker *activity.Tracker
+	reaper  *reaper.Reaper
+	purger  *reaper.Purger
+}
+
+// newTimeouts wires idle limits, deadlines and retention for the sandboxes
+// the node's enabled environments host.
+func newTimeouts(opts Options, st store.Store, node model.NodeID, envs []enabledEnv, log *slog.Logger) (*timeouts, error) {
+	// Activity is flushed at least as often as the reaper looks, so that
+	// last_activity_at is as fresh as what the reaper goes by.
+	flush := activity.DefaultInterval
+	if opts.ReapInterval > 0 {
+		flush = min(flush, opts.ReapInterval)
+	}
+	tracker, err := activity.New(activity.Config{Store: st, Interval: flush, Logger: log.With("component", "activity")})
+	if err != nil {
+		return nil, err
+	}
+	// Asked of each runtime instance, once. A sandbox is matched by the
+	// runtime that hosts it (as the worker set routes it); one placed
+	// nowhere yet or on a runtime not driven here can do neither.
+	canSuspend, canPause := map[string]bool{}, map[string]bool{}
+	for _, e := range envs {
+		name := e.rt.Info().Name
+		_, suspendErr := runtime.AsSuspender(e.rt)
+		_, pauseErr := runtime.AsPauser(e.rt)
+		canSuspend[name], canPause[name] = suspendErr == nil, pauseErr == nil
+		if suspendErr != nil {
+			log.Info("idle sandboxes are not suspended: the runtime cannot suspend", "runtime", name, "reason", suspendErr)
+		}
+	}
+	rp, err := reaper.New(reaper.Config{
+		Store:      st,
+		Node:       node,
+		Activity:   tracker,
+		CanSuspend: func(sb model.Sandbox) bool { return canSuspend[sb.Runtime] },
+		CanPause:   func(sb model.Sandbox) bool { return canPause[sb.Runtime] },
+		Interval:   opts.ReapInterval,
+		Logger:     log.With("component", "reaper"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	pg, err := reaper.NewPurger(reaper.PurgeConfig{Store: st, Retention: opts.Retention, Logger: log.With("component", "purge")})
+	if err != nil {
+		return nil, err
+	}
+	return &timeouts{tracker: tracker, reaper: rp, purger: pg}, nil
+}
+
+// start runs the tracker's flushes, the reaper and the purger until ctx ends.
+func (t *timeouts) start(ctx context.Context, wg *sync.WaitGroup) {
+	for _, run := range []func(context.Context){t.tracker.Run, t.reaper.Run, t.purger.Run} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(ctx)
+		}()
+	}
+}
