@@ -201,6 +201,18 @@ func writeFileAtomic(path string, data []byte) error {
 
 // Start starts the guest agent. Starting a running sandbox is a no-op.
 func (r *Runtime) Start(ctx context.Context, id model.SandboxID) error {
+	if err := r.start(ctx, id); err != nil {
+		return err
+	}
+	// After the lock is given up (which drops the entry): the next State,
+	// Pause or Suspend needs no exec of the runtime.
+	if pid, err := readPidFile(r.dirs(id).pidFile); err == nil {
+		r.rememberLive(id, pid, runtime.PhaseRunning)
+	}
+	return nil
+}
+
+func (r *Runtime) start(ctx context.Context, id model.SandboxID) error {
 	unlock := r.lock(id)
 	defer unlock()
 	if r.flavor == FlavorRunsc && r.startedByRestore(id) {

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"context"
 	"os"
 	"time"
 
@@ -43,6 +44,16 @@ func (r *Runtime) cachedPhase(id model.SandboxID) (runtime.Phase, int, bool) {
 	}
 	r.forgetLive(id)
 	return "", 0, false
+}
+
+// observe is state, answered from the live cache when it still holds
+// (cachedPhase): a pause or resume then costs one exec of the runtime, not
+// two.
+func (r *Runtime) observe(ctx context.Context, id model.SandboxID) (runtime.Status, error) {
+	if phase, pid, ok := r.cachedPhase(id); ok {
+		return runtime.Status{ID: id, Phase: phase, Pid: pid}, nil
+	}
+	return r.state(ctx, id)
 }
 
 // freezerAgrees reports whether a runc or crun sandbox's freezer state is

@@ -306,7 +306,10 @@ func (r *Runtime) lock(id model.SandboxID) func() {
 	l.refs++
 	r.mu.Unlock()
 	l.mu.Lock()
-	r.forgetLive(id) // a mutation follows: observe afresh after it
+	// The live cache stays: what it says is checked against the process,
+	// the runtime's state files and the freezer before it is believed
+	// (cachedPhase), so a mutation may start from it; it is dropped when
+	// the mutation ends.
 	return func() {
 		l.mu.Unlock()
 		r.mu.Lock()

@@ -17,48 +17,64 @@ var _ runtime.Pauser = (*Runtime)(nil)
 // cgroup freezer; `runsc pause`: the sentry stops its tasks). Pausing a
 // paused sandbox is a no-op.
 func (r *Runtime) Pause(ctx context.Context, id model.SandboxID) error {
+	pid, err := r.pause(ctx, id)
+	if err == nil && pid > 0 {
+		r.rememberLive(id, pid, runtime.PhasePaused) // after the lock drops the entry
+	}
+	return err
+}
+
+func (r *Runtime) pause(ctx context.Context, id model.SandboxID) (int, error) {
 	unlock := r.lock(id)
 	defer unlock()
-	st, err := r.state(ctx, id)
+	st, err := r.observe(ctx, id)
 	if err != nil {
-		return fmt.Errorf("pause %s: %w", id, err)
+		return 0, fmt.Errorf("pause %s: %w", id, err)
 	}
 	switch st.Phase {
 	case runtime.PhasePaused:
-		return nil
+		return st.Pid, nil
 	case runtime.PhaseRunning:
 	default:
-		return fmt.Errorf("pause %s: sandbox is %s, not running", id, st.Phase)
+		return 0, fmt.Errorf("pause %s: sandbox is %s, not running", id, st.Phase)
 	}
 	if _, err := r.run(ctx, "pause", id.String()); err != nil {
-		return fmt.Errorf("pause %s: %w", id, err)
+		return 0, fmt.Errorf("pause %s: %w", id, err)
 	}
 	if err := r.waitFrozen(ctx, id); err != nil {
-		return fmt.Errorf("pause %s: %w", id, err)
+		return 0, fmt.Errorf("pause %s: %w", id, err)
 	}
-	return nil
+	return st.Pid, nil
 }
 
 // Resume continues a paused sandbox. Resuming a running sandbox is a
 // no-op.
 func (r *Runtime) Resume(ctx context.Context, id model.SandboxID) error {
+	pid, err := r.resumeLocked(ctx, id)
+	if err == nil && pid > 0 {
+		r.rememberLive(id, pid, runtime.PhaseRunning) // after the lock drops the entry
+	}
+	return err
+}
+
+func (r *Runtime) resumeLocked(ctx context.Context, id model.SandboxID) (int, error) {
 	unlock := r.lock(id)
 	defer unlock()
-	st, err := r.state(ctx, id)
+	st, err := r.observe(ctx, id)
 	if err != nil {
-		return fmt.Errorf("resume %s: %w", id, err)
+		return 0, fmt.Errorf("resume %s: %w", id, err)
 	}
 	switch st.Phase {
 	case runtime.PhaseRunning:
-		return nil
+		return st.Pid, nil
 	case runtime.PhasePaused:
 	default:
-		return fmt.Errorf("resume %s: sandbox is %s, not paused", id, st.Phase)
+		return 0, fmt.Errorf("resume %s: sandbox is %s, not paused", id, st.Phase)
 	}
 	if err := r.resume(ctx, id); err != nil {
-		return fmt.Errorf("resume %s: %w", id, err)
+		return 0, fmt.Errorf("resume %s: %w", id, err)
 	}
-	return nil
+	return st.Pid, nil
 }
 
 // resume is Resume of a sandbox known to be paused, under its lock.

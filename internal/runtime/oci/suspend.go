@@ -414,12 +414,21 @@ func (r *Runtime) startedByRestore(id model.SandboxID) bool {
 		r.log.Warn("remove the restore marker", "sandbox", id, "err", err)
 		return false
 	}
-	data, err := os.ReadFile(d.pidFile)
+	pid, err := readPidFile(d.pidFile)
+	return err == nil && procfs.Alive(pid)
+}
+
+// readPidFile reads a runtime's --pid-file.
+func readPidFile(path string) (int, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return false
+		return 0, err
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	return err == nil && pid > 0 && procfs.Alive(pid)
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("pid file %s: not a pid: %q", path, data)
+	}
+	return pid, nil
 }
 
 // The signals of the agent's listener (internal/agent.SignalReleaseListener
