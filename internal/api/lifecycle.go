@@ -14,8 +14,10 @@ import (
 )
 
 // DefaultResumeTimeout bounds how long a request that asks to resume (or
-// wake) its sandbox first waits for it to run.
-const DefaultResumeTimeout = 60 * time.Second
+// wake) its sandbox first waits for it to run. It is well below the Go
+// client's 60 s per request, so that a client sees resume_timeout rather
+// than its own deadline (which it would retry).
+const DefaultResumeTimeout = 45 * time.Second
 
 // LifecycleSupport is what the runtime hosting a sandbox can do beyond
 // create and delete.
@@ -143,15 +145,18 @@ func transitionHint(kind model.OperationKind, state model.SandboxState) string {
 }
 
 // checkSupported refuses, with 501 not_supported, a kind that the runtime
-// hosting sb cannot do. A sandbox whose runtime the API does not know (not
-// placed yet, or hosted by a runtime this server does not drive) is not
-// checked here: its operation fails with the worker's error instead.
+// hosting sb cannot do, and with 409 environment_unavailable any kind for
+// a sandbox hosted by a runtime this server does not drive. A sandbox not
+// placed yet is not checked here (its state refuses these kinds anyway).
 func (a *API) checkSupported(sb model.Sandbox, kind model.OperationKind) error {
 	if a.cfg.LifecycleSupport == nil {
 		return nil
 	}
 	sup, ok := a.cfg.LifecycleSupport(sb)
 	if !ok {
+		if sb.Runtime != "" {
+			return errorf(http.StatusConflict, apiv1.CodeEnvironmentUnavailable, "sandbox %s runs on %s, which this server does not drive; restart it with --env %s to %s it", sb.ID, sb.Runtime, sb.Runtime, kind)
+		}
 		return nil
 	}
 	switch kind {

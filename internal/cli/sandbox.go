@@ -15,7 +15,7 @@ import (
 )
 
 func (a *app) sandboxCommand() *cobra.Command {
-	return group("sandbox", "Create, list, inspect and delete sandboxes",
+	return group("sandbox", "Create, list, inspect, pause, resume, suspend, wake and delete sandboxes",
 		a.sandboxCreateCommand(), a.sandboxListCommand(), a.sandboxGetCommand(), a.sandboxDeleteCommand(),
 		a.sandboxTimeoutCommand())
 }

@@ -435,8 +435,16 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 		if sb.Runtime != "" {
 			// Hosted by a runtime this server does not drive: the
 			// operation fails, the sandbox stays as it is.
+			// A request that moved it to its in-progress state (a pause,
+			// a suspend, …) moves it back to where the table says a
+			// failed one ends, so it is not stuck there.
 			log.WarnContext(ctx, "operation of a sandbox whose environment this server does not drive; leaving the sandbox alone", "err", err)
-			return c.finish(ctx, op, model.OpFailed, &model.OperationError{Code: "environment_not_enabled", Message: err.Error()}, "", "", "")
+			var from, to model.SandboxState
+			if sb.State == lc.InProgress && !lc.Retried() {
+				from, to = lc.InProgress, lc.Failure
+			}
+			opErr := &model.OperationError{Code: "environment_not_enabled", Message: err.Error()}
+			return c.finish(ctx, op, model.OpFailed, opErr, from, to, "")
 		}
 		return err // never placed: it fails, nothing of it runs anywhere
 	}
@@ -464,15 +472,23 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 	if lc.Final == model.StateDeleted {
 		c.cfg.Workers.Forget(sb.ID)
 	}
+	// Why a sandbox ended up suspended or deleted (its request's reason:
+	// "idle for 6h0m0s", a failure before its delete) stays visible; a
+	// sandbox that runs again has none.
+	reason := ""
+	if lc.Final == model.StateSuspended || lc.Final == model.StateDeleted {
+		reason = sb.StateReason
+	}
 	err = c.cfg.Store.FinishOperation(ctx, store.Finish{
-		OperationID: op.ID,
-		Owner:       c.cfg.NodeID,
-		State:       model.OpSucceeded,
-		SandboxFrom: lc.InProgress,
-		SandboxTo:   lc.Final,
-		SetSnapshot: res.setSnapshot,
-		Snapshot:    res.snapshot,
-		Now:         c.cfg.Now(),
+		OperationID:   op.ID,
+		Owner:         c.cfg.NodeID,
+		State:         model.OpSucceeded,
+		SandboxFrom:   lc.InProgress,
+		SandboxTo:     lc.Final,
+		SandboxReason: reason,
+		SetSnapshot:   res.setSnapshot,
+		Snapshot:      res.snapshot,
+		Now:           c.cfg.Now(),
 	})
 	if errors.Is(err, store.ErrStateChanged) {
 		// Another request (a delete) arrived while we worked; its operation

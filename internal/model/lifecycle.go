@@ -89,14 +89,15 @@ var lifecycles = []Lifecycle{
 		Step:       StepResume,
 	},
 	{
-		// A failed suspend fails the sandbox: its processes may be gone
-		// and its snapshot incomplete; what it holds is released when it
-		// is deleted.
+		// A failed suspend leaves the sandbox running: a checkpoint that
+		// fails leaves it alive (runsc resumes a paused sandbox before its
+		// checkpoint), and one whose processes a failed suspend did stop
+		// is found dead by the resync, which fails it with the reason.
 		Kind:       OpSuspend,
 		From:       []SandboxState{StateRunning, StatePaused},
 		InProgress: StateSuspending,
 		Final:      StateSuspended,
-		Failure:    StateFailed,
+		Failure:    StateRunning,
 		Step:       StepSuspend,
 	},
 	{

@@ -53,13 +53,15 @@ var ErrInvalidTransition = errors.New("invalid state transition")
 // Any transition not listed here is refused. "deleting" is reachable from every
 // state except itself and "deleted".
 var transitions = map[SandboxState][]SandboxState{
-	StatePending:    {StateCreating, StateFailed, StateDeleting},
-	StateCreating:   {StateRunning, StateFailed, StateDeleting},
-	StateRunning:    {StatePausing, StateSuspending, StateFailed, StateDeleting},
-	StatePausing:    {StatePaused, StateRunning, StateFailed, StateDeleting},
-	StatePaused:     {StateResuming, StateSuspending, StateFailed, StateDeleting},
+	StatePending:  {StateCreating, StateFailed, StateDeleting},
+	StateCreating: {StateRunning, StateFailed, StateDeleting},
+	StateRunning:  {StatePausing, StateSuspending, StateFailed, StateDeleting},
+	StatePausing:  {StatePaused, StateRunning, StateFailed, StateDeleting},
+	// paused → running only when a suspend of a paused sandbox failed
+	// before it began (the suspend's failure state).
+	StatePaused:     {StateResuming, StateSuspending, StateRunning, StateFailed, StateDeleting},
 	StateResuming:   {StateRunning, StatePaused, StateFailed, StateDeleting},
-	StateSuspending: {StateSuspended, StateFailed, StateDeleting},
+	StateSuspending: {StateSuspended, StateRunning, StateFailed, StateDeleting},
 	StateSuspended:  {StateWaking, StateFailed, StateDeleting},
 	StateWaking:     {StateRunning, StateSuspended, StateFailed, StateDeleting},
 	StateFailed:     {StateDeleting},

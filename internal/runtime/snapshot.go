@@ -35,6 +35,12 @@ type Suspender interface {
 	// A runtime claiming CapCheckpoint writes a SnapshotMemory; one
 	// claiming only CapFilesystemSnapshot a SnapshotFilesystem.
 	Suspend(ctx context.Context, id model.SandboxID) (Snapshot, error)
+	// ForgetSnapshot removes the snapshot of a sandbox that was restored
+	// from it (Create with Spec.Restore) and runs again: the waker calls
+	// it once the sandbox answers, so a wake that fails before can be
+	// tried again from the same snapshot. It does nothing to a sandbox
+	// that is not alive.
+	ForgetSnapshot(ctx context.Context, id model.SandboxID) error
 }
 
 // AsSuspender returns rt's suspend method if rt claims CapCheckpoint or

@@ -123,5 +123,16 @@ func (w *Worker) Wake(ctx context.Context, sb model.Sandbox) error {
 	case err != nil:
 		return fmt.Errorf("observe sandbox %s: %w", sb.ID, err)
 	}
-	return w.startAndWait(ctx, sb, st.Phase, "wake")
+	if err := w.startAndWait(ctx, sb, st.Phase, "wake"); err != nil {
+		return err
+	}
+	// Only now: a wake that failed before keeps its snapshot to try again.
+	s, err := runtime.AsSuspender(rt)
+	if err != nil {
+		return capability(err)
+	}
+	if err := s.ForgetSnapshot(ctx, sb.ID); err != nil {
+		return fmt.Errorf("sandbox %s: remove the snapshot it woke from: %w", sb.ID, err)
+	}
+	return nil
 }

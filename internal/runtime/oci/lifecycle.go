@@ -37,13 +37,8 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 		// a broken leftover, replaced below.
 		r.log.Warn("replacing a container that has lost its state directory", "sandbox", spec.ID, "phase", st.Phase)
 	case err == nil && (st.Phase == runtime.PhaseCreated || st.Phase == runtime.PhaseRunning):
-		if spec.Restore != nil {
-			// A restore that stopped after making the container: finish
-			// it by consuming the snapshot.
-			if err := r.consumeSnapshot(dirs); err != nil {
-				return fmt.Errorf("create %s: %w", spec.ID, err)
-			}
-		}
+		// (A restore that stopped after making the container: its
+		// snapshot goes with ForgetSnapshot once the sandbox answers.)
 		return nil
 	case err == nil && st.Phase == runtime.PhaseStopped && spec.Restore != nil && hasSnapshot(dirs):
 		// A restore that failed after making the container (the
@@ -95,9 +90,8 @@ func (r *Runtime) createRestored(ctx context.Context, spec runtime.Spec, dirs sa
 		}
 		return fmt.Errorf("create %s: restore: %w", spec.ID, err)
 	}
-	if err := r.consumeSnapshot(dirs); err != nil {
-		return fmt.Errorf("create %s: %w", spec.ID, err)
-	}
+	// The snapshot stays until the woken sandbox answers (ForgetSnapshot):
+	// if its start or its agent fails, the wake can be tried again.
 	return nil
 }
 

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,6 +13,10 @@ import (
 )
 
 var _ runtime.Pauser = (*Runtime)(nil)
+
+// freezeTimeout bounds the wait for a runc or crun sandbox's cgroup to
+// freeze.
+const freezeTimeout = 10 * time.Second
 
 // Pause freezes every process of a running sandbox (`runc|crun pause`: the
 // cgroup freezer; `runsc pause`: the sentry stops its tasks). Pausing a
@@ -42,6 +47,10 @@ func (r *Runtime) pause(ctx context.Context, id model.SandboxID) (int, error) {
 		return 0, fmt.Errorf("pause %s: %w", id, err)
 	}
 	if err := r.waitFrozen(ctx, id); err != nil {
+		// Thaw what froze: a failed pause leaves the sandbox running.
+		if rerr := r.resume(context.WithoutCancel(ctx), id); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("thaw after the failed pause: %w", rerr))
+		}
 		return 0, fmt.Errorf("pause %s: %w", id, err)
 	}
 	return st.Pid, nil
@@ -99,7 +108,9 @@ func (r *Runtime) waitFrozen(ctx context.Context, id model.SandboxID) error {
 	if r.flavor == FlavorRunsc {
 		return nil
 	}
-	wait := retry.Policy{Initial: 100 * time.Microsecond, Max: 20 * time.Millisecond, Jitter: 0.2}.Start(nil)
+	// Bounded: a task that never freezes (stuck in the kernel) must not
+	// hold the sandbox's lock, and a delete waiting behind it, forever.
+	wait := retry.Policy{Initial: 100 * time.Microsecond, Max: 20 * time.Millisecond, Jitter: 0.2, MaxElapsed: freezeTimeout}.Start(nil)
 	for {
 		st, err := r.freezer(id)
 		if err != nil {

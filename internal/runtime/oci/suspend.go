@@ -250,6 +250,22 @@ func (r *Runtime) releaseRunning(ctx context.Context, id model.SandboxID) error 
 	return nil
 }
 
+// ForgetSnapshot implements runtime.Suspender: the snapshot of a sandbox
+// that was restored from it and runs again is removed. Without a live
+// container it does nothing (the snapshot is the sandbox then).
+func (r *Runtime) ForgetSnapshot(ctx context.Context, id model.SandboxID) error {
+	unlock := r.lock(id)
+	defer unlock()
+	st, err := r.state(ctx, id)
+	if err != nil || !st.Phase.Alive() {
+		if errors.Is(err, runtime.ErrNotFound) {
+			err = nil
+		}
+		return err
+	}
+	return r.consumeSnapshot(r.dirs(id))
+}
+
 // consumeSnapshot removes a snapshot's files once the sandbox exists again
 // (or a live container shows them stale): the manifest first, so a crash
 // half-way never leaves a manifest whose checkpoint is gone.

@@ -193,11 +193,17 @@ func TestRestoreFinishesAfterCrash(t *testing.T) {
 			if err := r.Create(ctx, wake); err != nil {
 				t.Fatalf("Create with Restore again: %v", err)
 			}
-			if hasSnapshot(d) {
-				t.Error("the repeated Create left the consumed snapshot")
-			}
 			if err := r.Start(ctx, fx.spec.ID); err != nil {
 				t.Fatalf("Start: %v", err)
+			}
+			if !hasSnapshot(d) {
+				t.Error("the snapshot went before the woken sandbox answered")
+			}
+			if err := r.ForgetSnapshot(ctx, fx.spec.ID); err != nil {
+				t.Fatal(err)
+			}
+			if hasSnapshot(d) {
+				t.Error("ForgetSnapshot left the snapshot")
 			}
 			if got := runIn(t, r, fx.spec.ID, "cat", "/kept.txt"); got != "kept\n" {
 				t.Fatalf("file after wake = %q", got)
