@@ -54,6 +54,15 @@ func parseTimeout(seconds int64, now time.Time) (time.Time, error) {
 	return now.Add(time.Duration(seconds) * time.Second), nil
 }
 
+// parseOnTimeout parses a request's on_timeout: absent is delete, but an
+// empty string given is a mistake, not a choice.
+func parseOnTimeout(present bool, s string) (model.OnTimeout, error) {
+	if present && s == "" {
+		return "", badRequest(`on_timeout must be "delete" or "suspend", not empty`)
+	}
+	return model.ParseOnTimeout(s)
+}
+
 // createTimeouts reads the timeout, on_timeout and idle_timeout of a
 // create request.
 func (a *API) createTimeouts(c *call[apiv1.CreateSandboxRequest]) (model.Timeouts, error) {
@@ -64,7 +73,7 @@ func (a *API) createTimeouts(c *call[apiv1.CreateSandboxRequest]) (model.Timeout
 	if to.Deadline, err = parseTimeout(c.in.Timeout, c.now); err != nil {
 		return model.Timeouts{}, err
 	}
-	if to.OnTimeout, err = model.ParseOnTimeout(c.in.OnTimeout); err != nil {
+	if to.OnTimeout, err = parseOnTimeout(c.present["on_timeout"], c.in.OnTimeout); err != nil {
 		return model.Timeouts{}, err
 	}
 	if c.present["idle_timeout"] {
@@ -101,7 +110,7 @@ func (a *API) setSandboxTimeout(ctx context.Context, c *call[apiv1.SetTimeoutReq
 	}
 	on := cur.Timeouts.OnTimeout
 	if c.present["on_timeout"] {
-		if on, err = model.ParseOnTimeout(c.in.OnTimeout); err != nil {
+		if on, err = parseOnTimeout(true, c.in.OnTimeout); err != nil {
 			return nil, err
 		}
 	}

@@ -63,6 +63,7 @@ func TestCreateTimeoutsRefused(t *testing.T) {
 		{"negative timeout", `{"timeout": -1}`, true},
 		{"timeout over a year", `{"timeout": 31536001}`, true},
 		{"unknown on_timeout", `{"on_timeout": "hibernate"}`, true},
+		{"empty on_timeout", `{"timeout": 5, "on_timeout": ""}`, true},
 		{"negative idle", `{"idle_timeout": -5}`, true},
 		{"idle over 30 days", `{"idle_timeout": 2592001}`, true},
 		{"idle null", `{"idle_timeout": null}`, true},
@@ -135,6 +136,7 @@ func TestSetSandboxTimeout(t *testing.T) {
 		{"timeout missing", path, e.keyA, `{"on_timeout": "delete"}`, http.StatusBadRequest, apiv1.CodeInvalidRequest, true},
 		{"negative", path, e.keyA, `{"timeout": -1}`, http.StatusBadRequest, apiv1.CodeInvalidRequest, true},
 		{"bad on_timeout", path, e.keyA, `{"timeout": 5, "on_timeout": "later"}`, http.StatusBadRequest, apiv1.CodeInvalidRequest, true},
+		{"empty on_timeout", path, e.keyA, `{"timeout": 5, "on_timeout": ""}`, http.StatusBadRequest, apiv1.CodeInvalidRequest, true},
 		{"unknown sandbox", "/v1/sandboxes/" + model.NewSandboxID().String() + "/timeout", e.keyA, `{"timeout": 5}`, http.StatusNotFound, apiv1.CodeNotFound, false},
 		{"another project's sandbox", path, e.keyB, `{"timeout": 5}`, http.StatusNotFound, apiv1.CodeNotFound, false},
 	} {
