@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -102,6 +103,12 @@ func mutating[T any](a *API, fn func(ctx context.Context, c *call[T]) (*reply, e
 		if err != nil {
 			a.writeError(w, r, err)
 			return
+		}
+		// A change to a sandbox is activity (its idle timer starts again);
+		// a refused request changed nothing and is not. Reading a
+		// sandbox's record is not either (agentOf counts calls into it).
+		if id, perr := model.ParseSandboxID(r.PathValue("id")); perr == nil && rep.status < 300 {
+			a.touch(id)
 		}
 		writeBody(w, rep.status, rep.body)
 	}

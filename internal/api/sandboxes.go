@@ -158,9 +158,6 @@ func (a *API) sandboxOf(ctx context.Context, r *http.Request, p principal) (mode
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, err)
 	}
-	if r.Method != http.MethodGet {
-		a.touch(sb.ID) // a change is activity; reading the record is not (agentOf)
-	}
 	return sb, nil
 }
 

@@ -200,6 +200,13 @@ func TestCallsNamingASandboxAreActivity(t *testing.T) {
 	if n := rec.count(id); n != 0 {
 		t.Fatalf("reading the sandbox recorded %d activities", n)
 	}
+	// Refused requests changed nothing: not activity either.
+	e.send(req{method: "POST", path: "/v1/sandboxes/" + sb.ID + "/timeout", key: e.keyA, body: `{"timeout": 30, "on_timeout": "later"}`, invalid: true, t: t}).
+		wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
+	e.do("POST", "/v1/sandboxes/"+sb.ID+"/resume", e.keyA, "").want(t, http.StatusConflict)
+	if n := rec.count(id); n != 0 {
+		t.Fatalf("refused requests recorded %d activities", n)
+	}
 	e.do("POST", "/v1/sandboxes/"+sb.ID+"/timeout", e.keyA, `{"timeout": 30}`).want(t, http.StatusOK)
 	if n := rec.count(id); n != 1 {
 		t.Fatalf("recorded %d activities, want 1", n)
