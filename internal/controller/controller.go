@@ -434,10 +434,10 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 	if err != nil {
 		if sb.Runtime != "" {
 			// Hosted by a runtime this server does not drive: the
-			// operation fails, the sandbox stays as it is.
-			// A request that moved it to its in-progress state (a pause,
-			// a suspend, …) moves it back to where the table says a
-			// failed one ends, so it is not stuck there.
+			// operation fails and nothing is done to the sandbox; one
+			// that its request moved to an in-progress state (a pause,
+			// a suspend, …) goes where the table says a failed one ends,
+			// so it is not stuck there.
 			log.WarnContext(ctx, "operation of a sandbox whose environment this server does not drive; leaving the sandbox alone", "err", err)
 			var from, to model.SandboxState
 			if sb.State == lc.InProgress && !lc.Retried() {

@@ -95,6 +95,10 @@ func (w *Worker) Wake(ctx context.Context, sb model.Sandbox) error {
 			ErrPermanent, sb.ID, snap.Environment.Short(), w.cfg.Environment.Short())
 	}
 	rt := w.cfg.Runtime
+	s, err := runtime.AsSuspender(rt)
+	if err != nil {
+		return capability(err)
+	}
 	st, err := rt.State(ctx, sb.ID)
 	switch {
 	case errors.Is(err, runtime.ErrNotFound) || err == nil && st.Phase == runtime.PhaseStopped:
@@ -127,10 +131,6 @@ func (w *Worker) Wake(ctx context.Context, sb model.Sandbox) error {
 		return err
 	}
 	// Only now: a wake that failed before keeps its snapshot to try again.
-	s, err := runtime.AsSuspender(rt)
-	if err != nil {
-		return capability(err)
-	}
 	if err := s.ForgetSnapshot(ctx, sb.ID); err != nil {
 		return fmt.Errorf("sandbox %s: remove the snapshot it woke from: %w", sb.ID, err)
 	}
