@@ -90,7 +90,7 @@ func (p Policy) Start(clock Clock) *Backoff {
 // Backoff hands out one Policy's delays in turn and waits them out. It is
 // not safe for concurrent use: one loop owns it.
 type Backoff struct {
-	b     backoff.BackOff
+	b     *backoff.ExponentialBackOff
 	clock Clock
 }
 
@@ -103,7 +103,7 @@ func (r *Backoff) Reset() { r.b.Reset() }
 
 // Elapsed is the time since Start or the last Reset, on the Backoff's clock.
 func (r *Backoff) Elapsed() time.Duration {
-	return r.b.(*backoff.ExponentialBackOff).GetElapsedTime()
+	return r.b.GetElapsedTime()
 }
 
 // Sleep waits d on the Backoff's clock, or until ctx ends (ctx.Err()).

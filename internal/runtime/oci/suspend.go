@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/atomicfile"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procfs"
 	"github.com/airlockdev/airlock/internal/retry"
@@ -100,7 +101,7 @@ func (r *Runtime) Suspend(ctx context.Context, id model.SandboxID) (runtime.Snap
 
 func (r *Runtime) suspend(ctx context.Context, id model.SandboxID) (runtime.Snapshot, error) {
 	dirs := r.dirs(id)
-	st, err := r.state(ctx, id)
+	st, err := r.observe(ctx, id)
 	alive := err == nil && (st.Phase.Alive() || st.Phase == runtime.PhaseCreated)
 	switch {
 	case err != nil && !errors.Is(err, runtime.ErrNotFound):
@@ -163,11 +164,10 @@ func (r *Runtime) suspend(ctx context.Context, id model.SandboxID) (runtime.Snap
 	if err != nil {
 		return runtime.Snapshot{}, err
 	}
-	if err := writeFileAtomic(filepath.Join(dirs.state, snapshotManifestName), data); err != nil {
+	// Durable (contents, then the directory entry): its presence means a
+	// complete snapshot.
+	if err := atomicfile.Write(filepath.Join(dirs.state, snapshotManifestName), data, 0o600); err != nil {
 		return runtime.Snapshot{}, fmt.Errorf("write the snapshot manifest: %w", err)
-	}
-	if err := syncDir(dirs.state); err != nil {
-		return runtime.Snapshot{}, err
 	}
 	r.log.Info("sandbox suspended", "sandbox", id, "kind", kind, "size", m.SizeBytes)
 	return r.snapshotOf(dirs, m), nil
@@ -209,7 +209,7 @@ func (r *Runtime) checkpoint(ctx context.Context, id model.SandboxID, dirs sandb
 	if err := os.Rename(tmp, filepath.Join(dirs.state, checkpointName)); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	return syncDir(dirs.state)
+	return atomicfile.SyncDir(dirs.state)
 }
 
 // releaseRunning frees what a sandbox holds only while it runs, keeping
@@ -256,7 +256,7 @@ func (r *Runtime) releaseRunning(ctx context.Context, id model.SandboxID) error 
 func (r *Runtime) ForgetSnapshot(ctx context.Context, id model.SandboxID) error {
 	unlock := r.lock(id)
 	defer unlock()
-	st, err := r.state(ctx, id)
+	st, err := r.observe(ctx, id)
 	if err != nil || !st.Phase.Alive() {
 		if errors.Is(err, runtime.ErrNotFound) {
 			err = nil
@@ -469,14 +469,15 @@ func (r *Runtime) releaseAgentSocket(ctx context.Context, id model.SandboxID, di
 	sock := filepath.Join(dirs.agentRunDir(), socketName)
 	wait := retry.Policy{Initial: time.Millisecond, Max: 10 * time.Millisecond, Jitter: 0.2, MaxElapsed: agentReleaseTimeout}.Start(nil)
 	for fileExists(sock) {
-		switch err := wait.Wait(ctx); {
-		case errors.Is(err, retry.ErrExhausted):
-			r.reacquireAgentSocket(context.WithoutCancel(ctx), id)
-			return fmt.Errorf("the agent did not release its socket within %v (an agent without release support cannot be checkpointed): %w", agentReleaseTimeout, runtime.ErrNotSupported)
-		case err != nil:
-			r.reacquireAgentSocket(context.WithoutCancel(ctx), id)
-			return fmt.Errorf("wait for the agent to release its socket: %w", err)
+		err := wait.Wait(ctx)
+		if err == nil {
+			continue
 		}
+		r.reacquireAgentSocket(context.WithoutCancel(ctx), id)
+		if errors.Is(err, retry.ErrExhausted) {
+			return fmt.Errorf("the agent did not release its socket within %v (an agent without release support cannot be checkpointed): %w", agentReleaseTimeout, runtime.ErrNotSupported)
+		}
+		return fmt.Errorf("wait for the agent to release its socket: %w", err)
 	}
 	return nil
 }
@@ -545,15 +546,6 @@ func syncTree(dir string) error {
 		}
 		return err
 	})
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 func fileExists(path string) bool {
