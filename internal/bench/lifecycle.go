@@ -248,18 +248,8 @@ func (a *airlockSubject) waitOperation(ctx context.Context, op apiv1.Operation) 
 	if err != nil {
 		return fmt.Errorf("the server returned a bad operation ID: %w", err)
 	}
-	done, err := a.c.WaitOperation(ctx, opID)
-	if err != nil {
-		return err
-	}
-	if done.State != string(model.OpSucceeded) {
-		msg := "no reason given"
-		if done.Error != nil {
-			msg = done.Error.Code + ": " + done.Error.Message
-		}
-		return fmt.Errorf("operation %s %s: %s", done.ID, done.State, msg)
-	}
-	return nil
+	_, err = a.c.WaitOperation(ctx, opID) // an operation that failed is an *OperationFailedError
+	return err
 }
 
 // lifecycle requests a pause, resume, suspend or wake and waits for it.

@@ -221,11 +221,9 @@ func recordEnvironments(ctx context.Context, envs []enabledEnv, st store.Store, 
 	if err := reg.Record(ctx); err != nil {
 		return nil, err
 	}
-	// Seed the registry's digest cache (hashing runsc, 100 MB, takes a
-	// third of a second), so the first create does not wait for it.
-	if err := reg.Verify(); err != nil {
-		return nil, err
-	}
+	// (The digest cache needs no seeding: each Local carries the binary's
+	// stat from before its definition hashed it, so the first create's
+	// check is a stat.)
 	for _, e := range envs {
 		log.Info("execution environment enabled", "env", e.local.Name, "ref", e.local.Ref, "default", e.local.Name == enabled[0])
 	}

@@ -33,25 +33,21 @@ func newTimeouts(opts Options, st store.Store, node model.NodeID, envs []enabled
 	if err != nil {
 		return nil, err
 	}
-	// Asked of each runtime instance, once. A sandbox is matched by the
-	// runtime that hosts it (as the worker set routes it); one placed
-	// nowhere yet or on a runtime not driven here can do neither.
-	canSuspend, canPause := map[string]bool{}, map[string]bool{}
+	// What each runtime can do, as the API asks it (lifecycleSupport): a
+	// sandbox is matched by the runtime that hosts it; one placed nowhere
+	// yet or on a runtime not driven here can do neither.
+	sup := lifecycleSupport(envRuntimes(envs)...)
 	for _, e := range envs {
-		name := e.rt.Info().Name
-		_, suspendErr := runtime.AsSuspender(e.rt)
-		_, pauseErr := runtime.AsPauser(e.rt)
-		canSuspend[name], canPause[name] = suspendErr == nil, pauseErr == nil
-		if suspendErr != nil {
-			log.Info("idle sandboxes are not suspended: the runtime cannot suspend", "runtime", name, "reason", suspendErr)
+		if info := e.rt.Info(); runtime.SnapshotKindOf(info.Capabilities) == "" {
+			log.Info("idle sandboxes are not suspended: the runtime cannot suspend", "runtime", info.Name)
 		}
 	}
 	rp, err := reaper.New(reaper.Config{
 		Store:      st,
 		Node:       node,
 		Activity:   tracker,
-		CanSuspend: func(sb model.Sandbox) bool { return canSuspend[sb.Runtime] },
-		CanPause:   func(sb model.Sandbox) bool { return canPause[sb.Runtime] },
+		CanSuspend: func(sb model.Sandbox) bool { s, _ := sup(sb); return s.Snapshot != "" },
+		CanPause:   func(sb model.Sandbox) bool { s, _ := sup(sb); return s.Pause },
 		Interval:   opts.ReapInterval,
 		Logger:     log.With("component", "reaper"),
 	})
