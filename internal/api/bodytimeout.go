@@ -109,7 +109,8 @@ type deadlineBody struct {
 	end  time.Time     // and the whole body by then (zero: no bound)
 
 	mu      sync.Mutex
-	done    bool // the handler returned: the connection is no longer this request's to time
+	done    bool  // the handler returned: the connection is no longer this request's to time
+	ended   error // the body's read ended (EOF or failure): later reads repeat it
 	expired bool
 }
 
@@ -120,7 +121,7 @@ func (b *deadlineBody) arm() error {
 }
 
 func (b *deadlineBody) armLocked() error {
-	if b.done {
+	if b.done || b.ended != nil {
 		return nil
 	}
 	d := time.Now().Add(b.step)
@@ -144,14 +145,28 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 		b.mu.Unlock()
 		return 0, errBodyTimeout
 	}
+	if b.ended != nil {
+		// Once the body has ended, net/http has cleared the deadline and
+		// watches the connection for the client going away; arming it
+		// again would make that watch time out and cancel the request's
+		// context while its handler still works (a client that reads past
+		// EOF, as an HTTP transport streaming the body to an agent may).
+		err := b.ended
+		b.mu.Unlock()
+		return 0, err
+	}
 	_ = b.armLocked() // it worked before the handler ran
 	b.mu.Unlock()
 	n, err := b.ReadCloser.Read(p)
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-		b.mu.Lock()
+	if err == nil {
+		return n, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if errors.Is(err, os.ErrDeadlineExceeded) {
 		b.expired = true
-		b.mu.Unlock()
 		return n, fmt.Errorf("%w: %w", errBodyTimeout, err)
 	}
+	b.ended = err
 	return n, err
 }

@@ -195,6 +195,36 @@ func TestBodyReadTimeoutSpares(t *testing.T) {
 	if res.StatusCode != http.StatusNoContent {
 		t.Fatalf("a handler working after its body: %d (its request was cancelled)", res.StatusCode)
 	}
+
+	// The same with reads past the body's end (an HTTP transport streaming
+	// the body on to an agent may make them): they must not arm the
+	// deadline again, or net/http's watch of the idle connection times out
+	// and cancels the request.
+	past := httptest.NewServer(e.api.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if n, err := r.Body.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		select {
+		case <-time.After(3 * testBodyTimeout):
+			w.WriteHeader(http.StatusNoContent)
+		case <-r.Context().Done():
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	})))
+	defer past.Close()
+	res, err = past.Client().Post(past.URL, "application/octet-stream", io.MultiReader(strings.NewReader(`{}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNoContent {
+		t.Fatalf("a handler that read past its body's end: %d (its request was cancelled)", res.StatusCode)
+	}
 }
 
 // slowReader yields chunk bytes every gap, n times.
