@@ -31,6 +31,10 @@ type Config struct {
 	// alone.
 	Workers *worker.Set
 	NodeID  model.NodeID
+	// Incarnation is this run's fencing token: every lease and every write
+	// for the node's sandboxes carries it, and the store refuses them once
+	// another run of the node started or the node was declared dead.
+	Incarnation model.Incarnation
 	// Lease is how long a claimed operation stays ours without renewal; a
 	// crashed server's operations are taken over after it. Default 30 s.
 	Lease time.Duration
@@ -64,8 +68,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Store == nil || cfg.Workers == nil {
 		return nil, errors.New("controller: store and workers are required")
 	}
-	if cfg.NodeID == "" {
-		return nil, errors.New("controller: node ID is required")
+	if cfg.NodeID == "" || cfg.Incarnation == "" {
+		return nil, errors.New("controller: node ID and incarnation are required")
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = 30 * time.Second
@@ -225,7 +229,7 @@ func claimBackoff() retry.Policy {
 }
 
 func (c *Controller) claim() store.Claim {
-	return store.Claim{Owner: c.cfg.NodeID, Lease: c.cfg.Lease, Now: c.cfg.Now()}
+	return store.Claim{Owner: c.cfg.NodeID, Incarnation: c.cfg.Incarnation, Lease: c.cfg.Lease, Now: c.cfg.Now()}
 }
 
 // runOperation executes one claimed operation while renewing its lease. The
@@ -317,7 +321,7 @@ func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, retry 
 		backoff := c.cfg.Backoff(op.Attempts)
 		now := c.cfg.Now()
 		log.WarnContext(ctx, "operation failed; retrying", "err", err, "in", backoff)
-		r := store.Retry{OperationID: op.ID, Owner: c.cfg.NodeID, NotBefore: now.Add(backoff), Now: now}
+		r := store.Retry{OperationID: op.ID, Owner: c.cfg.NodeID, Incarnation: c.cfg.Incarnation, NotBefore: now.Add(backoff), Now: now}
 		if rerr := c.cfg.Store.RetryOperation(ctx, r); rerr != nil {
 			log.WarnContext(ctx, "schedule retry", "err", rerr)
 		}
@@ -359,6 +363,7 @@ func (c *Controller) finish(ctx context.Context, op model.Operation, state model
 	return c.cfg.Store.FinishOperation(ctx, store.Finish{
 		OperationID:   op.ID,
 		Owner:         c.cfg.NodeID,
+		Incarnation:   c.cfg.Incarnation,
 		State:         state,
 		Error:         opErr,
 		SandboxFrom:   from,
@@ -451,9 +456,10 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 	switch {
 	case sb.State == lc.InProgress:
 	case lc.CanStart(sb.State):
-		if sb.NodeID == "" {
-			if err := c.cfg.Store.PlaceSandbox(ctx, sb.ID, c.cfg.NodeID, string(env.Name), c.cfg.Now()); err != nil {
-				return fmt.Errorf("place sandbox: %w", err)
+		if sb.Runtime == "" {
+			fence := store.Fence{Node: c.cfg.NodeID, Incarnation: c.cfg.Incarnation}
+			if err := c.cfg.Store.PlaceSandbox(ctx, sb.ID, fence, string(env.Name), c.cfg.Now()); err != nil {
+				return fmt.Errorf("record the sandbox's runtime: %w", err)
 			}
 		}
 		if err := c.cfg.Store.TransitionSandbox(ctx, sb.ID, sb.State, lc.InProgress, "", c.cfg.Now()); err != nil {
@@ -482,6 +488,7 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 	err = c.cfg.Store.FinishOperation(ctx, store.Finish{
 		OperationID:   op.ID,
 		Owner:         c.cfg.NodeID,
+		Incarnation:   c.cfg.Incarnation,
 		State:         model.OpSucceeded,
 		SandboxFrom:   lc.InProgress,
 		SandboxTo:     lc.Final,

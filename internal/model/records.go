@@ -132,6 +132,9 @@ type Sandbox struct {
 	StateReason string // why the sandbox is failed (or other human detail); empty otherwise
 	NodeID      NodeID // node that hosts it; empty until placed
 	Runtime     string // runtime name on that node, e.g. "runsc"; empty until placed
+	// NodeSelector are labels its node must carry (nil: any node); kept to
+	// place it again if its node is lost before it started.
+	NodeSelector NodeLabels
 	// Environment is the execution environment it runs in, chosen at
 	// create; empty for sandboxes stored before environments existed
 	// (they run on the runtime named by Runtime).

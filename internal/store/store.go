@@ -101,9 +101,14 @@ type DeleteRequest struct {
 
 // Claim describes which operations a controller may take.
 type Claim struct {
-	Owner model.NodeID  // lease holder
-	Lease time.Duration // lease length from Now
-	Now   time.Time
+	Owner model.NodeID // lease holder
+	// Incarnation is the holder's current incarnation, its fencing token:
+	// operations are claimed, renewed, retried and finished only while it
+	// is the node's current one and the node is not dead (ErrFenced).
+	// Template builds, which are not a node's, ignore it.
+	Incarnation model.Incarnation
+	Lease       time.Duration // lease length from Now
+	Now         time.Time
 }
 
 // Retry gives up Owner's lease on a running operation after a transient
@@ -112,6 +117,7 @@ type Claim struct {
 type Retry struct {
 	OperationID model.OperationID
 	Owner       model.NodeID
+	Incarnation model.Incarnation
 	NotBefore   time.Time
 	Now         time.Time
 }
@@ -123,6 +129,7 @@ type Retry struct {
 type Finish struct {
 	OperationID   model.OperationID
 	Owner         model.NodeID
+	Incarnation   model.Incarnation
 	State         model.OperationState // succeeded or failed
 	Error         *model.OperationError
 	SandboxFrom   model.SandboxState
@@ -217,6 +224,9 @@ type Store interface {
 	// When the next operation becomes claimable (due.go).
 	Due
 
+	// Nodes, their heartbeats, fencing and loss (nodes.go).
+	Nodes
+
 	// Sandboxes.
 	// CreateSandbox inserts the sandbox (state pending) and its create
 	// operation, plus the idempotency record if given, in one transaction.
@@ -254,8 +264,9 @@ type Store interface {
 	// TransitionSandbox is a compare-and-swap on the sandbox state that also
 	// checks the state machine.
 	TransitionSandbox(ctx context.Context, id model.SandboxID, from, to model.SandboxState, reason string, now time.Time) error
-	// PlaceSandbox records the node and runtime that host the sandbox.
-	PlaceSandbox(ctx context.Context, id model.SandboxID, node model.NodeID, runtime string, now time.Time) error
+	// PlaceSandbox records the runtime that hosts the sandbox on its node;
+	// only that node, in its current incarnation, may (ErrFenced).
+	PlaceSandbox(ctx context.Context, id model.SandboxID, f Fence, runtime string, now time.Time) error
 
 	// Operations.
 	GetOperation(ctx context.Context, project model.ProjectID, id model.OperationID) (model.Operation, error)

@@ -10,8 +10,7 @@ import (
 )
 
 // NextOperationDue implements store.Store: the smallest "free at" time
-// after now among the unfinished operations of sandboxes on no node or on
-// owner's, where an operation is free at its not_before or, while leased,
+// after now among the unfinished operations of sandboxes on owner, where an operation is free at its not_before or, while leased,
 // at the later of not_before and the lease's expiry.
 func (s *Store) NextOperationDue(ctx context.Context, owner model.NodeID, now time.Time) (time.Time, bool, error) {
 	var due sql.NullInt64
@@ -19,7 +18,7 @@ func (s *Store) NextOperationDue(ctx context.Context, owner model.NodeID, now ti
 			SELECT CASE WHEN o.lease_owner <> '' AND o.lease_expires_at > o.not_before
 				THEN o.lease_expires_at ELSE o.not_before END AS free_at
 			FROM operations o JOIN sandboxes s ON s.id = o.sandbox_id
-			WHERE o.state IN (?, ?) AND (s.node_id = '' OR s.node_id = ?)) d
+			WHERE o.state IN (?, ?) AND s.node_id = ?) d
 		WHERE free_at > ?`,
 		string(model.OpPending), string(model.OpRunning), string(owner), micro(now)).Scan(&due)
 	if err != nil {

@@ -142,12 +142,23 @@ func checkClaim(c store.Claim) error {
 	return nil
 }
 
+// checkOpClaim is checkClaim plus the incarnation operations are fenced by.
+func checkOpClaim(c store.Claim) error {
+	if err := checkClaim(c); err != nil {
+		return err
+	}
+	if c.Incarnation == "" {
+		return fmt.Errorf("%w: claim of operations without the node's incarnation", model.ErrInvalid)
+	}
+	return nil
+}
+
 // ClaimOperation implements store.Store. One UPDATE picks and leases the
 // operation: on PostgreSQL its sub-select locks the row with
 // FOR UPDATE SKIP LOCKED so concurrent claimers take different rows; on
 // SQLite the immediate transaction serializes claimers.
 func (s *Store) ClaimOperation(ctx context.Context, c store.Claim) (model.Operation, error) {
-	if err := checkClaim(c); err != nil {
+	if err := checkOpClaim(c); err != nil {
 		return model.Operation{}, fmt.Errorf("claim operation: %w", err)
 	}
 	now := micro(c.Now)
@@ -155,13 +166,13 @@ func (s *Store) ClaimOperation(ctx context.Context, c store.Claim) (model.Operat
 	err := s.write(ctx, true, func(t tx) error {
 		var err error
 		op, err = scanOperation(t.queryRow(ctx, `UPDATE operations
-			SET state = ?, attempts = attempts + 1, lease_owner = ?, lease_expires_at = ?, updated_at = ?
-			WHERE id = (
+			SET state = ?, attempts = attempts + 1, lease_owner = ?, lease_incarnation = ?, lease_expires_at = ?, updated_at = ?
+			WHERE `+fenceSQL+` AND id = (
 				SELECT o.id FROM operations o JOIN sandboxes s ON s.id = o.sandbox_id
 				WHERE o.state IN (?, ?)
 				  AND (o.lease_owner = '' OR o.lease_expires_at <= ?)
 				  AND o.not_before <= ?
-				  AND (s.node_id = '' OR s.node_id = ?)
+				  AND s.node_id = ?
 				  AND NOT EXISTS (
 					SELECT 1 FROM operations p
 					WHERE p.sandbox_id = o.sandbox_id AND p.state IN (?, ?)
@@ -169,11 +180,12 @@ func (s *Store) ClaimOperation(ctx context.Context, c store.Claim) (model.Operat
 				ORDER BY o.created_at, o.id
 				LIMIT 1 `+s.d.ClaimLock+`)
 			RETURNING `+operationReturning,
-			string(model.OpRunning), string(c.Owner), micro(c.Now.Add(c.Lease)), now,
+			string(model.OpRunning), string(c.Owner), string(c.Incarnation), micro(c.Now.Add(c.Lease)), now,
+			string(c.Owner), string(c.Incarnation),
 			string(model.OpPending), string(model.OpRunning), now, now, string(c.Owner),
 			string(model.OpPending), string(model.OpRunning)))
 		if errors.Is(err, sql.ErrNoRows) {
-			return store.ErrNoWork
+			return t.fenced(ctx, c.Owner, c.Incarnation, store.ErrNoWork)
 		}
 		return err
 	})
@@ -190,11 +202,13 @@ func (s *Store) ClaimOperation(ctx context.Context, c store.Claim) (model.Operat
 // It changes nothing a reader of model.Operation sees, so watchers are not
 // woken.
 func (s *Store) RenewLease(ctx context.Context, id model.OperationID, c store.Claim) error {
-	if err := checkClaim(c); err != nil {
+	if err := checkOpClaim(c); err != nil {
 		return fmt.Errorf("renew lease of %s: %w", id, err)
 	}
-	res, err := s.exec(ctx, `UPDATE operations SET lease_expires_at = ? WHERE id = ? AND lease_owner = ? AND state = ?`,
-		micro(c.Now.Add(c.Lease)), string(id), string(c.Owner), string(model.OpRunning))
+	res, err := s.exec(ctx, `UPDATE operations SET lease_expires_at = ?
+		WHERE id = ? AND lease_owner = ? AND lease_incarnation = ? AND state = ? AND `+fenceSQL,
+		micro(c.Now.Add(c.Lease)), string(id), string(c.Owner), string(c.Incarnation), string(model.OpRunning),
+		string(c.Owner), string(c.Incarnation))
 	if err != nil {
 		return fmt.Errorf("renew lease of %s: %w", id, err)
 	}
@@ -207,6 +221,9 @@ func (s *Store) RenewLease(ctx context.Context, id model.OperationID, c store.Cl
 	}
 	if exists == 0 {
 		return fmt.Errorf("renew lease of %s: %w", id, store.ErrNotFound)
+	}
+	if err := s.fencedNow(ctx, c.Owner, c.Incarnation); err != nil {
+		return fmt.Errorf("renew lease of %s for %s: %w: %w", id, c.Owner, store.ErrLeaseLost, err)
 	}
 	return fmt.Errorf("renew lease of %s for %s: %w", id, c.Owner, store.ErrLeaseLost)
 }
@@ -221,9 +238,10 @@ func (s *Store) RetryOperation(ctx context.Context, r store.Retry) error {
 		return fmt.Errorf("retry operation %s: %w: empty owner", r.OperationID, model.ErrInvalid)
 	}
 	err := s.write(ctx, true, func(t tx) error {
-		res, err := t.exec(ctx, `UPDATE operations SET lease_owner = '', lease_expires_at = 0, not_before = ?, updated_at = ?
-			WHERE id = ? AND lease_owner = ? AND state = ?`,
-			microOrZero(r.NotBefore), micro(r.Now), string(r.OperationID), string(r.Owner), string(model.OpRunning))
+		res, err := t.exec(ctx, `UPDATE operations SET lease_owner = '', lease_incarnation = '', lease_expires_at = 0, not_before = ?, updated_at = ?
+			WHERE id = ? AND lease_owner = ? AND lease_incarnation = ? AND state = ? AND `+fenceSQL,
+			microOrZero(r.NotBefore), micro(r.Now), string(r.OperationID), string(r.Owner), string(r.Incarnation), string(model.OpRunning),
+			string(r.Owner), string(r.Incarnation))
 		if err != nil {
 			return err
 		}
@@ -237,7 +255,7 @@ func (s *Store) RetryOperation(ctx context.Context, r store.Retry) error {
 		if exists == 0 {
 			return store.ErrNotFound
 		}
-		return fmt.Errorf("%w: not held by %s", store.ErrLeaseLost, r.Owner)
+		return t.fenced(ctx, r.Owner, r.Incarnation, fmt.Errorf("%w: not held by %s", store.ErrLeaseLost, r.Owner))
 	})
 	if err != nil {
 		return fmt.Errorf("retry operation %s: %w", r.OperationID, err)
@@ -273,13 +291,16 @@ func (s *Store) FinishOperation(ctx context.Context, f store.Finish) error {
 		if err != nil {
 			return fmt.Errorf("sandbox %s: %w", sandbox, err)
 		}
-		var state, owner string
-		if err := t.queryRow(ctx, `SELECT o.state, o.lease_owner FROM operations o WHERE o.id = ? `+s.d.RowLock,
-			string(f.OperationID)).Scan(&state, &owner); err != nil {
+		var state, owner, inc string
+		if err := t.queryRow(ctx, `SELECT o.state, o.lease_owner, o.lease_incarnation FROM operations o WHERE o.id = ? `+s.d.RowLock,
+			string(f.OperationID)).Scan(&state, &owner, &inc); err != nil {
 			return errNotFound(err)
 		}
-		if model.OperationState(state) != model.OpRunning || owner != string(f.Owner) {
-			return fmt.Errorf("%w: operation is %s, leased to %q", store.ErrLeaseLost, state, owner)
+		if model.OperationState(state) != model.OpRunning || owner != string(f.Owner) || inc != string(f.Incarnation) {
+			return fmt.Errorf("%w: operation is %s, leased to %q (%s)", store.ErrLeaseLost, state, owner, inc)
+		}
+		if err := t.fenced(ctx, f.Owner, f.Incarnation, nil); err != nil {
+			return fmt.Errorf("%w: %w", store.ErrLeaseLost, err)
 		}
 		if f.SandboxTo != "" {
 			if cur != f.SandboxFrom {
@@ -311,6 +332,30 @@ func (s *Store) FinishOperation(ctx context.Context, f store.Finish) error {
 		return fmt.Errorf("finish operation %s: %w", f.OperationID, err)
 	}
 	return nil
+}
+
+// fenced returns store.ErrFenced when node does not run incarnation inc or
+// is dead, else otherwise (which may be nil).
+func (t tx) fenced(ctx context.Context, node model.NodeID, inc model.Incarnation, otherwise error) error {
+	return checkFence(t.queryRow(ctx, fenceCountSQL, string(node), string(inc)), node, inc, otherwise)
+}
+
+// fencedNow is fenced outside a transaction, with nil otherwise.
+func (s *Store) fencedNow(ctx context.Context, node model.NodeID, inc model.Incarnation) error {
+	return checkFence(s.queryRow(ctx, fenceCountSQL, string(node), string(inc)), node, inc, nil)
+}
+
+const fenceCountSQL = `SELECT COUNT(*) FROM nodes fn WHERE fn.id = ? AND fn.incarnation = ? AND fn.state <> 'dead'`
+
+func checkFence(row *sql.Row, node model.NodeID, inc model.Incarnation, otherwise error) error {
+	var ok int
+	if err := row.Scan(&ok); err != nil {
+		return err
+	}
+	if ok == 0 {
+		return fmt.Errorf("%w: %s is not node %s's current incarnation, or the node is dead", store.ErrFenced, inc, node)
+	}
+	return otherwise
 }
 
 // ReleaseLeases implements store.Store: every unfinished operation leased to

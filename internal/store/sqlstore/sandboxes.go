@@ -22,7 +22,7 @@ const (
 
 const sandboxColumns = `s.id, s.project_id, s.template_digest, s.cpus, s.memory_mib, s.disk_mib, s.env, s.metadata,
 	s.state, s.state_reason, s.node_id, s.runtime, s.created_at, s.updated_at,
-	s.environment, s.snapshot, s.idle_timeout_ms, s.deadline, s.on_timeout, s.last_activity_at`
+	s.environment, s.snapshot, s.idle_timeout_ms, s.deadline, s.on_timeout, s.last_activity_at, s.node_selector`
 
 func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 	var (
@@ -30,13 +30,13 @@ func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 		id, project, digest            string
 		env, metadata, state, node, rt string
 		created, updated               int64
-		envRef, onTimeout              string
+		envRef, onTimeout, selector    string
 		snapshot                       sql.NullString
 		idleMS, deadline, activity     int64
 	)
 	err := row.Scan(&id, &project, &digest, &sb.Resources.CPUs, &sb.Resources.MemoryMiB, &sb.Resources.DiskMiB, &env, &metadata,
 		&state, &sb.StateReason, &node, &rt, &created, &updated,
-		&envRef, &snapshot, &idleMS, &deadline, &onTimeout, &activity)
+		&envRef, &snapshot, &idleMS, &deadline, &onTimeout, &activity, &selector)
 	if err != nil {
 		return model.Sandbox{}, err
 	}
@@ -52,6 +52,9 @@ func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 	}
 	if sb.Timeouts.OnTimeout, err = model.ParseOnTimeout(onTimeout); err != nil {
 		return model.Sandbox{}, fmt.Errorf("stored sandbox %s: %w", id, err)
+	}
+	if sb.NodeSelector, err = decodeLabels(selector); err != nil {
+		return model.Sandbox{}, fmt.Errorf("stored sandbox %s: node selector: %w", id, err)
 	}
 	sb.Timeouts.Idle = time.Duration(idleMS) * time.Millisecond
 	sb.Timeouts.Deadline = fromMicroOrZero(deadline)
@@ -130,6 +133,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, egress poli
 	if err != nil {
 		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	}
+	selector, err := selectorJSON(sb.NodeSelector)
+	if err != nil {
+		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+	}
 	err = s.write(ctx, true, func(t tx) error {
 		if err := t.insertIdempotency(ctx, idem); err != nil {
 			return err
@@ -137,19 +144,24 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, egress poli
 		if err := t.admit(ctx, sb.ProjectID, sb.Resources); err != nil {
 			return err
 		}
+		if sb.NodeID != "" {
+			if err := t.checkRoom(ctx, sb.NodeID, sb.Resources); err != nil {
+				return err
+			}
+		}
 		// The template must be live, and stays so until this commits.
 		if err := t.lockLiveTemplate(ctx, sb.Template); err != nil {
 			return err
 		}
 		_, err := t.exec(ctx, `INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, disk_mib, env, metadata,
 			state, state_reason, node_id, runtime, created_at, updated_at, egress,
-			environment, idle_timeout_ms, deadline, on_timeout, last_activity_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			environment, idle_timeout_ms, deadline, on_timeout, last_activity_at, node_selector)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			string(sb.ID), string(sb.ProjectID), string(sb.Template), sb.Resources.CPUs, sb.Resources.MemoryMiB,
 			sb.Resources.DiskMiB, env, metadata, string(model.StatePending), sb.StateReason, string(sb.NodeID), sb.Runtime,
 			micro(sb.CreatedAt), micro(sb.UpdatedAt), egressText,
 			string(sb.Environment), sb.Timeouts.Idle.Milliseconds(), microOrZero(sb.Timeouts.Deadline), string(onTimeout),
-			microOrZero(sb.LastActivity))
+			microOrZero(sb.LastActivity), selector)
 		if err != nil {
 			return fmt.Errorf("insert sandbox: %w", s.insertErr(err))
 		}
@@ -289,18 +301,29 @@ func (s *Store) ListSandboxesOnNode(ctx context.Context, node model.NodeID) ([]m
 	return list, nil
 }
 
-// PlaceSandbox implements store.Store.
-func (s *Store) PlaceSandbox(ctx context.Context, id model.SandboxID, node model.NodeID, runtime string, now time.Time) error {
+// PlaceSandbox implements store.Store: only the sandbox's own node, in its
+// current incarnation, records its runtime (store.ErrFenced otherwise).
+func (s *Store) PlaceSandbox(ctx context.Context, id model.SandboxID, f store.Fence, runtime string, now time.Time) error {
 	err := s.write(ctx, true, func(t tx) error {
-		res, err := t.exec(ctx, `UPDATE sandboxes SET node_id = ?, runtime = ?, updated_at = ? WHERE id = ?`,
-			string(node), runtime, micro(now), string(id))
+		res, err := t.exec(ctx, `UPDATE sandboxes SET runtime = ?, updated_at = ? WHERE id = ? AND node_id = ? AND `+fenceSQL,
+			append([]any{runtime, micro(now), string(id), string(f.Node)}, fenceArgs(f.Node, f.Incarnation)...)...)
 		if err != nil {
 			return err
 		}
-		return oneRow(res)
+		if oneRow(res) == nil {
+			return nil
+		}
+		var node string
+		if err := t.queryRow(ctx, `SELECT node_id FROM sandboxes WHERE id = ?`, string(id)).Scan(&node); err != nil {
+			return errNotFound(err)
+		}
+		if node != string(f.Node) {
+			return fmt.Errorf("%w: the sandbox is placed on %q", store.ErrFenced, node)
+		}
+		return store.ErrFenced
 	})
 	if err != nil {
-		return fmt.Errorf("place sandbox %s on %s: %w", id, node, err)
+		return fmt.Errorf("place sandbox %s on %s: %w", id, f.Node, err)
 	}
 	return nil
 }

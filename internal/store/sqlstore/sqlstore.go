@@ -42,6 +42,10 @@ type Dialect struct {
 	// concurrent delete or collection, which locks the row exclusively,
 	// waits for it: PostgreSQL "FOR SHARE"; empty for SQLite.
 	TemplateUseLock string
+	// NowMicro is the database's clock in unix microseconds, as an SQL
+	// expression; empty: SQLite's julianday('now') (the host's clock, the
+	// only one an embedded database has).
+	NowMicro string
 	// IsUniqueViolation reports whether err is a unique/primary-key violation.
 	IsUniqueViolation func(err error) bool
 	// IsForeignKeyViolation reports whether err is a foreign-key violation.
