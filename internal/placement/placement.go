@@ -1,0 +1,223 @@
+// Package placement chooses the node a new sandbox runs on: among the live,
+// active nodes that run sandboxes, carry the sandbox's node selector, have
+// its execution environment enabled and working, hold its template (or can
+// pull it from the shared blob store) and have room, the one the strategy
+// prefers. The store checks the room again in the transaction that places
+// the sandbox, so a decision raced by another create is refused there
+// (store.ErrNodeFull) and placed again.
+package placement
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+var (
+	// ErrNoRoom: nodes could run the sandbox, but none has room now.
+	ErrNoRoom = errors.New("no node has room for the sandbox")
+	// ErrNoNode: no live node can run the sandbox at all (its environment,
+	// template or node selector).
+	ErrNoNode = errors.New("no node can run the sandbox")
+	// ErrUnknownEnvironment: no node knows the environment named.
+	ErrUnknownEnvironment = errors.New("unknown execution environment")
+)
+
+// Request is what a new sandbox needs of its node.
+type Request struct {
+	Environment envid.Selector
+	Template    model.TemplateDigest
+	Resources   model.Resources
+	Selector    model.NodeLabels
+	// Exclude are nodes not to pick (a placement the store refused).
+	Exclude []model.NodeID
+}
+
+// Decision is where the sandbox goes, and the environment it runs in there
+// (a name resolves to that node's reference).
+type Decision struct {
+	Node        model.NodeID
+	Environment model.EnvironmentRef
+}
+
+// Config configures a Placer.
+type Config struct {
+	Store store.Store
+	// Strategy: spread (default) or pack.
+	Strategy model.PlacementStrategy
+	// DeadAfter: a node whose heartbeat is older is not placed on (it is
+	// about to be declared dead).
+	DeadAfter time.Duration
+	// Self and HasLocal, if set, say what this process's own node holds
+	// right now (a template built a moment ago, not yet reported).
+	Self     model.NodeID
+	HasLocal func(model.TemplateDigest) bool
+}
+
+// Placer places sandboxes.
+type Placer struct{ cfg Config }
+
+// New returns a Placer.
+func New(cfg Config) (*Placer, error) {
+	if cfg.Store == nil || cfg.DeadAfter <= 0 {
+		return nil, errors.New("placement: store and a positive DeadAfter are required")
+	}
+	if cfg.Strategy == "" {
+		cfg.Strategy = model.PlaceSpread
+	}
+	if _, err := model.ParsePlacementStrategy(string(cfg.Strategy)); err != nil {
+		return nil, fmt.Errorf("placement: %w", err)
+	}
+	return &Placer{cfg: cfg}, nil
+}
+
+// candidate is a node that passed every filter.
+type candidate struct {
+	node model.NodeStatus
+	ref  model.EnvironmentRef
+}
+
+// Place picks a node for req. Its errors wrap ErrUnknownEnvironment,
+// ErrNoNode or ErrNoRoom and say what each node lacked.
+func (p *Placer) Place(ctx context.Context, req Request) (Decision, error) {
+	nodes, err := p.cfg.Store.ListNodes(ctx)
+	if err != nil {
+		return Decision{}, fmt.Errorf("place: %w", err)
+	}
+	refs, err := p.environmentRefs(ctx, req.Environment)
+	if err != nil {
+		return Decision{}, err
+	}
+	rows, err := p.cfg.Store.ListNodeEnvironments(ctx, store.NodeEnvironmentQuery{})
+	if err != nil {
+		return Decision{}, fmt.Errorf("place: %w", err)
+	}
+	envOf := map[model.NodeID]model.EnvironmentRef{}
+	for _, r := range rows {
+		if r.Enabled && r.Available && slices.Contains(refs, r.Ref) {
+			if _, ok := envOf[r.NodeID]; !ok {
+				envOf[r.NodeID] = r.Ref
+			}
+		}
+	}
+	holders, err := p.cfg.Store.NodesWithTemplate(ctx, req.Template)
+	if err != nil {
+		return Decision{}, fmt.Errorf("place: %w", err)
+	}
+	var (
+		fits     []candidate
+		rejected []string
+		roomOnly int // nodes that lacked only room
+	)
+	for _, n := range nodes {
+		why := p.reject(n, req, envOf, holders)
+		if why == "" && !n.Fits(req.Resources) {
+			why = fmt.Sprintf("full (%d of %d sandboxes, %d of %d MiB)", n.Usage.Sandboxes, n.Slots, n.Usage.MemoryMiB, n.MemoryMiB)
+			roomOnly++
+		}
+		if why != "" {
+			rejected = append(rejected, fmt.Sprintf("%s: %s", n.ID, why))
+			continue
+		}
+		fits = append(fits, candidate{node: n, ref: envOf[n.ID]})
+	}
+	if len(fits) == 0 {
+		detail := "no node is registered"
+		if len(rejected) > 0 {
+			detail = strings.Join(rejected, "; ")
+		}
+		if roomOnly > 0 {
+			return Decision{}, fmt.Errorf("%w (%s)", ErrNoRoom, detail)
+		}
+		return Decision{}, fmt.Errorf("%w (%s)", ErrNoNode, detail)
+	}
+	slices.SortFunc(fits, func(a, b candidate) int {
+		c := cmp.Compare(free(a.node), free(b.node))
+		if p.cfg.Strategy == model.PlaceSpread {
+			c = -c
+		}
+		if c != 0 {
+			return c
+		}
+		return cmp.Compare(a.node.ID, b.node.ID)
+	})
+	return Decision{Node: fits[0].node.ID, Environment: fits[0].ref}, nil
+}
+
+// reject says why n cannot take the sandbox at all ("" if it can, room
+// aside).
+func (p *Placer) reject(n model.NodeStatus, req Request, envOf map[model.NodeID]model.EnvironmentRef, holders []model.NodeID) string {
+	switch {
+	case slices.Contains(req.Exclude, n.ID):
+		return "refused the placement a moment ago"
+	case !n.Role.RunsSandboxes():
+		return "runs no sandboxes (role " + string(n.Role) + ")"
+	case n.State != model.NodeActive:
+		return string(n.State)
+	case n.HeartbeatAge >= p.cfg.DeadAfter:
+		return fmt.Sprintf("no heartbeat for %s", n.HeartbeatAge.Round(time.Second))
+	case !n.Labels.Matches(req.Selector):
+		return "its labels do not match the node selector"
+	}
+	if _, ok := envOf[n.ID]; !ok {
+		return "does not have the environment enabled and working"
+	}
+	if err := req.Resources.FitsNode(model.NodeCapacity{CPUs: n.CPUs, MemoryMiB: n.MemoryMiB}); err != nil {
+		return err.Error()
+	}
+	hasTemplate := slices.Contains(holders, n.ID) || n.CanPull ||
+		(n.ID == p.cfg.Self && p.cfg.HasLocal != nil && p.cfg.HasLocal(req.Template))
+	if !hasTemplate {
+		return "does not hold the template and cannot pull it (no blob store)"
+	}
+	return ""
+}
+
+// free is the share of a node's room left after one more sandbox, the
+// smaller of its slots' and its memory's (an unbounded one counts as 1).
+func free(n model.NodeStatus) float64 {
+	f := 1.0
+	if n.Slots > 0 {
+		f = min(f, float64(n.Slots-n.Usage.Sandboxes)/float64(n.Slots))
+	}
+	if n.MemoryMiB > 0 {
+		f = min(f, float64(n.MemoryMiB-n.Usage.MemoryMiB)/float64(n.MemoryMiB))
+	}
+	return f
+}
+
+// environmentRefs are the references sel may run in: its own, or every
+// recorded definition of its name.
+func (p *Placer) environmentRefs(ctx context.Context, sel envid.Selector) ([]model.EnvironmentRef, error) {
+	if sel.Ref != "" {
+		if _, err := p.cfg.Store.GetEnvironment(ctx, sel.Ref); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return nil, fmt.Errorf("%w: no node has the environment %s", ErrUnknownEnvironment, sel.Ref)
+			}
+			return nil, fmt.Errorf("place: %w", err)
+		}
+		return []model.EnvironmentRef{sel.Ref}, nil
+	}
+	recs, err := p.cfg.Store.ListEnvironments(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("place: %w", err)
+	}
+	var refs []model.EnvironmentRef
+	for _, r := range recs {
+		if r.Name == sel.Name {
+			refs = append(refs, r.Ref)
+		}
+	}
+	if len(refs) == 0 {
+		return nil, fmt.Errorf("%w: no node has recorded an environment named %s", ErrUnknownEnvironment, sel.Name)
+	}
+	return refs, nil
+}
