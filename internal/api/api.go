@@ -75,6 +75,12 @@ type Config struct {
 	// them (GET /v1/environments); nil: sandboxes record none (the
 	// worker's own runtime), and naming one is refused.
 	Environments Environments
+	// Placer chooses the node of each new sandbox (with Self, this
+	// process's node ID: a decision for it is checked against this node's
+	// environments, Environments.Resolve). Nil: sandboxes are stored
+	// without a node and the environment is resolved here (tests).
+	Placer Placer
+	Self   model.NodeID
 	// Agents reaches the guest agents of sandboxes hosted here (process
 	// routes, background commands). Nil: those routes answer 501.
 	Agents procctl.Agents

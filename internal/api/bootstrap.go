@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/atomicfile"
@@ -22,7 +25,8 @@ const DefaultProjectName = "default"
 // with mode 0600 and logs where it is. The file is written atomically and
 // before the key is inserted, so a crash never leaves a key that nobody
 // holds: the next start finds no key and writes a new file. If any key
-// exists it does nothing and returns false.
+// exists it does nothing and returns false. A key already in the file
+// (written by an operator) is imported instead of a new one made.
 func EnsureAdminKey(ctx context.Context, st store.Store, path string, logger *slog.Logger) (created bool, err error) {
 	if logger == nil {
 		logger = slog.Default()
@@ -38,19 +42,46 @@ func EnsureAdminKey(ctx context.Context, st store.Store, path string, logger *sl
 	if err != nil {
 		return false, err
 	}
-	token, id, hash := auth.GenerateAPIKey()
-	if err := atomicfile.Write(path, []byte(token+"\n"), 0o600); err != nil {
-		return false, fmt.Errorf("write admin key file: %w", err)
+	id, hash, imported, err := adminKeyFrom(path)
+	if err != nil {
+		return false, err
 	}
 	key := model.APIKey{
 		ID: id, ProjectID: project.ID, Role: model.RoleAdmin, Name: "bootstrap admin",
 		SecretHash: hash, CreatedAt: time.Now().UTC().Truncate(time.Microsecond),
 	}
-	if err := st.CreateAPIKey(ctx, key, nil); err != nil {
+	if err := st.CreateAPIKey(ctx, key, nil); errors.Is(err, store.ErrAlreadyExists) && imported {
+		return false, nil // another process sharing the database imported the same file first
+	} else if err != nil {
 		return false, fmt.Errorf("create admin key: %w", err)
 	}
-	logger.InfoContext(ctx, "created the first admin API key", "key", id, "project", project.ID, "file", path)
+	if imported {
+		logger.InfoContext(ctx, "imported the first admin API key", "key", id, "project", project.ID, "file", path)
+	} else {
+		logger.InfoContext(ctx, "created the first admin API key", "key", id, "project", project.ID, "file", path)
+	}
 	return true, nil
+}
+
+// adminKeyFrom reads the admin key in path if the file holds one (an
+// operator's, e.g. from a Kubernetes Secret, or one written before a crash:
+// imported), else makes one and writes it there (atomically, before the key is inserted, so a crash never
+// leaves a key that nobody holds).
+func adminKeyFrom(path string) (model.APIKeyID, []byte, bool, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		// A file that holds no key (a stale one of a crash mid-write) is
+		// replaced below.
+		if id, secret, err := auth.ParseAPIKey(strings.TrimSpace(string(b))); err == nil {
+			return id, auth.HashSecret(secret), true, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", nil, false, fmt.Errorf("read admin key file: %w", err)
+	}
+	token, id, hash := auth.GenerateAPIKey()
+	if err := atomicfile.Write(path, []byte(token+"\n"), 0o600); err != nil {
+		return "", nil, false, fmt.Errorf("write admin key file: %w", err)
+	}
+	return id, hash, false, nil
 }
 
 // ensureProject returns the project with the given name, creating it if missing.

@@ -21,9 +21,13 @@ func sandboxOut(sb model.Sandbox) apiv1.Sandbox {
 		StateReason: sb.StateReason,
 		Snapshot:    snapshotOut(sb.Snapshot),
 		Runtime:     sb.Runtime,
+		NodeID:      string(sb.NodeID),
 		Environment: string(sb.Environment),
 		CreatedAt:   sb.CreatedAt.UTC(),
 		UpdatedAt:   sb.UpdatedAt.UTC(),
+	}
+	if len(sb.NodeSelector) > 0 {
+		out.NodeSelector = map[string]string(sb.NodeSelector)
 	}
 	timeoutsOut(&out, sb)
 	return out

@@ -43,7 +43,7 @@ func withEnvironments(t *testing.T, te *testEnvironments) envOption {
 	te.runc = fakeEnvironment(t, envid.NameRunc, runtime.IsolationSharedKernel, runtime.NewCapabilities(runtime.CapPause), true, true, "")
 	te.crun = fakeEnvironment(t, envid.NameCrun, runtime.IsolationSharedKernel, runtime.Capabilities{}, false, false, "probe crun: run a container: exit status 1")
 	return func(c *envConfig) {
-		reg, err := envreg.New(envreg.Config{Store: c.Store, NodeID: model.NewNodeID(), Envs: []envreg.Local{te.runsc, te.runc, te.crun}, Default: envid.NameRunsc})
+		reg, err := envreg.New(envreg.Config{Store: c.Store, NodeID: testNode, Envs: []envreg.Local{te.runsc, te.runc, te.crun}, Default: envid.NameRunsc})
 		if err != nil {
 			t.Fatal(err)
 		}

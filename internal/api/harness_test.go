@@ -21,6 +21,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/placement"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
 	"github.com/airlockdev/airlock/internal/template"
@@ -101,7 +102,16 @@ func newEnv(t *testing.T, opts ...envOption) *testEnv {
 	if e.ring, err = auth.OpenKeyring(filepath.Join(dir, "keys", "attach"), auth.KeyringOptions{Now: e.clock.Now}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Store: st, Logger: logger, Now: e.clock.Now, Attach: e.ring.Issuer(), AttachKeys: e.ring}
+	// One node hosts every sandbox; it can pull any template.
+	if _, err := st.RegisterNode(ctx, model.Node{ID: testNode, Incarnation: testIncarnation, Role: model.RoleAll,
+		AdvertiseURL: "http://127.0.0.1:1", CanPull: true}); err != nil {
+		t.Fatal(err)
+	}
+	placer, err := placement.New(placement.Config{Store: st, DeadAfter: time.Hour, Self: testNode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Store: st, Logger: logger, Now: e.clock.Now, Attach: e.ring.Issuer(), AttachKeys: e.ring, Placer: placer, Self: testNode}
 	for _, o := range opts {
 		o(&envConfig{Config: &cfg, tpl: tpl})
 	}
@@ -344,7 +354,10 @@ func (e *testEnv) createSandbox(key, body string) apiv1.SandboxWithOperation {
 	return out
 }
 
-const testNode model.NodeID = "node_aaaaaaaaaaaaaaaaaaaaaaaaaa"
+const (
+	testNode        model.NodeID      = "node_aaaaaaaaaaaaaaaaaaaaaaaaaa"
+	testIncarnation model.Incarnation = "inc_aaaaaaaaaaaaaaaaaaaaaaaaaa"
+)
 
 // finishCreate drives a sandbox's create operation to success through the
 // store, as the reconciler would: pending → creating → running. The
@@ -353,7 +366,7 @@ func (e *testEnv) finishCreate(id model.SandboxID) {
 	e.t.Helper()
 	ctx := context.Background()
 	now := time.Now()
-	op, err := e.st.ClaimOperation(ctx, store.Claim{Owner: testNode, Lease: time.Minute, Now: now})
+	op, err := e.st.ClaimOperation(ctx, store.Claim{Owner: testNode, Incarnation: testIncarnation, Lease: time.Minute, Now: now})
 	if err != nil {
 		e.t.Fatalf("claim: %v", err)
 	}
@@ -364,7 +377,7 @@ func (e *testEnv) finishCreate(id model.SandboxID) {
 		e.t.Fatal(err)
 	}
 	if err := e.st.FinishOperation(ctx, store.Finish{
-		OperationID: op.ID, Owner: testNode, State: model.OpSucceeded,
+		OperationID: op.ID, Owner: testNode, Incarnation: testIncarnation, State: model.OpSucceeded,
 		SandboxFrom: model.StateCreating, SandboxTo: model.StateRunning, Now: now,
 	}); err != nil {
 		e.t.Fatalf("finish: %v", err)

@@ -21,7 +21,7 @@ func (e *testEnv) finishNext(t testing.TB, id model.SandboxID, kind model.Operat
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now()
-	op, err := e.st.ClaimOperation(ctx, store.Claim{Owner: testNode, Lease: time.Minute, Now: now})
+	op, err := e.st.ClaimOperation(ctx, store.Claim{Owner: testNode, Incarnation: testIncarnation, Lease: time.Minute, Now: now})
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -32,7 +32,7 @@ func (e *testEnv) finishNext(t testing.TB, id model.SandboxID, kind model.Operat
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := store.Finish{OperationID: op.ID, Owner: testNode, State: model.OpSucceeded, SandboxFrom: lc.InProgress, SandboxTo: lc.Final, Now: now}
+	f := store.Finish{OperationID: op.ID, Owner: testNode, Incarnation: testIncarnation, State: model.OpSucceeded, SandboxFrom: lc.InProgress, SandboxTo: lc.Final, Now: now}
 	switch {
 	case !succeed:
 		f.State, f.SandboxTo = model.OpFailed, lc.Failure

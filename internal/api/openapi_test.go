@@ -137,7 +137,7 @@ func TestErrorCodesDocumented(t *testing.T) {
 		apiv1.CodeProcessNotFound, apiv1.CodeAgentUnsupported, apiv1.CodeExecFailed, apiv1.CodeExceedsCapacity, apiv1.CodeRateLimited,
 		apiv1.CodeQuotaExceeded, apiv1.CodeRequestTimeout, apiv1.CodeRegistryUnavailable, apiv1.CodeTemplateInUse, apiv1.CodeBuildFailed,
 		apiv1.CodeBlobStoreUnavailable, apiv1.CodeBlobStoreCorrupt,
-		apiv1.CodeUnknownEgressProfile, apiv1.CodeEgressProfileInUse,
+		apiv1.CodeUnknownEgressProfile, apiv1.CodeEgressProfileInUse, apiv1.CodeNoCapacity, apiv1.CodeNoEligibleNode,
 		apiv1.CodeEnvironmentUnknown, apiv1.CodeEnvironmentArtifactsMissing, apiv1.CodeEnvironmentUnavailable,
 	}
 	slices.Sort(got)

@@ -45,11 +45,11 @@ func (e *testEnv) finishDelete(id model.SandboxID) {
 	ctx := context.Background()
 	now := time.Now()
 	for {
-		op, err := e.st.ClaimOperation(ctx, store.Claim{Owner: testNode, Lease: time.Minute, Now: now})
+		op, err := e.st.ClaimOperation(ctx, store.Claim{Owner: testNode, Incarnation: testIncarnation, Lease: time.Minute, Now: now})
 		if err != nil {
 			e.t.Fatalf("claim: %v", err)
 		}
-		f := store.Finish{OperationID: op.ID, Owner: testNode, State: model.OpSucceeded, Now: now}
+		f := store.Finish{OperationID: op.ID, Owner: testNode, Incarnation: testIncarnation, State: model.OpSucceeded, Now: now}
 		if op.SandboxID == id && op.Kind == model.OpDelete {
 			f.SandboxFrom, f.SandboxTo = model.StateDeleting, model.StateDeleted
 		}

@@ -62,9 +62,22 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	if err != nil {
 		return nil, err
 	}
-	envRef, err := a.createEnvironment(ctx, c.present["environment"], in.Environment)
+	selector, err := model.ParseNodeLabels(in.NodeSelector)
+	if err != nil {
+		return nil, fmt.Errorf("node_selector: %w", err)
+	}
+	if len(selector) > 0 && a.cfg.Placer == nil {
+		return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server does not place sandboxes on nodes: node_selector is not supported")
+	}
+	var envRef model.EnvironmentRef
+	envSel, err := a.environmentSelector(c.present["environment"], in.Environment)
 	if err != nil {
 		return nil, err
+	}
+	if a.cfg.Placer == nil {
+		if envRef, err = a.createEnvironment(ctx, c.present["environment"], in.Environment); err != nil {
+			return nil, err
+		}
 	}
 	if name, ok := ref.Name(); ok {
 		// A template that is still building (the server's default on a
@@ -93,6 +106,7 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 
 		Timeouts:     timeouts,
 		LastActivity: c.now, // created is used: the idle limit counts from now
+		NodeSelector: selector,
 	}
 	sb.Environment = envRef
 	op := model.Operation{
@@ -104,17 +118,27 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 		CreatedAt: c.now,
 		UpdatedAt: c.now,
 	}
-	out := sandboxOut(sb)
-	egressOut := egressPolicyOut(egressSpec)
-	out.Egress = &egressOut
-	rep, rec, err := c.reply(http.StatusAccepted, apiv1.SandboxWithOperation{Sandbox: out, Operation: operationOut(op)})
-	if err != nil {
-		return nil, err
+	// The project's quota (and the node's room) is checked last, by the
+	// store, in the transaction that inserts the sandbox: racing creates
+	// cannot both take the last slot.
+	var rep *reply
+	insert := func(sb model.Sandbox) error {
+		out := sandboxOut(sb)
+		egressOut := egressPolicyOut(egressSpec)
+		out.Egress = &egressOut
+		r, rec, err := c.reply(http.StatusAccepted, apiv1.SandboxWithOperation{Sandbox: out, Operation: operationOut(op)})
+		if err != nil {
+			return err
+		}
+		rep = r
+		return a.cfg.Store.CreateSandbox(ctx, sb, egressSpec, op, rec)
 	}
-	// The project's quota is checked last, by the store, in the
-	// transaction that inserts the sandbox: racing creates cannot both take
-	// the last slot.
-	if err := a.cfg.Store.CreateSandbox(ctx, sb, egressSpec, op, rec); errors.Is(err, store.ErrNotFound) {
+	if a.cfg.Placer != nil {
+		err = a.insertPlaced(ctx, &sb, envSel, insert)
+	} else {
+		err = insert(sb)
+	}
+	if errors.Is(err, store.ErrNotFound) {
 		// The template was deleted (or collected) since it was resolved.
 		return nil, errorf(http.StatusNotFound, apiv1.CodeTemplateNotFound, "template %s (%s) was deleted meanwhile", ref, tpl.Digest)
 	} else if err != nil {

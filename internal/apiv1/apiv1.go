@@ -54,6 +54,8 @@ const (
 	CodeBuildFailed          = "build_failed"           // 424 (create): the build that was to provide the template failed; also a failed build's error code
 	CodeUnknownEgressProfile = "unknown_egress_profile" // 400: an egress policy names a profile that does not exist
 	CodeEgressProfileInUse   = "egress_profile_in_use"  // 409: a profile delete while the policy of a sandbox that is not deleted names it
+	CodeNoCapacity           = "no_capacity"            // 503: nodes could run the sandbox but none has room now; see Retry-After
+	CodeNoEligibleNode       = "no_eligible_node"       // 409: no live node can run the sandbox (environment, template or node selector); the message says what each lacked
 )
 
 // Sandbox is a sandbox as the API shows it.
@@ -69,6 +71,10 @@ type Sandbox struct {
 	StateReason string            `json:"state_reason,omitempty"`
 	Snapshot    *Snapshot         `json:"snapshot"` // what its suspend kept: set while suspended (and waking), null otherwise
 	Runtime     string            `json:"runtime,omitempty"`
+	// NodeID is the node hosting it (absent until placed);
+	// NodeSelector the labels its node must carry, as asked at create.
+	NodeID       string            `json:"node_id,omitempty"`
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
 	// Environment is the env:sha256:… reference of its execution
 	// environment (absent for sandboxes made before environments existed).
 	Environment string `json:"environment,omitempty"`
@@ -117,6 +123,9 @@ type CreateSandboxRequest struct {
 	// (--default-idle-timeout, 6 h unless its operator chose another);
 	// 0: never.
 	IdleTimeout *int64 `json:"idle_timeout,omitempty"`
+	// NodeSelector: labels the node that runs it must carry (KEY: VALUE;
+	// nodes get theirs from airlock server --label).
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
 }
 
 // SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: a new

@@ -56,6 +56,16 @@ type serverFlags struct {
 	idleDefault time.Duration
 	retention   time.Duration
 	reapEvery   time.Duration
+	// several nodes
+	role           string
+	advertiseURL   string
+	labels         []string
+	maxSandboxes   int
+	placement      string
+	heartbeat      time.Duration
+	deadAfter      time.Duration
+	adminKeyFile   string
+	secretsKeyFile string
 	// egress
 	egressPool     string
 	egressDefault  string
@@ -93,6 +103,9 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		DefaultIdleTimeout:       f.idleDefault,
 		Retention:                f.retention,
 		ReapInterval:             f.reapEvery,
+	}
+	if err := f.clusterOptions(&opts); err != nil {
+		return opts, err
 	}
 	if f.idleDefault < 0 || f.idleDefault > model.MaxIdleTimeout {
 		return opts, usageErrorf("--default-idle-timeout must be between 0 (never) and %s, not %s", model.MaxIdleTimeout, f.idleDefault)
@@ -283,12 +296,78 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.DurationVar(&f.idleDefault, "default-idle-timeout", model.DefaultIdleTimeout, "idle limit of a sandbox whose create request names none: without activity for this long it is suspended (0: never)")
 	fs.DurationVar(&f.retention, "retention", reaper.DefaultRetention, "how long deleted sandboxes (with their command sessions) and finished operations stay in the store before they are purged")
 	fs.DurationVar(&f.reapEvery, "reap-interval", reaper.DefaultInterval, "how often passed deadlines and idle sandboxes are looked for")
+	fs.StringVar(&f.role, "role", string(model.RoleAll), "what this process does: all (API and sandboxes), api (a stateless API replica that places sandboxes and routes to their nodes; needs --database-url) or node (runs sandboxes; needs --database-url)")
+	fs.StringVar(&f.advertiseURL, "advertise-url", "", "URL the other processes on the database reach this one at, e.g. http://10.0.0.5:7070 (default: http:// and the --listen address, which must then not be a wildcard)")
+	fs.StringArrayVar(&f.labels, "label", nil, "node label KEY=VALUE that sandboxes' node_selector matches (repeatable)")
+	fs.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "sandboxes placed on this node at most (those not deleted or failed)")
+	fs.StringVar(&f.placement, "placement", string(model.PlaceSpread), "how a create picks among the nodes that fit: spread (most room left) or pack (fullest that fits)")
+	fs.DurationVar(&f.heartbeat, "heartbeat-interval", server.DefaultHeartbeatInterval, "how often this node records that it is alive (the database's clock)")
+	fs.DurationVar(&f.deadAfter, "node-dead-after", server.DefaultNodeDeadAfter, "a node without a heartbeat for this long is declared dead: its sandboxes are lost (failed, reason \"node lost\") and creates it had not started are placed again")
+	fs.StringVar(&f.adminKeyFile, "admin-key-file", "", "file of the first admin API key: imported on a fresh database when it exists (e.g. a Kubernetes Secret), else written there (default: DATA_DIR/admin.key)")
+	fs.StringVar(&f.secretsKeyFile, "secrets-key-file", "", "key that seals egress secrets in the store; every process sharing the database needs the same (default: DATA_DIR/secrets.key, made on first start)")
 	fs.StringVar(&f.egressPool, "egress-pool", "10.213.0.0/16", "private IPv4 range of the sandboxes' links to the host (a /30 each)")
 	fs.StringVar(&f.egressDefault, "egress-default", "public", "egress policy of a sandbox that sets none: public (names on the public internet; never private, link-local or host addresses) or none")
 	fs.StringVar(&f.egressDNS, "egress-upstream-dns", "", "ADDRESS[:PORT] of the DNS server the egress resolver forwards allowed queries to (default: the first nameserver of /etc/resolv.conf)")
 	fs.IntVar(&f.egressProxy, "egress-proxy-port", server.DefaultEgressProxyPort, "host port the sandboxes' TCP is redirected to (0: any free port)")
 	fs.IntVar(&f.egressResolver, "egress-resolver-port", server.DefaultEgressResolverPort, "host port (UDP and TCP) the sandboxes' DNS is redirected to (0: any free port)")
 	return cmd
+}
+
+// clusterOptions parses the flags of several nodes on one database.
+func (f serverFlags) clusterOptions(opts *server.Options) error {
+	role, err := model.ParseNodeRole(f.role)
+	if err != nil {
+		return usageErrorf("--role must be all, api or node, not %q", f.role)
+	}
+	if role != model.RoleAll && f.databaseURL == "" {
+		return usageErrorf("--role %s needs --database-url: several processes share one PostgreSQL; SQLite serves one node (--role all)", role)
+	}
+	opts.Role = role
+	if f.advertiseURL != "" {
+		if opts.AdvertiseURL, err = model.ParseAdvertiseURL(f.advertiseURL); err != nil {
+			return usageErrorf("--advertise-url: %w", err)
+		}
+	}
+	labels := map[string]string{}
+	for _, l := range f.labels {
+		k, v, err := model.ParseNodeLabel(l)
+		if err != nil {
+			return usageErrorf("--label: %w", err)
+		}
+		if _, dup := labels[k]; dup {
+			return usageErrorf("--label %s given twice", k)
+		}
+		labels[k] = v
+	}
+	if opts.Labels, err = model.ParseNodeLabels(labels); err != nil {
+		return usageErrorf("--label: %w", err)
+	}
+	if f.maxSandboxes < 1 {
+		return usageErrorf("--max-sandboxes must be at least 1, not %d", f.maxSandboxes)
+	}
+	opts.MaxSandboxes = f.maxSandboxes
+	if opts.Placement, err = model.ParsePlacementStrategy(f.placement); err != nil {
+		return usageErrorf("--placement must be spread or pack, not %q", f.placement)
+	}
+	if f.heartbeat < 100*time.Millisecond || f.heartbeat > time.Minute {
+		return usageErrorf("--heartbeat-interval must be between 100ms and 1m, not %s", f.heartbeat)
+	}
+	if f.deadAfter < 3*f.heartbeat {
+		return usageErrorf("--node-dead-after %s must be at least three heartbeats (3 × --heartbeat-interval %s)", f.deadAfter, f.heartbeat)
+	}
+	opts.HeartbeatInterval, opts.NodeDeadAfter = f.heartbeat, f.deadAfter
+	for _, p := range []*string{&f.adminKeyFile, &f.secretsKeyFile} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return usageErrorf("key file %s: %w", *p, err)
+		}
+		*p = abs
+	}
+	opts.AdminKeyFile, opts.SecretsKeyFile = f.adminKeyFile, f.secretsKeyFile
+	return nil
 }
 
 // environments parses --runtime (shorthand for an --env given first) and

@@ -33,6 +33,7 @@ type env struct {
 	wk      *worker.Worker
 	ctrl    *Controller
 	node    model.NodeID
+	inc     model.Incarnation // the node's registered incarnation
 	project model.ProjectID
 	digest  model.TemplateDigest
 	// stateRoot is the runtime's per-sandbox state directory root.
@@ -43,8 +44,8 @@ func newEnv(t *testing.T, flavor string, templateErr error) *env {
 	return newEnvWith(t, flavor, templateErr, Config{})
 }
 
-// newEnvWith is newEnv with controller settings (Store, Worker, NodeID and
-// Logger are filled in).
+// newEnvWith is newEnv with controller settings (Store, Worker, NodeID,
+// Incarnation and Logger are filled in; the node is registered).
 func newEnvWith(t testing.TB, flavor string, templateErr error, cc Config, opts ...func(*oci.Config)) *env {
 	t.Helper()
 	airtest.RequireRoot(t)
@@ -106,12 +107,15 @@ func newEnvWith(t testing.TB, flavor string, templateErr error, cc Config, opts 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { wk.Close() })
-	e := &env{t: t, st: st, rt: rt, wk: wk, node: model.NewNodeID(), project: model.NewProjectID(), digest: model.DigestFromSHA256([32]byte{7}), stateRoot: stateRoot}
+	e := &env{t: t, st: st, rt: rt, wk: wk, node: model.NewNodeID(), inc: model.NewIncarnation(), project: model.NewProjectID(), digest: model.DigestFromSHA256([32]byte{7}), stateRoot: stateRoot}
+	if _, err := st.RegisterNode(ctx, model.Node{ID: e.node, Incarnation: e.inc, Role: model.RoleAll, AdvertiseURL: "http://127.0.0.1:1"}); err != nil {
+		t.Fatal(err)
+	}
 	set, err := worker.NewSet([]worker.Env{{Name: envid.Name(flavor), Ref: testEnvRef, Worker: wk}}, st.GetSandboxByID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc.Store, cc.Workers, cc.NodeID, cc.Logger = st, set, e.node, log
+	cc.Store, cc.Workers, cc.NodeID, cc.Incarnation, cc.Logger = st, set, e.node, e.inc, log
 	if cc.Resync == 0 {
 		cc.Resync = time.Hour // tests call Resync themselves
 	}
@@ -155,7 +159,7 @@ func (e *env) create() (model.SandboxID, model.OperationID) {
 	now := time.Now()
 	sb := model.Sandbox{ID: model.NewSandboxID(), ProjectID: e.project, Template: e.digest,
 		Resources: model.Resources{CPUs: 1, MemoryMiB: 256}, Env: model.Env{"HELLO": "world"}, Metadata: model.Metadata{},
-		State: model.StatePending, CreatedAt: now, UpdatedAt: now}
+		State: model.StatePending, NodeID: e.node, CreatedAt: now, UpdatedAt: now}
 	op := model.Operation{ID: model.NewOperationID(), ProjectID: e.project, SandboxID: sb.ID, Kind: model.OpCreate,
 		State: model.OpPending, CreatedAt: now, UpdatedAt: now}
 	if err := e.st.CreateSandbox(context.Background(), sb, policy.Spec{}, op, nil); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/worker"
 )
 
@@ -23,7 +24,7 @@ func (e *env) createIn(ref model.EnvironmentRef) (model.SandboxID, model.Operati
 	now := time.Now()
 	sb := model.Sandbox{ID: model.NewSandboxID(), ProjectID: e.project, Template: e.digest,
 		Resources: model.Resources{CPUs: 1, MemoryMiB: 256}, Env: model.Env{}, Metadata: model.Metadata{},
-		State: model.StatePending, Environment: ref, CreatedAt: now, UpdatedAt: now}
+		State: model.StatePending, Environment: ref, NodeID: e.node, CreatedAt: now, UpdatedAt: now}
 	op := model.Operation{ID: model.NewOperationID(), ProjectID: e.project, SandboxID: sb.ID, Kind: model.OpCreate,
 		State: model.OpPending, CreatedAt: now, UpdatedAt: now}
 	if err := e.st.CreateSandbox(context.Background(), sb, policy.Spec{}, op, nil); err != nil {
@@ -37,7 +38,7 @@ func TestSandboxesAreRoutedByEnvironment(t *testing.T) {
 	ctx := context.Background()
 	// Placed on crun by an earlier run of the server: left alone.
 	crunID, crunOp := e.createIn("")
-	if err := e.st.PlaceSandbox(ctx, crunID, e.node, "crun", time.Now()); err != nil {
+	if err := e.st.PlaceSandbox(ctx, crunID, store.Fence{Node: e.node, Incarnation: e.inc}, "crun", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	e.run()
@@ -51,14 +52,14 @@ func TestSandboxesAreRoutedByEnvironment(t *testing.T) {
 		t.Fatalf("after create: %+v", sb)
 	}
 
-	// A reference this server does not drive: never placed, it fails and
-	// says why.
+	// A reference this server does not drive: it never gets a runtime,
+	// it fails and says why.
 	other := model.EnvironmentRef("env:sha256:" + strings.Repeat("f", 64))
 	badID, badOp := e.createIn(other)
 	if op := e.waitOp(badOp); op.State != model.OpFailed || !strings.Contains(op.Error.Message, "does not drive") {
 		t.Fatalf("create in an environment not driven: %+v %+v", op, op.Error)
 	}
-	if sb := e.sandbox(badID); sb.State != model.StateFailed || sb.NodeID != "" {
+	if sb := e.sandbox(badID); sb.State != model.StateFailed || sb.Runtime != "" {
 		t.Fatalf("after a create in an environment not driven: %+v", sb)
 	}
 
@@ -123,7 +124,7 @@ func TestTwoEnvironmentsSideBySide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.ctrl, err = New(Config{Store: e.st, Workers: set, NodeID: e.node, Resync: time.Hour})
+	e.ctrl, err = New(Config{Store: e.st, Workers: set, NodeID: e.node, Incarnation: e.inc, Resync: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,11 +84,11 @@ func TestRetrySetsNotBefore(t *testing.T) {
 		t.Fatalf("after a transient failure: %+v, want running with NotBefore %s", got, now.Add(backoff))
 	}
 	for _, at := range []time.Time{now, now.Add(backoff - time.Microsecond)} {
-		if op, err := e.st.ClaimOperation(ctx, store.Claim{Owner: e.node, Lease: time.Minute, Now: at}); !errors.Is(err, store.ErrNoWork) {
+		if op, err := e.st.ClaimOperation(ctx, store.Claim{Owner: e.node, Incarnation: e.inc, Lease: time.Minute, Now: at}); !errors.Is(err, store.ErrNoWork) {
 			t.Fatalf("claim at %s: %+v, %v; want ErrNoWork before not_before", at, op, err)
 		}
 	}
-	again, err := e.st.ClaimOperation(ctx, store.Claim{Owner: e.node, Lease: time.Minute, Now: now.Add(backoff)})
+	again, err := e.st.ClaimOperation(ctx, store.Claim{Owner: e.node, Incarnation: e.inc, Lease: time.Minute, Now: now.Add(backoff)})
 	if err != nil || again.ID != opID || again.Attempts != 2 {
 		t.Fatalf("claim at not_before: %+v, %v", again, err)
 	}

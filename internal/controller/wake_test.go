@@ -21,19 +21,12 @@ func TestOperationLoopWakesWhenDue(t *testing.T) {
 		holdBack func(e *env, op model.OperationID, now time.Time) (at time.Time)
 	}{
 		{"retry not_before", func(e *env, op model.OperationID, now time.Time) time.Time {
-			claimed, err := e.st.ClaimOperation(context.Background(), store.Claim{Owner: e.node, Lease: time.Hour, Now: now})
+			claimed, err := e.st.ClaimOperation(context.Background(), store.Claim{Owner: e.node, Incarnation: e.inc, Lease: time.Hour, Now: now})
 			if err != nil || claimed.ID != op {
 				e.t.Fatalf("claim: %+v, %v", claimed, err)
 			}
-			if err := e.st.RetryOperation(context.Background(), store.Retry{OperationID: op, Owner: e.node, NotBefore: now.Add(hold), Now: now}); err != nil {
+			if err := e.st.RetryOperation(context.Background(), store.Retry{OperationID: op, Owner: e.node, Incarnation: e.inc, NotBefore: now.Add(hold), Now: now}); err != nil {
 				e.t.Fatal(err)
-			}
-			return now.Add(hold)
-		}},
-		{"another node's lease", func(e *env, op model.OperationID, now time.Time) time.Time {
-			claimed, err := e.st.ClaimOperation(context.Background(), store.Claim{Owner: model.NewNodeID(), Lease: hold, Now: now})
-			if err != nil || claimed.ID != op {
-				e.t.Fatalf("claim: %+v, %v", claimed, err)
 			}
 			return now.Add(hold)
 		}},
@@ -70,12 +63,12 @@ func TestIdleWaitsUntilDue(t *testing.T) {
 	}{
 		{"nothing due", func(*env, model.OperationID) {}, time.Minute},
 		{"due in 3s", func(e *env, op model.OperationID) {
-			if _, err := e.st.ClaimOperation(context.Background(), store.Claim{Owner: model.NewNodeID(), Lease: 3 * time.Second, Now: now}); err != nil {
+			if _, err := e.st.ClaimOperation(context.Background(), store.Claim{Owner: e.node, Incarnation: e.inc, Lease: 3 * time.Second, Now: now}); err != nil {
 				e.t.Fatal(err)
 			}
 		}, 3*time.Second + time.Millisecond},
 		{"due after the poll", func(e *env, op model.OperationID) {
-			if _, err := e.st.ClaimOperation(context.Background(), store.Claim{Owner: model.NewNodeID(), Lease: time.Hour, Now: now}); err != nil {
+			if _, err := e.st.ClaimOperation(context.Background(), store.Claim{Owner: e.node, Incarnation: e.inc, Lease: time.Hour, Now: now}); err != nil {
 				e.t.Fatal(err)
 			}
 		}, time.Minute},

@@ -92,21 +92,9 @@ func (p *Placer) Place(ctx context.Context, req Request) (Decision, error) {
 	if err != nil {
 		return Decision{}, fmt.Errorf("place: %w", err)
 	}
-	refs, err := p.environmentRefs(ctx, req.Environment)
+	envOf, err := p.environmentsOf(ctx, req.Environment)
 	if err != nil {
 		return Decision{}, err
-	}
-	rows, err := p.cfg.Store.ListNodeEnvironments(ctx, store.NodeEnvironmentQuery{})
-	if err != nil {
-		return Decision{}, fmt.Errorf("place: %w", err)
-	}
-	envOf := map[model.NodeID]model.EnvironmentRef{}
-	for _, r := range rows {
-		if r.Enabled && r.Available && slices.Contains(refs, r.Ref) {
-			if _, ok := envOf[r.NodeID]; !ok {
-				envOf[r.NodeID] = r.Ref
-			}
-		}
 	}
 	holders, err := p.cfg.Store.NodesWithTemplate(ctx, req.Template)
 	if err != nil {
@@ -167,7 +155,7 @@ func (p *Placer) reject(n model.NodeStatus, req Request, envOf map[model.NodeID]
 	case !n.Labels.Matches(req.Selector):
 		return "its labels do not match the node selector"
 	}
-	if _, ok := envOf[n.ID]; !ok {
+	if _, ok := envOf[n.ID]; !ok && envOf != nil {
 		return "does not have the environment enabled and working"
 	}
 	if err := req.Resources.FitsNode(model.NodeCapacity{CPUs: n.CPUs, MemoryMiB: n.MemoryMiB}); err != nil {
@@ -192,6 +180,32 @@ func free(n model.NodeStatus) float64 {
 		f = min(f, float64(n.MemoryMiB-n.Usage.MemoryMiB)/float64(n.MemoryMiB))
 	}
 	return f
+}
+
+// environmentsOf maps each node that has an environment sel names enabled
+// and working to its reference; nil for the zero selector (a server of one
+// runtime that records no environments: any node).
+func (p *Placer) environmentsOf(ctx context.Context, sel envid.Selector) (map[model.NodeID]model.EnvironmentRef, error) {
+	if sel == (envid.Selector{}) {
+		return nil, nil
+	}
+	refs, err := p.environmentRefs(ctx, sel)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := p.cfg.Store.ListNodeEnvironments(ctx, store.NodeEnvironmentQuery{})
+	if err != nil {
+		return nil, fmt.Errorf("place: %w", err)
+	}
+	envOf := map[model.NodeID]model.EnvironmentRef{}
+	for _, r := range rows {
+		if r.Enabled && r.Available && slices.Contains(refs, r.Ref) {
+			if _, ok := envOf[r.NodeID]; !ok {
+				envOf[r.NodeID] = r.Ref
+			}
+		}
+	}
+	return envOf, nil
 }
 
 // environmentRefs are the references sel may run in: its own, or every

@@ -26,6 +26,7 @@ type fixture struct {
 	ctx  context.Context
 	st   sqlStore
 	node model.NodeID
+	inc  model.Incarnation
 	proj model.ProjectID
 	tpl  model.TemplateDigest
 	now  time.Time
@@ -56,7 +57,9 @@ func newFixture(t testing.TB) *fixture {
 func newFixtureOn(t testing.TB, st sqlStore) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	f := &fixture{t: t, ctx: ctx, st: st, node: model.NewNodeID(), now: t0}
+	f := &fixture{t: t, ctx: ctx, st: st, node: model.NewNodeID(), inc: model.NewIncarnation(), now: t0}
+	_, err := st.RegisterNode(ctx, model.Node{ID: f.node, Incarnation: f.inc, Role: model.RoleAll, AdvertiseURL: "http://127.0.0.1:1"})
+	must(t, err)
 	p := model.Project{ID: model.NewProjectID(), Name: "reaper", CreatedAt: t0}
 	must(t, st.CreateProject(ctx, p))
 	manifest := []byte(`{"rootfs":"reaper"}`)
@@ -74,7 +77,7 @@ func (f *fixture) sandbox(to model.Timeouts, state model.SandboxState) model.San
 	f.t.Helper()
 	sb := model.Sandbox{
 		ID: model.NewSandboxID(), ProjectID: f.proj, Template: f.tpl, Resources: model.DefaultResources(),
-		State: model.StatePending, Timeouts: to, LastActivity: f.now, CreatedAt: f.now, UpdatedAt: f.now,
+		State: model.StatePending, Timeouts: to, LastActivity: f.now, CreatedAt: f.now, UpdatedAt: f.now, NodeID: f.node,
 	}
 	op := model.Operation{ID: model.NewOperationID(), ProjectID: f.proj, SandboxID: sb.ID, Kind: model.OpCreate,
 		State: model.OpPending, CreatedAt: f.now, UpdatedAt: f.now}
@@ -82,12 +85,12 @@ func (f *fixture) sandbox(to model.Timeouts, state model.SandboxState) model.San
 	if state == model.StatePending {
 		return f.get(sb.ID)
 	}
-	claimed, err := f.st.ClaimOperation(f.ctx, store.Claim{Owner: f.node, Lease: time.Hour, Now: f.now})
+	claimed, err := f.st.ClaimOperation(f.ctx, store.Claim{Owner: f.node, Incarnation: f.inc, Lease: time.Hour, Now: f.now})
 	must(f.t, err)
 	must(f.t, f.st.TransitionSandbox(f.ctx, sb.ID, model.StatePending, model.StateCreating, "", f.now))
-	must(f.t, f.st.PlaceSandbox(f.ctx, sb.ID, f.node, "runc", f.now))
+	must(f.t, f.st.PlaceSandbox(f.ctx, sb.ID, store.Fence{Node: f.node, Incarnation: f.inc}, "runc", f.now))
 	if state == model.StateRunning || state == model.StatePaused {
-		must(f.t, f.st.FinishOperation(f.ctx, store.Finish{OperationID: claimed.ID, Owner: f.node, State: model.OpSucceeded,
+		must(f.t, f.st.FinishOperation(f.ctx, store.Finish{OperationID: claimed.ID, Owner: f.node, Incarnation: f.inc, State: model.OpSucceeded,
 			SandboxFrom: model.StateCreating, SandboxTo: model.StateRunning, Now: f.now}))
 	}
 	if state == model.StatePaused {
@@ -95,9 +98,9 @@ func (f *fixture) sandbox(to model.Timeouts, state model.SandboxState) model.San
 			State: model.OpPending, CreatedAt: f.now, UpdatedAt: f.now}
 		_, err := f.st.RequestOperation(f.ctx, store.OperationRequest{ProjectID: f.proj, SandboxID: sb.ID, Operation: pause, Now: f.now})
 		must(f.t, err)
-		claimed, err := f.st.ClaimOperation(f.ctx, store.Claim{Owner: f.node, Lease: time.Hour, Now: f.now})
+		claimed, err := f.st.ClaimOperation(f.ctx, store.Claim{Owner: f.node, Incarnation: f.inc, Lease: time.Hour, Now: f.now})
 		must(f.t, err)
-		must(f.t, f.st.FinishOperation(f.ctx, store.Finish{OperationID: claimed.ID, Owner: f.node, State: model.OpSucceeded,
+		must(f.t, f.st.FinishOperation(f.ctx, store.Finish{OperationID: claimed.ID, Owner: f.node, Incarnation: f.inc, State: model.OpSucceeded,
 			SandboxFrom: model.StatePausing, SandboxTo: model.StatePaused, Now: f.now}))
 	}
 	return f.get(sb.ID)
@@ -262,11 +265,11 @@ func TestReaperWakeIsNotIdle(t *testing.T) {
 		op := model.Operation{ID: model.NewOperationID(), ProjectID: sb.ProjectID, SandboxID: sb.ID, Kind: k, State: model.OpPending, CreatedAt: f.now, UpdatedAt: f.now}
 		_, err := f.st.RequestOperation(f.ctx, store.OperationRequest{ProjectID: sb.ProjectID, SandboxID: sb.ID, Operation: op, Now: f.now})
 		must(t, err)
-		claimed, err := f.st.ClaimOperation(f.ctx, store.Claim{Owner: f.node, Lease: time.Hour, Now: f.now})
+		claimed, err := f.st.ClaimOperation(f.ctx, store.Claim{Owner: f.node, Incarnation: f.inc, Lease: time.Hour, Now: f.now})
 		must(t, err)
 		lc, err := model.LifecycleOf(k)
 		must(t, err)
-		must(t, f.st.FinishOperation(f.ctx, store.Finish{OperationID: claimed.ID, Owner: f.node, State: model.OpSucceeded,
+		must(t, f.st.FinishOperation(f.ctx, store.Finish{OperationID: claimed.ID, Owner: f.node, Incarnation: f.inc, State: model.OpSucceeded,
 			SandboxFrom: lc.InProgress, SandboxTo: lc.Final, Now: f.now}))
 	}
 	f.now = f.now.Add(30 * time.Second)
@@ -289,9 +292,9 @@ func TestPurger(t *testing.T) {
 	op := model.Operation{ID: model.NewOperationID(), ProjectID: sb.ProjectID, SandboxID: sb.ID, Kind: model.OpDelete, State: model.OpPending, CreatedAt: f.now, UpdatedAt: f.now}
 	_, err := f.st.RequestDelete(f.ctx, store.DeleteRequest{ProjectID: sb.ProjectID, SandboxID: sb.ID, Operation: op, Now: f.now})
 	must(t, err)
-	claimed, err := f.st.ClaimOperation(f.ctx, store.Claim{Owner: f.node, Lease: time.Hour, Now: f.now})
+	claimed, err := f.st.ClaimOperation(f.ctx, store.Claim{Owner: f.node, Incarnation: f.inc, Lease: time.Hour, Now: f.now})
 	must(t, err)
-	must(t, f.st.FinishOperation(f.ctx, store.Finish{OperationID: claimed.ID, Owner: f.node, State: model.OpSucceeded,
+	must(t, f.st.FinishOperation(f.ctx, store.Finish{OperationID: claimed.ID, Owner: f.node, Incarnation: f.inc, State: model.OpSucceeded,
 		SandboxFrom: model.StateDeleting, SandboxTo: model.StateDeleted, Now: f.now}))
 	must(t, f.st.PutIdempotency(f.ctx, store.IdempotencyRecord{ProjectID: f.proj, KeyHash: []byte("k"), Method: "POST", Path: "/",
 		RequestHash: []byte("r"), Status: 200, SealedBody: []byte("b"), CreatedAt: f.now}))

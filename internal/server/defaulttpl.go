@@ -206,8 +206,8 @@ type defaultTag struct {
 }
 
 // moved reports whether "default" points at a template the server did not
-// point it at: neither the digest it named last (the file) nor one its
-// default build made.
+// point it at: it never named it (no file), or it names neither the digest
+// it named last (the file) nor one its default build made.
 func (d *defaultTag) moved(ctx context.Context) (bool, error) {
 	t, err := d.st.ResolveTemplate(ctx, model.RefByName(model.DefaultTemplate))
 	if errors.Is(err, store.ErrNotFound) {
@@ -216,9 +216,17 @@ func (d *defaultTag) moved(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("default template: %w", err)
 	}
-	if last, err := os.ReadFile(d.file); err == nil && strings.TrimSpace(string(last)) == t.Digest.String() {
+	last, err := os.ReadFile(d.file)
+	switch {
+	case err == nil && strings.TrimSpace(string(last)) == t.Digest.String():
 		return false, nil
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	case errors.Is(err, fs.ErrNotExist):
+		// Named before this server ever named it: by another node
+		// sharing the database, or an operator. Template names are
+		// global; a node that joins does not re-point them.
+		d.log.Info("the template tag default is named already (by another node or an operator); this server leaves it", "digest", t.Digest)
+		return true, nil
+	case err != nil:
 		return false, fmt.Errorf("default template: %w", err)
 	}
 	page, err := d.st.ListBuilds(ctx, store.BuildQuery{Name: model.DefaultTemplate, States: []model.BuildState{model.BuildSucceeded}, Limit: 100})

@@ -4,6 +4,7 @@ import (
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
 
 // lifecycleSupport tells the API what the runtimes this server drives can
@@ -36,4 +37,12 @@ func envRuntimes(envs []enabledEnv) []infoer {
 		out = append(out, e.rt)
 	}
 	return out
+}
+
+// flavorInfo is an OCI flavor's declared capabilities, for an api replica
+// that runs no runtime but answers what each can do.
+type flavorInfo oci.Flavor
+
+func (f flavorInfo) Info() runtime.Info {
+	return runtime.Info{Name: string(f), Capabilities: oci.CapabilitiesOf(oci.Flavor(f))}
 }

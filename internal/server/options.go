@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/model"
 )
 
 // DefaultShutdownGrace is the default of Options.ShutdownGrace.
@@ -150,6 +151,40 @@ type Options struct {
 	// ReapInterval (--reap-interval): how often the reaper looks for passed
 	// deadlines and idle sandboxes; 0: reaper.DefaultInterval.
 	ReapInterval time.Duration
+	// Several nodes on one PostgreSQL (cluster.go).
+	//
+	// Role (--role): all (API and sandboxes, the default), api (a
+	// stateless API replica that places and routes) or node (runs
+	// sandboxes). "": all.
+	Role model.NodeRole
+	// AdvertiseURL (--advertise-url) is where the other processes reach
+	// this one's HTTP server; "": http:// and the listen address (which
+	// must then not be a wildcard when other nodes share the database).
+	AdvertiseURL string
+	// Labels (--label KEY=VALUE, repeatable) are matched by sandboxes'
+	// node selectors.
+	Labels model.NodeLabels
+	// MaxSandboxes (--max-sandboxes) bounds the sandboxes placed on this
+	// node; 0: DefaultMaxSandboxes.
+	MaxSandboxes int
+	// Placement (--placement): spread (default) or pack.
+	Placement model.PlacementStrategy
+	// HeartbeatInterval (--heartbeat-interval) and NodeDeadAfter
+	// (--node-dead-after): a node heartbeats this often, and one whose
+	// heartbeat is older than NodeDeadAfter (by the database's clock) is
+	// declared dead. 0: DefaultHeartbeatInterval, DefaultNodeDeadAfter.
+	HeartbeatInterval time.Duration
+	NodeDeadAfter     time.Duration
+	// AdminKeyFile (--admin-key-file): where the first admin key is
+	// written on a fresh database, or read from when the file exists (a
+	// key the operator made, e.g. a Kubernetes Secret, is imported). "":
+	// DataDir/admin.key.
+	AdminKeyFile string
+	// SecretsKeyFile (--secrets-key-file): the key that seals egress
+	// secrets in the store, which every process sharing the database must
+	// share. "": DataDir/secrets.key (made on first start).
+	SecretsKeyFile string
+
 	// FaultPoint makes the process SIGKILL itself when it reaches the named
 	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
 	FaultPoint string

@@ -20,6 +20,7 @@ import (
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/egress/secrets"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/placement"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/store"
@@ -27,7 +28,6 @@ import (
 	"github.com/airlockdev/airlock/internal/store/sqlite"
 	"github.com/airlockdev/airlock/internal/template"
 	"github.com/airlockdev/airlock/internal/templategc"
-	"github.com/airlockdev/airlock/internal/worker"
 )
 
 // closeGrace is how long, after the streams were told to reconnect, the
@@ -69,6 +69,17 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer st.Close()
 
+	role := opts.Role
+	if role == "" {
+		role = model.RoleAll
+	}
+	if _, err := model.ParseNodeRole(string(role)); err != nil {
+		return fmt.Errorf("--role: %w", err)
+	}
+	if err := checkSharedStore(ctx, st, nodeID, role, opts.DatabaseURL); err != nil {
+		return err
+	}
+
 	templates, err := template.Open(dd.join(templatesDir), log.With("component", "templates"))
 	if err != nil {
 		return fmt.Errorf("open template store: %w", err)
@@ -77,90 +88,31 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	builds, err := startBuilds(ctx, opts, dd, st, templates, dist, nodeID, log)
-	if err != nil {
-		return err
-	}
-	publishDefault(ctx, st, dist, log)
 	collector, err := templategc.New(templategc.Config{Store: st, Trees: templates, Logger: log.With("component", "template-gc")})
 	if err != nil {
 		return err
 	}
-
-	agentBin, err := findAgentBinary(opts.AgentBinary)
-	if err != nil {
-		return err
+	secretsKey := opts.SecretsKeyFile
+	if secretsKey == "" {
+		secretsKey = dd.join(secrets.KeyFile)
 	}
-	if err := checkStaticAgent(agentBin); err != nil {
-		return err
-	}
-	sandboxDir, err := resolveSandboxDir(opts.SandboxDir)
-	if err != nil {
-		return err
-	}
-	rts := runtimes{ids: oci.IDPool{Base: opts.UsernsBase, Ranges: opts.UsernsRanges}, dd: dd, sandboxDir: sandboxDir, agentBin: agentBin, log: log}
-	envs, err := openEnvironments(ctx, opts.Environments, rts, log)
-	if err != nil {
-		return err
-	}
-	envReg, err := recordEnvironments(ctx, envs, st, nodeID, rts, log.With("component", "environments"))
-	if err != nil {
-		return err
-	}
-
-	// Every sandbox's network: the pool, the nftables table, the registry.
-	// Reconciled before the controller runs: what a crash left of deleted
-	// sandboxes goes, live ones are registered again.
-	sealer, err := secrets.OpenKey(dd.join(secrets.KeyFile))
+	sealer, err := secrets.OpenKey(secretsKey)
 	if err != nil {
 		return err
 	}
 	secretSrc := newSecretSource(st, sealer, log.With("component", "egress"))
-	egressNet, egressSvc, err := openEgress(egressCfg, dd, st, secretSrc, log.With("component", "egress"))
-	if err != nil {
-		return err
-	}
-	defer egressSvc.close() // no-op once served
-	defer egressNet.claim.Close()
-	if err := reconcileEgress(ctx, egressNet, st, nodeID); err != nil {
-		return err
-	}
 
-	wk, err := newWorkers(envs, worker.Config{
-		Network: egressNet,
-		TemplateDir: func(d model.TemplateDigest) (string, error) {
-			if !templates.Has(d) {
-				return "", fmt.Errorf("template %s is not present on this node", d)
-			}
-			return templates.RootfsDir(d), nil
-		},
-		TemplateEnv: func(d model.TemplateDigest) ([]string, error) {
-			def, err := templates.Defaults(d)
-			return def.Config.Env, err
-		},
-		FetchTemplate: fetchTemplate(templates, dist),
-		AgentBinary:   agentBin,
-		Fault:         fault,
-	}, st, log)
-	if err != nil {
-		return err
+	// What runs sandboxes: builds, runtimes, environments, egress, the
+	// workers and the controller. An api replica has none of it.
+	var h *host
+	if role.RunsSandboxes() {
+		h, err = openHost(ctx, opts, dd, st, templates, dist, nodeID, egressCfg, secretSrc, fault, log)
+		if err != nil {
+			return err
+		}
+		defer h.close()
 	}
-	defer wk.Close()
-
-	ctrl, err := controller.New(controller.Config{
-		Store:   st,
-		Workers: wk,
-		NodeID:  nodeID,
-		Logger:  log.With("component", "controller"),
-	})
-	if err != nil {
-		return err
-	}
-
-	idle, err := newTimeouts(opts, st, nodeID, envs, log)
-	if err != nil {
-		return err
-	}
+	envReg, defEnv := h.environments(st, opts)
 
 	tcpLn, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
@@ -173,10 +125,49 @@ func Run(ctx context.Context, opts Options) error {
 	ln := newLimitListener(tcpLn, maxConns)
 	baseURL := "http://" + ln.Addr().String()
 
+	// This run of the node: registered (a new incarnation, the fencing
+	// token of every write for its sandboxes) before anything claims or
+	// serves.
+	self, hbInterval, deadAfter, err := clusterConfig(opts, ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	self.ID, self.Incarnation = nodeID, model.NewIncarnation()
+	placer, err := placement.New(placement.Config{Store: st, Strategy: opts.Placement, DeadAfter: deadAfter,
+		Self: nodeID, HasLocal: templates.Has})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	member := &membership{st: st, node: self, interval: hbInterval, deadAfter: deadAfter, placer: placer, defEnv: defEnv,
+		log: log.With("component", "membership")}
+	if h != nil {
+		h.describe(&member.node, opts)
+		member.templates = templates.Digests
+	}
+	if err := member.register(ctx); err != nil {
+		ln.Close()
+		return err
+	}
+	var ctrl *controller.Controller
+	if h != nil {
+		if ctrl, err = h.controller(st, member, log); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	idle, err := newTimeouts(opts, st, nodeID, h.envList(), log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+
+	agents := h.agents()
 	dp, err := dataplane.New(dataplane.Config{
 		FileTokens: attachKeys.Verifier(), // public keys only
 		Store:      st,
-		Agents:     wk,
+		Agents:     agents,
 		Logger:     log.With("component", "dataplane"),
 		Verifier:   attachKeys.Verifier(), // public keys only
 		NodeID:     nodeID,
@@ -186,28 +177,19 @@ func Run(ctx context.Context, opts Options) error {
 		ln.Close()
 		return err
 	}
-	overcommit := opts.MemoryOvercommit
-	if overcommit <= 0 {
-		overcommit = DefaultMemoryOvercommit
-	}
-	capacity, err := nodeCapacity(overcommit)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	capacity.DiskMiB = opts.MaxDiskMiB
-	if capacity.DiskMiB <= 0 {
-		capacity.DiskMiB = DefaultMaxDiskMiB
+	var capacity *model.NodeCapacity // an api replica leaves it to placement
+	if h != nil {
+		capacity = &h.capacity
 	}
 	apiHandler, err := api.New(api.Config{
 		// What each sandbox's runtime can do (pause, suspend).
-		LifecycleSupport: lifecycleSupport(envRuntimes(envs)...),
+		LifecycleSupport: lifecycleSupport(h.runtimeInfos()...),
 
 		Secrets:         sealer,
 		SecretsChanged:  secretSrc.invalidate,
-		Egress:          egressNet.Registry(),
+		Egress:          h.egressRegistry(),
 		EgressDefault:   egressCfg.defaultPolicy,
-		Capacity:        &capacity,
+		Capacity:        capacity,
 		DefaultDiskMiB:  opts.DefaultDiskMiB,
 		BodyReadTimeout: opts.BodyReadTimeout,
 		MutationRate:    opts.MutationRate,
@@ -222,9 +204,11 @@ func Run(ctx context.Context, opts Options) error {
 			return commandDefaults(templates, d)
 		},
 		TemplateGC:   collector,
-		Agents:       wk,
+		Agents:       agents,
 		Environments: envReg,
-		Builds:       builds,
+		Placer:       placer,
+		Self:         nodeID,
+		Builds:       h.buildRunner(),
 		FileTokens:   attachKeys.Issuer(), // file tokens are signed like attachment tokens
 		Attach:       attachKeys.Issuer(),
 		AttachKeys:   attachKeys,
@@ -250,7 +234,11 @@ func Run(ctx context.Context, opts Options) error {
 	mux.Handle("/data/", apiHandler.Wrap(dataMux))
 	mux.Handle("/", apiHandler.Handler())
 
-	if _, err := api.EnsureAdminKey(ctx, st, dd.join(adminKeyFile), log); err != nil {
+	adminKey := opts.AdminKeyFile
+	if adminKey == "" {
+		adminKey = dd.join(adminKeyFile)
+	}
+	if _, err := api.EnsureAdminKey(ctx, st, adminKey, log); err != nil {
 		ln.Close()
 		return fmt.Errorf("bootstrap admin key: %w", err)
 	}
@@ -265,23 +253,11 @@ func Run(ctx context.Context, opts Options) error {
 	defer cancelRequests()
 	var wg sync.WaitGroup
 	errc := make(chan error, 8) // one per component that may fail
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := ctrl.Run(runCtx); err != nil {
-			errc <- fmt.Errorf("controller: %w", err)
-		}
-	}()
-	startEgressServices(runCtx, &wg, errc, egressNet, egressSvc, log.With("component", "egress"))
+	startMembership(runCtx, &wg, errc, member)
+	if h != nil {
+		h.start(runCtx, &wg, errc, ctrl, log)
+	}
 	idle.start(runCtx, &wg) // activity flushes, deadlines, idle limits, the purge of finished rows
-
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := builds.Run(runCtx); err != nil {
-			errc <- fmt.Errorf("template builds: %w", err)
-		}
-	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -308,9 +284,10 @@ func Run(ctx context.Context, opts Options) error {
 			errc <- fmt.Errorf("http server: %w", err)
 		}
 	}()
-	log.Info("airlock server ready", "url", baseURL, "data_dir", dd.path,
-		"environments", envNames(envs), "default_env", envs[0].local.Name,
-		"admin_key_file", dd.join(adminKeyFile))
+	log.Info("airlock server ready", "url", baseURL, "data_dir", dd.path, "role", role,
+		"advertise_url", self.AdvertiseURL, "incarnation", self.Incarnation,
+		"environments", envNames(h.envList()), "default_env", defEnv,
+		"admin_key_file", adminKey)
 
 	var runErr error
 	select {
@@ -344,10 +321,7 @@ func Run(ctx context.Context, opts Options) error {
 	<-drained
 	cancel()
 	wg.Wait()
-	for _, e := range envs {
-		releaseAgentFS(context.WithoutCancel(ctx), e.rt, log)
-	}
-	egressNet.release(log)
+	h.release(context.WithoutCancel(ctx), log)
 	log.Info("airlock server stopped")
 	return runErr
 }

@@ -169,6 +169,24 @@ func (s *Store) Has(d model.TemplateDigest) bool {
 	return err == nil
 }
 
+// Digests lists the templates in the store cheaply, by their directories
+// (Has each), sorted; List also reads and checks every manifest.
+func (s *Store) Digests() ([]model.TemplateDigest, error) {
+	ents, err := os.ReadDir(s.blobsDir())
+	if err != nil {
+		return nil, fmt.Errorf("list templates: %w", err)
+	}
+	var out []model.TemplateDigest
+	for _, ent := range ents {
+		hexPart, ok := strings.CutPrefix(ent.Name(), "sha256-")
+		d, perr := model.ParseTemplateDigest("sha256:" + hexPart)
+		if ok && perr == nil && ent.IsDir() && s.Has(d) {
+			out = append(out, d)
+		}
+	}
+	return out, nil // ReadDir sorts by name, so by digest
+}
+
 // Manifest returns template d's canonical manifest after checking that it
 // hashes to d.
 func (s *Store) Manifest(d model.TemplateDigest) ([]byte, error) {

@@ -221,7 +221,7 @@ func (r *Runtime) Info() runtime.Info {
 		Binary:       r.binary,
 		Isolation:    runtime.IsolationSharedKernel,
 		OOMScope:     runtime.OOMKillsProcess,
-		Capabilities: capabilitiesOf(r.flavor),
+		Capabilities: CapabilitiesOf(r.flavor),
 	}
 	if r.flavor == FlavorRunsc {
 		info.Isolation = runtime.IsolationUserSpaceKernel
@@ -230,14 +230,14 @@ func (r *Runtime) Info() runtime.Info {
 	return info
 }
 
-// capabilitiesOf says what a flavor can do on this host. Every flavor
+// CapabilitiesOf says what a flavor can do on this host. Every flavor
 // pauses (runc and crun with the cgroup freezer, runsc by stopping its
 // sentry's tasks) and joins a prepared network. Only runsc checkpoints
 // memory (runsc checkpoint/restore, in-tree; its snapshot keeps the root
 // filesystem's changes too, which are in our overlay's upper layer): runc
 // and crun would need CRIU, and Debian's does not work on the kernels
 // Airlock runs on, so they claim only the filesystem snapshot (suspend.go).
-func capabilitiesOf(f Flavor) runtime.Capabilities {
+func CapabilitiesOf(f Flavor) runtime.Capabilities {
 	caps := runtime.NewCapabilities(runtime.CapPause, runtime.CapNetwork)
 	if f == FlavorRunsc {
 		return caps.With(runtime.CapCheckpoint)

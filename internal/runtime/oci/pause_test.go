@@ -25,8 +25,8 @@ func TestCapabilitiesPerFlavor(t *testing.T) {
 	} {
 		t.Run(string(tc.flavor), func(t *testing.T) {
 			want := runtime.NewCapabilities(tc.want...)
-			if got := capabilitiesOf(tc.flavor); got != want {
-				t.Fatalf("capabilitiesOf = %v, want %v", got, want)
+			if got := CapabilitiesOf(tc.flavor); got != want {
+				t.Fatalf("CapabilitiesOf = %v, want %v", got, want)
 			}
 			if _, err := exec.LookPath(string(tc.flavor)); err != nil {
 				t.Skipf("needs %s in PATH for Info", tc.flavor)

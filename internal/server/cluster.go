@@ -1,0 +1,248 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/placement"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// Defaults of the cluster options.
+const (
+	DefaultMaxSandboxes      = 256
+	DefaultHeartbeatInterval = 2 * time.Second
+	DefaultNodeDeadAfter     = 20 * time.Second
+)
+
+// placeBatch is how many unplaced sandboxes one pass places at most.
+const placeBatch = 100
+
+// membership is this process's life as a node among others on one
+// database: its record, its heartbeat and clock, the templates it reports,
+// and the cluster-wide duties any process may do (declaring nodes dead,
+// placing again what a dead node left unstarted), which the store makes
+// safe to run everywhere at once.
+type membership struct {
+	st        store.Store
+	node      model.Node
+	interval  time.Duration
+	deadAfter time.Duration
+	placer    *placement.Placer
+	defEnv    envid.Name
+	// templates lists what this node holds (nil: it runs no sandboxes).
+	templates func() ([]model.TemplateDigest, error)
+	log       *slog.Logger
+
+	offset   atomic.Int64 // the database's clock minus ours, in nanoseconds
+	reported []model.TemplateDigest
+}
+
+// clusterConfig checks the cluster options and fills in defaults.
+func clusterConfig(opts Options, listenAddr string) (model.Node, time.Duration, time.Duration, error) {
+	role := opts.Role
+	if role == "" {
+		role = model.RoleAll
+	}
+	if _, err := model.ParseNodeRole(string(role)); err != nil {
+		return model.Node{}, 0, 0, fmt.Errorf("--role: %w", err)
+	}
+	adv := opts.AdvertiseURL
+	if adv == "" {
+		host, _, err := net.SplitHostPort(listenAddr)
+		if err != nil {
+			return model.Node{}, 0, 0, fmt.Errorf("listen address %q: %w", listenAddr, err)
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() && opts.DatabaseURL != "" {
+			return model.Node{}, 0, 0, fmt.Errorf("--listen %s is a wildcard address: other nodes cannot reach it; give --advertise-url", listenAddr)
+		}
+		adv = "http://" + listenAddr
+	}
+	adv, err := model.ParseAdvertiseURL(adv)
+	if err != nil {
+		return model.Node{}, 0, 0, fmt.Errorf("--advertise-url: %w", err)
+	}
+	interval, deadAfter := opts.HeartbeatInterval, opts.NodeDeadAfter
+	if interval <= 0 {
+		interval = DefaultHeartbeatInterval
+	}
+	if deadAfter <= 0 {
+		deadAfter = DefaultNodeDeadAfter
+	}
+	if deadAfter < 3*interval {
+		return model.Node{}, 0, 0, fmt.Errorf("--node-dead-after %s must be at least three heartbeats (--heartbeat-interval %s)", deadAfter, interval)
+	}
+	slots := opts.MaxSandboxes
+	if slots <= 0 {
+		slots = DefaultMaxSandboxes
+	}
+	return model.Node{Role: role, AdvertiseURL: adv, Labels: opts.Labels, Slots: slots}, interval, deadAfter, nil
+}
+
+// register records this run of the node (a new incarnation) and sets the
+// clock offset from the database's clock.
+func (m *membership) register(ctx context.Context) error {
+	if m.st == nil {
+		return errors.New("membership: no store")
+	}
+	before := time.Now()
+	n, err := m.st.RegisterNode(ctx, m.node)
+	if err != nil {
+		return fmt.Errorf("register node: %w", err)
+	}
+	m.sync(before, time.Now(), n.HeartbeatAt)
+	m.log.Info("node registered", "incarnation", n.Incarnation, "role", n.Role, "advertise_url", n.AdvertiseURL,
+		"state", n.State, "clock_offset", time.Duration(m.offset.Load()).Round(time.Microsecond))
+	return nil
+}
+
+// sync sets the offset from a database time read between before and after.
+func (m *membership) sync(before, after, db time.Time) {
+	mid := before.Add(after.Sub(before) / 2)
+	m.offset.Store(int64(db.Sub(mid)))
+}
+
+// Now is the database's clock, as this process estimates it: leases and
+// not-before times are written in it, so nodes whose own clocks disagree
+// still agree on when a lease ends.
+func (m *membership) Now() time.Time { return time.Now().Add(time.Duration(m.offset.Load())) }
+
+func (m *membership) fence() store.Fence {
+	return store.Fence{Node: m.node.ID, Incarnation: m.node.Incarnation}
+}
+
+// run heartbeats until ctx ends. It returns an error when the node was
+// fenced (declared dead, or another run of it started): this process must
+// stop, for nothing it writes is accepted any more.
+func (m *membership) run(ctx context.Context) error {
+	t := time.NewTicker(m.interval)
+	defer t.Stop()
+	var failingSince time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		before := time.Now()
+		at, err := m.st.Heartbeat(ctx, m.fence())
+		switch {
+		case errors.Is(err, store.ErrFenced):
+			return fmt.Errorf("this node (%s, incarnation %s) was declared dead or started elsewhere: stopping; start it again to rejoin: %w", m.node.ID, m.node.Incarnation, err)
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil
+			}
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			m.log.Warn("heartbeat failed", "err", err, "failing_for", time.Since(failingSince).Round(time.Second))
+			continue
+		}
+		failingSince = time.Time{}
+		m.sync(before, time.Now(), at)
+		m.duties(ctx)
+	}
+}
+
+// duties are what every process does after a heartbeat: report its
+// templates, declare nodes dead, place what has no node.
+func (m *membership) duties(ctx context.Context) {
+	if m.templates != nil {
+		if err := m.reportTemplates(ctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("report templates", "err", err)
+		}
+	}
+	loss, err := m.st.DeclareDeadNodes(ctx, m.deadAfter)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			m.log.Warn("look for dead nodes", "err", err)
+		}
+	case len(loss.Nodes) > 0 || loss.Failed+loss.Replaced+loss.Deleted > 0:
+		m.log.Warn("nodes declared dead", "nodes", loss.Nodes, "sandboxes_lost", loss.Failed,
+			"creates_replaced", loss.Replaced, "deletes_completed", loss.Deleted)
+	}
+	if err := m.placeUnplaced(ctx); err != nil && ctx.Err() == nil {
+		m.log.Warn("place sandboxes without a node", "err", err)
+	}
+}
+
+// reportTemplates tells the store which templates this node holds, when
+// that changed since the last report.
+func (m *membership) reportTemplates(ctx context.Context) error {
+	have, err := m.templates()
+	if err != nil {
+		return err
+	}
+	if m.reported != nil && slices.Equal(have, m.reported) {
+		return nil
+	}
+	if err := m.st.SetNodeTemplates(ctx, m.fence(), have); err != nil {
+		return err
+	}
+	m.reported = have
+	if m.reported == nil {
+		m.reported = []model.TemplateDigest{}
+	}
+	return nil
+}
+
+// placeUnplaced places sandboxes whose create has no node: ones a dead
+// node had not started, and ones stored before nodes existed.
+func (m *membership) placeUnplaced(ctx context.Context) error {
+	list, err := m.st.ListUnplaced(ctx, placeBatch)
+	if err != nil {
+		return err
+	}
+	for _, sb := range list {
+		sel := envid.Selector{Name: m.defEnv, Ref: sb.Environment}
+		if sb.Environment == "" && sb.Runtime != "" {
+			sel.Name = envid.Name(sb.Runtime)
+		}
+		req := placement.Request{Environment: sel, Template: sb.Template, Resources: sb.Resources, Selector: sb.NodeSelector}
+		if err := placeOne(ctx, m.placer, m.st.AssignNode, sb.ID, req); err != nil {
+			m.log.Info("sandbox waits for a node", "sandbox", sb.ID, "reason", err)
+			continue
+		}
+		m.log.Info("sandbox placed again", "sandbox", sb.ID)
+	}
+	return nil
+}
+
+// placeOne places a sandbox, trying again elsewhere while the store
+// refuses a node that filled up meanwhile.
+func placeOne(ctx context.Context, p *placement.Placer, assign func(context.Context, model.SandboxID, model.NodeID) error, id model.SandboxID, req placement.Request) error {
+	for range 3 {
+		d, err := p.Place(ctx, req)
+		if err != nil {
+			return err
+		}
+		err = assign(ctx, id, d.Node)
+		if !errors.Is(err, store.ErrNodeFull) {
+			return err
+		}
+		req.Exclude = append(req.Exclude, d.Node)
+	}
+	return fmt.Errorf("%w: nodes filled up while it was being placed", placement.ErrNoRoom)
+}
+
+// startMembership runs m in wg; a fenced node's error goes to errc.
+func startMembership(ctx context.Context, wg *sync.WaitGroup, errc chan<- error, m *membership) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := m.run(ctx); err != nil {
+			errc <- err
+		}
+	}()
+}

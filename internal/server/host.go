@@ -1,0 +1,255 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/api"
+	"github.com/airlockdev/airlock/internal/controller"
+	"github.com/airlockdev/airlock/internal/egress"
+	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procctl"
+	"github.com/airlockdev/airlock/internal/runtime/oci"
+	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/template"
+	"github.com/airlockdev/airlock/internal/template/distribute"
+	"github.com/airlockdev/airlock/internal/tplbuild"
+	"github.com/airlockdev/airlock/internal/worker"
+)
+
+// host is what a process that runs sandboxes (role all or node) has
+// besides the API: the template builds, the probed runtimes of its
+// execution environments and their registry, the sandboxes' network and
+// egress, and the workers. Its methods take a nil host (an api replica)
+// and answer for one that runs nothing.
+type host struct {
+	builds    *tplbuild.Runner
+	envs      []enabledEnv
+	envReg    api.Environments
+	egressNet *egressNet
+	egressSvc *egressServices
+	workers   *worker.Set
+	capacity  model.NodeCapacity // what one sandbox may ask for here
+}
+
+// openHost prepares everything that runs sandboxes on this node. The
+// sandboxes' network is reconciled before anything drives them: what a
+// crash left of deleted sandboxes goes, live ones are registered again.
+func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, templates *template.Store, dist *distribute.Distributor,
+	nodeID model.NodeID, egressCfg egressConfig, secretSrc *secretSource, fault func(string), log *slog.Logger) (_ *host, err error) {
+	h := &host{}
+	defer func() {
+		if err != nil {
+			h.close()
+		}
+	}()
+	if h.builds, err = startBuilds(ctx, opts, dd, st, templates, dist, nodeID, log); err != nil {
+		return nil, err
+	}
+	publishDefault(ctx, st, dist, log)
+
+	agentBin, err := findAgentBinary(opts.AgentBinary)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkStaticAgent(agentBin); err != nil {
+		return nil, err
+	}
+	sandboxDir, err := resolveSandboxDir(opts.SandboxDir)
+	if err != nil {
+		return nil, err
+	}
+	rts := runtimes{ids: oci.IDPool{Base: opts.UsernsBase, Ranges: opts.UsernsRanges}, dd: dd, sandboxDir: sandboxDir, agentBin: agentBin, log: log}
+	if h.envs, err = openEnvironments(ctx, opts.Environments, rts, log); err != nil {
+		return nil, err
+	}
+	if h.envReg, err = recordEnvironments(ctx, h.envs, st, nodeID, rts, log.With("component", "environments")); err != nil {
+		return nil, err
+	}
+	if h.egressNet, h.egressSvc, err = openEgress(egressCfg, dd, st, secretSrc, log.With("component", "egress")); err != nil {
+		return nil, err
+	}
+	if err := reconcileEgress(ctx, h.egressNet, st, nodeID); err != nil {
+		return nil, err
+	}
+	h.workers, err = newWorkers(h.envs, worker.Config{
+		Network: h.egressNet,
+		TemplateDir: func(d model.TemplateDigest) (string, error) {
+			if !templates.Has(d) {
+				return "", fmt.Errorf("template %s is not present on this node", d)
+			}
+			return templates.RootfsDir(d), nil
+		},
+		TemplateEnv: func(d model.TemplateDigest) ([]string, error) {
+			def, err := templates.Defaults(d)
+			return def.Config.Env, err
+		},
+		FetchTemplate: fetchTemplate(templates, dist),
+		AgentBinary:   agentBin,
+		Fault:         fault,
+	}, st, log)
+	if err != nil {
+		return nil, err
+	}
+	overcommit := opts.MemoryOvercommit
+	if overcommit <= 0 {
+		overcommit = DefaultMemoryOvercommit
+	}
+	if h.capacity, err = nodeCapacity(overcommit); err != nil {
+		return nil, err
+	}
+	h.capacity.DiskMiB = opts.MaxDiskMiB
+	if h.capacity.DiskMiB <= 0 {
+		h.capacity.DiskMiB = DefaultMaxDiskMiB
+	}
+	return h, nil
+}
+
+// describe fills in what the node record says about this host.
+func (h *host) describe(n *model.Node, opts Options) {
+	n.CPUs, n.MemoryMiB = h.capacity.CPUs, h.capacity.MemoryMiB
+	n.CanPull = opts.BlobStore != ""
+}
+
+// controller makes the node's controller, its leases fenced by the
+// membership's incarnation and timed by the database's clock.
+func (h *host) controller(st store.Store, m *membership, log *slog.Logger) (*controller.Controller, error) {
+	return controller.New(controller.Config{
+		Store:       st,
+		Workers:     h.workers,
+		NodeID:      m.node.ID,
+		Incarnation: m.node.Incarnation,
+		Now:         m.Now,
+		Logger:      log.With("component", "controller"),
+	})
+}
+
+// start runs the controller, the egress services and the template builds.
+func (h *host) start(ctx context.Context, wg *sync.WaitGroup, errc chan<- error, ctrl *controller.Controller, log *slog.Logger) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := ctrl.Run(ctx); err != nil {
+			errc <- fmt.Errorf("controller: %w", err)
+		}
+	}()
+	startEgressServices(ctx, wg, errc, h.egressNet, h.egressSvc, log.With("component", "egress"))
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := h.builds.Run(ctx); err != nil {
+			errc <- fmt.Errorf("template builds: %w", err)
+		}
+	}()
+}
+
+// environments is the API's view of the environments and the default's
+// name: this node's registry, or, for an api replica, what the nodes
+// recorded (the default named by the first --env, else runsc).
+func (h *host) environments(st store.Store, opts Options) (api.Environments, envid.Name) {
+	if h != nil {
+		return h.envReg, h.envReg.Default()
+	}
+	def := envid.NameRunsc
+	if len(opts.Environments) > 0 {
+		def = opts.Environments[0]
+	}
+	return clusterEnvironments{st: st, def: def}, def
+}
+
+func (h *host) envList() []enabledEnv {
+	if h == nil {
+		return nil
+	}
+	return h.envs
+}
+
+// runtimeInfos are what the API asks about each runtime's lifecycle
+// support: this node's runtimes, or, for an api replica, every OCI flavor
+// (a sandbox is matched by the name of the runtime that hosts it).
+func (h *host) runtimeInfos() []infoer {
+	if h != nil {
+		return envRuntimes(h.envs)
+	}
+	var out []infoer
+	for _, n := range envid.Names() {
+		if f, err := oci.ParseFlavor(string(n)); err == nil {
+			out = append(out, flavorInfo(f))
+		}
+	}
+	return out
+}
+
+func (h *host) egressRegistry() *egress.Registry {
+	if h == nil {
+		return nil
+	}
+	return h.egressNet.Registry()
+}
+
+func (h *host) buildRunner() *tplbuild.Runner {
+	if h == nil {
+		return nil
+	}
+	return h.builds
+}
+
+// agents reaches the agents of the sandboxes hosted here; an api replica
+// hosts none.
+func (h *host) agents() procctl.Agents {
+	if h == nil {
+		return noAgents{}
+	}
+	return h.workers
+}
+
+// close releases what openHost made if the server does not run.
+func (h *host) close() {
+	if h == nil {
+		return
+	}
+	if h.workers != nil {
+		h.workers.Close()
+	}
+	if h.egressSvc != nil {
+		h.egressSvc.close() // no-op once served
+	}
+	if h.egressNet != nil {
+		h.egressNet.claim.Close()
+	}
+}
+
+// release unmounts what the runtimes share and gives the network back
+// when the server stops.
+func (h *host) release(ctx context.Context, log *slog.Logger) {
+	if h == nil {
+		return
+	}
+	for _, e := range h.envs {
+		releaseAgentFS(ctx, e.rt, log)
+	}
+	if h.egressNet != nil {
+		h.egressNet.release(log)
+	}
+}
+
+// noAgents is an api replica's: no sandbox's agent is here.
+type noAgents struct{}
+
+func (noAgents) Agent(id model.SandboxID) (*agentclient.Client, error) {
+	return nil, fmt.Errorf("%w: sandbox %s is hosted by a node, not by this api replica", procctl.ErrSandboxGone, id)
+}
+
+// checkSharedStore refuses roles that need a shared database without one:
+// SQLite is one node's embedded store.
+func checkSharedStore(_ context.Context, _ store.Store, _ model.NodeID, role model.NodeRole, databaseURL string) error {
+	if databaseURL == "" && role != model.RoleAll {
+		return errors.New("--role " + string(role) + " needs --database-url (PostgreSQL): the embedded SQLite store serves one node, which runs both the API and sandboxes (--role all)")
+	}
+	return nil
+}
