@@ -80,4 +80,3 @@ func selectorOf(sel envid.Selector) string {
 	}
 	return string(sel.Name)
 }
-
