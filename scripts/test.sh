@@ -15,5 +15,11 @@ if [ -n "$unformatted" ]; then
 fi
 echo "test: go vet"
 go vet ./...
+# The Kubernetes manifests' test is a module of its own (client-go and
+# kustomize stay out of Airlock's go.mod).
+(cd deploy/kubernetes/test && GOWORK=off go vet ./...)
 echo "test: go test -race"
 go test -race -count=1 -timeout 30m "$@" ./...
+echo "test: kubernetes manifests (server-side dry run against kube-apiserver)"
+kube_bin=$(./scripts/kube-binaries.sh)
+(cd deploy/kubernetes/test && KUBE_BIN_DIR="$kube_bin" GOWORK=off go test -race -count=1 -timeout 15m ./...)
