@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs Airlock's whole test suite: static checks, then every package's tests
-# with the race detector (real runc, crun, runsc, PostgreSQL). Run as root.
+# with the race detector (real runc, crun, runsc, PostgreSQL), then the
+# Kubernetes manifests against a real kube-apiserver. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
