@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs Airlock's whole test suite: static checks, then every package's tests
-# with the race detector (real runc, crun, runsc, PostgreSQL). Run as root.
+# with the race detector (real runc, crun, runsc, PostgreSQL), then the
+# Kubernetes manifests against a real kube-apiserver. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -15,5 +16,11 @@ if [ -n "$unformatted" ]; then
 fi
 echo "test: go vet"
 go vet ./...
+# The Kubernetes manifests' test is a module of its own (client-go and
+# kustomize stay out of Airlock's go.mod).
+(cd deploy/kubernetes/test && GOWORK=off go vet ./...)
 echo "test: go test -race"
 go test -race -count=1 -timeout 30m "$@" ./...
+echo "test: kubernetes manifests (server-side dry run against kube-apiserver)"
+kube_bin=$(./scripts/kube-binaries.sh)
+(cd deploy/kubernetes/test && KUBE_BIN_DIR="$kube_bin" GOWORK=off go test -race -count=1 -timeout 15m ./...)
