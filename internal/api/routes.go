@@ -83,6 +83,11 @@ func (a *API) routeTable() []route {
 		{"GET", "/v1/admin/keys", admin, a.listKeys},
 		{"DELETE", "/v1/admin/keys/{id}", admin, mutating(a, a.revokeKey)},
 		{"POST", "/v1/admin/attach-keys/rotate", admin, mutating(a, a.rotateAttachKey)},
+		{"GET", "/v1/admin/nodes", admin, a.listNodes},
+		{"GET", "/v1/admin/nodes/{id}", admin, a.getNode},
+		{"POST", "/v1/admin/nodes/{id}/cordon", admin, mutating(a, a.setNodeState("cordon", model.NodeCordoned))},
+		{"POST", "/v1/admin/nodes/{id}/uncordon", admin, mutating(a, a.setNodeState("uncordon", model.NodeActive))},
+		{"POST", "/v1/admin/nodes/{id}/drain", admin, mutating(a, a.setNodeState("drain", model.NodeDraining))},
 	}, append(a.fileRoutes(), a.lifecycleRoutes()...)...)
 }
 

@@ -42,6 +42,7 @@ const (
 	CodeNoPTY                = "no_pty"                 // 409: resize of a process without a terminal
 	CodeProcessExited        = "process_exited"         // 409: the process has exited
 	CodeProcessNotFound      = "process_not_found"      // 404: the sandbox has no such process (never started, or forgotten)
+	CodeNodeNotFound         = "node_not_found"         // 404: no node with this ID is registered
 	CodeAgentUnsupported     = "agent_unsupported"      // 501: the sandbox's agent is too old for this request
 	CodeExceedsCapacity      = "exceeds_node_capacity"  // 400: more cpus or memory than one sandbox can have on this node
 	CodeRateLimited          = "rate_limited"           // 429: this API key made too many changes in a short time; see Retry-After

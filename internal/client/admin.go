@@ -93,3 +93,43 @@ func (c *Client) SetProjectQuota(ctx context.Context, project model.ProjectID, l
 	err := c.do(ctx, request{method: http.MethodPut, path: "/v1/admin/projects/" + project.String() + "/quota", body: limits}, &out)
 	return out, err
 }
+
+// ListNodes returns every registered node with its state, capacity, usage
+// and heartbeat (GET /v1/admin/nodes; admin keys only).
+func (c *Client) ListNodes(ctx context.Context) (apiv1.NodeList, error) {
+	var out apiv1.NodeList
+	err := c.do(ctx, request{method: http.MethodGet, path: "/v1/admin/nodes"}, &out)
+	return out, err
+}
+
+// GetNode returns one node (GET /v1/admin/nodes/{id}; admin keys only).
+func (c *Client) GetNode(ctx context.Context, id model.NodeID) (apiv1.Node, error) {
+	var out apiv1.Node
+	err := c.do(ctx, request{method: http.MethodGet, path: "/v1/admin/nodes/" + id.String()}, &out)
+	return out, err
+}
+
+// CordonNode stops placing new sandboxes on a node; its sandboxes run on
+// (POST /v1/admin/nodes/{id}/cordon; admin keys only).
+func (c *Client) CordonNode(ctx context.Context, id model.NodeID) (apiv1.Node, error) {
+	return c.setNode(ctx, id, "cordon")
+}
+
+// UncordonNode makes a cordoned or draining node take new sandboxes again
+// (POST /v1/admin/nodes/{id}/uncordon; admin keys only).
+func (c *Client) UncordonNode(ctx context.Context, id model.NodeID) (apiv1.Node, error) {
+	return c.setNode(ctx, id, "uncordon")
+}
+
+// DrainNode stops placing new sandboxes on a node, which is drained once
+// its last live sandbox has ended (POST /v1/admin/nodes/{id}/drain; admin
+// keys only). Poll GetNode for Drained.
+func (c *Client) DrainNode(ctx context.Context, id model.NodeID) (apiv1.Node, error) {
+	return c.setNode(ctx, id, "drain")
+}
+
+func (c *Client) setNode(ctx context.Context, id model.NodeID, verb string) (apiv1.Node, error) {
+	var out apiv1.Node
+	err := c.do(ctx, request{method: http.MethodPost, path: "/v1/admin/nodes/" + id.String() + "/" + verb}, &out)
+	return out, err
+}
