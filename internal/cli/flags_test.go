@@ -183,3 +183,40 @@ func TestServerDiskAndTimeoutFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestServerClusterFlags(t *testing.T) {
+	base := serverFlags{listen: "127.0.0.1:0", grace: time.Second, overcommit: 1, maxConns: 1, mutBurst: 1,
+		defaultDisk: 2048, maxDisk: 4096, bodyTimeout: time.Second, usernsBase: oci.DefaultIDBase, usernsN: 1}
+	ok := base
+	ok.role, ok.databaseURL, ok.advertiseURL = "node", "postgres://db/x", "http://10.0.0.5:7070/"
+	ok.labels, ok.maxSandboxes, ok.placement = []string{"zone=a", "gpu=no"}, 10, "pack"
+	ok.heartbeat, ok.deadAfter = time.Second, 3*time.Second
+	opts, err := ok.options("/tmp/x", slog.DiscardHandler)
+	if err != nil || opts.Role != model.RoleNode || opts.AdvertiseURL != "http://10.0.0.5:7070" || opts.Labels["zone"] != "a" ||
+		opts.MaxSandboxes != 10 || opts.Placement != model.PlacePack || opts.NodeDeadAfter != 3*time.Second {
+		t.Fatalf("%+v, %v", opts, err)
+	}
+	if opts, err := base.options("/tmp/x", slog.DiscardHandler); err != nil || opts.Role != model.RoleAll || opts.Placement != model.PlaceSpread {
+		t.Fatalf("defaults: %+v, %v", opts, err)
+	}
+	for name, bad := range map[string]func(f *serverFlags){
+		"unknown role":         func(f *serverFlags) { f.role = "worker" },
+		"api without database": func(f *serverFlags) { f.databaseURL = "" },
+		"advertise not http":   func(f *serverFlags) { f.advertiseURL = "ftp://x" },
+		"advertise with query": func(f *serverFlags) { f.advertiseURL = "http://x/?a=1" },
+		"label without =":      func(f *serverFlags) { f.labels = []string{"zone"} },
+		"label twice":          func(f *serverFlags) { f.labels = []string{"zone=a", "zone=b"} },
+		"label bad key":        func(f *serverFlags) { f.labels = []string{"bad key=a"} },
+		"negative slots":       func(f *serverFlags) { f.maxSandboxes = -1 },
+		"placement":            func(f *serverFlags) { f.placement = "random" },
+		"heartbeat too fast":   func(f *serverFlags) { f.heartbeat = time.Millisecond },
+		"dead too soon":        func(f *serverFlags) { f.deadAfter = 2 * time.Second },
+	} {
+		f := ok
+		bad(&f)
+		var ue usageError
+		if _, err := f.options("/tmp/x", slog.DiscardHandler); !errors.As(err, &ue) {
+			t.Errorf("%s: %v, want a usage error", name, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -315,7 +316,7 @@ func (a *app) serverCommand() *cobra.Command {
 
 // clusterOptions parses the flags of several nodes on one database.
 func (f serverFlags) clusterOptions(opts *server.Options) error {
-	role, err := model.ParseNodeRole(f.role)
+	role, err := model.ParseNodeRole(cmp.Or(f.role, string(model.RoleAll)))
 	if err != nil {
 		return usageErrorf("--role must be all, api or node, not %q", f.role)
 	}
@@ -342,20 +343,22 @@ func (f serverFlags) clusterOptions(opts *server.Options) error {
 	if opts.Labels, err = model.ParseNodeLabels(labels); err != nil {
 		return usageErrorf("--label: %w", err)
 	}
-	if f.maxSandboxes < 1 {
+	if f.maxSandboxes < 0 {
 		return usageErrorf("--max-sandboxes must be at least 1, not %d", f.maxSandboxes)
 	}
-	opts.MaxSandboxes = f.maxSandboxes
-	if opts.Placement, err = model.ParsePlacementStrategy(f.placement); err != nil {
+	opts.MaxSandboxes = f.maxSandboxes // 0: the default
+	if opts.Placement, err = model.ParsePlacementStrategy(cmp.Or(f.placement, string(model.PlaceSpread))); err != nil {
 		return usageErrorf("--placement must be spread or pack, not %q", f.placement)
 	}
-	if f.heartbeat < 100*time.Millisecond || f.heartbeat > time.Minute {
-		return usageErrorf("--heartbeat-interval must be between 100ms and 1m, not %s", f.heartbeat)
+	heartbeat := cmp.Or(f.heartbeat, server.DefaultHeartbeatInterval)
+	deadAfter := cmp.Or(f.deadAfter, server.DefaultNodeDeadAfter)
+	if heartbeat < 100*time.Millisecond || heartbeat > time.Minute {
+		return usageErrorf("--heartbeat-interval must be between 100ms and 1m, not %s", heartbeat)
 	}
-	if f.deadAfter < 3*f.heartbeat {
-		return usageErrorf("--node-dead-after %s must be at least three heartbeats (3 × --heartbeat-interval %s)", f.deadAfter, f.heartbeat)
+	if deadAfter < 3*heartbeat {
+		return usageErrorf("--node-dead-after %s must be at least three heartbeats (3 × --heartbeat-interval %s)", deadAfter, heartbeat)
 	}
-	opts.HeartbeatInterval, opts.NodeDeadAfter = f.heartbeat, f.deadAfter
+	opts.HeartbeatInterval, opts.NodeDeadAfter = heartbeat, deadAfter
 	for _, p := range []*string{&f.adminKeyFile, &f.secretsKeyFile} {
 		if *p == "" {
 			continue

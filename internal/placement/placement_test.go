@@ -1,0 +1,235 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/store/sqlite"
+)
+
+// fixture is a store with nodes, one environment (runc) and one template.
+type fixture struct {
+	t       *testing.T
+	ctx     context.Context
+	st      store.Store
+	project model.ProjectID
+	tpl     model.TemplateDigest
+	runc    model.EnvironmentRef
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f := &fixture{t: t, ctx: ctx, st: st, project: model.NewProjectID(), tpl: model.DigestFromSHA256([32]byte{1})}
+	now := time.Now()
+	must(t, st.CreateProject(ctx, model.Project{ID: f.project, Name: "p", CreatedAt: now}))
+	must(t, st.PutTemplate(ctx, model.Template{Digest: f.tpl, Manifest: []byte("{}"), CreatedAt: now}))
+	d, err := envid.Define(envid.NameRunc, runtime.Info{Name: "runc", Version: "1", Binary: "/usr/bin/runc", Isolation: runtime.IsolationSharedKernel, OOMScope: runtime.OOMKillsProcess}, envid.Inputs{})
+	must(t, err)
+	f.runc, err = d.Ref()
+	must(t, err)
+	canon, err := d.Canonical()
+	must(t, err)
+	_, err = st.PutEnvironment(ctx, store.EnvironmentRecord{Ref: f.runc, Name: envid.NameRunc, SchemaVersion: d.SchemaVersion, Definition: canon, FirstSeen: now})
+	must(t, err)
+	return f
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nodeOpts describe one test node.
+type nodeOpts struct {
+	role     model.NodeRole
+	slots    int
+	labels   model.NodeLabels
+	noEnv    bool
+	template bool // reports the template
+	canPull  bool
+}
+
+func (f *fixture) node(o nodeOpts) model.NodeID {
+	f.t.Helper()
+	id, inc := model.NewNodeID(), model.NewIncarnation()
+	if o.role == "" {
+		o.role = model.RoleNode
+	}
+	_, err := f.st.RegisterNode(f.ctx, model.Node{ID: id, Incarnation: inc, Role: o.role, AdvertiseURL: "http://127.0.0.1:1",
+		Slots: o.slots, MemoryMiB: 64 * 1024, CPUs: 8, Labels: o.labels, CanPull: o.canPull})
+	must(f.t, err)
+	if !o.noEnv {
+		must(f.t, f.st.SetNodeEnvironments(f.ctx, id, []store.NodeEnvironment{{NodeID: id, Ref: f.runc, Enabled: true, Available: true, CheckedAt: time.Now()}}))
+	}
+	if o.template {
+		must(f.t, f.st.SetNodeTemplates(f.ctx, store.Fence{Node: id, Incarnation: inc}, []model.TemplateDigest{f.tpl}))
+	}
+	return id
+}
+
+// fill places n sandboxes on node directly.
+func (f *fixture) fill(node model.NodeID, n int) {
+	f.t.Helper()
+	for range n {
+		now := time.Now()
+		sb := model.Sandbox{ID: model.NewSandboxID(), ProjectID: f.project, Template: f.tpl, Resources: model.DefaultResources(),
+			State: model.StatePending, NodeID: node, CreatedAt: now, UpdatedAt: now}
+		op := model.Operation{ID: model.NewOperationID(), ProjectID: f.project, SandboxID: sb.ID, Kind: model.OpCreate,
+			State: model.OpPending, CreatedAt: now, UpdatedAt: now}
+		must(f.t, f.st.CreateSandbox(f.ctx, sb, policy.Spec{}, op, nil))
+	}
+}
+
+func (f *fixture) placer(strategy model.PlacementStrategy) *Placer {
+	f.t.Helper()
+	p, err := New(Config{Store: f.st, Strategy: strategy, DeadAfter: time.Hour})
+	must(f.t, err)
+	return p
+}
+
+func (f *fixture) request() Request {
+	return Request{Environment: envid.Selector{Name: envid.NameRunc}, Template: f.tpl, Resources: model.DefaultResources()}
+}
+
+func TestSpreadAndPack(t *testing.T) {
+	f := newFixture(t)
+	busy := f.node(nodeOpts{slots: 10, template: true})
+	idle := f.node(nodeOpts{slots: 10, template: true})
+	f.fill(busy, 3)
+	f.fill(idle, 1)
+	for _, tc := range []struct {
+		strategy model.PlacementStrategy
+		want     model.NodeID
+	}{
+		{model.PlaceSpread, idle},
+		{model.PlacePack, busy},
+	} {
+		d, err := f.placer(tc.strategy).Place(f.ctx, f.request())
+		if err != nil || d.Node != tc.want || d.Environment != f.runc {
+			t.Errorf("%s: placed %+v, %v; want %s in %s", tc.strategy, d, err, tc.want, f.runc)
+		}
+	}
+	// Spread over an empty cluster fills the nodes in turn.
+	g := newFixture(t)
+	a, b := g.node(nodeOpts{slots: 4, template: true}), g.node(nodeOpts{slots: 4, template: true})
+	got := map[model.NodeID]int{}
+	for range 6 {
+		d, err := g.placer(model.PlaceSpread).Place(g.ctx, g.request())
+		must(t, err)
+		g.fill(d.Node, 1)
+		got[d.Node]++
+	}
+	if got[a] != 3 || got[b] != 3 {
+		t.Fatalf("spread 6 over two nodes: %v", got)
+	}
+}
+
+// TestFilters: each node lacks one thing; only the one that has all is
+// picked, and without it the error says what each lacked.
+func TestFilters(t *testing.T) {
+	f := newFixture(t)
+	f.node(nodeOpts{role: model.RoleAPI, template: true})                                // runs no sandboxes
+	f.node(nodeOpts{noEnv: true, template: true, labels: model.NodeLabels{"zone": "a"}}) // no environment
+	f.node(nodeOpts{labels: model.NodeLabels{"zone": "a"}})                              // no template, cannot pull
+	f.node(nodeOpts{labels: model.NodeLabels{"zone": "b"}, template: true})              // wrong zone
+	full := f.node(nodeOpts{slots: 1, labels: model.NodeLabels{"zone": "a"}, template: true})
+	f.fill(full, 1)
+	cordoned := f.node(nodeOpts{labels: model.NodeLabels{"zone": "a"}, template: true})
+	_, err := f.st.SetNodeState(f.ctx, cordoned, model.NodeCordoned)
+	must(t, err)
+
+	req := f.request()
+	req.Selector = model.NodeLabels{"zone": "a"}
+	_, err = f.placer("").Place(f.ctx, req)
+	if !errors.Is(err, ErrNoRoom) {
+		t.Fatalf("only a full node fits: %v, want ErrNoRoom", err)
+	}
+	for _, want := range []string{"runs no sandboxes", "does not have the environment", "cannot pull", "labels do not match", "full", "cordoned"} {
+		if !contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+
+	puller := f.node(nodeOpts{canPull: true, labels: model.NodeLabels{"zone": "a", "gpu": "no"}})
+	d, err := f.placer("").Place(f.ctx, req)
+	if err != nil || d.Node != puller {
+		t.Fatalf("a node that can pull the template: %+v, %v; want %s", d, err, puller)
+	}
+	req.Exclude = []model.NodeID{puller}
+	if _, err := f.placer("").Place(f.ctx, req); !errors.Is(err, ErrNoRoom) {
+		t.Fatalf("excluded: %v", err)
+	}
+
+	// Nothing fits but a full node: ErrNoRoom; nothing at all: ErrNoNode.
+	req = f.request()
+	req.Selector = model.NodeLabels{"zone": "nowhere"}
+	if _, err := f.placer("").Place(f.ctx, req); !errors.Is(err, ErrNoNode) {
+		t.Fatalf("no node matches: %v, want ErrNoNode", err)
+	}
+	req = f.request()
+	req.Environment = envid.Selector{Name: envid.NameRunsc}
+	if _, err := f.placer("").Place(f.ctx, req); !errors.Is(err, ErrUnknownEnvironment) {
+		t.Fatalf("no node recorded runsc: %v, want ErrUnknownEnvironment", err)
+	}
+	req.Environment = envid.Selector{Ref: model.EnvironmentRef("env:sha256:" + strings.Repeat("0", 64))}
+	if _, err := f.placer("").Place(f.ctx, req); !errors.Is(err, ErrUnknownEnvironment) {
+		t.Fatalf("unknown reference: %v, want ErrUnknownEnvironment", err)
+	}
+}
+
+// TestStaleAndDeadNodes: a node whose heartbeat is older than DeadAfter
+// and a dead one are not placed on; a node's own templates count before
+// they are reported (HasLocal).
+func TestStaleAndDeadNodes(t *testing.T) {
+	f := newFixture(t)
+	self := f.node(nodeOpts{})
+	p, err := New(Config{Store: f.st, DeadAfter: time.Hour, Self: self, HasLocal: func(d model.TemplateDigest) bool { return d == f.tpl }})
+	must(t, err)
+	if d, err := p.Place(f.ctx, f.request()); err != nil || d.Node != self {
+		t.Fatalf("own template, not yet reported: %+v, %v", d, err)
+	}
+	time.Sleep(30 * time.Millisecond)
+	stale, err := New(Config{Store: f.st, DeadAfter: 10 * time.Millisecond, Self: self, HasLocal: p.cfg.HasLocal})
+	must(t, err)
+	if _, err := stale.Place(f.ctx, f.request()); !errors.Is(err, ErrNoNode) || !contains(err.Error(), "no heartbeat") {
+		t.Fatalf("stale heartbeat: %v", err)
+	}
+	if _, err := f.st.DeclareDeadNodes(f.ctx, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Place(f.ctx, f.request()); !errors.Is(err, ErrNoNode) || !contains(err.Error(), "dead") {
+		t.Fatalf("dead node: %v", err)
+	}
+}
+
+func TestNewChecksConfig(t *testing.T) {
+	f := newFixture(t)
+	for _, cfg := range []Config{
+		{Store: f.st},
+		{DeadAfter: time.Second},
+		{Store: f.st, DeadAfter: time.Second, Strategy: "random"},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("New(%+v) accepted", cfg)
+		}
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
