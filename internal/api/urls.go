@@ -29,9 +29,15 @@ func parsePublicURL(s string) (string, error) {
 	return strings.TrimSuffix(u.String(), "/"), nil
 }
 
-// baseURL is where clients reach this server: Config.PublicURL, or the
-// scheme and host the request came in on.
+// baseURL is where clients reach this server: for a request a trusted
+// replica forwarded, the base URL the client reached that replica at (its
+// X-Forwarded-Host and -Proto, as its signed forward token vouches; see
+// forward.go); otherwise Config.PublicURL, or the scheme and host the
+// request came in on. A client's own X-Forwarded-* headers are ignored.
 func (a *API) baseURL(r *http.Request) string {
+	if peer := peerFrom(r.Context()); peer != nil {
+		return peer.Base
+	}
 	if a.cfg.PublicURL != "" {
 		return a.cfg.PublicURL
 	}
