@@ -101,6 +101,21 @@ func (k *Keyring) SetPublisher(p KeyPublisher) error {
 	return nil
 }
 
+// Publish publishes the ring's keys again with the publisher set by
+// SetPublisher (none: nothing happens), e.g. periodically, in case the
+// store lost them.
+func (k *Keyring) Publish() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.publisher == nil {
+		return nil
+	}
+	if err := k.publisher(k.publicKeys(k.keys)); err != nil {
+		return fmt.Errorf("publish attach keys: %w", err)
+	}
+	return nil
+}
+
 // publicKeys returns the public halves of keys (the last active).
 func (k *Keyring) publicKeys(keys []signingKey) []PublishedKey {
 	out := make([]PublishedKey, len(keys))

@@ -90,7 +90,6 @@ type publishedKeys struct {
 	inflight map[string]chan struct{}
 	tokens   float64 // lookup budget
 	last     time.Time
-	lookups  int // made so far (tests)
 }
 
 type cachedKey struct {
@@ -136,7 +135,6 @@ func (p *publishedKeys) get(kid string) (PublicKey, bool) {
 		}
 		ch := make(chan struct{})
 		p.inflight[kid] = ch
-		p.lookups++
 		p.mu.Unlock()
 
 		ctx, cancel := context.WithTimeout(context.Background(), p.opts.Timeout)

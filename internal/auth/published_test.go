@@ -122,6 +122,16 @@ func TestPublishedKeysVerifyOtherReplicasTokens(t *testing.T) {
 	if after := ringA.Keys(); len(after) != len(before) || after[len(after)-1].ID != before[len(before)-1].ID {
 		t.Fatalf("keys changed by a failed rotation: %+v → %+v", before, after)
 	}
+	// A store that lost the keys gets them again.
+	dir.mu.Lock()
+	dir.fail, dir.keys = nil, nil
+	dir.mu.Unlock()
+	if err := ringA.Publish(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := dir.lookup(context.Background(), before[len(before)-1].ID); !ok || len(dir.keys) != len(before) {
+		t.Fatalf("republished %d keys, want %d", len(dir.keys), len(before))
+	}
 	// B's own tokens never need the directory.
 	c.IssuedAt = clock.Now()
 	own, err := ringB.Issuer().Issue(c)
