@@ -30,10 +30,11 @@ func parsePublicURL(s string) (string, error) {
 }
 
 // baseURL is where clients reach this server: for a request a trusted
-// replica forwarded, the base URL the client reached that replica at (its
-// X-Forwarded-Host and -Proto, as its signed forward token vouches; see
-// forward.go); otherwise Config.PublicURL, or the scheme and host the
-// request came in on. A client's own X-Forwarded-* headers are ignored.
+// replica forwarded, the base URL the client reached that replica at, as
+// its verified forward token names it (see forward.go; the replica also
+// sends X-Forwarded-Host and -Proto, which are never read here);
+// otherwise Config.PublicURL, or the scheme and host the request came in
+// on. A client's own X-Forwarded-* headers are ignored.
 func (a *API) baseURL(r *http.Request) string {
 	if peer := peerFrom(r.Context()); peer != nil {
 		return peer.Base
