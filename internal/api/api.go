@@ -24,6 +24,7 @@ import (
 	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/egress/secrets"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/noderoute"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/tplbuild"
@@ -136,6 +137,20 @@ type Config struct {
 	// Activity is told of calls that use a sandbox (timeouts.go); nil:
 	// they are not recorded.
 	Activity ActivityRecorder
+
+	// Self is this process's node ID (required with Nodes). Requests for
+	// sandboxes hosted on another node are forwarded there (forward.go),
+	// and forwarded requests must name Self.
+	Self model.NodeID
+	// Nodes finds other nodes' advertise URLs (the store); nil: nothing is
+	// forwarded (a single node).
+	Nodes noderoute.Nodes
+	// NodeTransport carries forwarded requests; nil: noderoute.NewTransport().
+	NodeTransport http.RoundTripper
+	// PeerVerifier checks the forward tokens of requests other replicas
+	// forwarded here (the keyring's Verifier with the published keys);
+	// nil: forwarded requests are refused.
+	PeerVerifier *auth.Verifier
 }
 
 // API is the management API handler.
@@ -145,7 +160,8 @@ type API struct {
 	routes  []route
 	mux     *http.ServeMux
 	handler http.Handler
-	limits  *keyLimits // nil: no rate limit
+	limits  *keyLimits        // nil: no rate limit
+	router  *noderoute.Router // nil: nothing is forwarded
 }
 
 // New checks cfg and builds the API.
@@ -205,7 +221,10 @@ func New(cfg Config) (*API, error) {
 	if !json.Valid(openAPIDocument) {
 		return nil, errors.New("api: the embedded OpenAPI document is not valid JSON")
 	}
-	a := &API{cfg: cfg, log: cfg.Logger}
+	if cfg.Nodes != nil && cfg.Self == "" {
+		return nil, errors.New("api: Config.Self is required with Config.Nodes")
+	}
+	a := &API{cfg: cfg, log: cfg.Logger, router: noderoute.New(cfg.Self, cfg.Nodes, cfg.NodeTransport, cfg.Logger)}
 	if cfg.MutationRate >= 0 {
 		rate := cfg.MutationRate
 		if rate == 0 {

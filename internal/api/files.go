@@ -20,12 +20,12 @@ import (
 // plane under a transfer token from POST …/files/transfers.
 func (a *API) fileRoutes() []route {
 	return []route{
-		{"GET", "/v1/sandboxes/{id}/files/stat", member, a.statFile},
-		{"GET", "/v1/sandboxes/{id}/files/list", member, a.listFiles},
-		{"POST", "/v1/sandboxes/{id}/files/mkdir", member, mutating(a, a.mkdirFile)},
-		{"POST", "/v1/sandboxes/{id}/files/move", member, mutating(a, a.moveFile)},
-		{"POST", "/v1/sandboxes/{id}/files/remove", member, mutating(a, a.removeFile)},
-		{"POST", "/v1/sandboxes/{id}/files/transfers", member, mutating(a, a.createTransfer)},
+		{"GET", "/v1/sandboxes/{id}/files/stat", member, a.hosted(a.statFile)},
+		{"GET", "/v1/sandboxes/{id}/files/list", member, a.hosted(a.listFiles)},
+		{"POST", "/v1/sandboxes/{id}/files/mkdir", member, a.hosted(mutating(a, a.mkdirFile))},
+		{"POST", "/v1/sandboxes/{id}/files/move", member, a.hosted(mutating(a, a.moveFile))},
+		{"POST", "/v1/sandboxes/{id}/files/remove", member, a.hosted(mutating(a, a.removeFile))},
+		{"POST", "/v1/sandboxes/{id}/files/transfers", member, a.hosted(mutating(a, a.createTransfer))},
 	}
 }
 

@@ -44,18 +44,18 @@ func (a *API) routeTable() []route {
 		{"GET", "/v1/sandboxes/{id}", member, a.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", member, mutating(a, a.deleteSandbox)},
 		{"POST", "/v1/sandboxes/{id}/timeout", member, mutating(a, a.setSandboxTimeout)},
-		{"POST", "/v1/sandboxes/{id}/commands", member, mutating(a, a.createCommand)},
-		{"GET", "/v1/sandboxes/{id}/processes", member, a.listProcesses},
-		{"GET", "/v1/sandboxes/{id}/processes/{process_id}", member, a.getProcess},
-		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/signal", member, mutating(a, a.signalProcess)},
+		{"POST", "/v1/sandboxes/{id}/commands", member, a.hosted(mutating(a, a.createCommand))},
+		{"GET", "/v1/sandboxes/{id}/processes", member, a.hosted(a.listProcesses)},
+		{"GET", "/v1/sandboxes/{id}/processes/{process_id}", member, a.hosted(a.getProcess)},
+		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/signal", member, a.hosted(mutating(a, a.signalProcess))},
 		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/attachments", member, mutating(a, a.createAttachment)},
 		{"GET", "/v1/operations/{id}", member, a.getOperation},
 		{"GET", "/v1/environments", member, a.listEnvironments},
 
-		{"GET", "/v1/sandboxes/{id}/egress", member, a.getSandboxEgress},
-		{"PUT", "/v1/sandboxes/{id}/egress", member, mutating(a, a.putSandboxEgress)},
-		{"GET", "/v1/sandboxes/{id}/egress/decisions", member, a.egressDecisions},
-		{"POST", "/v1/sandboxes/{id}/egress/explain", member, mutating(a, a.explainEgress)},
+		{"GET", "/v1/sandboxes/{id}/egress", member, a.hosted(a.getSandboxEgress)},
+		{"PUT", "/v1/sandboxes/{id}/egress", member, a.hosted(mutating(a, a.putSandboxEgress))},
+		{"GET", "/v1/sandboxes/{id}/egress/decisions", member, a.hosted(a.egressDecisions)},
+		{"POST", "/v1/sandboxes/{id}/egress/explain", member, a.hosted(mutating(a, a.explainEgress))},
 		{"GET", "/v1/egress-profiles", member, a.listEgressProfiles},
 		{"GET", "/v1/egress-profiles/{name}", member, a.getEgressProfile},
 		{"PUT", "/v1/egress-profiles/{name}", admin, mutating(a, a.putEgressProfile)},
@@ -94,6 +94,12 @@ func (a *API) routeTable() []route {
 // guard authenticates and authorizes a request before its route runs.
 func (a *API) guard(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		trusted, err := a.trustPeer(r)
+		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		r = trusted
 		var p principal
 		if rt.access != publicAccess {
 			var err error
@@ -109,7 +115,8 @@ func (a *API) guard(rt route) http.Handler {
 				a.writeError(w, r, errorf(http.StatusForbidden, apiv1.CodePermissionDenied, "this needs an API key with role admin"))
 				return
 			}
-			if rt.method != http.MethodGet && a.rateLimited(w, r, p) {
+			// A request a trusted peer forwarded was limited there.
+			if rt.method != http.MethodGet && peerFrom(r.Context()) == nil && a.rateLimited(w, r, p) {
 				return
 			}
 		}

@@ -29,9 +29,16 @@ func parsePublicURL(s string) (string, error) {
 	return strings.TrimSuffix(u.String(), "/"), nil
 }
 
-// baseURL is where clients reach this server: Config.PublicURL, or the
-// scheme and host the request came in on.
+// baseURL is where clients reach this server: for a request a trusted
+// replica forwarded, the base URL the client reached that replica at, as
+// its verified forward token names it (see forward.go; the replica also
+// sends X-Forwarded-Host and -Proto, which are never read here);
+// otherwise Config.PublicURL, or the scheme and host the request came in
+// on. A client's own X-Forwarded-* headers are ignored.
 func (a *API) baseURL(r *http.Request) string {
+	if peer := peerFrom(r.Context()); peer != nil {
+		return peer.Base
+	}
 	if a.cfg.PublicURL != "" {
 		return a.cfg.PublicURL
 	}

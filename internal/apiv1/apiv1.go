@@ -37,6 +37,7 @@ const (
 	CodeInternal             = "internal"               // 500
 	CodeUnavailable          = "unavailable"            // 503
 	CodeDraining             = "draining"               // 503: this server is shutting down; retry (another replica, or after restart)
+	CodeNodeUnreachable      = "node_unreachable"       // 503: the node hosting the sandbox could not be reached from this replica; the message names it
 	CodeTooManyAttachments   = "too_many_attachments"   // 429: the process, token or project has as many open attachments as allowed
 	CodeNoStdin              = "no_stdin"               // 409: the process's stdin is not open (not requested, or closed)
 	CodeNoPTY                = "no_pty"                 // 409: resize of a process without a terminal

@@ -208,6 +208,9 @@ type PublicKey struct {
 // Verifier checks attachment and file transfer tokens. It holds only public keys.
 type Verifier struct {
 	keys func() []PublicKey
+	// published, if set, finds the keys other processes published (see
+	// WithPublished) when keys does not hold a token's kid.
+	published *publishedKeys
 }
 
 // NewVerifier returns a Verifier with a fixed set of public keys.

@@ -71,6 +71,61 @@ type Keyring struct {
 	// public is the public halves of keys, republished on every change. It
 	// is all a Verifier from this ring can reach: no private key material.
 	public *publicSet
+
+	// publisher, if set, publishes the public halves where other
+	// processes find them, before a new key signs anything.
+	publisher KeyPublisher
+}
+
+// PublishedKey is the public half of one key of a ring, as published.
+type PublishedKey struct {
+	PublicKey
+	CreatedAt time.Time
+}
+
+// KeyPublisher publishes the public halves of all of a ring's keys (oldest
+// first, the last active) where other processes find them (the store's
+// attach_keys). It never sees a private key.
+type KeyPublisher func(keys []PublishedKey) error
+
+// SetPublisher publishes the ring's keys with p now and makes every later
+// rotation publish the new key (and the old one's end) before the new key
+// signs: a rotation whose publication fails does not happen.
+func (k *Keyring) SetPublisher(p KeyPublisher) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := p(k.publicKeys(k.keys)); err != nil {
+		return fmt.Errorf("publish attach keys: %w", err)
+	}
+	k.publisher = p
+	return nil
+}
+
+// Publish publishes the ring's keys again with the publisher set by
+// SetPublisher (none: nothing happens), e.g. periodically, in case the
+// store lost them.
+func (k *Keyring) Publish() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.publisher == nil {
+		return nil
+	}
+	if err := k.publisher(k.publicKeys(k.keys)); err != nil {
+		return fmt.Errorf("publish attach keys: %w", err)
+	}
+	return nil
+}
+
+// publicKeys returns the public halves of keys (the last active).
+func (k *Keyring) publicKeys(keys []signingKey) []PublishedKey {
+	out := make([]PublishedKey, len(keys))
+	for i, key := range keys {
+		out[i] = PublishedKey{PublicKey: PublicKey{ID: key.id, Key: key.private.Public().(ed25519.PublicKey)}, CreatedAt: key.created}
+		if i < len(keys)-1 {
+			out[i].NotAfter = keys[i+1].created.Add(k.overlap)
+		}
+	}
+	return out
 }
 
 // publicSet is a snapshot of verification keys that can be swapped atomically.
@@ -217,6 +272,12 @@ func (k *Keyring) rotateLocked() (string, error) {
 		created = k.keys[n-1].created.Add(time.Nanosecond) // a clock that went back
 	}
 	key := signingKey{id: newKeyID(), private: priv, created: created}
+	if k.publisher != nil {
+		// Other processes must know the key before it signs anything.
+		if err := k.publisher(k.publicKeys(append(slices.Clip(k.keys), key))); err != nil {
+			return "", fmt.Errorf("publish attach key: %w", err)
+		}
+	}
 	b, err := json.Marshal(keyFile{ID: key.id, CreatedAt: created, Seed: base64.StdEncoding.EncodeToString(priv.Seed())})
 	if err != nil {
 		return "", err
@@ -296,12 +357,10 @@ func (k *Keyring) Verifier() *Verifier {
 
 // publish replaces the public snapshot; k.mu must be held (or k unshared).
 func (k *Keyring) publish() {
-	out := make([]PublicKey, len(k.keys))
-	for i, key := range k.keys {
-		out[i] = PublicKey{ID: key.id, Key: key.private.Public().(ed25519.PublicKey)}
-		if i < len(k.keys)-1 {
-			out[i].NotAfter = k.keys[i+1].created.Add(k.overlap)
-		}
+	pub := k.publicKeys(k.keys)
+	out := make([]PublicKey, len(pub))
+	for i, p := range pub {
+		out[i] = p.PublicKey
 	}
 	k.public.keys.Store(&out)
 }

@@ -48,6 +48,14 @@ func (v *Verifier) parse(raw, audience string, now time.Time, claims jwt.Claims)
 				return k.Key, nil
 			}
 		}
+		if v.published != nil {
+			if k, ok := v.published.get(kid); ok {
+				if !k.NotAfter.IsZero() && now.After(k.NotAfter) {
+					return nil, fmt.Errorf("key %q was retired", kid)
+				}
+				return k.Key, nil
+			}
+		}
 		return nil, fmt.Errorf("unknown key %q", truncate(kid))
 	}
 	parser := jwt.NewParser(

@@ -48,7 +48,9 @@ func (d *DataPlane) checkToken(tok string, pid model.ProcessID, action auth.Acti
 	if claims.Process != pid {
 		return http.StatusForbidden, apiv1.CodePermissionDenied, "this attachment token is for another process", auth.AttachClaims{}
 	}
-	if d.cfg.NodeID != "" && claims.Node != d.cfg.NodeID {
+	// A token for a sandbox on another node is forwarded there when this
+	// data plane routes (authorizeProcess); otherwise it is refused.
+	if d.cfg.NodeID != "" && claims.Node != d.cfg.NodeID && !d.router.Remote(claims.Node) {
 		return http.StatusForbidden, apiv1.CodePermissionDenied, "this attachment token is for a sandbox on another node", auth.AttachClaims{}
 	}
 	if !claims.Allows(action) {

@@ -27,6 +27,7 @@ import (
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/eventstream"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/noderoute"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -59,8 +60,15 @@ type Config struct {
 	// Verifier checks attachment tokens (public keys only); nil: the
 	// process routes answer 501 not_supported.
 	Verifier *auth.Verifier
-	// NodeID, if set, refuses tokens for sandboxes on other nodes.
+	// NodeID, if set, refuses tokens for sandboxes on other nodes, unless
+	// Nodes is set: then requests for sandboxes on other nodes are
+	// forwarded there (forward.go). NodeID is this process's node.
 	NodeID model.NodeID
+	// Nodes finds other nodes' advertise URLs (the store); nil: nothing is
+	// forwarded. It needs NodeID.
+	Nodes noderoute.Nodes
+	// Transport carries forwarded requests; nil: noderoute.NewTransport().
+	Transport http.RoundTripper
 	// FileTokens checks file transfer tokens (public keys only, normally
 	// the same Verifier as attachment tokens); nil: no file routes.
 	FileTokens FileTokenVerifier
@@ -91,6 +99,7 @@ type DataPlane struct {
 	log    *slog.Logger
 	limits *attachLimits
 	drain  drainState
+	router *noderoute.Router // nil: nothing is forwarded
 }
 
 // New returns a DataPlane.
@@ -100,6 +109,9 @@ func New(cfg Config) (*DataPlane, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Nodes != nil && cfg.NodeID == "" {
+		return nil, errors.New("dataplane: NodeID is required with Nodes")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -111,7 +123,8 @@ func New(cfg Config) (*DataPlane, error) {
 	cfg.AttachPerToken = cmp.Or(cfg.AttachPerToken, DefaultAttachPerToken)
 	cfg.AttachPerProject = cmp.Or(cfg.AttachPerProject, DefaultAttachPerProject)
 	d := &DataPlane{cfg: cfg, log: cfg.Logger,
-		limits: newAttachLimits(cfg.AttachPerProcess, cfg.AttachPerToken, cfg.AttachPerProject)}
+		limits: newAttachLimits(cfg.AttachPerProcess, cfg.AttachPerToken, cfg.AttachPerProject),
+		router: noderoute.New(cfg.NodeID, cfg.Nodes, cfg.Transport, cfg.Logger)}
 	d.drain.init()
 	return d, nil
 }
@@ -174,6 +187,9 @@ func (d *DataPlane) authorizeProcess(w http.ResponseWriter, r *http.Request, act
 	}
 	claims, ok := d.authorize(w, r, pid, action)
 	if !ok {
+		return target{}, false
+	}
+	if d.routeRemote(w, r, claims.Sandbox, claims.Node) {
 		return target{}, false
 	}
 	cs, state, err := d.cfg.Store.GetAttachTarget(ctx, pid)

@@ -109,6 +109,9 @@ func (d *DataPlane) fileTransfer(direction string) http.HandlerFunc {
 			writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not load the sandbox")
 			return
 		}
+		if d.routeRemote(w, r, sb.ID, sb.NodeID) {
+			return
+		}
 		if sb.State != model.StateRunning {
 			pe := procctl.NotRunning(sb.ID, sb.State)
 			writeError(w, pe.Status, pe.Code, pe.Message)
