@@ -76,12 +76,11 @@ type Config struct {
 	// them (GET /v1/environments); nil: sandboxes record none (the
 	// worker's own runtime), and naming one is refused.
 	Environments Environments
-	// Placer chooses the node of each new sandbox (with Self, this
-	// process's node ID: a decision for it is checked against this node's
-	// environments, Environments.Resolve). Nil: sandboxes are stored
-	// without a node and the environment is resolved here (tests).
+	// Placer chooses the node of each new sandbox (a decision for Self
+	// is checked against this node's environments, Environments.Resolve).
+	// Nil: sandboxes are stored without a node and the environment is
+	// resolved here (tests).
 	Placer Placer
-	Self   model.NodeID
 	// Agents reaches the guest agents of sandboxes hosted here (process
 	// routes, background commands). Nil: those routes answer 501.
 	Agents procctl.Agents
@@ -138,7 +137,7 @@ type Config struct {
 	// they are not recorded.
 	Activity ActivityRecorder
 
-	// Self is this process's node ID (required with Nodes). Requests for
+	// Self is this process's node ID (required with Nodes and Placer). Requests for
 	// sandboxes hosted on another node are forwarded there (forward.go),
 	// and forwarded requests must name Self.
 	Self model.NodeID

@@ -39,7 +39,8 @@ func openAttachKeys(dd *dataDir, maxAge time.Duration, log *slog.Logger) (*auth.
 }
 
 // rotateAttachKeys rotates the signing key once it is older than maxAge and
-// deletes retired keys, checking hourly, until ctx ends.
+// deletes retired keys, checking hourly, until ctx ends; it publishes the
+// public keys again each time.
 func rotateAttachKeys(ctx context.Context, ring *auth.Keyring, maxAge time.Duration, log *slog.Logger) {
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
@@ -56,6 +57,10 @@ func rotateAttachKeys(ctx context.Context, ring *auth.Keyring, maxAge time.Durat
 		}
 		if err := ring.Prune(); err != nil {
 			log.Warn("remove retired attachment keys", "err", err)
+		}
+		// Published again in case the store lost them (a restore).
+		if err := ring.Publish(); err != nil {
+			log.Warn("publish attachment keys", "err", err)
 		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/egress/secrets"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/noderoute"
 	"github.com/airlockdev/airlock/internal/placement"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
@@ -77,6 +78,16 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("--role: %w", err)
 	}
 	if err := checkSharedStore(ctx, st, nodeID, role, opts.DatabaseURL); err != nil {
+		return err
+	}
+
+	// Every process publishes its attachment keys' public halves, so that
+	// any replica verifies a token whichever replica signed it.
+	if err := attachKeys.SetPublisher(noderoute.KeyPublisher(st, nodeID)); err != nil {
+		return fmt.Errorf("publish attachment keys: %w", err)
+	}
+	verifier, err := noderoute.ClusterVerifier(attachKeys.Verifier(), st)
+	if err != nil {
 		return err
 	}
 
@@ -165,11 +176,12 @@ func Run(ctx context.Context, opts Options) error {
 
 	agents := h.agents()
 	dp, err := dataplane.New(dataplane.Config{
-		FileTokens: attachKeys.Verifier(), // public keys only
+		FileTokens: verifier, // public keys only, of every replica
 		Store:      st,
 		Agents:     agents,
 		Logger:     log.With("component", "dataplane"),
-		Verifier:   attachKeys.Verifier(), // public keys only
+		Verifier:   verifier, // public keys only, of every replica
+		Nodes:      st,
 		NodeID:     nodeID,
 		Activity:   idle.tracker,
 	})
@@ -208,6 +220,8 @@ func Run(ctx context.Context, opts Options) error {
 		Environments: envReg,
 		Placer:       placer,
 		Self:         nodeID,
+		Nodes:        st,
+		PeerVerifier: verifier,
 		Builds:       h.buildRunner(),
 		FileTokens:   attachKeys.Issuer(), // file tokens are signed like attachment tokens
 		Attach:       attachKeys.Issuer(),
