@@ -1,0 +1,4 @@
+package storetest
+
+// nodeTests is the conformance group of store.Nodes.
+func nodeTests() []namedTest { return nil }
