@@ -320,6 +320,16 @@ func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration) (stor
 			return err
 		}
 		onDead := `s.node_id IN (SELECT id FROM nodes WHERE state = 'dead')`
+		// Lock the sandboxes to settle first, in ID order: the store locks
+		// a sandbox before its operations (FinishOperation, RequestDelete;
+		// the other order deadlocked with them), and on PostgreSQL the
+		// statements below each read a new snapshot, so a delete requested
+		// between two of them would be settled half (the sandbox deleted,
+		// its delete left pending or failed). Failed sandboxes are locked
+		// too: a delete makes them deleting.
+		if err := t.lockRows(ctx, `SELECT s.id FROM sandboxes s WHERE s.state <> 'deleted' AND `+onDead+` ORDER BY s.id `+s.d.RowLock); err != nil {
+			return fmt.Errorf("lock the sandboxes of dead nodes: %w", err)
+		}
 		// Creates that had not started: placed again elsewhere.
 		res, err := t.exec(ctx, `UPDATE operations SET lease_owner = '', lease_incarnation = '', lease_expires_at = 0, updated_at = ?
 			WHERE state IN ('pending', 'running') AND sandbox_id IN (
@@ -349,7 +359,7 @@ func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration) (stor
 		}
 		if _, err := t.exec(ctx, `UPDATE operations SET state = 'failed', error_code = 'node_lost', error_message = ?,
 			updated_at = ?, finished_at = ?
-			WHERE state IN ('pending', 'running') AND sandbox_id IN (`+deleting+`)`,
+			WHERE state IN ('pending', 'running') AND kind <> 'delete' AND sandbox_id IN (`+deleting+`)`,
 			"the sandbox's node was declared dead", now, now); err != nil {
 			return fmt.Errorf("fail operations of deleted sandboxes: %w", err)
 		}
@@ -381,6 +391,18 @@ func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration) (stor
 		return store.NodeLoss{}, fmt.Errorf("declare dead nodes: %w", err)
 	}
 	return loss, nil
+}
+
+// lockRows runs a locking SELECT and reads its rows through.
+func (t tx) lockRows(ctx context.Context, query string, args ...any) error {
+	rows, err := t.tx.QueryContext(ctx, t.s.q(query), args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+	}
+	return rows.Err()
 }
 
 // ListUnplaced implements store.Nodes.
