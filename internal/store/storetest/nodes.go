@@ -27,6 +27,7 @@ func nodeTests() []namedTest {
 		{"NodeTemplates", testNodeTemplates},
 		{"NodeListUnplaced", testNodeListUnplaced},
 		{"NodeConcurrentPlacement", testNodeConcurrentPlacement},
+		{"NodeLossRacesDeletes", testNodeLossRacesDeletes},
 		{"NodeSelectorRoundTrip", testNodeSelector},
 	}
 }
@@ -913,4 +914,58 @@ func testNodeSelector(e *env) {
 	}
 	_, _, err := e.createOn(p.ID, tpl.Digest, "", func(sb *model.Sandbox) { sb.NodeSelector = model.NodeLabels{"bad key": "x"} })
 	mustIs(t, err, model.ErrInvalid)
+}
+
+// testNodeLossRacesDeletes: deletes requested while the node is declared
+// dead neither fail nor deadlock, whichever comes first; in the end every
+// sandbox is deleted.
+func testNodeLossRacesDeletes(e *env) {
+	t := e.t
+	const n = 16
+	p := e.project()
+	tpl := e.template()
+	node := e.node()
+	var list []model.Sandbox
+	for range n {
+		list = append(list, e.run(e.sandboxWith(p.ID, tpl.Digest, onNode(node)), node))
+	}
+	for _, sb := range list {
+		// A pending pause: the delete cancels it, the loss fails it.
+		pause := model.Operation{ID: model.NewOperationID(), ProjectID: p.ID, SandboxID: sb.ID, Kind: model.OpPause,
+			State: model.OpPending, CreatedAt: e.now(), UpdatedAt: e.now()}
+		_, err := e.s.RequestOperation(e.ctx, store.OperationRequest{ProjectID: p.ID, SandboxID: sb.ID, Operation: pause, Now: e.now()})
+		must(t, err)
+	}
+	dels := make([]model.Operation, n)
+	for i, sb := range list {
+		dels[i] = e.deleteOp(sb)
+	}
+	now := e.now()
+	time.Sleep(30 * time.Millisecond)
+	errs := make([]error, n+2)
+	parallel(n+2, func(i int) {
+		if i >= n {
+			_, errs[i] = e.s.DeclareDeadNodes(e.ctx, 10*time.Millisecond)
+			return
+		}
+		_, errs[i] = e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: p.ID, SandboxID: list[i].ID, Operation: dels[i], Now: now})
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("goroutine %d: %v", i, err)
+		}
+	}
+	_, err := e.s.DeclareDeadNodes(e.ctx, 10*time.Millisecond)
+	must(t, err)
+	for i, sb := range list {
+		if got := e.getSandbox(sb.ID); got.State != model.StateDeleted {
+			t.Fatalf("sandbox %d after its node's loss and its delete: %s", i, got.State)
+		}
+		if op := e.getOp(dels[i]); op.State != model.OpSucceeded {
+			t.Fatalf("delete %d: %+v", i, op)
+		}
+	}
+	if ops := mustUnfinished(e); len(ops) != 0 {
+		t.Fatalf("unfinished operations left: %+v", ops)
+	}
 }
