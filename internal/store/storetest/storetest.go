@@ -8,7 +8,9 @@
 // open must return a fresh, empty, migrated store for t and register its
 // Close with t.Cleanup. Times are compared at microsecond precision, the
 // store's resolution; the suite never sleeps to let leases expire (it moves
-// the Now fields instead).
+// the Now fields instead). Node liveness is the database's own clock, which
+// cannot be moved: the node tests sleep a few tens of milliseconds to let
+// heartbeats grow old.
 package storetest
 
 import (
