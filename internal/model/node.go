@@ -157,17 +157,17 @@ func (l NodeLabels) Matches(selector NodeLabels) bool {
 }
 
 // ParseAdvertiseURL parses the URL other processes reach a node at: http
-// or https, a host, no query, fragment or user info; a trailing slash is
-// dropped.
+// or https, a host, no query (not even an empty one), fragment or user
+// info; trailing slashes are dropped, so the result parses to itself.
 func ParseAdvertiseURL(s string) (string, error) {
 	u, err := url.Parse(s)
 	if err != nil {
 		return "", fmt.Errorf("%w: advertise URL %q: %v", ErrInvalid, truncate(s), err)
 	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.Opaque != "" {
 		return "", fmt.Errorf("%w: advertise URL %q must be http(s)://HOST[:PORT][/PATH]", ErrInvalid, truncate(s))
 	}
-	return strings.TrimSuffix(u.String(), "/"), nil
+	return strings.TrimRight(u.String(), "/"), nil
 }
 
 // Node is one `airlock server` process's record: what it is, what it

@@ -96,11 +96,23 @@ func seed(t *testing.T, s store.Store) (model.Project, model.Template) {
 	return p, tpl
 }
 
-func createSandbox(t *testing.T, s store.Store, p model.Project, tpl model.Template) model.Operation {
+// registerNode registers a new node of role all with unbounded room.
+func registerNode(t *testing.T, s store.Store) store.Fence {
+	t.Helper()
+	f := store.Fence{Node: model.NewNodeID(), Incarnation: model.NewIncarnation()}
+	if _, err := s.RegisterNode(context.Background(), model.Node{ID: f.Node, Incarnation: f.Incarnation, Role: model.RoleAll,
+		AdvertiseURL: "http://" + string(f.Node) + ".test:8080"}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// createSandbox creates a sandbox placed on node.
+func createSandbox(t *testing.T, s store.Store, p model.Project, tpl model.Template, node model.NodeID) model.Operation {
 	t.Helper()
 	now := time.Now()
 	sb := model.Sandbox{ID: model.NewSandboxID(), ProjectID: p.ID, Template: tpl.Digest,
-		Resources: model.DefaultResources(), State: model.StatePending, CreatedAt: now, UpdatedAt: now}
+		Resources: model.DefaultResources(), State: model.StatePending, NodeID: node, CreatedAt: now, UpdatedAt: now}
 	op := model.Operation{ID: model.NewOperationID(), ProjectID: p.ID, SandboxID: sb.ID, Kind: model.OpCreate,
 		State: model.OpPending, CreatedAt: now, UpdatedAt: now}
 	if err := s.CreateSandbox(context.Background(), sb, policy.Spec{}, op, nil); err != nil {
@@ -118,13 +130,14 @@ func TestCrossInstanceWatch(t *testing.T) {
 	p, tpl := seed(t, a)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	node := registerNode(t, b)
 	wb := b.Watch(ctx)
-	createSandbox(t, a, p, tpl)
+	createSandbox(t, a, p, tpl, node.Node)
 	storetest.WaitWake(t, wb, "change through the other store")
 
 	// And a claim through b wakes a.
 	wa := a.Watch(ctx)
-	if _, err := b.ClaimOperation(context.Background(), store.Claim{Owner: model.NewNodeID(), Lease: time.Minute, Now: time.Now()}); err != nil {
+	if _, err := b.ClaimOperation(context.Background(), store.Claim{Owner: node.Node, Incarnation: node.Incarnation, Lease: time.Minute, Now: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	storetest.WaitWake(t, wa, "claim through the other store")
@@ -183,19 +196,23 @@ func TestListenerReconnects(t *testing.T) {
 	for len(wb) > 0 {
 		<-wb
 	}
-	createSandbox(t, a, p, tpl)
+	createSandbox(t, a, p, tpl, "")
 	storetest.WaitWake(t, wb, "change after reconnect")
 }
 
-// TestConcurrentClaimsAcrossStores: two Stores (two servers) claim from one
-// queue at once; every operation is claimed exactly once.
+// TestConcurrentClaimsAcrossStores: two Stores (two servers, one node
+// each) claim from one queue at once, three workers each; every operation
+// is claimed exactly once, by its sandbox's node.
 func TestConcurrentClaimsAcrossStores(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	stores := []*Store{open(t, dsn), open(t, dsn)}
+	nodes := []store.Fence{registerNode(t, stores[0]), registerNode(t, stores[1])}
 	p, tpl := seed(t, stores[0])
 	const ops = 30
+	nodeOf := map[model.OperationID]model.NodeID{}
 	for i := 0; i < ops; i++ {
-		createSandbox(t, stores[0], p, tpl)
+		op := createSandbox(t, stores[0], p, tpl, nodes[i%2].Node)
+		nodeOf[op.ID] = nodes[i%2].Node
 	}
 	var (
 		mu      sync.Mutex
@@ -207,15 +224,18 @@ func TestConcurrentClaimsAcrossStores(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, owner := stores[w%2], model.NewNodeID()
+			s, owner := stores[w%2], nodes[w%2]
 			for {
-				op, err := s.ClaimOperation(context.Background(), store.Claim{Owner: owner, Lease: time.Minute, Now: now})
+				op, err := s.ClaimOperation(context.Background(), store.Claim{Owner: owner.Node, Incarnation: owner.Incarnation, Lease: time.Minute, Now: now})
 				if errors.Is(err, store.ErrNoWork) {
 					return
 				}
 				if err != nil {
 					t.Error(err)
 					return
+				}
+				if nodeOf[op.ID] != owner.Node {
+					t.Errorf("operation %s of a sandbox on %q claimed by %s", op.ID, nodeOf[op.ID], owner.Node)
 				}
 				mu.Lock()
 				claimed[op.ID]++

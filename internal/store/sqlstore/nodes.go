@@ -77,8 +77,13 @@ func scanNode(row interface{ Scan(...any) error }) (model.NodeStatus, error) {
 	return n, nil
 }
 
-// encodeLabels writes labels as a JSON object ("" for none).
+// encodeLabels checks labels as decodeLabels will and writes them as a
+// JSON object ("" for none): labels the store could not read back would
+// make their row unreadable.
 func encodeLabels(l model.NodeLabels) (string, error) {
+	if _, err := model.ParseNodeLabels(l); err != nil {
+		return "", err
+	}
 	if len(l) == 0 {
 		return "", nil
 	}
@@ -110,6 +115,14 @@ func (s *Store) DatabaseNow(ctx context.Context) (time.Time, error) {
 func (s *Store) RegisterNode(ctx context.Context, n model.Node) (model.NodeStatus, error) {
 	if n.ID == "" || n.Incarnation == "" {
 		return model.NodeStatus{}, fmt.Errorf("register node: %w: ID and incarnation are required", model.ErrInvalid)
+	}
+	// What scanNode parses must be valid, or one bad row would make
+	// GetNode and ListNodes fail.
+	if _, err := model.ParseNodeID(string(n.ID)); err != nil {
+		return model.NodeStatus{}, fmt.Errorf("register node: %w", err)
+	}
+	if _, err := model.ParseIncarnation(string(n.Incarnation)); err != nil {
+		return model.NodeStatus{}, fmt.Errorf("register node %s: %w", n.ID, err)
 	}
 	if _, err := model.ParseNodeRole(string(n.Role)); err != nil {
 		return model.NodeStatus{}, fmt.Errorf("register node %s: %w", n.ID, err)
@@ -307,6 +320,16 @@ func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration) (stor
 			return err
 		}
 		onDead := `s.node_id IN (SELECT id FROM nodes WHERE state = 'dead')`
+		// Lock the sandboxes to settle first, in ID order: the store locks
+		// a sandbox before its operations (FinishOperation, RequestDelete;
+		// the other order deadlocked with them), and on PostgreSQL the
+		// statements below each read a new snapshot, so a delete requested
+		// between two of them would be settled half (the sandbox deleted,
+		// its delete left pending or failed). Failed sandboxes are locked
+		// too: a delete makes them deleting.
+		if err := t.lockRows(ctx, `SELECT s.id FROM sandboxes s WHERE s.state <> 'deleted' AND `+onDead+` ORDER BY s.id `+s.d.RowLock); err != nil {
+			return fmt.Errorf("lock the sandboxes of dead nodes: %w", err)
+		}
 		// Creates that had not started: placed again elsewhere.
 		res, err := t.exec(ctx, `UPDATE operations SET lease_owner = '', lease_incarnation = '', lease_expires_at = 0, updated_at = ?
 			WHERE state IN ('pending', 'running') AND sandbox_id IN (
@@ -326,13 +349,22 @@ func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration) (stor
 			return err
 		}
 		// Deletes complete: nothing of the sandbox is reachable any more.
+		// Any other unfinished operation of the sandbox (a create still
+		// under way when the delete was requested) fails: no node will
+		// finish it.
+		deleting := `SELECT s.id FROM sandboxes s WHERE s.state = 'deleting' AND ` + onDead
 		if _, err := t.exec(ctx, `UPDATE operations SET state = 'succeeded', updated_at = ?, finished_at = ?
-			WHERE state IN ('pending', 'running') AND kind = 'delete' AND sandbox_id IN (
-				SELECT s.id FROM sandboxes s WHERE s.state = 'deleting' AND `+onDead+`)`, now, now); err != nil {
+			WHERE state IN ('pending', 'running') AND kind = 'delete' AND sandbox_id IN (`+deleting+`)`, now, now); err != nil {
 			return fmt.Errorf("complete deletes: %w", err)
 		}
+		if _, err := t.exec(ctx, `UPDATE operations SET state = 'failed', error_code = 'node_lost', error_message = ?,
+			updated_at = ?, finished_at = ?
+			WHERE state IN ('pending', 'running') AND kind <> 'delete' AND sandbox_id IN (`+deleting+`)`,
+			"the sandbox's node was declared dead", now, now); err != nil {
+			return fmt.Errorf("fail operations of deleted sandboxes: %w", err)
+		}
 		res, err = t.exec(ctx, `UPDATE sandboxes SET state = 'deleted', state_reason = ?, updated_at = ?
-			WHERE id IN (SELECT s.id FROM sandboxes s WHERE s.state = 'deleting' AND `+onDead+`)`, model.NodeLostReason, now)
+			WHERE id IN (`+deleting+`)`, model.NodeLostReason, now)
 		if err != nil {
 			return fmt.Errorf("delete sandboxes: %w", err)
 		}
@@ -359,6 +391,18 @@ func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration) (stor
 		return store.NodeLoss{}, fmt.Errorf("declare dead nodes: %w", err)
 	}
 	return loss, nil
+}
+
+// lockRows runs a locking SELECT and reads its rows through.
+func (t tx) lockRows(ctx context.Context, query string, args ...any) error {
+	rows, err := t.tx.QueryContext(ctx, t.s.q(query), args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+	}
+	return rows.Err()
 }
 
 // ListUnplaced implements store.Nodes.

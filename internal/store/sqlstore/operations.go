@@ -255,7 +255,10 @@ func (s *Store) RetryOperation(ctx context.Context, r store.Retry) error {
 		if exists == 0 {
 			return store.ErrNotFound
 		}
-		return t.fenced(ctx, r.Owner, r.Incarnation, fmt.Errorf("%w: not held by %s", store.ErrLeaseLost, r.Owner))
+		if err := t.fenced(ctx, r.Owner, r.Incarnation, nil); err != nil {
+			return fmt.Errorf("%w: %w", store.ErrLeaseLost, err)
+		}
+		return fmt.Errorf("%w: not held by %s", store.ErrLeaseLost, r.Owner)
 	})
 	if err != nil {
 		return fmt.Errorf("retry operation %s: %w", r.OperationID, err)

@@ -23,6 +23,16 @@ func activityTests() []namedTest {
 	}
 }
 
+// onNode edits a sandbox's spec to place it on node ("": unplaced).
+func onNode(node model.NodeID, edits ...func(*model.Sandbox)) func(*model.Sandbox) {
+	return func(sb *model.Sandbox) {
+		sb.NodeID = node
+		for _, edit := range edits {
+			edit(sb)
+		}
+	}
+}
+
 // sandboxWith creates a sandbox after edit changed its spec.
 func (e *env) sandboxWith(p model.ProjectID, tpl model.TemplateDigest, edit func(*model.Sandbox)) model.Sandbox {
 	e.t.Helper()
@@ -40,8 +50,8 @@ func (e *env) run(sb model.Sandbox, node model.NodeID) model.Sandbox {
 		e.t.Fatalf("claimed %+v, want the create of %s", op, sb.ID)
 	}
 	must(e.t, e.s.TransitionSandbox(e.ctx, sb.ID, model.StatePending, model.StateCreating, "", e.now()))
-	must(e.t, e.s.PlaceSandbox(e.ctx, sb.ID, node, "runc", e.now()))
-	must(e.t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: op.ID, Owner: node, State: model.OpSucceeded,
+	must(e.t, e.s.PlaceSandbox(e.ctx, sb.ID, e.fence(node), "runc", e.now()))
+	must(e.t, e.finish(store.Finish{OperationID: op.ID, Owner: node, State: model.OpSucceeded,
 		SandboxFrom: model.StateCreating, SandboxTo: model.StateRunning, Now: e.now()}))
 	return e.getSandbox(sb.ID)
 }
@@ -97,11 +107,12 @@ func testBackfillActivity(e *env) {
 	t := e.t
 	p := e.project()
 	tpl := e.template()
-	node := model.NewNodeID()
+	node := e.homeNode()
 	none := func(sb *model.Sandbox) { sb.LastActivity = time.Time{} }
 	old := e.run(e.sandboxWith(p.ID, tpl.Digest, none), node)
 	recorded := e.run(e.sandboxWith(p.ID, tpl.Digest, func(*model.Sandbox) {}), node)
-	elsewhere := e.run(e.sandboxWith(p.ID, tpl.Digest, none), model.NewNodeID())
+	other := e.node()
+	elsewhere := e.run(e.sandboxWith(p.ID, tpl.Digest, onNode(other, none)), other)
 	at := e.now()
 	n, err := e.s.BackfillActivity(e.ctx, node, at)
 	must(t, err)
@@ -180,19 +191,20 @@ func testListDeadlinePassed(e *env) {
 	t := e.t
 	p := e.project()
 	tpl := e.template()
-	node, other := model.NewNodeID(), model.NewNodeID()
+	node, other := e.node(), e.node()
 	base := e.now()
 	with := func(deadline time.Time) func(*model.Sandbox) {
 		return func(sb *model.Sandbox) { sb.Timeouts.Deadline = deadline }
 	}
-	late := e.sandboxWith(p.ID, tpl.Digest, with(base.Add(2*time.Minute)))
-	early := e.sandboxWith(p.ID, tpl.Digest, with(base.Add(time.Minute)))
-	none := e.sandboxWith(p.ID, tpl.Digest, with(time.Time{}))
-	future := e.sandboxWith(p.ID, tpl.Digest, with(base.Add(time.Hour)))
-	elsewhere := e.sandboxWith(p.ID, tpl.Digest, with(base.Add(61*time.Second)))
-	must(t, e.s.PlaceSandbox(e.ctx, elsewhere.ID, other, "runc", e.now()))
-	mine := e.sandboxWith(p.ID, tpl.Digest, with(base.Add(90*time.Second)))
-	must(t, e.s.PlaceSandbox(e.ctx, mine.ID, node, "runc", e.now()))
+	// Unplaced sandboxes (no node yet) are every node's to reap.
+	late := e.sandboxWith(p.ID, tpl.Digest, onNode("", with(base.Add(2*time.Minute))))
+	early := e.sandboxWith(p.ID, tpl.Digest, onNode("", with(base.Add(time.Minute))))
+	none := e.sandboxWith(p.ID, tpl.Digest, onNode("", with(time.Time{})))
+	future := e.sandboxWith(p.ID, tpl.Digest, onNode("", with(base.Add(time.Hour))))
+	elsewhere := e.sandboxWith(p.ID, tpl.Digest, onNode(other, with(base.Add(61*time.Second))))
+	must(t, e.s.PlaceSandbox(e.ctx, elsewhere.ID, e.fence(other), "runc", e.now()))
+	mine := e.sandboxWith(p.ID, tpl.Digest, onNode(node, with(base.Add(90*time.Second))))
+	must(t, e.s.PlaceSandbox(e.ctx, mine.ID, e.fence(node), "runc", e.now()))
 	_, _ = none, future
 
 	now := base.Add(2 * time.Minute)
@@ -215,7 +227,7 @@ func testListIdle(e *env) {
 	t := e.t
 	p := e.project()
 	tpl := e.template()
-	node := model.NewNodeID()
+	node := e.homeNode()
 	idle := func(d time.Duration) func(*model.Sandbox) {
 		return func(sb *model.Sandbox) { sb.Timeouts.Idle = d }
 	}
@@ -223,7 +235,8 @@ func testListIdle(e *env) {
 	long := e.run(e.sandboxWith(p.ID, tpl.Digest, idle(time.Hour)), node)
 	never := e.run(e.sandboxWith(p.ID, tpl.Digest, idle(0)), node)
 	busy := e.run(e.sandboxWith(p.ID, tpl.Digest, idle(time.Minute)), node)
-	elsewhere := e.run(e.sandboxWith(p.ID, tpl.Digest, idle(time.Minute)), model.NewNodeID())
+	other := e.node()
+	elsewhere := e.run(e.sandboxWith(p.ID, tpl.Digest, onNode(other, idle(time.Minute))), other)
 	pending := e.sandboxWith(p.ID, tpl.Digest, idle(time.Minute))
 	_, _, _ = never, pending, elsewhere
 	// busy has a pause under way: not idle-suspended behind its back.
@@ -261,7 +274,7 @@ func testRequestReason(e *env) {
 	t := e.t
 	p := e.project()
 	tpl := e.template()
-	node := model.NewNodeID()
+	node := e.homeNode()
 	sb := e.run(e.sandboxWith(p.ID, tpl.Digest, func(*model.Sandbox) {}), node)
 	suspend := model.Operation{ID: model.NewOperationID(), ProjectID: p.ID, SandboxID: sb.ID, Kind: model.OpSuspend,
 		State: model.OpPending, CreatedAt: e.now(), UpdatedAt: e.now()}
@@ -284,12 +297,12 @@ func testRequestReason(e *env) {
 // finishDelete takes a deleting sandbox's delete operation to its end.
 func (e *env) finishDelete(sb model.Sandbox, node model.NodeID, at time.Time) {
 	e.t.Helper()
-	op, err := e.s.ClaimOperation(e.ctx, store.Claim{Owner: node, Lease: time.Minute, Now: at})
+	op, err := e.s.ClaimOperation(e.ctx, store.Claim{Owner: node, Incarnation: e.inc(node), Lease: time.Minute, Now: at})
 	must(e.t, err)
 	if op.SandboxID != sb.ID || op.Kind != model.OpDelete {
 		e.t.Fatalf("claimed %+v, want the delete of %s", op, sb.ID)
 	}
-	must(e.t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: op.ID, Owner: node, State: model.OpSucceeded,
+	must(e.t, e.finish(store.Finish{OperationID: op.ID, Owner: node, State: model.OpSucceeded,
 		SandboxFrom: model.StateDeleting, SandboxTo: model.StateDeleted, Now: at}))
 }
 
@@ -297,7 +310,7 @@ func testPurgeFinished(e *env) {
 	t := e.t
 	p := e.project()
 	tpl := e.template()
-	node := model.NewNodeID()
+	node := e.homeNode()
 	ep := e.profile("dev", `{"allow": ["example.com"]}`)
 
 	// gone: deleted long ago, with metadata, an egress profile link, a
@@ -377,7 +390,7 @@ func testPurgeBatches(e *env) {
 	t := e.t
 	p := e.project()
 	tpl := e.template()
-	node := model.NewNodeID()
+	node := e.homeNode()
 	for range 5 {
 		sb := e.sandboxWith(p.ID, tpl.Digest, func(*model.Sandbox) {})
 		_, err := e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: p.ID, SandboxID: sb.ID, Operation: e.deleteOp(sb), Now: e.now()})
@@ -412,7 +425,7 @@ func testConcurrentFlushes(e *env) {
 	t := e.t
 	p := e.project()
 	tpl := e.template()
-	node := model.NewNodeID()
+	node := e.homeNode()
 	var list []model.Sandbox
 	for range 6 {
 		list = append(list, e.run(e.sandboxWith(p.ID, tpl.Digest, func(*model.Sandbox) {}), node))

@@ -84,18 +84,27 @@ func testConcurrentSameKey(e *env) {
 	}
 }
 
+// testConcurrentClaims: workers of several nodes claim at once; every
+// operation is claimed exactly once, by its sandbox's node.
 func testConcurrentClaims(e *env) {
 	t := e.t
 	const (
-		workers = 6
-		opCount = 24
+		nodes          = 3
+		workersPerNode = 2
+		opCount        = 24
 	)
 	a := e.project()
 	tpl := e.template()
-	want := map[model.OperationID]bool{}
+	var owners []model.NodeID
+	for range nodes {
+		owners = append(owners, e.node())
+	}
+	want := map[model.OperationID]model.NodeID{}
 	for i := 0; i < opCount; i++ {
-		_, op := e.sandbox(a.ID, tpl.Digest, nil)
-		want[op.ID] = true
+		sb, op := e.newSandbox(a.ID, tpl.Digest, nil)
+		sb.NodeID = owners[i%nodes]
+		must(t, e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, nil))
+		want[op.ID] = sb.NodeID
 	}
 	now := e.now()
 	var (
@@ -103,10 +112,10 @@ func testConcurrentClaims(e *env) {
 		claimed = map[model.OperationID]model.NodeID{}
 		errs    []error
 	)
-	parallel(workers, func(int) {
-		owner := model.NewNodeID()
+	parallel(nodes*workersPerNode, func(i int) {
+		owner := owners[i%nodes]
 		for {
-			op, err := e.s.ClaimOperation(e.ctx, store.Claim{Owner: owner, Lease: time.Minute, Now: now})
+			op, err := e.s.ClaimOperation(e.ctx, store.Claim{Owner: owner, Incarnation: e.inc(owner), Lease: time.Minute, Now: now})
 			mu.Lock()
 			switch {
 			case errors.Is(err, store.ErrNoWork):
@@ -130,9 +139,9 @@ func testConcurrentClaims(e *env) {
 	if len(claimed) != opCount {
 		t.Fatalf("claimed %d operations, want %d", len(claimed), opCount)
 	}
-	for id := range claimed {
-		if !want[id] {
-			t.Fatalf("claimed unknown operation %s", id)
+	for id, owner := range claimed {
+		if node, ok := want[id]; !ok || node != owner {
+			t.Fatalf("operation %s claimed by %s, want its sandbox's node %q", id, owner, node)
 		}
 		if op, err := e.s.GetOperation(e.ctx, a.ID, id); err != nil || op.Attempts != 1 {
 			t.Fatalf("operation %s: %+v, %v; want exactly one attempt", id, op, err)

@@ -3,6 +3,7 @@ package storetest
 import (
 	"time"
 
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -29,72 +30,86 @@ func (e *env) checkDue(owner model.NodeID, now, want time.Time) {
 }
 
 // testNextOperationDue: the next due time is the earliest not_before or
-// lease expiry after now among unfinished operations; operations claimable
-// now, finished ones and times already past do not count.
+// lease expiry after now among unfinished operations of sandboxes on the
+// owner; operations claimable now, finished ones, times already past and
+// other nodes' operations do not count.
 func testNextOperationDue(e *env) {
 	t := e.t
 	a := e.project()
 	tpl := e.template()
-	n1, n2 := model.NewNodeID(), model.NewNodeID()
+	node, other := e.homeNode(), e.node()
 	var none time.Time
-	e.checkDue(n1, e.now(), none) // no operations at all
+	e.checkDue(node, e.now(), none) // no operations at all
 	_, op1 := e.sandbox(a.ID, tpl.Digest, nil)
 	t0 := e.now()
-	e.checkDue(n1, t0, none) // claimable at once: nothing to wait for
+	e.checkDue(node, t0, none) // claimable at once: nothing to wait for
 
-	// Leased: due when the lease (30 s) runs out, for its owner and others.
-	if got := e.claim(n1, t0); got.ID != op1.ID {
+	// Leased: due for its node when the lease (30 s) runs out; never for
+	// another node, which could not claim it.
+	if got := e.claim(node, t0); got.ID != op1.ID {
 		t.Fatalf("claimed %s, want %s", got.ID, op1.ID)
 	}
-	e.checkDue(n2, t0, t0.Add(30*time.Second))
-	e.checkDue(n1, t0.Add(29*time.Second), t0.Add(30*time.Second))
-	e.checkDue(n2, t0.Add(30*time.Second), none) // expired: claimable, not due
+	e.checkDue(node, t0, t0.Add(30*time.Second))
+	e.checkDue(node, t0.Add(29*time.Second), t0.Add(30*time.Second))
+	e.checkDue(other, t0, none)
+	e.checkDue(node, t0.Add(30*time.Second), none) // expired: claimable, not due
 
 	// Retried: due at its not_before, the lease being given up.
 	nb1 := t0.Add(7*time.Second + 500*time.Microsecond)
-	must(t, e.s.RetryOperation(e.ctx, store.Retry{OperationID: op1.ID, Owner: n1, NotBefore: nb1, Now: t0.Add(time.Second)}))
-	e.checkDue(n2, t0.Add(time.Second), nb1)
+	must(t, e.retry(store.Retry{OperationID: op1.ID, Owner: node, NotBefore: nb1, Now: t0.Add(time.Second)}))
+	e.checkDue(node, t0.Add(time.Second), nb1)
 
 	// A second sandbox's operation retried sooner comes first.
 	_, op2 := e.sandbox(a.ID, tpl.Digest, nil)
 	t1 := t0.Add(2 * time.Second)
-	if got := e.claim(n2, t1); got.ID != op2.ID {
+	if got := e.claim(node, t1); got.ID != op2.ID {
 		t.Fatalf("claimed %s, want %s (the other is held back)", got.ID, op2.ID)
 	}
-	e.checkDue(n1, t1, nb1) // op2's lease runs to t1+30s, after nb1
+	e.checkDue(node, t1, nb1) // op2's lease runs to t1+30s, after nb1
 	nb2 := t1.Add(time.Second)
-	must(t, e.s.RetryOperation(e.ctx, store.Retry{OperationID: op2.ID, Owner: n2, NotBefore: nb2, Now: t1}))
-	e.checkDue(n1, t1, nb2)
-	e.checkDue(n1, nb2, nb1) // not_before == now: claimable, not due
+	must(t, e.retry(store.Retry{OperationID: op2.ID, Owner: node, NotBefore: nb2, Now: t1}))
+	e.checkDue(node, t1, nb2)
+	e.checkDue(node, nb2, nb1) // not_before == now: claimable, not due
 
 	// Claimed again and finished, op2 no longer counts.
-	if got := e.claim(n1, nb2); got.ID != op2.ID {
+	if got := e.claim(node, nb2); got.ID != op2.ID {
 		t.Fatalf("claimed %s, want %s", got.ID, op2.ID)
 	}
-	must(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: op2.ID, Owner: n1, State: model.OpSucceeded, Now: nb2}))
-	e.checkDue(n1, nb2, nb1)
-	if got := e.claim(n2, nb1); got.ID != op1.ID {
+	must(t, e.finish(store.Finish{OperationID: op2.ID, Owner: node, State: model.OpSucceeded, Now: nb2}))
+	e.checkDue(node, nb2, nb1)
+	if got := e.claim(node, nb1); got.ID != op1.ID {
 		t.Fatalf("claimed %s, want %s", got.ID, op1.ID)
 	}
-	must(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: op1.ID, Owner: n2, State: model.OpSucceeded, Now: nb1}))
-	e.checkDue(n1, nb1, none)
+	must(t, e.finish(store.Finish{OperationID: op1.ID, Owner: node, State: model.OpSucceeded, Now: nb1}))
+	e.checkDue(node, nb1, none)
 }
 
 // testNextOperationDuePlacement: an operation of a sandbox placed on
-// another node is not due for owner, as ClaimOperation would not give it.
+// another node, or on no node yet, is not due for owner, as ClaimOperation
+// would not give it.
 func testNextOperationDuePlacement(e *env) {
 	t := e.t
 	a := e.project()
 	tpl := e.template()
-	here, there := model.NewNodeID(), model.NewNodeID()
-	sb, op := e.sandbox(a.ID, tpl.Digest, nil)
-	must(t, e.s.PlaceSandbox(e.ctx, sb.ID, there, "runsc", e.now()))
+	here, there := e.node(), e.node()
+	sb, op := e.newSandbox(a.ID, tpl.Digest, nil)
+	sb.NodeID = there
+	must(t, e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, nil))
+	must(t, e.s.PlaceSandbox(e.ctx, sb.ID, e.fence(there), "runsc", e.now()))
 	t0 := e.now()
 	if got := e.claim(there, t0); got.ID != op.ID {
 		t.Fatalf("claimed %s, want %s", got.ID, op.ID)
 	}
 	nb := t0.Add(5 * time.Second)
-	must(t, e.s.RetryOperation(e.ctx, store.Retry{OperationID: op.ID, Owner: there, NotBefore: nb, Now: t0}))
+	must(t, e.retry(store.Retry{OperationID: op.ID, Owner: there, NotBefore: nb, Now: t0}))
 	e.checkDue(there, t0, nb)
 	e.checkDue(here, t0, time.Time{})
+
+	// An unplaced create is nobody's, however due.
+	unplaced, uop := e.newSandbox(a.ID, tpl.Digest, nil)
+	unplaced.NodeID = ""
+	uop.NotBefore = t0.Add(time.Second)
+	must(t, e.s.CreateSandbox(e.ctx, unplaced, policy.Spec{}, uop, nil))
+	e.checkDue(here, t0, time.Time{})
+	e.checkDue(there, t0, nb)
 }

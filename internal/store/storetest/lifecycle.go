@@ -81,7 +81,7 @@ func testRequestDeleteCancelsPending(e *env) {
 	checkIdem(t, stored, rec)
 
 	// The delete op is now the sandbox's only unfinished op, so it is claimable.
-	claimed := e.claim(model.NewNodeID(), e.now())
+	claimed := e.claim(e.homeNode(), e.now())
 	if claimed.ID != del.ID {
 		t.Fatalf("claimed %s, want the delete op %s", claimed.ID, del.ID)
 	}
@@ -91,7 +91,7 @@ func testRequestDeleteLeavesRunning(e *env) {
 	t := e.t
 	a := e.project()
 	tpl := e.template()
-	node := model.NewNodeID()
+	node := e.homeNode()
 	sb, create := e.sandbox(a.ID, tpl.Digest, nil)
 	running := e.claim(node, e.now())
 	if running.ID != create.ID {
@@ -105,15 +105,15 @@ func testRequestDeleteLeavesRunning(e *env) {
 
 	// The delete waits behind the running create, even for another node.
 	e.noWork(node, e.now())
-	e.noWork(model.NewNodeID(), e.now())
+	e.noWork(e.node(), e.now())
 	// The create's sandbox transition now finds the sandbox deleting.
-	err = e.s.FinishOperation(e.ctx, store.Finish{OperationID: create.ID, Owner: node, State: model.OpSucceeded,
+	err = e.finish(store.Finish{OperationID: create.ID, Owner: node, State: model.OpSucceeded,
 		SandboxFrom: model.StateCreating, SandboxTo: model.StateRunning, Now: e.now()})
 	mustIs(t, err, store.ErrStateChanged)
 	if op := e.getOp(create); op.State != model.OpRunning {
 		t.Fatalf("refused finish changed the op: %+v", op)
 	}
-	must(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: create.ID, Owner: node, State: model.OpFailed,
+	must(t, e.finish(store.Finish{OperationID: create.ID, Owner: node, State: model.OpFailed,
 		Error: &model.OperationError{Code: "cancelled", Message: "sandbox is being deleted"}, Now: e.now()}))
 	if got := e.claim(node, e.now()); got.ID != del.ID {
 		t.Fatalf("claimed %s, want the delete op %s", got.ID, del.ID)
@@ -191,12 +191,12 @@ func testRequestDeleteAgain(e *env) {
 	first := e.deleteOp(sb)
 	_, err := e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: p.ID, SandboxID: sb.ID, Operation: first, Now: e.now()})
 	must(t, err)
-	node := model.NewNodeID()
+	node := e.homeNode()
 	claimed := e.claim(node, e.now())
 	if claimed.ID != first.ID {
 		t.Fatalf("claimed %s, want the delete %s", claimed.ID, first.ID)
 	}
-	must(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: first.ID, Owner: node, State: model.OpFailed,
+	must(t, e.finish(store.Finish{OperationID: first.ID, Owner: node, State: model.OpFailed,
 		Error: &model.OperationError{Code: "runtime_error", Message: "boom"}, Now: e.now()}))
 
 	second := e.deleteOp(sb)

@@ -287,16 +287,28 @@ func testPlaceAndListOnNode(e *env) {
 	t := e.t
 	a := e.project()
 	tpl := e.template()
-	n1, n2 := model.NewNodeID(), model.NewNodeID()
-	s1, _ := e.sandbox(a.ID, tpl.Digest, nil)
-	s2, _ := e.sandbox(a.ID, tpl.Digest, nil)
-	s3, _ := e.sandbox(a.ID, tpl.Digest, nil)
-	e.sandbox(a.ID, tpl.Digest, nil) // never placed
+	n1, n2 := e.node(), e.node()
+	on := func(node model.NodeID) model.Sandbox {
+		sb, op := e.newSandbox(a.ID, tpl.Digest, nil)
+		sb.NodeID = node
+		must(t, e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, nil))
+		return sb
+	}
+	s1, s2, s3 := on(n1), on(n1), on(n2)
+	unplaced := on("") // never placed
 	placedAt := e.now()
-	must(t, e.s.PlaceSandbox(e.ctx, s1.ID, n1, "runsc", placedAt))
-	must(t, e.s.PlaceSandbox(e.ctx, s2.ID, n1, "runc", e.now()))
-	must(t, e.s.PlaceSandbox(e.ctx, s3.ID, n2, "runsc", e.now()))
-	mustIs(t, e.s.PlaceSandbox(e.ctx, model.NewSandboxID(), n1, "runc", e.now()), store.ErrNotFound)
+	must(t, e.s.PlaceSandbox(e.ctx, s1.ID, e.fence(n1), "runsc", placedAt))
+	must(t, e.s.PlaceSandbox(e.ctx, s2.ID, e.fence(n1), "runc", e.now()))
+	must(t, e.s.PlaceSandbox(e.ctx, s3.ID, e.fence(n2), "runsc", e.now()))
+	mustIs(t, e.s.PlaceSandbox(e.ctx, model.NewSandboxID(), e.fence(n1), "runc", e.now()), store.ErrNotFound)
+	// Only the sandbox's node, in its current incarnation, records its
+	// runtime; nothing changes otherwise.
+	before3 := e.getSandbox(s3.ID)
+	mustIs(t, e.s.PlaceSandbox(e.ctx, s3.ID, e.fence(n1), "runc", e.now()), store.ErrFenced)
+	mustIs(t, e.s.PlaceSandbox(e.ctx, s3.ID, store.Fence{Node: n2, Incarnation: model.NewIncarnation()}, "runc", e.now()), store.ErrFenced)
+	checkSandbox(t, e.getSandbox(s3.ID), before3)
+	mustIs(t, e.s.PlaceSandbox(e.ctx, unplaced.ID, e.fence(n1), "runc", e.now()), store.ErrFenced)
+	checkSandbox(t, e.getSandbox(unplaced.ID), unplaced)
 
 	want := s1
 	want.NodeID, want.Runtime, want.UpdatedAt = n1, "runsc", placedAt
@@ -315,7 +327,7 @@ func testPlaceAndListOnNode(e *env) {
 	if len(list) != 1 || list[0].ID != s1.ID {
 		t.Fatalf("ListSandboxesOnNode(n1) = %v, want [s1]: deleted sandboxes are not listed", list)
 	}
-	list, err = e.s.ListSandboxesOnNode(e.ctx, model.NewNodeID())
+	list, err = e.s.ListSandboxesOnNode(e.ctx, e.node())
 	must(t, err)
 	if len(list) != 0 {
 		t.Fatalf("unknown node lists %v", list)

@@ -8,7 +8,9 @@
 // open must return a fresh, empty, migrated store for t and register its
 // Close with t.Cleanup. Times are compared at microsecond precision, the
 // store's resolution; the suite never sleeps to let leases expire (it moves
-// the Now fields instead).
+// the Now fields instead). Node liveness is the database's own clock, which
+// cannot be moved: the node tests sleep a few tens of milliseconds to let
+// heartbeats grow old.
 package storetest
 
 import (
@@ -19,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,7 +33,7 @@ import (
 // Run runs every conformance test against stores made by open, each subtest
 // on its own fresh store.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
-	groups := [][]namedTest{projectTests(), sandboxTests(), lifecycleTests(), operationTests(), concurrencyTests(), quotaTests(), sessionTests(), watchTests(), templateTests(), buildTests(), egressTests(), dueTests(), environmentTests(), activityTests(), attachKeyTests()}
+	groups := [][]namedTest{projectTests(), sandboxTests(), lifecycleTests(), operationTests(), concurrencyTests(), quotaTests(), sessionTests(), watchTests(), templateTests(), buildTests(), egressTests(), dueTests(), environmentTests(), activityTests(), nodeTests(), attachKeyTests()}
 	for _, g := range groups {
 		for _, tc := range g {
 			t.Run(tc.name, func(t *testing.T) {
@@ -51,6 +54,10 @@ type env struct {
 	s     store.Store
 	ctx   context.Context
 	clock time.Time
+
+	mu   sync.Mutex
+	incs map[model.NodeID]model.Incarnation // current incarnation of each registered node
+	home model.NodeID                       // the node newSandbox places on; "" until first used
 }
 
 // baseTime has sub-microsecond digits and a non-UTC zone so that the suite
@@ -60,7 +67,75 @@ var baseTime = time.Date(2031, 3, 4, 5, 6, 7, 891234567, time.FixedZone("UTC+2",
 func newEnv(t *testing.T, s store.Store) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	return &env{t: t, s: s, ctx: ctx, clock: baseTime}
+	return &env{t: t, s: s, ctx: ctx, clock: baseTime, incs: map[model.NodeID]model.Incarnation{}}
+}
+
+// register registers n (a fresh incarnation, role all and an advertise
+// URL unless given) and remembers its incarnation.
+func (e *env) register(n model.Node) model.NodeStatus {
+	e.t.Helper()
+	if n.Incarnation == "" {
+		n.Incarnation = model.NewIncarnation()
+	}
+	if n.Role == "" {
+		n.Role = model.RoleAll
+	}
+	if n.AdvertiseURL == "" {
+		n.AdvertiseURL = "http://" + string(n.ID) + ".test:8080"
+	}
+	st, err := e.s.RegisterNode(e.ctx, n)
+	if err != nil {
+		e.t.Fatalf("RegisterNode %s: %v", n.ID, err)
+	}
+	e.mu.Lock()
+	e.incs[n.ID] = n.Incarnation
+	e.mu.Unlock()
+	return st
+}
+
+// node registers a new node of role all with unbounded room.
+func (e *env) node() model.NodeID {
+	e.t.Helper()
+	return e.register(model.Node{ID: model.NewNodeID()}).ID
+}
+
+// restart registers node again under a new incarnation, as its process
+// does when it starts again (role all, unbounded room), and returns the
+// incarnation it replaced, now fenced.
+func (e *env) restart(node model.NodeID) model.Incarnation {
+	e.t.Helper()
+	old := e.inc(node)
+	e.register(model.Node{ID: node})
+	return old
+}
+
+// inc is node's current incarnation as registered by the env ("" if never).
+func (e *env) inc(node model.NodeID) model.Incarnation {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.incs[node]
+}
+
+// fence is node's current fencing token.
+func (e *env) fence(node model.NodeID) store.Fence {
+	return store.Fence{Node: node, Incarnation: e.inc(node)}
+}
+
+// homeNode is the node newSandbox places sandboxes on, registered on first
+// use (role all, unbounded room).
+func (e *env) homeNode() model.NodeID {
+	e.t.Helper()
+	e.mu.Lock()
+	home := e.home
+	e.mu.Unlock()
+	if home != "" {
+		return home
+	}
+	home = e.node()
+	e.mu.Lock()
+	e.home = home
+	e.mu.Unlock()
+	return home
 }
 
 // now advances the clock by a little over a second and returns it.
@@ -118,8 +193,11 @@ func (e *env) template() model.Template {
 	return tpl
 }
 
-// newSandbox builds (without storing) a pending sandbox and its create op.
+// newSandbox builds (without storing) a pending sandbox and its create op;
+// the sandbox is placed on the home node (only its node claims its
+// operations).
 func (e *env) newSandbox(p model.ProjectID, tpl model.TemplateDigest, md model.Metadata) (model.Sandbox, model.Operation) {
+	home := e.homeNode()
 	now := e.now()
 	sb := model.Sandbox{
 		ID:        model.NewSandboxID(),
@@ -129,6 +207,7 @@ func (e *env) newSandbox(p model.ProjectID, tpl model.TemplateDigest, md model.M
 		Env:       model.Env{"LANG": "C.UTF-8", "EMPTY": ""},
 		Metadata:  md,
 		State:     model.StatePending,
+		NodeID:    home,
 		Timeouts:  model.Timeouts{Idle: time.Hour, OnTimeout: model.OnTimeoutSuspend, Deadline: now.Add(24 * time.Hour)},
 		// The store keeps what it is given; the API sets these at create.
 		LastActivity: now,
@@ -272,10 +351,11 @@ func (e *env) getSandbox(id model.SandboxID) model.Sandbox {
 	return got
 }
 
-// claim claims as owner at now with a 30 s lease and fails on error.
+// claim claims as owner (in its current incarnation) at now with a 30 s
+// lease and fails on error.
 func (e *env) claim(owner model.NodeID, now time.Time) model.Operation {
 	e.t.Helper()
-	op, err := e.s.ClaimOperation(e.ctx, store.Claim{Owner: owner, Lease: 30 * time.Second, Now: now})
+	op, err := e.s.ClaimOperation(e.ctx, store.Claim{Owner: owner, Incarnation: e.inc(owner), Lease: 30 * time.Second, Now: now})
 	if err != nil {
 		e.t.Fatalf("ClaimOperation(%s): %v", owner, err)
 	}
@@ -284,8 +364,24 @@ func (e *env) claim(owner model.NodeID, now time.Time) model.Operation {
 
 func (e *env) noWork(owner model.NodeID, now time.Time) {
 	e.t.Helper()
-	op, err := e.s.ClaimOperation(e.ctx, store.Claim{Owner: owner, Lease: 30 * time.Second, Now: now})
+	op, err := e.s.ClaimOperation(e.ctx, store.Claim{Owner: owner, Incarnation: e.inc(owner), Lease: 30 * time.Second, Now: now})
 	if !errors.Is(err, store.ErrNoWork) {
 		e.t.Fatalf("ClaimOperation(%s) = %+v, %v; want ErrNoWork", owner, op, err)
 	}
+}
+
+// finish finishes op for owner in its current incarnation.
+func (e *env) finish(f store.Finish) error {
+	if f.Incarnation == "" {
+		f.Incarnation = e.inc(f.Owner)
+	}
+	return e.s.FinishOperation(e.ctx, f)
+}
+
+// retry retries an operation for its owner in its current incarnation.
+func (e *env) retry(r store.Retry) error {
+	if r.Incarnation == "" {
+		r.Incarnation = e.inc(r.Owner)
+	}
+	return e.s.RetryOperation(e.ctx, r)
 }

@@ -52,7 +52,7 @@ func testWatchWakes(e *env) {
 	t := e.t
 	a := e.project()
 	tpl := e.template()
-	node := model.NewNodeID()
+	node := e.homeNode()
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	w1, w2 := e.s.Watch(ctx), e.s.Watch(ctx)
@@ -66,13 +66,13 @@ func testWatchWakes(e *env) {
 		do   func()
 	}{
 		{"CreateSandbox", func() { sb, createOp = e.sandbox(a.ID, tpl.Digest, nil) }},
-		{"PlaceSandbox", func() { must(t, e.s.PlaceSandbox(e.ctx, sb.ID, node, "runsc", e.now())) }},
+		{"PlaceSandbox", func() { must(t, e.s.PlaceSandbox(e.ctx, sb.ID, e.fence(node), "runsc", e.now())) }},
 		{"ClaimOperation", func() { e.claim(node, e.now()) }},
 		{"TransitionSandbox", func() {
 			must(t, e.s.TransitionSandbox(e.ctx, sb.ID, model.StatePending, model.StateCreating, "", e.now()))
 		}},
 		{"FinishOperation", func() {
-			must(t, e.s.FinishOperation(e.ctx, store.Finish{OperationID: createOp.ID, Owner: node, State: model.OpSucceeded,
+			must(t, e.finish(store.Finish{OperationID: createOp.ID, Owner: node, State: model.OpSucceeded,
 				SandboxFrom: model.StateCreating, SandboxTo: model.StateRunning, Now: e.now()}))
 		}},
 		{"RequestDelete", func() {
