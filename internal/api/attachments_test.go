@@ -169,6 +169,8 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 			path = strings.Replace(path, "{id}", model.NewOperationID().String(), 1)
 		case strings.HasPrefix(rt.pattern, "/v1/builds/"):
 			path = strings.Replace(path, "{id}", model.NewBuildID().String(), 1)
+		case strings.HasPrefix(rt.pattern, "/v1/admin/nodes/"):
+			path = strings.Replace(path, "{id}", testNode.String(), 1)
 		default:
 			path = strings.Replace(path, "{id}", cs.SandboxID, 1)
 		}

@@ -64,8 +64,8 @@ func TestNodesListAndGet(t *testing.T) {
 	e := newEnv(t)
 	var l apiv1.NodeList
 	e.do("GET", "/v1/admin/nodes", e.admin, "").want(t, http.StatusOK).decode(t, &l)
-	if l.Nodes == nil || len(l.Nodes) != 0 {
-		t.Fatalf("no nodes: %+v, want an empty list", l)
+	if len(l.Nodes) != 1 || l.Nodes[0].ID != testNode.String() {
+		t.Fatalf("the harness's one node: %+v", l)
 	}
 
 	a := e.registerNode(model.NodeLabels{"zone": "a", "gpu": "none"})
@@ -74,7 +74,7 @@ func TestNodesListAndGet(t *testing.T) {
 	e.placeSandbox(a.ID)
 
 	e.do("GET", "/v1/admin/nodes", e.admin, "").want(t, http.StatusOK).decode(t, &l)
-	want := []string{a.ID.String(), b.ID.String()}
+	want := []string{a.ID.String(), b.ID.String(), testNode.String()}
 	slices.Sort(want)
 	var got []string
 	for _, n := range l.Nodes {
