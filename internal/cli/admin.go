@@ -1,16 +1,18 @@
 package cli
 
 import (
+	"fmt"
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
 func (a *app) adminCommand() *cobra.Command {
 	return group("admin", "Manage projects, API keys and nodes (admin keys only)",
 		group("project", "Create and list projects, and set their quotas", a.projectCreateCommand(), a.projectListCommand(), a.projectQuotaCommand()),
-		group("key", "Create, list and revoke API keys", a.keyCreateCommand(), a.keyListCommand(), a.keyRevokeCommand()),
+		group("key", "Create, list and revoke API keys", a.keyCreateCommand(), a.keyListCommand(), a.keyRevokeCommand(), a.keyTokenCommand()),
 		group("attach-key", "Manage the keys that sign attachment tokens", a.attachKeyRotateCommand()),
 		a.nodeCommand(),
 	)
@@ -119,6 +121,22 @@ func (a *app) keyCreateCommand() *cobra.Command {
 	fs.StringVar(&role, "role", "", "admin or member")
 	fs.StringVar(&name, "name", "", "a name to recognise the key by")
 	return cmd
+}
+
+// keyTokenCommand prints a fresh API key token without a server: the
+// first admin key of a deployment whose servers import it
+// (--admin-key-file, e.g. from a Kubernetes Secret).
+func (a *app) keyTokenCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "token",
+		Short: "Print a new API key token, offline (for airlock server --admin-key-file on a fresh database)",
+		Args:  exactArgs(),
+		RunE: func(*cobra.Command, []string) error {
+			token, _, _ := auth.GenerateAPIKey()
+			_, err := fmt.Fprintln(a.env.Stdout, token)
+			return err
+		},
+	}
 }
 
 func (a *app) keyListCommand() *cobra.Command {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
@@ -218,5 +220,25 @@ func TestServerClusterFlags(t *testing.T) {
 		if _, err := f.options("/tmp/x", slog.DiscardHandler); !errors.As(err, &ue) {
 			t.Errorf("%s: %v, want a usage error", name, err)
 		}
+	}
+}
+
+// TestKeyToken: the offline token is a well-formed API key, new each time,
+// made without a server.
+func TestKeyToken(t *testing.T) {
+	seen := map[string]bool{}
+	for range 2 {
+		code, stdout, stderr := runCLI(context.Background(), nil, "admin", "key", "token")
+		token := strings.TrimSpace(stdout)
+		if code != 0 || stderr != "" || seen[token] {
+			t.Fatalf("token: %d %q %q", code, stdout, stderr)
+		}
+		if _, _, err := auth.ParseAPIKey(token); err != nil {
+			t.Fatalf("token %q: %v", token, err)
+		}
+		seen[token] = true
+	}
+	if code, _, _ := runCLI(context.Background(), nil, "admin", "key", "token", "extra"); code == 0 {
+		t.Fatal("an argument was accepted")
 	}
 }
