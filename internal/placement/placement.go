@@ -60,10 +60,23 @@ type Config struct {
 	// right now (a template built a moment ago, not yet reported).
 	Self     model.NodeID
 	HasLocal func(model.TemplateDigest) bool
+	// NodeCache, if positive, is how long Place reuses what it read of the
+	// nodes (their records and usage, environment rows, environment
+	// definitions, template holders) instead of reading it for every
+	// sandbox. Meanwhile the placer adds the sandboxes it placed to the
+	// usage it read, and a node's heartbeat age grows with the cache's age.
+	// A stale view costs at most a refused placement: the store checks the
+	// node's room and state again in the transaction that places the
+	// sandbox (store.ErrNodeFull), and the caller places it again with the
+	// node excluded. 0 reads everything for every sandbox.
+	NodeCache time.Duration
 }
 
-// Placer places sandboxes.
-type Placer struct{ cfg Config }
+// Placer places sandboxes. It is safe for concurrent use.
+type Placer struct {
+	cfg   Config
+	cache nodeCache
+}
 
 // New returns a Placer.
 func New(cfg Config) (*Placer, error) {
@@ -76,6 +89,9 @@ func New(cfg Config) (*Placer, error) {
 	if _, err := model.ParsePlacementStrategy(string(cfg.Strategy)); err != nil {
 		return nil, fmt.Errorf("placement: %w", err)
 	}
+	if cfg.NodeCache < 0 {
+		return nil, errors.New("placement: NodeCache must not be negative")
+	}
 	return &Placer{cfg: cfg}, nil
 }
 
@@ -86,32 +102,27 @@ type candidate struct {
 }
 
 // Place picks a node for req. Its errors wrap ErrUnknownEnvironment,
-// ErrNoNode or ErrNoRoom and say what each node lacked.
+// ErrNoNode or ErrNoRoom and say what each node lacked. A cached view
+// (Config.NodeCache) that fits no node is read again from the store before
+// the sandbox is refused.
 func (p *Placer) Place(ctx context.Context, req Request) (Decision, error) {
-	nodes, err := p.cfg.Store.ListNodes(ctx)
-	if err != nil {
-		return Decision{}, fmt.Errorf("place: %w", err)
-	}
-	refs, err := p.environmentRefs(ctx, req.Environment)
+	v, err := p.view(ctx, req)
 	if err != nil {
 		return Decision{}, err
 	}
-	rows, err := p.cfg.Store.ListNodeEnvironments(ctx, store.NodeEnvironmentQuery{})
-	if err != nil {
-		return Decision{}, fmt.Errorf("place: %w", err)
-	}
-	envOf := map[model.NodeID]model.EnvironmentRef{}
-	for _, r := range rows {
-		if r.Enabled && r.Available && slices.Contains(refs, r.Ref) {
-			if _, ok := envOf[r.NodeID]; !ok {
-				envOf[r.NodeID] = r.Ref
-			}
+	d, err := p.decide(v, req)
+	if err != nil && v.snap != nil && (errors.Is(err, ErrNoRoom) || errors.Is(err, ErrNoNode)) {
+		if v, err = p.readView(ctx, req); err != nil {
+			return Decision{}, err
 		}
+		return p.decide(v, req)
 	}
-	holders, err := p.cfg.Store.NodesWithTemplate(ctx, req.Template)
-	if err != nil {
-		return Decision{}, fmt.Errorf("place: %w", err)
-	}
+	return d, err
+}
+
+// decide picks a node of v for req.
+func (p *Placer) decide(v view, req Request) (Decision, error) {
+	nodes, envOf, holders := v.nodes, v.envOf, v.holders
 	var (
 		fits     []candidate
 		rejected []string
@@ -149,6 +160,7 @@ func (p *Placer) Place(ctx context.Context, req Request) (Decision, error) {
 		}
 		return cmp.Compare(a.node.ID, b.node.ID)
 	})
+	p.cache.placed(v, fits[0].node.ID, req.Resources)
 	return Decision{Node: fits[0].node.ID, Environment: fits[0].ref}, nil
 }
 
