@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -101,7 +102,8 @@ type candidate struct {
 	ref  model.EnvironmentRef
 }
 
-// Place picks a node for req. Its errors wrap ErrUnknownEnvironment,
+// Place picks a node for req: spread picks at random among the nodes with
+// the most room (within SpreadSlack of it), pack the fullest that fits. Its errors wrap ErrUnknownEnvironment,
 // ErrNoNode or ErrNoRoom and say what each node lacked. A cached view
 // (Config.NodeCache) that fits no node is read again from the store before
 // the sandbox is refused.
@@ -160,8 +162,30 @@ func (p *Placer) decide(v view, req Request) (Decision, error) {
 		}
 		return cmp.Compare(a.node.ID, b.node.ID)
 	})
-	p.cache.placed(v, fits[0].node.ID, req.Resources)
-	return Decision{Node: fits[0].node.ID, Environment: fits[0].ref}, nil
+	pick := fits[0]
+	if p.cfg.Strategy == model.PlaceSpread {
+		pick = fits[rand.IntN(nearBest(fits))]
+	}
+	p.cache.placed(v, pick.node.ID, req.Resources)
+	return Decision{Node: pick.node.ID, Environment: pick.ref}, nil
+}
+
+// SpreadSlack is how much less room (a share of the node's capacity) than
+// the emptiest node a node may have and still be picked by spread: among
+// those, the pick is random. Concurrent creates that read the same usage
+// would otherwise all pick the one emptiest node, and the store's room
+// check, which locks the node's row, would serialize them all.
+const SpreadSlack = 0.02
+
+// nearBest returns how many of fits (sorted by room, most first) are
+// within SpreadSlack of the first.
+func nearBest(fits []candidate) int {
+	best := free(fits[0].node)
+	n := 1
+	for n < len(fits) && best-free(fits[n].node) <= SpreadSlack {
+		n++
+	}
+	return n
 }
 
 // reject says why n cannot take the sandbox at all ("" if it can, room
