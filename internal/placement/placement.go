@@ -102,8 +102,9 @@ type candidate struct {
 	ref  model.EnvironmentRef
 }
 
-// Place picks a node for req: spread picks at random among the nodes with
-// the most room (within SpreadSlack of it), pack the fullest that fits. Its errors wrap ErrUnknownEnvironment,
+// Place picks a node for req: spread the one with more room of two picked
+// at random among the nodes with about the most room (within SpreadSlack
+// of it), pack the fullest that fits. Its errors wrap ErrUnknownEnvironment,
 // ErrNoNode or ErrNoRoom and say what each node lacked. A cached view
 // (Config.NodeCache) that fits no node is read again from the store before
 // the sandbox is refused.
@@ -164,7 +165,15 @@ func (p *Placer) decide(v view, req Request) (Decision, error) {
 	})
 	pick := fits[0]
 	if p.cfg.Strategy == model.PlaceSpread {
-		pick = fits[rand.IntN(nearBest(fits))]
+		// Two random choices among the nearly emptiest, the emptier
+		// of them: concurrent creates rarely collide, and the spread
+		// stays close to even.
+		k := nearBest(fits)
+		a, b := fits[rand.IntN(k)], fits[rand.IntN(k)]
+		if free(b.node) > free(a.node) {
+			a = b
+		}
+		pick = a
 	}
 	p.cache.placed(v, pick.node.ID, req.Resources)
 	return Decision{Node: pick.node.ID, Environment: pick.ref}, nil
@@ -172,7 +181,7 @@ func (p *Placer) decide(v view, req Request) (Decision, error) {
 
 // SpreadSlack is how much less room (a share of the node's capacity) than
 // the emptiest node a node may have and still be picked by spread: among
-// those, the pick is random. Concurrent creates that read the same usage
+// those, the pick is random (the better of two random choices). Concurrent creates that read the same usage
 // would otherwise all pick the one emptiest node, and the store's room
 // check, which locks the node's row, would serialize them all.
 const SpreadSlack = 0.02
