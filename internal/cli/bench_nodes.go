@@ -72,6 +72,7 @@ func (a *app) benchNodesCommand() *cobra.Command {
 	fs.IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "operations each node's controller runs at once")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", cfg.Heartbeat, "how often each node heartbeats and sweeps for dead nodes")
 	fs.DurationVar(&cfg.PlacementCache, "placement-cache", cfg.PlacementCache, "how long the placer reuses what it read of the nodes (0: read for every create)")
+	fs.DurationVar(&cfg.Analyze, "analyze", cfg.Analyze, "how often to ANALYZE the step's tables, as autovacuum would in a long-lived database (0: never)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "how long a step's creates may take to finish")
 	fs.StringVar(&logLevel, "log-level", "warn", "level of the simulated nodes' logs on stderr: debug, info, warn or error")
 	return cmd
@@ -102,8 +103,8 @@ func checkBenchNodes(cfg nodebench.Config) error {
 		return usageErrorf("--parallel must be at least 1")
 	case cfg.Heartbeat <= 0 || cfg.Timeout <= 0:
 		return usageErrorf("--heartbeat and --timeout must be positive")
-	case cfg.PlacementCache < 0:
-		return usageErrorf("--placement-cache must not be negative")
+	case cfg.PlacementCache < 0 || cfg.Analyze < 0:
+		return usageErrorf("--placement-cache and --analyze must not be negative")
 	}
 	return nil
 }

@@ -63,8 +63,14 @@ type Config struct {
 	Timeout time.Duration
 	// PlacementCache is the placer's node-list cache TTL (0: none).
 	PlacementCache time.Duration
-	Progress       io.Writer // one line per step; nil for none
-	Logger         *slog.Logger
+	// Analyze is how often the step's tables are analyzed (0: never, left
+	// to autovacuum). A long-lived database has planner statistics; a
+	// step's fresh schema has none, and without them PostgreSQL plans the
+	// claim for empty tables: it then scans every sandbox of the node for
+	// each claim.
+	Analyze  time.Duration
+	Progress io.Writer // one line per step; nil for none
+	Logger   *slog.Logger
 }
 
 // DefaultConfig is the configuration of `airlock bench nodes` without flags.
@@ -78,6 +84,7 @@ func DefaultConfig() Config {
 		Heartbeat: 5 * time.Second,
 		DeadAfter: 30 * time.Second,
 		Timeout:   2 * time.Minute,
+		Analyze:   time.Second,
 	}
 }
 
@@ -89,8 +96,8 @@ func (c Config) check() error {
 		return errors.New("nodebench: at least one node count is required")
 	case c.Creates < 1 || c.Clients < 1 || c.Projects < 1 || c.Parallel < 1:
 		return errors.New("nodebench: creates, clients, projects and parallel must be at least 1")
-	case c.Heartbeat <= 0 || c.DeadAfter <= 0 || c.Timeout <= 0 || c.PlacementCache < 0:
-		return errors.New("nodebench: heartbeat, dead-after and timeout must be positive, the placement cache not negative")
+	case c.Heartbeat <= 0 || c.DeadAfter <= 0 || c.Timeout <= 0 || c.PlacementCache < 0 || c.Analyze < 0:
+		return errors.New("nodebench: heartbeat, dead-after and timeout must be positive, the placement cache and analyze period not negative")
 	}
 	for _, n := range c.Nodes {
 		if n < 1 {
@@ -113,7 +120,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	rep := &Report{Creates: cfg.Creates, Clients: cfg.Clients, Projects: cfg.Projects, Parallel: cfg.Parallel, PlacementCache: cfg.PlacementCache}
+	rep := &Report{Creates: cfg.Creates, Clients: cfg.Clients, Projects: cfg.Projects, Parallel: cfg.Parallel, PlacementCache: cfg.PlacementCache, Analyze: cfg.Analyze}
 	for _, n := range cfg.Nodes {
 		st, err := runStep(ctx, cfg, n)
 		if err != nil {
@@ -156,6 +163,15 @@ func runStep(ctx context.Context, cfg Config, nodes int) (step Step, err error) 
 	env, tpl, projects, err := seed(ctx, api, cfg.Projects)
 	if err != nil {
 		return Step{}, err
+	}
+	if cfg.Analyze > 0 {
+		actx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			analyze(actx, dsn, cfg.Analyze, cfg.Logger)
+		}()
+		defer func() { stop(); <-done }()
 	}
 	tr := newTracker(cfg.Creates)
 	setup := nodeSetup{store: nodeStore, env: env, template: tpl, tracker: tr, parallel: cfg.Parallel,
@@ -326,6 +342,30 @@ func check(ctx context.Context, st store.Store, sims []*simNode, creates int) (s
 		return "", fmt.Errorf("the store holds %d running sandboxes on the nodes (usage %d), want %d", running, usage, creates)
 	}
 	return "ok", nil
+}
+
+// analyze runs ANALYZE on the tables the claim and placement queries read
+// every period until ctx ends, as autovacuum keeps a long-lived database's
+// statistics current.
+func analyze(ctx context.Context, dsn string, period time.Duration, logger *slog.Logger) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		logger.WarnContext(ctx, "analyze: connect", "err", err)
+		return
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := conn.Exec(ctx, "ANALYZE sandboxes, operations, nodes"); err != nil && ctx.Err() == nil {
+			logger.WarnContext(ctx, "analyze", "err", err)
+		}
+	}
 }
 
 // createSchema creates a fresh schema and returns its name and a DSN whose

@@ -18,6 +18,7 @@ type Report struct {
 	Projects       int           `json:"projects"`
 	Parallel       int           `json:"controller_parallel"`
 	PlacementCache time.Duration `json:"placement_cache_ns"`
+	Analyze        time.Duration `json:"analyze_ns"`
 	Steps          []Step        `json:"steps"`
 }
 
@@ -114,8 +115,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.PlacementCache > 0 {
 		cache = r.PlacementCache.String()
 	}
-	fmt.Fprintf(w, "%d creates per step from %d clients in %d projects; controller parallelism %d; placement node cache %s\n\n",
-		r.Creates, r.Clients, r.Projects, r.Parallel, cache)
+	analyze := "off"
+	if r.Analyze > 0 {
+		analyze = "every " + r.Analyze.String()
+	}
+	fmt.Fprintf(w, "%d creates per step from %d clients in %d projects; controller parallelism %d; placement node cache %s; ANALYZE %s\n\n",
+		r.Creates, r.Clients, r.Projects, r.Parallel, cache, analyze)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "nodes\tplaced/s\tclaimed/s\tplace p50\tplace p95\tclaim p50\tclaim p95\tretries\tper node min/max\tmax/min\tfailed\tdouble\t")
 	for _, s := range r.Steps {
