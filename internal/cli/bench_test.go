@@ -103,3 +103,23 @@ func TestBenchCreateRunc(t *testing.T) {
 		}
 	}
 }
+
+func TestBenchNodesUsageErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nodes", "1,0"}, "--nodes: every count must be at least 1"},
+		{[]string{"--creates", "0"}, "--creates must be at least 1"},
+		{[]string{"--clients", "0"}, "--clients must be at least 1"},
+		{[]string{"--database-url", "mysql://x"}, "--database-url must be a postgres:// URL"},
+		{[]string{"--placement-cache", "-1s"}, "--placement-cache and --analyze must not be negative"},
+	}
+	for _, tt := range tests {
+		var out, errb bytes.Buffer
+		code := Run(context.Background(), Env{Stdout: &out, Stderr: &errb}, append([]string{"bench", "nodes"}, tt.args...))
+		if code != exitUsage || !strings.Contains(errb.String(), tt.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tt.args, code, errb.String(), exitUsage, tt.want)
+		}
+	}
+}

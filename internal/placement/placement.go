@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -60,10 +61,23 @@ type Config struct {
 	// right now (a template built a moment ago, not yet reported).
 	Self     model.NodeID
 	HasLocal func(model.TemplateDigest) bool
+	// NodeCache, if positive, is how long Place reuses what it read of the
+	// nodes (their records and usage, environment rows, environment
+	// definitions, template holders) instead of reading it for every
+	// sandbox. Meanwhile the placer adds the sandboxes it placed to the
+	// usage it read, and a node's heartbeat age grows with the cache's age.
+	// A stale view costs at most a refused placement: the store checks the
+	// node's room and state again in the transaction that places the
+	// sandbox (store.ErrNodeFull), and the caller places it again with the
+	// node excluded. 0 reads everything for every sandbox.
+	NodeCache time.Duration
 }
 
-// Placer places sandboxes.
-type Placer struct{ cfg Config }
+// Placer places sandboxes. It is safe for concurrent use.
+type Placer struct {
+	cfg   Config
+	cache nodeCache
+}
 
 // New returns a Placer.
 func New(cfg Config) (*Placer, error) {
@@ -76,6 +90,9 @@ func New(cfg Config) (*Placer, error) {
 	if _, err := model.ParsePlacementStrategy(string(cfg.Strategy)); err != nil {
 		return nil, fmt.Errorf("placement: %w", err)
 	}
+	if cfg.NodeCache < 0 {
+		return nil, errors.New("placement: NodeCache must not be negative")
+	}
 	return &Placer{cfg: cfg}, nil
 }
 
@@ -85,21 +102,30 @@ type candidate struct {
 	ref  model.EnvironmentRef
 }
 
-// Place picks a node for req. Its errors wrap ErrUnknownEnvironment,
-// ErrNoNode or ErrNoRoom and say what each node lacked.
+// Place picks a node for req: spread the one with more room of two picked
+// at random among the nodes with about the most room (within SpreadSlack
+// of it), pack the fullest that fits. Its errors wrap ErrUnknownEnvironment,
+// ErrNoNode or ErrNoRoom and say what each node lacked. A cached view
+// (Config.NodeCache) that fits no node is read again from the store before
+// the sandbox is refused.
 func (p *Placer) Place(ctx context.Context, req Request) (Decision, error) {
-	nodes, err := p.cfg.Store.ListNodes(ctx)
-	if err != nil {
-		return Decision{}, fmt.Errorf("place: %w", err)
-	}
-	envOf, err := p.environmentsOf(ctx, req.Environment)
+	v, err := p.view(ctx, req)
 	if err != nil {
 		return Decision{}, err
 	}
-	holders, err := p.cfg.Store.NodesWithTemplate(ctx, req.Template)
-	if err != nil {
-		return Decision{}, fmt.Errorf("place: %w", err)
+	d, err := p.decide(v, req)
+	if err != nil && v.snap != nil && (errors.Is(err, ErrNoRoom) || errors.Is(err, ErrNoNode)) {
+		if v, err = p.readView(ctx, req); err != nil {
+			return Decision{}, err
+		}
+		return p.decide(v, req)
 	}
+	return d, err
+}
+
+// decide picks a node of v for req.
+func (p *Placer) decide(v view, req Request) (Decision, error) {
+	nodes, envOf, holders := v.nodes, v.envOf, v.holders
 	var (
 		fits     []candidate
 		rejected []string
@@ -137,7 +163,38 @@ func (p *Placer) Place(ctx context.Context, req Request) (Decision, error) {
 		}
 		return cmp.Compare(a.node.ID, b.node.ID)
 	})
-	return Decision{Node: fits[0].node.ID, Environment: fits[0].ref}, nil
+	pick := fits[0]
+	if p.cfg.Strategy == model.PlaceSpread {
+		// Two random choices among the nearly emptiest, the emptier
+		// of them: concurrent creates rarely collide, and the spread
+		// stays close to even.
+		k := nearBest(fits)
+		a, b := fits[rand.IntN(k)], fits[rand.IntN(k)]
+		if free(b.node) > free(a.node) {
+			a = b
+		}
+		pick = a
+	}
+	p.cache.placed(v, pick.node.ID, req.Resources)
+	return Decision{Node: pick.node.ID, Environment: pick.ref}, nil
+}
+
+// SpreadSlack is how much less room (a share of the node's capacity) than
+// the emptiest node a node may have and still be picked by spread: among
+// those, the pick is random (the better of two random choices). Concurrent creates that read the same usage
+// would otherwise all pick the one emptiest node, and the store's room
+// check, which locks the node's row, would serialize them all.
+const SpreadSlack = 0.02
+
+// nearBest returns how many of fits (sorted by room, most first) are
+// within SpreadSlack of the first.
+func nearBest(fits []candidate) int {
+	best := free(fits[0].node)
+	n := 1
+	for n < len(fits) && best-free(fits[n].node) <= SpreadSlack {
+		n++
+	}
+	return n
 }
 
 // reject says why n cannot take the sandbox at all ("" if it can, room
@@ -180,32 +237,6 @@ func free(n model.NodeStatus) float64 {
 		f = min(f, float64(n.MemoryMiB-n.Usage.MemoryMiB)/float64(n.MemoryMiB))
 	}
 	return f
-}
-
-// environmentsOf maps each node that has an environment sel names enabled
-// and working to its reference; nil for the zero selector (a server of one
-// runtime that records no environments: any node).
-func (p *Placer) environmentsOf(ctx context.Context, sel envid.Selector) (map[model.NodeID]model.EnvironmentRef, error) {
-	if sel == (envid.Selector{}) {
-		return nil, nil
-	}
-	refs, err := p.environmentRefs(ctx, sel)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := p.cfg.Store.ListNodeEnvironments(ctx, store.NodeEnvironmentQuery{})
-	if err != nil {
-		return nil, fmt.Errorf("place: %w", err)
-	}
-	envOf := map[model.NodeID]model.EnvironmentRef{}
-	for _, r := range rows {
-		if r.Enabled && r.Available && slices.Contains(refs, r.Ref) {
-			if _, ok := envOf[r.NodeID]; !ok {
-				envOf[r.NodeID] = r.Ref
-			}
-		}
-	}
-	return envOf, nil
 }
 
 // environmentRefs are the references sel may run in: its own, or every

@@ -434,7 +434,7 @@ func (s *Store) AssignNode(ctx context.Context, id model.SandboxID, node model.N
 			}
 			return err
 		}
-		if err := t.checkRoom(ctx, node, model.Resources{CPUs: cpus, MemoryMiB: mem}); err != nil {
+		if err := t.checkRoom(ctx, node, model.Resources{CPUs: cpus, MemoryMiB: mem}, id); err != nil {
 			return err
 		}
 		_, err := t.exec(ctx, `UPDATE sandboxes SET node_id = ? WHERE id = ?`, string(node), string(id))
@@ -448,8 +448,12 @@ func (s *Store) AssignNode(ctx context.Context, id model.SandboxID, node model.N
 
 // checkRoom locks the node's row (placements on one node serialize) and
 // refuses with store.ErrNodeFull a node that does not run sandboxes, takes
-// no new ones, or has no room for one more of r.
-func (t tx) checkRoom(ctx context.Context, node model.NodeID, r model.Resources) error {
+// no new ones, or has no room for one more of r besides its live
+// sandboxes other than self (the sandbox being placed, which the
+// transaction may have inserted already). The count is a statement of its
+// own after the lock, so that under READ COMMITTED it sees every placement
+// committed while this one waited for the lock.
+func (t tx) checkRoom(ctx context.Context, node model.NodeID, r model.Resources, self model.SandboxID) error {
 	var role, state string
 	var slots, memory int
 	err := t.queryRow(ctx, `SELECT role, state, slots, memory_mib FROM nodes WHERE id = ? `+t.s.d.RowLock, string(node)).
@@ -468,7 +472,7 @@ func (t tx) checkRoom(ctx context.Context, node model.NodeID, r model.Resources)
 	}
 	var u model.NodeUsage
 	if err := t.queryRow(ctx, `SELECT COUNT(*), COALESCE(SUM(s.cpus), 0), COALESCE(SUM(s.memory_mib), 0)
-		FROM sandboxes s WHERE s.node_id = ? AND `+liveStatesSQL, string(node)).Scan(&u.Sandboxes, &u.CPUs, &u.MemoryMiB); err != nil {
+		FROM sandboxes s WHERE s.node_id = ? AND s.id <> ? AND `+liveStatesSQL, string(node), string(self)).Scan(&u.Sandboxes, &u.CPUs, &u.MemoryMiB); err != nil {
 		return err
 	}
 	st := model.NodeStatus{Node: model.Node{Slots: slots, MemoryMiB: memory}, Usage: u}

@@ -144,11 +144,6 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, egress poli
 		if err := t.admit(ctx, sb.ProjectID, sb.Resources); err != nil {
 			return err
 		}
-		if sb.NodeID != "" {
-			if err := t.checkRoom(ctx, sb.NodeID, sb.Resources); err != nil {
-				return err
-			}
-		}
 		// The template must be live, and stays so until this commits.
 		if err := t.lockLiveTemplate(ctx, sb.Template); err != nil {
 			return err
@@ -174,7 +169,17 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, egress poli
 				return fmt.Errorf("insert metadata %q: %w", k, err)
 			}
 		}
-		return t.insertOperation(ctx, op)
+		if err := t.insertOperation(ctx, op); err != nil {
+			return err
+		}
+		if sb.NodeID == "" {
+			return nil
+		}
+		// The node's room is checked last: its row lock serializes the
+		// placements on the node until commit, so it is held for as few
+		// statements as possible (the count of its sandboxes, the notify,
+		// the commit), not for every insert above.
+		return t.checkRoom(ctx, sb.NodeID, sb.Resources, sb.ID)
 	})
 	if err != nil {
 		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
