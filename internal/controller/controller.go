@@ -420,8 +420,8 @@ func runStep(ctx context.Context, w *worker.Worker, step model.Step, sb model.Sa
 }
 
 // drive runs an operation as its lifecycle says: a sandbox in one of the
-// start states is placed here (if unplaced) and moved to the in-progress
-// state; one already in progress (its request moved it, or a crash
+// start states (placed on this node by the API) gets its runtime recorded
+// (if it has none yet) and is moved to the in-progress state; one already in progress (its request moved it, or a crash
 // interrupted the operation) is resumed; the step runs; the sandbox moves to
 // the final state. A sandbox in any other state moved on while the
 // operation waited: the operation is cancelled.
