@@ -301,6 +301,20 @@ func (c *Cluster) DSN(database string) string {
 	return u.String()
 }
 
+// SocketDSN returns a URL that connects as the superuser to database over
+// the cluster's unix socket. A unix socket is reached by its path, so the
+// URL works from every network namespace of the machine (a process in a
+// namespace of its own cannot reach the cluster's 127.0.0.1).
+func (c *Cluster) SocketDSN(database string) string {
+	q := url.Values{}
+	q.Set("host", c.SocketDir())
+	q.Set("port", strconv.Itoa(c.port)) // names the socket file (.s.PGSQL.PORT)
+	q.Set("user", Superuser)
+	q.Set("sslmode", "disable")
+	u := url.URL{Scheme: "postgres", Path: "/" + database, RawQuery: q.Encode()}
+	return u.String()
+}
+
 // CreateDatabase creates a database with a fresh random name and returns
 // its name. It copies template1 file by file (STRATEGY FILE_COPY), which
 // with fsync off is several times faster than PostgreSQL 15's default.
@@ -371,6 +385,23 @@ func sharedCluster() (*Cluster, error) {
 // opened on it). It skips t when the host cannot run PostgreSQL.
 func DSN(t testing.TB) string {
 	t.Helper()
+	c, name := freshDatabase(t)
+	return c.DSN(name)
+}
+
+// SocketDSN is DSN over the shared cluster's unix socket (see
+// Cluster.SocketDSN): for servers that run in network namespaces of their
+// own.
+func SocketDSN(t testing.TB) string {
+	t.Helper()
+	c, name := freshDatabase(t)
+	return c.SocketDSN(name)
+}
+
+// freshDatabase creates a database on the shared cluster, dropped when t
+// ends.
+func freshDatabase(t testing.TB) (*Cluster, string) {
+	t.Helper()
 	if err := Available(); err != nil {
 		t.Skipf("skipping: %v", err)
 	}
@@ -391,7 +422,7 @@ func DSN(t testing.TB) string {
 			t.Logf("pgtest: %v", err)
 		}
 	})
-	return c.DSN(name)
+	return c, name
 }
 
 // Main runs the tests and then stops the shared cluster (if one was
