@@ -43,7 +43,7 @@ import (
 // Timings of the cluster: short, so that a lost node is noticed quickly.
 const (
 	clusterHeartbeat = 200 * time.Millisecond
-	clusterDeadAfter = 2 * time.Second
+	clusterDeadAfter = 3 * time.Second
 	clusterPort      = 7070
 	clusterSlots     = 8 // --max-sandboxes of each node
 	fabricBridge     = "albr0"
@@ -291,6 +291,9 @@ func newCluster(t *testing.T) *cluster {
 		// label name=ID (tests place sandboxes on a node by selector).
 		id := model.NewNodeID()
 		cfg.extraArgs = append(cfg.extraArgs, "--label", "name="+id.String())
+		if i != 1 {
+			cfg.extraArgs = append(cfg.extraArgs, "--label", "pool=b") // see testNodeLoss
+		}
 		s := newServer(t, c.bins, cfg)
 		if err := os.WriteFile(filepath.Join(s.dataDir, "node-id"), []byte(id.String()+"\n"), 0o600); err != nil {
 			t.Fatal(err)
@@ -429,4 +432,14 @@ func createWait(ctx context.Context, t *testing.T, cl *client.Client, req apiv1.
 		t.Fatal(err)
 	}
 	return sb, op
+}
+
+// nodeRole is the --role the server was started with.
+func (s *server) nodeRole() string {
+	for i, a := range s.cfg.extraArgs {
+		if a == "--role" && i+1 < len(s.cfg.extraArgs) {
+			return s.cfg.extraArgs[i+1]
+		}
+	}
+	return string(model.RoleAll)
 }

@@ -160,18 +160,30 @@ func (c *cluster) testNodeLoss(t *testing.T) {
 		ids   []model.SandboxID
 	)
 	t.Cleanup(func() { c.deleteAll(ctxFor(t, time.Minute), t, ids) })
+	// The victim and the survivor carry pool=b; the victim holds fewer
+	// sandboxes, so the first create for pool=b after the kill is placed
+	// on it (it is not yet known to be dead) and must be placed again.
 	victim, survivor := c.nodes[2], c.nodes[0]
 	var lost []model.SandboxID
+	sb := createSandbox(ctx, t, c.apis[0].client(), apiv1.CreateSandboxRequest{NodeSelector: nodeSelector(victim)})
+	ids = append(ids, model.SandboxID(sb.ID))
+	lost = append(lost, model.SandboxID(sb.ID))
+	var kept apiv1.Sandbox
 	for range 2 {
-		sb := createSandbox(ctx, t, c.apis[0].client(), apiv1.CreateSandboxRequest{NodeSelector: nodeSelector(victim)})
-		ids = append(ids, model.SandboxID(sb.ID))
-		lost = append(lost, model.SandboxID(sb.ID))
+		kept = createSandbox(ctx, t, c.apis[1].client(), apiv1.CreateSandboxRequest{NodeSelector: nodeSelector(survivor)})
+		ids = append(ids, model.SandboxID(kept.ID))
 	}
-	kept := createSandbox(ctx, t, c.apis[1].client(), apiv1.CreateSandboxRequest{NodeSelector: nodeSelector(survivor)})
-	ids = append(ids, model.SandboxID(kept.ID))
 
 	victim.kill()
 	killed := time.Now()
+	moved, err := c.apis[0].client().CreateSandbox(ctx, apiv1.CreateSandboxRequest{NodeSelector: map[string]string{"pool": "b"}})
+	if err != nil {
+		t.Fatalf("create right after the kill: %v", err)
+	}
+	ids = append(ids, model.SandboxID(moved.Sandbox.ID))
+	if moved.Sandbox.NodeID != string(victim.nodeID()) {
+		t.Errorf("the create for pool=b right after the kill was placed on %s, not on the killed node (which held fewer sandboxes)", moved.Sandbox.NodeID)
+	}
 
 	// Creates during the loss: placed by the replicas while the node is
 	// not yet declared dead (some may land on it and are placed again).
@@ -252,6 +264,15 @@ func (c *cluster) testNodeLoss(t *testing.T) {
 		}
 	}
 
+	// The create placed on the dead node was placed again and ran.
+	if op, err := c.apis[1].client().WaitOperation(ctx, model.OperationID(moved.Operation.ID)); err != nil || op.State != string(model.OpSucceeded) {
+		t.Errorf("the create placed on the killed node: %+v (%v)", op, err)
+	}
+	if got, err := c.apis[1].client().GetSandbox(ctx, model.SandboxID(moved.Sandbox.ID)); err != nil ||
+		got.State != string(model.StateRunning) || got.NodeID != string(survivor.nodeID()) {
+		t.Errorf("the create placed on the killed node ended %s on %s (%v), want running on %s", got.State, got.NodeID, err, survivor.nodeID())
+	}
+
 	// The others serve on.
 	if res := execIn(ctx, t, survivor.client(), model.SandboxID(kept.ID), "echo", "alive"); res.stdout != "alive\n" {
 		t.Errorf("exec on a surviving node: %+v", res)
@@ -299,8 +320,16 @@ func (c *cluster) openStore(t *testing.T) store.Store {
 	return st
 }
 
-// 4a. A restarted node has a new incarnation and is active again; nothing
-// written with the old incarnation is accepted.
+// 4a. Fencing: nothing written with a node's old incarnation is accepted
+// once another run of the node registered, even by a writer that holds
+// the lease of a running operation; the restarted node has a new
+// incarnation, becomes active and finishes what the old one left.
+//
+// The old incarnation is played by the test itself, on the store: the node
+// is killed, a create is placed on it, the test claims that create with
+// the old incarnation (as the killed process would have), then registers a
+// new run of the node (as a restart elsewhere would), and writes with the
+// old incarnation again.
 func (c *cluster) testFencingAfterRestart(t *testing.T) {
 	c.use(t)
 	ctx := ctxFor(t, 2*time.Minute)
@@ -308,61 +337,85 @@ func (c *cluster) testFencingAfterRestart(t *testing.T) {
 	t.Cleanup(func() { c.deleteAll(ctxFor(t, time.Minute), t, ids) })
 	st := c.openStore(t)
 	s := c.nodes[1]
-	sb, createOp := createWait(ctx, t, c.apis[0].client(), apiv1.CreateSandboxRequest{NodeSelector: nodeSelector(s)})
-	ids = append(ids, model.SandboxID(sb.ID))
-	if createOp.State != string(model.OpSucceeded) {
-		t.Fatalf("create: %+v", createOp)
-	}
+	adopted := createSandbox(ctx, t, c.apis[0].client(), apiv1.CreateSandboxRequest{NodeSelector: nodeSelector(s)})
+	ids = append(ids, model.SandboxID(adopted.ID))
 	before, err := st.GetNode(ctx, s.nodeID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.stop()
+	old := store.Fence{Node: s.nodeID(), Incarnation: before.Incarnation}
+
+	// Everything up to the new registration happens well within
+	// dead-after, so the node is not declared dead meanwhile.
+	s.kill()
+	res, err := c.apis[1].client().CreateSandbox(ctx, apiv1.CreateSandboxRequest{NodeSelector: nodeSelector(s)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := model.SandboxID(res.Sandbox.ID)
+	ids = append(ids, pending)
+	if res.Sandbox.NodeID != string(s.nodeID()) {
+		t.Fatalf("create with selector %v placed on %q", nodeSelector(s), res.Sandbox.NodeID)
+	}
+	now, err := st.DatabaseNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := store.Claim{Owner: old.Node, Incarnation: old.Incarnation, Lease: time.Minute, Now: now}
+	held, err := st.ClaimOperation(ctx, claim)
+	if err != nil || held.ID != model.OperationID(res.Operation.ID) {
+		t.Fatalf("claim with the killed node's incarnation: %+v (%v), want the create %s", held, err, res.Operation.ID)
+	}
+	fresh := before.Node
+	fresh.Incarnation = model.NewIncarnation()
+	if _, err := st.RegisterNode(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := st.Heartbeat(ctx, old); !errors.Is(err, store.ErrFenced) {
+		t.Errorf("heartbeat of the old incarnation: %v, want ErrFenced", err)
+	}
+	if _, err := st.ClaimOperation(ctx, claim); !errors.Is(err, store.ErrFenced) {
+		t.Errorf("claim by the old incarnation: %v, want ErrFenced", err)
+	}
+	if err := st.RenewLease(ctx, held.ID, claim); !errors.Is(err, store.ErrFenced) {
+		t.Errorf("lease renewal by the old incarnation: %v, want ErrFenced", err)
+	}
+	if err := st.SetNodeTemplates(ctx, old, nil); !errors.Is(err, store.ErrFenced) {
+		t.Errorf("templates of the old incarnation: %v, want ErrFenced", err)
+	}
+	if err := st.PlaceSandbox(ctx, pending, old, "runc", now); !errors.Is(err, store.ErrFenced) {
+		t.Errorf("place by the old incarnation: %v, want ErrFenced", err)
+	}
+	err = st.FinishOperation(ctx, store.Finish{OperationID: held.ID, Owner: old.Node, Incarnation: old.Incarnation,
+		State: model.OpFailed, Error: &model.OperationError{Code: "fenced", Message: "must not be written"},
+		SandboxFrom: model.StatePending, SandboxTo: model.StateFailed, SandboxReason: "must not be written", Now: now})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Errorf("finish by the old incarnation that holds the lease: %v, want ErrFenced", err)
+	}
+	if op, err := c.apis[0].client().GetOperation(ctx, held.ID, 0); err != nil || op.State != string(model.OpRunning) {
+		t.Errorf("the create after the fenced writes: %+v (%v), want still running", op, err)
+	}
+
+	// The node starts again: a new incarnation, active; it finishes the
+	// create the old one held and adopts the sandbox it ran.
 	s.start()
 	c.waitActive(ctx, t)
 	after, err := st.GetNode(ctx, s.nodeID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after.Incarnation == before.Incarnation || after.State != model.NodeActive {
-		t.Fatalf("after a restart: incarnation %s (was %s), state %s", after.Incarnation, before.Incarnation, after.State)
+	if after.Incarnation == before.Incarnation || after.Incarnation == fresh.Incarnation || after.State != model.NodeActive {
+		t.Fatalf("after a restart: incarnation %s (was %s, then %s), state %s", after.Incarnation, before.Incarnation, fresh.Incarnation, after.State)
 	}
-	old := store.Fence{Node: s.nodeID(), Incarnation: before.Incarnation}
-	now, err := st.DatabaseNow(ctx)
-	if err != nil {
-		t.Fatal(err)
+	op, err := c.apis[0].client().WaitOperation(ctx, held.ID)
+	if err != nil || op.State != string(model.OpSucceeded) {
+		t.Fatalf("the create the old incarnation held, after the restart: %+v (%v)", op, err)
 	}
-	if _, err := st.Heartbeat(ctx, old); !errors.Is(err, store.ErrFenced) {
-		t.Errorf("heartbeat of the old incarnation: %v, want ErrFenced", err)
-	}
-	if _, err := st.ClaimOperation(ctx, store.Claim{Owner: old.Node, Incarnation: old.Incarnation, Lease: time.Minute, Now: now}); !errors.Is(err, store.ErrFenced) {
-		t.Errorf("claim by the old incarnation: %v, want ErrFenced", err)
-	}
-	if err := st.SetNodeTemplates(ctx, old, nil); !errors.Is(err, store.ErrFenced) {
-		t.Errorf("templates of the old incarnation: %v, want ErrFenced", err)
-	}
-	if err := st.PlaceSandbox(ctx, model.SandboxID(sb.ID), old, "runc", now); !errors.Is(err, store.ErrFenced) {
-		t.Errorf("place by the old incarnation: %v, want ErrFenced", err)
-	}
-	// Finishing an operation the old incarnation does not hold is refused
-	// (its lease is checked before its fence) and changes nothing.
-	err = st.FinishOperation(ctx, store.Finish{OperationID: model.OperationID(createOp.ID), Owner: old.Node, Incarnation: old.Incarnation,
-		State: model.OpFailed, Error: &model.OperationError{Code: "fenced", Message: "must not be written"},
-		SandboxFrom: model.StateRunning, SandboxTo: model.StateFailed, SandboxReason: "must not be written", Now: now})
-	if !errors.Is(err, store.ErrFenced) && !errors.Is(err, store.ErrLeaseLost) {
-		t.Errorf("finish by the old incarnation: %v, want ErrFenced or ErrLeaseLost", err)
-	}
-	// The new incarnation heartbeats on; the sandbox was adopted and runs.
-	time.Sleep(3 * clusterHeartbeat)
-	cur, err := st.GetNode(ctx, s.nodeID())
-	if err != nil || cur.Incarnation != after.Incarnation || cur.State != model.NodeActive || cur.HeartbeatAge > clusterDeadAfter/2 {
-		t.Fatalf("node after the fenced writes: %+v (%v)", cur, err)
-	}
-	if res := execIn(ctx, t, s.client(), model.SandboxID(sb.ID), "echo", "adopted"); res.stdout != "adopted\n" {
-		t.Errorf("exec after the restart: %+v", res)
-	}
-	if got, err := c.apis[0].client().GetSandbox(ctx, model.SandboxID(sb.ID)); err != nil || got.State != string(model.StateRunning) {
-		t.Errorf("sandbox after the fenced writes: %s %q (%v)", got.State, got.StateReason, err)
+	for _, id := range []model.SandboxID{model.SandboxID(adopted.ID), pending} {
+		if res := execIn(ctx, t, s.client(), id, "echo", "ok"); res.stdout != "ok\n" {
+			t.Errorf("exec in %s after the restart: %+v", id, res)
+		}
 	}
 }
 
@@ -448,9 +501,16 @@ func (c *cluster) testRollingRestart(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	churnDone := make(chan struct{})
+	// The client keeps up to four sandboxes: it creates one, and deletes
+	// the oldest once its create has ended (a delete that supersedes a
+	// create would prove less).
 	go func() {
 		defer close(churnDone)
-		var live []model.SandboxID
+		type entry struct {
+			id model.SandboxID
+			op model.OperationID
+		}
+		var live []entry
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -460,8 +520,17 @@ func (c *cluster) testRollingRestart(t *testing.T) {
 			cl := clients[i%len(clients)]
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			if len(live) >= 4 {
-				id := live[0]
-				res, err := cl.DeleteSandbox(rctx, id)
+				e := live[0]
+				op, err := cl.GetOperation(rctx, e.op, 0)
+				if err == nil && op.State != string(model.OpSucceeded) && op.State != string(model.OpFailed) {
+					cancel()
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				var res apiv1.OperationResponse
+				if err == nil {
+					res, err = cl.DeleteSandbox(rctx, e.id)
+				}
 				cancel()
 				if err != nil {
 					mu.Lock()
@@ -472,7 +541,7 @@ func (c *cluster) testRollingRestart(t *testing.T) {
 				}
 				live = live[1:]
 				mu.Lock()
-				ops = append(ops, accepted{id, model.OperationID(res.Operation.ID), "delete"})
+				ops = append(ops, accepted{e.id, model.OperationID(res.Operation.ID), "delete"})
 				mu.Unlock()
 				continue
 			}
@@ -485,20 +554,21 @@ func (c *cluster) testRollingRestart(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}
-			id := model.SandboxID(res.Sandbox.ID)
-			live = append(live, id)
+			e := entry{model.SandboxID(res.Sandbox.ID), model.OperationID(res.Operation.ID)}
+			live = append(live, e)
 			mu.Lock()
-			ids = append(ids, id)
-			ops = append(ops, accepted{id, model.OperationID(res.Operation.ID), "create"})
+			ids = append(ids, e.id)
+			ops = append(ops, accepted{e.id, e.op, "create"})
 			mu.Unlock()
-			time.Sleep(100 * time.Millisecond)
 		}
 	}()
 	begin := time.Now()
 	for _, s := range c.all() {
 		time.Sleep(500 * time.Millisecond)
+		down := time.Now()
 		s.stop()
 		s.start()
+		t.Logf("%s %s restarted in %v", s.nodeRole(), s.url, time.Since(down).Round(time.Millisecond))
 		if slices.Contains(c.nodes, s) {
 			c.waitActive(ctx, t)
 		}
@@ -507,11 +577,16 @@ func (c *cluster) testRollingRestart(t *testing.T) {
 	close(stop)
 	<-churnDone
 	t.Logf("rolling restart of %d processes took %v", len(c.all()), time.Since(begin).Round(time.Millisecond))
-
 	// Every accepted operation ends.
 	mu.Lock()
 	defer mu.Unlock()
 	var creates, deletes, failedCreates int
+	deleted := map[model.SandboxID]bool{}
+	for _, a := range ops {
+		if a.kind == "delete" {
+			deleted[a.sandbox] = true
+		}
+	}
 	for _, a := range ops {
 		var op apiv1.Operation
 		for {
@@ -538,6 +613,10 @@ func (c *cluster) testRollingRestart(t *testing.T) {
 					t.Errorf("create %s of %s failed without a reason or a failed sandbox: %+v, sandbox %s", a.op, a.sandbox, op.Error, sb.State)
 				}
 				t.Logf("create %s failed: %+v", a.sandbox, op.Error)
+			} else if !deleted[a.sandbox] && sb.State != string(model.StateRunning) {
+				// Every node restarted faster than it is declared dead:
+				// what it ran was adopted by its next incarnation.
+				t.Errorf("sandbox %s is %s (%q) after the rolling restart, want running", a.sandbox, sb.State, sb.StateReason)
 			}
 		case "delete":
 			deletes++
