@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -315,10 +316,21 @@ func newCluster(t *testing.T) *cluster {
 	return c
 }
 
-// use makes the servers report to t (a subtest) until it ends.
+// use makes the servers report to t (a subtest) until it ends, and starts
+// any that an earlier subtest left stopped (one that failed half-way), so
+// that each subtest begins with the whole cluster up.
 func (c *cluster) use(t *testing.T) {
+	t.Helper()
+	restarted := false
 	for _, s := range c.all() {
 		s.t = t
+		if !s.running() {
+			s.start()
+			restarted = true
+		}
+	}
+	if restarted {
+		c.waitActive(ctxFor(t, 30*time.Second), t)
 	}
 	t.Cleanup(func() {
 		for _, s := range c.all() {
@@ -442,4 +454,20 @@ func (s *server) nodeRole() string {
 		}
 	}
 	return string(model.RoleAll)
+}
+
+// containerStatus is runc's status of the sandbox's container on the node
+// ("running", "stopped", …), or "none".
+func (s *server) containerStatus(id model.SandboxID) string {
+	out, err := exec.Command("runc", "--root", filepath.Join(s.dataDir, "runtime", "runc", "state"), "state", id.String()).Output()
+	if err != nil {
+		return "none"
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(out, &st) != nil {
+		return "unknown"
+	}
+	return st.Status
 }

@@ -305,6 +305,11 @@ func (c *cluster) testNodeLoss(t *testing.T) {
 		if err != nil || sb.State != string(model.StateFailed) {
 			t.Errorf("lost sandbox %s after its node came back: %s (%v)", id, sb.State, err)
 		}
+		// KNOWN ISSUE (internal/controller, reported): the rejoined node
+		// leaves the container of a sandbox declared lost running until
+		// the sandbox is deleted; its processes run on, unaccounted for
+		// in the node's usage. Logged, not asserted, until it is fixed.
+		t.Logf("container of the lost sandbox %s on the rejoined node: %s", id, victim.containerStatus(id))
 	}
 }
 
