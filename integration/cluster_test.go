@@ -13,9 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
+
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/egress/nftrules"
+	"github.com/airlockdev/airlock/internal/egress/sandboxnet"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/postgres"
@@ -63,6 +67,7 @@ func (c *cluster) testCreatesSpread(t *testing.T) {
 		ops = append(ops, res)
 	}
 	perNode := map[string]int{}
+	onNode := map[string][]model.SandboxID{}
 	for i, res := range ops {
 		op, err := c.apis[(i+1)%2].client().WaitOperation(ctx, model.OperationID(res.Operation.ID))
 		if err != nil || op.State != string(model.OpSucceeded) {
@@ -79,6 +84,32 @@ func (c *cluster) testCreatesSpread(t *testing.T) {
 		}
 		c.nodeOf(t, node) // one of the three
 		perNode[node]++
+		onNode[node] = append(onNode[node], model.SandboxID(res.Sandbox.ID))
+	}
+	// Each node's egress is its own namespace's: its nftables set holds
+	// the host veths of its sandboxes, and of no other node's.
+	for _, s := range c.nodes {
+		var members []string
+		s.inNetns(func() {
+			conn, err := nftables.New()
+			if err != nil {
+				t.Errorf("nftables: %v", err)
+				return
+			}
+			defer conn.CloseLasting()
+			if members, err = nftrules.Sandboxes(conn); err != nil {
+				t.Errorf("nftables set of node %s: %v", s.nodeID(), err)
+			}
+		})
+		var want []string
+		for _, id := range onNode[string(s.nodeID())] {
+			want = append(want, sandboxnet.HostIfName(id))
+		}
+		slices.Sort(members)
+		slices.Sort(want)
+		if !slices.Equal(members, want) {
+			t.Errorf("node %s's nftables set holds %v, want the veths of its sandboxes %v", s.nodeID(), members, want)
+		}
 	}
 	if len(perNode) != len(c.nodes) {
 		t.Fatalf("%d creates were placed on %d of %d nodes: %v", n, len(perNode), len(c.nodes), perNode)
@@ -467,6 +498,10 @@ func (c *cluster) testStoppedNodeExits(t *testing.T) {
 	got, err := c.apis[0].client().GetSandbox(ctx, id)
 	if err != nil || got.State != string(model.StateFailed) || got.StateReason != model.NodeLostReason {
 		t.Errorf("sandbox after the fenced node continued: %s %q (%v)", got.State, got.StateReason, err)
+	}
+	var node apiv1.Node
+	if _, err := c.apis[0].apiJSON(ctx, "GET", "/v1/admin/nodes/"+string(s.nodeID()), nil, &node); err != nil || node.State != string(model.NodeDead) {
+		t.Errorf("the fenced node after it continued: %s (%v), want still dead", node.State, err)
 	}
 	// It rejoins when started again; the sandbox stays failed.
 	s.start()
