@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -37,6 +38,7 @@ func TestCluster(t *testing.T) {
 	// an api replica forwards agent-needing requests and /data/ streams to
 	// the hosting node.
 	t.Run("ExecThroughReplica_NeedsRoutedDataPlane", c.testExecThroughReplica)
+	t.Run("CordonAndDrain", c.testCordonAndDrain)
 	t.Run("NodeLoss", c.testNodeLoss)
 	t.Run("FencingAfterRestart", c.testFencingAfterRestart)
 	t.Run("StoppedNodeExitsWhenFenced", c.testStoppedNodeExits)
@@ -178,6 +180,91 @@ func (c *cluster) testExecThroughReplica(t *testing.T) {
 			t.Fatalf("exec through %s: %+v", via.url, res)
 		}
 	}
+}
+
+// Cordon and drain through the CLI against a replica: a cordoned node
+// takes no new sandboxes (one that may only run there is refused with
+// no_eligible_node), its own run on; a drain waits for its last one.
+func (c *cluster) testCordonAndDrain(t *testing.T) {
+	c.use(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	var ids []model.SandboxID
+	t.Cleanup(func() {
+		c.apis[0].cli(ctxFor(t, 30*time.Second), "admin", "node", "uncordon", string(c.nodes[1].nodeID()))
+		c.deleteAll(ctxFor(t, time.Minute), t, ids)
+	})
+	s := c.nodes[1]
+	id := s.nodeID().String()
+	on := createSandbox(ctx, t, c.apis[0].client(), apiv1.CreateSandboxRequest{NodeSelector: nodeSelector(s)})
+	ids = append(ids, model.SandboxID(on.ID))
+
+	if stdout, stderr, code := c.apis[1].cli(ctx, "admin", "node", "cordon", id); code != 0 || !strings.Contains(stdout, "cordoned") {
+		t.Fatalf("cordon: %d\n%s\n%s", code, stdout, stderr)
+	}
+	for i := range 3 {
+		sb, op := createWait(ctx, t, c.apis[i%2].client(), apiv1.CreateSandboxRequest{})
+		ids = append(ids, model.SandboxID(sb.ID))
+		if op.State != string(model.OpSucceeded) || sb.NodeID == id {
+			t.Errorf("create while %s is cordoned: %s on %s", id, op.State, sb.NodeID)
+		}
+	}
+	_, err := c.apis[0].client().CreateSandbox(ctx, apiv1.CreateSandboxRequest{NodeSelector: nodeSelector(s)})
+	var apiErr *client.APIError
+	if !errors.As(err, &apiErr) || apiErr.Code != apiv1.CodeNoEligibleNode {
+		t.Errorf("create that only the cordoned node may run: %v, want %s", err, apiv1.CodeNoEligibleNode)
+	}
+	if res := execIn(ctx, t, s.client(), model.SandboxID(on.ID), "echo", "still"); res.stdout != "still\n" {
+		t.Errorf("exec on the cordoned node: %+v", res)
+	}
+
+	type result struct {
+		stdout, stderr string
+		code           int
+	}
+	drained := make(chan result, 1)
+	go func() {
+		// Not c.apis[0].cli: it may not call t.Fatal off the test's goroutine.
+		cmd := c.apis[0].command(ctx, c.bins.airlock, "admin", "node", "drain", id, "--wait", "--timeout", "60s", "--interval", "200ms")
+		cmd.Env = append(os.Environ(), "AIRLOCK_URL="+c.apis[0].url, "AIRLOCK_API_KEY="+c.apis[0].key)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if err != nil {
+			code = -1
+			var exitErr *exec.ExitError
+			if errors.As(err, &exitErr) {
+				code = exitErr.ExitCode()
+			}
+		}
+		drained <- result{out.String(), errb.String(), code}
+	}()
+	time.Sleep(time.Second)
+	select {
+	case r := <-drained:
+		t.Fatalf("drain --wait ended while a sandbox was left on the node: %+v", r)
+	default:
+	}
+	if _, err := c.apis[1].client().DeleteSandbox(ctx, model.SandboxID(on.ID)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-drained:
+		if r.code != 0 {
+			t.Fatalf("drain --wait: %+v", r)
+		}
+	case <-ctx.Done():
+		t.Fatal("drain --wait did not end after the node's last sandbox was deleted")
+	}
+	n, err := c.apis[1].client().GetNode(ctx, s.nodeID())
+	if err != nil || n.State != string(model.NodeDraining) || !n.Drained {
+		t.Errorf("node after the drain: %s drained=%v (%v)", n.State, n.Drained, err)
+	}
+	if stdout, stderr, code := c.apis[1].cli(ctx, "admin", "node", "uncordon", id); code != 0 || !strings.Contains(stdout, "active") {
+		t.Fatalf("uncordon: %d\n%s\n%s", code, stdout, stderr)
+	}
+	sb := createSandbox(ctx, t, c.apis[0].client(), apiv1.CreateSandboxRequest{NodeSelector: nodeSelector(s)})
+	ids = append(ids, model.SandboxID(sb.ID))
 }
 
 // 3. SIGKILL of a node: the others serve on; its sandboxes become failed
