@@ -53,6 +53,9 @@ type serverConfig struct {
 	// netns, when set, runs the server (and s.cli) inside the fake
 	// internet's host namespace; see egress_harness_test.go.
 	netns serverNetns
+	// adminKeyFile, when set, is passed as --admin-key-file and is where
+	// the harness reads the admin key (else DATA_DIR/admin.key).
+	adminKeyFile string
 }
 
 // server is one running (or crashed) `airlock server` process over a data dir
@@ -124,6 +127,14 @@ func shortTempDir(t *testing.T) string {
 // start runs `airlock server` and waits until it serves.
 func (s *server) start() {
 	s.t.Helper()
+	s.launch()
+	s.awaitReady()
+}
+
+// launch runs `airlock server`; awaitReady waits until it serves (several
+// servers may be launched before waiting for each).
+func (s *server) launch() {
+	s.t.Helper()
 	os.Remove(filepath.Join(s.dataDir, "server.url"))
 	args := []string{"server", "--data-dir", s.dataDir, "--listen", "127.0.0.1:0", "--agent-binary", s.bins.agent}
 	if s.cfg.runtime != "" {
@@ -138,6 +149,9 @@ func (s *server) start() {
 	// No test traffic leaves the machine: the egress resolver's upstream is
 	// a closed local port unless a test gives its own (a later flag wins).
 	args = append(args, "--egress-upstream-dns", "127.0.0.1:9")
+	if s.cfg.adminKeyFile != "" {
+		args = append(args, "--admin-key-file", s.cfg.adminKeyFile)
+	}
 	args = append(args, s.cfg.extraArgs...)
 	cmd := s.command(context.Background(), s.bins.airlock, args...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_CRASH_AT="+s.cfg.crashAt)
@@ -159,7 +173,10 @@ func (s *server) start() {
 		_ = cmd.Wait()
 		close(s.exited)
 	}()
+}
 
+func (s *server) awaitReady() {
+	s.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if b, err := os.ReadFile(filepath.Join(s.dataDir, "server.url")); err == nil && len(bytes.TrimSpace(b)) > 0 {
@@ -176,6 +193,11 @@ func (s *server) start() {
 		}
 	}
 	key, err := readAdminKey(s.dataDir)
+	if s.cfg.adminKeyFile != "" {
+		var b []byte
+		b, err = os.ReadFile(s.cfg.adminKeyFile)
+		key = strings.TrimSpace(string(b))
+	}
 	if err != nil {
 		s.t.Fatalf("read admin.key: %v", err)
 	}

@@ -277,6 +277,20 @@ func (c *Cluster) Dir() string { return c.dir }
 // SocketDir is the directory of the cluster's unix socket.
 func (c *Cluster) SocketDir() string { return filepath.Join(c.dir, "sock") }
 
+// SocketDSN returns a URL that connects as the superuser to database over
+// the cluster's unix socket. A unix socket is reached by its path, so the
+// URL works from every network namespace of the machine (a process in a
+// namespace of its own cannot reach the cluster's 127.0.0.1).
+func (c *Cluster) SocketDSN(database string) string {
+	q := url.Values{}
+	q.Set("host", c.SocketDir())
+	q.Set("port", strconv.Itoa(c.port)) // names the socket file (.s.PGSQL.PORT)
+	q.Set("user", Superuser)
+	q.Set("sslmode", "disable")
+	u := url.URL{Scheme: "postgres", Path: "/" + database, RawQuery: q.Encode()}
+	return u.String()
+}
+
 // DSN returns a URL that connects as the superuser to database over TCP.
 func (c *Cluster) DSN(database string) string {
 	u := url.URL{

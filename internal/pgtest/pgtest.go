@@ -86,6 +86,23 @@ func sharedCluster() (*Cluster, error) {
 // opened on it). It skips t when the host cannot run PostgreSQL.
 func DSN(t testing.TB) string {
 	t.Helper()
+	c, name := freshDatabase(t)
+	return c.DSN(name)
+}
+
+// SocketDSN is DSN over the shared cluster's unix socket (see
+// Cluster.SocketDSN): for servers that run in network namespaces of their
+// own.
+func SocketDSN(t testing.TB) string {
+	t.Helper()
+	c, name := freshDatabase(t)
+	return c.SocketDSN(name)
+}
+
+// freshDatabase creates a database on the shared cluster, dropped when t
+// ends.
+func freshDatabase(t testing.TB) (*Cluster, string) {
+	t.Helper()
 	if err := Available(); err != nil {
 		t.Skipf("skipping: %v", err)
 	}
@@ -106,7 +123,7 @@ func DSN(t testing.TB) string {
 			t.Logf("pgtest: %v", err)
 		}
 	})
-	return c.DSN(name)
+	return c, name
 }
 
 // Main runs the tests and then stops the shared cluster (if one was

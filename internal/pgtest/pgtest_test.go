@@ -195,3 +195,13 @@ func splitLines(s string) []string {
 	}
 	return out
 }
+
+func TestSocketDSNConnectsOverTheUnixSocket(t *testing.T) {
+	dsn := SocketDSN(t)
+	if v := query(t, dsn, "SELECT COALESCE(inet_client_addr()::text, 'unix')"); v != "unix" {
+		t.Fatalf("%s connected from %s, want the unix socket", dsn, v)
+	}
+	if db := query(t, dsn, "SELECT current_database()"); db == "postgres" || db == "" {
+		t.Fatalf("%s is not a fresh database (%q)", dsn, db)
+	}
+}

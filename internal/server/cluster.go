@@ -100,6 +100,15 @@ func (m *membership) register(ctx context.Context) error {
 		return fmt.Errorf("register node: %w", err)
 	}
 	m.sync(before, time.Now(), n.HeartbeatAt)
+	// Registering cleared the node's list of templates: report it at once,
+	// not a heartbeat later, or placement passes over a node that just
+	// started (or restarted) for that long. A failure is tried again after
+	// each heartbeat.
+	if m.templates != nil {
+		if err := m.reportTemplates(ctx); err != nil {
+			m.log.Warn("report templates", "err", err)
+		}
+	}
 	m.log.Info("node registered", "incarnation", n.Incarnation, "role", n.Role, "advertise_url", n.AdvertiseURL,
 		"state", n.State, "clock_offset", time.Duration(m.offset.Load()).Round(time.Microsecond))
 	return nil
