@@ -228,6 +228,10 @@ func claimBackoff() retry.Policy {
 	return retry.Policy{Initial: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: 0.2}
 }
 
+func (c *Controller) fence() store.Fence {
+	return store.Fence{Node: c.cfg.NodeID, Incarnation: c.cfg.Incarnation}
+}
+
 func (c *Controller) claim() store.Claim {
 	return store.Claim{Owner: c.cfg.NodeID, Incarnation: c.cfg.Incarnation, Lease: c.cfg.Lease, Now: c.cfg.Now()}
 }
@@ -258,7 +262,7 @@ func (c *Controller) runOperation(ctx context.Context, op model.Operation) {
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "operation done", "took", time.Since(start).Round(time.Millisecond))
-	case errors.Is(err, store.ErrLeaseLost) || ctx.Err() != nil:
+	case errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrFenced) || ctx.Err() != nil:
 		log.WarnContext(ctx, "operation interrupted; it will be resumed", "err", err)
 	default:
 		retry := c.retryable(op, err)
@@ -456,13 +460,10 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 	switch {
 	case sb.State == lc.InProgress:
 	case lc.CanStart(sb.State):
-		if sb.Runtime == "" {
-			fence := store.Fence{Node: c.cfg.NodeID, Incarnation: c.cfg.Incarnation}
-			if err := c.cfg.Store.PlaceSandbox(ctx, sb.ID, fence, string(env.Name), c.cfg.Now()); err != nil {
-				return fmt.Errorf("record the sandbox's runtime: %w", err)
-			}
-		}
-		if err := c.cfg.Store.TransitionSandbox(ctx, sb.ID, sb.State, lc.InProgress, "", c.cfg.Now()); err != nil {
+		// Fenced: only while the sandbox is still placed here and this is
+		// the node's current run (a node declared dead meanwhile must not
+		// start what was placed elsewhere); the runtime is recorded with it.
+		if err := c.cfg.Store.TransitionOnNode(ctx, sb.ID, c.fence(), sb.State, lc.InProgress, "", string(env.Name), c.cfg.Now()); err != nil {
 			if errors.Is(err, store.ErrStateChanged) {
 				return c.drive(ctx, op, lc, log) // raced with another request; look again
 			}
@@ -571,6 +572,18 @@ func (c *Controller) Resync(ctx context.Context) error {
 		}
 		switch sb.State {
 		case model.StateRunning, model.StatePaused:
+		case model.StateFailed:
+			if sb.StateReason == model.NodeLostReason && slices.Contains(have[env.Name], sb.ID) {
+				// Declared lost while this node was cut off: it holds no
+				// room any more and nothing may run for it; its record
+				// stays for its owner to see and delete.
+				c.log.InfoContext(ctx, "removing a sandbox declared lost with its node", "sandbox", sb.ID, "env", env.Name)
+				if err := env.Worker.Destroy(ctx, sb.ID); err != nil {
+					c.log.ErrorContext(ctx, "remove lost sandbox", "sandbox", sb.ID, "err", err)
+				}
+				c.cfg.Workers.Forget(sb.ID)
+			}
+			continue
 		case model.StateSuspended:
 			// Nothing runs; its snapshot must still be there.
 			if !slices.Contains(have[env.Name], sb.ID) {
@@ -607,7 +620,7 @@ func (c *Controller) Resync(ctx context.Context) error {
 // snapshot) to failed, unless its state changed meanwhile.
 func (c *Controller) markFailed(ctx context.Context, sb model.Sandbox, reason string) {
 	c.log.WarnContext(ctx, "sandbox failed", "sandbox", sb.ID, "state", sb.State, "reason", reason)
-	err := c.cfg.Store.TransitionSandbox(ctx, sb.ID, sb.State, model.StateFailed, reason, c.cfg.Now())
+	err := c.cfg.Store.TransitionOnNode(ctx, sb.ID, c.fence(), sb.State, model.StateFailed, reason, "", c.cfg.Now())
 	if err != nil && !errors.Is(err, store.ErrStateChanged) {
 		c.log.ErrorContext(ctx, "mark sandbox failed", "sandbox", sb.ID, "err", err)
 	}

@@ -83,6 +83,12 @@ type Nodes interface {
 	// (a delete requested after the loss), so it is safe to call from
 	// every process, often.
 	DeclareDeadNodes(ctx context.Context, after time.Duration) (NodeLoss, error)
+	// TransitionOnNode is TransitionSandbox for the node that hosts the
+	// sandbox: fenced (ErrFenced when the sandbox is not placed on f.Node,
+	// e.g. its node was declared dead and it was placed again, or f is not
+	// the node's current incarnation), and it records runtime as the
+	// sandbox's runtime when it has none yet ("" leaves it).
+	TransitionOnNode(ctx context.Context, id model.SandboxID, f Fence, from, to model.SandboxState, reason, runtime string, now time.Time) error
 	// ListUnplaced returns up to limit sandboxes whose create has no node
 	// yet (pending, node_id empty), oldest first.
 	ListUnplaced(ctx context.Context, limit int) ([]model.Sandbox, error)

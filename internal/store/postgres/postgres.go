@@ -52,6 +52,7 @@ func Dialect() sqlstore.Dialect {
 		Rebind:                sqlstore.RebindDollar,
 		ClaimLock:             "FOR UPDATE OF o SKIP LOCKED",
 		RowLock:               "FOR UPDATE",
+		ShareLock:             "FOR SHARE",
 		NowMicro:              "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)",
 		QuotaLock:             "FOR NO KEY UPDATE",
 		TemplateUseLock:       "FOR SHARE",

@@ -12,13 +12,9 @@ import (
 	"github.com/airlockdev/airlock/internal/store"
 )
 
-// liveStates are the sandbox states that hold a node's room: every state
+// liveStatesSQL are the sandbox states that hold a node's room: every state
 // but deleted and failed.
 const liveStatesSQL = `s.state NOT IN ('deleted', 'failed')`
-
-// fenceSQL is true while node ? runs incarnation ? and is not dead; it
-// takes the node ID and the incarnation.
-const fenceSQL = `EXISTS (SELECT 1 FROM nodes fn WHERE fn.id = ? AND fn.incarnation = ? AND fn.state <> 'dead')`
 
 // dbNow is the database's clock in unix microseconds, as SQL.
 func (s *Store) dbNow() string {
@@ -288,11 +284,27 @@ func (s *Store) NodesWithTemplate(ctx context.Context, digest model.TemplateDige
 	return out, rows.Err()
 }
 
-// DeclareDeadNodes implements store.Nodes. It is set-based: a few UPDATEs
-// over the sandboxes of every dead node, whatever their number.
+// DeclareDeadNodes implements store.Nodes. A cheap read first says whether
+// there is anything to do (every process calls this after every
+// heartbeat): no transaction, no lock and no notification when not. Then,
+// in one transaction, stale nodes become dead and the sandboxes to settle
+// are locked in ID order (the store locks a sandbox before its operations:
+// FinishOperation, RequestDelete) and read once, so that each statement
+// below works on exactly that set, whatever commits meanwhile (on
+// PostgreSQL each statement reads a new snapshot): a delete requested
+// later is settled by the next call.
 func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration) (store.NodeLoss, error) {
 	if after <= 0 {
 		return store.NodeLoss{}, fmt.Errorf("declare dead nodes: %w: the limit %s must be positive", model.ErrInvalid, after)
+	}
+	stale := `SELECT 1 FROM nodes WHERE state <> 'dead' AND heartbeat_at < (` + s.dbNow() + `) - ?`
+	var todo int
+	if err := s.queryRow(ctx, `SELECT CASE WHEN EXISTS (`+stale+`) OR EXISTS (`+unsettledSQL+`) THEN 1 ELSE 0 END`,
+		after.Microseconds()).Scan(&todo); err != nil {
+		return store.NodeLoss{}, fmt.Errorf("declare dead nodes: %w", err)
+	}
+	if todo == 0 {
+		return store.NodeLoss{}, nil
 	}
 	var loss store.NodeLoss
 	err := s.write(ctx, true, func(t tx) error {
@@ -319,73 +331,51 @@ func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration) (stor
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		onDead := `s.node_id IN (SELECT id FROM nodes WHERE state = 'dead')`
-		// Lock the sandboxes to settle first, in ID order: the store locks
-		// a sandbox before its operations (FinishOperation, RequestDelete;
-		// the other order deadlocked with them), and on PostgreSQL the
-		// statements below each read a new snapshot, so a delete requested
-		// between two of them would be settled half (the sandbox deleted,
-		// its delete left pending or failed). Failed sandboxes are locked
-		// too: a delete makes them deleting.
-		if err := t.lockRows(ctx, `SELECT s.id FROM sandboxes s WHERE s.state <> 'deleted' AND `+onDead+` ORDER BY s.id `+s.d.RowLock); err != nil {
+		set, err := t.unsettled(ctx)
+		if err != nil {
 			return fmt.Errorf("lock the sandboxes of dead nodes: %w", err)
 		}
 		// Creates that had not started: placed again elsewhere.
-		res, err := t.exec(ctx, `UPDATE operations SET lease_owner = '', lease_incarnation = '', lease_expires_at = 0, updated_at = ?
-			WHERE state IN ('pending', 'running') AND sandbox_id IN (
-				SELECT s.id FROM sandboxes s WHERE s.state = 'pending' AND `+onDead+`)`, now)
-		if err != nil {
+		if err := t.inIDs(ctx, `UPDATE operations SET lease_owner = '', lease_incarnation = '', lease_expires_at = 0, updated_at = ?
+			WHERE state IN ('pending', 'running') AND sandbox_id IN`, set.unstarted, now); err != nil {
 			return fmt.Errorf("release creates: %w", err)
 		}
-		if _, err := res.RowsAffected(); err != nil {
-			return err
-		}
-		res, err = t.exec(ctx, `UPDATE sandboxes SET node_id = '', runtime = '', updated_at = ?
-			WHERE id IN (SELECT s.id FROM sandboxes s WHERE s.state = 'pending' AND `+onDead+`)`, now)
-		if err != nil {
+		if err := t.inIDs(ctx, `UPDATE sandboxes SET node_id = '', runtime = '', updated_at = ? WHERE id IN`, set.unstarted, now); err != nil {
 			return fmt.Errorf("unplace creates: %w", err)
 		}
-		if loss.Replaced, err = affected(res); err != nil {
-			return err
-		}
+		loss.Replaced = len(set.unstarted)
 		// Deletes complete: nothing of the sandbox is reachable any more.
 		// Any other unfinished operation of the sandbox (a create still
 		// under way when the delete was requested) fails: no node will
 		// finish it.
-		deleting := `SELECT s.id FROM sandboxes s WHERE s.state = 'deleting' AND ` + onDead
-		if _, err := t.exec(ctx, `UPDATE operations SET state = 'succeeded', updated_at = ?, finished_at = ?
-			WHERE state IN ('pending', 'running') AND kind = 'delete' AND sandbox_id IN (`+deleting+`)`, now, now); err != nil {
+		if err := t.inIDs(ctx, `UPDATE operations SET state = 'succeeded', updated_at = ?, finished_at = ?
+			WHERE state IN ('pending', 'running') AND kind = 'delete' AND sandbox_id IN`, set.deleting, now, now); err != nil {
 			return fmt.Errorf("complete deletes: %w", err)
 		}
-		if _, err := t.exec(ctx, `UPDATE operations SET state = 'failed', error_code = 'node_lost', error_message = ?,
+		if err := t.inIDs(ctx, `UPDATE operations SET state = 'failed', error_code = 'node_lost', error_message = ?,
 			updated_at = ?, finished_at = ?
-			WHERE state IN ('pending', 'running') AND kind <> 'delete' AND sandbox_id IN (`+deleting+`)`,
+			WHERE state IN ('pending', 'running') AND kind <> 'delete' AND sandbox_id IN`, set.deleting,
 			"the sandbox's node was declared dead", now, now); err != nil {
 			return fmt.Errorf("fail operations of deleted sandboxes: %w", err)
 		}
-		res, err = t.exec(ctx, `UPDATE sandboxes SET state = 'deleted', state_reason = ?, updated_at = ?
-			WHERE id IN (`+deleting+`)`, model.NodeLostReason, now)
-		if err != nil {
+		if err := t.inIDs(ctx, `UPDATE sandboxes SET state = 'deleted', state_reason = ?, updated_at = ? WHERE id IN`,
+			set.deleting, model.NodeLostReason, now); err != nil {
 			return fmt.Errorf("delete sandboxes: %w", err)
 		}
-		if loss.Deleted, err = affected(res); err != nil {
-			return err
-		}
+		loss.Deleted = len(set.deleting)
 		// Everything else that lived there is lost.
-		lost := `SELECT s.id FROM sandboxes s WHERE ` + liveStatesSQL + ` AND s.state NOT IN ('pending', 'deleting') AND ` + onDead
-		if _, err := t.exec(ctx, `UPDATE operations SET state = 'failed', error_code = 'node_lost', error_message = ?,
+		if err := t.inIDs(ctx, `UPDATE operations SET state = 'failed', error_code = 'node_lost', error_message = ?,
 			updated_at = ?, finished_at = ?
-			WHERE state IN ('pending', 'running') AND sandbox_id IN (`+lost+`)`,
+			WHERE state IN ('pending', 'running') AND sandbox_id IN`, set.lost,
 			"the sandbox's node was declared dead", now, now); err != nil {
 			return fmt.Errorf("fail operations: %w", err)
 		}
-		res, err = t.exec(ctx, `UPDATE sandboxes SET state = 'failed', state_reason = ?, updated_at = ? WHERE id IN (`+lost+`)`,
-			model.NodeLostReason, now)
-		if err != nil {
+		if err := t.inIDs(ctx, `UPDATE sandboxes SET state = 'failed', state_reason = ?, updated_at = ? WHERE id IN`,
+			set.lost, model.NodeLostReason, now); err != nil {
 			return fmt.Errorf("fail sandboxes: %w", err)
 		}
-		loss.Failed, err = affected(res)
-		return err
+		loss.Failed = len(set.lost)
+		return nil
 	})
 	if err != nil {
 		return store.NodeLoss{}, fmt.Errorf("declare dead nodes: %w", err)
@@ -393,16 +383,100 @@ func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration) (stor
 	return loss, nil
 }
 
-// lockRows runs a locking SELECT and reads its rows through.
-func (t tx) lockRows(ctx context.Context, query string, args ...any) error {
-	rows, err := t.tx.QueryContext(ctx, t.s.q(query), args...)
+// unsettledSQL selects the sandboxes DeclareDeadNodes settles: every live
+// one (not deleted, not failed) on a dead node, and deletes of sandboxes
+// that have no node (nothing of them exists anywhere; no node would claim
+// their delete).
+const unsettledSQL = `SELECT s.id, s.state FROM sandboxes s
+	WHERE (s.state NOT IN ('deleted', 'failed') AND s.node_id IN (SELECT id FROM nodes WHERE state = 'dead'))
+	   OR (s.node_id = '' AND s.state = 'deleting')`
+
+// unsettledSet is what DeclareDeadNodes does to which sandboxes.
+type unsettledSet struct {
+	unstarted, deleting, lost []string
+}
+
+// unsettled locks the sandboxes to settle, in ID order, and sorts them.
+func (t tx) unsettled(ctx context.Context) (unsettledSet, error) {
+	var set unsettledSet
+	rows, err := t.tx.QueryContext(ctx, t.s.q(unsettledSQL+` ORDER BY s.id `+t.s.d.RowLock))
 	if err != nil {
-		return err
+		return set, err
 	}
 	defer rows.Close()
 	for rows.Next() {
+		var id, state string
+		if err := rows.Scan(&id, &state); err != nil {
+			return set, err
+		}
+		switch model.SandboxState(state) {
+		case model.StatePending:
+			set.unstarted = append(set.unstarted, id)
+		case model.StateDeleting:
+			set.deleting = append(set.deleting, id)
+		default:
+			set.lost = append(set.lost, id)
+		}
 	}
-	return rows.Err()
+	return set, rows.Err()
+}
+
+// inIDs runs an UPDATE whose text ends in "IN" for ids, in batches (args
+// come before the IDs).
+func (t tx) inIDs(ctx context.Context, update string, ids []string, args ...any) error {
+	const batch = 500
+	for len(ids) > 0 {
+		n := min(len(ids), batch)
+		all := append(append([]any{}, args...), toAny(ids[:n])...)
+		if _, err := t.exec(ctx, update+` (`+placeholders(n)+`)`, all...); err != nil {
+			return err
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+func toAny(ids []string) []any {
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
+}
+
+// TransitionOnNode implements store.Nodes: the sandbox row is locked, its
+// node and state compared, the fence checked (share-locking the node's
+// row), and the state changed, in one transaction.
+func (s *Store) TransitionOnNode(ctx context.Context, id model.SandboxID, f store.Fence, from, to model.SandboxState, reason, runtime string, now time.Time) error {
+	if err := model.CheckTransition(from, to); err != nil {
+		return fmt.Errorf("transition sandbox %s: %w", id, err)
+	}
+	err := s.write(ctx, true, func(t tx) error {
+		var state, node string
+		if err := t.queryRow(ctx, `SELECT state, node_id FROM sandboxes WHERE id = ? `+s.d.RowLock, string(id)).Scan(&state, &node); err != nil {
+			return errNotFound(err)
+		}
+		if node != string(f.Node) {
+			if node == "" {
+				return fmt.Errorf("%w: the sandbox has no node (its node was declared dead; it waits to be placed again)", store.ErrFenced)
+			}
+			return fmt.Errorf("%w: the sandbox is placed on %s", store.ErrFenced, node)
+		}
+		if err := t.fenced(ctx, f.Node, f.Incarnation, nil); err != nil {
+			return err
+		}
+		if model.SandboxState(state) != from {
+			return fmt.Errorf("%w: sandbox is %s, expected %s", store.ErrStateChanged, state, from)
+		}
+		_, err := t.exec(ctx, `UPDATE sandboxes SET state = ?, state_reason = ?, updated_at = ?,
+			runtime = CASE WHEN runtime = '' THEN ? ELSE runtime END WHERE id = ?`,
+			string(to), reason, micro(now), runtime, string(id))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("transition sandbox %s from %s to %s on %s: %w", id, from, to, f.Node, err)
+	}
+	return nil
 }
 
 // ListUnplaced implements store.Nodes.
@@ -484,8 +558,8 @@ func (t tx) checkRoom(ctx context.Context, node model.NodeID, r model.Resources,
 }
 
 // fenceArgs are the arguments of fenceSQL.
-func fenceArgs(node model.NodeID, inc model.Incarnation) []any {
-	return []any{string(node), string(inc)}
+func fenceArgs(f store.Fence) []any {
+	return []any{string(f.Node), string(f.Incarnation)}
 }
 
 // selectorJSON encodes a sandbox's node selector.

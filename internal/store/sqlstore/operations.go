@@ -167,7 +167,7 @@ func (s *Store) ClaimOperation(ctx context.Context, c store.Claim) (model.Operat
 		var err error
 		op, err = scanOperation(t.queryRow(ctx, `UPDATE operations
 			SET state = ?, attempts = attempts + 1, lease_owner = ?, lease_incarnation = ?, lease_expires_at = ?, updated_at = ?
-			WHERE `+fenceSQL+` AND id = (
+			WHERE `+s.fenceSQL()+` AND id = (
 				SELECT o.id FROM operations o JOIN sandboxes s ON s.id = o.sandbox_id
 				WHERE o.state IN (?, ?)
 				  AND (o.lease_owner = '' OR o.lease_expires_at <= ?)
@@ -206,7 +206,7 @@ func (s *Store) RenewLease(ctx context.Context, id model.OperationID, c store.Cl
 		return fmt.Errorf("renew lease of %s: %w", id, err)
 	}
 	res, err := s.exec(ctx, `UPDATE operations SET lease_expires_at = ?
-		WHERE id = ? AND lease_owner = ? AND lease_incarnation = ? AND state = ? AND `+fenceSQL,
+		WHERE id = ? AND lease_owner = ? AND lease_incarnation = ? AND state = ? AND `+s.fenceSQL(),
 		micro(c.Now.Add(c.Lease)), string(id), string(c.Owner), string(c.Incarnation), string(model.OpRunning),
 		string(c.Owner), string(c.Incarnation))
 	if err != nil {
@@ -239,7 +239,7 @@ func (s *Store) RetryOperation(ctx context.Context, r store.Retry) error {
 	}
 	err := s.write(ctx, true, func(t tx) error {
 		res, err := t.exec(ctx, `UPDATE operations SET lease_owner = '', lease_incarnation = '', lease_expires_at = 0, not_before = ?, updated_at = ?
-			WHERE id = ? AND lease_owner = ? AND lease_incarnation = ? AND state = ? AND `+fenceSQL,
+			WHERE id = ? AND lease_owner = ? AND lease_incarnation = ? AND state = ? AND `+s.fenceSQL(),
 			microOrZero(r.NotBefore), micro(r.Now), string(r.OperationID), string(r.Owner), string(r.Incarnation), string(model.OpRunning),
 			string(r.Owner), string(r.Incarnation))
 		if err != nil {
@@ -338,25 +338,36 @@ func (s *Store) FinishOperation(ctx context.Context, f store.Finish) error {
 }
 
 // fenced returns store.ErrFenced when node does not run incarnation inc or
-// is dead, else otherwise (which may be nil).
+// is dead, else otherwise (which may be nil). The node's row is share-locked
+// (PostgreSQL) until the transaction ends, so a concurrent DeclareDeadNodes
+// or RegisterNode waits for the write it fences.
 func (t tx) fenced(ctx context.Context, node model.NodeID, inc model.Incarnation, otherwise error) error {
-	return checkFence(t.queryRow(ctx, fenceCountSQL, string(node), string(inc)), node, inc, otherwise)
+	return checkFence(t.queryRow(ctx, t.s.fenceRowSQL(), string(node), string(inc)), node, inc, otherwise)
 }
 
 // fencedNow is fenced outside a transaction, with nil otherwise.
 func (s *Store) fencedNow(ctx context.Context, node model.NodeID, inc model.Incarnation) error {
-	return checkFence(s.queryRow(ctx, fenceCountSQL, string(node), string(inc)), node, inc, nil)
+	return checkFence(s.queryRow(ctx, s.fenceRowSQL(), string(node), string(inc)), node, inc, nil)
 }
 
-const fenceCountSQL = `SELECT COUNT(*) FROM nodes fn WHERE fn.id = ? AND fn.incarnation = ? AND fn.state <> 'dead'`
+// fenceRowSQL selects the node's row while node ? runs incarnation ? and is
+// not dead.
+func (s *Store) fenceRowSQL() string {
+	return `SELECT 1 FROM nodes fn WHERE fn.id = ? AND fn.incarnation = ? AND fn.state <> 'dead' ` + s.d.ShareLock
+}
+
+// fenceSQL is fenceRowSQL as a condition of a write; it takes the node ID
+// and the incarnation.
+func (s *Store) fenceSQL() string { return `EXISTS (` + s.fenceRowSQL() + `)` }
 
 func checkFence(row *sql.Row, node model.NodeID, inc model.Incarnation, otherwise error) error {
-	var ok int
-	if err := row.Scan(&ok); err != nil {
-		return err
-	}
-	if ok == 0 {
+	var one int
+	err := row.Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: %s is not node %s's current incarnation, or the node is dead", store.ErrFenced, inc, node)
+	}
+	if err != nil {
+		return err
 	}
 	return otherwise
 }

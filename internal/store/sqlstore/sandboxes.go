@@ -310,8 +310,8 @@ func (s *Store) ListSandboxesOnNode(ctx context.Context, node model.NodeID) ([]m
 // current incarnation, records its runtime (store.ErrFenced otherwise).
 func (s *Store) PlaceSandbox(ctx context.Context, id model.SandboxID, f store.Fence, runtime string, now time.Time) error {
 	err := s.write(ctx, true, func(t tx) error {
-		res, err := t.exec(ctx, `UPDATE sandboxes SET runtime = ?, updated_at = ? WHERE id = ? AND node_id = ? AND `+fenceSQL,
-			append([]any{runtime, micro(now), string(id), string(f.Node)}, fenceArgs(f.Node, f.Incarnation)...)...)
+		res, err := t.exec(ctx, `UPDATE sandboxes SET runtime = ?, updated_at = ? WHERE id = ? AND node_id = ? AND `+s.fenceSQL(),
+			append([]any{runtime, micro(now), string(id), string(f.Node)}, fenceArgs(f)...)...)
 		if err != nil {
 			return err
 		}

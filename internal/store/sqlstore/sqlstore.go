@@ -42,6 +42,10 @@ type Dialect struct {
 	// concurrent delete or collection, which locks the row exclusively,
 	// waits for it: PostgreSQL "FOR SHARE"; empty for SQLite.
 	TemplateUseLock string
+	// ShareLock is appended to a SELECT of a row whose state a write
+	// depends on (a node's incarnation, for fencing): PostgreSQL "FOR
+	// SHARE"; empty for SQLite.
+	ShareLock string
 	// NowMicro is the database's clock in unix microseconds, as an SQL
 	// expression; empty: SQLite's julianday('now') (the host's clock, the
 	// only one an embedded database has).
