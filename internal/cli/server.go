@@ -344,7 +344,7 @@ func (f serverFlags) clusterOptions(opts *server.Options) error {
 		return usageErrorf("--label: %w", err)
 	}
 	if f.maxSandboxes < 0 {
-		return usageErrorf("--max-sandboxes must be at least 1, not %d", f.maxSandboxes)
+		return usageErrorf("--max-sandboxes must be at least 1 (0: the default, %d), not %d", server.DefaultMaxSandboxes, f.maxSandboxes)
 	}
 	opts.MaxSandboxes = f.maxSandboxes // 0: the default
 	if opts.Placement, err = model.ParsePlacementStrategy(cmp.Or(f.placement, string(model.PlaceSpread))); err != nil {

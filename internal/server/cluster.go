@@ -44,17 +44,16 @@ type membership struct {
 	log       *slog.Logger
 
 	offset   atomic.Int64 // the database's clock minus ours, in nanoseconds
-	reported []model.TemplateDigest
+	clockMu  sync.Mutex
+	samples  []clockSample          // the last heartbeats', for offset
+	reported []model.TemplateDigest // what reportTemplates last told the store
 }
 
 // clusterConfig checks the cluster options and fills in defaults.
 func clusterConfig(opts Options, listenAddr string) (model.Node, time.Duration, time.Duration, error) {
-	role := opts.Role
-	if role == "" {
-		role = model.RoleAll
-	}
-	if _, err := model.ParseNodeRole(string(role)); err != nil {
-		return model.Node{}, 0, 0, fmt.Errorf("--role: %w", err)
+	role, err := roleOf(opts)
+	if err != nil {
+		return model.Node{}, 0, 0, err
 	}
 	adv := opts.AdvertiseURL
 	if adv == "" {
@@ -67,7 +66,7 @@ func clusterConfig(opts Options, listenAddr string) (model.Node, time.Duration, 
 		}
 		adv = "http://" + listenAddr
 	}
-	adv, err := model.ParseAdvertiseURL(adv)
+	adv, err = model.ParseAdvertiseURL(adv)
 	if err != nil {
 		return model.Node{}, 0, 0, fmt.Errorf("--advertise-url: %w", err)
 	}
@@ -86,6 +85,19 @@ func clusterConfig(opts Options, listenAddr string) (model.Node, time.Duration, 
 		slots = DefaultMaxSandboxes
 	}
 	return model.Node{Role: role, AdvertiseURL: adv, Labels: opts.Labels, Slots: slots}, interval, deadAfter, nil
+}
+
+// roleOf is opts.Role, all by default, checked against the store: SQLite
+// is one node's embedded store.
+func roleOf(opts Options) (model.NodeRole, error) {
+	role := opts.Role
+	if role == "" {
+		role = model.RoleAll
+	}
+	if _, err := model.ParseNodeRole(string(role)); err != nil {
+		return "", fmt.Errorf("--role: %w", err)
+	}
+	return role, checkSharedStore(role, opts.DatabaseURL)
 }
 
 // register records this run of the node (a new incarnation) and sets the
@@ -114,11 +126,33 @@ func (m *membership) register(ctx context.Context) error {
 	return nil
 }
 
-// sync sets the offset from a database time read between before and after.
+// clockSamples is how many heartbeats the clock offset is chosen from.
+const clockSamples = 8
+
+// sync records an offset sample from a database time read between before
+// and after, and keeps the offset of the sample with the shortest round
+// trip among the last clockSamples: one that waited on a lock says little
+// about when the database read its clock.
 func (m *membership) sync(before, after, db time.Time) {
-	mid := before.Add(after.Sub(before) / 2)
-	m.offset.Store(int64(db.Sub(mid)))
+	rtt := after.Sub(before)
+	s := clockSample{rtt: rtt, offset: db.Sub(before.Add(rtt / 2))}
+	m.clockMu.Lock()
+	defer m.clockMu.Unlock()
+	m.samples = append(m.samples, s)
+	if len(m.samples) > clockSamples {
+		m.samples = m.samples[1:]
+	}
+	best := m.samples[0]
+	for _, c := range m.samples[1:] {
+		if c.rtt < best.rtt {
+			best = c
+		}
+	}
+	m.offset.Store(int64(best.offset))
 }
+
+// clockSample is one heartbeat's estimate of the database's clock.
+type clockSample struct{ rtt, offset time.Duration }
 
 // Now is the database's clock, as this process estimates it: leases and
 // not-before times are written in it, so nodes whose own clocks disagree
@@ -129,10 +163,20 @@ func (m *membership) fence() store.Fence {
 	return store.Fence{Node: m.node.ID, Incarnation: m.node.Incarnation}
 }
 
-// run heartbeats until ctx ends. It returns an error when the node was
-// fenced (declared dead, or another run of it started): this process must
-// stop, for nothing it writes is accepted any more.
+// run heartbeats until ctx ends, and does the duties in a loop of their
+// own (a slow pass must not delay a heartbeat). It returns an error when
+// the node was fenced (declared dead, or another run of it started): this
+// process must stop, for nothing it writes is accepted any more.
 func (m *membership) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m.dutyLoop(ctx)
+	}()
 	t := time.NewTicker(m.interval)
 	defer t.Stop()
 	var failingSince time.Time
@@ -143,7 +187,11 @@ func (m *membership) run(ctx context.Context) error {
 		case <-t.C:
 		}
 		before := time.Now()
-		at, err := m.st.Heartbeat(ctx, m.fence())
+		// Each heartbeat gets one interval: a connection that hangs must
+		// not hold the next ones back.
+		hctx, done := context.WithTimeout(ctx, m.interval)
+		at, err := m.st.Heartbeat(hctx, m.fence())
+		done()
 		switch {
 		case errors.Is(err, store.ErrFenced):
 			return fmt.Errorf("this node (%s, incarnation %s) was declared dead or started elsewhere: stopping; start it again to rejoin: %w", m.node.ID, m.node.Incarnation, err)
@@ -154,16 +202,30 @@ func (m *membership) run(ctx context.Context) error {
 			if failingSince.IsZero() {
 				failingSince = time.Now()
 			}
-			m.log.Warn("heartbeat failed", "err", err, "failing_for", time.Since(failingSince).Round(time.Second))
+			m.log.Warn("heartbeat failed", "err", err, "failing_for", time.Since(failingSince).Round(time.Second),
+				"declared_dead_after", m.deadAfter)
 			continue
 		}
 		failingSince = time.Time{}
 		m.sync(before, time.Now(), at)
+	}
+}
+
+// dutyLoop does the duties every heartbeat interval until ctx ends.
+func (m *membership) dutyLoop(ctx context.Context) {
+	t := time.NewTicker(m.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 		m.duties(ctx)
 	}
 }
 
-// duties are what every process does after a heartbeat: report its
+// duties are what every process does every heartbeat interval: report its
 // templates, declare nodes dead, place what has no node.
 func (m *membership) duties(ctx context.Context) {
 	if m.templates != nil {
@@ -220,7 +282,7 @@ func (m *membership) placeUnplaced(ctx context.Context) error {
 		}
 		req := placement.Request{Environment: sel, Template: sb.Template, Resources: sb.Resources, Selector: sb.NodeSelector}
 		if err := placeOne(ctx, m.placer, m.st.AssignNode, sb.ID, req); err != nil {
-			m.log.Info("sandbox waits for a node", "sandbox", sb.ID, "reason", err)
+			m.log.Debug("sandbox waits for a node", "sandbox", sb.ID, "reason", err)
 			continue
 		}
 		m.log.Info("sandbox placed again", "sandbox", sb.ID)

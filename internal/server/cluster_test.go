@@ -38,3 +38,30 @@ func TestRegisterReportsTemplates(t *testing.T) {
 		t.Fatalf("holders of the template right after registering: %v (%v)", holders, err)
 	}
 }
+
+// TestClockOffsetPrefersShortRoundTrips: the offset comes from the
+// heartbeat with the shortest round trip among the last few, so one that
+// waited on a lock does not move the clock leases are written in.
+func TestClockOffsetPrefersShortRoundTrips(t *testing.T) {
+	m := &membership{}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// A quick round trip: the database is 5 s ahead.
+	m.sync(t0, t0.Add(2*time.Millisecond), t0.Add(5*time.Second+time.Millisecond))
+	if got := time.Duration(m.offset.Load()); got != 5*time.Second {
+		t.Fatalf("offset %v, want 5s", got)
+	}
+	// A slow one (it waited 4 s): ignored while the quick one is recent.
+	m.sync(t0.Add(time.Minute), t0.Add(time.Minute+4*time.Second), t0.Add(time.Minute+5*time.Second))
+	if got := time.Duration(m.offset.Load()); got != 5*time.Second {
+		t.Fatalf("offset after a slow heartbeat %v, want 5s", got)
+	}
+	// Once the quick sample is older than the window, the best of the
+	// recent ones counts.
+	for i := range clockSamples {
+		at := t0.Add(time.Duration(i+2) * time.Minute)
+		m.sync(at, at.Add(10*time.Millisecond), at.Add(-3*time.Second+5*time.Millisecond))
+	}
+	if got := time.Duration(m.offset.Load()); got != -3*time.Second {
+		t.Fatalf("offset %v, want -3s", got)
+	}
+}

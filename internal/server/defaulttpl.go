@@ -167,7 +167,7 @@ func startBuilds(ctx context.Context, opts Options, dd *dataDir, st store.Store,
 	if err != nil {
 		return nil, err
 	}
-	def := &defaultTag{st: st, file: dd.join(defaultTagFile), log: log}
+	def := &defaultTag{st: st, file: dd.join(defaultTagFile), has: templates.Has, log: log}
 	switch opts.DefaultTemplate {
 	case DefaultTemplateMinimal:
 		names := []model.TaggedName{minimalTemplate}
@@ -202,12 +202,15 @@ const defaultTagFile = "default-template"
 type defaultTag struct {
 	st   store.Store
 	file string
+	has  func(model.TemplateDigest) bool // the template is on this node
 	log  *slog.Logger
 }
 
 // moved reports whether "default" points at a template the server did not
-// point it at: it never named it (no file), or it names neither the digest
-// it named last (the file) nor one its default build made.
+// point it at: neither the digest it named last (the file) nor one a
+// default build made that this node holds (its own build, or one from
+// before the file existed). A default named by another node sharing the
+// database counts as moved: this node leaves it.
 func (d *defaultTag) moved(ctx context.Context) (bool, error) {
 	t, err := d.st.ResolveTemplate(ctx, model.RefByName(model.DefaultTemplate))
 	if errors.Is(err, store.ErrNotFound) {
@@ -220,23 +223,28 @@ func (d *defaultTag) moved(ctx context.Context) (bool, error) {
 	switch {
 	case err == nil && strings.TrimSpace(string(last)) == t.Digest.String():
 		return false, nil
-	case errors.Is(err, fs.ErrNotExist):
-		// Named before this server ever named it: by another node
-		// sharing the database, or an operator. Template names are
-		// global; a node that joins does not re-point them.
-		d.log.Info("the template tag default is named already (by another node or an operator); this server leaves it", "digest", t.Digest)
-		return true, nil
-	case err != nil:
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return false, fmt.Errorf("default template: %w", err)
 	}
+	named := err == nil // this server named default before
 	page, err := d.st.ListBuilds(ctx, store.BuildQuery{Name: model.DefaultTemplate, States: []model.BuildState{model.BuildSucceeded}, Limit: 100})
 	if err != nil {
 		return false, fmt.Errorf("default template builds: %w", err)
 	}
 	for _, b := range page.Builds {
-		if b.Source == DefaultBuildSource && b.Digest == t.Digest {
+		// A default build's result is the server's own choice — if this
+		// server made it or holds it: another node's is not to be
+		// rebuilt here.
+		if b.Source == DefaultBuildSource && b.Digest == t.Digest && (named || (d.has != nil && d.has(t.Digest))) {
 			return false, nil
 		}
+	}
+	if !named {
+		// Named before this server ever named it: by another node
+		// sharing the database, or an operator. Template names are
+		// global; a node that joins does not re-point them.
+		d.log.Info("the template tag default is named already (by another node or an operator); this server leaves it", "digest", t.Digest)
+		return true, nil
 	}
 	d.log.Info("the template tag default was moved by an operator; the server leaves it", "digest", t.Digest)
 	return true, nil

@@ -99,4 +99,35 @@ func TestDefaultTagLeftWhenMoved(t *testing.T) {
 	if !moved() {
 		t.Fatal("an operator's default does not count as moved")
 	}
+
+	// A default build's result, named by the build (which writes no
+	// file): the server's own when it holds the template (its build, or a
+	// data dir from before the file existed), another node's otherwise.
+	built := put("built")
+	bld := model.TemplateBuild{ID: model.NewBuildID(), Kind: model.BuildRecipe, Source: DefaultBuildSource,
+		Name: model.DefaultTemplate, CreatedAt: now}
+	if err := st.CreateBuild(ctx, bld, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ClaimBuild(ctx, store.Claim{Owner: "n", Lease: time.Minute, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.FinishBuild(ctx, store.BuildFinish{ID: bld.ID, Owner: "n", State: model.BuildSucceeded, Digest: built, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetTemplateName(ctx, model.DefaultTemplate, built, now); err != nil {
+		t.Fatal(err)
+	}
+	if moved() {
+		t.Fatal("the server's own default build counts as moved")
+	}
+	local := false
+	fresh := &defaultTag{st: st, file: filepath.Join(dir, "other-"+defaultTagFile), has: func(model.TemplateDigest) bool { return local }, log: log}
+	if m, err := fresh.moved(ctx); err != nil || !m {
+		t.Fatalf("another node's default build, on a node that never named default: moved %v, %v; want moved", m, err)
+	}
+	local = true
+	if m, err := fresh.moved(ctx); err != nil || m {
+		t.Fatalf("a default build this node holds, no file (an older data dir): moved %v, %v; want not moved", m, err)
+	}
 }

@@ -247,7 +247,7 @@ func (noAgents) Agent(id model.SandboxID) (*agentclient.Client, error) {
 
 // checkSharedStore refuses roles that need a shared database without one:
 // SQLite is one node's embedded store.
-func checkSharedStore(_ context.Context, _ store.Store, _ model.NodeID, role model.NodeRole, databaseURL string) error {
+func checkSharedStore(role model.NodeRole, databaseURL string) error {
 	if databaseURL == "" && role != model.RoleAll {
 		return errors.New("--role " + string(role) + " needs --database-url (PostgreSQL): the embedded SQLite store serves one node, which runs both the API and sandboxes (--role all)")
 	}

@@ -70,14 +70,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer st.Close()
 
-	role := opts.Role
-	if role == "" {
-		role = model.RoleAll
-	}
-	if _, err := model.ParseNodeRole(string(role)); err != nil {
-		return fmt.Errorf("--role: %w", err)
-	}
-	if err := checkSharedStore(ctx, st, nodeID, role, opts.DatabaseURL); err != nil {
+	role, err := roleOf(opts)
+	if err != nil {
 		return err
 	}
 
