@@ -168,10 +168,10 @@ func (m *membership) fence() store.Fence {
 // the node was fenced (declared dead, or another run of it started): this
 // process must stop, for nothing it writes is accepted any more.
 func (m *membership) run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait() // after cancel (defers run last first)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

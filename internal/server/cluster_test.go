@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/placement"
+	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
 )
 
@@ -63,5 +66,40 @@ func TestClockOffsetPrefersShortRoundTrips(t *testing.T) {
 	}
 	if got := time.Duration(m.offset.Load()); got != -3*time.Second {
 		t.Fatalf("offset %v, want -3s", got)
+	}
+}
+
+// TestFencedMembershipReturns: a heartbeat refused as fenced ends run with
+// an error (the server stops), its duty loop stopped with it.
+func TestFencedMembershipReturns(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	placer, err := placement.New(placement.Config{Store: st, DeadAfter: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &membership{st: st, interval: 10 * time.Millisecond, deadAfter: time.Second, placer: placer,
+		node: model.Node{ID: model.NewNodeID(), Incarnation: model.NewIncarnation(), Role: model.RoleAll, AdvertiseURL: "http://127.0.0.1:1"},
+		log:  slog.New(slog.DiscardHandler)}
+	if err := m.register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Another run of the node starts: this one is fenced.
+	if _, err := st.RegisterNode(ctx, model.Node{ID: m.node.ID, Incarnation: model.NewIncarnation(), Role: model.RoleAll, AdvertiseURL: "http://127.0.0.1:1"}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.run(ctx) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, store.ErrFenced) {
+			t.Fatalf("run = %v, want ErrFenced", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a fenced membership did not return")
 	}
 }

@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -98,6 +100,12 @@ type Store struct {
 	closeErr  error
 }
 
+// IdleInTransactionTimeout is the idle_in_transaction_session_timeout of
+// the store's connections (unless the DSN sets one): PostgreSQL ends the
+// session of a client idle that long inside a transaction, and its locks
+// are released.
+const IdleInTransactionTimeout = 5 * time.Second
+
 // Open connects to the database at dsn (a URL or key=value string that pgx
 // understands), applies pending migrations under an advisory lock and starts
 // listening for changes. The listener is connected before Open returns, so
@@ -112,6 +120,14 @@ func Open(ctx context.Context, dsn string, logger *slog.Logger) (*Store, error) 
 	}
 	listenCfg := cfg.Copy()
 	cfg.RuntimeParams["application_name"] = ApplicationName
+	// A process that stops in the middle of a transaction (SIGSTOP, a
+	// frozen VM, a partition) must not hold its row locks for ever: they
+	// would block every other process's writes, the declaration of that
+	// very node's death included. The store's transactions never wait on
+	// anything but the database between two statements.
+	if _, set := cfg.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		cfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.Itoa(int(IdleInTransactionTimeout.Milliseconds()))
+	}
 	listenCfg.RuntimeParams["application_name"] = ListenerApplicationName
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(MaxOpenConns)
