@@ -49,6 +49,9 @@ type Config struct {
 	Backoff func(attempt int) time.Duration
 	// Resync is the period of the resync loop. Default 10 s.
 	Resync time.Duration
+	// FinishGrace is how long operations under way may run on after Run's
+	// context ended (no new one is claimed meanwhile). Default 15 s.
+	FinishGrace time.Duration
 	// Poll is the operation loop's safety poll: the longest it waits for
 	// work without a store change, a finished operation or a due time (a
 	// retry's not_before, a lease's expiry) waking it. Default 10 s.
@@ -85,6 +88,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.Poll == 0 {
 		cfg.Poll = 10 * time.Second
+	}
+	if cfg.FinishGrace == 0 {
+		cfg.FinishGrace = 15 * time.Second
 	}
 	if cfg.Backoff == nil {
 		cfg.Backoff = DefaultBackoff
@@ -155,8 +161,29 @@ func (c *Controller) operationLoop(ctx context.Context) {
 	storeErrs := claimBackoff().Start(nil)
 	slots := make(chan struct{}, c.cfg.Parallel)
 	finished := make(chan struct{}, 1)
+	// Operations under way outlive ctx by up to FinishGrace: a shutdown
+	// stops claiming at once but lets a runtime step finish rather than
+	// kill it half-way (a `runc start` killed mid-way leaves a container
+	// that later attempts cannot start).
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	var running sync.WaitGroup
-	defer running.Wait()
+	defer func() {
+		idle := make(chan struct{})
+		go func() {
+			running.Wait()
+			close(idle)
+		}()
+		grace := time.NewTimer(c.cfg.FinishGrace)
+		defer grace.Stop()
+		select {
+		case <-idle:
+		case <-grace.C:
+			c.log.Warn("operations still under way after the shutdown grace; interrupting them", "grace", c.cfg.FinishGrace)
+			stopWork()
+			<-idle
+		}
+		stopWork()
+	}()
 	for {
 		select { // take a slot
 		case <-ctx.Done():
@@ -198,7 +225,7 @@ func (c *Controller) operationLoop(ctx context.Context) {
 				default:
 				}
 			}()
-			c.runOperation(ctx, op)
+			c.runOperation(work, op)
 		}()
 	}
 }
