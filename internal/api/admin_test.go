@@ -209,3 +209,44 @@ func TestEnsureAdminKeyFileFirst(t *testing.T) {
 		t.Fatalf("GetProject of an unknown ID = %v", err)
 	}
 }
+
+// TestEnsureAdminKeyImports: a key an operator wrote into the file (a
+// Kubernetes Secret, read-only) is imported on a fresh database, the file
+// left as it is; processes starting together import it once.
+func TestEnsureAdminKeyImports(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	token, id, _ := auth.GenerateAPIKey()
+	path := filepath.Join(dir, "admin.key")
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.DiscardHandler)
+	created, err := EnsureAdminKey(ctx, st, path, logger)
+	if err != nil || !created {
+		t.Fatalf("EnsureAdminKey = %v, %v", created, err)
+	}
+	k, err := st.GetAPIKey(ctx, id)
+	if err != nil || k.Role != model.RoleAdmin {
+		t.Fatalf("imported key %+v, %v", k, err)
+	}
+	_, secret, err := auth.ParseAPIKey(token)
+	if err != nil || !auth.VerifySecret(k.SecretHash, secret) {
+		t.Fatalf("the imported key does not verify the token: %v", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != token+"\n" {
+		t.Fatalf("the operator's file was changed: %q", b)
+	}
+	if created, err := EnsureAdminKey(ctx, st, path, logger); err != nil || created {
+		t.Fatalf("second EnsureAdminKey = %v, %v; want nothing done", created, err)
+	}
+	if n, err := st.CountAPIKeys(ctx); err != nil || n != 1 {
+		t.Fatalf("%d keys, %v; want 1", n, err)
+	}
+}

@@ -42,9 +42,12 @@ func EnsureAdminKey(ctx context.Context, st store.Store, path string, logger *sl
 	if err != nil {
 		return false, err
 	}
-	id, hash, imported, err := adminKeyFrom(path)
+	id, hash, imported, replaced, err := adminKeyFrom(path)
 	if err != nil {
 		return false, err
+	}
+	if replaced {
+		logger.WarnContext(ctx, "the admin key file held no API key; a new key was written over it", "file", path)
 	}
 	key := model.APIKey{
 		ID: id, ProjectID: project.ID, Role: model.RoleAdmin, Name: "bootstrap admin",
@@ -67,21 +70,22 @@ func EnsureAdminKey(ctx context.Context, st store.Store, path string, logger *sl
 // operator's, e.g. from a Kubernetes Secret, or one written before a crash:
 // imported), else makes one and writes it there (atomically, before the key is inserted, so a crash never
 // leaves a key that nobody holds).
-func adminKeyFrom(path string) (model.APIKeyID, []byte, bool, error) {
+func adminKeyFrom(path string) (id model.APIKeyID, hash []byte, imported, replaced bool, err error) {
 	if b, err := os.ReadFile(path); err == nil {
 		// A file that holds no key (a stale one of a crash mid-write) is
 		// replaced below.
 		if id, secret, err := auth.ParseAPIKey(strings.TrimSpace(string(b))); err == nil {
-			return id, auth.HashSecret(secret), true, nil
+			return id, auth.HashSecret(secret), true, false, nil
 		}
+		replaced = len(b) > 0
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", nil, false, fmt.Errorf("read admin key file: %w", err)
+		return "", nil, false, false, fmt.Errorf("read admin key file: %w", err)
 	}
 	token, id, hash := auth.GenerateAPIKey()
 	if err := atomicfile.Write(path, []byte(token+"\n"), 0o600); err != nil {
-		return "", nil, false, fmt.Errorf("write admin key file: %w", err)
+		return "", nil, false, false, fmt.Errorf("write admin key file: %w", err)
 	}
-	return id, hash, false, nil
+	return id, hash, false, replaced, nil
 }
 
 // ensureProject returns the project with the given name, creating it if missing.
