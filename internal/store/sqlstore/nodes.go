@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
@@ -118,6 +119,9 @@ func (s *Store) RegisterNode(ctx context.Context, n model.Node) (model.NodeStatu
 		return model.NodeStatus{}, fmt.Errorf("register node: %w", err)
 	}
 	if _, err := model.ParseIncarnation(string(n.Incarnation)); err != nil {
+		return model.NodeStatus{}, fmt.Errorf("register node %s: %w", n.ID, err)
+	}
+	if _, err := model.ParseAdvertiseURL(n.AdvertiseURL); err != nil {
 		return model.NodeStatus{}, fmt.Errorf("register node %s: %w", n.ID, err)
 	}
 	if _, err := model.ParseNodeRole(string(n.Role)); err != nil {
@@ -249,7 +253,10 @@ func (s *Store) SetNodeTemplates(ctx context.Context, f store.Fence, digests []m
 		if _, err := t.exec(ctx, `DELETE FROM node_templates WHERE node_id = ?`, string(f.Node)); err != nil {
 			return err
 		}
-		for _, d := range digests {
+		for _, d := range slices.Compact(slices.Sorted(slices.Values(digests))) { // a set
+			if _, err := model.ParseTemplateDigest(string(d)); err != nil {
+				return err
+			}
 			if _, err := t.exec(ctx, `INSERT INTO node_templates (node_id, digest) VALUES (?, ?)`, string(f.Node), string(d)); err != nil {
 				return fmt.Errorf("insert %s: %w", d, s.insertErr(err))
 			}
