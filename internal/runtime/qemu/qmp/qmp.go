@@ -362,21 +362,25 @@ func (c *Client) roundTrip(ctx context.Context, command string, args any) (json.
 
 	// The write: bounded by the context. A write cut short leaves a partial
 	// command on the wire, so the connection is closed.
-	dl, _ := ctx.Deadline()
-	c.conn.SetWriteDeadline(dl)
-	stop := context.AfterFunc(ctx, func() { c.conn.SetWriteDeadline(time.Unix(1, 0)) })
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		c.conn.SetWriteDeadline(time.Unix(1, 0))
+		close(fired)
+	})
 	_, werr := c.conn.Write(b)
 	interrupted := !stop()
 	if werr != nil {
 		forget()
-		if interrupted || ctx.Err() != nil {
+		if interrupted {
 			c.conn.Close()
 			return nil, fmt.Errorf("qmp %s: %w (connection closed: write interrupted)", command, context.Cause(ctx))
 		}
 		return nil, fmt.Errorf("qmp %s: %w: %w", command, ErrClosed, werr)
 	}
 	if interrupted {
-		// The write completed but a deadline was armed for later writes.
+		// The write completed, but the context ended meanwhile and armed a
+		// past deadline that would fail the next write: disarm it.
+		<-fired
 		c.conn.SetWriteDeadline(time.Time{})
 	}
 
