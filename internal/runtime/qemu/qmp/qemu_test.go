@@ -248,3 +248,35 @@ func TestQEMUMigrateToFileAndRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A QEMU that stops answering (SIGSTOP here) must not hang the caller; once
+// it answers again, its late reply is dropped by id and the next command gets
+// its own.
+func TestQEMUHungProcess(t *testing.T) {
+	bin := qemuBinary(t)
+	dir := tempDir(t)
+	ctx := ctxT(t, 60*time.Second)
+	p := startQEMU(t, bin, dir, "vm")
+	c := p.dial(t, ctx)
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer p.cmd.Process.Signal(syscall.SIGCONT)
+	t0 := time.Now()
+	_, err := c.QueryStatus(ctxT(t, 100*time.Millisecond))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v", err)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Cont(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := c.QueryStatus(ctx); err != nil || !s.Running {
+		t.Fatalf("after SIGCONT: %+v, %v", s, err)
+	}
+}

@@ -342,6 +342,9 @@ func (c *Client) roundTrip(ctx context.Context, command string, args any) (json.
 		return nil, fmt.Errorf("qmp %s: encoding: %w", command, err)
 	}
 	b = append(b, '\n')
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("qmp %s: %w", command, context.Cause(ctx))
+	}
 
 	ch := make(chan reply, 1)
 	c.mu.Lock()
@@ -367,11 +370,17 @@ func (c *Client) roundTrip(ctx context.Context, command string, args any) (json.
 		c.conn.SetWriteDeadline(time.Unix(1, 0))
 		close(fired)
 	})
-	_, werr := c.conn.Write(b)
+	n, werr := c.conn.Write(b)
 	interrupted := !stop()
 	if werr != nil {
 		forget()
 		if interrupted {
+			if n == 0 {
+				// Nothing reached QEMU: the connection is still good.
+				<-fired
+				c.conn.SetWriteDeadline(time.Time{})
+				return nil, fmt.Errorf("qmp %s: %w", command, context.Cause(ctx))
+			}
 			c.conn.Close()
 			return nil, fmt.Errorf("qmp %s: %w (connection closed: write interrupted)", command, context.Cause(ctx))
 		}

@@ -321,7 +321,7 @@ func TestContextCancelThenLateReplyIsDropped(t *testing.T) {
 
 func TestHungQEMUThatDoesNotReadCannotHangTheCaller(t *testing.T) {
 	// net.Pipe is unbuffered: a peer that never reads blocks every write.
-	c, _ := pair(t, Options{})
+	c, f := pair(t, Options{})
 	start := time.Now()
 	err := c.Stop(ctxT(t, 50*time.Millisecond))
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -330,7 +330,34 @@ func TestHungQEMUThatDoesNotReadCannotHangTheCaller(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("took %v", d)
 	}
-	// A half-written command poisons the stream: the connection is closed.
+	// Nothing reached the peer, so the connection is still good.
+	wait := f.serve(func(f *fake) error {
+		r, err := f.recv()
+		if err != nil {
+			return err
+		}
+		if r.Execute != "cont" {
+			return fmt.Errorf("got %s", r.Execute)
+		}
+		return f.reply(r, "{}")
+	})
+	if err := c.Cont(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	wait()
+
+	// A peer that stops reading half-way through a command: the caller
+	// returns, and the half-written command poisons the stream, so the
+	// connection is closed.
+	wait = f.serve(func(f *fake) error {
+		_, err := f.conn.Read(make([]byte, 5))
+		return err
+	})
+	err = c.Stop(ctxT(t, 50*time.Millisecond))
+	wait()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v", err)
+	}
 	select {
 	case <-c.Done():
 	case <-time.After(5 * time.Second):
@@ -559,4 +586,29 @@ func TestWaitMigration(t *testing.T) {
 	if !errors.As(err, &me) || !strings.Contains(err.Error(), "Broken pipe") {
 		t.Fatalf("err %v", err)
 	}
+}
+
+func TestCancelledContextLeavesConnectionUsable(t *testing.T) {
+	c, f := pair(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := 0; i < 20; i++ {
+		if err := c.Stop(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("err %v", err)
+		}
+	}
+	wait := f.serve(func(f *fake) error {
+		r, err := f.recv()
+		if err != nil {
+			return err
+		}
+		if r.Execute != "cont" {
+			return fmt.Errorf("got %s", r.Execute)
+		}
+		return f.reply(r, "{}")
+	})
+	if err := c.Cont(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	wait()
 }
