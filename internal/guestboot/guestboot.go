@@ -34,14 +34,15 @@ import (
 	"strings"
 
 	"github.com/airlockdev/airlock/internal/atomicfile"
+	"github.com/airlockdev/airlock/internal/staticelf"
 )
 
 // Kernel pins a Debian kernel package.
 type Kernel struct {
-	Package string // e.g. linux-image-6.1.0-50-cloud-amd64
-	Version string // Debian version, e.g. 6.1.176-1
-	Release string // uname -r of the kernel, e.g. 6.1.0-50-cloud-amd64
-	SHA256  string // of the .deb, as the archive's Packages index lists it
+	Package string `json:"package"`    // e.g. linux-image-6.1.0-50-cloud-amd64
+	Version string `json:"version"`    // Debian version, e.g. 6.1.176-1
+	Release string `json:"release"`    // uname -r of the kernel, e.g. 6.1.0-50-cloud-amd64
+	SHA256  string `json:"deb_sha256"` // of the .deb, as the archive's Packages index lists it
 }
 
 // DefaultKernel is the pinned guest kernel: the version of
@@ -88,8 +89,9 @@ type Artifacts struct {
 	InitrdPath    string   `json:"initrd_path"`
 	InitrdSHA256  string   `json:"initrd_sha256"`
 	InitSHA256    string   `json:"init_sha256"`
-	Modules       []string `json:"modules"` // load order
-	InitrdBuilt   bool     `json:"-"`       // false: taken from the cache
+	Modules       []string `json:"modules"`   // load order
+	EnvReference  string   `json:"reference"` // Reference(), set by Build
+	InitrdBuilt   bool     `json:"-"`         // false: taken from the cache
 	KernelFetched bool     `json:"-"`
 }
 
@@ -154,6 +156,9 @@ func Build(ctx context.Context, o Options) (*Artifacts, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := staticelf.Check(initData); err != nil {
+		return nil, fmt.Errorf("guestboot: guest init %s: %w (build it with CGO_ENABLED=0)", initBin, err)
+	}
 	a.InitSHA256 = sha256hex(initData)
 
 	// The initramfs's key: everything that goes into it.
@@ -179,6 +184,7 @@ func Build(ctx context.Context, o Options) (*Artifacts, error) {
 	if a.InitrdSHA256, err = fileSHA256(a.InitrdPath); err != nil {
 		return nil, err
 	}
+	a.EnvReference = a.Reference()
 	if j, err := json.MarshalIndent(a, "", "  "); err == nil {
 		_ = atomicfile.Write(filepath.Join(o.Dir, "artifacts.json"), append(j, '\n'), 0o644)
 	}

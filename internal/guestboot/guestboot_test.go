@@ -190,7 +190,7 @@ func TestBootTCG(t *testing.T) {
 	defer func() {
 		_ = cmd.Process.Kill()
 		<-exited
-		if t.Failed() {
+		if t.Failed() || os.Getenv("AIRLOCK_GUESTBOOT_SERIAL") != "" {
 			log, _ := os.ReadFile(serial)
 			t.Logf("qemu: %s\nserial console:\n%s", qout.Bytes(), log)
 		}
