@@ -16,6 +16,7 @@ import (
 // the QEMU runtime).
 func (a *app) bootInputsCommand() *cobra.Command {
 	var dir, initBin string
+	var uncompressed bool
 	cmd := &cobra.Command{
 		Use:   "boot-inputs",
 		Short: "Build the microVM guest kernel and initramfs (cached by their inputs' digests)",
@@ -33,7 +34,7 @@ func (a *app) bootInputsCommand() *cobra.Command {
 				}
 				dir = filepath.Join(dd, "guestboot")
 			}
-			art, err := guestboot.Build(cmd.Context(), guestboot.Options{Dir: dir, Init: initBin})
+			art, err := guestboot.Build(cmd.Context(), guestboot.Options{Dir: dir, Init: initBin, Uncompressed: uncompressed})
 			if err != nil {
 				return err
 			}
@@ -50,5 +51,6 @@ func (a *app) bootInputsCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "cache directory (default: DATA_DIR/guestboot)")
 	cmd.Flags().StringVar(&initBin, "init", "", "static guest init binary (default: build it with the go tool)")
+	cmd.Flags().BoolVar(&uncompressed, "uncompressed", false, "write the initramfs without gzip (larger, boots faster under TCG)")
 	return cmd
 }

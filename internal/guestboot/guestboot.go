@@ -79,6 +79,9 @@ type Options struct {
 	// root to build in; empty: found from this source file's module).
 	Init  string
 	GoDir string
+	// Uncompressed writes the cpio without gzip (.cpio): 2.3 MB instead of
+	// 0.95 MB, and ~0.2-0.3 s less boot under TCG (no inflate in the guest).
+	Uncompressed bool
 }
 
 // Artifacts are the boot inputs a build produced.
@@ -167,9 +170,13 @@ func Build(ctx context.Context, o Options) (*Artifacts, error) {
 	for _, m := range order {
 		fmt.Fprintf(key, "module %s\n", m)
 	}
-	a.InitrdPath = filepath.Join(o.Dir, "initrd", hex.EncodeToString(key.Sum(nil))+".cpio.gz")
+	ext := ".cpio.gz"
+	if o.Uncompressed {
+		ext = ".cpio"
+	}
+	a.InitrdPath = filepath.Join(o.Dir, "initrd", hex.EncodeToString(key.Sum(nil))+ext)
 	if _, err := os.Stat(a.InitrdPath); err != nil {
-		data, err := buildInitramfs(kdir, o.Kernel.Release, order, initData)
+		data, err := buildInitramfs(kdir, o.Kernel.Release, order, initData, !o.Uncompressed)
 		if err != nil {
 			return nil, err
 		}
@@ -193,7 +200,7 @@ func Build(ctx context.Context, o Options) (*Artifacts, error) {
 
 // buildInitramfs writes the cpio (newc) archive, gzip-compressed with a
 // fixed header, so equal inputs give equal bytes.
-func buildInitramfs(kdir, release string, order []string, initData []byte) ([]byte, error) {
+func buildInitramfs(kdir, release string, order []string, initData []byte, compress bool) ([]byte, error) {
 	var raw bytes.Buffer
 	c := &cpioWriter{w: &raw}
 	mdir := path.Join(moduleDir, release)
@@ -236,6 +243,9 @@ func buildInitramfs(kdir, release string, order []string, initData []byte) ([]by
 	}
 	if err := c.close(); err != nil {
 		return nil, err
+	}
+	if !compress {
+		return raw.Bytes(), nil
 	}
 	var out bytes.Buffer
 	zw, err := gzip.NewWriterLevel(&out, gzip.BestCompression)

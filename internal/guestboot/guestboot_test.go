@@ -84,7 +84,7 @@ func cacheDir(t *testing.T) string {
 	return filepath.Join(d, "airlock", "guestboot")
 }
 
-func buildOrSkip(t *testing.T) *Artifacts {
+func buildOrSkip(t *testing.T, uncompressed bool) *Artifacts {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go tool to build the guest init")
@@ -92,7 +92,7 @@ func buildOrSkip(t *testing.T) *Artifacts {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	a, err := Build(ctx, Options{Dir: cacheDir(t)})
+	a, err := Build(ctx, Options{Dir: cacheDir(t), Uncompressed: uncompressed})
 	if err != nil {
 		if strings.Contains(err.Error(), "apt-get download") {
 			t.Skipf("guest kernel %s=%s unavailable (needs Debian's archive and apt-get update): %v", DefaultKernel.Package, DefaultKernel.Version, err)
@@ -105,7 +105,7 @@ func buildOrSkip(t *testing.T) *Artifacts {
 }
 
 func TestBuildReproducible(t *testing.T) {
-	a := buildOrSkip(t)
+	a := buildOrSkip(t, false)
 	// Rebuild the initramfs from scratch in another directory (the kernel
 	// extracted anew from the cached .deb): the same bytes.
 	dir := t.TempDir()
@@ -138,11 +138,16 @@ func TestBuildReproducible(t *testing.T) {
 // TestBootTCG boots the inputs in a QEMU microvm under TCG and waits for the
 // guest init's ready line on the virtio-serial port.
 func TestBootTCG(t *testing.T) {
+	t.Run("gzip", func(t *testing.T) { testBootTCG(t, false) })
+	t.Run("uncompressed", func(t *testing.T) { testBootTCG(t, true) })
+}
+
+func testBootTCG(t *testing.T, uncompressed bool) {
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
 		t.Skip("qemu-system-x86_64 not installed (Debian package qemu-system-x86)")
 	}
-	a := buildOrSkip(t)
+	a := buildOrSkip(t, uncompressed)
 	khz, err := HostTSCkHz()
 	if err != nil {
 		t.Fatal(err)
