@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Airlock needs on a Debian 12 host: the OCI runtimes (runc, crun,
 # gVisor runsc), a static busybox for the minimal template, mmdebstrap for the
-# Debian default template and recipes, mkfs.ext4 for
+# Debian default template and recipes, QEMU (qemu-system-x86) for the microVM
+# boot test, mkfs.ext4 for
 # sandbox disk images, PostgreSQL's
 # binaries and an S3 gateway (versitygw) for the test suite, and Go.
 # Idempotent: fast when all is present.
@@ -20,7 +21,7 @@ fi
 export PATH="/usr/local/go/bin:/usr/local/bin:$PATH"
 export DEBIAN_FRONTEND=noninteractive
 
-packages=(runc crun busybox-static mmdebstrap bubblewrap util-linux e2fsprogs iproute2 xfsprogs postgresql gcc libc6-dev ca-certificates git)
+packages=(runc crun busybox-static mmdebstrap bubblewrap util-linux e2fsprogs iproute2 xfsprogs postgresql gcc libc6-dev ca-certificates git qemu-system-x86)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

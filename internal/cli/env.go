@@ -12,7 +12,7 @@ import (
 )
 
 func (a *app) envCommand() *cobra.Command {
-	return group("env", "List the execution environments sandboxes can run in", a.envListCommand())
+	return group("env", "List the execution environments sandboxes can run in", a.envListCommand(), a.bootInputsCommand())
 }
 
 func (a *app) envListCommand() *cobra.Command {
