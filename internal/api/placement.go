@@ -10,17 +10,10 @@ import (
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/placement"
-	"github.com/airlockdev/airlock/internal/store"
 )
 
 // Placer chooses a new sandbox's node (*placement.Placer).
-type Placer interface {
-	Place(ctx context.Context, req placement.Request) (placement.Decision, error)
-}
-
-// placeAttempts bounds how often a create is placed again after the store
-// refused a node that filled up between the decision and the insert.
-const placeAttempts = 3
+type Placer = placement.Decider
 
 // environmentSelector is the create's environment as asked (a name or a
 // reference), or the server's default.
@@ -46,11 +39,7 @@ func (a *API) environmentSelector(given bool, s string) (envid.Selector, error) 
 // and environment reference. Placement errors say what each node lacked.
 func (a *API) insertPlaced(ctx context.Context, sb *model.Sandbox, sel envid.Selector, insert func(model.Sandbox) error) error {
 	req := placement.Request{Environment: sel, Template: sb.Template, Resources: sb.Resources, Selector: sb.NodeSelector}
-	for range placeAttempts {
-		d, err := a.cfg.Placer.Place(ctx, req)
-		if err != nil {
-			return a.placementError(ctx, sel, err)
-		}
+	err := placement.PlaceAndCommit(ctx, a.cfg.Placer, req, func(d placement.Decision) error {
 		if d.Node == a.cfg.Self && a.cfg.Environments != nil {
 			// This node: its artifacts are checked now (a runtime binary
 			// replaced since the start is refused here, not at create).
@@ -59,13 +48,15 @@ func (a *API) insertPlaced(ctx context.Context, sb *model.Sandbox, sel envid.Sel
 			}
 		}
 		sb.NodeID, sb.Environment = d.Node, d.Environment
-		err = insert(*sb)
-		if !errors.Is(err, store.ErrNodeFull) {
-			return err
-		}
-		req.Exclude = append(req.Exclude, d.Node)
+		return insert(*sb)
+	})
+	switch {
+	case errors.Is(err, placement.ErrRefusedEverywhere):
+		return errorf(http.StatusServiceUnavailable, apiv1.CodeNoCapacity, "nodes filled up while the sandbox was being placed; retry")
+	case errors.Is(err, placement.ErrUnknownEnvironment), errors.Is(err, placement.ErrNoNode), errors.Is(err, placement.ErrNoRoom):
+		return a.placementError(ctx, sel, err)
 	}
-	return errorf(http.StatusServiceUnavailable, apiv1.CodeNoCapacity, "nodes filled up while the sandbox was being placed; retry")
+	return err
 }
 
 // placementError maps a placement failure. When no node can run the
@@ -75,14 +66,14 @@ func (a *API) placementError(ctx context.Context, sel envid.Selector, err error)
 	switch {
 	case errors.Is(err, placement.ErrUnknownEnvironment):
 		if a.cfg.Environments != nil {
-			if _, lerr := a.createEnvironment(ctx, true, selectorString(sel)); lerr != nil {
+			if _, lerr := a.createEnvironment(ctx, true, sel.String()); lerr != nil {
 				return lerr
 			}
 		}
 		return errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "%s", err.Error())
 	case errors.Is(err, placement.ErrNoNode):
 		if a.cfg.Environments != nil && a.cfg.Self != "" {
-			if _, lerr := a.createEnvironment(ctx, true, selectorString(sel)); lerr != nil {
+			if _, lerr := a.createEnvironment(ctx, true, sel.String()); lerr != nil {
 				return lerr
 			}
 		}
@@ -91,11 +82,4 @@ func (a *API) placementError(ctx context.Context, sel envid.Selector, err error)
 		return errorf(http.StatusServiceUnavailable, apiv1.CodeNoCapacity, "%s", err.Error())
 	}
 	return fmt.Errorf("place sandbox: %w", err)
-}
-
-func selectorString(sel envid.Selector) string {
-	if sel.Ref != "" {
-		return string(sel.Ref)
-	}
-	return string(sel.Name)
 }

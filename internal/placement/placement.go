@@ -32,6 +32,40 @@ var (
 	ErrUnknownEnvironment = errors.New("unknown execution environment")
 )
 
+// ErrRefusedEverywhere: every node placement chose refused the sandbox
+// when it was committed (store.ErrNodeFull: it filled up meanwhile).
+var ErrRefusedEverywhere = errors.New("every node chosen filled up before the sandbox was placed on it")
+
+// Decider chooses nodes (a *Placer).
+type Decider interface {
+	Place(ctx context.Context, req Request) (Decision, error)
+}
+
+// commitAttempts bounds how often a sandbox is placed again after the
+// store refused the node chosen for it.
+const commitAttempts = 3
+
+// PlaceAndCommit places req and commits the decision (the insert or
+// assignment that records the sandbox's node, whose transaction checks the
+// room again); a node the commit refuses with store.ErrNodeFull is
+// excluded and the sandbox placed again, up to commitAttempts times
+// (ErrRefusedEverywhere then). Place's and commit's other errors are
+// returned as they are.
+func PlaceAndCommit(ctx context.Context, p Decider, req Request, commit func(Decision) error) error {
+	for range commitAttempts {
+		d, err := p.Place(ctx, req)
+		if err != nil {
+			return err
+		}
+		err = commit(d)
+		if !errors.Is(err, store.ErrNodeFull) {
+			return err
+		}
+		req.Exclude = append(req.Exclude, d.Node)
+	}
+	return ErrRefusedEverywhere
+}
+
 // Request is what a new sandbox needs of its node.
 type Request struct {
 	Environment envid.Selector

@@ -281,30 +281,14 @@ func (m *membership) placeUnplaced(ctx context.Context) error {
 			sel.Name = envid.Name(sb.Runtime)
 		}
 		req := placement.Request{Environment: sel, Template: sb.Template, Resources: sb.Resources, Selector: sb.NodeSelector}
-		if err := placeOne(ctx, m.placer, m.st.AssignNode, sb.ID, req); err != nil {
+		err := placement.PlaceAndCommit(ctx, m.placer, req, func(d placement.Decision) error { return m.st.AssignNode(ctx, sb.ID, d.Node) })
+		if err != nil {
 			m.log.Debug("sandbox waits for a node", "sandbox", sb.ID, "reason", err)
 			continue
 		}
 		m.log.Info("sandbox placed again", "sandbox", sb.ID)
 	}
 	return nil
-}
-
-// placeOne places a sandbox, trying again elsewhere while the store
-// refuses a node that filled up meanwhile.
-func placeOne(ctx context.Context, p *placement.Placer, assign func(context.Context, model.SandboxID, model.NodeID) error, id model.SandboxID, req placement.Request) error {
-	for range 3 {
-		d, err := p.Place(ctx, req)
-		if err != nil {
-			return err
-		}
-		err = assign(ctx, id, d.Node)
-		if !errors.Is(err, store.ErrNodeFull) {
-			return err
-		}
-		req.Exclude = append(req.Exclude, d.Node)
-	}
-	return fmt.Errorf("%w: nodes filled up while it was being placed", placement.ErrNoRoom)
 }
 
 // startMembership runs m in wg; a fenced node's error goes to errc.

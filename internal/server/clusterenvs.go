@@ -71,12 +71,5 @@ func (c clusterEnvironments) Resolve(ctx context.Context, sel envid.Selector) (m
 			return r.Ref, nil
 		}
 	}
-	return "", fmt.Errorf("%w: no node has recorded the environment %s", envid.ErrUnknown, selectorOf(sel))
-}
-
-func selectorOf(sel envid.Selector) string {
-	if sel.Ref != "" {
-		return string(sel.Ref)
-	}
-	return string(sel.Name)
+	return "", fmt.Errorf("%w: no node has recorded the environment %s", envid.ErrUnknown, sel)
 }
