@@ -21,7 +21,7 @@ fi
 export PATH="/usr/local/go/bin:/usr/local/bin:$PATH"
 export DEBIAN_FRONTEND=noninteractive
 
-packages=(runc crun busybox-static mmdebstrap bubblewrap util-linux e2fsprogs iproute2 xfsprogs postgresql gcc libc6-dev ca-certificates git qemu-system-x86)
+packages=(runc crun busybox-static mmdebstrap bubblewrap util-linux e2fsprogs iproute2 xfsprogs postgresql gcc libc6-dev ca-certificates git qemu-system-x86 qemu-utils)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
