@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -39,7 +38,9 @@ const (
 const toolTimeout = 30 * time.Second
 
 // toolEnv is the environment of the programs this package runs.
-var toolEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+func toolEnv() []string {
+	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+}
 
 // run runs a program with a fixed environment and returns its stdout; the
 // error holds its stderr.
@@ -50,7 +51,7 @@ func run(ctx context.Context, timeout time.Duration, prog string, args ...string
 		defer cancel()
 	}
 	cmd := exec.CommandContext(ctx, prog, args...)
-	cmd.Env = toolEnv
+	cmd.Env = toolEnv()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -97,7 +98,11 @@ func clone(ctx context.Context, base string, baseFormat Format, dst string, refl
 		return "", fmt.Errorf("clone: base: %w", err)
 	}
 	if !bst.Mode().IsRegular() {
-		return "", fmt.Errorf("clone: base %s is not a regular file (%s)", abs, bst.Mode().Type())
+		return "", fmt.Errorf("clone: base %s is not a regular file (mode %s)", abs, bst.Mode())
+	}
+	// Absolute, so that qemu-img never reads "proto:…" as a protocol.
+	if dst, err = filepath.Abs(dst); err != nil {
+		return "", fmt.Errorf("clone %s: %w", abs, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("clone %s: %w", abs, err)
@@ -205,7 +210,7 @@ func canReflink(ctx context.Context, dir string) (bool, error) {
 
 // DiskInfo describes a disk file and, through Backing, its backing chain.
 type DiskInfo struct {
-	Path        string    // as qemu-img names it (the path given, or the recorded backing path)
+	Path        string    // absolute for the disk asked about; a backing file's as recorded (Clone records absolute paths)
 	Format      Format    // raw, qcow2, …
 	VirtualSize int64     // bytes the guest sees
 	ActualSize  int64     // bytes allocated on the host
@@ -238,6 +243,10 @@ type qemuImgInfo struct {
 // it look like another format. A missing file or a broken chain (a backing
 // file gone) is an error.
 func Info(ctx context.Context, path string) (DiskInfo, error) {
+	path, err := filepath.Abs(path) // so that qemu-img never reads "proto:…" as a protocol
+	if err != nil {
+		return DiskInfo{}, fmt.Errorf("disk info: %w", err)
+	}
 	out, err := run(ctx, toolTimeout, "qemu-img", "info", "-U", "--output=json", "--backing-chain", "--", path)
 	if err != nil {
 		return DiskInfo{}, fmt.Errorf("disk info %s: %w", path, err)
@@ -259,6 +268,3 @@ func Info(ctx context.Context, path string) (DiskInfo, error) {
 	}
 	return *below, nil
 }
-
-// errNotDir is returned for a tree that is not a directory.
-var errNotDir = errors.New("not a directory")

@@ -259,7 +259,8 @@ func (im *Images) removeLeftovers(name string) {
 
 // Prune removes the cached images whose key keep rejects (with their
 // sidecar, lock and leftover files), and images whose key is unknown (no
-// sidecar), and returns the paths of the images removed. It takes each
+// sidecar), and sidecars left without their image by a crash, and returns
+// the paths of the images removed. It takes each
 // image's lock, so it waits for a build of it under way. A running VM that
 // has the image open keeps reading it: the file goes when it is closed.
 func (im *Images) Prune(ctx context.Context, keep func(key string) bool) ([]string, error) {
@@ -267,13 +268,22 @@ func (im *Images) Prune(ctx context.Context, keep func(key string) bool) ([]stri
 	if err != nil {
 		return nil, fmt.Errorf("prune images: %w", err)
 	}
-	var removed []string
-	var errs []error
+	// Images, and sidecars whose image never appeared (a crash between the two).
+	var names []string
+	seen := map[string]bool{}
 	for _, e := range entries {
 		name, ok := strings.CutSuffix(e.Name(), imageExt)
-		if !ok || !(strings.HasPrefix(name, "k-") || strings.HasPrefix(name, "h-")) {
-			continue
+		if !ok {
+			name, ok = strings.CutSuffix(e.Name(), metaExt)
 		}
+		if ok && (strings.HasPrefix(name, "k-") || strings.HasPrefix(name, "h-")) && !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
+	var removed []string
+	var errs []error
+	for _, name := range names {
 		if b, err := os.ReadFile(filepath.Join(im.dir, name+metaExt)); err == nil {
 			var m meta
 			if json.Unmarshal(b, &m) == nil && keep(m.Key) {
@@ -285,7 +295,7 @@ func (im *Images) Prune(ctx context.Context, keep func(key string) bool) ([]stri
 			errs = append(errs, err)
 		}
 		if ok {
-			removed = append(removed, filepath.Join(im.dir, e.Name()))
+			removed = append(removed, filepath.Join(im.dir, name+imageExt))
 		}
 		if ctx.Err() != nil {
 			break

@@ -2,12 +2,16 @@ package vmdisk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
 )
+
+// errNotDir is returned for a tree that is not a directory.
+var errNotDir = errors.New("not a directory")
 
 // treeSize is what a directory tree takes in an ext4 filesystem.
 type treeSize struct {
