@@ -188,7 +188,7 @@ func TestCloneFallsBackToQCOW2(t *testing.T) {
 // file.
 func TestCloneReflinkXFS(t *testing.T) {
 	needRoot(t)
-	needTools(t, "mkfs.xfs", "mount", "umount", "filefrag")
+	needTools(t, "mkfs.xfs", "mount", "umount", "filefrag", "e2fsck", "debugfs")
 	tmp := t.TempDir()
 	fsImage := filepath.Join(tmp, "xfs.img")
 	mnt := filepath.Join(tmp, "mnt")
@@ -237,6 +237,36 @@ func TestCloneReflinkXFS(t *testing.T) {
 		t.Errorf("Info: %+v, %v", info, err)
 	}
 	writeAndCheck(t, Raw, dst, base)
+
+	// The host kernel mounts a clone read-write, and the base stays as it was.
+	baseSum := sha(t, base)
+	rw := filepath.Join(mnt, "rw.raw")
+	if f, err := Clone(context.Background(), base, Raw, rw); err != nil || f != Raw {
+		t.Fatalf("Clone: %s, %v", f, err)
+	}
+	rwMnt := filepath.Join(tmp, "rw")
+	if err := os.Mkdir(rwMnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-o", "loop,rw", "-t", "ext4", rw, rwMnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount the clone: %v\n%s", err, out)
+	}
+	err = os.WriteFile(filepath.Join(rwMnt, "written"), []byte("by the guest"), 0o644)
+	if out, uerr := exec.Command("umount", rwMnt).CombinedOutput(); uerr != nil {
+		t.Fatalf("umount the clone: %v\n%s", uerr, out)
+	}
+	if err != nil {
+		t.Fatalf("write into the mounted clone: %v", err)
+	}
+	if out, err := exec.Command("e2fsck", "-fn", rw).CombinedOutput(); err != nil {
+		t.Errorf("e2fsck -fn of the written clone: %v\n%s", err, out)
+	}
+	if got := debugfs(t, rw, "cat /written"); got != "by the guest" {
+		t.Errorf("clone content %q", got)
+	}
+	if sha(t, base) != baseSum {
+		t.Error("mounting and writing the clone changed the base")
+	}
 	if left, _ := filepath.Glob(filepath.Join(mnt, ".reflink-probe-*")); len(left) != 0 {
 		t.Errorf("probe files left: %v", left)
 	}
