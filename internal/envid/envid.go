@@ -42,10 +42,15 @@ const (
 	NameRunsc Name = "runsc" // gVisor: user-space kernel
 	NameCrun  Name = "crun"  // OCI, shared kernel
 	NameRunc  Name = "runc"  // OCI, shared kernel
+	// NameQEMU: QEMU microVMs (internal/runtime/qemu), each sandbox with
+	// its own kernel; hardware-vm under KVM, emulated-vm under TCG.
+	NameQEMU Name = "qemu"
 )
 
-// Names returns every known environment name, strongest isolation first.
-func Names() []Name { return []Name{NameRunsc, NameCrun, NameRunc} }
+// Names returns every known environment name, strongest isolation first
+// (a VM's isolation is hardware-vm or emulated-vm; both are above a
+// user-space kernel).
+func Names() []Name { return []Name{NameQEMU, NameRunsc, NameCrun, NameRunc} }
 
 // ParseName parses the name of a known environment.
 func ParseName(s string) (Name, error) {

@@ -23,21 +23,38 @@ import (
 // (runc, crun) are never picked automatically: the operator must name them.
 func autoEnvironments() []envid.Name { return []envid.Name{envid.NameRunsc} }
 
+// envRuntime is the runtime of an enabled environment: a runtime.Runtime
+// that may also hold something shared by its sandboxes (the OCI runtimes'
+// agent filesystem), released when the server stops, and that says what
+// else its environment's definition holds (a VM's boot inputs).
+type envRuntime interface {
+	runtime.Runtime
+	// DefinitionInputs are the envid.Inputs of the runtime's environment
+	// besides its binary's digest.
+	DefinitionInputs() envid.Inputs
+}
+
+// agentFSReleaser is implemented by runtimes with a shared agent
+// filesystem (oci).
+type agentFSReleaser interface {
+	ReleaseAgentFS(ctx context.Context) error
+}
+
 // enabledEnv is an enabled execution environment with its probed runtime.
 type enabledEnv struct {
 	local envreg.Local
-	rt    *oci.Runtime
+	rt    envRuntime
 }
 
 // enabledLocal describes an enabled environment whose runtime rt passed
 // its probe: its definition (the binary hashed) and reference.
-func enabledLocal(name envid.Name, rt *oci.Runtime) (envreg.Local, error) {
+func enabledLocal(name envid.Name, rt envRuntime) (envreg.Local, error) {
 	info := rt.Info()
 	l := envreg.Local{Detection: envid.Detection{Name: name, Available: true}, Binary: info.Binary, Enabled: true}
 	if fi, err := os.Stat(info.Binary); err == nil {
 		l.BinaryInfo = fi // before the digest: unchanged since, it needs no second hash
 	}
-	d, err := envid.Define(name, info, envid.Inputs{SnapshotFormat: ociSnapshotFormat(info)})
+	d, err := envid.Define(name, info, rt.DefinitionInputs())
 	if err != nil {
 		return envreg.Local{}, err
 	}
@@ -144,7 +161,9 @@ func openEnvironments(ctx context.Context, names []envid.Name, rts runtimes, log
 func detectOthers(ctx context.Context, enabled []envid.Name, rts runtimes, log *slog.Logger) []envreg.Local {
 	var others []envid.Name
 	for _, n := range envid.Names() {
-		if slices.Contains(enabled, n) {
+		if slices.Contains(enabled, n) || !n.IsOCI() {
+			// A VM environment is probed only when enabled: its probe
+			// fetches a kernel and boots a VM.
 			continue
 		}
 		if _, err := exec.LookPath(string(n)); err != nil {
@@ -161,7 +180,7 @@ func detectOthers(ctx context.Context, enabled []envid.Name, rts runtimes, log *
 			}
 			return rt.Info(), envid.Inputs{SnapshotFormat: ociSnapshotFormat(rt.Info())}, errors.New("not probed: it would share the user namespace id pool with an enabled environment")
 		}
-		rt, err := rts.open(ctx, n)
+		rt, err := rts.openOCI(ctx, n)
 		if rt == nil {
 			return runtime.Info{}, envid.Inputs{}, err
 		}

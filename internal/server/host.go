@@ -15,6 +15,7 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
+	"github.com/airlockdev/airlock/internal/runtime/qemu"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/template"
 	"github.com/airlockdev/airlock/internal/template/distribute"
@@ -176,7 +177,7 @@ func (h *host) runtimeInfos() []infoer {
 	if h != nil {
 		return envRuntimes(h.envs)
 	}
-	var out []infoer
+	out := []infoer{staticInfo{Name: qemu.Name, Capabilities: qemu.Capabilities()}}
 	for _, n := range envid.Names() {
 		if f, err := oci.ParseFlavor(string(n)); err == nil {
 			out = append(out, flavorInfo(f))

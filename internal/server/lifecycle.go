@@ -46,3 +46,8 @@ type flavorInfo oci.Flavor
 func (f flavorInfo) Info() runtime.Info {
 	return runtime.Info{Name: string(f), Capabilities: oci.CapabilitiesOf(oci.Flavor(f))}
 }
+
+// staticInfo is a runtime's declared capabilities, for an api replica.
+type staticInfo runtime.Info
+
+func (s staticInfo) Info() runtime.Info { return runtime.Info(s) }

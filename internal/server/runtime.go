@@ -38,13 +38,37 @@ func (r runtimes) config(name envid.Name) oci.Config {
 }
 
 // open makes the runtime of environment name and proves it runs a
-// container here with a probe. It returns the runtime whenever it could be
+// sandbox here with a probe. It returns the runtime whenever it could be
 // made (its binary is installed), also when the probe failed, so its
 // definition can be recorded with the reason.
-func (r runtimes) open(ctx context.Context, name envid.Name) (*oci.Runtime, error) {
-	if !name.IsOCI() {
-		return nil, fmt.Errorf("environment %s: not an OCI runtime", name)
+func (r runtimes) open(ctx context.Context, name envid.Name) (envRuntime, error) {
+	if name == envid.NameQEMU {
+		rt, err := r.openQEMU(ctx)
+		if rt == nil {
+			return nil, err
+		}
+		return rt, err
 	}
+	if !name.IsOCI() {
+		return nil, fmt.Errorf("environment %s: no runtime", name)
+	}
+	rt, err := r.openOCI(ctx, name)
+	if rt == nil {
+		return nil, err
+	}
+	return ociEnv{rt}, err
+}
+
+// ociEnv is an OCI runtime as an environment's runtime.
+type ociEnv struct{ *oci.Runtime }
+
+// DefinitionInputs: an OCI environment's definition names its snapshot
+// format besides the binary.
+func (e ociEnv) DefinitionInputs() envid.Inputs {
+	return envid.Inputs{SnapshotFormat: ociSnapshotFormat(e.Info())}
+}
+
+func (r runtimes) openOCI(ctx context.Context, name envid.Name) (*oci.Runtime, error) {
 	if name == envid.NameRunc || name == envid.NameCrun {
 		// Their sandboxes' roots are unprivileged host users that must
 		// reach their directories below DATA/runtime, or below

@@ -23,7 +23,7 @@ import (
 	"github.com/airlockdev/airlock/internal/noderoute"
 	"github.com/airlockdev/airlock/internal/placement"
 	"github.com/airlockdev/airlock/internal/procctl"
-	"github.com/airlockdev/airlock/internal/runtime/oci"
+	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/postgres"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
@@ -338,8 +338,12 @@ func Run(ctx context.Context, opts Options) error {
 // sandbox is left, so that a stopped server with no sandboxes leaves no
 // mount behind (its data dir can be removed). With sandboxes it stays:
 // they use it, and the next start reuses it.
-func releaseAgentFS(ctx context.Context, rt *oci.Runtime, log *slog.Logger) {
-	if err := rt.ReleaseAgentFS(ctx); err != nil {
+func releaseAgentFS(ctx context.Context, rt runtime.Runtime, log *slog.Logger) {
+	r, ok := rt.(agentFSReleaser)
+	if !ok {
+		return
+	}
+	if err := r.ReleaseAgentFS(ctx); err != nil {
 		log.Debug("the shared agent filesystem stays mounted", "reason", err)
 	}
 }

@@ -1,0 +1,247 @@
+package qemu
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/atomicfile"
+	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/runtime/qemu/qmp"
+	"github.com/airlockdev/airlock/internal/vmdisk"
+)
+
+// A base snapshot is a VM of one template × size (vCPUs, memory, disk,
+// with or without a NIC) booted once until its agent answered, then saved:
+// StateRoot/.base/<key>/ holds its frozen disk, its RAM file and its device
+// state. A create restores it instead of booting: a new copy-on-write disk
+// over the frozen one, the RAM file mapped private (copy-on-write: clones
+// share every page they do not write, through the host's page cache) and
+// the device state loaded; Start then gives the clone its own hostname,
+// entropy, time and settings.
+type base struct {
+	dir  string
+	meta baseRecord
+}
+
+// baseRecord is base.json, written last: a base without it is not used.
+type baseRecord struct {
+	Key       string        `json:"key"`
+	Disk      string        `json:"disk"`
+	Format    vmdisk.Format `json:"disk_format"`
+	Memory    string        `json:"memory"`
+	State     string        `json:"state"`
+	BootTime  time.Duration `json:"boot_ns"`
+	CreatedAt time.Time     `json:"created_at"`
+}
+
+const baseMeta = "base.json"
+
+// baseKey names the base snapshot a machine can be cloned from: everything
+// a restore must match (the template, disk size, devices, memory, vCPUs,
+// accelerator, boot inputs and QEMU itself).
+func (r *Runtime) baseKey(spec runtime.Spec, m machine) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "tree=%s\x00disk=%d\x00cpus=%d\x00mem=%d\x00nic=%t\x00accel=%s\x00kernel=%s\x00initrd=%s\x00cmdline=%s\x00qemu=%s %s\x00ports=%d\x00",
+		spec.RootFS.Lower, diskBytes(spec), m.CPUs, m.MemoryMiB, m.NIC, m.Accel, m.Kernel, m.Initrd, m.Cmdline, r.binary, r.version, agentPorts)
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+func (r *Runtime) baseLock(key string) *sync.Mutex {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l, ok := r.bases[key]
+	if !ok {
+		l = &sync.Mutex{}
+		r.bases[key] = l
+	}
+	return l
+}
+
+// baseFor returns the base snapshot of the spec's template × size, making
+// it first when there is none (under the key's lock: concurrent creates
+// wait for one build). A base that cannot be made is logged and reported
+// as none: the create boots instead, it is never an error.
+func (r *Runtime) baseFor(ctx context.Context, spec runtime.Spec, m machine) (base, bool) {
+	if r.noBase {
+		return base{}, false
+	}
+	key := r.baseKey(spec, m)
+	l := r.baseLock(key)
+	l.Lock()
+	defer l.Unlock()
+	dir := filepath.Join(r.stateRoot, baseDir, key)
+	if b, err := readBase(dir); err == nil {
+		return b, true
+	}
+	b, err := r.makeBase(ctx, key, spec, m)
+	if err != nil {
+		r.log.WarnContext(ctx, "no base snapshot; sandboxes of this template and size boot", "key", key, "err", err)
+		return base{}, false
+	}
+	r.log.InfoContext(ctx, "base snapshot made", "key", key, "boot", b.meta.BootTime.Round(time.Millisecond))
+	return b, true
+}
+
+func readBase(dir string) (base, error) {
+	b, err := os.ReadFile(filepath.Join(dir, baseMeta))
+	if err != nil {
+		return base{}, err
+	}
+	var rec baseRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return base{}, fmt.Errorf("%s: %w", filepath.Join(dir, baseMeta), err)
+	}
+	return base{dir: dir, meta: rec}, nil
+}
+
+// baseBootTimeout bounds a base VM's boot until its agent answers.
+const baseBootTimeout = 2 * time.Minute
+
+// makeBase boots the base VM in a temporary directory, waits for its
+// agent, saves it and moves the directory into place.
+func (r *Runtime) makeBase(ctx context.Context, key string, spec runtime.Spec, m machine) (base, error) {
+	root := filepath.Join(r.stateRoot, baseDir)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return base{}, err
+	}
+	var rnd [6]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return base{}, err
+	}
+	tmp := filepath.Join(root, key+".tmp-"+hex.EncodeToString(rnd[:]))
+	final := filepath.Join(root, key)
+	name := "base-" + key + "-" + hex.EncodeToString(rnd[:])
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return base{}, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = r.removeVM(context.WithoutCancel(ctx), tmp, name)
+		}
+	}()
+	image, err := r.templateImage(ctx, spec)
+	if err != nil {
+		return base{}, err
+	}
+	// The base VM's disk lives in its final directory's name from the
+	// start: clones' disks name it as their backing file.
+	bm := m
+	bm.Netns, bm.TAP, bm.MAC = "", "", "" // a NIC joined to nothing
+	bm.Guest = guestSettings{}
+	bm.Disk = filepath.Join(tmp, diskFile)
+	if bm.DiskFormat, err = vmdisk.Clone(ctx, image, vmdisk.Raw, bm.Disk); err != nil {
+		return base{}, err
+	}
+	bm.Memory, bm.MemoryShared = filepath.Join(tmp, memoryFile), true
+	start := time.Now()
+	if _, err := r.launch(ctx, tmp, name, bm, false); err != nil {
+		return base{}, err
+	}
+	if err := withQMP(ctx, tmp, func(c *qmp.Client) error { return c.Cont(ctx) }); err != nil {
+		return base{}, err
+	}
+	if err := waitAgent(ctx, tmp, baseBootTimeout, r); err != nil {
+		return base{}, fmt.Errorf("base VM: %w (console: %s)", err, consoleTail(tmp))
+	}
+	boot := time.Since(start)
+	if err := saveVM(ctx, tmp, filepath.Join(tmp, stateFile), true); err != nil {
+		return base{}, err
+	}
+	pid, err := readPid(tmp)
+	if err == nil {
+		err = killVM(ctx, pid, name)
+	}
+	if err != nil {
+		return base{}, err
+	}
+	for _, f := range []string{qmpSocket, pidFile, consoleLog} {
+		_ = os.Remove(filepath.Join(tmp, f))
+	}
+	for i := range agentPorts {
+		_ = os.Remove(filepath.Join(tmp, agentSocketName(i)))
+	}
+	// The disk's and memory's final paths: rebase nothing, the names
+	// inside the directory stay.
+	rec := baseRecord{
+		Key:       key,
+		Disk:      filepath.Join(final, diskFile),
+		Format:    bm.DiskFormat,
+		Memory:    filepath.Join(final, memoryFile),
+		State:     filepath.Join(final, stateFile),
+		BootTime:  boot,
+		CreatedAt: time.Now().UTC(),
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return base{}, err
+	}
+	if err := atomicfile.Write(filepath.Join(tmp, baseMeta), b, 0o600); err != nil {
+		return base{}, err
+	}
+	if err := os.RemoveAll(final); err != nil { // a half-made base of a crashed build
+		return base{}, err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return base{}, err
+	}
+	ok = true
+	return base{dir: final, meta: rec}, nil
+}
+
+// waitAgent waits until the agent of the VM in dir answers on its first
+// port, then closes the connection and gives the guest a moment to see it
+// go (a base snapshot must not hold a host connection: its clones' hosts
+// are others).
+func waitAgent(ctx context.Context, dir string, limit time.Duration, r *Runtime) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return dialIn(ctx, dir, agentSocket) }, r.log)
+	err := retryConfigure(ctx, r.log, func() error {
+		_, err := c.Info(ctx)
+		return err
+	})
+	c.Close()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-time.After(200 * time.Millisecond):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// createFromBase makes the sandbox's VM by restoring base: a new disk over
+// the base's frozen one, the base's RAM mapped private, its state loaded.
+func (r *Runtime) createFromBase(ctx context.Context, dir string, spec runtime.Spec, m machine, b base) error {
+	m.Disk = filepath.Join(dir, diskFile)
+	var err error
+	if m.DiskFormat, err = vmdisk.Clone(ctx, b.meta.Disk, b.meta.Format, m.Disk); err != nil {
+		return err
+	}
+	m.Memory, m.MemoryShared = b.meta.Memory, false
+	m.Base = b.dir
+	m.MAC = "" // the device's MAC is the base's (its state is restored)
+	if err := writeMachine(dir, m); err != nil {
+		return err
+	}
+	if _, err := r.launch(ctx, dir, spec.ID.String(), m, true); err != nil {
+		return err
+	}
+	if err := loadVM(ctx, dir, b.meta.State, true); err != nil {
+		return fmt.Errorf("%w (console: %s)", err, consoleTail(dir))
+	}
+	return nil
+}

@@ -1,0 +1,301 @@
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/atomicfile"
+	"github.com/airlockdev/airlock/internal/retry"
+	"github.com/airlockdev/airlock/internal/runtime/qemu/qmp"
+	"github.com/airlockdev/airlock/internal/vmdisk"
+)
+
+// machine is how QEMU runs one VM: what machine.json holds. A VM restored
+// from a snapshot (its own, or a base snapshot) must be started with the
+// same devices, in the same order, with the same memory size and vCPUs as
+// the VM that wrote it; args derives the whole command line from here.
+type machine struct {
+	Accel     Accel  `json:"accel"`
+	CPUs      int    `json:"cpus"`
+	MemoryMiB int64  `json:"memory_mib"`
+	Kernel    string `json:"kernel"`
+	Initrd    string `json:"initrd"`
+	Cmdline   string `json:"cmdline"`
+	// Disk is the root disk (absolute), of DiskFormat.
+	Disk       string        `json:"disk"`
+	DiskFormat vmdisk.Format `json:"disk_format"`
+	// Memory is the file guest RAM lives in; MemoryShared maps it shared
+	// (the VM's own RAM file: writes land in it, so a suspend need not
+	// copy RAM) or private (a base snapshot's RAM, copy-on-write: clones
+	// share every page they do not write).
+	Memory       string `json:"memory"`
+	MemoryShared bool   `json:"memory_shared"`
+	// NIC: the VM has a virtio-net device. Netns and TAP say what it is
+	// joined to; without a TAP (a base snapshot's VM) it is joined to
+	// nothing.
+	NIC   bool   `json:"nic,omitempty"`
+	Netns string `json:"netns,omitempty"`
+	TAP   string `json:"tap,omitempty"`
+	MAC   string `json:"mac,omitempty"`
+	// Base is the base snapshot the VM was cloned from ("" for a cold
+	// boot).
+	Base string `json:"base,omitempty"`
+	// Guest is applied to the guest agent at Start (and again at wake).
+	Guest guestSettings `json:"guest"`
+}
+
+// guestSettings are what makes a sandbox itself inside its VM, applied
+// through the agent after every boot or restore.
+type guestSettings struct {
+	Hostname string   `json:"hostname"`
+	Env      []string `json:"env,omitempty"`
+	Address  string   `json:"address,omitempty"` // eth0's prefix
+	Gateway  string   `json:"gateway,omitempty"`
+	DNS      string   `json:"dns,omitempty"`
+	CACert   []byte   `json:"ca_cert,omitempty"`
+}
+
+// args is QEMU's command line for m with its sockets, console and pid file
+// in dir (relative names: QEMU runs in dir, which keeps socket paths short).
+// incoming: wait for a migration stream (a restore) instead of booting.
+func (m machine) args(name string, incoming bool) []string {
+	a := []string{
+		"-name", "guest=" + name,
+		"-machine", "microvm,memory-backend=ram",
+		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		"-accel", string(m.Accel),
+	}
+	if m.Accel == AccelKVM {
+		a = append(a, "-cpu", "host")
+	}
+	a = append(a,
+		"-smp", strconv.Itoa(m.CPUs),
+		"-m", fmt.Sprintf("%dM", m.MemoryMiB),
+		"-object", fmt.Sprintf("memory-backend-file,id=ram,size=%dM,mem-path=%s,share=%s", m.MemoryMiB, qemuOptValue(m.Memory), onOff(m.MemoryShared)),
+		"-kernel", m.Kernel, "-initrd", m.Initrd, "-append", m.Cmdline,
+		"-chardev", "file,id=console,path="+consoleLog, "-serial", "chardev:console",
+		"-device", "virtio-serial-device",
+	)
+	for i := range agentPorts {
+		a = append(a,
+			"-chardev", fmt.Sprintf("socket,id=agent%d,path=%s,server=on,wait=off", i, agentSocketName(i)),
+			"-device", fmt.Sprintf("virtserialport,chardev=agent%d,name=%s", i, agentPortName(i)))
+	}
+	a = append(a,
+		"-drive", fmt.Sprintf("id=root,file=%s,format=%s,if=none,cache=writeback,discard=unmap", qemuOptValue(m.Disk), m.DiskFormat),
+		"-device", "virtio-blk-device,drive=root",
+	)
+	if m.NIC {
+		if m.TAP != "" {
+			a = append(a, "-netdev", "tap,id=net0,ifname="+m.TAP+",script=no,downscript=no")
+		} else {
+			a = append(a, "-netdev", "hubport,id=net0,hubid=0")
+		}
+		dev := "virtio-net-device,netdev=net0"
+		if m.MAC != "" {
+			dev += ",mac=" + m.MAC
+		}
+		a = append(a, "-device", dev)
+	}
+	a = append(a,
+		"-qmp", "unix:"+qmpSocket+",server=on,wait=off",
+		"-pidfile", pidFile,
+		"-daemonize",
+	)
+	if incoming {
+		a = append(a, "-incoming", "defer")
+	} else {
+		a = append(a, "-S") // Start lets it run
+	}
+	return a
+}
+
+// qemuOptValue escapes a value for QEMU's key=value option syntax (a comma
+// is written twice).
+func qemuOptValue(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func writeMachine(dir string, m machine) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(filepath.Join(dir, machineFile), b, 0o600)
+}
+
+func readMachine(dir string) (machine, error) {
+	var m machine
+	b, err := os.ReadFile(filepath.Join(dir, machineFile))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("%s: %w", filepath.Join(dir, machineFile), err)
+	}
+	return m, nil
+}
+
+// launchTimeout bounds QEMU's start (until -daemonize returns).
+const launchTimeout = 30 * time.Second
+
+// launch starts QEMU for m in dir, detached from the server (it
+// daemonizes: its parent exits once the VM is set up, so the server
+// neither waits for it nor takes it down when it exits). In m.Netns when
+// set. It returns QEMU's pid.
+func (r *Runtime) launch(ctx context.Context, dir, name string, m machine, incoming bool) (int, error) {
+	stale := []string{qmpSocket, pidFile}
+	for i := range agentPorts {
+		stale = append(stale, agentSocketName(i))
+	}
+	for _, f := range stale {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return 0, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, launchTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, r.binary, m.args(name, incoming)...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	// Its own session: a signal to the server's process group does not
+	// reach the VM.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	run := cmd.Run
+	var err error
+	if m.Netns != "" {
+		err = inNetns(m.Netns, run)
+	} else {
+		err = run()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("start qemu: %w: %s", err, bytes.TrimSpace(out.Bytes()))
+	}
+	pid, err := readPid(dir)
+	if err != nil {
+		return 0, fmt.Errorf("start qemu: %w", err)
+	}
+	return pid, nil
+}
+
+// readPid reads QEMU's pid file.
+func readPid(dir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, pidFile))
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("pid file %s: %q is not a pid", filepath.Join(dir, pidFile), b)
+	}
+	return pid, nil
+}
+
+// vmPid returns the pid of the QEMU of the VM name whose state is in dir,
+// or 0 when none runs: the pid file's process must be alive (not a
+// zombie) and have been started with -name guest=<name> (a stale pid
+// file's pid may have been reused by anything).
+func vmPid(dir, name string) int {
+	pid, err := readPid(dir)
+	if err != nil {
+		return 0
+	}
+	if !isVM(pid, name) {
+		return 0
+	}
+	return pid
+}
+
+func isVM(pid int, name string) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// state is the field after the parenthesised comm
+	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	return bytes.Contains(cmdline, []byte("\x00guest="+name+"\x00"))
+}
+
+// killVM ends QEMU pid (SIGKILL) and waits until it is gone.
+func killVM(ctx context.Context, pid int, name string) error {
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("kill qemu %d: %w", pid, err)
+	}
+	return waitGone(ctx, pid, name, 10*time.Second)
+}
+
+// waitGone waits until QEMU pid has exited.
+func waitGone(ctx context.Context, pid int, name string, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	w := retry.Policy{Initial: time.Millisecond, Max: 20 * time.Millisecond}.Start(nil)
+	for isVM(pid, name) {
+		if err := w.Wait(ctx); err != nil {
+			return fmt.Errorf("qemu %d did not exit: %w", pid, err)
+		}
+	}
+	return nil
+}
+
+// dialIn connects to the Unix socket name in dir through /proc/self/fd,
+// so a state root of any length works despite the 108-byte limit of
+// socket addresses.
+func dialIn(ctx context.Context, dir, name string) (net.Conn, error) {
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(dfd)
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", dfd, name))
+}
+
+// qmpTimeout bounds one QMP conversation.
+const qmpTimeout = 30 * time.Second
+
+// withQMP connects to the VM's QMP socket (QEMU serves one client at a
+// time; callers hold the sandbox's lock) and runs fn.
+func withQMP(ctx context.Context, dir string, fn func(c *qmp.Client) error) error {
+	return withQMPTimeout(ctx, dir, qmpTimeout, fn)
+}
+
+func withQMPTimeout(ctx context.Context, dir string, limit time.Duration, fn func(c *qmp.Client) error) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	conn, err := dialIn(ctx, dir, qmpSocket)
+	if err != nil {
+		return fmt.Errorf("qmp: %w", err)
+	}
+	c, err := qmp.NewClient(ctx, conn, qmp.Options{})
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("qmp: %w", err)
+	}
+	defer c.Close()
+	return fn(c)
+}

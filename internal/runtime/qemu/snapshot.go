@@ -1,0 +1,340 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/atomicfile"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/runtime/qemu/qmp"
+	"github.com/airlockdev/airlock/internal/vmdisk"
+)
+
+// FormatMigration is the format of the runtime's snapshots: QEMU's
+// migration stream of the stopped VM (its device state, and its RAM unless
+// the RAM is the VM's own shared memory file, which then is the snapshot's
+// RAM), with the root disk frozen as it was.
+const FormatMigration = "qemu-migration/1"
+
+// snapshotRecord is snapshot/snapshot.json.
+type snapshotRecord struct {
+	Format string `json:"format"`
+	// IgnoreShared: the stream was written with x-ignore-shared, without
+	// the RAM, which is in Memory (the VM's shared memory file).
+	IgnoreShared bool   `json:"ignore_shared"`
+	Memory       string `json:"memory"`
+	// Layer is where the frozen disk went once a restore moved it out of
+	// the way ("" until then: it is still the sandbox's disk).
+	Layer     string    `json:"layer,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	SizeBytes int64     `json:"size_bytes"`
+}
+
+// Pause stops the VM's vCPUs (QMP stop); its memory stays resident.
+func (r *Runtime) Pause(ctx context.Context, id model.SandboxID) error {
+	return r.pauseResume(ctx, id, true)
+}
+
+// Resume lets a paused VM run again (QMP cont).
+func (r *Runtime) Resume(ctx context.Context, id model.SandboxID) error {
+	return r.pauseResume(ctx, id, false)
+}
+
+func (r *Runtime) pauseResume(ctx context.Context, id model.SandboxID, pause bool) error {
+	verb := "resume"
+	if pause {
+		verb = "pause"
+	}
+	unlock := r.lock(id)
+	defer unlock()
+	st, err := r.stateLocked(ctx, id)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", verb, id, err)
+	}
+	switch {
+	case pause && st.Phase == runtime.PhasePaused, !pause && st.Phase == runtime.PhaseRunning:
+		return nil
+	case st.Phase != runtime.PhaseRunning && st.Phase != runtime.PhasePaused:
+		return fmt.Errorf("%s %s: the sandbox is %s", verb, id, st.Phase)
+	}
+	err = withQMP(ctx, r.dir(id), func(c *qmp.Client) error {
+		if pause {
+			return c.Stop(ctx)
+		}
+		return c.Cont(ctx)
+	})
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", verb, id, err)
+	}
+	return nil
+}
+
+// migrationTimeout bounds saving or loading a VM's state.
+const migrationTimeout = 2 * time.Minute
+
+// Suspend stops the VM, writes its state into snapshot/ and ends QEMU. A
+// VM whose RAM is its own shared memory file is saved without its RAM
+// (x-ignore-shared: milliseconds); a VM restored from a snapshot (its RAM
+// a private copy-on-write mapping) is saved with it. The disk stays as it
+// was, frozen.
+func (r *Runtime) Suspend(ctx context.Context, id model.SandboxID) (runtime.Snapshot, error) {
+	unlock := r.lock(id)
+	defer unlock()
+	dir := r.dir(id)
+	name := id.String()
+	snapDir := filepath.Join(dir, snapshotDir)
+	if rec, err := readSnapshot(snapDir); err == nil {
+		// Suspended already, or a suspend that crashed after writing
+		// its snapshot: end a leftover QEMU and return it.
+		if pid := vmPid(dir, name); pid != 0 {
+			if err := killVM(ctx, pid, name); err != nil {
+				return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+			}
+		}
+		return rec.snapshot(snapDir), nil
+	}
+	if !exists(dir) {
+		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, runtime.ErrNotFound)
+	}
+	pid := vmPid(dir, name)
+	if pid == 0 {
+		return runtime.Snapshot{}, fmt.Errorf("suspend %s: the sandbox is stopped", id)
+	}
+	m, err := readMachine(dir)
+	if err != nil {
+		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+	}
+	if err := os.RemoveAll(snapDir); err != nil { // a partial earlier attempt
+		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+	}
+	if err := os.Mkdir(snapDir, 0o700); err != nil {
+		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+	}
+	state := filepath.Join(snapDir, stateFile)
+	if err := saveVM(ctx, dir, state, m.MemoryShared); err != nil {
+		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+	}
+	rec := snapshotRecord{Format: FormatMigration, IgnoreShared: m.MemoryShared, Memory: m.Memory, CreatedAt: time.Now().UTC()}
+	if fi, err := os.Stat(state); err == nil {
+		rec.SizeBytes = fi.Size()
+	}
+	if m.MemoryShared {
+		rec.SizeBytes += allocated(m.Memory)
+	}
+	if err := writeSnapshot(snapDir, rec); err != nil {
+		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+	}
+	if err := killVM(ctx, pid, name); err != nil {
+		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+	}
+	_ = os.Remove(filepath.Join(dir, startedFile))
+	return rec.snapshot(snapDir), nil
+}
+
+// saveVM stops the VM and writes its migration stream to state (fsynced).
+func saveVM(ctx context.Context, dir, state string, ignoreShared bool) error {
+	ctx, cancel := context.WithTimeout(ctx, migrationTimeout)
+	defer cancel()
+	return withQMPTimeout(ctx, dir, migrationTimeout, func(c *qmp.Client) error {
+		if err := c.Stop(ctx); err != nil {
+			return err
+		}
+		if err := c.MigrateSetCapabilities(ctx, qmp.MigrationCapability{Capability: "x-ignore-shared", State: ignoreShared}); err != nil {
+			return err
+		}
+		// QEMU 7.2 has no file: URI; its exec: runs through /bin/sh.
+		if err := c.Migrate(ctx, "exec:cat > "+shellQuote(state)); err != nil {
+			return err
+		}
+		if _, err := c.WaitMigration(ctx, 5*time.Millisecond); err != nil {
+			return err
+		}
+		return syncPath(state)
+	})
+}
+
+// loadVM feeds state to a QEMU started with -incoming defer and waits
+// until it is loaded (the VM is then paused).
+func loadVM(ctx context.Context, dir, state string, ignoreShared bool) error {
+	ctx, cancel := context.WithTimeout(ctx, migrationTimeout)
+	defer cancel()
+	return withQMPTimeout(ctx, dir, migrationTimeout, func(c *qmp.Client) error {
+		if err := c.MigrateSetCapabilities(ctx, qmp.MigrationCapability{Capability: "x-ignore-shared", State: ignoreShared}); err != nil {
+			return err
+		}
+		if err := c.MigrateIncoming(ctx, "exec:cat "+shellQuote(state)); err != nil {
+			return err
+		}
+		st, err := c.WaitStatus(ctx, 5*time.Millisecond, func(s qmp.Status) bool { return s.Status != qmp.StatusInMigrate })
+		if err != nil {
+			return err
+		}
+		if st.Status != qmp.StatusPaused {
+			mi, _ := c.QueryMigrate(ctx)
+			return fmt.Errorf("restore: the VM is %s after loading its state (migration %s: %s)", st.Status, mi.Status, mi.ErrorDesc)
+		}
+		return nil
+	})
+}
+
+// restore makes a suspended sandbox's VM again from its snapshot, paused
+// (Start lets it run). The snapshot stays (ForgetSnapshot removes it once
+// the sandbox answers): the frozen disk becomes a layer under a new
+// copy-on-write disk and the RAM file is mapped private, so neither
+// changes and a failed wake can be tried again.
+func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
+	id := spec.ID
+	dir := r.dir(id)
+	name := id.String()
+	snapDir := filepath.Join(dir, snapshotDir)
+	if spec.Restore.Format != FormatMigration {
+		return fmt.Errorf("restore %s: snapshot format %q is not %q", id, spec.Restore.Format, FormatMigration)
+	}
+	if filepath.Clean(spec.Restore.Location) != snapDir {
+		return fmt.Errorf("restore %s: the snapshot at %s is not this sandbox's (%s)", id, spec.Restore.Location, snapDir)
+	}
+	rec, err := readSnapshot(snapDir)
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	if pid := vmPid(dir, name); pid != 0 {
+		if !exists(filepath.Join(dir, startedFile)) {
+			return nil // an earlier attempt restored it: Start lets it run
+		}
+		st, err := r.stateLocked(ctx, id)
+		if err == nil && st.Phase == runtime.PhaseRunning {
+			return nil
+		}
+		if err := killVM(ctx, pid, name); err != nil {
+			return fmt.Errorf("restore %s: %w", id, err)
+		}
+	}
+	m, err := readMachine(dir)
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	disk := filepath.Join(dir, diskFile)
+	if rec.Layer == "" {
+		layer := filepath.Join(dir, fmt.Sprintf("layer-%d", time.Now().UnixNano()))
+		if err := os.Rename(disk, layer); err != nil {
+			return fmt.Errorf("restore %s: freeze the disk: %w", id, err)
+		}
+		rec.Layer = layer
+		if err := writeSnapshot(snapDir, rec); err != nil {
+			return fmt.Errorf("restore %s: %w", id, err)
+		}
+	}
+	if err := os.Remove(disk); err != nil && !errors.Is(err, os.ErrNotExist) { // a failed attempt's
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	info, err := vmdisk.Info(ctx, rec.Layer)
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	if m.DiskFormat, err = vmdisk.Clone(ctx, rec.Layer, info.Format, disk); err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	m.Disk = disk
+	m.Memory, m.MemoryShared = rec.Memory, false
+	if n := spec.Network; n != nil && m.NIC {
+		link, err := attachTAP(ctx, n.NetnsPath)
+		if err != nil {
+			return fmt.Errorf("restore %s: network: %w", id, err)
+		}
+		m.Netns, m.TAP = n.NetnsPath, link.TAP
+	}
+	m.Guest.Hostname, m.Guest.Env = spec.Hostname, spec.Env.List()
+	if err := writeMachine(dir, m); err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	_ = os.Remove(filepath.Join(dir, startedFile))
+	if _, err := r.launch(ctx, dir, name, m, true); err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	if err := loadVM(ctx, dir, filepath.Join(snapDir, stateFile), rec.IgnoreShared); err != nil {
+		if pid := vmPid(dir, name); pid != 0 {
+			_ = killVM(context.WithoutCancel(ctx), pid, name)
+		}
+		return fmt.Errorf("restore %s: %w (console: %s)", id, err, consoleTail(dir))
+	}
+	return nil
+}
+
+// ForgetSnapshot removes the snapshot of a woken sandbox (its migration
+// stream; the frozen disk and RAM file stay, the running VM's disk and
+// memory are copy-on-write over them).
+func (r *Runtime) ForgetSnapshot(ctx context.Context, id model.SandboxID) error {
+	unlock := r.lock(id)
+	defer unlock()
+	dir := r.dir(id)
+	if vmPid(dir, id.String()) == 0 || !exists(filepath.Join(dir, startedFile)) {
+		return nil
+	}
+	if err := os.RemoveAll(filepath.Join(dir, snapshotDir)); err != nil {
+		return fmt.Errorf("forget snapshot of %s: %w", id, err)
+	}
+	return nil
+}
+
+func (rec snapshotRecord) snapshot(loc string) runtime.Snapshot {
+	return runtime.Snapshot{
+		Kind:      model.SnapshotMemory,
+		Format:    rec.Format,
+		Location:  loc,
+		SizeBytes: rec.SizeBytes,
+		CreatedAt: rec.CreatedAt,
+	}
+}
+
+func readSnapshot(snapDir string) (snapshotRecord, error) {
+	var rec snapshotRecord
+	b, err := os.ReadFile(filepath.Join(snapDir, snapshotMeta))
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, fmt.Errorf("%s: %w", filepath.Join(snapDir, snapshotMeta), err)
+	}
+	if rec.Format != FormatMigration {
+		return rec, fmt.Errorf("%s: format %q is not %q", filepath.Join(snapDir, snapshotMeta), rec.Format, FormatMigration)
+	}
+	return rec, nil
+}
+
+func writeSnapshot(snapDir string, rec snapshotRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(filepath.Join(snapDir, snapshotMeta), b, 0o600)
+}
+
+// shellQuote quotes s for /bin/sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func syncPath(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// allocated is the host disk space a (sparse) file takes.
+func allocated(p string) int64 {
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		return 0
+	}
+	return st.Blocks * 512
+}

@@ -1,0 +1,62 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/guestboot"
+	"github.com/airlockdev/airlock/internal/runtime/qemu"
+)
+
+// guestbootDir is where the VM environment's boot inputs are kept below
+// the data dir, each under the digests of its inputs.
+const guestbootDir = "guestboot"
+
+// qemuEnv is the QEMU runtime as the runtime of the qemu environment,
+// with the digests of its boot inputs.
+type qemuEnv struct {
+	*qemu.Runtime
+	inputs envid.Inputs
+}
+
+// DefinitionInputs: a VM environment's definition names its kernel,
+// initramfs and command line, the guest platform and the snapshot format.
+func (e qemuEnv) DefinitionInputs() envid.Inputs { return e.inputs }
+
+// openQEMU builds (or finds) the VM boot inputs — the pinned Debian kernel
+// and an initramfs whose init is this server's agent — and makes the QEMU
+// runtime, probing it with a VM boot (which also detects KVM).
+func (r runtimes) openQEMU(ctx context.Context) (*qemuEnv, error) {
+	art, err := guestboot.Build(ctx, guestboot.Options{Dir: r.dd.join(guestbootDir), Init: r.agentBin, Uncompressed: true})
+	if err != nil {
+		return nil, fmt.Errorf("environment qemu: boot inputs: %w", err)
+	}
+	khz, err := guestboot.HostTSCkHz()
+	if err != nil {
+		return nil, fmt.Errorf("environment qemu: %w", err)
+	}
+	boot := qemu.Boot{Kernel: art.KernelPath, Initrd: art.InitrdPath, CommandLine: guestboot.KernelCmdline(khz)}
+	rt, err := qemu.New(qemu.Config{
+		StateRoot: r.dd.join(runtimeDir, string(envid.NameQEMU)),
+		Boot:      boot,
+		Logger:    r.log.With("component", "runtime", "runtime", "qemu"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("environment qemu: %w", err)
+	}
+	kd, err := envid.ParseDigest("sha256:" + art.KernelSHA256)
+	if err != nil {
+		return nil, err
+	}
+	id, err := envid.ParseDigest("sha256:" + art.InitrdSHA256)
+	if err != nil {
+		return nil, err
+	}
+	env := &qemuEnv{Runtime: rt, inputs: envid.Inputs{
+		Guest:          envid.Platform{OS: "linux", Arch: "amd64"},
+		Boot:           envid.Boot{KernelDigest: kd, InitramfsDigest: id, CommandLine: boot.CommandLine},
+		SnapshotFormat: qemu.FormatMigration,
+	}}
+	return env, rt.Probe(ctx)
+}
