@@ -6,6 +6,7 @@
 // Usage:
 //
 //	airlock-agent --listen unix:/run/airlock/agent.sock [--pids-max N]
+//	airlock-agent --listen serial:airlock.agent   (PID 1 of a microVM, started by guestinit)
 //	airlock-agent --version
 //
 // It must be built static (CGO_ENABLED=0): it runs in root filesystems
@@ -70,7 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("airlock-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "", "where to accept the host's connections: unix:/path/to/socket (serial:/dev/vportNpM is reserved for VMs)")
+	listen := fs.String("listen", "", "where to accept the host's connections: unix:/path/to/socket, or in a VM a virtio-serial port, serial:/dev/vportNpM or serial:PORT-NAME (e.g. serial:airlock.agent)")
 	pidsMax := fs.Int64("pids-max", 0, "if > 0, start every process in a child pids cgroup with this pids.max (for gVisor, where the host limit kills the whole sandbox)")
 	memLog := fs.Bool("log-to-memory", false, "once listening, log into a 1 MiB ring served at GET /v1/logs and point stdout and stderr at /dev/null (they are a host file a guest could fill)")
 	seal := fs.Bool("seal", false, "once listening, make the socket's directory and every writable cgroup mount read-only for the whole sandbox and drop CAP_SYS_ADMIN and CAP_SETPCAP (granted for this only) from all capability sets; fail if any step fails")

@@ -28,8 +28,12 @@ func (f *fakeGuest) record(call string) error {
 	return nil
 }
 func (f *fakeGuest) SetHostname(name string) error { return f.record("hostname " + name) }
-func (f *fakeGuest) AddEntropy(b []byte) error     { return f.record("entropy " + string(rune('0'+len(b)/32))) }
-func (f *fakeGuest) SetTime(t time.Time) error     { return f.record("time " + t.UTC().Format(time.RFC3339)) }
+func (f *fakeGuest) AddEntropy(b []byte) error {
+	return f.record("entropy " + string(rune('0'+len(b)/32)))
+}
+func (f *fakeGuest) SetTime(t time.Time) error {
+	return f.record("time " + t.UTC().Format(time.RFC3339))
+}
 func (f *fakeGuest) ConfigureNetwork(n guestNetwork) error {
 	return f.record("network " + n.iface + " " + n.addr.String() + " via " + n.gateway.String())
 }

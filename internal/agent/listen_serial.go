@@ -1,12 +1,15 @@
 package agent
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,10 +33,14 @@ import (
 // connect again (a restarted host re-adopts the VM).
 //
 // If the host disconnects and reconnects before the old connection has
-// read its EOF, the old connection reads the new client's preface as
-// frames of the old stream and fails; its HTTP/2 server closes it, the
-// host's client sees the stream break and dials again, and by then Accept
-// hands out a fresh connection.
+// read its EOF (virtio_console then never reports the disconnect), the old
+// connection reads the new client's preface as frames of the old stream
+// and fails; its HTTP/2 server closes it, and Accept hands out a fresh
+// connection. Bytes of the dead host connection may still be waiting in
+// the port then (or the new client's preface may be half consumed), so a
+// new connection discards everything before the HTTP/2 client preface
+// (see serialConn.Read). The host's side may likewise receive the old
+// connection's last frames and must dial again when its handshake fails.
 
 // serialPollInterval is how often Accept polls for the host's connection.
 const serialPollInterval = 15 * time.Millisecond
@@ -100,6 +107,14 @@ type serialListener struct {
 	fd      int         // the device; -1 once closed
 	cur     *serialConn // the connection handed out, until it is closed
 	curDone chan struct{}
+	carry   []byte // read by the previous connection for the next one
+}
+
+// setCarry keeps bytes of the next connection that the current one read.
+func (l *serialListener) setCarry(b []byte) {
+	l.mu.Lock()
+	l.carry = b
+	l.mu.Unlock()
 }
 
 func newSerialListener(fd int, path string) *serialListener {
@@ -153,8 +168,16 @@ func (l *serialListener) Accept() (net.Conn, error) {
 		}
 		if ok {
 			c, err := l.newConn()
+			carry := l.carry
+			l.carry = nil
 			l.mu.Unlock()
-			return c, err
+			if err != nil {
+				return nil, err
+			}
+			if carry != nil {
+				c.scan(carry) // before anyone reads c
+			}
+			return c, nil
 		}
 		l.mu.Unlock()
 		timer.Reset(l.interval)
@@ -167,7 +190,7 @@ func (l *serialListener) Accept() (net.Conn, error) {
 }
 
 // newConn duplicates the device fd into a connection. l.mu is held.
-func (l *serialListener) newConn() (net.Conn, error) {
+func (l *serialListener) newConn() (*serialConn, error) {
 	fd, err := unix.FcntlInt(uintptr(l.fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("dup %s: %w", l.path, err)
@@ -205,12 +228,84 @@ func (a serialAddr) Network() string { return agentproto.SchemeSerial }
 func (a serialAddr) String() string  { return string(a) }
 
 // serialConn is one connection over the port: a duplicate of the device's
-// descriptor. Read returns io.EOF once the host has disconnected.
+// descriptor. Read returns io.EOF once the host has disconnected, or once
+// the HTTP/2 client preface of a new host connection arrives in the middle
+// of this one (the host reconnected without the guest seeing it: see the
+// top of this file); the bytes from that preface on are carried over to the
+// next connection.
+//
+// Only the HTTP/2 server's reader goroutine reads.
 type serialConn struct {
 	*os.File
 	l    *serialListener
 	once sync.Once
 	done chan struct{}
+
+	synced  bool   // the preface of this connection has been seen
+	ended   bool   // a new connection's preface followed: EOF once pending is read
+	pending []byte // scanned, not yet returned
+	tail    []byte // the last len(http2Preface)-1 scanned bytes, to find a preface split across reads
+	skipped int    // bytes discarded before the preface
+	rbuf    [4096]byte
+}
+
+// http2Preface starts every HTTP/2 client connection (RFC 9113, 3.4).
+var http2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+
+// Read returns the port's bytes from this connection's HTTP/2 client
+// preface up to the next connection's.
+func (c *serialConn) Read(p []byte) (int, error) {
+	for {
+		if len(c.pending) > 0 {
+			n := copy(p, c.pending)
+			c.pending = c.pending[n:]
+			return n, nil
+		}
+		if c.ended {
+			return 0, io.EOF
+		}
+		n, err := c.File.Read(c.rbuf[:])
+		if n == 0 {
+			if err == nil {
+				err = io.EOF
+			}
+			return 0, err
+		}
+		c.scan(c.rbuf[:n])
+	}
+}
+
+// scan takes newly read bytes: before this connection's preface they are
+// discarded; after it, a new preface ends the connection.
+func (c *serialConn) scan(data []byte) {
+	window := append(slices.Clip(c.tail), data...)
+	i := bytes.Index(window, http2Preface)
+	if i < 0 {
+		if c.synced {
+			c.pending = append(c.pending, data...)
+		} else {
+			c.skipped += len(data)
+		}
+		c.tail = append(c.tail[:0], window[max(0, len(window)-len(http2Preface)+1):]...)
+		return
+	}
+	before := max(0, i-len(c.tail)) // new bytes before the preface
+	rest := window[i+len(http2Preface):]
+	if !c.synced {
+		c.skipped += before
+		if c.skipped > 0 {
+			slog.Warn("serial port: discarded bytes of a previous host connection", "device", c.l.path, "bytes", c.skipped)
+		}
+		c.synced = true
+		c.pending = append(c.pending, http2Preface...)
+		c.tail = c.tail[:0]
+		c.scan(rest)
+		return
+	}
+	c.pending = append(c.pending, data[:before]...)
+	c.ended = true
+	c.l.setCarry(append(slices.Clone(http2Preface), rest...))
+	slog.Info("serial port: the host reconnected; handing the new connection over", "device", c.l.path)
 }
 
 func (c *serialConn) Close() error {

@@ -1,12 +1,14 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -207,4 +209,64 @@ func mustAddr(t *testing.T, s string) agentproto.ListenAddr {
 		t.Fatal(err)
 	}
 	return a
+}
+
+func TestSerialConnSkipsToPreface(t *testing.T) {
+	l, host := serialPair(t)
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	stale := bytes.Repeat([]byte("old frames PRI * HTTP/2.0\r\n"), 400) // longer than a read, with a false start
+	go func() {
+		host.Write(stale)
+		host.Write(http2Preface[:5])
+		time.Sleep(10 * time.Millisecond)
+		host.Write(http2Preface[5:])
+		host.Write([]byte("settings"))
+		host.Close()
+	}()
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := string(http2Preface) + "settings"; string(got) != want {
+		t.Fatalf("read %q, want %q", got, want)
+	}
+}
+
+func TestSerialConnHandsOverOnNewPreface(t *testing.T) {
+	l, host := serialPair(t)
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first connection's frames, then (split across writes) a new
+	// connection's preface: the host reconnected unseen.
+	go func() {
+		host.Write(append(slices.Clone(http2Preface), "frames-1 PRI * HTTP"...))
+		time.Sleep(10 * time.Millisecond)
+		host.Write(http2Preface[:10])
+		time.Sleep(10 * time.Millisecond)
+		host.Write(append(slices.Clone(http2Preface[10:]), "frames-2"...))
+	}()
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := string(http2Preface) + "frames-1 PRI * HTTP" + string(http2Preface[:10]); string(got) != want {
+		t.Fatalf("first connection read %q, want %q", got, want)
+	}
+	c.Close()
+	c2, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	buf := make([]byte, 100)
+	n, err := io.ReadAtLeast(c2, buf, len(http2Preface)+len("frames-2"))
+	if err != nil || string(buf[:n]) != string(http2Preface)+"frames-2" {
+		t.Fatalf("second connection read %q, %v", buf[:n], err)
+	}
 }
