@@ -69,7 +69,7 @@ var DefaultModules = []string{"virtio_ring", "virtio", "virtio_mmio", "virtio_bl
 // Paths inside the initramfs; guestinit reads them.
 const (
 	InitPath       = "/init"
-	AgentPath      = "/airlock-agent" // the agent the init starts
+	AgentPath      = "/airlock-agent"       // the agent the init starts
 	ModuleListPath = "/etc/airlock/modules" // one absolute .ko path a line, load order
 	moduleDir      = "/lib/modules"
 )
