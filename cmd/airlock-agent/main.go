@@ -43,7 +43,15 @@ var version string
 const stopTimeout = 5 * time.Second
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	code := run(os.Args[1:], os.Stdout, os.Stderr)
+	if os.Getpid() == 1 {
+		// PID 1 of a VM (started by guestinit): an exiting init panics the
+		// kernel; power off instead (QEMU runs with -no-reboot and exits).
+		fmt.Fprintf(os.Stderr, "airlock-agent: PID 1 exiting (code %d): powering off\n", code)
+		unix.Sync()
+		_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+	}
+	os.Exit(code)
 }
 
 func agentVersion() string {
