@@ -201,6 +201,13 @@ func TestBootTCG(t *testing.T) {
 		"-chardev", "socket,id=agent,path=" + sock + ",server=on,wait=off",
 		"-device", "virtserialport,chardev=agent,name=airlock.agent",
 		"-no-reboot"}
+	// A NIC for the network part of the guest config, when QEMU has
+	// user-mode networking (no host changes; nothing is reached through it).
+	withNet := false
+	if out, err := exec.Command(qemu, "-netdev", "help").CombinedOutput(); err == nil && strings.Contains(string(out), "user") {
+		args = append(args, "-netdev", "user,id=n0,restrict=on", "-device", "virtio-net-device,netdev=n0")
+		withNet = true
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, qemu, args...)
@@ -273,6 +280,9 @@ func TestBootTCG(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := agentproto.GuestConfig{Hostname: "clone-a", Env: []string{"FOO=bar"}, Entropy: entropy, TimeUnixNano: time.Now().UnixNano()}
+	if withNet {
+		cfg.Network = &agentproto.GuestNetwork{Address: "10.0.2.15/24", Gateway: "10.0.2.2", DNS: []string{"10.0.2.3"}}
+	}
 	if err := c.ConfigureGuest(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -288,6 +298,14 @@ func TestBootTCG(t *testing.T) {
 	fmt.Sscan(lines[3], &guestTime)
 	if d := time.Since(time.Unix(guestTime, 0)); d < -time.Minute || d > time.Minute {
 		t.Errorf("guest clock %d is %v off the host's", guestTime, d)
+	}
+	if withNet {
+		out := bootRun(ctx, t, c, `ip -4 addr show dev eth0; ip route; cat /etc/resolv.conf`)
+		for _, want := range []string{"inet 10.0.2.15/24", "default via 10.0.2.2 dev eth0", "nameserver 10.0.2.3", "UP"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("guest network lacks %q:\n%s", want, out)
+			}
+		}
 	}
 
 	// A new client (a restarted host) reconnects to the same agent.
