@@ -322,6 +322,20 @@ func TestBootTCG(t *testing.T) {
 	if want := "airlock-guest ready " + a.Kernel.Release; !strings.Contains(string(log), want) {
 		t.Errorf("the console lacks %q:\n%s", want, log)
 	}
+
+	// The agent stopping (SIGTERM to PID 1) powers the VM off: QEMU exits.
+	if _, err := c2.Start(ctx, agentproto.StartRequest{ID: model.NewProcessID().String(), Args: []string{"/bin/kill", "-TERM", "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			t.Errorf("qemu exited with %v after the agent stopped", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Error("the VM is still running a minute after its agent was told to stop")
+	}
 }
 
 // bootRun runs a shell script through the agent and returns its stdout.

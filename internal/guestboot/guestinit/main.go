@@ -15,8 +15,8 @@
 //     crossing into another file system);
 //  5. moves /newroot onto /, chroots into it and executes the agent with
 //     --listen serial:<port> (the virtio-serial port's name: airlock.port=
-//     on the kernel command line, default airlock.agent). The agent stays
-//     PID 1 and reaps orphans.
+//     on the kernel command line, default airlock.agent) and
+//     --poweroff-on-exit. The agent stays PID 1 and reaps orphans.
 //
 // Any failure is written to the console and powers the VM off (QEMU runs
 // with -no-reboot, so it exits).
@@ -161,7 +161,7 @@ func switchToAgent(port string) error {
 	if err := os.Chdir("/"); err != nil {
 		return err
 	}
-	argv := []string{"airlock-agent", "--listen", "serial:" + port}
+	argv := []string{"airlock-agent", "--listen", "serial:" + port, "--poweroff-on-exit"}
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
 	logf("starting %s", strings.Join(argv, " "))
 	err := unix.Exec(agentPath, argv, env)
