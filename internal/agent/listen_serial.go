@@ -179,6 +179,9 @@ func (l *serialListener) Accept() (net.Conn, error) {
 			}
 			return c, nil
 		}
+		// The host is gone: what the last connection carried over for the
+		// next one belongs to a dead connection.
+		l.carry = nil
 		l.mu.Unlock()
 		timer.Reset(l.interval)
 		select {
