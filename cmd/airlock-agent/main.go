@@ -6,6 +6,7 @@
 // Usage:
 //
 //	airlock-agent --listen unix:/run/airlock/agent.sock [--pids-max N]
+//	airlock-agent --listen serial:airlock.agent --poweroff-on-exit   (PID 1 of a microVM, started by guestinit)
 //	airlock-agent --version
 //
 // It must be built static (CGO_ENABLED=0): it runs in root filesystems
@@ -45,6 +46,19 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// powerOff ends a VM whose init the agent is (--poweroff-on-exit): an
+// exiting init would panic the kernel; QEMU runs with -no-reboot and exits.
+func powerOff(code int, stderr io.Writer) {
+	if os.Getpid() != 1 {
+		return
+	}
+	fmt.Fprintf(stderr, "airlock-agent: PID 1 exiting (code %d): powering off\n", code)
+	unix.Sync()
+	if err := unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF); err != nil {
+		fmt.Fprintf(stderr, "airlock-agent: power off: %v\n", err)
+	}
+}
+
 func agentVersion() string {
 	if version != "" {
 		return version
@@ -70,10 +84,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("airlock-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "", "where to accept the host's connections: unix:/path/to/socket (serial:/dev/vportNpM is reserved for VMs)")
+	listen := fs.String("listen", "", "where to accept the host's connections: unix:/path/to/socket, or in a VM a virtio-serial port, serial:/dev/vportNpM or serial:PORT-NAME (e.g. serial:airlock.agent)")
 	pidsMax := fs.Int64("pids-max", 0, "if > 0, start every process in a child pids cgroup with this pids.max (for gVisor, where the host limit kills the whole sandbox)")
 	memLog := fs.Bool("log-to-memory", false, "once listening, log into a 1 MiB ring served at GET /v1/logs and point stdout and stderr at /dev/null (they are a host file a guest could fill)")
 	seal := fs.Bool("seal", false, "once listening, make the socket's directory and every writable cgroup mount read-only for the whole sandbox and drop CAP_SYS_ADMIN and CAP_SETPCAP (granted for this only) from all capability sets; fail if any step fails")
+	poweroff := fs.Bool("poweroff-on-exit", false, "when PID 1 of a VM, power the machine off when the agent exits (guestinit passes it; never in a container, where reboot(2) kills the PID namespace's init)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -106,11 +121,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		sink.set(io.MultiWriter(stderr, ring))
 	}
 	logger := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	code := 0
 	if err := serve(addr, *pidsMax, *seal, logger, ring, sink); err != nil {
 		logger.Error("agent failed", "err", err)
-		return 1
+		code = 1
 	}
-	return 0
+	if *poweroff {
+		powerOff(code, stderr)
+	}
+	return code
 }
 
 // logRingBytes is the size of the in-memory log (--log-to-memory).

@@ -35,6 +35,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/processes/{id}/wait", s.handleWait)
 	mux.HandleFunc("POST /v1/processes/{id}/stdin", s.handleStdin)
 	mux.HandleFunc("POST /v1/processes/{id}/resize", s.handleResize)
+	mux.HandleFunc("PUT /v1/guest", s.handleGuestConfig)
 	s.fileRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, agentproto.CodeNoRoute, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))

@@ -42,15 +42,17 @@ const ReleaseTimeout = 30 * time.Second
 //     file there is an error). Many connections may be open at once. The
 //     listener releases and re-acquires its socket on signals, for a
 //     checkpoint (see unixListener).
-//   - serial: not implemented yet. It is meant to return a listener whose
-//     Accept yields the already-open character device as one long-lived
-//     connection, and yields it again once the previous one hit EOF.
+//   - serial: a virtio-serial port, by device path or by port name (see
+//     listen_serial.go). One connection at a time: Accept returns one
+//     once the host has connected to the port, and another once that one
+//     is closed (the host disconnected: its Read returned io.EOF) and the
+//     host has connected again.
 func Listen(addr agentproto.ListenAddr) (net.Listener, error) {
 	switch addr.Scheme {
 	case agentproto.SchemeUnix:
 		return listenUnix(addr.Path)
 	case agentproto.SchemeSerial:
-		return nil, fmt.Errorf("listen %s: the serial transport is not implemented in this agent yet", addr)
+		return listenSerial(addr)
 	default:
 		return nil, fmt.Errorf("listen %s: unsupported scheme %q", addr, addr.Scheme)
 	}

@@ -181,7 +181,7 @@ func internalErr(format string, args ...any) *startError {
 // startProcess forks the process described by spec. On success the process
 // runs and the caller owns the returned ends of its streams.
 func (s *Server) startProcess(spec startSpec) (*child, procIO, error) {
-	env := mergeEnv(s.env, spec.env)
+	env := mergeEnv(s.baseEnv(), spec.env)
 	if spec.pty != nil && envValue(env, "TERM") == "" {
 		env = append(env, "TERM=xterm-256color")
 	}

@@ -108,7 +108,10 @@ type Options struct {
 type Server struct {
 	opts        Options
 	logger      *slog.Logger
-	env         []string
+	guest       guestSystem // applies GuestConfig (tests replace it)
+	guestMu     sync.Mutex  // serializes PUT /v1/guest
+	envMu       sync.Mutex
+	env         []string // base environment of processes (envMu): Options.Env, then GuestConfig env merged over it
 	cgroupDir   string
 	spawnHelper string
 	cgroup      *cgroupSpawner // with cgroupDir: how processes join it
@@ -160,6 +163,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		opts:        opts,
 		logger:      logger,
+		guest:       linuxGuest{},
 		env:         opts.Env,
 		cgroupDir:   opts.CgroupDir,
 		spawnHelper: cmp.Or(opts.SpawnHelper, DefaultSpawnHelper),
@@ -636,6 +640,6 @@ func features() []string {
 	return []string{
 		agentproto.FeatureFrames, agentproto.FeatureGap, agentproto.FeatureStdin, agentproto.FeaturePTY,
 		agentproto.FeatureUser, agentproto.FeatureTimeout, agentproto.FeatureWait, agentproto.FeatureHold,
-		agentproto.FeatureLogs,
+		agentproto.FeatureLogs, agentproto.FeatureGuestConfig,
 	}
 }

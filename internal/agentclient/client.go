@@ -516,3 +516,13 @@ func (c *Client) Resize(ctx context.Context, id string, size agentproto.WindowSi
 }
 
 // Info returns what the agent says about itself (from a fresh request).
+
+// ConfigureGuest configures the guest machine (host name, environment of
+// later processes, entropy, clock, network: see agentproto.GuestConfig).
+// Agents without the guest-config feature give ErrUnsupported.
+func (c *Client) ConfigureGuest(ctx context.Context, cfg agentproto.GuestConfig) error {
+	if err := c.require(ctx, agentproto.FeatureGuestConfig); err != nil {
+		return err
+	}
+	return c.call(ctx, http.MethodPut, "/v1/guest", cfg, http.StatusNoContent, nil)
+}

@@ -27,6 +27,7 @@
 //	POST /v1/processes/{id}/stdin[?close=1] raw body appended to the process's stdin → 204 (close=1: close stdin after the body)
 //	POST /v1/processes/{id}/resize         ResizeRequest → 204 (PTY processes)
 //	GET  /v1/logs                          → the agent's newest log lines (text/plain)
+//	PUT  /v1/guest                         GuestConfig → 204 (VM agents; see guest.go)
 //	…    /v1/files/…                       file endpoints: see files.go
 //
 // Output flow control: while an output stream is open, the agent never

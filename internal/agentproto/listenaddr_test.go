@@ -15,6 +15,16 @@ func TestParseListenAddr(t *testing.T) {
 		{in: "unix:/run/airlock/agent.sock", want: ListenAddr{Scheme: SchemeUnix, Path: "/run/airlock/agent.sock"}},
 		{in: "serial:/dev/vport0p1", want: ListenAddr{Scheme: SchemeSerial, Path: "/dev/vport0p1"}},
 		{in: "serial:" + long, want: ListenAddr{Scheme: SchemeSerial, Path: long}},
+		{in: "serial:airlock.agent", want: ListenAddr{Scheme: SchemeSerial, Path: "airlock.agent"}},
+		{in: "serial:port_1-x", want: ListenAddr{Scheme: SchemeSerial, Path: "port_1-x"}},
+		{in: "serial:" + strings.Repeat("p", maxPortName), want: ListenAddr{Scheme: SchemeSerial, Path: strings.Repeat("p", maxPortName)}},
+		{in: "serial:" + strings.Repeat("p", maxPortName+1), wantErr: "port name"},
+		{in: "serial:.hidden", wantErr: "port name"},
+		{in: "serial:-x", wantErr: "port name"},
+		{in: "serial:a/b", wantErr: "port name"},
+		{in: "serial:a b", wantErr: "port name"},
+		{in: "serial:", wantErr: "absolute"},
+		{in: "unix:airlock.agent", wantErr: "absolute"},
 		{in: "", wantErr: "SCHEME:PATH"},
 		{in: "/run/agent.sock", wantErr: "SCHEME:PATH"},
 		{in: "tcp:/x", wantErr: "unknown scheme"},
@@ -51,7 +61,7 @@ func TestParseListenAddr(t *testing.T) {
 }
 
 func FuzzParseListenAddr(f *testing.F) {
-	for _, s := range []string{"unix:/run/a.sock", "serial:/dev/vport0p1", "unix:", "x", "unix:/a/../b", "tcp:/x"} {
+	for _, s := range []string{"unix:/run/a.sock", "serial:/dev/vport0p1", "serial:airlock.agent", "serial:a/b", "unix:", "x", "unix:/a/../b", "tcp:/x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -65,6 +75,12 @@ func FuzzParseListenAddr(f *testing.F) {
 		b, err := ParseListenAddr(a.String())
 		if err != nil || b != a {
 			t.Fatalf("reparse of %q = %+v, %v", a.String(), b, err)
+		}
+		if a.IsPortName() {
+			if !validPortName(a.Path) {
+				t.Fatalf("accepted bad port name %q", a.Path)
+			}
+			return
 		}
 		if a.Path[0] != '/' || strings.IndexByte(a.Path, 0) >= 0 {
 			t.Fatalf("accepted bad path %q", a.Path)

@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -15,7 +18,7 @@ import (
 // initramfs (spike: into a cache directory; the content store comes with
 // the QEMU runtime).
 func (a *app) bootInputsCommand() *cobra.Command {
-	var dir, initBin string
+	var dir, initBin, agentBin string
 	var uncompressed bool
 	cmd := &cobra.Command{
 		Use:   "boot-inputs",
@@ -24,7 +27,9 @@ func (a *app) bootInputsCommand() *cobra.Command {
 			"vmlinuz and virtio modules, and write an initramfs with the modules in load order and the\n" +
 			"guest init. A second run with the same inputs reuses the cache. --init names a static guest\n" +
 			"init binary (CGO_ENABLED=0 go build ./internal/guestboot/guestinit); without it the go tool\n" +
-			"builds one from the source tree it runs in.",
+			"builds one from the source tree it runs in. --agent names the static airlock-agent that the\n" +
+			"initramfs carries and the init starts as the guest's PID 1 (default: the airlock-agent next\n" +
+			"to the airlock binary, then in PATH, as the server finds it).",
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
@@ -34,7 +39,14 @@ func (a *app) bootInputsCommand() *cobra.Command {
 				}
 				dir = filepath.Join(dd, "guestboot")
 			}
-			art, err := guestboot.Build(cmd.Context(), guestboot.Options{Dir: dir, Init: initBin, Uncompressed: uncompressed})
+			if agentBin == "" {
+				p, err := defaultAgentBinary()
+				if err != nil {
+					return err
+				}
+				agentBin = p
+			}
+			art, err := guestboot.Build(cmd.Context(), guestboot.Options{Dir: dir, Init: initBin, Agent: agentBin, Uncompressed: uncompressed})
 			if err != nil {
 				return err
 			}
@@ -44,6 +56,7 @@ func (a *app) bootInputsCommand() *cobra.Command {
 				fmt.Fprintf(w, "KERNEL SHA256\t%s\n", art.KernelSHA256)
 				fmt.Fprintf(w, "INITRD PATH\t%s\n", art.InitrdPath)
 				fmt.Fprintf(w, "INITRD SHA256\t%s\n", art.InitrdSHA256)
+				fmt.Fprintf(w, "AGENT SHA256\t%s\n", art.AgentSHA256)
 				fmt.Fprintf(w, "MODULES\t%v\n", art.Modules)
 				fmt.Fprintf(w, "REFERENCE\t%s\n", art.Reference())
 			})
@@ -51,6 +64,22 @@ func (a *app) bootInputsCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "cache directory (default: DATA_DIR/guestboot)")
 	cmd.Flags().StringVar(&initBin, "init", "", "static guest init binary (default: build it with the go tool)")
+	cmd.Flags().StringVar(&agentBin, "agent", "", "static airlock-agent binary for the initramfs (default: next to the airlock binary, then in PATH)")
 	cmd.Flags().BoolVar(&uncompressed, "uncompressed", false, "write the initramfs without gzip (larger, boots faster under TCG)")
 	return cmd
+}
+
+// defaultAgentBinary finds the airlock-agent the way the server does: next
+// to the running airlock binary, then in PATH.
+func defaultAgentBinary() (string, error) {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "airlock-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("airlock-agent"); err == nil {
+		return filepath.Abs(p)
+	}
+	return "", errors.New("airlock-agent not found next to the airlock binary or in PATH: build it with `CGO_ENABLED=0 go build -o bin/ ./cmd/...` or pass --agent")
 }

@@ -4,8 +4,12 @@
 // load order) and the guest init (package guestinit, a static Go PID 1).
 //
 // Builds are reproducible and cached under a directory by the digests of
-// their inputs: the same package, module list and init binary give the same
-// bytes and the same paths, so a second Build is a few stat calls.
+// their inputs: the same package, module list, init and agent binaries give
+// the same bytes and the same paths, so a second Build is a few stat calls.
+//
+// The initramfs also holds the static airlock-agent (/airlock-agent): the
+// init mounts the root disk, copies the agent into a tmpfs on its /run and
+// executes it as PID 1 of the new root, listening on the virtio-serial port.
 //
 // Layout of the cache directory:
 //
@@ -13,7 +17,7 @@
 //	kernel/<deb sha256>/vmlinuz               the kernel image from the package
 //	kernel/<deb sha256>/modules/<name>.ko     the modules the initramfs needs
 //	initrd/<input digest>.cpio.gz             the initramfs
-//	init/<...>                                the guest init binary
+//	init/<...>                                the guest init binary (and the agent, when built here)
 package guestboot
 
 import (
@@ -65,6 +69,7 @@ var DefaultModules = []string{"virtio_ring", "virtio", "virtio_mmio", "virtio_bl
 // Paths inside the initramfs; guestinit reads them.
 const (
 	InitPath       = "/init"
+	AgentPath      = "/airlock-agent"       // the agent the init starts
 	ModuleListPath = "/etc/airlock/modules" // one absolute .ko path a line, load order
 	moduleDir      = "/lib/modules"
 )
@@ -77,7 +82,10 @@ type Options struct {
 	// Init is the path of a static guest init binary; empty: build
 	// ./internal/guestboot/guestinit with the go tool (GoDir is the module
 	// root to build in; empty: found from this source file's module).
-	Init  string
+	Init string
+	// Agent is the path of the static airlock-agent binary put into the
+	// initramfs; empty: build ./cmd/airlock-agent with the go tool (in GoDir).
+	Agent string
 	GoDir string
 	// Uncompressed writes the cpio without gzip (.cpio): 2.3 MB instead of
 	// 0.95 MB, and ~0.2-0.3 s less boot under TCG (no inflate in the guest).
@@ -92,6 +100,7 @@ type Artifacts struct {
 	InitrdPath    string   `json:"initrd_path"`
 	InitrdSHA256  string   `json:"initrd_sha256"`
 	InitSHA256    string   `json:"init_sha256"`
+	AgentSHA256   string   `json:"agent_sha256"`
 	Modules       []string `json:"modules"`   // load order
 	EnvReference  string   `json:"reference"` // Reference(), set by Build
 	InitrdBuilt   bool     `json:"-"`         // false: taken from the cache
@@ -149,24 +158,20 @@ func Build(ctx context.Context, o Options) (*Artifacts, error) {
 	}
 	a.Modules = order
 
-	initBin := o.Init
-	if initBin == "" {
-		if initBin, err = buildInit(ctx, o); err != nil {
-			return nil, err
-		}
-	}
-	initData, err := os.ReadFile(initBin)
+	initData, err := staticBinary(ctx, o, o.Init, "./internal/guestboot/guestinit", "guestinit", "guest init")
 	if err != nil {
 		return nil, err
 	}
-	if err := staticelf.Check(initData); err != nil {
-		return nil, fmt.Errorf("guestboot: guest init %s: %w (build it with CGO_ENABLED=0)", initBin, err)
-	}
 	a.InitSHA256 = sha256hex(initData)
+	agentData, err := staticBinary(ctx, o, o.Agent, "./cmd/airlock-agent", "airlock-agent", "agent")
+	if err != nil {
+		return nil, err
+	}
+	a.AgentSHA256 = sha256hex(agentData)
 
 	// The initramfs's key: everything that goes into it.
 	key := sha256.New()
-	fmt.Fprintf(key, "airlock-initrd/v1\nkernel-deb %s\nrelease %s\ninit %s\n", o.Kernel.SHA256, o.Kernel.Release, a.InitSHA256)
+	fmt.Fprintf(key, "airlock-initrd/v2\nkernel-deb %s\nrelease %s\ninit %s\nagent %s\n", o.Kernel.SHA256, o.Kernel.Release, a.InitSHA256, a.AgentSHA256)
 	for _, m := range order {
 		fmt.Fprintf(key, "module %s\n", m)
 	}
@@ -176,7 +181,7 @@ func Build(ctx context.Context, o Options) (*Artifacts, error) {
 	}
 	a.InitrdPath = filepath.Join(o.Dir, "initrd", hex.EncodeToString(key.Sum(nil))+ext)
 	if _, err := os.Stat(a.InitrdPath); err != nil {
-		data, err := buildInitramfs(kdir, o.Kernel.Release, order, initData, !o.Uncompressed)
+		data, err := buildInitramfs(kdir, o.Kernel.Release, order, initData, agentData, !o.Uncompressed)
 		if err != nil {
 			return nil, err
 		}
@@ -200,7 +205,7 @@ func Build(ctx context.Context, o Options) (*Artifacts, error) {
 
 // buildInitramfs writes the cpio (newc) archive, gzip-compressed with a
 // fixed header, so equal inputs give equal bytes.
-func buildInitramfs(kdir, release string, order []string, initData []byte, compress bool) ([]byte, error) {
+func buildInitramfs(kdir, release string, order []string, initData, agentData []byte, compress bool) ([]byte, error) {
 	var raw bytes.Buffer
 	c := &cpioWriter{w: &raw}
 	mdir := path.Join(moduleDir, release)
@@ -239,6 +244,9 @@ func buildInitramfs(kdir, release string, order []string, initData []byte, compr
 		return nil, err
 	}
 	if err := c.file(strings.TrimPrefix(InitPath, "/"), 0o755, initData); err != nil {
+		return nil, err
+	}
+	if err := c.file(strings.TrimPrefix(AgentPath, "/"), 0o700, agentData); err != nil {
 		return nil, err
 	}
 	if err := c.close(); err != nil {
@@ -384,14 +392,33 @@ func writeFrom(dst string, r io.Reader) error {
 	return f.Close()
 }
 
-// buildInit builds the guest init, static and reproducible (-trimpath, no
-// build id, no VCS stamp), into the cache.
-func buildInit(ctx context.Context, o Options) (string, error) {
+// staticBinary reads the binary at path (building pkg into the cache as
+// name when path is empty) and checks that it is static.
+func staticBinary(ctx context.Context, o Options, path, pkg, name, what string) ([]byte, error) {
+	if path == "" {
+		var err error
+		if path, err = buildStatic(ctx, o, pkg, name); err != nil {
+			return nil, err
+		}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("guestboot: %s: %w", what, err)
+	}
+	if err := staticelf.Check(data); err != nil {
+		return nil, fmt.Errorf("guestboot: %s %s: %w (build it with CGO_ENABLED=0)", what, path, err)
+	}
+	return data, nil
+}
+
+// buildStatic builds the main package pkg, static and reproducible
+// (-trimpath, no build id, no VCS stamp), into the cache as name-<digest>.
+func buildStatic(ctx context.Context, o Options, pkg, name string) (string, error) {
 	dir := o.GoDir
 	if dir == "" {
 		out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 		if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
-			return "", fmt.Errorf("guestboot: no Go module to build the guest init in (set Options.GoDir or Options.Init)")
+			return "", fmt.Errorf("guestboot: no Go module to build %s in (set Options.GoDir, or Options.Init and Options.Agent)", pkg)
 		}
 		dir = filepath.Dir(strings.TrimSpace(string(out)))
 	}
@@ -399,25 +426,25 @@ func buildInit(ctx context.Context, o Options) (string, error) {
 	if err := os.MkdirAll(idir, 0o755); err != nil {
 		return "", err
 	}
-	f, err := os.CreateTemp(idir, ".guestinit-")
+	f, err := os.CreateTemp(idir, "."+name+"-")
 	if err != nil {
 		return "", err
 	}
 	tmp := f.Name()
 	f.Close()
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=",
-		"-o", tmp, "./internal/guestboot/guestinit")
+		"-o", tmp, pkg)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(tmp)
-		return "", fmt.Errorf("guestboot: building the guest init: %w: %s", err, out)
+		return "", fmt.Errorf("guestboot: building %s: %w: %s", pkg, err, out)
 	}
 	sum, err := fileSHA256(tmp)
 	if err != nil {
 		return "", err
 	}
-	p := filepath.Join(idir, "guestinit-"+sum[:16])
+	p := filepath.Join(idir, name+"-"+sum[:16])
 	if err := os.Rename(tmp, p); err != nil {
 		return "", err
 	}

@@ -1,9 +1,9 @@
 package guestboot
 
 import (
-	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net"
 	"os"
@@ -13,6 +13,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/model"
 )
 
 func TestLoadOrder(t *testing.T) {
@@ -103,11 +108,14 @@ func skipUnlessCI(t *testing.T, format string, args ...any) {
 func buildOrSkip(t *testing.T, uncompressed bool) *Artifacts {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
-		skipUnlessCI(t, "no go tool to build the guest init")
+		skipUnlessCI(t, "no go tool to build the guest init and agent")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	t0 := time.Now()
+	// Build builds the guest init and the agent itself (static, reproducible,
+	// cached by digest), as `airlock env boot-inputs` would with --init and
+	// --agent binaries built the same way.
 	a, err := Build(ctx, Options{Dir: cacheDir(t), Uncompressed: uncompressed})
 	if err != nil {
 		if strings.Contains(err.Error(), "apt-get download") {
@@ -139,7 +147,7 @@ func TestBuildReproducible(t *testing.T) {
 	if !b.InitrdBuilt || !b.KernelFetched {
 		t.Fatalf("fresh directory, yet taken from cache: %+v", b)
 	}
-	if a.KernelSHA256 != b.KernelSHA256 || a.InitrdSHA256 != b.InitrdSHA256 || a.Reference() != b.Reference() {
+	if a.AgentSHA256 == "" || a.AgentSHA256 != b.AgentSHA256 || a.KernelSHA256 != b.KernelSHA256 || a.InitrdSHA256 != b.InitrdSHA256 || a.Reference() != b.Reference() {
 		t.Fatalf("not reproducible:\n%+v\n%+v", a, b)
 	}
 	c, err := Build(context.Background(), Options{Dir: dir})
@@ -151,19 +159,23 @@ func TestBuildReproducible(t *testing.T) {
 	}
 }
 
-// TestBootTCG boots the inputs in a QEMU microvm under TCG and waits for the
-// guest init's ready line on the virtio-serial port.
+// TestBootTCG boots the inputs in a QEMU microvm under TCG with a busybox
+// root disk: the init switches to the disk and starts the agent as PID 1 on
+// the virtio-serial port; the host talks agentproto to it over QEMU's
+// chardev socket, configures the guest, runs commands, and reconnects.
 func TestBootTCG(t *testing.T) {
-	t.Run("gzip", func(t *testing.T) { testBootTCG(t, false) })
-	t.Run("uncompressed", func(t *testing.T) { testBootTCG(t, true) })
-}
-
-func testBootTCG(t *testing.T, uncompressed bool) {
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
 		skipUnlessCI(t, "qemu-system-x86_64 not installed (Debian package qemu-system-x86)")
 	}
-	a := buildOrSkip(t, uncompressed)
+	mkfs, err := exec.LookPath("mkfs.ext4")
+	if err != nil {
+		skipUnlessCI(t, "mkfs.ext4 not installed (Debian package e2fsprogs)")
+	}
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		skipUnlessCI(t, "no static busybox (Debian package busybox-static)")
+	}
+	a := buildOrSkip(t, true) // uncompressed: faster under TCG
 	khz, err := HostTSCkHz()
 	if err != nil {
 		t.Fatal(err)
@@ -173,31 +185,30 @@ func testBootTCG(t *testing.T, uncompressed bool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	img := filepath.Join(dir, "root.ext4")
+	if out, err := exec.Command(mkfs, "-q", "-F", "-d", airtest.BusyboxRootfs(t), img, "64M").CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v: %s", err, out)
+	}
 	sock := filepath.Join(dir, "agent.sock")
 	serial := filepath.Join(dir, "serial.log")
 	args := []string{"-M", "microvm", "-nodefaults", "-no-user-config", "-nographic", "-accel", "tcg",
 		"-m", "256", "-kernel", a.KernelPath, "-initrd", a.InitrdPath,
 		"-append", KernelCmdline(khz),
 		"-serial", "file:" + serial,
+		"-drive", "id=root,file=" + img + ",format=raw,if=none",
+		"-device", "virtio-blk-device,drive=root",
 		"-device", "virtio-serial-device",
 		"-chardev", "socket,id=agent,path=" + sock + ",server=on,wait=off",
 		"-device", "virtserialport,chardev=agent,name=airlock.agent",
 		"-no-reboot"}
-	// A root disk, when mkfs.ext4 can make one: the guest mounts it.
-	withRoot := false
-	if mkfs, err := exec.LookPath("mkfs.ext4"); err == nil {
-		tree := filepath.Join(dir, "tree")
-		os.MkdirAll(filepath.Join(tree, "marker-dir"), 0o755)
-		img := filepath.Join(dir, "root.ext4")
-		if out, err := exec.Command(mkfs, "-q", "-F", "-d", tree, img, "16M").CombinedOutput(); err != nil {
-			t.Logf("no root disk: mkfs.ext4: %v: %s", err, out)
-		} else {
-			args = append(args, "-drive", "id=root,file="+img+",format=raw,if=none",
-				"-device", "virtio-blk-device,drive=root")
-			withRoot = true
-		}
+	// A NIC for the network part of the guest config, when QEMU has
+	// user-mode networking (no host changes; nothing is reached through it).
+	withNet := false
+	if out, err := exec.Command(qemu, "-netdev", "help").CombinedOutput(); err == nil && strings.Contains(string(out), "user") {
+		args = append(args, "-netdev", "user,id=n0,restrict=on", "-device", "virtio-net-device,netdev=n0")
+		withNet = true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, qemu, args...)
 	var qout bytes.Buffer
@@ -216,51 +227,125 @@ func testBootTCG(t *testing.T, uncompressed bool) {
 			t.Logf("qemu: %s\nserial console:\n%s", qout.Bytes(), log)
 		}
 	}()
-
-	var conn net.Conn
-	for conn == nil {
+	dial := func(ctx context.Context) (net.Conn, error) {
 		select {
 		case err := <-exited:
 			exited <- err
-			t.Fatalf("qemu exited: %v", err)
-		case <-ctx.Done():
-			t.Fatal("no agent socket")
-		case <-time.After(5 * time.Millisecond):
+			return nil, fmt.Errorf("qemu exited: %v", err)
+		default:
 		}
-		conn, _ = net.Dial("unix", sock)
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
-	r := bufio.NewReader(conn)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		t.Fatalf("reading the port: %v", err)
+	newClient := func() *agentclient.Client {
+		c := agentclient.New(dial, nil)
+		t.Cleanup(func() { c.Close() })
+		return c
 	}
+
+	// Until the agent answers: QEMU may not have made its socket yet, and
+	// the guest may not run the agent yet (the handshake then fails).
+	// After a reconnect, the first handshake may fail too: virtio-serial
+	// may not have told the guest about the disconnect, and the old
+	// connection's last frames reach the new one; the client dials again.
+	waitInfo := func(c *agentclient.Client) (agentproto.Info, int) {
+		for attempt := 1; ; attempt++ {
+			ictx, icancel := context.WithTimeout(ctx, 5*time.Second)
+			ts := time.Now()
+			info, err := c.Info(ictx)
+			icancel()
+			if err == nil {
+				return info, attempt
+			}
+			if testing.Verbose() && !strings.Contains(err.Error(), "dial agent") {
+				t.Logf("attempt %d: %v after %v", attempt, err, time.Since(ts).Round(time.Millisecond))
+			}
+			if ctx.Err() != nil || strings.Contains(err.Error(), "qemu exited") {
+				t.Fatalf("agent never answered: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	c := newClient()
+	info, _ := waitInfo(c)
 	ready := time.Since(t0)
-	line = strings.TrimSpace(line)
-	want := "airlock-guest ready " + a.Kernel.Release
-	if line != want {
-		t.Fatalf("port said %q, want %q", line, want)
+	t.Logf("qemu start → agent Info answered over virtio-serial: %v (agent %s, protocol %d, pid %d, tsc_early_khz=%d)",
+		ready.Round(time.Millisecond), info.AgentVersion, info.Protocol, info.Pid, khz)
+	if info.Pid != 1 || !info.HasFeature(agentproto.FeatureGuestConfig) {
+		t.Fatalf("info %+v: want the agent as PID 1 with %q", info, agentproto.FeatureGuestConfig)
 	}
-	t.Logf("qemu start → ready line on virtio-serial: %v (tsc_early_khz=%d)", ready.Round(time.Millisecond), khz)
-	if withRoot {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			t.Fatalf("reading the port: %v", err)
-		}
-		if !strings.HasPrefix(line, "airlock-guest root /dev/vda ext4 ") || !strings.Contains(line, "marker-dir") {
-			t.Fatalf("root line %q", line)
-		}
-	}
-	// The port carries bytes both ways.
-	if _, err := conn.Write([]byte("ping\n")); err != nil {
+
+	entropy := make([]byte, 64)
+	if _, err := rand.Read(entropy); err != nil {
 		t.Fatal(err)
 	}
-	if line, err := r.ReadString('\n'); err != nil || strings.TrimSpace(line) != "echo ping" {
-		t.Fatalf("echo: %q, %v", line, err)
+	cfg := agentproto.GuestConfig{Hostname: "clone-a", Env: []string{"FOO=bar"}, Entropy: entropy, TimeUnixNano: time.Now().UnixNano()}
+	if withNet {
+		cfg.Network = &agentproto.GuestNetwork{Address: "10.0.2.15/24", Gateway: "10.0.2.2", DNS: []string{"10.0.2.3"}}
 	}
+	if err := c.ConfigureGuest(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigureGuest(ctx, cfg); err != nil { // idempotent
+		t.Fatalf("second ConfigureGuest: %v", err)
+	}
+	out := bootRun(ctx, t, c, `uname -r; hostname; echo $FOO; date +%s`)
+	lines := strings.Fields(out)
+	if len(lines) != 4 || lines[0] != a.Kernel.Release || lines[1] != "clone-a" || lines[2] != "bar" {
+		t.Fatalf("guest said %q, want %s, clone-a, bar and the time", out, a.Kernel.Release)
+	}
+	var guestTime int64
+	fmt.Sscan(lines[3], &guestTime)
+	if d := time.Since(time.Unix(guestTime, 0)); d < -time.Minute || d > time.Minute {
+		t.Errorf("guest clock %d is %v off the host's", guestTime, d)
+	}
+	if withNet {
+		out := bootRun(ctx, t, c, `ip -4 addr show dev eth0; ip route; cat /etc/resolv.conf`)
+		for _, want := range []string{"inet 10.0.2.15/24", "default via 10.0.2.2 dev eth0", "nameserver 10.0.2.3", "UP"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("guest network lacks %q:\n%s", want, out)
+			}
+		}
+	}
+
+	// A new client (a restarted host) reconnects to the same agent.
+	c.Close()
+	t1 := time.Now()
+	c2 := newClient()
+	_, attempts := waitInfo(c2)
+	if out := bootRun(ctx, t, c2, `hostname; cat /proc/1/comm`); strings.Fields(out)[0] != "clone-a" || !strings.Contains(out, "airlock-agent") {
+		t.Fatalf("after reconnecting: %q", out)
+	}
+	t.Logf("reconnect (%d handshake attempts) + command: %v", attempts, time.Since(t1).Round(time.Millisecond))
+
 	log, _ := os.ReadFile(serial)
-	if !strings.Contains(string(log), want) {
-		t.Errorf("the console lacks the ready line:\n%s", log)
+	if want := "airlock-guest ready " + a.Kernel.Release; !strings.Contains(string(log), want) {
+		t.Errorf("the console lacks %q:\n%s", want, log)
 	}
+
+	// The agent stopping (SIGTERM to PID 1) powers the VM off: QEMU exits.
+	if _, err := c2.Start(ctx, agentproto.StartRequest{ID: model.NewProcessID().String(), Args: []string{"/bin/kill", "-TERM", "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			t.Errorf("qemu exited with %v after the agent stopped", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Error("the VM is still running a minute after its agent was told to stop")
+	}
+}
+
+// bootRun runs a shell script through the agent and returns its stdout.
+func bootRun(ctx context.Context, t *testing.T, c *agentclient.Client, script string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	res, err := c.Run(ctx, agentproto.StartRequest{ID: model.NewProcessID().String(), Args: []string{"/bin/sh", "-c", script}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("sh -c %q: %v, exit %d, stdout %q, stderr %q", script, err, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return string(res.Stdout)
 }

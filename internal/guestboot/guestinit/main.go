@@ -1,25 +1,31 @@
 //go:build linux
 
-// Command guestinit is PID 1 of the QEMU microVM guest (spike): it loads
-// the virtio modules listed in /etc/airlock/modules (finit_module, in
-// order), mounts /proc, /sys and /dev, finds the virtio-serial port named
-// airlock.agent (or airlock.port=NAME on the kernel command line) through
-// /sys/class/virtio-ports/*/name, writes "airlock-guest ready <release>"
-// to the console and to the port, and mounts /dev/vda (ext4) on /newroot
-// when there is one.
+// Command guestinit is PID 1 of the QEMU microVM guest's initramfs. It
+// mounts /dev, /proc and /sys, loads the virtio modules listed in
+// /etc/airlock/modules (finit_module, in order), writes "airlock-guest
+// ready <release>" to the console, and then hands the machine to the
+// airlock-agent:
 //
-// Plan for the real integration (not done here): with a root disk and
-// airlock.agent=PATH on the command line, move /dev, /proc and /sys under
-// /newroot, switch_root (mount --move /newroot /; chroot .), and exec the
-// airlock-agent with the port's device as its transport (agentproto over
-// the virtio-serial byte stream), the agent staying PID 1 and reaping
-// orphans. Until then it stays up, echoing what the host writes to the
-// port, so the host side can be tested.
+//  1. mounts the root disk /dev/vda (ext4) on /newroot;
+//  2. mounts a tmpfs on /newroot/run and copies the agent (/airlock-agent
+//     in the initramfs) to /newroot/run/airlock/airlock-agent;
+//  3. moves /dev, /proc and /sys under /newroot and mounts /dev/pts
+//     (devpts) and /dev/shm (tmpfs) there;
+//  4. frees the initramfs (removes its files, as switch_root does, never
+//     crossing into another file system);
+//  5. moves /newroot onto /, chroots into it and executes the agent with
+//     --listen serial:<port> (the virtio-serial port's name: airlock.port=
+//     on the kernel command line, default airlock.agent) and
+//     --poweroff-on-exit. The agent stays PID 1 and reaps orphans.
+//
+// Any failure is written to the console and powers the VM off (QEMU runs
+// with -no-reboot, so it exits).
 package main
 
 import (
-	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,56 +34,57 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const modulesList = "/etc/airlock/modules"
+const (
+	modulesList = "/etc/airlock/modules"
+	agentSrc    = "/airlock-agent"
+	newRoot     = "/newroot"
+	agentDir    = "/run/airlock"
+	agentPath   = agentDir + "/airlock-agent"
+	rootDisk    = "/dev/vda"
+	defaultPort = "airlock.agent"
+	// diskWait bounds the wait for the root disk to appear (virtio_blk
+	// probes after its module loaded).
+	diskWait = 5 * time.Second
+)
+
+var console io.Writer = os.Stdout
 
 func logf(format string, a ...any) {
-	fmt.Fprintf(os.Stdout, "airlock-init: "+format+"\n", a...)
+	fmt.Fprintf(console, "airlock-init: "+format+"\n", a...)
 }
 
 func main() {
 	start := time.Now()
-	mounts := []struct{ src, dst, fstype string }{
+	for _, m := range []struct{ src, dst, fstype string }{
 		{"devtmpfs", "/dev", "devtmpfs"},
 		{"proc", "/proc", "proc"},
 		{"sysfs", "/sys", "sysfs"},
-	}
-	for _, m := range mounts {
+	} {
 		if err := unix.Mount(m.src, m.dst, m.fstype, unix.MS_NOSUID, ""); err != nil && err != unix.EBUSY {
 			logf("mount %s: %v", m.dst, err)
 		}
 	}
-	// The console the kernel opened for us may predate devtmpfs; reopen it.
+	// The console the kernel opened for us may predate devtmpfs; reopen it
+	// and make it the agent's stdin, stdout and stderr too.
 	if f, err := os.OpenFile("/dev/console", os.O_RDWR, 0); err == nil {
-		os.Stdout, os.Stderr = f, f
+		for fd := 0; fd <= 2; fd++ {
+			_ = unix.Dup2(int(f.Fd()), fd)
+		}
+		f.Close()
 	}
 	loadModules()
 
 	var u unix.Utsname
 	_ = unix.Uname(&u)
 	release := unix.ByteSliceToString(u.Release[:])
-	line := "airlock-guest ready " + release
 	logf("modules loaded in %v", time.Since(start))
-	fmt.Fprintln(os.Stdout, line)
+	fmt.Fprintln(console, "airlock-guest ready "+release)
 
-	portName := cmdlineParam("airlock.port", "airlock.agent")
-	port, err := findPort(portName, 5*time.Second)
-	if err != nil {
-		logf("%v", err)
+	port := cmdlineParam("airlock.port", defaultPort)
+	if err := switchToAgent(port); err != nil {
+		logf("FATAL: %v; powering off", err)
 		halt()
 	}
-	logf("port %s is %s", portName, port.Name())
-	writeLine(port, line)
-
-	if root := mountRoot(); root != "" {
-		writeLine(port, "airlock-guest root "+root)
-	}
-	// Spike: echo the host's lines back, prefixed, until powered off.
-	sc := bufio.NewScanner(port)
-	for sc.Scan() {
-		writeLine(port, "echo "+sc.Text())
-	}
-	logf("port closed: %v", sc.Err())
-	halt()
 }
 
 func loadModules() {
@@ -100,60 +107,142 @@ func loadModules() {
 	}
 }
 
-// findPort waits for the virtio-serial port named name and opens it.
-func findPort(name string, wait time.Duration) (*os.File, error) {
+// switchToAgent makes the root disk the root and executes the agent; it
+// returns only on failure.
+func switchToAgent(port string) error {
+	if err := waitFor(rootDisk, diskWait); err != nil {
+		return fmt.Errorf("no root disk: %w", err)
+	}
+	if err := unix.Mount(rootDisk, newRoot, "ext4", 0, ""); err != nil {
+		return fmt.Errorf("mount %s (ext4) on %s: %w", rootDisk, newRoot, err)
+	}
+	run := newRoot + "/run"
+	if err := os.MkdirAll(run, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", run, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+		return fmt.Errorf("mount tmpfs on %s: %w", run, err)
+	}
+	if err := copyFile(agentSrc, newRoot+agentPath); err != nil {
+		return fmt.Errorf("copy the agent: %w", err)
+	}
+	for _, d := range []string{"/dev", "/proc", "/sys"} {
+		if err := os.MkdirAll(newRoot+d, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(d, newRoot+d, "", unix.MS_MOVE, ""); err != nil {
+			return fmt.Errorf("move %s to %s: %w", d, newRoot+d, err)
+		}
+	}
+	for _, m := range []struct{ dst, fstype, data string }{
+		{"/dev/pts", "devpts", "ptmxmode=0666,newinstance,mode=0620"},
+		{"/dev/shm", "tmpfs", "mode=1777"},
+	} {
+		if err := os.MkdirAll(newRoot+m.dst, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.fstype, newRoot+m.dst, m.fstype, unix.MS_NOSUID|unix.MS_NOEXEC, m.data); err != nil {
+			return fmt.Errorf("mount %s on %s: %w", m.fstype, m.dst, err)
+		}
+	}
+	if err := freeInitramfs(); err != nil {
+		// Not fatal: the initramfs only keeps using memory.
+		logf("freeing the initramfs: %v", err)
+	}
+	if err := os.Chdir(newRoot); err != nil {
+		return err
+	}
+	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("move %s onto /: %w", newRoot, err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return fmt.Errorf("chroot: %w", err)
+	}
+	if err := os.Chdir("/"); err != nil {
+		return err
+	}
+	argv := []string{"airlock-agent", "--listen", "serial:" + port, "--poweroff-on-exit"}
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
+	logf("starting %s", strings.Join(argv, " "))
+	err := unix.Exec(agentPath, argv, env)
+	return fmt.Errorf("exec %s: %w", agentPath, err)
+}
+
+// waitFor waits until path exists.
+func waitFor(path string, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
-		names, _ := filepath.Glob("/sys/class/virtio-ports/*/name")
-		for _, n := range names {
-			b, err := os.ReadFile(n)
-			if err != nil || strings.TrimSpace(string(b)) != name {
-				continue
-			}
-			dev := "/dev/" + filepath.Base(filepath.Dir(n))
-			f, err := os.OpenFile(dev, os.O_RDWR, 0)
-			if err == nil {
-				return f, nil
-			}
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("open %s: %w", dev, err)
-			}
+		_, err := os.Stat(path)
+		if err == nil || time.Now().After(deadline) {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("no virtio-serial port named %q (found %d ports)", name, len(names))
-		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-// writeLine writes to the port, retrying while the host is not connected.
-func writeLine(f *os.File, s string) {
-	for i := 0; i < 500; i++ {
-		_, err := f.WriteString(s + "\n")
-		if err == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+// copyFile copies the executable src to dst (mode 0700, its directory 0700).
+func copyFile(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
 	}
-	logf("write to port failed")
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o700)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
-// mountRoot mounts /dev/vda (ext4, read-write) on /newroot when present.
-func mountRoot() string {
-	if _, err := os.Stat("/dev/vda"); err != nil {
-		return ""
+// freeInitramfs removes the initramfs's files (everything on the root file
+// system but /newroot), never descending into another file system.
+func freeInitramfs() error {
+	var root unix.Stat_t
+	if err := unix.Lstat("/", &root); err != nil {
+		return err
 	}
-	if err := unix.Mount("/dev/vda", "/newroot", "ext4", 0, ""); err != nil {
-		logf("mount /dev/vda: %v", err)
-		return ""
+	ents, err := os.ReadDir("/")
+	if err != nil {
+		return err
 	}
-	logf("mounted /dev/vda on /newroot")
-	ents, _ := os.ReadDir("/newroot")
-	var names []string
+	var errs []error
 	for _, e := range ents {
-		names = append(names, e.Name())
+		if "/"+e.Name() == newRoot {
+			continue
+		}
+		errs = append(errs, removeSameDev("/"+e.Name(), root.Dev))
 	}
-	return "/dev/vda ext4 " + strings.Join(names, ",")
+	return errors.Join(errs...)
+}
+
+func removeSameDev(p string, dev uint64) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return err
+	}
+	if st.Dev != dev {
+		return nil // a mount point of something else: leave it
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if err := removeSameDev(filepath.Join(p, e.Name()), dev); err != nil {
+				return err
+			}
+		}
+		return unix.Rmdir(p)
+	}
+	return unix.Unlink(p)
 }
 
 func cmdlineParam(key, def string) string {

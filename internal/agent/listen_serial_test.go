@@ -1,0 +1,272 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/agentproto"
+)
+
+// serialPair returns a serial listener on one end of a socket pair (which,
+// like a virtio-serial port, reports POLLHUP once the other end is gone)
+// and the other end as the host's connection.
+func serialPair(t *testing.T) (*serialListener, net.Conn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		t.Fatal(err)
+	}
+	hf := os.NewFile(uintptr(fds[1]), "host")
+	host, err := net.FileConn(hf)
+	hf.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newSerialListener(fds[0], "test-port")
+	l.interval = 2 * time.Millisecond
+	t.Cleanup(func() { l.Close(); host.Close() })
+	return l, host
+}
+
+func TestSerialListenerServesUntilHostLeaves(t *testing.T) {
+	l, host := serialPair(t)
+	srv, err := New(Options{Env: []string{"PATH=/bin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, l) }()
+
+	dials := 0
+	c := agentclient.New(func(context.Context) (net.Conn, error) {
+		dials++
+		if dials > 1 {
+			return nil, errors.New("the pair has one connection only")
+		}
+		return host, nil
+	}, nil)
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Protocol == 0 {
+		t.Fatalf("info %+v", info)
+	}
+	// The host goes: the agent's connection reads EOF and is dropped, and
+	// Accept waits for a host again.
+	c.Close()
+	host.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l.mu.Lock()
+		cur := l.cur
+		l.mu.Unlock()
+		if cur == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the connection was not dropped after the host left")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+}
+
+func TestSerialListenerAcceptWaitsForHostAndClose(t *testing.T) {
+	l, host := serialPair(t)
+	c, err := l.Accept() // the host end is connected
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One connection at a time: Accept waits until c is closed.
+	accepted := make(chan error, 1)
+	go func() {
+		c2, err := l.Accept()
+		if c2 != nil {
+			c2.Close()
+		}
+		accepted <- err
+	}()
+	host.Close()
+	buf := make([]byte, 8)
+	if _, err := c.Read(buf); !errors.Is(err, io.EOF) {
+		t.Fatalf("Read after the host left: %v, want EOF", err)
+	}
+	c.Close()
+	// The host is gone (POLLHUP): Accept keeps waiting …
+	select {
+	case err := <-accepted:
+		t.Fatalf("Accept returned %v without a host", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// … until Close.
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-accepted:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Accept after Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end Accept")
+	}
+	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept on a closed listener: %v", err)
+	}
+}
+
+func TestSerialConnCloseInterruptsRead(t *testing.T) {
+	l, _ := serialPair(t)
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 8))
+		read <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	c.Close()
+	select {
+	case err := <-read:
+		if err == nil {
+			t.Fatal("Read succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not interrupt Read")
+	}
+	// The next connection comes while the host is still there.
+	c2, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.Close()
+}
+
+func TestFindVirtioPort(t *testing.T) {
+	dir := t.TempDir()
+	for port, name := range map[string]string{"vport0p0": "other\n", "vport0p1": "airlock.agent\n"} {
+		if err := os.MkdirAll(filepath.Join(dir, port), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, port, "name"), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := virtioPortsDir
+	virtioPortsDir = dir
+	defer func() { virtioPortsDir = old }()
+	got, err := findVirtioPort("airlock.agent", time.Second)
+	if err != nil || got != "/dev/vport0p1" {
+		t.Fatalf("findVirtioPort = %q, %v", got, err)
+	}
+	if _, err := findVirtioPort("missing", 30*time.Millisecond); err == nil {
+		t.Fatal("found a missing port")
+	}
+}
+
+func TestListenSerialRefusesNonDevices(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(p, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := listenSerial(mustAddr(t, "serial:"+p)); err == nil {
+		t.Fatal("listened on a regular file")
+	}
+}
+
+func mustAddr(t *testing.T, s string) agentproto.ListenAddr {
+	t.Helper()
+	a, err := agentproto.ParseListenAddr(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestSerialConnSkipsToPreface(t *testing.T) {
+	l, host := serialPair(t)
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	stale := bytes.Repeat([]byte("old frames PRI * HTTP/2.0\r\n"), 400) // longer than a read, with a false start
+	go func() {
+		host.Write(stale)
+		host.Write(http2Preface[:5])
+		time.Sleep(10 * time.Millisecond)
+		host.Write(http2Preface[5:])
+		host.Write([]byte("settings"))
+		host.Close()
+	}()
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := string(http2Preface) + "settings"; string(got) != want {
+		t.Fatalf("read %q, want %q", got, want)
+	}
+}
+
+func TestSerialConnHandsOverOnNewPreface(t *testing.T) {
+	l, host := serialPair(t)
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first connection's frames, then (split across writes) a new
+	// connection's preface: the host reconnected unseen.
+	go func() {
+		host.Write(append(slices.Clone(http2Preface), "frames-1 PRI * HTTP"...))
+		time.Sleep(10 * time.Millisecond)
+		host.Write(http2Preface[:10])
+		time.Sleep(10 * time.Millisecond)
+		host.Write(append(slices.Clone(http2Preface[10:]), "frames-2"...))
+	}()
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := string(http2Preface) + "frames-1 PRI * HTTP" + string(http2Preface[:10]); string(got) != want {
+		t.Fatalf("first connection read %q, want %q", got, want)
+	}
+	c.Close()
+	c2, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	buf := make([]byte, 100)
+	n, err := io.ReadAtLeast(c2, buf, len(http2Preface)+len("frames-2"))
+	if err != nil || string(buf[:n]) != string(http2Preface)+"frames-2" {
+		t.Fatalf("second connection read %q, %v", buf[:n], err)
+	}
+}
