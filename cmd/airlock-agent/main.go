@@ -32,6 +32,8 @@ import (
 
 	"github.com/airlockdev/airlock/internal/agent"
 	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/guestboot"
+	"github.com/airlockdev/airlock/internal/guestboot/guestinit"
 )
 
 // version is set at link time (-ldflags "-X main.version=…"); otherwise
@@ -43,6 +45,13 @@ var version string
 const stopTimeout = 5 * time.Second
 
 func main() {
+	// The microVM initramfs's /init is this binary: as PID 1 under that
+	// name it is the guest init, which switches to the root disk and
+	// executes this binary again as the agent (never returns).
+	if os.Getpid() == 1 && len(os.Args) > 0 && os.Args[0] == guestboot.InitPath {
+		guestinit.Main()
+		os.Exit(1)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

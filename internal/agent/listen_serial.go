@@ -54,14 +54,59 @@ var virtioPortsDir = "/sys/class/virtio-ports"
 
 // listenSerial opens addr's device (or finds the port it names) and
 // returns a listener on it.
+//
+// A port name serves, besides the port of that name, every port named
+// NAME.<n> (the host gives each concurrent connection a port of its own:
+// a port carries one connection at a time).
 func listenSerial(addr agentproto.ListenAddr) (net.Listener, error) {
-	path := addr.Path
-	if addr.IsPortName() {
-		var err error
-		if path, err = findVirtioPort(addr.Path, serialPortWait); err != nil {
-			return nil, fmt.Errorf("listen %s: %w", addr, err)
-		}
+	if !addr.IsPortName() {
+		return listenSerialPath(addr, addr.Path)
 	}
+	path, err := findVirtioPort(addr.Path, serialPortWait)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	first, err := listenSerialPath(addr, path)
+	if err != nil {
+		return nil, err
+	}
+	lns := []net.Listener{first}
+	for _, p := range siblingPorts(addr.Path) {
+		ln, err := listenSerialPath(addr, p)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
+	}
+	if len(lns) == 1 {
+		return first, nil
+	}
+	return newMultiListener(lns), nil
+}
+
+// siblingPorts are the devices of the ports named name.<digits>.
+func siblingPorts(name string) []string {
+	var out []string
+	names, _ := filepath.Glob(filepath.Join(virtioPortsDir, "*", "name"))
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			continue
+		}
+		suffix, ok := strings.CutPrefix(strings.TrimSpace(string(b)), name+".")
+		if !ok || suffix == "" || strings.Trim(suffix, "0123456789") != "" {
+			continue
+		}
+		out = append(out, "/dev/"+filepath.Base(filepath.Dir(n)))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func listenSerialPath(addr agentproto.ListenAddr, path string) (net.Listener, error) {
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: open %s: %w", addr, path, err)

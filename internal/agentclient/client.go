@@ -179,18 +179,32 @@ func (c *Client) connect(ctx context.Context) (cc *http.ClientConn, fresh bool, 
 	// caller (or Close) behind it.
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
-	cc, err = c.tr.NewClientConn(hctx, "http", "agent:0")
-	if err != nil {
-		return nil, false, fmt.Errorf("dial agent: %w", err)
-	}
-	info, err := handshake(hctx, cc)
-	if err != nil {
+	for attempt := 1; ; attempt++ {
+		cc, err = c.tr.NewClientConn(hctx, "http", "agent:0")
+		if err != nil {
+			return nil, false, fmt.Errorf("dial agent: %w", err)
+		}
+		info, err := handshake(hctx, cc)
+		if err == nil {
+			c.cc, c.info = cc, info
+			return cc, true, nil
+		}
 		cc.Close()
-		return nil, false, err
+		// A byte stream that is one of several in turn over a single
+		// channel (a virtio-serial port) may carry the tail of the
+		// previous connection's frames into the new one when the two
+		// follow closely: the handshake then fails with an HTTP/2
+		// protocol error, and a new connection works.
+		var pe *ProtocolError
+		if attempt >= handshakeAttempts || errors.As(err, &pe) || hctx.Err() != nil {
+			return nil, false, err
+		}
+		c.logger.Debug("agent handshake failed; dialling again", "attempt", attempt, "err", err)
 	}
-	c.cc, c.info = cc, info
-	return cc, true, nil
 }
+
+// handshakeAttempts bounds dialling again after a failed handshake.
+const handshakeAttempts = 3
 
 // handshake asks a new connection's agent who it is and checks its
 // protocol version.

@@ -15,21 +15,21 @@ import (
 )
 
 // bootInputsCommand builds the microVM environment's guest kernel and
-// initramfs (spike: into a cache directory; the content store comes with
-// the QEMU runtime).
+// initramfs into the data dir's guestboot store (content-addressed: every
+// file is named by the digests of its inputs), where the server's qemu
+// environment finds them.
 func (a *app) bootInputsCommand() *cobra.Command {
-	var dir, initBin, agentBin string
+	var dir, agentBin string
 	var uncompressed bool
 	cmd := &cobra.Command{
 		Use:   "boot-inputs",
 		Short: "Build the microVM guest kernel and initramfs (cached by their inputs' digests)",
 		Long: "Fetch the pinned Debian kernel package (apt-get download; its sha256 is checked), take its\n" +
 			"vmlinuz and virtio modules, and write an initramfs with the modules in load order and the\n" +
-			"guest init. A second run with the same inputs reuses the cache. --init names a static guest\n" +
-			"init binary (CGO_ENABLED=0 go build ./internal/guestboot/guestinit); without it the go tool\n" +
-			"builds one from the source tree it runs in. --agent names the static airlock-agent that the\n" +
-			"initramfs carries and the init starts as the guest's PID 1 (default: the airlock-agent next\n" +
-			"to the airlock binary, then in PATH, as the server finds it).",
+			"static airlock-agent as its /init (it runs the guest init as PID 1, then itself as the agent\n" +
+			"on the root disk). A second run with the same inputs reuses the cache. --agent names the\n" +
+			"agent (default: the airlock-agent next to the airlock binary, then in PATH, as the server\n" +
+			"finds it). The server builds the same inputs itself when it enables --env qemu.",
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
@@ -46,7 +46,7 @@ func (a *app) bootInputsCommand() *cobra.Command {
 				}
 				agentBin = p
 			}
-			art, err := guestboot.Build(cmd.Context(), guestboot.Options{Dir: dir, Init: initBin, Agent: agentBin, Uncompressed: uncompressed})
+			art, err := guestboot.Build(cmd.Context(), guestboot.Options{Dir: dir, Agent: agentBin, Uncompressed: uncompressed})
 			if err != nil {
 				return err
 			}
@@ -63,7 +63,6 @@ func (a *app) bootInputsCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "cache directory (default: DATA_DIR/guestboot)")
-	cmd.Flags().StringVar(&initBin, "init", "", "static guest init binary (default: build it with the go tool)")
 	cmd.Flags().StringVar(&agentBin, "agent", "", "static airlock-agent binary for the initramfs (default: next to the airlock binary, then in PATH)")
 	cmd.Flags().BoolVar(&uncompressed, "uncompressed", false, "write the initramfs without gzip (larger, boots faster under TCG)")
 	return cmd

@@ -1,15 +1,16 @@
 // Package guestboot builds the boot inputs of the QEMU microVM environment:
 // the guest kernel, taken from a pinned Debian linux-image-cloud-amd64
 // package, and an initramfs holding the virtio modules that kernel needs (in
-// load order) and the guest init (package guestinit, a static Go PID 1).
+// load order) and the static airlock-agent as its /init: started as PID 1
+// under that name, the agent runs the guest init (package guestinit), which
+// mounts the root disk, copies the agent into a tmpfs on its /run and
+// executes it as PID 1 of the new root, listening on the virtio-serial
+// ports. One binary: nothing but the agent runs in the guest before the
+// workload.
 //
 // Builds are reproducible and cached under a directory by the digests of
-// their inputs: the same package, module list, init and agent binaries give
-// the same bytes and the same paths, so a second Build is a few stat calls.
-//
-// The initramfs also holds the static airlock-agent (/airlock-agent): the
-// init mounts the root disk, copies the agent into a tmpfs on its /run and
-// executes it as PID 1 of the new root, listening on the virtio-serial port.
+// their inputs: the same package, module list and agent binary give the
+// same bytes and the same paths, so a second Build is a few stat calls.
 //
 // Layout of the cache directory:
 //
@@ -17,7 +18,7 @@
 //	kernel/<deb sha256>/vmlinuz               the kernel image from the package
 //	kernel/<deb sha256>/modules/<name>.ko     the modules the initramfs needs
 //	initrd/<input digest>.cpio.gz             the initramfs
-//	init/<...>                                the guest init binary (and the agent, when built here)
+//	init/<...>                                the agent, when built here with the go tool
 package guestboot
 
 import (
@@ -69,7 +70,6 @@ var DefaultModules = []string{"virtio_ring", "virtio", "virtio_mmio", "virtio_bl
 // Paths inside the initramfs; guestinit reads them.
 const (
 	InitPath       = "/init"
-	AgentPath      = "/airlock-agent"       // the agent the init starts
 	ModuleListPath = "/etc/airlock/modules" // one absolute .ko path a line, load order
 	moduleDir      = "/lib/modules"
 )
@@ -79,12 +79,12 @@ type Options struct {
 	Dir     string   // cache directory (created)
 	Kernel  Kernel   // zero: DefaultKernel
 	Modules []string // nil: DefaultModules
-	// Init is the path of a static guest init binary; empty: build
-	// ./internal/guestboot/guestinit with the go tool (GoDir is the module
-	// root to build in; empty: found from this source file's module).
-	Init string
-	// Agent is the path of the static airlock-agent binary put into the
-	// initramfs; empty: build ./cmd/airlock-agent with the go tool (in GoDir).
+	// Agent is the path of the static airlock-agent binary, the
+	// initramfs's /init: started as PID 1 under that name it runs the
+	// guest init (package guestinit), which switches to the root disk and
+	// executes it again as the agent. Empty: build ./cmd/airlock-agent
+	// with the go tool (GoDir is the module root to build in; empty: found
+	// from this source file's module).
 	Agent string
 	GoDir string
 	// Uncompressed writes the cpio without gzip (.cpio): 2.3 MB instead of
@@ -99,7 +99,6 @@ type Artifacts struct {
 	KernelSHA256  string   `json:"kernel_sha256"`
 	InitrdPath    string   `json:"initrd_path"`
 	InitrdSHA256  string   `json:"initrd_sha256"`
-	InitSHA256    string   `json:"init_sha256"`
 	AgentSHA256   string   `json:"agent_sha256"`
 	Modules       []string `json:"modules"`   // load order
 	EnvReference  string   `json:"reference"` // Reference(), set by Build
@@ -158,11 +157,6 @@ func Build(ctx context.Context, o Options) (*Artifacts, error) {
 	}
 	a.Modules = order
 
-	initData, err := staticBinary(ctx, o, o.Init, "./internal/guestboot/guestinit", "guestinit", "guest init")
-	if err != nil {
-		return nil, err
-	}
-	a.InitSHA256 = sha256hex(initData)
 	agentData, err := staticBinary(ctx, o, o.Agent, "./cmd/airlock-agent", "airlock-agent", "agent")
 	if err != nil {
 		return nil, err
@@ -171,7 +165,7 @@ func Build(ctx context.Context, o Options) (*Artifacts, error) {
 
 	// The initramfs's key: everything that goes into it.
 	key := sha256.New()
-	fmt.Fprintf(key, "airlock-initrd/v2\nkernel-deb %s\nrelease %s\ninit %s\nagent %s\n", o.Kernel.SHA256, o.Kernel.Release, a.InitSHA256, a.AgentSHA256)
+	fmt.Fprintf(key, "airlock-initrd/v3\nkernel-deb %s\nrelease %s\nagent %s\n", o.Kernel.SHA256, o.Kernel.Release, a.AgentSHA256)
 	for _, m := range order {
 		fmt.Fprintf(key, "module %s\n", m)
 	}
@@ -181,7 +175,7 @@ func Build(ctx context.Context, o Options) (*Artifacts, error) {
 	}
 	a.InitrdPath = filepath.Join(o.Dir, "initrd", hex.EncodeToString(key.Sum(nil))+ext)
 	if _, err := os.Stat(a.InitrdPath); err != nil {
-		data, err := buildInitramfs(kdir, o.Kernel.Release, order, initData, agentData, !o.Uncompressed)
+		data, err := buildInitramfs(kdir, o.Kernel.Release, order, agentData, !o.Uncompressed)
 		if err != nil {
 			return nil, err
 		}
@@ -205,7 +199,7 @@ func Build(ctx context.Context, o Options) (*Artifacts, error) {
 
 // buildInitramfs writes the cpio (newc) archive, gzip-compressed with a
 // fixed header, so equal inputs give equal bytes.
-func buildInitramfs(kdir, release string, order []string, initData, agentData []byte, compress bool) ([]byte, error) {
+func buildInitramfs(kdir, release string, order []string, agentData []byte, compress bool) ([]byte, error) {
 	var raw bytes.Buffer
 	c := &cpioWriter{w: &raw}
 	mdir := path.Join(moduleDir, release)
@@ -243,10 +237,7 @@ func buildInitramfs(kdir, release string, order []string, initData, agentData []
 	if err := c.file(strings.TrimPrefix(ModuleListPath, "/"), 0o644, []byte(list.String())); err != nil {
 		return nil, err
 	}
-	if err := c.file(strings.TrimPrefix(InitPath, "/"), 0o755, initData); err != nil {
-		return nil, err
-	}
-	if err := c.file(strings.TrimPrefix(AgentPath, "/"), 0o700, agentData); err != nil {
+	if err := c.file(strings.TrimPrefix(InitPath, "/"), 0o700, agentData); err != nil {
 		return nil, err
 	}
 	if err := c.close(); err != nil {

@@ -28,7 +28,7 @@ func (e qemuEnv) DefinitionInputs() envid.Inputs { return e.inputs }
 // and an initramfs whose init is this server's agent — and makes the QEMU
 // runtime, probing it with a VM boot (which also detects KVM).
 func (r runtimes) openQEMU(ctx context.Context) (*qemuEnv, error) {
-	art, err := guestboot.Build(ctx, guestboot.Options{Dir: r.dd.join(guestbootDir), Init: r.agentBin, Uncompressed: true})
+	art, err := guestboot.Build(ctx, guestboot.Options{Dir: r.dd.join(guestbootDir), Agent: r.agentBin, Uncompressed: true})
 	if err != nil {
 		return nil, fmt.Errorf("environment qemu: boot inputs: %w", err)
 	}

@@ -74,7 +74,7 @@ func TestSandboxDirSearchableForUserns(t *testing.T) {
 	// server leaves mounted for its sandboxes.
 	agentFS := filepath.Join(sandboxDir, "runc", ".agentfs")
 	t.Cleanup(func() {
-		if err := rt.ReleaseAgentFS(context.Background()); err != nil {
+		if err := rt.(agentFSReleaser).ReleaseAgentFS(context.Background()); err != nil {
 			t.Errorf("ReleaseAgentFS: %v", err)
 		}
 		if mounted, err := rootfs.IsMounted(agentFS); err != nil || mounted {

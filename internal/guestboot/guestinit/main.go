@@ -1,14 +1,16 @@
 //go:build linux
 
-// Command guestinit is PID 1 of the QEMU microVM guest's initramfs. It
+// Package guestinit is PID 1 of the QEMU microVM guest's initramfs, run by
+// the airlock-agent binary itself (the initramfs's /init is the agent: it
+// calls Main when it starts as PID 1 under that name). It
 // mounts /dev, /proc and /sys, loads the virtio modules listed in
 // /etc/airlock/modules (finit_module, in order), writes "airlock-guest
 // ready <release>" to the console, and then hands the machine to the
 // airlock-agent:
 //
 //  1. mounts the root disk /dev/vda (ext4) on /newroot;
-//  2. mounts a tmpfs on /newroot/run and copies the agent (/airlock-agent
-//     in the initramfs) to /newroot/run/airlock/airlock-agent;
+//  2. mounts a tmpfs on /newroot/run and copies the agent (its own binary,
+//     /proc/self/exe) to /newroot/run/airlock/airlock-agent;
 //  3. moves /dev, /proc and /sys under /newroot and mounts /dev/pts
 //     (devpts) and /dev/shm (tmpfs) there;
 //  4. frees the initramfs (removes its files, as switch_root does, never
@@ -20,7 +22,7 @@
 //
 // Any failure is written to the console and powers the VM off (QEMU runs
 // with -no-reboot, so it exits).
-package main
+package guestinit
 
 import (
 	"errors"
@@ -36,7 +38,7 @@ import (
 
 const (
 	modulesList = "/etc/airlock/modules"
-	agentSrc    = "/airlock-agent"
+	agentSrc    = "/proc/self/exe"
 	newRoot     = "/newroot"
 	agentDir    = "/run/airlock"
 	agentPath   = agentDir + "/airlock-agent"
@@ -53,7 +55,8 @@ func logf(format string, a ...any) {
 	fmt.Fprintf(console, "airlock-init: "+format+"\n", a...)
 }
 
-func main() {
+// Main runs the guest init; it returns only if it could not power off.
+func Main() {
 	start := time.Now()
 	for _, m := range []struct{ src, dst, fstype string }{
 		{"devtmpfs", "/dev", "devtmpfs"},

@@ -36,7 +36,7 @@ func newVMEnv(t *testing.T) vmEnv {
 	agent := airtest.BuildAgent(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	art, err := guestboot.Build(ctx, guestboot.Options{Dir: airtest.GuestbootCache(t), Init: agent, Uncompressed: true})
+	art, err := guestboot.Build(ctx, guestboot.Options{Dir: airtest.GuestbootCache(t), Agent: agent, Uncompressed: true})
 	if err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("boot inputs: %v", err)
@@ -107,7 +107,7 @@ func client(t *testing.T, rt *qemu.Runtime, id model.SandboxID) *agentclient.Cli
 
 func sh(t *testing.T, c *agentclient.Client, script string) string {
 	t.Helper()
-	res, err := c.Run(ctxFor(t), agentproto.StartRequest{Args: []string{"/bin/sh", "-c", script}})
+	res, err := c.Run(ctxFor(t), agentproto.StartRequest{ID: model.NewProcessID().String(), Args: []string{"/bin/sh", "-c", script}})
 	if err != nil {
 		t.Fatalf("run %q: %v", script, err)
 	}
@@ -219,6 +219,9 @@ func TestVMLifecycle(t *testing.T) {
 	}
 	if got := sh(t, client(t, rt, spec.ID), "hostname"); got != "vm-one" {
 		t.Fatalf("hostname after second wake = %q", got)
+	}
+	if err := rt.ForgetSnapshot(ctx, spec.ID); err != nil {
+		t.Fatal(err)
 	}
 	if err := rt.Stop(ctx, spec.ID); err != nil {
 		t.Fatal(err)
