@@ -388,6 +388,16 @@ func assertNoLeftovers(t *testing.T, dataDir string, ids []model.SandboxID, serv
 	for _, cg := range sandboxCgroups(ids) {
 		t.Errorf("leaked cgroup %s", cg)
 	}
+	// QEMU microVMs: a directory per sandbox, a QEMU process per VM.
+	vmDirs, _ := filepath.Glob(filepath.Join(dataDir, "runtime", "qemu", "sbx_*"))
+	for _, d := range vmDirs {
+		t.Errorf("leaked VM state dir %s", d)
+	}
+	for _, id := range ids {
+		if out, _ := exec.Command("pgrep", "-f", "guest="+id.String()).Output(); len(strings.TrimSpace(string(out))) > 0 {
+			t.Errorf("leaked QEMU of %s: pid %s", id, strings.TrimSpace(string(out)))
+		}
+	}
 	assertNoNetworkLeftovers(t, dataDir, ids, true)
 	if serverStopped {
 		// A server that stopped with no sandbox removed its nftables table.

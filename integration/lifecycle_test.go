@@ -23,13 +23,17 @@ import (
 const counterScript = `i=0; while :; do i=$((i+1)); echo $i > /tmp/n.new; mv /tmp/n.new /tmp/n; sleep 0.1; done`
 
 // TestLifecycle drives pause, resume, suspend and wake through the CLI on
-// runc and runsc, with a counting process in the sandbox.
+// runc, runsc and QEMU microVMs, with a counting process in the sandbox.
 func TestLifecycle(t *testing.T) {
 	airtest.RequireRoot(t)
 	bins := build(t)
-	for _, rt := range []string{"runc", "runsc"} {
+	for _, rt := range []string{"runc", "runsc", "qemu"} {
 		t.Run(rt, func(t *testing.T) {
-			airtest.RequireBinary(t, rt)
+			if rt == "qemu" {
+				requireQEMU(t)
+			} else {
+				airtest.RequireBinary(t, rt)
+			}
 			s := newServer(t, bins, serverConfig{runtime: rt})
 			s.start()
 			ctx := ctxFor(t, 5*time.Minute)

@@ -270,8 +270,8 @@ func (a *app) serverCommand() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:7070", "HOST:PORT to serve the API and the data plane on")
-	fs.StringArrayVar(&f.envs, "env", nil, "execution environment to run sandboxes in: runsc, crun or runc (repeatable; the first is the default; default: the strongest isolation that works on this host, runsc; shared-kernel runc and crun only when named)")
-	fs.StringVar(&f.runtime, "runtime", "", "shorthand for --env: runc, crun or runsc")
+	fs.StringArrayVar(&f.envs, "env", nil, "execution environment to run sandboxes in: qemu (microVMs, KVM where it works, else emulated), runsc, crun or runc (repeatable; the first is the default; default: runsc, the strongest isolation that works on any host; qemu, runc and crun only when named)")
+	fs.StringVar(&f.runtime, "runtime", "", "shorthand for --env: runc, crun, runsc or qemu")
 	fs.StringVar(&f.databaseURL, "database-url", "", "PostgreSQL URL postgres://… (default: SQLite in the data dir)")
 	fs.StringVar(&f.agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock, then $PATH)")
 	fs.StringVar(&f.sandboxDir, "sandbox-dir", "", "directory for the sandboxes' writable storage (their disk images, bundles and sockets), e.g. on a filesystem of its own apart from the store (default: DATA_DIR/runtime/<runtime>/sandboxes)")
