@@ -34,7 +34,11 @@ func TestLifecycle(t *testing.T) {
 			} else {
 				airtest.RequireBinary(t, rt)
 			}
-			s := newServer(t, bins, serverConfig{runtime: rt})
+			cfg := serverConfig{runtime: rt}
+			if rt == "qemu" {
+				cfg = serverConfig{runtime: rt, extraArgs: []string{"--guestboot-dir", airtest.GuestbootCache(t)}}
+			}
+			s := newServer(t, bins, cfg)
 			s.start()
 			ctx := ctxFor(t, 5*time.Minute)
 			l := &lifecycleCLI{t: t, s: s, ctx: ctx}

@@ -30,8 +30,8 @@ func requireQEMU(t *testing.T) {
 // qemuServerArgs make a server's environments runsc (the default) and
 // qemu, with the VM boot inputs in the test cache (fetching the kernel
 // package once for every test).
-func qemuServerArgs() []string {
-	return []string{"--env", "runsc", "--env", "qemu"}
+func qemuServerArgs(t *testing.T) []string {
+	return []string{"--env", "runsc", "--env", "qemu", "--guestboot-dir", airtest.GuestbootCache(t)}
 }
 
 // TestMicroVM is the acceptance test, through the CLI and API as a
@@ -45,7 +45,7 @@ func TestMicroVM(t *testing.T) {
 	airtest.RequireBinary(t, "runsc")
 	requireQEMU(t)
 	bins := build(t)
-	s := newServer(t, bins, serverConfig{extraArgs: qemuServerArgs()})
+	s := newServer(t, bins, serverConfig{extraArgs: qemuServerArgs(t)})
 	s.start()
 	ctx := ctxFor(t, 8*time.Minute)
 	l := &lifecycleCLI{t: t, s: s, ctx: ctx}

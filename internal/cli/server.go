@@ -35,6 +35,7 @@ type serverFlags struct {
 	databaseURL string
 	agentBinary string
 	sandboxDir  string
+	guestboot   string
 	logLevel    string
 	grace       time.Duration
 	keyMaxAge   time.Duration
@@ -83,6 +84,7 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		DatabaseURL:              f.databaseURL,
 		AgentBinary:              f.agentBinary,
 		SandboxDir:               f.sandboxDir,
+		GuestbootDir:             f.guestboot,
 		ShutdownGrace:            f.grace,
 		AttachKeyMaxAge:          f.keyMaxAge,
 		TemplateGCInterval:       f.templateGC,
@@ -274,6 +276,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringVar(&f.runtime, "runtime", "", "shorthand for --env: runc, crun, runsc or qemu")
 	fs.StringVar(&f.databaseURL, "database-url", "", "PostgreSQL URL postgres://… (default: SQLite in the data dir)")
 	fs.StringVar(&f.agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock, then $PATH)")
+	fs.StringVar(&f.guestboot, "guestboot-dir", "", "where --env qemu builds and keeps the VM boot inputs (the guest kernel and initramfs, named by their inputs' digests; see `airlock env boot-inputs`) (default: DATA_DIR/guestboot)")
 	fs.StringVar(&f.sandboxDir, "sandbox-dir", "", "directory for the sandboxes' writable storage (their disk images, bundles and sockets), e.g. on a filesystem of its own apart from the store (default: DATA_DIR/runtime/<runtime>/sandboxes)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.grace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long open attach streams may run on before they are told to reconnect")

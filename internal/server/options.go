@@ -45,6 +45,11 @@ type Options struct {
 	// dir, DataDir/runtime/<runtime>/sandboxes. Changing it while
 	// sandboxes exist orphans them: the server no longer finds them.
 	SandboxDir string
+	// GuestbootDir (--guestboot-dir) is where the qemu environment's boot
+	// inputs (guest kernel and initramfs) are built and kept, named by
+	// their inputs' digests; "" is DATA_DIR/guestboot. Several servers may
+	// share one.
+	GuestbootDir string
 	// ShutdownGrace (--shutdown-grace): on SIGTERM the server stops taking
 	// new attachments and connections (readiness fails) and lets open
 	// streams run this long; then they end with a reconnect event. 0:

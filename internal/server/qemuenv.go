@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/guestboot"
@@ -28,7 +29,11 @@ func (e qemuEnv) DefinitionInputs() envid.Inputs { return e.inputs }
 // and an initramfs whose init is this server's agent — and makes the QEMU
 // runtime, probing it with a VM boot (which also detects KVM).
 func (r runtimes) openQEMU(ctx context.Context) (*qemuEnv, error) {
-	art, err := guestboot.Build(ctx, guestboot.Options{Dir: r.dd.join(guestbootDir), Agent: r.agentBin, Uncompressed: true})
+	dir := r.guestbootDir
+	if dir == "" {
+		dir = r.dd.join(guestbootDir)
+	}
+	art, err := guestboot.Build(ctx, guestboot.Options{Dir: dir, Agent: r.agentBin, Uncompressed: true})
 	if err != nil {
 		return nil, fmt.Errorf("environment qemu: boot inputs: %w", err)
 	}
@@ -37,8 +42,12 @@ func (r runtimes) openQEMU(ctx context.Context) (*qemuEnv, error) {
 		return nil, fmt.Errorf("environment qemu: %w", err)
 	}
 	boot := qemu.Boot{Kernel: art.KernelPath, Initrd: art.InitrdPath, CommandLine: guestboot.KernelCmdline(khz)}
+	stateRoot := r.dd.join(runtimeDir, string(envid.NameQEMU))
+	if r.sandboxDir != "" {
+		stateRoot = filepath.Join(r.sandboxDir, string(envid.NameQEMU))
+	}
 	rt, err := qemu.New(qemu.Config{
-		StateRoot: r.dd.join(runtimeDir, string(envid.NameQEMU)),
+		StateRoot: stateRoot,
 		Boot:      boot,
 		Logger:    r.log.With("component", "runtime", "runtime", "qemu"),
 	})

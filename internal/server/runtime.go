@@ -18,8 +18,10 @@ type runtimes struct {
 	ids        oci.IDPool
 	dd         *dataDir
 	sandboxDir string
-	agentBin   string
-	log        *slog.Logger
+	// guestbootDir holds the VM boot inputs ("": DATA_DIR/guestboot).
+	guestbootDir string
+	agentBin     string
+	log          *slog.Logger
 }
 
 func (r runtimes) config(name envid.Name) oci.Config {
