@@ -113,8 +113,11 @@ func (m machine) args(name string, incoming bool) []string {
 	a = append(a,
 		"-qmp", "unix:"+qmpSocket+",server=on,wait=off",
 		"-pidfile", pidFile,
-		"-daemonize",
+		// QEMU's own seccomp filter: no obsolete system calls, no
+		// setuid/setgid, no fork/exec, no scheduler or affinity changes.
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 	)
+
 	if incoming {
 		a = append(a, "-incoming", "defer")
 	} else {
@@ -154,13 +157,21 @@ func readMachine(dir string) (machine, error) {
 	return m, nil
 }
 
-// launchTimeout bounds QEMU's start (until -daemonize returns).
+// launchTimeout bounds QEMU's start (until its QMP socket exists).
 const launchTimeout = 30 * time.Second
 
-// launch starts QEMU for m in dir, detached from the server (it
-// daemonizes: its parent exits once the VM is set up, so the server
-// neither waits for it nor takes it down when it exits). In m.Netns when
-// set. It returns QEMU's pid.
+// qemuLog is QEMU's own stdout and stderr (the guest's console is
+// console.log).
+const qemuLog = "qemu.log"
+
+// launch starts QEMU for m in dir (in m.Netns when set) and returns its
+// pid once its QMP socket exists. QEMU runs in a session of its own with
+// its output in a file, so nothing ties it to the server: it outlives a
+// server that exits or crashes, and a later server finds it by its pid
+// file. It is not daemonized (-daemonize forks and calls setsid after
+// QEMU's seccomp filter is in place, which forbids both): a goroutine of
+// the runtime waits for it instead, so it is reaped when it exits while
+// this server runs (the goroutine ends with the process).
 func (r *Runtime) launch(ctx context.Context, dir, name string, m machine, incoming bool) (int, error) {
 	stale := []string{qmpSocket, pidFile}
 	for i := range agentPorts {
@@ -173,28 +184,52 @@ func (r *Runtime) launch(ctx context.Context, dir, name string, m machine, incom
 	}
 	ctx, cancel := context.WithTimeout(ctx, launchTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, r.binary, m.args(name, incoming)...)
-	cmd.Dir = dir
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	// Its own session: a signal to the server's process group does not
-	// reach the VM.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	run := cmd.Run
-	var err error
-	if m.Netns != "" {
-		err = inNetns(m.Netns, run)
-	} else {
-		err = run()
-	}
+	logf, err := os.OpenFile(filepath.Join(dir, qemuLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
-		return 0, fmt.Errorf("start qemu: %w: %s", err, bytes.TrimSpace(out.Bytes()))
+		return 0, err
 	}
-	pid, err := readPid(dir)
+	defer logf.Close() // the child has its own copy
+	cmd := exec.Command(r.binary, m.args(name, incoming)...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own session: a signal to the server's process group (a ^C)
+	// does not reach the VM.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if m.Netns != "" {
+		err = inNetns(m.Netns, cmd.Start)
+	} else {
+		err = cmd.Start()
+	}
 	if err != nil {
 		return 0, fmt.Errorf("start qemu: %w", err)
 	}
-	return pid, nil
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	w := retry.Policy{Initial: time.Millisecond, Max: 10 * time.Millisecond}.Start(nil)
+	for !exists(filepath.Join(dir, qmpSocket)) {
+		select {
+		case err := <-exited:
+			return 0, fmt.Errorf("start qemu: exited (%v): %s", err, logTail(filepath.Join(dir, qemuLog)))
+		default:
+		}
+		if err := w.Wait(ctx); err != nil {
+			_ = cmd.Process.Kill()
+			return 0, fmt.Errorf("start qemu: no QMP socket: %w: %s", err, logTail(filepath.Join(dir, qemuLog)))
+		}
+	}
+	return cmd.Process.Pid, nil
+}
+
+// logTail is the end of a log file, for errors.
+func logTail(p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "(no log)"
+	}
+	if len(b) > 800 {
+		b = b[len(b)-800:]
+	}
+	return string(bytes.TrimSpace(b))
 }
 
 // readPid reads QEMU's pid file.

@@ -3,8 +3,9 @@
 // execution environment's kernel and initramfs (internal/guestboot), whose
 // root disk is a copy-on-write disk over its template's ext4 image
 // (internal/vmdisk) and whose guest agent speaks agentproto over a
-// virtio-serial port. QEMU runs detached (-daemonize), so VMs outlive the
-// server; a restarted server finds them again by their pid files.
+// virtio-serial port. QEMU runs in a session of its own under its own
+// seccomp filter (no fork, exec or setuid), so VMs outlive the server; a
+// restarted server finds them again by their pid files.
 //
 // Hardware acceleration (KVM) is used where /dev/kvm really runs a VM
 // (Probe boots one); elsewhere QEMU emulates the CPU (TCG), which is slow but
@@ -20,6 +21,7 @@
 //	qmp.sock       QMP (control)
 //	agent.sock     the virtio-serial port of the guest agent
 //	console.log    the guest's serial console
+//	qemu.log       QEMU's own messages
 //	qemu.pid       QEMU's pid file
 //	started        written once the guest was let run (cont)
 //	stop-requested written by Stop

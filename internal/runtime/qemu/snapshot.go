@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -141,37 +141,60 @@ func (r *Runtime) Suspend(ctx context.Context, id model.SandboxID) (runtime.Snap
 }
 
 // saveVM stops the VM and writes its migration stream to state (fsynced).
+// The file is opened here and handed to QEMU (getfd, then fd:), so QEMU
+// spawns nothing (its seccomp sandbox forbids it) and writes only what it
+// was given.
 func saveVM(ctx context.Context, dir, state string, ignoreShared bool) error {
 	ctx, cancel := context.WithTimeout(ctx, migrationTimeout)
 	defer cancel()
-	return withQMPTimeout(ctx, dir, migrationTimeout, func(c *qmp.Client) error {
+	f, err := os.OpenFile(state, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	err = withQMPTimeout(ctx, dir, migrationTimeout, func(c *qmp.Client) error {
 		if err := c.Stop(ctx); err != nil {
 			return err
 		}
 		if err := c.MigrateSetCapabilities(ctx, qmp.MigrationCapability{Capability: "x-ignore-shared", State: ignoreShared}); err != nil {
 			return err
 		}
-		// QEMU 7.2 has no file: URI; its exec: runs through /bin/sh.
-		if err := c.Migrate(ctx, "exec:cat > "+shellQuote(state)); err != nil {
+		if err := c.SendFD(ctx, migrationFD, f); err != nil {
 			return err
 		}
-		if _, err := c.WaitMigration(ctx, 5*time.Millisecond); err != nil {
+		if err := c.Migrate(ctx, "fd:"+migrationFD); err != nil {
 			return err
 		}
-		return syncPath(state)
+		_, err := c.WaitMigration(ctx, 5*time.Millisecond)
+		return err
 	})
+	if err != nil {
+		return err
+	}
+	return f.Sync()
 }
+
+// migrationFD is the name under which QEMU gets a migration's file.
+const migrationFD = "airlock-migration"
 
 // loadVM feeds state to a QEMU started with -incoming defer and waits
 // until it is loaded (the VM is then paused).
 func loadVM(ctx context.Context, dir, state string, ignoreShared bool) error {
 	ctx, cancel := context.WithTimeout(ctx, migrationTimeout)
 	defer cancel()
+	f, err := os.Open(state)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
 	return withQMPTimeout(ctx, dir, migrationTimeout, func(c *qmp.Client) error {
 		if err := c.MigrateSetCapabilities(ctx, qmp.MigrationCapability{Capability: "x-ignore-shared", State: ignoreShared}); err != nil {
 			return err
 		}
-		if err := c.MigrateIncoming(ctx, "exec:cat "+shellQuote(state)); err != nil {
+		if err := c.SendFD(ctx, migrationFD, f); err != nil {
+			return err
+		}
+		if err := c.MigrateIncoming(ctx, "fd:"+migrationFD); err != nil {
 			return err
 		}
 		st, err := c.WaitStatus(ctx, 5*time.Millisecond, func(s qmp.Status) bool { return s.Status != qmp.StatusInMigrate })
@@ -318,17 +341,6 @@ func writeSnapshot(snapDir string, rec snapshotRecord) error {
 	return atomicfile.Write(filepath.Join(snapDir, snapshotMeta), b, 0o600)
 }
 
-// shellQuote quotes s for /bin/sh.
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-func syncPath(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
-}
 
 // allocated is the host disk space a (sparse) file takes.
 func allocated(p string) int64 {

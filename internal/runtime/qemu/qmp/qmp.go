@@ -27,10 +27,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrClosed: the connection is closed (by Close, by QEMU or by a protocol
@@ -318,7 +321,7 @@ func (c *Client) Execute(ctx context.Context, command string, args, result any) 
 	}
 	defer func() { <-c.sem }()
 
-	ret, err := c.roundTrip(ctx, command, args)
+	ret, err := c.roundTrip(ctx, command, args, -1)
 	if err != nil {
 		return err
 	}
@@ -330,7 +333,27 @@ func (c *Client) Execute(ctx context.Context, command string, args, result any) 
 	return nil
 }
 
-func (c *Client) roundTrip(ctx context.Context, command string, args any) (json.RawMessage, error) {
+// SendFD hands QEMU an open file under name (QMP getfd, the descriptor
+// passed as SCM_RIGHTS with the command), e.g. for a migration to or from
+// "fd:<name>" without QEMU spawning a process. The connection must be a
+// Unix socket.
+func (c *Client) SendFD(ctx context.Context, name string, f *os.File) error {
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("qmp getfd: %w", context.Cause(ctx))
+	case <-c.done:
+		return fmt.Errorf("qmp getfd: %w", c.Err())
+	}
+	defer func() { <-c.sem }()
+	if _, ok := c.conn.(*net.UnixConn); !ok {
+		return fmt.Errorf("qmp getfd: passing a descriptor needs a Unix socket, not %T", c.conn)
+	}
+	_, err := c.roundTrip(ctx, "getfd", map[string]string{"fdname": name}, int(f.Fd()))
+	return err
+}
+
+func (c *Client) roundTrip(ctx context.Context, command string, args any, fd int) (json.RawMessage, error) {
 	id := "airlock-" + strconv.FormatUint(c.nextID.Add(1), 10)
 	msg := struct {
 		Execute   string `json:"execute"`
@@ -370,7 +393,13 @@ func (c *Client) roundTrip(ctx context.Context, command string, args any) (json.
 		c.conn.SetWriteDeadline(time.Unix(1, 0))
 		close(fired)
 	})
-	n, werr := c.conn.Write(b)
+	var n int
+	var werr error
+	if uc, ok := c.conn.(*net.UnixConn); ok && fd >= 0 {
+		n, _, werr = uc.WriteMsgUnix(b, unix.UnixRights(fd), nil)
+	} else {
+		n, werr = c.conn.Write(b)
+	}
 	interrupted := !stop()
 	if werr != nil {
 		forget()
