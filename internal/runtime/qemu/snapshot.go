@@ -341,7 +341,6 @@ func writeSnapshot(snapDir string, rec snapshotRecord) error {
 	return atomicfile.Write(filepath.Join(snapDir, snapshotMeta), b, 0o600)
 }
 
-
 // allocated is the host disk space a (sparse) file takes.
 func allocated(p string) int64 {
 	var st unix.Stat_t
