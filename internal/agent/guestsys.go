@@ -28,8 +28,15 @@ func (linuxGuest) SetHostname(name string) error {
 // rndAddEntropy is RNDADDENTROPY, _IOW('R', 0x03, int[2]).
 const rndAddEntropy = 0x40085203
 
+// rndReseedCRNG is RNDRESEEDCRNG, _IO('R', 0x07).
+const rndReseedCRNG = 0x5207
+
 // AddEntropy mixes b into the kernel's pool and credits len(b)*8 bits
-// (struct rand_pool_info: entropy_count, buf_size, then the bytes).
+// (struct rand_pool_info: entropy_count, buf_size, then the bytes), then
+// reseeds the kernel's CRNG from the pool at once (RNDRESEEDCRNG): a
+// ready CRNG otherwise takes new input only at its next periodic reseed,
+// so two clones of one snapshot would hand out the same random bytes
+// until then.
 func (linuxGuest) AddEntropy(b []byte) error {
 	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
 	if err != nil {
@@ -52,6 +59,16 @@ func (linuxGuest) AddEntropy(b []byte) error {
 	}
 	if errno != 0 {
 		return fmt.Errorf("ioctl RNDADDENTROPY: %w", errno)
+	}
+	if cerr := rc.Control(func(fd uintptr) {
+		_, _, errno = unix.Syscall(unix.SYS_IOCTL, fd, rndReseedCRNG, 0)
+	}); cerr != nil {
+		return cerr
+	}
+	// ENODATA: the CRNG is not ready yet (early boot); it seeds itself
+	// from the credited pool when it becomes ready.
+	if errno != 0 && errno != unix.ENODATA {
+		return fmt.Errorf("ioctl RNDRESEEDCRNG: %w", errno)
 	}
 	return nil
 }

@@ -148,9 +148,11 @@ func TestVMLifecycle(t *testing.T) {
 	if st, err := rt.State(ctx, spec.ID); err != nil || st.Phase != runtime.PhaseCreated {
 		t.Fatalf("State after Create = %+v, %v; want created", st, err)
 	}
+	created := time.Since(start)
 	if err := rt.Start(ctx, spec.ID); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("cold create: Create %v, Start (boot and guest configuration) %v", created.Round(time.Millisecond), (time.Since(start) - created).Round(time.Millisecond))
 	c := client(t, rt, spec.ID)
 	out := sh(t, c, `uname -r; hostname; echo "$GREETING"`)
 	t.Logf("cold boot → first output: %v", time.Since(start).Round(time.Millisecond))
