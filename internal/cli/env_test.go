@@ -110,7 +110,8 @@ func TestServerEnvironmentFlags(t *testing.T) {
 		{runtime: "runsc", envs: []string{"runsc", "runc"}, want: "runsc,runc"},
 		{envs: []string{"runc", "runc"}, wantErr: true},
 		{envs: []string{"runc", "runsc", "runc"}, wantErr: true},
-		{envs: []string{"qemu"}, wantErr: true},
+		{envs: []string{"firecracker"}, wantErr: true},
+		{envs: []string{"runsc", "qemu"}, want: "runsc,qemu"},
 		{runtime: "docker", wantErr: true},
 	} {
 		got, err := serverFlags{runtime: tc.runtime, envs: tc.envs}.environments()

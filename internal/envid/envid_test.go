@@ -194,7 +194,7 @@ func TestParseSelector(t *testing.T) {
 		{in: "", wantErr: true},
 		{in: "RUNSC", wantErr: true},
 		{in: "env:sha256:12", wantErr: true},
-		{in: "qemu", wantErr: true},
+		{in: "firecracker", wantErr: true},
 	} {
 		got, err := ParseSelector(tc.in)
 		if (err != nil) != tc.wantErr || got != tc.want {
