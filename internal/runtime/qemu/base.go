@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,7 +15,9 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/atomicfile"
+	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/qemu/qmp"
 	"github.com/airlockdev/airlock/internal/vmdisk"
@@ -151,7 +154,7 @@ func (r *Runtime) makeBase(ctx context.Context, key string, spec runtime.Spec, m
 	if err := withQMP(ctx, tmp, func(c *qmp.Client) error { return c.Cont(ctx) }); err != nil {
 		return base{}, err
 	}
-	if err := waitAgent(ctx, tmp, baseBootTimeout, r); err != nil {
+	if err := waitAgent(ctx, tmp, baseBootTimeout, r, true); err != nil {
 		return base{}, fmt.Errorf("base VM: %w (console: %s)", err, consoleTail(tmp))
 	}
 	boot := time.Since(start)
@@ -202,8 +205,10 @@ func (r *Runtime) makeBase(ctx context.Context, key string, spec runtime.Spec, m
 // waitAgent waits until the agent of the VM in dir answers on its first
 // port, then closes the connection and gives the guest a moment to see it
 // go (a base snapshot must not hold a host connection: its clones' hosts
-// are others).
-func waitAgent(ctx context.Context, dir string, limit time.Duration, r *Runtime) error {
+// are others). warm: first take the paths every clone takes at once (a
+// guest configuration, a process start), so the snapshot holds them in the
+// guest's page cache and its clones do not read them from disk again.
+func waitAgent(ctx context.Context, dir string, limit time.Duration, r *Runtime, warm bool) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return dialIn(ctx, dir, agentSocket) }, r.log)
@@ -211,6 +216,9 @@ func waitAgent(ctx context.Context, dir string, limit time.Duration, r *Runtime)
 		_, err := c.Info(ctx)
 		return err
 	})
+	if err == nil && warm {
+		warmGuest(ctx, c, r.log)
+	}
 	c.Close()
 	if err != nil {
 		return err
@@ -223,14 +231,31 @@ func waitAgent(ctx context.Context, dir string, limit time.Duration, r *Runtime)
 	return nil
 }
 
+// warmGuest runs what a clone's first moments run. Failures only cost
+// the clones that warmth: they are logged, not returned.
+func warmGuest(ctx context.Context, c *agentclient.Client, log *slog.Logger) {
+	if err := c.ConfigureGuest(ctx, agentproto.GuestConfig{Hostname: "airlock"}); err != nil {
+		log.DebugContext(ctx, "warming the base VM: guest configuration", "err", err)
+	}
+	for _, args := range [][]string{{"/bin/sh", "-c", "true"}, {"/bin/true"}} {
+		res, err := c.Run(ctx, agentproto.StartRequest{ID: model.NewProcessID().String(), Args: args})
+		if err == nil && res.ExitCode == 0 {
+			return
+		}
+		log.DebugContext(ctx, "warming the base VM: a process", "args", args, "err", err)
+	}
+}
+
 // createFromBase makes the sandbox's VM by restoring base: a new disk over
 // the base's frozen one, the base's RAM mapped private, its state loaded.
 func (r *Runtime) createFromBase(ctx context.Context, dir string, spec runtime.Spec, m machine, b base) error {
+	t0 := time.Now()
 	m.Disk = filepath.Join(dir, diskFile)
 	var err error
 	if m.DiskFormat, err = vmdisk.Clone(ctx, b.meta.Disk, b.meta.Format, m.Disk); err != nil {
 		return err
 	}
+	tDisk := time.Since(t0)
 	m.Memory, m.MemoryShared = b.meta.Memory, false
 	m.Base = b.dir
 	m.MAC = "" // the device's MAC is the base's (its state is restored)
@@ -240,8 +265,10 @@ func (r *Runtime) createFromBase(ctx context.Context, dir string, spec runtime.S
 	if _, err := r.launch(ctx, dir, spec.ID.String(), m, true); err != nil {
 		return err
 	}
+	tLaunch := time.Since(t0)
 	if err := loadVM(ctx, dir, b.meta.State, true); err != nil {
 		return fmt.Errorf("%w (console: %s)", err, consoleTail(dir))
 	}
+	r.log.DebugContext(ctx, "restored the base snapshot", "sandbox", spec.ID, "disk", tDisk, "launch", tLaunch-tDisk, "load", time.Since(t0)-tLaunch)
 	return nil
 }

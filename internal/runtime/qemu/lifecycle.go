@@ -146,11 +146,15 @@ func (r *Runtime) templateImage(ctx context.Context, spec runtime.Spec) (string,
 // environment, network, fresh entropy, the time) through its agent.
 // Starting a running VM is a no-op; starting a paused one is an error.
 func (r *Runtime) Start(ctx context.Context, id model.SandboxID) error {
+	t0 := time.Now()
 	m, err := r.startLocked(ctx, id)
 	if err != nil {
 		return err
 	}
-	return r.configureGuest(ctx, id, m.Guest)
+	t1 := time.Now()
+	err = r.configureGuest(ctx, id, m.Guest)
+	r.log.DebugContext(ctx, "started", "sandbox", id, "cont", t1.Sub(t0), "configure", time.Since(t1), "err", err)
+	return err
 }
 
 func (r *Runtime) startLocked(ctx context.Context, id model.SandboxID) (machine, error) {

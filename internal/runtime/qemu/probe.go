@@ -98,7 +98,7 @@ func (r *Runtime) probe(ctx context.Context, accel Accel, limit time.Duration) e
 	if err := withQMP(ctx, dir, func(c *qmp.Client) error { return c.Cont(ctx) }); err != nil {
 		return fmt.Errorf("probe qemu (%s): %w", accel, err)
 	}
-	if err := waitAgent(ctx, dir, limit, r); err != nil {
+	if err := waitAgent(ctx, dir, limit, r, false); err != nil {
 		return fmt.Errorf("probe qemu (%s): the guest agent did not answer: %w (console: %s)", accel, err, consoleTail(dir))
 	}
 	r.log.InfoContext(ctx, "QEMU probe VM booted and its agent answered", "accel", accel, "elapsed", time.Since(start).Round(time.Millisecond))
