@@ -257,9 +257,6 @@ func (r *Runtime) Stop(ctx context.Context, id model.SandboxID) error {
 	if pid == 0 {
 		return nil
 	}
-	if err := os.WriteFile(filepath.Join(dir, stopRequested), nil, 0o600); err != nil {
-		return fmt.Errorf("stop %s: %w", id, err)
-	}
 	if err := killVM(ctx, pid, id.String()); err != nil {
 		return fmt.Errorf("stop %s: %w", id, err)
 	}

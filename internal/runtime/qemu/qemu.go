@@ -24,7 +24,6 @@
 //	qemu.log       QEMU's own messages
 //	qemu.pid       QEMU's pid file
 //	started        written once the guest was let run (cont)
-//	stop-requested written by Stop
 //	snapshot/      a suspended sandbox's device state and snapshot.json
 //
 // and shared state in StateRoot/.images (template disk images, built once
@@ -241,18 +240,17 @@ const (
 
 // Names inside a sandbox's directory.
 const (
-	machineFile   = "machine.json"
-	diskFile      = "disk"
-	memoryFile    = "memory"
-	qmpSocket     = "qmp.sock"
-	agentSocket   = "agent.sock"
-	consoleLog    = "console.log"
-	pidFile       = "qemu.pid"
-	startedFile   = "started"
-	stopRequested = "stop-requested"
-	snapshotDir   = "snapshot"
-	snapshotMeta  = "snapshot.json"
-	stateFile     = "state"
+	machineFile  = "machine.json"
+	diskFile     = "disk"
+	memoryFile   = "memory"
+	qmpSocket    = "qmp.sock"
+	agentSocket  = "agent.sock"
+	consoleLog   = "console.log"
+	pidFile      = "qemu.pid"
+	startedFile  = "started"
+	snapshotDir  = "snapshot"
+	snapshotMeta = "snapshot.json"
+	stateFile    = "state"
 )
 
 func (r *Runtime) dir(id model.SandboxID) string { return filepath.Join(r.stateRoot, id.String()) }
