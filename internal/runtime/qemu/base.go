@@ -168,7 +168,7 @@ func (r *Runtime) makeBase(ctx context.Context, key string, spec runtime.Spec, m
 	if err != nil {
 		return base{}, err
 	}
-	for _, f := range []string{qmpSocket, pidFile, consoleLog} {
+	for _, f := range []string{qmpSocket, pidFile, qemuLog} {
 		_ = os.Remove(filepath.Join(tmp, f))
 	}
 	for i := range agentPorts {

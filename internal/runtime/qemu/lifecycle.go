@@ -310,20 +310,47 @@ func (r *Runtime) List(ctx context.Context) ([]model.SandboxID, error) {
 	return ids, nil
 }
 
-// consoleTail is the end of a VM's serial console, for errors.
+// Console ring of a VM.
+const (
+	consoleDevice    = "console"
+	consoleRingBytes = 256 << 10 // a power of two
+	consoleTailBytes = 2048
+)
+
+// consoleTail is the end of a running (or shut down, -no-shutdown) VM's
+// serial console, for errors. Reading the ring consumes it.
 func consoleTail(dir string) string {
-	b, err := os.ReadFile(filepath.Join(dir, consoleLog))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var out string
+	err := withQMP(ctx, dir, func(c *qmp.Client) error {
+		var all string
+		for {
+			var chunk string
+			if err := c.Execute(ctx, "ringbuf-read", map[string]any{"device": consoleDevice, "size": 64 << 10, "format": "utf8"}, &chunk); err != nil {
+				return err
+			}
+			if chunk == "" {
+				break
+			}
+			all += chunk
+			if len(all) > 4*consoleTailBytes {
+				all = all[len(all)-consoleTailBytes:]
+			}
+		}
+		out = all
+		return nil
+	})
 	if err != nil {
-		return "(no console log)"
+		return "(console unavailable: QEMU is not running)"
 	}
-	const n = 800
-	if len(b) > n {
-		b = b[len(b)-n:]
+	if len(out) > consoleTailBytes {
+		out = out[len(out)-consoleTailBytes:]
 	}
-	if len(b) == 0 {
+	if out == "" {
 		return "(empty)"
 	}
-	return fmt.Sprintf("%q", b)
+	return fmt.Sprintf("%q", out)
 }
 
 func exists(p string) bool {

@@ -75,7 +75,10 @@ func (m machine) args(name string, incoming bool) []string {
 	a := []string{
 		"-name", "guest=" + name,
 		"-machine", "microvm,memory-backend=ram",
-		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		// -no-shutdown: a guest that powers off or panics leaves QEMU
+		// running, stopped, so its console can still be read; State
+		// reports it stopped and Stop or Delete end it.
+		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-no-shutdown",
 		"-accel", string(m.Accel),
 	}
 	if m.Accel == AccelKVM {
@@ -86,7 +89,10 @@ func (m machine) args(name string, incoming bool) []string {
 		"-m", fmt.Sprintf("%dM", m.MemoryMiB),
 		"-object", fmt.Sprintf("memory-backend-file,id=ram,size=%dM,mem-path=%s,share=%s", m.MemoryMiB, qemuOptValue(m.Memory), onOff(m.MemoryShared)),
 		"-kernel", m.Kernel, "-initrd", m.Initrd, "-append", m.Cmdline,
-		"-chardev", "file,id=console,path="+consoleLog, "-serial", "chardev:console",
+		// The serial console in a ring in QEMU's memory: a guest writing
+		// to it without end fills nothing on the host (consoleTail reads
+		// it over QMP).
+		"-chardev", fmt.Sprintf("ringbuf,id=%s,size=%d", consoleDevice, consoleRingBytes), "-serial", "chardev:"+consoleDevice,
 		"-device", "virtio-serial-device",
 	)
 	for i := range agentPorts {

@@ -20,7 +20,6 @@
 //	               and saves only the device state
 //	qmp.sock       QMP (control)
 //	agent.sock     the virtio-serial port of the guest agent
-//	console.log    the guest's serial console
 //	qemu.log       QEMU's own messages
 //	qemu.pid       QEMU's pid file
 //	started        written once the guest was let run (cont)
@@ -245,7 +244,6 @@ const (
 	memoryFile   = "memory"
 	qmpSocket    = "qmp.sock"
 	agentSocket  = "agent.sock"
-	consoleLog   = "console.log"
 	pidFile      = "qemu.pid"
 	startedFile  = "started"
 	snapshotDir  = "snapshot"

@@ -284,10 +284,11 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
 	if err := loadVM(ctx, dir, filepath.Join(snapDir, stateFile), rec.IgnoreShared); err != nil {
+		console := consoleTail(dir)
 		if pid := vmPid(dir, name); pid != 0 {
 			_ = killVM(context.WithoutCancel(ctx), pid, name)
 		}
-		return fmt.Errorf("restore %s: %w (console: %s)", id, err, consoleTail(dir))
+		return fmt.Errorf("restore %s: %w (console: %s)", id, err, console)
 	}
 	return nil
 }
