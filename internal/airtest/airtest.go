@@ -167,7 +167,7 @@ func BusyboxRootfs(t testing.TB) string {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
+	if err := os.Chmod(filepath.Join(root, "tmp"), os.ModeSticky|0o777); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(bb)

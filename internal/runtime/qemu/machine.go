@@ -316,6 +316,10 @@ func dialIn(ctx context.Context, dir, name string) (net.Conn, error) {
 	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", dfd, name))
 }
 
+// qmpListenWait bounds trying again a QMP socket that refuses
+// connections (QEMU starting; a QEMU that died leaves its socket file).
+const qmpListenWait = 3 * time.Second
+
 // qmpTimeout bounds one QMP conversation.
 const qmpTimeout = 30 * time.Second
 
@@ -328,9 +332,22 @@ func withQMP(ctx context.Context, dir string, fn func(c *qmp.Client) error) erro
 func withQMPTimeout(ctx context.Context, dir string, limit time.Duration, fn func(c *qmp.Client) error) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	conn, err := dialIn(ctx, dir, qmpSocket)
-	if err != nil {
-		return fmt.Errorf("qmp: %w", err)
+	// QEMU binds its QMP socket a moment before it listens on it: a
+	// refused connection to a socket that exists is tried again.
+	w := retry.Policy{Initial: time.Millisecond, Max: 20 * time.Millisecond}.Start(nil)
+	refusedUntil := time.Now().Add(qmpListenWait)
+	var conn net.Conn
+	var err error
+	for {
+		if conn, err = dialIn(ctx, dir, qmpSocket); err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) || !exists(filepath.Join(dir, qmpSocket)) || time.Now().After(refusedUntil) {
+			return fmt.Errorf("qmp: %w", err)
+		}
+		if werr := w.Wait(ctx); werr != nil {
+			return fmt.Errorf("qmp: %w (%w)", err, werr)
+		}
 	}
 	c, err := qmp.NewClient(ctx, conn, qmp.Options{})
 	if err != nil {
