@@ -6,18 +6,23 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/atomicfile"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/qemu/qmp"
 	"github.com/airlockdev/airlock/internal/vmdisk"
@@ -79,10 +84,21 @@ func (r *Runtime) baseFor(ctx context.Context, spec runtime.Spec, m machine) (ba
 		return base{}, false
 	}
 	key := r.baseKey(spec, m)
+	dir := filepath.Join(r.stateRoot, baseDir, key)
+	if b, err := readBase(dir); err == nil {
+		return b, true // made: never replaced, clones name its files
+	}
 	l := r.baseLock(key)
 	l.Lock()
 	defer l.Unlock()
-	dir := filepath.Join(r.stateRoot, baseDir, key)
+	// Across processes (another server or runtime on this state root)
+	// too: one builds, the others wait and take its base.
+	unlockFile, err := lockFile(ctx, filepath.Join(r.stateRoot, baseDir, key+".lock"))
+	if err != nil {
+		r.log.WarnContext(ctx, "no base snapshot; sandboxes of this template and size boot", "key", key, "err", err)
+		return base{}, false
+	}
+	defer unlockFile()
 	if b, err := readBase(dir); err == nil {
 		return b, true
 	}
@@ -192,7 +208,9 @@ func (r *Runtime) makeBase(ctx context.Context, key string, spec runtime.Spec, m
 	if err := atomicfile.Write(filepath.Join(tmp, baseMeta), b, 0o600); err != nil {
 		return base{}, err
 	}
-	if err := os.RemoveAll(final); err != nil { // a half-made base of a crashed build
+	// final has no base.json (checked under the lock): at most a crash's
+	// half-removed leftover.
+	if err := os.RemoveAll(final); err != nil {
 		return base{}, err
 	}
 	if err := os.Rename(tmp, final); err != nil {
@@ -271,4 +289,31 @@ func (r *Runtime) createFromBase(ctx context.Context, dir string, spec runtime.S
 	}
 	r.log.DebugContext(ctx, "restored the base snapshot", "sandbox", spec.ID, "disk", tDisk, "launch", tLaunch-tDisk, "load", time.Since(t0)-tLaunch)
 	return nil
+}
+
+// lockFile takes an exclusive flock on path (created), waiting until ctx
+// ends; the returned function releases it.
+func lockFile(ctx context.Context, path string) (func(), error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	w := retry.Policy{Initial: 5 * time.Millisecond, Max: 100 * time.Millisecond}.Start(nil)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if werr := w.Wait(ctx); werr != nil {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, werr)
+		}
+	}
 }

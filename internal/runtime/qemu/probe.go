@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockdev/airlock/internal/runtime/qemu/qmp"
 	"github.com/airlockdev/airlock/internal/vmdisk"
 )
@@ -69,7 +71,9 @@ func (r *Runtime) probe(ctx context.Context, accel Accel, limit time.Duration) e
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return err
 	}
-	name := "probe-" + hex.EncodeToString(rnd[:])
+	// The owner's pid in the name: cleanProbes leaves the probes of live
+	// processes alone.
+	name := fmt.Sprintf("probe-%d-%s", os.Getpid(), hex.EncodeToString(rnd[:]))
 	dir := filepath.Join(root, name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("probe qemu: %w", err)
@@ -105,7 +109,8 @@ func (r *Runtime) probe(ctx context.Context, accel Accel, limit time.Duration) e
 	return nil
 }
 
-// cleanProbes removes the VMs and directories of probes a crash left.
+// cleanProbes removes the VMs and directories of probes a crash left (of
+// this process, or of one that no longer runs).
 func (r *Runtime) cleanProbes(ctx context.Context) error {
 	root := filepath.Join(r.stateRoot, probeDir)
 	entries, err := os.ReadDir(root)
@@ -118,6 +123,10 @@ func (r *Runtime) cleanProbes(ctx context.Context) error {
 	for _, e := range entries {
 		if !e.IsDir() || e.Name() == "tree" {
 			continue
+		}
+		var owner int
+		if _, err := fmt.Sscanf(e.Name(), "probe-%d-", &owner); err == nil && owner != os.Getpid() && unix.Kill(owner, 0) == nil {
+			continue // another live process's probe
 		}
 		if err := r.removeVM(ctx, filepath.Join(root, e.Name()), e.Name()); err != nil {
 			return err
