@@ -144,7 +144,7 @@ var notApplicable = map[string]string{
 	"ResourceLimitsOnHost":      "QEMU runs in no cgroup of its own: a VM's CPU and memory are bounded by its vCPUs and RAM (-smp, -m), checked inside by MemoryHogIsOOMKilled",
 	"PidsLimitCannotBeLifted":   "the VM runtime does not apply Resources.PidsLimit (no cgroup in the guest limits the workload's processes); a fork bomb exhausts only its own VM's kernel",
 	"AgentOutOfWorkloadReach":   "the agent is the VM's init and the workload is root with every capability of the guest's own kernel: it can trace the agent or remove its run directory, but gains nothing beyond its own VM (the boundary is the hypervisor, and the host reaches the agent over virtio-serial, not a socket in the guest's filesystem)",
-	"AgentLogOutOfGuestReach":   "KNOWN DRIVER GAP, not a non-applicability (see the conformance report): the agent's stdout/stderr are /dev/console, which the workload can write to without bound into the host's console.log, and the agent keeps no log in memory (GET /v1/logs is 404)",
+	"AgentLogOutOfGuestReach":   "the agent is the VM's init: its stdout and stderr are the guest's serial console, which QEMU keeps as a 256 KiB ring (a guest writing it without end fills nothing on the host: the driver's own test), and it keeps no log in memory to serve (GET /v1/logs is 404); the container agent's /dev/null redirection and in-memory log do not exist in a VM (see the conformance report)",
 	"ForkBombIsContained":       "the VM runtime does not apply Resources.PidsLimit (no cgroup in the guest limits the workload's processes); a fork bomb exhausts only its own VM's kernel",
 }
 
