@@ -2,6 +2,7 @@ package qemu_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,18 +53,32 @@ func TestConformance(t *testing.T) {
 			}
 		}
 	})
-	runtimetest.Run(t, e.conformanceFactory(t))
+	var creates createCounts
+	t.Cleanup(func() {
+		t.Logf("creates: %d cloned from a base snapshot, %d booted cold", creates.cloned.Load(), creates.booted.Load())
+	})
+	runtimetest.Run(t, e.conformanceFactory(t, &creates))
+}
+
+// createCounts counts the suite's successful creates (without Restore)
+// by how they made the VM.
+// nicMu serialises creates with a network until one made the base
+// snapshot of that shape (warmBases makes those without one; see there).
+type createCounts struct {
+	cloned, booted atomic.Int64
+	nicMu          sync.Mutex
+	nicWarm        bool
 }
 
 // conformanceFactory returns runtimetest's factory: every call a new
 // Runtime value, all on one state root, so that base snapshots (and
 // template images) made once serve every case. A second value on the root
 // is what a restarted server is.
-func (e vmEnv) conformanceFactory(t *testing.T) func(t *testing.T) runtime.Runtime {
+func (e vmEnv) conformanceFactory(t *testing.T, creates *createCounts) func(t *testing.T) runtime.Runtime {
 	e.warmBases(t)
 	return func(t *testing.T) runtime.Runtime {
 		t.Helper()
-		return conformanceRuntime{e.runtime(t, false)}
+		return conformanceRuntime{e.runtime(t, false), t, creates}
 	}
 }
 
@@ -73,6 +89,8 @@ func (e vmEnv) conformanceFactory(t *testing.T) func(t *testing.T) runtime.Runti
 func (e vmEnv) warmBases(t *testing.T) {
 	t.Helper()
 	rt := e.runtime(t, false)
+	start := time.Now()
+	defer func() { t.Logf("base snapshots made in %v", time.Since(start).Round(time.Millisecond)) }()
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	sem := make(chan struct{}, 2)
@@ -108,7 +126,48 @@ func (e vmEnv) warmBases(t *testing.T) {
 
 // conformanceRuntime exposes a Runtime's host artifacts, crash states and
 // profile to the conformance suite.
-type conformanceRuntime struct{ *qemu.Runtime }
+type conformanceRuntime struct {
+	*qemu.Runtime
+	t       *testing.T
+	creates *createCounts
+}
+
+// Create checks that every create the suite makes (not a wake) is a
+// clone of a base snapshot, as in production: a base that cannot be
+// made or restored falls back to a cold boot silently, which would leave
+// the clones untested.
+func (r conformanceRuntime) Create(ctx context.Context, spec runtime.Spec) error {
+	if spec.Network != nil && spec.Restore == nil {
+		r.creates.nicMu.Lock()
+		if !r.creates.nicWarm {
+			defer r.creates.nicMu.Unlock()
+			defer func() { r.creates.nicWarm = true }()
+		} else {
+			r.creates.nicMu.Unlock()
+		}
+	}
+	existed := r.VMPid(spec.ID) != 0
+	if err := r.Runtime.Create(ctx, spec); err != nil || spec.Restore != nil || existed {
+		return err
+	}
+	b, err := os.ReadFile(filepath.Join(r.StateDir(spec.ID), "machine.json"))
+	var m struct {
+		Base string `json:"base"`
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &m)
+	}
+	switch {
+	case err != nil:
+		r.t.Errorf("machine.json of %s: %v", spec.ID, err)
+	case m.Base == "":
+		r.creates.booted.Add(1)
+		r.t.Errorf("%s booted cold: it was not cloned from a base snapshot", spec.ID)
+	default:
+		r.creates.cloned.Add(1)
+	}
+	return nil
+}
 
 // Artifacts: a VM has its state directory only: no mounts (its disk is an
 // image file QEMU opens), no cgroup, no host upper directory (writes land
