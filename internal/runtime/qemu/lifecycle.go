@@ -45,7 +45,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 		}
 		return fmt.Errorf("create %s: the sandbox exists and is %s", spec.ID, st.Phase)
 	}
-	// Leftovers of a create that crashed half-way, or of a stopped VM.
+	// A VM that was let run and whose QEMU is gone is a stopped
+	// sandbox: Create refuses it (runtime.Runtime.Create).
+	if exists(filepath.Join(dir, startedFile)) {
+		return fmt.Errorf("create %s: the sandbox exists and is %s", spec.ID, runtime.PhaseStopped)
+	}
+	// Leftovers of a create that crashed half-way.
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("create %s: remove leftovers: %w", spec.ID, err)
 	}
@@ -217,6 +222,9 @@ func (r *Runtime) stateLocked(ctx context.Context, id model.SandboxID) (runtime.
 	if pid == 0 {
 		if exists(filepath.Join(dir, snapshotDir, snapshotMeta)) {
 			return runtime.Status{}, fmt.Errorf("state of %s: suspended: %w", id, runtime.ErrNotFound)
+		}
+		if !exists(filepath.Join(dir, machineFile)) { // a create's leftovers: no sandbox
+			return runtime.Status{}, fmt.Errorf("state of %s: %w", id, runtime.ErrNotFound)
 		}
 		return runtime.Status{ID: id, Phase: runtime.PhaseStopped}, nil
 	}

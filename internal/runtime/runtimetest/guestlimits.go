@@ -88,7 +88,7 @@ func testAgentOutOfWorkloadReach(t *testing.T, s *suite, newRuntime newRuntimeFu
 		if _, err := fmt.Sscanf(owner, "%d:%d", &u.UID, &u.GID); err != nil {
 			t.Fatalf("owner %q: %v", owner, err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
 		res, err := c.Run(ctx, agentproto.StartRequest{ID: model.NewProcessID().String(), User: &u,
 			Args: []string{"sh", "-c", "rm -f /.airlock/run/agent.sock || chmod 0 /.airlock/run/agent.sock"}})
 		cancel()
@@ -143,7 +143,7 @@ exec /` + syscallProbe + ` fork 300 hold
 `
 	// The forker holds its place for 20 s after its forks: the workload
 	// stays full meanwhile.
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
 	defer cancel()
 	bombID := model.NewProcessID().String()
 	if _, err := c.Start(ctx, agentproto.StartRequest{ID: bombID, Args: []string{"sh", "-c", attack}}); err != nil {

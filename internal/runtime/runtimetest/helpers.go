@@ -25,8 +25,9 @@ import (
 	"github.com/airlockdev/airlock/internal/runtime"
 )
 
-// opTimeout bounds one runtime operation or command in the suite.
-const opTimeout = 90 * time.Second
+// defaultOpTimeout bounds one runtime operation or command in the suite
+// unless the runtime's Profile asks for longer (see opTimeout).
+const defaultOpTimeout = 90 * time.Second
 
 // markerFile is a template file the suite overwrites inside sandboxes.
 const (
@@ -45,6 +46,7 @@ type suite struct {
 	agent    string
 	template string
 	cgroups  cgroups.Host
+	slots    slots
 }
 
 func newSuite(t *testing.T) *suite {
@@ -127,7 +129,7 @@ func (s *suite) spec(res runtime.Resources, env model.Env) runtime.Spec {
 }
 
 func ctxFor(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -158,7 +160,7 @@ func (s *suite) started(t *testing.T, rt runtime.Runtime, spec runtime.Spec) {
 // deleteAndCheck deletes a sandbox and checks it left no trace.
 func (s *suite) deleteAndCheck(t *testing.T, rt runtime.Runtime, id model.SandboxID) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
 	defer cancel()
 	if err := rt.Delete(ctx, id); err != nil {
 		t.Errorf("Delete(%s): %v", id, err)
@@ -172,7 +174,7 @@ func (s *suite) deleteAndCheck(t *testing.T, rt runtime.Runtime, id model.Sandbo
 // it, no cgroup in any hierarchy.
 func (s *suite) assertGone(t *testing.T, rt runtime.Runtime, id model.SandboxID) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
 	defer cancel()
 	if st, err := rt.State(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("State after Delete = %+v, %v; want ErrNotFound", st, err)
@@ -229,7 +231,7 @@ func run(t *testing.T, c *agentclient.Client, args ...string) agentclient.RunRes
 
 func tryRun(t *testing.T, c *agentclient.Client, args ...string) (agentclient.RunResult, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
 	defer cancel()
 	return c.Run(ctx, agentproto.StartRequest{ID: model.NewProcessID().String(), Args: args})
 }
@@ -247,6 +249,7 @@ func sh(t *testing.T, c *agentclient.Client, script string) string {
 // waitFor polls cond until it holds or the timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
+	timeout = scaled(timeout)
 	deadline := time.Now().Add(timeout)
 	for {
 		ok, detail := cond()
@@ -270,6 +273,13 @@ func mustState(t *testing.T, rt runtime.Runtime, id model.SandboxID, want runtim
 		t.Fatalf("State = %+v, want phase %s", st, want)
 	}
 	return st
+}
+
+// isVM reports whether the runtime's sandboxes are virtual machines (a
+// guest kernel of their own, whose root holds every capability in it).
+func isVM(rt runtime.Runtime) bool {
+	iso := rt.Info().Isolation
+	return iso == runtime.IsolationHardwareVM || iso == runtime.IsolationEmulatedVM
 }
 
 func lines(s string) []string {

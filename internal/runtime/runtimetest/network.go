@@ -93,7 +93,11 @@ func testPreparedNetwork(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	if b := sh(t, c, "cat /etc/ssl/certs/ca-certificates.crt"); !strings.HasSuffix(b, testCACert) {
 		t.Errorf("the CA bundle does not end with the CA: %q", b)
 	}
-	if res := run(t, c, "sh", "-c", "echo x >> /etc/ssl/certs/ca-certificates.crt || exit 3; echo y >> /etc/resolv.conf || exit 3"); res.ExitCode != 3 {
+	if isVM(rt) {
+		// Guest root holds every capability of its own kernel: it could
+		// undo any read-only mount, so none is promised.
+		t.Log("a VM's trust store and resolv.conf are not checked read-only")
+	} else if res := run(t, c, "sh", "-c", "echo x >> /etc/ssl/certs/ca-certificates.crt || exit 3; echo y >> /etc/resolv.conf || exit 3"); res.ExitCode != 3 {
 		t.Errorf("the guest could write its trust store or resolv.conf (exit %d)", res.ExitCode)
 	}
 	out := sh(t, c, fmt.Sprintf("echo ping | nc -w 10 %s %d", gw, ln.Addr().(*net.TCPAddr).Port))

@@ -32,6 +32,11 @@ type Artifacts struct {
 	// Cgroup is the sandbox's cgroup; it must exist in no hierarchy after
 	// Delete. "" if the runtime uses none.
 	Cgroup cgroups.Path
+	// DiskFiles, if set, are the host files that hold the sandbox's
+	// writes to its disk (a VM's disk image), when StateDir holds more
+	// than those (a VM's RAM file): DiskLimitGivesENOSPC counts these
+	// instead of everything under StateDir.
+	DiskFiles []string
 	// AgentSocket is the host path of the agent's Unix socket, if it has
 	// one in a host directory the guest shares.
 	AgentSocket string
@@ -73,47 +78,52 @@ type Isolation interface {
 // value on every call; all values returned for the same *testing.T share one
 // configuration (state directories), so a second call models a restarted
 // server. The values must implement Inspector and may implement
-// CrashSimulator and Isolation. The test needs root, the agent and busybox; it skips
+// CrashSimulator, Isolation and Profile (which may skip cases that do not
+// apply, lengthen the timeouts and bound the sandboxes alive at once). The test needs root, the agent and busybox; it skips
 // without them.
 func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 	s := newSuite(t)
 	for _, tc := range []struct {
 		name string
 		fn   func(t *testing.T, s *suite, newRuntime func(t *testing.T) runtime.Runtime)
+		// sandboxes is how many sandboxes the case runs at once (a
+		// case whose subtests run sandboxes takes their slots in them).
+		sandboxes int
 	}{
-		{"Lifecycle", testLifecycle},
-		{"CapabilitiesConsistent", testCapabilitiesConsistent},
-		{"PauseResume", testPauseResume},
-		{"DeletePaused", testDeletePaused},
-		{"SuspendWake", testSuspendWake},
-		{"SuspendPaused", testSuspendPaused},
-		{"SuspendWakeNetwork", testSuspendWakeNetwork},
-		{"UnknownSandbox", testUnknownSandbox},
-		{"EchoAndEnv", testEchoAndEnv},
-		{"WritableCopyOnWriteRoot", testWritableRoot},
-		{"SandboxesDoNotShareWrites", testIsolatedWrites},
-		{"LoopbackOnlyNetwork", testLoopbackOnly},
-		{"PreparedNetwork", testPreparedNetwork},
-		{"AgentSocketSymlinkRefused", testAgentSocketSymlinkRefused},
-		{"AgentLogOutOfGuestReach", testAgentLogOutOfReach},
-		{"AgentOutOfWorkloadReach", testAgentOutOfWorkloadReach},
-		{"PidsLimitCannotBeLifted", testPidsLimitCannotBeLifted},
-		{"SeccompFilter", testSeccomp},
-		{"DiskLimitGivesENOSPC", testDiskLimit},
-		{"HostPathsHidden", testHostPathsHidden},
-		{"UserNamespace", testUserNamespace},
-		{"UserNamespacesDistinct", testUserNamespacesDistinct},
-		{"UserKeyringNotShared", testUserKeyringNotShared},
-		{"ResourceLimitsOnHost", testLimitsOnHost},
-		{"MemoryHogIsOOMKilled", testMemoryHog},
-		{"ForkBombIsContained", testForkBomb},
-		{"SurvivesRuntimeRestart", testSurvivesRestart},
-		{"ListFindsOrphanStateDirs", testOrphanStateDir},
-		{"DeleteCleansCrashLeftovers", testCrashLeftovers},
-		{"CreateReplacesCrashLeftovers", testCreateOverLeftovers},
+		{"Lifecycle", testLifecycle, 1},
+		{"CapabilitiesConsistent", testCapabilitiesConsistent, 0},
+		{"PauseResume", testPauseResume, 1},
+		{"DeletePaused", testDeletePaused, 1},
+		{"SuspendWake", testSuspendWake, 1},
+		{"SuspendPaused", testSuspendPaused, 1},
+		{"SuspendWakeNetwork", testSuspendWakeNetwork, 1},
+		{"UnknownSandbox", testUnknownSandbox, 0},
+		{"EchoAndEnv", testEchoAndEnv, 1},
+		{"WritableCopyOnWriteRoot", testWritableRoot, 1},
+		{"SandboxesDoNotShareWrites", testIsolatedWrites, 2},
+		{"LoopbackOnlyNetwork", testLoopbackOnly, 1},
+		{"PreparedNetwork", testPreparedNetwork, 1},
+		{"AgentSocketSymlinkRefused", testAgentSocketSymlinkRefused, 1},
+		{"AgentLogOutOfGuestReach", testAgentLogOutOfReach, 1},
+		{"AgentOutOfWorkloadReach", testAgentOutOfWorkloadReach, 1},
+		{"PidsLimitCannotBeLifted", testPidsLimitCannotBeLifted, 1},
+		{"SeccompFilter", testSeccomp, 1},
+		{"DiskLimitGivesENOSPC", testDiskLimit, 1},
+		{"HostPathsHidden", testHostPathsHidden, 0},
+		{"UserNamespace", testUserNamespace, 1},
+		{"UserNamespacesDistinct", testUserNamespacesDistinct, 2},
+		{"UserKeyringNotShared", testUserKeyringNotShared, 1},
+		{"ResourceLimitsOnHost", testLimitsOnHost, 1},
+		{"MemoryHogIsOOMKilled", testMemoryHog, 1},
+		{"ForkBombIsContained", testForkBomb, 1},
+		{"SurvivesRuntimeRestart", testSurvivesRestart, 1},
+		{"ListFindsOrphanStateDirs", testOrphanStateDir, 0},
+		{"DeleteCleansCrashLeftovers", testCrashLeftovers, 0},
+		{"CreateReplacesCrashLeftovers", testCreateOverLeftovers, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			s.prepareCase(t, tc.name, newRuntime(t), tc.sandboxes)
 			tc.fn(t, s, newRuntime)
 		})
 	}

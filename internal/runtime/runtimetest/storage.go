@@ -50,7 +50,18 @@ func testDiskLimit(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	if got := sh(t, c, "ls -l /big >/dev/null && echo alive"); got != "alive\n" {
 		t.Fatalf("after ENOSPC: %q", got)
 	}
-	if host := hostBytes(t, stateDir); host > res.DiskBytes+32<<20 {
+	host := hostBytes(t, stateDir)
+	if files := inspector(t, rt).Artifacts(spec.ID).DiskFiles; len(files) > 0 {
+		host = 0
+		for _, f := range files {
+			var st syscall.Stat_t
+			if err := syscall.Stat(f, &st); err != nil {
+				t.Fatalf("the sandbox's disk file: %v", err)
+			}
+			host += st.Blocks * 512
+		}
+	}
+	if host > res.DiskBytes+32<<20 {
 		t.Errorf("the host stores %d MiB for a sandbox limited to %d MiB", host>>20, res.DiskBytes>>20)
 	}
 	// Space comes back once the guest frees it.
@@ -113,6 +124,7 @@ func testHostPathsHidden(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	for _, disk := range []int64{0, 64 << 20} {
 		t.Run("DiskBytes="+strconv.FormatInt(disk, 10), func(t *testing.T) {
 			t.Parallel()
+			s.slots.acquire(t, 1)
 			rt := newRuntime(t)
 			res := defaultResources
 			res.DiskBytes = disk
