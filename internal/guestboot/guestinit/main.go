@@ -164,7 +164,10 @@ func switchToAgent(port string) error {
 	if err := os.Chdir("/"); err != nil {
 		return err
 	}
-	argv := []string{"airlock-agent", "--listen", "serial:" + port, "--poweroff-on-exit"}
+	// --log-to-memory: once listening, the agent logs into a ring it
+	// serves at GET /v1/logs and points stdout and stderr (the console)
+	// at /dev/null.
+	argv := []string{"airlock-agent", "--listen", "serial:" + port, "--poweroff-on-exit", "--log-to-memory"}
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
 	logf("starting %s", strings.Join(argv, " "))
 	err := unix.Exec(agentPath, argv, env)

@@ -203,7 +203,7 @@ var notApplicable = map[string]string{
 	"ResourceLimitsOnHost":      "QEMU runs in no cgroup of its own: a VM's CPU and memory are bounded by its vCPUs and RAM (-smp, -m), checked inside by MemoryHogIsOOMKilled",
 	"PidsLimitCannotBeLifted":   "the VM runtime does not apply Resources.PidsLimit (no cgroup in the guest limits the workload's processes); a fork bomb exhausts only its own VM's kernel",
 	"AgentOutOfWorkloadReach":   "the agent is the VM's init and the workload is root with every capability of the guest's own kernel: it can trace the agent or remove its run directory, but gains nothing beyond its own VM (the boundary is the hypervisor, and the host reaches the agent over virtio-serial, not a socket in the guest's filesystem)",
-	"AgentLogOutOfGuestReach":   "the agent is the VM's init: its stdout and stderr are the guest's serial console, which QEMU keeps as a 256 KiB ring (a guest writing it without end fills nothing on the host: the driver's own test), and it keeps no log in memory to serve (GET /v1/logs is 404); the container agent's /dev/null redirection and in-memory log do not exist in a VM (see the conformance report)",
+	"AgentLogOutOfGuestReach":   "the agent is the VM's init and logs into memory (GET /v1/logs) with stdout and stderr on /dev/null, but the workload is root with CAP_SYS_PTRACE in the guest's own kernel, so it can open /proc/1/fd/2 (and write to /dev/null through it, which fills nothing); the console is a ring in QEMU either way",
 	"ForkBombIsContained":       "the VM runtime does not apply Resources.PidsLimit (no cgroup in the guest limits the workload's processes); a fork bomb exhausts only its own VM's kernel",
 }
 

@@ -201,7 +201,9 @@ func tapPrefixNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
-// tapOwnLinks lists the links of the test's own network namespace.
+// tapOwnLinks lists the links of the test's own network namespace that
+// these tests could leave there (their names): other packages' tests,
+// running at the same time, add and remove links of their own.
 func tapOwnLinks(t *testing.T) []string {
 	t.Helper()
 	links, err := netlink.LinkList()
@@ -210,7 +212,9 @@ func tapOwnLinks(t *testing.T) []string {
 	}
 	var names []string
 	for _, l := range links {
-		names = append(names, l.Attrs().Name)
+		if n := l.Attrs().Name; n == tapTestHostIf || n == tapGuestIf || n == tapDevice {
+			names = append(names, n)
+		}
 	}
 	slices.Sort(names)
 	return names
