@@ -91,7 +91,7 @@ func TestStdinThroughDataPlane(t *testing.T) {
 
 func TestSignalAndResizeThroughDataPlane(t *testing.T) {
 	f := newFixture(t)
-	pid, tok := f.sessionSpec(model.ProcessSpec{Args: []string{"sh", "-c", "stty size; trap 'stty size; exit 5' USR1; while :; do sleep 0.05; done"},
+	pid, tok := f.sessionSpec(model.ProcessSpec{Args: []string{"sh", "-c", "trap 'stty size; exit 5' USR1; stty size; while :; do sleep 0.05; done"},
 		PTY: &model.TermSize{Rows: 24, Cols: 80}})
 	resp := f.get(f.attachURL(pid.String()), "Bearer "+tok, nil)
 	events := make(chan sseEvent, 64)

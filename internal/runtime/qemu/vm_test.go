@@ -2,7 +2,6 @@ package qemu_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -76,11 +75,21 @@ func (e vmEnv) runtime(t *testing.T, noBase bool) *qemu.Runtime {
 	return rt
 }
 
+// testLogger logs the runtime's warnings into the test's log (a base
+// snapshot that could not be made says why there), everything with -v.
 func testLogger(t *testing.T) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return slog.New(slog.NewTextHandler(tLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// tLogWriter writes into a test's log.
+type tLogWriter struct{ t *testing.T }
+
+func (w tLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
 
 func (e vmEnv) spec(hostname string, env model.Env) runtime.Spec {
