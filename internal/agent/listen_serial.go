@@ -292,7 +292,9 @@ type serialConn struct {
 	synced  bool   // the preface of this connection has been seen
 	ended   bool   // a new connection's preface followed: EOF once pending is read
 	pending []byte // scanned, not yet returned
-	tail    []byte // the last len(http2Preface)-1 scanned bytes, to find a preface split across reads
+	tail    []byte // before sync: the last len(http2Preface)-1 scanned bytes, to find a preface split across reads
+	header  []byte // after sync: the frame header read so far (a new preface's start, or a frame's)
+	payload int    // after sync: the current frame's payload bytes still to pass on
 	skipped int    // bytes discarded before the preface
 	rbuf    [4096]byte
 }
@@ -324,36 +326,67 @@ func (c *serialConn) Read(p []byte) (int, error) {
 }
 
 // scan takes newly read bytes: before this connection's preface they are
-// discarded; after it, a new preface ends the connection.
+// discarded; after it they are HTTP/2 frames, followed header by header,
+// and a new connection's preface at a frame boundary ends the connection.
+// Only there: a frame's payload (an uploaded file, stdin) may hold the
+// preface's bytes and is passed on untouched. A frame header cannot look
+// like the preface: its first three bytes, "PRI", would declare a frame of
+// over 5 MiB, beyond the largest frame either side accepts.
 func (c *serialConn) scan(data []byte) {
+	if c.synced {
+		c.scanFrames(data)
+		return
+	}
 	window := append(slices.Clip(c.tail), data...)
 	i := bytes.Index(window, http2Preface)
 	if i < 0 {
-		if c.synced {
-			c.pending = append(c.pending, data...)
-		} else {
-			c.skipped += len(data)
-		}
+		c.skipped += len(data)
 		c.tail = append(c.tail[:0], window[max(0, len(window)-len(http2Preface)+1):]...)
 		return
 	}
-	before := max(0, i-len(c.tail)) // new bytes before the preface
-	rest := window[i+len(http2Preface):]
-	if !c.synced {
-		c.skipped += before
-		if c.skipped > 0 {
-			slog.Warn("serial port: discarded bytes of a previous host connection", "device", c.l.path, "bytes", c.skipped)
-		}
-		c.synced = true
-		c.pending = append(c.pending, http2Preface...)
-		c.tail = c.tail[:0]
-		c.scan(rest)
-		return
+	c.skipped += max(0, i-len(c.tail)) // new bytes before the preface
+	if c.skipped > 0 {
+		slog.Warn("serial port: discarded bytes of a previous host connection", "device", c.l.path, "bytes", c.skipped)
 	}
-	c.pending = append(c.pending, data[:before]...)
-	c.ended = true
-	c.l.setCarry(append(slices.Clone(http2Preface), rest...))
-	slog.Info("serial port: the host reconnected; handing the new connection over", "device", c.l.path)
+	c.synced = true
+	c.pending = append(c.pending, http2Preface...)
+	c.tail = c.tail[:0]
+	c.scanFrames(window[i+len(http2Preface):])
+}
+
+// frameHeaderLen is an HTTP/2 frame header's length (RFC 9113, 4.1).
+const frameHeaderLen = 9
+
+// scanFrames passes synced bytes on frame by frame.
+func (c *serialConn) scanFrames(data []byte) {
+	for len(data) > 0 {
+		if c.payload > 0 {
+			n := min(c.payload, len(data))
+			c.pending = append(c.pending, data[:n]...)
+			c.payload -= n
+			data = data[n:]
+			continue
+		}
+		take := min(frameHeaderLen-len(c.header), len(data))
+		c.header = append(c.header, data[:take]...)
+		data = data[take:]
+		if bytes.HasPrefix(http2Preface, c.header) {
+			if len(c.header) < frameHeaderLen {
+				continue // not yet told apart
+			}
+			c.ended = true
+			c.l.setCarry(append(slices.Clone(c.header), data...))
+			c.header = nil
+			slog.Info("serial port: the host reconnected; handing the new connection over", "device", c.l.path)
+			return
+		}
+		if len(c.header) < frameHeaderLen {
+			continue
+		}
+		c.payload = int(c.header[0])<<16 | int(c.header[1])<<8 | int(c.header[2])
+		c.pending = append(c.pending, c.header...)
+		c.header = c.header[:0]
+	}
 }
 
 func (c *serialConn) Close() error {

@@ -224,14 +224,14 @@ func TestSerialConnSkipsToPreface(t *testing.T) {
 		host.Write(http2Preface[:5])
 		time.Sleep(10 * time.Millisecond)
 		host.Write(http2Preface[5:])
-		host.Write([]byte("settings"))
+		host.Write(testFrame("settings"))
 		host.Close()
 	}()
 	got, err := io.ReadAll(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := string(http2Preface) + "settings"; string(got) != want {
+	if want := string(http2Preface) + string(testFrame("settings")); string(got) != want {
 		t.Fatalf("read %q, want %q", got, want)
 	}
 }
@@ -242,20 +242,26 @@ func TestSerialConnHandsOverOnNewPreface(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The first connection's frames, then (split across writes) a new
-	// connection's preface: the host reconnected unseen.
+	// The first connection's frames — one whose payload holds the preface
+	// (an uploaded file may: it must pass untouched) — then, split across
+	// writes, a new connection's preface at a frame boundary: the host
+	// reconnected unseen.
+	frame1 := testFrame("frames-1 " + string(http2Preface) + " PRI * HTTP")
+	frame2 := testFrame("frames-2")
 	go func() {
-		host.Write(append(slices.Clone(http2Preface), "frames-1 PRI * HTTP"...))
+		host.Write(append(slices.Clone(http2Preface), frame1[:5]...))
 		time.Sleep(10 * time.Millisecond)
-		host.Write(http2Preface[:10])
+		host.Write(append(slices.Clone(frame1[5:]), http2Preface[:5]...))
 		time.Sleep(10 * time.Millisecond)
-		host.Write(append(slices.Clone(http2Preface[10:]), "frames-2"...))
+		host.Write(http2Preface[5:10])
+		time.Sleep(10 * time.Millisecond)
+		host.Write(append(slices.Clone(http2Preface[10:]), frame2...))
 	}()
 	got, err := io.ReadAll(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := string(http2Preface) + "frames-1 PRI * HTTP" + string(http2Preface[:10]); string(got) != want {
+	if want := string(http2Preface) + string(frame1); string(got) != want {
 		t.Fatalf("first connection read %q, want %q", got, want)
 	}
 	c.Close()
@@ -265,8 +271,14 @@ func TestSerialConnHandsOverOnNewPreface(t *testing.T) {
 	}
 	defer c2.Close()
 	buf := make([]byte, 100)
-	n, err := io.ReadAtLeast(c2, buf, len(http2Preface)+len("frames-2"))
-	if err != nil || string(buf[:n]) != string(http2Preface)+"frames-2" {
+	n, err := io.ReadAtLeast(c2, buf, len(http2Preface)+len(frame2))
+	if err != nil || string(buf[:n]) != string(http2Preface)+string(frame2) {
 		t.Fatalf("second connection read %q, %v", buf[:n], err)
 	}
+}
+
+// testFrame is an HTTP/2 DATA frame on stream 1 carrying payload.
+func testFrame(payload string) []byte {
+	n := len(payload)
+	return append([]byte{byte(n >> 16), byte(n >> 8), byte(n), 0, 0, 0, 0, 0, 1}, payload...)
 }

@@ -295,12 +295,28 @@ func waitGone(ctx context.Context, pid int, name string, limit time.Duration) er
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	w := retry.Policy{Initial: time.Millisecond, Max: 20 * time.Millisecond}.Start(nil)
-	for isVM(pid, name) {
+	for isVM(pid, name) || reaping(pid) {
 		if err := w.Wait(ctx); err != nil {
 			return fmt.Errorf("qemu %d did not exit: %w", pid, err)
 		}
 	}
 	return nil
+}
+
+// reaping reports whether pid is a zombie child of this process: a QEMU
+// this runtime started, which its launch goroutine is about to reap. Until
+// then the pid exists; callers that saw it die wait for that too.
+func reaping(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return false
+	}
+	fields := strings.Fields(string(stat[i+1:])) // state, ppid, …
+	return len(fields) > 1 && fields[0] == "Z" && fields[1] == strconv.Itoa(os.Getpid())
 }
 
 // dialIn connects to the Unix socket name in dir through /proc/self/fd,

@@ -1,7 +1,10 @@
 package qemu_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -185,6 +188,15 @@ func TestVMLifecycle(t *testing.T) {
 	sh(t, c, `i=0; while [ $i -lt 64 ]; do head -c 8192 /dev/zero | tr '\0' x > /dev/console; i=$((i+1)); done`)
 	if grown := logBytes() - before; grown > 64<<10 {
 		t.Fatalf("512 KiB written to the guest's console grew the host's files by %d bytes", grown)
+	}
+	// A file holding the HTTP/2 client preface (any Go binary with
+	// net/http does) crosses the virtio-serial transport untouched.
+	payload := bytes.Repeat([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n-payload-"), 4096)
+	if _, err := c.WriteFile(ctx, "/tmp/preface", 0o644, bytes.NewReader(payload)); err != nil {
+		t.Fatalf("upload a file holding the HTTP/2 preface: %v", err)
+	}
+	if got := sh(t, c, "sha256sum /tmp/preface | cut -d' ' -f1"); got != fmt.Sprintf("%x", sha256.Sum256(payload)) {
+		t.Fatalf("the uploaded file's sha256 in the guest is %s, want %x", got, sha256.Sum256(payload))
 	}
 	// A process whose state lives only in guest memory (/run is a tmpfs):
 	// it must keep counting across pause and suspend.
