@@ -45,9 +45,19 @@ func HostTSCkHz() (int, error) {
 // KernelCmdline is the command line for a TCG microvm boot of these inputs.
 // pci=off: microvm (without pcie=on) has no PCI bus; probing for one costs
 // ~0.1-0.3 s under TCG and logs "PCI: Fatal: No config space access".
+//
+// tscKHz 0 leaves tsc_early_khz out: a caller that knows the host's TSC
+// frequency only at launch (it is per host, while the command line is part
+// of the environment's reference) adds TSCParam then, under TCG only.
 func KernelCmdline(tscKHz int, extra ...string) string {
-	args := []string{"console=ttyS0", "quiet", "loglevel=4",
-		fmt.Sprintf("tsc_early_khz=%d", tscKHz), "tsc=reliable", "no_timer_check",
-		"panic=-1", "pci=off", "rdinit=" + InitPath}
+	args := []string{"console=ttyS0", "quiet", "loglevel=4"}
+	if tscKHz > 0 {
+		args = append(args, TSCParam(tscKHz))
+	}
+	args = append(args, "tsc=reliable", "no_timer_check", "panic=-1", "pci=off", "rdinit="+InitPath)
 	return strings.Join(append(args, extra...), " ")
 }
+
+// TSCParam is the kernel parameter that tells a TCG guest the TSC's
+// frequency (without it a boot can hang calibrating).
+func TSCParam(tscKHz int) string { return fmt.Sprintf("tsc_early_khz=%d", tscKHz) }

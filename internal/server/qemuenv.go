@@ -41,7 +41,10 @@ func (r runtimes) openQEMU(ctx context.Context) (*qemuEnv, error) {
 	if err != nil {
 		return nil, fmt.Errorf("environment qemu: %w", err)
 	}
-	boot := qemu.Boot{Kernel: art.KernelPath, Initrd: art.InitrdPath, CommandLine: guestboot.KernelCmdline(khz)}
+	// The command line of the environment's definition holds no
+	// host-specific value; the runtime adds the TSC's frequency at a TCG
+	// launch.
+	boot := qemu.Boot{Kernel: art.KernelPath, Initrd: art.InitrdPath, CommandLine: guestboot.KernelCmdline(0), TSCkHz: khz}
 	stateRoot := r.dd.join(runtimeDir, string(envid.NameQEMU))
 	if r.sandboxDir != "" {
 		stateRoot = filepath.Join(r.sandboxDir, string(envid.NameQEMU))

@@ -21,7 +21,8 @@
 //     --poweroff-on-exit. The agent stays PID 1 and reaps orphans.
 //
 // Any failure is written to the console and powers the VM off (QEMU runs
-// with -no-reboot, so it exits).
+// with -no-reboot and -no-shutdown: it stays, stopped, with the console
+// readable, until the host ends it).
 package guestinit
 
 import (

@@ -142,7 +142,20 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 		if exists(filepath.Join(dir, snapshotDir, snapshotMeta)) {
 			return nil, fmt.Errorf("dial agent of %s: suspended: %w", id, runtime.ErrNotFound)
 		}
-		return nil, fmt.Errorf("dial agent of %s: the sandbox is stopped (console: %s)", id, consoleTail(dir))
+		return nil, fmt.Errorf("dial agent of %s: %w", id, errVMStopped)
+	}
+	if exists(filepath.Join(dir, startedFile)) {
+		// A guest that powered off or panicked leaves QEMU running
+		// (-no-shutdown): fail now rather than after a handshake timeout.
+		unlock := r.lock(id)
+		st, err := r.stateLocked(ctx, id)
+		unlock()
+		if err != nil {
+			return nil, fmt.Errorf("dial agent of %s: %w", id, err)
+		}
+		if st.Phase == runtime.PhaseStopped {
+			return nil, fmt.Errorf("dial agent of %s: %w (console: %s)", id, errVMStopped, consoleTail(dir))
+		}
 	}
 	port, err := r.ports.acquire(ctx, id)
 	if err != nil {
@@ -155,6 +168,10 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 	}
 	return &portConn{Conn: conn, release: func() { r.ports.release(id, port) }}, nil
 }
+
+// errVMStopped: nothing runs in the sandbox's VM (QEMU gone, or its
+// guest powered off).
+var errVMStopped = errors.New("the sandbox is stopped")
 
 // configureTimeout bounds waiting for a booting guest's agent and
 // configuring it (a cold boot under TCG takes seconds).
@@ -211,7 +228,7 @@ func retryConfigure(ctx context.Context, log *slog.Logger, fn func() error) erro
 			return nil
 		}
 		var ae *agentclient.Error
-		if errors.As(err, &ae) || errors.Is(err, agentclient.ErrUnsupported) {
+		if errors.As(err, &ae) || errors.Is(err, agentclient.ErrUnsupported) || errors.Is(err, errVMStopped) || errors.Is(err, runtime.ErrNotFound) {
 			return err
 		}
 		log.DebugContext(ctx, "guest agent not answering yet", "err", err)

@@ -12,7 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
+	"strings"
 	"syscall"
 	"time"
 
@@ -60,16 +60,18 @@ const baseMeta = "base.json"
 func (r *Runtime) baseKey(spec runtime.Spec, m machine) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "tree=%s\x00disk=%d\x00cpus=%d\x00mem=%d\x00nic=%t\x00accel=%s\x00kernel=%s\x00initrd=%s\x00cmdline=%s\x00qemu=%s %s\x00ports=%d\x00",
-		spec.RootFS.Lower, diskBytes(spec), m.CPUs, m.MemoryMiB, m.NIC, m.Accel, m.Kernel, m.Initrd, m.Cmdline, r.binary, r.version, agentPorts)
+		spec.RootFS.Lower, diskBytes(spec), m.CPUs, m.MemoryMiB, m.NIC, m.Accel, m.Kernel, m.Initrd, r.boot.CommandLine, r.binary, r.version, agentPorts)
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }
 
-func (r *Runtime) baseLock(key string) *sync.Mutex {
+// baseLock is the key's lock within this process: a one-slot channel, so
+// a create whose context ends stops waiting for another's build.
+func (r *Runtime) baseLock(key string) chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	l, ok := r.bases[key]
 	if !ok {
-		l = &sync.Mutex{}
+		l = make(chan struct{}, 1)
 		r.bases[key] = l
 	}
 	return l
@@ -89,8 +91,12 @@ func (r *Runtime) baseFor(ctx context.Context, spec runtime.Spec, m machine) (ba
 		return b, true // made: never replaced, clones name its files
 	}
 	l := r.baseLock(key)
-	l.Lock()
-	defer l.Unlock()
+	select {
+	case l <- struct{}{}:
+	case <-ctx.Done():
+		return base{}, false
+	}
+	defer func() { <-l }()
 	// Across processes (another server or runtime on this state root)
 	// too: one builds, the others wait and take its base.
 	unlockFile, err := lockFile(ctx, filepath.Join(r.stateRoot, baseDir, key+".lock"))
@@ -102,6 +108,7 @@ func (r *Runtime) baseFor(ctx context.Context, spec runtime.Spec, m machine) (ba
 	if b, err := readBase(dir); err == nil {
 		return b, true
 	}
+	r.sweepBaseLeftovers(ctx, key)
 	b, err := r.makeBase(ctx, key, spec, m)
 	if err != nil {
 		r.log.WarnContext(ctx, "no base snapshot; sandboxes of this template and size boot", "key", key, "err", err)
@@ -137,7 +144,9 @@ func (r *Runtime) makeBase(ctx context.Context, key string, spec runtime.Spec, m
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return base{}, err
 	}
-	tmp := filepath.Join(root, key+".tmp-"+hex.EncodeToString(rnd[:]))
+	// The builder's pid in the name: sweepBaseLeftovers removes only
+	// the builds of processes that no longer run.
+	tmp := filepath.Join(root, fmt.Sprintf("%s.tmp-%d-%s", key, os.Getpid(), hex.EncodeToString(rnd[:])))
 	final := filepath.Join(root, key)
 	name := "base-" + key + "-" + hex.EncodeToString(rnd[:])
 	if err := os.Mkdir(tmp, 0o700); err != nil {
@@ -153,8 +162,8 @@ func (r *Runtime) makeBase(ctx context.Context, key string, spec runtime.Spec, m
 	if err != nil {
 		return base{}, err
 	}
-	// The base VM's disk lives in its final directory's name from the
-	// start: clones' disks name it as their backing file.
+	// The base VM runs in the temporary directory; base.json names the
+	// files by their final paths, which clones' disks and RAM use.
 	bm := m
 	bm.Netns, bm.TAP, bm.MAC = "", "", "" // a NIC joined to nothing
 	bm.Guest = guestSettings{}
@@ -175,6 +184,11 @@ func (r *Runtime) makeBase(ctx context.Context, key string, spec runtime.Spec, m
 	}
 	boot := time.Since(start)
 	if err := saveVM(ctx, tmp, filepath.Join(tmp, stateFile), true); err != nil {
+		return base{}, err
+	}
+	// The RAM is in the memory file's page cache: every clone maps it,
+	// for as long as the base exists, across host restarts too.
+	if err := syncFile(bm.Memory); err != nil {
 		return base{}, err
 	}
 	pid, err := readPid(tmp)
@@ -316,4 +330,40 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 			return nil, fmt.Errorf("lock %s: %w", path, werr)
 		}
 	}
+}
+
+// sweepBaseLeftovers ends the QEMU and removes the directory of base
+// builds of key whose process no longer runs (a server that crashed
+// mid-build). Called under the key's locks.
+func (r *Runtime) sweepBaseLeftovers(ctx context.Context, key string) {
+	root := filepath.Join(r.stateRoot, baseDir)
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), key+".tmp-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		var owner int
+		if _, err := fmt.Sscanf(rest, "%d-", &owner); err == nil && owner != os.Getpid() && unix.Kill(owner, 0) == nil {
+			continue // another live process builds it
+		}
+		dir := filepath.Join(root, e.Name())
+		if _, rnd, ok := strings.Cut(rest, "-"); ok {
+			if pid := vmPid(dir, "base-"+key+"-"+rnd); pid != 0 { // that build's QEMU, not a reused pid
+				_ = killVM(ctx, pid, "base-"+key+"-"+rnd)
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			r.log.WarnContext(ctx, "leftover of a base snapshot build stays", "dir", dir, "err", err)
+		}
+	}
+}
+
+func syncFile(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }

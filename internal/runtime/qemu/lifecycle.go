@@ -35,6 +35,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 	if exists(filepath.Join(dir, snapshotDir, snapshotMeta)) {
 		return fmt.Errorf("create %s: the sandbox is suspended: it is made again only from its snapshot", spec.ID)
 	}
+	if pid := vmPid(dir, name); pid != 0 && !exists(filepath.Join(dir, createdFile)) && !exists(filepath.Join(dir, startedFile)) {
+		// A create that crashed between starting QEMU and the end of
+		// its restore: a leftover, made again below.
+		if err := killVM(ctx, pid, name); err != nil {
+			return fmt.Errorf("create %s: end a leftover QEMU: %w", spec.ID, err)
+		}
+	}
 	if pid := vmPid(dir, name); pid != 0 {
 		st, err := r.stateLocked(ctx, spec.ID)
 		if err != nil {
@@ -72,7 +79,7 @@ func (r *Runtime) create(ctx context.Context, dir string, spec runtime.Spec) err
 	}
 	if base, ok := r.baseFor(ctx, spec, m); ok {
 		if err := r.createFromBase(ctx, dir, spec, m, base); err == nil {
-			return nil
+			return markCreated(dir)
 		} else {
 			r.log.WarnContext(ctx, "create from the base snapshot failed; booting instead", "sandbox", spec.ID, "base", base.dir, "err", err)
 			r.removeVM(context.WithoutCancel(ctx), dir, spec.ID.String())
@@ -93,8 +100,17 @@ func (r *Runtime) create(ctx context.Context, dir string, spec runtime.Spec) err
 	if err := writeMachine(dir, m); err != nil {
 		return err
 	}
-	_, err = r.launch(ctx, dir, spec.ID.String(), m, false)
-	return err
+	if _, err = r.launch(ctx, dir, spec.ID.String(), m, false); err != nil {
+		return err
+	}
+	return markCreated(dir)
+}
+
+// markCreated records that the VM in dir was made whole (booting held
+// before its first instruction, or restored and paused): a live QEMU
+// without it is a crashed create's leftover.
+func markCreated(dir string) error {
+	return os.WriteFile(filepath.Join(dir, createdFile), nil, 0o600)
 }
 
 // machineFor is the machine of a spec without its disk and memory.
@@ -113,7 +129,7 @@ func (r *Runtime) machineFor(ctx context.Context, spec runtime.Spec) (machine, e
 		MemoryMiB: (mem + 1<<20 - 1) >> 20,
 		Kernel:    r.boot.Kernel,
 		Initrd:    r.boot.Initrd,
-		Cmdline:   r.boot.CommandLine,
+		Cmdline:   r.boot.cmdline(r.Accel()),
 		Guest: guestSettings{
 			Hostname: spec.Hostname,
 			Env:      spec.Env.List(),
@@ -177,6 +193,9 @@ func (r *Runtime) startLocked(ctx context.Context, id model.SandboxID) (machine,
 		return machine{}, fmt.Errorf("start %s: %w", id, err)
 	}
 	started := exists(filepath.Join(dir, startedFile))
+	if !started && !exists(filepath.Join(dir, createdFile)) {
+		return machine{}, fmt.Errorf("start %s: the VM was not made whole (a create that crashed): create it again", id)
+	}
 	err = withQMP(ctx, dir, func(c *qmp.Client) error {
 		st, err := c.WaitStatus(ctx, 5*time.Millisecond, func(s qmp.Status) bool { return s.Status != qmp.StatusInMigrate })
 		if err != nil {
@@ -230,6 +249,9 @@ func (r *Runtime) stateLocked(ctx context.Context, id model.SandboxID) (runtime.
 	}
 	st := runtime.Status{ID: id, Pid: pid, Phase: runtime.PhaseCreated}
 	if !exists(filepath.Join(dir, startedFile)) {
+		if !exists(filepath.Join(dir, createdFile)) {
+			st.Phase = runtime.PhaseStopped // a crashed create's leftover
+		}
 		return st, nil
 	}
 	var qs qmp.Status

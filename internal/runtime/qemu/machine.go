@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/atomicfile"
+	"github.com/airlockdev/airlock/internal/procfs"
 	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/runtime/qemu/qmp"
 	"github.com/airlockdev/airlock/internal/vmdisk"
@@ -166,8 +167,8 @@ func readMachine(dir string) (machine, error) {
 // launchTimeout bounds QEMU's start (until its QMP socket exists).
 const launchTimeout = 30 * time.Second
 
-// qemuLog is QEMU's own stdout and stderr (the guest's console is
-// console.log).
+// qemuLog is QEMU's own stdout and stderr (the guest's console is a ring
+// in QEMU, read over QMP).
 const qemuLog = "qemu.log"
 
 // launch starts QEMU for m in dir (in m.Netns when set) and returns its
@@ -295,7 +296,9 @@ func waitGone(ctx context.Context, pid int, name string, limit time.Duration) er
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	w := retry.Policy{Initial: time.Millisecond, Max: 20 * time.Millisecond}.Start(nil)
-	for isVM(pid, name) || reaping(pid) {
+	// Not isVM: a dying process's command line reads empty while it
+	// still tears down its memory; only its state says it is gone.
+	for procfs.Alive(pid) || reaping(pid) {
 		if err := w.Wait(ctx); err != nil {
 			return fmt.Errorf("qemu %d did not exit: %w", pid, err)
 		}

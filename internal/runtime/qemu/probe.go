@@ -89,7 +89,7 @@ func (r *Runtime) probe(ctx context.Context, accel Accel, limit time.Duration) e
 	}
 	m := machine{
 		Accel: accel, CPUs: 1, MemoryMiB: MinMemoryBytes >> 20,
-		Kernel: r.boot.Kernel, Initrd: r.boot.Initrd, Cmdline: r.boot.CommandLine,
+		Kernel: r.boot.Kernel, Initrd: r.boot.Initrd, Cmdline: r.boot.cmdline(accel),
 		Disk: filepath.Join(dir, diskFile), Memory: filepath.Join(dir, memoryFile), MemoryShared: true,
 	}
 	if m.DiskFormat, err = vmdisk.Clone(ctx, image, vmdisk.Raw, m.Disk); err != nil {

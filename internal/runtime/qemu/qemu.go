@@ -22,6 +22,7 @@
 //	agent.sock     the virtio-serial port of the guest agent
 //	qemu.log       QEMU's own messages
 //	qemu.pid       QEMU's pid file
+//	created        written once the VM is made whole (held before boot, or restored)
 //	started        written once the guest was let run (cont)
 //	snapshot/      a suspended sandbox's device state and snapshot.json
 //
@@ -40,6 +41,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/airlockdev/airlock/internal/guestboot"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/vmdisk"
@@ -79,6 +81,18 @@ type Boot struct {
 	Kernel      string // host path of the kernel (bzImage)
 	Initrd      string // host path of the initramfs (guestinit and the agent)
 	CommandLine string // kernel command line
+	// TSCkHz is the host TSC's frequency, given to the guest kernel under
+	// TCG (guestboot.TSCParam), where it cannot calibrate one; not part of
+	// CommandLine, which names the environment and must not vary by host.
+	TSCkHz int
+}
+
+// cmdline is the kernel command line of a boot with accel.
+func (b Boot) cmdline(accel Accel) string {
+	if accel == AccelTCG && b.TSCkHz > 0 {
+		return b.CommandLine + " " + guestboot.TSCParam(b.TSCkHz)
+	}
+	return b.CommandLine
 }
 
 // Config configures a Runtime.
@@ -112,7 +126,7 @@ type Runtime struct {
 	mu    sync.Mutex
 	accel Accel
 	locks map[model.SandboxID]*sync.Mutex
-	bases map[string]*sync.Mutex // per base-snapshot key
+	bases map[string]chan struct{} // per base-snapshot key
 }
 
 // New checks the configuration and the QEMU binary and returns a Runtime.
@@ -167,7 +181,7 @@ func New(cfg Config) (*Runtime, error) {
 		log:       log,
 		ports:     newPortPool(),
 		locks:     map[model.SandboxID]*sync.Mutex{},
-		bases:     map[string]*sync.Mutex{},
+		bases:     map[string]chan struct{}{},
 	}, nil
 }
 
@@ -245,6 +259,7 @@ const (
 	qmpSocket    = "qmp.sock"
 	agentSocket  = "agent.sock"
 	pidFile      = "qemu.pid"
+	createdFile  = "created"
 	startedFile  = "started"
 	snapshotDir  = "snapshot"
 	snapshotMeta = "snapshot.json"

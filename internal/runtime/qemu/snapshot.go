@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,9 +33,16 @@ type snapshotRecord struct {
 	// the RAM, which is in Memory (the VM's shared memory file).
 	IgnoreShared bool   `json:"ignore_shared"`
 	Memory       string `json:"memory"`
-	// Layer is where the frozen disk went once a restore moved it out of
-	// the way ("" until then: it is still the sandbox's disk).
-	Layer     string    `json:"layer,omitempty"`
+	// Layer is where the frozen disk goes when a restore moves it out of
+	// the way (named at suspend, so a restore that crashed after the move
+	// finds it); LayerFormat is its format as the host made it (never
+	// guessed from the bytes: a guest writes the disk).
+	Layer       string        `json:"layer"`
+	LayerFormat vmdisk.Format `json:"layer_format"`
+	// BootID is the host's boot when the snapshot was taken: RAM left in
+	// the shared memory file (IgnoreShared) is in the page cache, not
+	// synced, and does not survive a host restart.
+	BootID    string    `json:"boot_id"`
 	CreatedAt time.Time `json:"created_at"`
 	SizeBytes int64     `json:"size_bytes"`
 }
@@ -93,14 +101,23 @@ func (r *Runtime) Suspend(ctx context.Context, id model.SandboxID) (runtime.Snap
 	name := id.String()
 	snapDir := filepath.Join(dir, snapshotDir)
 	if rec, err := readSnapshot(snapDir); err == nil {
-		// Suspended already, or a suspend that crashed after writing
-		// its snapshot: end a leftover QEMU and return it.
-		if pid := vmPid(dir, name); pid != 0 {
+		pid := vmPid(dir, name)
+		if pid == 0 {
+			return rec.snapshot(snapDir), nil // suspended already
+		}
+		if live, err := r.liveAfterWake(ctx, dir); err != nil {
+			return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+		} else if !live {
+			// A suspend that crashed after writing its snapshot (QEMU
+			// stopped after the migration), or a wake's leftover QEMU
+			// that never ran: end it.
 			if err := killVM(ctx, pid, name); err != nil {
 				return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
 			}
+			return rec.snapshot(snapDir), nil
 		}
-		return rec.snapshot(snapDir), nil
+		// Woken from that snapshot and running (ForgetSnapshot not
+		// called yet): a new snapshot replaces it below.
 	}
 	if !exists(dir) {
 		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, runtime.ErrNotFound)
@@ -123,7 +140,12 @@ func (r *Runtime) Suspend(ctx context.Context, id model.SandboxID) (runtime.Snap
 	if err := saveVM(ctx, dir, state, m.MemoryShared); err != nil {
 		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
 	}
-	rec := snapshotRecord{Format: FormatMigration, IgnoreShared: m.MemoryShared, Memory: m.Memory, CreatedAt: time.Now().UTC()}
+	now := time.Now().UTC()
+	rec := snapshotRecord{
+		Format: FormatMigration, IgnoreShared: m.MemoryShared, Memory: m.Memory, CreatedAt: now,
+		Layer: filepath.Join(dir, fmt.Sprintf("layer-%d", now.UnixNano())), LayerFormat: m.DiskFormat,
+		BootID: hostBootID(),
+	}
 	if fi, err := os.Stat(state); err == nil {
 		rec.SizeBytes = fi.Size()
 	}
@@ -152,10 +174,23 @@ func saveVM(ctx context.Context, dir, state string, ignoreShared bool) error {
 		return err
 	}
 	defer f.Close()
-	err = withQMPTimeout(ctx, dir, migrationTimeout, func(c *qmp.Client) error {
+	err = withQMPTimeout(ctx, dir, migrationTimeout, func(c *qmp.Client) (err error) {
+		before, err := c.QueryStatus(ctx)
+		if err != nil {
+			return err
+		}
 		if err := c.Stop(ctx); err != nil {
 			return err
 		}
+		defer func() {
+			// A failed save leaves the VM as it was: running again if
+			// it ran (cont also takes the disk back from the migration).
+			if err != nil && before.Running {
+				if cerr := c.Cont(context.WithoutCancel(ctx)); cerr != nil {
+					err = fmt.Errorf("%w (and the VM could not be continued: %w)", err, cerr)
+				}
+			}
+		}()
 		if err := c.MigrateSetCapabilities(ctx, qmp.MigrationCapability{Capability: "x-ignore-shared", State: ignoreShared}); err != nil {
 			return err
 		}
@@ -165,13 +200,12 @@ func saveVM(ctx context.Context, dir, state string, ignoreShared bool) error {
 		if err := c.Migrate(ctx, "fd:"+migrationFD); err != nil {
 			return err
 		}
-		_, err := c.WaitMigration(ctx, 5*time.Millisecond)
-		return err
+		if _, err := c.WaitMigration(ctx, 5*time.Millisecond); err != nil {
+			return err
+		}
+		return f.Sync()
 	})
-	if err != nil {
-		return err
-	}
-	return f.Sync()
+	return err
 }
 
 // migrationFD is the name under which QEMU gets a migration's file.
@@ -230,41 +264,41 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
 	if pid := vmPid(dir, name); pid != 0 {
-		if !exists(filepath.Join(dir, startedFile)) {
+		if exists(filepath.Join(dir, createdFile)) && !exists(filepath.Join(dir, startedFile)) {
 			return nil // an earlier attempt restored it: Start lets it run
 		}
-		st, err := r.stateLocked(ctx, id)
-		if err == nil && st.Phase == runtime.PhaseRunning {
-			return nil
+		if live, err := r.liveAfterWake(ctx, dir); err != nil {
+			return fmt.Errorf("restore %s: %w", id, err)
+		} else if live {
+			return nil // woken and alive (running or paused): never destroyed
 		}
 		if err := killVM(ctx, pid, name); err != nil {
 			return fmt.Errorf("restore %s: %w", id, err)
 		}
+	}
+	if rec.IgnoreShared && rec.BootID != "" && rec.BootID != hostBootID() {
+		return fmt.Errorf("restore %s: %w: the host restarted since the snapshot was taken, and its memory (kept in the page cache, not synced) did not survive", id, errSnapshotLost)
 	}
 	m, err := readMachine(dir)
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
 	disk := filepath.Join(dir, diskFile)
-	if rec.Layer == "" {
-		layer := filepath.Join(dir, fmt.Sprintf("layer-%d", time.Now().UnixNano()))
-		if err := os.Rename(disk, layer); err != nil {
+	if rec.Layer == "" || rec.LayerFormat == "" {
+		return fmt.Errorf("restore %s: %w: the snapshot names no frozen disk", id, errSnapshotLost)
+	}
+	// The frozen disk moves to its layer name, once: after that (also
+	// after a crash right after the move) disk is a failed attempt's.
+	if !exists(rec.Layer) {
+		if err := os.Rename(disk, rec.Layer); err != nil {
 			return fmt.Errorf("restore %s: freeze the disk: %w", id, err)
 		}
-		rec.Layer = layer
-		if err := writeSnapshot(snapDir, rec); err != nil {
-			return fmt.Errorf("restore %s: %w", id, err)
-		}
-	}
-	if err := os.Remove(disk); err != nil && !errors.Is(err, os.ErrNotExist) { // a failed attempt's
+	} else if err := os.Remove(disk); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
-	info, err := vmdisk.Info(ctx, rec.Layer)
-	if err != nil {
-		return fmt.Errorf("restore %s: %w", id, err)
-	}
-	if m.DiskFormat, err = vmdisk.Clone(ctx, rec.Layer, info.Format, disk); err != nil {
-		return fmt.Errorf("restore %s: %w", id, err)
+	var err2 error
+	if m.DiskFormat, err2 = vmdisk.Clone(ctx, rec.Layer, rec.LayerFormat, disk); err2 != nil {
+		return fmt.Errorf("restore %s: %w", id, err2)
 	}
 	m.Disk = disk
 	m.Memory, m.MemoryShared = rec.Memory, false
@@ -280,6 +314,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
 	_ = os.Remove(filepath.Join(dir, startedFile))
+	_ = os.Remove(filepath.Join(dir, createdFile))
 	if _, err := r.launch(ctx, dir, name, m, true); err != nil {
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
@@ -290,7 +325,36 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 		}
 		return fmt.Errorf("restore %s: %w (console: %s)", id, err, console)
 	}
-	return nil
+	return markCreated(dir)
+}
+
+// errSnapshotLost: the snapshot cannot be restored any more.
+var errSnapshotLost = errors.New("snapshot lost")
+
+// liveAfterWake reports whether the VM in dir was let run (Start) and is
+// running or paused now: a live sandbox, as opposed to QEMU stopped by a
+// suspend's migration or a wake's leftover.
+func (r *Runtime) liveAfterWake(ctx context.Context, dir string) (bool, error) {
+	if !exists(filepath.Join(dir, startedFile)) {
+		return false, nil
+	}
+	var st qmp.Status
+	if err := withQMP(ctx, dir, func(c *qmp.Client) (err error) {
+		st, err = c.QueryStatus(ctx)
+		return err
+	}); err != nil {
+		return false, err
+	}
+	return st.Running || st.Status == qmp.StatusPaused, nil
+}
+
+// hostBootID identifies the host's current boot ("" if unknown).
+func hostBootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // ForgetSnapshot removes the snapshot of a woken sandbox (its migration

@@ -59,7 +59,8 @@ type guestLink struct {
 // attachTAP joins a persistent TAP device (tap0, owned by root, created with
 // IFF_TAP|IFF_NO_PI|IFF_VNET_HDR, single queue) inside the network namespace
 // at netnsPath to that namespace's eth0, so that the VM takes over eth0's
-// identity: the VM NIC gets eth0's MAC, eth0's IPv4 addresses (and so its
+// identity: a booted VM's NIC gets eth0's MAC (a base-snapshot clone keeps
+// the base's: frames pass whatever their MAC), eth0's IPv4 addresses (and so its
 // routes) are removed inside the namespace (the guest configures them on its
 // own eth0 from runtime.Network), and every frame passes unchanged in both
 // directions: an ingress qdisc on eth0 and on tap0, each with one match-all
