@@ -80,6 +80,9 @@ type Sandbox struct {
 	// Environment is the env:sha256:… reference of its execution
 	// environment (absent for sandboxes made before environments existed).
 	Environment string `json:"environment,omitempty"`
+	// Source is how its create got it running: "cold", "pool" (a warm
+	// pool's sandbox) or "snapshot" (a base snapshot restored).
+	Source string `json:"source"`
 	// Egress is the sandbox's egress policy as given; shown by create and
 	// GET /v1/sandboxes/{id}, omitted in lists.
 	Egress    *EgressPolicy `json:"egress,omitempty"`
@@ -158,6 +161,9 @@ type Operation struct {
 	SandboxID string `json:"sandbox_id"`
 	Error     *Error `json:"error,omitempty"`
 	Attempts  int    `json:"attempts"`
+	// Source, for a create that succeeded, is how it got the sandbox
+	// running (see Sandbox.Source).
+	Source string `json:"source,omitempty"`
 	// NotBefore is set while a retried operation waits out its backoff:
 	// it is not attempted again before then.
 	NotBefore  *time.Time `json:"not_before,omitempty"`
