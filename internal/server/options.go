@@ -190,6 +190,20 @@ type Options struct {
 	// share. "": DataDir/secrets.key (made on first start).
 	SecretsKeyFile string
 
+	// Warm pools (see internal/pool). PoolMemoryMiB (--pool-memory-mib)
+	// and PoolCPUs (--pool-cpus) bound what the unclaimed sandboxes of
+	// every pool on this node may hold together (their memory and CPU
+	// limits); 0: DefaultPoolMemoryMiB (a quarter of the host's memory) and
+	// DefaultPoolCPUs (four per host CPU). PoolDrainAfter
+	// (--pool-drain-after): a pool no create has matched for this long
+	// keeps no sandboxes until one does; 0: DefaultPoolDrainAfter.
+	// PoolFillParallel (--pool-fill-parallel): how many pool sandboxes
+	// this node creates at once; 0: DefaultPoolFillParallel.
+	PoolMemoryMiB    int
+	PoolCPUs         int
+	PoolDrainAfter   time.Duration
+	PoolFillParallel int
+
 	// FaultPoint makes the process SIGKILL itself when it reaches the named
 	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
 	FaultPoint string
