@@ -142,15 +142,15 @@ func (r Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(bw, "%d runs per subject after %d warm-up runs; %s\n\n", r.Runs, r.Warmup, r.Order)
 
 	tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SUBJECT\tISOLATION\tN\tP50\tP95\tMIN\tMAX\tMEAN\tP50 RATIO")
+	fmt.Fprintln(tw, "SUBJECT\tISOLATION\tN\tP50\tP95\tP99\tMIN\tMAX\tMEAN\tP50 RATIO")
 	for _, s := range r.Subjects {
 		ratio := "-"
 		if x, ok := r.ratioFor(s.Name); ok {
 			ratio = fmt.Sprintf("%.2f× %s", x.P50, x.Peer)
 		}
 		st := s.FirstOutput
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Isolation, st.N,
-			formatDuration(st.P50), formatDuration(st.P95), formatDuration(st.Min),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Isolation, st.N,
+			formatDuration(st.P50), formatDuration(st.P95), formatDuration(st.P99), formatDuration(st.Min),
 			formatDuration(st.Max), formatDuration(st.Mean), ratio)
 	}
 	if err := tw.Flush(); err != nil {

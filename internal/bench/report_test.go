@@ -54,10 +54,10 @@ func TestWriteTable(t *testing.T) {
 	out := buf.String()
 	t.Log("\n" + out)
 	rows := map[string]string{
-		"airlock-runc": `^airlock-runc\s+shared-kernel\s+2\s+100\.0ms\s+109\.0ms\s+90\.0ms\s+110\.0ms\s+100\.0ms\s+4\.00× runc run$`,
-		"runc run":     `^runc run\s+shared-kernel\s+2\s+25\.0ms\s+29\.5ms\s+20\.0ms\s+30\.0ms\s+25\.0ms\s+-$`,
-		"runsc run":    `^runsc run\s+user-space-kernel\s+2\s+130\.0ms\s+139\.0ms\s+120\.0ms\s+140\.0ms\s+130\.0ms\s+-$`,
-		"header":       `^SUBJECT\s+ISOLATION\s+N\s+P50\s+P95\s+MIN\s+MAX\s+MEAN\s+P50 RATIO$`,
+		"airlock-runc": `^airlock-runc\s+shared-kernel\s+2\s+100\.0ms\s+109\.0ms\s+109\.8ms\s+90\.0ms\s+110\.0ms\s+100\.0ms\s+4\.00× runc run$`,
+		"runc run":     `^runc run\s+shared-kernel\s+2\s+25\.0ms\s+29\.5ms\s+29\.9ms\s+20\.0ms\s+30\.0ms\s+25\.0ms\s+-$`,
+		"runsc run":    `^runsc run\s+user-space-kernel\s+2\s+130\.0ms\s+139\.0ms\s+139\.8ms\s+120\.0ms\s+140\.0ms\s+130\.0ms\s+-$`,
+		"header":       `^SUBJECT\s+ISOLATION\s+N\s+P50\s+P95\s+P99\s+MIN\s+MAX\s+MEAN\s+P50 RATIO$`,
 		"phase header": `^SUBJECT\s+CREATE\s+COMMAND SESSION\s+FIRST OUTPUT$`,
 		"phase row":    `^airlock-runc\s+87\.5ms / 94\.2ms\s+2\.5ms / 3\.0ms\s+10\.0ms / 11\.8ms$`,
 		"skipped":      `^podman: not installed, skipped$`,

@@ -13,6 +13,7 @@ type Stats struct {
 	N    int
 	P50  time.Duration
 	P95  time.Duration
+	P99  time.Duration
 	Min  time.Duration
 	Max  time.Duration
 	Mean time.Duration
@@ -36,6 +37,7 @@ func Summarize(samples []time.Duration) Stats {
 		N:    len(sorted),
 		P50:  Percentile(sorted, 0.50),
 		P95:  Percentile(sorted, 0.95),
+		P99:  Percentile(sorted, 0.99),
 		Min:  sorted[0],
 		Max:  sorted[len(sorted)-1],
 		Mean: time.Duration(math.Round(sum / float64(len(sorted)))),
@@ -83,6 +85,7 @@ type statsJSON struct {
 	N      int     `json:"n"`
 	P50ms  float64 `json:"p50_ms"`
 	P95ms  float64 `json:"p95_ms"`
+	P99ms  float64 `json:"p99_ms"`
 	MinMs  float64 `json:"min_ms"`
 	MaxMs  float64 `json:"max_ms"`
 	MeanMs float64 `json:"mean_ms"`
@@ -90,7 +93,7 @@ type statsJSON struct {
 
 // MarshalJSON writes the durations as milliseconds (p50_ms, …).
 func (s Stats) MarshalJSON() ([]byte, error) {
-	return json.Marshal(statsJSON{N: s.N, P50ms: millis(s.P50), P95ms: millis(s.P95),
+	return json.Marshal(statsJSON{N: s.N, P50ms: millis(s.P50), P95ms: millis(s.P95), P99ms: millis(s.P99),
 		MinMs: millis(s.Min), MaxMs: millis(s.Max), MeanMs: millis(s.Mean)})
 }
 
@@ -100,7 +103,7 @@ func (s *Stats) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return fmt.Errorf("bench stats: %w", err)
 	}
-	*s = Stats{N: w.N, P50: fromMillis(w.P50ms), P95: fromMillis(w.P95ms),
+	*s = Stats{N: w.N, P50: fromMillis(w.P50ms), P95: fromMillis(w.P95ms), P99: fromMillis(w.P99ms),
 		Min: fromMillis(w.MinMs), Max: fromMillis(w.MaxMs), Mean: fromMillis(w.MeanMs)}
 	return nil
 }

@@ -46,7 +46,7 @@ func TestSummarize(t *testing.T) {
 	in := []time.Duration{ms(30), ms(10), ms(20), ms(40), ms(1000)}
 	orig := slices.Clone(in)
 	got := Summarize(in)
-	want := Stats{N: 5, P50: ms(30), P95: ms(808), Min: ms(10), Max: ms(1000), Mean: ms(220)}
+	want := Stats{N: 5, P50: ms(30), P95: ms(808), P99: ms(961.6), Min: ms(10), Max: ms(1000), Mean: ms(220)}
 	if got != want {
 		t.Errorf("Summarize = %+v, want %+v", got, want)
 	}
@@ -111,7 +111,7 @@ func TestSummarizeSubjectPhases(t *testing.T) {
 }
 
 func TestStatsJSONRoundTrip(t *testing.T) {
-	in := Stats{N: 3, P50: 12345678 * time.Nanosecond, P95: ms(20), Min: ms(1), Max: 2 * time.Second, Mean: ms(7.5)}
+	in := Stats{N: 3, P50: 12345678 * time.Nanosecond, P95: ms(20), P99: ms(25.5), Min: ms(1), Max: 2 * time.Second, Mean: ms(7.5)}
 	b, err := json.Marshal(in)
 	if err != nil {
 		t.Fatal(err)
