@@ -128,6 +128,7 @@ func (a *airlockSubject) info() Subject {
 		Kind:      KindAirlock,
 		Runtime:   string(a.flavor),
 		Isolation: runtime.IsolationSharedKernel,
+		Source:    apiv1.SourceCold,
 		Method: "Go client against an in-process airlock server on 127.0.0.1: POST /v1/sandboxes (default template: the busybox tree, as --default-template minimal) → " +
 			"create operation done → POST …/commands [echo hello] → attach → first stdout event",
 		Rootfs: "per-sandbox overlayfs over the template tree (runc, crun: over an idmapped view of it, in the sandbox's own user namespace), " +
@@ -161,13 +162,23 @@ func (a *airlockSubject) once(ctx context.Context) (smp sample, err error) {
 	return a.onceFrom(ctx, "")
 }
 
-// onceFrom is once on the template named by ref ("": the default).
+// onceFrom is once on the template named by ref ("": the default). The
+// sandbox must not come from a warm pool (the cold subject's creates match
+// no pool).
 func (a *airlockSubject) onceFrom(ctx context.Context, ref string) (smp sample, err error) {
+	return a.createAndEcho(ctx, apiv1.CreateSandboxRequest{Template: ref}, apiv1.SourceCold)
+}
+
+// createAndEcho times one create of req → echo → first output, and deletes
+// the sandbox (untimed; waited for so that runs never overlap). want is the
+// source the create must report: apiv1.SourcePool, or apiv1.SourceCold (a
+// server that reports no source counts as cold, a pool claim never does).
+func (a *airlockSubject) createAndEcho(ctx context.Context, req apiv1.CreateSandboxRequest, want string) (smp sample, err error) {
 	ctx, cancel := context.WithTimeout(ctx, airlockRunTimeout)
 	defer cancel()
 
 	t0 := time.Now()
-	created, err := a.c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: ref})
+	created, err := a.c.CreateSandbox(ctx, req)
 	if err != nil {
 		return sample{}, err
 	}
@@ -180,14 +191,20 @@ func (a *airlockSubject) onceFrom(ctx context.Context, ref string) (smp sample, 
 			err = errors.Join(err, derr)
 		}
 	}()
-	opID, err := model.ParseOperationID(created.Operation.ID)
-	if err != nil {
-		return sample{}, fmt.Errorf("the server returned a bad operation ID: %w", err)
-	}
-	if _, err := a.c.WaitOperation(ctx, opID); err != nil {
-		return sample{}, err
+	op := created.Operation
+	if op.State != string(model.OpSucceeded) {
+		opID, err := model.ParseOperationID(op.ID)
+		if err != nil {
+			return sample{}, fmt.Errorf("the server returned a bad operation ID: %w", err)
+		}
+		if op, err = a.c.WaitOperation(ctx, opID); err != nil {
+			return sample{}, err
+		}
 	}
 	tCreated := time.Now()
+	if err := checkSource(createSource(created.Sandbox, op), want); err != nil {
+		return sample{}, fmt.Errorf("sandbox %s: %w", id, err)
+	}
 	cs, err := a.c.CreateCommand(ctx, id, apiv1.CreateCommandRequest{Args: peerArgs()})
 	if err != nil {
 		return sample{}, err
@@ -204,6 +221,28 @@ func (a *airlockSubject) onceFrom(ctx context.Context, ref string) (smp sample, 
 		total:  first.Sub(t0),
 		phases: []time.Duration{tCreated.Sub(t0), tSession.Sub(tCreated), first.Sub(tSession)},
 	}, nil
+}
+
+// createSource is the source a create reported: its operation's, else its
+// sandbox's ("" from a server without warm pools).
+func createSource(sb apiv1.Sandbox, op apiv1.Operation) string {
+	if op.Source != "" {
+		return op.Source
+	}
+	return sb.Source
+}
+
+// checkSource fails unless a create's source got is what the subject
+// measures: a pool claim must say "pool"; a cold create must not (an
+// unreported source counts as cold).
+func checkSource(got, want string) error {
+	switch {
+	case want == apiv1.SourcePool && got != apiv1.SourcePool:
+		return fmt.Errorf("the create was not served from the warm pool (source %q): a pool claim was not measured", got)
+	case want == apiv1.SourceCold && got != "" && got != apiv1.SourceCold:
+		return fmt.Errorf("a cold create was served from %q: the cold figure would be wrong", got)
+	}
+	return nil
 }
 
 // attach starts the command and returns when its first stdout event came,

@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
@@ -51,6 +52,9 @@ type Config struct {
 	// PeerPodman). A peer whose binary is not installed is reported as
 	// skipped.
 	Peers []string
+	// Pool adds a pool-claim subject per runtime (airlock-RUNTIME-pool):
+	// the same server keeps a warm pool the subject claims from.
+	Pool bool
 	// AgentBinary is the static airlock-agent the servers use (required).
 	AgentBinary string
 	// TempDir is where the benchmark's temporary directory is created
@@ -76,6 +80,7 @@ func DefaultConfig() Config {
 		Warmup:   2,
 		Runtimes: []string{string(oci.FlavorRunc), string(oci.FlavorRunsc)},
 		Peers:    peerNames(),
+		Pool:     true,
 		TempDir:  os.TempDir(),
 	}
 }
@@ -218,6 +223,11 @@ func (b *benchmark) run(ctx context.Context) (Report, error) {
 		return Report{}, err
 	}
 	b.progressf("template %s: %s", digest, lower)
+	if b.cfg.Pool {
+		if err := b.addPoolSubjects(ctx); err != nil {
+			return Report{}, err
+		}
+	}
 
 	cgParent, err := cgroups.ParsePath("/" + filepath.Base(b.tmp))
 	if err != nil {
@@ -257,7 +267,36 @@ func (b *benchmark) run(ctx context.Context) (Report, error) {
 		rep.Subjects = append(rep.Subjects, summarizeSubject(s.info(), samples[i], airlockPhases))
 	}
 	rep.Ratios = ratios(rep.Subjects)
+	for _, s := range rep.Subjects {
+		if t, ok := poolTarget(s); ok && s.Source == apiv1.SourcePool {
+			rep.Targets = append(rep.Targets, t)
+		}
+	}
 	return rep, nil
+}
+
+// addPoolSubjects puts a warm pool of one on every server and adds its
+// pool-claim subject right after the server's cold one.
+func (b *benchmark) addPoolSubjects(ctx context.Context) error {
+	var out []subject
+	for _, s := range b.subjects {
+		out = append(out, s)
+		a, ok := s.(*airlockSubject)
+		if !ok {
+			continue
+		}
+		b.progressf("filling a warm pool of 1 on %s…", a.flavor)
+		p, err := newPoolSubject(ctx, a, poolCreateRequest(a), 1)
+		if p != nil {
+			out = append(out, p)
+		}
+		if err != nil {
+			b.subjects = out
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
+	b.subjects = out
+	return nil
 }
 
 // seed is the configured seed of the round order, or a random one.
@@ -281,7 +320,14 @@ func (b *benchmark) startServers(ctx context.Context) (*airlockSubject, error) {
 		}
 		b.binaries[r] = bin
 		b.progressf("starting an airlock server on %s…", r)
-		a, err := startAirlock(ctx, flavor, filepath.Join(b.tmp, "s-"+r), b.cfg.AgentBinary, b.cfg.ServerLogger, b.cfg.Logger, b.prepareServer)
+		prepare := func(dir string, opts *server.Options) error {
+			poolServerOptions(opts, 0, 0)
+			if b.prepareServer != nil {
+				return b.prepareServer(dir, opts)
+			}
+			return nil
+		}
+		a, err := startAirlock(ctx, flavor, filepath.Join(b.tmp, "s-"+r), b.cfg.AgentBinary, b.cfg.ServerLogger, b.cfg.Logger, prepare)
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
@@ -401,13 +447,13 @@ func ratios(subjects []Subject) []Ratio {
 	return out
 }
 
-// cleanup closes every subject (deleting sandboxes and containers,
-// stopping servers), then unmounts whatever is still mounted below the
+// cleanup closes every subject, last first (pools before their servers;
+// deleting sandboxes and containers, stopping servers), then unmounts whatever is still mounted below the
 // temporary directory (runsc's network namespace bind mounts, leftovers)
 // and removes it.
 func (b *benchmark) cleanup(ctx context.Context) error {
 	var errs []error
-	for _, s := range b.subjects {
+	for _, s := range slices.Backward(b.subjects) {
 		if err := s.close(ctx); err != nil {
 			errs = append(errs, err)
 		}

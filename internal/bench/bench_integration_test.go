@@ -30,6 +30,7 @@ func benchConfig(t *testing.T) Config {
 	cfg.Warmup = 0
 	cfg.Runtimes = []string{"runc"}
 	cfg.Peers = []string{PeerRunc}
+	cfg.Pool = false
 	cfg.AgentBinary = airtest.BuildAgent(t)
 	// Not t.TempDir(): sandbox sockets live below it, and test names make
 	// long paths.
@@ -173,4 +174,42 @@ func TestRunCancelledCleansUp(t *testing.T) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	assertCleanedUp(t, cfg.TempDir, w.buf.String())
+}
+
+// TestRunRuncPool runs the create benchmark with the pool-claim subject:
+// every claim must have come from the pool (the run fails otherwise).
+func TestRunRuncPool(t *testing.T) {
+	cfg := benchConfig(t)
+	cfg.Pool = true
+	var progress bytes.Buffer
+	cfg.Progress = &progress
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	assertCleanedUp(t, cfg.TempDir, progress.String())
+	var names []string
+	for _, s := range rep.Subjects {
+		names = append(names, s.Name+"/"+s.Source)
+	}
+	if got := strings.Join(names, " "); got != "airlock-runc/cold airlock-runc-pool/pool runc run/" {
+		t.Fatalf("subjects = %s", got)
+	}
+	pool := rep.Subjects[1]
+	if pool.FirstOutput.N != 2 || len(pool.Phases) != 3 {
+		t.Errorf("pool subject = %+v", pool)
+	}
+	if len(rep.Ratios) != 2 || rep.Ratios[1].Airlock != "airlock-runc-pool" || rep.Ratios[1].Peer != "runc run" {
+		t.Errorf("ratios = %+v", rep.Ratios)
+	}
+	if len(rep.Targets) != 1 || !strings.Contains(rep.Targets[0].Name, "airlock-runc-pool") {
+		t.Errorf("targets = %+v", rep.Targets)
+	}
+	var table bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + table.String())
 }

@@ -30,7 +30,9 @@ type Report struct {
 	Host      HostFacts `json:"host"`
 	Subjects  []Subject `json:"subjects"`
 	Ratios    []Ratio   `json:"ratios"`
-	Skipped   []Skipped `json:"skipped"`
+	// Targets are the issue's targets the subjects measured, met or not.
+	Targets []Target  `json:"targets,omitempty"`
+	Skipped []Skipped `json:"skipped"`
 }
 
 // Subject is one measured way of running `echo hello`.
@@ -39,8 +41,11 @@ type Subject struct {
 	Kind      string            `json:"kind"` // KindAirlock or KindRaw
 	Runtime   string            `json:"runtime"`
 	Isolation runtime.Isolation `json:"isolation"`
-	Rootfs    string            `json:"rootfs"` // how its root filesystem was set up
-	Method    string            `json:"method"` // what was timed, from what to what
+	// Source is how an Airlock subject's creates got their sandbox:
+	// "cold" or "pool" (every one checked).
+	Source string `json:"source,omitempty"`
+	Rootfs string `json:"rootfs"` // how its root filesystem was set up
+	Method string `json:"method"` // what was timed, from what to what
 	// FirstOutput is the time from the start to the first stdout byte.
 	FirstOutput Stats `json:"first_output"`
 	// Phases split FirstOutput (Airlock subjects only), in order.
@@ -159,6 +164,7 @@ func (r Report) WriteTable(w io.Writer) error {
 	for _, s := range r.Skipped {
 		fmt.Fprintf(bw, "%s: %s, skipped\n", s.Name, s.Reason)
 	}
+	writeTargets(bw, r.Targets)
 
 	if phased := r.phased(); len(phased) > 0 {
 		fmt.Fprintf(bw, "\nAirlock phases, p50 / p95 (in each run they add up to its total):\n")
@@ -189,6 +195,24 @@ func (r Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(bw, "\nHost: %s\n", r.Host)
 	return bw.err
+}
+
+// writeTargets lists the issue's targets and whether they were met.
+func writeTargets(w io.Writer, targets []Target) {
+	if len(targets) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nTargets (issue 12):\n")
+	for _, t := range targets {
+		fmt.Fprintf(w, "  %s: %s, want %s: %s\n", t.Name, t.Got, t.Want, metWord(t.Met))
+	}
+}
+
+func metWord(met bool) string {
+	if met {
+		return "met"
+	}
+	return "MISSED"
 }
 
 // phased returns the subjects that have phases.

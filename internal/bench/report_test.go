@@ -197,3 +197,60 @@ func TestConfigCheck(t *testing.T) {
 }
 
 func writeFile(path string) error { return os.WriteFile(path, []byte("#!/bin/sh\n"), 0o755) }
+
+func TestCheckSource(t *testing.T) {
+	tests := []struct {
+		got, want string
+		ok        bool
+	}{
+		{"pool", "pool", true},
+		{"cold", "pool", false},
+		{"", "pool", false},
+		{"snapshot", "pool", false},
+		{"cold", "cold", true},
+		{"", "cold", true}, // a server without pools reports no source
+		{"pool", "cold", false},
+		{"snapshot", "cold", false},
+	}
+	for _, tt := range tests {
+		err := checkSource(tt.got, tt.want)
+		if (err == nil) != tt.ok {
+			t.Errorf("checkSource(%q, %q) = %v, want ok %v", tt.got, tt.want, err, tt.ok)
+		}
+	}
+}
+
+func TestPoolTargetsInTable(t *testing.T) {
+	r := sampleReport()
+	pool := summarizeSubject(Subject{
+		Name: "airlock-runc-pool", Kind: KindAirlock, Runtime: "runc", Source: "pool", Isolation: runtime.IsolationSharedKernel,
+	}, []sample{{total: ms(8), phases: []time.Duration{ms(2), ms(2), ms(4)}}, {total: ms(12), phases: []time.Duration{ms(3), ms(3), ms(6)}}}, airlockPhases)
+	slow := summarizeSubject(Subject{Name: "airlock-runsc-pool", Kind: KindAirlock, Runtime: "runsc", Source: "pool"},
+		[]sample{{total: ms(30)}}, airlockPhases)
+	crun := summarizeSubject(Subject{Name: "airlock-crun-pool", Kind: KindAirlock, Runtime: "crun", Source: "pool"},
+		[]sample{{total: ms(30)}}, airlockPhases)
+	for _, s := range []Subject{pool, slow, crun} {
+		if tg, ok := poolTarget(s); ok {
+			r.Targets = append(r.Targets, tg)
+		}
+	}
+	want := []Target{
+		{Name: "airlock-runc-pool claim → first output p50", Want: "≤ 10.0ms", Got: "10.0ms", Met: true},
+		{Name: "airlock-runsc-pool claim → first output p50", Want: "≤ 20.0ms", Got: "30.0ms", Met: false},
+	}
+	if len(r.Targets) != len(want) || r.Targets[0] != want[0] || r.Targets[1] != want[1] {
+		t.Fatalf("targets = %+v, want %+v", r.Targets, want)
+	}
+	var buf bytes.Buffer
+	if err := r.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		"  airlock-runc-pool claim → first output p50: 10.0ms, want ≤ 10.0ms: met\n",
+		"  airlock-runsc-pool claim → first output p50: 30.0ms, want ≤ 20.0ms: MISSED\n",
+	} {
+		if !strings.Contains(buf.String(), line) {
+			t.Errorf("table lacks %q:\n%s", line, buf.String())
+		}
+	}
+}

@@ -22,6 +22,7 @@ type benchCreateFlags struct {
 	warmup      int
 	runtimes    []string
 	peers       []string
+	pool        bool
 	agentBinary string
 	seed        uint64
 	logLevel    string
@@ -38,7 +39,10 @@ func (a *app) benchCreateCommand() *cobra.Command {
 			"on a temporary data dir, driven through the API) and, in the same run and on the\n" +
 			"same root filesystem, for the raw runtimes of --peers (runc run, crun run, runsc\n" +
 			"run, podman run --rootfs). Each round runs every subject once in a random order.\n" +
-			"Prints p50/p95/min/max/mean per subject and Airlock's p50 over its raw peer's.\n" +
+			"With --pool (default) each server also keeps a warm pool of one sandbox, and\n" +
+			"airlock-RUNTIME-pool claims from it (every claim must report source \"pool\"; the\n" +
+			"refill is waited for, untimed, after each run).\n" +
+			"Prints p50/p95/p99/min/max/mean per subject and Airlock's p50 over its raw peer's.\n" +
 			"Needs root. Everything it creates is removed on exit, also on Ctrl-C.",
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -65,6 +69,7 @@ func (a *app) benchCreateCommand() *cobra.Command {
 				Warmup:       f.warmup,
 				Runtimes:     f.runtimes,
 				Peers:        f.peers,
+				Pool:         f.pool,
 				AgentBinary:  agent,
 				TempDir:      def.TempDir,
 				Seed:         f.seed,
@@ -88,6 +93,7 @@ func (a *app) benchCreateCommand() *cobra.Command {
 	fs.IntVar(&f.warmup, "warmup", def.Warmup, "uncounted warm-up runs per subject before them")
 	fs.StringSliceVar(&f.runtimes, "runtimes", def.Runtimes, "runtimes to measure Airlock on: runc, crun, runsc")
 	fs.StringSliceVar(&f.peers, "peers", def.Peers, "raw runs to compare with: runc, crun, runsc, podman (missing ones are skipped)")
+	fs.BoolVar(&f.pool, "pool", def.Pool, "also measure a warm-pool claim per runtime (airlock-RUNTIME-pool)")
 	fs.StringVar(&f.agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock)")
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of the per-round order (default: random)")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "level of the servers' logs on stderr: debug, info, warn or error")

@@ -60,7 +60,7 @@ func TestBenchCreateRunc(t *testing.T) {
 	airtest.BusyboxPath(t)
 	agent := airtest.BuildAgent(t)
 	code, stdout, stderr := runBench(t, "--runs", "2", "--warmup", "1", "--runtimes", "runc",
-		"--peers", "runc", "--agent-binary", agent, "--seed", "7", "-o", "json")
+		"--peers", "runc", "--pool=false", "--agent-binary", agent, "--seed", "7", "-o", "json")
 	if code != exitOK {
 		t.Fatalf("exit %d\nstderr:\n%s", code, stderr)
 	}
