@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockdev/airlock/internal/bench"
+)
+
+func (a *app) benchBurstCommand() *cobra.Command {
+	var (
+		o        bench.BurstOptions
+		agent    string
+		logLevel string
+	)
+	cmd := &cobra.Command{
+		Use:   "burst",
+		Short: "Measure creates per second from a full warm pool, its refill, and sustained cold creates",
+		Long: "Start an in-process airlock server on --runtime, fill a warm pool of --size\n" +
+			"sandboxes (1 CPU, --memory-mib each) and wait until all are ready; fire --size\n" +
+			"creates matching it from --clients concurrent clients and time each until its\n" +
+			"sandbox runs (creates/s = creates over first request → last running; every\n" +
+			"create's source, pool or cold, is counted); time the refill until the pool is full\n" +
+			"again; then, with the pool deleted, make cold creates from 1, 2, 4, … (--steps)\n" +
+			"concurrent clients until a step's p95 exceeds --degrade × the first step's.\n" +
+			"Needs root. Everything it creates is deleted on exit, also on Ctrl-C.",
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Size < 1 || o.Clients < 1 || o.MemoryMiB < 1 || o.StepCreates < 1 {
+				return usageErrorf("--size, --clients, --memory-mib and --step-creates must be at least 1")
+			}
+			if o.Degrade <= 1 {
+				return usageErrorf("--degrade must be above 1")
+			}
+			if o.FillParallel < 0 {
+				return usageErrorf("--fill-parallel must not be negative")
+			}
+			for _, n := range o.Steps {
+				if n < 1 {
+					return usageErrorf("--steps: every client count must be at least 1")
+				}
+			}
+			level, err := parseLogLevel(logLevel)
+			if err != nil {
+				return err
+			}
+			if os.Geteuid() != 0 {
+				return bench.ErrNotRoot
+			}
+			if o.AgentBinary, err = benchAgentBinary(agent); err != nil {
+				return err
+			}
+			logs := slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: level}))
+			o.Progress, o.ServerLogger, o.Logger = a.env.Stderr, logs, logs
+			o.TempDir = bench.DefaultConfig().TempDir
+			o.Version = buildVersion().Version
+			rep, err := bench.RunBurst(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if a.flags.output == outputJSON {
+				return rep.WriteJSON(a.env.Stdout)
+			}
+			return rep.WriteTable(a.env.Stdout)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.Runtime, "runtime", "runc", "runtime of the server: runc, crun or runsc")
+	fs.IntVar(&o.Size, "size", 200, "warm pool size, and creates in the burst")
+	fs.IntVar(&o.Clients, "clients", 20, "concurrent clients of the burst")
+	fs.IntVar(&o.MemoryMiB, "memory-mib", 128, "memory limit of every sandbox")
+	fs.IntVar(&o.FillParallel, "fill-parallel", 0, "the server's --pool-fill-parallel (0: its default)")
+	fs.IntSliceVar(&o.Steps, "steps", []int{1, 2, 4, 8, 16, 32}, "client counts of the sustained cold-create steps")
+	fs.Float64Var(&o.Degrade, "degrade", 2, "a step is degraded when its p95 exceeds this × the first step's")
+	fs.IntVar(&o.StepCreates, "step-creates", 40, "creates per sustained step (at least 3 per client)")
+	fs.BoolVar(&o.NoSustained, "no-sustained", false, "skip the sustained cold-create steps")
+	fs.StringVar(&agent, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock)")
+	fs.StringVar(&logLevel, "log-level", "warn", "level of the server's logs on stderr: debug, info, warn or error")
+	return cmd
+}
