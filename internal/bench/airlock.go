@@ -43,13 +43,14 @@ var airlockPhases = []phaseName{
 // phaseName names one phase of an Airlock sample and says what it times.
 type phaseName struct{ name, what string }
 
-// airlockSubject is one in-process `airlock server` on one runtime, driven
-// through the Go client exactly as a user would drive it.
-type airlockSubject struct {
-	flavor oci.Flavor
-	dir    string // the server's data dir
-	log    *slog.Logger
-	c      *client.Client
+// airlockServer is one in-process `airlock server` with one execution
+// environment per runtime (servers own their network namespace's sandbox
+// networks, so a benchmark runs one).
+type airlockServer struct {
+	flavors []oci.Flavor
+	dir     string // the server's data dir
+	log     *slog.Logger
+	c       *client.Client
 
 	stopServer context.CancelFunc
 	serverDone chan error // receives server.Run's result once
@@ -57,28 +58,52 @@ type airlockSubject struct {
 	stopped    bool
 }
 
-// startAirlock starts a server on a fresh data dir and waits until it has
-// written its URL and admin key. On failure it stops the server again.
+// airlockSubject measures Airlock on one runtime of a server, driven through
+// the Go client exactly as a user would drive it. The server's first
+// subject owns it: its close stops the server.
+type airlockSubject struct {
+	*airlockServer
+	flavor oci.Flavor
+	owner  bool
+}
+
+// startAirlock starts a server on a fresh data dir with the one runtime
+// flavor and returns its (owning) subject.
 func startAirlock(ctx context.Context, flavor oci.Flavor, dir, agentBinary string, serverLog, log *slog.Logger,
 	prepare func(dir string, opts *server.Options) error) (*airlockSubject, error) {
+	subs, err := startAirlockServer(ctx, []oci.Flavor{flavor}, dir, agentBinary, serverLog, log, prepare)
+	if err != nil {
+		return nil, err
+	}
+	return subs[0], nil
+}
+
+// startAirlockServer starts a server on a fresh data dir with an
+// environment per flavor (the first the default) and waits until it has
+// written its URL and admin key; it returns a subject per flavor, the
+// first owning the server. On failure it stops the server again.
+func startAirlockServer(ctx context.Context, flavors []oci.Flavor, dir, agentBinary string, serverLog, log *slog.Logger,
+	prepare func(dir string, opts *server.Options) error) ([]*airlockSubject, error) {
 	// The server must outlive ctx: on Ctrl-C its sandboxes are deleted
 	// through it before it stops (see close).
 	srvCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a := &airlockSubject{flavor: flavor, dir: dir, log: log, stopServer: cancel, serverDone: make(chan error, 1)}
+	a := &airlockServer{flavors: flavors, dir: dir, log: log, stopServer: cancel, serverDone: make(chan error, 1)}
 	opts := server.Options{
 		DataDir:     dir,
 		Listen:      "127.0.0.1:0",
 		AgentBinary: agentBinary,
-		Logger:      serverLog.With("server", string(flavor)),
+		Logger:      serverLog.With("server", a.name()),
 		// The busybox template: the benchmark measures sandboxes, not
 		// the Debian build.
 		DefaultTemplate: server.DefaultTemplateMinimal,
 	}
-	opts.Environments = []envid.Name{envid.Name(flavor)} // flavor is a parsed oci.Flavor
+	for _, f := range flavors {
+		opts.Environments = append(opts.Environments, envid.Name(f)) // f is a parsed oci.Flavor
+	}
 	if prepare != nil {
 		if err := prepare(dir, &opts); err != nil {
 			cancel()
-			return nil, fmt.Errorf("airlock server on %s: %w", flavor, err)
+			return nil, fmt.Errorf("airlock server on %s: %w", a.name(), err)
 		}
 	}
 	go func() { a.serverDone <- server.Run(srvCtx, opts) }()
@@ -88,14 +113,27 @@ func startAirlock(ctx context.Context, flavor oci.Flavor, dir, agentBinary strin
 		a.c, err = client.New(url, key, client.WithUserAgent("airlock-bench"))
 	}
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("airlock server on %s: %w", flavor, err), a.stop())
+		return nil, errors.Join(fmt.Errorf("airlock server on %s: %w", a.name(), err), a.stop())
 	}
-	return a, nil
+	subs := make([]*airlockSubject, len(flavors))
+	for i, f := range flavors {
+		subs[i] = &airlockSubject{airlockServer: a, flavor: f, owner: i == 0}
+	}
+	return subs, nil
+}
+
+// name lists the server's runtimes.
+func (a *airlockServer) name() string {
+	s := make([]string, len(a.flavors))
+	for i, f := range a.flavors {
+		s[i] = string(f)
+	}
+	return strings.Join(s, "+")
 }
 
 // waitReady polls for server.url and admin.key until both are there, the
 // server fails, or ctx ends.
-func (a *airlockSubject) waitReady(ctx context.Context) (url, key string, err error) {
+func (a *airlockServer) waitReady(ctx context.Context) (url, key string, err error) {
 	deadline := time.NewTimer(serverStartTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -166,7 +204,7 @@ func (a *airlockSubject) once(ctx context.Context) (smp sample, err error) {
 // sandbox must not come from a warm pool (the cold subject's creates match
 // no pool).
 func (a *airlockSubject) onceFrom(ctx context.Context, ref string) (smp sample, err error) {
-	return a.createAndEcho(ctx, apiv1.CreateSandboxRequest{Template: ref}, apiv1.SourceCold)
+	return a.createAndEcho(ctx, apiv1.CreateSandboxRequest{Template: ref, Environment: string(a.flavor)}, apiv1.SourceCold)
 }
 
 // createAndEcho times one create of req → echo → first output, and deletes
@@ -293,7 +331,7 @@ func (a *airlockSubject) attach(ctx context.Context, cs apiv1.CommandSession) (t
 }
 
 // deleteSandbox deletes a sandbox and waits until it is gone.
-func (a *airlockSubject) deleteSandbox(ctx context.Context, id model.SandboxID) error {
+func (a *airlockServer) deleteSandbox(ctx context.Context, id model.SandboxID) error {
 	ctx, cancel := context.WithTimeout(ctx, deleteTimeout)
 	defer cancel()
 	resp, err := a.c.DeleteSandbox(ctx, id)
@@ -316,7 +354,7 @@ func (a *airlockSubject) deleteSandbox(ctx context.Context, id model.SandboxID) 
 }
 
 // waitGone polls until the sandbox is deleted or unknown.
-func (a *airlockSubject) waitGone(ctx context.Context, id model.SandboxID) error {
+func (a *airlockServer) waitGone(ctx context.Context, id model.SandboxID) error {
 	for {
 		sb, err := a.c.GetSandbox(ctx, id)
 		switch {
@@ -336,8 +374,9 @@ func (a *airlockSubject) waitGone(ctx context.Context, id model.SandboxID) error
 }
 
 // close deletes every sandbox the server still has (an interrupted run may
-// leave one, even one whose ID never reached us), stops the server, and
-// deletes, through the OCI driver, anything the runtime still knows.
+// leave one, even one whose ID never reached us); the owner then stops the
+// server and deletes, through the OCI driver, anything its runtimes still
+// know. Subjects are closed last first, so the owner closes last.
 func (a *airlockSubject) close(ctx context.Context) error {
 	var errs []error
 	if !a.stopped {
@@ -345,19 +384,24 @@ func (a *airlockSubject) close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if !a.owner {
+		return errors.Join(errs...)
+	}
 	if err := a.stop(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := a.sweepRuntime(ctx); err != nil {
-		errs = append(errs, err)
+	for _, f := range a.flavors {
+		if err := a.sweepRuntime(ctx, f); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
 
-func (a *airlockSubject) deleteAll(ctx context.Context) error {
+func (a *airlockServer) deleteAll(ctx context.Context) error {
 	list, err := a.c.ListAllSandboxes(ctx, client.ListSandboxesQuery{})
 	if err != nil {
-		return fmt.Errorf("airlock-%s: list sandboxes to delete: %w", a.flavor, err)
+		return fmt.Errorf("airlock server on %s: list sandboxes to delete: %w", a.name(), err)
 	}
 	var errs []error
 	for _, sb := range list.Sandboxes {
@@ -378,7 +422,7 @@ func (a *airlockSubject) deleteAll(ctx context.Context) error {
 
 // stop stops the server and waits for it. A server stopped by us (or that
 // stopped cleanly) is no error.
-func (a *airlockSubject) stop() error {
+func (a *airlockServer) stop() error {
 	if !a.stopped {
 		a.stopServer()
 		a.serverErr = <-a.serverDone
@@ -386,37 +430,37 @@ func (a *airlockSubject) stop() error {
 	}
 	a.stopServer()
 	if a.serverErr != nil && !errors.Is(a.serverErr, context.Canceled) {
-		return fmt.Errorf("airlock server on %s: %w", a.flavor, a.serverErr)
+		return fmt.Errorf("airlock server on %s: %w", a.name(), a.serverErr)
 	}
 	return nil
 }
 
-// sweepRuntime is the backstop after the server stopped: containers its
-// runtime still knows (a sandbox the server failed to delete) are deleted
-// with the OCI driver, which also unmounts and removes their cgroups; then
-// the runtime's shared agent filesystem is unmounted. The
+// sweepRuntime is the backstop after the server stopped: containers the
+// runtime flavor still knows (a sandbox the server failed to delete) are
+// deleted with the OCI driver, which also unmounts and removes their
+// cgroups; then the runtime's shared agent filesystem is unmounted. The
 // runtime's directories are the server's layout DATA/runtime/<flavor>/.
-func (a *airlockSubject) sweepRuntime(ctx context.Context) error {
-	base := filepath.Join(a.dir, "runtime", string(a.flavor))
+func (a *airlockServer) sweepRuntime(ctx context.Context, flavor oci.Flavor) error {
+	base := filepath.Join(a.dir, "runtime", string(flavor))
 	if _, err := os.Stat(base); err != nil {
 		return nil
 	}
 	rt, err := oci.New(oci.Config{
-		Flavor:    string(a.flavor),
+		Flavor:    string(flavor),
 		RootDir:   filepath.Join(base, "state"),
 		StateRoot: filepath.Join(base, "sandboxes"),
 		Logger:    a.log,
 	})
 	if err != nil {
-		return fmt.Errorf("airlock-%s: open the runtime to clean up: %w", a.flavor, err)
+		return fmt.Errorf("airlock-%s: open the runtime to clean up: %w", flavor, err)
 	}
 	ids, err := rt.List(ctx)
 	if err != nil {
-		return fmt.Errorf("airlock-%s: list leftover containers: %w", a.flavor, err)
+		return fmt.Errorf("airlock-%s: list leftover containers: %w", flavor, err)
 	}
 	var errs []error
 	for _, id := range ids {
-		a.log.Warn("deleting a sandbox the server left behind", "runtime", a.flavor, "sandbox", id)
+		a.log.Warn("deleting a sandbox the server left behind", "runtime", flavor, "sandbox", id)
 		if err := rt.Delete(ctx, id); err != nil {
 			errs = append(errs, err)
 		}

@@ -307,11 +307,12 @@ func (b *benchmark) seed() uint64 {
 	return rand.Uint64()
 }
 
-// startServers starts an airlock server per runtime (each a subject) and
-// returns the first.
+// startServers starts one airlock server with an execution environment
+// per runtime (a server owns its network namespace's sandbox networks, so
+// there is one), adds a subject per runtime and returns the first.
 func (b *benchmark) startServers(ctx context.Context) (*airlockSubject, error) {
 	b.binaries = map[string]string{}
-	var first *airlockSubject
+	var flavors []oci.Flavor
 	for _, r := range b.cfg.Runtimes {
 		flavor, _ := oci.ParseFlavor(r)
 		bin, err := exec.LookPath(r)
@@ -319,24 +320,25 @@ func (b *benchmark) startServers(ctx context.Context) (*airlockSubject, error) {
 			return nil, fmt.Errorf("bench: Airlock on %s: %s is not installed: %w", r, r, err)
 		}
 		b.binaries[r] = bin
-		b.progressf("starting an airlock server on %s…", r)
-		prepare := func(dir string, opts *server.Options) error {
-			poolServerOptions(opts, 0, 0)
-			if b.prepareServer != nil {
-				return b.prepareServer(dir, opts)
-			}
-			return nil
-		}
-		a, err := startAirlock(ctx, flavor, filepath.Join(b.tmp, "s-"+r), b.cfg.AgentBinary, b.cfg.ServerLogger, b.cfg.Logger, prepare)
-		if err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
-		b.subjects = append(b.subjects, a)
-		if first == nil {
-			first = a
-		}
+		flavors = append(flavors, flavor)
 	}
-	return first, nil
+	names := strings.Join(b.cfg.Runtimes, "+")
+	b.progressf("starting an airlock server on %s…", names)
+	prepare := func(dir string, opts *server.Options) error {
+		poolServerOptions(opts, 0, 0)
+		if b.prepareServer != nil {
+			return b.prepareServer(dir, opts)
+		}
+		return nil
+	}
+	subs, err := startAirlockServer(ctx, flavors, filepath.Join(b.tmp, "s-"+names), b.cfg.AgentBinary, b.cfg.ServerLogger, b.cfg.Logger, prepare)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	for _, a := range subs {
+		b.subjects = append(b.subjects, a)
+	}
+	return subs[0], nil
 }
 
 // templateTree finds the default template in the first server's template

@@ -506,7 +506,7 @@ func (a *airlockSubject) deleteMany(ctx context.Context, clients []*client.Clien
 		wg   sync.WaitGroup
 	)
 	for _, c := range clients {
-		w := &airlockSubject{flavor: a.flavor, c: c}
+		w := &airlockServer{flavors: a.flavors, c: c}
 		wg.Go(func() {
 			for id := range jobs {
 				if err := w.deleteSandbox(ctx, id); err != nil {

@@ -190,7 +190,9 @@ func (b *benchmark) setupExecSubjects(ctx context.Context, lower string, req api
 	b.subjects = nil
 	for _, s := range servers {
 		a := s.(*airlockSubject)
-		e := &execAirlock{a: a, req: req}
+		r := req
+		r.Environment = string(a.flavor) // the server runs every runtime
+		e := &execAirlock{a: a, req: r}
 		b.subjects = append(b.subjects, e) // closed (with its server) on cleanup
 		b.progressf("creating a sandbox on airlock-%s…", a.flavor)
 		if err := e.setup(ctx); err != nil {

@@ -31,7 +31,9 @@ type execPeer struct {
 func (e *execPeer) setup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, peerTimeout)
 	defer cancel()
-	e.name = "alb-" + e.p.peer + "-exec"
+	if e.name == "" {
+		e.name = "alb-" + e.p.peer + "-exec"
+	}
 	e.bundle = filepath.Join(e.p.dir, e.name)
 	cg, err := e.p.cgParent.Join(e.name)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 )
 
 func (a *app) benchCommand() *cobra.Command {
-	return group("bench", "Measure Airlock against the raw runtimes", a.benchCreateCommand(), a.benchExecCommand(), a.benchThroughputCommand(), a.benchTemplateSizeCommand(), a.benchTemplateBuildCommand(), a.benchEgressCommand(), a.benchLifecycleCommand(), a.benchNodesCommand(), a.benchVMCommand(), a.benchBurstCommand())
+	return group("bench", "Measure Airlock against the raw runtimes", a.benchCreateCommand(), a.benchExecCommand(), a.benchThroughputCommand(), a.benchTemplateSizeCommand(), a.benchTemplateBuildCommand(), a.benchEgressCommand(), a.benchLifecycleCommand(), a.benchNodesCommand(), a.benchVMCommand(), a.benchBurstCommand(), a.benchDensityCommand())
 }
 
 // benchCreateFlags are the flags of `airlock bench create`.

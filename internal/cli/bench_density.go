@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockdev/airlock/internal/bench"
+)
+
+func (a *app) benchDensityCommand() *cobra.Command {
+	var (
+		o        bench.DensityOptions
+		runsc    int
+		agent    string
+		logLevel string
+	)
+	cmd := &cobra.Command{
+		Use:   "density",
+		Short: "Measure host memory per idle sandbox, for Airlock and idle raw containers",
+		Long: "Per runtime of --runtimes, start an in-process airlock server, create --count\n" +
+			"sandboxes (--memory-mib each), let them idle --idle, and report per sandbox: the\n" +
+			"host's MemAvailable drop, their memory cgroups' usage and the summed Pss of their\n" +
+			"processes (by process name too); then delete them and check that no container,\n" +
+			"cgroup or mount is left. With --peers, the same for as many idle detached\n" +
+			"`RUNTIME run` containers (sleep) on the same root filesystem. Needs root.\n" +
+			"Everything it creates is removed on exit, also on Ctrl-C.",
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Count < 1 || o.MemoryMiB < 1 || o.Clients < 1 {
+				return usageErrorf("--count, --memory-mib and --clients must be at least 1")
+			}
+			if runsc < 0 || o.Idle < 0 {
+				return usageErrorf("--runsc-count and --idle must not be negative")
+			}
+			if runsc > 0 {
+				o.Counts = map[string]int{"runsc": runsc}
+			}
+			level, err := parseLogLevel(logLevel)
+			if err != nil {
+				return err
+			}
+			if os.Geteuid() != 0 {
+				return bench.ErrNotRoot
+			}
+			if o.AgentBinary, err = benchAgentBinary(agent); err != nil {
+				return err
+			}
+			logs := slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: level}))
+			o.Progress, o.ServerLogger, o.Logger = a.env.Stderr, logs, logs
+			o.TempDir = bench.DefaultConfig().TempDir
+			o.Version = buildVersion().Version
+			rep, err := bench.RunDensity(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if a.flags.output == outputJSON {
+				return rep.WriteJSON(a.env.Stdout)
+			}
+			return rep.WriteTable(a.env.Stdout)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringSliceVar(&o.Runtimes, "runtimes", []string{"runc", "runsc"}, "runtimes to measure, one after the other: runc, crun, runsc")
+	fs.IntVar(&o.Count, "count", 200, "idle sandboxes per runtime")
+	fs.IntVar(&runsc, "runsc-count", 0, "idle sandboxes on runsc (0: --count)")
+	fs.IntVar(&o.MemoryMiB, "memory-mib", 128, "memory limit of every sandbox")
+	fs.DurationVar(&o.Idle, "idle", 10*time.Second, "how long the sandboxes idle before they are measured")
+	fs.IntVar(&o.Clients, "clients", 4, "concurrent clients making the sandboxes")
+	fs.BoolVar(&o.Peers, "peers", true, "also measure as many idle detached raw containers per runtime")
+	fs.StringVar(&agent, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock)")
+	fs.StringVar(&logLevel, "log-level", "warn", "level of the servers' logs on stderr: debug, info, warn or error")
+	return cmd
+}
