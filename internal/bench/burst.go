@@ -26,7 +26,7 @@ type BurstOptions struct {
 	Runtime   string // OCI runtime of the server (default runc)
 	Size      int    // pool size and number of creates in the burst (default 200)
 	Clients   int    // concurrent clients of the burst (default 20)
-	MemoryMiB int    // memory limit of every sandbox (default 128)
+	MemoryMiB int    // memory limit of every sandbox (default 32)
 	// FillParallel is the server's --pool-fill-parallel (0: its default).
 	FillParallel int
 	// Steps are the client counts of the sustained cold-create steps
@@ -52,7 +52,7 @@ type BurstOptions struct {
 const (
 	defaultBurstSize       = 200
 	defaultBurstClients    = 20
-	defaultBurstMemoryMiB  = 128
+	defaultBurstMemoryMiB  = 32
 	defaultBurstDegrade    = 2.0
 	defaultBurstStepCreate = 40
 	minStepCreatesPerCli   = 3

@@ -30,7 +30,7 @@ func TestBurstDefaults(t *testing.T) {
 			if (err == nil) != tt.ok {
 				t.Fatalf("defaults() = %v, want ok %v", err, tt.ok)
 			}
-			if tt.ok && (o.Runtime != "runc" || o.Size != 200 || o.Clients != 20 || o.MemoryMiB != 128 ||
+			if tt.ok && (o.Runtime != "runc" || o.Size != 200 || o.Clients != 20 || o.MemoryMiB != 32 ||
 				o.Degrade != 2 || o.StepCreates != 40 || len(o.Steps) != 6) {
 				t.Errorf("defaults = %+v", o)
 			}

@@ -35,7 +35,7 @@ type DensityOptions struct {
 	// Counts overrides it per runtime (e.g. runsc: 50).
 	Count  int
 	Counts map[string]int
-	// MemoryMiB is every sandbox's memory limit (default 128).
+	// MemoryMiB is every sandbox's memory limit (default 64).
 	MemoryMiB int
 	// Idle is how long the sandboxes idle before they are measured
 	// (default 10 s).
@@ -58,7 +58,7 @@ type DensityOptions struct {
 // Defaults of RunDensity.
 const (
 	defaultDensityCount     = 200
-	defaultDensityMemoryMiB = 128
+	defaultDensityMemoryMiB = 64
 	defaultDensityIdle      = 10 * time.Second
 	defaultDensityClients   = 4
 )

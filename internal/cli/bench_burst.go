@@ -70,7 +70,7 @@ func (a *app) benchBurstCommand() *cobra.Command {
 	fs.StringVar(&o.Runtime, "runtime", "runc", "runtime of the server: runc, crun or runsc")
 	fs.IntVar(&o.Size, "size", 200, "warm pool size, and creates in the burst")
 	fs.IntVar(&o.Clients, "clients", 20, "concurrent clients of the burst")
-	fs.IntVar(&o.MemoryMiB, "memory-mib", 128, "memory limit of every sandbox")
+	fs.IntVar(&o.MemoryMiB, "memory-mib", 32, "memory limit of every sandbox (a node holds sandboxes whose limits fit its memory: the burst and its refill hold 2 × --size)")
 	fs.IntVar(&o.FillParallel, "fill-parallel", 0, "the server's --pool-fill-parallel (0: its default)")
 	fs.IntSliceVar(&o.Steps, "steps", []int{1, 2, 4, 8, 16, 32}, "client counts of the sustained cold-create steps")
 	fs.Float64Var(&o.Degrade, "degrade", 2, "a step is degraded when its p95 exceeds this × the first step's")

@@ -66,7 +66,7 @@ func (a *app) benchDensityCommand() *cobra.Command {
 	fs.StringSliceVar(&o.Runtimes, "runtimes", []string{"runc", "runsc"}, "runtimes to measure, one after the other: runc, crun, runsc")
 	fs.IntVar(&o.Count, "count", 200, "idle sandboxes per runtime")
 	fs.IntVar(&runsc, "runsc-count", 0, "idle sandboxes on runsc (0: --count)")
-	fs.IntVar(&o.MemoryMiB, "memory-mib", 128, "memory limit of every sandbox")
+	fs.IntVar(&o.MemoryMiB, "memory-mib", 64, "memory limit of every sandbox (a node holds sandboxes whose limits fit its memory)")
 	fs.DurationVar(&o.Idle, "idle", 10*time.Second, "how long the sandboxes idle before they are measured")
 	fs.IntVar(&o.Clients, "clients", 4, "concurrent clients making the sandboxes")
 	fs.BoolVar(&o.Peers, "peers", true, "also measure as many idle detached raw containers per runtime")
