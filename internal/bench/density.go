@@ -635,7 +635,8 @@ func (b *benchmark) densityPeer(ctx context.Context, rt, lower string, n int, o 
 		names  []string
 	)
 	for i := range n {
-		e := &execPeer{p: p, name: fmt.Sprintf("alb-%s-idle-%d", rt, i)}
+		// Names of one length: runsc takes a name as a prefix of IDs.
+		e := &execPeer{p: p, name: fmt.Sprintf("alb-%s-idle-%05d", rt, i)}
 		set.es = append(set.es, e)
 		if err := e.setup(ctx); err != nil {
 			return DensityRow{}, nil, nil, errors.Join(fmt.Errorf("bench: %s: %w", name, err), set.removeAll(context.WithoutCancel(ctx), false))
