@@ -102,3 +102,17 @@ func (p Pool) Validate() error {
 	}
 	return Resources{CPUs: p.Key.CPUs, MemoryMiB: p.Key.MemoryMiB, DiskMiB: DefaultDiskMiB}.Validate()
 }
+
+// DefaultPoolDrainAfter is how long a pool no create matched keeps its
+// sandboxes, unless the operator chose another period.
+const DefaultPoolDrainAfter = time.Hour
+
+// Drained reports whether the pool is unused for longer than drainAfter
+// at now: it then keeps no sandboxes until a create matches it again.
+func (p Pool) Drained(now time.Time, drainAfter time.Duration) bool {
+	last := p.LastUsed
+	if last.IsZero() {
+		last = p.CreatedAt
+	}
+	return now.Sub(last) > drainAfter
+}

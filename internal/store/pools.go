@@ -27,8 +27,11 @@ type PoolClaim struct {
 	Egress       policy.Spec
 	// Operation is the create's operation record, stored as succeeded
 	// with source pool (its SandboxID is filled in by the claim).
-	Operation   model.Operation
-	Idempotency *IdempotencyRecord
+	Operation model.Operation
+	// Idempotency, if set, makes the idempotency record of the response,
+	// which names the sandbox claimed: it is called in the transaction,
+	// with the sandbox and operation as they are stored.
+	Idempotency func(model.Sandbox, model.Operation) (*IdempotencyRecord, error)
 	Now         time.Time
 }
 

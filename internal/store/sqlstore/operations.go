@@ -22,9 +22,9 @@ func scanOperation(row interface{ Scan(...any) error }) (model.Operation, error)
 	var (
 		op                                     model.Operation
 		id, project, sandbox, kind, st, source string
-		code, msg                      sql.NullString
-		notBefore, created, updated    int64
-		finished                       sql.NullInt64
+		code, msg                              sql.NullString
+		notBefore, created, updated            int64
+		finished                               sql.NullInt64
 	)
 	if err := row.Scan(&id, &project, &sandbox, &kind, &st, &code, &msg, &op.Attempts, &notBefore, &created, &updated, &finished, &source); err != nil {
 		return model.Operation{}, err

@@ -55,9 +55,9 @@ func (s *Store) PutPool(ctx context.Context, p model.Pool) (model.Pool, error) {
 	var out model.Pool
 	err := s.write(ctx, true, func(t tx) error {
 		key := p.Key
-		res, err := t.exec(ctx, `UPDATE pools SET size = ?, updated_at = ?
+		res, err := t.exec(ctx, `UPDATE pools SET size = ?, updated_at = ?, last_used_at = ?
 			WHERE template = ? AND environment = ? AND cpus = ? AND memory_mib = ?`,
-			p.Size, micro(p.UpdatedAt), key.Template.String(), key.Environment, key.CPUs, key.MemoryMiB)
+			p.Size, micro(p.UpdatedAt), microOrZero(p.LastUsed), key.Template.String(), key.Environment, key.CPUs, key.MemoryMiB)
 		if err != nil {
 			return err
 		}
@@ -244,12 +244,6 @@ func (s *Store) ClaimPoolSandbox(ctx context.Context, c store.PoolClaim) (model.
 		if cols.err != nil {
 			return cols.err
 		}
-		if err := t.insertIdempotency(ctx, c.Idempotency); err != nil {
-			return err
-		}
-		if err := t.admit(ctx, c.ProjectID, c.Resources); err != nil {
-			return err
-		}
 		res, err := t.exec(ctx, `UPDATE sandboxes SET project_id = ?, pool_id = '', source = ?, env = ?, metadata = ?, egress = ?,
 			idle_timeout_ms = ?, deadline = ?, on_timeout = ?, last_activity_at = ?, node_selector = ?, created_at = ?, updated_at = ?
 			WHERE id = ? AND pool_id = ? AND state = ?`,
@@ -280,8 +274,21 @@ func (s *Store) ClaimPoolSandbox(ctx context.Context, c store.PoolClaim) (model.
 		if _, err := t.exec(ctx, `UPDATE pools SET hits = hits + 1, last_used_at = ? WHERE id = ?`, micro(c.Now), string(c.Pool)); err != nil {
 			return fmt.Errorf("count the hit: %w", err)
 		}
-		out, err = scanSandbox(t.queryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes s WHERE s.id = ?`, string(id)))
-		return err
+		if out, err = scanSandbox(t.queryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes s WHERE s.id = ?`, string(id))); err != nil {
+			return err
+		}
+		// As in CreateSandbox, a reused idempotency key is reported
+		// before the quota.
+		if c.Idempotency != nil {
+			rec, err := c.Idempotency(out, op)
+			if err != nil {
+				return err
+			}
+			if err := t.insertIdempotency(ctx, rec); err != nil {
+				return err
+			}
+		}
+		return t.admit(ctx, c.ProjectID, c.Resources)
 	})
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("claim from pool %s: %w", c.Pool, err)

@@ -64,7 +64,7 @@ func (e *env) poolClaim(p model.Pool, tpl model.TemplateDigest, project model.Pr
 		Pool: p.ID, Template: tpl, Node: e.homeNode(),
 		Resources: model.Resources{CPUs: p.Key.CPUs, MemoryMiB: p.Key.MemoryMiB, DiskMiB: 2048},
 		ProjectID: project, Env: model.Env{"A": "1"}, Metadata: model.Metadata{"team": "x"},
-		Timeouts: model.Timeouts{Idle: time.Minute, OnTimeout: model.OnTimeoutDelete},
+		Timeouts:  model.Timeouts{Idle: time.Minute, OnTimeout: model.OnTimeoutDelete},
 		Operation: model.Operation{ID: model.NewOperationID(), CreatedAt: now, UpdatedAt: now},
 		Now:       now,
 	}
@@ -170,7 +170,9 @@ func testPoolClaim(e *env) {
 		"other memory": func(c *store.PoolClaim) { c.Resources.MemoryMiB++ },
 		"other node":   func(c *store.PoolClaim) { c.Node = model.NewNodeID() },
 		"other pool":   func(c *store.PoolClaim) { c.Pool = model.NewPoolID() },
-		"other env":    func(c *store.PoolClaim) { c.Environment = "env:sha256:" + model.EnvironmentRef(fmt.Sprintf("%064x", 1)) },
+		"other env": func(c *store.PoolClaim) {
+			c.Environment = "env:sha256:" + model.EnvironmentRef(fmt.Sprintf("%064x", 1))
+		},
 	} {
 		bad := e.poolClaim(p, tpl.Digest, a.ID)
 		mutate(&bad)
@@ -182,7 +184,13 @@ func testPoolClaim(e *env) {
 	mustIs(t, err, model.ErrInvalid)
 
 	c = e.poolClaim(p, tpl.Digest, a.ID)
-	c.Idempotency = e.idem(a.ID, "claim-1")
+	rec := e.idem(a.ID, "claim-1")
+	c.Idempotency = func(sb model.Sandbox, op model.Operation) (*store.IdempotencyRecord, error) {
+		if sb.ProjectID != a.ID || op.SandboxID != sb.ID || sb.Source != model.SourcePool {
+			return nil, fmt.Errorf("idempotency record made for %+v / %+v", sb, op)
+		}
+		return rec, nil
+	}
 	got, err := e.s.ClaimPoolSandbox(e.ctx, c)
 	must(t, err)
 	if got.ID != ready.ID || got.ProjectID != a.ID || got.Pool != "" || got.Source != model.SourcePool ||
@@ -201,13 +209,15 @@ func testPoolClaim(e *env) {
 	if op.Kind != model.OpCreate || op.State != model.OpSucceeded || op.Source != model.SourcePool || op.SandboxID != got.ID || op.FinishedAt == nil {
 		t.Fatalf("claim's operation = %+v", op)
 	}
-	if _, err := e.s.GetIdempotency(e.ctx, a.ID, c.Idempotency.KeyHash); err != nil {
+	if _, err := e.s.GetIdempotency(e.ctx, a.ID, rec.KeyHash); err != nil {
 		t.Fatalf("the claim's idempotency record: %v", err)
 	}
 	// The same key again is a conflict, and claims nothing.
 	_ = e.poolSandbox(p, tpl.Digest, true)
 	again := e.poolClaim(p, tpl.Digest, a.ID)
-	again.Idempotency = e.idem(a.ID, "claim-1")
+	again.Idempotency = func(model.Sandbox, model.Operation) (*store.IdempotencyRecord, error) {
+		return e.idem(a.ID, "claim-1"), nil
+	}
 	_, err = e.s.ClaimPoolSandbox(e.ctx, again)
 	var conflict *store.IdempotencyConflictError
 	if !errors.As(err, &conflict) {
