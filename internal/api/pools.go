@@ -35,7 +35,7 @@ func (a *API) listPools(w http.ResponseWriter, r *http.Request, _ principal) {
 
 // releaseFill counts a pool's unclaimed sandboxes of one digest, on every
 // node.
-type releaseFill struct{ ready, starting int }
+type releaseFill struct{ ready, starting, draining int }
 
 // poolFill counts the unclaimed sandboxes of every pool by digest.
 func (a *API) poolFill(ctx context.Context) (map[model.PoolID]map[model.TemplateDigest]releaseFill, error) {
@@ -56,8 +56,8 @@ func (a *API) poolFill(ctx context.Context) (map[model.PoolID]map[model.Template
 			f.ready++
 		case model.StatePending, model.StateCreating:
 			f.starting++
-		default:
-			continue // being deleted, failed: not part of the fill
+		default: // being deleted, or failed (to be deleted)
+			f.draining++
 		}
 		m[ps.Sandbox.Template] = f
 	}
@@ -86,6 +86,10 @@ func (a *API) poolOut(p model.Pool, fill map[model.TemplateDigest]releaseFill) a
 	}
 	for _, d := range digests {
 		f := fill[d]
+		out.Draining += f.draining
+		if f.ready+f.starting == 0 && !slices.Contains(p.Releases(), d) {
+			continue // an old release with nothing left but deletes
+		}
 		out.Releases = append(out.Releases, apiv1.PoolRelease{Digest: d.String(), Ready: f.ready, Starting: f.starting})
 		out.Ready += f.ready
 		out.Starting += f.starting
