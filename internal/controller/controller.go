@@ -424,7 +424,10 @@ func noResult(f func(ctx context.Context, w *worker.Worker, sb model.Sandbox) er
 // stepCalls maps each lifecycle step to the worker call that runs it.
 var stepCalls = map[model.Step]stepCall{
 	model.StepEnsure: func(ctx context.Context, w *worker.Worker, sb model.Sandbox) (stepResult, error) {
-		return stepResult{source: model.SourceCold}, w.Ensure(ctx, sb)
+		if err := w.Ensure(ctx, sb); err != nil {
+			return stepResult{}, err
+		}
+		return stepResult{source: w.CreateSource(sb.ID)}, nil
 	},
 	model.StepDestroy: noResult(func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Destroy(ctx, sb.ID) }),
 	model.StepPause:   noResult(func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Pause(ctx, sb) }),
