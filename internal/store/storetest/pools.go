@@ -72,6 +72,10 @@ func (e *env) poolClaim(p model.Pool, tpl model.TemplateDigest, project model.Pr
 
 func testPoolPutFindDelete(e *env) {
 	t := e.t
+	// The migrations made the system project (and the model names it).
+	if sys, err := e.s.GetProject(e.ctx, model.SystemProject); err != nil || sys.ID != model.SystemProject {
+		t.Fatalf("GetProject(SystemProject) = %+v, %v", sys, err)
+	}
 	p := e.pool("python", 2)
 	if p.Size != 2 || p.Current != "" || p.Hits != 0 || p.Key.Environment != "runc" {
 		t.Fatalf("new pool = %+v", p)
