@@ -73,6 +73,9 @@ func TestMicroVM(t *testing.T) {
 
 	sb := createSandbox(ctx, t, s.client(), apiv1.CreateSandboxRequest{Environment: "qemu", Env: map[string]string{"WHO": "vm"}})
 	id := model.SandboxID(sb.ID)
+	if sb.Source != apiv1.SourceSnapshot {
+		t.Errorf("a create with a base snapshot has source %q, want %q", sb.Source, apiv1.SourceSnapshot)
+	}
 	if got := l.state(id); !strings.HasPrefix(got.Environment, "env:sha256:") {
 		t.Fatalf("sandbox environment %q, want qemu's reference", got.Environment)
 	}

@@ -102,6 +102,10 @@ func (a *API) createKey(ctx context.Context, c *call[apiv1.CreateAPIKeyRequest])
 	if err != nil {
 		return nil, err
 	}
+	if project == model.SystemProject {
+		// It owns unclaimed pool sandboxes; no key may act for it.
+		return nil, notFound("project %s not found", project)
+	}
 	if _, err := a.cfg.Store.GetProject(ctx, project); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, notFound("project %s not found", project)

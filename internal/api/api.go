@@ -72,6 +72,14 @@ type Config struct {
 	// DefaultDiskMiB is the writable layer of a sandbox whose create
 	// request names no disk_mib; 0: model.DefaultDiskMiB.
 	DefaultDiskMiB int
+	// ClaimPools makes a create whose template, environment and resources
+	// match a warm pool claim one of the pool's ready sandboxes on this
+	// node (Self) instead of starting cold; false: pools are managed here
+	// but claimed elsewhere (an api replica). PoolDrainAfter is the
+	// servers' drain period, shown as a pool's "drained"; 0:
+	// model.DefaultPoolDrainAfter.
+	ClaimPools     bool
+	PoolDrainAfter time.Duration
 	// Environments resolves a create's execution environment and lists
 	// them (GET /v1/environments); nil: sandboxes record none (the
 	// worker's own runtime), and naming one is refused.
@@ -190,6 +198,9 @@ func New(cfg Config) (*API, error) {
 	}
 	if cfg.BodyReadTimeout == 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if cfg.PoolDrainAfter <= 0 {
+		cfg.PoolDrainAfter = model.DefaultPoolDrainAfter
 	}
 	if cfg.DefaultDiskMiB == 0 {
 		cfg.DefaultDiskMiB = model.DefaultDiskMiB

@@ -143,6 +143,7 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 		"POST /v1/sandboxes/{id}/files/remove":                       `{"path": "/x"}`,
 		"POST /v1/sandboxes/{id}/files/transfers":                    `{"path": "/x", "direction": "download"}`,
 		"PUT /v1/templates/tags/{name_tag}":                          `{"template": "default"}`,
+		"PUT /v1/pools":                                              `{"template": "default", "size": 1}`,
 	}
 	queries := map[string]string{
 		"GET /v1/sandboxes/{id}/files/stat": "?path=/",
@@ -171,6 +172,8 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 			path = strings.Replace(path, "{id}", model.NewBuildID().String(), 1)
 		case strings.HasPrefix(rt.pattern, "/v1/admin/nodes/"):
 			path = strings.Replace(path, "{id}", testNode.String(), 1)
+		case strings.HasPrefix(rt.pattern, "/v1/pools/"):
+			path = strings.Replace(path, "{id}", model.NewPoolID().String(), 1)
 		default:
 			path = strings.Replace(path, "{id}", cs.SandboxID, 1)
 		}

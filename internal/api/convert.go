@@ -23,6 +23,7 @@ func sandboxOut(sb model.Sandbox) apiv1.Sandbox {
 		Runtime:     sb.Runtime,
 		NodeID:      string(sb.NodeID),
 		Environment: string(sb.Environment),
+		Source:      string(sb.Source),
 		CreatedAt:   sb.CreatedAt.UTC(),
 		UpdatedAt:   sb.UpdatedAt.UTC(),
 	}
@@ -40,6 +41,7 @@ func operationOut(op model.Operation) apiv1.Operation {
 		State:     string(op.State),
 		SandboxID: op.SandboxID.String(),
 		Attempts:  op.Attempts,
+		Source:    string(op.Source),
 		CreatedAt: op.CreatedAt.UTC(),
 		UpdatedAt: op.UpdatedAt.UTC(),
 	}

@@ -66,6 +66,10 @@ func (a *API) setQuota(ctx context.Context, c *call[quotaBody]) (*reply, error) 
 	if err != nil {
 		return nil, err
 	}
+	if id == model.SystemProject {
+		// Pools have their own budget (--pool-memory-mib, --pool-cpus).
+		return nil, notFound("project %s not found", id)
+	}
 	// An unknown project is the store's ErrNotFound: no read before.
 	if err := a.cfg.Store.SetProjectQuota(ctx, id, q); err != nil {
 		if errors.Is(err, store.ErrNotFound) {

@@ -75,6 +75,9 @@ func (a *API) routeTable() []route {
 		{"GET", "/v1/builds/{id}", member, a.getBuild},
 		{"GET", "/v1/builds/{id}/log", member, a.buildLog},
 
+		{"GET", "/v1/pools", admin, a.listPools},
+		{"PUT", "/v1/pools", admin, mutating(a, a.putPool)},
+		{"DELETE", "/v1/pools/{id}", admin, mutating(a, a.deletePool)},
 		{"POST", "/v1/admin/projects", admin, mutating(a, a.createProject)},
 		{"GET", "/v1/admin/projects", admin, a.listProjects},
 		{"GET", "/v1/admin/projects/{id}/quota", admin, a.getQuota},

@@ -109,6 +109,9 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 		NodeSelector: selector,
 	}
 	sb.Environment = envRef
+	if rep, err := a.claimFromPool(ctx, c, a.poolCreateOf(ctx, ref, tpl.Digest, envSel, envRef, res), sb, egressSpec); err != nil || rep != nil {
+		return rep, err
+	}
 	op := model.Operation{
 		ID:        model.NewOperationID(),
 		ProjectID: c.p.project,
@@ -234,6 +237,24 @@ func (a *API) deleteSandbox(ctx context.Context, c *call[noBody]) (*reply, error
 	return rep, nil
 }
 
+// withSandboxEnv is a command's environment: the sandbox's env with the
+// command's own replacing it name by name. A sandbox's env is set at its
+// create; one claimed from a warm pool was started before, so its guest
+// agent does not have it and every command carries it.
+func withSandboxEnv(sandbox, command model.Env) model.Env {
+	if len(sandbox) == 0 {
+		return command
+	}
+	env := make(model.Env, len(sandbox)+len(command))
+	for k, v := range sandbox {
+		env[k] = v
+	}
+	for k, v := range command {
+		env[k] = v
+	}
+	return env
+}
+
 // Bounds of a command's argv.
 const (
 	maxArgs      = 4096
@@ -318,6 +339,7 @@ func (a *API) createCommand(ctx context.Context, c *call[apiv1.CreateCommandRequ
 	if err := a.applyTemplateDefaults(&spec, sb.Template); err != nil {
 		return nil, err
 	}
+	spec.Env = withSandboxEnv(sb.Env, spec.Env)
 	cs := model.CommandSession{
 		ID:        model.NewCommandSessionID(),
 		ProjectID: c.p.project,

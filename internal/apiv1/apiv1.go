@@ -82,7 +82,7 @@ type Sandbox struct {
 	Environment string `json:"environment,omitempty"`
 	// Source is how its create got it running: "cold", "pool" (a warm
 	// pool's sandbox) or "snapshot" (a base snapshot restored).
-	Source string `json:"source"`
+	Source string `json:"source,omitempty"`
 	// Egress is the sandbox's egress policy as given; shown by create and
 	// GET /v1/sandboxes/{id}, omitted in lists.
 	Egress    *EgressPolicy `json:"egress,omitempty"`
@@ -218,8 +218,8 @@ type ImportTemplateRequest struct {
 // Build is a template build or import, run in the background.
 type Build struct {
 	ID     string `json:"id"`
-	Kind   string `json:"kind"`   // import, recipe
-	Source string `json:"source"` // the import's source; "recipe", or "default" for the server's default build
+	Kind   string `json:"kind"`             // import, recipe
+	Source string `json:"source,omitempty"` // the import's source; "recipe", or "default" for the server's default build
 	Name   string `json:"name,omitempty"`
 	State  string `json:"state"` // pending, running, succeeded, failed
 	Error  *Error `json:"error,omitempty"`

@@ -42,6 +42,9 @@ type Pool struct {
 	Ready    int           `json:"ready"`
 	Starting int           `json:"starting"`
 	Releases []PoolRelease `json:"releases"`
+	// Draining counts unclaimed sandboxes being deleted (the pool
+	// shrank or drained, a release left it, or they failed).
+	Draining int `json:"draining"`
 	// Hits counts creates served from the pool, Misses creates that
 	// matched it but found it empty and started cold.
 	Hits   int64 `json:"hits"`

@@ -134,6 +134,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.egressCommand(),
 		a.secretCommand(),
 		a.envCommand(),
+		a.poolCommand(),
 		a.adminCommand(),
 		a.versionCommand(),
 	)

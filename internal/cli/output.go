@@ -69,6 +69,9 @@ func sandboxFields(w io.Writer, sb apiv1.Sandbox) {
 	if sb.Environment != "" {
 		fmt.Fprintf(w, "Environment:\t%s\n", sb.Environment)
 	}
+	if sb.Source != "" {
+		fmt.Fprintf(w, "Source:\t%s\n", sb.Source)
+	}
 	// Values of env may be secrets: the table shows names only.
 	fmt.Fprintf(w, "Env:\t%s\n", orDash(strings.Join(sortedKeys(sb.Env), ", ")))
 	fmt.Fprintf(w, "Metadata:\t%s\n", orDash(kvList(sb.Metadata)))

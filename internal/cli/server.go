@@ -20,6 +20,7 @@ import (
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/pool"
 	"github.com/airlockdev/airlock/internal/reaper"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/server"
@@ -58,6 +59,11 @@ type serverFlags struct {
 	idleDefault time.Duration
 	retention   time.Duration
 	reapEvery   time.Duration
+	// warm pools
+	poolMemory   int
+	poolCPUs     int
+	poolDrain    time.Duration
+	poolParallel int
 	// several nodes
 	role           string
 	advertiseURL   string
@@ -106,6 +112,16 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		DefaultIdleTimeout:       f.idleDefault,
 		Retention:                f.retention,
 		ReapInterval:             f.reapEvery,
+		PoolMemoryMiB:            f.poolMemory,
+		PoolCPUs:                 f.poolCPUs,
+		PoolDrainAfter:           f.poolDrain,
+		PoolFillParallel:         f.poolParallel,
+	}
+	if f.poolMemory < 0 || f.poolCPUs < 0 || f.poolParallel < 0 {
+		return opts, usageErrorf("--pool-memory-mib, --pool-cpus and --pool-fill-parallel must not be negative (0: the default)")
+	}
+	if f.poolDrain != 0 && f.poolDrain < time.Minute {
+		return opts, usageErrorf("--pool-drain-after must be at least 1m, not %s", f.poolDrain)
 	}
 	if err := f.clusterOptions(&opts); err != nil {
 		return opts, err
@@ -300,6 +316,10 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.DurationVar(&f.idleDefault, "default-idle-timeout", model.DefaultIdleTimeout, "idle limit of a sandbox whose create request names none: without activity for this long it is suspended (0: never)")
 	fs.DurationVar(&f.retention, "retention", reaper.DefaultRetention, "how long deleted sandboxes (with their command sessions) and finished operations stay in the store before they are purged")
 	fs.DurationVar(&f.reapEvery, "reap-interval", reaper.DefaultInterval, "how often passed deadlines and idle sandboxes are looked for")
+	fs.IntVar(&f.poolMemory, "pool-memory-mib", 0, "memory (as their limits) that the unclaimed sandboxes of every warm pool on this node may hold together (0: a quarter of the host's memory)")
+	fs.IntVar(&f.poolCPUs, "pool-cpus", 0, "vCPUs (as their limits) that the unclaimed sandboxes of every warm pool on this node may hold together (0: four per host CPU)")
+	fs.DurationVar(&f.poolDrain, "pool-drain-after", model.DefaultPoolDrainAfter, "a warm pool no create matched for this long keeps no sandboxes until one does")
+	fs.IntVar(&f.poolParallel, "pool-fill-parallel", pool.DefaultFillParallel, "warm-pool sandboxes this node creates at once")
 	fs.StringVar(&f.role, "role", string(model.RoleAll), "what this process does: all (API and sandboxes), api (a stateless API replica that places sandboxes and routes to their nodes; needs --database-url) or node (runs sandboxes; needs --database-url)")
 	fs.StringVar(&f.advertiseURL, "advertise-url", "", "URL the other processes on the database reach this one at, e.g. http://10.0.0.5:7070 (default: http:// and the --listen address, which must then not be a wildcard)")
 	fs.StringArrayVar(&f.labels, "label", nil, "node label KEY=VALUE that sandboxes' node_selector matches (repeatable)")

@@ -409,6 +409,7 @@ func (c *Controller) finish(ctx context.Context, op model.Operation, state model
 type stepResult struct {
 	setSnapshot bool
 	snapshot    *model.Snapshot
+	source      model.Source // a create's: how the sandbox got running
 }
 
 type stepCall func(ctx context.Context, w *worker.Worker, sb model.Sandbox) (stepResult, error)
@@ -422,7 +423,12 @@ func noResult(f func(ctx context.Context, w *worker.Worker, sb model.Sandbox) er
 
 // stepCalls maps each lifecycle step to the worker call that runs it.
 var stepCalls = map[model.Step]stepCall{
-	model.StepEnsure:  noResult(func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Ensure(ctx, sb) }),
+	model.StepEnsure: func(ctx context.Context, w *worker.Worker, sb model.Sandbox) (stepResult, error) {
+		if err := w.Ensure(ctx, sb); err != nil {
+			return stepResult{}, err
+		}
+		return stepResult{source: w.CreateSource(sb.ID)}, nil
+	},
 	model.StepDestroy: noResult(func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Destroy(ctx, sb.ID) }),
 	model.StepPause:   noResult(func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Pause(ctx, sb) }),
 	model.StepResume:  noResult(func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Resume(ctx, sb) }),
@@ -523,6 +529,7 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 		SandboxReason: reason,
 		SetSnapshot:   res.setSnapshot,
 		Snapshot:      res.snapshot,
+		Source:        res.source,
 		Now:           c.cfg.Now(),
 	})
 	if errors.Is(err, store.ErrStateChanged) {

@@ -21,6 +21,7 @@ func TestIDs(t *testing.T) {
 		{"prj", func() string { return NewProjectID().String() }, func(s string) (string, error) { v, err := ParseProjectID(s); return string(v), err }},
 		{"key", func() string { return NewAPIKeyID().String() }, func(s string) (string, error) { v, err := ParseAPIKeyID(s); return string(v), err }},
 		{"node", func() string { return NewNodeID().String() }, func(s string) (string, error) { v, err := ParseNodeID(s); return string(v), err }},
+		{"pool", func() string { return NewPoolID().String() }, func(s string) (string, error) { v, err := ParsePoolID(s); return string(v), err }},
 	}
 	for _, p := range parsers {
 		t.Run(p.prefix, func(t *testing.T) {

@@ -142,6 +142,11 @@ type Sandbox struct {
 	// Snapshot is set while the sandbox is suspended (and kept while it
 	// wakes): what its suspend wrote.
 	Snapshot *Snapshot
+	// Pool is set while the sandbox is an unclaimed sandbox of that warm
+	// pool (its project is SystemProject); a claim clears it.
+	Pool PoolID
+	// Source is how its create got it running (cold until it runs).
+	Source   Source
 	Timeouts Timeouts
 	// LastActivity is when the sandbox was last used (an API call, an
 	// attached stream, process output, stdin), for its idle limit.
@@ -193,6 +198,9 @@ type Operation struct {
 	State     OperationState
 	Error     *OperationError // set when State is failed
 	Attempts  int
+	// Source, for a create, is how it got the sandbox running; set when
+	// it succeeded ("" before).
+	Source Source
 	// NotBefore is when a retried operation may be claimed again (the
 	// controller's backoff); zero: at once.
 	NotBefore  time.Time

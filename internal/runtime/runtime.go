@@ -201,6 +201,16 @@ func AsPauser(rt Runtime) (Pauser, error) {
 	return p, nil
 }
 
+// SnapshotCreator is implemented by a runtime that may create a sandbox by
+// restoring a shared base snapshot instead of booting it (qemu). It only
+// reports what Create did — nothing behaves differently on it — so it is
+// asked by type, not claimed as a capability.
+type SnapshotCreator interface {
+	// CreatedFromSnapshot reports whether the sandbox's create restored
+	// a base snapshot.
+	CreatedFromSnapshot(id model.SandboxID) bool
+}
+
 // Status is a runtime's observation of one sandbox.
 type Status struct {
 	ID        model.SandboxID

@@ -22,6 +22,7 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/noderoute"
 	"github.com/airlockdev/airlock/internal/placement"
+	"github.com/airlockdev/airlock/internal/pool"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/store"
@@ -156,8 +157,13 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	var ctrl *controller.Controller
+	var pools *pool.Controller
 	if h != nil {
 		if ctrl, err = h.controller(st, member, log); err != nil {
+			ln.Close()
+			return err
+		}
+		if pools, err = h.poolController(st, nodeID, opts, log); err != nil {
 			ln.Close()
 			return err
 		}
@@ -197,6 +203,8 @@ func Run(ctx context.Context, opts Options) error {
 		EgressDefault:   egressCfg.defaultPolicy,
 		Capacity:        capacity,
 		DefaultDiskMiB:  opts.DefaultDiskMiB,
+		ClaimPools:      h != nil,
+		PoolDrainAfter:  opts.PoolDrainAfter,
 		BodyReadTimeout: opts.BodyReadTimeout,
 		MutationRate:    opts.MutationRate,
 		MutationBurst:   opts.MutationBurst,
@@ -265,6 +273,7 @@ func Run(ctx context.Context, opts Options) error {
 	if h != nil {
 		h.start(runCtx, &wg, errc, ctrl, log)
 	}
+	startPools(runCtx, &wg, pools)
 	idle.start(runCtx, &wg) // activity flushes, deadlines, idle limits, the purge of finished rows
 	wg.Add(1)
 	go func() {

@@ -139,7 +139,10 @@ type Finish struct {
 	// record by Snapshot (nil: it has none) in the same transaction.
 	SetSnapshot bool
 	Snapshot    *model.Snapshot
-	Now         time.Time
+	// Source, if set, records how a create got its sandbox running, on
+	// the operation and the sandbox.
+	Source model.Source
+	Now    time.Time
 }
 
 // OperationRequest asks to start a lifecycle operation on an existing
@@ -194,6 +197,7 @@ type Store interface {
 	// Projects and API keys.
 	CreateProject(ctx context.Context, p model.Project) error
 	GetProject(ctx context.Context, id model.ProjectID) (model.Project, error)
+	// ListProjects lists every project but model.SystemProject.
 	ListProjects(ctx context.Context) ([]model.Project, error)
 	CreateAPIKey(ctx context.Context, k model.APIKey, idem *IdempotencyRecord) error
 	GetAPIKey(ctx context.Context, id model.APIKeyID) (model.APIKey, error)
@@ -220,6 +224,9 @@ type Store interface {
 
 	// Activity, deadlines and the purge of finished rows (activity.go).
 	Activity
+
+	// Warm pools and their claims (pools.go).
+	Pools
 
 	// When the next operation becomes claimable (due.go).
 	Due

@@ -173,6 +173,15 @@ func (w *Worker) Ensure(ctx context.Context, sb model.Sandbox) error {
 	return w.startAndWait(ctx, sb, st.Phase, "create")
 }
 
+// CreateSource says how Ensure got the sandbox running: restored from a
+// base snapshot, or created and started (cold).
+func (w *Worker) CreateSource(id model.SandboxID) model.Source {
+	if sc, ok := w.cfg.Runtime.(runtime.SnapshotCreator); ok && sc.CreatedFromSnapshot(id) {
+		return model.SourceSnapshot
+	}
+	return model.SourceCold
+}
+
 // startAndWait brings a sandbox the runtime has (in phase) to running and
 // waits until its guest agent answers. step names the fault point after the
 // start (step + ".after-start").

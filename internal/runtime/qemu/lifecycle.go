@@ -79,7 +79,7 @@ func (r *Runtime) create(ctx context.Context, dir string, spec runtime.Spec) err
 	}
 	if base, ok := r.baseFor(ctx, spec, m); ok {
 		if err := r.createFromBase(ctx, dir, spec, m, base); err == nil {
-			return markCreated(dir)
+			return markCreated(dir, fromSnapshot)
 		} else {
 			r.log.WarnContext(ctx, "create from the base snapshot failed; booting instead", "sandbox", spec.ID, "base", base.dir, "err", err)
 			r.removeVM(context.WithoutCancel(ctx), dir, spec.ID.String())
@@ -103,14 +103,27 @@ func (r *Runtime) create(ctx context.Context, dir string, spec runtime.Spec) err
 	if _, err = r.launch(ctx, dir, spec.ID.String(), m, false); err != nil {
 		return err
 	}
-	return markCreated(dir)
+	return markCreated(dir, booted)
 }
 
+// How a VM was made: its created marker's content.
+const (
+	booted       = ""
+	fromSnapshot = "snapshot\n" // restored from a base snapshot
+)
+
 // markCreated records that the VM in dir was made whole (booting held
-// before its first instruction, or restored and paused): a live QEMU
-// without it is a crashed create's leftover.
-func markCreated(dir string) error {
-	return os.WriteFile(filepath.Join(dir, createdFile), nil, 0o600)
+// before its first instruction, or restored and paused), and how: a live
+// QEMU without it is a crashed create's leftover.
+func markCreated(dir, how string) error {
+	return os.WriteFile(filepath.Join(dir, createdFile), []byte(how), 0o600)
+}
+
+// CreatedFromSnapshot reports whether the sandbox's VM was restored from
+// a base snapshot at its create rather than booted.
+func (r *Runtime) CreatedFromSnapshot(id model.SandboxID) bool {
+	b, err := os.ReadFile(filepath.Join(r.dir(id), createdFile))
+	return err == nil && string(b) == fromSnapshot
 }
 
 // machineFor is the machine of a spec without its disk and memory.

@@ -325,7 +325,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 		}
 		return fmt.Errorf("restore %s: %w (console: %s)", id, err, console)
 	}
-	return markCreated(dir)
+	return markCreated(dir, fromSnapshot)
 }
 
 // errSnapshotLost: the snapshot cannot be restored any more.

@@ -12,22 +12,29 @@ import (
 )
 
 const operationColumns = `o.id, o.project_id, o.sandbox_id, o.kind, o.state, o.error_code, o.error_message,
-	o.attempts, o.not_before, o.created_at, o.updated_at, o.finished_at`
+	o.attempts, o.not_before, o.created_at, o.updated_at, o.finished_at, o.source`
 
 // operationReturning is operationColumns without the alias, for RETURNING.
 const operationReturning = `id, project_id, sandbox_id, kind, state, error_code, error_message,
-	attempts, not_before, created_at, updated_at, finished_at`
+	attempts, not_before, created_at, updated_at, finished_at, source`
 
 func scanOperation(row interface{ Scan(...any) error }) (model.Operation, error) {
 	var (
-		op                             model.Operation
-		id, project, sandbox, kind, st string
-		code, msg                      sql.NullString
-		notBefore, created, updated    int64
-		finished                       sql.NullInt64
+		op                                     model.Operation
+		id, project, sandbox, kind, st, source string
+		code, msg                              sql.NullString
+		notBefore, created, updated            int64
+		finished                               sql.NullInt64
 	)
-	if err := row.Scan(&id, &project, &sandbox, &kind, &st, &code, &msg, &op.Attempts, &notBefore, &created, &updated, &finished); err != nil {
+	if err := row.Scan(&id, &project, &sandbox, &kind, &st, &code, &msg, &op.Attempts, &notBefore, &created, &updated, &finished, &source); err != nil {
 		return model.Operation{}, err
+	}
+	if source != "" {
+		src, err := model.ParseSource(source)
+		if err != nil {
+			return model.Operation{}, fmt.Errorf("stored operation %s: %w", id, err)
+		}
+		op.Source = src
 	}
 	k, err := model.ParseOperationKind(kind)
 	if err != nil {
@@ -84,15 +91,26 @@ func microOrZero(t time.Time) int64 {
 // insertOperation inserts a new pending operation inside t. Its kind must
 // be one of the lifecycle table's.
 func (t tx) insertOperation(ctx context.Context, op model.Operation) error {
+	op.State, op.FinishedAt, op.Source = model.OpPending, nil, ""
+	return t.insertOperationAs(ctx, op)
+}
+
+// insertOperationAs inserts op in its own state (a pool claim records its
+// create as succeeded when it is made).
+func (t tx) insertOperationAs(ctx context.Context, op model.Operation) error {
 	if err := op.Kind.Validate(); err != nil {
 		return fmt.Errorf("insert operation %s: %w", op.ID, err)
 	}
 	code, msg := opError(op.Error)
+	var finished sql.NullInt64
+	if op.FinishedAt != nil {
+		finished = sql.NullInt64{Int64: micro(*op.FinishedAt), Valid: true}
+	}
 	_, err := t.exec(ctx, `INSERT INTO operations (id, project_id, sandbox_id, kind, state, error_code, error_message,
-		attempts, not_before, lease_owner, lease_expires_at, created_at, updated_at, finished_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', 0, ?, ?, NULL)`,
-		string(op.ID), string(op.ProjectID), string(op.SandboxID), string(op.Kind), string(model.OpPending),
-		code, msg, op.Attempts, microOrZero(op.NotBefore), micro(op.CreatedAt), micro(op.UpdatedAt))
+		attempts, not_before, lease_owner, lease_expires_at, created_at, updated_at, finished_at, source)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', 0, ?, ?, ?, ?)`,
+		string(op.ID), string(op.ProjectID), string(op.SandboxID), string(op.Kind), string(op.State),
+		code, msg, op.Attempts, microOrZero(op.NotBefore), micro(op.CreatedAt), micro(op.UpdatedAt), finished, string(op.Source))
 	if err != nil {
 		return fmt.Errorf("insert operation %s: %w", op.ID, t.s.insertErr(err))
 	}
@@ -324,10 +342,15 @@ func (s *Store) FinishOperation(ctx context.Context, f store.Finish) error {
 		}
 		code, msg := opError(f.Error)
 		now := micro(f.Now)
-		_, err = t.exec(ctx, `UPDATE operations SET state = ?, error_code = ?, error_message = ?, updated_at = ?, finished_at = ?
-			WHERE id = ?`, string(f.State), code, msg, now, now, string(f.OperationID))
+		_, err = t.exec(ctx, `UPDATE operations SET state = ?, error_code = ?, error_message = ?, updated_at = ?, finished_at = ?, source = ?
+			WHERE id = ?`, string(f.State), code, msg, now, now, string(f.Source), string(f.OperationID))
 		if err != nil {
 			return fmt.Errorf("update operation: %w", err)
+		}
+		if f.Source != "" {
+			if _, err := t.exec(ctx, `UPDATE sandboxes SET source = ? WHERE id = ?`, string(f.Source), string(sandbox)); err != nil {
+				return fmt.Errorf("record source: %w", err)
+			}
 		}
 		return nil
 	})

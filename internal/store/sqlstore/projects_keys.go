@@ -48,9 +48,10 @@ func (s *Store) GetProject(ctx context.Context, id model.ProjectID) (model.Proje
 	return p, nil
 }
 
-// ListProjects implements store.Store, in (created_at, id) order.
+// ListProjects implements store.Store, in (created_at, id) order. The
+// system project, which owns unclaimed pool sandboxes, is not listed.
 func (s *Store) ListProjects(ctx context.Context) ([]model.Project, error) {
-	rows, err := s.query(ctx, `SELECT id, name, created_at FROM projects ORDER BY created_at, id`)
+	rows, err := s.query(ctx, `SELECT id, name, created_at FROM projects WHERE id <> ? ORDER BY created_at, id`, string(model.SystemProject))
 	if err != nil {
 		return nil, fmt.Errorf("list projects: %w", err)
 	}

@@ -22,7 +22,8 @@ const (
 
 const sandboxColumns = `s.id, s.project_id, s.template_digest, s.cpus, s.memory_mib, s.disk_mib, s.env, s.metadata,
 	s.state, s.state_reason, s.node_id, s.runtime, s.created_at, s.updated_at,
-	s.environment, s.snapshot, s.idle_timeout_ms, s.deadline, s.on_timeout, s.last_activity_at, s.node_selector`
+	s.environment, s.snapshot, s.idle_timeout_ms, s.deadline, s.on_timeout, s.last_activity_at, s.node_selector,
+	s.pool_id, s.source`
 
 func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 	var (
@@ -31,14 +32,26 @@ func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 		env, metadata, state, node, rt string
 		created, updated               int64
 		envRef, onTimeout, selector    string
+		pool, source                   string
 		snapshot                       sql.NullString
 		idleMS, deadline, activity     int64
 	)
 	err := row.Scan(&id, &project, &digest, &sb.Resources.CPUs, &sb.Resources.MemoryMiB, &sb.Resources.DiskMiB, &env, &metadata,
 		&state, &sb.StateReason, &node, &rt, &created, &updated,
-		&envRef, &snapshot, &idleMS, &deadline, &onTimeout, &activity, &selector)
+		&envRef, &snapshot, &idleMS, &deadline, &onTimeout, &activity, &selector,
+		&pool, &source)
 	if err != nil {
 		return model.Sandbox{}, err
+	}
+	if pool != "" {
+		if sb.Pool, err = model.ParsePoolID(pool); err != nil {
+			return model.Sandbox{}, fmt.Errorf("stored sandbox %s: %w", id, err)
+		}
+	}
+	if source != "" {
+		if sb.Source, err = model.ParseSource(source); err != nil {
+			return model.Sandbox{}, fmt.Errorf("stored sandbox %s: %w", id, err)
+		}
 	}
 	if envRef != "" {
 		if sb.Environment, err = model.ParseEnvironmentRef(envRef); err != nil {
@@ -150,13 +163,13 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, egress poli
 		}
 		_, err := t.exec(ctx, `INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, disk_mib, env, metadata,
 			state, state_reason, node_id, runtime, created_at, updated_at, egress,
-			environment, idle_timeout_ms, deadline, on_timeout, last_activity_at, node_selector)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			environment, idle_timeout_ms, deadline, on_timeout, last_activity_at, node_selector, pool_id)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			string(sb.ID), string(sb.ProjectID), string(sb.Template), sb.Resources.CPUs, sb.Resources.MemoryMiB,
 			sb.Resources.DiskMiB, env, metadata, string(model.StatePending), sb.StateReason, string(sb.NodeID), sb.Runtime,
 			micro(sb.CreatedAt), micro(sb.UpdatedAt), egressText,
 			string(sb.Environment), sb.Timeouts.Idle.Milliseconds(), microOrZero(sb.Timeouts.Deadline), string(onTimeout),
-			microOrZero(sb.LastActivity), selector)
+			microOrZero(sb.LastActivity), selector, string(sb.Pool))
 		if err != nil {
 			return fmt.Errorf("insert sandbox: %w", s.insertErr(err))
 		}

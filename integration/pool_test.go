@@ -1,0 +1,143 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// TestWarmPool is the warm-pool path as an operator and a user take it: the
+// admin sets a pool with `airlock pool set`; the node fills it; a matching
+// create is served at once from the pool (201, running, source pool) with
+// its own env and metadata applied; `airlock run` is served from it too;
+// the pool refills; a create that matches no pool starts cold; the admin
+// drains and removes the pool, and nothing of its sandboxes is left.
+func TestWarmPool(t *testing.T) {
+	airtest.RequireRoot(t)
+	bins := build(t)
+	for _, rt := range []string{"runc", "runsc"} {
+		t.Run(rt, func(t *testing.T) {
+			airtest.RequireBinary(t, rt)
+			s := newServer(t, bins, serverConfig{runtime: rt, extraArgs: []string{"--pool-fill-parallel", "2"}})
+			s.start()
+			ctx := ctxFor(t, 4*time.Minute)
+			c := s.client()
+			cliJSON := func(v any, args ...string) {
+				t.Helper()
+				stdout, stderr, code := s.cli(ctx, append([]string{"-o", "json"}, args...)...)
+				if code != 0 || json.Unmarshal([]byte(stdout), v) != nil {
+					t.Fatalf("airlock %v: exit %d\n%s\n%s", args, code, stdout, stderr)
+				}
+			}
+			var p apiv1.Pool
+			cliJSON(&p, "pool", "set", "--template", "default", "--size", "2", "--memory-mib", "256")
+			// Whatever happens, the pool's sandboxes go before the
+			// harness checks for leftovers (its cleanup runs after this).
+			t.Cleanup(func() { drainPool(t, c, p) })
+			waitPool(ctx, t, c, p.ID, func(p apiv1.Pool) bool { return p.Ready == 2 })
+
+			// Nothing of the pool is visible to the project.
+			list, err := c.ListAllSandboxes(ctx, client.ListSandboxesQuery{States: model.AllSandboxStates()})
+			if err != nil || len(list.Sandboxes) != 0 {
+				t.Fatalf("the project sees %d sandboxes while the pool is filled (%v)", len(list.Sandboxes), err)
+			}
+
+			res, err := c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{MemoryMiB: 256,
+				Env: map[string]string{"GREETING": "from-the-pool"}, Metadata: map[string]string{"task": "t1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Sandbox.State != "running" || res.Sandbox.Source != apiv1.SourcePool || res.Operation.State != "succeeded" {
+				t.Fatalf("create with a filled pool: sandbox %+v, operation %+v", res.Sandbox, res.Operation)
+			}
+			id := model.SandboxID(res.Sandbox.ID)
+			out := execIn(ctx, t, c, id, "sh", "-c", `echo "$GREETING" $(hostname)`)
+			if out.stdout != "from-the-pool airlock\n" || out.exitCode != 0 {
+				t.Fatalf("a claimed sandbox's env: %+v", out)
+			}
+			// A command's own env still wins over the sandbox's.
+			own := execReq(ctx, t, c, id, apiv1.CreateCommandRequest{Args: []string{"sh", "-c", `echo "$GREETING"`}, Env: map[string]string{"GREETING": "own"}})
+			if own.stdout != "own\n" {
+				t.Fatalf("command env over sandbox env: %+v", own)
+			}
+			got, err := c.GetSandbox(ctx, id)
+			if err != nil || got.Metadata["task"] != "t1" || got.Source != apiv1.SourcePool {
+				t.Fatalf("claimed sandbox: %+v, %v", got, err)
+			}
+
+			// The CLI's run takes the same path (and deletes its sandbox).
+			stdout, stderr, code := s.cli(ctx, "run", "--memory-mib", "256", "--", "echo", "hello")
+			if code != 0 || stdout != "hello\n" {
+				t.Fatalf("airlock run from the pool: exit %d, %q, %q", code, stdout, stderr)
+			}
+			waitPool(ctx, t, c, p.ID, func(p apiv1.Pool) bool { return p.Ready == 2 && p.Hits == 2 })
+
+			// Other resources match no pool: a cold create.
+			cold := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{MemoryMiB: 128})
+			if cold.Source != apiv1.SourceCold {
+				t.Fatalf("create matching no pool: source %q, want cold", cold.Source)
+			}
+			var pools apiv1.PoolList
+			cliJSON(&pools, "pool", "list")
+			if len(pools.Pools) != 1 || pools.Pools[0].Hits != 2 || pools.Pools[0].Misses != 0 {
+				t.Fatalf("pool list: %+v", pools)
+			}
+			table, _, _ := s.cli(ctx, "pool", "list")
+			if !strings.Contains(table, p.ID) || !strings.Contains(table, "READY") {
+				t.Fatalf("pool list table:\n%s", table)
+			}
+			for _, del := range []model.SandboxID{id, model.SandboxID(cold.ID)} {
+				if _, err := c.DeleteSandbox(ctx, del); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// waitPool polls the pool until ok holds.
+func waitPool(ctx context.Context, t *testing.T, c *client.Client, id string, ok func(apiv1.Pool) bool) apiv1.Pool {
+	t.Helper()
+	var last apiv1.Pool
+	for {
+		l, err := c.ListPools(ctx)
+		if err != nil {
+			t.Fatalf("list pools: %v", err)
+		}
+		for _, p := range l.Pools {
+			if p.ID == id {
+				last = p
+				if ok(p) {
+					return p
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pool %s never reached the expected fill: last %+v", id, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// drainPool sets the pool's size to 0, waits until its sandboxes are gone
+// and removes it.
+func drainPool(t *testing.T, c *client.Client, p apiv1.Pool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := c.PutPool(ctx, apiv1.PutPoolRequest{Template: p.Template, Size: 0, Environment: p.Environment, CPUs: p.CPUs, MemoryMiB: p.MemoryMiB}); err != nil {
+		t.Errorf("drain pool %s: %v", p.ID, err)
+		return
+	}
+	waitPool(ctx, t, c, p.ID, func(p apiv1.Pool) bool { return p.Ready+p.Starting+p.Draining == 0 })
+	if _, err := c.DeletePool(ctx, p.ID); err != nil {
+		t.Errorf("remove pool %s: %v", p.ID, err)
+	}
+}

@@ -1,0 +1,63 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/pool"
+	"github.com/airlockdev/airlock/internal/procctl"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// poolController makes the node's warm-pool controller: its sandboxes get
+// the server's default disk, its budget defaults to a quarter of the
+// host's memory and four vCPUs per host CPU, and a ready sandbox is
+// healthy while its guest agent answers.
+func (h *host) poolController(st store.Store, node model.NodeID, opts Options, log *slog.Logger) (*pool.Controller, error) {
+	mem, cpus := opts.PoolMemoryMiB, opts.PoolCPUs
+	if mem <= 0 {
+		mem = max(h.capacity.MemoryMiB/4, 1)
+	}
+	if cpus <= 0 {
+		cpus = 4 * max(h.capacity.CPUs, 1)
+	}
+	disk := opts.DefaultDiskMiB
+	if disk <= 0 {
+		disk = model.DefaultDiskMiB
+	}
+	agents := h.agents()
+	return pool.New(pool.Config{
+		Store: st, Node: node, DiskMiB: disk, MemoryMiB: mem, CPUs: cpus,
+		DrainAfter: opts.PoolDrainAfter, FillParallel: opts.PoolFillParallel,
+		Environment: func(ctx context.Context, name string) (model.EnvironmentRef, error) {
+			return h.envReg.Resolve(ctx, envid.Selector{Name: envid.Name(name)})
+		},
+		Healthy: func(ctx context.Context, sb model.Sandbox) error { return agentAnswers(ctx, agents, sb.ID) },
+		Logger:  log.With("component", "pool"),
+	})
+}
+
+// agentAnswers asks a sandbox's guest agent who it is.
+func agentAnswers(ctx context.Context, agents procctl.Agents, id model.SandboxID) error {
+	agent, err := agents.Agent(id)
+	if err != nil {
+		return err
+	}
+	_, err = agent.Info(ctx)
+	return err
+}
+
+// startPools runs the pool controller until ctx ends.
+func startPools(ctx context.Context, wg *sync.WaitGroup, pc *pool.Controller) {
+	if pc == nil {
+		return
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = pc.Run(ctx) // logs its failed passes; ends with ctx
+	}()
+}
