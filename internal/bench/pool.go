@@ -107,7 +107,10 @@ func (p *poolSubject) close(ctx context.Context) error {
 	if _, err := p.a.c.DeletePool(ctx, p.pool.ID); err != nil && !client.IsCode(err, apiv1.CodeNotFound) {
 		return fmt.Errorf("airlock-%s: delete the warm pool %s: %w", p.a.flavor, p.pool.ID, err)
 	}
-	return nil
+	// The pool's sandboxes are deleted in the background (they are in
+	// no listed project): wait for them before the server stops. The
+	// subject's own sandboxes were deleted by each run.
+	return p.a.waitNoContainers(ctx, time.Minute)
 }
 
 // errPoolNotFound is returned while waiting for a pool that is gone.
