@@ -237,7 +237,7 @@ func (b *benchmark) burst(ctx context.Context, o BurstOptions) (BurstReport, err
 	if err != nil {
 		return rep, fmt.Errorf("bench: put the warm pool: %w", err)
 	}
-	if _, err := waitPoolReady(ctx, a.c, pool.ID, o.Size, poolFillTimeout); err != nil {
+	if _, err := waitPoolReady(ctx, a.c, pool.ID, o.Size, fillTimeout(o.Size)); err != nil {
 		return rep, fmt.Errorf("bench: %w", err)
 	}
 	rep.Fill = rateOf(o.Size, time.Since(t0))
@@ -260,7 +260,7 @@ func (b *benchmark) burst(ctx context.Context, o BurstOptions) (BurstReport, err
 		formatDuration(wall), rep.Burst.Rate.PerSecond)
 
 	// The refill, with the burst's sandboxes still running.
-	if _, err := waitPoolReady(ctx, a.c, pool.ID, o.Size, poolFillTimeout); err != nil {
+	if _, err := waitPoolReady(ctx, a.c, pool.ID, o.Size, fillTimeout(o.Size)); err != nil {
 		return rep, errors.Join(fmt.Errorf("bench: refill: %w", err), a.deleteMany(ctx, clients, burstIDs))
 	}
 	rep.Refill = rateOf(o.Size-after.Ready, time.Since(end))
@@ -273,7 +273,7 @@ func (b *benchmark) burst(ctx context.Context, o BurstOptions) (BurstReport, err
 	if _, err := a.c.DeletePool(ctx, pool.ID); err != nil {
 		return rep, fmt.Errorf("bench: delete the warm pool: %w", err)
 	}
-	if err := a.waitNoContainers(ctx, poolFillTimeout); err != nil {
+	if err := a.waitNoContainers(ctx, fillTimeout(o.Size)); err != nil {
 		return rep, fmt.Errorf("bench: %w", err)
 	}
 
@@ -328,6 +328,13 @@ func (b *benchmark) sustained(ctx context.Context, a *airlockSubject, clients []
 		}
 	}
 	return nil
+}
+
+// fillTimeout bounds the wait for n pool sandboxes to be made (or
+// deleted): 5 minutes, or 2 s per sandbox if that is longer (200 took
+// 95–160 s on a loaded 2-CPU host).
+func fillTimeout(n int) time.Duration {
+	return max(poolFillTimeout, time.Duration(n)*2*time.Second)
 }
 
 // createMany makes count sandboxes of req from the clients at once (each
