@@ -93,7 +93,47 @@ func TestWarmPool(t *testing.T) {
 			if !strings.Contains(table, p.ID) || !strings.Contains(table, "READY") {
 				t.Fatalf("pool list table:\n%s", table)
 			}
-			for _, del := range []model.SandboxID{id, model.SandboxID(cold.ID)} {
+			// Concurrent creates, more than the pool holds: every one
+			// succeeds, no sandbox is handed out twice, the rest start
+			// cold.
+			waitPool(ctx, t, c, p.ID, func(p apiv1.Pool) bool { return p.Ready == 2 })
+			const burst = 5
+			type result struct {
+				sb  apiv1.Sandbox
+				err error
+			}
+			results := make(chan result, burst)
+			for range burst {
+				go func() {
+					res, err := c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{MemoryMiB: 256})
+					if err == nil && res.Sandbox.Source != apiv1.SourcePool {
+						_, err = c.WaitOperation(ctx, model.OperationID(res.Operation.ID))
+					}
+					results <- result{res.Sandbox, err}
+				}()
+			}
+			toDelete := []model.SandboxID{id, model.SandboxID(cold.ID)}
+			seen := map[string]bool{}
+			fromPool := 0
+			for range burst {
+				r := <-results
+				if r.err != nil {
+					t.Errorf("concurrent create: %v", r.err)
+					continue
+				}
+				if seen[r.sb.ID] {
+					t.Errorf("sandbox %s handed out twice", r.sb.ID)
+				}
+				seen[r.sb.ID] = true
+				toDelete = append(toDelete, model.SandboxID(r.sb.ID))
+				if r.sb.Source == apiv1.SourcePool {
+					fromPool++
+				}
+			}
+			if fromPool < 1 || fromPool > burst {
+				t.Errorf("%d of %d concurrent creates came from a pool of 2", fromPool, burst)
+			}
+			for _, del := range toDelete {
 				if _, err := c.DeleteSandbox(ctx, del); err != nil {
 					t.Fatal(err)
 				}
