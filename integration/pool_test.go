@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -29,15 +28,8 @@ func TestWarmPool(t *testing.T) {
 			s.start()
 			ctx := ctxFor(t, 4*time.Minute)
 			c := s.client()
-			cliJSON := func(v any, args ...string) {
-				t.Helper()
-				stdout, stderr, code := s.cli(ctx, append([]string{"-o", "json"}, args...)...)
-				if code != 0 || json.Unmarshal([]byte(stdout), v) != nil {
-					t.Fatalf("airlock %v: exit %d\n%s\n%s", args, code, stdout, stderr)
-				}
-			}
 			var p apiv1.Pool
-			cliJSON(&p, "pool", "set", "--template", "default", "--size", "2", "--memory-mib", "256")
+			s.cliJSON(ctx, &p, "pool", "set", "--template", "default", "--size", "2", "--memory-mib", "256")
 			// Whatever happens, the pool's sandboxes go before the
 			// harness checks for leftovers (its cleanup runs after this).
 			t.Cleanup(func() { drainPool(t, c, p) })
@@ -85,7 +77,7 @@ func TestWarmPool(t *testing.T) {
 				t.Fatalf("create matching no pool: source %q, want cold", cold.Source)
 			}
 			var pools apiv1.PoolList
-			cliJSON(&pools, "pool", "list")
+			s.cliJSON(ctx, &pools, "pool", "list")
 			if len(pools.Pools) != 1 || pools.Pools[0].Hits != 2 || pools.Pools[0].Misses != 0 {
 				t.Fatalf("pool list: %+v", pools)
 			}
