@@ -173,3 +173,51 @@ func drainPool(t *testing.T, c *client.Client, p apiv1.Pool) {
 		t.Errorf("remove pool %s: %v", p.ID, err)
 	}
 }
+
+// TestWarmPoolEgress: a pool sandbox waits with no egress at all; the
+// claim applies the claimant's policy to the live sandbox at once — a
+// name it allows is reached, one it does not is refused — and a claim
+// without a policy gets the server's default.
+func TestWarmPoolEgress(t *testing.T) {
+	airtest.RequireRoot(t)
+	n := newFakenet(t)
+	s := newEgressServer(t, build(t), "runc", n, "--egress-default", "public")
+	ctx := ctxFor(t, 3*time.Minute)
+	c := s.client()
+	var p apiv1.Pool
+	s.cliJSON(ctx, &p, "pool", "set", "--template", "default", "--size", "2")
+	t.Cleanup(func() { drainPool(t, c, p) })
+	waitPool(ctx, t, c, p.ID, func(p apiv1.Pool) bool { return p.Ready == 2 })
+
+	claim := func(egress *apiv1.EgressPolicy) model.SandboxID {
+		t.Helper()
+		res, err := c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Egress: egress})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Sandbox.Source != apiv1.SourcePool {
+			t.Fatalf("create: source %q, want a pool claim", res.Sandbox.Source)
+		}
+		t.Cleanup(func() { _, _ = c.DeleteSandbox(context.Background(), model.SandboxID(res.Sandbox.ID)) })
+		return model.SandboxID(res.Sandbox.ID)
+	}
+	fetch := func(id model.SandboxID, name string) execResult {
+		return execIn(ctx, t, c, id, "sh", "-c", wget+" http://"+name+"/")
+	}
+	const reached = "fakenet proto=http"
+
+	strict := claim(&apiv1.EgressPolicy{Default: "none", Allow: []string{allowedName}})
+	if out := fetch(strict, allowedName); !strings.Contains(out.stdout, reached) {
+		t.Fatalf("claimed sandbox with %s allowed: %+v", allowedName, out)
+	}
+	if out := fetch(strict, "blocked.example"); strings.Contains(out.stdout, reached) || out.exitCode == 0 {
+		t.Fatalf("claimed sandbox reached a name its policy does not allow: %+v", out)
+	}
+	open := claim(nil) // the server's default, public
+	if out := fetch(open, allowedName); !strings.Contains(out.stdout, reached) {
+		t.Fatalf("claimed sandbox on the public default: %+v", out)
+	}
+	if reqs := n.RequestsTo(blockedAddr); len(reqs) != 0 {
+		t.Errorf("the fake internet saw requests to the blocked address: %+v", reqs)
+	}
+}
