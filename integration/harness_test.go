@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -324,6 +325,16 @@ func (s *server) cleanup() {
 		ids = append(ids, model.SandboxID(sb.ID))
 	}
 	s.inNetns(func() { assertNoLeftovers(t, s.dataDir, ids, true) })
+}
+
+// cliJSON runs `airlock -o json ARGS…` and decodes its stdout into v,
+// failing the test on a non-zero exit or undecodable output.
+func (s *server) cliJSON(ctx context.Context, v any, args ...string) {
+	s.t.Helper()
+	stdout, stderr, code := s.cli(ctx, append([]string{"-o", "json"}, args...)...)
+	if code != 0 || json.Unmarshal([]byte(stdout), v) != nil {
+		s.t.Fatalf("airlock %v: exit %d\n%s\n%s", args, code, stdout, stderr)
+	}
 }
 
 // waitState polls until the sandbox reaches state.

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -29,15 +28,8 @@ func TestWarmPool(t *testing.T) {
 			s.start()
 			ctx := ctxFor(t, 4*time.Minute)
 			c := s.client()
-			cliJSON := func(v any, args ...string) {
-				t.Helper()
-				stdout, stderr, code := s.cli(ctx, append([]string{"-o", "json"}, args...)...)
-				if code != 0 || json.Unmarshal([]byte(stdout), v) != nil {
-					t.Fatalf("airlock %v: exit %d\n%s\n%s", args, code, stdout, stderr)
-				}
-			}
 			var p apiv1.Pool
-			cliJSON(&p, "pool", "set", "--template", "default", "--size", "2", "--memory-mib", "256")
+			s.cliJSON(ctx, &p, "pool", "set", "--template", "default", "--size", "2", "--memory-mib", "256")
 			// Whatever happens, the pool's sandboxes go before the
 			// harness checks for leftovers (its cleanup runs after this).
 			t.Cleanup(func() { drainPool(t, c, p) })
@@ -85,7 +77,7 @@ func TestWarmPool(t *testing.T) {
 				t.Fatalf("create matching no pool: source %q, want cold", cold.Source)
 			}
 			var pools apiv1.PoolList
-			cliJSON(&pools, "pool", "list")
+			s.cliJSON(ctx, &pools, "pool", "list")
 			if len(pools.Pools) != 1 || pools.Pools[0].Hits != 2 || pools.Pools[0].Misses != 0 {
 				t.Fatalf("pool list: %+v", pools)
 			}
@@ -93,7 +85,47 @@ func TestWarmPool(t *testing.T) {
 			if !strings.Contains(table, p.ID) || !strings.Contains(table, "READY") {
 				t.Fatalf("pool list table:\n%s", table)
 			}
-			for _, del := range []model.SandboxID{id, model.SandboxID(cold.ID)} {
+			// Concurrent creates, more than the pool holds: every one
+			// succeeds, no sandbox is handed out twice, the rest start
+			// cold.
+			waitPool(ctx, t, c, p.ID, func(p apiv1.Pool) bool { return p.Ready == 2 })
+			const burst = 5
+			type result struct {
+				sb  apiv1.Sandbox
+				err error
+			}
+			results := make(chan result, burst)
+			for range burst {
+				go func() {
+					res, err := c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{MemoryMiB: 256})
+					if err == nil && res.Sandbox.Source != apiv1.SourcePool {
+						_, err = c.WaitOperation(ctx, model.OperationID(res.Operation.ID))
+					}
+					results <- result{res.Sandbox, err}
+				}()
+			}
+			toDelete := []model.SandboxID{id, model.SandboxID(cold.ID)}
+			seen := map[string]bool{}
+			fromPool := 0
+			for range burst {
+				r := <-results
+				if r.err != nil {
+					t.Errorf("concurrent create: %v", r.err)
+					continue
+				}
+				if seen[r.sb.ID] {
+					t.Errorf("sandbox %s handed out twice", r.sb.ID)
+				}
+				seen[r.sb.ID] = true
+				toDelete = append(toDelete, model.SandboxID(r.sb.ID))
+				if r.sb.Source == apiv1.SourcePool {
+					fromPool++
+				}
+			}
+			if fromPool < 1 || fromPool > burst {
+				t.Errorf("%d of %d concurrent creates came from a pool of 2", fromPool, burst)
+			}
+			for _, del := range toDelete {
 				if _, err := c.DeleteSandbox(ctx, del); err != nil {
 					t.Fatal(err)
 				}
@@ -139,5 +171,53 @@ func drainPool(t *testing.T, c *client.Client, p apiv1.Pool) {
 	waitPool(ctx, t, c, p.ID, func(p apiv1.Pool) bool { return p.Ready+p.Starting+p.Draining == 0 })
 	if _, err := c.DeletePool(ctx, p.ID); err != nil {
 		t.Errorf("remove pool %s: %v", p.ID, err)
+	}
+}
+
+// TestWarmPoolEgress: a pool sandbox waits with no egress at all; the
+// claim applies the claimant's policy to the live sandbox at once — a
+// name it allows is reached, one it does not is refused — and a claim
+// without a policy gets the server's default.
+func TestWarmPoolEgress(t *testing.T) {
+	airtest.RequireRoot(t)
+	n := newFakenet(t)
+	s := newEgressServer(t, build(t), "runc", n, "--egress-default", "public")
+	ctx := ctxFor(t, 3*time.Minute)
+	c := s.client()
+	var p apiv1.Pool
+	s.cliJSON(ctx, &p, "pool", "set", "--template", "default", "--size", "2")
+	t.Cleanup(func() { drainPool(t, c, p) })
+	waitPool(ctx, t, c, p.ID, func(p apiv1.Pool) bool { return p.Ready == 2 })
+
+	claim := func(egress *apiv1.EgressPolicy) model.SandboxID {
+		t.Helper()
+		res, err := c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Egress: egress})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Sandbox.Source != apiv1.SourcePool {
+			t.Fatalf("create: source %q, want a pool claim", res.Sandbox.Source)
+		}
+		t.Cleanup(func() { _, _ = c.DeleteSandbox(context.Background(), model.SandboxID(res.Sandbox.ID)) })
+		return model.SandboxID(res.Sandbox.ID)
+	}
+	fetch := func(id model.SandboxID, name string) execResult {
+		return execIn(ctx, t, c, id, "sh", "-c", wget+" http://"+name+"/")
+	}
+	const reached = "fakenet proto=http"
+
+	strict := claim(&apiv1.EgressPolicy{Default: "none", Allow: []string{allowedName}})
+	if out := fetch(strict, allowedName); !strings.Contains(out.stdout, reached) {
+		t.Fatalf("claimed sandbox with %s allowed: %+v", allowedName, out)
+	}
+	if out := fetch(strict, "blocked.example"); strings.Contains(out.stdout, reached) || out.exitCode == 0 {
+		t.Fatalf("claimed sandbox reached a name its policy does not allow: %+v", out)
+	}
+	open := claim(nil) // the server's default, public
+	if out := fetch(open, allowedName); !strings.Contains(out.stdout, reached) {
+		t.Fatalf("claimed sandbox on the public default: %+v", out)
+	}
+	if reqs := n.RequestsTo(blockedAddr); len(reqs) != 0 {
+		t.Errorf("the fake internet saw requests to the blocked address: %+v", reqs)
 	}
 }

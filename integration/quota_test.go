@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -24,17 +23,10 @@ func TestProjectQuotaThroughCLI(t *testing.T) {
 	s.start()
 	ctx := ctxFor(t, 3*time.Minute)
 
-	cliJSON := func(v any, args ...string) {
-		t.Helper()
-		stdout, stderr, code := s.cli(ctx, append([]string{"-o", "json"}, args...)...)
-		if code != 0 || json.Unmarshal([]byte(stdout), v) != nil {
-			t.Fatalf("airlock %v: exit %d\n%s\n%s", args, code, stdout, stderr)
-		}
-	}
 	var prj apiv1.Project
-	cliJSON(&prj, "admin", "project", "create", "quota-e2e")
+	s.cliJSON(ctx, &prj, "admin", "project", "create", "quota-e2e")
 	var key apiv1.APIKey
-	cliJSON(&key, "admin", "key", "create", "--project", prj.ID, "--role", "member")
+	s.cliJSON(ctx, &key, "admin", "key", "create", "--project", prj.ID, "--role", "member")
 	member := func(args ...string) (string, string, int) {
 		t.Helper()
 		return s.cli(ctx, append([]string{"--api-key", key.Token}, args...)...)
@@ -90,7 +82,7 @@ func TestProjectQuotaThroughCLI(t *testing.T) {
 		t.Fatalf("create over the quota: exit %d, %s", code, stderr)
 	}
 	var q apiv1.ProjectQuota
-	cliJSON(&q, "admin", "project", "quota", prj.ID)
+	s.cliJSON(ctx, &q, "admin", "project", "quota", prj.ID)
 	if q.Usage.Sandboxes != 1 || q.Usage.DiskMiB != 4096 || q.Usage.CPUs != 1 || q.Limits.Sandboxes == nil || *q.Limits.Sandboxes != 1 {
 		t.Fatalf("quota %+v", q)
 	}

@@ -256,6 +256,9 @@ func (a *API) claimFromPool(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	if !a.cfg.ClaimPools || a.cfg.Self == "" || len(sb.NodeSelector) > 0 || pc.resources.DiskMiB != a.cfg.DefaultDiskMiB {
 		return nil, nil
 	}
+	if pc.envRef == "" && a.cfg.Environments != nil {
+		return nil, nil // the environment cannot run here: no pool of it either
+	}
 	p, ok, err := a.findPool(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("find a pool: %w", err)
@@ -288,10 +291,18 @@ func (a *API) claimFromPool(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 		return nil, err
 	}
 	if live, ok := a.liveSandbox(claimed.ID); ok {
-		// The pool's sandbox ran under the default policy; from now on
-		// under the one stored with the claim.
-		if err := live.Reload(a.storedPolicy(ctx, claimed.ID)); err != nil {
-			a.log.WarnContext(ctx, "claimed sandbox: egress policy stored but not applied", "sandbox", claimed.ID, "err", err)
+		// The pool's sandbox ran with no egress; from now on under the
+		// policy stored with the claim. Until that is applied it stays
+		// closed, never more open than asked.
+		var err error
+		for attempt := range 3 {
+			if err = live.Reload(a.storedPolicy(ctx, claimed.ID)); err == nil {
+				break
+			}
+			a.log.WarnContext(ctx, "claimed sandbox: egress policy stored but not applied yet", "sandbox", claimed.ID, "attempt", attempt+1, "err", err)
+		}
+		if err != nil {
+			a.log.ErrorContext(ctx, "claimed sandbox keeps no egress: its policy could not be applied (PUT its egress policy again to retry)", "sandbox", claimed.ID, "err", err)
 		}
 	}
 	a.log.InfoContext(ctx, "sandbox claimed from pool", "sandbox", claimed.ID, "pool", p.ID, "project", claimed.ProjectID)

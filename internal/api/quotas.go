@@ -45,6 +45,10 @@ func (a *API) getQuota(w http.ResponseWriter, r *http.Request, _ principal) {
 		a.writeError(w, r, err)
 		return
 	}
+	if id == model.SystemProject {
+		a.writeError(w, r, notFound("project %s not found", id))
+		return
+	}
 	out, err := a.quotaOf(r.Context(), id)
 	if err != nil {
 		a.writeError(w, r, err)

@@ -75,6 +75,9 @@ func (h Host) Limits(p Path) (Limits, error) {
 	return l, err
 }
 
+// IsV1 reports whether controller lives in a cgroup v1 hierarchy.
+func (h Host) IsV1(controller string) bool { return h.isV1(controller) }
+
 func (h Host) isV1(controller string) bool {
 	for _, x := range h.Hierarchies {
 		if x.Version == 1 && x.Has(controller) {

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/egress/policy"
@@ -75,8 +76,10 @@ type Controller struct {
 	log *slog.Logger
 	// checked is when each ready sandbox last passed its health check.
 	checked map[model.SandboxID]time.Time
-	// full remembers the last budget refusal, to log it once.
-	full string
+	// health is each pool's create failures on this node.
+	health map[model.PoolID]*poolHealth
+	// noted is the last reason each pool was not filled, logged once.
+	noted map[model.PoolID]string
 }
 
 // New returns a Controller.
@@ -109,7 +112,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Controller{cfg: cfg, log: cfg.Logger, checked: map[model.SandboxID]time.Time{}}, nil
+	return &Controller{cfg: cfg, log: cfg.Logger, checked: map[model.SandboxID]time.Time{},
+		health: map[model.PoolID]*poolHealth{}, noted: map[model.PoolID]string{}}, nil
 }
 
 // Run passes until ctx ends. A failed pass is logged and retried at the
@@ -151,6 +155,10 @@ func (s slot) starting() bool {
 
 // Pass makes this node's pool sandboxes agree with the pools once.
 func (c *Controller) Pass(ctx context.Context) error {
+	self, err := c.cfg.Store.GetNode(ctx, c.cfg.Node)
+	if err != nil {
+		return fmt.Errorf("read this node: %w", err)
+	}
 	pools, err := c.cfg.Store.ListPools(ctx)
 	if err != nil {
 		return fmt.Errorf("list pools: %w", err)
@@ -162,27 +170,44 @@ func (c *Controller) Pass(ctx context.Context) error {
 	now := c.cfg.Now()
 	byID := map[model.PoolID]*target{}
 	for _, p := range pools {
-		t := c.target(ctx, p, now)
-		byID[p.ID] = t
+		byID[p.ID] = c.target(ctx, p, now)
 	}
-	var slots []slot
-	for _, ps := range listed {
-		slots = append(slots, slot{sb: ps.Sandbox, pool: ps.Pool})
-	}
-	// Drop what no pool wants; what is left is the fill.
+	// A cordoned or draining node takes no new sandboxes: its pools hand
+	// out none (the claim checks it too) and give their room back.
+	active := self.State == model.NodeActive
+	// Drop what no pool wants; what is left is the fill. Sandboxes being
+	// deleted still hold their memory: the budget counts them.
 	var keep []slot
-	for _, s := range slots {
+	var used model.Resources
+	for _, ps := range listed {
+		s := slot{sb: ps.Sandbox, pool: ps.Pool}
+		if s.sb.State == model.StateDeleting {
+			used = plus(used, s.sb.Resources)
+			continue
+		}
 		if !s.live() {
 			if s.sb.State == model.StateFailed {
+				byID[s.pool].failed(now, s.sb.StateReason)
 				c.remove(ctx, s, "it failed to start")
 			}
 			continue
 		}
-		if reason := byID[s.pool].unwanted(s.sb); reason != "" {
+		reason := byID[s.pool].unwanted(s.sb)
+		if !active {
+			reason = "its node is " + string(self.State)
+		}
+		if reason != "" {
 			c.remove(ctx, s, reason)
+			used = plus(used, s.sb.Resources)
 			continue
 		}
+		if s.sb.State == model.StateRunning {
+			byID[s.pool].started()
+		}
 		keep = append(keep, s)
+	}
+	if !active {
+		return nil
 	}
 	keep = c.checkHealth(ctx, keep, now)
 	// Size: keep the oldest (ready first), remove the rest.
@@ -191,7 +216,6 @@ func (c *Controller) Pass(ctx context.Context) error {
 		k := fillKey{s.pool, s.sb.Template}
 		fill[k] = append(fill[k], s)
 	}
-	var used model.Resources
 	starting := 0
 	for k, ss := range fill {
 		size := byID[k.pool].pool.Size
@@ -205,12 +229,11 @@ func (c *Controller) Pass(ctx context.Context) error {
 			return a.sb.CreatedAt.Compare(b.sb.CreatedAt)
 		})
 		for i, s := range ss {
+			used = plus(used, s.sb.Resources)
 			if i >= size {
 				c.remove(ctx, s, "its pool shrank")
 				continue
 			}
-			used.CPUs += s.sb.Resources.CPUs
-			used.MemoryMiB += s.sb.Resources.MemoryMiB
 			if s.starting() {
 				starting++
 			}
@@ -219,36 +242,45 @@ func (c *Controller) Pass(ctx context.Context) error {
 			fill[k] = ss[:size]
 		}
 	}
-	// Fill, oldest pool first, current release before the previous one.
+	// Fill, oldest pool first, current release before the previous one. A
+	// pool that cannot be filled (over the budget, failing creates) does
+	// not hold up the others.
 	for _, p := range pools {
 		t := byID[p.ID]
-		if !t.fillable() {
+		if !t.fillable(now) {
 			continue
 		}
+		res := model.Resources{CPUs: p.Key.CPUs, MemoryMiB: p.Key.MemoryMiB, DiskMiB: c.cfg.DiskMiB}
+	releases:
 		for _, d := range t.releases {
 			for have := len(fill[fillKey{p.ID, d}]); have < p.Size; have++ {
 				if starting >= c.cfg.FillParallel {
 					return nil
 				}
-				res := model.Resources{CPUs: p.Key.CPUs, MemoryMiB: p.Key.MemoryMiB, DiskMiB: c.cfg.DiskMiB}
-				if used.CPUs+res.CPUs > c.cfg.CPUs || used.MemoryMiB+res.MemoryMiB > c.cfg.MemoryMiB {
-					c.budgetFull(ctx, p, used)
-					return nil
+				if next := plus(used, res); next.CPUs > c.cfg.CPUs || next.MemoryMiB > c.cfg.MemoryMiB {
+					c.note(ctx, p.ID, "over budget", fmt.Sprintf("the pools' sandboxes on this node would hold %d CPUs and %d MiB, over the budget of %d and %d",
+						next.CPUs, next.MemoryMiB, c.cfg.CPUs, c.cfg.MemoryMiB))
+					break releases
 				}
 				if err := c.add(ctx, t, d, res, now); err != nil {
 					if errors.Is(err, store.ErrNodeFull) {
-						c.log.InfoContext(ctx, "pool not filled: the node is full", "pool", p.ID, "err", err)
+						c.note(ctx, p.ID, "node full", err.Error())
 						return nil
 					}
-					return err
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					// A release whose template is gone (collected
+					// after a drain, deleted) cannot be filled.
+					c.note(ctx, p.ID, "cannot add", err.Error())
+					continue releases
 				}
-				used.CPUs += res.CPUs
-				used.MemoryMiB += res.MemoryMiB
+				used = plus(used, res)
 				starting++
+				delete(c.noted, p.ID)
 			}
 		}
 	}
-	c.full = ""
 	return nil
 }
 
@@ -264,16 +296,53 @@ type target struct {
 	releases []model.TemplateDigest // kept warm, newest first
 	env      model.EnvironmentRef   // the environment's reference here
 	envErr   error                  // the environment cannot run here
+	health   *poolHealth            // failures of its creates on this node
+}
+
+// poolHealth backs a pool off after creates of its sandboxes failed, so a
+// broken template or runtime is not created and deleted every pass.
+type poolHealth struct {
+	failures  int       // consecutive failed creates
+	notBefore time.Time // no new sandbox before
+}
+
+// Backoff after failed creates: doubling from minBackoff to maxBackoff.
+const (
+	minBackoff = 2 * time.Second
+	maxBackoff = 5 * time.Minute
+)
+
+// failed records a failed create of the pool's.
+func (t *target) failed(now time.Time, reason string) {
+	if t == nil {
+		return
+	}
+	t.health.failures++
+	d := min(minBackoff<<min(t.health.failures-1, 10), maxBackoff)
+	t.health.notBefore = now.Add(d)
+}
+
+// started records that a sandbox of the pool's runs: creates work.
+func (t *target) started() {
+	if t == nil {
+		return
+	}
+	t.health.failures = 0
 }
 
 // target resolves the pool's template (recording a moved tag as a new
 // release) and environment.
 func (c *Controller) target(ctx context.Context, p model.Pool, now time.Time) *target {
-	t := &target{pool: p, drained: p.Drained(now, c.cfg.DrainAfter)}
+	h := c.health[p.ID]
+	if h == nil {
+		h = &poolHealth{}
+		c.health[p.ID] = h
+	}
+	t := &target{pool: p, drained: p.Drained(now, c.cfg.DrainAfter), health: h}
 	tpl, err := c.cfg.Store.ResolveTemplate(ctx, p.Key.Template)
 	switch {
 	case err != nil:
-		c.log.WarnContext(ctx, "pool's template does not resolve; keeping its releases", "pool", p.ID, "template", p.Key.Template, "err", err)
+		c.note(ctx, p.ID, "template does not resolve", err.Error())
 	case tpl.Digest != p.Current:
 		moved, err := c.cfg.Store.SetPoolRelease(ctx, p.ID, tpl.Digest, now)
 		if err != nil {
@@ -290,9 +359,9 @@ func (c *Controller) target(ctx context.Context, p model.Pool, now time.Time) *t
 	return t
 }
 
-// fillable reports whether the pool gets new sandboxes here.
-func (t *target) fillable() bool {
-	return !t.drained && t.envErr == nil && t.pool.Size > 0 && len(t.releases) > 0
+// fillable reports whether the pool gets new sandboxes here now.
+func (t *target) fillable(now time.Time) bool {
+	return !t.drained && t.envErr == nil && t.pool.Size > 0 && len(t.releases) > 0 && !now.Before(t.health.notBefore)
 }
 
 // unwanted says why the pool (t, nil if it was deleted) no longer wants
@@ -351,49 +420,78 @@ func (c *Controller) remove(ctx context.Context, s slot, reason string) {
 	}
 }
 
+// healthParallel bounds the health checks that run at once.
+const healthParallel = 8
+
 // checkHealth asks ready sandboxes not checked for HealthEvery whether
-// they answer and removes those that do not; it returns the others.
+// they answer (several at once, each within healthTimeout) and removes
+// those that do not; it returns the others.
 func (c *Controller) checkHealth(ctx context.Context, slots []slot, now time.Time) []slot {
 	if c.cfg.Healthy == nil {
 		return slots
 	}
 	seen := map[model.SandboxID]bool{}
-	var out []slot
-	for _, s := range slots {
+	var due []int
+	for i, s := range slots {
 		seen[s.sb.ID] = true
 		if s.sb.State != model.StateRunning {
-			out = append(out, s)
 			continue
 		}
-		last, ok := c.checked[s.sb.ID]
-		if ok && now.Sub(last) < c.cfg.HealthEvery {
-			out = append(out, s)
+		if last, ok := c.checked[s.sb.ID]; ok && now.Sub(last) < c.cfg.HealthEvery {
 			continue
 		}
-		hctx, cancel := context.WithTimeout(ctx, healthTimeout)
-		err := c.cfg.Healthy(hctx, s.sb)
-		cancel()
-		if err != nil {
-			c.remove(ctx, s, "its guest agent does not answer: "+err.Error())
-			continue
-		}
-		c.checked[s.sb.ID] = now
-		out = append(out, s)
+		due = append(due, i)
 	}
 	for id := range c.checked {
 		if !seen[id] {
 			delete(c.checked, id)
 		}
 	}
+	errs := make([]error, len(slots))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, healthParallel)
+	for _, i := range due {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			hctx, cancel := context.WithTimeout(ctx, healthTimeout)
+			defer cancel()
+			errs[i] = c.cfg.Healthy(hctx, slots[i].sb)
+		}()
+	}
+	wg.Wait()
+	var out []slot
+	for i, s := range slots {
+		if errs[i] != nil {
+			if ctx.Err() != nil {
+				out = append(out, s) // stopping: not the sandbox's fault
+				continue
+			}
+			c.remove(ctx, s, "its guest agent does not answer: "+errs[i].Error())
+			continue
+		}
+		if slices.Contains(due, i) {
+			c.checked[s.sb.ID] = now
+		}
+		out = append(out, s)
+	}
 	return out
 }
 
-func (c *Controller) budgetFull(ctx context.Context, p model.Pool, used model.Resources) {
-	msg := fmt.Sprintf("%d CPUs, %d MiB of %d, %d", used.CPUs, used.MemoryMiB, c.cfg.CPUs, c.cfg.MemoryMiB)
-	if msg == c.full {
+// note logs why a pool is not filled, once per reason.
+func (c *Controller) note(ctx context.Context, id model.PoolID, what, detail string) {
+	if c.noted[id] == what {
 		return
 	}
-	c.full = msg
-	c.log.InfoContext(ctx, "pools hold their whole budget on this node; not filling further", "pool", p.ID,
-		"used_cpus", used.CPUs, "used_memory_mib", used.MemoryMiB, "budget_cpus", c.cfg.CPUs, "budget_memory_mib", c.cfg.MemoryMiB)
+	c.noted[id] = what
+	c.log.InfoContext(ctx, "pool not filled further on this node", "pool", id, "why", what, "detail", detail)
+}
+
+// plus adds b's CPUs and memory to a's.
+func plus(a, b model.Resources) model.Resources {
+	a.CPUs += b.CPUs
+	a.MemoryMiB += b.MemoryMiB
+	return a
 }

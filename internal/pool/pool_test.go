@@ -301,6 +301,11 @@ func TestReplaceUnhealthyAndFailed(t *testing.T) {
 	must(t, f.st.FinishOperation(f.ctx, store.Finish{OperationID: op.ID, Owner: node, Incarnation: inc, State: model.OpFailed,
 		Error: &model.OperationError{Code: "runtime_error", Message: "x"}, SandboxFrom: model.StateCreating, SandboxTo: model.StateFailed, Now: f.now}))
 	f.reconcile()
+	f.pass() // removes the failed one; backs off
+	f.reconcile()
+	f.pass()
+	f.wantFill(p.ID, map[model.TemplateDigest]map[model.SandboxState]int{d: {model.StateRunning: 1}})
+	f.now = f.now.Add(3 * time.Second)
 	f.pass()
 	f.reconcile()
 	f.wantFill(p.ID, map[model.TemplateDigest]map[model.SandboxState]int{d: {model.StateRunning: 2}})
@@ -331,4 +336,47 @@ func TestEnvironmentNotHere(t *testing.T) {
 	p := f.pool(2, "qemu")
 	f.pass()
 	f.wantFill(p.ID, map[model.TemplateDigest]map[model.SandboxState]int{})
+}
+
+// TestNodeNotActive: a cordoned node's pools give their sandboxes back and
+// fill nothing until it is active again.
+func TestNodeNotActive(t *testing.T) {
+	f := newFixture(t, nil)
+	d := f.release()
+	p := f.pool(2, "runc")
+	f.pass()
+	f.reconcile()
+	_, err := f.st.SetNodeState(f.ctx, node, model.NodeCordoned)
+	must(t, err)
+	f.pass()
+	f.reconcile()
+	f.pass()
+	f.wantFill(p.ID, map[model.TemplateDigest]map[model.SandboxState]int{})
+	_, err = f.st.SetNodeState(f.ctx, node, model.NodeActive)
+	must(t, err)
+	f.pass()
+	f.wantFill(p.ID, map[model.TemplateDigest]map[model.SandboxState]int{d: {model.StatePending: 2}})
+}
+
+// TestOnePoolDoesNotBlockOthers: a pool over the budget and a pool whose
+// release is gone do not keep a later pool from filling.
+func TestOnePoolDoesNotBlockOthers(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.MemoryMiB = 1024 })
+	d := f.release()
+	ref, err := model.ParseTemplateRef("python")
+	must(t, err)
+	big, err := f.st.PutPool(f.ctx, model.Pool{ID: model.NewPoolID(), Key: model.PoolKey{Template: ref, Environment: "runc", CPUs: 1, MemoryMiB: 2048},
+		Size: 1, LastUsed: f.now, CreatedAt: f.now, UpdatedAt: f.now})
+	must(t, err)
+	gone, err := model.ParseTemplateRef(model.DigestFromSHA256([32]byte{9}).String())
+	must(t, err)
+	ghost, err := f.st.PutPool(f.ctx, model.Pool{ID: model.NewPoolID(), Key: model.PoolKey{Template: gone, Environment: "runc", CPUs: 1, MemoryMiB: 256},
+		Size: 1, LastUsed: f.now, CreatedAt: f.now, UpdatedAt: f.now})
+	must(t, err)
+	f.now = f.now.Add(time.Second)
+	small := f.pool(1, "runc")
+	f.pass()
+	f.wantFill(big.ID, map[model.TemplateDigest]map[model.SandboxState]int{})
+	f.wantFill(ghost.ID, map[model.TemplateDigest]map[model.SandboxState]int{})
+	f.wantFill(small.ID, map[model.TemplateDigest]map[model.SandboxState]int{d: {model.StatePending: 1}})
 }

@@ -57,7 +57,9 @@ func MakeImage(ctx context.Context, image string, size int64) error {
 		"-b", fmt.Sprint(ImageBlockSize),
 		"-i", "16384", // one inode per 16 KiB, as mkfs's "default" type (small filesystems would get 4 KiB)
 		"-m", "0",
-		"-O", "^has_journal,^resize_inode",
+		// metadata_csum_seed: checksums do not depend on the UUID, which
+		// Images.Make gives every copy of a blank anew.
+		"-O", "^has_journal,^resize_inode,metadata_csum_seed",
 		"-E", "lazy_itable_init=1,nodiscard,root_owner=0:0",
 		image)
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/retry/retrytest"
 )
@@ -159,6 +161,61 @@ func TestUnmountBusyDetachesLazily(t *testing.T) {
 	if total <= BusyTimeout || total-waits[len(waits)-1] > BusyTimeout {
 		t.Errorf("waited %v in %d waits (%v), want just past %v", total, len(waits), waits, BusyTimeout)
 	}
+}
+
+// TestIsMountedAgreesWithTheMountTable: the statx answer is the mount
+// table's, for a directory mount, a file bind mount, a stacked mount, a
+// plain directory and a symlink to a mount point.
+func TestIsMountedAgreesWithTheMountTable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount")
+	}
+	dir := t.TempDir()
+	mnt, plain, file, link := filepath.Join(dir, "mnt"), filepath.Join(dir, "plain"), filepath.Join(dir, "file"), filepath.Join(dir, "link")
+	for _, d := range []string{mnt, plain} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(mnt, link); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, p := range []string{mnt, plain, file, link} {
+			got, err := IsMounted(p)
+			if err != nil {
+				t.Fatalf("%s: IsMounted(%s): %v", when, p, err)
+			}
+			table, err := MountsAt(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != (len(table) > 0) {
+				t.Fatalf("%s: IsMounted(%s) = %v, the mount table has %d mounts there", when, p, got, len(table))
+			}
+		}
+	}
+	check("nothing mounted")
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(file, file, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil { // stacked
+		t.Fatal(err)
+	}
+	check("mounted")
+	for _, p := range []string{mnt, file} {
+		if err := Unmount(context.Background(), nil, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("unmounted")
 }
 
 func TestIsMountedMissingPath(t *testing.T) {

@@ -105,6 +105,13 @@ type Spec struct {
 	// exists again the snapshot is consumed; a restore that fails keeps
 	// it, for another try.
 	Restore *Snapshot
+	// Start says that the caller starts the sandbox right after Create (a
+	// create that is not stopped half-way): a runtime that can create and
+	// start in one step (an OCI runtime's `run --detach`, one exec instead
+	// of two) may do so, and Start is then a no-op. A runtime may ignore
+	// it; the caller still calls Start, which is idempotent. Without it,
+	// Create leaves the sandbox in PhaseCreated.
+	Start bool
 }
 
 // RootFS describes a sandbox's root filesystem. Overlay runtimes (OCI)

@@ -39,7 +39,7 @@ type NodeLoss struct {
 	// Failed counts the sandboxes that became failed ("node lost"),
 	// Replaced the creates that were not started and lost their node (to be
 	// placed again), Deleted the deletes that were completed (nothing is
-	// left of a sandbox on a dead node).
+	// left of a sandbox on a dead node; unclaimed pool sandboxes too).
 	Failed, Replaced, Deleted int
 }
 
@@ -79,7 +79,9 @@ type Nodes interface {
 	// released), deletes complete (the sandbox becomes deleted), every
 	// other live sandbox becomes failed with reason model.NodeLostReason,
 	// and the unfinished operations of the failed ones fail with code
-	// "node_lost". It settles sandboxes of nodes declared dead earlier too
+	// "node_lost". Unclaimed pool sandboxes (any state) are deleted, not
+	// failed or placed again: nobody else would remove them. It settles
+	// sandboxes of nodes declared dead earlier too
 	// (a delete requested after the loss), so it is safe to call from
 	// every process, often.
 	DeclareDeadNodes(ctx context.Context, after time.Duration) (NodeLoss, error)

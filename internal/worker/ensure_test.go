@@ -55,6 +55,27 @@ func TestEnsureByPhase(t *testing.T) {
 	}
 }
 
+// A create asks the runtime to start the sandbox in the same step
+// (spec.Start), and still calls Start after it.
+func TestEnsureCreatesStarted(t *testing.T) {
+	rt := &fakeRuntime{}
+	w, err := New(Config{
+		Runtime: rt, AgentBinary: "/bin/true", AgentWait: 50 * time.Millisecond,
+		TemplateDir: func(model.TemplateDigest) (string, error) { return "/tpl", nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	_ = w.Ensure(context.Background(), model.Sandbox{ID: model.NewSandboxID()}) // the fake agent never answers
+	if len(rt.created) != 1 || !rt.created[0].Start {
+		t.Fatalf("created %+v, want one spec with Start", rt.created)
+	}
+	if !slices.Equal(rt.calls, []string{"create", "start"}) {
+		t.Fatalf("runtime calls = %q, want create, start", rt.calls)
+	}
+}
+
 // Observe passes a paused sandbox on as paused, and it counts as alive.
 func TestObservePaused(t *testing.T) {
 	rt := &fakeRuntime{phase: runtime.PhasePaused, caps: runtime.NewCapabilities(runtime.CapPause)}

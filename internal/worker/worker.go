@@ -302,7 +302,10 @@ func (w *Worker) network(ctx context.Context, sb model.Sandbox) (*runtime.Networ
 	return &n, nil
 }
 
+// runtimeCreate creates the sandbox on the runtime. Ensure starts it right
+// after, so the runtime may start it in the same step (spec.Start).
 func (w *Worker) runtimeCreate(ctx context.Context, spec runtime.Spec) error {
+	spec.Start = true
 	w.cfg.Fault("create.before-runtime-create")
 	if err := w.cfg.Runtime.Create(ctx, spec); err != nil {
 		return fmt.Errorf("create sandbox %s: %w", spec.ID, err)

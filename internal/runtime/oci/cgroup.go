@@ -72,6 +72,33 @@ func (r *Runtime) delegateWorkloadCgroup(id model.SandboxID, dirs sandboxDirs, p
 	return nil
 }
 
+// delegateBeforeRun is delegateWorkloadCgroup for a container not created
+// yet, which `run --detach` creates and starts at once (runsOnce): on
+// cgroup v1 the host makes the sandbox's pids cgroup first and prepares the
+// workload cgroup below it; the runtime then joins the sandbox's cgroup as
+// it finds it. The agent thus finds the workload cgroup ready as after a
+// create. A create that stops after it leaves a cgroup without a container,
+// which the next Create removes (pristine, removeLeftovers).
+func (r *Runtime) delegateBeforeRun(id model.SandboxID, dirs sandboxDirs, pidsMax int64) error {
+	if r.ids != nil && pidsMax > 0 {
+		if !r.cgroups.IsV1("pids") {
+			return errors.New("workload cgroup: prepared before the container only on cgroup v1")
+		}
+		cg, err := r.cgroupPath(id)
+		if err != nil {
+			return err
+		}
+		dir, err := r.cgroups.ControllerDir("pids", cg)
+		if err != nil {
+			return fmt.Errorf("workload cgroup: %w", err)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("workload cgroup: %w", err)
+		}
+	}
+	return r.delegateWorkloadCgroup(id, dirs, pidsMax)
+}
+
 // ensureWorkloadCgroup runs before `start`: a sandbox whose create stopped
 // (a crash of the server) after the runtime created the container but
 // before delegateWorkloadCgroup gets its workload cgroup now, while its

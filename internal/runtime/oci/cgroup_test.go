@@ -25,10 +25,12 @@ func TestWorkloadCgroupNamesAreTheAgents(t *testing.T) {
 }
 
 // TestWorkloadCgroupDelegated checks, on runc and crun, the workload
-// cgroup the host prepares between create and start (its limit; only what
-// moves processes in belongs to the sandbox's root), and that Start
-// prepares it for a sandbox whose create stopped right after the
-// runtime's create; its processes then run in it.
+// cgroup the host prepares between create and start, or before a `run
+// --detach` (its limit; only what moves processes in belongs to the
+// sandbox's root), and that Start prepares it for a sandbox whose create
+// stopped right after the runtime's create, and Create for one that
+// stopped after the cgroup was prepared before the container; its
+// processes then run in it.
 func TestWorkloadCgroupDelegated(t *testing.T) {
 	airtest.RequireRoot(t)
 	agentBin := airtest.BuildAgent(t)
@@ -128,6 +130,41 @@ func TestWorkloadCgroupDelegated(t *testing.T) {
 			}
 			check(crashed.ID)
 			inWorkload(crashed.ID)
+
+			// A create the worker starts at once (spec.Start): one `run
+			// --detach` where the cgroup can be prepared before it (v1).
+			started := newSpec()
+			started.Start = true
+			if err := r.Create(ctx, started); err != nil {
+				t.Fatal(err)
+			}
+			check(started.ID)
+			if err := r.Start(ctx, started.ID); err != nil {
+				t.Fatal(err)
+			}
+			inWorkload(started.ID)
+
+			// One that stopped after the workload cgroup was prepared
+			// before the container: the next Create starts again.
+			if r.runsOnce(started) {
+				early := newSpec()
+				early.Start = true
+				dirs := r.dirs(early.ID)
+				if err := r.prepare(ctx, early, dirs); err != nil {
+					t.Fatal(err)
+				}
+				if err := r.delegateBeforeRun(early.ID, dirs, limit); err != nil {
+					t.Fatal(err)
+				}
+				if err := r.Create(ctx, early); err != nil {
+					t.Fatal(err)
+				}
+				check(early.ID)
+				if err := r.Start(ctx, early.ID); err != nil {
+					t.Fatal(err)
+				}
+				inWorkload(early.ID)
+			}
 		})
 	}
 }

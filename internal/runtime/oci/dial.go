@@ -29,11 +29,19 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 		return nil, fmt.Errorf("dial agent: %w", err)
 	}
 	runDir := r.dirs(id).agentRunDir()
-	// A new sandbox's agent listens within tens of milliseconds: poll the
-	// socket often (a failed connect costs microseconds) and ask the runtime
-	// (an exec of its binary) only when that takes long.
+	// A new sandbox's agent listens within tens of milliseconds: try the
+	// socket again as soon as something appears in its directory (the
+	// agent binding it; see runDirWatch), else on a short backoff (a failed
+	// connect costs microseconds), and ask the runtime (an exec of its
+	// binary) only when that takes long.
 	wait := dialBackoff().Start(nil)
 	lastCheck := time.Now()
+	var watch *runDirWatch
+	defer func() {
+		if watch != nil {
+			watch.Close()
+		}
+	}()
 	for {
 		conn, err := dialIn(ctx, runDir, socketName)
 		if err == nil {
@@ -41,6 +49,15 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 		}
 		if !retryable(err) {
 			return nil, fmt.Errorf("dial agent of %s: %w", id, err)
+		}
+		if watch == nil {
+			// Watched from now on; tried again at once, so a socket made
+			// between the failed dial and the watch is not missed.
+			if watch, err = watchRunDir(runDir); err != nil {
+				r.log.Debug("watch the agent's run directory; polling it", "sandbox", id, "err", err)
+				watch = &runDirWatch{}
+			}
+			continue
 		}
 		if errors.Is(err, os.ErrNotExist) {
 			if _, serr := os.Stat(r.dirs(id).state); errors.Is(serr, os.ErrNotExist) {
@@ -57,11 +74,21 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 				return nil, fmt.Errorf("dial agent of %s: sandbox is stopped (agent log: %s)", id, errorTail(r.dirs(id).agentLog))
 			}
 		}
-		if werr := wait.Wait(ctx); werr != nil {
+		d := wait.Next()
+		if errors.Is(err, unix.ECONNREFUSED) {
+			// Bound but not listening yet (listen follows bind at once), or
+			// a dead agent's socket: no event will come for it.
+			d = min(d, refusedRetry)
+		}
+		if werr := watch.wait(ctx, d); werr != nil {
 			return nil, fmt.Errorf("dial agent of %s: %w (last error: %v)", id, werr, err)
 		}
 	}
 }
+
+// refusedRetry is how soon DialAgent tries a socket that refused the
+// connection again.
+const refusedRetry = time.Millisecond
 
 // dialBackoff is how often DialAgent tries the agent's socket: from 2 ms,
 // doubling, at most 16 ms (±20%).

@@ -27,7 +27,15 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 		return fmt.Errorf("create: %w", err)
 	}
 	unlock := r.lock(spec.ID)
-	defer unlock()
+	started := false
+	defer func() {
+		unlock()
+		if started {
+			// After the lock is given up (which drops the entry), as in
+			// Start: the Start that follows needs no exec of the runtime.
+			r.rememberStarted(spec.ID)
+		}
+	}()
 
 	dirs := r.dirs(spec.ID)
 	st, err := r.state(ctx, spec.ID)
@@ -64,7 +72,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 			return fmt.Errorf("create %s: clean up a previous attempt: %w", spec.ID, err)
 		}
 	}
-	if err := r.create(ctx, spec, dirs); err != nil {
+	if started, err = r.create(ctx, spec, dirs); err != nil {
 		if cerr := r.removeLeftovers(context.WithoutCancel(ctx), spec.ID); cerr != nil {
 			r.log.Error("clean up after failed create", "sandbox", spec.ID, "err", cerr)
 		}
@@ -95,14 +103,47 @@ func (r *Runtime) createRestored(ctx context.Context, spec runtime.Spec, dirs sa
 	return nil
 }
 
-func (r *Runtime) create(ctx context.Context, spec runtime.Spec, dirs sandboxDirs) error {
+// create prepares the sandbox and creates its container; with spec.Start,
+// where nothing must happen between the container's creation and its start
+// (runsOnce), it starts it too, in one exec of the runtime, and reports
+// that it did.
+func (r *Runtime) create(ctx context.Context, spec runtime.Spec, dirs sandboxDirs) (started bool, err error) {
 	if err := r.prepare(ctx, spec, dirs); err != nil {
-		return err
+		return false, err
+	}
+	if spec.Start && r.runsOnce(spec) {
+		if err := r.delegateBeforeRun(spec.ID, dirs, spec.Resources.PidsLimit); err != nil {
+			return false, err
+		}
+		if err := r.runDetached(ctx, dirs.agentLog, spec.Network != nil, "run", "--detach", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String()); err != nil {
+			return false, err
+		}
+		return true, nil
 	}
 	if err := r.runDetached(ctx, dirs.agentLog, spec.Network != nil, "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String()); err != nil {
-		return err
+		return false, err
 	}
-	return r.delegateWorkloadCgroup(spec.ID, dirs, spec.Resources.PidsLimit)
+	return false, r.delegateWorkloadCgroup(spec.ID, dirs, spec.Resources.PidsLimit)
+}
+
+// runsOnce reports whether the sandbox's container may be created and
+// started by one `run --detach`, which saves an exec of the runtime on the
+// create path: the host has nothing to do between the two. That holds where
+// delegateWorkloadCgroup has no cgroup to prepare (runsc, whose agent makes
+// its workload cgroup in gVisor's cgroupfs; no user namespace; no pids
+// limit) and where it can prepare it before the container exists
+// (delegateBeforeRun: pids on cgroup v1). On cgroup v2 the agent must be
+// moved into its leaf cgroup before it starts: create, delegate, start.
+func (r *Runtime) runsOnce(spec runtime.Spec) bool {
+	return r.ids == nil || spec.Resources.PidsLimit <= 0 || r.cgroups.IsV1("pids")
+}
+
+// rememberStarted records a sandbox that Create started (spec.Start) as
+// running in the live cache, so that its Start is answered from it.
+func (r *Runtime) rememberStarted(id model.SandboxID) {
+	if pid, err := readPidFile(r.dirs(id).pidFile); err == nil {
+		r.rememberLive(id, pid, runtime.PhaseRunning)
+	}
 }
 
 // prepare sets up the sandbox's filesystem, writes the bundle and mounts
@@ -211,6 +252,9 @@ func (r *Runtime) start(ctx context.Context, id model.SandboxID) error {
 	defer unlock()
 	if r.flavor == FlavorRunsc && r.startedByRestore(id) {
 		return nil
+	}
+	if phase, _, ok := r.cachedPhase(id); ok && phase == runtime.PhaseRunning {
+		return nil // started by its Create (spec.Start), or started before
 	}
 	if err := r.ensureWorkloadCgroup(ctx, id); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)

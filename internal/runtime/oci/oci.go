@@ -50,6 +50,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
 
@@ -109,7 +110,10 @@ type Runtime struct {
 	ids *idAllocator
 	// agent is the shared agent filesystem, mounted on first use.
 	agent *agentFS
-	log   *slog.Logger
+	// images makes the sandboxes' disk images (a blank per size, not a
+	// mkfs.ext4 per create).
+	images rootfs.Images
+	log    *slog.Logger
 
 	mu    sync.Mutex
 	locks map[model.SandboxID]*idLock

@@ -43,7 +43,7 @@ func (r *Runtime) prepareStorage(ctx context.Context, diskBytes int64, keep bool
 		return fmt.Errorf("disk limit %d is below the minimum of %d bytes", diskBytes, MinDiskBytes)
 	case diskBytes > 0:
 		if !keep {
-			if err := rootfs.MakeImage(ctx, dirs.image, diskBytes+metaSize); err != nil {
+			if err := r.images.Make(ctx, dirs.image, diskBytes+metaSize); err != nil {
 				return err
 			}
 		} else if !fileExists(dirs.image) {

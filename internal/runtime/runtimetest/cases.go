@@ -96,6 +96,40 @@ func testLifecycle(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	}
 }
 
+// testCreateStarted: a Create asked to start the sandbox too (spec.Start)
+// leaves it created or running; Start then runs it (or does nothing), and
+// both stay idempotent.
+func testCreateStarted(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
+	rt := newRuntime(t)
+	ctx := ctxFor(t)
+	spec := s.spec(defaultResources, nil)
+	spec.Start = true
+	t.Cleanup(func() { s.deleteAndCheck(t, rt, spec.ID) })
+
+	if err := rt.Create(ctx, spec); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if st, err := rt.State(ctx, spec.ID); err != nil || st.Phase != runtime.PhaseCreated && st.Phase != runtime.PhaseRunning {
+		t.Fatalf("State after a Create with Start = %+v, %v; want created or running", st, err)
+	}
+	if err := rt.Create(ctx, spec); err != nil {
+		t.Fatalf("Create again: %v", err)
+	}
+	for range 2 {
+		if err := rt.Start(ctx, spec.ID); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		st := mustState(t, rt, spec.ID, runtime.PhaseRunning)
+		if st.Pid <= 0 || st.ID != spec.ID {
+			t.Fatalf("State of a running sandbox = %+v", st)
+		}
+	}
+	info, err := client(t, rt, spec.ID).Info(ctx)
+	if err != nil || info.Protocol != agentproto.ProtocolVersion {
+		t.Fatalf("agent Info = %+v, %v", info, err)
+	}
+}
+
 func testUnknownSandbox(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	rt := newRuntime(t)
 	ctx := ctxFor(t)

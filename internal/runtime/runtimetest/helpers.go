@@ -144,11 +144,14 @@ func inspector(t *testing.T, rt runtime.Runtime) Inspector {
 }
 
 // started creates and starts a sandbox and deletes it (checking that
-// nothing is left) when the test ends.
+// nothing is left) when the test ends. Like the worker, it asks Create to
+// start the sandbox too (spec.Start), where the runtime can, so that the
+// cases run sandboxes made the way Airlock makes them.
 func (s *suite) started(t *testing.T, rt runtime.Runtime, spec runtime.Spec) {
 	t.Helper()
 	ctx := ctxFor(t)
 	t.Cleanup(func() { s.deleteAndCheck(t, rt, spec.ID) })
+	spec.Start = true
 	if err := rt.Create(ctx, spec); err != nil {
 		t.Fatalf("Create: %v", err)
 	}

@@ -91,6 +91,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		sandboxes int
 	}{
 		{"Lifecycle", testLifecycle, 1},
+		{"CreateStarted", testCreateStarted, 1},
 		{"CapabilitiesConsistent", testCapabilitiesConsistent, 0},
 		{"PauseResume", testPauseResume, 1},
 		{"DeletePaused", testDeletePaused, 1},

@@ -394,8 +394,9 @@ func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration) (stor
 // one (not deleted, not failed) on a dead node, and deletes of sandboxes
 // that have no node (nothing of them exists anywhere; no node would claim
 // their delete).
-const unsettledSQL = `SELECT s.id, s.state FROM sandboxes s
-	WHERE (s.state NOT IN ('deleted', 'failed') AND s.node_id IN (SELECT id FROM nodes WHERE state = 'dead'))
+const unsettledSQL = `SELECT s.id, s.state, s.pool_id FROM sandboxes s
+	WHERE (s.node_id IN (SELECT id FROM nodes WHERE state = 'dead')
+	       AND (s.state NOT IN ('deleted', 'failed') OR (s.pool_id <> '' AND s.state = 'failed')))
 	   OR (s.node_id = '' AND s.state = 'deleting')`
 
 // unsettledSet is what DeclareDeadNodes does to which sandboxes.
@@ -412,9 +413,19 @@ func (t tx) unsettled(ctx context.Context) (unsettledSet, error) {
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id, state string
-		if err := rows.Scan(&id, &state); err != nil {
+		var id, state, pool string
+		if err := rows.Scan(&id, &state, &pool); err != nil {
 			return set, err
+		}
+		switch model.SandboxState(state) {
+		case model.StatePending, model.StateFailed, model.StateCreating, model.StateRunning:
+			if pool != "" {
+				// An unclaimed pool sandbox is nobody's: gone with its
+				// node, never placed again (the pools of the live nodes
+				// make their own).
+				set.deleting = append(set.deleting, id)
+				continue
+			}
 		}
 		switch model.SandboxState(state) {
 		case model.StatePending:

@@ -55,25 +55,18 @@ func (s *Store) PutPool(ctx context.Context, p model.Pool) (model.Pool, error) {
 	var out model.Pool
 	err := s.write(ctx, true, func(t tx) error {
 		key := p.Key
-		res, err := t.exec(ctx, `UPDATE pools SET size = ?, updated_at = ?, last_used_at = ?
-			WHERE template = ? AND environment = ? AND cpus = ? AND memory_mib = ?`,
-			p.Size, micro(p.UpdatedAt), microOrZero(p.LastUsed), key.Template.String(), key.Environment, key.CPUs, key.MemoryMiB)
-		if err != nil {
+		if _, err := model.ParsePoolID(string(p.ID)); err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			if _, err := model.ParsePoolID(string(p.ID)); err != nil {
-				return err
-			}
-			_, err := t.exec(ctx, `INSERT INTO pools (id, template, environment, cpus, memory_mib, size, current_digest, previous_digest,
-				hits, misses, last_used_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, '', '', 0, 0, ?, ?, ?)`,
-				string(p.ID), key.Template.String(), key.Environment, key.CPUs, key.MemoryMiB, p.Size,
-				microOrZero(p.LastUsed), micro(p.CreatedAt), micro(p.UpdatedAt))
-			if err != nil {
-				return s.insertErr(err)
-			}
+		// One statement: concurrent first PUTs of a key do not both insert.
+		_, err := t.exec(ctx, `INSERT INTO pools (id, template, environment, cpus, memory_mib, size, current_digest, previous_digest,
+			hits, misses, last_used_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, '', '', 0, 0, ?, ?, ?)
+			ON CONFLICT (template, environment, cpus, memory_mib)
+			DO UPDATE SET size = excluded.size, updated_at = excluded.updated_at, last_used_at = excluded.last_used_at`,
+			string(p.ID), key.Template.String(), key.Environment, key.CPUs, key.MemoryMiB, p.Size,
+			microOrZero(p.LastUsed), micro(p.CreatedAt), micro(p.UpdatedAt))
+		if err != nil {
+			return s.insertErr(err)
 		}
 		out, err = scanPool(t.queryRow(ctx, `SELECT `+poolColumns+` FROM pools p
 			WHERE p.template = ? AND p.environment = ? AND p.cpus = ? AND p.memory_mib = ?`,
@@ -226,10 +219,14 @@ func (s *Store) ClaimPoolSandbox(ctx context.Context, c store.PoolClaim) (model.
 	var out model.Sandbox
 	err = s.write(ctx, true, func(t tx) error {
 		var raw string
-		// The operations claim's lock clause names its table "o".
+		// The operations claim's lock clause names its table "o". The
+		// literal pool_id <> '' lets the planners use the partial index.
+		// Only an active node's sandboxes are handed out: a cordoned or
+		// draining node takes no new sandboxes.
 		err := t.queryRow(ctx, `SELECT o.id FROM sandboxes o
-			WHERE o.pool_id = ? AND o.node_id = ? AND o.state = ? AND o.template_digest = ? AND o.environment = ?
-			AND o.cpus = ? AND o.memory_mib = ? AND o.disk_mib = ?
+			WHERE o.pool_id <> '' AND o.pool_id = ? AND o.node_id = ? AND o.state = ? AND o.template_digest = ?
+			AND o.environment = ? AND o.cpus = ? AND o.memory_mib = ? AND o.disk_mib = ?
+			AND EXISTS (SELECT 1 FROM nodes n WHERE n.id = o.node_id AND n.state = 'active')
 			ORDER BY o.created_at, o.id LIMIT 1 `+t.s.d.ClaimLock,
 			string(c.Pool), string(c.Node), string(model.StateRunning), string(c.Template), string(c.Environment),
 			c.Resources.CPUs, c.Resources.MemoryMiB, c.Resources.DiskMiB).Scan(&raw)
@@ -243,6 +240,11 @@ func (s *Store) ClaimPoolSandbox(ctx context.Context, c store.PoolClaim) (model.
 		id := cols.sandboxID("id", raw)
 		if cols.err != nil {
 			return cols.err
+		}
+		// The quota first, while the sandbox is not the project's yet:
+		// it is counted once, as what the claim adds.
+		if err := t.admit(ctx, c.ProjectID, c.Resources); err != nil {
+			return err
 		}
 		res, err := t.exec(ctx, `UPDATE sandboxes SET project_id = ?, pool_id = '', source = ?, env = ?, metadata = ?, egress = ?,
 			idle_timeout_ms = ?, deadline = ?, on_timeout = ?, last_activity_at = ?, node_selector = ?, created_at = ?, updated_at = ?
@@ -277,18 +279,14 @@ func (s *Store) ClaimPoolSandbox(ctx context.Context, c store.PoolClaim) (model.
 		if out, err = scanSandbox(t.queryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes s WHERE s.id = ?`, string(id))); err != nil {
 			return err
 		}
-		// As in CreateSandbox, a reused idempotency key is reported
-		// before the quota.
-		if c.Idempotency != nil {
-			rec, err := c.Idempotency(out, op)
-			if err != nil {
-				return err
-			}
-			if err := t.insertIdempotency(ctx, rec); err != nil {
-				return err
-			}
+		if c.Idempotency == nil {
+			return nil
 		}
-		return t.admit(ctx, c.ProjectID, c.Resources)
+		rec, err := c.Idempotency(out, op)
+		if err != nil {
+			return err
+		}
+		return t.insertIdempotency(ctx, rec)
 	})
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("claim from pool %s: %w", c.Pool, err)

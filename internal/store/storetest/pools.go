@@ -18,6 +18,8 @@ func poolTests() []namedTest {
 		{"PoolClaim", testPoolClaim},
 		{"PoolClaimQuota", testPoolClaimQuota},
 		{"ConcurrentPoolClaims", testConcurrentPoolClaims},
+		{"PoolClaimNeedsActiveNode", testPoolClaimNeedsActiveNode},
+		{"PoolSandboxesOfDeadNode", testPoolSandboxesOfDeadNode},
 	}
 }
 
@@ -258,6 +260,17 @@ func testPoolClaimQuota(e *env) {
 	a := e.project()
 	tpl := e.template()
 	p := e.pool("python", 1)
+	// At its limit minus one, a claim fits: the claimed sandbox is
+	// counted once.
+	one := int64(1)
+	q1, err := model.ParseQuota(&one, nil, nil, nil)
+	must(t, err)
+	must(t, e.s.SetProjectQuota(e.ctx, a.ID, q1))
+	e.poolSandbox(p, tpl.Digest, true)
+	_, err = e.s.ClaimPoolSandbox(e.ctx, e.poolClaim(p, tpl.Digest, a.ID))
+	must(t, err)
+	b := e.project()
+	a = b
 	ready := e.poolSandbox(p, tpl.Digest, true)
 	zero := int64(0)
 	q, err := model.ParseQuota(&zero, nil, nil, nil)
@@ -331,5 +344,65 @@ func testConcurrentPoolClaims(e *env) {
 	must(t, err)
 	if pp.Hits != ready {
 		t.Fatalf("hits %d, want %d", pp.Hits, ready)
+	}
+}
+
+// testPoolClaimNeedsActiveNode: a cordoned or draining node's pool
+// sandboxes are not handed out.
+func testPoolClaimNeedsActiveNode(e *env) {
+	t := e.t
+	a := e.project()
+	tpl := e.template()
+	p := e.pool("python", 1)
+	e.poolSandbox(p, tpl.Digest, true)
+	for _, st := range []model.NodeState{model.NodeCordoned, model.NodeDraining} {
+		_, err := e.s.SetNodeState(e.ctx, e.homeNode(), st)
+		must(t, err)
+		_, err = e.s.ClaimPoolSandbox(e.ctx, e.poolClaim(p, tpl.Digest, a.ID))
+		mustIs(t, err, store.ErrNoWork)
+	}
+	_, err := e.s.SetNodeState(e.ctx, e.homeNode(), model.NodeActive)
+	must(t, err)
+	_, err = e.s.ClaimPoolSandbox(e.ctx, e.poolClaim(p, tpl.Digest, a.ID))
+	must(t, err)
+}
+
+// testPoolSandboxesOfDeadNode: the unclaimed pool sandboxes of a dead
+// node are deleted (never failed and left, never placed again); claimed
+// ones are lost like any sandbox.
+func testPoolSandboxesOfDeadNode(e *env) {
+	t := e.t
+	a := e.project()
+	tpl := e.template()
+	p := e.pool("python", 3)
+	starting := e.poolSandbox(p, tpl.Digest, false)
+	ready := e.poolSandbox(p, tpl.Digest, true)
+	claimed := e.poolSandbox(p, tpl.Digest, true)
+	pendingSb, pendingOp := e.newSandbox(model.SystemProject, tpl.Digest, nil)
+	pendingSb.Pool, pendingSb.Env, pendingSb.Timeouts = p.ID, nil, model.Timeouts{}
+	pendingSb.Resources = model.Resources{CPUs: p.Key.CPUs, MemoryMiB: p.Key.MemoryMiB, DiskMiB: 2048}
+	must(t, e.s.CreateSandbox(e.ctx, pendingSb, policy.Spec{}, pendingOp, nil))
+	c := e.poolClaim(p, tpl.Digest, a.ID)
+	got, err := e.s.ClaimPoolSandbox(e.ctx, c)
+	must(t, err)
+	if got.ID != ready.ID && got.ID != claimed.ID {
+		t.Fatalf("claimed %s", got.ID)
+	}
+	e.declareDead()
+	for _, id := range []model.SandboxID{starting.ID, pendingSb.ID} {
+		if sb := e.getSandbox(id); sb.State != model.StateDeleted || sb.NodeID == "" {
+			t.Fatalf("pool sandbox %s of a dead node: %+v, want deleted where it was", id, sb)
+		}
+	}
+	left, err := e.s.ListPoolSandboxes(e.ctx, "")
+	must(t, err)
+	if len(left) != 0 {
+		t.Fatalf("pool sandboxes left after their node died: %+v", left)
+	}
+	if sb := e.getSandbox(got.ID); sb.State != model.StateFailed || sb.ProjectID != a.ID {
+		t.Fatalf("claimed sandbox of a dead node: %+v, want failed in its project", sb)
+	}
+	if op, err := e.s.GetOperation(e.ctx, model.SystemProject, pendingOp.ID); err != nil || op.State != model.OpFailed {
+		t.Fatalf("the unstarted pool create of a dead node: %+v, %v; want failed", op, err)
 	}
 }
