@@ -384,7 +384,10 @@ func TestOnePoolDoesNotBlockOthers(t *testing.T) {
 // TestRunFillsOnChange: Run passes when the store changes (a pool set)
 // and returns when its context ends.
 func TestRunFillsOnChange(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.Interval, c.MinGap, c.DrainAfter = time.Hour, time.Millisecond, 1000*time.Hour; c.Now = time.Now })
+	f := newFixture(t, func(c *Config) {
+		c.Interval, c.MinGap, c.DrainAfter = time.Hour, time.Millisecond, 1000*time.Hour
+		c.Now = time.Now
+	})
 	d := f.release()
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)
