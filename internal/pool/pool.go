@@ -37,6 +37,7 @@ import (
 const (
 	DefaultFillParallel = 2
 	DefaultInterval     = 2 * time.Second
+	DefaultMinGap       = 250 * time.Millisecond
 	DefaultHealthEvery  = 30 * time.Second
 	// healthTimeout bounds one health check of a ready sandbox.
 	healthTimeout = 5 * time.Second
@@ -65,7 +66,8 @@ type Config struct {
 	// not checked. It is asked every HealthEvery per sandbox.
 	Healthy     func(ctx context.Context, sb model.Sandbox) error
 	HealthEvery time.Duration
-	Interval    time.Duration
+	Interval    time.Duration // longest time between passes; DefaultInterval if 0
+	MinGap      time.Duration // shortest time between passes; DefaultMinGap if 0
 	Now         func() time.Time
 	Logger      *slog.Logger
 }
@@ -106,6 +108,9 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
+	if cfg.MinGap <= 0 {
+		cfg.MinGap = DefaultMinGap
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -118,6 +123,9 @@ func New(cfg Config) (*Controller, error) {
 
 // Run passes until ctx ends. A failed pass is logged and retried at the
 // next one: pools are an optimisation, never a reason to stop the server.
+// Passes are at least MinGap apart: a burst of claims, each a store
+// change, wakes a few passes, not one per claim competing with the claims
+// for the store.
 func (c *Controller) Run(ctx context.Context) error {
 	changes := c.cfg.Store.Watch(ctx)
 	tick := time.NewTicker(c.cfg.Interval)
@@ -125,6 +133,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	for {
 		if err := c.Pass(ctx); err != nil && ctx.Err() == nil {
 			c.log.WarnContext(ctx, "pool pass failed", "err", err)
+		}
+		gap := time.NewTimer(c.cfg.MinGap)
+		select {
+		case <-ctx.Done():
+			gap.Stop()
+			return nil
+		case <-gap.C:
 		}
 		select {
 		case <-ctx.Done():

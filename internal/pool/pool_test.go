@@ -380,3 +380,28 @@ func TestOnePoolDoesNotBlockOthers(t *testing.T) {
 	f.wantFill(ghost.ID, map[model.TemplateDigest]map[model.SandboxState]int{})
 	f.wantFill(small.ID, map[model.TemplateDigest]map[model.SandboxState]int{d: {model.StatePending: 1}})
 }
+
+// TestRunFillsOnChange: Run passes when the store changes (a pool set)
+// and returns when its context ends.
+func TestRunFillsOnChange(t *testing.T) {
+	f := newFixture(t, func(c *Config) {
+		c.Interval, c.MinGap, c.DrainAfter = time.Hour, time.Millisecond, 1000*time.Hour
+		c.Now = time.Now
+	})
+	d := f.release()
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.c.Run(ctx) }()
+	p := f.pool(2, "runc")
+	deadline := time.Now().Add(30 * time.Second)
+	for fmt.Sprint(f.fill(p.ID)) != fmt.Sprint(map[model.TemplateDigest]map[model.SandboxState]int{d: {model.StatePending: 2}}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Run did not fill the pool it was told of: %v", f.fill(p.ID))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}

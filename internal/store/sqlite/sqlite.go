@@ -70,6 +70,9 @@ func DSN(path string) string {
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
 
+// MaxIdleConns is how many idle connections the store keeps open.
+const MaxIdleConns = 16
+
 // Open opens (creating if needed) the SQLite database at path and applies
 // pending migrations.
 func Open(ctx context.Context, path string, logger *slog.Logger) (*Store, error) {
@@ -83,6 +86,10 @@ func Open(ctx context.Context, path string, logger *slog.Logger) (*Store, error)
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 	}
+	// Keep as many idle connections as bursts of requests use: opening one
+	// (and running its pragmas) for each request of a burst and closing it
+	// after cost more than the statements themselves.
+	db.SetMaxIdleConns(MaxIdleConns)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
