@@ -41,16 +41,24 @@ type User struct {
 // Lookup returns the sandbox's account called name; name "" is E2B's
 // default user ("user" when the sandbox has it, else root).
 func Lookup(ctx context.Context, native *client.Client, sb model.SandboxID, name string) (User, error) {
+	users, err := readUsers(ctx, native, sb)
+	if err != nil {
+		return User{}, err
+	}
+	return Pick(users, name)
+}
+
+func readUsers(ctx context.Context, native *client.Client, sb model.SandboxID) ([]User, error) {
 	body, _, err := native.Download(ctx, sb, "/etc/passwd")
 	if err != nil {
-		return User{}, fmt.Errorf("read /etc/passwd of %s: %w", sb, err)
+		return nil, fmt.Errorf("read /etc/passwd of %s: %w", sb, err)
 	}
 	defer body.Close()
 	users, err := Parse(io.LimitReader(body, maxPasswd))
 	if err != nil {
-		return User{}, fmt.Errorf("/etc/passwd of %s: %w", sb, err)
+		return nil, fmt.Errorf("/etc/passwd of %s: %w", sb, err)
 	}
-	return Pick(users, name)
+	return users, nil
 }
 
 // Pick returns the user called name from users; "" picks E2B's default

@@ -14,6 +14,7 @@ import (
 	"context"
 
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/e2b/guestuser"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -27,9 +28,9 @@ type Target struct {
 	// User is the Unix user the caller chose (Basic auth user name of an
 	// RPC, ?username= of /files); empty means the sandbox's default user.
 	User string
-	// Env is the sandbox's own environment (envVars at create), which
-	// every command gets under the command's own.
-	Env map[string]string
+	// Users resolves User (see guestuser.Cache.Lookup); shared by all
+	// requests.
+	Users *guestuser.Cache
 }
 
 type key struct{}
