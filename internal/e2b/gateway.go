@@ -1,0 +1,246 @@
+// Package e2b is Airlock's E2B front door: a gateway in front of the
+// server's own API that lets unmodified E2B clients drive Airlock.
+//
+// Requests are told apart as E2B clients send them (see
+// ../../../shared/e2b-protocol.md): in-sandbox traffic carries the
+// E2b-Sandbox-Id / E2b-Sandbox-Port headers or a <port>-<id>.<domain> Host;
+// the E2B control plane is a set of paths (/v2/sandboxes, /sandboxes, …);
+// everything else is Airlock's own API. In-sandbox traffic for envd's port
+// is answered here by translating to Airlock's API (no envd runs in the
+// guest); any other port is proxied to that port inside the sandbox
+// through Airlock's ports route. A suspended or paused sandbox is woken
+// first.
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/e2b/guestuser"
+	"github.com/airlockdev/airlock/internal/e2b/target"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// SandboxGetter reads a sandbox whatever its project (the gateway learns
+// the project from the sandbox, then acts with a token scoped to it).
+type SandboxGetter interface {
+	GetSandboxByID(ctx context.Context, id model.SandboxID) (model.Sandbox, error)
+}
+
+// Service is a Connect-RPC service: the path prefix its procedures live
+// under ("/process.Process/") and its handler.
+type Service struct {
+	Path    string
+	Handler http.Handler
+}
+
+// Config wires a Gateway.
+type Config struct {
+	// Native is Airlock's own API (everything that is not E2B).
+	Native http.Handler
+	// Control answers the E2B control plane; OwnsControl says which paths
+	// are its.
+	Control     http.Handler
+	OwnsControl func(path string) bool
+	// Process, Filesystem and Files answer envd's port.
+	Process    Service
+	Filesystem Service
+	Files      http.Handler
+	// Sandboxes finds the sandbox a request is for.
+	Sandboxes SandboxGetter
+	// Mint returns the sandbox access token of a sandbox (the E2B
+	// envdAccessToken; deterministic for a sandbox and signing key).
+	Mint func(sb model.SandboxID, project model.ProjectID) (string, error)
+	// Verify checks a sandbox access token and returns its sandbox.
+	Verify func(token string) (model.SandboxID, error)
+	// SelfURL is the base URL of this server's own API, which the
+	// translators call; HTTP is the client they share.
+	SelfURL string
+	HTTP    *http.Client
+	Logger  *slog.Logger
+	// Now is the clock (tests); nil means time.Now.
+	Now func() time.Time
+}
+
+// Gateway routes E2B traffic. Create it with New.
+type Gateway struct {
+	cfg    Config
+	self   *url.URL
+	users  *guestuser.Cache
+	interp *interpreters
+	proxy  *httputil.ReverseProxy
+}
+
+// New checks cfg and returns a Gateway.
+func New(cfg Config) (*Gateway, error) {
+	switch {
+	case cfg.Native == nil, cfg.Control == nil, cfg.OwnsControl == nil,
+		cfg.Process.Handler == nil, cfg.Filesystem.Handler == nil, cfg.Files == nil,
+		cfg.Sandboxes == nil, cfg.Mint == nil, cfg.Verify == nil, cfg.HTTP == nil, cfg.Logger == nil:
+		return nil, errors.New("e2b: incomplete gateway config")
+	}
+	self, err := url.Parse(cfg.SelfURL)
+	if err != nil || self.Scheme == "" || self.Host == "" {
+		return nil, fmt.Errorf("e2b: self URL %q: want scheme://host:port", cfg.SelfURL)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	g := &Gateway{cfg: cfg, self: self, users: guestuser.NewCache(), interp: newInterpreters()}
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite:        g.rewritePort,
+		Transport:      cfg.HTTP.Transport,
+		ModifyResponse: g.portResponse,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			g.cfg.Logger.Warn("e2b: guest port proxy failed", "err", err)
+			writeError(w, http.StatusBadGateway, "the sandbox port could not be reached: "+err.Error())
+		},
+	}
+	return g, nil
+}
+
+// ServeHTTP sends r to the E2B control plane, a sandbox, or Airlock's API.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt, err := RouteOf(r)
+	switch {
+	case errors.Is(err, errNotSandbox):
+		if g.cfg.OwnsControl(r.URL.Path) {
+			g.cfg.Control.ServeHTTP(w, r)
+			return
+		}
+		g.cfg.Native.ServeHTTP(w, r)
+	case err != nil:
+		writeError(w, http.StatusBadRequest, err.Error())
+	default:
+		g.sandbox(w, r, rt)
+	}
+}
+
+// writeError answers in the E2B error shape: {"code": status, "message"}.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{status, msg})
+}
+
+// nativeFor returns a client of Airlock's API that bears token.
+func (g *Gateway) nativeFor(token string) (*client.Client, error) {
+	return client.New(g.cfg.SelfURL, token, client.WithHTTPClient(g.cfg.HTTP), client.WithUserAgent("airlock-e2b-gateway"))
+}
+
+// sandbox answers in-sandbox traffic.
+func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
+	ctx := r.Context()
+	sb, err := g.cfg.Sandboxes.GetSandboxByID(ctx, rt.Sandbox)
+	if err != nil || sb.ProjectID == model.SystemProject {
+		// Unknown (or an unclaimed pool sandbox, which no caller owns):
+		// E2B clients read 502 as "sandbox not running".
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s not found", rt.Sandbox))
+		return
+	}
+	token, err := g.cfg.Mint(sb.ID, sb.ProjectID)
+	if err != nil {
+		g.cfg.Logger.Error("e2b: mint sandbox token", "sandbox", sb.ID, "err", err)
+		writeError(w, http.StatusInternalServerError, "cannot authorize the sandbox request")
+		return
+	}
+	native, err := g.nativeFor(token)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if rt.Port == EnvdPort && r.URL.Path == "/health" {
+		// isRunning(): a health check never wakes a sandbox.
+		if sb.State == model.StateRunning {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State))
+		return
+	}
+	if rt.Port == EnvdPort {
+		// Authenticate before waking anything.
+		user, ok := g.authorizeEnvd(w, r, sb.ID, token)
+		if !ok {
+			return
+		}
+		if !g.ensureRunning(w, r, native, sb) {
+			return
+		}
+		g.envd(w, r, target.Target{Sandbox: sb.ID, Native: native, User: user, Users: g.users})
+		return
+	}
+	if !g.ensureRunning(w, r, native, sb) {
+		return
+	}
+	if rt.Port == CodeInterpreterPort {
+		if err := g.interp.ensure(ctx, g, native, sb.ID, token); err != nil {
+			writeError(w, http.StatusBadGateway, err.Error())
+			return
+		}
+	}
+	r = r.WithContext(context.WithValue(ctx, portKey{}, portTarget{route: rt, token: token}))
+	g.proxy.ServeHTTP(w, r)
+}
+
+// envd dispatches envd's port to the translators.
+func (g *Gateway) envd(w http.ResponseWriter, r *http.Request, t target.Target) {
+	r = r.WithContext(target.With(r.Context(), t))
+	switch p := r.URL.Path; {
+	case strings.HasPrefix(p, g.cfg.Process.Path):
+		g.cfg.Process.Handler.ServeHTTP(w, r)
+	case strings.HasPrefix(p, g.cfg.Filesystem.Path):
+		g.cfg.Filesystem.Handler.ServeHTTP(w, r)
+	case p == "/files":
+		g.cfg.Files.ServeHTTP(w, r)
+	default:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("envd has no %s %s here (supported: process.Process, filesystem.Filesystem, /files, /health)", r.Method, p))
+	}
+}
+
+// authorizeEnvd checks an envd request's credential: the X-Access-Token
+// header, or for /files a URL signed with the sandbox's token. It returns
+// the user the request names (Basic auth user of an RPC, ?username= of
+// /files); on failure it has answered 401.
+func (g *Gateway) authorizeEnvd(w http.ResponseWriter, r *http.Request, sb model.SandboxID, token string) (string, bool) {
+	user := ""
+	if r.URL.Path == "/files" {
+		user = r.URL.Query().Get("username")
+	} else if u, _, ok := r.BasicAuth(); ok {
+		user = u
+	}
+	if tok := r.Header.Get("X-Access-Token"); tok != "" {
+		got, err := g.cfg.Verify(tok)
+		if err != nil || got != sb {
+			writeError(w, http.StatusUnauthorized, "invalid X-Access-Token for this sandbox")
+			return "", false
+		}
+		return user, true
+	}
+	q := r.URL.Query()
+	if r.URL.Path == "/files" && q.Get("signature") != "" {
+		op := opRead
+		if r.Method == http.MethodPost {
+			op = opWrite
+		}
+		if err := checkFileSignature(q.Get("signature"), q.Get("signature_expiration"), q.Get("path"), op, user, token, g.cfg.Now()); err != nil {
+			writeError(w, http.StatusUnauthorized, err.Error())
+			return "", false
+		}
+		return user, true
+	}
+	writeError(w, http.StatusUnauthorized, "missing X-Access-Token (the sandbox's envdAccessToken)")
+	return "", false
+}

@@ -1,0 +1,145 @@
+package e2b
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// InterpreterPath is where the code-interpreter template installs its
+// server (templates/code-interpreter).
+const InterpreterPath model.GuestPath = "/usr/local/bin/airlock-code-interpreter"
+
+// interpreterStartTimeout bounds how long a first request waits for the
+// code interpreter to listen.
+const interpreterStartTimeout = 30 * time.Second
+
+// maxInterpreters bounds the set of sandboxes known to run one; at the
+// bound it is emptied (each is then probed once more).
+const maxInterpreters = 4096
+
+// interpreters starts the code interpreter of a sandbox on first use: a
+// template cannot start services by itself, so the gateway starts the
+// template's server through Airlock's commands API the first time its
+// port is asked for, and again after it went away (a filesystem-only
+// suspend ends every process).
+type interpreters struct {
+	mu      sync.Mutex
+	ready   map[model.SandboxID]bool
+	pending map[model.SandboxID]*sync.Mutex
+}
+
+func newInterpreters() *interpreters {
+	return &interpreters{ready: make(map[model.SandboxID]bool), pending: make(map[model.SandboxID]*sync.Mutex)}
+}
+
+func (in *interpreters) forget(sb model.SandboxID) {
+	in.mu.Lock()
+	delete(in.ready, sb)
+	in.mu.Unlock()
+}
+
+func (in *interpreters) isReady(sb model.SandboxID) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.ready[sb]
+}
+
+// ensure makes sure sandbox sb's code interpreter listens, starting it
+// when it does not; concurrent first requests start it once.
+func (in *interpreters) ensure(ctx context.Context, g *Gateway, native *client.Client, sb model.SandboxID, token string) error {
+	if in.isReady(sb) {
+		return nil
+	}
+	in.mu.Lock()
+	m := in.pending[sb]
+	if m == nil {
+		m = new(sync.Mutex)
+		in.pending[sb] = m
+	}
+	in.mu.Unlock()
+	m.Lock()
+	defer func() {
+		m.Unlock()
+		in.mu.Lock()
+		delete(in.pending, sb)
+		in.mu.Unlock()
+	}()
+	if in.isReady(sb) {
+		return nil
+	}
+	if g.probeInterpreter(ctx, sb, token) {
+		in.markReady(sb)
+		return nil
+	}
+	if _, err := native.StatFile(ctx, sb, InterpreterPath); err != nil {
+		if client.IsNotFound(err) {
+			return fmt.Errorf("sandbox %s has no code interpreter (%s is missing): create it from the code-interpreter template", sb, InterpreterPath)
+		}
+		return fmt.Errorf("look for the code interpreter in sandbox %s: %w", sb, err)
+	}
+	u, err := g.users.Lookup(ctx, native, sb, "")
+	if err != nil {
+		return fmt.Errorf("code interpreter of sandbox %s: %w", sb, err)
+	}
+	_, err = native.CreateCommand(ctx, sb, apiv1.CreateCommandRequest{
+		Args:       []string{InterpreterPath.String(), "--port", CodeInterpreterPort.String()},
+		Cwd:        u.Home.String(),
+		User:       &apiv1.User{UID: u.UID, GID: u.GID},
+		Env:        map[string]string{"HOME": u.Home.String(), "USER": u.Name},
+		Background: true,
+	})
+	if err != nil {
+		return fmt.Errorf("start the code interpreter in sandbox %s: %w", sb, err)
+	}
+	deadline := time.NewTimer(interpreterStartTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("the code interpreter of sandbox %s did not listen on port %d within %s", sb, CodeInterpreterPort, interpreterStartTimeout)
+		case <-tick.C:
+		}
+		if g.probeInterpreter(ctx, sb, token) {
+			in.markReady(sb)
+			return nil
+		}
+	}
+}
+
+func (in *interpreters) markReady(sb model.SandboxID) {
+	in.mu.Lock()
+	if len(in.ready) >= maxInterpreters {
+		clear(in.ready)
+	}
+	in.ready[sb] = true
+	in.mu.Unlock()
+}
+
+// probeInterpreter asks the code interpreter's /health through the ports
+// route.
+func (g *Gateway) probeInterpreter(ctx context.Context, sb model.SandboxID, token string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.cfg.SelfURL+portPath(sb, CodeInterpreterPort)+"/health", nil)
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := g.cfg.HTTP.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}

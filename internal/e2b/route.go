@@ -1,0 +1,98 @@
+package e2b
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// Guest ports with a meaning of their own.
+const (
+	// EnvdPort is envd's port: E2B's process and filesystem services and
+	// /files, answered by the gateway itself (no envd runs in the guest).
+	EnvdPort Port = 49983
+	// CodeInterpreterPort is the code interpreter's port, served by a
+	// program of the code-interpreter template inside the sandbox.
+	CodeInterpreterPort Port = 49999
+)
+
+// Port is a guest TCP port, 1–65535.
+type Port uint16
+
+// ParsePort parses a decimal port number.
+func ParsePort(s string) (Port, error) {
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || n == 0 || s[0] == '0' || s[0] == '+' {
+		return 0, fmt.Errorf("port %q: want a decimal number 1-65535", s)
+	}
+	return Port(n), nil
+}
+
+func (p Port) String() string { return strconv.FormatUint(uint64(p), 10) }
+
+// Route is where a request for a sandbox is going.
+type Route struct {
+	Sandbox model.SandboxID
+	Port    Port
+}
+
+// Headers E2B clients send on every in-sandbox request.
+const (
+	headerSandboxID   = "E2b-Sandbox-Id"
+	headerSandboxPort = "E2b-Sandbox-Port"
+)
+
+// errNotSandbox says a request is not in-sandbox traffic.
+var errNotSandbox = errors.New("not a sandbox request")
+
+// RouteOf tells whether r is in-sandbox traffic and for which sandbox and
+// port: the E2b-Sandbox-Id and E2b-Sandbox-Port headers first, then a
+// Host of the form <port>-<sandbox id>.<domain>. errNotSandbox means
+// neither is there (the request is for the control plane or Airlock's
+// own API); any other error is a malformed sandbox request.
+func RouteOf(r *http.Request) (Route, error) {
+	if id := r.Header.Get(headerSandboxID); id != "" {
+		sb, err := model.ParseSandboxID(id)
+		if err != nil {
+			return Route{}, fmt.Errorf("%s: %w", headerSandboxID, err)
+		}
+		ps := r.Header.Get(headerSandboxPort)
+		if ps == "" {
+			return Route{}, fmt.Errorf("%s is set but %s is missing", headerSandboxID, headerSandboxPort)
+		}
+		p, err := ParsePort(ps)
+		if err != nil {
+			return Route{}, fmt.Errorf("%s: %w", headerSandboxPort, err)
+		}
+		return Route{Sandbox: sb, Port: p}, nil
+	}
+	return routeOfHost(r.Host)
+}
+
+// routeOfHost parses <port>-<sandbox id>.<domain>[:port]: the left-most
+// label split at its first "-". A host whose first label is not of that
+// form (an IP address, "localhost", the server's own name) is not sandbox
+// traffic.
+func routeOfHost(host string) (Route, error) {
+	label, rest, ok := strings.Cut(host, ".")
+	if !ok || rest == "" {
+		return Route{}, errNotSandbox
+	}
+	ps, id, ok := strings.Cut(label, "-")
+	if !ok {
+		return Route{}, errNotSandbox
+	}
+	p, err := ParsePort(ps)
+	if err != nil {
+		return Route{}, errNotSandbox
+	}
+	sb, err := model.ParseSandboxID(strings.ToLower(id))
+	if err != nil {
+		return Route{}, fmt.Errorf("host %q: %w", host, err)
+	}
+	return Route{Sandbox: sb, Port: p}, nil
+}

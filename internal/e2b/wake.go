@@ -1,0 +1,79 @@
+package e2b
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// wakeTimeout bounds how long a request waits for its sandbox to wake.
+const wakeTimeout = 60 * time.Second
+
+// ensureRunning wakes a suspended (resumes a paused) sandbox and waits
+// until it runs; a sandbox on its way there is waited for. On failure it
+// has answered 502, which E2B clients read as "sandbox not running".
+func (g *Gateway) ensureRunning(w http.ResponseWriter, r *http.Request, native *client.Client, sb model.Sandbox) bool {
+	if sb.State == model.StateRunning {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wakeTimeout)
+	defer cancel()
+	if err := g.wake(ctx, native, sb.ID); err != nil {
+		writeError(w, http.StatusBadGateway, err.Error())
+		return false
+	}
+	return true
+}
+
+// wake brings sandbox id to running. Another request waking it at the
+// same time is fine: a refused (conflicting) wake is followed by waiting.
+func (g *Gateway) wake(ctx context.Context, native *client.Client, id model.SandboxID) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		sb, err := g.cfg.Sandboxes.GetSandboxByID(ctx, id)
+		if err != nil {
+			return fmt.Errorf("sandbox %s not found", id)
+		}
+		var kind model.OperationKind
+		switch sb.State {
+		case model.StateRunning:
+			return nil
+		case model.StateSuspended:
+			kind = model.OpWake
+		case model.StatePaused:
+			kind = model.OpResume
+		case model.StateDeleting, model.StateDeleted, model.StateFailed:
+			return fmt.Errorf("sandbox %s is %s", id, sb.State)
+		}
+		if kind != "" {
+			res, err := native.LifecycleSandbox(ctx, id, kind)
+			var apiErr *client.APIError
+			switch {
+			case err == nil:
+				op, err := native.WaitOperation(ctx, model.OperationID(res.Operation.ID))
+				if err != nil {
+					return fmt.Errorf("%s sandbox %s: %w", kind, id, err)
+				}
+				if op.State != "succeeded" {
+					return fmt.Errorf("%s sandbox %s: operation %s", kind, id, op.State)
+				}
+				continue
+			case errors.As(err, &apiErr) && apiErr.Status == http.StatusConflict:
+				// Someone else moved it; look again.
+			default:
+				return fmt.Errorf("%s sandbox %s: %w", kind, id, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sandbox %s did not start running in time (%s)", id, sb.State)
+		case <-tick.C:
+		}
+	}
+}
