@@ -84,7 +84,7 @@ func FuzzParseMetadataFilter(f *testing.F) {
 			}
 			t.Fatalf("parse %q=%q: %v", k, v, err)
 		}
-		if !validUTF8(k+v) {
+		if !validUTF8(k + v) {
 			return
 		}
 		if got[k] != v || len(got) != 1 {
@@ -212,7 +212,9 @@ func TestParseListQuery(t *testing.T) {
 		check   func(listQuery) bool
 		wantErr bool
 	}{
-		{"", func(q listQuery) bool { return q.Limit == 100 && q.Order == orderDesc && len(q.States) == 2 && q.After == nil }, false},
+		{"", func(q listQuery) bool {
+			return q.Limit == 100 && q.Order == orderDesc && len(q.States) == 2 && q.After == nil
+		}, false},
 		{"limit=1&order=asc&state=running", func(q listQuery) bool {
 			return q.Limit == 1 && q.Order == orderAsc && slices.Equal(q.States, []e2bState{stateRunning})
 		}, false},
