@@ -353,6 +353,25 @@ func TestE2BControl(t *testing.T) {
 	}
 	e.fails("GET", "/sandboxes/"+b.SandboxID+"/metrics", s.key, nil, 501, "metrics")
 
+	// A sandbox paused (frozen) natively is paused for E2B; connect
+	// resumes it.
+	idN := model.SandboxID(nat.ID)
+	res, err := native.PauseSandbox(ctx, idN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := native.WaitOperation(ctx, model.OperationID(res.Operation.ID)); err != nil {
+		t.Fatal(err)
+	}
+	e.ok("GET", "/sandboxes/"+nat.ID, nil, 200, &detail)
+	if detail.State != "paused" || detail.TemplateID != nat.Template {
+		t.Fatalf("natively paused sandbox: %+v", detail)
+	}
+	e.ok("POST", "/sandboxes/"+nat.ID+"/connect", map[string]any{"timeout": 60}, 201, &conn)
+	if sb, err := native.GetSandbox(ctx, idN); err != nil || sb.State != "running" || sb.TimeoutAt == nil {
+		t.Fatalf("after connect to the natively paused sandbox: %+v, %v", sb, err)
+	}
+
 	// Kill.
 	for _, id := range []string{a.SandboxID, b.SandboxID, nat.ID} {
 		e.ok("DELETE", "/sandboxes/"+id, nil, 204, nil)

@@ -11,7 +11,17 @@
 //     Airlock suspend; connect/resume wakes a suspended sandbox and resumes
 //     a paused one.
 //   - E2B timeouts are Airlock deadlines (on_timeout delete, or suspend with
-//     autoPause); E2B sandboxes get no idle limit.
+//     autoPause); E2B sandboxes get no idle limit. E2B's timeout 0 ("end
+//     now") becomes one second (Airlock's 0 means no deadline). connect
+//     only extends a running sandbox's deadline; /timeout sets it (and may
+//     shorten it). startedAt is the native created_at; endAt is the
+//     deadline, or, for a sandbox without one (created natively), a year
+//     (model.MaxTimeout) after its start.
+//   - pause suspends a sandbox that is running or paused (frozen) natively;
+//     409 once it is suspended or suspending.
+//   - Listing reads the whole filtered native listing (states and metadata
+//     filtered natively), then filters startedAfter and template, orders by
+//     (start, ID) and pages with its own X-Next-Token.
 //   - The templateID the caller named is kept in the reserved native
 //     metadata key templateKey, hidden from E2B output; a sandbox created
 //     natively shows its template digest as templateID.
