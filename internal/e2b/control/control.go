@@ -227,11 +227,27 @@ func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	var of *client.OperationFailedError
 	if errors.As(err, &of) {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		writeError(w, failedOpStatus(of.Operation), err.Error())
 		return
 	}
 	h.log.Warn("e2b control: native API call failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeError(w, http.StatusBadGateway, "Airlock API: "+err.Error())
+}
+
+// failedOpStatus is the status for a native operation that failed: 503
+// (the SDK's ServiceBusyError) when the failure is a lack of capacity or
+// availability, 504 for a resume that timed out, else 500.
+func failedOpStatus(op apiv1.Operation) int {
+	if op.Error == nil {
+		return http.StatusInternalServerError
+	}
+	switch op.Error.Code {
+	case apiv1.CodeNoCapacity, apiv1.CodeUnavailable, apiv1.CodeDraining, apiv1.CodeNodeUnreachable:
+		return http.StatusServiceUnavailable
+	case apiv1.CodeResumeTimeout:
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
 }
 
 // writeError writes E2B's error body {"code": status, "message": msg}.

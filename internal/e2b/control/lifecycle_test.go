@@ -156,3 +156,21 @@ func TestLifecycle(t *testing.T) {
 		})
 	}
 }
+
+func TestFailedOpStatus(t *testing.T) {
+	tests := []struct {
+		err  *apiv1.Error
+		want int
+	}{
+		{nil, 500},
+		{&apiv1.Error{Code: apiv1.CodeNoCapacity}, 503},
+		{&apiv1.Error{Code: apiv1.CodeNodeUnreachable}, 503},
+		{&apiv1.Error{Code: apiv1.CodeResumeTimeout}, 504},
+		{&apiv1.Error{Code: apiv1.CodeInternal}, 500},
+	}
+	for _, tt := range tests {
+		if got := failedOpStatus(apiv1.Operation{Error: tt.err}); got != tt.want {
+			t.Errorf("%+v: %d, want %d", tt.err, got, tt.want)
+		}
+	}
+}
