@@ -115,19 +115,16 @@ func New(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
-// families are the path prefixes of the E2B control API. Airlock's native
+// Owns reports whether path is an E2B control path this handler answers
+// (so the gateway can route): the E2B API's families. Airlock's native
 // routes start with /v1/, /data/, /healthz, /readyz or /openapi.json: no
 // overlap.
-var families = []string{
-	"/sandboxes", "/v2/sandboxes",
-	"/templates", "/v2/templates", "/v3/templates",
-	"/snapshots", "/volumes", "/volumecontent", "/secrets",
-}
-
-// Owns reports whether path is an E2B control path this handler answers
-// (so the gateway can route).
 func Owns(path string) bool {
-	for _, f := range families {
+	for _, f := range [...]string{
+		"/sandboxes", "/v2/sandboxes",
+		"/templates", "/v2/templates", "/v3/templates",
+		"/snapshots", "/volumes", "/volumecontent", "/secrets",
+	} {
 		if rest, ok := strings.CutPrefix(path, f); ok && (rest == "" || rest[0] == '/') {
 			return true
 		}

@@ -16,7 +16,7 @@ import (
 const defaultTimeout = 300
 
 // maxTimeoutSecs is the longest timeout accepted (Airlock's own bound).
-var maxTimeoutSecs = int64(model.MaxTimeout / time.Second)
+const maxTimeoutSecs = int64(model.MaxTimeout / time.Second)
 
 // httpError is an error answered with its status and message.
 type httpError struct {

@@ -24,19 +24,16 @@ const clientID = "airlock"
 // not be set through E2B.
 const templateKey = "e2b.airlock/template-id"
 
-// Template names the SDKs default to, and the Airlock templates they mean.
-var defaultTemplates = map[string]string{
-	"base":                "default",
-	"code-interpreter-v1": "code-interpreter",
-}
-
 // nativeTemplate returns the Airlock template reference for an E2B
 // templateID: the SDK defaults map to Airlock's templates of the same
 // purpose; anything else names an Airlock template (name, name:tag or
 // digest) as is.
 func nativeTemplate(e2bID string) string {
-	if n, ok := defaultTemplates[e2bID]; ok {
-		return n
+	switch e2bID {
+	case "base": // the SDK's default
+		return "default"
+	case "code-interpreter-v1": // @e2b/code-interpreter's default
+		return "code-interpreter"
 	}
 	return e2bID
 }
