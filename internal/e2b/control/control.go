@@ -1,0 +1,265 @@
+// Package control is E2B's control-plane REST API (create, connect, list,
+// get, kill, timeout, pause, resume of sandboxes) translated to Airlock's
+// native API: every call is made through internal/client with the caller's
+// X-API-Key as the bearer key, so authentication, quotas, idempotency and
+// multi-node routing are the native ones.
+//
+// Mapping (see e2b-protocol.md §4):
+//   - E2B sandbox IDs are Airlock sandbox IDs; a malformed ID is a 404, as
+//     for an unknown one.
+//   - E2B "paused" is Airlock suspended (and paused: frozen); E2B pause is
+//     Airlock suspend; connect/resume wakes a suspended sandbox and resumes
+//     a paused one.
+//   - E2B timeouts are Airlock deadlines (on_timeout delete, or suspend with
+//     autoPause); E2B sandboxes get no idle limit. E2B's timeout 0 ("end
+//     now") becomes one second (Airlock's 0 means no deadline). connect
+//     only extends a running sandbox's deadline; /timeout sets it (and may
+//     shorten it). startedAt is the native created_at; endAt is the
+//     deadline, or, for a sandbox without one (created natively), a year
+//     (model.MaxTimeout) after its start.
+//   - pause suspends a sandbox that is running or paused (frozen) natively;
+//     409 once it is suspended or suspending.
+//   - Listing reads the whole filtered native listing (states and metadata
+//     filtered natively), then filters startedAfter and template, orders by
+//     (start, ID) and pages with its own X-Next-Token.
+//   - The templateID the caller named is kept in the reserved native
+//     metadata key templateKey, hidden from E2B output; a sandbox created
+//     natively shows its template digest as templateID.
+//   - Accepted and ignored: secure (an access token is always issued),
+//     autoResume (sandbox traffic always wakes a suspended sandbox),
+//     autoPauseMemory and pause/connect "memory" (Airlock's suspend decides
+//     what it keeps: memory where the runtime can checkpoint, the
+//     filesystem otherwise).
+//   - Refused with 501: metrics, network rules/proxy/ingress settings, iam,
+//     mcp, volume mounts, and every other E2B family (templates, snapshots,
+//     fork, network updates, volumes, secrets).
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/client"
+)
+
+// maxBody bounds a request body.
+const maxBody = 1 << 20
+
+// Config configures a Handler.
+type Config struct {
+	// Native returns a client of Airlock's own API authenticated with
+	// apiKey (the caller's X-API-Key).
+	Native func(apiKey string) (*client.Client, error)
+	// AccessToken returns the sandbox access token (E2B envdAccessToken)
+	// for a sandbox.
+	AccessToken func(ctx context.Context, sb apiv1.Sandbox) (string, error)
+	// Domain is returned as the sandbox `domain` (may carry :port); empty
+	// → null.
+	Domain string
+	Logger *slog.Logger
+}
+
+// Handler answers E2B control-plane requests.
+type Handler struct {
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// New returns a Handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Native == nil {
+		return nil, errors.New("e2b control: Config.Native is required")
+	}
+	if cfg.AccessToken == nil {
+		return nil, errors.New("e2b control: Config.AccessToken is required")
+	}
+	if strings.ContainsAny(cfg.Domain, "/ \t\r\n") {
+		return nil, fmt.Errorf("e2b control: domain %q must be a host name with an optional :port", cfg.Domain)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{cfg: cfg, log: log, mux: http.NewServeMux()}
+	routes := []struct {
+		pattern string
+		fn      func(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error
+	}{
+		{"POST /v2/sandboxes", h.create},
+		{"POST /sandboxes", h.create},
+		{"GET /v2/sandboxes", h.list},
+		{"GET /sandboxes", h.listLegacy},
+		{"GET /sandboxes/{id}", h.get},
+		{"DELETE /sandboxes/{id}", h.kill},
+		{"POST /v2/sandboxes/{id}/connect", h.connect},
+		{"POST /sandboxes/{id}/connect", h.connect},
+		{"POST /sandboxes/{id}/resume", h.resume},
+		{"POST /sandboxes/{id}/timeout", h.setTimeout},
+		{"POST /sandboxes/{id}/refreshes", h.refresh},
+		{"POST /sandboxes/{id}/pause", h.pause},
+		{"GET /sandboxes/{id}/metrics", h.metrics},
+	}
+	for _, rt := range routes {
+		h.mux.Handle(rt.pattern, h.authed(rt.fn))
+	}
+	h.mux.HandleFunc("/", h.unsupported)
+	return h, nil
+}
+
+// Owns reports whether path is an E2B control path this handler answers
+// (so the gateway can route): the E2B API's families. Airlock's native
+// routes start with /v1/, /data/, /healthz, /readyz or /openapi.json: no
+// overlap.
+func Owns(path string) bool {
+	for _, f := range [...]string{
+		"/sandboxes", "/v2/sandboxes",
+		"/templates", "/v2/templates", "/v3/templates",
+		"/snapshots", "/volumes", "/volumecontent", "/secrets",
+	} {
+		if rest, ok := strings.CutPrefix(path, f); ok && (rest == "" || rest[0] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
+// ServeHTTP answers an E2B control-plane request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !Owns(r.URL.Path) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("%s is not an E2B API path", r.URL.Path))
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// unsupported answers an E2B call Airlock does not implement.
+func (h *Handler) unsupported(w http.ResponseWriter, r *http.Request) {
+	writeError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not supported by Airlock's E2B API", r.Method, r.URL.Path))
+}
+
+// apiKey returns the caller's key: X-API-Key, or (old SDKs with
+// E2B_ACCESS_TOKEN) a bearer token.
+func apiKey(r *http.Request) string {
+	if k := strings.TrimSpace(r.Header.Get("X-API-Key")); k != "" {
+		return k
+	}
+	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		return strings.TrimSpace(tok)
+	}
+	return ""
+}
+
+// authed wraps a route: it requires a key, bounds the body and answers
+// the route's error.
+func (h *Handler) authed(fn func(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := apiKey(r)
+		if key == "" {
+			writeError(w, http.StatusUnauthorized, "missing X-API-Key header")
+			return
+		}
+		c, err := h.cfg.Native(key)
+		if err != nil {
+			// A key the native client refuses (e.g. with whitespace)
+			// cannot be valid.
+			writeError(w, http.StatusUnauthorized, "invalid API key")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		if err := fn(r.Context(), w, r, c); err != nil {
+			h.writeErr(w, r, err)
+		}
+	})
+}
+
+// decodeBody decodes an optional JSON body into v (an empty body leaves v
+// as is). Chunked bodies are fine; over maxBody is a 413.
+func decodeBody(r *http.Request, v any) error {
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return &httpError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("request body larger than %d bytes", maxBody)}
+		}
+		return badRequest("reading the request body: %v", err)
+	}
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return badRequest("request body is not valid JSON for this call: %v", err)
+	}
+	return nil
+}
+
+// writeErr answers err: an *httpError with its status, a native API error
+// with the native status (client.APIError does not carry a 429's
+// Retry-After, so none is passed on), anything else as a 502 (the native API failed below HTTP).
+func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
+	if he, ok := asHTTPError(err); ok {
+		writeError(w, he.status, he.msg)
+		return
+	}
+	var ae *client.APIError
+	if errors.As(err, &ae) && ae.Status >= 400 && ae.Status <= 599 {
+		writeError(w, ae.Status, ae.Error())
+		return
+	}
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		// The caller went away; nobody reads the answer.
+		return
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		writeError(w, http.StatusGatewayTimeout, err.Error())
+		return
+	}
+	var of *client.OperationFailedError
+	if errors.As(err, &of) {
+		writeError(w, failedOpStatus(of.Operation), err.Error())
+		return
+	}
+	h.log.Warn("e2b control: native API call failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusBadGateway, "Airlock API: "+err.Error())
+}
+
+// failedOpStatus is the status for a native operation that failed: 503
+// (the SDK's ServiceBusyError) when the failure is a lack of capacity or
+// availability, 504 for a resume that timed out, else 500.
+func failedOpStatus(op apiv1.Operation) int {
+	if op.Error == nil {
+		return http.StatusInternalServerError
+	}
+	switch op.Error.Code {
+	case apiv1.CodeNoCapacity, apiv1.CodeUnavailable, apiv1.CodeDraining, apiv1.CodeNodeUnreachable:
+		return http.StatusServiceUnavailable
+	case apiv1.CodeResumeTimeout:
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// writeError writes E2B's error body {"code": status, "message": msg}.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, errorBody{Code: status, Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		data = []byte(`{"code":500,"message":"encoding the response failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(data, '\n'))
+}

@@ -1,0 +1,182 @@
+package control
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// defaultTimeout is E2B's default sandbox lifetime, in seconds.
+const defaultTimeout = 300
+
+// maxTimeoutSecs is the longest timeout accepted (Airlock's own bound).
+const maxTimeoutSecs = int64(model.MaxTimeout / time.Second)
+
+// httpError is an error answered with its status and message.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+}
+
+func notImplemented(format string, args ...any) error {
+	return &httpError{status: http.StatusNotImplemented, msg: fmt.Sprintf(format, args...)}
+}
+
+// createSpec is a parsed E2B create request.
+type createSpec struct {
+	e2bTemplate string // as the caller named it
+	native      apiv1.CreateSandboxRequest
+}
+
+// parseTimeout parses an E2B timeout in seconds; absent is def. E2B's 0
+// ends the sandbox now, while Airlock's 0 means "no deadline": 0 becomes
+// one second.
+func parseTimeout(v *int64, def int64) (int64, error) {
+	if v == nil {
+		return def, nil
+	}
+	switch s := *v; {
+	case s < 0 || s > maxTimeoutSecs:
+		return 0, badRequest("timeout must be from 0 to %d seconds, not %d", maxTimeoutSecs, s)
+	case s == 0:
+		return 1, nil
+	default:
+		return s, nil
+	}
+}
+
+// allTraffic reports whether a CIDR stands for every address.
+func allTraffic(s string) bool {
+	switch strings.TrimSpace(s) {
+	case "0.0.0.0/0", "::/0":
+		return true
+	}
+	return false
+}
+
+// parseEgress maps allow_internet_access and network.allowOut/denyOut to
+// an Airlock egress policy. E2B lets allowOut win over denyOut; Airlock
+// lets deny win over allow, so the two only combine when denyOut blocks
+// everything (then: default none plus the allow list). Other network
+// settings have no Airlock counterpart and are refused.
+func parseEgress(in createIn) (*apiv1.EgressPolicy, error) {
+	var pol apiv1.EgressPolicy
+	if in.AllowInternetAccess != nil {
+		if *in.AllowInternetAccess {
+			pol.Default = "public"
+		} else {
+			pol.Default = "none"
+		}
+	}
+	if n := in.Network; n != nil {
+		switch {
+		case n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic:
+			return nil, notImplemented("network.allowPublicTraffic=false (traffic access tokens) is not supported by Airlock's E2B API")
+		case present(n.MaskRequestHost):
+			return nil, notImplemented("network.maskRequestHost is not supported by Airlock's E2B API")
+		case present(n.Rules):
+			return nil, notImplemented("network.rules (request transforms) are not supported by Airlock's E2B API; use Airlock egress secrets")
+		case present(n.EgressProxy):
+			return nil, notImplemented("network.egressProxy is not supported by Airlock's E2B API")
+		case present(n.HTTPSPorts):
+			return nil, notImplemented("network.httpsPorts is not supported by Airlock's E2B API")
+		}
+		denyAll := slices.ContainsFunc(n.DenyOut, allTraffic)
+		var deny []string
+		for _, d := range n.DenyOut {
+			if !allTraffic(d) {
+				deny = append(deny, strings.TrimSpace(d))
+			}
+		}
+		if denyAll {
+			pol.Default = "none"
+		}
+		if len(n.AllowOut) > 0 && len(deny) > 0 {
+			return nil, notImplemented("network.allowOut together with specific network.denyOut entries is not supported: E2B lets allowOut win, Airlock lets deny win; deny 0.0.0.0/0 and list what to allow")
+		}
+		for _, a := range n.AllowOut {
+			if allTraffic(a) {
+				if pol.Default == "none" && len(n.AllowOut) > 1 {
+					return nil, badRequest("network.allowOut 0.0.0.0/0 with other entries is ambiguous")
+				}
+				pol.Default = "public"
+				continue
+			}
+			pol.Allow = append(pol.Allow, strings.TrimSpace(a))
+		}
+		pol.Deny = deny
+	}
+	if pol.Default == "" && len(pol.Allow) == 0 && len(pol.Deny) == 0 {
+		return nil, nil
+	}
+	return &pol, nil
+}
+
+// parseCreate turns an E2B create body into the native create request.
+func parseCreate(in createIn) (createSpec, error) {
+	tpl := strings.TrimSpace(in.TemplateID)
+	if tpl == "" {
+		return createSpec{}, badRequest("templateID is required")
+	}
+	switch {
+	case present(in.IAM):
+		return createSpec{}, notImplemented("iam tokens are not supported by Airlock's E2B API")
+	case present(in.MCP):
+		return createSpec{}, notImplemented("mcp is not supported by Airlock's E2B API")
+	case present(in.VolumeMounts) && string(in.VolumeMounts) != "[]":
+		return createSpec{}, notImplemented("volumeMounts are not supported by Airlock's E2B API")
+	}
+	timeout, err := parseTimeout(in.Timeout, defaultTimeout)
+	if err != nil {
+		return createSpec{}, err
+	}
+	if _, reserved := in.Metadata[templateKey]; reserved {
+		return createSpec{}, badRequest("metadata key %q is reserved", templateKey)
+	}
+	md := make(map[string]string, len(in.Metadata)+1)
+	for k, v := range in.Metadata {
+		md[k] = v
+	}
+	md[templateKey] = tpl
+	egress, err := parseEgress(in)
+	if err != nil {
+		return createSpec{}, err
+	}
+	on := model.OnTimeoutDelete
+	if in.AutoPause != nil && *in.AutoPause {
+		on = model.OnTimeoutSuspend
+	}
+	// Only the E2B timeout ends an E2B sandbox: no idle suspend.
+	var never int64
+	return createSpec{
+		e2bTemplate: tpl,
+		native: apiv1.CreateSandboxRequest{
+			Template:    nativeTemplate(tpl),
+			Env:         in.EnvVars,
+			Metadata:    md,
+			Egress:      egress,
+			Timeout:     timeout,
+			OnTimeout:   string(on),
+			IdleTimeout: &never,
+		},
+	}, nil
+}
+
+// asHTTPError reports whether err is an *httpError.
+func asHTTPError(err error) (*httpError, bool) {
+	var he *httpError
+	ok := errors.As(err, &he)
+	return he, ok
+}

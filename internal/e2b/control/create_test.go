@@ -1,0 +1,119 @@
+package control
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"testing"
+
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+func TestParseCreate(t *testing.T) {
+	tests := []struct {
+		name   string
+		body   string
+		status int // 0: accepted
+		check  func(t *testing.T, s createSpec)
+	}{
+		{"sdk default", `{"templateID":"base"}`, 0, func(t *testing.T, s createSpec) {
+			n := s.native
+			if n.Template != "default" || s.e2bTemplate != "base" || n.Timeout != 300 || n.OnTimeout != "delete" || n.Egress != nil {
+				t.Fatalf("%+v", n)
+			}
+			if n.IdleTimeout == nil || *n.IdleTimeout != 0 || n.Metadata[templateKey] != "base" {
+				t.Fatalf("%+v", n)
+			}
+		}},
+		{"code interpreter", `{"templateID":"code-interpreter-v1","timeout":60,"autoPause":true,"metadata":{"a":"b"},"envVars":{"X":"1"}}`, 0, func(t *testing.T, s createSpec) {
+			n := s.native
+			if n.Template != "code-interpreter" || n.Timeout != 60 || n.OnTimeout != "suspend" || n.Metadata["a"] != "b" || n.Env["X"] != "1" {
+				t.Fatalf("%+v", n)
+			}
+		}},
+		{"other template", `{"templateID":"python:3.12","secure":true,"autoResume":{"enabled":true},"volumeMounts":[]}`, 0, func(t *testing.T, s createSpec) {
+			if s.native.Template != "python:3.12" {
+				t.Fatalf("%+v", s.native)
+			}
+		}},
+		{"timeout 0 ends now", `{"templateID":"base","timeout":0}`, 0, func(t *testing.T, s createSpec) {
+			if s.native.Timeout != 1 {
+				t.Fatalf("%+v", s.native)
+			}
+		}},
+		{"no internet", `{"templateID":"base","allow_internet_access":false}`, 0, func(t *testing.T, s createSpec) {
+			if s.native.Egress == nil || s.native.Egress.Default != "none" {
+				t.Fatalf("%+v", s.native.Egress)
+			}
+		}},
+		{"allow list", `{"templateID":"base","network":{"denyOut":["0.0.0.0/0"],"allowOut":["1.1.1.1","example.com"]}}`, 0, func(t *testing.T, s createSpec) {
+			e := s.native.Egress
+			if e == nil || e.Default != "none" || !slices.Equal(e.Allow, []string{"1.1.1.1", "example.com"}) || len(e.Deny) != 0 {
+				t.Fatalf("%+v", e)
+			}
+		}},
+		{"deny list", `{"templateID":"base","network":{"denyOut":["10.0.0.0/8"]}}`, 0, func(t *testing.T, s createSpec) {
+			e := s.native.Egress
+			if e == nil || e.Default != "" || !slices.Equal(e.Deny, []string{"10.0.0.0/8"}) {
+				t.Fatalf("%+v", e)
+			}
+		}},
+		{"allow and specific deny", `{"templateID":"base","network":{"denyOut":["10.0.0.0/8"],"allowOut":["10.1.1.1"]}}`, http.StatusNotImplemented, nil},
+		{"rules", `{"templateID":"base","network":{"rules":{"x":[]}}}`, http.StatusNotImplemented, nil},
+		{"private traffic", `{"templateID":"base","network":{"allowPublicTraffic":false}}`, http.StatusNotImplemented, nil},
+		{"volumes", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, http.StatusNotImplemented, nil},
+		{"mcp", `{"templateID":"base","mcp":{"x":{}}}`, http.StatusNotImplemented, nil},
+		{"iam", `{"templateID":"base","iam":{"tokens":{}}}`, http.StatusNotImplemented, nil},
+		{"no template", `{}`, http.StatusBadRequest, nil},
+		{"negative timeout", `{"templateID":"base","timeout":-1}`, http.StatusBadRequest, nil},
+		{"reserved key", `{"templateID":"base","metadata":{"` + templateKey + `":"x"}}`, http.StatusBadRequest, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var in createIn
+			if err := json.Unmarshal([]byte(tt.body), &in); err != nil {
+				t.Fatal(err)
+			}
+			s, err := parseCreate(in)
+			if tt.status == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				tt.check(t, s)
+				return
+			}
+			he, ok := asHTTPError(err)
+			if !ok || he.status != tt.status {
+				t.Fatalf("err = %v, want status %d", err, tt.status)
+			}
+		})
+	}
+}
+
+func FuzzParseCreate(f *testing.F) {
+	f.Add(`{"templateID":"base","timeout":10,"network":{"denyOut":["0.0.0.0/0"],"allowOut":["a"]}}`)
+	f.Add(`{"templateID":"x","allow_internet_access":true,"autoPause":false}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		var in createIn
+		if json.Unmarshal([]byte(body), &in) != nil {
+			return
+		}
+		s, err := parseCreate(in)
+		if err != nil {
+			if _, ok := asHTTPError(err); !ok {
+				t.Fatalf("error %v is not an httpError", err)
+			}
+			return
+		}
+		n := s.native
+		if n.Template == "" || n.Timeout < 1 || n.Metadata[templateKey] != s.e2bTemplate {
+			t.Fatalf("%+v", n)
+		}
+		if _, err := model.ParseOnTimeout(n.OnTimeout); err != nil {
+			t.Fatal(err)
+		}
+		if e := n.Egress; e != nil && e.Default != "" && e.Default != "none" && e.Default != "public" {
+			t.Fatalf("egress default %q", e.Default)
+		}
+	})
+}
