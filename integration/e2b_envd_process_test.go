@@ -200,9 +200,16 @@ func TestE2BEnvdProcess(t *testing.T) {
 		if got := run(t, req).stdout.String(); got != "/root root root bar /tmp 0\n" {
 			t.Fatalf("got %q", got)
 		}
-		rel := "tmp" // relative to nobody's home, /
+		if _, err := native.Mkdir(ctx, id, "/root/sub"); err != nil {
+			t.Fatal(err)
+		}
+		rel := "sub" // relative to root's home
+		req.Process.Cwd = &rel
+		if got := run(t, req).stdout.String(); got != "/root root root bar /root/sub 0\n" {
+			t.Fatalf("relative cwd: %q", got)
+		}
 		req2 := connect.NewRequest(shCmd("id -u; pwd"))
-		req2.Msg.Process.Cwd = &rel
+		req2.Msg.Process.Cwd = &cwd
 		req2.Header().Set("Authorization", "Basic "+basic("nobody"))
 		st, err := pc.Start(ctx, req2)
 		if err != nil {
@@ -417,7 +424,7 @@ func TestE2BEnvdProcess(t *testing.T) {
 	})
 
 	t.Run("megabytes-lossless", func(t *testing.T) {
-		const size = 3 << 20
+		const size = 3<<20 + 12345 // not a multiple of any buffer
 		r := run(t, shCmd(fmt.Sprintf("head -c %d /dev/urandom > /tmp/big && cat /tmp/big", size)))
 		if r.end.GetExitCode() != 0 || r.stdout.Len() != size {
 			t.Fatalf("got %d bytes, end %v", r.stdout.Len(), r.end)

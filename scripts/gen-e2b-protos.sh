@@ -12,4 +12,4 @@ out=internal/e2b/envd
 protoc -I "$out/proto" \
 	--go_out=. --go_opt=module="$module" \
 	--connect-go_out=. --connect-go_opt=module="$module" \
-	process/process.proto
+	process/types.proto process/events.proto process/input.proto process/process.proto
