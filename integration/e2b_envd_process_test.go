@@ -291,6 +291,29 @@ func TestE2BEnvdProcess(t *testing.T) {
 		}
 	})
 
+	t.Run("stream-input", func(t *testing.T) {
+		ev := start(ctx, shCmd("read a; read b; echo $a$b"))
+		pid := ev.startPid(t)
+		in := pc.StreamInput(ctx)
+		msgs := []*processpb.StreamInputRequest{
+			{Event: &processpb.StreamInputRequest_Start{Start: &processpb.StreamInputRequest_StartEvent{Process: pidSel(pid)}}},
+			{Event: &processpb.StreamInputRequest_Data{Data: &processpb.StreamInputRequest_DataEvent{Input: &processpb.ProcessInput{Input: &processpb.ProcessInput_Stdin{Stdin: []byte("x\n")}}}}},
+			{Event: &processpb.StreamInputRequest_Keepalive{Keepalive: &processpb.StreamInputRequest_KeepAlive{}}},
+			{Event: &processpb.StreamInputRequest_Data{Data: &processpb.StreamInputRequest_DataEvent{Input: &processpb.ProcessInput{Input: &processpb.ProcessInput_Stdin{Stdin: []byte("y\n")}}}}},
+		}
+		for _, m := range msgs {
+			if err := in.Send(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := in.CloseAndReceive(); err != nil {
+			t.Fatal(err)
+		}
+		if r := ev.rest(t); r.stdout.String() != "xy\n" {
+			t.Fatalf("stdout %q", r.stdout.String())
+		}
+	})
+
 	t.Run("close-stdin", func(t *testing.T) {
 		ev := start(ctx, shCmd("cat; echo done"))
 		pid := ev.startPid(t)
