@@ -12,12 +12,14 @@
 package processpbconnect
 
 import (
-	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	processpb "github.com/airlockdev/airlock/internal/e2b/envd/processpb"
 	http "net/http"
 	strings "strings"
+
+	connect "connectrpc.com/connect"
+
+	processpb "github.com/airlockdev/airlock/internal/e2b/envd/processpb"
 )
 
 // This is a compile-time assertion to ensure that this generated file and the connect package are
