@@ -24,3 +24,8 @@ protoc \
 	--go_out=. --go_opt=module="$module" \
 	--connect-go_out=. --connect-go_opt=module="$module" \
 	internal/e2b/envdfs/proto/filesystem/filesystem.proto
+
+# The project's import grouping, so the generated files pass its checks.
+if command -v goimports >/dev/null; then
+	goimports -local "$module" -w internal/e2b/envdfs/filesystempb
+fi

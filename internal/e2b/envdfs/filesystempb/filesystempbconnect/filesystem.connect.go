@@ -9,12 +9,14 @@
 package filesystempbconnect
 
 import (
-	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	filesystempb "github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb"
 	http "net/http"
 	strings "strings"
+
+	connect "connectrpc.com/connect"
+
+	filesystempb "github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb"
 )
 
 // This is a compile-time assertion to ensure that this generated file and the connect package are
