@@ -169,7 +169,6 @@ func (h *filesHandler) download(w http.ResponseWriter, r *http.Request) error {
 	defer body.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(p.String())}))
 	w.Header().Add("Vary", "Accept-Encoding")
 	var out io.Writer = flushWriter{w}
 	var gz *gzip.Writer

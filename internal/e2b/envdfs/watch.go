@@ -34,8 +34,10 @@ const (
 const uploadTempPrefix = ".airlock-upload-"
 
 // errRecursive answers a recursive watch.
-var errRecursive = connect.NewError(connect.CodeUnimplemented,
-	errors.New("recursive directory watches are not supported by this server (Airlock watches one directory's entries); watch each directory instead"))
+func errRecursive() error {
+	return connect.NewError(connect.CodeUnimplemented,
+		errors.New("recursive directory watches are not supported by this server (Airlock watches one directory's entries); watch each directory instead"))
+}
 
 // keepaliveInterval parses the Keepalive-Ping-Interval header.
 func keepaliveInterval(h http.Header) time.Duration {
@@ -163,7 +165,7 @@ func openWatch(ctx context.Context, c caller, raw string, recursive bool) (model
 		return "", nil, err
 	}
 	if recursive {
-		return "", nil, errRecursive
+		return "", nil, errRecursive()
 	}
 	fi, err := c.t.Native.StatFile(ctx, c.t.Sandbox, p)
 	if err != nil {

@@ -34,7 +34,9 @@ type WatcherLimits struct {
 }
 
 // DefaultWatcherLimits are the limits NewWatchers uses.
-var DefaultWatcherLimits = WatcherLimits{Max: 1024, MaxPerSandbox: 64, MaxQueued: 4096, Idle: 10 * time.Minute, OpenTimeout: 30 * time.Second}
+func DefaultWatcherLimits() WatcherLimits {
+	return WatcherLimits{Max: 1024, MaxPerSandbox: 64, MaxQueued: 4096, Idle: 10 * time.Minute, OpenTimeout: 30 * time.Second}
+}
 
 // Watchers is the registry of polling watchers (CreateWatcher,
 // GetWatcherEvents, RemoveWatcher) of one process. Each watcher holds one
@@ -68,7 +70,7 @@ type pollWatcher struct {
 
 // NewWatchers starts a registry with DefaultWatcherLimits.
 func NewWatchers(logger *slog.Logger) *Watchers {
-	return NewWatchersWithLimits(logger, DefaultWatcherLimits, time.Now)
+	return NewWatchersWithLimits(logger, DefaultWatcherLimits(), time.Now)
 }
 
 // NewWatchersWithLimits starts a registry with the given limits and clock.
