@@ -409,17 +409,52 @@ func TestE2BEnvdFilesystem(t *testing.T) {
 			}
 		}
 		cancel()
-		rreq := connect.NewRequest(&filesystempb.WatchDirRequest{Path: "/tmp/e2b/w", Recursive: true})
-		rs, err := fs.WatchDir(ctx, rreq)
-		if err == nil {
-			for rs.Receive() {
+		// Recursive: an existing subdirectory, and one made while watching.
+		if _, err := fs.MakeDir(ctx, connect.NewRequest(&filesystempb.MakeDirRequest{Path: "/tmp/e2b/r/s"})); err != nil {
+			t.Fatal(err)
+		}
+		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer rcancel()
+		rs, err := fs.WatchDir(rctx, connect.NewRequest(&filesystempb.WatchDirRequest{Path: "/tmp/e2b/r", Recursive: true}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rs.Close()
+		if !rs.Receive() || rs.Msg().GetStart() == nil {
+			t.Fatalf("recursive: first message %v, err %v", rs.Msg(), rs.Err())
+		}
+		waitFor := func(name string, typ filesystempb.EventType) {
+			t.Helper()
+			var seen []string
+			for {
+				if !rs.Receive() {
+					t.Fatalf("recursive: no %v %s (saw %v, err %v)", typ, name, seen, rs.Err())
+				}
+				if ev := rs.Msg().GetFilesystem(); ev != nil {
+					if ev.GetName() == name && ev.GetType() == typ {
+						return
+					}
+					seen = append(seen, ev.GetType().String()+" "+ev.GetName())
+				}
 			}
-			err = rs.Err()
-			rs.Close()
 		}
-		if connectCode(err) != "unimplemented" {
-			t.Errorf("recursive watch: %v", err)
+		e.upload(ctx, "", [][2]string{{"/tmp/e2b/r/s/x.txt", "x"}})
+		waitFor("s/x.txt", filesystempb.EventType_EVENT_TYPE_CREATE)
+		if _, err := fs.MakeDir(ctx, connect.NewRequest(&filesystempb.MakeDirRequest{Path: "/tmp/e2b/r/new"})); err != nil {
+			t.Fatal(err)
 		}
+		waitFor("new", filesystempb.EventType_EVENT_TYPE_CREATE)
+		e.upload(ctx, "", [][2]string{{"/tmp/e2b/r/new/y.txt", "y"}})
+		waitFor("new/y.txt", filesystempb.EventType_EVENT_TYPE_CREATE)
+		if _, err := fs.Remove(ctx, connect.NewRequest(&filesystempb.RemoveRequest{Path: "/tmp/e2b/r/s"})); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("s", filesystempb.EventType_EVENT_TYPE_REMOVE)
+		rcancel()
+		if _, err := fs.Remove(ctx, connect.NewRequest(&filesystempb.RemoveRequest{Path: "/tmp/e2b/r"})); err != nil {
+			t.Fatal(err)
+		}
+
 		rs, err = fs.WatchDir(ctx, connect.NewRequest(&filesystempb.WatchDirRequest{Path: "/tmp/e2b/big.bin"}))
 		if err == nil {
 			for rs.Receive() {

@@ -15,8 +15,9 @@
 //     owner.
 //   - Files, and directories made by MakeDir, Move and uploads, are owned
 //     by the sandbox agent's user (root), not chowned to the E2B user.
-//   - WatchDir and CreateWatcher with recursive=true fail with
-//     unimplemented: a native watch covers one directory's entries.
+//   - A native watch covers one directory's entries, so a recursive
+//     WatchDir or CreateWatcher holds one native watch per directory (at
+//     most 64; more is resource_exhausted), added as directories appear.
 //   - CHMOD events are never reported (the native watch does not see them).
 //   - A symlink's symlink_target is its link text made absolute against its
 //     directory, not the fully resolved path.

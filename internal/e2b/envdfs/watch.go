@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"path"
 	"strconv"
@@ -32,12 +31,6 @@ const (
 // agent writes an upload into before renaming it over its target; their
 // events are the agent's, not the user's, and are not reported.
 const uploadTempPrefix = ".airlock-upload-"
-
-// errRecursive answers a recursive watch.
-func errRecursive() error {
-	return connect.NewError(connect.CodeUnimplemented,
-		errors.New("recursive directory watches are not supported by this server (Airlock watches one directory's entries); watch each directory instead"))
-}
 
 // keepaliveInterval parses the Keepalive-Ping-Interval header.
 func keepaliveInterval(h http.Header) time.Duration {
@@ -133,54 +126,6 @@ func addEntries(ctx context.Context, c caller, dir string, evs []*filesystempb.F
 	return nil
 }
 
-// nativeItem is one read of a native watch: an event or the error that
-// ended it (io.EOF when the server ended it cleanly).
-type nativeItem struct {
-	ev  apiv1.FileEvent
-	err error
-}
-
-// feed reads the watch until it ends or ctx is done and sends what it
-// reads on out, closing out at the end. The caller stops it by cancelling
-// ctx and closing w, then draining out.
-func feed(ctx context.Context, w *client.FileWatch, out chan<- nativeItem) {
-	defer close(out)
-	for {
-		ev, err := w.Next()
-		select {
-		case out <- nativeItem{ev: ev, err: err}:
-		case <-ctx.Done():
-			return
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// openWatch validates a watch request and opens the native watch.
-func openWatch(ctx context.Context, c caller, raw string, recursive bool) (model.GuestPath, *client.FileWatch, error) {
-	p, err := c.path(raw)
-	if err != nil {
-		return "", nil, err
-	}
-	if recursive {
-		return "", nil, errRecursive()
-	}
-	fi, err := c.t.Native.StatFile(ctx, c.t.Sandbox, p)
-	if err != nil {
-		return "", nil, nativeError(ctx, "watch "+p.String(), err)
-	}
-	if fi.Type != apiv1.FileTypeDirectory {
-		return "", nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %s not a directory", p))
-	}
-	w, err := c.t.Native.WatchFiles(ctx, c.t.Sandbox, p)
-	if err != nil {
-		return "", nil, nativeError(ctx, "watch "+p.String(), err)
-	}
-	return p, w, nil
-}
-
 // WatchDir streams the changes of a directory's entries: start, then
 // filesystem events, with keepalives after Keepalive-Ping-Interval seconds
 // of silence. It ends when the client goes away or the directory does.
@@ -189,20 +134,12 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[filesystemp
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	dir, w, err := openWatch(ctx, c, req.Msg.GetPath(), req.Msg.GetRecursive())
+	tw, err := openTree(ctx, c, req.Msg.GetPath(), req.Msg.GetRecursive())
 	if err != nil {
 		return err
 	}
-	items := make(chan nativeItem)
-	go feed(ctx, w, items)
-	defer func() {
-		cancel()
-		w.Close()
-		for range items { //nolint:revive // drain until feed has returned
-		}
-	}()
+	defer tw.Close()
+	dir := tw.root
 
 	if err := stream.Send(&filesystempb.WatchDirResponse{Event: &filesystempb.WatchDirResponse_Start{Start: &filesystempb.WatchDirResponse_StartEvent{}}}); err != nil {
 		return fmt.Errorf("send start: %w", err)
@@ -218,19 +155,13 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[filesystemp
 			if err := stream.Send(&filesystempb.WatchDirResponse{Event: &filesystempb.WatchDirResponse_Keepalive{Keepalive: &filesystempb.WatchDirResponse_KeepAlive{}}}); err != nil {
 				return fmt.Errorf("send keepalive: %w", err)
 			}
-		case it, ok := <-items:
-			if !ok {
-				return nil
+		case it := <-tw.items:
+			evs, err := tw.handle(it)
+			if errors.Is(err, errRootGone) {
+				return nil // its REMOVE was sent
 			}
-			if errors.Is(it.err, io.EOF) {
-				return nil // the directory went away; its REMOVE was sent
-			}
-			if it.err != nil {
-				return nativeError(ctx, "watch "+dir.String(), it.err)
-			}
-			evs, err := translate(dir.String(), it.ev)
 			if err != nil {
-				return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("watch %s: %w", dir, err))
+				return err
 			}
 			if req.Msg.GetIncludeEntry() {
 				if err := addEntries(ctx, c, dir.String(), evs); err != nil {

@@ -6,14 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 
-	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb"
 	"github.com/airlockdev/airlock/internal/model"
 )
@@ -89,6 +87,22 @@ func (ws *Watchers) Close() {
 	ws.mu.Unlock()
 	ws.cancel()
 	ws.wg.Wait()
+}
+
+// goWatch runs fn in a goroutine Close waits for, unless the registry is
+// closed.
+func (ws *Watchers) goWatch(fn func()) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.closed {
+		return false
+	}
+	ws.wg.Add(1)
+	go func() {
+		defer ws.wg.Done()
+		fn()
+	}()
+	return true
 }
 
 // janitor removes watchers not polled for limits.Idle.
@@ -193,11 +207,11 @@ func (s *Service) CreateWatcher(ctx context.Context, req *connect.Request[filesy
 	// the watch is being opened.
 	timer := time.AfterFunc(ws.limits.OpenTimeout, cancel)
 	stop := context.AfterFunc(ctx, cancel)
-	dir, nw, err := openWatch(wctx, c, req.Msg.GetPath(), req.Msg.GetRecursive())
+	tw, err := openTree(wctx, c, req.Msg.GetPath(), req.Msg.GetRecursive())
 	beforeTimeout, beforeEnd := timer.Stop(), stop()
 	opened := beforeTimeout && beforeEnd
 	if err == nil && !opened {
-		nw.Close()
+		tw.Close()
 		err = connect.NewError(connect.CodeDeadlineExceeded, errors.New("opening the watch took too long, or the request ended"))
 	}
 	if err != nil {
@@ -205,19 +219,24 @@ func (s *Service) CreateWatcher(ctx context.Context, req *connect.Request[filesy
 		cancel()
 		return nil, err
 	}
-	ws.wg.Add(1)
-	go func() {
-		defer ws.wg.Done()
+	started := ws.goWatch(func() {
 		defer cancel()
-		s.runWatcher(wctx, c, dir, nw, w, req.Msg.GetIncludeEntry())
-	}()
+		s.runWatcher(wctx, c, tw, w, req.Msg.GetIncludeEntry())
+	})
+	if !started {
+		tw.Close()
+		ws.drop(w.id)
+		cancel()
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the server is shutting down"))
+	}
 	return connect.NewResponse(&filesystempb.CreateWatcherResponse{WatcherId: w.id}), nil
 }
 
 // runWatcher queues the events of one polling watcher until its context
 // ends, the watch ends, or the queue overflows.
-func (s *Service) runWatcher(ctx context.Context, c caller, dir model.GuestPath, nw *client.FileWatch, w *pollWatcher, includeEntry bool) {
-	defer nw.Close()
+func (s *Service) runWatcher(ctx context.Context, c caller, tw *treeWatch, w *pollWatcher, includeEntry bool) {
+	defer tw.Close()
+	dir := tw.root.String()
 	fail := func(err error) {
 		w.mu.Lock()
 		if w.err == nil {
@@ -226,29 +245,29 @@ func (s *Service) runWatcher(ctx context.Context, c caller, dir model.GuestPath,
 		w.mu.Unlock()
 	}
 	for {
-		ev, err := nw.Next()
+		var it dirItem
+		select {
+		case <-ctx.Done():
+			return
+		case it = <-tw.items:
+		}
+		evs, err := tw.handle(it)
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, io.EOF) {
+		if errors.Is(err, errRootGone) {
 			fail(connect.NewError(connect.CodeNotFound, fmt.Errorf("watch of %s ended: the directory is gone", dir)))
 			return
 		}
 		if err != nil {
-			fail(nativeError(ctx, "watch "+dir.String(), err))
-			return
-		}
-		evs, err := translate(dir.String(), ev)
-		if err != nil {
-			fail(connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("watch %s: %w", dir, err)))
+			fail(err)
 			return
 		}
 		if includeEntry {
-			if err := addEntries(ctx, c, dir.String(), evs); err != nil {
-				if ctx.Err() != nil {
-					return
+			if err := addEntries(ctx, c, dir, evs); err != nil {
+				if ctx.Err() == nil {
+					fail(err)
 				}
-				fail(err)
 				return
 			}
 		}
