@@ -2,13 +2,18 @@ package envdfs
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -109,5 +114,41 @@ func TestWatchersExpireAndClose(t *testing.T) {
 	ws.Close()
 	if err := ws.reserve("sba", &pollWatcher{id: "w2", sandbox: "sba", cancel: func() {}}); connect.CodeOf(err) != connect.CodeUnavailable {
 		t.Errorf("reserve after Close: %v", err)
+	}
+}
+
+// TestTreeHandle: names are relative to the root, a subdirectory's own
+// end is left to its parent's event, the root's end ends the watch.
+func TestTreeHandle(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tw := &treeWatch{ctx: ctx, cancel: cancel, root: "/r", watches: map[string]*client.FileWatch{}}
+	tests := []struct {
+		it      dirItem
+		want    []string
+		wantErr error
+	}{
+		{dirItem{dir: "/r", ev: apiv1.FileEvent{Type: "create", Path: "/r/a"}}, []string{"EVENT_TYPE_CREATE a"}, nil},
+		{dirItem{dir: "/r/s", ev: apiv1.FileEvent{Type: "write", Path: "/r/s/x"}}, []string{"EVENT_TYPE_WRITE s/x"}, nil},
+		{dirItem{dir: "/r/s", ev: apiv1.FileEvent{Type: "remove", Path: "/r/s", IsDir: true}}, nil, nil},
+		{dirItem{dir: "/r/s", err: io.EOF}, nil, nil},
+		{dirItem{dir: "/r", ev: apiv1.FileEvent{Type: "remove", Path: "/r", IsDir: true}}, []string{"EVENT_TYPE_REMOVE ."}, nil},
+		{dirItem{dir: "/r", err: io.EOF}, nil, errRootGone},
+	}
+	for _, tt := range tests {
+		evs, err := tw.handle(tt.it)
+		if !errors.Is(err, tt.wantErr) {
+			t.Errorf("handle(%+v) error %v, want %v", tt.it, err, tt.wantErr)
+		}
+		var got []string
+		for _, e := range evs {
+			got = append(got, e.GetType().String()+" "+e.GetName())
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("handle(%+v) = %v, want %v", tt.it, got, tt.want)
+		}
+	}
+	if _, err := tw.handle(dirItem{dir: "/r", err: errors.New("connection reset")}); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Errorf("root watch broken: %v", err)
 	}
 }
