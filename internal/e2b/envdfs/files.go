@@ -29,7 +29,11 @@ type filesHandler struct {
 // one or more (multipart/form-data or application/octet-stream). Errors
 // are JSON {code, message} with code the HTTP status.
 //
-// Uploads are streamed to the native API, which writes each file to a
+// A multipart upload writes each part named "file" to the path its
+// filename carries (relative to the user's home when not absolute); with a
+// ?path= query every such part is written to that path instead (the SDK
+// sends ?path= only for single-file writes). Parent directories are
+// created. Uploads are streamed to the native API, which writes each file to a
 // temporary name and renames it over the target when complete. The native
 // API has no size limit for an upload: the bound is the sandbox's disk,
 // and a write that fills it fails with 500 (the native API does not tell
