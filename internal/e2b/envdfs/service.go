@@ -1,0 +1,272 @@
+// Package envdfs answers E2B envd's filesystem API — the
+// filesystem.Filesystem Connect service and the /files upload and download
+// endpoints — by translating every call to Airlock's native file API
+// (internal/client), acting on the sandbox the E2B gateway put in the
+// request's context (internal/e2b/target).
+//
+// Paths: E2B paths may be relative (to the chosen user's home) or start
+// with "~"; they are cleaned like envd's filepath.Abs does ("../../etc"
+// from /home/user is /etc) and parsed once into model.GuestPath. They are
+// guest paths: the native API confines them to the sandbox's root.
+//
+// Known differences from E2B's envd, all because the native API does not
+// offer the capability (nothing is faked):
+//   - EntryInfo.owner and .group are empty: native file info carries no
+//     owner.
+//   - Files, and directories made by MakeDir, Move and uploads, are owned
+//     by the sandbox agent's user (root), not chowned to the E2B user.
+//   - A native watch covers one directory's entries, so a recursive
+//     WatchDir or CreateWatcher holds one native watch per directory (at
+//     most 64; more is resource_exhausted), added as directories appear.
+//   - CHMOD events are never reported (the native watch does not see them).
+//   - A symlink's symlink_target is its link text made absolute against its
+//     directory, not the fully resolved path.
+package envdfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb"
+	"github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb/filesystempbconnect"
+	"github.com/airlockdev/airlock/internal/e2b/guestuser"
+	"github.com/airlockdev/airlock/internal/e2b/target"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// Service implements filesystempbconnect.FilesystemHandler.
+type Service struct {
+	log      *slog.Logger
+	watchers *Watchers
+}
+
+var _ filesystempbconnect.FilesystemHandler = (*Service)(nil)
+
+// NewHandler returns the path to mount and the handler of the
+// filesystem.Filesystem Connect service. Polling watchers
+// (CreateWatcher…) live in watchers, which the caller closes at shutdown.
+func NewHandler(logger *slog.Logger, watchers *Watchers) (path string, h http.Handler) {
+	return filesystempbconnect.NewFilesystemHandler(&Service{log: logger, watchers: watchers})
+}
+
+// caller is the resolved sandbox and user of one request.
+type caller struct {
+	t    target.Target
+	user guestuser.User
+}
+
+// resolveCaller reads the request's target and resolves its user; name
+// overrides the target's user when not empty (?username= of /files).
+func resolveCaller(ctx context.Context, name string) (caller, error) {
+	t, ok := target.From(ctx)
+	if !ok || t.Native == nil {
+		return caller{}, connect.NewError(connect.CodeUnauthenticated, errors.New("the request is not authenticated for a sandbox"))
+	}
+	if name != "" {
+		t.User = name
+	}
+	var (
+		u   guestuser.User
+		err error
+	)
+	if t.Users != nil {
+		u, err = t.Users.Lookup(ctx, t.Native, t.Sandbox, t.User)
+	} else {
+		u, err = guestuser.Lookup(ctx, t.Native, t.Sandbox, t.User)
+	}
+	if errors.Is(err, guestuser.ErrUnknown) {
+		return caller{}, connect.NewError(connect.CodeUnauthenticated, err)
+	}
+	if err != nil {
+		return caller{}, nativeError(ctx, "resolve user", err)
+	}
+	return caller{t: t, user: u}, nil
+}
+
+// callerTarget is the sandbox of a request that needs no user.
+func callerTarget(ctx context.Context) (model.SandboxID, error) {
+	t, ok := target.From(ctx)
+	if !ok || t.Native == nil {
+		return "", connect.NewError(connect.CodeUnauthenticated, errors.New("the request is not authenticated for a sandbox"))
+	}
+	return t.Sandbox, nil
+}
+
+// resolvePath turns an E2B path into an absolute guest path: "~" and "~/…"
+// are the user's home, relative paths are relative to it, and the result
+// is cleaned ("..": at most up to "/").
+func resolvePath(home model.GuestPath, raw string) (model.GuestPath, error) {
+	if raw == "" {
+		return "", connect.NewError(connect.CodeInvalidArgument, errors.New("path must not be empty"))
+	}
+	p := raw
+	switch {
+	case p == "~":
+		p = home.String()
+	case strings.HasPrefix(p, "~/"):
+		p = path.Join(home.String(), p[2:])
+	case !strings.HasPrefix(p, "/"):
+		p = path.Join(home.String(), p)
+	default:
+		p = path.Clean(p)
+	}
+	gp, err := model.ParseGuestPath(p)
+	if err != nil {
+		return "", connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %q: %w", truncate(raw), err))
+	}
+	return gp, nil
+}
+
+// path resolves raw against the caller's home.
+func (c caller) path(raw string) (model.GuestPath, error) { return resolvePath(c.user.Home, raw) }
+
+func truncate(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "…"
+	}
+	return s
+}
+
+// nativeError turns an error of the native API into a Connect error.
+func nativeError(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%s: %w", what, err))
+		}
+		return connect.NewError(connect.CodeCanceled, fmt.Errorf("%s: %w", what, err))
+	}
+	var ae *client.APIError
+	if !errors.As(err, &ae) {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s: %w", what, err))
+	}
+	return connect.NewError(codeOf(ae), fmt.Errorf("%s: %w", what, err))
+}
+
+// codeOf maps a native error code to a Connect code.
+func codeOf(ae *client.APIError) connect.Code {
+	switch ae.Code {
+	case apiv1.CodeNotFound:
+		return connect.CodeNotFound
+	case apiv1.CodeInvalidPath, apiv1.CodeInvalidRequest, apiv1.CodeUnsupportedFileType,
+		apiv1.CodeNotADirectory, apiv1.CodeIsADirectory:
+		return connect.CodeInvalidArgument
+	case apiv1.CodeAlreadyExists:
+		return connect.CodeAlreadyExists
+	case apiv1.CodeDirectoryNotEmpty:
+		return connect.CodeFailedPrecondition
+	case apiv1.CodePermissionDenied, apiv1.CodeQuotaExceeded:
+		return connect.CodePermissionDenied
+	case apiv1.CodeUnauthenticated, apiv1.CodeWrongTokenKind, apiv1.CodeTokenExpired:
+		return connect.CodeUnauthenticated
+	case apiv1.CodeSandboxNotRunning, apiv1.CodeSandboxPaused, apiv1.CodeSandboxSuspended,
+		apiv1.CodeSandboxBusy, apiv1.CodeUnavailable, apiv1.CodeDraining, apiv1.CodeNodeUnreachable:
+		return connect.CodeUnavailable
+	case apiv1.CodeRateLimited, apiv1.CodeTooManyAttachments, apiv1.CodePayloadTooLarge:
+		return connect.CodeResourceExhausted
+	case apiv1.CodeNotSupported, apiv1.CodeAgentUnsupported:
+		return connect.CodeUnimplemented
+	case apiv1.CodeResumeTimeout:
+		return connect.CodeDeadlineExceeded
+	}
+	return connect.CodeInternal
+}
+
+// Stat describes one entry (a final symlink is not followed).
+func (s *Service) Stat(ctx context.Context, req *connect.Request[filesystempb.StatRequest]) (*connect.Response[filesystempb.StatResponse], error) {
+	c, err := resolveCaller(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.path(req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	fi, err := c.t.Native.StatFile(ctx, c.t.Sandbox, p)
+	if err != nil {
+		return nil, nativeError(ctx, "stat "+p.String(), err)
+	}
+	return connect.NewResponse(&filesystempb.StatResponse{Entry: entryOf(fi)}), nil
+}
+
+// MakeDir creates a directory and its missing parents; an existing
+// directory is already_exists, an existing non-directory invalid_argument.
+func (s *Service) MakeDir(ctx context.Context, req *connect.Request[filesystempb.MakeDirRequest]) (*connect.Response[filesystempb.MakeDirResponse], error) {
+	c, err := resolveCaller(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.path(req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	fi, err := c.t.Native.StatFile(ctx, c.t.Sandbox, p)
+	switch {
+	case err == nil && fi.Type == apiv1.FileTypeDirectory:
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory already exists: %s", p))
+	case err == nil:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path already exists but it is not a directory: %s", p))
+	case !client.IsNotFound(err):
+		return nil, nativeError(ctx, "stat "+p.String(), err)
+	}
+	fi, err = c.t.Native.Mkdir(ctx, c.t.Sandbox, p)
+	if err != nil {
+		return nil, nativeError(ctx, "mkdir "+p.String(), err)
+	}
+	return connect.NewResponse(&filesystempb.MakeDirResponse{Entry: entryOf(fi)}), nil
+}
+
+// Move renames source to destination (replacing a file there, as
+// rename(2) does), creating the destination's missing parents.
+func (s *Service) Move(ctx context.Context, req *connect.Request[filesystempb.MoveRequest]) (*connect.Response[filesystempb.MoveResponse], error) {
+	c, err := resolveCaller(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	from, err := c.path(req.Msg.GetSource())
+	if err != nil {
+		return nil, err
+	}
+	to, err := c.path(req.Msg.GetDestination())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.t.Native.StatFile(ctx, c.t.Sandbox, from); err != nil {
+		return nil, nativeError(ctx, "source "+from.String(), err)
+	}
+	if parent := path.Dir(to.String()); parent != "/" {
+		if _, err := c.t.Native.Mkdir(ctx, c.t.Sandbox, model.GuestPath(parent)); err != nil {
+			return nil, nativeError(ctx, "create parent of "+to.String(), err)
+		}
+	}
+	fi, err := c.t.Native.MoveFile(ctx, c.t.Sandbox, apiv1.MoveRequest{From: from.String(), To: to.String(), Overwrite: true})
+	if err != nil {
+		return nil, nativeError(ctx, "move "+from.String()+" to "+to.String(), err)
+	}
+	return connect.NewResponse(&filesystempb.MoveResponse{Entry: entryOf(fi)}), nil
+}
+
+// Remove removes a file, symlink or directory (recursively); a missing
+// path is not an error (envd's os.RemoveAll).
+func (s *Service) Remove(ctx context.Context, req *connect.Request[filesystempb.RemoveRequest]) (*connect.Response[filesystempb.RemoveResponse], error) {
+	c, err := resolveCaller(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.path(req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	if err := c.t.Native.RemoveFile(ctx, c.t.Sandbox, p, true); err != nil && !client.IsNotFound(err) {
+		return nil, nativeError(ctx, "remove "+p.String(), err)
+	}
+	return connect.NewResponse(&filesystempb.RemoveResponse{}), nil
+}
