@@ -29,16 +29,25 @@ printf 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade
 exec cat
 `
 
-// TestSandboxPortProxy: a server in a sandbox is reached through
+// TestSandboxPortProxy: on each runtime, a server in a sandbox is reached through
 // /v1/sandboxes/{id}/ports/{port}/… (HTTP and an upgraded connection),
 // under the egress rules: the host's connections to the guest work while
 // the guest still cannot open one to the host's API; a closed port answers
 // 502 port_unreachable.
 func TestSandboxPortProxy(t *testing.T) {
 	airtest.RequireRoot(t)
-	airtest.RequireBinary(t, "runc")
-	s := newServer(t, build(t), serverConfig{runtime: "runc"})
-	s.start()
+	bins := build(t)
+	for _, rt := range runtimes() {
+		t.Run(rt, func(t *testing.T) {
+			airtest.RequireBinary(t, rt)
+			s := newServer(t, bins, serverConfig{runtime: rt})
+			s.start()
+			testPortProxy(t, s)
+		})
+	}
+}
+
+func testPortProxy(t *testing.T, s *server) {
 	ctx := ctxFor(t, 3*time.Minute)
 	c := s.client()
 	sb := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{})
