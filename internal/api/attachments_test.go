@@ -160,7 +160,8 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 			continue
 		}
 		key := rt.method + " " + rt.pattern
-		path := strings.NewReplacer("{process_id}", cs.ProcessID, "{ref}", "default", "{name_tag}", "x:y", "{name}", "x").Replace(rt.pattern)
+		path := strings.NewReplacer("{process_id}", cs.ProcessID, "{ref}", "default", "{name_tag}", "x:y", "{name}", "x",
+			"{port}", "3000", "{path...}", "x").Replace(rt.pattern)
 		switch {
 		case strings.HasPrefix(rt.pattern, "/v1/admin/keys/"):
 			path = strings.Replace(path, "{id}", keyID.String(), 1)
@@ -180,8 +181,12 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 		path += queries[key]
 		for _, tok := range []string{cs.AttachmentToken, "alt_x", "alt_" + e.keyA} {
 			t.Run(key+" "+tok[:5], func(t *testing.T) {
-				e.send(req{method: rt.method, path: path, key: tok, body: bodies[key], t: t}).
-					wantError(t, http.StatusUnauthorized, apiv1.CodeWrongTokenKind)
+				res := e.send(req{method: rt.method, path: path, key: tok, body: bodies[key], t: t})
+				if rt.method == http.MethodHead { // no body to read the code from
+					res.want(t, http.StatusUnauthorized)
+					return
+				}
+				res.wantError(t, http.StatusUnauthorized, apiv1.CodeWrongTokenKind)
 			})
 		}
 		n++

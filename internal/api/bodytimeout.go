@@ -26,8 +26,9 @@ const (
 	// bodyWhole: the whole body within the timeout, counted from the start
 	// of the request (JSON bodies of at most MaxBodyBytes).
 	bodyWhole bodyMode = iota
-	// bodyProgress: streamed uploads (files, tar archives) of any size and
-	// length: each read must get data within the timeout.
+	// bodyProgress: streamed uploads (files, tar archives, requests the
+	// port proxy carries to a guest) of any size and length: each read
+	// must get data within the timeout.
 	bodyProgress
 	// bodyUntimed: a process's stdin, an interactive stream that is idle
 	// whenever its user is. It needs an attachment token for a running
@@ -46,6 +47,7 @@ func bodyModes() *http.ServeMux {
 	m := http.NewServeMux()
 	m.Handle(apiv1.FilesDataRoute, modeHandler(bodyProgress))
 	m.Handle("POST "+apiv1.StdinRoute, modeHandler(bodyUntimed))
+	m.Handle(portsPattern, modeHandler(bodyProgress)) // a guest's uploads, of any size
 	return m
 }
 

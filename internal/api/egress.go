@@ -31,6 +31,9 @@ import (
 type EgressState interface {
 	ByID(id model.SandboxID) (*egress.Sandbox, bool)
 	IDs() []model.SandboxID
+	// GuestAddr is a registered sandbox's guest address, the only one
+	// the port proxy (ports.go) dials.
+	GuestAddr(id model.SandboxID) (netip.Addr, bool)
 }
 
 // egressDefault is the server's default for policies that name none.

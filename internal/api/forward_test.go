@@ -70,7 +70,7 @@ type clusterNode struct {
 // cluster is two processes over one store: replica A (the testEnv's
 // store, projects and keys; an API replica without sandboxes) and node B,
 // which hosts a sandbox through an in-process guest agent whose files root
-// is root.
+// is root. bOpts change node B's Config.
 type cluster struct {
 	*testEnv
 	dir     *nodeDir
@@ -79,7 +79,7 @@ type cluster struct {
 	sandbox string
 }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t *testing.T, bOpts ...func(*Config)) *cluster {
 	t.Helper()
 	c := &cluster{testEnv: newEnv(t), dir: &nodeDir{urls: map[model.NodeID]string{}}, root: t.TempDir()}
 	log := slog.New(slog.DiscardHandler)
@@ -100,7 +100,7 @@ func newCluster(t *testing.T) *cluster {
 	t.Cleanup(func() { client.Close() })
 
 	c.a = c.node(t, log, "a", noAgents{})
-	c.b = c.node(t, log, "b", agentsFunc(func(model.SandboxID) (*agentclient.Client, error) { return client, nil }))
+	c.b = c.node(t, log, "b", agentsFunc(func(model.SandboxID) (*agentclient.Client, error) { return client, nil }), bOpts...)
 
 	// A running sandbox of project A, hosted on B.
 	c.sandbox = c.createSandbox(c.keyA, `{}`).Sandbox.ID
@@ -112,8 +112,8 @@ type agentsFunc func(model.SandboxID) (*agentclient.Client, error)
 
 func (f agentsFunc) Agent(id model.SandboxID) (*agentclient.Client, error) { return f(id) }
 
-// node starts one process over the shared store.
-func (c *cluster) node(t *testing.T, log *slog.Logger, name string, agents dataplane.Agents) *clusterNode {
+// node starts one process over the shared store; opts change its Config.
+func (c *cluster) node(t *testing.T, log *slog.Logger, name string, agents dataplane.Agents, opts ...func(*Config)) *clusterNode {
 	t.Helper()
 	n := &clusterNode{id: model.NewNodeID()}
 	var err error
@@ -133,6 +133,9 @@ func (c *cluster) node(t *testing.T, log *slog.Logger, name string, agents datap
 	}
 	if _, none := agents.(noAgents); !none {
 		cfg.Agents = agents
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	if n.api, err = New(cfg); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -91,7 +92,7 @@ func (a *API) routeTable() []route {
 		{"POST", "/v1/admin/nodes/{id}/cordon", admin, mutating(a, a.setNodeState("cordon", model.NodeCordoned))},
 		{"POST", "/v1/admin/nodes/{id}/uncordon", admin, mutating(a, a.setNodeState("uncordon", model.NodeActive))},
 		{"POST", "/v1/admin/nodes/{id}/drain", admin, mutating(a, a.setNodeState("drain", model.NodeDraining))},
-	}, append(a.fileRoutes(), a.lifecycleRoutes()...)...)
+	}, slices.Concat(a.fileRoutes(), a.lifecycleRoutes(), a.portRoutes())...)
 }
 
 // guard authenticates and authorizes a request before its route runs.
@@ -119,7 +120,8 @@ func (a *API) guard(rt route) http.Handler {
 				return
 			}
 			// A request a trusted peer forwarded was limited there.
-			if rt.method != http.MethodGet && peerFrom(r.Context()) == nil && a.rateLimited(w, r, p) {
+			// A sandbox's own traffic (the port proxy) changes nothing of Airlock's.
+			if rt.method != http.MethodGet && !rt.guestTraffic() && peerFrom(r.Context()) == nil && a.rateLimited(w, r, p) {
 				return
 			}
 		}

@@ -58,6 +58,8 @@ const (
 	CodeEgressProfileInUse   = "egress_profile_in_use"  // 409: a profile delete while the policy of a sandbox that is not deleted names it
 	CodeNoCapacity           = "no_capacity"            // 503: nodes could run the sandbox but none has room now; see Retry-After
 	CodeNoEligibleNode       = "no_eligible_node"       // 409: no live node can run the sandbox (environment, template or node selector); the message says what each lacked
+	CodePortUnreachable      = "port_unreachable"       // 502: nothing in the sandbox answered on the port the port proxy was asked for (refused, timed out, or closed before answering)
+	CodeSandboxNoNetwork     = "sandbox_no_network"     // 409: the sandbox has no network on its node, so its ports cannot be reached
 )
 
 // Sandbox is a sandbox as the API shows it.

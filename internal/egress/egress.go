@@ -133,6 +133,19 @@ func (r *Registry) ByID(id model.SandboxID) (*Sandbox, bool) {
 	return sb, ok
 }
 
+// GuestAddr returns the guest address of a registered sandbox: the one
+// address of its network namespace the host may connect to (the API's
+// port proxy dials it, and nothing else of the sandbox's).
+func (r *Registry) GuestAddr(id model.SandboxID) (netip.Addr, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	sb, ok := r.byID[id]
+	if !ok {
+		return netip.Addr{}, false
+	}
+	return sb.Guest, true
+}
+
 // Denied reports whether addr is one no sandbox may reach that the policy cannot know: the
 // host's own addresses and the sandbox pool (RegistryConfig.Denied). The resolver and the
 // proxy ask it of every address they would hand out or dial.
