@@ -231,9 +231,15 @@ class Context:
             how = "was killed by signal %d" % -status
         else:
             how = "exited with status %s" % status
+        if self.closed:
+            name = "ContextRemoved"
+        elif self.proc is not proc:
+            name = "ContextRestarted"
+        else:
+            name = "WorkerDied"
         emit(ndjson({
             "type": "error",
-            "name": "ContextRestarted" if self.proc is not proc else "WorkerDied",
+            "name": name,
             "value": "the Python process of context %s %s; its state is lost" % (self.id, how),
             "traceback": "",
         }))

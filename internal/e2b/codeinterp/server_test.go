@@ -19,8 +19,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/airlockdev/airlock/internal/airtest"
 )
 
 // interp is one code-interpreter server run on the host's python3.
@@ -33,11 +31,16 @@ type interp struct {
 // its workers) when the test ends.
 func startServer(t testing.TB) *interp {
 	t.Helper()
-	python, err := exec.LookPath("python3")
-	if err != nil {
+	python, lookErr := exec.LookPath("python3")
+	if lookErr != nil {
 		t.Skip("python3 is not installed on this host: the code-interpreter server needs it")
 	}
-	script := filepath.Join(airtest.ModuleRoot(t), ScriptPath)
+	// go test runs a package's tests in its directory, three below the
+	// repository's root.
+	script, err := filepath.Abs(filepath.Join("..", "..", "..", ScriptPath))
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(python, script, "--host", "127.0.0.1", "--port", "0")
 	cmd.Dir = t.TempDir()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
