@@ -861,6 +861,10 @@ def main(argv=None):
     if args.worker:
         work()
         return
+    # Descriptors inherited beyond stdin, stdout and stderr (a parent's
+    # pipes left without close-on-exec) would be held open as long as the
+    # server runs.
+    os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 1024)
     serve(args)
 
 

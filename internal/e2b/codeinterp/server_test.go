@@ -43,7 +43,9 @@ func startServer(t testing.TB) *interp {
 	}
 	cmd := exec.Command(python, script, "--host", "127.0.0.1", "--port", "0")
 	cmd.Dir = t.TempDir()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group; and it stops when the test process ends
+	// without its cleanup (a fuzzing worker stopped by the coordinator).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
