@@ -1,9 +1,11 @@
 package recipe
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/airtest"
@@ -62,20 +64,34 @@ func TestBuildDefaultDebian(t *testing.T) {
 			}
 		}
 	}
+	// E2B's default user, with its home.
+	if passwd := readTree(t, b, res.Imported.Digest, "etc/passwd"); !strings.Contains(passwd, "\nuser:x:1000:1000::/home/user:/bin/bash\n") {
+		t.Errorf("no user 1000 in /etc/passwd:\n%s", passwd)
+	}
+	if st, err := os.Stat(filepath.Join(root, "home/user")); err != nil || !st.IsDir() || st.Sys().(*syscall.Stat_t).Uid != 1000 {
+		t.Errorf("/home/user: %v %v", st, err)
+	}
 	if imp, ok, err := b.Cached(Default(), ""); err != nil || !ok || imp.Digest != res.Imported.Digest {
 		t.Errorf("Cached(Default()) = %s %v %v", imp.Digest, ok, err)
 	}
 
-	// A run step on top: the base comes from the cache.
-	r := mustParse(t, string(DefaultYAML())+"steps:\n  - run: \"python3 -c 'print(6*7)' > /answer && node -e 'console.log(6*7)' >> /answer\"\n")
+	// A run step on top: the default's steps come from the cache.
+	// default.yaml ends with its steps list, so the step is appended to it.
+	r := mustParse(t, string(DefaultYAML())+"  - run: \"python3 -c 'print(6*7)' > /answer && node -e 'console.log(6*7)' >> /answer\"\n")
 	res2, log2 := build(t, b, r, t.TempDir())
-	if !res2.Steps[0].Cached || res2.Steps[0].Digest != res.Imported.Digest {
-		t.Errorf("the base was rebuilt:\n%s", log2)
+	if len(res2.Steps) != len(res.Steps)+1 {
+		t.Fatalf("%d steps on top of the default's %d:\n%s", len(res2.Steps), len(res.Steps), log2)
+	}
+	for i, st := range res.Steps {
+		if !res2.Steps[i].Cached || res2.Steps[i].Digest != st.Digest {
+			t.Errorf("step %d (%s) was rebuilt:\n%s", i+1, st.Kind, log2)
+		}
 	}
 	if got := readTree(t, b, res2.Imported.Digest, "answer"); got != "42\n42\n" {
 		t.Errorf("answer = %q\n%s", got, log2)
 	}
-	if strings.Contains(log2, "step 2/2 run") && !strings.Contains(log2, "CACHED") && !strings.Contains(log2, "built in") {
-		t.Errorf("log:\n%s", log2)
+	last := fmt.Sprintf("step %d/%d run", len(res2.Steps), len(res2.Steps))
+	if !strings.Contains(log2, last) || !strings.Contains(log2, "CACHED") && !strings.Contains(log2, "built in") {
+		t.Errorf("log lacks %q:\n%s", last, log2)
 	}
 }

@@ -21,6 +21,15 @@ func TestDefault(t *testing.T) {
 			t.Errorf("default lacks %s", p)
 		}
 	}
+	// E2B's default user, created by the recipe's one step; the template
+	// runs as root unless a sandbox asks for a user.
+	want := []Step{{Run: []string{"/usr/sbin/useradd", "-m", "-u", "1000", "-s", "/bin/bash", "user"}}}
+	if got := r.Steps(); len(got) != 1 || got[0].Copy != nil || !slices.Equal(got[0].Run, want[0].Run) {
+		t.Errorf("steps = %+v, want %+v", got, want)
+	}
+	if r.User() != "" {
+		t.Errorf("user = %q, want the base's (root)", r.User())
+	}
 }
 
 func TestParseErrors(t *testing.T) {
