@@ -100,6 +100,7 @@ func New(cfg Config) (*Gateway, error) {
 		Rewrite:        g.rewritePort,
 		Transport:      cfg.HTTP.Transport,
 		ModifyResponse: g.portResponse,
+		FlushInterval:  -1, // streams (SSE, NDJSON) pass as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			g.cfg.Logger.Warn("e2b: guest port proxy failed", "err", err)
 			writeError(w, http.StatusBadGateway, "the sandbox port could not be reached: "+err.Error())

@@ -9,12 +9,13 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/e2b/codeinterp"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
 // InterpreterPath is where the code-interpreter template installs its
 // server (templates/code-interpreter).
-const InterpreterPath model.GuestPath = "/usr/local/bin/airlock-code-interpreter"
+const InterpreterPath model.GuestPath = codeinterp.GuestCommand
 
 // interpreterStartTimeout bounds how long a first request waits for the
 // code interpreter to listen.

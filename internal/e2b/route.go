@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlockdev/airlock/internal/e2b/codeinterp"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -17,7 +18,7 @@ const (
 	EnvdPort Port = 49983
 	// CodeInterpreterPort is the code interpreter's port, served by a
 	// program of the code-interpreter template inside the sandbox.
-	CodeInterpreterPort Port = 49999
+	CodeInterpreterPort Port = codeinterp.Port
 )
 
 // Port is a guest TCP port, 1–65535.
