@@ -2,6 +2,7 @@ package auth
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -94,6 +95,31 @@ func (i *Issuer) IssueSandbox(c SandboxClaims) (string, error) {
 		return "", fmt.Errorf("sign sandbox token: %w", err)
 	}
 	return SandboxTokenPrefix + s, nil
+}
+
+// SandboxTokens returns the sandbox token for c under each key of the ring
+// that still verifies at now, the active key's first: every token for c a
+// client of this ring may hold and the API still accepts. A server that
+// checks a value derived from the token (E2B's signed file URLs) compares
+// against each, so tokens issued before a rotation keep working for the
+// overlap window. Tokens other rings (replicas) signed are not among them.
+func (k *Keyring) SandboxTokens(c SandboxClaims, now time.Time) ([]string, error) {
+	k.mu.RLock()
+	keys := slices.Clone(k.keys)
+	k.mu.RUnlock()
+	var out []string
+	for i := len(keys) - 1; i >= 0; i-- {
+		if i < len(keys)-1 && now.After(keys[i+1].created.Add(k.overlap)) {
+			break // retired, and so are the older ones
+		}
+		key := keys[i]
+		tok, err := (&Issuer{active: func() signingKey { return key }}).IssueSandbox(c)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tok)
+	}
+	return out, nil
 }
 
 // VerifySandbox is VerifySandboxAt at the current time.

@@ -3,6 +3,7 @@ package auth
 import (
 	"crypto/ed25519"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -225,6 +226,29 @@ func TestSandboxTokenFollowsKeyring(t *testing.T) {
 	}
 	if _, err := ver.VerifySandboxAt(tok2, clock.Now().Add(365*24*time.Hour)); err != nil {
 		t.Fatalf("the active key's token: %v", err)
+	}
+	// SandboxTokens lists the tokens that still verify, the active key's
+	// first.
+	for _, tc := range []struct {
+		at   time.Time
+		want []string
+	}{
+		{clock.Now(), []string{tok2, tok}},
+		{clock.Now().Add(MinKeyOverlap - time.Second), []string{tok2, tok}},
+		{clock.Now().Add(MinKeyOverlap + time.Second), []string{tok2}},
+	} {
+		got, err := ring.SandboxTokens(c, tc.at)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Fatalf("SandboxTokens at %v = %d tokens, %v; want %d", tc.at, len(got), err, len(tc.want))
+		}
+		for _, tok := range got {
+			if _, err := ver.VerifySandboxAt(tok, tc.at); err != nil {
+				t.Fatalf("a listed token does not verify: %v", err)
+			}
+		}
+	}
+	if _, err := ring.SandboxTokens(SandboxClaims{Sandbox: c.Sandbox}, clock.Now()); err == nil {
+		t.Fatal("SandboxTokens signed claims without a project")
 	}
 }
 
