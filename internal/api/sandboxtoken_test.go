@@ -350,3 +350,19 @@ func TestSandboxTokenScopeOnEveryRoute(t *testing.T) {
 	}
 	e.send(req{method: del.method, path: pathOf(del, own), key: tok}).want(t, http.StatusAccepted)
 }
+
+// TestSandboxTokenRateLimited: a sandbox token's mutations are rate
+// limited in a bucket of their own (the sandbox's), apart from the keys'.
+func TestSandboxTokenRateLimited(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *envConfig) { c.MutationRate, c.MutationBurst = 0.001, 5 }) // the setup's admin key makes 4
+	sb := e.runningSandbox(e.keyA)                                                    // key A: 1
+	tok := e.sandboxToken(t, sb, e.projA)
+	path := "/v1/sandboxes/" + sb.String() + "/timeout"
+	for range 5 {
+		e.do("POST", path, tok, `{"timeout": 600}`).want(t, http.StatusOK)
+	}
+	e.do("POST", path, tok, `{"timeout": 600}`).wantError(t, http.StatusTooManyRequests, apiv1.CodeRateLimited)
+	e.do("GET", "/v1/sandboxes/"+sb.String(), tok, "").want(t, http.StatusOK)
+	e.do("POST", path, e.keyA, `{"timeout": 600}`).want(t, http.StatusOK)
+}
