@@ -274,7 +274,8 @@ func TestSandboxTokenScopeOnEveryRoute(t *testing.T) {
 		"GET /v1/sandboxes/{id}/files/list": "?path=/",
 	}
 	pathOf := func(rt route, sb model.SandboxID) string {
-		path := strings.NewReplacer("{process_id}", cs.ProcessID, "{ref}", "default", "{name_tag}", "x:y", "{name}", "x").Replace(rt.pattern)
+		path := strings.NewReplacer("{process_id}", cs.ProcessID, "{ref}", "default", "{name_tag}", "x:y", "{name}", "x",
+			"{port}", "3000", "{path...}", "x").Replace(rt.pattern)
 		switch {
 		case strings.HasPrefix(rt.pattern, "/v1/admin/keys/"):
 			path = strings.Replace(path, "{id}", keyID.String(), 1)
@@ -306,8 +307,12 @@ func TestSandboxTokenScopeOnEveryRoute(t *testing.T) {
 		key := rt.method + " " + rt.pattern
 		// Every route, with {id} another sandbox where it is one.
 		t.Run(key+" elsewhere", func(t *testing.T) {
-			e.send(req{method: rt.method, path: pathOf(rt, other), key: tok, body: bodies[key], t: t}).
-				wantError(t, http.StatusForbidden, apiv1.CodeTokenScope)
+			res := e.send(req{method: rt.method, path: pathOf(rt, other), key: tok, body: bodies[key], t: t})
+			if rt.method == http.MethodHead { // no body to read the code from
+				res.want(t, http.StatusForbidden)
+				return
+			}
+			res.wantError(t, http.StatusForbidden, apiv1.CodeTokenScope)
 		})
 		n++
 	}
@@ -331,7 +336,7 @@ func TestSandboxTokenScopeOnEveryRoute(t *testing.T) {
 		if !isOwn(rt) {
 			continue
 		}
-		if rt.method == "DELETE" {
+		if rt.method == "DELETE" && rt.pattern == "/v1/sandboxes/{id}" {
 			del = rt
 			continue
 		}
@@ -343,7 +348,7 @@ func TestSandboxTokenScopeOnEveryRoute(t *testing.T) {
 			r := e.send(req{method: rt.method, path: pathOf(rt, own), key: tok, body: bodies[key], t: t})
 			var apiErr apiv1.Error
 			_ = json.Unmarshal(r.body, &apiErr)
-			if r.status == http.StatusUnauthorized || apiErr.Code == apiv1.CodeTokenScope {
+			if r.status == http.StatusUnauthorized || r.status == http.StatusForbidden && (rt.method == http.MethodHead || apiErr.Code == apiv1.CodeTokenScope) {
 				t.Fatalf("refused: %d %s", r.status, r.body)
 			}
 		})
