@@ -102,6 +102,10 @@ func (a *API) createKey(ctx context.Context, c *call[apiv1.CreateAPIKeyRequest])
 	if err != nil {
 		return nil, err
 	}
+	format, err := auth.ParseAPIKeyFormat(c.in.Format)
+	if err != nil {
+		return nil, err
+	}
 	if project == model.SystemProject {
 		// It owns unclaimed pool sandboxes; no key may act for it.
 		return nil, notFound("project %s not found", project)
@@ -112,7 +116,10 @@ func (a *API) createKey(ctx context.Context, c *call[apiv1.CreateAPIKeyRequest])
 		}
 		return nil, fmt.Errorf("get project %s: %w", project, err)
 	}
-	token, id, hash := auth.GenerateAPIKey()
+	token, id, hash, err := auth.GenerateAPIKeyFormat(format)
+	if err != nil {
+		return nil, err
+	}
 	k := model.APIKey{ID: id, ProjectID: project, Role: role, Name: name, SecretHash: hash, CreatedAt: c.now}
 	out := apiKeyOut(k)
 	out.Token = token
@@ -123,7 +130,7 @@ func (a *API) createKey(ctx context.Context, c *call[apiv1.CreateAPIKeyRequest])
 	if err := a.cfg.Store.CreateAPIKey(ctx, k, rec); err != nil {
 		return nil, fmt.Errorf("create API key: %w", err)
 	}
-	a.log.InfoContext(ctx, "API key created", "key", id, "project", project, "role", role, "by", c.p.keyID)
+	a.log.InfoContext(ctx, "API key created", "key", id, "project", project, "role", role, "format", format, "by", c.p.keyID)
 	return rep, nil
 }
 

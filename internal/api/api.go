@@ -158,6 +158,11 @@ type Config struct {
 	// forwarded here (the keyring's Verifier with the published keys);
 	// nil: forwarded requests are refused.
 	PeerVerifier *auth.Verifier
+	// SandboxTokens checks sandbox access tokens (als_…, see
+	// authenticateSandbox): the keyring's Verifier with the published
+	// keys (as PeerVerifier), so a token any replica signed verifies on
+	// every node; nil: sandbox access tokens are refused (401).
+	SandboxTokens *auth.Verifier
 }
 
 // API is the management API handler.

@@ -17,6 +17,31 @@ type principal struct {
 	keyID   model.APIKeyID
 	project model.ProjectID
 	role    model.Role
+	// sandbox, if set, is the one sandbox the caller may act on: it
+	// authenticated with that sandbox's access token, as a member of
+	// project without an API key (keyID is empty), and guard lets it call
+	// only the routes of that sandbox.
+	sandbox model.SandboxID
+}
+
+// limitKey is what the caller's mutations are rate-limited by: its API
+// key, or its sandbox for a sandbox access token.
+func (p principal) limitKey() string {
+	if p.sandbox != "" {
+		return p.sandbox.String()
+	}
+	return p.keyID.String()
+}
+
+// inScope reports whether p may call route rt as r: always, but for a
+// sandbox access token, which opens only the member routes of its own
+// sandbox (/v1/sandboxes/{id} and below, with {id} its sandbox).
+func (p principal) inScope(rt route, r *http.Request) bool {
+	if p.sandbox == "" {
+		return true
+	}
+	own := rt.pattern == "/v1/sandboxes/{id}" || strings.HasPrefix(rt.pattern, "/v1/sandboxes/{id}/")
+	return rt.access == member && own && r.PathValue("id") == p.sandbox.String()
 }
 
 func unauthenticated(format string, args ...any) *apiError {
@@ -38,6 +63,8 @@ func (a *API) authenticate(r *http.Request) (principal, error) {
 	case auth.KindAttachment, auth.KindFiles:
 		return principal{}, errorf(http.StatusUnauthorized, apiv1.CodeWrongTokenKind,
 			"a data-plane token cannot call the management API; use an API key")
+	case auth.KindSandbox:
+		return a.authenticateSandbox(r, token)
 	case auth.KindAPIKey:
 	default:
 		return principal{}, unauthenticated("malformed API key")
@@ -60,4 +87,27 @@ func (a *API) authenticate(r *http.Request) (principal, error) {
 		return principal{}, unauthenticated("this API key was revoked")
 	}
 	return principal{keyID: key.ID, project: key.ProjectID, role: key.Role}, nil
+}
+
+// authenticateSandbox checks a sandbox access token: signed by a key that
+// still verifies (auth.Verifier.VerifySandboxAt), naming a sandbox that
+// exists in the token's project and is not deleted. The principal is a
+// member of that project limited to that sandbox (principal.inScope).
+// Every failure is a 401 that does not say which check failed.
+func (a *API) authenticateSandbox(r *http.Request, token string) (principal, error) {
+	if a.cfg.SandboxTokens == nil {
+		return principal{}, unauthenticated("this server takes no sandbox access tokens; use an API key")
+	}
+	c, err := a.cfg.SandboxTokens.VerifySandboxAt(token, a.cfg.Now())
+	if err != nil || c.Project == model.SystemProject {
+		return principal{}, unauthenticated("invalid sandbox access token")
+	}
+	sb, err := a.cfg.Store.GetSandbox(r.Context(), c.Project, c.Sandbox)
+	if errors.Is(err, store.ErrNotFound) || err == nil && sb.State == model.StateDeleted {
+		return principal{}, unauthenticated("invalid sandbox access token")
+	}
+	if err != nil {
+		return principal{}, fmt.Errorf("load sandbox %s of a sandbox token: %w", c.Sandbox, err)
+	}
+	return principal{project: c.Project, role: model.RoleMember, sandbox: c.Sandbox}, nil
 }

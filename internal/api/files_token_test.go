@@ -80,6 +80,10 @@ func TestFilesTokenAttacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sandboxTok, err := f.ring.Issuer().IssueSandbox(auth.SandboxClaims{Sandbox: sbID, Project: f.projA})
+	if err != nil {
+		t.Fatal(err)
+	}
 	otherSandbox := strings.Replace(up.URL, sb, model.NewSandboxID().String(), 1)
 	tarIn := strings.Replace(up.URL, "/files/upload", "/files/tar-in", 1)
 
@@ -94,6 +98,7 @@ func TestFilesTokenAttacks(t *testing.T) {
 		{"attachment token", up.URL, attach, apiv1.CodeWrongTokenKind},
 		{"attachment token as alf_", up.URL, "alf_" + strings.TrimPrefix(attach, "alt_"), apiv1.CodeUnauthenticated},
 		{"API key", up.URL, f.keyA, apiv1.CodeWrongTokenKind},
+		{"sandbox access token", up.URL, sandboxTok, apiv1.CodeWrongTokenKind},
 		{"download token on the upload route", up.URL, dl.Token, apiv1.CodeUnauthenticated},
 		{"upload token on the tar-in route", tarIn, up.Token, apiv1.CodeUnauthenticated},
 		{"upload token for another sandbox", otherSandbox, up.Token, apiv1.CodeUnauthenticated},

@@ -129,7 +129,7 @@ func (c *cluster) node(t *testing.T, log *slog.Logger, name string, agents datap
 	}
 	cfg := Config{
 		Store: c.st, Logger: log, Attach: n.ring.Issuer(), FileTokens: n.ring.Issuer(), Builds: c.api.cfg.Builds,
-		Self: n.id, Nodes: c.dir, PeerVerifier: verifier,
+		Self: n.id, Nodes: c.dir, PeerVerifier: verifier, SandboxTokens: verifier,
 	}
 	if _, none := agents.(noAgents); !none {
 		cfg.Agents = agents
@@ -305,6 +305,55 @@ func TestForwardCommandToHostingNode(t *testing.T) {
 	if out2 := attachOutput(t, c.open(c.b, "GET", direct, att.AttachmentToken, "", nil)); out2 != out {
 		t.Fatalf("replayed output %q, want %q", out2, out)
 	}
+}
+
+// TestForwardSandboxToken: a sandbox access token one replica signed
+// works through another (the forwarded request carries it; the hosting
+// node verifies it with the published key and limits it again), and only
+// on its own sandbox.
+func TestForwardSandboxToken(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	sb := model.SandboxID(c.sandbox)
+	tokA, err := c.a.ring.Issuer().IssueSandbox(auth.SandboxClaims{Sandbox: sb, Project: c.projA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := "/v1/sandboxes/" + c.sandbox + "/commands"
+	for _, n := range []*clusterNode{c.a, c.b} {
+		res, b := c.call(n, "POST", path, tokA, `{"args": ["true"]}`, nil)
+		var cs apiv1.CommandSession
+		if res.StatusCode != http.StatusCreated || json.Unmarshal(b, &cs) != nil {
+			t.Fatalf("command via %s with a sandbox token: %d %s", n.id, res.StatusCode, b)
+		}
+		res, b = c.call(n, "GET", "/v1/sandboxes/"+c.sandbox+"/processes", tokA, "", nil)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("process via %s: %d %s", n.id, res.StatusCode, b)
+		}
+	}
+	// Another sandbox on B, same project: refused at A, never forwarded.
+	other := c.createSandbox(c.keyA, `{}`).Sandbox.ID
+	c.place(other, c.b.id)
+	res, b := c.call(c.a, "POST", "/v1/sandboxes/"+other+"/commands", tokA, `{"args": ["true"]}`, nil)
+	wantCode(t, res, b, http.StatusForbidden, apiv1.CodeTokenScope)
+	// A genuine forward token for that request does not widen the sandbox
+	// token at B.
+	fwd := forwardToken(t, c.a.ring, auth.ForwardClaims{From: c.a.id, To: c.b.id, Request: "POST /v1/sandboxes/" + other + "/commands", Base: "http://a.example"})
+	res, b = c.call(c.b, "POST", "/v1/sandboxes/"+other+"/commands", tokA, `{"args": ["true"]}`,
+		http.Header{noderoute.HeaderForwardedBy: {string(c.a.id)}, noderoute.HeaderForwardToken: {fwd}})
+	wantCode(t, res, b, http.StatusForbidden, apiv1.CodeTokenScope)
+	// An unpublished key's token is refused by both.
+	forged, err := unpublishedRing(t).Issuer().IssueSandbox(auth.SandboxClaims{Sandbox: sb, Project: c.projA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*clusterNode{c.a, c.b} {
+		res, b := c.call(n, "GET", "/v1/sandboxes/"+c.sandbox, forged, "", nil)
+		wantCode(t, res, b, http.StatusUnauthorized, apiv1.CodeUnauthenticated)
+	}
+	// The data plane refuses it.
+	res, b = c.call(c.a, "GET", c.a.srv.URL+apiv1.AttachPath(model.NewProcessID().String()), tokA, "", nil)
+	wantCode(t, res, b, http.StatusUnauthorized, apiv1.CodeWrongTokenKind)
 }
 
 // TestForwardFilesToHostingNode: file routes and transfers through A reach

@@ -111,7 +111,8 @@ func newEnv(t *testing.T, opts ...envOption) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Store: st, Logger: logger, Now: e.clock.Now, Attach: e.ring.Issuer(), AttachKeys: e.ring, Placer: placer, Self: testNode}
+	cfg := Config{Store: st, Logger: logger, Now: e.clock.Now, Attach: e.ring.Issuer(), AttachKeys: e.ring, Placer: placer, Self: testNode,
+		SandboxTokens: e.ring.Verifier()}
 	for _, o := range opts {
 		o(&envConfig{Config: &cfg, tpl: tpl})
 	}

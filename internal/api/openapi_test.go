@@ -133,7 +133,7 @@ func TestErrorCodesDocumented(t *testing.T) {
 	got := doc.Components.Schemas["Error"].Properties["code"].Enum
 	want := []string{
 		apiv1.CodeInvalidRequest, apiv1.CodeUnauthenticated, apiv1.CodeWrongTokenKind, apiv1.CodeTokenExpired,
-		apiv1.CodePermissionDenied, apiv1.CodeNotFound, apiv1.CodeTemplateNotFound, apiv1.CodeMethodNotAllowed,
+		apiv1.CodePermissionDenied, apiv1.CodeTokenScope, apiv1.CodeNotFound, apiv1.CodeTemplateNotFound, apiv1.CodeMethodNotAllowed,
 		apiv1.CodeInvalidTransition, apiv1.CodeIdempotencyKeyReused, apiv1.CodeAlreadyExists,
 		apiv1.CodeSandboxNotRunning, apiv1.CodeSandboxPaused, apiv1.CodeSandboxSuspended, apiv1.CodeSandboxBusy, apiv1.CodeResumeTimeout,
 		apiv1.CodePayloadTooLarge, apiv1.CodeUnsupportedMedia,

@@ -9,7 +9,6 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
-	"github.com/airlockdev/airlock/internal/model"
 )
 
 // Defaults of Config.MutationRate and MutationBurst: per API key.
@@ -27,7 +26,7 @@ type keyLimits struct {
 	burst int
 
 	mu   sync.Mutex
-	keys map[model.APIKeyID]*keyLimit
+	keys map[string]*keyLimit // by principal.limitKey
 }
 
 type keyLimit struct {
@@ -36,11 +35,11 @@ type keyLimit struct {
 }
 
 func newKeyLimits(perSecond float64, burst int) *keyLimits {
-	return &keyLimits{rate: rate.Limit(perSecond), burst: burst, keys: map[model.APIKeyID]*keyLimit{}}
+	return &keyLimits{rate: rate.Limit(perSecond), burst: burst, keys: map[string]*keyLimit{}}
 }
 
 // allow takes a token for key; if none is left it says how long to wait.
-func (k *keyLimits) allow(key model.APIKeyID, now time.Time) (bool, time.Duration) {
+func (k *keyLimits) allow(key string, now time.Time) (bool, time.Duration) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	l := k.keys[key]
@@ -87,10 +86,10 @@ func (k *keyLimits) evictLocked(now time.Time) {
 // rateLimited answers 429 rate_limited with Retry-After if p's key has
 // used up its mutations.
 func (a *API) rateLimited(w http.ResponseWriter, r *http.Request, p principal) bool {
-	if a.limits == nil || p.keyID == "" {
+	if a.limits == nil || p.limitKey() == "" {
 		return false
 	}
-	ok, wait := a.limits.allow(p.keyID, a.cfg.Now())
+	ok, wait := a.limits.allow(p.limitKey(), a.cfg.Now())
 	if ok {
 		return false
 	}

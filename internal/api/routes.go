@@ -113,7 +113,12 @@ func (a *API) guard(rt route) http.Handler {
 				return
 			}
 			if info := infoFrom(r.Context()); info != nil {
-				info.key, info.project = p.keyID, p.project
+				info.key, info.project, info.sandbox = p.keyID, p.project, p.sandbox
+			}
+			if !p.inScope(rt, r) {
+				a.writeError(w, r, errorf(http.StatusForbidden, apiv1.CodeTokenScope,
+					"a sandbox access token opens only the routes of its own sandbox (/v1/sandboxes/%s…); use an API key", p.sandbox))
+				return
 			}
 			if rt.access == admin && p.role != model.RoleAdmin {
 				a.writeError(w, r, errorf(http.StatusForbidden, apiv1.CodePermissionDenied, "this needs an API key with role admin"))
@@ -182,6 +187,7 @@ type requestInfo struct {
 	id      string
 	key     model.APIKeyID
 	project model.ProjectID
+	sandbox model.SandboxID // the sandbox of a sandbox access token
 }
 
 type infoKey struct{}
@@ -252,6 +258,9 @@ func (a *API) withRequestContext(next http.Handler) http.Handler {
 		}
 		if info.key != "" {
 			attrs = append(attrs, "key", info.key, "project", info.project)
+		}
+		if info.sandbox != "" {
+			attrs = append(attrs, "sandbox_token", info.sandbox, "project", info.project)
 		}
 		a.log.InfoContext(r.Context(), "http request", attrs...)
 	})

@@ -19,6 +19,7 @@ const (
 	CodeWrongTokenKind       = "wrong_token_kind"       // 401: an attachment token on the management API or vice versa
 	CodeTokenExpired         = "token_expired"          // 401: attachment token past its expiry
 	CodePermissionDenied     = "permission_denied"      // 403: the key's role may not do this
+	CodeTokenScope           = "token_scope"            // 403: a sandbox access token used outside its sandbox's routes
 	CodeNotFound             = "not_found"              // 404: no such resource in this project
 	CodeTemplateNotFound     = "template_not_found"     // 404/400: the template reference resolves to nothing
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405
@@ -428,7 +429,17 @@ type CreateAPIKeyRequest struct {
 	ProjectID string `json:"project_id"`
 	Role      string `json:"role"` // admin or member
 	Name      string `json:"name,omitempty"`
+	// Format is how the new key's token is spelled: "airlock" (default,
+	// alk_…) or "e2b" (e2b_<hex>, which E2B SDKs accept). Both work
+	// everywhere an API key does.
+	Format string `json:"format,omitempty"`
 }
+
+// API key formats of CreateAPIKeyRequest.Format.
+const (
+	KeyFormatAirlock = "airlock"
+	KeyFormatE2B     = "e2b"
+)
 
 // APIKeyList is the response of GET /v1/admin/keys.
 type APIKeyList struct {

@@ -4,6 +4,11 @@
 //   - API keys (management plane): "alk_<key id>_<secret>", where <key id> is
 //     the 26-character random part of a model.APIKeyID, so the key can be
 //     looked up, and <secret> is 256 random bits. Only SHA-256(secret) is stored.
+//     The same key may instead be spelled in the E2B form (FormatE2B), which
+//     E2B SDKs accept: "e2b_" + 96 lower-case hex digits, the hex of the 16
+//     bytes the key ID's random part encodes followed by the hex of the
+//     32-byte secret. Both forms parse to the same (key ID, secret); which
+//     one a key is shown in is chosen once, when it is created.
 //   - Attachment tokens (data plane): "alt_<JWT>", a capability for one
 //     process of one command session: a compact JWT signed with Ed25519
 //     (EdDSA) naming the session, sandbox, process and node and the allowed
@@ -17,6 +22,8 @@
 //     one sandbox, signed and checked exactly like attachment tokens with the
 //     same keys but another audience, so neither passes as the other. See
 //     filetoken.go.
+//   - Sandbox access tokens (management plane, one sandbox): "als_<JWT>",
+//     naming one sandbox and its project, with no expiry; see sandboxtoken.go.
 //
 // API key secrets are encoded in lower-case RFC 4648 base32 without padding,
 // the same alphabet as Airlock's IDs, so a key never contains '_' after its
@@ -28,6 +35,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base32"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -44,9 +52,10 @@ type TokenKind int
 // Token kinds.
 const (
 	KindUnknown    TokenKind = iota // neither prefix
-	KindAPIKey                      // "alk_…": management API key
+	KindAPIKey                      // "alk_…" or "e2b_…": management API key
 	KindAttachment                  // "alt_…": data-plane attachment token
 	KindFiles                       // "alf_…": data-plane file transfer token (see FilesTokenPrefix)
+	KindSandbox                     // "als_…": sandbox access token (see SandboxTokenPrefix)
 )
 
 func (k TokenKind) String() string {
@@ -57,12 +66,15 @@ func (k TokenKind) String() string {
 		return "attachment token"
 	case KindFiles:
 		return "file transfer token"
+	case KindSandbox:
+		return "sandbox access token"
 	}
 	return "unknown"
 }
 
 const (
 	apiKeyPrefix     = "alk_"
+	e2bKeyPrefix     = "e2b_"
 	attachmentPrefix = "alt_"
 	secretBytes      = 32 // 256 bits
 	idRandomLen      = 26 // length of the random part of a model ID
@@ -78,12 +90,14 @@ var secretEncodedLen = secretEncoding.EncodedLen(secretBytes)
 // a precise error before parsing its own.
 func KindOf(s string) TokenKind {
 	switch {
-	case strings.HasPrefix(s, apiKeyPrefix):
+	case strings.HasPrefix(s, apiKeyPrefix), strings.HasPrefix(s, e2bKeyPrefix):
 		return KindAPIKey
 	case strings.HasPrefix(s, attachmentPrefix):
 		return KindAttachment
 	case strings.HasPrefix(s, FilesTokenPrefix):
 		return KindFiles
+	case strings.HasPrefix(s, SandboxTokenPrefix):
+		return KindSandbox
 	}
 	return KindUnknown
 }
@@ -101,20 +115,70 @@ func VerifySecret(hash, secret []byte) bool {
 	return len(hash) == sha256.Size && subtle.ConstantTimeCompare(hash, sum[:]) == 1
 }
 
-// GenerateAPIKey returns a new API key token, the key's ID and the SHA-256
-// of its secret. The token is shown to its owner once and never stored.
-func GenerateAPIKey() (token string, id model.APIKeyID, secretHash []byte) {
-	id = model.NewAPIKeyID()
-	secret := newSecret()
-	token = apiKeyPrefix + strings.TrimPrefix(id.String(), "key_") + "_" + secretEncoding.EncodeToString(secret)
-	return token, id, HashSecret(secret)
+// APIKeyFormat is how an API key token is spelled.
+type APIKeyFormat string
+
+// API key formats.
+const (
+	FormatAirlock APIKeyFormat = "airlock" // "alk_<key id>_<secret>"
+	FormatE2B     APIKeyFormat = "e2b"     // "e2b_<hex>", which E2B SDKs accept
+)
+
+// ParseAPIKeyFormat parses s as a key format; "" means FormatAirlock.
+func ParseAPIKeyFormat(s string) (APIKeyFormat, error) {
+	switch f := APIKeyFormat(s); f {
+	case "":
+		return FormatAirlock, nil
+	case FormatAirlock, FormatE2B:
+		return f, nil
+	}
+	return "", fmt.Errorf("%w: key format %q must be airlock or e2b", model.ErrInvalid, truncate(s))
 }
 
-// ParseAPIKey splits an API key token into its key ID and raw secret.
+// GenerateAPIKey returns a new API key token in FormatAirlock, the key's
+// ID and the SHA-256 of its secret. The token is shown to its owner once
+// and never stored.
+func GenerateAPIKey() (token string, id model.APIKeyID, secretHash []byte) {
+	token, id, secretHash, _ = GenerateAPIKeyFormat(FormatAirlock)
+	return token, id, secretHash
+}
+
+// GenerateAPIKeyFormat is GenerateAPIKey with the token spelled in format f.
+// Both formats store the same thing: the key ID and SHA-256 of the secret.
+func GenerateAPIKeyFormat(f APIKeyFormat) (token string, id model.APIKeyID, secretHash []byte, err error) {
+	id = model.NewAPIKeyID()
+	secret := newSecret()
+	switch f {
+	case FormatAirlock:
+		token = apiKeyPrefix + strings.TrimPrefix(id.String(), "key_") + "_" + secretEncoding.EncodeToString(secret)
+	case FormatE2B:
+		raw, derr := secretEncoding.DecodeString(strings.TrimPrefix(id.String(), "key_"))
+		if derr != nil || len(raw) != e2bIDBytes {
+			// model.NewAPIKeyID always encodes 16 bytes.
+			return "", "", nil, fmt.Errorf("auth: key ID %s does not encode %d bytes", id, e2bIDBytes)
+		}
+		token = e2bKeyPrefix + hex.EncodeToString(raw) + hex.EncodeToString(secret)
+	default:
+		return "", "", nil, fmt.Errorf("%w: unknown key format %q", model.ErrInvalid, truncate(string(f)))
+	}
+	return token, id, HashSecret(secret), nil
+}
+
+// e2bIDBytes is how many bytes the random part of a model ID encodes.
+const e2bIDBytes = 16
+
+// e2bKeyHexLen is the length of an E2B-form key after its prefix.
+const e2bKeyHexLen = 2 * (e2bIDBytes + secretBytes)
+
+// ParseAPIKey splits an API key token, in either format, into its key ID
+// and raw secret. Each key has exactly one spelling in each format.
 func ParseAPIKey(token string) (model.APIKeyID, []byte, error) {
+	if rest, ok := strings.CutPrefix(token, e2bKeyPrefix); ok {
+		return parseE2BKey(rest)
+	}
 	rest, ok := strings.CutPrefix(token, apiKeyPrefix)
 	if !ok {
-		return "", nil, fmt.Errorf("%w: an API key starts with %q", ErrMalformed, apiKeyPrefix)
+		return "", nil, fmt.Errorf("%w: an API key starts with %q or %q", ErrMalformed, apiKeyPrefix, e2bKeyPrefix)
 	}
 	idPart, secretPart, ok := strings.Cut(rest, "_")
 	if !ok || len(idPart) != idRandomLen {
@@ -129,6 +193,28 @@ func ParseAPIKey(token string) (model.APIKeyID, []byte, error) {
 		return "", nil, err
 	}
 	return id, secret, nil
+}
+
+// parseE2BKey parses what follows "e2b_": exactly e2bKeyHexLen lower-case
+// hex digits (the only spelling hex.EncodeToString makes).
+func parseE2BKey(s string) (model.APIKeyID, []byte, error) {
+	if len(s) != e2bKeyHexLen {
+		return "", nil, fmt.Errorf("%w: an E2B-form API key is %s and %d lower-case hex digits", ErrMalformed, e2bKeyPrefix, e2bKeyHexLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return "", nil, fmt.Errorf("%w: an E2B-form API key holds only lower-case hex digits", ErrMalformed)
+		}
+	}
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	id, err := model.ParseAPIKeyID("key_" + secretEncoding.EncodeToString(b[:e2bIDBytes]))
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: bad key id: %w", ErrMalformed, err)
+	}
+	return id, b[e2bIDBytes:], nil
 }
 
 // decodeSecret accepts only the canonical encoding of exactly secretBytes

@@ -2,9 +2,13 @@ package auth
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/airlockdev/airlock/internal/model"
 )
 
 func TestAPIKeyRoundTrip(t *testing.T) {
@@ -104,7 +108,11 @@ func TestVerifySecretRejectsBadHash(t *testing.T) {
 
 func FuzzParseAPIKey(f *testing.F) {
 	key, _, _ := GenerateAPIKey()
-	for _, s := range []string{key, "alt_" + strings.Repeat("a", 52), "", "alk_", "alk__", key + "=", "alk_" + strings.Repeat("a", 26) + "_" + strings.Repeat("a", 52)} {
+	e2b, _, _, err := GenerateAPIKeyFormat(FormatE2B)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{key, e2b, "e2b_", e2b + "0", e2b[:len(e2b)-1], strings.ToUpper(e2b), "e2b_" + strings.Repeat("f", 96), "e2b_" + strings.Repeat("0", 96), "alt_" + strings.Repeat("a", 52), "", "alk_", "alk__", key + "=", "alk_" + strings.Repeat("a", 26) + "_" + strings.Repeat("a", 52)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -120,6 +128,13 @@ func FuzzParseAPIKey(f *testing.F) {
 		}
 		// One spelling per key: re-encoding gives back the input.
 		again := apiKeyPrefix + strings.TrimPrefix(id.String(), "key_") + "_" + secretEncoding.EncodeToString(secret)
+		if strings.HasPrefix(s, e2bKeyPrefix) {
+			raw, err := secretEncoding.DecodeString(strings.TrimPrefix(id.String(), "key_"))
+			if err != nil {
+				t.Fatalf("parsed key ID %q does not decode: %v", id, err)
+			}
+			again = e2bKeyPrefix + hex.EncodeToString(raw) + hex.EncodeToString(secret)
+		}
 		if again != s {
 			t.Fatalf("re-encoded %q as %q", s, again)
 		}
@@ -127,4 +142,93 @@ func FuzzParseAPIKey(f *testing.F) {
 			t.Fatalf("secret of %d bytes", len(secret))
 		}
 	})
+}
+
+// TestE2BKeyRoundTrip: an E2B-form key parses to the ID and secret it was
+// made with, matches the pattern older E2B SDKs check, and stores exactly
+// like an Airlock-form key.
+func TestE2BKeyRoundTrip(t *testing.T) {
+	sdkPattern := regexp.MustCompile(`^e2b_[0-9a-f]+$`)
+	seen := map[string]bool{}
+	for range 100 {
+		token, id, hash, err := GenerateAPIKeyFormat(FormatE2B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[token] {
+			t.Fatalf("duplicate token %q", token)
+		}
+		seen[token] = true
+		if !sdkPattern.MatchString(token) || len(token) != len("e2b_")+96 {
+			t.Fatalf("token %q does not look like an E2B key", token)
+		}
+		if KindOf(token) != KindAPIKey {
+			t.Fatalf("KindOf(%q) = %v", token, KindOf(token))
+		}
+		gotID, secret, err := ParseAPIKey(token)
+		if err != nil {
+			t.Fatalf("ParseAPIKey(%q): %v", token, err)
+		}
+		if gotID != id || len(secret) != secretBytes || !VerifySecret(hash, secret) {
+			t.Fatalf("ParseAPIKey(%q) = %q, %x; want %q and the generated secret", token, gotID, secret, id)
+		}
+		// The same key spelled the Airlock way parses to the same pair.
+		alk := apiKeyPrefix + strings.TrimPrefix(id.String(), "key_") + "_" + secretEncoding.EncodeToString(secret)
+		aID, aSecret, err := ParseAPIKey(alk)
+		if err != nil || aID != id || !bytes.Equal(aSecret, secret) {
+			t.Fatalf("Airlock form %q = %q, %x, %v", alk, aID, aSecret, err)
+		}
+	}
+	for _, f := range []APIKeyFormat{FormatAirlock, FormatE2B} {
+		got, err := ParseAPIKeyFormat(string(f))
+		if err != nil || got != f {
+			t.Fatalf("ParseAPIKeyFormat(%q) = %q, %v", f, got, err)
+		}
+	}
+	if got, err := ParseAPIKeyFormat(""); err != nil || got != FormatAirlock {
+		t.Fatalf(`ParseAPIKeyFormat("") = %q, %v`, got, err)
+	}
+	for _, bad := range []string{"E2B", "alk", "e2b ", "x"} {
+		if _, err := ParseAPIKeyFormat(bad); !errors.Is(err, model.ErrInvalid) {
+			t.Fatalf("ParseAPIKeyFormat(%q) = %v, want model.ErrInvalid", bad, err)
+		}
+		if _, _, _, err := GenerateAPIKeyFormat(APIKeyFormat(bad)); !errors.Is(err, model.ErrInvalid) {
+			t.Fatalf("GenerateAPIKeyFormat(%q) = %v, want model.ErrInvalid", bad, err)
+		}
+	}
+}
+
+func TestParseE2BKeyRejects(t *testing.T) {
+	key, _, _, err := GenerateAPIKeyFormat(FormatE2B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hexPart := key[4:]
+	cases := []struct {
+		name  string
+		token string
+	}{
+		{"prefix only", "e2b_"},
+		{"upper-case hex", "e2b_" + strings.ToUpper(hexPart)},
+		{"one upper-case digit", "e2b_A" + hexPart[1:]},
+		{"upper-case prefix", "E2B_" + hexPart},
+		{"odd length", key[:len(key)-1]},
+		{"short by a byte", key[:len(key)-2]},
+		{"long by a byte", key + "00"},
+		{"long by a digit", key + "0"},
+		{"id only", key[:4+32]},
+		{"non-hex", "e2b_" + hexPart[:95] + "g"},
+		{"separator inside", "e2b_" + hexPart[:32] + "_" + hexPart[32:]},
+		{"trailing space", key + " "},
+		{"leading space", " " + key},
+		{"newline", key + "\n"},
+		{"0x", "e2b_0x" + hexPart[2:]},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, _, err := ParseAPIKey(c.token); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("ParseAPIKey(%q) = %v, want ErrMalformed", c.token, err)
+			}
+		})
+	}
 }

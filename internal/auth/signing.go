@@ -38,26 +38,7 @@ func (i *Issuer) sign(claims jwt.Claims) (string, error) {
 // ErrInvalidToken.
 func (v *Verifier) parse(raw, audience string, now time.Time, claims jwt.Claims) (string, error) {
 	var kid string
-	keyfunc := func(t *jwt.Token) (any, error) {
-		kid, _ = t.Header["kid"].(string)
-		for _, k := range v.keys() {
-			if k.ID == kid && kid != "" {
-				if !k.NotAfter.IsZero() && now.After(k.NotAfter) {
-					return nil, fmt.Errorf("key %q was retired", kid)
-				}
-				return k.Key, nil
-			}
-		}
-		if v.published != nil {
-			if k, ok := v.published.get(kid); ok {
-				if !k.NotAfter.IsZero() && now.After(k.NotAfter) {
-					return nil, fmt.Errorf("key %q was retired", kid)
-				}
-				return k.Key, nil
-			}
-		}
-		return nil, fmt.Errorf("unknown key %q", truncate(kid))
-	}
+	keyfunc := v.keyfunc(now, &kid)
 	parser := jwt.NewParser(
 		jwt.WithValidMethods([]string{signingAlg}),
 		jwt.WithStrictDecoding(),
@@ -78,6 +59,32 @@ func (v *Verifier) parse(raw, audience string, now time.Time, claims jwt.Claims)
 		return "", fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
 	return kid, nil
+}
+
+// keyfunc finds the public key named by a token's kid header (recording
+// the kid in *kid): one of the verifier's own keys or a published one,
+// refused once past its NotAfter at now.
+func (v *Verifier) keyfunc(now time.Time, kid *string) jwt.Keyfunc {
+	return func(t *jwt.Token) (any, error) {
+		*kid, _ = t.Header["kid"].(string)
+		for _, k := range v.keys() {
+			if k.ID == *kid && *kid != "" {
+				if !k.NotAfter.IsZero() && now.After(k.NotAfter) {
+					return nil, fmt.Errorf("key %q was retired", *kid)
+				}
+				return k.Key, nil
+			}
+		}
+		if v.published != nil {
+			if k, ok := v.published.get(*kid); ok {
+				if !k.NotAfter.IsZero() && now.After(k.NotAfter) {
+					return nil, fmt.Errorf("key %q was retired", *kid)
+				}
+				return k.Key, nil
+			}
+		}
+		return nil, fmt.Errorf("unknown key %q", truncate(*kid))
+	}
 }
 
 // lifetime fills a token's times as Issue and IssueFile do: a zero nbf

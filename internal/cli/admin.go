@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -79,9 +80,9 @@ func (a *app) projectListCommand() *cobra.Command {
 }
 
 func (a *app) keyCreateCommand() *cobra.Command {
-	var project, role, name string
+	var project, role, name, format string
 	cmd := &cobra.Command{
-		Use:   "create --project PROJECT --role admin|member [--name NAME]",
+		Use:   "create --project PROJECT --role admin|member [--name NAME] [--format airlock|e2b]",
 		Short: "Create an API key; its token is shown only once",
 		Args:  exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -99,11 +100,15 @@ func (a *app) keyCreateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			f, err := auth.ParseAPIKeyFormat(format)
+			if err != nil {
+				return usageErrorf("--format: %w", err)
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
 			}
-			k, err := c.CreateAPIKey(cmd.Context(), apiv1.CreateAPIKeyRequest{ProjectID: pid.String(), Role: string(r), Name: name})
+			k, err := c.CreateAPIKey(cmd.Context(), apiv1.CreateAPIKeyRequest{ProjectID: pid.String(), Role: string(r), Name: name, Format: string(f)})
 			if err != nil {
 				return err
 			}
@@ -120,6 +125,7 @@ func (a *app) keyCreateCommand() *cobra.Command {
 	fs.StringVar(&project, "project", "", "project ID (prj_…) the key belongs to")
 	fs.StringVar(&role, "role", "", "admin or member")
 	fs.StringVar(&name, "name", "", "a name to recognise the key by")
+	fs.StringVar(&format, "format", string(auth.FormatAirlock), "how the token is spelled: airlock (alk_…) or e2b (e2b_<hex>, for E2B SDKs' E2B_API_KEY); the same key either way")
 	return cmd
 }
 

@@ -33,6 +33,8 @@ func (d *DataPlane) checkToken(tok string, pid model.ProcessID, action auth.Acti
 		return http.StatusUnauthorized, apiv1.CodeWrongTokenKind, "an API key cannot attach to a process; use the command session's attachment token", claims
 	case auth.KindFiles:
 		return http.StatusUnauthorized, apiv1.CodeWrongTokenKind, "a file transfer token cannot attach to a process; use the command session's attachment token", claims
+	case auth.KindSandbox:
+		return http.StatusUnauthorized, apiv1.CodeWrongTokenKind, "a sandbox access token cannot attach to a process; use the command session's attachment token", claims
 	}
 	if d.cfg.Verifier == nil {
 		return http.StatusNotImplemented, apiv1.CodeNotSupported, "this data plane has no attachment keys", claims

@@ -64,6 +64,14 @@ func TestAttachAttacker(t *testing.T) {
 		t.Fatal(err)
 	}
 	apiKey, _, _ := auth.GenerateAPIKey()
+	e2bKey, _, _, err := auth.GenerateAPIKeyFormat(auth.FormatE2B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sandboxTok, err := f.ring.Issuer().IssueSandbox(auth.SandboxClaims{Sandbox: target.SandboxID, Project: model.NewProjectID()})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	good := f.token(target, auth.AllActions(), now, time.Time{})
 	parts := strings.Split(strings.TrimPrefix(good, "alt_"), ".")
@@ -84,6 +92,9 @@ func TestAttachAttacker(t *testing.T) {
 	}{
 		{"management key", target.ProcessID, "Bearer " + apiKey, "", 401, apiv1.CodeWrongTokenKind},
 		{"management key in query", target.ProcessID, "", apiKey, 401, apiv1.CodeWrongTokenKind},
+		{"E2B-form management key", target.ProcessID, "Bearer " + e2bKey, "", 401, apiv1.CodeWrongTokenKind},
+		{"sandbox access token", target.ProcessID, "Bearer " + sandboxTok, "", 401, apiv1.CodeWrongTokenKind},
+		{"sandbox access token in query", target.ProcessID, "", sandboxTok, 401, apiv1.CodeWrongTokenKind},
 		{"no token", target.ProcessID, "", "", 401, apiv1.CodeUnauthenticated},
 		{"basic scheme", target.ProcessID, "Basic " + good, "", 401, apiv1.CodeUnauthenticated},
 		{"old-style random token", target.ProcessID, "Bearer alt_" + strings.Repeat("a", 52), "", 401, apiv1.CodeUnauthenticated},
