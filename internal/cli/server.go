@@ -63,6 +63,8 @@ type serverFlags struct {
 	poolMemory   int
 	poolCPUs     int
 	poolDrain    time.Duration
+	e2b          bool
+	e2bDomain    string
 	poolParallel int
 	// several nodes
 	role           string
@@ -115,6 +117,8 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		PoolMemoryMiB:            f.poolMemory,
 		PoolCPUs:                 f.poolCPUs,
 		PoolDrainAfter:           f.poolDrain,
+		NoE2B:                    !f.e2b,
+		E2BDomain:                f.e2bDomain,
 		PoolFillParallel:         f.poolParallel,
 	}
 	if f.poolMemory < 0 || f.poolCPUs < 0 || f.poolParallel < 0 {
@@ -318,6 +322,8 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.DurationVar(&f.reapEvery, "reap-interval", reaper.DefaultInterval, "how often passed deadlines and idle sandboxes are looked for")
 	fs.IntVar(&f.poolMemory, "pool-memory-mib", 0, "memory (as their limits) that the unclaimed sandboxes of every warm pool on this node may hold together (0: a quarter of the host's memory)")
 	fs.IntVar(&f.poolCPUs, "pool-cpus", 0, "vCPUs (as their limits) that the unclaimed sandboxes of every warm pool on this node may hold together (0: four per host CPU)")
+	fs.BoolVar(&f.e2b, "e2b", true, "serve the E2B API on the same listener (E2B_API_URL and E2B_SANDBOX_URL = this server's URL; see docs/e2b.md)")
+	fs.StringVar(&f.e2bDomain, "e2b-domain", "", "domain returned to E2B clients for sandbox hosts <port>-<sandbox id>.<domain> (may carry :port); empty: the client's E2B_DOMAIN")
 	fs.DurationVar(&f.poolDrain, "pool-drain-after", model.DefaultPoolDrainAfter, "a warm pool no create matched for this long keeps no sandboxes until one does")
 	fs.IntVar(&f.poolParallel, "pool-fill-parallel", pool.DefaultFillParallel, "warm-pool sandboxes this node creates at once")
 	fs.StringVar(&f.role, "role", string(model.RoleAll), "what this process does: all (API and sandboxes), api (a stateless API replica that places sandboxes and routes to their nodes; needs --database-url) or node (runs sandboxes; needs --database-url)")

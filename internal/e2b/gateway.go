@@ -62,6 +62,11 @@ type Config struct {
 	Mint func(sb model.SandboxID, project model.ProjectID) (string, error)
 	// Verify checks a sandbox access token and returns its sandbox.
 	Verify func(token string) (model.SandboxID, error)
+	// Tokens returns every access token of a sandbox that still verifies
+	// (the current one first): a signed /files URL made with a token from
+	// before a key rotation stays good as long as that token does. Nil
+	// means Mint's token alone.
+	Tokens func(sb model.SandboxID, project model.ProjectID) ([]string, error)
 	// SelfURL is the base URL of this server's own API, which the
 	// translators call; HTTP is the client they share.
 	SelfURL string
@@ -173,7 +178,7 @@ func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 	}
 	if rt.Port == EnvdPort {
 		// Authenticate before waking anything.
-		user, ok := g.authorizeEnvd(w, r, sb.ID, token)
+		user, ok := g.authorizeEnvd(w, r, sb, token)
 		if !ok {
 			return
 		}
@@ -215,7 +220,7 @@ func (g *Gateway) envd(w http.ResponseWriter, r *http.Request, t target.Target) 
 // header, or for /files a URL signed with the sandbox's token. It returns
 // the user the request names (Basic auth user of an RPC, ?username= of
 // /files); on failure it has answered 401.
-func (g *Gateway) authorizeEnvd(w http.ResponseWriter, r *http.Request, sb model.SandboxID, token string) (string, bool) {
+func (g *Gateway) authorizeEnvd(w http.ResponseWriter, r *http.Request, sb model.Sandbox, token string) (string, bool) {
 	user := ""
 	if r.URL.Path == "/files" {
 		user = r.URL.Query().Get("username")
@@ -224,7 +229,7 @@ func (g *Gateway) authorizeEnvd(w http.ResponseWriter, r *http.Request, sb model
 	}
 	if tok := r.Header.Get("X-Access-Token"); tok != "" {
 		got, err := g.cfg.Verify(tok)
-		if err != nil || got != sb {
+		if err != nil || got != sb.ID {
 			writeError(w, http.StatusUnauthorized, "invalid X-Access-Token for this sandbox")
 			return "", false
 		}
@@ -236,11 +241,24 @@ func (g *Gateway) authorizeEnvd(w http.ResponseWriter, r *http.Request, sb model
 		if r.Method == http.MethodPost {
 			op = opWrite
 		}
-		if err := checkFileSignature(q.Get("signature"), q.Get("signature_expiration"), q.Get("path"), op, user, token, g.cfg.Now()); err != nil {
-			writeError(w, http.StatusUnauthorized, err.Error())
-			return "", false
+		tokens := []string{token}
+		if g.cfg.Tokens != nil {
+			all, err := g.cfg.Tokens(sb.ID, sb.ProjectID)
+			if err != nil {
+				g.cfg.Logger.Error("e2b: sandbox tokens", "sandbox", sb.ID, "err", err)
+				writeError(w, http.StatusInternalServerError, "cannot check the URL signature")
+				return "", false
+			}
+			tokens = all
 		}
-		return user, true
+		err := errBadSignature
+		for _, tok := range tokens {
+			if err = checkFileSignature(q.Get("signature"), q.Get("signature_expiration"), q.Get("path"), op, user, tok, g.cfg.Now()); err == nil {
+				return user, true
+			}
+		}
+		writeError(w, http.StatusUnauthorized, err.Error())
+		return "", false
 	}
 	writeError(w, http.StatusUnauthorized, "missing X-Access-Token (the sandbox's envdAccessToken)")
 	return "", false

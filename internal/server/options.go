@@ -204,6 +204,14 @@ type Options struct {
 	PoolDrainAfter   time.Duration
 	PoolFillParallel int
 
+	// NoE2B (--e2b=false) turns the E2B front door off: then only
+	// Airlock's own API answers on the listener. E2BDomain (--e2b-domain)
+	// is the domain E2B clients are told to reach sandbox ports under
+	// (<port>-<sandbox id>.<domain>, may carry :port); "": none, the
+	// client's own E2B_DOMAIN applies.
+	NoE2B     bool
+	E2BDomain string
+
 	// FaultPoint makes the process SIGKILL itself when it reaches the named
 	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
 	FaultPoint string

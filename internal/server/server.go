@@ -224,11 +224,13 @@ func Run(ctx context.Context, opts Options) error {
 		Self:         nodeID,
 		Nodes:        st,
 		PeerVerifier: verifier,
-		Builds:       h.buildRunner(),
-		FileTokens:   attachKeys.Issuer(), // file tokens are signed like attachment tokens
-		Attach:       attachKeys.Issuer(),
-		AttachKeys:   attachKeys,
-		Logger:       log.With("component", "api"),
+		// Sandbox access tokens (E2B's envdAccessToken) of every replica.
+		SandboxTokens: verifier,
+		Builds:        h.buildRunner(),
+		FileTokens:    attachKeys.Issuer(), // file tokens are signed like attachment tokens
+		Attach:        attachKeys.Issuer(),
+		AttachKeys:    attachKeys,
+		Logger:        log.With("component", "api"),
 		// Ready while the store answers and the server is not draining;
 		// the listener only exists once the runtime was probed and the
 		// controller wired.
@@ -249,6 +251,16 @@ func Run(ctx context.Context, opts Options) error {
 	mux := http.NewServeMux()
 	mux.Handle("/data/", apiHandler.Wrap(dataMux))
 	mux.Handle("/", apiHandler.Handler())
+	var handler http.Handler = mux
+	if !opts.NoE2B {
+		gw, watchers, err := e2bGateway(mux, st, attachKeys, verifier, baseURL, opts.E2BDomain, log)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("e2b gateway: %w", err)
+		}
+		defer watchers.Close()
+		handler = gw
+	}
 
 	adminKey := opts.AdminKeyFile
 	if adminKey == "" {
@@ -287,7 +299,7 @@ func Run(ctx context.Context, opts Options) error {
 	}()
 
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		// Requests outlive the stop signal: a drain lets open streams run

@@ -1,0 +1,109 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/e2b"
+	"github.com/airlockdev/airlock/internal/e2b/control"
+	"github.com/airlockdev/airlock/internal/e2b/envd"
+	"github.com/airlockdev/airlock/internal/e2b/envdfs"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// e2bGateway puts the E2B front door in front of native (Airlock's API and
+// data plane): the E2B control API, envd's services and guest-port
+// routing, all translated to calls of this server's own API at selfURL.
+// The returned Watchers hold E2B's polling file watchers; close them at
+// shutdown.
+func e2bGateway(native http.Handler, st store.Store, keys *auth.Keyring, verifier *auth.Verifier, selfURL, domain string, log *slog.Logger) (*e2b.Gateway, *envdfs.Watchers, error) {
+	self, err := loopbackURL(selfURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	httpc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	mint := func(sb model.SandboxID, project model.ProjectID) (string, error) {
+		return keys.Issuer().IssueSandbox(auth.SandboxClaims{Sandbox: sb, Project: project})
+	}
+	ctl, err := control.New(control.Config{
+		Native: func(key string) (*client.Client, error) {
+			return client.New(self, key, client.WithHTTPClient(httpc), client.WithUserAgent("airlock-e2b-control"))
+		},
+		AccessToken: func(ctx context.Context, sb apiv1.Sandbox) (string, error) {
+			id, err := model.ParseSandboxID(sb.ID)
+			if err != nil {
+				return "", err
+			}
+			rec, err := st.GetSandboxByID(ctx, id)
+			if err != nil {
+				return "", fmt.Errorf("sandbox %s: %w", id, err)
+			}
+			return mint(rec.ID, rec.ProjectID)
+		},
+		Domain: domain,
+		Logger: log.With("component", "e2b-control"),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	envdLog := log.With("component", "e2b-envd")
+	watchers := envdfs.NewWatchers(envdLog)
+	procPath, procHandler := envd.NewProcessHandler(envdLog)
+	fsPath, fsHandler := envdfs.NewHandler(envdLog, watchers)
+	gw, err := e2b.New(e2b.Config{
+		Native:      native,
+		Control:     ctl,
+		OwnsControl: control.Owns,
+		Process:     e2b.Service{Path: procPath, Handler: procHandler},
+		Filesystem:  e2b.Service{Path: fsPath, Handler: fsHandler},
+		Files:       envdfs.FilesHandler(envdLog),
+		Sandboxes:   st,
+		Mint:        mint,
+		Verify: func(token string) (model.SandboxID, error) {
+			c, err := verifier.VerifySandbox(token)
+			return c.Sandbox, err
+		},
+		Tokens: func(sb model.SandboxID, project model.ProjectID) ([]string, error) {
+			return keys.SandboxTokens(auth.SandboxClaims{Sandbox: sb, Project: project}, time.Now())
+		},
+		SelfURL: self,
+		HTTP:    httpc,
+		Logger:  log.With("component", "e2b"),
+	})
+	if err != nil {
+		watchers.Close()
+		return nil, nil, err
+	}
+	return gw, watchers, nil
+}
+
+// loopbackURL turns the listener's URL into one this process can dial:
+// an unspecified address (0.0.0.0, ::) becomes loopback.
+func loopbackURL(base string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("server URL %q: %w", base, err)
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return "", fmt.Errorf("server URL %q: %w", base, err)
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if ip.To4() != nil {
+			host = "127.0.0.1"
+		} else {
+			host = "::1"
+		}
+	}
+	u.Host = net.JoinHostPort(host, port)
+	return u.String(), nil
+}
