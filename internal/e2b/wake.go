@@ -30,11 +30,15 @@ func (g *Gateway) ensureRunning(w http.ResponseWriter, r *http.Request, native *
 	return true
 }
 
-// wake brings sandbox id to running. Another request waking it at the
-// same time is fine: a refused (conflicting) wake is followed by waiting.
+// wake brings sandbox id to running, watching its state in the store
+// (a sandbox access token cannot read operations). Another request waking
+// it at the same time is fine: a refused (conflicting) wake is followed by
+// waiting. A wake this call asked for that ends with the sandbox back
+// where it was has failed.
 func (g *Gateway) wake(ctx context.Context, native *client.Client, id model.SandboxID) error {
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
+	asked := false
 	for {
 		sb, err := g.cfg.Sandboxes.GetSandboxByID(ctx, id)
 		if err != nil {
@@ -52,18 +56,14 @@ func (g *Gateway) wake(ctx context.Context, native *client.Client, id model.Sand
 			return fmt.Errorf("sandbox %s is %s", id, sb.State)
 		}
 		if kind != "" {
-			res, err := native.LifecycleSandbox(ctx, id, kind)
+			if asked {
+				return fmt.Errorf("%s sandbox %s failed: %s", kind, id, sb.StateReason)
+			}
+			_, err := native.LifecycleSandbox(ctx, id, kind)
 			var apiErr *client.APIError
 			switch {
 			case err == nil:
-				op, err := native.WaitOperation(ctx, model.OperationID(res.Operation.ID))
-				if err != nil {
-					return fmt.Errorf("%s sandbox %s: %w", kind, id, err)
-				}
-				if op.State != "succeeded" {
-					return fmt.Errorf("%s sandbox %s: operation %s", kind, id, op.State)
-				}
-				continue
+				asked = true
 			case errors.As(err, &apiErr) && apiErr.Status == http.StatusConflict:
 				// Someone else moved it; look again.
 			default:
