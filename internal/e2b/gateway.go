@@ -188,6 +188,14 @@ func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 		g.envd(w, r, target.Target{Sandbox: sb.ID, Native: native, User: user, Users: g.users})
 		return
 	}
+	if rt.Port == CodeInterpreterPort && r.URL.Path == "/execute" {
+		// Guest ports are public, as on E2B, but /execute runs code:
+		// it takes the sandbox's access token (the SDK sends it).
+		if got, err := g.cfg.Verify(r.Header.Get("X-Access-Token")); err != nil || got != sb.ID {
+			writeError(w, http.StatusUnauthorized, "the code interpreter's /execute needs the sandbox's X-Access-Token (its envdAccessToken)")
+			return
+		}
+	}
 	if !g.ensureRunning(w, r, native, sb) {
 		return
 	}

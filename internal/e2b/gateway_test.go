@@ -109,6 +109,8 @@ func TestGatewayRouting(t *testing.T) {
 		{"files signature for reading used to write", "POST", signed, "h", envd(running), "", 401, "", ""},
 		{"files unsigned", "GET", "/files?path=/a", "h", envd(running), "", 401, "", ""},
 		{"envd unknown path", "GET", "/nope", "h", withTok(envd(running), "tok-"+running.ID.String()), "", 404, "", ""},
+		{"execute without token", "POST", "/execute", "h", map[string]string{headerSandboxID: running.ID.String(), headerSandboxPort: "49999"}, "", 401, "", ""},
+		{"execute with another sandbox's token", "POST", "/execute", "h", map[string]string{headerSandboxID: running.ID.String(), headerSandboxPort: "49999", "X-Access-Token": "tok-" + other.ID.String()}, "", 401, "", ""},
 		{"host routing to envd", "POST", "/process.Process/List", "49983-" + running.ID.String() + ".sbx.test", map[string]string{"X-Access-Token": "tok-" + running.ID.String()}, "", 418, "process", running.ID.String() + "/"},
 	}
 	for _, tc := range tests {
