@@ -166,6 +166,7 @@ await r.step('getInfo: running, with its metadata', async () => {
   const info = await sbx.getInfo()
   assert.equal(info.sandboxId, sbx.sandboxId, 'id')
   assert.equal(info.state, 'running', 'state')
+  assert.equal(info.templateId, 'base', 'the template ID the SDK asked for (its default)')
   assert.deepEqual(info.metadata, metadata, 'metadata')
 })
 
@@ -280,6 +281,8 @@ if (process.env.SMOKE_CODE_INTERPRETER === '0') {
     const log = requestLog()
     ci = r.track(await CodeSandbox.create({ ...createOpts, logger: log.logger }))
     assert.ok(ci.sandboxId, 'sandboxId')
+    assert.equal(log.requests()[0], 'POST /v2/sandboxes', `create used ${log.requests()}`)
+    assert.equal((await ci.getInfo()).templateId, 'code-interpreter-v1', 'the template ID the SDK asked for')
   })
   await r.step('code interpreter: state across runCode, stdout, last expression', async () => {
     const first = await ci.runCode('x = 41')
