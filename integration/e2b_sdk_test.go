@@ -216,8 +216,12 @@ func e2bKey(ctx context.Context, t *testing.T, s *server) string {
 	return key.Token
 }
 
+// e2bDomain is the E2B_DOMAIN the test sets (optional for users): the
+// domain of sandbox hosts, <port>-<id>.<domain>, when the server names none.
+const e2bDomain = "sandbox.airlock.test"
+
 // e2bEnv is this process's environment without any E2B_ variable of its
-// own, plus the three a user sets to point an E2B client at Airlock.
+// own, plus those a user sets to point an E2B client at Airlock.
 func e2bEnv(key, url string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -225,7 +229,7 @@ func e2bEnv(key, url string) []string {
 			env = append(env, kv)
 		}
 	}
-	return append(env, "E2B_API_KEY="+key, "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url)
+	return append(env, "E2B_API_KEY="+key, "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_DOMAIN="+e2bDomain)
 }
 
 // runNode runs `node SCRIPT` in dir, its output streamed into the test log

@@ -7,11 +7,13 @@
 //
 // Run by integration/e2b_sdk_test.go (TestE2BSDK). By hand:
 //   E2B_API_KEY=e2b_… E2B_API_URL=http://127.0.0.1:PORT E2B_SANDBOX_URL=http://127.0.0.1:PORT node smoke.mjs
+// (E2B_DOMAIN optional).
 // SMOKE_CODE_INTERPRETER=0 leaves out the code-interpreter steps (for a
 // server without the code-interpreter template).
 
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
+import http from 'node:http'
 import { createRequire } from 'node:module'
 
 import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
@@ -52,6 +54,21 @@ async function listAll(opts) {
     items.push(...(await p.nextItems()))
   } while (p.hasNext)
   return items
+}
+
+// getWithHost GETs path from the server at base with the given Host header.
+function getWithHost(base, host, path) {
+  const u = new URL(base)
+  return new Promise((resolve, reject) => {
+    const req = http.request({ hostname: u.hostname, port: u.port || 80, path, headers: { Host: host } }, (res) => {
+      let b = ''
+      res.setEncoding('utf8')
+      res.on('data', (d) => (b += d))
+      res.on('end', () => resolve({ status: res.statusCode, body: b }))
+    })
+    req.on('error', reject)
+    req.end()
+  })
 }
 
 let sbx
@@ -247,7 +264,7 @@ await r.step('Sandbox.connect to a running sandbox (200)', async () => {
   assert.equal(log.statuses()[0], 200, `connect of a running sandbox must answer 200: ${log.lines}`)
 })
 
-await r.step('a server in the sandbox, through header routing; getHost', async () => {
+await r.step('a server in the sandbox, by E2b-Sandbox-* headers and by the getHost host', async () => {
   const page = `served from ${tag}\n`
   await s2.files.write(`${home}/www/hello.txt`, page)
   await s2.commands.run(`python3 -m http.server 3000 --directory ${home}/www`, { background: true, timeoutMs: 0 })
@@ -266,7 +283,13 @@ await r.step('a server in the sandbox, through header routing; getHost', async (
   const res = await fetch(`${cfg.E2B_SANDBOX_URL}/hello.txt`, { headers })
   assert.equal(res.status, 200, 'GET /hello.txt')
   assert.equal(await res.text(), page, 'GET /hello.txt body')
-  assert.equal(s2.getHost(3000), `3000-${s2.sandboxId}.${s2.sandboxDomain}`, 'getHost(3000)')
+  const host = s2.getHost(3000)
+  assert.equal(host, `3000-${s2.sandboxId}.${s2.sandboxDomain}`, 'getHost(3000)')
+  // The host getHost names routes too (as curl -H 'Host: …' would; fetch
+  // cannot set Host).
+  const byHost = await getWithHost(cfg.E2B_SANDBOX_URL, host, '/hello.txt')
+  assert.equal(byHost.status, 200, `GET /hello.txt with Host ${host}: ${byHost.body}`)
+  assert.equal(byHost.body, page, `GET /hello.txt with Host ${host}`)
 })
 
 await r.step('isRunning → true', async () => {
