@@ -70,13 +70,17 @@ func TestE2BSDK(t *testing.T) {
 	s.start()
 	// The Debian default builds in the background at the first start; a
 	// run waits for it (and shows it), so the SDK's create does not.
+	start := time.Now()
 	if stdout, stderr, code := s.cli(ctx, "run", "--", "true"); code != 0 {
 		t.Fatalf("wait for the default template: exit %d\n%s\n%s", code, stdout, tail(stderr, 40))
 	}
+	t.Logf("the default template (Debian) is ready after %v", time.Since(start).Round(time.Millisecond))
 	if withCodeInterpreter {
+		start := time.Now()
 		if stdout, stderr, code := s.cli(ctx, "template", "build", "-f", recipe, "--name", "code-interpreter"); code != 0 {
 			t.Fatalf("build the code-interpreter template: exit %d\n%s\n%s", code, stdout, tail(stderr, 60))
 		}
+		t.Logf("the code-interpreter template is built in %v", time.Since(start).Round(time.Millisecond))
 	} else {
 		t.Log("AIRLOCK_TEST_E2B_CODE_INTERPRETER=0: the code-interpreter template and steps are left out")
 	}
