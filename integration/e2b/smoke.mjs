@@ -133,6 +133,23 @@ await r.step('stdin: sendStdin, closeStdin (or kill)', async () => {
   }
 })
 
+await r.step('pty: create, resize, input, exit', async () => {
+  let out = ''
+  const dec = new TextDecoder()
+  const h = await sbx.pty.create({ cols: 80, rows: 24, timeoutMs: 60_000, onData: (d) => (out += dec.decode(d, { stream: true })) })
+  assert.equal(typeof h.pid, 'number', `pty pid ${h.pid}`)
+  await sbx.pty.resize(h.pid, { cols: 100, rows: 30 })
+  const enc = new TextEncoder()
+  await sbx.pty.sendInput(h.pid, enc.encode('stty size; echo pty-$((6*7))\n'))
+  await waitFor('the terminal answers', () => out.includes('30 100') && out.includes('pty-42'), {
+    timeoutMs: 15_000,
+    describe: () => `terminal output so far ${JSON.stringify(out)}`,
+  })
+  await sbx.pty.sendInput(h.pid, enc.encode('exit\n'))
+  const res = await h.wait()
+  assert.equal(res.exitCode, 0, 'exit code of the shell')
+})
+
 await r.step('files write/read/list/exists', async () => {
   const info = await sbx.files.write(`${home}/a.txt`, 'hello file')
   assert.equal(info.path, `${home}/a.txt`, 'write path')
