@@ -39,9 +39,6 @@ var e2bKeyPattern = regexp.MustCompile(`^e2b_[0-9a-f]+$`)
 // The SDKs are installed once per lock file into
 // $AIRLOCK_TEST_CACHE/npm-e2b-<sha256 of package-lock.json>; that install
 // is the test's only traffic off the machine.
-//
-// AIRLOCK_TEST_E2B_CODE_INTERPRETER=0 leaves out the code-interpreter
-// template build and steps (a stopgap while that template is being written).
 func TestE2BSDK(t *testing.T) {
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, "runsc")
@@ -50,12 +47,11 @@ func TestE2BSDK(t *testing.T) {
 	}
 	airtest.RequireBinary(t, "mmdebstrap")
 	node, npm := requireNode(t)
-	withCodeInterpreter := os.Getenv("AIRLOCK_TEST_E2B_CODE_INTERPRETER") != "0"
 	recipe, err := filepath.Abs(filepath.Join("..", "templates", "code-interpreter", "recipe.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(recipe); err != nil && withCodeInterpreter {
+	if _, err := os.Stat(recipe); err != nil {
 		t.Fatalf("the code-interpreter template's recipe: %v", err)
 	}
 	cache, err := s3test.CacheDir()
@@ -75,15 +71,11 @@ func TestE2BSDK(t *testing.T) {
 		t.Fatalf("wait for the default template: exit %d\n%s\n%s", code, stdout, tail(stderr, 40))
 	}
 	t.Logf("the default template (Debian) is ready after %v", time.Since(start).Round(time.Millisecond))
-	if withCodeInterpreter {
-		start := time.Now()
-		if stdout, stderr, code := s.cli(ctx, "template", "build", "-f", recipe, "--name", "code-interpreter"); code != 0 {
-			t.Fatalf("build the code-interpreter template: exit %d\n%s\n%s", code, stdout, tail(stderr, 60))
-		}
-		t.Logf("the code-interpreter template is built in %v", time.Since(start).Round(time.Millisecond))
-	} else {
-		t.Log("AIRLOCK_TEST_E2B_CODE_INTERPRETER=0: the code-interpreter template and steps are left out")
+	start = time.Now()
+	if stdout, stderr, code := s.cli(ctx, "template", "build", "-f", recipe, "--name", "code-interpreter"); code != 0 {
+		t.Fatalf("build the code-interpreter template: exit %d\n%s\n%s", code, stdout, tail(stderr, 60))
 	}
+	t.Logf("the code-interpreter template is built in %v", time.Since(start).Round(time.Millisecond))
 	key := e2bKey(ctx, t, s)
 
 	work := t.TempDir()
@@ -107,9 +99,6 @@ func TestE2BSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := e2bEnv(key, s.url)
-	if !withCodeInterpreter {
-		env = append(env, "SMOKE_CODE_INTERPRETER=0")
-	}
 	for _, script := range []string{"smoke.mjs", "smoke-old.mjs"} {
 		runNode(ctx, t, node, work, env, script)
 	}
