@@ -116,7 +116,11 @@ func TestSandboxTokenOpensItsSandbox(t *testing.T) {
 	if got.ID != sb.String() {
 		t.Fatalf("got %+v", got)
 	}
-	e.do("POST", "/v1/sandboxes/"+sb.String()+"/timeout", tok, `{"timeout": 600}`).want(t, http.StatusOK)
+	// What the owner decides is not the token's.
+	e.do("POST", "/v1/sandboxes/"+sb.String()+"/timeout", tok, `{"timeout": 600}`).wantError(t, http.StatusForbidden, apiv1.CodeTokenScope)
+	e.do("GET", "/v1/sandboxes/"+sb.String()+"/egress", tok, "").wantError(t, http.StatusForbidden, apiv1.CodeTokenScope)
+	e.do("DELETE", "/v1/sandboxes/"+sb.String(), tok, "").wantError(t, http.StatusForbidden, apiv1.CodeTokenScope)
+	e.do("POST", "/v1/sandboxes/"+sb.String()+"/suspend", tok, "").wantError(t, http.StatusForbidden, apiv1.CodeTokenScope)
 	var cs apiv1.CommandSession
 	e.do("POST", "/v1/sandboxes/"+sb.String()+"/commands", tok, `{"args": ["true"]}`).want(t, http.StatusCreated).decode(t, &cs)
 	if cs.AttachmentToken == "" {
@@ -124,10 +128,9 @@ func TestSandboxTokenOpensItsSandbox(t *testing.T) {
 	}
 	var att apiv1.CommandSession
 	e.do("POST", attachmentsPath(sb.String(), cs.ProcessID), tok, `{"actions": ["read"]}`).want(t, http.StatusCreated).decode(t, &att)
-	e.do("GET", "/v1/sandboxes/"+sb.String()+"/egress", tok, "").want(t, http.StatusOK)
 
-	// Deleting the sandbox works with it; once deleted, the token is dead.
-	e.do("DELETE", "/v1/sandboxes/"+sb.String(), tok, "").want(t, http.StatusAccepted)
+	// Once the sandbox is deleted, the token is dead.
+	e.do("DELETE", "/v1/sandboxes/"+sb.String(), e.keyA, "").want(t, http.StatusAccepted)
 	e.do("GET", "/v1/sandboxes/"+sb.String(), tok, "").want(t, http.StatusOK) // deleting
 	e.finishDelete(sb)
 	e.do("GET", "/v1/sandboxes/"+sb.String(), tok, "").wantError(t, http.StatusUnauthorized, apiv1.CodeUnauthenticated)
@@ -235,8 +238,10 @@ func TestSandboxTokenAttacks(t *testing.T) {
 }
 
 // TestSandboxTokenScopeOnEveryRoute: a valid sandbox token is refused with
-// token_scope on every route but its own sandbox's, changing nothing, and
-// is never refused for its scope on its own sandbox's routes.
+// token_scope on every route but its own sandbox's, and on the owner's
+// routes of its own sandbox (delete, timeout, egress, pause, suspend),
+// changing nothing; it is never refused for its scope on the rest of its
+// own sandbox's routes.
 func TestSandboxTokenScopeOnEveryRoute(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -331,16 +336,26 @@ func TestSandboxTokenScopeOnEveryRoute(t *testing.T) {
 		"GET /v1/sandboxes/{id}/processes/{process_id}":         true,
 		"POST /v1/sandboxes/{id}/processes/{process_id}/signal": true,
 	}
-	var del route
+	// The owner's routes of its own sandbox are refused like any other.
+	ownerOnly := 0
 	for _, rt := range e.api.routes {
-		if !isOwn(rt) {
+		if !isOwn(rt) || sandboxTokenRoute(rt.method, rt.pattern) {
 			continue
 		}
-		if rt.method == "DELETE" && rt.pattern == "/v1/sandboxes/{id}" {
-			del = rt
-			continue
-		}
-		if needsAgent[rt.method+" "+rt.pattern] {
+		ownerOnly++
+		key := rt.method + " " + rt.pattern
+		t.Run(key+" own, owner's", func(t *testing.T) {
+			e.send(req{method: rt.method, path: pathOf(rt, own), key: tok, body: bodies[key], t: t}).wantError(t, http.StatusForbidden, apiv1.CodeTokenScope)
+		})
+	}
+	if ownerOnly < 5 {
+		t.Fatalf("only %d owner-only routes of a sandbox", ownerOnly)
+	}
+	if after := e.dump(); after != before {
+		t.Fatalf("refused requests changed the store:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	for _, rt := range e.api.routes {
+		if !isOwn(rt) || !sandboxTokenRoute(rt.method, rt.pattern) || needsAgent[rt.method+" "+rt.pattern] {
 			continue
 		}
 		key := rt.method + " " + rt.pattern
@@ -353,7 +368,6 @@ func TestSandboxTokenScopeOnEveryRoute(t *testing.T) {
 			}
 		})
 	}
-	e.send(req{method: del.method, path: pathOf(del, own), key: tok}).want(t, http.StatusAccepted)
 }
 
 // TestSandboxTokenRateLimited: a sandbox token's mutations are rate
@@ -363,11 +377,12 @@ func TestSandboxTokenRateLimited(t *testing.T) {
 	e := newEnv(t, func(c *envConfig) { c.MutationRate, c.MutationBurst = 0.001, 5 }) // the setup's admin key makes 4
 	sb := e.runningSandbox(e.keyA)                                                    // key A: 1
 	tok := e.sandboxToken(t, sb, e.projA)
-	path := "/v1/sandboxes/" + sb.String() + "/timeout"
+	// Waking a running sandbox is refused (409) but is a mutation all the same.
+	path := "/v1/sandboxes/" + sb.String() + "/wake"
 	for range 5 {
-		e.do("POST", path, tok, `{"timeout": 600}`).want(t, http.StatusOK)
+		e.do("POST", path, tok, "").want(t, http.StatusConflict)
 	}
-	e.do("POST", path, tok, `{"timeout": 600}`).wantError(t, http.StatusTooManyRequests, apiv1.CodeRateLimited)
+	e.do("POST", path, tok, "").wantError(t, http.StatusTooManyRequests, apiv1.CodeRateLimited)
 	e.do("GET", "/v1/sandboxes/"+sb.String(), tok, "").want(t, http.StatusOK)
-	e.do("POST", path, e.keyA, `{"timeout": 600}`).want(t, http.StatusOK)
+	e.do("POST", path, e.keyA, "").want(t, http.StatusConflict)
 }
