@@ -158,18 +158,18 @@ func parseCreate(in createIn) (createSpec, error) {
 	if in.AutoPause != nil && *in.AutoPause {
 		on = model.OnTimeoutSuspend
 	}
-	// Only the E2B timeout ends an E2B sandbox: no idle suspend.
-	var never int64
+	// The E2B timeout ends an E2B sandbox; the server's idle limit (not
+	// E2B's) still suspends one nobody uses, which bounds a sandbox that
+	// traffic woke after a pause cleared its deadline.
 	return createSpec{
 		e2bTemplate: tpl,
 		native: apiv1.CreateSandboxRequest{
-			Template:    nativeTemplate(tpl),
-			Env:         in.EnvVars,
-			Metadata:    md,
-			Egress:      egress,
-			Timeout:     timeout,
-			OnTimeout:   string(on),
-			IdleTimeout: &never,
+			Template:  nativeTemplate(tpl),
+			Env:       in.EnvVars,
+			Metadata:  md,
+			Egress:    egress,
+			Timeout:   timeout,
+			OnTimeout: string(on),
 		},
 	}, nil
 }

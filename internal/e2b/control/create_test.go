@@ -21,7 +21,7 @@ func TestParseCreate(t *testing.T) {
 			if n.Template != "default" || s.e2bTemplate != "base" || n.Timeout != 300 || n.OnTimeout != "delete" || n.Egress != nil {
 				t.Fatalf("%+v", n)
 			}
-			if n.IdleTimeout == nil || *n.IdleTimeout != 0 || n.Metadata[templateKey] != "base" {
+			if n.IdleTimeout != nil || n.Metadata[templateKey] != "base" { // the server's idle limit
 				t.Fatalf("%+v", n)
 			}
 		}},

@@ -98,8 +98,8 @@ func TestLifecycle(t *testing.T) {
 		{"connect deleting", "POST", "connect2", `{}`, S(model.StateDeleting), 0, 404, nil, "", 0},
 		{"resume running", "POST", "/resume", `{}`, S(model.StateRunning), 0, 409, nil, "", 0},
 		{"resume suspended", "POST", "/resume", `{"timeout":20,"autoPause":true}`, S(model.StateSuspended), 0, 201, []string{"wake", "timeout"}, "suspend", 20},
-		{"pause running", "POST", "/pause", ``, S(model.StateRunning), 0, 204, []string{"suspend"}, "", 0},
-		{"pause paused", "POST", "/pause", `{}`, S(model.StatePaused), 0, 204, []string{"suspend"}, "", 0},
+		{"pause running", "POST", "/pause", ``, S(model.StateRunning), 0, 204, []string{"timeout", "suspend"}, "", 0}, // the deadline cleared first
+		{"pause paused", "POST", "/pause", `{}`, S(model.StatePaused), 0, 204, []string{"timeout", "suspend"}, "", 0},
 		{"pause suspended", "POST", "/pause", `{}`, S(model.StateSuspended), 0, 409, nil, "", 0},
 		{"pause suspending", "POST", "/pause", `{}`, S(model.StateSuspending), 0, 409, nil, "", 0},
 		{"pause failed", "POST", "/pause", `{}`, S(model.StateFailed), 0, 404, nil, "", 0},

@@ -68,6 +68,9 @@ func (h *Handler) sandboxReply(ctx context.Context, sb apiv1.Sandbox) (sandboxOu
 		EnvdVersion:     EnvdVersion,
 		EnvdAccessToken: tok,
 		Domain:          h.domain(),
+		// The code interpreter SDK sends it as E2B-Traffic-Access-Token
+		// on every call; the gateway wants a credential on port 49999.
+		TrafficAccessToken: &tok,
 	}, nil
 }
 
@@ -395,7 +398,22 @@ func (h *Handler) pause(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	case model.StateSuspended, model.StateSuspending:
 		return &httpError{status: http.StatusConflict, msg: fmt.Sprintf("sandbox %s is already paused", id)}
 	}
+	// A paused E2B sandbox stays until it is resumed or killed: its
+	// deadline must not delete it while it is suspended (connect sets a
+	// new one). Put back if the suspend is refused.
+	if sb.TimeoutAt != nil {
+		if _, err := c.SetSandboxTimeout(ctx, id, apiv1.SetTimeoutRequest{Timeout: 0}); err != nil {
+			return fmt.Errorf("clear the deadline of sandbox %s: %w", id, err)
+		}
+	}
 	res, err := c.SuspendSandbox(ctx, id)
+	if err != nil && sb.TimeoutAt != nil {
+		if left := int64(time.Until(*sb.TimeoutAt).Seconds()); left > 0 {
+			if _, rerr := c.SetSandboxTimeout(ctx, id, apiv1.SetTimeoutRequest{Timeout: left, OnTimeout: sb.OnTimeout}); rerr != nil {
+				h.log.Error("e2b: put back the deadline after a refused pause", "sandbox", id, "err", rerr)
+			}
+		}
+	}
 	if err != nil {
 		if client.IsCode(err, apiv1.CodeInvalidTransition) {
 			return &httpError{status: http.StatusConflict, msg: fmt.Sprintf("sandbox %s cannot be paused now: %v", id, err)}
