@@ -67,8 +67,16 @@ type Config struct {
 	// before a key rotation stays good as long as that token does. Nil
 	// means Mint's token alone.
 	Tokens func(sb model.SandboxID, project model.ProjectID) ([]string, error)
+	// Domain is the --e2b-domain: when set, only hosts under it are
+	// routed to sandboxes by name.
+	Domain string
+	// Public says whether a sandbox's guest ports (other than envd's and
+	// the code interpreter's) answer without a credential, as E2B's do.
+	// Nil: none are public.
+	Public func(sb model.Sandbox) bool
 	// SelfURL is the base URL of this server's own API, which the
-	// translators call; HTTP is the client they share.
+	// translators call; HTTP is the client they share (it must not follow
+	// redirects: a guest answers some of its requests).
 	SelfURL string
 	HTTP    *http.Client
 	Logger  *slog.Logger
@@ -108,7 +116,7 @@ func New(cfg Config) (*Gateway, error) {
 		FlushInterval:  -1, // streams (SSE, NDJSON) pass as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			g.cfg.Logger.Warn("e2b: guest port proxy failed", "err", err)
-			writeError(w, http.StatusBadGateway, "the sandbox port could not be reached: "+err.Error())
+			writeError(w, http.StatusBadGateway, "the sandbox port could not be reached")
 		},
 	}
 	return g, nil
@@ -116,7 +124,7 @@ func New(cfg Config) (*Gateway, error) {
 
 // ServeHTTP sends r to the E2B control plane, a sandbox, or Airlock's API.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rt, err := RouteOf(r)
+	rt, err := RouteOf(r, g.cfg.Domain)
 	switch {
 	case errors.Is(err, errNotSandbox):
 		if g.cfg.OwnsControl(r.URL.Path) {
@@ -147,6 +155,14 @@ func (g *Gateway) nativeFor(token string) (*client.Client, error) {
 }
 
 // sandbox answers in-sandbox traffic.
+//
+// envd's port takes the sandbox's access token (or a signed /files URL).
+// Other guest ports take it too (X-Access-Token or
+// E2B-Traffic-Access-Token), except that sandboxes made through the E2B
+// API are public on their ports as on E2B, for anything but the code
+// interpreter (which runs code) beyond its /health. Only an authenticated
+// request wakes a suspended or paused sandbox; anonymous traffic to one
+// that is not running gets 502.
 func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 	ctx := r.Context()
 	sb, err := g.cfg.Sandboxes.GetSandboxByID(ctx, rt.Sandbox)
@@ -154,6 +170,15 @@ func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 		// Unknown (or an unclaimed pool sandbox, which no caller owns):
 		// E2B clients read 502 as "sandbox not running".
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s not found", rt.Sandbox))
+		return
+	}
+	if rt.Port == EnvdPort && r.URL.Path == "/health" {
+		// isRunning(): a health check never wakes a sandbox.
+		if sb.State == model.StateRunning {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State))
 		return
 	}
 	token, err := g.cfg.Mint(sb.ID, sb.ProjectID)
@@ -167,46 +192,55 @@ func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	if rt.Port == EnvdPort && r.URL.Path == "/health" {
-		// isRunning(): a health check never wakes a sandbox.
-		if sb.State == model.StateRunning {
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State))
-		return
-	}
 	if rt.Port == EnvdPort {
 		// Authenticate before waking anything.
 		user, ok := g.authorizeEnvd(w, r, sb, token)
 		if !ok {
 			return
 		}
-		if !g.ensureRunning(w, r, native, sb) {
+		if _, ok := g.ensureRunning(w, r, native, sb); !ok {
 			return
 		}
 		g.envd(w, r, target.Target{Sandbox: sb.ID, Native: native, User: user, Users: g.users})
 		return
 	}
-	if rt.Port == CodeInterpreterPort && r.URL.Path == "/execute" {
-		// Guest ports are public, as on E2B, but /execute runs code:
-		// it takes the sandbox's access token (the SDK sends it).
-		if got, err := g.cfg.Verify(r.Header.Get("X-Access-Token")); err != nil || got != sb.ID {
-			writeError(w, http.StatusUnauthorized, "the code interpreter's /execute needs the sandbox's X-Access-Token (its envdAccessToken)")
-			return
-		}
-	}
-	if !g.ensureRunning(w, r, native, sb) {
+	authed := g.hasToken(r, sb.ID)
+	health := r.URL.Path == "/health" && (r.Method == http.MethodGet || r.Method == http.MethodHead)
+	public := g.cfg.Public != nil && g.cfg.Public(sb) && (rt.Port != CodeInterpreterPort || health)
+	if !authed && !public {
+		writeError(w, http.StatusUnauthorized, fmt.Sprintf("port %d of sandbox %s needs the sandbox's access token (X-Access-Token or E2B-Traffic-Access-Token)", rt.Port, sb.ID))
 		return
 	}
-	if rt.Port == CodeInterpreterPort {
-		if err := g.interp.ensure(ctx, g, native, sb.ID, token); err != nil {
+	if !authed && sb.State != model.StateRunning {
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State))
+		return
+	}
+	sb, ok := g.ensureRunning(w, r, native, sb)
+	if !ok {
+		return
+	}
+	if rt.Port == CodeInterpreterPort && authed {
+		if err := g.interp.ensure(ctx, g, native, sb, token); err != nil {
 			writeError(w, http.StatusBadGateway, err.Error())
 			return
 		}
 	}
 	r = r.WithContext(context.WithValue(ctx, portKey{}, portTarget{route: rt, token: token}))
 	g.proxy.ServeHTTP(w, r)
+}
+
+// hasToken reports whether r carries sandbox sb's access token, as envd
+// clients send it (X-Access-Token) or as the code interpreter SDK does
+// (E2B-Traffic-Access-Token).
+func (g *Gateway) hasToken(r *http.Request, sb model.SandboxID) bool {
+	for _, h := range []string{"X-Access-Token", "E2B-Traffic-Access-Token"} {
+		if tok := r.Header.Get(h); tok != "" {
+			if got, err := g.cfg.Verify(tok); err == nil && got == sb {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // envd dispatches envd's port to the translators.

@@ -58,6 +58,7 @@ func newTestGateway(t *testing.T, sandboxes fakeSandboxes) *Gateway {
 			}
 			return model.ParseSandboxID(id)
 		},
+		Public:  func(sb model.Sandbox) bool { return sb.Metadata["public"] == "yes" },
 		SelfURL: "http://127.0.0.1:1",
 		HTTP:    &http.Client{},
 		Logger:  slog.New(slog.DiscardHandler),
@@ -74,7 +75,12 @@ func TestGatewayRouting(t *testing.T) {
 	other := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning}
 	suspended := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateSuspended}
 	pooled := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.SystemProject, State: model.StateRunning}
-	g := newTestGateway(t, fakeSandboxes{running.ID: running, other.ID: other, suspended.ID: suspended, pooled.ID: pooled})
+	public := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning, Metadata: model.Metadata{"public": "yes"}}
+	publicAsleep := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateSuspended, Metadata: model.Metadata{"public": "yes"}}
+	g := newTestGateway(t, fakeSandboxes{running.ID: running, other.ID: other, suspended.ID: suspended, pooled.ID: pooled, public.ID: public, publicAsleep.ID: publicAsleep})
+	port := func(sb model.Sandbox, p string) map[string]string {
+		return map[string]string{headerSandboxID: sb.ID.String(), headerSandboxPort: p}
+	}
 	envd := func(sb model.Sandbox) map[string]string {
 		return map[string]string{headerSandboxID: sb.ID.String(), headerSandboxPort: "49983"}
 	}
@@ -111,6 +117,13 @@ func TestGatewayRouting(t *testing.T) {
 		{"envd unknown path", "GET", "/nope", "h", withTok(envd(running), "tok-"+running.ID.String()), "", 404, "", ""},
 		{"execute without token", "POST", "/execute", "h", map[string]string{headerSandboxID: running.ID.String(), headerSandboxPort: "49999"}, "", 401, "", ""},
 		{"execute with another sandbox's token", "POST", "/execute", "h", map[string]string{headerSandboxID: running.ID.String(), headerSandboxPort: "49999", "X-Access-Token": "tok-" + other.ID.String()}, "", 401, "", ""},
+		{"guest port of a native sandbox needs a token", "GET", "/", "h", port(running, "3000"), "", 401, "", ""},
+		{"guest port of a native sandbox with another's token", "GET", "/", "h", withTok(port(running, "3000"), "tok-"+other.ID.String()), "", 401, "", ""},
+		{"guest port of an E2B sandbox is public", "GET", "/", "h", port(public, "3000"), "", 502, "", ""}, // proxied: nothing listens at the test's self URL
+		{"anonymous traffic does not wake", "GET", "/", "h", port(publicAsleep, "3000"), "", 502, "", ""},
+		{"code interpreter of an E2B sandbox is not public", "POST", "/contexts", "h", port(public, "49999"), "", 401, "", ""},
+		{"code interpreter trailing slash", "POST", "/execute/", "h", port(public, "49999"), "", 401, "", ""},
+		{"code interpreter health is public", "GET", "/health", "h", port(public, "49999"), "", 502, "", ""},
 		{"host routing to envd", "POST", "/process.Process/List", "49983-" + running.ID.String() + ".sbx.test", map[string]string{"X-Access-Token": "tok-" + running.ID.String()}, "", 418, "process", running.ID.String() + "/"},
 	}
 	for _, tc := range tests {

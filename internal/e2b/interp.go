@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -28,16 +29,24 @@ const maxInterpreters = 4096
 // interpreters starts the code interpreter of a sandbox on first use: a
 // template cannot start services by itself, so the gateway starts the
 // template's server through Airlock's commands API the first time its
-// port is asked for, and again after it went away (a filesystem-only
-// suspend ends every process).
+// port is asked for, and again after it went away. A sandbox is known to
+// run one as of a version of its record (UpdatedAt): any change since —
+// a suspend and wake, which on a filesystem-only suspend ends every
+// process — is probed again first.
 type interpreters struct {
-	mu      sync.Mutex
-	ready   map[model.SandboxID]bool
-	pending map[model.SandboxID]*sync.Mutex
+	mu       sync.Mutex
+	ready    map[model.SandboxID]time.Time
+	starting map[model.SandboxID]*interpStart
+}
+
+// interpStart is one start under way, which concurrent requests wait for.
+type interpStart struct {
+	done chan struct{}
+	err  error
 }
 
 func newInterpreters() *interpreters {
-	return &interpreters{ready: make(map[model.SandboxID]bool), pending: make(map[model.SandboxID]*sync.Mutex)}
+	return &interpreters{ready: make(map[model.SandboxID]time.Time), starting: make(map[model.SandboxID]*interpStart)}
 }
 
 func (in *interpreters) forget(sb model.SandboxID) {
@@ -46,37 +55,48 @@ func (in *interpreters) forget(sb model.SandboxID) {
 	in.mu.Unlock()
 }
 
-func (in *interpreters) isReady(sb model.SandboxID) bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.ready[sb]
-}
-
 // ensure makes sure sandbox sb's code interpreter listens, starting it
-// when it does not; concurrent first requests start it once.
-func (in *interpreters) ensure(ctx context.Context, g *Gateway, native *client.Client, sb model.SandboxID, token string) error {
-	if in.isReady(sb) {
+// when it does not; concurrent requests share one start, each waiting at
+// most until its own context ends.
+func (in *interpreters) ensure(ctx context.Context, g *Gateway, native *client.Client, sb model.Sandbox, token string) error {
+	in.mu.Lock()
+	if at, ok := in.ready[sb.ID]; ok && at.Equal(sb.UpdatedAt) {
+		in.mu.Unlock()
 		return nil
 	}
-	in.mu.Lock()
-	m := in.pending[sb]
-	if m == nil {
-		m = new(sync.Mutex)
-		in.pending[sb] = m
+	st := in.starting[sb.ID]
+	first := st == nil
+	if first {
+		st = &interpStart{done: make(chan struct{})}
+		in.starting[sb.ID] = st
 	}
 	in.mu.Unlock()
-	m.Lock()
-	defer func() {
-		m.Unlock()
+	if first {
+		st.err = in.start(ctx, g, native, sb.ID, token)
 		in.mu.Lock()
-		delete(in.pending, sb)
+		delete(in.starting, sb.ID)
+		if st.err == nil {
+			if len(in.ready) >= maxInterpreters {
+				clear(in.ready)
+			}
+			in.ready[sb.ID] = sb.UpdatedAt
+		}
 		in.mu.Unlock()
-	}()
-	if in.isReady(sb) {
-		return nil
+		close(st.done)
+		return st.err
 	}
+	select {
+	case <-st.done:
+		return st.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// start probes the code interpreter and, when it does not answer, starts
+// it and waits until it does.
+func (in *interpreters) start(ctx context.Context, g *Gateway, native *client.Client, sb model.SandboxID, token string) error {
 	if g.probeInterpreter(ctx, sb, token) {
-		in.markReady(sb)
 		return nil
 	}
 	if _, err := native.StatFile(ctx, sb, InterpreterPath); err != nil {
@@ -112,19 +132,9 @@ func (in *interpreters) ensure(ctx context.Context, g *Gateway, native *client.C
 		case <-tick.C:
 		}
 		if g.probeInterpreter(ctx, sb, token) {
-			in.markReady(sb)
 			return nil
 		}
 	}
-}
-
-func (in *interpreters) markReady(sb model.SandboxID) {
-	in.mu.Lock()
-	if len(in.ready) >= maxInterpreters {
-		clear(in.ready)
-	}
-	in.ready[sb] = true
-	in.mu.Unlock()
 }
 
 // probeInterpreter asks the code interpreter's /health through the ports
@@ -141,6 +151,7 @@ func (g *Gateway) probeInterpreter(ctx context.Context, sb model.SandboxID, toke
 	if err != nil {
 		return false
 	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096)) // reuse the connection
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
 }

@@ -17,7 +17,7 @@ type portTarget struct {
 }
 
 // Headers of E2B's own that must not reach a server in the sandbox.
-var e2bHeaders = []string{"X-Access-Token", "E2b-Sandbox-Id", "E2b-Sandbox-Port", "E2B-Traffic-Access-Token"}
+var e2bHeaders = []string{"X-Access-Token", "X-API-Key", "E2b-Sandbox-Id", "E2b-Sandbox-Port", "E2B-Traffic-Access-Token"}
 
 // rewritePort sends a guest-port request to Airlock's ports route
 // (/v1/sandboxes/{id}/ports/{port}/…), which runs on the node hosting the

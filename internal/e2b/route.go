@@ -52,10 +52,11 @@ var errNotSandbox = errors.New("not a sandbox request")
 
 // RouteOf tells whether r is in-sandbox traffic and for which sandbox and
 // port: the E2b-Sandbox-Id and E2b-Sandbox-Port headers first, then a
-// Host of the form <port>-<sandbox id>.<domain>. errNotSandbox means
-// neither is there (the request is for the control plane or Airlock's
-// own API); any other error is a malformed sandbox request.
-func RouteOf(r *http.Request) (Route, error) {
+// Host of the form <port>-<sandbox id>.<domain> (with domain "" any
+// domain; else exactly that one, ports ignored). errNotSandbox means
+// neither is there (the request is for the control plane or Airlock's own
+// API); any other error is a malformed sandbox request.
+func RouteOf(r *http.Request, domain string) (Route, error) {
 	if id := r.Header.Get(headerSandboxID); id != "" {
 		sb, err := model.ParseSandboxID(id)
 		if err != nil {
@@ -71,16 +72,19 @@ func RouteOf(r *http.Request) (Route, error) {
 		}
 		return Route{Sandbox: sb, Port: p}, nil
 	}
-	return routeOfHost(r.Host)
+	return routeOfHost(r.Host, domain)
 }
 
 // routeOfHost parses <port>-<sandbox id>.<domain>[:port]: the left-most
-// label split at its first "-". A host whose first label is not of that
-// form (an IP address, "localhost", the server's own name) is not sandbox
-// traffic.
-func routeOfHost(host string) (Route, error) {
+// label split at its first "-". A host of any other form (an IP address,
+// "localhost", the server's own name, another domain than the configured
+// one, a sandbox ID that does not parse) is not sandbox traffic.
+func routeOfHost(host, domain string) (Route, error) {
 	label, rest, ok := strings.Cut(host, ".")
 	if !ok || rest == "" {
+		return Route{}, errNotSandbox
+	}
+	if domain != "" && !strings.EqualFold(stripPort(rest), stripPort(domain)) {
 		return Route{}, errNotSandbox
 	}
 	ps, id, ok := strings.Cut(label, "-")
@@ -93,7 +97,15 @@ func routeOfHost(host string) (Route, error) {
 	}
 	sb, err := model.ParseSandboxID(strings.ToLower(id))
 	if err != nil {
-		return Route{}, fmt.Errorf("host %q: %w", host, err)
+		return Route{}, errNotSandbox
 	}
 	return Route{Sandbox: sb, Port: p}, nil
+}
+
+// stripPort drops a trailing :port.
+func stripPort(host string) string {
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
+		return host[:i]
+	}
+	return host
 }

@@ -27,7 +27,8 @@ func TestRouteOf(t *testing.T) {
 		{"name without dash", "api.example.test", nil, Route{}, "not"},
 		{"first label not a port", "api-x.example.test", nil, Route{}, "not"},
 		{"no domain", "3000-" + sb.String(), nil, Route{}, "not"},
-		{"host bad id", "3000-nope.example.test", nil, Route{}, "bad"},
+		{"host bad id is not sandbox traffic", "3000-nope.example.test", nil, Route{}, "not"},
+		{"dashed ip name", "10-0-0-5.sslip.io", nil, Route{}, "not"},
 		{"header bad id", "h", map[string]string{headerSandboxID: "nope", headerSandboxPort: "1"}, Route{}, "bad"},
 		{"header missing port", "h", map[string]string{headerSandboxID: sb.String()}, Route{}, "bad"},
 		{"header port zero", "h", map[string]string{headerSandboxID: sb.String(), headerSandboxPort: "0"}, Route{}, "bad"},
@@ -42,7 +43,7 @@ func TestRouteOf(t *testing.T) {
 			for k, v := range tc.headers {
 				r.Header.Set(k, v)
 			}
-			got, err := RouteOf(r)
+			got, err := RouteOf(r, "")
 			switch tc.err {
 			case "":
 				if err != nil || got != tc.want {
@@ -81,7 +82,7 @@ func FuzzRouteOf(f *testing.F) {
 			r.Header.Set(headerSandboxID, id)
 			r.Header.Set(headerSandboxPort, port)
 		}
-		got, err := RouteOf(r)
+		got, err := RouteOf(r, "")
 		if err != nil {
 			return
 		}
@@ -92,4 +93,27 @@ func FuzzRouteOf(f *testing.F) {
 			t.Fatalf("unparsable sandbox accepted: %+v", got)
 		}
 	})
+}
+
+func TestRouteOfDomain(t *testing.T) {
+	sb := model.NewSandboxID()
+	tests := []struct {
+		host, domain string
+		sandbox      bool
+	}{
+		{"3000-" + sb.String() + ".sbx.test", "sbx.test", true},
+		{"3000-" + sb.String() + ".sbx.test:8080", "sbx.test:8080", true},
+		{"3000-" + sb.String() + ".SBX.test:9", "sbx.test", true},
+		{"3000-" + sb.String() + ".other.test", "sbx.test", false},
+		{"3000-" + sb.String() + ".evil.sbx.test", "sbx.test", false},
+		{"3000-" + sb.String() + ".other.test", "", true},
+	}
+	for _, tc := range tests {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Host = tc.host
+		got, err := RouteOf(r, tc.domain)
+		if tc.sandbox != (err == nil) || tc.sandbox && got != (Route{sb, 3000}) {
+			t.Errorf("RouteOf(%q, domain %q) = %+v, %v; want sandbox traffic %v", tc.host, tc.domain, got, err, tc.sandbox)
+		}
+	}
 }

@@ -2,10 +2,12 @@ package e2b
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
+
 	"time"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
 
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
@@ -17,17 +19,19 @@ const wakeTimeout = 60 * time.Second
 // ensureRunning wakes a suspended (resumes a paused) sandbox and waits
 // until it runs; a sandbox on its way there is waited for. On failure it
 // has answered 502, which E2B clients read as "sandbox not running".
-func (g *Gateway) ensureRunning(w http.ResponseWriter, r *http.Request, native *client.Client, sb model.Sandbox) bool {
+// It returns the sandbox as it runs.
+func (g *Gateway) ensureRunning(w http.ResponseWriter, r *http.Request, native *client.Client, sb model.Sandbox) (model.Sandbox, bool) {
 	if sb.State == model.StateRunning {
-		return true
+		return sb, true
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), wakeTimeout)
 	defer cancel()
-	if err := g.wake(ctx, native, sb.ID); err != nil {
+	sb, err := g.wake(ctx, native, sb.ID)
+	if err != nil {
 		writeError(w, http.StatusBadGateway, err.Error())
-		return false
+		return sb, false
 	}
-	return true
+	return sb, true
 }
 
 // wake brings sandbox id to running, watching its state in the store
@@ -35,44 +39,46 @@ func (g *Gateway) ensureRunning(w http.ResponseWriter, r *http.Request, native *
 // it at the same time is fine: a refused (conflicting) wake is followed by
 // waiting. A wake this call asked for that ends with the sandbox back
 // where it was has failed.
-func (g *Gateway) wake(ctx context.Context, native *client.Client, id model.SandboxID) error {
+func (g *Gateway) wake(ctx context.Context, native *client.Client, id model.SandboxID) (model.Sandbox, error) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	asked := false
 	for {
 		sb, err := g.cfg.Sandboxes.GetSandboxByID(ctx, id)
 		if err != nil {
-			return fmt.Errorf("sandbox %s not found", id)
+			if ctx.Err() != nil {
+				return sb, fmt.Errorf("sandbox %s did not start running in time", id)
+			}
+			return sb, fmt.Errorf("sandbox %s: %w", id, err)
 		}
 		var kind model.OperationKind
 		switch sb.State {
 		case model.StateRunning:
-			return nil
+			return sb, nil
 		case model.StateSuspended:
 			kind = model.OpWake
 		case model.StatePaused:
 			kind = model.OpResume
 		case model.StateDeleting, model.StateDeleted, model.StateFailed:
-			return fmt.Errorf("sandbox %s is %s", id, sb.State)
+			return sb, fmt.Errorf("sandbox %s is %s", id, sb.State)
 		}
 		if kind != "" {
 			if asked {
-				return fmt.Errorf("%s sandbox %s failed: %s", kind, id, sb.StateReason)
+				return sb, fmt.Errorf("%s sandbox %s failed: %s", kind, id, sb.StateReason)
 			}
 			_, err := native.LifecycleSandbox(ctx, id, kind)
-			var apiErr *client.APIError
 			switch {
 			case err == nil:
 				asked = true
-			case errors.As(err, &apiErr) && apiErr.Status == http.StatusConflict:
-				// Someone else moved it; look again.
+			case client.IsCode(err, apiv1.CodeInvalidTransition), client.IsCode(err, apiv1.CodeSandboxBusy):
+				// Someone else moved it, or is moving it; look again.
 			default:
-				return fmt.Errorf("%s sandbox %s: %w", kind, id, err)
+				return sb, fmt.Errorf("%s sandbox %s: %w", kind, id, err)
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("sandbox %s did not start running in time (%s)", id, sb.State)
+			return sb, fmt.Errorf("sandbox %s did not start running in time (%s)", id, sb.State)
 		case <-tick.C:
 		}
 	}

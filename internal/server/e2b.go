@@ -30,7 +30,11 @@ func e2bGateway(native http.Handler, st store.Store, keys *auth.Keyring, verifie
 	if err != nil {
 		return nil, nil, err
 	}
-	httpc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	// Calls of this server's own API: no proxy from the environment, and no
+	// redirects followed (some answers come from servers in sandboxes).
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	httpc := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	mint := func(sb model.SandboxID, project model.ProjectID) (string, error) {
 		return keys.Issuer().IssueSandbox(auth.SandboxClaims{Sandbox: sb, Project: project})
 	}
@@ -74,6 +78,13 @@ func e2bGateway(native http.Handler, st store.Store, keys *auth.Keyring, verifie
 		},
 		Tokens: func(sb model.SandboxID, project model.ProjectID) ([]string, error) {
 			return keys.SandboxTokens(auth.SandboxClaims{Sandbox: sb, Project: project}, time.Now())
+		},
+		Domain: domain,
+		// Sandboxes made through the E2B API are public on their ports,
+		// as on E2B; native ones are not.
+		Public: func(sb model.Sandbox) bool {
+			_, ok := sb.Metadata[control.TemplateMetadataKey]
+			return ok
 		},
 		SelfURL: self,
 		HTTP:    httpc,

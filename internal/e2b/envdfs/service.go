@@ -51,11 +51,15 @@ type Service struct {
 
 var _ filesystempbconnect.FilesystemHandler = (*Service)(nil)
 
+// maxRequestBytes bounds one request message (paths and options only);
+// a larger one is refused with resource_exhausted.
+const maxRequestBytes = 1 << 20
+
 // NewHandler returns the path to mount and the handler of the
 // filesystem.Filesystem Connect service. Polling watchers
 // (CreateWatcher…) live in watchers, which the caller closes at shutdown.
 func NewHandler(logger *slog.Logger, watchers *Watchers) (path string, h http.Handler) {
-	return filesystempbconnect.NewFilesystemHandler(&Service{log: logger, watchers: watchers})
+	return filesystempbconnect.NewFilesystemHandler(&Service{log: logger, watchers: watchers}, connect.WithReadMaxBytes(maxRequestBytes))
 }
 
 // caller is the resolved sandbox and user of one request.
