@@ -22,11 +22,19 @@ func attachKeyMaxAge(maxAge time.Duration) time.Duration {
 	return maxAge
 }
 
+// rotatedKeyOverlap is how long a rotated-out signing key still verifies.
+// Attachment and file tokens expire within minutes on their own; sandbox
+// access tokens (E2B's envdAccessToken, which an SDK keeps for the life of
+// its Sandbox object) carry no expiry and live as long as their key, so a
+// rotation must not cut them at once: they stay good for a day after it
+// (a connect hands out the new key's token).
+const rotatedKeyOverlap = 24 * time.Hour
+
 // openAttachKeys opens the keyring of attachment-token signing keys in
 // DIR/keys/attach, creating the first key on first start and rotating a key
 // older than maxAge.
 func openAttachKeys(dd *dataDir, maxAge time.Duration, log *slog.Logger) (*auth.Keyring, error) {
-	ring, err := auth.OpenKeyring(dd.join(attachKeysDir), auth.KeyringOptions{RotateAfter: maxAge})
+	ring, err := auth.OpenKeyring(dd.join(attachKeysDir), auth.KeyringOptions{RotateAfter: maxAge, Overlap: rotatedKeyOverlap})
 	if err != nil {
 		return nil, fmt.Errorf("open attachment keys: %w", err)
 	}

@@ -25,7 +25,7 @@ import (
 // routing, all translated to calls of this server's own API at selfURL.
 // The returned Watchers hold E2B's polling file watchers; close them at
 // shutdown.
-func e2bGateway(native http.Handler, st store.Store, keys *auth.Keyring, verifier *auth.Verifier, selfURL, domain string, log *slog.Logger) (*e2b.Gateway, *envdfs.Watchers, error) {
+func e2bGateway(native http.Handler, wrap func(http.Handler) http.Handler, st store.Store, keys *auth.Keyring, verifier *auth.Verifier, selfURL, domain string, log *slog.Logger) (*e2b.Gateway, *envdfs.Watchers, error) {
 	self, err := loopbackURL(selfURL)
 	if err != nil {
 		return nil, nil, err
@@ -65,7 +65,7 @@ func e2bGateway(native http.Handler, st store.Store, keys *auth.Keyring, verifie
 	fsPath, fsHandler := envdfs.NewHandler(envdLog, watchers)
 	gw, err := e2b.New(e2b.Config{
 		Native:      native,
-		Control:     ctl,
+		Control:     wrap(ctl), // request IDs, the access log, panic recovery, the body's read deadline
 		OwnsControl: control.Owns,
 		Process:     e2b.Service{Path: procPath, Handler: procHandler},
 		Filesystem:  e2b.Service{Path: fsPath, Handler: fsHandler},
