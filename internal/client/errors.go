@@ -8,8 +8,10 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -23,6 +25,9 @@ type APIError struct {
 	Status  int
 	Code    string
 	Message string
+	// RetryAfter is the server's Retry-After (whole seconds) on a 429 or
+	// 503, 0 when it sent none.
+	RetryAfter time.Duration
 }
 
 // Error returns "message (code)", or just the message when there is no code.
@@ -46,7 +51,11 @@ func readAPIError(resp *http.Response) *APIError {
 	if err != nil {
 		return &APIError{Status: resp.StatusCode, Message: fmt.Sprintf("%s (reading the error body failed: %v)", status, err)}
 	}
-	return decodeAPIError(resp.StatusCode, resp.Header.Get("Content-Type"), data)
+	e := decodeAPIError(resp.StatusCode, resp.Header.Get("Content-Type"), data)
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+		e.RetryAfter = time.Duration(secs) * time.Second
+	}
+	return e
 }
 
 // decodeAPIError decodes an apiv1.Error body. Anything else becomes an

@@ -45,6 +45,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
@@ -202,8 +203,8 @@ func decodeBody(r *http.Request, v any) error {
 }
 
 // writeErr answers err: an *httpError with its status, a native API error
-// with the native status (client.APIError does not carry a 429's
-// Retry-After, so none is passed on), anything else as a 502 (the native API failed below HTTP).
+// with the native status (and its Retry-After, which the SDK's retry of a
+// 429 needs), anything else as a 502 (the native API failed below HTTP).
 func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	if he, ok := asHTTPError(err); ok {
 		writeError(w, he.status, he.msg)
@@ -211,6 +212,9 @@ func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	var ae *client.APIError
 	if errors.As(err, &ae) && ae.Status >= 400 && ae.Status <= 599 {
+		if ae.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(ae.RetryAfter/time.Second)))
+		}
 		writeError(w, ae.Status, ae.Error())
 		return
 	}

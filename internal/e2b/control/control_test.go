@@ -72,6 +72,7 @@ func TestErrors(t *testing.T) {
 			w.WriteHeader(http.StatusUnauthorized)
 			_ = json.NewEncoder(w).Encode(apiv1.Error{Code: apiv1.CodeUnauthenticated, Message: "unknown key"})
 		case r.Header.Get("Authorization") == "Bearer limited":
+			w.Header().Set("Retry-After", "7")
 			w.WriteHeader(http.StatusTooManyRequests)
 			_ = json.NewEncoder(w).Encode(apiv1.Error{Code: apiv1.CodeRateLimited, Message: "slow down"})
 		default:
@@ -120,6 +121,9 @@ func TestErrors(t *testing.T) {
 			}
 			if e.Code != tt.status || !strings.Contains(e.Message, tt.msg) {
 				t.Fatalf("body %+v, want code %d and %q", e, tt.status, tt.msg)
+			}
+			if ra := rec.Header().Get("Retry-After"); (tt.status == 429) != (ra == "7") {
+				t.Fatalf("Retry-After %q on a %d", ra, tt.status)
 			}
 			if n := calls.Load() - before; n != tt.nativeCalls {
 				t.Fatalf("%d native clients made, want %d", n, tt.nativeCalls)
