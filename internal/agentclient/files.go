@@ -19,39 +19,69 @@ import (
 // CodeIsADirectory, …). Streams are never buffered whole: bodies go out as
 // they are read and come back as io.ReadClosers.
 
-func filePath(endpoint, p string) string {
-	return "/v1/files/" + endpoint + "?path=" + url.QueryEscape(p)
+// FileOption changes one file call.
+type FileOption func(*fileOptions)
+
+type fileOptions struct {
+	user *agentproto.FileUser
+}
+
+// AsUser runs the file call as u (agentproto.QueryFileUser): the guest
+// kernel checks permissions as u's, and files created belong to u. A nil u
+// changes nothing (the call runs as the agent).
+func AsUser(u *agentproto.FileUser) FileOption {
+	return func(o *fileOptions) { o.user = u }
+}
+
+// filePath is the request path of a file endpoint: path=p (if not empty)
+// and the options' query parameters.
+func filePath(endpoint, p string, opts []FileOption) string {
+	var o fileOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	q := url.Values{}
+	if p != "" {
+		q.Set("path", p)
+	}
+	if o.user != nil {
+		q.Set(agentproto.QueryFileUser, o.user.String())
+	}
+	if len(q) == 0 {
+		return "/v1/files/" + endpoint
+	}
+	return "/v1/files/" + endpoint + "?" + q.Encode()
 }
 
 // Stat describes a guest path without following a final symlink.
-func (c *Client) Stat(ctx context.Context, p string) (agentproto.FileInfo, error) {
+func (c *Client) Stat(ctx context.Context, p string, opts ...FileOption) (agentproto.FileInfo, error) {
 	var fi agentproto.FileInfo
-	err := c.call(ctx, http.MethodGet, filePath("stat", p), nil, http.StatusOK, &fi)
+	err := c.call(ctx, http.MethodGet, filePath("stat", p, opts), nil, http.StatusOK, &fi)
 	return fi, err
 }
 
 // ListDir lists a guest directory.
-func (c *Client) ListDir(ctx context.Context, p string) (agentproto.FileList, error) {
+func (c *Client) ListDir(ctx context.Context, p string, opts ...FileOption) (agentproto.FileList, error) {
 	var l agentproto.FileList
-	err := c.callCapped(ctx, http.MethodGet, filePath("list", p), nil, http.StatusOK, &l, maxListBytes)
+	err := c.callCapped(ctx, http.MethodGet, filePath("list", p, opts), nil, http.StatusOK, &l, maxListBytes)
 	return l, err
 }
 
 // Mkdir creates a directory and its missing parents.
-func (c *Client) Mkdir(ctx context.Context, req agentproto.MkdirRequest) (agentproto.FileInfo, error) {
+func (c *Client) Mkdir(ctx context.Context, req agentproto.MkdirRequest, opts ...FileOption) (agentproto.FileInfo, error) {
 	var fi agentproto.FileInfo
-	err := c.call(ctx, http.MethodPost, "/v1/files/mkdir", req, http.StatusOK, &fi)
+	err := c.call(ctx, http.MethodPost, filePath("mkdir", "", opts), req, http.StatusOK, &fi)
 	return fi, err
 }
 
 // Move renames a file or directory.
-func (c *Client) Move(ctx context.Context, req agentproto.MoveRequest) error {
-	return c.call(ctx, http.MethodPost, "/v1/files/move", req, http.StatusNoContent, nil)
+func (c *Client) Move(ctx context.Context, req agentproto.MoveRequest, opts ...FileOption) error {
+	return c.call(ctx, http.MethodPost, filePath("move", "", opts), req, http.StatusNoContent, nil)
 }
 
 // Remove removes a file, symlink or directory.
-func (c *Client) Remove(ctx context.Context, req agentproto.RemoveRequest) error {
-	return c.call(ctx, http.MethodPost, "/v1/files/remove", req, http.StatusNoContent, nil)
+func (c *Client) Remove(ctx context.Context, req agentproto.RemoveRequest, opts ...FileOption) error {
+	return c.call(ctx, http.MethodPost, filePath("remove", "", opts), req, http.StatusNoContent, nil)
 }
 
 // stream sends one request whose body (may be nil) is streamed and returns
@@ -81,8 +111,8 @@ func (c *Client) stream(ctx context.Context, method, path string, body io.Reader
 
 // ReadFile opens a regular guest file for reading; size is its length
 // (the body has exactly that many bytes, or fails).
-func (c *Client) ReadFile(ctx context.Context, p string) (body io.ReadCloser, size int64, err error) {
-	resp, err := c.stream(ctx, http.MethodGet, filePath("content", p), nil, "", http.StatusOK)
+func (c *Client) ReadFile(ctx context.Context, p string, opts ...FileOption) (body io.ReadCloser, size int64, err error) {
+	resp, err := c.stream(ctx, http.MethodGet, filePath("content", p, opts), nil, "", http.StatusOK)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -91,8 +121,8 @@ func (c *Client) ReadFile(ctx context.Context, p string) (body io.ReadCloser, si
 
 // WriteFile streams r into a guest file (created or replaced atomically).
 // mode < 0 keeps the mode of an existing file (0644 for a new one).
-func (c *Client) WriteFile(ctx context.Context, p string, mode int, r io.Reader) (agentproto.FileInfo, error) {
-	path := filePath("content", p)
+func (c *Client) WriteFile(ctx context.Context, p string, mode int, r io.Reader, opts ...FileOption) (agentproto.FileInfo, error) {
+	path := filePath("content", p, opts)
 	if mode >= 0 {
 		path += "&mode=" + strconv.FormatInt(int64(mode), 8)
 	}
@@ -110,8 +140,8 @@ func (c *Client) WriteFile(ctx context.Context, p string, mode int, r io.Reader)
 
 // TarOut streams a guest directory as a tar archive. A stream that breaks
 // before the tar trailer means the archive is incomplete.
-func (c *Client) TarOut(ctx context.Context, dir string) (io.ReadCloser, error) {
-	resp, err := c.stream(ctx, http.MethodGet, filePath("tar", dir), nil, "", http.StatusOK)
+func (c *Client) TarOut(ctx context.Context, dir string, opts ...FileOption) (io.ReadCloser, error) {
+	resp, err := c.stream(ctx, http.MethodGet, filePath("tar", dir, opts), nil, "", http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
@@ -119,9 +149,9 @@ func (c *Client) TarOut(ctx context.Context, dir string) (io.ReadCloser, error) 
 }
 
 // TarIn extracts a tar stream into a guest directory (created if missing).
-func (c *Client) TarIn(ctx context.Context, dir string, r io.Reader) (agentproto.TarResult, error) {
+func (c *Client) TarIn(ctx context.Context, dir string, r io.Reader, opts ...FileOption) (agentproto.TarResult, error) {
 	var res agentproto.TarResult
-	resp, err := c.stream(ctx, http.MethodPut, filePath("tar", dir), r, "application/x-tar", http.StatusOK)
+	resp, err := c.stream(ctx, http.MethodPut, filePath("tar", dir, opts), r, "application/x-tar", http.StatusOK)
 	if err != nil {
 		return res, err
 	}
@@ -145,8 +175,8 @@ type WatchStream struct {
 // Watch watches a guest directory's entries. The agent's first event
 // (type "ready") has been read when Watch returns: changes made after it are
 // reported.
-func (c *Client) Watch(ctx context.Context, dir string) (*WatchStream, error) {
-	resp, err := c.stream(ctx, http.MethodGet, filePath("watch", dir), nil, "", http.StatusOK)
+func (c *Client) Watch(ctx context.Context, dir string, opts ...FileOption) (*WatchStream, error) {
+	resp, err := c.stream(ctx, http.MethodGet, filePath("watch", dir, opts), nil, "", http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
