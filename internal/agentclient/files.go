@@ -34,11 +34,17 @@ func AsUser(u *agentproto.FileUser) FileOption {
 }
 
 // filePath is the request path of a file endpoint: path=p (if not empty)
-// and the options' query parameters.
-func filePath(endpoint, p string, opts []FileOption) string {
+// and the options' query parameters. A user needs an agent that has
+// FeatureFileUser (an older one would ignore it and act as root).
+func (c *Client) filePath(ctx context.Context, endpoint, p string, opts []FileOption) (string, error) {
 	var o fileOptions
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.user != nil {
+		if err := c.require(ctx, agentproto.FeatureFileUser); err != nil {
+			return "", err
+		}
 	}
 	q := url.Values{}
 	if p != "" {
@@ -48,40 +54,60 @@ func filePath(endpoint, p string, opts []FileOption) string {
 		q.Set(agentproto.QueryFileUser, o.user.String())
 	}
 	if len(q) == 0 {
-		return "/v1/files/" + endpoint
+		return "/v1/files/" + endpoint, nil
 	}
-	return "/v1/files/" + endpoint + "?" + q.Encode()
+	return "/v1/files/" + endpoint + "?" + q.Encode(), nil
 }
 
 // Stat describes a guest path without following a final symlink.
 func (c *Client) Stat(ctx context.Context, p string, opts ...FileOption) (agentproto.FileInfo, error) {
 	var fi agentproto.FileInfo
-	err := c.call(ctx, http.MethodGet, filePath("stat", p, opts), nil, http.StatusOK, &fi)
+	path, err := c.filePath(ctx, "stat", p, opts)
+	if err != nil {
+		return fi, err
+	}
+	err = c.call(ctx, http.MethodGet, path, nil, http.StatusOK, &fi)
 	return fi, err
 }
 
 // ListDir lists a guest directory.
 func (c *Client) ListDir(ctx context.Context, p string, opts ...FileOption) (agentproto.FileList, error) {
 	var l agentproto.FileList
-	err := c.callCapped(ctx, http.MethodGet, filePath("list", p, opts), nil, http.StatusOK, &l, maxListBytes)
+	path, err := c.filePath(ctx, "list", p, opts)
+	if err != nil {
+		return l, err
+	}
+	err = c.callCapped(ctx, http.MethodGet, path, nil, http.StatusOK, &l, maxListBytes)
 	return l, err
 }
 
 // Mkdir creates a directory and its missing parents.
 func (c *Client) Mkdir(ctx context.Context, req agentproto.MkdirRequest, opts ...FileOption) (agentproto.FileInfo, error) {
 	var fi agentproto.FileInfo
-	err := c.call(ctx, http.MethodPost, filePath("mkdir", "", opts), req, http.StatusOK, &fi)
+	path, err := c.filePath(ctx, "mkdir", "", opts)
+	if err != nil {
+		return fi, err
+	}
+	err = c.call(ctx, http.MethodPost, path, req, http.StatusOK, &fi)
 	return fi, err
 }
 
 // Move renames a file or directory.
 func (c *Client) Move(ctx context.Context, req agentproto.MoveRequest, opts ...FileOption) error {
-	return c.call(ctx, http.MethodPost, filePath("move", "", opts), req, http.StatusNoContent, nil)
+	path, err := c.filePath(ctx, "move", "", opts)
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, http.MethodPost, path, req, http.StatusNoContent, nil)
 }
 
 // Remove removes a file, symlink or directory.
 func (c *Client) Remove(ctx context.Context, req agentproto.RemoveRequest, opts ...FileOption) error {
-	return c.call(ctx, http.MethodPost, filePath("remove", "", opts), req, http.StatusNoContent, nil)
+	path, err := c.filePath(ctx, "remove", "", opts)
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, http.MethodPost, path, req, http.StatusNoContent, nil)
 }
 
 // stream sends one request whose body (may be nil) is streamed and returns
@@ -112,7 +138,11 @@ func (c *Client) stream(ctx context.Context, method, path string, body io.Reader
 // ReadFile opens a regular guest file for reading; size is its length
 // (the body has exactly that many bytes, or fails).
 func (c *Client) ReadFile(ctx context.Context, p string, opts ...FileOption) (body io.ReadCloser, size int64, err error) {
-	resp, err := c.stream(ctx, http.MethodGet, filePath("content", p, opts), nil, "", http.StatusOK)
+	path, err := c.filePath(ctx, "content", p, opts)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := c.stream(ctx, http.MethodGet, path, nil, "", http.StatusOK)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -122,11 +152,14 @@ func (c *Client) ReadFile(ctx context.Context, p string, opts ...FileOption) (bo
 // WriteFile streams r into a guest file (created or replaced atomically).
 // mode < 0 keeps the mode of an existing file (0644 for a new one).
 func (c *Client) WriteFile(ctx context.Context, p string, mode int, r io.Reader, opts ...FileOption) (agentproto.FileInfo, error) {
-	path := filePath("content", p, opts)
+	var fi agentproto.FileInfo
+	path, err := c.filePath(ctx, "content", p, opts)
+	if err != nil {
+		return fi, err
+	}
 	if mode >= 0 {
 		path += "&mode=" + strconv.FormatInt(int64(mode), 8)
 	}
-	var fi agentproto.FileInfo
 	resp, err := c.stream(ctx, http.MethodPut, path, r, "application/octet-stream", http.StatusOK)
 	if err != nil {
 		return fi, err
@@ -141,7 +174,11 @@ func (c *Client) WriteFile(ctx context.Context, p string, mode int, r io.Reader,
 // TarOut streams a guest directory as a tar archive. A stream that breaks
 // before the tar trailer means the archive is incomplete.
 func (c *Client) TarOut(ctx context.Context, dir string, opts ...FileOption) (io.ReadCloser, error) {
-	resp, err := c.stream(ctx, http.MethodGet, filePath("tar", dir, opts), nil, "", http.StatusOK)
+	path, err := c.filePath(ctx, "tar", dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.stream(ctx, http.MethodGet, path, nil, "", http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +188,11 @@ func (c *Client) TarOut(ctx context.Context, dir string, opts ...FileOption) (io
 // TarIn extracts a tar stream into a guest directory (created if missing).
 func (c *Client) TarIn(ctx context.Context, dir string, r io.Reader, opts ...FileOption) (agentproto.TarResult, error) {
 	var res agentproto.TarResult
-	resp, err := c.stream(ctx, http.MethodPut, filePath("tar", dir, opts), r, "application/x-tar", http.StatusOK)
+	path, err := c.filePath(ctx, "tar", dir, opts)
+	if err != nil {
+		return res, err
+	}
+	resp, err := c.stream(ctx, http.MethodPut, path, r, "application/x-tar", http.StatusOK)
 	if err != nil {
 		return res, err
 	}
@@ -176,7 +217,11 @@ type WatchStream struct {
 // (type "ready") has been read when Watch returns: changes made after it are
 // reported.
 func (c *Client) Watch(ctx context.Context, dir string, opts ...FileOption) (*WatchStream, error) {
-	resp, err := c.stream(ctx, http.MethodGet, filePath("watch", dir, opts), nil, "", http.StatusOK)
+	path, err := c.filePath(ctx, "watch", dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.stream(ctx, http.MethodGet, path, nil, "", http.StatusOK)
 	if err != nil {
 		return nil, err
 	}

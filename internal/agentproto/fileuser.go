@@ -17,6 +17,10 @@ import (
 // CodeInvalidFileUser.
 const QueryFileUser = "user"
 
+// FeatureFileUser: the /v1/files endpoints take QueryFileUser. An agent
+// without it ignores the parameter, so the host must not send a user to it.
+const FeatureFileUser = "file-user"
+
 // CodeInvalidFileUser (400): the user query parameter is not "<uid>:<gid>"
 // within 0–MaxFileID.
 const CodeInvalidFileUser = "invalid_file_user"
