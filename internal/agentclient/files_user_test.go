@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -226,4 +228,69 @@ func tarOf(t *testing.T, files map[string]string) *bytes.Buffer {
 		t.Fatal(err)
 	}
 	return &buf
+}
+
+// TestFileUserWithoutCapSetuid: an agent that cannot change its
+// filesystem IDs (no CAP_SETUID/CAP_SETGID) refuses a user's request
+// instead of running it as itself. The test re-runs itself without those
+// capabilities (setpriv drops them from the bounding set before exec).
+func TestFileUserWithoutCapSetuid(t *testing.T) {
+	if os.Getenv("AIRLOCK_TEST_NO_SETUID") == "" {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root")
+		}
+		setpriv, err := exec.LookPath("setpriv")
+		if err != nil {
+			t.Skip("needs setpriv")
+		}
+		cmd := exec.Command(setpriv, "--bounding-set", "-setuid,-setgid", os.Args[0], "-test.run=^TestFileUserWithoutCapSetuid$", "-test.v")
+		cmd.Env = append(os.Environ(), "AIRLOCK_TEST_NO_SETUID=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestFileUserWithoutCapSetuid") {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		return
+	}
+	c, root, _ := filesAgent(t)
+	ctx := context.Background()
+	_, err := c.WriteFile(ctx, "/a", -1, strings.NewReader("x"), agentclient.AsUser(&agentproto.FileUser{UID: 1000, GID: 1000}))
+	var ae *agentclient.Error
+	if !errors.As(err, &ae) || ae.Code != agentproto.CodeInternal || !strings.Contains(ae.Message, "CAP_SETUID") {
+		t.Fatalf("write as 1000 without CAP_SETUID: err = %v, want an internal error naming CAP_SETUID", err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "a")); !os.IsNotExist(err) {
+		t.Fatalf("the write ran anyway: %v", err)
+	}
+	// Without a user the agent works as before.
+	if _, err := c.WriteFile(ctx, "/b", -1, strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFileUserOlderAgent: an agent without FeatureFileUser would ignore
+// the user and act as root, so the host refuses to send it one.
+func TestFileUserOlderAgent(t *testing.T) {
+	c := newClient(t, recordedAgent(t, ""))
+	ctx := ctxT(t)
+	as := agentclient.AsUser(&agentproto.FileUser{UID: 1000, GID: 1000})
+	calls := map[string]func() error{
+		"stat":   func() error { _, err := c.Stat(ctx, "/a", as); return err },
+		"list":   func() error { _, err := c.ListDir(ctx, "/a", as); return err },
+		"mkdir":  func() error { _, err := c.Mkdir(ctx, agentproto.MkdirRequest{Path: "/a"}, as); return err },
+		"move":   func() error { return c.Move(ctx, agentproto.MoveRequest{From: "/a", To: "/b"}, as) },
+		"remove": func() error { return c.Remove(ctx, agentproto.RemoveRequest{Path: "/a"}, as) },
+		"read":   func() error { _, _, err := c.ReadFile(ctx, "/a", as); return err },
+		"write": func() error {
+			_, err := c.WriteFile(ctx, "/a", -1, strings.NewReader("x"), as)
+			return err
+		},
+		"tar-out": func() error { _, err := c.TarOut(ctx, "/a", as); return err },
+		"tar-in":  func() error { _, err := c.TarIn(ctx, "/a", strings.NewReader(""), as); return err },
+		"watch":   func() error { _, err := c.Watch(ctx, "/a", as); return err },
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, agentclient.ErrUnsupported) || !strings.Contains(err.Error(), agentproto.FeatureFileUser) {
+			t.Errorf("%s as a user on an older agent: %v, want ErrUnsupported naming %s", name, err, agentproto.FeatureFileUser)
+		}
+	}
 }
