@@ -17,15 +17,16 @@ const DefaultFilesRoot = "/"
 
 // fileRoutes adds the /v1/files endpoints (see agentproto/files.go).
 func (s *Server) fileRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/files/stat", s.handleFileStat)
-	mux.HandleFunc("GET /v1/files/list", s.handleFileList)
-	mux.HandleFunc("POST /v1/files/mkdir", s.handleFileMkdir)
-	mux.HandleFunc("POST /v1/files/move", s.handleFileMove)
-	mux.HandleFunc("POST /v1/files/remove", s.handleFileRemove)
-	mux.HandleFunc("GET /v1/files/content", s.handleFileRead)
-	mux.HandleFunc("PUT /v1/files/content", s.handleFileWrite)
-	mux.HandleFunc("GET /v1/files/tar", s.handleTarOut)
-	mux.HandleFunc("PUT /v1/files/tar", s.handleTarIn)
+	mux.HandleFunc("GET /v1/files/stat", s.asFileUser(s.handleFileStat))
+	mux.HandleFunc("GET /v1/files/list", s.asFileUser(s.handleFileList))
+	mux.HandleFunc("POST /v1/files/mkdir", s.asFileUser(s.handleFileMkdir))
+	mux.HandleFunc("POST /v1/files/move", s.asFileUser(s.handleFileMove))
+	mux.HandleFunc("POST /v1/files/remove", s.asFileUser(s.handleFileRemove))
+	mux.HandleFunc("GET /v1/files/content", s.asFileUser(s.handleFileRead))
+	mux.HandleFunc("PUT /v1/files/content", s.asFileUser(s.handleFileWrite))
+	mux.HandleFunc("GET /v1/files/tar", s.asFileUser(s.handleTarOut))
+	mux.HandleFunc("PUT /v1/files/tar", s.asFileUser(s.handleTarIn))
+	// A watch opens its directory as the user, then streams as the agent.
 	mux.HandleFunc("GET /v1/files/watch", s.handleWatch)
 }
 
@@ -225,7 +226,19 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, agentproto.CodeInternal, "response writer cannot flush")
 		return
 	}
-	wt, err := s.files().watch(p)
+	u, ok := queryFileUser(w, r)
+	if !ok {
+		return
+	}
+	var wt *watcher
+	var err error
+	if u == nil {
+		wt, err = s.files().watch(p)
+	} else if runErr := runAs(s.logger, *u, func() { wt, err = s.files().watch(p) }); runErr != nil {
+		s.logger.Warn("cannot act as file user", "user", u.String(), "err", runErr)
+		writeError(w, http.StatusInternalServerError, agentproto.CodeInternal, runErr.Error())
+		return
+	}
 	if err != nil {
 		s.writeFileError(w, r, err)
 		return

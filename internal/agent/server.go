@@ -640,6 +640,6 @@ func features() []string {
 	return []string{
 		agentproto.FeatureFrames, agentproto.FeatureGap, agentproto.FeatureStdin, agentproto.FeaturePTY,
 		agentproto.FeatureUser, agentproto.FeatureTimeout, agentproto.FeatureWait, agentproto.FeatureHold,
-		agentproto.FeatureLogs, agentproto.FeatureGuestConfig,
+		agentproto.FeatureLogs, agentproto.FeatureGuestConfig, agentproto.FeatureFileUser,
 	}
 }

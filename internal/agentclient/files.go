@@ -19,39 +19,95 @@ import (
 // CodeIsADirectory, …). Streams are never buffered whole: bodies go out as
 // they are read and come back as io.ReadClosers.
 
-func filePath(endpoint, p string) string {
-	return "/v1/files/" + endpoint + "?path=" + url.QueryEscape(p)
+// FileOption changes one file call.
+type FileOption func(*fileOptions)
+
+type fileOptions struct {
+	user *agentproto.FileUser
+}
+
+// AsUser runs the file call as u (agentproto.QueryFileUser): the guest
+// kernel checks permissions as u's, and files created belong to u. A nil u
+// changes nothing (the call runs as the agent).
+func AsUser(u *agentproto.FileUser) FileOption {
+	return func(o *fileOptions) { o.user = u }
+}
+
+// filePath is the request path of a file endpoint: path=p (if not empty)
+// and the options' query parameters. A user needs an agent that has
+// FeatureFileUser (an older one would ignore it and act as root).
+func (c *Client) filePath(ctx context.Context, endpoint, p string, opts []FileOption) (string, error) {
+	var o fileOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.user != nil {
+		if err := c.require(ctx, agentproto.FeatureFileUser); err != nil {
+			return "", err
+		}
+	}
+	q := url.Values{}
+	if p != "" {
+		q.Set("path", p)
+	}
+	if o.user != nil {
+		q.Set(agentproto.QueryFileUser, o.user.String())
+	}
+	if len(q) == 0 {
+		return "/v1/files/" + endpoint, nil
+	}
+	return "/v1/files/" + endpoint + "?" + q.Encode(), nil
 }
 
 // Stat describes a guest path without following a final symlink.
-func (c *Client) Stat(ctx context.Context, p string) (agentproto.FileInfo, error) {
+func (c *Client) Stat(ctx context.Context, p string, opts ...FileOption) (agentproto.FileInfo, error) {
 	var fi agentproto.FileInfo
-	err := c.call(ctx, http.MethodGet, filePath("stat", p), nil, http.StatusOK, &fi)
+	path, err := c.filePath(ctx, "stat", p, opts)
+	if err != nil {
+		return fi, err
+	}
+	err = c.call(ctx, http.MethodGet, path, nil, http.StatusOK, &fi)
 	return fi, err
 }
 
 // ListDir lists a guest directory.
-func (c *Client) ListDir(ctx context.Context, p string) (agentproto.FileList, error) {
+func (c *Client) ListDir(ctx context.Context, p string, opts ...FileOption) (agentproto.FileList, error) {
 	var l agentproto.FileList
-	err := c.callCapped(ctx, http.MethodGet, filePath("list", p), nil, http.StatusOK, &l, maxListBytes)
+	path, err := c.filePath(ctx, "list", p, opts)
+	if err != nil {
+		return l, err
+	}
+	err = c.callCapped(ctx, http.MethodGet, path, nil, http.StatusOK, &l, maxListBytes)
 	return l, err
 }
 
 // Mkdir creates a directory and its missing parents.
-func (c *Client) Mkdir(ctx context.Context, req agentproto.MkdirRequest) (agentproto.FileInfo, error) {
+func (c *Client) Mkdir(ctx context.Context, req agentproto.MkdirRequest, opts ...FileOption) (agentproto.FileInfo, error) {
 	var fi agentproto.FileInfo
-	err := c.call(ctx, http.MethodPost, "/v1/files/mkdir", req, http.StatusOK, &fi)
+	path, err := c.filePath(ctx, "mkdir", "", opts)
+	if err != nil {
+		return fi, err
+	}
+	err = c.call(ctx, http.MethodPost, path, req, http.StatusOK, &fi)
 	return fi, err
 }
 
 // Move renames a file or directory.
-func (c *Client) Move(ctx context.Context, req agentproto.MoveRequest) error {
-	return c.call(ctx, http.MethodPost, "/v1/files/move", req, http.StatusNoContent, nil)
+func (c *Client) Move(ctx context.Context, req agentproto.MoveRequest, opts ...FileOption) error {
+	path, err := c.filePath(ctx, "move", "", opts)
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, http.MethodPost, path, req, http.StatusNoContent, nil)
 }
 
 // Remove removes a file, symlink or directory.
-func (c *Client) Remove(ctx context.Context, req agentproto.RemoveRequest) error {
-	return c.call(ctx, http.MethodPost, "/v1/files/remove", req, http.StatusNoContent, nil)
+func (c *Client) Remove(ctx context.Context, req agentproto.RemoveRequest, opts ...FileOption) error {
+	path, err := c.filePath(ctx, "remove", "", opts)
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, http.MethodPost, path, req, http.StatusNoContent, nil)
 }
 
 // stream sends one request whose body (may be nil) is streamed and returns
@@ -81,8 +137,12 @@ func (c *Client) stream(ctx context.Context, method, path string, body io.Reader
 
 // ReadFile opens a regular guest file for reading; size is its length
 // (the body has exactly that many bytes, or fails).
-func (c *Client) ReadFile(ctx context.Context, p string) (body io.ReadCloser, size int64, err error) {
-	resp, err := c.stream(ctx, http.MethodGet, filePath("content", p), nil, "", http.StatusOK)
+func (c *Client) ReadFile(ctx context.Context, p string, opts ...FileOption) (body io.ReadCloser, size int64, err error) {
+	path, err := c.filePath(ctx, "content", p, opts)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := c.stream(ctx, http.MethodGet, path, nil, "", http.StatusOK)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -91,12 +151,15 @@ func (c *Client) ReadFile(ctx context.Context, p string) (body io.ReadCloser, si
 
 // WriteFile streams r into a guest file (created or replaced atomically).
 // mode < 0 keeps the mode of an existing file (0644 for a new one).
-func (c *Client) WriteFile(ctx context.Context, p string, mode int, r io.Reader) (agentproto.FileInfo, error) {
-	path := filePath("content", p)
+func (c *Client) WriteFile(ctx context.Context, p string, mode int, r io.Reader, opts ...FileOption) (agentproto.FileInfo, error) {
+	var fi agentproto.FileInfo
+	path, err := c.filePath(ctx, "content", p, opts)
+	if err != nil {
+		return fi, err
+	}
 	if mode >= 0 {
 		path += "&mode=" + strconv.FormatInt(int64(mode), 8)
 	}
-	var fi agentproto.FileInfo
 	resp, err := c.stream(ctx, http.MethodPut, path, r, "application/octet-stream", http.StatusOK)
 	if err != nil {
 		return fi, err
@@ -110,8 +173,12 @@ func (c *Client) WriteFile(ctx context.Context, p string, mode int, r io.Reader)
 
 // TarOut streams a guest directory as a tar archive. A stream that breaks
 // before the tar trailer means the archive is incomplete.
-func (c *Client) TarOut(ctx context.Context, dir string) (io.ReadCloser, error) {
-	resp, err := c.stream(ctx, http.MethodGet, filePath("tar", dir), nil, "", http.StatusOK)
+func (c *Client) TarOut(ctx context.Context, dir string, opts ...FileOption) (io.ReadCloser, error) {
+	path, err := c.filePath(ctx, "tar", dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.stream(ctx, http.MethodGet, path, nil, "", http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
@@ -119,9 +186,13 @@ func (c *Client) TarOut(ctx context.Context, dir string) (io.ReadCloser, error) 
 }
 
 // TarIn extracts a tar stream into a guest directory (created if missing).
-func (c *Client) TarIn(ctx context.Context, dir string, r io.Reader) (agentproto.TarResult, error) {
+func (c *Client) TarIn(ctx context.Context, dir string, r io.Reader, opts ...FileOption) (agentproto.TarResult, error) {
 	var res agentproto.TarResult
-	resp, err := c.stream(ctx, http.MethodPut, filePath("tar", dir), r, "application/x-tar", http.StatusOK)
+	path, err := c.filePath(ctx, "tar", dir, opts)
+	if err != nil {
+		return res, err
+	}
+	resp, err := c.stream(ctx, http.MethodPut, path, r, "application/x-tar", http.StatusOK)
 	if err != nil {
 		return res, err
 	}
@@ -145,8 +216,12 @@ type WatchStream struct {
 // Watch watches a guest directory's entries. The agent's first event
 // (type "ready") has been read when Watch returns: changes made after it are
 // reported.
-func (c *Client) Watch(ctx context.Context, dir string) (*WatchStream, error) {
-	resp, err := c.stream(ctx, http.MethodGet, filePath("watch", dir), nil, "", http.StatusOK)
+func (c *Client) Watch(ctx context.Context, dir string, opts ...FileOption) (*WatchStream, error) {
+	path, err := c.filePath(ctx, "watch", dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.stream(ctx, http.MethodGet, path, nil, "", http.StatusOK)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,9 @@ import "time"
 //	PUT  /v1/files/tar?path=D                 tar body → 200 TarResult (D is created if missing)
 //	GET  /v1/files/watch?path=D               → stream of FileEvent (NDJSON), until the client goes away
 //
+// Every endpoint also takes the optional query parameter user=<uid>:<gid>
+// (QueryFileUser): the request's file system calls then run as that user.
+//
 // Errors are JSON Error with the file codes below.
 
 // File types of FileInfo.Type.

@@ -52,18 +52,47 @@ func parsePathField(name, s string) (model.GuestPath, error) {
 	return p, nil
 }
 
-// queryPath parses ?path=, the only query parameter of the file GETs.
-func queryPath(r *http.Request) (model.GuestPath, error) {
+// queryPath parses ?path= and the optional ?user=<uid>:<gid>, the query
+// parameters of the file GETs.
+func queryPath(r *http.Request) (model.GuestPath, *model.UserIDs, error) {
 	q := r.URL.Query()
 	for name := range q {
-		if name != "path" {
-			return "", badRequest("unknown query parameter %q", truncate(name))
+		if name != "path" && name != apiv1.FileUserQuery {
+			return "", nil, badRequest("unknown query parameter %q", truncate(name))
 		}
 	}
 	if len(q["path"]) != 1 {
-		return "", errorf(http.StatusBadRequest, apiv1.CodeInvalidPath, "give the path query parameter once")
+		return "", nil, errorf(http.StatusBadRequest, apiv1.CodeInvalidPath, "give the path query parameter once")
 	}
-	return parsePathField("path", q.Get("path"))
+	p, err := parsePathField("path", q.Get("path"))
+	if err != nil {
+		return "", nil, err
+	}
+	vals, ok := q[apiv1.FileUserQuery]
+	if !ok {
+		return p, nil, nil
+	}
+	if len(vals) != 1 {
+		return "", nil, badRequest("give the user query parameter at most once")
+	}
+	fu, err := agentproto.ParseFileUser(vals[0])
+	if err != nil {
+		return "", nil, badRequest("user: %v", err)
+	}
+	u, err := fileUser(&apiv1.User{UID: int64(fu.UID), GID: int64(fu.GID)})
+	return p, u, err
+}
+
+// fileUser parses the optional user of a file request (nil: the agent's).
+func fileUser(u *apiv1.User) (*model.UserIDs, error) {
+	if u == nil {
+		return nil, nil
+	}
+	ids, err := model.ParseUserIDs(u.UID, u.GID)
+	if err != nil {
+		return nil, badRequest("user: %v", err)
+	}
+	return &ids, nil
 }
 
 // fileCall runs one call on the agent of the caller's running sandbox {id},
@@ -86,12 +115,12 @@ func fileCall[T any](ctx context.Context, a *API, r *http.Request, p principal, 
 
 // fileGet answers a read-only file route: ?path= parsed, one agent call,
 // its result as JSON.
-func (a *API) fileGet(w http.ResponseWriter, r *http.Request, p principal, do func(context.Context, *agentclient.Client, model.GuestPath) (any, error)) {
-	path, err := queryPath(r)
+func (a *API) fileGet(w http.ResponseWriter, r *http.Request, p principal, do func(context.Context, *agentclient.Client, model.GuestPath, agentclient.FileOption) (any, error)) {
+	path, user, err := queryPath(r)
 	if err == nil {
 		var out any
 		out, err = fileCall(r.Context(), a, r, p, func(ctx context.Context, agent *agentclient.Client) (any, error) {
-			return do(ctx, agent, path)
+			return do(ctx, agent, path, dataplane.AgentUser(user))
 		})
 		if err == nil {
 			writeJSON(w, http.StatusOK, out)
@@ -103,16 +132,16 @@ func (a *API) fileGet(w http.ResponseWriter, r *http.Request, p principal, do fu
 
 // statFile: GET /v1/sandboxes/{id}/files/stat?path= → 200 FileInfo.
 func (a *API) statFile(w http.ResponseWriter, r *http.Request, p principal) {
-	a.fileGet(w, r, p, func(ctx context.Context, agent *agentclient.Client, path model.GuestPath) (any, error) {
-		fi, err := agent.Stat(ctx, path.String())
+	a.fileGet(w, r, p, func(ctx context.Context, agent *agentclient.Client, path model.GuestPath, as agentclient.FileOption) (any, error) {
+		fi, err := agent.Stat(ctx, path.String(), as)
 		return dataplane.FileInfoOut(fi), err
 	})
 }
 
 // listFiles: GET /v1/sandboxes/{id}/files/list?path= → 200 FileList.
 func (a *API) listFiles(w http.ResponseWriter, r *http.Request, p principal) {
-	a.fileGet(w, r, p, func(ctx context.Context, agent *agentclient.Client, path model.GuestPath) (any, error) {
-		l, err := agent.ListDir(ctx, path.String())
+	a.fileGet(w, r, p, func(ctx context.Context, agent *agentclient.Client, path model.GuestPath, as agentclient.FileOption) (any, error) {
+		l, err := agent.ListDir(ctx, path.String(), as)
 		if err != nil {
 			return nil, err
 		}
@@ -153,8 +182,12 @@ func (a *API) mkdirFile(ctx context.Context, c *call[apiv1.MkdirRequest]) (*repl
 	if err != nil {
 		return nil, err
 	}
+	user, err := fileUser(c.in.User)
+	if err != nil {
+		return nil, err
+	}
 	return fileMutation(ctx, a, c, func(ctx context.Context, agent *agentclient.Client) (apiv1.FileInfo, error) {
-		fi, err := agent.Mkdir(ctx, agentproto.MkdirRequest{Path: path.String()})
+		fi, err := agent.Mkdir(ctx, agentproto.MkdirRequest{Path: path.String()}, dataplane.AgentUser(user))
 		return dataplane.FileInfoOut(fi), err
 	})
 }
@@ -169,11 +202,16 @@ func (a *API) moveFile(ctx context.Context, c *call[apiv1.MoveRequest]) (*reply,
 	if err != nil {
 		return nil, err
 	}
+	user, err := fileUser(c.in.User)
+	if err != nil {
+		return nil, err
+	}
+	as := dataplane.AgentUser(user)
 	return fileMutation(ctx, a, c, func(ctx context.Context, agent *agentclient.Client) (apiv1.FileInfo, error) {
-		if err := agent.Move(ctx, agentproto.MoveRequest{From: from.String(), To: to.String(), Overwrite: c.in.Overwrite}); err != nil {
+		if err := agent.Move(ctx, agentproto.MoveRequest{From: from.String(), To: to.String(), Overwrite: c.in.Overwrite}, as); err != nil {
 			return apiv1.FileInfo{}, err
 		}
-		fi, err := agent.Stat(ctx, to.String())
+		fi, err := agent.Stat(ctx, to.String(), as)
 		return dataplane.FileInfoOut(fi), err
 	})
 }
@@ -184,8 +222,12 @@ func (a *API) removeFile(ctx context.Context, c *call[apiv1.RemoveRequest]) (*re
 	if err != nil {
 		return nil, err
 	}
+	user, err := fileUser(c.in.User)
+	if err != nil {
+		return nil, err
+	}
 	return fileMutation(ctx, a, c, func(ctx context.Context, agent *agentclient.Client) (apiv1.RemoveResponse, error) {
-		err := agent.Remove(ctx, agentproto.RemoveRequest{Path: path.String(), Recursive: c.in.Recursive})
+		err := agent.Remove(ctx, agentproto.RemoveRequest{Path: path.String(), Recursive: c.in.Recursive}, dataplane.AgentUser(user))
 		return apiv1.RemoveResponse{Path: path.String()}, err
 	})
 }
@@ -200,6 +242,10 @@ func (a *API) createTransfer(ctx context.Context, c *call[apiv1.CreateTransferRe
 	method := apiv1.TransferMethod(c.in.Direction)
 	if method == "" {
 		return nil, badRequest("direction must be download, upload, tar-out, tar-in or watch")
+	}
+	user, err := fileUser(c.in.User)
+	if err != nil {
+		return nil, err
 	}
 	if c.in.Resume && a.cfg.Agents != nil && a.cfg.FileTokens != nil {
 		sb, err := a.sandboxOf(ctx, c.r, c.p)
@@ -216,7 +262,7 @@ func (a *API) createTransfer(ctx context.Context, c *call[apiv1.CreateTransferRe
 	}
 	iat := c.now.Truncate(time.Second)
 	exp := iat.Add(auth.FileTokenTTL)
-	tok, err := a.cfg.FileTokens.IssueFile(auth.FileClaims{Sandbox: sb.ID, Path: path, Direction: c.in.Direction, IssuedAt: iat, ExpiresAt: exp})
+	tok, err := a.cfg.FileTokens.IssueFile(auth.FileClaims{Sandbox: sb.ID, Path: path, Direction: c.in.Direction, User: user, IssuedAt: iat, ExpiresAt: exp})
 	if err != nil {
 		return nil, fmt.Errorf("issue file token: %w", err)
 	}

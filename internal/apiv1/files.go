@@ -37,9 +37,20 @@ type FileList struct {
 	Truncated bool       `json:"truncated,omitempty"` // more than 10000 entries
 }
 
+// File operations run as the sandbox agent (root) unless they name a
+// User: then the guest kernel checks permissions as that UID and primary
+// GID (supplementary groups are the agent's), and files and directories
+// they create belong to it. Stat and list take it as the query parameter
+// user=<uid>:<gid> (FileUserQuery), the others as the body's "user".
+
+// FileUserQuery is the query parameter of GET …/files/stat and …/files/list
+// naming the user ("<uid>:<gid>") the call runs as.
+const FileUserQuery = "user"
+
 // MkdirRequest is the body of POST /v1/sandboxes/{id}/files/mkdir (mkdir -p).
 type MkdirRequest struct {
 	Path string `json:"path"`
+	User *User  `json:"user,omitempty"`
 }
 
 // MoveRequest is the body of POST /v1/sandboxes/{id}/files/move.
@@ -47,12 +58,14 @@ type MoveRequest struct {
 	From      string `json:"from"`
 	To        string `json:"to"`
 	Overwrite bool   `json:"overwrite,omitempty"`
+	User      *User  `json:"user,omitempty"`
 }
 
 // RemoveRequest is the body of POST /v1/sandboxes/{id}/files/remove.
 type RemoveRequest struct {
 	Path      string `json:"path"`
 	Recursive bool   `json:"recursive,omitempty"`
+	User      *User  `json:"user,omitempty"`
 }
 
 // RemoveResponse is the response of POST /v1/sandboxes/{id}/files/remove.
@@ -76,6 +89,9 @@ type CreateTransferRequest struct {
 	// Resume resumes a paused (or wakes a suspended) sandbox first, as a
 	// command's Resume does.
 	Resume bool `json:"resume,omitempty"`
+	// User is the guest user the transfer runs as (signed into the token:
+	// the data plane request cannot change it).
+	User *User `json:"user,omitempty"`
 }
 
 // Transfer authorizes one byte stream on the data plane: send Method to URL

@@ -49,6 +49,7 @@ type FileClaims struct {
 	Sandbox   model.SandboxID // sbx
 	Path      model.GuestPath // path
 	Direction string          // dir: one of the apiv1.Direction… constants
+	User      *model.UserIDs  // user: the transfer runs as this guest user (nil: as the agent)
 	IssuedAt  time.Time       // iat
 	NotBefore time.Time       // nbf
 	ExpiresAt time.Time       // exp
@@ -67,15 +68,27 @@ func (c FileClaims) validate() error {
 	if _, err := ParseFileDirection(c.Direction); err != nil {
 		return fmt.Errorf("dir: %w", err)
 	}
+	if c.User != nil {
+		if _, err := model.ParseUserIDs(int64(c.User.UID), int64(c.User.GID)); err != nil {
+			return fmt.Errorf("user: %w", err)
+		}
+	}
 	return checkLifetime(c.IssuedAt, c.NotBefore, c.ExpiresAt)
 }
 
 // fileWireClaims is the JWT payload of a file token.
 type fileWireClaims struct {
-	Sandbox   string `json:"sbx"`
-	Path      string `json:"path"`
-	Direction string `json:"dir"`
+	Sandbox   string        `json:"sbx"`
+	Path      string        `json:"path"`
+	Direction string        `json:"dir"`
+	User      *wireFileUser `json:"user,omitempty"`
 	jwt.RegisteredClaims
+}
+
+// wireFileUser is the user claim of a file token.
+type wireFileUser struct {
+	UID int64 `json:"uid"`
+	GID int64 `json:"gid"`
 }
 
 // IssueFile signs c as a file transfer token. A zero NotBefore means
@@ -86,12 +99,16 @@ func (i *Issuer) IssueFile(c FileClaims) (string, error) {
 	if err := c.validate(); err != nil {
 		return "", fmt.Errorf("issue file transfer token: %w", err)
 	}
-	s, err := i.sign(fileWireClaims{
+	wc := fileWireClaims{
 		Sandbox:          c.Sandbox.String(),
 		Path:             c.Path.String(),
 		Direction:        c.Direction,
 		RegisteredClaims: registered(filesAudience, c.IssuedAt, c.NotBefore, c.ExpiresAt),
-	})
+	}
+	if c.User != nil {
+		wc.User = &wireFileUser{UID: int64(c.User.UID), GID: int64(c.User.GID)}
+	}
+	s, err := i.sign(wc)
 	if err != nil {
 		return "", fmt.Errorf("sign file transfer token: %w", err)
 	}
@@ -134,6 +151,13 @@ func (wc fileWireClaims) parse(kid string) (FileClaims, error) {
 	}
 	if c.Direction, err = ParseFileDirection(wc.Direction); err != nil {
 		return c, fmt.Errorf("dir: %w", err)
+	}
+	if wc.User != nil {
+		u, err := model.ParseUserIDs(wc.User.UID, wc.User.GID)
+		if err != nil {
+			return c, fmt.Errorf("user: %w", err)
+		}
+		c.User = &u
 	}
 	if wc.IssuedAt == nil || wc.NotBefore == nil || wc.ExpiresAt == nil {
 		return c, errors.New("iat, nbf and exp are required")

@@ -42,7 +42,7 @@ func FileError(err error) (status int, code, msg string) {
 		return http.StatusNotFound, apiv1.CodeNotFound, aerr.Message
 	case agentproto.CodeInvalidPath:
 		return http.StatusBadRequest, apiv1.CodeInvalidPath, aerr.Message
-	case agentproto.CodeInvalidRequest:
+	case agentproto.CodeInvalidRequest, agentproto.CodeInvalidFileUser:
 		return http.StatusBadRequest, apiv1.CodeInvalidRequest, aerr.Message
 	case agentproto.CodeUnsupportedFileType:
 		return http.StatusBadRequest, apiv1.CodeUnsupportedFileType, aerr.Message
@@ -124,19 +124,29 @@ func (d *DataPlane) fileTransfer(direction string) http.HandlerFunc {
 		}
 		defer d.hold(sb.ID)() // a transfer (or a watch) is activity while it lasts
 		p := c.Path.String()
+		as := AgentUser(c.User) // from the signed claims: the request cannot change it
 		switch direction {
 		case apiv1.DirectionDownload:
-			d.download(ctx, w, agent, p)
+			d.download(ctx, w, agent, p, as)
 		case apiv1.DirectionTarOut:
-			d.tarOut(ctx, w, agent, p)
+			d.tarOut(ctx, w, agent, p, as)
 		case apiv1.DirectionUpload:
-			d.upload(ctx, w, r, agent, p)
+			d.upload(ctx, w, r, agent, p, as)
 		case apiv1.DirectionTarIn:
-			d.tarIn(ctx, w, r, agent, p)
+			d.tarIn(ctx, w, r, agent, p, as)
 		case apiv1.DirectionWatch:
-			d.watch(ctx, w, agent, p)
+			d.watch(ctx, w, agent, p, as)
 		}
 	}
+}
+
+// AgentUser is the agent call option that runs a file call as u (nil: as
+// the agent).
+func AgentUser(u *model.UserIDs) agentclient.FileOption {
+	if u == nil {
+		return agentclient.AsUser(nil)
+	}
+	return agentclient.AsUser(&agentproto.FileUser{UID: u.UID, GID: u.GID})
 }
 
 func writeFileError(w http.ResponseWriter, err error) {
@@ -167,8 +177,8 @@ type flushWriter struct{ w io.Writer }
 
 func (f flushWriter) Write(b []byte) (int, error) { return f.w.Write(b) }
 
-func (d *DataPlane) download(ctx context.Context, w http.ResponseWriter, agent *agentclient.Client, p string) {
-	body, size, err := agent.ReadFile(ctx, p)
+func (d *DataPlane) download(ctx context.Context, w http.ResponseWriter, agent *agentclient.Client, p string, as agentclient.FileOption) {
+	body, size, err := agent.ReadFile(ctx, p, as)
 	if err != nil {
 		writeFileError(w, err)
 		return
@@ -183,8 +193,8 @@ func (d *DataPlane) download(ctx context.Context, w http.ResponseWriter, agent *
 	d.copyOut(ctx, w, body, "download "+p)
 }
 
-func (d *DataPlane) tarOut(ctx context.Context, w http.ResponseWriter, agent *agentclient.Client, p string) {
-	body, err := agent.TarOut(ctx, p)
+func (d *DataPlane) tarOut(ctx context.Context, w http.ResponseWriter, agent *agentclient.Client, p string, as agentclient.FileOption) {
+	body, err := agent.TarOut(ctx, p, as)
 	if err != nil {
 		writeFileError(w, err)
 		return
@@ -214,7 +224,7 @@ func mediaOK(w http.ResponseWriter, r *http.Request, want ...string) bool {
 	return false
 }
 
-func (d *DataPlane) upload(ctx context.Context, w http.ResponseWriter, r *http.Request, agent *agentclient.Client, p string) {
+func (d *DataPlane) upload(ctx context.Context, w http.ResponseWriter, r *http.Request, agent *agentclient.Client, p string, as agentclient.FileOption) {
 	if !mediaOK(w, r, "application/octet-stream") {
 		return
 	}
@@ -227,7 +237,7 @@ func (d *DataPlane) upload(ctx context.Context, w http.ResponseWriter, r *http.R
 		}
 		mode = int(m)
 	}
-	fi, err := agent.WriteFile(ctx, p, mode, r.Body)
+	fi, err := agent.WriteFile(ctx, p, mode, r.Body, as)
 	if err != nil {
 		writeFileError(w, err)
 		return
@@ -235,11 +245,11 @@ func (d *DataPlane) upload(ctx context.Context, w http.ResponseWriter, r *http.R
 	writeJSON(w, http.StatusOK, FileInfoOut(fi))
 }
 
-func (d *DataPlane) tarIn(ctx context.Context, w http.ResponseWriter, r *http.Request, agent *agentclient.Client, p string) {
+func (d *DataPlane) tarIn(ctx context.Context, w http.ResponseWriter, r *http.Request, agent *agentclient.Client, p string, as agentclient.FileOption) {
 	if !mediaOK(w, r, "application/x-tar", "application/octet-stream") {
 		return
 	}
-	res, err := agent.TarIn(ctx, p, r.Body)
+	res, err := agent.TarIn(ctx, p, r.Body, as)
 	if err != nil {
 		writeFileError(w, err)
 		return
@@ -247,13 +257,13 @@ func (d *DataPlane) tarIn(ctx context.Context, w http.ResponseWriter, r *http.Re
 	writeJSON(w, http.StatusOK, apiv1.TarResult{Entries: res.Entries, Bytes: res.Bytes})
 }
 
-func (d *DataPlane) watch(ctx context.Context, w http.ResponseWriter, agent *agentclient.Client, p string) {
+func (d *DataPlane) watch(ctx context.Context, w http.ResponseWriter, agent *agentclient.Client, p string, as agentclient.FileOption) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "streaming unsupported")
 		return
 	}
-	ws, err := agent.Watch(ctx, p)
+	ws, err := agent.Watch(ctx, p, as)
 	if err != nil {
 		writeFileError(w, err)
 		return

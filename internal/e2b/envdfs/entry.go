@@ -119,7 +119,7 @@ type walker struct {
 var errTooMany = errors.New("too many entries")
 
 func (w *walker) walk(dir model.GuestPath, depth int) error {
-	l, err := w.c.t.Native.ListFiles(w.ctx, w.c.t.Sandbox, dir)
+	l, err := w.c.t.Native.ListFiles(w.ctx, w.c.t.Sandbox, dir, w.c.as())
 	if err != nil {
 		return nativeError(w.ctx, "list "+dir.String(), err)
 	}

@@ -166,7 +166,7 @@ func (h *filesHandler) download(w http.ResponseWriter, r *http.Request) error {
 	if !useGzip && !identityOK {
 		return errorf(http.StatusNotAcceptable, "no acceptable encoding: this server sends gzip or identity")
 	}
-	body, size, err := c.t.Native.Download(ctx, c.t.Sandbox, p)
+	body, size, err := c.t.Native.Download(ctx, c.t.Sandbox, p, c.as())
 	if err != nil {
 		return nativeError(ctx, "download "+p.String(), err)
 	}
@@ -326,12 +326,12 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 // (replacing it).
 func writeFile(ctx context.Context, c caller, dst model.GuestPath, r io.Reader) (fileResult, error) {
 	if parent := path.Dir(dst.String()); parent != "/" {
-		if _, err := c.t.Native.Mkdir(ctx, c.t.Sandbox, model.GuestPath(parent)); err != nil {
+		if _, err := c.t.Native.Mkdir(ctx, c.t.Sandbox, model.GuestPath(parent), c.as()); err != nil {
 			return fileResult{}, nativeError(ctx, "create parent of "+dst.String(), err)
 		}
 	}
 	br := &bodyReader{r: r}
-	fi, err := c.t.Native.Upload(ctx, c.t.Sandbox, dst, -1, br)
+	fi, err := c.t.Native.Upload(ctx, c.t.Sandbox, dst, -1, br, c.as())
 	if br.err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(br.err, &mbe) {

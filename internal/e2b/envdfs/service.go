@@ -13,8 +13,9 @@
 // offer the capability (nothing is faked):
 //   - EntryInfo.owner and .group are empty: native file info carries no
 //     owner.
-//   - Files, and directories made by MakeDir, Move and uploads, are owned
-//     by the sandbox agent's user (root), not chowned to the E2B user.
+//   - Every file call runs as the E2B user's UID and primary GID (the
+//     native API's file user), so permissions are the user's and what it
+//     creates is its own; supplementary groups are not applied.
 //   - A native watch covers one directory's entries, so a recursive
 //     WatchDir or CreateWatcher holds one native watch per directory (at
 //     most 64; more is resource_exhausted), added as directories appear.
@@ -130,6 +131,13 @@ func resolvePath(home model.GuestPath, raw string) (model.GuestPath, error) {
 	return gp, nil
 }
 
+// as is the native call option that runs a file call as the caller's user,
+// so the sandbox kernel checks its permissions and what it creates is its
+// own (as envd does).
+func (c caller) as() client.FileOption {
+	return client.AsUser(&apiv1.User{UID: c.user.UID, GID: c.user.GID})
+}
+
 // path resolves raw against the caller's home.
 func (c caller) path(raw string) (model.GuestPath, error) { return resolvePath(c.user.Home, raw) }
 
@@ -194,7 +202,7 @@ func (s *Service) Stat(ctx context.Context, req *connect.Request[filesystempb.St
 	if err != nil {
 		return nil, err
 	}
-	fi, err := c.t.Native.StatFile(ctx, c.t.Sandbox, p)
+	fi, err := c.t.Native.StatFile(ctx, c.t.Sandbox, p, c.as())
 	if err != nil {
 		return nil, nativeError(ctx, "stat "+p.String(), err)
 	}
@@ -212,7 +220,7 @@ func (s *Service) MakeDir(ctx context.Context, req *connect.Request[filesystempb
 	if err != nil {
 		return nil, err
 	}
-	fi, err := c.t.Native.StatFile(ctx, c.t.Sandbox, p)
+	fi, err := c.t.Native.StatFile(ctx, c.t.Sandbox, p, c.as())
 	switch {
 	case err == nil && fi.Type == apiv1.FileTypeDirectory:
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory already exists: %s", p))
@@ -221,7 +229,7 @@ func (s *Service) MakeDir(ctx context.Context, req *connect.Request[filesystempb
 	case !client.IsNotFound(err):
 		return nil, nativeError(ctx, "stat "+p.String(), err)
 	}
-	fi, err = c.t.Native.Mkdir(ctx, c.t.Sandbox, p)
+	fi, err = c.t.Native.Mkdir(ctx, c.t.Sandbox, p, c.as())
 	if err != nil {
 		return nil, nativeError(ctx, "mkdir "+p.String(), err)
 	}
@@ -243,15 +251,15 @@ func (s *Service) Move(ctx context.Context, req *connect.Request[filesystempb.Mo
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.t.Native.StatFile(ctx, c.t.Sandbox, from); err != nil {
+	if _, err := c.t.Native.StatFile(ctx, c.t.Sandbox, from, c.as()); err != nil {
 		return nil, nativeError(ctx, "source "+from.String(), err)
 	}
 	if parent := path.Dir(to.String()); parent != "/" {
-		if _, err := c.t.Native.Mkdir(ctx, c.t.Sandbox, model.GuestPath(parent)); err != nil {
+		if _, err := c.t.Native.Mkdir(ctx, c.t.Sandbox, model.GuestPath(parent), c.as()); err != nil {
 			return nil, nativeError(ctx, "create parent of "+to.String(), err)
 		}
 	}
-	fi, err := c.t.Native.MoveFile(ctx, c.t.Sandbox, apiv1.MoveRequest{From: from.String(), To: to.String(), Overwrite: true})
+	fi, err := c.t.Native.MoveFile(ctx, c.t.Sandbox, apiv1.MoveRequest{From: from.String(), To: to.String(), Overwrite: true}, c.as())
 	if err != nil {
 		return nil, nativeError(ctx, "move "+from.String()+" to "+to.String(), err)
 	}
@@ -269,7 +277,7 @@ func (s *Service) Remove(ctx context.Context, req *connect.Request[filesystempb.
 	if err != nil {
 		return nil, err
 	}
-	if err := c.t.Native.RemoveFile(ctx, c.t.Sandbox, p, true); err != nil && !client.IsNotFound(err) {
+	if err := c.t.Native.RemoveFile(ctx, c.t.Sandbox, p, true, c.as()); err != nil && !client.IsNotFound(err) {
 		return nil, nativeError(ctx, "remove "+p.String(), err)
 	}
 	return connect.NewResponse(&filesystempb.RemoveResponse{}), nil

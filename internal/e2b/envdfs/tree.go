@@ -52,7 +52,7 @@ func openTree(ctx context.Context, c caller, raw string, recursive bool) (*treeW
 	if err != nil {
 		return nil, err
 	}
-	fi, err := c.t.Native.StatFile(ctx, c.t.Sandbox, root)
+	fi, err := c.t.Native.StatFile(ctx, c.t.Sandbox, root, c.as())
 	if err != nil {
 		return nil, nativeError(ctx, "watch "+root.String(), err)
 	}
@@ -91,7 +91,7 @@ func (tw *treeWatch) addTree(dir model.GuestPath, must bool) error {
 	if !tw.recursive {
 		return nil
 	}
-	l, err := tw.c.t.Native.ListFiles(tw.ctx, tw.c.t.Sandbox, dir)
+	l, err := tw.c.t.Native.ListFiles(tw.ctx, tw.c.t.Sandbox, dir, tw.c.as())
 	if err != nil {
 		if client.IsNotFound(err) && !must {
 			return nil
@@ -125,7 +125,7 @@ func (tw *treeWatch) add(dir model.GuestPath) error {
 	if n >= maxTreeDirs {
 		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("watch %s: more than %d directories to watch; watch a smaller tree", tw.root, maxTreeDirs))
 	}
-	w, err := tw.c.t.Native.WatchFiles(tw.ctx, tw.c.t.Sandbox, dir)
+	w, err := tw.c.t.Native.WatchFiles(tw.ctx, tw.c.t.Sandbox, dir, tw.c.as())
 	if err != nil {
 		return nativeError(tw.ctx, "watch "+dir.String(), err)
 	}

@@ -114,7 +114,7 @@ func addEntries(ctx context.Context, c caller, dir string, evs []*filesystempb.F
 		if e.Name != "." {
 			p = path.Join(dir, e.Name)
 		}
-		fi, err := c.t.Native.StatFile(ctx, c.t.Sandbox, model.GuestPath(p))
+		fi, err := c.t.Native.StatFile(ctx, c.t.Sandbox, model.GuestPath(p), c.as())
 		switch {
 		case client.IsNotFound(err):
 		case err != nil:
