@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -15,11 +16,11 @@ import (
 // File operations as a user (agentproto.QueryFileUser). The agent runs as
 // root but, in a sandbox, without CAP_DAC_OVERRIDE or CAP_CHOWN, so it can
 // neither enter a user's 0700 home nor give files away. Instead a request
-// that names a user runs on one locked OS thread whose filesystem UID and
-// GID (setfsuid/setfsgid, per thread, needing CAP_SETUID/CAP_SETGID) are
-// that user's: the kernel checks permissions as the user and files created
-// belong to it. Supplementary groups stay the agent's own; only the primary
-// group is the user's.
+// that names a user runs on one locked OS thread whose effective UID and
+// GID (per-thread setresuid/setresgid, needing CAP_SETUID/CAP_SETGID; the
+// filesystem IDs follow them) are that user's: the kernel checks
+// permissions as the user and files created belong to it. Supplementary
+// groups stay the agent's own; only the primary group is the user's.
 //
 // The thread runs on a goroutine of its own, so the change can never leak:
 // if restoring the agent's IDs fails, that goroutine ends still locked and
@@ -64,7 +65,7 @@ func (s *Server) asFileUser(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// runAs runs fn on a locked OS thread whose fsuid and fsgid are u's, and
+// runAs runs fn on a locked OS thread whose effective UID and GID are u's, and
 // waits for it. It returns an error, without running fn, if the IDs could
 // not be set. A panic in fn is re-raised in the caller.
 func runAs(logger *slog.Logger, u agentproto.FileUser, fn func()) error {
@@ -112,40 +113,59 @@ func runAs(logger *slog.Logger, u agentproto.FileUser, fn func()) error {
 	return res.err
 }
 
-// setFSIDs sets the calling thread's fsgid, then fsuid, to u's and checks
-// that both took effect (setfsuid/setfsgid report the previous ID even
-// when they fail). It returns the previous IDs, to restore in every case.
+// setFSIDs makes the calling thread act as u on the filesystem: its
+// effective GID, then effective UID, become u's (raw setresgid/setresuid,
+// which change one thread; the real and saved IDs stay the agent's, so the
+// change can be undone, and the filesystem IDs follow the effective ones).
+// setfsuid would be narrower but gVisor does not implement it. It checks
+// that both took effect and returns the previous effective IDs, to restore
+// in every case. While the thread's effective UID is not 0 it has no
+// effective capabilities; they come back with the UID.
 func setFSIDs(u agentproto.FileUser) (prevGID, prevUID int, err error) {
-	prevGID, err = unix.SetfsgidRetGid(int(u.GID))
+	prevGID, prevUID, err = currentFSIDs()
 	if err != nil {
-		return -1, -1, fmt.Errorf("setfsgid %d: %w", u.GID, err)
+		return -1, -1, err
 	}
-	prevUID, err = unix.SetfsuidRetUid(int(u.UID))
-	if err != nil {
-		return prevGID, -1, fmt.Errorf("setfsuid %d: %w", u.UID, err)
+	if err := setEffective(unix.SYS_SETRESGID, int(u.GID)); err != nil {
+		return prevGID, -1, fmt.Errorf("set the effective GID %d: %w", u.GID, err)
+	}
+	if err := setEffective(unix.SYS_SETRESUID, int(u.UID)); err != nil {
+		return prevGID, -1, fmt.Errorf("set the effective UID %d: %w", u.UID, err)
 	}
 	gid, uid, err := currentFSIDs()
 	if err != nil {
 		return prevGID, prevUID, err
 	}
 	if gid != int(u.GID) || uid != int(u.UID) {
-		return prevGID, prevUID, fmt.Errorf("cannot act as user %s (filesystem IDs are %d:%d): the agent lacks CAP_SETUID/CAP_SETGID", u, uid, gid)
+		return prevGID, prevUID, fmt.Errorf("cannot act as user %s (effective IDs are %d:%d): the agent lacks CAP_SETUID/CAP_SETGID", u, uid, gid)
 	}
 	return prevGID, prevUID, nil
 }
 
-// restoreFSIDs sets fsuid, then fsgid, back (an ID of -1 was not changed)
-// and checks that they took effect.
+// setEffective sets the calling thread's effective UID or GID (nr is
+// SYS_SETRESUID or SYS_SETRESGID), leaving the real and saved ones.
+func setEffective(nr uintptr, id int) error {
+	keep := ^uintptr(0) // -1: unchanged
+	if _, _, errno := unix.RawSyscall(nr, keep, uintptr(id), keep); errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// restoreFSIDs sets the effective UID, then GID, back (an ID of -1 was not
+// changed) and checks that they took effect. The UID comes first: the
+// saved UID lets the thread take it back, and with it the capability the
+// GID needs.
 func restoreFSIDs(uid, gid int) error {
 	var errs []error
 	if uid >= 0 {
-		if _, err := unix.SetfsuidRetUid(uid); err != nil {
-			errs = append(errs, fmt.Errorf("setfsuid %d: %w", uid, err))
+		if err := setEffective(unix.SYS_SETRESUID, uid); err != nil {
+			errs = append(errs, fmt.Errorf("set the effective UID %d: %w", uid, err))
 		}
 	}
 	if gid >= 0 {
-		if _, err := unix.SetfsgidRetGid(gid); err != nil {
-			errs = append(errs, fmt.Errorf("setfsgid %d: %w", gid, err))
+		if err := setEffective(unix.SYS_SETRESGID, gid); err != nil {
+			errs = append(errs, fmt.Errorf("set the effective GID %d: %w", gid, err))
 		}
 	}
 	curGID, curUID, err := currentFSIDs()
@@ -153,19 +173,21 @@ func restoreFSIDs(uid, gid int) error {
 		return errors.Join(append(errs, err)...)
 	}
 	if (uid >= 0 && curUID != uid) || (gid >= 0 && curGID != gid) {
-		errs = append(errs, fmt.Errorf("filesystem IDs are %d:%d, want %d:%d", curUID, curGID, uid, gid))
+		errs = append(errs, fmt.Errorf("effective IDs are %d:%d, want %d:%d", curUID, curGID, uid, gid))
 	}
 	return errors.Join(errs...)
 }
 
-// currentFSIDs reads the calling thread's fsgid and fsuid: setfs*id(-1)
-// changes nothing (-1 is no valid ID) and returns the current one.
+// currentFSIDs reads the calling thread's effective GID and UID (raw
+// getresgid/getresuid: this thread's, not the process's).
 func currentFSIDs() (gid, uid int, err error) {
-	if gid, err = unix.SetfsgidRetGid(-1); err != nil {
-		return -1, -1, fmt.Errorf("read fsgid: %w", err)
+	var r, e, s uint32
+	if _, _, errno := unix.RawSyscall(unix.SYS_GETRESGID, uintptr(unsafe.Pointer(&r)), uintptr(unsafe.Pointer(&e)), uintptr(unsafe.Pointer(&s))); errno != 0 {
+		return -1, -1, fmt.Errorf("read the effective GID: %w", errno)
 	}
-	if uid, err = unix.SetfsuidRetUid(-1); err != nil {
-		return -1, -1, fmt.Errorf("read fsuid: %w", err)
+	gid = int(e)
+	if _, _, errno := unix.RawSyscall(unix.SYS_GETRESUID, uintptr(unsafe.Pointer(&r)), uintptr(unsafe.Pointer(&e)), uintptr(unsafe.Pointer(&s))); errno != 0 {
+		return -1, -1, fmt.Errorf("read the effective UID: %w", errno)
 	}
-	return gid, uid, nil
+	return gid, int(e), nil
 }

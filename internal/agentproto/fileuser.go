@@ -9,7 +9,7 @@ import (
 // QueryFileUser is the optional query parameter of every /v1/files
 // endpoint that names the user the operation runs as: "<uid>:<gid>", both
 // decimal, 0–MaxFileID. With it the agent performs the request's file
-// system calls with its filesystem UID and GID (setfsuid/setfsgid) set to
+// system calls with its effective (so filesystem) UID and GID set to
 // that user, so permissions are checked as that user's and files it
 // creates belong to it. Supplementary groups stay the agent's own (usually
 // none beyond root's): only the primary group is the user's. Without it,
