@@ -164,6 +164,12 @@ await r.step('files write/read/list/exists', async () => {
   assert.equal(await sbx.files.exists(`${home}/a.txt`), true, 'exists a.txt')
   assert.equal(await sbx.files.exists(`${home}/nope`), false, 'exists nope')
   await expectReject(sbx.files.read(`${home}/nope`), FileNotFoundError, 'read a missing file')
+  // Written as the sandbox's user, as E2B's envd does: the user owns it
+  // and a command of the user's can append to it.
+  const own = await sbx.commands.run(`stat -c %U ${home}/a.txt && echo more >> ${home}/a.txt`)
+  assert.equal(own.stdout, 'user\n', 'owner of a written file')
+  assert.equal(await sbx.files.read(`${home}/a.txt`), 'hello filemore\n', 'appended by the user')
+  await sbx.files.write(`${home}/a.txt`, 'hello file')
 })
 
 await r.step('files makeDir/rename/remove', async () => {
