@@ -37,6 +37,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/e2b/connecterr"
 	"github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb"
 	"github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb/filesystempbconnect"
 	"github.com/airlockdev/airlock/internal/e2b/guestuser"
@@ -148,48 +149,10 @@ func truncate(s string) string {
 	return s
 }
 
-// nativeError turns an error of the native API into a Connect error.
+// nativeError turns an error of the native API into a Connect error
+// (connecterr's table), its message prefixed with what was being done.
 func nativeError(ctx context.Context, what string, err error) error {
-	if ctx.Err() != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%s: %w", what, err))
-		}
-		return connect.NewError(connect.CodeCanceled, fmt.Errorf("%s: %w", what, err))
-	}
-	var ae *client.APIError
-	if !errors.As(err, &ae) {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s: %w", what, err))
-	}
-	return connect.NewError(codeOf(ae), fmt.Errorf("%s: %w", what, err))
-}
-
-// codeOf maps a native error code to a Connect code.
-func codeOf(ae *client.APIError) connect.Code {
-	switch ae.Code {
-	case apiv1.CodeNotFound:
-		return connect.CodeNotFound
-	case apiv1.CodeInvalidPath, apiv1.CodeInvalidRequest, apiv1.CodeUnsupportedFileType,
-		apiv1.CodeNotADirectory, apiv1.CodeIsADirectory:
-		return connect.CodeInvalidArgument
-	case apiv1.CodeAlreadyExists:
-		return connect.CodeAlreadyExists
-	case apiv1.CodeDirectoryNotEmpty:
-		return connect.CodeFailedPrecondition
-	case apiv1.CodePermissionDenied, apiv1.CodeQuotaExceeded:
-		return connect.CodePermissionDenied
-	case apiv1.CodeUnauthenticated, apiv1.CodeWrongTokenKind, apiv1.CodeTokenExpired:
-		return connect.CodeUnauthenticated
-	case apiv1.CodeSandboxNotRunning, apiv1.CodeSandboxPaused, apiv1.CodeSandboxSuspended,
-		apiv1.CodeSandboxBusy, apiv1.CodeUnavailable, apiv1.CodeDraining, apiv1.CodeNodeUnreachable:
-		return connect.CodeUnavailable
-	case apiv1.CodeRateLimited, apiv1.CodeTooManyAttachments, apiv1.CodePayloadTooLarge:
-		return connect.CodeResourceExhausted
-	case apiv1.CodeNotSupported, apiv1.CodeAgentUnsupported:
-		return connect.CodeUnimplemented
-	case apiv1.CodeResumeTimeout:
-		return connect.CodeDeadlineExceeded
-	}
-	return connect.CodeInternal
+	return connecterr.From(ctx, what, err)
 }
 
 // Stat describes one entry (a final symlink is not followed).

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/e2b/connecterr"
 	"github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb"
 	"github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb/filesystempbconnect"
 	"github.com/airlockdev/airlock/internal/model"
@@ -212,7 +213,7 @@ func TestCodeOf(t *testing.T) {
 		{"something_new", connect.CodeInternal},
 	}
 	for _, tt := range tests {
-		if got := codeOf(&client.APIError{Code: tt.code}); got != tt.want {
+		if got := connecterr.Code(&client.APIError{Code: tt.code}); got != tt.want {
 			t.Errorf("codeOf(%s) = %v, want %v", tt.code, got, tt.want)
 		}
 	}
