@@ -3,14 +3,12 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -64,30 +62,6 @@ func (a *API) portRoutes() []route {
 // not mutations (no rate limit, no Idempotency-Key of Airlock's).
 func (rt route) guestTraffic() bool { return rt.pattern == portsPattern }
 
-// guestPort is a TCP port of a sandbox, 1-65535.
-type guestPort uint16
-
-// parseGuestPort parses a port in canonical decimal (no sign, no leading
-// zero); errors wrap model.ErrInvalid.
-func parseGuestPort(s string) (guestPort, error) {
-	bad := func() (guestPort, error) {
-		return 0, fmt.Errorf("%w: port %q is not a TCP port (1-65535, decimal)", model.ErrInvalid, truncate(s))
-	}
-	if s == "" || len(s) > 5 || s[0] == '0' {
-		return bad()
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return bad()
-		}
-	}
-	n, err := strconv.ParseUint(s, 10, 16)
-	if err != nil || n == 0 {
-		return bad()
-	}
-	return guestPort(n), nil
-}
-
 // activityHolder is the part of the activity tracker that keeps a sandbox
 // active for as long as a stream is open.
 type activityHolder interface {
@@ -107,7 +81,7 @@ func (a *API) hold(id model.SandboxID) (release func()) {
 // guestTarget finds where a port request goes: the caller's running
 // sandbox {id} and its guest address on this node.
 func (a *API) guestTarget(ctx context.Context, r *http.Request, p principal) (model.Sandbox, netip.AddrPort, error) {
-	port, err := parseGuestPort(r.PathValue("port"))
+	port, err := model.ParseGuestPort(r.PathValue("port"))
 	if err != nil {
 		return model.Sandbox{}, netip.AddrPort{}, err
 	}

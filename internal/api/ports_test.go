@@ -489,7 +489,7 @@ func TestPortsParseGuestPort(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		in   string
-		want guestPort
+		want model.GuestPort
 		ok   bool
 	}{
 		{"1", 1, true}, {"80", 80, true}, {"49999", 49999, true}, {"65535", 65535, true},
@@ -497,12 +497,12 @@ func TestPortsParseGuestPort(t *testing.T) {
 		{"99999", 0, false}, {"100000", 0, false}, {"-1", 0, false}, {"+80", 0, false}, {" 80", 0, false},
 		{"80 ", 0, false}, {"0x50", 0, false}, {"8e1", 0, false}, {"٨٠", 0, false},
 	} {
-		got, err := parseGuestPort(tc.in)
+		got, err := model.ParseGuestPort(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
-			t.Errorf("parseGuestPort(%q) = %d, %v", tc.in, got, err)
+			t.Errorf("model.ParseGuestPort(%q) = %d, %v", tc.in, got, err)
 		}
 		if err != nil && !errors.Is(err, model.ErrInvalid) {
-			t.Errorf("parseGuestPort(%q): %v does not wrap ErrInvalid", tc.in, err)
+			t.Errorf("model.ParseGuestPort(%q): %v does not wrap ErrInvalid", tc.in, err)
 		}
 	}
 }
@@ -512,7 +512,7 @@ func FuzzParseGuestPort(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		p, err := parseGuestPort(s)
+		p, err := model.ParseGuestPort(s)
 		if err != nil {
 			if !errors.Is(err, model.ErrInvalid) {
 				t.Fatalf("%q: %v does not wrap ErrInvalid", s, err)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/airlockdev/airlock/internal/e2b/codeinterp"
@@ -22,18 +21,7 @@ const (
 )
 
 // Port is a guest TCP port, 1–65535.
-type Port uint16
-
-// ParsePort parses a decimal port number.
-func ParsePort(s string) (Port, error) {
-	n, err := strconv.ParseUint(s, 10, 16)
-	if err != nil || n == 0 || s[0] == '0' || s[0] == '+' {
-		return 0, fmt.Errorf("port %q: want a decimal number 1-65535", s)
-	}
-	return Port(n), nil
-}
-
-func (p Port) String() string { return strconv.FormatUint(uint64(p), 10) }
+type Port = model.GuestPort
 
 // Route is where a request for a sandbox is going.
 type Route struct {
@@ -66,7 +54,7 @@ func RouteOf(r *http.Request, domain string) (Route, error) {
 		if ps == "" {
 			return Route{}, fmt.Errorf("%s is set but %s is missing", headerSandboxID, headerSandboxPort)
 		}
-		p, err := ParsePort(ps)
+		p, err := model.ParseGuestPort(ps)
 		if err != nil {
 			return Route{}, fmt.Errorf("%s: %w", headerSandboxPort, err)
 		}
@@ -91,7 +79,7 @@ func routeOfHost(host, domain string) (Route, error) {
 	if !ok {
 		return Route{}, errNotSandbox
 	}
-	p, err := ParsePort(ps)
+	p, err := model.ParseGuestPort(ps)
 	if err != nil {
 		return Route{}, errNotSandbox
 	}

@@ -373,3 +373,32 @@ func (s Signal) String() string {
 	}
 	return "SIG" + strconv.Itoa(int(s))
 }
+
+// GuestPort is a TCP port inside a sandbox, 1–65535.
+type GuestPort uint16
+
+// ParseGuestPort parses a port in canonical decimal: no sign, no leading
+// zero, 1–65535.
+func ParseGuestPort(s string) (GuestPort, error) {
+	bad := func() (GuestPort, error) {
+		if len(s) > 16 {
+			s = s[:16] + "…"
+		}
+		return 0, fmt.Errorf("%w: port %q is not a TCP port (1-65535, decimal)", ErrInvalid, s)
+	}
+	if s == "" || len(s) > 5 || s[0] == '0' {
+		return bad()
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return bad()
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || n == 0 {
+		return bad()
+	}
+	return GuestPort(n), nil
+}
+
+func (p GuestPort) String() string { return strconv.FormatUint(uint64(p), 10) }
