@@ -63,15 +63,7 @@ func targetOf(ctx context.Context) (target.Target, error) {
 // user resolves the request's Unix user; an unknown one is unauthenticated,
 // as in envd.
 func user(ctx context.Context, t target.Target) (guestuser.User, error) {
-	var (
-		u   guestuser.User
-		err error
-	)
-	if t.Users != nil {
-		u, err = t.Users.Lookup(ctx, t.Native, t.Sandbox, t.User)
-	} else {
-		u, err = guestuser.Lookup(ctx, t.Native, t.Sandbox, t.User)
-	}
+	u, err := t.LookupUser(ctx)
 	if errors.Is(err, guestuser.ErrUnknown) {
 		return guestuser.User{}, connect.NewError(connect.CodeUnauthenticated, err)
 	}

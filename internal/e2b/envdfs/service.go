@@ -80,15 +80,7 @@ func resolveCaller(ctx context.Context, name string) (caller, error) {
 	if name != "" {
 		t.User = name
 	}
-	var (
-		u   guestuser.User
-		err error
-	)
-	if t.Users != nil {
-		u, err = t.Users.Lookup(ctx, t.Native, t.Sandbox, t.User)
-	} else {
-		u, err = guestuser.Lookup(ctx, t.Native, t.Sandbox, t.User)
-	}
+	u, err := t.LookupUser(ctx)
 	if errors.Is(err, guestuser.ErrUnknown) {
 		return caller{}, connect.NewError(connect.CodeUnauthenticated, err)
 	}

@@ -45,3 +45,12 @@ func From(ctx context.Context) (Target, bool) {
 	t, ok := ctx.Value(key{}).(Target)
 	return t, ok
 }
+
+// LookupUser resolves t.User in the sandbox (through t.Users when set):
+// guestuser.ErrUnknown when the sandbox has no such account.
+func (t Target) LookupUser(ctx context.Context) (guestuser.User, error) {
+	if t.Users != nil {
+		return t.Users.Lookup(ctx, t.Native, t.Sandbox, t.User)
+	}
+	return guestuser.Lookup(ctx, t.Native, t.Sandbox, t.User)
+}
