@@ -127,10 +127,10 @@ func setFSIDs(u agentproto.FileUser) (prevGID, prevUID int, err error) {
 		return -1, -1, err
 	}
 	if err := setEffective(unix.SYS_SETRESGID, int(u.GID)); err != nil {
-		return prevGID, -1, fmt.Errorf("set the effective GID %d: %w", u.GID, err)
+		return prevGID, -1, fmt.Errorf("cannot act as user %s: set the effective GID: %w (the agent lacks CAP_SETUID/CAP_SETGID?)", u, err)
 	}
 	if err := setEffective(unix.SYS_SETRESUID, int(u.UID)); err != nil {
-		return prevGID, -1, fmt.Errorf("set the effective UID %d: %w", u.UID, err)
+		return prevGID, -1, fmt.Errorf("cannot act as user %s: set the effective UID: %w (the agent lacks CAP_SETUID/CAP_SETGID?)", u, err)
 	}
 	gid, uid, err := currentFSIDs()
 	if err != nil {
