@@ -227,6 +227,8 @@ type Store interface {
 
 	// Warm pools and their claims (pools.go).
 	Pools
+	// Counts (metrics): live sandboxes by state, runtime and pool.
+	Counts
 
 	// When the next operation becomes claimable (due.go).
 	Due

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/store"
@@ -66,6 +67,7 @@ type Store struct {
 	db    *sql.DB
 	d     Dialect
 	watch *broadcaster
+	onErr atomic.Pointer[func(op string)] // see OnError
 }
 
 var _ store.Store = (*Store)(nil)
@@ -140,17 +142,41 @@ func RebindDollar(query string) string {
 	return b.String()
 }
 
+// OnError makes the store call f with the name of every database call
+// that fails (begin, commit, exec, query, query_row; metrics). Absent
+// rows, unique and foreign-key violations (answers the store maps) and
+// cancelled contexts are not failures.
+func (s *Store) OnError(f func(op string)) { s.onErr.Store(&f) }
+
+// observe reports err of the database call op to OnError's function.
+func (s *Store) observe(op string, err error) {
+	if err == nil || errors.Is(err, sql.ErrNoRows) || errors.Is(err, context.Canceled) ||
+		s.d.IsUniqueViolation != nil && s.d.IsUniqueViolation(err) ||
+		s.d.IsForeignKeyViolation != nil && s.d.IsForeignKeyViolation(err) {
+		return
+	}
+	if f := s.onErr.Load(); f != nil && *f != nil {
+		(*f)(op)
+	}
+}
+
 // exec, queryRow and query run outside a transaction.
 func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return s.db.ExecContext(ctx, s.q(query), args...)
+	res, err := s.db.ExecContext(ctx, s.q(query), args...)
+	s.observe("exec", err)
+	return res, err
 }
 
 func (s *Store) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
-	return s.db.QueryRowContext(ctx, s.q(query), args...)
+	row := s.db.QueryRowContext(ctx, s.q(query), args...)
+	s.observe("query_row", row.Err())
+	return row
 }
 
 func (s *Store) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return s.db.QueryContext(ctx, s.q(query), args...)
+	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
+	s.observe("query", err)
+	return rows, err
 }
 
 // tx is a transaction with the dialect's rebinding.
@@ -160,11 +186,15 @@ type tx struct {
 }
 
 func (t tx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return t.tx.ExecContext(ctx, t.s.q(query), args...)
+	res, err := t.tx.ExecContext(ctx, t.s.q(query), args...)
+	t.s.observe("exec", err)
+	return res, err
 }
 
 func (t tx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
-	return t.tx.QueryRowContext(ctx, t.s.q(query), args...)
+	row := t.tx.QueryRowContext(ctx, t.s.q(query), args...)
+	t.s.observe("query_row", row.Err())
+	return row
 }
 
 // write runs fn in a transaction and commits it. With notify set (the
@@ -173,6 +203,7 @@ func (t tx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
 func (s *Store) write(ctx context.Context, notify bool, fn func(t tx) error) error {
 	sqlTx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
+		s.observe("begin", err)
 		return fmt.Errorf("begin: %w", err)
 	}
 	t := tx{s: s, tx: sqlTx}
@@ -187,6 +218,7 @@ func (s *Store) write(ctx context.Context, notify bool, fn func(t tx) error) err
 		}
 	}
 	if err := sqlTx.Commit(); err != nil {
+		s.observe("commit", err)
 		return fmt.Errorf("commit: %w", err)
 	}
 	if notify {
