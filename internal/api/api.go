@@ -23,6 +23,7 @@ import (
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/egress/secrets"
+	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/noderoute"
 	"github.com/airlockdev/airlock/internal/procctl"
@@ -163,6 +164,10 @@ type Config struct {
 	// keys (as PeerVerifier), so a token any replica signed verifies on
 	// every node; nil: sandbox access tokens are refused (401).
 	SandboxTokens *auth.Verifier
+
+	// Metrics serves GET /metrics (admin) and counts pool claims; nil:
+	// the route answers 501 not_supported.
+	Metrics *metrics.Metrics
 }
 
 // API is the management API handler.

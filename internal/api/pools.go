@@ -305,6 +305,9 @@ func (a *API) claimFromPool(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 			a.log.ErrorContext(ctx, "claimed sandbox keeps no egress: its policy could not be applied (PUT its egress policy again to retry)", "sandbox", claimed.ID, "err", err)
 		}
 	}
+	// The claim stored its create as succeeded: counted here, where it ran.
+	a.cfg.Metrics.OperationFinished(string(model.OpCreate), true)
+	a.cfg.Metrics.CreateFinished(claimed.Runtime, string(model.SourcePool), a.cfg.Now().Sub(c.now))
 	a.log.InfoContext(ctx, "sandbox claimed from pool", "sandbox", claimed.ID, "pool", p.ID, "project", claimed.ProjectID)
 	return rep, nil
 }

@@ -39,6 +39,7 @@ func (a *API) routeTable() []route {
 		{"GET", "/healthz", publicAccess, a.healthz},
 		{"GET", "/readyz", publicAccess, a.readyz},
 		{"GET", "/openapi.json", publicAccess, a.openapi},
+		{"GET", "/metrics", admin, a.metrics},
 
 		{"POST", "/v1/sandboxes", member, mutating(a, a.createSandbox)},
 		{"GET", "/v1/sandboxes", member, a.listSandboxes},

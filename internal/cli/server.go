@@ -31,6 +31,7 @@ import (
 // with the docs and scripts. --data-dir is the global flag.
 type serverFlags struct {
 	listen      string
+	metricsAddr string
 	runtime     string
 	envs        []string
 	databaseURL string
@@ -89,6 +90,7 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	opts := server.Options{
 		DataDir:                  dataDir,
 		Listen:                   f.listen,
+		MetricsListen:            f.metricsAddr,
 		DatabaseURL:              f.databaseURL,
 		AgentBinary:              f.agentBinary,
 		SandboxDir:               f.sandboxDir,
@@ -163,6 +165,13 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return opts, usageErrorf("--listen %q: port %q is not a number from 0 to 65535", f.listen, port)
+	}
+	if f.metricsAddr != "" {
+		if _, port, err := net.SplitHostPort(f.metricsAddr); err != nil {
+			return opts, usageErrorf("--metrics-listen %q must be HOST:PORT: %w", f.metricsAddr, err)
+		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return opts, usageErrorf("--metrics-listen %q: port %q is not a number from 0 to 65535", f.metricsAddr, port)
+		}
 	}
 	if opts.Environments, err = f.environments(); err != nil {
 		return opts, err
@@ -292,6 +301,7 @@ func (a *app) serverCommand() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:7070", "HOST:PORT to serve the API and the data plane on")
+	fs.StringVar(&f.metricsAddr, "metrics-listen", "", "HOST:PORT to also serve GET /metrics on WITHOUT authentication; bind it to a private interface (default: off; the main listener's /metrics needs an admin key)")
 	fs.StringArrayVar(&f.envs, "env", nil, "execution environment to run sandboxes in: qemu (microVMs, KVM where it works, else emulated), runsc, crun or runc (repeatable; the first is the default; default: runsc, the strongest isolation that works on any host; qemu, runc and crun only when named)")
 	fs.StringVar(&f.runtime, "runtime", "", "shorthand for --env: runc, crun, runsc or qemu")
 	fs.StringVar(&f.databaseURL, "database-url", "", "PostgreSQL URL postgres://… (default: SQLite in the data dir)")

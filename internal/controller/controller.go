@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/runtime"
@@ -58,6 +59,8 @@ type Config struct {
 	Poll   time.Duration
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Metrics counts finished operations and observes creates; nil: none.
+	Metrics *metrics.Metrics
 }
 
 // Controller reconciles desired state (store) with observed state (runtime).
@@ -391,7 +394,7 @@ func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, retry 
 }
 
 func (c *Controller) finish(ctx context.Context, op model.Operation, state model.OperationState, opErr *model.OperationError, from, to model.SandboxState, reason string) error {
-	return c.cfg.Store.FinishOperation(ctx, store.Finish{
+	err := c.cfg.Store.FinishOperation(ctx, store.Finish{
 		OperationID:   op.ID,
 		Owner:         c.cfg.NodeID,
 		Incarnation:   c.cfg.Incarnation,
@@ -402,6 +405,10 @@ func (c *Controller) finish(ctx context.Context, op model.Operation, state model
 		SandboxReason: reason,
 		Now:           c.cfg.Now(),
 	})
+	if err == nil {
+		c.cfg.Metrics.OperationFinished(string(op.Kind), state == model.OpSucceeded)
+	}
+	return err
 }
 
 // stepResult is what a worker step reports besides success: a snapshot
@@ -532,6 +539,9 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 		Source:        res.source,
 		Now:           c.cfg.Now(),
 	})
+	if err == nil {
+		c.observeSuccess(op, lc, env.Name, res.source)
+	}
 	if errors.Is(err, store.ErrStateChanged) {
 		// Another request (a delete) arrived while we worked; its operation
 		// takes over.
@@ -698,4 +708,13 @@ func (c *Controller) requeueDeletes(ctx context.Context, sandboxes []model.Sandb
 		}
 	}
 	return nil
+}
+
+// observeSuccess counts an operation that succeeded and, for a create,
+// how long it took from its request (its operation's creation) to running.
+func (c *Controller) observeSuccess(op model.Operation, lc model.Lifecycle, env envid.Name, source model.Source) {
+	c.cfg.Metrics.OperationFinished(string(op.Kind), true)
+	if lc.Step == model.StepEnsure {
+		c.cfg.Metrics.CreateFinished(string(env), string(source), c.cfg.Now().Sub(op.CreatedAt))
+	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/eventstream"
+	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/noderoute"
 	"github.com/airlockdev/airlock/internal/procctl"
@@ -76,6 +77,8 @@ type Config struct {
 	// processes and files, and holds the sandbox active while a stream
 	// (attach, stdin, file transfer) is open; nil: nothing is recorded.
 	Activity Activity
+	// Metrics counts open streams and the bytes they carry; nil: none.
+	Metrics *metrics.Metrics
 }
 
 // Activity records sandbox activity for idle limits (the server's
@@ -270,6 +273,7 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	defer d.cfg.Metrics.StreamOpened(metrics.StreamAttachSSE)()
 	// Counted as an open stream before the client sees it open, so a drain
 	// that begins now waits for it.
 	streamCtx, endStream := d.drain.streamContext(ctx)

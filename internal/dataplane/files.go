@@ -14,6 +14,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
@@ -123,6 +124,7 @@ func (d *DataPlane) fileTransfer(direction string) http.HandlerFunc {
 			return
 		}
 		defer d.hold(sb.ID)() // a transfer (or a watch) is activity while it lasts
+		defer d.cfg.Metrics.StreamOpened(fileStreams[direction])()
 		p := c.Path.String()
 		as := AgentUser(c.User) // from the signed claims: the request cannot change it
 		switch direction {
@@ -164,8 +166,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // copyOut streams body to the client with a bounded buffer. A stream that
 // breaks midway is reset, never ended cleanly, so the client cannot take a
 // truncated file or tar for a complete one.
-func (d *DataPlane) copyOut(ctx context.Context, w http.ResponseWriter, body io.Reader, what string) {
+func (d *DataPlane) copyOut(ctx context.Context, w http.ResponseWriter, body io.Reader, what, kind string) {
 	n, err := io.CopyBuffer(flushWriter{w}, body, make([]byte, 256<<10))
+	d.cfg.Metrics.StreamBytes(kind, metrics.DirectionOut, n)
 	if err != nil && ctx.Err() == nil {
 		d.log.WarnContext(ctx, "file stream broke", "what", what, "bytes", n, "err", err)
 		panic(http.ErrAbortHandler)
@@ -190,7 +193,7 @@ func (d *DataPlane) download(ctx context.Context, w http.ResponseWriter, agent *
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	}
 	w.WriteHeader(http.StatusOK)
-	d.copyOut(ctx, w, body, "download "+p)
+	d.copyOut(ctx, w, body, "download "+p, metrics.StreamFileDownload)
 }
 
 func (d *DataPlane) tarOut(ctx context.Context, w http.ResponseWriter, agent *agentclient.Client, p string, as agentclient.FileOption) {
@@ -203,7 +206,7 @@ func (d *DataPlane) tarOut(ctx context.Context, w http.ResponseWriter, agent *ag
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	d.copyOut(ctx, w, body, "tar-out "+p)
+	d.copyOut(ctx, w, body, "tar-out "+p, metrics.StreamFileTarOut)
 }
 
 // mediaOK accepts a missing Content-Type or one of want.
@@ -237,7 +240,9 @@ func (d *DataPlane) upload(ctx context.Context, w http.ResponseWriter, r *http.R
 		}
 		mode = int(m)
 	}
-	fi, err := agent.WriteFile(ctx, p, mode, r.Body, as)
+	body := d.countIn(metrics.StreamFileUpload, r.Body)
+	defer body.done()
+	fi, err := agent.WriteFile(ctx, p, mode, body, as)
 	if err != nil {
 		writeFileError(w, err)
 		return
@@ -249,7 +254,9 @@ func (d *DataPlane) tarIn(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if !mediaOK(w, r, "application/x-tar", "application/octet-stream") {
 		return
 	}
-	res, err := agent.TarIn(ctx, p, r.Body, as)
+	body := d.countIn(metrics.StreamFileTarIn, r.Body)
+	defer body.done()
+	res, err := agent.TarIn(ctx, p, body, as)
 	if err != nil {
 		writeFileError(w, err)
 		return

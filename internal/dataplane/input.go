@@ -11,6 +11,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 )
@@ -42,7 +43,10 @@ func (d *DataPlane) stdin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer d.hold(t.cs.SandboxID)() // a stdin stream is activity while it lasts
-	if err := t.agent.Stdin(r.Context(), t.pid.String(), r.Body, closeAfter); err != nil {
+	defer d.cfg.Metrics.StreamOpened(metrics.StreamStdin)()
+	body := d.countIn(metrics.StreamStdin, r.Body)
+	defer body.done()
+	if err := t.agent.Stdin(r.Context(), t.pid.String(), body, closeAfter); err != nil {
 		if r.Context().Err() != nil {
 			return // the client went away mid-body
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/retry"
 )
@@ -138,6 +139,7 @@ func (d *DataPlane) relay(ctx context.Context, sse *sseWriter, out *agentclient.
 		case agentproto.EventStdout, agentproto.EventStderr:
 			werr = sse.output(ev.Seq, ev.Type, ev.Data)
 			unflushed += len(ev.Data)
+			d.cfg.Metrics.StreamBytes(metrics.StreamAttachSSE, metrics.DirectionOut, int64(len(ev.Data)))
 		case agentproto.EventGap:
 			werr = sse.Event(id, apiv1.EventGap, gapData(ev))
 			unflushed++

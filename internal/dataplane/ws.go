@@ -54,6 +54,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 )
@@ -94,6 +95,7 @@ func (d *DataPlane) wsAttach(w http.ResponseWriter, r *http.Request) {
 		return // Accept has answered
 	}
 	conn.SetReadLimit(wsReadLimit)
+	defer d.cfg.Metrics.StreamOpened(metrics.StreamAttachWebSocket)()
 	s := &wsSession{d: d, conn: conn, t: t, stdin: make(chan wsInput)}
 	sessCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -231,6 +233,7 @@ func (s *wsSession) readLoop(ctx context.Context) {
 				s.requestError(ctx, "stdin", errNotAllowed(auth.ActionStdin))
 				continue
 			}
+			s.d.cfg.Metrics.StreamBytes(metrics.StreamAttachWebSocket, metrics.DirectionIn, int64(len(data)))
 			select {
 			case s.stdin <- wsInput{data: data}:
 			case <-ctx.Done():

@@ -14,6 +14,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/metrics"
 )
 
 // relay copies events from one agent output stream to the socket, reading
@@ -62,6 +63,7 @@ func (s *wsSession) output(ctx context.Context, ev agentproto.Event) error {
 	s.buf = append(s.buf[:0], kind)
 	s.buf = binary.BigEndian.AppendUint64(s.buf, ev.Seq)
 	s.buf = append(s.buf, ev.Data...)
+	s.d.cfg.Metrics.StreamBytes(metrics.StreamAttachWebSocket, metrics.DirectionOut, int64(len(ev.Data)))
 	return s.conn.Write(ctx, websocket.MessageBinary, s.buf)
 }
 

@@ -41,6 +41,8 @@ type RegistryConfig struct {
 	// Now is the clock (time.Now when nil).
 	Now    func() time.Time
 	Logger *slog.Logger
+	// OnDecision, if set, is told of every decision logged (metrics).
+	OnDecision func(decisionlog.Event)
 }
 
 // Registry maps guest addresses and sandbox IDs to Sandboxes. It is safe for concurrent use.
@@ -88,7 +90,7 @@ func (r *Registry) Add(id model.SandboxID, guest netip.Addr, p *policy.Policy) *
 		ID:       id,
 		Guest:    guest,
 		Bindings: bindings.NewTable(r.cfg.MaxNames),
-		Log:      decisionlog.New(r.cfg.LogCapacity),
+		Log:      decisionlog.NewObserved(r.cfg.LogCapacity, r.cfg.OnDecision),
 		reg:      r,
 		conns:    map[*tracked]struct{}{},
 	}

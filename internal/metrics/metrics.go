@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/airlockdev/airlock/internal/egress/decisionlog"
 )
 
 // Namespace prefixes every metric of Airlock's own.
@@ -92,6 +94,7 @@ type Metrics struct {
 	egress        *prometheus.CounterVec
 	storeErrors   *prometheus.CounterVec
 	runtimeErrors *prometheus.CounterVec
+	handler       http.Handler
 }
 
 // New returns a Metrics on a registry of its own, with the Go runtime's and
@@ -134,6 +137,11 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: Namespace}),
 		m.createSeconds, m.operations, m.streamsOpen, m.streamBytes, m.egress, m.storeErrors, m.runtimeErrors,
 	)
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		Registry:          m.reg, // promhttp_metric_handler_errors_total
+		ErrorHandling:     promhttp.ContinueOnError,
+		EnableOpenMetrics: true,
+	})
 	for _, k := range streamKinds {
 		m.streamsOpen.WithLabelValues(k) // every kind shows, at 0
 	}
@@ -161,11 +169,7 @@ func (m *Metrics) Handler() http.Handler {
 	if m == nil {
 		return http.NotFoundHandler()
 	}
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
-		Registry:          m.reg, // promhttp_metric_handler_errors_total
-		ErrorHandling:     promhttp.ContinueOnError,
-		EnableOpenMetrics: true,
-	})
+	return m.handler
 }
 
 // CreateFinished observes a create: from its request (or operation's
@@ -174,6 +178,9 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) CreateFinished(environment, source string, took time.Duration) {
 	if m == nil {
 		return
+	}
+	if environment == "" {
+		environment = "none" // not known (a sandbox recorded without its runtime)
 	}
 	m.createSeconds.WithLabelValues(environment, oneOf(source, sources)).Observe(max(took, 0).Seconds())
 }
@@ -239,4 +246,10 @@ func (m *Metrics) RuntimeError(runtime, op string) {
 		return
 	}
 	m.runtimeErrors.WithLabelValues(runtime, oneOf(op, runtimeOps)).Inc()
+}
+
+// EgressObserver is the egress registry's OnDecision: it counts every
+// decision logged.
+func (m *Metrics) EgressObserver() func(decisionlog.Event) {
+	return func(e decisionlog.Event) { m.EgressDecision(e.Kind, e.Allowed) }
 }

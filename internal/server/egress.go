@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/egress"
+	"github.com/airlockdev/airlock/internal/egress/decisionlog"
 	"github.com/airlockdev/airlock/internal/egress/nftrules"
 	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/egress/proxy"
@@ -172,7 +173,7 @@ const egressCADir = "egress-ca"
 // openEgress opens the pool and the CA, binds the resolver and the proxy
 // (fixing their ports) and writes the nftables table. The services run
 // once startEgressServices is called.
-func openEgress(cfg egressConfig, dd *dataDir, st store.Store, secretSrc *secretSource, log *slog.Logger) (_ *egressNet, _ *egressServices, err error) {
+func openEgress(cfg egressConfig, dd *dataDir, st store.Store, secretSrc *secretSource, onDecision func(decisionlog.Event), log *slog.Logger) (_ *egressNet, _ *egressServices, err error) {
 	claim, err := claimEgress()
 	if err != nil {
 		return nil, nil, err
@@ -192,7 +193,7 @@ func openEgress(cfg egressConfig, dd *dataDir, st store.Store, secretSrc *secret
 	}
 	host := &hostAddrCache{}
 	n := &egressNet{cfg: cfg, pool: pool, log: log, caCertPEM: ca.CertPEM(), claim: claim}
-	n.registry = egress.NewRegistry(egress.RegistryConfig{Denied: host.deniedWith(cfg.pool), Logger: log})
+	n.registry = egress.NewRegistry(egress.RegistryConfig{Denied: host.deniedWith(cfg.pool), Logger: log, OnDecision: onDecision})
 	n.policyFor = n.storedPolicy(st)
 	n.secrets = secretSrc
 	secretSrc.live = func(id model.SandboxID) bool { _, ok := n.registry.ByID(id); return ok }

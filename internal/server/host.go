@@ -12,6 +12,7 @@ import (
 	"github.com/airlockdev/airlock/internal/controller"
 	"github.com/airlockdev/airlock/internal/egress"
 	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
@@ -36,14 +37,15 @@ type host struct {
 	egressSvc *egressServices
 	workers   *worker.Set
 	capacity  model.NodeCapacity // what one sandbox may ask for here
+	metrics   *metrics.Metrics
 }
 
 // openHost prepares everything that runs sandboxes on this node. The
 // sandboxes' network is reconciled before anything drives them: what a
 // crash left of deleted sandboxes goes, live ones are registered again.
 func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, templates *template.Store, dist *distribute.Distributor,
-	nodeID model.NodeID, egressCfg egressConfig, secretSrc *secretSource, fault func(string), log *slog.Logger) (_ *host, err error) {
-	h := &host{}
+	nodeID model.NodeID, egressCfg egressConfig, secretSrc *secretSource, fault func(string), m *metrics.Metrics, log *slog.Logger) (_ *host, err error) {
+	h := &host{metrics: m}
 	defer func() {
 		if err != nil {
 			h.close()
@@ -72,7 +74,7 @@ func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, te
 	if h.envReg, err = recordEnvironments(ctx, h.envs, st, nodeID, rts, log.With("component", "environments")); err != nil {
 		return nil, err
 	}
-	if h.egressNet, h.egressSvc, err = openEgress(egressCfg, dd, st, secretSrc, log.With("component", "egress")); err != nil {
+	if h.egressNet, h.egressSvc, err = openEgress(egressCfg, dd, st, secretSrc, m.EgressObserver(), log.With("component", "egress")); err != nil {
 		return nil, err
 	}
 	if err := reconcileEgress(ctx, h.egressNet, st, nodeID); err != nil {
@@ -93,6 +95,7 @@ func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, te
 		FetchTemplate: fetchTemplate(templates, dist),
 		AgentBinary:   agentBin,
 		Fault:         fault,
+		Metrics:       m,
 	}, st, log)
 	if err != nil {
 		return nil, err
@@ -127,6 +130,7 @@ func (h *host) controller(st store.Store, m *membership, log *slog.Logger) (*con
 		Incarnation: m.node.Incarnation,
 		Now:         m.Now,
 		Logger:      log.With("component", "controller"),
+		Metrics:     h.metrics,
 	})
 }
 

@@ -27,11 +27,15 @@ const DefaultMaxDiskMiB = 100 * 1024
 // Options configure `airlock server`. The flag names of `airlock server` map
 // one to one onto these fields.
 type Options struct {
-	DataDir     string       // --data-dir: everything Airlock stores on this host; DIR/admin.key holds the first admin key
-	Listen      string       // --listen HOST:PORT
-	DatabaseURL string       // --database-url postgres://…; "" uses SQLite in DataDir
-	AgentBinary string       // --agent-binary; "" looks next to the airlock binary, then in PATH
-	Logger      *slog.Logger // nil: text logs on stderr
+	DataDir string // --data-dir: everything Airlock stores on this host; DIR/admin.key holds the first admin key
+	Listen  string // --listen HOST:PORT
+	// MetricsListen (--metrics-listen HOST:PORT) also serves GET /metrics
+	// there without authentication (bind it to a private interface); "":
+	// only the main listener's GET /metrics, which needs an admin key.
+	MetricsListen string
+	DatabaseURL   string       // --database-url postgres://…; "" uses SQLite in DataDir
+	AgentBinary   string       // --agent-binary; "" looks next to the airlock binary, then in PATH
+	Logger        *slog.Logger // nil: text logs on stderr
 	// Environments (--env NAME, repeatable; --runtime NAME is shorthand
 	// for one) are the execution environments this server runs sandboxes
 	// in, the first the default; each must work here. Empty: the

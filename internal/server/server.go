@@ -70,6 +70,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer st.Close()
+	mtr := newMetrics(st, log)
 
 	role, err := roleOf(opts)
 	if err != nil {
@@ -112,7 +113,7 @@ func Run(ctx context.Context, opts Options) error {
 	// workers and the controller. An api replica has none of it.
 	var h *host
 	if role.RunsSandboxes() {
-		h, err = openHost(ctx, opts, dd, st, templates, dist, nodeID, egressCfg, secretSrc, fault, log)
+		h, err = openHost(ctx, opts, dd, st, templates, dist, nodeID, egressCfg, secretSrc, fault, mtr, log)
 		if err != nil {
 			return err
 		}
@@ -129,6 +130,14 @@ func Run(ctx context.Context, opts Options) error {
 		maxConns = DefaultMaxConnections
 	}
 	ln := newLimitListener(tcpLn, maxConns)
+	metricsLn, err := listenMetrics(opts.MetricsListen)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if metricsLn != nil {
+		defer metricsLn.Close()
+	}
 	baseURL := "http://" + ln.Addr().String()
 
 	// This run of the node: registered (a new incarnation, the fencing
@@ -184,6 +193,7 @@ func Run(ctx context.Context, opts Options) error {
 		Nodes:      st,
 		NodeID:     nodeID,
 		Activity:   idle.tracker,
+		Metrics:    mtr,
 	})
 	if err != nil {
 		ln.Close()
@@ -226,6 +236,7 @@ func Run(ctx context.Context, opts Options) error {
 		PeerVerifier: verifier,
 		// Sandbox access tokens (E2B's envdAccessToken) of every replica.
 		SandboxTokens: verifier,
+		Metrics:       mtr, // GET /metrics (admin)
 		Builds:        h.buildRunner(),
 		FileTokens:    attachKeys.Issuer(), // file tokens are signed like attachment tokens
 		Attach:        attachKeys.Issuer(),
@@ -286,7 +297,8 @@ func Run(ctx context.Context, opts Options) error {
 		h.start(runCtx, &wg, errc, ctrl, log)
 	}
 	startPools(runCtx, &wg, pools)
-	idle.start(runCtx, &wg) // activity flushes, deadlines, idle limits, the purge of finished rows
+	serveMetrics(runCtx, &wg, errc, metricsLn, mtr, log) // --metrics-listen
+	idle.start(runCtx, &wg)                              // activity flushes, deadlines, idle limits, the purge of finished rows
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

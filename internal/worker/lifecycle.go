@@ -26,7 +26,7 @@ func (w *Worker) Pause(ctx context.Context, sb model.Sandbox) error {
 		return capability(err)
 	}
 	w.cfg.Fault("pause.before-runtime")
-	if err := p.Pause(ctx, sb.ID); err != nil {
+	if err := w.rtErr("pause", p.Pause(ctx, sb.ID)); err != nil {
 		return fmt.Errorf("pause sandbox %s: %w", sb.ID, capability(err))
 	}
 	w.cfg.Fault("pause.after-runtime")
@@ -41,7 +41,7 @@ func (w *Worker) Resume(ctx context.Context, sb model.Sandbox) error {
 		return capability(err)
 	}
 	w.cfg.Fault("resume.before-runtime")
-	if err := p.Resume(ctx, sb.ID); err != nil {
+	if err := w.rtErr("resume", p.Resume(ctx, sb.ID)); err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", sb.ID, capability(err))
 	}
 	w.cfg.Fault("resume.after-runtime")
@@ -63,7 +63,7 @@ func (w *Worker) Suspend(ctx context.Context, sb model.Sandbox) (model.Snapshot,
 	w.dropAgent(sb.ID)
 	w.cfg.Fault("suspend.before-runtime")
 	snap, err := s.Suspend(ctx, sb.ID)
-	if err != nil {
+	if w.rtErr("suspend", err) != nil {
 		return model.Snapshot{}, fmt.Errorf("suspend sandbox %s: %w", sb.ID, capability(err))
 	}
 	w.cfg.Fault("suspend.after-runtime")
@@ -100,7 +100,7 @@ func (w *Worker) Wake(ctx context.Context, sb model.Sandbox) error {
 		return capability(err)
 	}
 	st, err := rt.State(ctx, sb.ID)
-	switch {
+	switch w.rtErr("state", err); {
 	case errors.Is(err, runtime.ErrNotFound) || err == nil && st.Phase == runtime.PhaseStopped:
 		// Not restored yet, or a restore whose sandbox died: (again) from
 		// the snapshot, which the runtime keeps until a restore succeeds.
@@ -116,12 +116,12 @@ func (w *Worker) Wake(ctx context.Context, sb model.Sandbox) error {
 			CreatedAt: snap.CreatedAt,
 		}
 		w.cfg.Fault("wake.before-runtime-create")
-		if err := rt.Create(ctx, spec); err != nil {
+		if err := w.rtErr("restore", rt.Create(ctx, spec)); err != nil {
 			return fmt.Errorf("restore sandbox %s: %w", sb.ID, capability(err))
 		}
 		w.cfg.Fault("wake.after-runtime-create")
 		st, err = rt.State(ctx, sb.ID)
-		if err != nil {
+		if w.rtErr("state", err) != nil {
 			return fmt.Errorf("observe restored sandbox %s: %w", sb.ID, err)
 		}
 	case err != nil:
@@ -131,7 +131,7 @@ func (w *Worker) Wake(ctx context.Context, sb model.Sandbox) error {
 		return err
 	}
 	// Only now: a wake that failed before keeps its snapshot to try again.
-	if err := s.ForgetSnapshot(ctx, sb.ID); err != nil {
+	if err := w.rtErr("forget_snapshot", s.ForgetSnapshot(ctx, sb.ID)); err != nil {
 		return fmt.Errorf("sandbox %s: remove the snapshot it woke from: %w", sb.ID, err)
 	}
 	return nil

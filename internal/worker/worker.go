@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime"
@@ -61,6 +62,8 @@ type Config struct {
 	// can kill the process there (see internal/faults).
 	Fault  func(point string)
 	Logger *slog.Logger
+	// Metrics counts failed runtime calls; nil: none.
+	Metrics *metrics.Metrics
 }
 
 // Network prepares and removes sandboxes' networks (in Airlock:
@@ -145,7 +148,7 @@ func (w *Worker) Ensure(ctx context.Context, sb model.Sandbox) error {
 	}
 	rt := w.cfg.Runtime
 	st, err := rt.State(ctx, sb.ID)
-	switch {
+	switch w.rtErr("state", err); {
 	case errors.Is(err, runtime.ErrNotFound):
 		spec, err := w.spec(ctx, sb)
 		if err != nil {
@@ -194,12 +197,12 @@ func (w *Worker) startAndWait(ctx context.Context, sb model.Sandbox, phase runti
 		if err != nil {
 			return fmt.Errorf("%w: resume sandbox %s: %w", ErrPermanent, sb.ID, err)
 		}
-		if err := p.Resume(ctx, sb.ID); err != nil {
+		if err := w.rtErr("resume", p.Resume(ctx, sb.ID)); err != nil {
 			return fmt.Errorf("resume sandbox %s: %w", sb.ID, err)
 		}
 	case runtime.PhaseRunning:
 	default:
-		if err := rt.Start(ctx, sb.ID); err != nil {
+		if err := w.rtErr("start", rt.Start(ctx, sb.ID)); err != nil {
 			return fmt.Errorf("start sandbox %s: %w", sb.ID, err)
 		}
 	}
@@ -307,7 +310,7 @@ func (w *Worker) network(ctx context.Context, sb model.Sandbox) (*runtime.Networ
 func (w *Worker) runtimeCreate(ctx context.Context, spec runtime.Spec) error {
 	spec.Start = true
 	w.cfg.Fault("create.before-runtime-create")
-	if err := w.cfg.Runtime.Create(ctx, spec); err != nil {
+	if err := w.rtErr("create", w.cfg.Runtime.Create(ctx, spec)); err != nil {
 		return fmt.Errorf("create sandbox %s: %w", spec.ID, err)
 	}
 	w.cfg.Fault("create.after-runtime-create")
@@ -346,7 +349,7 @@ func sandboxEnvWith(template []string, between, sandbox model.Env) model.Env {
 func (w *Worker) Destroy(ctx context.Context, id model.SandboxID) error {
 	w.dropAgent(id)
 	w.cfg.Fault("delete.before-runtime-delete")
-	if err := w.cfg.Runtime.Delete(ctx, id); err != nil {
+	if err := w.rtErr("delete", w.cfg.Runtime.Delete(ctx, id)); err != nil {
 		return fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
 	w.cfg.Fault("delete.after-runtime-delete")
@@ -363,12 +366,14 @@ func (w *Worker) Destroy(ctx context.Context, id model.SandboxID) error {
 // runtime.PhasePaused is alive (Phase.Alive): an observer must not fail or
 // destroy it.
 func (w *Worker) Observe(ctx context.Context, id model.SandboxID) (runtime.Status, error) {
-	return w.cfg.Runtime.State(ctx, id)
+	st, err := w.cfg.Runtime.State(ctx, id)
+	return st, w.rtErr("state", err)
 }
 
 // List returns every sandbox the runtime knows on this node, including orphans.
 func (w *Worker) List(ctx context.Context) ([]model.SandboxID, error) {
-	return w.cfg.Runtime.List(ctx)
+	ids, err := w.cfg.Runtime.List(ctx)
+	return ids, w.rtErr("list", err)
 }
 
 // Agent returns the (cached) guest-agent client of a sandbox. It connects

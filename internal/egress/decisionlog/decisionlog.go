@@ -48,15 +48,21 @@ type Log struct {
 	next   uint64 // Seq of the next event
 	notify chan struct{}
 	closed bool
+	// observe, if set, is told of every event appended (metrics).
+	observe func(Event)
 }
 
 // New returns an empty Log holding at most capacity events.
-func New(capacity int) *Log {
+func New(capacity int) *Log { return NewObserved(capacity, nil) }
+
+// NewObserved is New with observe (nil: none) called with every event
+// appended, after it is in the log.
+func NewObserved(capacity int, observe func(Event)) *Log {
 	if capacity <= 0 {
 		capacity = DefaultCapacity
 	}
 	base := uint64(time.Now().UnixMicro())
-	return &Log{ring: make([]Event, capacity), first: base + 1, next: base + 1, notify: make(chan struct{})}
+	return &Log{ring: make([]Event, capacity), first: base + 1, next: base + 1, notify: make(chan struct{}), observe: observe}
 }
 
 // Append adds e, assigning its Seq (and its Time when zero), and returns it.
@@ -72,6 +78,9 @@ func (l *Log) Append(e Event) Event {
 	l.notify = make(chan struct{})
 	l.mu.Unlock()
 	close(ch)
+	if l.observe != nil {
+		l.observe(e)
+	}
 	return e
 }
 

@@ -1,0 +1,66 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/metrics"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// newMetrics makes the process's metrics: its own registry, the store's
+// failed calls counted, and the sandboxes and pools read from the store at
+// each scrape (so an api replica reports them too).
+func newMetrics(st store.Store, log *slog.Logger) *metrics.Metrics {
+	m := metrics.New()
+	if s, ok := st.(interface{ OnError(func(op string)) }); ok {
+		s.OnError(m.StoreError)
+	}
+	m.WatchStore(st, metrics.DefaultStoreTimeout, log.With("component", "metrics"))
+	return m
+}
+
+// listenMetrics opens --metrics-listen (nil when it is empty: off).
+func listenMetrics(addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// serveMetrics serves GET /metrics without authentication on ln (the
+// --metrics-listen address, meant for a private interface) until ctx
+// ends. A nil ln serves nothing.
+func serveMetrics(ctx context.Context, wg *sync.WaitGroup, errc chan<- error, ln net.Listener, m *metrics.Metrics, log *slog.Logger) {
+	if ln == nil {
+		return
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("metrics server: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shut)
+	}()
+	log.Info("serving metrics without authentication", "url", "http://"+ln.Addr().String()+"/metrics")
+}
