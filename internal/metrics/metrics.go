@@ -142,8 +142,10 @@ func New() *Metrics {
 		ErrorHandling:     promhttp.ContinueOnError,
 		EnableOpenMetrics: true,
 	})
-	for _, k := range streamKinds {
-		m.streamsOpen.WithLabelValues(k) // every kind shows, at 0
+	for _, k := range streamKinds { // every kind shows, at 0
+		m.streamsOpen.WithLabelValues(k)
+		m.streamBytes.WithLabelValues(k, DirectionIn)
+		m.streamBytes.WithLabelValues(k, DirectionOut)
 	}
 	for _, v := range []string{VerdictAllowed, VerdictDenied} {
 		for _, k := range egressKinds {
