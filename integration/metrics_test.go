@@ -72,8 +72,8 @@ func TestMetrics(t *testing.T) {
 		moved := func(series string) float64 { return pair.after[series] - pair.before[series] }
 		for series, want := range map[string]float64{
 			`airlock_sandbox_create_seconds_count{environment="runc",source="cold"}`: 1,
-			`airlock_operations_finished_total{kind="create",outcome="succeeded"}`:  1,
-			`airlock_operations_finished_total{kind="delete",outcome="succeeded"}`:  1,
+			`airlock_operations_finished_total{kind="create",outcome="succeeded"}`:   1,
+			`airlock_operations_finished_total{kind="delete",outcome="succeeded"}`:   1,
 		} {
 			if got := moved(series); got != want {
 				t.Errorf("%s: %s moved by %v, want %v", pair.name, series, got, want)

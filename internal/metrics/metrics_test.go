@@ -59,8 +59,13 @@ func TestCountersAndBoundedLabels(t *testing.T) {
 			func() float64 { return testutil.ToFloat64(m.egress.WithLabelValues("http", VerdictDenied)) }, 1},
 		{"egress allowed", func() { m.EgressObserver()(decisionlog.Event{Kind: decisionlog.KindDNS, Allowed: true}) },
 			func() float64 { return testutil.ToFloat64(m.egress.WithLabelValues("dns", VerdictAllowed)) }, 1},
-		{"bytes in", func() { m.StreamBytes(StreamFileUpload, DirectionIn, 10); m.StreamBytes(StreamFileUpload, DirectionIn, 5) },
-			func() float64 { return testutil.ToFloat64(m.streamBytes.WithLabelValues(StreamFileUpload, DirectionIn)) }, 15},
+		{"bytes in", func() {
+			m.StreamBytes(StreamFileUpload, DirectionIn, 10)
+			m.StreamBytes(StreamFileUpload, DirectionIn, 5)
+		},
+			func() float64 {
+				return testutil.ToFloat64(m.streamBytes.WithLabelValues(StreamFileUpload, DirectionIn))
+			}, 15},
 		{"bytes of an unknown direction are out", func() { m.StreamBytes(StreamStdin, "sideways", 4) },
 			func() float64 { return testutil.ToFloat64(m.streamBytes.WithLabelValues(StreamStdin, DirectionOut)) }, 4},
 		{"store error of an unknown call is other", func() { m.StoreError("DROP TABLE") },
