@@ -1,7 +1,10 @@
 package controller
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -30,7 +33,7 @@ func TestMetricsOfOperations(t *testing.T) {
 airlock_operations_finished_total{kind="create",outcome="succeeded"} 1
 airlock_operations_finished_total{kind="delete",outcome="succeeded"} 1
 `
-	if err := testutil.GatherAndCompare(m.Registry(), stringsReader(want), "airlock_operations_finished_total"); err != nil {
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "airlock_operations_finished_total"); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(m.Registry(), "airlock_sandbox_create_seconds"); n != 1 {
@@ -51,4 +54,23 @@ airlock_operations_finished_total{kind="delete",outcome="succeeded"} 1
 	if !containsLine(scrapeText(t, failing), `airlock_operations_finished_total{kind="create",outcome="failed"} 1`) {
 		t.Fatal("the failed create was not counted")
 	}
+}
+
+func scrapeText(t *testing.T, m *metrics.Metrics) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("scrape: %d", rec.Code)
+	}
+	return rec.Body.String()
+}
+
+func containsLine(text, line string) bool {
+	for _, l := range strings.Split(text, "\n") {
+		if l == line {
+			return true
+		}
+	}
+	return false
 }

@@ -297,8 +297,9 @@ func Run(ctx context.Context, opts Options) error {
 		h.start(runCtx, &wg, errc, ctrl, log)
 	}
 	startPools(runCtx, &wg, pools)
-	serveMetrics(runCtx, &wg, errc, metricsLn, mtr, log) // --metrics-listen
-	idle.start(runCtx, &wg)                              // activity flushes, deadlines, idle limits, the purge of finished rows
+	// --metrics-listen, unauthenticated
+	serveMetrics(runCtx, &wg, errc, metricsLn, mtr, log)
+	idle.start(runCtx, &wg) // activity flushes, deadlines, idle limits, the purge of finished rows
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
