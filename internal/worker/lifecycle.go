@@ -100,7 +100,8 @@ func (w *Worker) Wake(ctx context.Context, sb model.Sandbox) error {
 		return capability(err)
 	}
 	st, err := rt.State(ctx, sb.ID)
-	switch w.rtErr("state", err); {
+	_ = w.rtErr("state", err)
+	switch {
 	case errors.Is(err, runtime.ErrNotFound) || err == nil && st.Phase == runtime.PhaseStopped:
 		// Not restored yet, or a restore whose sandbox died: (again) from
 		// the snapshot, which the runtime keeps until a restore succeeds.

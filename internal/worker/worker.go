@@ -148,7 +148,8 @@ func (w *Worker) Ensure(ctx context.Context, sb model.Sandbox) error {
 	}
 	rt := w.cfg.Runtime
 	st, err := rt.State(ctx, sb.ID)
-	switch w.rtErr("state", err); {
+	_ = w.rtErr("state", err)
+	switch {
 	case errors.Is(err, runtime.ErrNotFound):
 		spec, err := w.spec(ctx, sb)
 		if err != nil {
