@@ -93,3 +93,22 @@ func TestWait(t *testing.T) {
 		t.Fatalf("events stay readable after close: %v", err)
 	}
 }
+
+// NewObserved's function sees every appended event, numbered, after it is
+// in the log.
+func TestObserved(t *testing.T) {
+	var seen []Event
+	var l *Log
+	l = NewObserved(2, func(e Event) {
+		if got, _ := l.Since(e.Seq - 1); len(got) != 1 || got[0].Seq != e.Seq {
+			t.Errorf("observed event %d is not in the log yet", e.Seq)
+		}
+		seen = append(seen, e)
+	})
+	l.Append(Event{Kind: KindDNS, Allowed: true})
+	l.Append(Event{Kind: KindHTTP})
+	l.Append(Event{Kind: KindCut})
+	if len(seen) != 3 || seen[1].Kind != KindHTTP || seen[1].Allowed || seen[2].Seq != seen[0].Seq+2 {
+		t.Fatalf("observed %+v", seen)
+	}
+}
