@@ -441,6 +441,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"server", "--env", "docker"}, "--env must be runsc, crun or runc"},
 		{[]string{"server", "--env", "runc", "--env", "runc"}, "--env runc given twice"},
 		{[]string{"server", "--listen", "7070"}, `--listen "7070" must be HOST:PORT`},
+		{[]string{"server", "--metrics-listen", "9464"}, `--metrics-listen "9464" must be HOST:PORT`},
+		{[]string{"server", "--metrics-listen", "127.0.0.1:x"}, `--metrics-listen "127.0.0.1:x": port "x" is not a number`},
 		{[]string{"server", "--log-level", "loud"}, "--log-level must be"},
 		{[]string{"server", "--database-url", "mysql://x"}, "--database-url must be a postgres:// URL"},
 		{[]string{"template", "import", "/x", "--name", "Bad"}, "--name: invalid value"},
