@@ -30,35 +30,36 @@ import (
 // serverFlags are the flags of `airlock server`; their names are a contract
 // with the docs and scripts. --data-dir is the global flag.
 type serverFlags struct {
-	listen      string
-	runtime     string
-	envs        []string
-	databaseURL string
-	agentBinary string
-	sandboxDir  string
-	guestboot   string
-	logLevel    string
-	grace       time.Duration
-	keyMaxAge   time.Duration
-	overcommit  float64
-	mutRate     float64
-	mutBurst    int
-	maxConns    int
-	defaultDisk int
-	maxDisk     int
-	bodyTimeout time.Duration
-	usernsBase  uint32
-	usernsN     int
-	templateGC  time.Duration
-	blobStore   string
-	trusted     []string
-	blobCreds   string
-	defaultTpl  string
-	buildCache  string
-	recipeRuns  bool
-	idleDefault time.Duration
-	retention   time.Duration
-	reapEvery   time.Duration
+	listen         string
+	runtime        string
+	envs           []string
+	databaseURL    string
+	agentBinary    string
+	sandboxDir     string
+	guestboot      string
+	logLevel       string
+	grace          time.Duration
+	keyMaxAge      time.Duration
+	overcommit     float64
+	mutRate        float64
+	mutBurst       int
+	maxConns       int
+	defaultDisk    int
+	maxDisk        int
+	bodyTimeout    time.Duration
+	usernsBase     uint32
+	usernsN        int
+	templateGC     time.Duration
+	blobStore      string
+	trusted        []string
+	blobCreds      string
+	defaultTpl     string
+	buildCache     string
+	recipeRuns     bool
+	idleDefault    time.Duration
+	retention      time.Duration
+	auditRetention time.Duration
+	reapEvery      time.Duration
 	// warm pools
 	poolMemory   int
 	poolCPUs     int
@@ -113,6 +114,7 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		RecipeRunOnTemplateBases: f.recipeRuns,
 		DefaultIdleTimeout:       f.idleDefault,
 		Retention:                f.retention,
+		AuditRetention:           f.auditRetention,
 		ReapInterval:             f.reapEvery,
 		PoolMemoryMiB:            f.poolMemory,
 		PoolCPUs:                 f.poolCPUs,
@@ -135,6 +137,9 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	}
 	if f.idleDefault == 0 {
 		opts.DefaultIdleTimeout = -1 // never
+	}
+	if f.auditRetention != 0 && f.auditRetention < time.Hour { // 0: the default
+		return opts, usageErrorf("--audit-retention must be at least 1h, not %s", f.auditRetention)
 	}
 	if f.retention != 0 && f.retention < time.Minute { // 0: the default
 		return opts, usageErrorf("--retention must be at least 1m, not %s", f.retention)
@@ -319,6 +324,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringVar(&f.blobCreds, "blob-store-credentials", "", "file (mode 0600) of AWS_ACCESS_KEY_ID=…, AWS_SECRET_ACCESS_KEY=… and optional AWS_SESSION_TOKEN=… lines for an s3:// --blob-store")
 	fs.DurationVar(&f.idleDefault, "default-idle-timeout", model.DefaultIdleTimeout, "idle limit of a sandbox whose create request names none: without activity for this long it is suspended (0: never)")
 	fs.DurationVar(&f.retention, "retention", reaper.DefaultRetention, "how long deleted sandboxes (with their command sessions) and finished operations stay in the store before they are purged")
+	fs.DurationVar(&f.auditRetention, "audit-retention", reaper.DefaultAuditRetention, "how long audit log entries stay in the store before they are purged, oldest first")
 	fs.DurationVar(&f.reapEvery, "reap-interval", reaper.DefaultInterval, "how often passed deadlines and idle sandboxes are looked for")
 	fs.IntVar(&f.poolMemory, "pool-memory-mib", 0, "memory (as their limits) that the unclaimed sandboxes of every warm pool on this node may hold together (0: a quarter of the host's memory)")
 	fs.IntVar(&f.poolCPUs, "pool-cpus", 0, "vCPUs (as their limits) that the unclaimed sandboxes of every warm pool on this node may hold together (0: four per host CPU)")

@@ -31,7 +31,8 @@ type AuditEntry struct {
 	PathValues   map[string]string
 	CreatedID    string
 	Sandbox      model.SandboxID
-	// The result: the HTTP status and the error code ("" : none).
+	// The result: the HTTP status (0: nothing was answered, the client
+	// went away first) and the error code ("" : none).
 	Status    int
 	ErrorCode string
 }
@@ -48,8 +49,8 @@ type AuditQuery struct {
 	Resource string
 	// Sandbox matches Sandbox or TokenSandbox.
 	Sandbox model.SandboxID
-	// Result: AuditOK (status below 400), AuditError (400 and above) or
-	// a status; zero: any.
+	// Result: OK (a status from 100 to 399), Error (any other, 0
+	// included) or one Status; zero: any.
 	Result AuditResult
 	Since  time.Time // inclusive; zero: no bound
 	Until  time.Time // exclusive; zero: no bound

@@ -81,9 +81,9 @@ func (s *Store) ListAudit(ctx context.Context, q store.AuditQuery) (store.AuditP
 	case r.Status != 0:
 		add(`status = ?`, r.Status)
 	case r.OK && !r.Error:
-		add(`status < 400`)
+		add(`status >= 100 AND status < 400`)
 	case r.Error && !r.OK:
-		add(`status >= 400`)
+		add(`(status < 100 OR status >= 400)`)
 	}
 	if !q.Since.IsZero() {
 		add(`at >= ?`, micro(q.Since))
