@@ -188,6 +188,8 @@ func auditResource(pattern string, r *http.Request) (kind, id string, values map
 // singular names a resource kind after its collection.
 func singular(collection string) string {
 	switch collection {
+	case "sandboxes":
+		return "sandbox"
 	case "processes":
 		return "process"
 	case "keys":
