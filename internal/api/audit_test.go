@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
@@ -24,6 +25,19 @@ func (e *testEnv) auditAll(t testing.TB) []store.AuditEntry {
 		t.Fatal(err)
 	}
 	return p.Entries
+}
+
+// auditAtLeast waits (a little: an answer can reach the client just
+// before its entry is written) until there are at least n entries, and
+// returns them all, newest first.
+func (e *testEnv) auditAtLeast(t testing.TB, n int) []store.AuditEntry {
+	t.Helper()
+	all := e.auditAll(t)
+	for deadline := time.Now().Add(5 * time.Second); len(all) < n && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		all = e.auditAll(t)
+	}
+	return all
 }
 
 func mustKeyID(t testing.TB, key string) model.APIKeyID {
@@ -132,7 +146,7 @@ func TestAuditEveryMutatingOperation(t *testing.T) {
 		t.Run(op, func(t *testing.T) {
 			before := len(e.auditAll(t))
 			res := e.send(req{method: method, path: path, key: e.admin, body: bodies[op], t: t})
-			all := e.auditAll(t)
+			all := e.auditAtLeast(t, before+1)
 			if len(all) != before+1 {
 				t.Fatalf("%d audit entries after the request, want %d", len(all), before+1)
 			}
@@ -161,7 +175,8 @@ func TestAuditEntries(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	keyA := mustKeyID(t, e.keyA)
-	last := func() store.AuditEntry { return e.auditAll(t)[0] }
+	n0 := len(e.auditAll(t))
+	last := func() store.AuditEntry { n0++; return e.auditAtLeast(t, n0)[0] }
 	count := func() int { return len(e.auditAll(t)) }
 
 	// A create records the sandbox it made.
@@ -185,6 +200,7 @@ func TestAuditEntries(t *testing.T) {
 	}
 	// Another project's sandbox: 404, recorded under the caller's project.
 	sbB := e.createSandbox(e.keyB, `{}`).Sandbox.ID
+	n0++ // its entry
 	e.do("DELETE", "/v1/sandboxes/"+sbB, e.keyA, "").wantError(t, http.StatusNotFound, apiv1.CodeNotFound)
 	if got = last(); got.Project != e.projA || got.ResourceID != sbB || got.Status != http.StatusNotFound {
 		t.Fatalf("another project's sandbox: %+v", got)
@@ -246,8 +262,15 @@ func TestAuditRecordedOnceWhenForwarded(t *testing.T) {
 	if res.StatusCode >= 300 {
 		t.Fatalf("mkdir via A: %d %s", res.StatusCode, b)
 	}
+	// The relayed answer is streamed: the client may have it before A,
+	// whose handler returns after the copy, has written the entry.
 	all := c.auditAll(t)
-	if len(all) != before+1 {
+	for deadline := time.Now().Add(10 * time.Second); len(all) == before && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		all = c.auditAll(t)
+	}
+	time.Sleep(100 * time.Millisecond) // a second entry (B's) would be written by now
+	if all = c.auditAll(t); len(all) != before+1 {
 		t.Fatalf("%d entries for one forwarded request", len(all)-before)
 	}
 	if got := all[0]; got.Action != "POST /v1/sandboxes/{id}/files/mkdir" || got.Status != res.StatusCode || got.RequestID != res.Header.Get("X-Request-Id") {
@@ -350,4 +373,24 @@ func auditInvalidByDocument(q string) bool {
 		return false
 	}
 	return true
+}
+
+// TestAuditSkipsRateLimited: a request the rate limit refuses leaves no
+// entry (the limit bounds a key's writes; a row per refusal would undo it).
+func TestAuditSkipsRateLimited(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *envConfig) { c.MutationRate, c.MutationBurst = 0.001, 5 }) // the setup's admin key makes 4
+	for range 5 {
+		e.do("POST", "/v1/sandboxes/"+model.NewSandboxID().String()+"/pause", e.keyA, "").want(t, http.StatusNotFound)
+	}
+	n := len(e.auditAll(t))
+	for range 3 {
+		e.do("POST", "/v1/sandboxes/"+model.NewSandboxID().String()+"/pause", e.keyA, "").wantError(t, http.StatusTooManyRequests, apiv1.CodeRateLimited)
+	}
+	if got := len(e.auditAll(t)); got != n {
+		t.Fatalf("%d entries for rate-limited requests", got-n)
+	}
+	if last := e.auditAll(t)[0]; last.Status != http.StatusNotFound || last.KeyID != mustKeyID(t, e.keyA) {
+		t.Fatalf("the last entry is %+v, want the 404 before the limit", last)
+	}
 }
