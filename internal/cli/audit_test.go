@@ -115,3 +115,10 @@ func TestParseAuditTime(t *testing.T) {
 		}
 	}
 }
+
+func TestServerAuditRetentionFlag(t *testing.T) {
+	code, _, stderr := runCLI(context.Background(), nil, "server", "--audit-retention", "30m")
+	if code != exitUsage || !strings.Contains(stderr, "--audit-retention must be at least 1h") {
+		t.Fatalf("exit %d, %q", code, stderr)
+	}
+}

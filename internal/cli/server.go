@@ -30,36 +30,37 @@ import (
 // serverFlags are the flags of `airlock server`; their names are a contract
 // with the docs and scripts. --data-dir is the global flag.
 type serverFlags struct {
-	listen         string
-	runtime        string
-	envs           []string
-	databaseURL    string
-	agentBinary    string
-	sandboxDir     string
-	guestboot      string
-	logLevel       string
-	grace          time.Duration
-	keyMaxAge      time.Duration
-	overcommit     float64
-	mutRate        float64
-	mutBurst       int
-	maxConns       int
-	defaultDisk    int
-	maxDisk        int
-	bodyTimeout    time.Duration
-	usernsBase     uint32
-	usernsN        int
-	templateGC     time.Duration
-	blobStore      string
-	trusted        []string
-	blobCreds      string
-	defaultTpl     string
-	buildCache     string
-	recipeRuns     bool
-	idleDefault    time.Duration
-	retention      time.Duration
+	listen      string
+	runtime     string
+	envs        []string
+	databaseURL string
+	agentBinary string
+	sandboxDir  string
+	guestboot   string
+	logLevel    string
+	grace       time.Duration
+	keyMaxAge   time.Duration
+	overcommit  float64
+	mutRate     float64
+	mutBurst    int
+	maxConns    int
+	defaultDisk int
+	maxDisk     int
+	bodyTimeout time.Duration
+	usernsBase  uint32
+	usernsN     int
+	templateGC  time.Duration
+	blobStore   string
+	trusted     []string
+	blobCreds   string
+	defaultTpl  string
+	buildCache  string
+	recipeRuns  bool
+	idleDefault time.Duration
+	retention   time.Duration
+	reapEvery   time.Duration
+	// audit log
 	auditRetention time.Duration
-	reapEvery      time.Duration
 	// warm pools
 	poolMemory   int
 	poolCPUs     int
