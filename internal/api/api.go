@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/auth"
@@ -179,6 +180,8 @@ type API struct {
 	handler http.Handler
 	limits  *keyLimits        // nil: no rate limit
 	router  *noderoute.Router // nil: nothing is forwarded
+
+	auditFailures atomic.Int64 // audit entries not written (audit.go)
 }
 
 // New checks cfg and builds the API.

@@ -93,19 +93,31 @@ func (a *API) routeTable() []route {
 		{"POST", "/v1/admin/nodes/{id}/cordon", admin, mutating(a, a.setNodeState("cordon", model.NodeCordoned))},
 		{"POST", "/v1/admin/nodes/{id}/uncordon", admin, mutating(a, a.setNodeState("uncordon", model.NodeActive))},
 		{"POST", "/v1/admin/nodes/{id}/drain", admin, mutating(a, a.setNodeState("drain", model.NodeDraining))},
+		{"GET", "/v1/audit", admin, a.listAudit},
 	}, slices.Concat(a.fileRoutes(), a.lifecycleRoutes(), a.portRoutes())...)
 }
 
 // guard authenticates and authorizes a request before its route runs.
 func (a *API) guard(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var p principal
+		if rt.audited() { // audit.go: one entry once the request was answered
+			aw := &auditWriter{ResponseWriter: w}
+			w = aw
+			defer func() {
+				v := recover()
+				a.recordAudit(r, rt, p, aw, v != nil)
+				if v != nil {
+					panic(v)
+				}
+			}()
+		}
 		trusted, err := a.trustPeer(r)
 		if err != nil {
 			a.writeError(w, r, err)
 			return
 		}
 		r = trusted
-		var p principal
 		if rt.access != publicAccess {
 			var err error
 			p, err = a.authenticate(r)

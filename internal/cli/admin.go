@@ -11,11 +11,12 @@ import (
 )
 
 func (a *app) adminCommand() *cobra.Command {
-	return group("admin", "Manage projects, API keys and nodes (admin keys only)",
+	return group("admin", "Manage projects, API keys and nodes, and read the audit log (admin keys only)",
 		group("project", "Create and list projects, and set their quotas", a.projectCreateCommand(), a.projectListCommand(), a.projectQuotaCommand()),
 		group("key", "Create, list and revoke API keys", a.keyCreateCommand(), a.keyListCommand(), a.keyRevokeCommand(), a.keyTokenCommand()),
 		group("attach-key", "Manage the keys that sign attachment tokens", a.attachKeyRotateCommand()),
 		a.nodeCommand(),
+		a.auditCommand(),
 	)
 }
 

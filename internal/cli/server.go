@@ -60,6 +60,8 @@ type serverFlags struct {
 	idleDefault time.Duration
 	retention   time.Duration
 	reapEvery   time.Duration
+	// audit log
+	auditRetention time.Duration
 	// warm pools
 	poolMemory   int
 	poolCPUs     int
@@ -115,6 +117,7 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		RecipeRunOnTemplateBases: f.recipeRuns,
 		DefaultIdleTimeout:       f.idleDefault,
 		Retention:                f.retention,
+		AuditRetention:           f.auditRetention,
 		ReapInterval:             f.reapEvery,
 		PoolMemoryMiB:            f.poolMemory,
 		PoolCPUs:                 f.poolCPUs,
@@ -137,6 +140,9 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	}
 	if f.idleDefault == 0 {
 		opts.DefaultIdleTimeout = -1 // never
+	}
+	if f.auditRetention != 0 && f.auditRetention < time.Hour { // 0: the default
+		return opts, usageErrorf("--audit-retention must be at least 1h, not %s", f.auditRetention)
 	}
 	if f.retention != 0 && f.retention < time.Minute { // 0: the default
 		return opts, usageErrorf("--retention must be at least 1m, not %s", f.retention)
@@ -329,6 +335,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringVar(&f.blobCreds, "blob-store-credentials", "", "file (mode 0600) of AWS_ACCESS_KEY_ID=…, AWS_SECRET_ACCESS_KEY=… and optional AWS_SESSION_TOKEN=… lines for an s3:// --blob-store")
 	fs.DurationVar(&f.idleDefault, "default-idle-timeout", model.DefaultIdleTimeout, "idle limit of a sandbox whose create request names none: without activity for this long it is suspended (0: never)")
 	fs.DurationVar(&f.retention, "retention", reaper.DefaultRetention, "how long deleted sandboxes (with their command sessions) and finished operations stay in the store before they are purged")
+	fs.DurationVar(&f.auditRetention, "audit-retention", reaper.DefaultAuditRetention, "how long audit log entries stay in the store before they are purged, oldest first")
 	fs.DurationVar(&f.reapEvery, "reap-interval", reaper.DefaultInterval, "how often passed deadlines and idle sandboxes are looked for")
 	fs.IntVar(&f.poolMemory, "pool-memory-mib", 0, "memory (as their limits) that the unclaimed sandboxes of every warm pool on this node may hold together (0: a quarter of the host's memory)")
 	fs.IntVar(&f.poolCPUs, "pool-cpus", 0, "vCPUs (as their limits) that the unclaimed sandboxes of every warm pool on this node may hold together (0: four per host CPU)")

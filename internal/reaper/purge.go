@@ -16,8 +16,11 @@ const (
 	DefaultRetention = 7 * 24 * time.Hour
 	// IdempotencyRetention is how long an Idempotency-Key is remembered.
 	IdempotencyRetention = 24 * time.Hour
-	DefaultPurgeInterval = time.Hour
-	DefaultPurgeBatch    = 500
+	// DefaultAuditRetention is how long audit entries are kept
+	// (--audit-retention).
+	DefaultAuditRetention = 90 * 24 * time.Hour
+	DefaultPurgeInterval  = time.Hour
+	DefaultPurgeBatch     = 500
 	// maxBatchesPerRun bounds one run, so a huge backlog is worked off
 	// over several intervals rather than in one long burst.
 	maxBatchesPerRun = 100
@@ -27,6 +30,7 @@ const (
 type PurgeStore interface {
 	PurgeFinished(ctx context.Context, p store.Purge) (store.PurgeCounts, error)
 	DeleteIdempotencyBefore(ctx context.Context, before time.Time) (int, error)
+	PurgeAudit(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
 // PurgeConfig configures a Purger.
@@ -36,10 +40,13 @@ type PurgeConfig struct {
 	// sessions, metadata and egress profile links) and finished operations
 	// older than this are removed. 0: DefaultRetention.
 	Retention time.Duration
-	Interval  time.Duration    // between runs; 0: DefaultPurgeInterval
-	Batch     int              // rows of each kind per transaction; 0: DefaultPurgeBatch
-	Now       func() time.Time // nil: time.Now
-	Logger    *slog.Logger     // nil: slog.Default()
+	// AuditRetention: audit entries older than this are removed, oldest
+	// first. 0: DefaultAuditRetention.
+	AuditRetention time.Duration
+	Interval       time.Duration    // between runs; 0: DefaultPurgeInterval
+	Batch          int              // rows of each kind per transaction; 0: DefaultPurgeBatch
+	Now            func() time.Time // nil: time.Now
+	Logger         *slog.Logger     // nil: slog.Default()
 }
 
 // Purger removes finished rows after the retention period, in bounded
@@ -54,8 +61,11 @@ func NewPurger(cfg PurgeConfig) (*Purger, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("purge: PurgeConfig.Store is required")
 	}
-	if cfg.Retention < 0 || cfg.Interval < 0 || cfg.Batch < 0 {
-		return nil, errors.New("purge: Retention, Interval and Batch must not be negative")
+	if cfg.Retention < 0 || cfg.AuditRetention < 0 || cfg.Interval < 0 || cfg.Batch < 0 {
+		return nil, errors.New("purge: Retention, AuditRetention, Interval and Batch must not be negative")
+	}
+	if cfg.AuditRetention == 0 {
+		cfg.AuditRetention = DefaultAuditRetention
 	}
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
@@ -95,6 +105,7 @@ func (p *Purger) Run(ctx context.Context) {
 type PurgeTotals struct {
 	store.PurgeCounts
 	Idempotency int
+	Audit       int // audit entries
 }
 
 // Once purges what is older than the retention period, batch by batch,
@@ -120,9 +131,21 @@ func (p *Purger) Once(ctx context.Context) (PurgeTotals, error) {
 		return tot, fmt.Errorf("purge idempotency records: %w", err)
 	}
 	tot.Idempotency = n
+	auditBefore := now.Add(-p.cfg.AuditRetention)
+	for range maxBatchesPerRun {
+		n, err := p.cfg.Store.PurgeAudit(ctx, auditBefore, p.cfg.Batch)
+		if err != nil {
+			return tot, fmt.Errorf("purge audit entries: %w", err)
+		}
+		tot.Audit += n
+		if n < p.cfg.Batch {
+			break
+		}
+	}
 	if tot != (PurgeTotals{}) {
 		p.log.Info("purged finished rows", "sandboxes", tot.Sandboxes, "operations", tot.Operations,
-			"command_sessions", tot.Sessions, "idempotency_records", tot.Idempotency, "retention", p.cfg.Retention)
+			"command_sessions", tot.Sessions, "idempotency_records", tot.Idempotency, "audit_entries", tot.Audit,
+			"retention", p.cfg.Retention, "audit_retention", p.cfg.AuditRetention)
 	}
 	return tot, nil
 }

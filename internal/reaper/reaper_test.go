@@ -298,8 +298,12 @@ func TestPurger(t *testing.T) {
 		SandboxFrom: model.StateDeleting, SandboxTo: model.StateDeleted, Now: f.now}))
 	must(t, f.st.PutIdempotency(f.ctx, store.IdempotencyRecord{ProjectID: f.proj, KeyHash: []byte("k"), Method: "POST", Path: "/",
 		RequestHash: []byte("r"), Status: 200, SealedBody: []byte("b"), CreatedAt: f.now}))
+	for _, at := range []time.Time{t0, t0, t0.Add(2 * time.Hour)} {
+		_, err := f.st.AppendAudit(f.ctx, store.AuditEntry{At: at, Project: f.proj, Method: "POST", Route: "/v1/sandboxes", Action: "POST /v1/sandboxes", Status: 202})
+		must(t, err)
+	}
 
-	p, err := NewPurger(PurgeConfig{Store: f.st, Retention: 48 * time.Hour, Batch: 1, Now: f.clock,
+	p, err := NewPurger(PurgeConfig{Store: f.st, Retention: 48 * time.Hour, AuditRetention: 72 * time.Hour, Batch: 1, Now: f.clock,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	must(t, err)
 	for _, tc := range []struct {
@@ -309,6 +313,9 @@ func TestPurger(t *testing.T) {
 		{time.Hour, PurgeTotals{}},
 		{25 * time.Hour, PurgeTotals{Idempotency: 1}},
 		{49 * time.Hour, PurgeTotals{PurgeCounts: store.PurgeCounts{Sandboxes: 1}}},
+		{73 * time.Hour, PurgeTotals{Audit: 2}}, // in batches of one
+		{74 * time.Hour, PurgeTotals{}},         // the bound is exclusive
+		{74*time.Hour + time.Second, PurgeTotals{Audit: 1}},
 	} {
 		f.now = t0.Add(tc.after)
 		got, err := p.Once(f.ctx)

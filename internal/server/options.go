@@ -157,6 +157,9 @@ type Options struct {
 	// sessions) and finished operations older than this are purged from
 	// the store (internal/reaper); 0: reaper.DefaultRetention.
 	Retention time.Duration
+	// AuditRetention (--audit-retention): audit entries older than this
+	// are purged (internal/reaper); 0: reaper.DefaultAuditRetention.
+	AuditRetention time.Duration
 	// ReapInterval (--reap-interval): how often the reaper looks for passed
 	// deadlines and idle sandboxes; 0: reaper.DefaultInterval.
 	ReapInterval time.Duration

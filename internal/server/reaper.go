@@ -54,7 +54,7 @@ func newTimeouts(opts Options, st store.Store, node model.NodeID, envs []enabled
 	if err != nil {
 		return nil, err
 	}
-	pg, err := reaper.NewPurger(reaper.PurgeConfig{Store: st, Retention: opts.Retention, Logger: log.With("component", "purge")})
+	pg, err := reaper.NewPurger(reaper.PurgeConfig{Store: st, Retention: opts.Retention, AuditRetention: opts.AuditRetention, Logger: log.With("component", "purge")})
 	if err != nil {
 		return nil, err
 	}

@@ -236,6 +236,7 @@ type Store interface {
 	// Nodes, their heartbeats, fencing and loss (nodes.go).
 	Nodes
 	AttachKeys // attachment-key public keys of every process (attachkeys.go)
+	Audit      // the audit log of mutating requests (audit.go)
 
 	// Sandboxes.
 	// CreateSandbox inserts the sandbox (state pending) and its create

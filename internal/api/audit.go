@@ -1,0 +1,215 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// The audit log.
+//
+// Every request to a route whose method is not GET or HEAD (route.audited:
+// a property of the routing table, so a new route cannot forget it) is
+// recorded in the store after its handler ran: who (the principal), what
+// (the route), which resource (the path values, and the ID a create
+// answered with) and the result (status and error code). Refusals are
+// recorded too (403, 400, 404, 409, …) once the caller is authenticated.
+// Not recorded:
+//   - requests whose credentials were not accepted (401, or no principal):
+//     anyone can send them, and recording them would let anonymous traffic
+//     fill the table (the request log line has them);
+//   - requests refused by the rate limit (429 rate_limited): the limit
+//     exists to bound a key's write load, which a row per refusal would
+//     undo;
+//   - requests forwarded by another replica (the one the client called
+//     records it, with the answer it relayed): each request once;
+//   - the port proxy (a sandbox's own HTTP traffic, not a change to
+//     Airlock's state).
+//
+// The entry is written after the change happened; if writing it fails the
+// request's answer stands (it is already decided), the failure is logged at
+// error level and counted (API.AuditFailures).
+
+// auditTimeout bounds writing one audit entry.
+const auditTimeout = 5 * time.Second
+
+// auditBodyPeek is how much of an answer is kept to read its error code or
+// the ID a create answered with.
+const auditBodyPeek = 64 << 10
+
+// maxAuditValue bounds one recorded path value.
+const maxAuditValue = 256
+
+// audited reports whether requests to the route are recorded in the audit
+// log: every method but GET and HEAD, except the port proxy's guest
+// traffic.
+func (rt route) audited() bool {
+	return rt.method != http.MethodGet && rt.method != http.MethodHead && !rt.guestTraffic()
+}
+
+// AuditFailures is how many audit entries could not be written since the
+// API started.
+func (a *API) AuditFailures() int64 { return a.auditFailures.Load() }
+
+// auditWriter remembers the status and the start of the body of an
+// audited request's answer.
+type auditWriter struct {
+	http.ResponseWriter
+	status int
+	peek   bytes.Buffer
+}
+
+func (w *auditWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *auditWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if room := auditBodyPeek - w.peek.Len(); room > 0 {
+		w.peek.Write(b[:min(room, len(b))])
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *auditWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *auditWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// auditAnswer is what an answer's body says that the log keeps.
+type auditAnswer struct {
+	Code    string `json:"code"` // an apiv1.Error
+	ID      string `json:"id"`   // a created resource
+	Sandbox *struct {
+		ID string `json:"id"`
+	} `json:"sandbox"` // a SandboxWithOperation
+}
+
+// recordAudit writes the audit entry of a request to rt that p made and
+// w answered (panicked: the handler panicked, a 500 follows).
+func (a *API) recordAudit(r *http.Request, rt route, p principal, w *auditWriter, panicked bool) {
+	ctx := r.Context()
+	if p.project == "" || peerFrom(ctx) != nil {
+		return // not authenticated, or the forwarding replica records it
+	}
+	status := w.status
+	if panicked && status == 0 {
+		status = http.StatusInternalServerError
+	}
+	var ans auditAnswer
+	if strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") {
+		_ = json.Unmarshal(w.peek.Bytes(), &ans) // a cut-off or other body: nothing learnt
+	}
+	if status == http.StatusTooManyRequests && ans.Code == apiv1.CodeRateLimited {
+		return
+	}
+	if panicked && ans.Code == "" {
+		ans.Code = apiv1.CodeInternal
+	}
+	e := store.AuditEntry{
+		At:           a.now(),
+		RequestID:    requestIDFrom(ctx),
+		KeyID:        p.keyID,
+		Project:      p.project,
+		TokenSandbox: p.sandbox,
+		Method:       rt.method,
+		Route:        rt.pattern,
+		Action:       rt.method + " " + rt.pattern,
+		Status:       status,
+	}
+	e.ResourceKind, e.ResourceID, e.PathValues = auditResource(rt.pattern, r)
+	if strings.HasPrefix(rt.pattern, "/v1/sandboxes/{id}") {
+		if id, err := model.ParseSandboxID(r.PathValue("id")); err == nil {
+			e.Sandbox = id
+		}
+	}
+	if status >= 400 || status < 100 {
+		e.ErrorCode = auditText(ans.Code)
+	} else if e.ResourceID == "" {
+		e.CreatedID = auditText(ans.ID)
+		if ans.Sandbox != nil {
+			e.CreatedID = auditText(ans.Sandbox.ID)
+			if id, err := model.ParseSandboxID(ans.Sandbox.ID); err == nil {
+				e.Sandbox = id
+			}
+		}
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
+	defer cancel()
+	if _, err := a.cfg.Store.AppendAudit(wctx, e); err != nil {
+		a.auditFailures.Add(1)
+		a.log.ErrorContext(ctx, "audit entry not recorded", "action", e.Action, "status", e.Status,
+			"key", e.KeyID, "project", e.Project, "resource", e.ResourceID, "request_id", e.RequestID, "err", err)
+	}
+}
+
+// auditResource names the resource of a request to pattern: the kind is
+// the collection its last path value is in (the route's first collection
+// when it has none, e.g. a create), its ID that value.
+func auditResource(pattern string, r *http.Request) (kind, id string, values map[string]string) {
+	values = map[string]string{}
+	segs := strings.Split(strings.TrimPrefix(strings.TrimPrefix(pattern, "/v1/"), "admin/"), "/")
+	prev := ""
+	for _, seg := range segs {
+		if !strings.HasPrefix(seg, "{") {
+			prev = seg
+			continue
+		}
+		name := strings.TrimSuffix(strings.Trim(seg, "{}"), "...")
+		id = auditText(r.PathValue(name))
+		values[name] = id
+		kind = prev
+	}
+	if kind == "" {
+		// No path value: the route's first collection (POST /v1/sandboxes,
+		// POST /v1/admin/attach-keys/rotate).
+		kind = segs[0]
+	}
+	return singular(kind), id, values
+}
+
+// singular names a resource kind after its collection.
+func singular(collection string) string {
+	switch collection {
+	case "sandboxes":
+		return "sandbox"
+	case "processes":
+		return "process"
+	case "keys":
+		return "api_key"
+	case "tags":
+		return "template_tag"
+	}
+	return strings.ReplaceAll(strings.TrimSuffix(collection, "s"), "-", "_")
+}
+
+// auditText makes a request's value fit to store: valid UTF-8 without NUL,
+// at most maxAuditValue bytes.
+func auditText(s string) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+	if len(s) <= maxAuditValue {
+		return s
+	}
+	cut := maxAuditValue
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
