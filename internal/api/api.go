@@ -19,6 +19,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/egress/policy"
@@ -28,6 +30,7 @@ import (
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/tplbuild"
+	"github.com/airlockdev/airlock/internal/tracing"
 )
 
 //go:embed openapi.json
@@ -54,6 +57,8 @@ type Config struct {
 	// nil: the route answers 501 not_supported.
 	AttachKeys KeyRotator
 	Logger     *slog.Logger // nil: slog.Default()
+	// TracerProvider records a span of each request (trace.go); nil: none.
+	TracerProvider trace.TracerProvider
 	// PublicURL is the scheme://host[:port] clients reach the server at, used
 	// to build attach URLs. Empty: derived from each request.
 	PublicURL    string
@@ -174,6 +179,7 @@ type API struct {
 	handler http.Handler
 	limits  *keyLimits        // nil: no rate limit
 	router  *noderoute.Router // nil: nothing is forwarded
+	tracer  trace.Tracer      // nil: not traced
 }
 
 // New checks cfg and builds the API.
@@ -239,7 +245,8 @@ func New(cfg Config) (*API, error) {
 	if cfg.Nodes != nil && cfg.Self == "" {
 		return nil, errors.New("api: Config.Self is required with Config.Nodes")
 	}
-	a := &API{cfg: cfg, log: cfg.Logger, router: noderoute.New(cfg.Self, cfg.Nodes, cfg.NodeTransport, cfg.Logger)}
+	a := &API{cfg: cfg, log: cfg.Logger, router: noderoute.New(cfg.Self, cfg.Nodes, cfg.NodeTransport, cfg.Logger),
+		tracer: tracing.Tracer(cfg.TracerProvider)}
 	if cfg.MutationRate >= 0 {
 		rate := cfg.MutationRate
 		if rate == 0 {
@@ -264,7 +271,7 @@ func New(cfg Config) (*API, error) {
 // the access log, panic recovery and the request body's read deadline. The
 // server wraps the data plane with it.
 func (a *API) Wrap(h http.Handler) http.Handler {
-	return a.withRequestContext(a.recoverPanics(a.withBodyDeadline(h)))
+	return a.withRequestContext(a.recoverPanics(a.withBodyDeadline(a.withTracing(h))))
 }
 
 // Handler returns the HTTP handler of the whole API.

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/controller"
@@ -36,6 +38,7 @@ type host struct {
 	egressSvc *egressServices
 	workers   *worker.Set
 	capacity  model.NodeCapacity // what one sandbox may ask for here
+	tp        trace.TracerProvider
 }
 
 // openHost prepares everything that runs sandboxes on this node. The
@@ -43,7 +46,7 @@ type host struct {
 // crash left of deleted sandboxes goes, live ones are registered again.
 func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, templates *template.Store, dist *distribute.Distributor,
 	nodeID model.NodeID, egressCfg egressConfig, secretSrc *secretSource, fault func(string), log *slog.Logger) (_ *host, err error) {
-	h := &host{}
+	h := &host{tp: opts.TracerProvider}
 	defer func() {
 		if err != nil {
 			h.close()
@@ -93,6 +96,8 @@ func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, te
 		FetchTemplate: fetchTemplate(templates, dist),
 		AgentBinary:   agentBin,
 		Fault:         fault,
+		// Spans of the runtime calls and the agents' requests.
+		TracerProvider: opts.TracerProvider,
 	}, st, log)
 	if err != nil {
 		return nil, err
@@ -127,6 +132,8 @@ func (h *host) controller(st store.Store, m *membership, log *slog.Logger) (*con
 		Incarnation: m.node.Incarnation,
 		Now:         m.Now,
 		Logger:      log.With("component", "controller"),
+		// The span of each operation attempt.
+		TracerProvider: h.tp,
 	})
 }
 

@@ -26,7 +26,7 @@ func (w *Worker) Pause(ctx context.Context, sb model.Sandbox) error {
 		return capability(err)
 	}
 	w.cfg.Fault("pause.before-runtime")
-	if err := p.Pause(ctx, sb.ID); err != nil {
+	if err := w.traceRuntime(ctx, "pause", sb.ID, func(ctx context.Context) error { return p.Pause(ctx, sb.ID) }); err != nil {
 		return fmt.Errorf("pause sandbox %s: %w", sb.ID, capability(err))
 	}
 	w.cfg.Fault("pause.after-runtime")
@@ -41,7 +41,7 @@ func (w *Worker) Resume(ctx context.Context, sb model.Sandbox) error {
 		return capability(err)
 	}
 	w.cfg.Fault("resume.before-runtime")
-	if err := p.Resume(ctx, sb.ID); err != nil {
+	if err := w.traceRuntime(ctx, "resume", sb.ID, func(ctx context.Context) error { return p.Resume(ctx, sb.ID) }); err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", sb.ID, capability(err))
 	}
 	w.cfg.Fault("resume.after-runtime")
@@ -62,7 +62,11 @@ func (w *Worker) Suspend(ctx context.Context, sb model.Sandbox) (model.Snapshot,
 	// it end now rather than hang.
 	w.dropAgent(sb.ID)
 	w.cfg.Fault("suspend.before-runtime")
-	snap, err := s.Suspend(ctx, sb.ID)
+	var snap runtime.Snapshot
+	err = w.traceRuntime(ctx, "suspend", sb.ID, func(ctx context.Context) (err error) {
+		snap, err = s.Suspend(ctx, sb.ID)
+		return err
+	})
 	if err != nil {
 		return model.Snapshot{}, fmt.Errorf("suspend sandbox %s: %w", sb.ID, capability(err))
 	}
@@ -116,7 +120,7 @@ func (w *Worker) Wake(ctx context.Context, sb model.Sandbox) error {
 			CreatedAt: snap.CreatedAt,
 		}
 		w.cfg.Fault("wake.before-runtime-create")
-		if err := rt.Create(ctx, spec); err != nil {
+		if err := w.traceRuntime(ctx, "restore", sb.ID, func(ctx context.Context) error { return rt.Create(ctx, spec) }); err != nil {
 			return fmt.Errorf("restore sandbox %s: %w", sb.ID, capability(err))
 		}
 		w.cfg.Fault("wake.after-runtime-create")

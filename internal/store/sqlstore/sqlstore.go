@@ -13,7 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/tracing"
 )
 
 // Dialect is what differs between the databases.
@@ -63,17 +66,22 @@ type Dialect struct {
 
 // Store implements store.Store over a *sql.DB.
 type Store struct {
-	db    *sql.DB
-	d     Dialect
-	watch *broadcaster
+	db     *sql.DB
+	d      Dialect
+	watch  *broadcaster
+	tracer trace.Tracer // nil: not traced (trace.go)
 }
 
 var _ store.Store = (*Store)(nil)
 
 // New returns a Store over db, which must already be migrated. The Store
 // does not own db: Close only stops the watchers; the caller closes db.
-func New(db *sql.DB, d Dialect) *Store {
-	return &Store{db: db, d: d, watch: newBroadcaster()}
+func New(db *sql.DB, d Dialect, opts ...Option) *Store {
+	s := &Store{db: db, d: d, watch: newBroadcaster()}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // DB returns the underlying database handle.
@@ -141,15 +149,22 @@ func RebindDollar(query string) string {
 }
 
 // exec, queryRow and query run outside a transaction.
-func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+func (s *Store) exec(ctx context.Context, query string, args ...any) (_ sql.Result, err error) {
+	ctx, span := s.startSpan(ctx, 1)
+	defer func() { tracing.End(span, err) }()
 	return s.db.ExecContext(ctx, s.q(query), args...)
 }
 
 func (s *Store) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
-	return s.db.QueryRowContext(ctx, s.q(query), args...)
+	ctx, span := s.startSpan(ctx, 1)
+	row := s.db.QueryRowContext(ctx, s.q(query), args...)
+	tracing.End(span, row.Err())
+	return row
 }
 
-func (s *Store) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+func (s *Store) query(ctx context.Context, query string, args ...any) (_ *sql.Rows, err error) {
+	ctx, span := s.startSpan(ctx, 1)
+	defer func() { tracing.End(span, err) }()
 	return s.db.QueryContext(ctx, s.q(query), args...)
 }
 
@@ -170,7 +185,9 @@ func (t tx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
 // write runs fn in a transaction and commits it. With notify set (the
 // transaction changes operations or sandboxes) it also calls the dialect's
 // NotifyTx inside the transaction and wakes local watchers after the commit.
-func (s *Store) write(ctx context.Context, notify bool, fn func(t tx) error) error {
+func (s *Store) write(ctx context.Context, notify bool, fn func(t tx) error) (err error) {
+	ctx, span := s.startSpan(ctx, 1)
+	defer func() { tracing.End(span, err) }()
 	sqlTx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
