@@ -28,8 +28,10 @@ func (a *API) withTracing(next http.Handler) http.Handler {
 				attribute.String("url.path", r.URL.Path),
 				attribute.String("airlock.request_id", requestIDFrom(r.Context())),
 			))
-		// The ServeMux below sets the pattern on this very request.
+		// The ServeMux below sets the pattern on this very request; one
+		// an outer mux set (the server's "/") names no route of ours.
 		r = r.WithContext(ctx)
+		r.Pattern = ""
 		done := false
 		defer func() {
 			if !done { // a panic: recoverPanics answers 500
