@@ -22,7 +22,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/tracing"
 )
 
 // Dialer opens a new byte stream to the agent. ctx bounds the dial only,
@@ -108,6 +112,7 @@ type Client struct {
 	dial   Dialer
 	logger *slog.Logger
 	tr     *http.Transport
+	tracer trace.Tracer // nil: not traced (trace.go)
 
 	lock   chan struct{} // 1-slot semaphore guarding cc, info and closed
 	cc     *http.ClientConn
@@ -117,13 +122,13 @@ type Client struct {
 
 // New returns a Client that dials with dial when the first request needs a
 // connection, and again after the connection broke. logger may be nil.
-func New(dial Dialer, logger *slog.Logger) *Client {
+func New(dial Dialer, logger *slog.Logger, opts ...Option) *Client {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
-	return &Client{
+	c := &Client{
 		dial:   dial,
 		logger: logger,
 		tr: &http.Transport{
@@ -145,6 +150,10 @@ func New(dial Dialer, logger *slog.Logger) *Client {
 		},
 		lock: make(chan struct{}, 1),
 	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
 
 // conn returns a usable connection, dialling if there is none or the last
@@ -174,6 +183,8 @@ func (c *Client) connect(ctx context.Context) (cc *http.ClientConn, fresh bool, 
 		c.cc = nil
 		c.logger.Debug("agent connection broke; redialling")
 	}
+	ctx, span := c.startSpan(ctx, "", "")
+	defer func() { tracing.End(span, err) }()
 	// Bounded whatever the caller's context: the lock is held meanwhile,
 	// and a guest that accepts but never answers must not wedge every
 	// caller (or Close) behind it.
@@ -281,7 +292,9 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte
 // send sends one request whose body (if any) newBody makes. GET requests
 // that fail because the connection had died are retried once on a fresh
 // connection.
-func (c *Client) send(ctx context.Context, method, path string, newBody func() io.Reader, contentType, accept string) (*http.Response, error) {
+func (c *Client) send(ctx context.Context, method, path string, newBody func() io.Reader, contentType, accept string) (_ *http.Response, err error) {
+	ctx, span := c.startSpan(ctx, method, path)
+	defer func() { tracing.End(span, err) }()
 	for attempt := 0; ; attempt++ {
 		cc, err := c.conn(ctx)
 		if err != nil {
@@ -303,6 +316,7 @@ func (c *Client) send(ctx context.Context, method, path string, newBody func() i
 		}
 		resp, err := cc.RoundTrip(req)
 		if err == nil {
+			span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 			return resp, nil
 		}
 		if ctx.Err() == nil && method == http.MethodGet && attempt == 0 && cc.Err() != nil {

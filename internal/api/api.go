@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/egress/policy"
@@ -30,6 +32,7 @@ import (
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/tplbuild"
+	"github.com/airlockdev/airlock/internal/tracing"
 )
 
 //go:embed openapi.json
@@ -56,6 +59,8 @@ type Config struct {
 	// nil: the route answers 501 not_supported.
 	AttachKeys KeyRotator
 	Logger     *slog.Logger // nil: slog.Default()
+	// TracerProvider records a span of each request (trace.go); nil: none.
+	TracerProvider trace.TracerProvider
 	// PublicURL is the scheme://host[:port] clients reach the server at, used
 	// to build attach URLs. Empty: derived from each request.
 	PublicURL    string
@@ -182,6 +187,7 @@ type API struct {
 	router  *noderoute.Router // nil: nothing is forwarded
 
 	auditFailures atomic.Int64 // audit entries not written (audit.go)
+	tracer        trace.Tracer // nil: not traced
 }
 
 // New checks cfg and builds the API.
@@ -247,7 +253,8 @@ func New(cfg Config) (*API, error) {
 	if cfg.Nodes != nil && cfg.Self == "" {
 		return nil, errors.New("api: Config.Self is required with Config.Nodes")
 	}
-	a := &API{cfg: cfg, log: cfg.Logger, router: noderoute.New(cfg.Self, cfg.Nodes, cfg.NodeTransport, cfg.Logger)}
+	a := &API{cfg: cfg, log: cfg.Logger, router: noderoute.New(cfg.Self, cfg.Nodes, cfg.NodeTransport, cfg.Logger),
+		tracer: tracing.Tracer(cfg.TracerProvider)}
 	if cfg.MutationRate >= 0 {
 		rate := cfg.MutationRate
 		if rate == 0 {
@@ -272,7 +279,7 @@ func New(cfg Config) (*API, error) {
 // the access log, panic recovery and the request body's read deadline. The
 // server wraps the data plane with it.
 func (a *API) Wrap(h http.Handler) http.Handler {
-	return a.withRequestContext(a.recoverPanics(a.withBodyDeadline(h)))
+	return a.withRequestContext(a.recoverPanics(a.withBodyDeadline(a.withTracing(h))))
 }
 
 // Handler returns the HTTP handler of the whole API.

@@ -114,6 +114,7 @@ func (a *API) forwardToHost(w http.ResponseWriter, r *http.Request, p principal)
 	if id := requestIDFrom(r.Context()); id != "" {
 		extra.Set("X-Request-Id", id) // one ID in both nodes' logs
 	}
+	a.injectTrace(r, extra) // one trace across both nodes
 	a.router.Forward(w, r, sb.NodeID, extra)
 	return true
 }

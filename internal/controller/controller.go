@@ -15,12 +15,15 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/tracing"
 	"github.com/airlockdev/airlock/internal/worker"
 )
 
@@ -61,12 +64,16 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics counts finished operations and observes creates; nil: none.
 	Metrics *metrics.Metrics
+	// TracerProvider records the span of each operation attempt (trace.go);
+	// nil: not traced.
+	TracerProvider trace.TracerProvider
 }
 
 // Controller reconciles desired state (store) with observed state (runtime).
 type Controller struct {
-	cfg Config
-	log *slog.Logger
+	cfg    Config
+	log    *slog.Logger
+	tracer trace.Tracer // nil: not traced
 }
 
 // New returns a Controller.
@@ -104,7 +111,7 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Controller{cfg: cfg, log: cfg.Logger}, nil
+	return &Controller{cfg: cfg, log: cfg.Logger, tracer: tracing.Tracer(cfg.TracerProvider)}, nil
 }
 
 // Run reconciles until ctx ends. It first takes back operations that a
@@ -271,6 +278,9 @@ func (c *Controller) claim() store.Claim {
 // does not know fails the operation.
 func (c *Controller) runOperation(ctx context.Context, op model.Operation) {
 	log := c.log.With("operation", op.ID, "kind", op.Kind, "sandbox", op.SandboxID, "attempt", op.Attempts)
+	ctx, span := c.startOperationSpan(ctx, op)
+	var err error
+	defer func() { tracing.End(span, err) }()
 	opCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -21,6 +21,7 @@ import (
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
+	"github.com/airlockdev/airlock/internal/store/sqlstore"
 	"github.com/airlockdev/airlock/internal/worker"
 )
 
@@ -71,7 +72,7 @@ func newEnvWith(t testing.TB, flavor string, templateErr error, cc Config, opts 
 		}
 		os.RemoveAll(dir)
 	})
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), log)
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), log, sqlstore.WithTracerProvider(cc.TracerProvider))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,8 +101,9 @@ func newEnvWith(t testing.TB, flavor string, templateErr error, cc Config, opts 
 			}
 			return tmpl, nil
 		},
-		AgentBinary: airtest.BuildAgent(t),
-		Logger:      log,
+		AgentBinary:    airtest.BuildAgent(t),
+		Logger:         log,
+		TracerProvider: cc.TracerProvider,
 	})
 	if err != nil {
 		t.Fatal(err)

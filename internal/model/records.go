@@ -203,10 +203,16 @@ type Operation struct {
 	Source Source
 	// NotBefore is when a retried operation may be claimed again (the
 	// controller's backoff); zero: at once.
-	NotBefore  time.Time
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
-	FinishedAt *time.Time
+	NotBefore time.Time
+	// TraceParent is the W3C traceparent of the span that recorded the
+	// operation (the request's), which the controller's span of running it
+	// continues; "" when that was not traced. Read back from the store it
+	// is untrusted: the controller parses it and starts a new trace when it
+	// does not parse.
+	TraceParent string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	FinishedAt  *time.Time
 }
 
 // ProcessSpec is what to run for a command.

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/controller"
@@ -38,6 +40,7 @@ type host struct {
 	workers   *worker.Set
 	capacity  model.NodeCapacity // what one sandbox may ask for here
 	metrics   *metrics.Metrics
+	tp        trace.TracerProvider
 }
 
 // openHost prepares everything that runs sandboxes on this node. The
@@ -45,7 +48,7 @@ type host struct {
 // crash left of deleted sandboxes goes, live ones are registered again.
 func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, templates *template.Store, dist *distribute.Distributor,
 	nodeID model.NodeID, egressCfg egressConfig, secretSrc *secretSource, fault func(string), m *metrics.Metrics, log *slog.Logger) (_ *host, err error) {
-	h := &host{metrics: m}
+	h := &host{metrics: m, tp: opts.TracerProvider}
 	defer func() {
 		if err != nil {
 			h.close()
@@ -96,6 +99,8 @@ func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, te
 		AgentBinary:   agentBin,
 		Fault:         fault,
 		Metrics:       m,
+		// Spans of the runtime calls and the agents' requests.
+		TracerProvider: opts.TracerProvider,
 	}, st, log)
 	if err != nil {
 		return nil, err
@@ -131,6 +136,8 @@ func (h *host) controller(st store.Store, m *membership, log *slog.Logger) (*con
 		Now:         m.Now,
 		Logger:      log.With("component", "controller"),
 		Metrics:     h.metrics,
+		// The span of each operation attempt.
+		TracerProvider: h.tp,
 	})
 }
 

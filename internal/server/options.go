@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
 )
@@ -36,6 +38,9 @@ type Options struct {
 	DatabaseURL   string       // --database-url postgres://…; "" uses SQLite in DataDir
 	AgentBinary   string       // --agent-binary; "" looks next to the airlock binary, then in PATH
 	Logger        *slog.Logger // nil: text logs on stderr
+	// TracerProvider records the server's spans; nil: the one the OTEL_*
+	// environment asks for (tracing.go).
+	TracerProvider trace.TracerProvider
 	// Environments (--env NAME, repeatable; --runtime NAME is shorthand
 	// for one) are the execution environments this server runs sandboxes
 	// in, the first the default; each must work here. Empty: the

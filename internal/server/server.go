@@ -28,6 +28,7 @@ import (
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/postgres"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
+	"github.com/airlockdev/airlock/internal/store/sqlstore"
 	"github.com/airlockdev/airlock/internal/template"
 	"github.com/airlockdev/airlock/internal/templategc"
 )
@@ -44,6 +45,12 @@ func Run(ctx context.Context, opts Options) error {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	fault := faultInjector(opts.FaultPoint, log)
+	tp, stopTracing, err := openTracing(ctx, opts, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // last: after everything that records spans stopped
+	opts.TracerProvider = tp
 	egressCfg, err := parseEgressOptions(opts)
 	if err != nil {
 		return err
@@ -65,7 +72,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	st, err := openStore(ctx, dd, opts.DatabaseURL, log)
+	st, err := openStore(ctx, dd, opts.DatabaseURL, log, sqlstore.WithTracerProvider(tp))
 	if err != nil {
 		return err
 	}
@@ -242,6 +249,8 @@ func Run(ctx context.Context, opts Options) error {
 		Attach:        attachKeys.Issuer(),
 		AttachKeys:    attachKeys,
 		Logger:        log.With("component", "api"),
+		// A span of every request (docs/tracing.md).
+		TracerProvider: tp,
 		// Ready while the store answers and the server is not draining;
 		// the listener only exists once the runtime was probed and the
 		// controller wired.
@@ -382,15 +391,15 @@ func releaseAgentFS(ctx context.Context, rt runtime.Runtime, log *slog.Logger) {
 	}
 }
 
-func openStore(ctx context.Context, dd *dataDir, url string, log *slog.Logger) (store.Store, error) {
+func openStore(ctx context.Context, dd *dataDir, url string, log *slog.Logger, opts ...sqlstore.Option) (store.Store, error) {
 	if url == "" {
-		st, err := sqlite.Open(ctx, dd.join(sqliteFile), log.With("component", "store"))
+		st, err := sqlite.Open(ctx, dd.join(sqliteFile), log.With("component", "store"), opts...)
 		if err != nil {
 			return nil, fmt.Errorf("open SQLite store: %w", err)
 		}
 		return st, nil
 	}
-	st, err := postgres.Open(ctx, url, log.With("component", "store"))
+	st, err := postgres.Open(ctx, url, log.With("component", "store"), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("open PostgreSQL store: %w", err)
 	}

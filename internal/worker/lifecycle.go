@@ -26,7 +26,7 @@ func (w *Worker) Pause(ctx context.Context, sb model.Sandbox) error {
 		return capability(err)
 	}
 	w.cfg.Fault("pause.before-runtime")
-	if err := w.rtErr("pause", p.Pause(ctx, sb.ID)); err != nil {
+	if err := w.rtErr("pause", w.traceRuntime(ctx, "pause", sb.ID, func(ctx context.Context) error { return p.Pause(ctx, sb.ID) })); err != nil {
 		return fmt.Errorf("pause sandbox %s: %w", sb.ID, capability(err))
 	}
 	w.cfg.Fault("pause.after-runtime")
@@ -41,7 +41,7 @@ func (w *Worker) Resume(ctx context.Context, sb model.Sandbox) error {
 		return capability(err)
 	}
 	w.cfg.Fault("resume.before-runtime")
-	if err := w.rtErr("resume", p.Resume(ctx, sb.ID)); err != nil {
+	if err := w.rtErr("resume", w.traceRuntime(ctx, "resume", sb.ID, func(ctx context.Context) error { return p.Resume(ctx, sb.ID) })); err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", sb.ID, capability(err))
 	}
 	w.cfg.Fault("resume.after-runtime")
@@ -62,7 +62,11 @@ func (w *Worker) Suspend(ctx context.Context, sb model.Sandbox) (model.Snapshot,
 	// it end now rather than hang.
 	w.dropAgent(sb.ID)
 	w.cfg.Fault("suspend.before-runtime")
-	snap, err := s.Suspend(ctx, sb.ID)
+	var snap runtime.Snapshot
+	err = w.traceRuntime(ctx, "suspend", sb.ID, func(ctx context.Context) (err error) {
+		snap, err = s.Suspend(ctx, sb.ID)
+		return err
+	})
 	if w.rtErr("suspend", err) != nil {
 		return model.Snapshot{}, fmt.Errorf("suspend sandbox %s: %w", sb.ID, capability(err))
 	}
@@ -117,7 +121,7 @@ func (w *Worker) Wake(ctx context.Context, sb model.Sandbox) error {
 			CreatedAt: snap.CreatedAt,
 		}
 		w.cfg.Fault("wake.before-runtime-create")
-		if err := w.rtErr("restore", rt.Create(ctx, spec)); err != nil {
+		if err := w.rtErr("restore", w.traceRuntime(ctx, "restore", sb.ID, func(ctx context.Context) error { return rt.Create(ctx, spec) })); err != nil {
 			return fmt.Errorf("restore sandbox %s: %w", sb.ID, capability(err))
 		}
 		w.cfg.Fault("wake.after-runtime-create")

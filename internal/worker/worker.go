@@ -14,12 +14,15 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/template"
+	"github.com/airlockdev/airlock/internal/tracing"
 )
 
 // ErrPermanent marks failures that retrying cannot fix (a missing template, an
@@ -64,6 +67,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics counts failed runtime calls; nil: none.
 	Metrics *metrics.Metrics
+	// TracerProvider records the spans of the runtime calls and of the
+	// guest agents' requests (trace.go); nil: not traced.
+	TracerProvider trace.TracerProvider
 }
 
 // Network prepares and removes sandboxes' networks (in Airlock:
@@ -92,8 +98,9 @@ func CAEnv(bundle, caCert string) model.Env {
 
 // Worker runs sandboxes on one node.
 type Worker struct {
-	cfg Config
-	log *slog.Logger
+	cfg    Config
+	log    *slog.Logger
+	tracer trace.Tracer // nil: not traced
 
 	mu     sync.Mutex
 	agents map[model.SandboxID]*agentclient.Client
@@ -130,7 +137,7 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Fault == nil {
 		cfg.Fault = func(string) {}
 	}
-	return &Worker{cfg: cfg, log: cfg.Logger, agents: map[model.SandboxID]*agentclient.Client{}, gone: map[model.SandboxID]time.Time{}}, nil
+	return &Worker{cfg: cfg, log: cfg.Logger, tracer: tracing.Tracer(cfg.TracerProvider), agents: map[model.SandboxID]*agentclient.Client{}, gone: map[model.SandboxID]time.Time{}}, nil
 }
 
 // RuntimeInfo describes the runtime this worker drives.
@@ -198,12 +205,12 @@ func (w *Worker) startAndWait(ctx context.Context, sb model.Sandbox, phase runti
 		if err != nil {
 			return fmt.Errorf("%w: resume sandbox %s: %w", ErrPermanent, sb.ID, err)
 		}
-		if err := w.rtErr("resume", p.Resume(ctx, sb.ID)); err != nil {
+		if err := w.rtErr("resume", w.traceRuntime(ctx, "resume", sb.ID, func(ctx context.Context) error { return p.Resume(ctx, sb.ID) })); err != nil {
 			return fmt.Errorf("resume sandbox %s: %w", sb.ID, err)
 		}
 	case runtime.PhaseRunning:
 	default:
-		if err := w.rtErr("start", rt.Start(ctx, sb.ID)); err != nil {
+		if err := w.rtErr("start", w.traceRuntime(ctx, "start", sb.ID, func(ctx context.Context) error { return rt.Start(ctx, sb.ID) })); err != nil {
 			return fmt.Errorf("start sandbox %s: %w", sb.ID, err)
 		}
 	}
@@ -311,7 +318,7 @@ func (w *Worker) network(ctx context.Context, sb model.Sandbox) (*runtime.Networ
 func (w *Worker) runtimeCreate(ctx context.Context, spec runtime.Spec) error {
 	spec.Start = true
 	w.cfg.Fault("create.before-runtime-create")
-	if err := w.rtErr("create", w.cfg.Runtime.Create(ctx, spec)); err != nil {
+	if err := w.rtErr("create", w.traceRuntime(ctx, "create", spec.ID, func(ctx context.Context) error { return w.cfg.Runtime.Create(ctx, spec) })); err != nil {
 		return fmt.Errorf("create sandbox %s: %w", spec.ID, err)
 	}
 	w.cfg.Fault("create.after-runtime-create")
@@ -350,7 +357,7 @@ func sandboxEnvWith(template []string, between, sandbox model.Env) model.Env {
 func (w *Worker) Destroy(ctx context.Context, id model.SandboxID) error {
 	w.dropAgent(id)
 	w.cfg.Fault("delete.before-runtime-delete")
-	if err := w.rtErr("delete", w.cfg.Runtime.Delete(ctx, id)); err != nil {
+	if err := w.rtErr("delete", w.traceRuntime(ctx, "delete", id, func(ctx context.Context) error { return w.cfg.Runtime.Delete(ctx, id) })); err != nil {
 		return fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
 	w.cfg.Fault("delete.after-runtime-delete")
@@ -397,7 +404,7 @@ func (w *Worker) Agent(id model.SandboxID) (*agentclient.Client, error) {
 		ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 		defer cancel()
 		return rt.DialAgent(ctx, id)
-	}, w.log.With("sandbox", id))
+	}, w.log.With("sandbox", id), agentclient.WithTracerProvider(w.cfg.TracerProvider))
 	w.agents[id] = c
 	return c, nil
 }

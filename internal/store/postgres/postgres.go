@@ -110,7 +110,7 @@ const IdleInTransactionTimeout = 5 * time.Second
 // understands), applies pending migrations under an advisory lock and starts
 // listening for changes. The listener is connected before Open returns, so
 // a Watch made right after Open sees every later change of any process.
-func Open(ctx context.Context, dsn string, logger *slog.Logger) (*Store, error) {
+func Open(ctx context.Context, dsn string, logger *slog.Logger, opts ...sqlstore.Option) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -140,7 +140,7 @@ func Open(ctx context.Context, dsn string, logger *slog.Logger) (*Store, error) 
 		db.Close()
 		return nil, fmt.Errorf("open postgres store %s: %w", redact(cfg), err)
 	}
-	s := &Store{Store: sqlstore.New(db, Dialect()), db: db, done: make(chan struct{})}
+	s := &Store{Store: sqlstore.New(db, Dialect(), opts...), db: db, done: make(chan struct{})}
 	l := &listener{cfg: listenCfg, logger: logger, wake: s.Store.Broadcast}
 	conn, err := l.connect(ctx)
 	if err != nil {

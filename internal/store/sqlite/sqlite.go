@@ -75,7 +75,7 @@ const MaxIdleConns = 16
 
 // Open opens (creating if needed) the SQLite database at path and applies
 // pending migrations.
-func Open(ctx context.Context, path string, logger *slog.Logger) (*Store, error) {
+func Open(ctx context.Context, path string, logger *slog.Logger, opts ...sqlstore.Option) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -103,7 +103,7 @@ func Open(ctx context.Context, path string, logger *slog.Logger) (*Store, error)
 		db.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 	}
-	return &Store{Store: sqlstore.New(db, Dialect()), db: db}, nil
+	return &Store{Store: sqlstore.New(db, Dialect(), opts...), db: db}, nil
 }
 
 // Close stops the watchers and closes the database.

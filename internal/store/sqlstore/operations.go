@@ -9,14 +9,15 @@ import (
 
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/tracing"
 )
 
 const operationColumns = `o.id, o.project_id, o.sandbox_id, o.kind, o.state, o.error_code, o.error_message,
-	o.attempts, o.not_before, o.created_at, o.updated_at, o.finished_at, o.source`
+	o.attempts, o.not_before, o.created_at, o.updated_at, o.finished_at, o.source, o.trace_parent`
 
 // operationReturning is operationColumns without the alias, for RETURNING.
 const operationReturning = `id, project_id, sandbox_id, kind, state, error_code, error_message,
-	attempts, not_before, created_at, updated_at, finished_at, source`
+	attempts, not_before, created_at, updated_at, finished_at, source, trace_parent`
 
 func scanOperation(row interface{ Scan(...any) error }) (model.Operation, error) {
 	var (
@@ -26,7 +27,7 @@ func scanOperation(row interface{ Scan(...any) error }) (model.Operation, error)
 		notBefore, created, updated            int64
 		finished                               sql.NullInt64
 	)
-	if err := row.Scan(&id, &project, &sandbox, &kind, &st, &code, &msg, &op.Attempts, &notBefore, &created, &updated, &finished, &source); err != nil {
+	if err := row.Scan(&id, &project, &sandbox, &kind, &st, &code, &msg, &op.Attempts, &notBefore, &created, &updated, &finished, &source, &op.TraceParent); err != nil {
 		return model.Operation{}, err
 	}
 	if source != "" {
@@ -96,10 +97,15 @@ func (t tx) insertOperation(ctx context.Context, op model.Operation) error {
 }
 
 // insertOperationAs inserts op in its own state (a pool claim records its
-// create as succeeded when it is made).
+// create as succeeded when it is made). An operation without a
+// TraceParent records ctx's span (the request's store call), so that the
+// controller's span of running it continues the request's trace.
 func (t tx) insertOperationAs(ctx context.Context, op model.Operation) error {
 	if err := op.Kind.Validate(); err != nil {
 		return fmt.Errorf("insert operation %s: %w", op.ID, err)
+	}
+	if op.TraceParent == "" {
+		op.TraceParent = tracing.TraceParent(ctx)
 	}
 	code, msg := opError(op.Error)
 	var finished sql.NullInt64
@@ -107,10 +113,10 @@ func (t tx) insertOperationAs(ctx context.Context, op model.Operation) error {
 		finished = sql.NullInt64{Int64: micro(*op.FinishedAt), Valid: true}
 	}
 	_, err := t.exec(ctx, `INSERT INTO operations (id, project_id, sandbox_id, kind, state, error_code, error_message,
-		attempts, not_before, lease_owner, lease_expires_at, created_at, updated_at, finished_at, source)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', 0, ?, ?, ?, ?)`,
+		attempts, not_before, lease_owner, lease_expires_at, created_at, updated_at, finished_at, source, trace_parent)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', 0, ?, ?, ?, ?, ?)`,
 		string(op.ID), string(op.ProjectID), string(op.SandboxID), string(op.Kind), string(op.State),
-		code, msg, op.Attempts, microOrZero(op.NotBefore), micro(op.CreatedAt), micro(op.UpdatedAt), finished, string(op.Source))
+		code, msg, op.Attempts, microOrZero(op.NotBefore), micro(op.CreatedAt), micro(op.UpdatedAt), finished, string(op.Source), op.TraceParent)
 	if err != nil {
 		return fmt.Errorf("insert operation %s: %w", op.ID, t.s.insertErr(err))
 	}

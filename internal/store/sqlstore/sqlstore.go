@@ -14,7 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/tracing"
 )
 
 // Dialect is what differs between the databases.
@@ -64,18 +67,23 @@ type Dialect struct {
 
 // Store implements store.Store over a *sql.DB.
 type Store struct {
-	db    *sql.DB
-	d     Dialect
-	watch *broadcaster
-	onErr atomic.Pointer[func(op string)] // see OnError
+	db     *sql.DB
+	d      Dialect
+	watch  *broadcaster
+	onErr  atomic.Pointer[func(op string)] // see OnError
+	tracer trace.Tracer                    // nil: not traced (trace.go)
 }
 
 var _ store.Store = (*Store)(nil)
 
 // New returns a Store over db, which must already be migrated. The Store
 // does not own db: Close only stops the watchers; the caller closes db.
-func New(db *sql.DB, d Dialect) *Store {
-	return &Store{db: db, d: d, watch: newBroadcaster()}
+func New(db *sql.DB, d Dialect, opts ...Option) *Store {
+	s := &Store{db: db, d: d, watch: newBroadcaster()}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // DB returns the underlying database handle.
@@ -161,19 +169,25 @@ func (s *Store) observe(op string, err error) {
 }
 
 // exec, queryRow and query run outside a transaction.
-func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+func (s *Store) exec(ctx context.Context, query string, args ...any) (_ sql.Result, err error) {
+	ctx, span := s.startSpan(ctx, 1)
+	defer func() { tracing.End(span, err) }()
 	res, err := s.db.ExecContext(ctx, s.q(query), args...)
 	s.observe("exec", err)
 	return res, err
 }
 
 func (s *Store) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	ctx, span := s.startSpan(ctx, 1)
 	row := s.db.QueryRowContext(ctx, s.q(query), args...)
 	s.observe("query_row", row.Err())
+	tracing.End(span, row.Err())
 	return row
 }
 
-func (s *Store) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+func (s *Store) query(ctx context.Context, query string, args ...any) (_ *sql.Rows, err error) {
+	ctx, span := s.startSpan(ctx, 1)
+	defer func() { tracing.End(span, err) }()
 	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
 	s.observe("query", err)
 	return rows, err
@@ -200,7 +214,9 @@ func (t tx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
 // write runs fn in a transaction and commits it. With notify set (the
 // transaction changes operations or sandboxes) it also calls the dialect's
 // NotifyTx inside the transaction and wakes local watchers after the commit.
-func (s *Store) write(ctx context.Context, notify bool, fn func(t tx) error) error {
+func (s *Store) write(ctx context.Context, notify bool, fn func(t tx) error) (err error) {
+	ctx, span := s.startSpan(ctx, 1)
+	defer func() { tracing.End(span, err) }()
 	sqlTx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		s.observe("begin", err)

@@ -40,6 +40,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		attachKeyTests(), poolTests(),
 		countTests(),
 		auditTests(),
+		traceTests(),
 	}
 	for _, g := range groups {
 		for _, tc := range g {
