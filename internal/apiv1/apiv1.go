@@ -252,6 +252,10 @@ const (
 	EventBuildDone     = "done"     // Build, the last event
 )
 
+// EventSandboxes is the event of GET /v1/watch/sandboxes (text/event-stream):
+// data is a SandboxList.
+const EventSandboxes = "sandboxes"
+
 // BuildLogEventData is a chunk of a build's log: whole lines, but for a
 // partial last line at the end of the log or after a pause, or a line cut
 // at 64 KiB. A chunk never ends inside a UTF-8 character; invalid bytes
