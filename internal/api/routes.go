@@ -51,6 +51,7 @@ func (a *API) routeTable() []route {
 		{"GET", "/v1/sandboxes/{id}/processes/{process_id}", member, a.hosted(a.getProcess)},
 		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/signal", member, a.hosted(mutating(a, a.signalProcess))},
 		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/attachments", member, mutating(a, a.createAttachment)},
+		{"GET", "/v1/operations", member, a.listOperations},
 		{"GET", "/v1/operations/{id}", member, a.getOperation},
 		{"GET", "/v1/environments", member, a.listEnvironments},
 

@@ -176,6 +176,12 @@ type Operation struct {
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
+// OperationList is the response of GET /v1/operations, newest first.
+type OperationList struct {
+	Operations []Operation `json:"operations"`
+	NextCursor string      `json:"next_cursor,omitempty"` // pass as ?cursor= for the next page
+}
+
 // OperationResponse is the 202 response of DELETE /v1/sandboxes/{id}.
 type OperationResponse struct {
 	Operation Operation `json:"operation"`
