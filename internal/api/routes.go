@@ -42,6 +42,7 @@ func (a *API) routeTable() []route {
 
 		{"POST", "/v1/sandboxes", member, mutating(a, a.createSandbox)},
 		{"GET", "/v1/sandboxes", member, a.listSandboxes},
+		{"GET", "/v1/watch/sandboxes", member, a.watchSandboxes},
 		{"GET", "/v1/sandboxes/{id}", member, a.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", member, mutating(a, a.deleteSandbox)},
 		{"POST", "/v1/sandboxes/{id}/timeout", member, mutating(a, a.setSandboxTimeout)},
@@ -108,7 +109,7 @@ func (a *API) guard(rt route) http.Handler {
 		var p principal
 		if rt.access != publicAccess {
 			var err error
-			p, err = a.authenticate(r)
+			p, err = a.authenticate(r, rt)
 			if err != nil {
 				a.writeError(w, r, err)
 				return
