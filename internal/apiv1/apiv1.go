@@ -20,6 +20,7 @@ const (
 	CodeTokenExpired         = "token_expired"          // 401: attachment token past its expiry
 	CodePermissionDenied     = "permission_denied"      // 403: the key's role may not do this
 	CodeTokenScope           = "token_scope"            // 403: a sandbox access token used outside its sandbox's routes
+	CodeCSRFFailed           = "csrf_failed"            // 403: a request authenticated by the console's session cookie without its CSRF header, or from another origin
 	CodeNotFound             = "not_found"              // 404: no such resource in this project
 	CodeTemplateNotFound     = "template_not_found"     // 404/400: the template reference resolves to nothing
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405
@@ -175,6 +176,12 @@ type Operation struct {
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
+// OperationList is the response of GET /v1/operations, newest first.
+type OperationList struct {
+	Operations []Operation `json:"operations"`
+	NextCursor string      `json:"next_cursor,omitempty"` // pass as ?cursor= for the next page
+}
+
 // OperationResponse is the 202 response of DELETE /v1/sandboxes/{id}.
 type OperationResponse struct {
 	Operation Operation `json:"operation"`
@@ -250,6 +257,10 @@ const (
 	EventBuildProgress = "progress" // BuildProgressEventData
 	EventBuildDone     = "done"     // Build, the last event
 )
+
+// EventSandboxes is the event of GET /v1/watch/sandboxes (text/event-stream):
+// data is a SandboxList.
+const EventSandboxes = "sandboxes"
 
 // BuildLogEventData is a chunk of a build's log: whole lines, but for a
 // partial last line at the end of the log or after a pause, or a line cut
