@@ -91,7 +91,7 @@ function shortDigest(d) {
 // createForm is the create form: template, environment, resources, egress.
 function createForm(ctx) {
   const h = ctx.h;
-  const template = h('input', { type: 'text', testid: 'create-template', value: 'default', placeholder: 'name:tag or sha256:…' });
+  const template = h('select', { testid: 'create-template' }, h('option', { value: '' }, '(server default)'));
   const env = h('select', { testid: 'create-environment' }, h('option', { value: '' }, '(server default)'));
   const cpus = h('input', { type: 'number', testid: 'create-cpus', min: '1', placeholder: 'default' });
   const memory = h('input', { type: 'number', testid: 'create-memory', min: '1', placeholder: 'default' });
@@ -102,6 +102,13 @@ function createForm(ctx) {
   const submit = h('button', { type: 'submit', testid: 'create-submit' }, 'Create');
   const done = h('span', { class: 'muted' });
 
+  ctx.api.get('/v1/templates').then((out) => {
+    for (const t of out.templates || []) {
+      const names = t.names || [];
+      if (names.length === 0) template.appendChild(h('option', { value: t.digest }, t.digest.slice(0, 19)));
+      for (const n of names) template.appendChild(h('option', { value: n }, n));
+    }
+  }).catch(() => {});
   ctx.api.get('/v1/environments').then((out) => {
     for (const e of out.environments || []) {
       const label = `${e.name}${e.available === false ? ' (unavailable)' : ''}`;
@@ -118,7 +125,7 @@ function createForm(ctx) {
       ev.preventDefault();
       ctx.showError(null);
       const body = {};
-      if (template.value.trim()) body.template = template.value.trim();
+      if (template.value) body.template = template.value;
       if (env.value) body.environment = env.value;
       if (cpus.value) body.cpus = Number(cpus.value);
       if (memory.value) body.memory_mib = Number(memory.value);
