@@ -167,3 +167,30 @@ func TestAuthenticateKey(t *testing.T) {
 		}
 	}
 }
+
+// TestDropSessionCookie: the console's cookie never reaches a guest;
+// the caller's other cookies do.
+func TestDropSessionCookie(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"a=b"}, "a=b"},
+		{[]string{SessionCookie + "=alk_x"}, ""},
+		{[]string{"a=b; " + SessionCookie + "=alk_x; c=d"}, "a=b; c=d"},
+		{[]string{SessionCookie + "=alk_x", "e=f"}, "e=f"},
+		{[]string{" " + SessionCookie + "=alk_x ;a=b"}, "a=b"},
+		{[]string{SessionCookie + "x=keep"}, SessionCookie + "x=keep"},
+	} {
+		h := http.Header{}
+		for _, v := range tc.in {
+			h.Add("Cookie", v)
+		}
+		dropSessionCookie(h)
+		if got := strings.Join(h.Values("Cookie"), "|"); got != tc.want {
+			t.Errorf("%q → %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -71,10 +71,12 @@ export async function render(main, ctx, params) {
   timer = setInterval(refresh, statePoll);
 
   // Tabs: one mounted at a time; its cleanup runs when another is chosen
-  // or the page is left.
+  // or the page is left (the terminal's hangs its shell up).
   let tabCleanup = null;
   const buttons = new Map();
+  let showSeq = 0;
   async function show(name) {
+    const seq = ++showSeq;
     if (tabCleanup) { try { tabCleanup(); } catch (e) { console.error(e); } tabCleanup = null; }
     for (const [n, b] of buttons) {
       b.setAttribute('aria-selected', String(n === name));
@@ -84,7 +86,7 @@ export async function render(main, ctx, params) {
     const tab = tabs.find((t) => t.name === name);
     try {
       const c = await tab.mount(panel, ctx, id, () => sandbox);
-      if (closed) { if (typeof c === 'function') c(); return; }
+      if (closed || seq !== showSeq) { if (typeof c === 'function') c(); return; } // left, or another tab chosen
       tabCleanup = typeof c === 'function' ? c : null;
     } catch (e) {
       ctx.showError(e);

@@ -29,14 +29,15 @@ export async function render(main, ctx) {
   main.appendChild(section('Sandboxes', tableEl, h('div', { class: 'pager' }, status)));
   main.appendChild(section('Create a sandbox', createForm(ctx)));
 
-  const rows = new Map(); // id → {tr, stateCell, buttons}
+  const rows = new Map(); // id → {tr, stateBadge, actions}
   function draw(list) {
     const seen = new Set();
     for (const sb of list.sandboxes || []) {
       seen.add(sb.id);
       let r = rows.get(sb.id);
       if (!r) {
-        const stateCell = h('td', { testid: 'sandbox-state' });
+        const stateBadge = h('span', { class: 'badge' });
+        const stateCell = h('td', { testid: 'sandbox-state' }, stateBadge);
         const actions = actionButtons(ctx, sb.id);
         const tr = h('tr', { testid: 'sandbox-row', 'data-id': sb.id },
           h('td', { class: 'mono' }, h('a', { testid: 'sandbox-link', href: `#/sandboxes/${encodeURIComponent(sb.id)}` }, sb.id)),
@@ -46,11 +47,11 @@ export async function render(main, ctx) {
           h('td', { class: 'num' }),
           h('td'),
           h('td', { class: 'actions' }, actions.el));
-        r = { tr, stateCell, actions };
+        r = { tr, stateBadge, actions };
         rows.set(sb.id, r);
       }
-      r.stateCell.textContent = sb.state;
-      r.stateCell.className = `state-${String(sb.state).replace(/[^a-z0-9_-]/gi, '')}`;
+      r.stateBadge.textContent = sb.state;
+      r.stateBadge.className = `badge state-${String(sb.state).replace(/[^a-z0-9_-]/gi, '')}`;
       const cells = r.tr.children;
       cells[2].textContent = shortDigest(sb.template);
       cells[2].title = sb.template || '';
@@ -91,7 +92,7 @@ function shortDigest(d) {
 // createForm is the create form: template, environment, resources, egress.
 function createForm(ctx) {
   const h = ctx.h;
-  const template = h('input', { type: 'text', testid: 'create-template', value: 'default', placeholder: 'name:tag or sha256:…' });
+  const template = h('select', { testid: 'create-template' }, h('option', { value: '' }, '(server default)'));
   const env = h('select', { testid: 'create-environment' }, h('option', { value: '' }, '(server default)'));
   const cpus = h('input', { type: 'number', testid: 'create-cpus', min: '1', placeholder: 'default' });
   const memory = h('input', { type: 'number', testid: 'create-memory', min: '1', placeholder: 'default' });
@@ -102,6 +103,13 @@ function createForm(ctx) {
   const submit = h('button', { type: 'submit', testid: 'create-submit' }, 'Create');
   const done = h('span', { class: 'muted' });
 
+  ctx.api.get('/v1/templates').then((out) => {
+    for (const t of out.templates || []) {
+      const names = t.names || [];
+      if (names.length === 0) template.appendChild(h('option', { value: t.digest }, t.digest.slice(0, 19)));
+      for (const n of names) template.appendChild(h('option', { value: n }, n));
+    }
+  }).catch(() => {});
   ctx.api.get('/v1/environments').then((out) => {
     for (const e of out.environments || []) {
       const label = `${e.name}${e.available === false ? ' (unavailable)' : ''}`;
@@ -118,7 +126,7 @@ function createForm(ctx) {
       ev.preventDefault();
       ctx.showError(null);
       const body = {};
-      if (template.value.trim()) body.template = template.value.trim();
+      if (template.value) body.template = template.value;
       if (env.value) body.environment = env.value;
       if (cpus.value) body.cpus = Number(cpus.value);
       if (memory.value) body.memory_mib = Number(memory.value);

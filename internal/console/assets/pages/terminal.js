@@ -7,23 +7,43 @@ import { attach } from './attach.js';
 // The shell: bash when the image has it, else sh; a login shell.
 const shell = ['/bin/sh', '-c', 'if command -v bash >/dev/null 2>&1; then exec bash -l; else exec /bin/sh -l; fi'];
 
-let cssLoaded = false;
+// hangupGrace is how long a closed terminal's shell may take to exit on
+// end of input before it is sent SIGHUP.
+const hangupGrace = 2000;
+
+const cssHref = '/ui/assets/vendor/xterm/xterm.css';
 function loadCSS() {
-  if (cssLoaded) return;
-  cssLoaded = true;
-  document.head.appendChild(Object.assign(document.createElement('link'), { rel: 'stylesheet', href: '/ui/assets/vendor/xterm/xterm.css' }));
+  if (document.querySelector(`link[href="${cssHref}"]`)) return;
+  document.head.appendChild(Object.assign(document.createElement('link'), { rel: 'stylesheet', href: cssHref }));
 }
 
-// mirrorStyles works around xterm.js's <style> elements (its theme and cell
-// sizes), which the console's Content-Security-Policy (style-src 'self')
-// blocks: their text is copied into constructed style sheets adopted by
-// the document, which the policy does not govern. Returns a stop function.
+// xterm.js writes its theme and cell sizes into <style> elements, which
+// the console's Content-Security-Policy (style-src 'self') refuses (and
+// reports). While a terminal is opened, document.createElement('style')
+// makes an inert, hidden <xterm-style> element instead, and mirrorStyles
+// copies the text xterm writes into it into constructed style sheets
+// adopted by the document, which the policy does not govern.
+function inertStyles(fn) {
+  const create = document.createElement;
+  document.createElement = function createElement(tag, opts) {
+    if (String(tag).toLowerCase() === 'style') {
+      const el = create.call(document, 'xterm-style');
+      el.hidden = true;
+      return el;
+    }
+    return create.call(document, tag, opts);
+  };
+  try { return fn(); } finally { document.createElement = create; }
+}
+
+// mirrorStyles keeps one adopted style sheet per <xterm-style> element
+// under roots, with its text. Returns a stop function.
 function mirrorStyles(roots) {
-  const sheets = new Map(); // style element → CSSStyleSheet
+  const sheets = new Map(); // element → CSSStyleSheet
   const sync = () => {
     const live = new Set();
     for (const root of roots) {
-      for (const el of root.querySelectorAll('style')) {
+      for (const el of root.querySelectorAll('xterm-style')) {
         live.add(el);
         let sheet = sheets.get(el);
         if (!sheet) {
@@ -43,11 +63,11 @@ function mirrorStyles(roots) {
   };
   const obs = new MutationObserver(sync);
   for (const root of roots) obs.observe(root, { childList: true, subtree: true, characterData: true });
-  return () => {
+  return { sync, stop: () => {
     obs.disconnect();
     const gone = new Set(sheets.values());
     document.adoptedStyleSheets = document.adoptedStyleSheets.filter((s) => !gone.has(s));
-  };
+  } };
 }
 
 // mountTerminal fills panel with a terminal running a shell in sandbox id
@@ -55,30 +75,43 @@ function mirrorStyles(roots) {
 export async function mountTerminal(panel, ctx, id) {
   const h = ctx.h;
   loadCSS();
-  const [{ Terminal }, { FitAddon }] = await Promise.all([
-    import('../vendor/xterm/xterm.mjs'),
-    import('../vendor/xterm/addon-fit.mjs'),
-  ]);
   const status = h('div', { class: 'muted', testid: 'terminal-status' }, 'starting a shell…');
   const box = h('div', { class: 'terminal', testid: 'terminal' });
   box.style.height = '420px'; // CSSOM, which the style-src policy allows (fit needs a height)
   panel.appendChild(box);
   panel.appendChild(status);
+  const [{ Terminal }, { FitAddon }] = await Promise.all([
+    import('../vendor/xterm/xterm.mjs'),
+    import('../vendor/xterm/addon-fit.mjs'),
+  ]);
 
-  const stopMirror = mirrorStyles([box, document.head]);
+  const mirror = mirrorStyles([box, document.head]);
+  const stopMirror = mirror.stop;
   const term = new Terminal({ cursorBlink: true, fontSize: 13, scrollback: 5000 });
   const fit = new FitAddon();
   term.loadAddon(fit);
-  term.open(box);
+  inertStyles(() => term.open(box));
+  mirror.sync();
   try { fit.fit(); } catch { /* not laid out yet */ }
 
   let conn = null;
   let ended = false;
+  let exited = false;
   const disposers = [];
+  // cleanup hangs the shell up: end of input first (^D, after whatever was
+  // typed, so a command just entered still runs), then SIGHUP if the shell
+  // has not exited within hangupGrace (a program in the foreground).
   const cleanup = () => {
     ended = true;
     for (const d of disposers) { try { d(); } catch { /* gone */ } }
-    if (conn) { conn.signal('HUP'); conn.close(); }
+    if (conn) {
+      const c = conn;
+      c.eof();
+      setTimeout(() => {
+        if (!exited) c.signal('HUP');
+        setTimeout(() => c.close(), 250);
+      }, exited ? 0 : hangupGrace);
+    }
     term.dispose();
     stopMirror();
   };
@@ -98,8 +131,10 @@ export async function mountTerminal(panel, ctx, id) {
     return cleanup;
   }
   conn = attach(session, {
-    output: (bytes) => term.write(bytes),
+    output: (bytes) => { if (!ended) term.write(bytes); },
     event: (ev) => {
+      if (ev.type === 'exit') exited = true;
+      if (ended) return;
       if (ev.type === 'exit') {
         status.textContent = `the shell exited (code ${ev.exit_code ?? '?'}${ev.signal ? `, signal ${ev.signal}` : ''})`;
         term.write(`\r\n[exited ${ev.exit_code ?? ''}]\r\n`);
