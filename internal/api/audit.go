@@ -155,6 +155,7 @@ func (a *API) recordAudit(r *http.Request, rt route, p principal, w *auditWriter
 	defer cancel()
 	if _, err := a.cfg.Store.AppendAudit(wctx, e); err != nil {
 		a.auditFailures.Add(1)
+		a.cfg.Metrics.AuditWriteFailed()
 		a.log.ErrorContext(ctx, "audit entry not recorded", "action", e.Action, "status", e.Status,
 			"key", e.KeyID, "project", e.Project, "resource", e.ResourceID, "request_id", e.RequestID, "err", err)
 	}

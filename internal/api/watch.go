@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/eventstream"
 )
@@ -59,6 +61,9 @@ func (a *API) streamSandboxList(w http.ResponseWriter, r *http.Request, p princi
 		a.writeError(w, r, err)
 		return
 	}
+	// The stream lives as long as the tab: its later reads are not
+	// recorded under the request's span (one endless trace otherwise).
+	ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
 	sse := eventstream.Start(w)
 	send := func(b []byte) error {
 		if _, err := fmt.Fprintf(sse, "event: %s\ndata: %s\n\n", apiv1.EventSandboxes, b); err != nil {

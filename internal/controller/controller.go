@@ -416,9 +416,18 @@ func (c *Controller) finish(ctx context.Context, op model.Operation, state model
 		Now:           c.cfg.Now(),
 	})
 	if err == nil {
-		c.cfg.Metrics.OperationFinished(string(op.Kind), state == model.OpSucceeded)
+		c.cfg.Metrics.OperationFinished(metricKind(op), state == model.OpSucceeded)
 	}
 	return err
+}
+
+// metricKind is op's kind for the operations counter: a create in the
+// system project fills a warm pool, which no user waited for.
+func metricKind(op model.Operation) string {
+	if op.Kind == model.OpCreate && op.ProjectID == model.SystemProject {
+		return metrics.OpPoolFill
+	}
+	return string(op.Kind)
 }
 
 // stepResult is what a worker step reports besides success: a snapshot
@@ -723,8 +732,8 @@ func (c *Controller) requeueDeletes(ctx context.Context, sandboxes []model.Sandb
 // observeSuccess counts an operation that succeeded and, for a create,
 // how long it took from its request (its operation's creation) to running.
 func (c *Controller) observeSuccess(op model.Operation, lc model.Lifecycle, env envid.Name, source model.Source) {
-	c.cfg.Metrics.OperationFinished(string(op.Kind), true)
-	if lc.Step == model.StepEnsure {
+	c.cfg.Metrics.OperationFinished(metricKind(op), true)
+	if lc.Step == model.StepEnsure && op.ProjectID != model.SystemProject {
 		c.cfg.Metrics.CreateFinished(string(env), string(source), c.cfg.Now().Sub(op.CreatedAt))
 	}
 }

@@ -63,12 +63,12 @@ const other = "other"
 var (
 	streamKinds    = []string{StreamAttachSSE, StreamAttachWebSocket, StreamStdin, StreamFileDownload, StreamFileUpload, StreamFileTarOut, StreamFileTarIn, StreamFileWatch}
 	sources        = []string{"cold", "pool", "snapshot"}
-	operationKinds = []string{"create", "delete", "pause", "resume", "suspend", "wake"}
+	operationKinds = []string{"create", "delete", "pause", "resume", "suspend", "wake", OpPoolFill}
 	egressKinds    = []string{"dns", "connect", "http", "tls", "cut"}
 	// StoreOps are the store calls whose errors are counted.
 	storeOps = []string{"begin", "commit", "exec", "query", "query_row"}
 	// RuntimeOps are the runtime calls whose errors are counted.
-	runtimeOps = []string{"create", "start", "state", "delete", "list", "pause", "resume", "suspend", "restore", "forget_snapshot", "dial_agent"}
+	runtimeOps = []string{"create", "start", "state", "delete", "list", "pause", "resume", "suspend", "restore", "forget_snapshot"}
 )
 
 // oneOf returns v when it is in set, else "other".
@@ -94,6 +94,7 @@ type Metrics struct {
 	egress        *prometheus.CounterVec
 	storeErrors   *prometheus.CounterVec
 	runtimeErrors *prometheus.CounterVec
+	auditFailures prometheus.Counter
 	handler       http.Handler
 }
 
@@ -131,11 +132,15 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "runtime_errors_total",
 			Help: "Failed runtime calls of the workers, by runtime and call; a sandbox the runtime does not have and a capability it lacks are not counted.",
 		}, []string{"runtime", "op"}),
+		auditFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "audit_write_failures_total",
+			Help: "Mutating requests whose audit log entry could not be written (the request itself was answered; see the error log).",
+		}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: Namespace}),
-		m.createSeconds, m.operations, m.streamsOpen, m.streamBytes, m.egress, m.storeErrors, m.runtimeErrors,
+		m.createSeconds, m.operations, m.streamsOpen, m.streamBytes, m.egress, m.storeErrors, m.runtimeErrors, m.auditFailures,
 	)
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		Registry:          m.reg, // promhttp_metric_handler_errors_total
@@ -249,6 +254,19 @@ func (m *Metrics) RuntimeError(runtime, op string) {
 	}
 	m.runtimeErrors.WithLabelValues(runtime, oneOf(op, runtimeOps)).Inc()
 }
+
+// AuditWriteFailed counts a mutating request whose audit entry was not written.
+func (m *Metrics) AuditWriteFailed() {
+	if m == nil {
+		return
+	}
+	m.auditFailures.Inc()
+}
+
+// OpPoolFill is the operations counter's kind of a create the pool
+// controller made to fill a warm pool (no user waited for it; its claim
+// is counted as a create with source pool).
+const OpPoolFill = "pool_fill"
 
 // EgressObserver is the egress registry's OnDecision: it counts every
 // decision logged.

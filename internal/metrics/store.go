@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
@@ -60,11 +61,44 @@ var (
 		nil, nil)
 )
 
-// storeCollector is WatchStore's collector.
+// storeCollector is WatchStore's collector. Scrapes that arrive while
+// the store is being read share that read (singleflight), so scrapes (the
+// unauthenticated --metrics-listen ones included) keep at most one read of
+// each kind in flight per process, however many arrive; a scrape never
+// sees counts older than the scrape itself began.
 type storeCollector struct {
 	st      Store
 	timeout time.Duration
 	log     *slog.Logger
+	reads   singleflight.Group
+}
+
+// storeRead is one read of the store for the collector.
+type storeRead struct {
+	counts []store.SandboxCount
+	pools  []model.Pool
+}
+
+// read returns the store's counts and pools, sharing a read in flight.
+func (c *storeCollector) read() ([]store.SandboxCount, []model.Pool, error) {
+	v, err, _ := c.reads.Do("store", func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+		defer cancel()
+		counts, err := c.st.CountSandboxes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		pools, err := c.st.ListPools(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return storeRead{counts, pools}, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	r := v.(storeRead)
+	return r.counts, r.pools, nil
 }
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -74,13 +108,7 @@ func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	counts, err := c.st.CountSandboxes(ctx)
-	var pools []model.Pool
-	if err == nil {
-		pools, err = c.st.ListPools(ctx)
-	}
+	counts, pools, err := c.read()
 	if err != nil {
 		c.log.Warn("metrics: cannot read sandboxes and pools from the store", "err", err)
 		ch <- prometheus.MustNewConstMetric(storeUpDesc, prometheus.GaugeValue, 0)
