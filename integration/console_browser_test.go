@@ -69,7 +69,8 @@ func TestConsoleBrowser(t *testing.T) {
 	work := stageScripts(t, consoleDir, modules)
 	env := []string{}
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CONSOLE_") && !strings.HasPrefix(kv, "NODE_OPTIONS=") {
+		// CONSOLE_TIMEOUT_MS may come from outside (the longest wait).
+		if (!strings.HasPrefix(kv, "CONSOLE_") || strings.HasPrefix(kv, "CONSOLE_TIMEOUT_MS=")) && !strings.HasPrefix(kv, "NODE_OPTIONS=") {
 			env = append(env, kv)
 		}
 	}

@@ -252,7 +252,8 @@ async function run() {
   let sandboxID;
 
   await step('a bad key is refused', async () => {
-    await page.goto(ui);
+    const resp = await page.goto(ui);
+    if (!resp || !resp.ok()) throw new Error(`GET ${ui}: ${resp ? resp.status() : 'no response'}`);
     await visible('signin-key');
     await until('#/signin without a session', async () => (await hash()).startsWith('#/signin'), { detail: hash });
     await screenshot('signin');
