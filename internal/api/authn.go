@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -67,11 +68,16 @@ func unauthenticated(format string, args ...any) *apiError {
 	return errorf(http.StatusUnauthorized, apiv1.CodeUnauthenticated, format, args...)
 }
 
-// authenticate checks the request's bearer API key against the store. Every
-// failure is a 401 that does not say whether the key exists.
-func (a *API) authenticate(r *http.Request) (principal, error) {
+// authenticate checks the request's bearer API key against the store, or,
+// without an Authorization header, the console's session cookie (see
+// cookieAuth) for route rt. Every failure is a 401 that does not say
+// whether the key exists.
+func (a *API) authenticate(r *http.Request, rt route) (principal, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
+		if c, err := r.Cookie(SessionCookie); err == nil {
+			return a.cookieAuth(r, rt, c.Value)
+		}
 		return principal{}, unauthenticated("missing API key: send Authorization: Bearer <api key>")
 	}
 	scheme, token, ok := strings.Cut(h, " ")
@@ -88,11 +94,16 @@ func (a *API) authenticate(r *http.Request) (principal, error) {
 	default:
 		return principal{}, unauthenticated("malformed API key")
 	}
+	return a.authenticateKey(r.Context(), token)
+}
+
+// authenticateKey checks an API key (alk_…) against the store.
+func (a *API) authenticateKey(ctx context.Context, token string) (principal, error) {
 	id, secret, err := auth.ParseAPIKey(token)
 	if err != nil {
 		return principal{}, unauthenticated("malformed API key")
 	}
-	key, err := a.cfg.Store.GetAPIKey(r.Context(), id)
+	key, err := a.cfg.Store.GetAPIKey(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return principal{}, unauthenticated("invalid API key")
 	}

@@ -156,6 +156,16 @@ func TestFilesAPI(t *testing.T) {
 	if res.ContentLength != size {
 		t.Errorf("Content-Length %d", res.ContentLength)
 	}
+	// A guest's file never runs as the server's (the console's) origin.
+	if got := res.Header.Get("Content-Security-Policy"); got != "sandbox" {
+		t.Errorf("download Content-Security-Policy %q, want sandbox", got)
+	}
+	if got := res.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+		t.Errorf("download X-Content-Type-Options %q", got)
+	}
+	if got := res.Header.Get("Content-Disposition"); got != `attachment; filename=f.bin` {
+		t.Errorf("download Content-Disposition %q", got)
+	}
 	if got := wantDP(t, res, http.StatusOK, ""); sha256.Sum256(got) != sha256.Sum256(content) {
 		t.Fatal("downloaded bytes differ")
 	}

@@ -145,7 +145,7 @@ func TestErrorCodesDocumented(t *testing.T) {
 		apiv1.CodeBlobStoreUnavailable, apiv1.CodeBlobStoreCorrupt,
 		apiv1.CodeUnknownEgressProfile, apiv1.CodeEgressProfileInUse, apiv1.CodeNoCapacity, apiv1.CodeNoEligibleNode,
 		apiv1.CodeEnvironmentUnknown, apiv1.CodeEnvironmentArtifactsMissing, apiv1.CodeEnvironmentUnavailable,
-		apiv1.CodePortUnreachable, apiv1.CodeSandboxNoNetwork,
+		apiv1.CodePortUnreachable, apiv1.CodeSandboxNoNetwork, apiv1.CodeCSRFFailed,
 	}
 	slices.Sort(got)
 	slices.Sort(want)

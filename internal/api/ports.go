@@ -127,6 +127,7 @@ func (a *API) proxyPort(w http.ResponseWriter, r *http.Request, p principal) {
 		ErrorLog:      slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 		ModifyResponse: func(res *http.Response) error {
 			res.Header.Del("X-Request-Id") // the API's own stands
+			guestContentHeaders(res.Header)
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -167,6 +168,7 @@ func guestPath(r *http.Request) (path, rawPath string) {
 func scrubGuestRequest(pr *httputil.ProxyRequest, trusted bool) {
 	h := pr.Out.Header
 	h.Del("Authorization")
+	dropSessionCookie(h)
 	for k := range h {
 		if strings.HasPrefix(k, "Airlock-") {
 			delete(h, k)
@@ -217,4 +219,36 @@ func dialReason(err error) string {
 		return "the connection was reset"
 	}
 	return "the connection failed or closed before an answer"
+}
+
+// guestContentHeaders makes a guest's answer inert as the console's
+// origin: served from the server's own origin, a guest's HTML runs in a
+// sandbox (a unique opaque origin: no cookies, no same-origin requests to
+// the API), and no content type is sniffed. A policy the guest sent
+// stands too (every policy is enforced).
+func guestContentHeaders(h http.Header) {
+	h.Add("Content-Security-Policy", "sandbox")
+	h.Set("X-Content-Type-Options", "nosniff")
+}
+
+// dropSessionCookie removes the console's session cookie (an API key)
+// from a request bound for a guest; other cookies pass.
+func dropSessionCookie(h http.Header) {
+	lines := h.Values("Cookie")
+	if len(lines) == 0 {
+		return
+	}
+	var keep []string
+	for _, line := range lines {
+		for _, part := range strings.Split(line, ";") {
+			name, _, _ := strings.Cut(strings.TrimSpace(part), "=")
+			if part = strings.TrimSpace(part); part != "" && name != SessionCookie {
+				keep = append(keep, part)
+			}
+		}
+	}
+	h.Del("Cookie")
+	if len(keep) > 0 {
+		h.Set("Cookie", strings.Join(keep, "; "))
+	}
 }

@@ -203,7 +203,7 @@ func TestPortsProxyRequests(t *testing.T) {
 	guestHost := "127.0.0.1:" + strconv.Itoa(pe.guest.port)
 	hdr := http.Header{
 		"X-Custom":         {"kept"},
-		"Cookie":           {"a=b"},
+		"Cookie":           {"a=b; airlock_session=alk_the_console_session"}, // the console's is dropped
 		"Airlock-Whatever": {"dropped"},
 		"X-Forwarded-Host": {"evil.example"}, // a client's own is replaced
 		"X-Forwarded-For":  {"192.0.2.66"},
@@ -252,6 +252,10 @@ func TestPortsProxyRequests(t *testing.T) {
 	res := pe.send(req{method: "GET", path: portPath(pe.id, pe.guest.port, "teapot"), key: pe.keyA}).want(t, http.StatusTeapot)
 	if string(res.body) != "short and stout" || res.header.Get("X-Guest") != "yes" || len(res.header.Values("X-Request-Id")) != 1 || res.header.Get("X-Request-Id") == "guest-own" {
 		t.Errorf("guest answer: %v %q", res.header, res.body)
+	}
+	// A guest's page never runs as the server's (the console's) origin.
+	if res.header.Get("Content-Security-Policy") != "sandbox" || res.header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("guest answer without the sandbox policy: %v", res.header)
 	}
 
 	// Paths of several segments keep the caller's escapes; an empty

@@ -107,7 +107,7 @@ func (a *API) guard(rt route) http.Handler {
 		var p principal
 		if rt.access != publicAccess {
 			var err error
-			p, err = a.authenticate(r)
+			p, err = a.authenticate(r, rt)
 			if err != nil {
 				a.writeError(w, r, err)
 				return

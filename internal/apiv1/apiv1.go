@@ -20,6 +20,7 @@ const (
 	CodeTokenExpired         = "token_expired"          // 401: attachment token past its expiry
 	CodePermissionDenied     = "permission_denied"      // 403: the key's role may not do this
 	CodeTokenScope           = "token_scope"            // 403: a sandbox access token used outside its sandbox's routes
+	CodeCSRFFailed           = "csrf_failed"            // 403: a request authenticated by the console's session cookie without its CSRF header, or from another origin
 	CodeNotFound             = "not_found"              // 404: no such resource in this project
 	CodeTemplateNotFound     = "template_not_found"     // 404/400: the template reference resolves to nothing
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"path"
 	"strconv"
 
 	"github.com/airlockdev/airlock/internal/agentclient"
@@ -186,6 +187,7 @@ func (d *DataPlane) download(ctx context.Context, w http.ResponseWriter, agent *
 	defer body.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Cache-Control", "no-store")
+	inertContent(w.Header(), p)
 	if size >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	}
@@ -202,6 +204,7 @@ func (d *DataPlane) tarOut(ctx context.Context, w http.ResponseWriter, agent *ag
 	defer body.Close()
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.Header().Set("Cache-Control", "no-store")
+	inertContent(w.Header(), path.Base(p)+".tar")
 	w.WriteHeader(http.StatusOK)
 	d.copyOut(ctx, w, body, "tar-out "+p)
 }
@@ -297,4 +300,16 @@ func (d *DataPlane) watch(ctx context.Context, w http.ResponseWriter, agent *age
 // FileInfoOut converts the agent's FileInfo to the API's.
 func FileInfoOut(fi agentproto.FileInfo) apiv1.FileInfo {
 	return apiv1.FileInfo{Path: fi.Path, Name: fi.Name, Type: fi.Type, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime, LinkTarget: fi.LinkTarget}
+}
+
+// inertContent marks a guest file's bytes as a download that never runs
+// as the server's origin (the web console's): a sandboxed document if a
+// browser renders it after all, no content sniffing, and saved under the
+// file's base name.
+func inertContent(h http.Header, name string) {
+	h.Set("Content-Security-Policy", "sandbox")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if d := mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(name)}); d != "" {
+		h.Set("Content-Disposition", d)
+	}
 }

@@ -110,6 +110,11 @@ func authenticate(_ context.Context, in *openapi3filter.AuthenticationInput) err
 			return errors.New("no Bearer credential in Authorization")
 		}
 		return nil
+	case scheme.Type == "apiKey" && scheme.In == "cookie":
+		if c, err := r.Cookie(scheme.Name); err != nil || c.Value == "" {
+			return fmt.Errorf("no %s cookie", scheme.Name)
+		}
+		return nil
 	case scheme.Type == "apiKey" && scheme.In == "query":
 		if r.URL.Query().Get(scheme.Name) == "" {
 			return fmt.Errorf("no %s query parameter", scheme.Name)
