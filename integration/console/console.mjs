@@ -92,7 +92,7 @@ async function until(what, cond, { timeout = T, detail } = {}) {
   }
 }
 
-const tid = (id) => page.getByTestId(id, { exact: true });
+const tid = (id) => page.getByTestId(id);
 
 // visible waits for a test id (or locator) to be visible.
 async function visible(idOrLocator, timeout = T) {
@@ -430,9 +430,10 @@ async function run() {
     await screenshot('templates');
     if (buildID) {
       await visible('builds-table');
-      const link = page.locator('[data-testid="build-row"]').filter({ hasText: buildID });
-      await visible(link);
-      await page.goto(`${ui}#/builds/${buildID}`);
+      const buildRow = page.locator(`[data-testid="build-row"][data-id="${buildID}"]`);
+      await visible(buildRow);
+      await buildRow.getByTestId('build-link').click();
+      await until(`#/builds/${buildID}`, async () => (await hash()) === `#/builds/${buildID}`, { detail: hash });
       const log = await visible('build-log');
       await until('the build log to show the build succeeded', async () => /succeeded/.test(await text(log)), {
         detail: async () => text(log),
@@ -441,14 +442,12 @@ async function run() {
     }
   });
 
-  await step('environments, pools, operations', async () => {
+  await step('environments and operations', async () => {
     await navTo('nav-environments', 'environments-table');
     await until('an environment in the table', async () => (await text(tid('environments-table'))).includes('runc'), {
       detail: async () => text(tid('environments-table')),
     });
     await screenshot('environments');
-    await navTo('nav-pools', 'pools-table');
-    await screenshot('pools');
     await navTo('nav-operations', 'operations-table');
     await visible(page.locator('[data-testid="operation-row"]'));
     await screenshot('operations');
@@ -510,8 +509,11 @@ async function run() {
     await until('#/sandboxes to send back to #/signin', async () => (await hash()).startsWith('#/signin'), { detail: hash });
   });
 
-  await step('sign in as admin: projects and keys', async () => {
+  await step('sign in as admin: pools, projects and keys', async () => {
     await signIn(adminKey, 'admin');
+    // Pools are an admin's (GET /v1/pools is admin-only).
+    await navTo('nav-pools', 'pools-table');
+    await screenshot('pools');
     await navTo('nav-projects', 'projects-table');
     await until('the default project in the table', async () => (await text(tid('projects-table'))).includes('default'));
     await screenshot('projects');
