@@ -42,6 +42,7 @@ func (a *API) routeTable() []route {
 
 		{"POST", "/v1/sandboxes", member, mutating(a, a.createSandbox)},
 		{"GET", "/v1/sandboxes", member, a.listSandboxes},
+		{"GET", "/v1/watch/sandboxes", member, a.watchSandboxes},
 		{"GET", "/v1/sandboxes/{id}", member, a.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", member, mutating(a, a.deleteSandbox)},
 		{"POST", "/v1/sandboxes/{id}/timeout", member, mutating(a, a.setSandboxTimeout)},
@@ -50,6 +51,7 @@ func (a *API) routeTable() []route {
 		{"GET", "/v1/sandboxes/{id}/processes/{process_id}", member, a.hosted(a.getProcess)},
 		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/signal", member, a.hosted(mutating(a, a.signalProcess))},
 		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/attachments", member, mutating(a, a.createAttachment)},
+		{"GET", "/v1/operations", member, a.listOperations},
 		{"GET", "/v1/operations/{id}", member, a.getOperation},
 		{"GET", "/v1/environments", member, a.listEnvironments},
 

@@ -157,10 +157,19 @@ func (a *API) listSandboxes(w http.ResponseWriter, r *http.Request, p principal)
 		a.writeError(w, r, err)
 		return
 	}
-	page, err := a.cfg.Store.ListSandboxes(r.Context(), q)
+	out, err := a.sandboxList(r.Context(), q)
 	if err != nil {
-		a.writeError(w, r, fmt.Errorf("list sandboxes: %w", err))
+		a.writeError(w, r, err)
 		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// sandboxList is the body of GET /v1/sandboxes for query q.
+func (a *API) sandboxList(ctx context.Context, q store.SandboxQuery) (apiv1.SandboxList, error) {
+	page, err := a.cfg.Store.ListSandboxes(ctx, q)
+	if err != nil {
+		return apiv1.SandboxList{}, fmt.Errorf("list sandboxes: %w", err)
 	}
 	out := apiv1.SandboxList{Sandboxes: make([]apiv1.Sandbox, 0, len(page.Sandboxes))}
 	for _, sb := range page.Sandboxes {
@@ -169,7 +178,7 @@ func (a *API) listSandboxes(w http.ResponseWriter, r *http.Request, p principal)
 	if page.Next != nil {
 		out.NextCursor = encodeCursor(*page.Next)
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
 // sandboxOf loads a sandbox of the caller's project named by the {id} path value.

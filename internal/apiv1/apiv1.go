@@ -176,6 +176,12 @@ type Operation struct {
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
+// OperationList is the response of GET /v1/operations, newest first.
+type OperationList struct {
+	Operations []Operation `json:"operations"`
+	NextCursor string      `json:"next_cursor,omitempty"` // pass as ?cursor= for the next page
+}
+
 // OperationResponse is the 202 response of DELETE /v1/sandboxes/{id}.
 type OperationResponse struct {
 	Operation Operation `json:"operation"`
@@ -251,6 +257,10 @@ const (
 	EventBuildProgress = "progress" // BuildProgressEventData
 	EventBuildDone     = "done"     // Build, the last event
 )
+
+// EventSandboxes is the event of GET /v1/watch/sandboxes (text/event-stream):
+// data is a SandboxList.
+const EventSandboxes = "sandboxes"
 
 // BuildLogEventData is a chunk of a build's log: whole lines, but for a
 // partial last line at the end of the log or after a pause, or a line cut

@@ -13,7 +13,7 @@ import (
 
 func (a *app) opCommand() *cobra.Command {
 	return group("op", "Inspect and wait for lifecycle operations",
-		a.opGetCommand(), a.opWaitCommand())
+		a.opGetCommand(), a.opWaitCommand(), a.opListCommand())
 }
 
 func (a *app) opGetCommand() *cobra.Command {

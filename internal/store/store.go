@@ -87,6 +87,29 @@ type SandboxPage struct {
 	Next      *SandboxCursor // nil on the last page
 }
 
+// OperationCursor is a position in the (created_at, id) descending order
+// of an operation listing.
+type OperationCursor struct {
+	CreatedAt time.Time
+	ID        model.OperationID
+}
+
+// OperationQuery selects operations of one project, newest first.
+type OperationQuery struct {
+	ProjectID model.ProjectID
+	SandboxID model.SandboxID        // "": every sandbox
+	States    []model.OperationState // empty: every state
+	Kinds     []model.OperationKind  // empty: every kind
+	Limit     int                    // 1..1000
+	After     *OperationCursor       // exclusive; nil starts at the newest
+}
+
+// OperationPage is one page of an operation listing, newest first.
+type OperationPage struct {
+	Operations []model.Operation
+	Next       *OperationCursor // nil on the last page
+}
+
 // DeleteRequest asks to move a sandbox to deleting and queue its delete
 // operation, atomically.
 type DeleteRequest struct {
@@ -278,6 +301,9 @@ type Store interface {
 
 	// Operations.
 	GetOperation(ctx context.Context, project model.ProjectID, id model.OperationID) (model.Operation, error)
+	// ListOperations returns a page of a project's operations, newest
+	// (created_at, id) first (see OperationQuery).
+	ListOperations(ctx context.Context, q OperationQuery) (OperationPage, error)
 	// ClaimOperation takes the oldest unfinished operation whose lease is free
 	// or expired and whose NotBefore is not after c.Now, that is not preceded
 	// by another unfinished operation of the same sandbox, and whose sandbox

@@ -33,7 +33,7 @@ import (
 // Run runs every conformance test against stores made by open, each subtest
 // on its own fresh store.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
-	groups := [][]namedTest{projectTests(), sandboxTests(), lifecycleTests(), operationTests(), concurrencyTests(), quotaTests(), sessionTests(), watchTests(), templateTests(), buildTests(), egressTests(), dueTests(), environmentTests(), activityTests(), nodeTests(), nodeFenceTests(), attachKeyTests(), poolTests()}
+	groups := [][]namedTest{projectTests(), sandboxTests(), lifecycleTests(), operationTests(), concurrencyTests(), quotaTests(), sessionTests(), watchTests(), templateTests(), buildTests(), egressTests(), dueTests(), environmentTests(), activityTests(), nodeTests(), nodeFenceTests(), attachKeyTests(), poolTests(), opListTests()}
 	for _, g := range groups {
 		for _, tc := range g {
 			t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,130 @@
+package console
+
+import (
+	"encoding/json"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/airlockdev/airlock/internal/api"
+	"github.com/airlockdev/airlock/internal/apiv1"
+)
+
+// maxSessionBody bounds POST /ui/session's body.
+const maxSessionBody = 4 << 10
+
+// sessionOut is the JSON of /ui/session.
+type sessionOut struct {
+	KeyID   string `json:"key_id"`
+	Project string `json:"project"`
+	Role    string `json:"role"`
+	CSRF    string `json:"csrf"`
+}
+
+func sessionJSON(s api.Session, key string) sessionOut {
+	return sessionOut{KeyID: s.KeyID.String(), Project: s.Project.String(), Role: string(s.Role), CSRF: api.CSRFToken(key)}
+}
+
+// session: POST /ui/session {"key"} signs in (sets the cookie), GET
+// answers who the cookie is, DELETE signs out (clears it).
+func (c *Console) session(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	switch r.Method {
+	case http.MethodPost:
+		c.signIn(w, r)
+	case http.MethodGet, http.MethodHead:
+		s, key, err := c.cfg.Sessions.CookieSession(r)
+		if err != nil {
+			c.cfg.Sessions.WriteError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, sessionJSON(s, key))
+	case http.MethodDelete:
+		c.signOut(w, r)
+	default:
+		w.Header().Set("Allow", "GET, HEAD, POST, DELETE")
+		writeError(w, http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed, r.Method+" is not allowed on /ui/session")
+	}
+}
+
+// signIn checks the key as the API does and sets the session cookie.
+// The body must be JSON (a cross-site form cannot send it) and a request
+// from another origin is refused, so no other site can sign a browser in
+// under a key of its own.
+func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, apiv1.CodeUnsupportedMedia, "send the key as JSON {\"key\": \"alk_…\"} with Content-Type: application/json")
+		return
+	}
+	// The Origin rule of a cookie request, without a CSRF token: a POST
+	// carrying its own key has none yet. Checked with a GET's rules.
+	probe := r.Clone(r.Context())
+	probe.Method = http.MethodGet
+	if err := c.cfg.Sessions.CheckCrossSite(probe, ""); err != nil {
+		c.cfg.Sessions.WriteError(w, r, err)
+		return
+	}
+	var in struct {
+		Key string `json:"key"`
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxSessionBody+1))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, "the body must be JSON {\"key\": \"alk_…\"}")
+		return
+	}
+	key := strings.TrimSpace(in.Key)
+	if key == "" {
+		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, "key is required")
+		return
+	}
+	s, err := c.cfg.Sessions.AuthenticateKey(r.Context(), key)
+	if err != nil {
+		c.cfg.Sessions.WriteError(w, r, err)
+		return
+	}
+	http.SetCookie(w, c.cookie(r, key, 0))
+	writeJSON(w, http.StatusOK, sessionJSON(s, key))
+}
+
+// signOut clears the cookie. It needs the session's CSRF header (and the
+// own origin), so that no other site can sign a browser out; the key need
+// not still be valid.
+func (c *Console) signOut(w http.ResponseWriter, r *http.Request) {
+	if ck, err := r.Cookie(api.SessionCookie); err == nil && ck.Value != "" {
+		if err := c.cfg.Sessions.CheckCrossSite(r, ck.Value); err != nil {
+			c.cfg.Sessions.WriteError(w, r, err)
+			return
+		}
+	}
+	http.SetCookie(w, c.cookie(r, "", -1))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// cookie is the session cookie holding key (maxAge -1: delete it).
+func (c *Console) cookie(r *http.Request, key string, maxAge int) *http.Cookie {
+	return &http.Cookie{
+		Name:     api.SessionCookie,
+		Value:    key,
+		Path:     "/",
+		MaxAge:   maxAge,
+		HttpOnly: true,
+		SameSite: http.SameSiteStrictMode,
+		Secure:   r.TLS != nil || strings.HasPrefix(strings.ToLower(c.cfg.PublicURL), "https://"),
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"code":"internal","message":"internal error"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, apiv1.Error{Code: code, Message: msg})
+}
