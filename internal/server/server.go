@@ -251,6 +251,10 @@ func Run(ctx context.Context, opts Options) error {
 	mux := http.NewServeMux()
 	mux.Handle("/data/", apiHandler.Wrap(dataMux))
 	mux.Handle("/", apiHandler.Handler())
+	if err := mountConsole(mux, apiHandler); err != nil {
+		ln.Close()
+		return err
+	}
 	var handler http.Handler = mux
 	if !opts.NoE2B {
 		gw, watchers, err := e2bGateway(mux, apiHandler.Wrap, st, attachKeys, verifier, baseURL, opts.E2BDomain, log)
