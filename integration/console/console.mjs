@@ -292,10 +292,14 @@ async function run() {
     const before = new Set(await page.locator('[data-testid="sandbox-row"]').evaluateAll((rows) => rows.map((r) => r.dataset.id)));
     // Template: the server's default (minimal) when the form offers it.
     const tpl = tid('create-template');
-    if ((await tpl.count()) > 0 && (await tpl.evaluate((e) => e.tagName)) === 'SELECT') {
-      const options = await tpl.locator('option').evaluateAll((os) => os.map((o) => ({ value: o.value, label: o.textContent })));
-      const minimal = options.find((o) => /minimal/.test(o.value) || /minimal/.test(o.label));
-      if (minimal) await tpl.selectOption(minimal.value);
+    if ((await tpl.evaluate((e) => e.tagName)) === 'SELECT') {
+      const minimal = await until('the minimal template among create-template\'s options', async () => {
+        const options = await tpl.locator('option').evaluateAll((os) => os.map((o) => ({ value: o.value, label: o.textContent })));
+        return options.find((o) => /minimal/.test(o.value) || /minimal/.test(o.label));
+      });
+      await tpl.selectOption(minimal.value);
+    } else {
+      await tpl.fill('minimal');
     }
     await tid('create-cpus').fill('1');
     await tid('create-memory').fill('256');
@@ -376,12 +380,14 @@ async function run() {
 
   await step('egress: a denied attempt shows live in the decision log', async () => {
     const host = `console-denied-${randomBytes(3).toString('hex')}.example`;
-    // A DNS query of a name the deny-all policy refuses, started from the
-    // terminal a few seconds later, so it lands while the egress tab shows.
+    // A DNS query of a name the deny-all policy refuses, typed in the
+    // terminal to run a few seconds later (in a session of its own, so
+    // the terminal's hang-up when the tab changes does not end it), so it
+    // lands while the egress tab shows.
     await (await visible('tab-terminal')).click();
     await visible('terminal');
-    await until('the terminal', async () => (await terminalText()).trim() !== '');
-    await typeInTerminal(`nohup sh -c 'sleep 3; nslookup ${host}' >/dev/null 2>&1 &`);
+    await until('the shell prompt in the terminal', async () => (await terminalText()).trim() !== '');
+    await typeInTerminal(`setsid sh -c 'sleep 4; nslookup ${host}; echo queried-${host} >/tmp/egress-attempt' </dev/null >/dev/null 2>&1 &`);
     await (await visible('tab-egress')).click();
     await visible('egress-policy');
     await visible('egress-decisions');
