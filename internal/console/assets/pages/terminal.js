@@ -1,0 +1,123 @@
+// pages/terminal.js — a shell in the sandbox: xterm.js on a PTY process
+// (POST /v1/sandboxes/{id}/commands with pty and stdin), wired to the data
+// plane's WebSocket attach (pages/attach.js): keys as stdin, terminal
+// resizes as resize messages, output written to the terminal.
+import { attach } from './attach.js';
+
+// The shell: bash when the image has it, else sh; a login shell.
+const shell = ['/bin/sh', '-c', 'if command -v bash >/dev/null 2>&1; then exec bash -l; else exec /bin/sh -l; fi'];
+
+let cssLoaded = false;
+function loadCSS() {
+  if (cssLoaded) return;
+  cssLoaded = true;
+  document.head.appendChild(Object.assign(document.createElement('link'), { rel: 'stylesheet', href: '/ui/assets/vendor/xterm/xterm.css' }));
+}
+
+// mirrorStyles works around xterm.js's <style> elements (its theme and cell
+// sizes), which the console's Content-Security-Policy (style-src 'self')
+// blocks: their text is copied into constructed style sheets adopted by
+// the document, which the policy does not govern. Returns a stop function.
+function mirrorStyles(roots) {
+  const sheets = new Map(); // style element → CSSStyleSheet
+  const sync = () => {
+    const live = new Set();
+    for (const root of roots) {
+      for (const el of root.querySelectorAll('style')) {
+        live.add(el);
+        let sheet = sheets.get(el);
+        if (!sheet) {
+          sheet = new CSSStyleSheet();
+          sheets.set(el, sheet);
+          document.adoptedStyleSheets = [...document.adoptedStyleSheets, sheet];
+        }
+        try { sheet.replaceSync(el.textContent || ''); } catch (e) { console.error('terminal style', e); }
+      }
+    }
+    for (const [el, sheet] of sheets) {
+      if (!live.has(el)) {
+        sheets.delete(el);
+        document.adoptedStyleSheets = document.adoptedStyleSheets.filter((s) => s !== sheet);
+      }
+    }
+  };
+  const obs = new MutationObserver(sync);
+  for (const root of roots) obs.observe(root, { childList: true, subtree: true, characterData: true });
+  return () => {
+    obs.disconnect();
+    const gone = new Set(sheets.values());
+    document.adoptedStyleSheets = document.adoptedStyleSheets.filter((s) => !gone.has(s));
+  };
+}
+
+// mountTerminal fills panel with a terminal running a shell in sandbox id
+// and returns the cleanup (hang up the shell, close the socket).
+export async function mountTerminal(panel, ctx, id) {
+  const h = ctx.h;
+  loadCSS();
+  const [{ Terminal }, { FitAddon }] = await Promise.all([
+    import('../vendor/xterm/xterm.mjs'),
+    import('../vendor/xterm/addon-fit.mjs'),
+  ]);
+  const status = h('div', { class: 'muted', testid: 'terminal-status' }, 'starting a shell…');
+  const box = h('div', { class: 'terminal', testid: 'terminal' });
+  box.style.height = '420px'; // CSSOM, which the style-src policy allows (fit needs a height)
+  panel.appendChild(box);
+  panel.appendChild(status);
+
+  const stopMirror = mirrorStyles([box, document.head]);
+  const term = new Terminal({ cursorBlink: true, fontSize: 13, scrollback: 5000 });
+  const fit = new FitAddon();
+  term.loadAddon(fit);
+  term.open(box);
+  try { fit.fit(); } catch { /* not laid out yet */ }
+
+  let conn = null;
+  let ended = false;
+  const disposers = [];
+  const cleanup = () => {
+    ended = true;
+    for (const d of disposers) { try { d(); } catch { /* gone */ } }
+    if (conn) { conn.signal('HUP'); conn.close(); }
+    term.dispose();
+    stopMirror();
+  };
+
+  let session;
+  try {
+    session = await ctx.api.post(`/v1/sandboxes/${encodeURIComponent(id)}/commands`, {
+      args: shell,
+      pty: { rows: term.rows, cols: term.cols },
+      stdin: true,
+      resume: true,
+      env: { TERM: 'xterm-256color' },
+    });
+  } catch (e) {
+    status.textContent = `could not start a shell: ${e.code ? `${e.code}: ` : ''}${e.message}`;
+    ctx.showError(e);
+    return cleanup;
+  }
+  conn = attach(session, {
+    output: (bytes) => term.write(bytes),
+    event: (ev) => {
+      if (ev.type === 'exit') {
+        status.textContent = `the shell exited (code ${ev.exit_code ?? '?'}${ev.signal ? `, signal ${ev.signal}` : ''})`;
+        term.write(`\r\n[exited ${ev.exit_code ?? ''}]\r\n`);
+      } else if (ev.type === 'error') {
+        status.textContent = `${ev.code}: ${ev.message}`;
+      } else if (ev.type === 'reconnect') {
+        status.textContent = 'the server is shutting down; open the tab again to reconnect';
+      }
+    },
+    close: () => { if (!ended && !status.textContent.startsWith('the shell exited')) status.textContent = 'disconnected'; },
+  });
+  status.textContent = `shell ${session.process_id}`;
+  const onData = term.onData((d) => conn.sendInput(d));
+  const onResize = term.onResize(({ rows, cols }) => conn.resize(rows, cols));
+  disposers.push(() => onData.dispose(), () => onResize.dispose());
+  const refit = () => { try { fit.fit(); } catch { /* hidden */ } };
+  window.addEventListener('resize', refit);
+  disposers.push(() => window.removeEventListener('resize', refit));
+  term.focus();
+  return cleanup;
+}
