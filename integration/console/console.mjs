@@ -217,14 +217,14 @@ async function main() {
     page = await context.newPage();
     page.setDefaultTimeout(T);
     page.on('pageerror', (err) => {
-      pageErrors.push(`uncaught: ${err.message}`);
+      pageErrors.push(`step ${stepNo + 1}: uncaught: ${err.message}`);
       console.log(`  page error: ${err.message}`);
     });
     page.on('console', (msg) => {
       if (msg.type() === 'error' || msg.type() === 'warning') {
         const t = msg.text();
         console.log(`  browser ${msg.type()}: ${t}`);
-        if (/Content[- ]Security[- ]Policy/i.test(t)) pageErrors.push(`CSP violation: ${t}`);
+        if (/Content[- ]Security[- ]Policy/i.test(t)) pageErrors.push(`step ${stepNo + 1}: CSP violation: ${t}`);
       }
     });
     await run();
@@ -400,10 +400,46 @@ async function run() {
     await screenshot('egress');
   });
 
-  await step('processes and operations tabs', async () => {
+  await step('processes: live output of a process; no terminal shell left running', async () => {
+    // A process started through the API from outside the page, printing
+    // a line a second: its output must show live in process-output.
+    const r = await fetch(`${base}/v1/sandboxes/${sandboxID}/commands`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${memberKey}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ args: ['sh', '-c', 'i=0; while [ $i -lt 300 ]; do i=$((i+1)); echo tick-$i; sleep 1; done'], background: true, timeout_secs: 600 }),
+    });
+    const cmd = await r.json();
+    if (!r.ok || !cmd.process_id) throw new Error(`POST …/commands: ${r.status} ${JSON.stringify(cmd)}`);
     await (await visible('tab-processes')).click();
     await visible('processes-table');
+    const procRow = page.locator(`[data-testid="process-row"][data-id="${cmd.process_id}"]`);
+    await (await visible(procRow)).click();
+    const out = tid('process-output');
+    const ticks = async () => Math.max(0, ...[...(await text(out)).matchAll(/tick-(\d+)/g)].map((m) => Number(m[1])));
+    const first = await until('tick lines in process-output', ticks, { detail: async () => JSON.stringify(await text(out)) });
+    await until(`process-output to go on past tick-${first}`, async () => (await ticks()) >= first + 2, {
+      detail: async () => JSON.stringify(await text(out)),
+    });
     await screenshot('processes');
+    // No terminal is open now: every shell a terminal tab started was
+    // hung up when its tab closed (none is left running in the sandbox).
+    await until(
+      'no PTY shell of a closed terminal left running',
+      async () => {
+        const list = await fetchFromPage(`/v1/sandboxes/${sandboxID}/processes`);
+        return list.status === 200 && list.body.processes.filter((p) => p.pty && p.running).length === 0;
+      },
+      {
+        timeout: 30000,
+        detail: async () => {
+          const list = await fetchFromPage(`/v1/sandboxes/${sandboxID}/processes`);
+          return JSON.stringify(list.body.processes.filter((p) => p.pty && p.running).map((p) => ({ id: p.id, started: p.started_at })));
+        },
+      },
+    );
+  });
+
+  await step('the sandbox\'s operations tab', async () => {
     await (await visible('tab-operations')).click();
     await visible('operations-table');
     await visible(page.locator('[data-testid="operation-row"]'));
@@ -530,7 +566,12 @@ async function run() {
   });
 
   await step('no uncaught page error and no CSP violation', async () => {
-    if (pageErrors.length > 0) throw new Error(`the console had errors:\n  ${pageErrors.join('\n  ')}`);
+    if (pageErrors.length > 0) {
+      const counts = new Map();
+      for (const e of pageErrors) counts.set(e, (counts.get(e) || 0) + 1);
+      const list = [...counts].map(([e, n]) => (n > 1 ? `${e} (${n} times)` : e));
+      throw new Error(`the console had ${pageErrors.length} errors:\n  ${list.join('\n  ')}`);
+    }
   });
 }
 
