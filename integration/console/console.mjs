@@ -217,14 +217,14 @@ async function main() {
     page = await context.newPage();
     page.setDefaultTimeout(T);
     page.on('pageerror', (err) => {
-      pageErrors.push(`step ${stepNo + 1}: uncaught: ${err.message}`);
+      pageErrors.push(`step ${stepNo}: uncaught: ${err.message}`);
       console.log(`  page error: ${err.message}`);
     });
     page.on('console', (msg) => {
       if (msg.type() === 'error' || msg.type() === 'warning') {
         const t = msg.text();
         console.log(`  browser ${msg.type()}: ${t}`);
-        if (/Content[- ]Security[- ]Policy/i.test(t)) pageErrors.push(`step ${stepNo + 1}: CSP violation: ${t}`);
+        if (/Content[- ]Security[- ]Policy/i.test(t)) pageErrors.push(`step ${stepNo}: CSP violation: ${t}`);
       }
     });
     await run();
