@@ -30,10 +30,12 @@ const chromiumPath = "/usr/bin/chromium"
 // $AIRLOCK_TEST_CACHE/npm-console-<sha256>) runs console.mjs against a
 // server on runc. The script signs in (a bad key is refused), creates a
 // sandbox with the form and sees it run in the live list, types in its
-// terminal, uploads and downloads a file, watches it pause and resume
-// live, sees a denied egress decision, visits every page, deletes the
-// sandbox and signs out; each page's screenshot is written to
-// $AIRLOCK_ARTIFACTS/console (default <repo>/artifacts/console).
+// terminal, uploads and downloads a file, follows a process's output,
+// watches it pause and resume live, sees a denied egress decision, visits
+// every page, deletes the sandbox and signs out, and the page raised no
+// uncaught error and no Content-Security-Policy violation meanwhile; each
+// page's screenshot is written to $AIRLOCK_ARTIFACTS/console (default
+// <repo>/artifacts/console). docs/console.md describes the steps.
 //
 // No traffic leaves the machine: the page talks to the server on
 // loopback; the denied egress attempt is a DNS query of a sandbox whose
