@@ -263,7 +263,7 @@ async function run() {
     const bad = ['not-a-key', memberKey.slice(0, -1) + (last === 'a' ? 'b' : 'a')];
     if (revokedKey) bad.push(revokedKey);
     for (const key of bad) {
-      await page.evaluate(() => window.location.reload());
+      await page.reload(); // a fresh page: the banner holds only this attempt's error
       await visible('signin-key');
       await tid('signin-key').fill(key);
       await tid('signin-submit').click();
