@@ -70,23 +70,49 @@ export async function render(main, ctx, params) {
   await refresh();
   timer = setInterval(refresh, statePoll);
 
-  // Tabs: one mounted at a time; its cleanup runs when another is chosen
-  // or the page is left.
+  // Tabs: the terminal is mounted once and kept (hidden) while another tab
+  // shows, so its shell and what runs in it survive a look at the files;
+  // the other tabs are mounted when shown and cleaned up when left.
+  const termPanel = h('div', { class: 'tabpanel' });
+  const otherPanel = h('div', { class: 'tabpanel' });
+  panel.appendChild(termPanel);
+  panel.appendChild(otherPanel);
+  let termCleanup = null;
+  let termMounting = null;
   let tabCleanup = null;
   const buttons = new Map();
+  const adopt = (c) => {
+    if (closed) { if (typeof c === 'function') c(); return null; }
+    return typeof c === 'function' ? c : null;
+  };
+  let showSeq = 0;
   async function show(name) {
+    const seq = ++showSeq;
     if (tabCleanup) { try { tabCleanup(); } catch (e) { console.error(e); } tabCleanup = null; }
     for (const [n, b] of buttons) {
       b.setAttribute('aria-selected', String(n === name));
       b.classList.toggle('active', n === name);
     }
-    while (panel.firstChild) panel.removeChild(panel.firstChild);
-    const tab = tabs.find((t) => t.name === name);
+    while (otherPanel.firstChild) otherPanel.removeChild(otherPanel.firstChild);
+    termPanel.hidden = name !== 'terminal';
+    otherPanel.hidden = name === 'terminal';
     try {
-      const c = await tab.mount(panel, ctx, id, () => sandbox);
-      if (closed) { if (typeof c === 'function') c(); return; }
-      tabCleanup = typeof c === 'function' ? c : null;
+      if (name === 'terminal') {
+        if (!termCleanup && !termMounting) {
+          termMounting = mountTerminal(termPanel, ctx, id);
+          termCleanup = adopt(await termMounting);
+          termMounting = null;
+        } else {
+          window.dispatchEvent(new Event('resize')); // refit after being hidden
+        }
+        return;
+      }
+      const tab = tabs.find((t) => t.name === name);
+      const c = adopt(await tab.mount(otherPanel, ctx, id, () => sandbox));
+      if (seq !== showSeq) { if (c) c(); return; } // another tab was chosen meanwhile
+      tabCleanup = c;
     } catch (e) {
+      termMounting = null;
       ctx.showError(e);
     }
   }
@@ -101,5 +127,6 @@ export async function render(main, ctx, params) {
     closed = true;
     clearInterval(timer);
     if (tabCleanup) tabCleanup();
+    if (termCleanup) termCleanup();
   };
 }

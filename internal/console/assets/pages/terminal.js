@@ -14,16 +14,33 @@ function loadCSS() {
   document.head.appendChild(Object.assign(document.createElement('link'), { rel: 'stylesheet', href: '/ui/assets/vendor/xterm/xterm.css' }));
 }
 
-// mirrorStyles works around xterm.js's <style> elements (its theme and cell
-// sizes), which the console's Content-Security-Policy (style-src 'self')
-// blocks: their text is copied into constructed style sheets adopted by
-// the document, which the policy does not govern. Returns a stop function.
+// xterm.js writes its theme and cell sizes into <style> elements, which
+// the console's Content-Security-Policy (style-src 'self') refuses (and
+// reports). While a terminal is opened, document.createElement('style')
+// makes an inert, hidden <xterm-style> element instead, and mirrorStyles
+// copies the text xterm writes into it into constructed style sheets
+// adopted by the document, which the policy does not govern.
+function inertStyles(fn) {
+  const create = document.createElement;
+  document.createElement = function createElement(tag, opts) {
+    if (String(tag).toLowerCase() === 'style') {
+      const el = create.call(document, 'xterm-style');
+      el.hidden = true;
+      return el;
+    }
+    return create.call(document, tag, opts);
+  };
+  try { return fn(); } finally { document.createElement = create; }
+}
+
+// mirrorStyles keeps one adopted style sheet per <xterm-style> element
+// under roots, with its text. Returns a stop function.
 function mirrorStyles(roots) {
-  const sheets = new Map(); // style element → CSSStyleSheet
+  const sheets = new Map(); // element → CSSStyleSheet
   const sync = () => {
     const live = new Set();
     for (const root of roots) {
-      for (const el of root.querySelectorAll('style')) {
+      for (const el of root.querySelectorAll('xterm-style')) {
         live.add(el);
         let sheet = sheets.get(el);
         if (!sheet) {
@@ -43,11 +60,11 @@ function mirrorStyles(roots) {
   };
   const obs = new MutationObserver(sync);
   for (const root of roots) obs.observe(root, { childList: true, subtree: true, characterData: true });
-  return () => {
+  return { sync, stop: () => {
     obs.disconnect();
     const gone = new Set(sheets.values());
     document.adoptedStyleSheets = document.adoptedStyleSheets.filter((s) => !gone.has(s));
-  };
+  } };
 }
 
 // mountTerminal fills panel with a terminal running a shell in sandbox id
@@ -65,11 +82,13 @@ export async function mountTerminal(panel, ctx, id) {
   panel.appendChild(box);
   panel.appendChild(status);
 
-  const stopMirror = mirrorStyles([box, document.head]);
+  const mirror = mirrorStyles([box, document.head]);
+  const stopMirror = mirror.stop;
   const term = new Terminal({ cursorBlink: true, fontSize: 13, scrollback: 5000 });
   const fit = new FitAddon();
   term.loadAddon(fit);
-  term.open(box);
+  inertStyles(() => term.open(box));
+  mirror.sync();
   try { fit.fit(); } catch { /* not laid out yet */ }
 
   let conn = null;
