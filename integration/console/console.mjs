@@ -50,17 +50,34 @@ let stepNo = 0;
 let shotNo = 0;
 const pageErrors = [];
 
+// problems are failed checks that do not stop the walk through the
+// console (the last step fails if there is any).
+const problems = [];
+
 // step runs fn as step N and prints its outcome and duration.
 async function step(name, fn) {
   stepNo++;
   const start = Date.now();
+  const before = problems.length;
   try {
     await fn();
   } catch (err) {
     console.log(`step ${stepNo}: ${name} FAILED after ${Date.now() - start} ms`);
     throw err;
   }
-  console.log(`step ${stepNo}: ${name} ok (${Date.now() - start} ms)`);
+  const n = problems.length - before;
+  console.log(`step ${stepNo}: ${name} ${n ? `found ${n} problem${n > 1 ? 's' : ''}` : 'ok'} (${Date.now() - start} ms)`);
+}
+
+// check runs fn; its failure is recorded as a problem (reported by the
+// last step) and the walk goes on.
+async function check(what, fn) {
+  try {
+    await fn();
+  } catch (err) {
+    problems.push(`step ${stepNo}: ${what}: ${err.message}`);
+    console.log(`  PROBLEM: ${what}: ${err.message}`);
+  }
 }
 
 // until polls cond (an async function returning a truthy value when the
@@ -423,7 +440,7 @@ async function run() {
     await screenshot('processes');
     // No terminal is open now: every shell a terminal tab started was
     // hung up when its tab closed (none is left running in the sandbox).
-    await until(
+    await check('no terminal shell is left running after its tab closed', () => until(
       'no PTY shell of a closed terminal left running',
       async () => {
         const list = await fetchFromPage(`/v1/sandboxes/${sandboxID}/processes`);
@@ -436,7 +453,7 @@ async function run() {
           return JSON.stringify(list.body.processes.filter((p) => p.pty && p.running).map((p) => ({ id: p.id, started: p.started_at })));
         },
       },
-    );
+    ));
   });
 
   await step('the sandbox\'s operations tab', async () => {
@@ -570,8 +587,9 @@ async function run() {
       const counts = new Map();
       for (const e of pageErrors) counts.set(e, (counts.get(e) || 0) + 1);
       const list = [...counts].map(([e, n]) => (n > 1 ? `${e} (${n} times)` : e));
-      throw new Error(`the console had ${pageErrors.length} errors:\n  ${list.join('\n  ')}`);
+      problems.push(`the console had ${pageErrors.length} errors:\n    ${list.join('\n    ')}`);
     }
+    if (problems.length > 0) throw new Error(`${problems.length} problems:\n  ${problems.join('\n  ')}`);
   });
 }
 
