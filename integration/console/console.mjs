@@ -582,7 +582,7 @@ async function run() {
     await signOut();
   });
 
-  await step('no uncaught page error and no CSP violation', async () => {
+  await step('no problem found: no leaked shell, no uncaught page error, no CSP violation', async () => {
     if (pageErrors.length > 0) {
       const counts = new Map();
       for (const e of pageErrors) counts.set(e, (counts.get(e) || 0) + 1);
