@@ -11,7 +11,8 @@ import (
 
 // ListOperations implements store.Store: newest (created_at, id) first.
 // With a sandbox the seek runs on operations_sandbox, else on
-// operations_project (014); state and kind filter the rows found.
+// operations_project (migration 014); state and kind filter the rows
+// found, in index order, so a page stops after limit+1 matches.
 func (s *Store) ListOperations(ctx context.Context, q store.OperationQuery) (store.OperationPage, error) {
 	if q.Limit < MinListLimit || q.Limit > MaxListLimit {
 		return store.OperationPage{}, fmt.Errorf("list operations: %w: limit %d must be between %d and %d",
@@ -25,6 +26,11 @@ func (s *Store) ListOperations(ctx context.Context, q store.OperationQuery) (sto
 		args  = []any{string(q.ProjectID)}
 	)
 	if q.SandboxID != "" {
+		// One sandbox's operations are few: seek them on
+		// operations_sandbox. "|| ''" keeps the planner (SQLite's, which
+		// has no statistics) from walking the whole project on
+		// operations_project instead; the project still has to match.
+		where[0] = "o.project_id || '' = ?"
 		where = append(where, "o.sandbox_id = ?")
 		args = append(args, string(q.SandboxID))
 	}
