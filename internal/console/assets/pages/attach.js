@@ -7,7 +7,7 @@
 // attach opens the WebSocket of a command session (the answer of POST
 // …/commands or …/attachments). handlers: output(bytes Uint8Array, stream
 // 1|2), event(obj), close(ev). Returns {sendInput(str|Uint8Array),
-// resize(rows, cols), signal(name), close()}.
+// resize(rows, cols), signal(name), eof(), close()}.
 export function attach(session, handlers) {
   const base = session.websocket_url || '';
   if (!base) throw new Error('this server offers no WebSocket attach for the process');
@@ -38,6 +38,7 @@ export function attach(session, handlers) {
     sendInput: (d) => send(typeof d === 'string' ? enc.encode(d) : d),
     resize: (rows, cols) => send(JSON.stringify({ type: 'resize', rows, cols })),
     signal: (name) => send(JSON.stringify({ type: 'signal', signal: name })),
+    eof: () => send(JSON.stringify({ type: 'eof' })),
     close: () => { try { ws.close(1000); } catch { /* already closed */ } },
   };
 }

@@ -70,21 +70,10 @@ export async function render(main, ctx, params) {
   await refresh();
   timer = setInterval(refresh, statePoll);
 
-  // Tabs: the terminal is mounted once and kept (hidden) while another tab
-  // shows, so its shell and what runs in it survive a look at the files;
-  // the other tabs are mounted when shown and cleaned up when left.
-  const termPanel = h('div', { class: 'tabpanel' });
-  const otherPanel = h('div', { class: 'tabpanel' });
-  panel.appendChild(termPanel);
-  panel.appendChild(otherPanel);
-  let termCleanup = null;
-  let termMounting = null;
+  // Tabs: one mounted at a time; its cleanup runs when another is chosen
+  // or the page is left (the terminal's hangs its shell up).
   let tabCleanup = null;
   const buttons = new Map();
-  const adopt = (c) => {
-    if (closed) { if (typeof c === 'function') c(); return null; }
-    return typeof c === 'function' ? c : null;
-  };
   let showSeq = 0;
   async function show(name) {
     const seq = ++showSeq;
@@ -93,26 +82,13 @@ export async function render(main, ctx, params) {
       b.setAttribute('aria-selected', String(n === name));
       b.classList.toggle('active', n === name);
     }
-    while (otherPanel.firstChild) otherPanel.removeChild(otherPanel.firstChild);
-    termPanel.hidden = name !== 'terminal';
-    otherPanel.hidden = name === 'terminal';
+    while (panel.firstChild) panel.removeChild(panel.firstChild);
+    const tab = tabs.find((t) => t.name === name);
     try {
-      if (name === 'terminal') {
-        if (!termCleanup && !termMounting) {
-          termMounting = mountTerminal(termPanel, ctx, id);
-          termCleanup = adopt(await termMounting);
-          termMounting = null;
-        } else {
-          window.dispatchEvent(new Event('resize')); // refit after being hidden
-        }
-        return;
-      }
-      const tab = tabs.find((t) => t.name === name);
-      const c = adopt(await tab.mount(otherPanel, ctx, id, () => sandbox));
-      if (seq !== showSeq) { if (c) c(); return; } // another tab was chosen meanwhile
-      tabCleanup = c;
+      const c = await tab.mount(panel, ctx, id, () => sandbox);
+      if (closed || seq !== showSeq) { if (typeof c === 'function') c(); return; } // left, or another tab chosen
+      tabCleanup = typeof c === 'function' ? c : null;
     } catch (e) {
-      termMounting = null;
       ctx.showError(e);
     }
   }
@@ -127,6 +103,5 @@ export async function render(main, ctx, params) {
     closed = true;
     clearInterval(timer);
     if (tabCleanup) tabCleanup();
-    if (termCleanup) termCleanup();
   };
 }

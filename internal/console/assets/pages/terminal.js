@@ -7,11 +7,14 @@ import { attach } from './attach.js';
 // The shell: bash when the image has it, else sh; a login shell.
 const shell = ['/bin/sh', '-c', 'if command -v bash >/dev/null 2>&1; then exec bash -l; else exec /bin/sh -l; fi'];
 
-let cssLoaded = false;
+// hangupGrace is how long a closed terminal's shell may take to exit on
+// end of input before it is sent SIGHUP.
+const hangupGrace = 2000;
+
+const cssHref = '/ui/assets/vendor/xterm/xterm.css';
 function loadCSS() {
-  if (cssLoaded) return;
-  cssLoaded = true;
-  document.head.appendChild(Object.assign(document.createElement('link'), { rel: 'stylesheet', href: '/ui/assets/vendor/xterm/xterm.css' }));
+  if (document.querySelector(`link[href="${cssHref}"]`)) return;
+  document.head.appendChild(Object.assign(document.createElement('link'), { rel: 'stylesheet', href: cssHref }));
 }
 
 // xterm.js writes its theme and cell sizes into <style> elements, which
@@ -72,15 +75,15 @@ function mirrorStyles(roots) {
 export async function mountTerminal(panel, ctx, id) {
   const h = ctx.h;
   loadCSS();
-  const [{ Terminal }, { FitAddon }] = await Promise.all([
-    import('../vendor/xterm/xterm.mjs'),
-    import('../vendor/xterm/addon-fit.mjs'),
-  ]);
   const status = h('div', { class: 'muted', testid: 'terminal-status' }, 'starting a shell…');
   const box = h('div', { class: 'terminal', testid: 'terminal' });
   box.style.height = '420px'; // CSSOM, which the style-src policy allows (fit needs a height)
   panel.appendChild(box);
   panel.appendChild(status);
+  const [{ Terminal }, { FitAddon }] = await Promise.all([
+    import('../vendor/xterm/xterm.mjs'),
+    import('../vendor/xterm/addon-fit.mjs'),
+  ]);
 
   const mirror = mirrorStyles([box, document.head]);
   const stopMirror = mirror.stop;
@@ -93,11 +96,22 @@ export async function mountTerminal(panel, ctx, id) {
 
   let conn = null;
   let ended = false;
+  let exited = false;
   const disposers = [];
+  // cleanup hangs the shell up: end of input first (^D, after whatever was
+  // typed, so a command just entered still runs), then SIGHUP if the shell
+  // has not exited within hangupGrace (a program in the foreground).
   const cleanup = () => {
     ended = true;
     for (const d of disposers) { try { d(); } catch { /* gone */ } }
-    if (conn) { conn.signal('HUP'); conn.close(); }
+    if (conn) {
+      const c = conn;
+      c.eof();
+      setTimeout(() => {
+        if (!exited) c.signal('HUP');
+        setTimeout(() => c.close(), 250);
+      }, exited ? 0 : hangupGrace);
+    }
     term.dispose();
     stopMirror();
   };
@@ -117,8 +131,10 @@ export async function mountTerminal(panel, ctx, id) {
     return cleanup;
   }
   conn = attach(session, {
-    output: (bytes) => term.write(bytes),
+    output: (bytes) => { if (!ended) term.write(bytes); },
     event: (ev) => {
+      if (ev.type === 'exit') exited = true;
+      if (ended) return;
       if (ev.type === 'exit') {
         status.textContent = `the shell exited (code ${ev.exit_code ?? '?'}${ev.signal ? `, signal ${ev.signal}` : ''})`;
         term.write(`\r\n[exited ${ev.exit_code ?? ''}]\r\n`);
