@@ -417,7 +417,7 @@ async function run() {
     await screenshot('egress');
   });
 
-  await step('processes: live output of a process; no terminal shell left running', async () => {
+  await step('processes: live output of a process', async () => {
     // A process started through the API from outside the page, printing
     // a line a second: its output must show live in process-output.
     const r = await fetch(`${base}/v1/sandboxes/${sandboxID}/commands`, {
@@ -438,10 +438,31 @@ async function run() {
       detail: async () => JSON.stringify(await text(out)),
     });
     await screenshot('processes');
-    // No terminal is open now: every shell a terminal tab started was
-    // hung up when its tab closed (none is left running in the sandbox).
-    await check('no terminal shell is left running after its tab closed', () => until(
-      'no PTY shell of a closed terminal left running',
+  });
+
+  await step('the sandbox\'s operations tab', async () => {
+    await (await visible('tab-operations')).click();
+    await visible('operations-table');
+    await visible(page.locator('[data-testid="operation-row"]'));
+    await screenshot('sandbox-operations');
+  });
+
+  await step('pause from outside, resume with the page\'s button; sandbox-state follows live', async () => {
+    const state = tid('sandbox-state');
+    const r = await fetch(`${base}/v1/sandboxes/${sandboxID}/pause`, { method: 'POST', headers: { Authorization: `Bearer ${memberKey}` } });
+    if (!r.ok) throw new Error(`POST …/pause: ${r.status} ${await r.text()}`);
+    await until('sandbox-state paused', async () => (await text(state)) === 'paused', { detail: async () => text(state) });
+    await screenshot('sandbox-paused');
+    await (await visible('action-resume')).click();
+    await until('sandbox-state running again', async () => (await text(state)) === 'running', { detail: async () => text(state) });
+    await assertNoReload('pause and resume');
+  });
+
+  await step('leaving the sandbox page ends its terminal\'s shell', async () => {
+    await (await visible('nav-sandboxes')).click();
+    await visible(row(sandboxID));
+    await check('no terminal shell is left running once the sandbox page is left', () => until(
+      'no PTY shell of the closed terminal left running',
       async () => {
         const list = await fetchFromPage(`/v1/sandboxes/${sandboxID}/processes`);
         return list.status === 200 && list.body.processes.filter((p) => p.pty && p.running).length === 0;
@@ -456,31 +477,18 @@ async function run() {
     ));
   });
 
-  await step('the sandbox\'s operations tab', async () => {
-    await (await visible('tab-operations')).click();
-    await visible('operations-table');
-    await visible(page.locator('[data-testid="operation-row"]'));
-    await screenshot('sandbox-operations');
-  });
-
-  await step('pause and resume; the state changes live', async () => {
-    const state = tid('sandbox-state');
-    await (await visible('action-pause')).click();
-    await until('sandbox-state paused', async () => (await text(state)) === 'paused', { detail: async () => text(state) });
-    await assertNoReload('pause');
-    // Resume from the list: filter on paused, then back to all.
-    await (await visible('nav-sandboxes')).click();
-    await visible('sandboxes-table');
+  await step('pause and resume with the row buttons; the list follows live', async () => {
+    const rowState = row(sandboxID).getByTestId('sandbox-state');
+    await row(sandboxID).getByTestId('action-pause').click();
+    await until('the row paused', async () => (await text(rowState)) === 'paused', { detail: async () => text(rowState) });
+    // The state filter shows it among the paused ones, then all again.
     await tid('filter-state').selectOption('paused');
-    await visible(row(sandboxID));
-    await until('the paused row', async () => (await text(row(sandboxID).getByTestId('sandbox-state'))) === 'paused');
+    await until('the row in the paused filter', async () => (await text(rowState)) === 'paused', { detail: async () => text(rowState) });
     await screenshot('sandboxes-paused');
     await tid('filter-state').selectOption({ index: 0 });
     await row(sandboxID).getByTestId('action-resume').click();
-    await until('the row running again', async () => (await text(row(sandboxID).getByTestId('sandbox-state'))) === 'running', {
-      detail: async () => text(row(sandboxID).getByTestId('sandbox-state')),
-    });
-    await assertNoReload('resume');
+    await until('the row running again', async () => (await text(rowState)) === 'running', { detail: async () => text(rowState) });
+    await assertNoReload('pause and resume');
   });
 
   await step('templates and a build log', async () => {
