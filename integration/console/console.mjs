@@ -267,6 +267,7 @@ async function main() {
 
 async function run() {
   let sandboxID;
+  let terminalShells = []; // PTY processes running while the terminal showed
 
   await step('a bad key is refused', async () => {
     const resp = await page.goto(ui);
@@ -371,6 +372,12 @@ async function run() {
     await until('a line "hello" of output in the terminal', async () => lines(await terminalText()).includes('hello'), {
       detail: async () => JSON.stringify(await terminalText()),
     });
+    // The terminal's shell is a running PTY process of the sandbox (the
+    // check after leaving the page relies on the list showing it).
+    const procs = await fetchFromPage(`/v1/sandboxes/${sandboxID}/processes`);
+    terminalShells = procs.status === 200 ? procs.body.processes.filter((p) => p.pty && p.running).map((p) => p.id) : [];
+    if (terminalShells.length === 0) throw new Error(`no running PTY process while the terminal is open: ${JSON.stringify(procs)}`);
+    console.log(`  the terminal's shell: ${terminalShells.join(', ')}`);
     await screenshot('terminal');
   });
 
@@ -465,7 +472,11 @@ async function run() {
       'no PTY shell of the closed terminal left running',
       async () => {
         const list = await fetchFromPage(`/v1/sandboxes/${sandboxID}/processes`);
-        return list.status === 200 && list.body.processes.filter((p) => p.pty && p.running).length === 0;
+        if (list.status !== 200) return false;
+        for (const id of terminalShells) {
+          if (!list.body.processes.some((p) => p.id === id)) throw new Error(`the terminal's shell ${id} is not listed`);
+        }
+        return list.body.processes.filter((p) => p.pty && p.running).length === 0;
       },
       {
         timeout: 30000,
