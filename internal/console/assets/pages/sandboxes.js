@@ -29,14 +29,15 @@ export async function render(main, ctx) {
   main.appendChild(section('Sandboxes', tableEl, h('div', { class: 'pager' }, status)));
   main.appendChild(section('Create a sandbox', createForm(ctx)));
 
-  const rows = new Map(); // id → {tr, stateCell, buttons}
+  const rows = new Map(); // id → {tr, stateBadge, actions}
   function draw(list) {
     const seen = new Set();
     for (const sb of list.sandboxes || []) {
       seen.add(sb.id);
       let r = rows.get(sb.id);
       if (!r) {
-        const stateCell = h('td', { testid: 'sandbox-state' });
+        const stateBadge = h('span', { class: 'badge' });
+        const stateCell = h('td', { testid: 'sandbox-state' }, stateBadge);
         const actions = actionButtons(ctx, sb.id);
         const tr = h('tr', { testid: 'sandbox-row', 'data-id': sb.id },
           h('td', { class: 'mono' }, h('a', { testid: 'sandbox-link', href: `#/sandboxes/${encodeURIComponent(sb.id)}` }, sb.id)),
@@ -46,11 +47,11 @@ export async function render(main, ctx) {
           h('td', { class: 'num' }),
           h('td'),
           h('td', { class: 'actions' }, actions.el));
-        r = { tr, stateCell, actions };
+        r = { tr, stateBadge, actions };
         rows.set(sb.id, r);
       }
-      r.stateCell.textContent = sb.state;
-      r.stateCell.className = `state-${String(sb.state).replace(/[^a-z0-9_-]/gi, '')}`;
+      r.stateBadge.textContent = sb.state;
+      r.stateBadge.className = `badge state-${String(sb.state).replace(/[^a-z0-9_-]/gi, '')}`;
       const cells = r.tr.children;
       cells[2].textContent = shortDigest(sb.template);
       cells[2].title = sb.template || '';
