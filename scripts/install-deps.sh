@@ -4,7 +4,8 @@
 # Debian default template and recipes, QEMU (qemu-system-x86) for the microVM
 # boot test, mkfs.ext4 for
 # sandbox disk images, PostgreSQL's
-# binaries and an S3 gateway (versitygw) for the test suite, and Go.
+# binaries, an S3 gateway (versitygw) and Chromium (driven by playwright-core
+# in the web console's browser test) for the test suite, and Go.
 # Idempotent: fast when all is present.
 # Run as root.
 set -euo pipefail
@@ -21,7 +22,7 @@ fi
 export PATH="/usr/local/go/bin:/usr/local/bin:$PATH"
 export DEBIAN_FRONTEND=noninteractive
 
-packages=(runc crun busybox-static mmdebstrap bubblewrap util-linux e2fsprogs iproute2 xfsprogs postgresql gcc libc6-dev ca-certificates git qemu-system-x86 qemu-utils)
+packages=(runc crun busybox-static mmdebstrap bubblewrap util-linux e2fsprogs iproute2 xfsprogs postgresql gcc libc6-dev ca-certificates git qemu-system-x86 qemu-utils chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -62,4 +63,4 @@ if [ ! -x "$vgw_dir/versitygw" ]; then
   rm -rf "$vgw_tmp"
 fi
 
-echo "install-deps: ok ($(go version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}'), crun $(crun --version | awk 'NR==1{print $3}'), runsc at $(command -v runsc), versitygw $VERSITYGW_VERSION)"
+echo "install-deps: ok ($(go version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}'), crun $(crun --version | awk 'NR==1{print $3}'), runsc at $(command -v runsc), versitygw $VERSITYGW_VERSION, $(chromium --version 2>/dev/null | head -n1))"
