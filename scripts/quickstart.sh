@@ -63,4 +63,5 @@ Airlock is running. Try:
   bin/airlock --data-dir $data_dir sandbox create        # keep one around
   bin/airlock --data-dir $data_dir exec SANDBOX_ID -- ps
 Admin key: $data_dir/admin.key
+Web console: $(cat "$data_dir/server.url")/ui/ (sign in with the admin key; docs/console.md)
 MSG
