@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -113,30 +111,15 @@ func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRe
 	return rep, nil
 }
 
-// buildCursor: base64url(version ‖ created_at as big-endian Unix nanoseconds ‖ build ID).
+// encodeBuildCursor makes the next_cursor of a build listing.
 func encodeBuildCursor(c store.BuildCursor) string {
-	b := make([]byte, 0, 9+len(c.ID))
-	b = append(b, cursorVersion)
-	b = binary.BigEndian.AppendUint64(b, uint64(c.CreatedAt.UnixNano()))
-	b = append(b, c.ID...)
-	return base64.RawURLEncoding.EncodeToString(b)
+	return encodeTimeCursor(c.CreatedAt, c.ID.String())
 }
 
+// decodeBuildCursor parses a build listing's cursor.
 func decodeBuildCursor(s string) (store.BuildCursor, error) {
-	bad := badRequest("cursor is not one this server issued")
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) < 10 || b[0] != cursorVersion {
-		return store.BuildCursor{}, bad
-	}
-	id, err := model.ParseBuildID(string(b[9:]))
-	if err != nil {
-		return store.BuildCursor{}, bad
-	}
-	c := store.BuildCursor{CreatedAt: time.Unix(0, int64(binary.BigEndian.Uint64(b[1:9]))).UTC(), ID: id}
-	if encodeBuildCursor(c) != s {
-		return store.BuildCursor{}, bad
-	}
-	return c, nil
+	at, id, err := decodeTimeCursor(s, model.ParseBuildID)
+	return store.BuildCursor{CreatedAt: at, ID: id}, err
 }
 
 // parseBuildQuery parses the query of GET /v1/builds: name, state (pending,

@@ -2,15 +2,12 @@ package api
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
@@ -129,34 +126,14 @@ func parseOperationState(s string) (model.OperationState, error) {
 	return "", badRequest("state must be pending, running, succeeded or failed, not %q", truncate(s))
 }
 
-// opCursorVersion is the first byte of an operation listing's cursor.
-const opCursorVersion = 1
-
-// encodeOpCursor makes the opaque next_cursor of an operation listing:
-// base64url(version ‖ created_at as big-endian Unix nanoseconds ‖ operation ID).
+// encodeOpCursor makes the next_cursor of an operation listing.
 func encodeOpCursor(c store.OperationCursor) string {
-	b := make([]byte, 0, 9+len(c.ID))
-	b = append(b, opCursorVersion)
-	b = binary.BigEndian.AppendUint64(b, uint64(c.CreatedAt.UnixNano()))
-	b = append(b, c.ID...)
-	return base64.RawURLEncoding.EncodeToString(b)
+	return encodeTimeCursor(c.CreatedAt, c.ID.String())
 }
 
-// decodeOpCursor parses a cursor made by encodeOpCursor; anything else,
+// decodeOpCursor parses an operation listing's cursor; anything else,
 // including a sandbox listing's cursor, is a 400.
 func decodeOpCursor(s string) (store.OperationCursor, error) {
-	bad := badRequest("cursor is not one this server issued")
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) < 10 || b[0] != opCursorVersion {
-		return store.OperationCursor{}, bad
-	}
-	id, err := model.ParseOperationID(string(b[9:]))
-	if err != nil {
-		return store.OperationCursor{}, bad
-	}
-	c := store.OperationCursor{CreatedAt: time.Unix(0, int64(binary.BigEndian.Uint64(b[1:9]))).UTC(), ID: id}
-	if encodeOpCursor(c) != s {
-		return store.OperationCursor{}, bad
-	}
-	return c, nil
+	at, id, err := decodeTimeCursor(s, model.ParseOperationID)
+	return store.OperationCursor{CreatedAt: at, ID: id}, err
 }

@@ -15,32 +15,44 @@ import (
 // cursorVersion is the first byte of every cursor, so the format can change.
 const cursorVersion = 1
 
-// encodeCursor makes the opaque next_cursor of a sandbox listing:
-// base64url(version ‖ created_at as big-endian Unix nanoseconds ‖ sandbox ID).
-func encodeCursor(c store.SandboxCursor) string {
-	b := make([]byte, 0, 9+len(c.ID))
+// encodeTimeCursor makes the opaque next_cursor of a listing ordered by
+// (created_at, ID): base64url(version ‖ created_at as big-endian Unix
+// nanoseconds ‖ ID).
+func encodeTimeCursor(at time.Time, id string) string {
+	b := make([]byte, 0, 9+len(id))
 	b = append(b, cursorVersion)
-	b = binary.BigEndian.AppendUint64(b, uint64(c.CreatedAt.UnixNano()))
-	b = append(b, c.ID...)
+	b = binary.BigEndian.AppendUint64(b, uint64(at.UnixNano()))
+	b = append(b, id...)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// decodeCursor parses a cursor made by encodeCursor. Anything else, including
-// a non-canonical spelling of a valid cursor, is a 400.
-func decodeCursor(s string) (store.SandboxCursor, error) {
+// decodeTimeCursor parses a cursor made by encodeTimeCursor whose ID parse
+// accepts (so one listing's cursor is refused by another). Anything else,
+// including a non-canonical spelling of a valid cursor, is a 400.
+func decodeTimeCursor[ID ~string](s string, parse func(string) (ID, error)) (time.Time, ID, error) {
+	bad := badRequest("cursor is not one this server issued")
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) < 10 || b[0] != cursorVersion {
-		return store.SandboxCursor{}, badRequest("cursor is not one this server issued")
+		return time.Time{}, "", bad
 	}
-	id, err := model.ParseSandboxID(string(b[9:]))
+	id, err := parse(string(b[9:]))
 	if err != nil {
-		return store.SandboxCursor{}, badRequest("cursor is not one this server issued")
+		return time.Time{}, "", bad
 	}
-	c := store.SandboxCursor{CreatedAt: time.Unix(0, int64(binary.BigEndian.Uint64(b[1:9]))).UTC(), ID: id}
-	if encodeCursor(c) != s {
-		return store.SandboxCursor{}, badRequest("cursor is not one this server issued")
+	at := time.Unix(0, int64(binary.BigEndian.Uint64(b[1:9]))).UTC()
+	if encodeTimeCursor(at, string(id)) != s {
+		return time.Time{}, "", bad
 	}
-	return c, nil
+	return at, id, nil
+}
+
+// encodeCursor makes the next_cursor of a sandbox listing.
+func encodeCursor(c store.SandboxCursor) string { return encodeTimeCursor(c.CreatedAt, c.ID.String()) }
+
+// decodeCursor parses a sandbox listing's cursor.
+func decodeCursor(s string) (store.SandboxCursor, error) {
+	at, id, err := decodeTimeCursor(s, model.ParseSandboxID)
+	return store.SandboxCursor{CreatedAt: at, ID: id}, err
 }
 
 // Listing bounds.
