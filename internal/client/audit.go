@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -51,21 +50,10 @@ func (c *Client) ListAudit(ctx context.Context, q AuditQuery) (apiv1.AuditList, 
 // ListAllAudit follows the cursors from q.Cursor to the last page; q.Limit
 // is the page size.
 func (c *Client) ListAllAudit(ctx context.Context, q AuditQuery) (apiv1.AuditList, error) {
-	all := apiv1.AuditList{Entries: []apiv1.AuditEntry{}}
-	seen := map[string]bool{}
-	for {
+	items, err := allPages("/v1/audit", q.Cursor, func(cursor string) ([]apiv1.AuditEntry, string, error) {
+		q.Cursor = cursor
 		page, err := c.ListAudit(ctx, q)
-		if err != nil {
-			return all, err
-		}
-		all.Entries = append(all.Entries, page.Entries...)
-		if page.NextCursor == "" {
-			return all, nil
-		}
-		if seen[page.NextCursor] {
-			return all, fmt.Errorf("GET /v1/audit: the server returned cursor %q twice", page.NextCursor)
-		}
-		seen[page.NextCursor] = true
-		q.Cursor = page.NextCursor
-	}
+		return page.Entries, page.NextCursor, err
+	})
+	return apiv1.AuditList{Entries: items}, err
 }

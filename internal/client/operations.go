@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -54,21 +53,10 @@ func (c *Client) ListOperations(ctx context.Context, q ListOperationsQuery) (api
 // ListAllOperations follows the cursors from q.Cursor to the last page and
 // returns every operation; q.Limit is the page size.
 func (c *Client) ListAllOperations(ctx context.Context, q ListOperationsQuery) (apiv1.OperationList, error) {
-	all := apiv1.OperationList{Operations: []apiv1.Operation{}}
-	seen := map[string]bool{}
-	for {
+	items, err := allPages("/v1/operations", q.Cursor, func(cursor string) ([]apiv1.Operation, string, error) {
+		q.Cursor = cursor
 		page, err := c.ListOperations(ctx, q)
-		if err != nil {
-			return all, err
-		}
-		all.Operations = append(all.Operations, page.Operations...)
-		if page.NextCursor == "" {
-			return all, nil
-		}
-		if seen[page.NextCursor] {
-			return all, fmt.Errorf("GET /v1/operations: the server returned cursor %q twice", page.NextCursor)
-		}
-		seen[page.NextCursor] = true
-		q.Cursor = page.NextCursor
-	}
+		return page.Operations, page.NextCursor, err
+	})
+	return apiv1.OperationList{Operations: items}, err
 }

@@ -62,23 +62,12 @@ func (c *Client) ListSandboxes(ctx context.Context, q ListSandboxesQuery) (apiv1
 // ListAllSandboxes follows the cursors from q.Cursor to the last page and
 // returns every sandbox; q.Limit is the page size.
 func (c *Client) ListAllSandboxes(ctx context.Context, q ListSandboxesQuery) (apiv1.SandboxList, error) {
-	all := apiv1.SandboxList{Sandboxes: []apiv1.Sandbox{}}
-	seen := map[string]bool{}
-	for {
+	items, err := allPages("/v1/sandboxes", q.Cursor, func(cursor string) ([]apiv1.Sandbox, string, error) {
+		q.Cursor = cursor
 		page, err := c.ListSandboxes(ctx, q)
-		if err != nil {
-			return all, err
-		}
-		all.Sandboxes = append(all.Sandboxes, page.Sandboxes...)
-		if page.NextCursor == "" {
-			return all, nil
-		}
-		if seen[page.NextCursor] {
-			return all, fmt.Errorf("GET /v1/sandboxes: the server returned cursor %q twice", page.NextCursor)
-		}
-		seen[page.NextCursor] = true
-		q.Cursor = page.NextCursor
-	}
+		return page.Sandboxes, page.NextCursor, err
+	})
+	return apiv1.SandboxList{Sandboxes: items}, err
 }
 
 // GetSandbox returns one sandbox.
