@@ -183,6 +183,7 @@ func TestDropSessionCookie(t *testing.T) {
 		{[]string{SessionCookie + "=alk_x", "e=f"}, "e=f"},
 		{[]string{" " + SessionCookie + "=alk_x ;a=b"}, "a=b"},
 		{[]string{SessionCookie + "x=keep"}, SessionCookie + "x=keep"},
+		{[]string{"a=b; " + SecureSessionCookie + "=alk_x"}, "a=b"}, // the https spelling too
 	} {
 		h := http.Header{}
 		for _, v := range tc.in {
