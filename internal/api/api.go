@@ -184,6 +184,7 @@ type API struct {
 	mux     *http.ServeMux
 	handler http.Handler
 	limits  *keyLimits        // nil: no rate limit
+	watches *watchLimits      // open GET /v1/watch/sandboxes streams
 	router  *noderoute.Router // nil: nothing is forwarded
 
 	auditFailures atomic.Int64 // audit entries not written (audit.go)
@@ -254,7 +255,7 @@ func New(cfg Config) (*API, error) {
 		return nil, errors.New("api: Config.Self is required with Config.Nodes")
 	}
 	a := &API{cfg: cfg, log: cfg.Logger, router: noderoute.New(cfg.Self, cfg.Nodes, cfg.NodeTransport, cfg.Logger),
-		tracer: tracing.Tracer(cfg.TracerProvider)}
+		tracer: tracing.Tracer(cfg.TracerProvider), watches: newWatchLimits(WatchPerKey, WatchPerProject)}
 	if cfg.MutationRate >= 0 {
 		rate := cfg.MutationRate
 		if rate == 0 {

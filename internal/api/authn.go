@@ -75,8 +75,12 @@ func unauthenticated(format string, args ...any) *apiError {
 func (a *API) authenticate(r *http.Request, rt route) (principal, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		if c, err := r.Cookie(SessionCookie); err == nil {
-			return a.cookieAuth(r, rt, c.Value)
+		key, ok, err := a.SessionKey(r)
+		if err != nil {
+			return principal{}, err
+		}
+		if ok {
+			return a.cookieAuth(r, rt, key)
 		}
 		return principal{}, unauthenticated("missing API key: send Authorization: Bearer <api key>")
 	}

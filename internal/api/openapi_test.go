@@ -139,7 +139,7 @@ func TestErrorCodesDocumented(t *testing.T) {
 		apiv1.CodePayloadTooLarge, apiv1.CodeUnsupportedMedia,
 		apiv1.CodeNotSupported, apiv1.CodeInternal, apiv1.CodeUnavailable,
 		apiv1.CodeInvalidPath, apiv1.CodeNotADirectory, apiv1.CodeIsADirectory, apiv1.CodeDirectoryNotEmpty, apiv1.CodeUnsupportedFileType,
-		apiv1.CodeDraining, apiv1.CodeNodeUnreachable, apiv1.CodeTooManyAttachments, apiv1.CodeNoStdin, apiv1.CodeNoPTY, apiv1.CodeProcessExited,
+		apiv1.CodeDraining, apiv1.CodeNodeUnreachable, apiv1.CodeTooManyAttachments, apiv1.CodeTooManyWatches, apiv1.CodeNoStdin, apiv1.CodeNoPTY, apiv1.CodeProcessExited,
 		apiv1.CodeProcessNotFound, apiv1.CodeNodeNotFound, apiv1.CodeAgentUnsupported, apiv1.CodeExecFailed, apiv1.CodeExceedsCapacity, apiv1.CodeRateLimited,
 		apiv1.CodeQuotaExceeded, apiv1.CodeRequestTimeout, apiv1.CodeRegistryUnavailable, apiv1.CodeTemplateInUse, apiv1.CodeBuildFailed,
 		apiv1.CodeBlobStoreUnavailable, apiv1.CodeBlobStoreCorrupt,

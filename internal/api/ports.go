@@ -128,6 +128,7 @@ func (a *API) proxyPort(w http.ResponseWriter, r *http.Request, p principal) {
 		ModifyResponse: func(res *http.Response) error {
 			res.Header.Del("X-Request-Id") // the API's own stands
 			guestContentHeaders(res.Header)
+			dropGuestSetCookies(res.Header)
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -231,8 +232,50 @@ func guestContentHeaders(h http.Header) {
 	h.Set("X-Content-Type-Options", "nosniff")
 }
 
-// dropSessionCookie removes the console's session cookie (an API key)
-// from a request bound for a guest; other cookies pass.
+// dropGuestSetCookies removes from a guest's answer every Set-Cookie
+// that could act on the console's session: one of the session cookie's
+// name (either spelling), and any with a Domain attribute. This route is
+// served from the server's own origin (and the E2B host route through
+// it), where a guest has no business setting cookies for other hosts: a
+// Domain=<parent> cookie would reach the console on a sibling host, and
+// the browser would send it before the console's own. Host-only cookies
+// of other names pass.
+func dropGuestSetCookies(h http.Header) {
+	lines := h.Values("Set-Cookie")
+	if len(lines) == 0 {
+		return
+	}
+	var keep []string
+	for _, line := range lines {
+		if !plantsCookie(line) {
+			keep = append(keep, line)
+		}
+	}
+	h.Del("Set-Cookie")
+	for _, line := range keep {
+		h.Add("Set-Cookie", line)
+	}
+}
+
+// plantsCookie reports whether the Set-Cookie value line sets the
+// session cookie or carries a Domain attribute.
+func plantsCookie(line string) bool {
+	attrs := strings.Split(line, ";")
+	name, _, _ := strings.Cut(attrs[0], "=")
+	if apiv1.IsSessionCookie(name) {
+		return true
+	}
+	for _, a := range attrs[1:] {
+		k, _, _ := strings.Cut(a, "=")
+		if strings.EqualFold(strings.TrimSpace(k), "Domain") {
+			return true
+		}
+	}
+	return false
+}
+
+// dropSessionCookie removes the console's session cookie (an API key,
+// either spelling) from a request bound for a guest; other cookies pass.
 func dropSessionCookie(h http.Header) {
 	lines := h.Values("Cookie")
 	if len(lines) == 0 {
@@ -242,7 +285,7 @@ func dropSessionCookie(h http.Header) {
 	for _, line := range lines {
 		for _, part := range strings.Split(line, ";") {
 			name, _, _ := strings.Cut(strings.TrimSpace(part), "=")
-			if part = strings.TrimSpace(part); part != "" && name != SessionCookie {
+			if part = strings.TrimSpace(part); part != "" && !apiv1.IsSessionCookie(name) {
 				keep = append(keep, part)
 			}
 		}

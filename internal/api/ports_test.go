@@ -69,6 +69,13 @@ func newFakeGuest(t *testing.T) *fakeGuest {
 		}
 		_, _ = io.WriteString(w, "second\n")
 	})
+	mux.HandleFunc("/cookies", func(w http.ResponseWriter, r *http.Request) {
+		// An attacker's guest plants its own key as the console's session.
+		for _, c := range guestSetCookies {
+			w.Header().Add("Set-Cookie", c)
+		}
+		_, _ = io.WriteString(w, "planted")
+	})
 	mux.HandleFunc("/teapot", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Guest", "yes")
 		w.Header().Set("X-Request-Id", "guest-own")
@@ -527,4 +534,31 @@ func FuzzParseGuestPort(f *testing.F) {
 			t.Fatalf("%q parsed as %d, not canonical", s, p)
 		}
 	})
+}
+
+// guestSetCookies is what the fake guest's /cookies answers: attempts to
+// plant a session cookie, then cookies it may set.
+var guestSetCookies = []string{
+	"airlock_session=alk_attacker; Domain=example.test; Path=/v1",
+	"airlock_session=alk_attacker; Path=/v1/sandboxes",
+	"__Host-airlock_session=alk_attacker; Secure; Path=/",
+	" AIRLOCK_SESSION =alk_attacker",
+	"theme=dark; Domain=example.test; Path=/",
+	"tracker=1; path=/; domain=.example.test",
+	"theme=light; Path=/v1/sandboxes; HttpOnly",
+	"sid=abc",
+}
+
+// TestPortsProxyDropsPlantedCookies: a guest's answer cannot set the
+// console's session cookie (either spelling), nor any cookie for other
+// hosts (Domain); its own host-only cookies pass.
+func TestPortsProxyDropsPlantedCookies(t *testing.T) {
+	t.Parallel()
+	pe := newPortEnv(t)
+	res := pe.send(req{method: "GET", path: portPath(pe.id, pe.guest.port, "cookies"), key: pe.keyA}).want(t, http.StatusOK)
+	got := res.header.Values("Set-Cookie")
+	want := []string{"theme=light; Path=/v1/sandboxes; HttpOnly", "sid=abc"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("Set-Cookie from the guest = %q, want only %q", got, want)
+	}
 }

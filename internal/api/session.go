@@ -31,8 +31,11 @@ import (
 // proxy (a guest's pages are served from the console's origin there, and
 // must not be able to act as the console's user): 401.
 const (
-	// SessionCookie is the console's session cookie.
-	SessionCookie = "airlock_session"
+	// SessionCookie is the console's session cookie over plain http.
+	SessionCookie = apiv1.SessionCookie
+	// SecureSessionCookie is its name when the server is reached over
+	// https (see SessionCookieName).
+	SecureSessionCookie = apiv1.SecureSessionCookie
 	// CSRFHeader carries the CSRF token of a cookie-authenticated request.
 	CSRFHeader = "X-Airlock-CSRF"
 	// csrfMessage is what the CSRF token is the HMAC of.
@@ -74,15 +77,56 @@ func (a *API) AuthenticateKey(ctx context.Context, key string) (Session, error) 
 // CSRF and Origin rules of a cookie-authenticated API request, and
 // returns the session and its key.
 func (a *API) CookieSession(r *http.Request) (Session, string, error) {
-	c, err := r.Cookie(SessionCookie)
-	if err != nil || c.Value == "" {
-		return Session{}, "", unauthenticated("no console session: sign in")
-	}
-	if err := a.CheckCrossSite(r, c.Value); err != nil {
+	key, ok, err := a.SessionKey(r)
+	if err != nil {
 		return Session{}, "", err
 	}
-	s, err := a.AuthenticateKey(r.Context(), c.Value)
-	return s, c.Value, err
+	if !ok || key == "" {
+		return Session{}, "", unauthenticated("no console session: sign in")
+	}
+	if err := a.CheckCrossSite(r, key); err != nil {
+		return Session{}, "", err
+	}
+	s, err := a.AuthenticateKey(r.Context(), key)
+	return s, key, err
+}
+
+// Secure reports whether r reached the server over https: the request
+// came over TLS, or the public URL (Config.PublicURL, behind a
+// TLS-terminating proxy) is https.
+func (a *API) Secure(r *http.Request) bool {
+	return r.TLS != nil || strings.HasPrefix(a.cfg.PublicURL, "https://")
+}
+
+// SessionCookieName is the one place that names the session cookie of
+// r: SecureSessionCookie (__Host-, which the console sets Secure) over
+// https, SessionCookie otherwise. The console sets the cookie by this
+// name and the API reads it by this name only.
+func (a *API) SessionCookieName(r *http.Request) string {
+	if a.Secure(r) {
+		return SecureSessionCookie
+	}
+	return SessionCookie
+}
+
+// SessionKey is the key in r's session cookie (ok false: r has none).
+// More than one cookie of that name is refused (401), never one of them
+// picked: another host under the same parent domain (a guest's server on
+// an E2B host) can plant a cookie of the name with a Domain or a longer
+// Path, which the browser sends alongside the console's own, and the
+// user would work under the planter's key.
+func (a *API) SessionKey(r *http.Request) (key string, ok bool, err error) {
+	name := a.SessionCookieName(r)
+	for _, c := range r.Cookies() {
+		if c.Name != name {
+			continue
+		}
+		if ok {
+			return "", false, unauthenticated("conflicting %s cookies: clear this site's cookies and sign in again", name)
+		}
+		key, ok = c.Value, true
+	}
+	return key, ok, nil
 }
 
 // CheckCrossSite applies the Origin and CSRF rules of a request

@@ -183,6 +183,7 @@ func TestDropSessionCookie(t *testing.T) {
 		{[]string{SessionCookie + "=alk_x", "e=f"}, "e=f"},
 		{[]string{" " + SessionCookie + "=alk_x ;a=b"}, "a=b"},
 		{[]string{SessionCookie + "x=keep"}, SessionCookie + "x=keep"},
+		{[]string{"a=b; " + SecureSessionCookie + "=alk_x"}, "a=b"}, // the https spelling too
 	} {
 		h := http.Header{}
 		for _, v := range tc.in {
@@ -192,5 +193,61 @@ func TestDropSessionCookie(t *testing.T) {
 		if got := strings.Join(h.Values("Cookie"), "|"); got != tc.want {
 			t.Errorf("%q → %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestSessionCookieConflict: a request carrying more than one session
+// cookie (one planted by a guest on a sibling host, with a Domain or a
+// longer Path) is refused, whichever order they come in, never served
+// under either key.
+func TestSessionCookieConflict(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	body := func(m string) string {
+		if m == "POST" {
+			return "{}"
+		}
+		return ""
+	}
+	for _, cookies := range []string{
+		SessionCookie + "=" + e.keyB + "; " + SessionCookie + "=" + e.keyA,
+		SessionCookie + "=" + e.keyA + "; " + SessionCookie + "=" + e.keyB,
+		SessionCookie + "=" + e.keyA + "; " + SessionCookie + "=" + e.keyA,
+		SessionCookie + "=" + e.keyA + "; other=1; " + SessionCookie + "=",
+	} {
+		for _, m := range []string{"GET", "POST"} {
+			h := http.Header{"Cookie": {cookies}, CSRFHeader: {CSRFToken(e.keyA)}}
+			var er apiv1.Error
+			e.send(req{method: m, path: "/v1/sandboxes", header: h, body: body(m), t: t}).want(t, http.StatusUnauthorized).decode(t, &er)
+			if er.Code != apiv1.CodeUnauthenticated || !strings.Contains(er.Message, "conflicting airlock_session cookies") {
+				t.Errorf("%s %q → %+v", m, cookies, er)
+			}
+		}
+	}
+	// One cookie still works, other cookies beside it or not.
+	h := http.Header{"Cookie": {"x=1; " + SessionCookie + "=" + e.keyA + "; y=2"}}
+	e.send(req{method: "GET", path: "/v1/sandboxes", header: h, t: t}).want(t, http.StatusOK)
+	// Over http the __Host- spelling is not the session (it is only
+	// set over https), and does not conflict.
+	h = http.Header{"Cookie": {SecureSessionCookie + "=" + e.keyB + "; " + SessionCookie + "=" + e.keyA}}
+	e.send(req{method: "GET", path: "/v1/sandboxes", header: h, t: t}).want(t, http.StatusOK)
+}
+
+// TestSessionCookieNameSecure: with an https public URL (a TLS proxy in
+// front), the API reads the session from __Host-airlock_session only: a
+// plain airlock_session (which any sibling host can plant) is not a
+// session, and two __Host- cookies conflict.
+func TestSessionCookieNameSecure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *envConfig) { c.PublicURL = "https://airlock.example" })
+	h := http.Header{"Cookie": {SessionCookie + "=" + e.keyA}}
+	e.send(req{method: "GET", path: "/v1/sandboxes", header: h, t: t}).want(t, http.StatusUnauthorized)
+	h = http.Header{"Cookie": {SessionCookie + "=" + e.keyB + "; " + SecureSessionCookie + "=" + e.keyA}}
+	e.send(req{method: "GET", path: "/v1/sandboxes", header: h, t: t}).want(t, http.StatusOK)
+	h = http.Header{"Cookie": {SecureSessionCookie + "=" + e.keyB + "; " + SecureSessionCookie + "=" + e.keyA}}
+	var er apiv1.Error
+	e.send(req{method: "GET", path: "/v1/sandboxes", header: h, t: t}).want(t, http.StatusUnauthorized).decode(t, &er)
+	if !strings.Contains(er.Message, "conflicting __Host-airlock_session cookies") {
+		t.Errorf("→ %+v", er)
 	}
 }

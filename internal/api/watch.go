@@ -26,6 +26,12 @@ const (
 	// another replica made where the store does not notify across
 	// processes).
 	watchPoll = 5 * time.Second
+	// watchMaxAge ends a stream (with a reconnect event): the client
+	// opens it again and authenticates anew, so a revoked key stops
+	// getting the list within this time.
+	watchMaxAge = 10 * time.Minute
+	// watchRetryMillis is the reconnect delay the final event asks for.
+	watchRetryMillis = 1000
 )
 
 // watchSandboxes: GET /v1/watch/sandboxes?<the filters of GET
@@ -33,11 +39,12 @@ const (
 // body GET /v1/sandboxes would answer: one at once, then one whenever
 // that body changed.
 func (a *API) watchSandboxes(w http.ResponseWriter, r *http.Request, p principal) {
-	a.streamSandboxList(w, r, p, watchTiming{minGap: watchMinGap, keepalive: watchKeepalive, poll: watchPoll})
+	a.streamSandboxList(w, r, p, watchTiming{minGap: watchMinGap, keepalive: watchKeepalive, poll: watchPoll, maxAge: watchMaxAge})
 }
 
-// watchTiming is the pace of a sandbox list stream.
-type watchTiming struct{ minGap, keepalive, poll time.Duration }
+// watchTiming is the pace of a sandbox list stream, and how long it
+// lasts at most.
+type watchTiming struct{ minGap, keepalive, poll, maxAge time.Duration }
 
 func (a *API) streamSandboxList(w http.ResponseWriter, r *http.Request, p principal, tm watchTiming) {
 	q, err := parseSandboxQuery(p.project, r.URL.Query())
@@ -45,6 +52,12 @@ func (a *API) streamSandboxList(w http.ResponseWriter, r *http.Request, p princi
 		a.writeError(w, r, err)
 		return
 	}
+	release, err := a.watches.acquire(p)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	defer release()
 	ctx := r.Context()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -78,9 +91,16 @@ func (a *API) streamSandboxList(w http.ResponseWriter, r *http.Request, p princi
 	defer keepalive.Stop()
 	poll := time.NewTicker(tm.poll)
 	defer poll.Stop()
+	end := time.NewTimer(tm.maxAge)
+	defer end.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-end.C:
+			// An EventSource opens the stream again by itself.
+			_, _ = fmt.Fprintf(sse, "retry: %d\nevent: %s\ndata: {}\n\n", watchRetryMillis, apiv1.EventReconnect)
+			_ = sse.Flush()
 			return
 		case <-keepalive.C:
 			if err := sse.Comment("keepalive"); err != nil {
@@ -113,6 +133,8 @@ func (a *API) streamSandboxList(w http.ResponseWriter, r *http.Request, p princi
 		select {
 		case <-ctx.Done():
 			return
+		case <-end.C:
+			end.Reset(0) // the top of the loop ends the stream
 		case <-time.After(tm.minGap):
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -197,7 +198,7 @@ func TestWatchSandboxesStreamEnds(t *testing.T) {
 	done := make(chan struct{}, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.api.streamSandboxList(w, r, principal{project: e.projA, role: model.RoleMember},
-			watchTiming{minGap: 10 * time.Millisecond, keepalive: 50 * time.Millisecond, poll: time.Hour})
+			watchTiming{minGap: 10 * time.Millisecond, keepalive: 50 * time.Millisecond, poll: time.Hour, maxAge: time.Hour})
 		done <- struct{}{}
 	}))
 	defer srv.Close()
@@ -213,5 +214,110 @@ func TestWatchSandboxesStreamEnds(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the handler did not return after the client went away")
+	}
+}
+
+// TestWatchSandboxesCaps: one API key may hold WatchPerKey live lists,
+// a project WatchPerProject; one more answers 429 too_many_watches, and
+// a closed stream frees its place. Other keys' projects are not held up.
+func TestWatchSandboxesCaps(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// The keys of project A: keyA and three more, 4 × 8 = 32.
+	keys := []string{e.keyA}
+	for i := range 3 {
+		var k apiv1.APIKey
+		e.do("POST", "/v1/admin/keys", e.admin, fmt.Sprintf(`{"project_id": %q, "role": "member", "name": "w%d"}`, e.projA, i)).
+			want(t, http.StatusCreated).decode(t, &k)
+		keys = append(keys, k.Token)
+	}
+	var streams []*sseReader
+	for _, k := range keys {
+		for range WatchPerKey {
+			s := openSSE(t, e.srv.URL, "/v1/watch/sandboxes", k, nil)
+			s.list(5 * time.Second)
+			streams = append(streams, s)
+		}
+	}
+	// The key's cap, then the project's (a fifth key of A has none open).
+	e.do("GET", "/v1/watch/sandboxes", e.keyA, "").wantError(t, http.StatusTooManyRequests, apiv1.CodeTooManyWatches)
+	var k5 apiv1.APIKey
+	e.do("POST", "/v1/admin/keys", e.admin, fmt.Sprintf(`{"project_id": %q, "role": "member", "name": "w5"}`, e.projA)).
+		want(t, http.StatusCreated).decode(t, &k5)
+	var er apiv1.Error
+	e.do("GET", "/v1/watch/sandboxes", k5.Token, "").wantError(t, http.StatusTooManyRequests, apiv1.CodeTooManyWatches).decode(t, &er)
+	if !strings.Contains(er.Message, "project has 32 live sandbox lists open") {
+		t.Errorf("project cap message %q", er.Message)
+	}
+	// Another project is not held up.
+	openSSE(t, e.srv.URL, "/v1/watch/sandboxes", e.keyB, nil).list(5 * time.Second)
+	// A closed stream frees its place (the handler notices and returns).
+	streams[0].cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s := openSSE(t, e.srv.URL, "/v1/watch/sandboxes", e.keyA, nil)
+		if s.res.StatusCode == http.StatusOK {
+			s.list(5 * time.Second)
+			break
+		}
+		s.cancel()
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed stream did not free its place: %d", s.res.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// limit is capped as on GET /v1/sandboxes (parseSandboxQuery: 400
+	// above maxListLimit, which the OpenAPI document states too).
+}
+
+// TestWatchSandboxesMaxAge: a stream ends after its time with a
+// reconnect event (and a retry delay), so the client reconnects and is
+// authenticated anew; its place is freed.
+func TestWatchSandboxesMaxAge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.runningSandbox(e.keyA)
+	p := principal{keyID: "k", project: e.projA, role: model.RoleMember}
+	done := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.api.streamSandboxList(w, r, p,
+			watchTiming{minGap: 10 * time.Millisecond, keepalive: time.Hour, poll: 20 * time.Millisecond, maxAge: 300 * time.Millisecond})
+		done <- struct{}{}
+	}))
+	defer srv.Close()
+	s := openSSE(t, srv.URL, "/", "", nil)
+	s.list(2 * time.Second)
+	var retry bool
+	for ev := (sseEvent{}); ev.name != apiv1.EventReconnect; {
+		select {
+		case l, ok := <-s.lines:
+			if !ok {
+				t.Fatal("the stream ended without a reconnect event")
+			}
+			retry = retry || l == "retry: 1000"
+			if l == "event: "+apiv1.EventReconnect {
+				ev.name = apiv1.EventReconnect
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("no reconnect event")
+		}
+	}
+	if !retry {
+		t.Error("the reconnect event sets no retry delay")
+	}
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the handler did not return after its time")
+	}
+	for l := range s.lines {
+		if strings.HasPrefix(l, "event: ") && l != "event: "+apiv1.EventReconnect {
+			t.Errorf("an event after reconnect: %q", l)
+		}
+	}
+	e.api.watches.mu.Lock()
+	defer e.api.watches.mu.Unlock()
+	if len(e.api.watches.key) != 0 || len(e.api.watches.project) != 0 {
+		t.Errorf("the watch still counted: %v %v", e.api.watches.key, e.api.watches.project)
 	}
 }

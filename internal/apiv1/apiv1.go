@@ -48,6 +48,7 @@ const (
 	CodeNodeNotFound         = "node_not_found"         // 404: no node with this ID is registered
 	CodeAgentUnsupported     = "agent_unsupported"      // 501: the sandbox's agent is too old for this request
 	CodeExceedsCapacity      = "exceeds_node_capacity"  // 400: more cpus or memory than one sandbox can have on this node
+	CodeTooManyWatches       = "too_many_watches"       // 429: the API key or project has as many live sandbox lists (GET /v1/watch/sandboxes) open as allowed
 	CodeRateLimited          = "rate_limited"           // 429: this API key made too many changes in a short time; see Retry-After
 	CodeQuotaExceeded        = "quota_exceeded"         // 403: the project's quota does not admit the new sandbox (the message names the limit, the usage and the request)
 	CodeRequestTimeout       = "request_timeout"        // 408: the request body did not arrive in time; the server closes the connection
@@ -495,7 +496,8 @@ const (
 	// much; the stream goes on after it.
 	EventGap = "gap"
 	// EventReconnect: the server is going away (graceful drain); reconnect
-	// with Last-Event-ID after the advised delay. Nothing is lost.
+	// with Last-Event-ID after the advised delay. Nothing is lost. It also
+	// ends a GET /v1/watch/sandboxes stream that has run its time.
 	EventReconnect = "reconnect"
 )
 

@@ -242,3 +242,29 @@ func TestKeyToken(t *testing.T) {
 		t.Fatal("an argument was accepted")
 	}
 }
+
+func TestServerPublicURLFlag(t *testing.T) {
+	base := serverFlags{listen: "127.0.0.1:0", grace: time.Second, overcommit: 1, maxConns: 1, mutBurst: 1,
+		defaultDisk: 2048, maxDisk: 4096, bodyTimeout: time.Second, usernsBase: oci.DefaultIDBase, usernsN: 1}
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{"https://airlock.example.com", "https://airlock.example.com"},
+		{"HTTPS://airlock.example.com:8443/", "https://airlock.example.com:8443"},
+		{"http://10.0.0.5:7070", "http://10.0.0.5:7070"},
+	} {
+		f := base
+		f.publicURL = tc.in
+		opts, err := f.options("/tmp/x", slog.DiscardHandler)
+		if err != nil || opts.PublicURL != tc.want {
+			t.Errorf("--public-url %q → %q, %v; want %q", tc.in, opts.PublicURL, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"airlock.example.com", "ftp://x", "https://", "https://u:p@x", "https://x/prefix", "https://x/?a=1", "https://x#f", "https://x?"} {
+		f := base
+		f.publicURL = bad
+		var ue usageError
+		if _, err := f.options("/tmp/x", slog.DiscardHandler); !errors.As(err, &ue) || !strings.Contains(err.Error(), "--public-url") {
+			t.Errorf("--public-url %q: err %v, want a usage error", bad, err)
+		}
+	}
+}

@@ -72,6 +72,7 @@ type serverFlags struct {
 	// several nodes
 	role           string
 	advertiseURL   string
+	publicURL      string
 	labels         []string
 	maxSandboxes   int
 	placement      string
@@ -224,6 +225,11 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	if f.blobStore != "" && !strings.HasPrefix(f.blobStore, "file:///") && !strings.HasPrefix(f.blobStore, "s3://") {
 		return opts, usageErrorf("--blob-store must be file:///DIR or s3://BUCKET[/PREFIX]?endpoint=URL, not %q", f.blobStore)
 	}
+	if f.publicURL != "" {
+		if opts.PublicURL, err = parsePublicURL(f.publicURL); err != nil {
+			return opts, err
+		}
+	}
 	if err := f.egressOptions(&opts); err != nil {
 		return opts, err
 	}
@@ -345,6 +351,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.IntVar(&f.poolParallel, "pool-fill-parallel", pool.DefaultFillParallel, "warm-pool sandboxes this node creates at once")
 	fs.StringVar(&f.role, "role", string(model.RoleAll), "what this process does: all (API and sandboxes), api (a stateless API replica that places sandboxes and routes to their nodes; needs --database-url) or node (runs sandboxes; needs --database-url)")
 	fs.StringVar(&f.advertiseURL, "advertise-url", "", "URL the other processes on the database reach this one at, e.g. http://10.0.0.5:7070 (default: http:// and the --listen address, which must then not be a wildcard)")
+	fs.StringVar(&f.publicURL, "public-url", "", "origin browsers and clients reach this server at, e.g. https://airlock.example.com behind a TLS-terminating proxy: https makes the console's cookie Secure (default: each request's own)")
 	fs.StringArrayVar(&f.labels, "label", nil, "node label KEY=VALUE that sandboxes' node_selector matches (repeatable)")
 	fs.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "sandboxes placed on this node at most (those not deleted or failed)")
 	fs.StringVar(&f.placement, "placement", string(model.PlaceSpread), "how a create picks among the nodes that fit: spread (most room left) or pack (fullest that fits)")
@@ -444,4 +451,15 @@ func (f serverFlags) environments() ([]envid.Name, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// parsePublicURL parses --public-url: an http(s) origin, returned as
+// scheme://host[:port] (scheme lower case).
+func parsePublicURL(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		return "", usageErrorf("--public-url must be http(s)://host[:port], the origin browsers and clients reach the server at; not %q", s)
+	}
+	return u.Scheme + "://" + u.Host, nil
 }

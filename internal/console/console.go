@@ -43,6 +43,9 @@ type Sessions interface {
 	AuthenticateKey(ctx context.Context, key string) (api.Session, error)
 	CookieSession(r *http.Request) (api.Session, string, error)
 	CheckCrossSite(r *http.Request, key string) error
+	SessionKey(r *http.Request) (key string, ok bool, err error)
+	SessionCookieName(r *http.Request) string
+	Secure(r *http.Request) bool
 	WriteError(w http.ResponseWriter, r *http.Request, err error)
 }
 
@@ -50,10 +53,6 @@ type Sessions interface {
 type Config struct {
 	// Sessions is the API the console's sessions are checked by.
 	Sessions Sessions
-	// PublicURL is the scheme://host[:port] browsers reach the server at;
-	// an https one marks the cookie Secure (as does a request over TLS).
-	// Empty: each request's own.
-	PublicURL string
 	// Assets replaces the embedded assets (tests); nil: the embedded ones.
 	Assets fs.FS
 }
@@ -129,6 +128,12 @@ func contentType(p string) string {
 func (c *Console) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		securityHeaders(w.Header())
+		if c.cfg.Sessions.Secure(r) {
+			// Reached over https (directly or behind a TLS proxy): the
+			// browser must never come back over plain http, where the
+			// session cookie would not be sent and could be overwritten.
+			w.Header().Set("Strict-Transport-Security", "max-age=31536000")
+		}
 		rest := strings.TrimPrefix(r.URL.Path, Prefix)
 		switch {
 		case r.URL.Path == Prefix || r.URL.Path == Prefix+"index.html":

@@ -46,7 +46,7 @@ func newEnv(t *testing.T, tls bool, publicURL string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := api.New(api.Config{Store: st, Logger: log, Attach: ring.Issuer(), MutationRate: -1})
+	a, err := api.New(api.Config{Store: st, Logger: log, Attach: ring.Issuer(), MutationRate: -1, PublicURL: publicURL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func newEnv(t *testing.T, tls bool, publicURL string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{Sessions: a, PublicURL: publicURL})
+	c, err := New(Config{Sessions: a})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func readErr(t *testing.T, res *http.Response) apiv1.Error {
 
 func sessionCookie(res *http.Response) *http.Cookie {
 	for _, c := range res.Cookies() {
-		if c.Name == api.SessionCookie {
+		if c.Name == api.SessionCookie || c.Name == api.SecureSessionCookie {
 			return c
 		}
 	}
@@ -353,9 +353,83 @@ func TestSessionCookieSecure(t *testing.T) {
 			e := newEnv(t, tc.tls, tc.publicURL)
 			res := e.send(t, "POST", "/ui/session", `{"key": "`+e.member+`"}`, map[string]string{"Content-Type": "application/json"})
 			res.Body.Close()
-			if c := sessionCookie(res); res.StatusCode != 200 || c == nil || !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
+			c := sessionCookie(res)
+			if res.StatusCode != 200 || c == nil || !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
 				t.Fatalf("→ %d cookie %+v, want Secure", res.StatusCode, c)
 			}
+			// __Host-: browsers take it only Secure, host-only, Path=/.
+			if c.Name != api.SecureSessionCookie || c.Domain != "" || c.Path != "/" {
+				t.Fatalf("cookie %+v: want __Host-airlock_session, no Domain, Path=/", c)
+			}
+			if got := res.Header.Get("Strict-Transport-Security"); got != "max-age=31536000" {
+				t.Errorf("Strict-Transport-Security %q", got)
+			}
+			// The API and GET /ui/session read it by that name.
+			hdr := map[string]string{"Cookie": c.Name + "=" + c.Value}
+			res = e.send(t, "GET", "/ui/session", "", hdr)
+			res.Body.Close()
+			if res.StatusCode != 200 {
+				t.Fatalf("GET /ui/session with the cookie → %d", res.StatusCode)
+			}
+			res = e.send(t, "GET", "/v1/sandboxes", "", hdr)
+			res.Body.Close()
+			if res.StatusCode != 200 {
+				t.Fatalf("GET /v1/sandboxes with the cookie → %d", res.StatusCode)
+			}
+			// Signing out clears the cookie of that name.
+			hdr[api.CSRFHeader] = api.CSRFToken(c.Value)
+			res = e.send(t, "DELETE", "/ui/session", "", hdr)
+			res.Body.Close()
+			if c := sessionCookie(res); res.StatusCode != 204 || c == nil || c.Name != api.SecureSessionCookie || c.MaxAge >= 0 || !c.Secure {
+				t.Fatalf("DELETE → %d cookie %+v", res.StatusCode, c)
+			}
+			// Behind a TLS proxy, the proxy's public origin is the
+			// console's own (the Host it forwards may differ).
+			if tc.publicURL != "" {
+				res = e.send(t, "POST", "/ui/session", `{"key": "`+e.member+`"}`, map[string]string{"Content-Type": "application/json", "Origin": tc.publicURL})
+				res.Body.Close()
+				if res.StatusCode != 200 {
+					t.Fatalf("sign-in from the public origin → %d", res.StatusCode)
+				}
+			}
 		})
+	}
+}
+
+// TestSessionPlainHTTP: over plain http the cookie is airlock_session,
+// not Secure, and no HSTS is sent.
+func TestSessionPlainHTTP(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, "")
+	res := e.send(t, "POST", "/ui/session", `{"key": "`+e.member+`"}`, map[string]string{"Content-Type": "application/json"})
+	res.Body.Close()
+	if c := sessionCookie(res); res.StatusCode != 200 || c == nil || c.Name != api.SessionCookie || c.Secure {
+		t.Fatalf("→ %d cookie %+v", res.StatusCode, c)
+	}
+	if h := res.Header.Get("Strict-Transport-Security"); h != "" {
+		t.Errorf("HSTS over plain http: %q", h)
+	}
+}
+
+// TestSessionConflictingCookies: a guest on a sibling host planted its
+// own key as airlock_session (Domain=<parent>, a longer Path); the
+// browser sends both. GET /ui/session refuses rather than pick one, and
+// signing out is refused the same way (it could clear only one).
+func TestSessionConflictingCookies(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, "")
+	for _, order := range []string{
+		api.SessionCookie + "=" + e.admin + "; " + api.SessionCookie + "=" + e.member,
+		api.SessionCookie + "=" + e.member + "; " + api.SessionCookie + "=" + e.admin,
+	} {
+		for _, m := range []string{"GET", "DELETE"} {
+			res := e.send(t, m, "/ui/session", "", map[string]string{"Cookie": order, api.CSRFHeader: api.CSRFToken(e.member)})
+			if res.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("%s %q → %d, want 401", m, order, res.StatusCode)
+			}
+			if er := readErr(t, res); er.Code != apiv1.CodeUnauthenticated || !strings.Contains(er.Message, "conflicting airlock_session cookies: clear this site's cookies") {
+				t.Errorf("%s → %+v", m, er)
+			}
+		}
 	}
 }

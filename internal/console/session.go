@@ -92,8 +92,13 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 // own origin), so that no other site can sign a browser out; the key need
 // not still be valid.
 func (c *Console) signOut(w http.ResponseWriter, r *http.Request) {
-	if ck, err := r.Cookie(api.SessionCookie); err == nil && ck.Value != "" {
-		if err := c.cfg.Sessions.CheckCrossSite(r, ck.Value); err != nil {
+	key, ok, err := c.cfg.Sessions.SessionKey(r)
+	if err != nil {
+		c.cfg.Sessions.WriteError(w, r, err)
+		return
+	}
+	if ok && key != "" {
+		if err := c.cfg.Sessions.CheckCrossSite(r, key); err != nil {
 			c.cfg.Sessions.WriteError(w, r, err)
 			return
 		}
@@ -102,16 +107,18 @@ func (c *Console) signOut(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// cookie is the session cookie holding key (maxAge -1: delete it).
+// cookie is the session cookie holding key (maxAge -1: delete it),
+// named as the API reads it: over https __Host-airlock_session, Secure,
+// host-only, Path=/.
 func (c *Console) cookie(r *http.Request, key string, maxAge int) *http.Cookie {
 	return &http.Cookie{
-		Name:     api.SessionCookie,
+		Name:     c.cfg.Sessions.SessionCookieName(r),
 		Value:    key,
 		Path:     "/",
 		MaxAge:   maxAge,
 		HttpOnly: true,
 		SameSite: http.SameSiteStrictMode,
-		Secure:   r.TLS != nil || strings.HasPrefix(strings.ToLower(c.cfg.PublicURL), "https://"),
+		Secure:   c.cfg.Sessions.Secure(r),
 	}
 }
 

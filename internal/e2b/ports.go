@@ -5,6 +5,7 @@ import (
 	"net/http/httputil"
 	"strings"
 
+	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -43,8 +44,13 @@ func (g *Gateway) rewritePort(pr *httputil.ProxyRequest) {
 }
 
 // portResponse notices the code interpreter going away (a 502 from the
-// ports route), so the next request starts it again.
+// ports route), so the next request starts it again, and drops any
+// Set-Cookie of the console's session cookie: a guest on
+// <port>-<id>.<domain> is same-site with a console on <domain> and must
+// not plant a session there (the ports route behind drops these and
+// Domain cookies too; this holds whichever node answered).
 func (g *Gateway) portResponse(resp *http.Response) error {
+	dropSessionSetCookies(resp.Header)
 	pt, ok := resp.Request.Context().Value(portKey{}).(portTarget)
 	if ok && pt.route.Port == CodeInterpreterPort && resp.StatusCode == http.StatusBadGateway {
 		g.interp.forget(pt.route.Sandbox)
@@ -61,4 +67,24 @@ func ensureSlash(p string) string {
 		return "/" + p
 	}
 	return p
+}
+
+// dropSessionSetCookies removes every Set-Cookie naming the console's
+// session cookie (either spelling) from h.
+func dropSessionSetCookies(h http.Header) {
+	lines := h.Values("Set-Cookie")
+	var keep []string
+	for _, line := range lines {
+		name, _, _ := strings.Cut(line, "=")
+		if n, _, _ := strings.Cut(name, ";"); !apiv1.IsSessionCookie(n) {
+			keep = append(keep, line)
+		}
+	}
+	if len(keep) == len(lines) {
+		return
+	}
+	h.Del("Set-Cookie")
+	for _, line := range keep {
+		h.Add("Set-Cookie", line)
+	}
 }

@@ -178,6 +178,12 @@ type Options struct {
 	// this one's HTTP server; "": http:// and the listen address (which
 	// must then not be a wildcard when other nodes share the database).
 	AdvertiseURL string
+	// PublicURL (--public-url) is the origin browsers and clients reach
+	// the server at (scheme://host[:port]), e.g. a TLS-terminating
+	// proxy's: an https one makes the console's session cookie Secure
+	// (__Host-), and its origin is the console's own for the Origin
+	// check. It also bases attach URLs. "": each request's own.
+	PublicURL string
 	// Labels (--label KEY=VALUE, repeatable) are matched by sandboxes'
 	// node selectors.
 	Labels model.NodeLabels

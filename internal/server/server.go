@@ -225,6 +225,7 @@ func Run(ctx context.Context, opts Options) error {
 		BodyReadTimeout: opts.BodyReadTimeout,
 		MutationRate:    opts.MutationRate,
 		MutationBurst:   opts.MutationBurst,
+		PublicURL:       opts.PublicURL,
 		Store:           st,
 		Distribution:    distribution(dist),
 

@@ -97,7 +97,9 @@ export async function render(main, ctx, params) {
     buttons.set(t.name, b);
     tabBar.appendChild(b);
   }
-  show('terminal');
+  // Not the terminal: opening it starts a shell under the user's key, which
+  // must take a click, never just a link to this page.
+  show('processes');
 
   return () => {
     closed = true;

@@ -69,19 +69,32 @@ export async function render(main, ctx) {
   }
 
   let close = null;
+  let retry = null;
   function watch() {
     if (close) close();
+    clearTimeout(retry);
     const q = { state: stateSel.value, metadata: metaIn.value.trim(), limit: 200 };
     status.textContent = 'connecting…';
     close = ctx.sse(`/v1/watch/sandboxes${query(q)}`, {
       sandboxes: (data) => {
         try { draw(JSON.parse(data)); } catch (e) { ctx.showError(e); }
       },
-      error: () => { status.textContent = 'disconnected; retrying…'; },
+      // The server ends the stream every 10 minutes (event reconnect) and
+      // the EventSource opens it again by itself. When the server refused
+      // the stream (signed out, key revoked, too many live lists open),
+      // the EventSource gives up: a plain call finds out why (a 401 goes
+      // to sign-in) and the list is watched again a little later.
+      error: (ev, es) => {
+        if (es.readyState !== EventSource.CLOSED) { status.textContent = 'disconnected; retrying…'; return; }
+        status.textContent = 'disconnected; retrying in 10 s…';
+        ctx.api.get(`/v1/sandboxes${query({ ...q, limit: 1 })}`).then(
+          () => { retry = setTimeout(watch, 10000); },
+          (e) => { if (e.status !== 401) { ctx.showError(e); retry = setTimeout(watch, 10000); } });
+      },
     });
   }
   watch();
-  return () => { if (close) close(); };
+  return () => { clearTimeout(retry); if (close) close(); };
 }
 
 function shortDigest(d) {

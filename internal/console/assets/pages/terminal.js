@@ -71,9 +71,19 @@ function mirrorStyles(roots) {
 }
 
 // mountTerminal fills panel with a terminal running a shell in sandbox id
-// and returns the cleanup (hang up the shell, close the socket).
+// and returns the cleanup (hang up the shell, close the socket). It runs
+// only when the user opens the Terminal tab, and starts a shell only in a
+// running sandbox: it never resumes or wakes one (the page's buttons do).
 export async function mountTerminal(panel, ctx, id) {
   const h = ctx.h;
+  const sb = await ctx.api.get(`/v1/sandboxes/${encodeURIComponent(id)}`);
+  if (sb.state !== 'running') {
+    const what = sb.state === 'paused' || sb.state === 'suspended'
+      ? `The sandbox is ${sb.state}: resume it with the page's ${sb.state === 'paused' ? 'Resume' : 'Wake'} button above, then open the terminal again.`
+      : `The sandbox is ${sb.state}: a shell starts only in a running sandbox.`;
+    panel.appendChild(h('div', { class: 'muted', testid: 'terminal-status' }, what));
+    return null;
+  }
   loadCSS();
   const status = h('div', { class: 'muted', testid: 'terminal-status' }, 'starting a shell…');
   const box = h('div', { class: 'terminal', testid: 'terminal' });
@@ -122,7 +132,6 @@ export async function mountTerminal(panel, ctx, id) {
       args: shell,
       pty: { rows: term.rows, cols: term.cols },
       stdin: true,
-      resume: true,
       env: { TERM: 'xterm-256color' },
     });
   } catch (e) {
