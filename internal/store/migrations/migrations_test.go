@@ -10,8 +10,9 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/airlockdev/airlock/internal/model"
 	_ "modernc.org/sqlite"
+
+	"github.com/airlockdev/airlock/internal/model"
 )
 
 func TestParseVersion(t *testing.T) {
