@@ -63,8 +63,17 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("delete: %+v, %v", done, err)
 	}
 
-	after := mustScrape(ctx, t, hc, s.url+"/metrics", s.key)
-	privAfter := mustScrape(ctx, t, hc, private, "")
+	// The controller counts an operation just after the store recorded its
+	// outcome (what WaitOperation saw): give the count a moment.
+	const deleted = `airlock_operations_finished_total{kind="delete",outcome="succeeded"}`
+	var after, privAfter map[string]float64
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		after = mustScrape(ctx, t, hc, s.url+"/metrics", s.key)
+		privAfter = mustScrape(ctx, t, hc, private, "")
+		if after[deleted] > before[deleted] && privAfter[deleted] > privBefore[deleted] || time.Now().After(deadline) {
+			break
+		}
+	}
 	for _, pair := range []struct {
 		name          string
 		before, after map[string]float64

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -33,7 +34,16 @@ func TestMetricsOfOperations(t *testing.T) {
 airlock_operations_finished_total{kind="create",outcome="succeeded"} 1
 airlock_operations_finished_total{kind="delete",outcome="succeeded"} 1
 `
-	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "airlock_operations_finished_total"); err != nil {
+	// The controller counts an operation just after the store recorded its
+	// outcome, which is what waitOp sees: give the count a moment.
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		err = testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "airlock_operations_finished_total")
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(m.Registry(), "airlock_sandbox_create_seconds"); n != 1 {
@@ -51,8 +61,10 @@ airlock_operations_finished_total{kind="delete",outcome="succeeded"} 1
 	if op := f.waitOp(failOp); op.State != model.OpFailed {
 		t.Fatalf("create with a missing template: %+v", op)
 	}
-	if !containsLine(scrapeText(t, failing), `airlock_operations_finished_total{kind="create",outcome="failed"} 1`) {
-		t.Fatal("the failed create was not counted")
+	for deadline := time.Now().Add(10 * time.Second); !containsLine(scrapeText(t, failing), `airlock_operations_finished_total{kind="create",outcome="failed"} 1`); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the failed create was not counted")
+		}
 	}
 }
 
