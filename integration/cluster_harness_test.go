@@ -23,6 +23,7 @@ import (
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/egress/netnstest"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/nldump"
 	"github.com/airlockdev/airlock/internal/pgtest"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
@@ -196,7 +197,7 @@ func (fab *fabric) close(t *testing.T) func() {
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				left = left[:0]
-				links, err := h.LinkList()
+				links, err := nldump.Retry(h.LinkList)
 				if err != nil {
 					t.Errorf("links of the fabric: %v", err)
 					break

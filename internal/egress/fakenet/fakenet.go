@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/egress/netnstest"
+	"github.com/airlockdev/airlock/internal/nldump"
 )
 
 // Addresses of the fake internet. The veth link between H and I uses
@@ -384,7 +385,7 @@ func (n *Net) HostLinks() ([]string, error) {
 		return nil, fmt.Errorf("fakenet: netlink in host namespace: %w", err)
 	}
 	defer h.Close()
-	links, err := h.LinkList()
+	links, err := nldump.Retry(h.LinkList)
 	if err != nil {
 		return nil, fmt.Errorf("fakenet: list links: %w", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/airlockdev/airlock/internal/egress/netnstest"
+	"github.com/airlockdev/airlock/internal/nldump"
 )
 
 var (
@@ -299,7 +300,7 @@ func TestClose(t *testing.T) {
 			}
 		}
 	}
-	links, err := netlink.LinkList()
+	links, err := nldump.Retry(netlink.LinkList)
 	if err != nil {
 		t.Fatal(err)
 	}

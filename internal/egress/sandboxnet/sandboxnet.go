@@ -40,6 +40,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/atomicfile"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/nldump"
 )
 
 // Attachment describes one sandbox's network.
@@ -524,7 +525,7 @@ func pairIntact(gh *netlink.Handle, a Attachment) bool {
 // checkHostOverlap fails if an address or a main-table route of the host
 // overlaps prefix on an interface other than this package's host ends.
 func checkHostOverlap(prefix netip.Prefix) error {
-	links, err := netlink.LinkList()
+	links, err := nldump.Retry(netlink.LinkList)
 	if err != nil {
 		return fmt.Errorf("sandboxnet: list links: %w", err)
 	}
@@ -533,7 +534,7 @@ func checkHostOverlap(prefix netip.Prefix) error {
 		names[l.Attrs().Index] = l.Attrs().Name
 	}
 	ours := func(index int) bool { return strings.HasPrefix(names[index], IfPrefix) }
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := nldump.Retry(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return fmt.Errorf("sandboxnet: list addresses: %w", err)
 	}
@@ -542,7 +543,7 @@ func checkHostOverlap(prefix netip.Prefix) error {
 			return fmt.Errorf("sandboxnet: pool %s overlaps address %s on %s", prefix, p, names[a.LinkIndex])
 		}
 	}
-	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	routes, err := nldump.Retry(func() ([]netlink.Route, error) { return netlink.RouteList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return fmt.Errorf("sandboxnet: list routes: %w", err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/egress/netnstest"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/nldump"
 	"github.com/airlockdev/airlock/internal/rootfs/mountinfo"
 )
 
@@ -102,7 +103,7 @@ func assertClean(t *testing.T, p *Pool, ids []model.SandboxID) {
 	for _, id := range ids {
 		want[HostIfName(id)] = true
 	}
-	links, err := netlink.LinkList()
+	links, err := nldump.Retry(netlink.LinkList)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func checkAttachment(t *testing.T, a Attachment) {
 	if _, ok := hl.(*netlink.Veth); !ok || hl.Attrs().Flags&net.FlagUp == 0 {
 		t.Fatalf("host end %s: %T flags %v", a.HostIf, hl, hl.Attrs().Flags)
 	}
-	addrs, err := netlink.AddrList(hl, netlink.FAMILY_ALL)
+	addrs, err := nldump.Retry(func() ([]netlink.Addr, error) { return netlink.AddrList(hl, netlink.FAMILY_ALL) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,14 +200,14 @@ func checkAttachment(t *testing.T, a Attachment) {
 	if err != nil || gl.Attrs().Flags&net.FlagUp == 0 {
 		t.Fatalf("guest eth0 not up: %v", err)
 	}
-	gaddrs, err := gh.AddrList(gl, netlink.FAMILY_ALL)
+	gaddrs, err := nldump.Retry(func() ([]netlink.Addr, error) { return gh.AddrList(gl, netlink.FAMILY_ALL) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(gaddrs) != 1 || gaddrs[0].IPNet.String() != a.GuestAddr.String() {
 		t.Fatalf("guest addresses %v, want only %s (no IPv6)", gaddrs, a.GuestAddr)
 	}
-	routes, err := gh.RouteList(nil, netlink.FAMILY_V4)
+	routes, err := nldump.Retry(func() ([]netlink.Route, error) { return gh.RouteList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/nldump"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/qemu"
 	"github.com/airlockdev/airlock/internal/runtime/runtimetest"
@@ -272,7 +273,7 @@ func (r conformanceRuntime) killQEMU(ctx context.Context, id model.SandboxID) er
 // hostTAPs names the TUN/TAP devices in the host's network namespace.
 func hostTAPs(t *testing.T) map[string]bool {
 	t.Helper()
-	links, err := netlink.LinkList()
+	links, err := nldump.Retry(netlink.LinkList)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/nldump"
 )
 
 const (
@@ -246,7 +248,7 @@ func tapDisableIPv6(ifname string) error {
 // replaced (with its filters).
 func ensureTAPRedirect(h *netlink.Handle, from, to netlink.Link, undo *[]func() error) error {
 	name := from.Attrs().Name
-	qdiscs, err := h.QdiscList(from)
+	qdiscs, err := nldump.Retry(func() ([]netlink.Qdisc, error) { return h.QdiscList(from) })
 	if err != nil {
 		return fmt.Errorf("list qdiscs of %s: %w", name, err)
 	}
@@ -257,7 +259,7 @@ func ensureTAPRedirect(h *netlink.Handle, from, to netlink.Link, undo *[]func() 
 		}
 	}
 	if ingress != nil {
-		filters, err := h.FilterList(from, tapIngressHandle)
+		filters, err := nldump.Retry(func() ([]netlink.Filter, error) { return h.FilterList(from, tapIngressHandle) })
 		if err != nil {
 			return fmt.Errorf("list ingress filters of %s: %w", name, err)
 		}
@@ -364,11 +366,11 @@ func u32MatchesAll(sel *netlink.TcU32Sel) bool {
 // are left (removing the last address flushes them): they are the guest's
 // now. Undo puts both back.
 func unaddressTAPGuestIf(h *netlink.Handle, eth netlink.Link, undo *[]func() error) error {
-	addrs, err := h.AddrList(eth, netlink.FAMILY_V4)
+	addrs, err := nldump.Retry(func() ([]netlink.Addr, error) { return h.AddrList(eth, netlink.FAMILY_V4) })
 	if err != nil {
 		return fmt.Errorf("list addresses of %s: %w", tapGuestIf, err)
 	}
-	routes, err := h.RouteList(eth, netlink.FAMILY_V4)
+	routes, err := nldump.Retry(func() ([]netlink.Route, error) { return h.RouteList(eth, netlink.FAMILY_V4) })
 	if err != nil {
 		return fmt.Errorf("list routes via %s: %w", tapGuestIf, err)
 	}
@@ -394,7 +396,7 @@ func unaddressTAPGuestIf(h *netlink.Handle, eth netlink.Link, undo *[]func() err
 			return fmt.Errorf("remove address %s from %s: %w", a.IPNet, tapGuestIf, err)
 		}
 	}
-	left, err := h.RouteList(eth, netlink.FAMILY_V4)
+	left, err := nldump.Retry(func() ([]netlink.Route, error) { return h.RouteList(eth, netlink.FAMILY_V4) })
 	if err != nil {
 		return fmt.Errorf("list routes via %s: %w", tapGuestIf, err)
 	}

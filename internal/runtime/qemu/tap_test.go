@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/egress/netnstest"
+	"github.com/airlockdev/airlock/internal/nldump"
 )
 
 // The test network: a "host" namespace holding the veth's host end with the
@@ -206,7 +207,7 @@ func tapPrefixNet(p netip.Prefix) *net.IPNet {
 // running at the same time, add and remove links of their own.
 func tapOwnLinks(t *testing.T) []string {
 	t.Helper()
-	links, err := netlink.LinkList()
+	links, err := nldump.Retry(netlink.LinkList)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func tapWaitNoLinks(t *testing.T, ns *os.File, types ...string) {
 	defer h.Close()
 	var left []string
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		links, err := h.LinkList()
+		links, err := nldump.Retry(h.LinkList)
 		if err != nil {
 			t.Errorf("list links: %v", err)
 			return
@@ -279,14 +280,14 @@ func checkTAPAttached(t *testing.T, path string, gl guestLink) {
 			t.Errorf("%s is down", l.Attrs().Name)
 		}
 	}
-	if addrs, err := h.AddrList(eth, netlink.FAMILY_V4); err != nil || len(addrs) != 0 {
+	if addrs, err := nldump.Retry(func() ([]netlink.Addr, error) { return h.AddrList(eth, netlink.FAMILY_V4) }); err != nil || len(addrs) != 0 {
 		t.Errorf("%s keeps IPv4 addresses %v (%v)", tapGuestIf, addrs, err)
 	}
-	if routes, err := h.RouteList(nil, netlink.FAMILY_V4); err != nil || len(routes) != 0 {
+	if routes, err := nldump.Retry(func() ([]netlink.Route, error) { return h.RouteList(nil, netlink.FAMILY_V4) }); err != nil || len(routes) != 0 {
 		t.Errorf("the namespace keeps IPv4 routes %v (%v)", routes, err)
 	}
 	for _, p := range [][2]netlink.Link{{eth, tap}, {tap, eth}} {
-		filters, err := h.FilterList(p[0], tapIngressHandle)
+		filters, err := nldump.Retry(func() ([]netlink.Filter, error) { return h.FilterList(p[0], tapIngressHandle) })
 		if err != nil || !isOnlyTAPRedirect(filters, p[1].Attrs().Index) {
 			t.Errorf("ingress filters of %s: %v (%v), want one redirect to %s", p[0].Attrs().Name, filters, err, p[1].Attrs().Name)
 		}
@@ -626,17 +627,17 @@ func TestAttachTAPErrors(t *testing.T) {
 			if err != nil {
 				return
 			}
-			if qs, err := h.QdiscList(eth); err != nil || slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "ingress" }) {
+			if qs, err := nldump.Retry(func() ([]netlink.Qdisc, error) { return h.QdiscList(eth) }); err != nil || slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "ingress" }) {
 				t.Errorf("a failed attachTAP left qdiscs %v on %s (%v)", qs, tapGuestIf, err)
 			}
 			if eth.Attrs().HardwareAddr == nil {
 				return // not a prepared eth0
 			}
-			addrs, err := h.AddrList(eth, netlink.FAMILY_V4)
+			addrs, err := nldump.Retry(func() ([]netlink.Addr, error) { return h.AddrList(eth, netlink.FAMILY_V4) })
 			if err != nil || len(addrs) != 1 || addrs[0].IPNet.String() != tapTestGuest.String() {
 				t.Errorf("after a failed attachTAP, %s has addresses %v (%v), want %s", tapGuestIf, addrs, err, tapTestGuest)
 			}
-			routes, err := h.RouteList(eth, netlink.FAMILY_V4)
+			routes, err := nldump.Retry(func() ([]netlink.Route, error) { return h.RouteList(eth, netlink.FAMILY_V4) })
 			if err != nil || !slices.ContainsFunc(routes, func(r netlink.Route) bool { return tapIsDefaultRoute(r) && r.Gw.Equal(tapTestGateway.Addr().AsSlice()) }) {
 				t.Errorf("after a failed attachTAP, routes via %s are %v (%v), want a default route via %s", tapGuestIf, routes, err, tapTestGateway.Addr())
 			}
