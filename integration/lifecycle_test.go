@@ -14,6 +14,7 @@ import (
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/guestboot/guestboottest"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -36,7 +37,7 @@ func TestLifecycle(t *testing.T) {
 			}
 			cfg := serverConfig{runtime: rt}
 			if rt == "qemu" {
-				cfg = serverConfig{runtime: rt, extraArgs: []string{"--guestboot-dir", airtest.GuestbootCache(t)}}
+				cfg = serverConfig{runtime: rt, extraArgs: []string{"--guestboot-dir", guestboottest.Cache(t)}}
 			}
 			s := newServer(t, bins, cfg)
 			s.start()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/guestboot/guestboottest"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -31,7 +32,7 @@ func requireQEMU(t *testing.T) {
 // qemu, with the VM boot inputs in the test cache (fetching the kernel
 // package once for every test).
 func qemuServerArgs(t *testing.T) []string {
-	return []string{"--env", "runsc", "--env", "qemu", "--guestboot-dir", airtest.GuestbootCache(t)}
+	return []string{"--env", "runsc", "--env", "qemu", "--guestboot-dir", guestboottest.Cache(t)}
 }
 
 // TestMicroVM is the acceptance test, through the CLI and API as a

@@ -201,22 +201,3 @@ func BusyboxRootfs(t testing.TB) string {
 	}
 	return root
 }
-
-// GuestbootCache is the test suite's cache of VM boot inputs
-// ($AIRLOCK_GUESTBOOT_CACHE, else $AIRLOCK_TEST_CACHE/guestboot, default
-// /var/cache/airlock-test/guestboot, like the other expensive test inputs;
-// the builds inside are keyed by their input digests).
-func GuestbootCache(t testing.TB) string {
-	t.Helper()
-	if d := os.Getenv("AIRLOCK_GUESTBOOT_CACHE"); d != "" {
-		return d
-	}
-	base := os.Getenv("AIRLOCK_TEST_CACHE")
-	if base == "" {
-		base = "/var/cache/airlock-test"
-	}
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		t.Fatalf("test cache: %v", err)
-	}
-	return filepath.Join(base, "guestboot")
-}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/guestboot/guestboottest"
 )
 
 func TestParseSmapsRollup(t *testing.T) {
@@ -155,7 +156,7 @@ func TestRunVM(t *testing.T) {
 	defer os.RemoveAll(tmp)
 	var progress bytes.Buffer
 	rep, err := RunVM(ctx, VMOptions{Runs: 1, Idle: 1, IdleWait: time.Second, AgentBinary: airtest.BuildAgent(t),
-		GuestbootDir: airtest.GuestbootCache(t), Busybox: bb, TempDir: tmp, Progress: &progress})
+		GuestbootDir: guestboottest.Cache(t), Busybox: bb, TempDir: tmp, Progress: &progress})
 	t.Log(progress.String())
 	if err != nil {
 		t.Fatal(err)

@@ -125,19 +125,12 @@ func Build(ctx context.Context, o Options) (*Artifacts, error) {
 		o.Modules = DefaultModules
 	}
 	a := &Artifacts{Kernel: o.Kernel}
-	kdir := filepath.Join(o.Dir, "kernel", o.Kernel.SHA256)
+	kdir := kernelDir(o.Dir, o.Kernel)
 	a.KernelPath = filepath.Join(kdir, "vmlinuz")
-	if _, err := os.Stat(filepath.Join(kdir, "done")); err != nil {
-		deb, err := fetchDeb(ctx, o.Dir, o.Kernel)
-		if err != nil {
-			return nil, err
-		}
-		if err := extractKernel(ctx, deb, kdir, o.Kernel); err != nil {
-			return nil, err
-		}
-		a.KernelFetched = true
-	}
 	var err error
+	if a.KernelFetched, err = FetchKernel(ctx, o.Dir, o.Kernel); err != nil {
+		return nil, err
+	}
 	if a.KernelSHA256, err = fileSHA256(a.KernelPath); err != nil {
 		return nil, err
 	}
@@ -195,6 +188,28 @@ func Build(ctx context.Context, o Options) (*Artifacts, error) {
 		_ = atomicfile.Write(filepath.Join(o.Dir, "artifacts.json"), append(j, '\n'), 0o644)
 	}
 	return a, nil
+}
+
+// kernelDir is where the kernel k is unpacked in the cache dir.
+func kernelDir(dir string, k Kernel) string { return filepath.Join(dir, "kernel", k.SHA256) }
+
+// FetchKernel makes sure the cache dir holds the kernel k unpacked (its
+// vmlinuz and modules), downloading its package with apt-get download when
+// missing; fetched says whether it did. Build calls it; tests call it first
+// where the network is (a test's own network namespace has no route out).
+func FetchKernel(ctx context.Context, dir string, k Kernel) (fetched bool, err error) {
+	kdir := kernelDir(dir, k)
+	if _, err := os.Stat(filepath.Join(kdir, "done")); err == nil {
+		return false, nil
+	}
+	deb, err := fetchDeb(ctx, dir, k)
+	if err != nil {
+		return false, err
+	}
+	if err := extractKernel(ctx, deb, kdir, k); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // buildInitramfs writes the cpio (newc) archive, gzip-compressed with a

@@ -77,8 +77,13 @@ func (ns *Netns) Conn(t testing.TB) *nftables.Conn {
 	return c
 }
 
-// isolatedEnv marks a test binary that already runs in a network namespace of its own.
-const isolatedEnv = "AIRLOCK_TEST_ISOLATED_NETNS"
+// isolatedEnv marks a test binary that already runs in a network namespace of its own;
+// hostNetnsEnv names the descriptor through which it still holds the namespace Main was
+// started in (the host's), for InHost.
+const (
+	isolatedEnv  = "AIRLOCK_TEST_ISOLATED_NETNS"
+	hostNetnsEnv = "AIRLOCK_TEST_HOST_NETNS_FD"
+)
 
 // Main runs a test package in a network namespace of its own, for packages whose tests make
 // host-side network objects (veths, nftables tables, Airlock servers, which own their
@@ -88,12 +93,19 @@ const isolatedEnv = "AIRLOCK_TEST_ISOLATED_NETNS"
 // process that may not make a namespace runs the tests where it is.
 func Main(m *testing.M) int {
 	if os.Getenv(isolatedEnv) == "" {
+		host, err := os.Open("/proc/self/ns/net")
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "netnstest: open this network namespace: %v\n", err)
+			return 2
+		}
+		defer host.Close()
 		cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
 		cmd.Args[0] = os.Args[0]
-		cmd.Env = append(os.Environ(), isolatedEnv+"=1")
+		cmd.Env = append(os.Environ(), isolatedEnv+"=1", hostNetnsEnv+"=3")
+		cmd.ExtraFiles = []*os.File{host} // fd 3
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 		cmd.SysProcAttr = &unix.SysProcAttr{Cloneflags: unix.CLONE_NEWNET, Pdeathsig: unix.SIGKILL}
-		err := cmd.Run()
+		err = cmd.Run()
 		var exit *exec.ExitError
 		switch {
 		case err == nil:
@@ -117,6 +129,21 @@ func Main(m *testing.M) int {
 		return 2
 	}
 	return m.Run()
+}
+
+// InHost runs fn where the machine's network is: in the namespace Main was started in when
+// the package runs isolated by Main, else right here. Tests use it to fetch what they need
+// from outside (a package archive, say) before working in their namespace, which has no
+// route out; a child process started by fn runs there too.
+func InHost(fn func() error) error {
+	if os.Getenv(isolatedEnv) == "" {
+		return fn()
+	}
+	fd, err := strconv.Atoi(os.Getenv(hostNetnsEnv))
+	if err != nil {
+		return fmt.Errorf("netnstest: %s=%q: no descriptor of the host's network namespace", hostNetnsEnv, os.Getenv(hostNetnsEnv))
+	}
+	return run(fd, fn)
 }
 
 // Make makes a fresh network namespace and returns it as an open file.
@@ -168,6 +195,13 @@ var ErrGoexit = errors.New("netnstest: the function run in the namespace did not
 // brought back (or fn ends the goroutine) it stays locked and ends with its
 // goroutine.
 func Run(ns *os.File, fn func() error) error {
+	err := run(int(ns.Fd()), fn)
+	runtime.KeepAlive(ns)
+	return err
+}
+
+// run is Run on a descriptor of the namespace.
+func run(ns int, fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		result := ErrGoexit
@@ -179,7 +213,7 @@ func Run(ns *os.File, fn func() error) error {
 			return
 		}
 		defer orig.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+		if err := unix.Setns(ns, unix.CLONE_NEWNET); err != nil {
 			result = fmt.Errorf("setns: %w", err)
 			return
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/guestboot"
+	"github.com/airlockdev/airlock/internal/guestboot/guestboottest"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/qemu"
@@ -38,7 +39,7 @@ func newVMEnv(t *testing.T) vmEnv {
 	agent := airtest.BuildAgent(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	art, err := guestboot.Build(ctx, guestboot.Options{Dir: airtest.GuestbootCache(t), Agent: agent, Uncompressed: true})
+	art, err := guestboot.Build(ctx, guestboot.Options{Dir: guestboottest.Cache(t), Agent: agent, Uncompressed: true})
 	if err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("boot inputs: %v", err)
