@@ -111,6 +111,32 @@ async function until(what, cond, { timeout = T, detail } = {}) {
 
 const tid = (id) => page.getByTestId(id);
 
+// gate is a request held by a route: seen resolves when it arrived
+// (arrived()), released when the test lets it answer (release()).
+function gate() {
+  const g = { used: false };
+  g.seen = new Promise((resolve) => {
+    g.arrived = resolve;
+  });
+  g.released = new Promise((resolve) => {
+    g.release = resolve;
+  });
+  return g;
+}
+
+// within waits for promise, at most timeout.
+async function within(what, promise, timeout = T) {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${timeout} ms waiting for ${what}`)), timeout);
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 // visible waits for a test id (or locator) to be visible.
 async function visible(idOrLocator, timeout = T) {
   const loc = typeof idOrLocator === 'string' ? tid(idOrLocator) : idOrLocator;
@@ -382,17 +408,63 @@ async function run() {
   });
 
   await step('files: upload, list, download', async () => {
+    // The slow answers of a loaded machine, made certain: the tab's first
+    // list (of /) answers only after the list of /tmp, and the file is
+    // chosen while /tmp's list has not answered yet. The upload still goes
+    // into /tmp (the directory asked for last), the late answer for / does
+    // not replace /tmp's, and the list after the upload shows the file.
+    // (Before, the upload went into / and the page listed an empty /tmp.)
+    const held = { '/': gate(), '/tmp': gate() };
+    const isList = (url) => url.pathname.endsWith(`/v1/sandboxes/${sandboxID}/files/list`);
+    const holdList = async (route) => {
+      const g = held[new URL(route.request().url()).searchParams.get('path')];
+      if (!g || g.used) return route.continue();
+      g.used = true;
+      const resp = await route.fetch(); // the server's answer, given to the page later
+      g.arrived();
+      await g.released;
+      await route.fulfill({ response: resp });
+    };
+    const listAnswered = (dir) => page.waitForResponse((r) => {
+      const u = new URL(r.url());
+      return isList(u) && u.searchParams.get('path') === dir;
+    }, { timeout: T });
+    const transfers = [];
+    const onRequest = (r) => {
+      if (r.method() === 'POST' && r.url().endsWith(`/v1/sandboxes/${sandboxID}/files/transfers`)) transfers.push(JSON.parse(r.postData() || '{}'));
+    };
+    page.on('request', onRequest);
+    await page.route(isList, holdList);
     await (await visible('tab-files')).click();
     await visible('files-list');
+    await within('the files tab to list /', held['/'].seen);
     const p = tid('files-path');
     await p.fill('/tmp');
     await p.press('Enter');
+    await within('the list of /tmp', held['/tmp'].seen);
     const name = `console-${randomBytes(6).toString('hex')}.bin`;
     const content = randomBytes(64 * 1024 + 17); // binary, not a multiple of anything
     const want = createHash('sha256').update(content).digest('hex');
+    const uploaded = page.waitForResponse((r) => r.url().includes(`/data/v1/sandboxes/${sandboxID}/files/upload`), { timeout: T });
     await tid('files-upload').setInputFiles({ name, mimeType: 'application/octet-stream', buffer: content });
+    const tmpListed = listAnswered('/tmp');
+    held['/tmp'].release();
+    await tmpListed;
+    const rootListed = listAnswered('/');
+    held['/'].release();
+    await rootListed;
+    const up = await uploaded;
+    if (up.status() !== 200) throw new Error(`upload of ${name}: ${up.status()} ${await up.text()}`);
+    await page.unroute(isList, holdList);
+    page.off('request', onRequest);
+    const to = transfers.filter((t) => t.direction === 'upload').map((t) => t.path);
+    if (to.length !== 1 || to[0] !== `/tmp/${name}`) {
+      throw new Error(`the upload went to ${JSON.stringify(to)}, want ["/tmp/${name}"] (the directory asked for last)`);
+    }
     const fileRow = page.locator(`[data-testid="file-row"][data-name="${name}"]`);
     await visible(fileRow);
+    const shown = await p.inputValue();
+    if (shown !== '/tmp') throw new Error(`the files tab shows ${shown} after the upload, want /tmp (a late answer for an older list replaced the newer one)`);
     const [download] = await Promise.all([page.waitForEvent('download', { timeout: T }), fileRow.getByTestId('file-download').first().click()]);
     const failure = await download.failure();
     if (failure) throw new Error(`download of ${name} failed: ${failure}`);

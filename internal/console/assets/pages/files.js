@@ -2,6 +2,13 @@
 // download a file and upload into the directory through data-plane
 // transfers (POST …/files/transfers, then GET or PUT the returned URL with
 // its token).
+//
+// Only the newest list request draws: an older one answering later (the
+// page's first list of / after the user asked for another directory) is
+// dropped. An upload goes into the directory the user asked for last: it
+// waits for that list to answer first (cwd is the directory shown), then
+// lists that directory again, which shows the file (the data plane answers
+// an upload only once the file is in place).
 import { bytes, time } from '../dom.js';
 
 function join(dir, name) {
@@ -26,26 +33,45 @@ export async function mountFiles(panel, ctx, id) {
     tbody);
   panel.appendChild(h('div', { class: 'toolbar' },
     h('label', { class: 'field' }, h('span', null, 'Directory (Enter lists)'), pathIn),
-    h('button', { type: 'button', class: 'secondary', onclick: () => { pathIn.value = parent(cwd); load(); } }, 'Up'),
+    h('button', { type: 'button', class: 'secondary', onclick: () => load(parent(cwd)) }, 'Up'),
     h('label', { class: 'field' }, h('span', null, 'Upload into it'), upload),
     status));
   panel.appendChild(list);
 
-  let cwd = '/';
+  let cwd = '/'; // the directory the table shows
   let closed = false;
+  let seq = 0; // the newest list request's number
+  let loading = null; // the newest list request while it runs
 
-  async function load() {
-    const dir = pathIn.value.trim() || '/';
+  // load lists dir (default: the path field's) and draws it, unless a newer
+  // list was asked for meanwhile (then its answer, or error, is dropped).
+  function load(dir = pathIn.value) {
+    const my = ++seq;
+    const p = listDir(my, dir.trim() || '/').finally(() => {
+      if (loading === p) loading = null;
+    });
+    loading = p;
+    return p;
+  }
+
+  async function listDir(my, dir) {
+    pathIn.value = dir;
     ctx.showError(null);
     try {
       const out = await ctx.api.get(`${base}/list?path=${encodeURIComponent(dir)}`);
-      if (closed) return;
+      if (closed || my !== seq) return;
       cwd = out.path || dir;
       pathIn.value = cwd;
       draw(out);
     } catch (e) {
-      ctx.showError(e);
+      if (!closed && my === seq) ctx.showError(e);
     }
+  }
+
+  // settled waits until no list request runs (a newer one may start while
+  // an older one is awaited).
+  async function settled() {
+    while (loading) await loading;
   }
 
   function draw(out) {
@@ -55,7 +81,7 @@ export async function mountFiles(panel, ctx, id) {
     for (const f of entries) {
       const full = f.path || join(cwd, f.name);
       const name = f.type === 'directory'
-        ? h('a', { href: '#', onclick: (ev) => { ev.preventDefault(); pathIn.value = full; load(); } }, `${f.name}/`)
+        ? h('a', { href: '#', onclick: (ev) => { ev.preventDefault(); load(full); } }, `${f.name}/`)
         : h('span', null, f.type === 'symlink' && f.link_target ? `${f.name} → ${f.link_target}` : f.name);
       const dl = f.type === 'file'
         ? h('button', { type: 'button', class: 'secondary small', testid: 'file-download', onclick: () => download(full, f.name) }, 'Download')
@@ -91,6 +117,11 @@ export async function mountFiles(panel, ctx, id) {
   upload.addEventListener('change', async () => {
     const files = [...(upload.files || [])];
     if (files.length === 0) return;
+    // Into the directory asked for last, once it answered: before, cwd
+    // still named the one shown until then (the file went there, and the
+    // list after the upload showed the other, without it).
+    await settled();
+    if (closed) return;
     ctx.showError(null);
     const dir = cwd;
     try {
@@ -116,7 +147,10 @@ export async function mountFiles(panel, ctx, id) {
     } finally {
       upload.value = '';
     }
-    await load();
+    // The directory uploaded into, listed again (unless the user went
+    // elsewhere meanwhile: that list is the newer one).
+    await settled();
+    if (!closed && cwd === dir) await load(dir);
   });
   pathIn.addEventListener('keydown', (ev) => {
     if (ev.key === 'Enter') { ev.preventDefault(); load(); }
