@@ -13,6 +13,7 @@ import (
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/s3test"
+	"github.com/airlockdev/airlock/internal/template/recipe"
 )
 
 // e2bDir holds the pinned E2B SDKs (package.json, package-lock.json) and the
@@ -42,11 +43,11 @@ func TestE2BSDK(t *testing.T) {
 	}
 	airtest.RequireBinary(t, "mmdebstrap")
 	node, npm := requireNode(t, "the E2B SDK test")
-	recipe, err := filepath.Abs(filepath.Join("..", "templates", "code-interpreter", "recipe.yaml"))
+	recipePath, err := filepath.Abs(filepath.Join("..", "templates", "code-interpreter", "recipe.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(recipe); err != nil {
+	if _, err := os.Stat(recipePath); err != nil {
 		t.Fatalf("the code-interpreter template's recipe: %v", err)
 	}
 	cache, err := s3test.CacheDir()
@@ -55,6 +56,16 @@ func TestE2BSDK(t *testing.T) {
 	}
 	ctx := ctxFor(t, 40*time.Minute)
 	modules := npmInstall(ctx, t, npm, cache, e2bDir, "e2b")
+	fillRecipeCache(t, cache, recipe.Default(), t.TempDir())
+	recipeYAML, err := os.ReadFile(recipePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := recipe.Parse(recipeYAML)
+	if err != nil {
+		t.Fatalf("the code-interpreter template's recipe: %v", err)
+	}
+	fillRecipeCache(t, cache, ci, filepath.Dir(recipePath))
 
 	s := newServer(t, build(t), serverConfig{runtime: "runsc", extraArgs: []string{
 		"--default-template", "debian", "--build-cache-dir", filepath.Join(cache, "recipe-cache-v1")}})
@@ -67,7 +78,7 @@ func TestE2BSDK(t *testing.T) {
 	}
 	t.Logf("the default template (Debian) is ready after %v", time.Since(start).Round(time.Millisecond))
 	start = time.Now()
-	if stdout, stderr, code := s.cli(ctx, "template", "build", "-f", recipe, "--name", "code-interpreter"); code != 0 {
+	if stdout, stderr, code := s.cli(ctx, "template", "build", "-f", recipePath, "--name", "code-interpreter"); code != 0 {
 		t.Fatalf("build the code-interpreter template: exit %d\n%s\n%s", code, stdout, tail(stderr, 60))
 	}
 	t.Logf("the code-interpreter template is built in %v", time.Since(start).Round(time.Millisecond))

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/egress/netnstest"
 )
 
 // The Node.js tests (the E2B SDK test, the console's browser test) share
@@ -90,7 +92,13 @@ func npmInstall(ctx context.Context, t *testing.T, npm, cache, src, name string)
 	cmd := exec.CommandContext(ctx, npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund")
 	cmd.Dir = tmp
 	cmd.WaitDelay = 10 * time.Second
-	out, err := cmd.CombinedOutput()
+	// The package's tests run in a network namespace of their own with no
+	// route out (main_test.go); npm reaches the registry from the machine's.
+	var out []byte
+	err = netnstest.InHost(func() (err error) {
+		out, err = cmd.CombinedOutput()
+		return err
+	})
 	if err != nil {
 		t.Fatalf("npm ci of %s/package-lock.json: %v\n%s", src, err, out)
 	}

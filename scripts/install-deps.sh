@@ -53,7 +53,9 @@ fi
 
 # The blob store's S3 tests run against versitygw, built from the module
 # proxy into the version-keyed cache where internal/s3test looks for it.
-vgw_dir="/var/cache/airlock-test/versitygw-$VERSITYGW_VERSION"
+# The cache is $AIRLOCK_TEST_CACHE when set (scripts/test.sh --fresh points
+# it at an empty directory), else /var/cache/airlock-test (s3test.CacheDir for root).
+vgw_dir="${AIRLOCK_TEST_CACHE:-/var/cache/airlock-test}/versitygw-$VERSITYGW_VERSION"
 if [ ! -x "$vgw_dir/versitygw" ]; then
   echo "install-deps: building versitygw $VERSITYGW_VERSION for the S3 tests (about two minutes)"
   mkdir -p "$vgw_dir"

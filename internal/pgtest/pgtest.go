@@ -34,6 +34,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/airtest"
+
 	"github.com/airlockdev/airlock/internal/pgcluster"
 )
 
@@ -103,6 +105,7 @@ func SocketDSN(t testing.TB) string {
 // ends.
 func freshDatabase(t testing.TB) (*Cluster, string) {
 	t.Helper()
+	airtest.SkipShort(t, "PostgreSQL")
 	if err := Available(); err != nil {
 		t.Skipf("skipping: %v", err)
 	}
@@ -128,7 +131,12 @@ func freshDatabase(t testing.TB) (*Cluster, string) {
 
 // Main runs the tests and then stops the shared cluster (if one was
 // started) before exiting. Use it as: func TestMain(m *testing.M) { pgtest.Main(m) }.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main without the exit: it runs the tests, stops the shared
+// cluster and returns the exit code (for a TestMain that wraps it, e.g. in
+// netnstest.MainFunc).
+func Run(m *testing.M) int {
 	code := m.Run()
 	shared.mu.Lock()
 	c := shared.cluster
@@ -142,5 +150,5 @@ func Main(m *testing.M) {
 			}
 		}
 	}
-	os.Exit(code)
+	return code
 }

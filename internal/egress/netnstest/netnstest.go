@@ -91,7 +91,12 @@ const (
 // re-executes itself in a fresh namespace with loopback up, so those objects never meet the
 // machine's or another package's running at the same time, and vanish with the process. A
 // process that may not make a namespace runs the tests where it is.
-func Main(m *testing.M) int {
+func Main(m *testing.M) int { return MainFunc(m.Run) }
+
+// MainFunc is Main for a TestMain that runs its tests through run (e.g.
+// pgtest.Run, which stops a shared cluster afterwards): run is called in the
+// namespace and returns the exit code.
+func MainFunc(run func() int) int {
 	if os.Getenv(isolatedEnv) == "" {
 		host, err := os.Open("/proc/self/ns/net")
 		if err != nil {
@@ -114,7 +119,7 @@ func Main(m *testing.M) int {
 			return exit.ExitCode()
 		case errors.Is(err, unix.EPERM):
 			fmt.Fprintf(os.Stderr, "netnstest: cannot make a network namespace (%v); running in this one\n", err)
-			return m.Run()
+			return run()
 		default:
 			fmt.Fprintf(os.Stderr, "netnstest: run the tests in a network namespace of their own: %v\n", err)
 			return 2
@@ -128,7 +133,7 @@ func Main(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "netnstest: bring up loopback: %v\n", err)
 		return 2
 	}
-	return m.Run()
+	return run()
 }
 
 // InHost runs fn where the machine's network is: in the namespace Main was started in when
