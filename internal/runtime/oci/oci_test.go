@@ -31,6 +31,7 @@ import (
 
 func TestConformance(t *testing.T) {
 	airtest.RequireRoot(t)
+	airtest.SkipShort(t, "real runc, crun and runsc")
 	for _, flavor := range allFlavors {
 		t.Run(string(flavor), func(t *testing.T) {
 			t.Parallel()
@@ -51,13 +52,18 @@ func factory(flavor Flavor) func(t *testing.T) runtime.Runtime {
 	cfgs := map[*testing.T]Config{}
 	return func(t *testing.T) runtime.Runtime {
 		t.Helper()
-		mu.Lock()
-		cfg, ok := cfgs[t]
-		if !ok {
-			cfg = testConfig(t, flavor)
-			cfgs[t] = cfg
-		}
-		mu.Unlock()
+		// Unlocked by defer: testConfig may end the goroutine (a skip or
+		// a failure), which must not leave the other cases waiting.
+		cfg := func() Config {
+			mu.Lock()
+			defer mu.Unlock()
+			cfg, ok := cfgs[t]
+			if !ok {
+				cfg = testConfig(t, flavor)
+				cfgs[t] = cfg
+			}
+			return cfg
+		}()
 		r, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
