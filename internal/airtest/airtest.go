@@ -36,6 +36,11 @@ var builds struct {
 	paths map[string]string
 }
 
+// RaceServersEnv, when set, makes BuildBinary build ./cmd/airlock (the
+// server the integration tests start) with the race detector, so the
+// servers under test carry it: scripts/test.sh --race-servers.
+const RaceServersEnv = "AIRLOCK_TEST_RACE_SERVERS"
+
 // BuildBinary builds the main package at pkg (relative to the module root,
 // e.g. "./cmd/airlock-agent") as a static binary, once per test process, and
 // returns its path.
@@ -55,6 +60,13 @@ func BuildBinary(t testing.TB, pkg string) string {
 	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if pkg == "./cmd/airlock" && os.Getenv(RaceServersEnv) != "" {
+		// The server under test with the race detector (cgo, so not static:
+		// it runs on the host, never inside a sandbox as the agent does).
+		cmd = exec.Command("go", "build", "-race", "-o", out, pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
@@ -132,9 +144,37 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
+// SkipShort skips t under -short, the fast tier (scripts/test.sh --fast):
+// for tests that need what is slow to start or is not there on a fresh
+// checkout (a real OCI runtime, a VM, PostgreSQL, the S3 gateway, a
+// browser, npm) or take seconds. The full tier runs them. what says what
+// the test needs.
+func SkipShort(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short (the fast tier): needs %s; the full tier runs it", what)
+	}
+}
+
+// heavyBinary reports whether a test that needs the program name belongs
+// to the full tier only: real runtimes, VMs, Debian bootstraps, browsers,
+// Node.js and PostgreSQL.
+func heavyBinary(name string) bool {
+	switch name {
+	case "runc", "crun", "runsc", "qemu-system-x86_64", "qemu-img", "qemu-io", "mmdebstrap", "chromium", "node", "npm", "initdb", "postgres", "pg_ctl":
+		return true
+	}
+	return false
+}
+
 // RequireBinary skips the test unless name is in PATH and returns its path.
+// Under -short it skips tests that need a real runtime, VM, Debian
+// bootstrap, browser, Node.js or PostgreSQL (see SkipShort).
 func RequireBinary(t testing.TB, name string) string {
 	t.Helper()
+	if heavyBinary(name) {
+		SkipShort(t, name)
+	}
 	p, err := exec.LookPath(name)
 	if err != nil {
 		t.Skipf("needs %s in PATH (install it as .ci/run does)", name)

@@ -133,6 +133,7 @@ func TestVMReportOutput(t *testing.T) {
 // TestRunVM runs one tiny round (one idle VM of each kind). It needs root
 // and QEMU, and skips without them unless CI is set.
 func TestRunVM(t *testing.T) {
+	airtest.SkipShort(t, "QEMU")
 	ci := os.Getenv("CI") != ""
 	if os.Geteuid() != 0 && !ci {
 		t.Skip("needs root")

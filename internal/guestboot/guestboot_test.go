@@ -107,6 +107,7 @@ func skipUnlessCI(t *testing.T, format string, args ...any) {
 
 func buildOrSkip(t *testing.T, uncompressed bool) *Artifacts {
 	t.Helper()
+	airtest.SkipShort(t, "the guest kernel and a build of the boot inputs")
 	if _, err := exec.LookPath("go"); err != nil {
 		skipUnlessCI(t, "no go tool to build the guest init and agent")
 	}
@@ -164,6 +165,7 @@ func TestBuildReproducible(t *testing.T) {
 // the virtio-serial port; the host talks agentproto to it over QEMU's
 // chardev socket, configures the guest, runs commands, and reconnects.
 func TestBootTCG(t *testing.T) {
+	airtest.SkipShort(t, "QEMU")
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
 		skipUnlessCI(t, "qemu-system-x86_64 not installed (Debian package qemu-system-x86)")

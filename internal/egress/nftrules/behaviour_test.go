@@ -14,6 +14,7 @@ import (
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/egress/netnstest"
 )
 
@@ -21,6 +22,7 @@ import (
 // listener, a resolver socket, an unrelated service) and "guest" (a sandbox behind a veth whose
 // default route is the host end). No packet leaves them.
 func TestRedirectAndDrop(t *testing.T) {
+	airtest.SkipShort(t, "traffic through the rules between two network namespaces (17 s)")
 	host, guest := netnstest.New(t), netnstest.New(t)
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("needs iproute2's ip to make the test veth")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/egress/netnstest"
 	"github.com/airlockdev/airlock/internal/guestboot"
 )
@@ -27,6 +28,7 @@ import (
 // everything it needs) and is skipped elsewhere.
 func Cache(t testing.TB) string {
 	t.Helper()
+	airtest.SkipShort(t, "a VM's boot inputs")
 	dir := os.Getenv("AIRLOCK_GUESTBOOT_CACHE")
 	if dir == "" {
 		base := os.Getenv("AIRLOCK_TEST_CACHE")

@@ -27,6 +27,7 @@ var allFlavors = []Flavor{FlavorRunc, FlavorCrun, FlavorRunsc}
 func testConfig(t testing.TB, flavor Flavor) Config {
 	t.Helper()
 	airtest.RequireRoot(t)
+	airtest.SkipShort(t, "a real OCI runtime")
 	if _, err := exec.LookPath(string(flavor)); err != nil {
 		t.Skipf("needs %s in PATH (install it as .ci/run does)", flavor)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/egress/netnstest"
 	"github.com/airlockdev/airlock/internal/nldump"
 )
@@ -740,6 +741,7 @@ func TestInNetns(t *testing.T) {
 // attaches to the persistent TAP (it gets a carrier) with a vnet header, and
 // attaching again while QEMU holds it changes nothing.
 func TestAttachTAPQEMU(t *testing.T) {
+	airtest.SkipShort(t, "QEMU")
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
 		if os.Getenv("CI") == "true" {

@@ -60,6 +60,7 @@ func newVMEnv(t *testing.T) vmEnv {
 
 func requireOrFail(t *testing.T, bins ...string) {
 	t.Helper()
+	airtest.SkipShort(t, "QEMU")
 	for _, b := range bins {
 		if _, err := exec.LookPath(b); err != nil {
 			if os.Getenv("CI") != "" {
