@@ -111,6 +111,86 @@ func TestGolden(t *testing.T) {
 	}
 }
 
+// More pinned encodings, between them every isolation class, OOM scope and
+// snapshot capability a definition may hold, boot inputs, a guest platform
+// other than the host's and a command line with characters that HTML
+// escaping would change. The values are strings in the encoding: moving
+// their types between packages must leave these bytes alone.
+func TestGoldenEveryValue(t *testing.T) {
+	dg := func(b string) Digest { return Digest("sha256:" + strings.Repeat(b, 32)) }
+	for _, tc := range []struct {
+		name     string
+		def      Definition
+		wantJSON string
+		wantRef  string
+	}{{
+		name: "qemu hardware-vm",
+		def: Definition{
+			SchemaVersion: 1, Name: NameQEMU,
+			Host:      Platform{OS: "linux", Arch: "amd64"},
+			Runtime:   RuntimeBinding{Name: "qemu", Version: "QEMU emulator version 8.2.2", BinaryDigest: dg("cd")},
+			Guest:     Platform{OS: "linux", Arch: "amd64"},
+			Boot:      Boot{KernelDigest: dg("01"), InitramfsDigest: dg("02"), CommandLine: "console=ttyS0 <quiet> & panic=-1"},
+			Isolation: runtime.IsolationHardwareVM,
+			Snapshot:  Snapshot{Capability: SnapshotFilesystem, Format: "qemu-disk/1"},
+			OOMScope:  runtime.OOMKillsProcess,
+		},
+		wantJSON: `{"boot":{"command_line":"console=ttyS0 <quiet> & panic=-1","initramfs_digest":"sha256:0202020202020202020202020202020202020202020202020202020202020202","kernel_digest":"sha256:0101010101010101010101010101010101010101010101010101010101010101"},"guest":{"arch":"amd64","os":"linux"},"host":{"arch":"amd64","os":"linux"},"isolation":"hardware-vm","name":"qemu","oom_scope":"process","runtime":{"binary_digest":"sha256:cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd","name":"qemu","version":"QEMU emulator version 8.2.2"},"schema_version":1,"snapshot":{"capability":"filesystem","format":"qemu-disk/1"}}`,
+		wantRef:  "env:sha256:c418209fb281e9c66301a6fa1b135e37a74eddab46a0f3c5fbfd20c6946d9a51",
+	}, {
+		name: "qemu emulated-vm on another host",
+		def: Definition{
+			SchemaVersion: 1, Name: NameQEMU,
+			Host:      Platform{OS: "linux", Arch: "arm64"},
+			Runtime:   RuntimeBinding{Name: "qemu", Version: "QEMU emulator version 8.2.2", BinaryDigest: dg("cd")},
+			Guest:     Platform{OS: "linux", Arch: "amd64"},
+			Boot:      Boot{KernelDigest: dg("01")},
+			Isolation: runtime.IsolationEmulatedVM,
+			Snapshot:  Snapshot{Capability: SnapshotNone},
+			OOMScope:  runtime.OOMKillsProcess,
+		},
+		wantJSON: `{"boot":{"kernel_digest":"sha256:0101010101010101010101010101010101010101010101010101010101010101"},"guest":{"arch":"amd64","os":"linux"},"host":{"arch":"arm64","os":"linux"},"isolation":"emulated-vm","name":"qemu","oom_scope":"process","runtime":{"binary_digest":"sha256:cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd","name":"qemu","version":"QEMU emulator version 8.2.2"},"schema_version":1,"snapshot":{"capability":"none"}}`,
+		wantRef:  "env:sha256:09ce8dc2f1007be7a6393bc99a930cd23a0786060f18e39a2991b880a9f57d7c",
+	}, {
+		name: "runc shared-kernel",
+		def: Definition{
+			SchemaVersion: 1, Name: NameRunc,
+			Host:      Platform{OS: "linux", Arch: "amd64"},
+			Runtime:   RuntimeBinding{Name: "runc", Version: "runc version 1.1.12", BinaryDigest: dg("ef")},
+			Guest:     Platform{OS: "linux", Arch: "amd64"},
+			Isolation: runtime.IsolationSharedKernel,
+			Snapshot:  Snapshot{Capability: SnapshotFilesystem, Format: "oci-upper/1"},
+			OOMScope:  runtime.OOMKillsProcess,
+		},
+		wantJSON: `{"boot":{},"guest":{"arch":"amd64","os":"linux"},"host":{"arch":"amd64","os":"linux"},"isolation":"shared-kernel","name":"runc","oom_scope":"process","runtime":{"binary_digest":"sha256:efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef","name":"runc","version":"runc version 1.1.12"},"schema_version":1,"snapshot":{"capability":"filesystem","format":"oci-upper/1"}}`,
+		wantRef:  "env:sha256:273f4f27e55ea0fc2cdfe70a4050178f09d2dfe5adda78bd4e5361e1a8cc939d",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tc.def.Canonical()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(c) != tc.wantJSON {
+				t.Fatalf("canonical encoding:\n got %s\nwant %s", c, tc.wantJSON)
+			}
+			ref, err := tc.def.Ref()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(ref) != tc.wantRef {
+				t.Fatalf("reference = %s, want %s", ref, tc.wantRef)
+			}
+			back, err := Parse(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back != tc.def {
+				t.Fatalf("Parse(Canonical) = %+v, want %+v", back, tc.def)
+			}
+		})
+	}
+}
+
 func TestRefChangesWithEveryField(t *testing.T) {
 	base, err := golden().Ref()
 	if err != nil {
