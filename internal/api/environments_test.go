@@ -21,13 +21,13 @@ type testEnvironments struct {
 	runsc, runc, crun envreg.Local
 }
 
-func fakeEnvironment(t *testing.T, n envid.Name, iso runtime.Isolation, caps runtime.Capabilities, enabled, available bool, reason string) envreg.Local {
+func fakeEnvironment(t *testing.T, n envid.Name, iso envid.Isolation, caps runtime.Capabilities, enabled, available bool, reason string) envreg.Local {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), string(n))
 	if err := os.WriteFile(bin, []byte("#!/bin/sh\n# "+string(n)+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d, err := envid.Define(n, runtime.Info{Name: string(n), Version: string(n) + " 1.0", Binary: bin, Isolation: iso, OOMScope: runtime.OOMKillsProcess, Capabilities: caps}, envid.Inputs{})
+	d, err := envreg.Define(n, runtime.Info{Name: string(n), Version: string(n) + " 1.0", Binary: bin, Isolation: iso, OOMScope: envid.OOMKillsProcess, Capabilities: caps}, envreg.Inputs{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,13 +35,13 @@ func fakeEnvironment(t *testing.T, n envid.Name, iso runtime.Isolation, caps run
 	if err != nil {
 		t.Fatal(err)
 	}
-	return envreg.Local{Detection: envid.Detection{Name: n, Definition: &d, Ref: ref, Available: available, Reason: reason}, Binary: bin, Enabled: enabled}
+	return envreg.Local{Detection: envreg.Detection{Name: n, Definition: &d, Ref: ref, Available: available, Reason: reason}, Binary: bin, Enabled: enabled}
 }
 
 func withEnvironments(t *testing.T, te *testEnvironments) envOption {
-	te.runsc = fakeEnvironment(t, envid.NameRunsc, runtime.IsolationUserSpaceKernel, runtime.NewCapabilities(runtime.CapCheckpoint), true, true, "")
-	te.runc = fakeEnvironment(t, envid.NameRunc, runtime.IsolationSharedKernel, runtime.NewCapabilities(runtime.CapPause), true, true, "")
-	te.crun = fakeEnvironment(t, envid.NameCrun, runtime.IsolationSharedKernel, runtime.Capabilities{}, false, false, "probe crun: run a container: exit status 1")
+	te.runsc = fakeEnvironment(t, envid.NameRunsc, envid.IsolationUserSpaceKernel, runtime.NewCapabilities(runtime.CapCheckpoint), true, true, "")
+	te.runc = fakeEnvironment(t, envid.NameRunc, envid.IsolationSharedKernel, runtime.NewCapabilities(runtime.CapPause), true, true, "")
+	te.crun = fakeEnvironment(t, envid.NameCrun, envid.IsolationSharedKernel, runtime.Capabilities{}, false, false, "probe crun: run a container: exit status 1")
 	return func(c *envConfig) {
 		reg, err := envreg.New(envreg.Config{Store: c.Store, NodeID: testNode, Envs: []envreg.Local{te.runsc, te.runc, te.crun}, Default: envid.NameRunsc})
 		if err != nil {

@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/airlockdev/airlock/internal/egress/decisionlog"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/store"
 )
 
 // withMetrics gives the API metrics that read the env's store, as the
@@ -22,8 +24,28 @@ import (
 func withMetrics(m *metrics.Metrics) envOption {
 	return func(c *envConfig) {
 		c.Metrics = m
-		m.WatchStore(c.Store, time.Second, nil)
+		m.WatchStore(metricsStore{c.Store}, time.Second, nil)
 	}
+}
+
+// metricsStore adapts the store to metrics.Store, as internal/server's
+// adapter of the same name does.
+type metricsStore struct{ st store.Store }
+
+func (s metricsStore) CountSandboxes(ctx context.Context) ([]metrics.SandboxCount, error) {
+	counts, err := s.st.CountSandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]metrics.SandboxCount, len(counts))
+	for i, c := range counts {
+		out[i] = metrics.SandboxCount{State: c.State, Environment: c.Runtime, Pool: c.Pool, N: c.N}
+	}
+	return out, nil
+}
+
+func (s metricsStore) ListPools(ctx context.Context) ([]model.Pool, error) {
+	return s.st.ListPools(ctx)
 }
 
 // scrape reads GET /metrics with the admin key and returns the value of

@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/egress/secrets"
+	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -40,7 +41,7 @@ func (a *API) sealer() (*secrets.Sealer, error) {
 	return a.cfg.Secrets, nil
 }
 
-func secretOut(rec store.SecretRecord) apiv1.Secret {
+func secretOut(rec model.SealedSecret) apiv1.Secret {
 	hosts := rec.Hosts
 	if hosts == nil {
 		hosts = []string{}

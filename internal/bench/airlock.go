@@ -15,7 +15,6 @@ import (
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/server"
 )
@@ -165,7 +164,7 @@ func (a *airlockSubject) info() Subject {
 		Name:      "airlock-" + string(a.flavor),
 		Kind:      KindAirlock,
 		Runtime:   string(a.flavor),
-		Isolation: runtime.IsolationSharedKernel,
+		Isolation: envid.IsolationSharedKernel,
 		Source:    apiv1.SourceCold,
 		Method: "Go client against an in-process airlock server on 127.0.0.1: POST /v1/sandboxes (default template: the busybox tree, as --default-template minimal) → " +
 			"create operation done → POST …/commands [echo hello] → attach → first stdout event",
@@ -173,7 +172,7 @@ func (a *airlockSubject) info() Subject {
 			"mounted inside the timed create; the guest agent is PID 1 and starts echo",
 	}
 	if a.flavor == oci.FlavorRunsc {
-		s.Isolation = runtime.IsolationUserSpaceKernel
+		s.Isolation = envid.IsolationUserSpaceKernel
 	}
 	return s
 }

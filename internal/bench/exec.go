@@ -14,8 +14,8 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/runtime"
 )
 
 // execArgs is the command `airlock bench exec` runs in an already running
@@ -173,11 +173,11 @@ func waitExit(st *client.Stream, want int) error {
 }
 
 // isolationOf is the isolation of a peer name.
-func isolationOf(peer string) runtime.Isolation {
+func isolationOf(peer string) envid.Isolation {
 	if peer == PeerRunsc {
-		return runtime.IsolationUserSpaceKernel
+		return envid.IsolationUserSpaceKernel
 	}
-	return runtime.IsolationSharedKernel
+	return envid.IsolationSharedKernel
 }
 
 // setupExecSubjects turns the started servers into exec subjects, each with

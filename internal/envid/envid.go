@@ -10,7 +10,12 @@
 //
 // Decodable is not executable: a Definition that parses says nothing about
 // whether its artifacts exist on a node or whether a node runs it; those
-// are separate checks (Detect, and the node records in the store).
+// are separate checks (Verify, the node's detection in internal/envreg, and
+// the node records in the store).
+//
+// The package imports no runtime: the runtimes describe themselves in its
+// words (Isolation, OOMScope), and internal/envreg turns a runtime's Info
+// into a Definition.
 package envid
 
 import (
@@ -23,7 +28,6 @@ import (
 	"strings"
 
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/runtime"
 )
 
 // SchemaVersion is the version of Definition this binary writes and reads.
@@ -111,6 +115,32 @@ type Boot struct {
 	CommandLine     string `json:"command_line,omitempty"`
 }
 
+// Isolation is an isolation class, from DESIGN.md §Execution environments:
+// what stands between a sandbox and the host. Runtimes declare theirs in
+// their Info (internal/runtime).
+type Isolation string
+
+// Isolation classes, strongest first.
+const (
+	IsolationHardwareVM      Isolation = "hardware-vm"
+	IsolationEmulatedVM      Isolation = "emulated-vm"
+	IsolationUserSpaceKernel Isolation = "user-space-kernel"
+	IsolationSharedKernel    Isolation = "shared-kernel"
+)
+
+// OOMScope says what the host kills when a sandbox exceeds its memory limit.
+type OOMScope string
+
+// OOM scopes.
+const (
+	// OOMKillsProcess: the kernel OOM killer kills a process inside the
+	// sandbox; the sandbox keeps running (runc, crun).
+	OOMKillsProcess OOMScope = "process"
+	// OOMKillsSandbox: the whole sandbox dies, because all guest memory is
+	// charged to one host process (gVisor's sentry, a VMM).
+	OOMKillsSandbox OOMScope = "sandbox"
+)
+
 // SnapshotCapability says what a suspend of a sandbox keeps.
 type SnapshotCapability string
 
@@ -130,10 +160,10 @@ func ParseSnapshotCapability(s string) (SnapshotCapability, error) {
 	return "", fmt.Errorf("%w: snapshot capability %q must be none, filesystem or memory", model.ErrInvalid, truncate(s))
 }
 
-// SnapshotCapabilityOf is what a runtime with these capabilities keeps on
-// suspend.
-func SnapshotCapabilityOf(c runtime.Capabilities) SnapshotCapability {
-	switch runtime.SnapshotKindOf(c) {
+// SnapshotCapabilityOf is what a suspend keeps for a runtime whose
+// snapshots are of kind k ("": it writes none).
+func SnapshotCapabilityOf(k model.SnapshotKind) SnapshotCapability {
+	switch k {
 	case model.SnapshotMemory:
 		return SnapshotMemory
 	case model.SnapshotFilesystem:
@@ -151,15 +181,15 @@ type Snapshot struct {
 
 // Definition is one execution environment. Its reference is Ref.
 type Definition struct {
-	SchemaVersion int               `json:"schema_version"`
-	Name          Name              `json:"name"`
-	Host          Platform          `json:"host"`
-	Runtime       RuntimeBinding    `json:"runtime"`
-	Guest         Platform          `json:"guest"`
-	Boot          Boot              `json:"boot"`
-	Isolation     runtime.Isolation `json:"isolation"`
-	Snapshot      Snapshot          `json:"snapshot"`
-	OOMScope      runtime.OOMScope  `json:"oom_scope"`
+	SchemaVersion int            `json:"schema_version"`
+	Name          Name           `json:"name"`
+	Host          Platform       `json:"host"`
+	Runtime       RuntimeBinding `json:"runtime"`
+	Guest         Platform       `json:"guest"`
+	Boot          Boot           `json:"boot"`
+	Isolation     Isolation      `json:"isolation"`
+	Snapshot      Snapshot       `json:"snapshot"`
+	OOMScope      OOMScope       `json:"oom_scope"`
 }
 
 // Validate checks every field of d.
@@ -197,7 +227,7 @@ func (d Definition) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: boot command line longer than 4096 bytes", model.ErrInvalid))
 	}
 	switch d.Isolation {
-	case runtime.IsolationHardwareVM, runtime.IsolationEmulatedVM, runtime.IsolationUserSpaceKernel, runtime.IsolationSharedKernel:
+	case IsolationHardwareVM, IsolationEmulatedVM, IsolationUserSpaceKernel, IsolationSharedKernel:
 	default:
 		errs = append(errs, fmt.Errorf("%w: isolation %q", model.ErrInvalid, truncate(string(d.Isolation))))
 	}
@@ -211,7 +241,7 @@ func (d Definition) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: snapshot format longer than 128 bytes", model.ErrInvalid))
 	}
 	switch d.OOMScope {
-	case runtime.OOMKillsProcess, runtime.OOMKillsSandbox:
+	case OOMKillsProcess, OOMKillsSandbox:
 	default:
 		errs = append(errs, fmt.Errorf("%w: oom scope %q", model.ErrInvalid, truncate(string(d.OOMScope))))
 	}

@@ -2,7 +2,7 @@ package envid
 
 import (
 	"bytes"
-	"context"
+	"crypto/sha256"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/runtime"
 )
 
 // schemaFields records, per schema version, every field of Definition as
@@ -73,9 +72,9 @@ func golden() Definition {
 			BinaryDigest: Digest("sha256:" + strings.Repeat("ab", 32)),
 		},
 		Guest:     Platform{OS: "linux", Arch: "amd64"},
-		Isolation: runtime.IsolationUserSpaceKernel,
+		Isolation: IsolationUserSpaceKernel,
 		Snapshot:  Snapshot{Capability: SnapshotMemory, Format: "runsc-checkpoint/1"},
-		OOMScope:  runtime.OOMKillsSandbox,
+		OOMScope:  OOMKillsSandbox,
 	}
 }
 
@@ -111,6 +110,86 @@ func TestGolden(t *testing.T) {
 	}
 }
 
+// More pinned encodings, between them every isolation class, OOM scope and
+// snapshot capability a definition may hold, boot inputs, a guest platform
+// other than the host's and a command line with characters that HTML
+// escaping would change. The values are strings in the encoding: moving
+// their types between packages must leave these bytes alone.
+func TestGoldenEveryValue(t *testing.T) {
+	dg := func(b string) Digest { return Digest("sha256:" + strings.Repeat(b, 32)) }
+	for _, tc := range []struct {
+		name     string
+		def      Definition
+		wantJSON string
+		wantRef  string
+	}{{
+		name: "qemu hardware-vm",
+		def: Definition{
+			SchemaVersion: 1, Name: NameQEMU,
+			Host:      Platform{OS: "linux", Arch: "amd64"},
+			Runtime:   RuntimeBinding{Name: "qemu", Version: "QEMU emulator version 8.2.2", BinaryDigest: dg("cd")},
+			Guest:     Platform{OS: "linux", Arch: "amd64"},
+			Boot:      Boot{KernelDigest: dg("01"), InitramfsDigest: dg("02"), CommandLine: "console=ttyS0 <quiet> & panic=-1"},
+			Isolation: IsolationHardwareVM,
+			Snapshot:  Snapshot{Capability: SnapshotFilesystem, Format: "qemu-disk/1"},
+			OOMScope:  OOMKillsProcess,
+		},
+		wantJSON: `{"boot":{"command_line":"console=ttyS0 <quiet> & panic=-1","initramfs_digest":"sha256:0202020202020202020202020202020202020202020202020202020202020202","kernel_digest":"sha256:0101010101010101010101010101010101010101010101010101010101010101"},"guest":{"arch":"amd64","os":"linux"},"host":{"arch":"amd64","os":"linux"},"isolation":"hardware-vm","name":"qemu","oom_scope":"process","runtime":{"binary_digest":"sha256:cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd","name":"qemu","version":"QEMU emulator version 8.2.2"},"schema_version":1,"snapshot":{"capability":"filesystem","format":"qemu-disk/1"}}`,
+		wantRef:  "env:sha256:c418209fb281e9c66301a6fa1b135e37a74eddab46a0f3c5fbfd20c6946d9a51",
+	}, {
+		name: "qemu emulated-vm on another host",
+		def: Definition{
+			SchemaVersion: 1, Name: NameQEMU,
+			Host:      Platform{OS: "linux", Arch: "arm64"},
+			Runtime:   RuntimeBinding{Name: "qemu", Version: "QEMU emulator version 8.2.2", BinaryDigest: dg("cd")},
+			Guest:     Platform{OS: "linux", Arch: "amd64"},
+			Boot:      Boot{KernelDigest: dg("01")},
+			Isolation: IsolationEmulatedVM,
+			Snapshot:  Snapshot{Capability: SnapshotNone},
+			OOMScope:  OOMKillsProcess,
+		},
+		wantJSON: `{"boot":{"kernel_digest":"sha256:0101010101010101010101010101010101010101010101010101010101010101"},"guest":{"arch":"amd64","os":"linux"},"host":{"arch":"arm64","os":"linux"},"isolation":"emulated-vm","name":"qemu","oom_scope":"process","runtime":{"binary_digest":"sha256:cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd","name":"qemu","version":"QEMU emulator version 8.2.2"},"schema_version":1,"snapshot":{"capability":"none"}}`,
+		wantRef:  "env:sha256:09ce8dc2f1007be7a6393bc99a930cd23a0786060f18e39a2991b880a9f57d7c",
+	}, {
+		name: "runc shared-kernel",
+		def: Definition{
+			SchemaVersion: 1, Name: NameRunc,
+			Host:      Platform{OS: "linux", Arch: "amd64"},
+			Runtime:   RuntimeBinding{Name: "runc", Version: "runc version 1.1.12", BinaryDigest: dg("ef")},
+			Guest:     Platform{OS: "linux", Arch: "amd64"},
+			Isolation: IsolationSharedKernel,
+			Snapshot:  Snapshot{Capability: SnapshotFilesystem, Format: "oci-upper/1"},
+			OOMScope:  OOMKillsProcess,
+		},
+		wantJSON: `{"boot":{},"guest":{"arch":"amd64","os":"linux"},"host":{"arch":"amd64","os":"linux"},"isolation":"shared-kernel","name":"runc","oom_scope":"process","runtime":{"binary_digest":"sha256:efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef","name":"runc","version":"runc version 1.1.12"},"schema_version":1,"snapshot":{"capability":"filesystem","format":"oci-upper/1"}}`,
+		wantRef:  "env:sha256:273f4f27e55ea0fc2cdfe70a4050178f09d2dfe5adda78bd4e5361e1a8cc939d",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tc.def.Canonical()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(c) != tc.wantJSON {
+				t.Fatalf("canonical encoding:\n got %s\nwant %s", c, tc.wantJSON)
+			}
+			ref, err := tc.def.Ref()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(ref) != tc.wantRef {
+				t.Fatalf("reference = %s, want %s", ref, tc.wantRef)
+			}
+			back, err := Parse(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back != tc.def {
+				t.Fatalf("Parse(Canonical) = %+v, want %+v", back, tc.def)
+			}
+		})
+	}
+}
+
 func TestRefChangesWithEveryField(t *testing.T) {
 	base, err := golden().Ref()
 	if err != nil {
@@ -127,10 +206,10 @@ func TestRefChangesWithEveryField(t *testing.T) {
 		{"guest os", func(d *Definition) { d.Guest.OS = "freebsd" }},
 		{"kernel", func(d *Definition) { d.Boot.KernelDigest = Digest("sha256:" + strings.Repeat("01", 32)) }},
 		{"command line", func(d *Definition) { d.Boot.CommandLine = "console=ttyS0" }},
-		{"isolation", func(d *Definition) { d.Isolation = runtime.IsolationSharedKernel }},
+		{"isolation", func(d *Definition) { d.Isolation = IsolationSharedKernel }},
 		{"snapshot", func(d *Definition) { d.Snapshot = Snapshot{Capability: SnapshotFilesystem} }},
 		{"snapshot format", func(d *Definition) { d.Snapshot.Format = "runsc-checkpoint/2" }},
-		{"oom", func(d *Definition) { d.OOMScope = runtime.OOMKillsProcess }},
+		{"oom", func(d *Definition) { d.OOMScope = OOMKillsProcess }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := golden()
@@ -206,85 +285,43 @@ func TestParseSelector(t *testing.T) {
 	}
 }
 
-func TestFromInfo(t *testing.T) {
-	info := runtime.Info{
-		Name: "runc", Version: "runc version 1.1.5", Binary: "/usr/sbin/runc",
-		Isolation: runtime.IsolationSharedKernel, OOMScope: runtime.OOMKillsProcess,
-		Capabilities: runtime.NewCapabilities(runtime.CapPause, runtime.CapFilesystemSnapshot),
-	}
-	d, err := FromInfo(NameRunc, info, Inputs{BinaryDigest: Digest("sha256:" + strings.Repeat("11", 32))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.Host != HostPlatform() || d.Guest != HostPlatform() {
-		t.Fatalf("platforms = %+v, %+v; want the host's", d.Host, d.Guest)
-	}
-	if d.Snapshot.Capability != SnapshotFilesystem || d.Isolation != runtime.IsolationSharedKernel || d.OOMScope != runtime.OOMKillsProcess {
-		t.Fatalf("definition = %+v", d)
-	}
-	if _, err := FromInfo(NameRunc, info, Inputs{}); err == nil {
-		t.Fatal("FromInfo without a binary digest succeeded")
-	}
-}
-
-func fakeBinary(t *testing.T, content string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "rt")
-	if err := os.WriteFile(p, []byte(content), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func TestDetectAndVerify(t *testing.T) {
-	bin := fakeBinary(t, "binary one")
-	infoOf := func(n Name) runtime.Info {
-		return runtime.Info{Name: string(n), Version: "1.0", Binary: bin, Isolation: runtime.IsolationSharedKernel, OOMScope: runtime.OOMKillsProcess}
-	}
-	probe := func(_ context.Context, n Name) (runtime.Info, Inputs, error) {
-		switch n {
-		case NameRunc:
-			return infoOf(n), Inputs{}, nil
-		case NameCrun:
-			return infoOf(n), Inputs{}, errors.New("probe crun: run a container: boom")
+func TestSnapshotCapabilityOf(t *testing.T) {
+	for kind, want := range map[model.SnapshotKind]SnapshotCapability{
+		model.SnapshotMemory:     SnapshotMemory,
+		model.SnapshotFilesystem: SnapshotFilesystem,
+		"":                       SnapshotNone,
+	} {
+		if got := SnapshotCapabilityOf(kind); got != want {
+			t.Errorf("SnapshotCapabilityOf(%q) = %q, want %q", kind, got, want)
 		}
-		return runtime.Info{}, Inputs{}, errors.New("runsc: executable file not found in $PATH")
 	}
-	dets, err := Detect(context.Background(), Names(), probe)
+}
+
+func TestVerify(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "rt")
+	if err := os.WriteFile(bin, []byte("binary one"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dg, err := DigestFile(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	byName := map[Name]Detection{}
-	for _, d := range dets {
-		byName[d.Name] = d
+	if want := DigestOf(sha256.Sum256([]byte("binary one"))); dg != want {
+		t.Fatalf("DigestFile = %s, want %s", dg, want)
 	}
-	if d := byName[NameRunc]; !d.Available || d.Definition == nil || d.Ref == "" || d.Reason != "" {
-		t.Fatalf("runc: %+v", d)
-	}
-	if d := byName[NameCrun]; d.Available || d.Definition == nil || !strings.Contains(d.Reason, "boom") {
-		t.Fatalf("crun (installed, probe fails): %+v", d)
-	}
-	if d := byName[NameRunsc]; d.Available || d.Definition != nil || !strings.Contains(d.Reason, "not found") {
-		t.Fatalf("runsc (not installed): %+v", d)
-	}
-	runc := *byName[NameRunc].Definition
-	if err := Verify(runc, bin); err != nil {
+	d := golden()
+	d.Runtime.BinaryDigest = dg
+	if err := Verify(d, bin); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(bin, []byte("binary two"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := Verify(runc, bin); !errors.Is(err, ErrArtifactsMissing) {
+	if err := Verify(d, bin); !errors.Is(err, ErrArtifactsMissing) {
 		t.Fatalf("Verify after the binary changed = %v, want ErrArtifactsMissing", err)
 	}
-	if err := Verify(runc, filepath.Join(t.TempDir(), "gone")); !errors.Is(err, ErrArtifactsMissing) {
+	if err := Verify(d, filepath.Join(t.TempDir(), "gone")); !errors.Is(err, ErrArtifactsMissing) {
 		t.Fatalf("Verify of a missing binary = %v, want ErrArtifactsMissing", err)
-	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := Detect(ctx, Names(), probe); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Detect with an ended context = %v", err)
 	}
 }
 

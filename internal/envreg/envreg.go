@@ -1,9 +1,11 @@
 // Package envreg is a node's registry of execution environments: what it
-// detected (internal/envid), which of them its operator enabled, recorded
-// in the store, listed for the API, and the resolution of a create
-// request's environment (a name or a reference) to the reference of one
-// this node may run, with the three separate refusals of DESIGN.md
-// (unknown, artifacts missing, no healthy node).
+// detected (Detect: each runtime's Info and probe turned into an
+// internal/envid Definition, here and not in envid, which imports no
+// runtime), which of them its operator enabled, recorded in the store,
+// listed for the API, and the resolution of a create request's
+// environment (a name or a reference) to the reference of one this node
+// may run, with the three separate refusals of DESIGN.md (unknown,
+// artifacts missing, no healthy node).
 package envreg
 
 import (
@@ -24,7 +26,7 @@ import (
 
 // Local is one environment as this node detected it.
 type Local struct {
-	envid.Detection
+	Detection
 	// Binary is the runtime binary's path on this node, which Resolve
 	// checks against the definition's digest (needed for enabled
 	// environments only).

@@ -29,7 +29,7 @@ func openStore(t *testing.T) store.Store {
 
 // detected makes the Local of an installed environment whose binary is a
 // file of its own.
-func detected(t *testing.T, n envid.Name, iso runtime.Isolation, enabled, available bool, reason string) Local {
+func detected(t *testing.T, n envid.Name, iso envid.Isolation, enabled, available bool, reason string) Local {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), string(n))
 	if err := os.WriteFile(bin, []byte("binary of "+string(n)+" at "+bin), 0o755); err != nil {
@@ -39,7 +39,7 @@ func detected(t *testing.T, n envid.Name, iso runtime.Isolation, enabled, availa
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := envid.Define(n, runtime.Info{Name: string(n), Version: "1.0", Binary: bin, Isolation: iso, OOMScope: runtime.OOMKillsProcess}, envid.Inputs{})
+	d, err := Define(n, runtime.Info{Name: string(n), Version: "1.0", Binary: bin, Isolation: iso, OOMScope: envid.OOMKillsProcess}, Inputs{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,16 +47,16 @@ func detected(t *testing.T, n envid.Name, iso runtime.Isolation, enabled, availa
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Local{Detection: envid.Detection{Name: n, Definition: &d, Ref: ref, Available: available, Reason: reason}, Binary: bin, Enabled: enabled, BinaryInfo: fi}
+	return Local{Detection: Detection{Name: n, Definition: &d, Ref: ref, Available: available, Reason: reason}, Binary: bin, Enabled: enabled, BinaryInfo: fi}
 }
 
 func TestRegistry(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
 	node := model.NewNodeID()
-	runsc := detected(t, envid.NameRunsc, runtime.IsolationUserSpaceKernel, true, true, "")
-	runc := detected(t, envid.NameRunc, runtime.IsolationSharedKernel, true, true, "")
-	crun := detected(t, envid.NameCrun, runtime.IsolationSharedKernel, false, false, "probe crun: boom")
+	runsc := detected(t, envid.NameRunsc, envid.IsolationUserSpaceKernel, true, true, "")
+	runc := detected(t, envid.NameRunc, envid.IsolationSharedKernel, true, true, "")
+	crun := detected(t, envid.NameCrun, envid.IsolationSharedKernel, false, false, "probe crun: boom")
 	if _, err := New(Config{Store: st, NodeID: node, Envs: []Local{crun}, Default: envid.NameCrun}); err == nil {
 		t.Fatal("New accepted a default that is not enabled")
 	}
@@ -130,8 +130,8 @@ func TestRegistry(t *testing.T) {
 	}
 
 	// A restart with a new runc: the old reference is known but gone here.
-	runc2 := detected(t, envid.NameRunc, runtime.IsolationSharedKernel, true, true, "")
-	runsc2 := detected(t, envid.NameRunsc, runtime.IsolationUserSpaceKernel, true, true, "")
+	runc2 := detected(t, envid.NameRunc, envid.IsolationSharedKernel, true, true, "")
+	runsc2 := detected(t, envid.NameRunsc, envid.IsolationUserSpaceKernel, true, true, "")
 	reg2, err := New(Config{Store: st, NodeID: node, Envs: []Local{runsc2, runc2}, Default: envid.NameRunsc})
 	if err != nil {
 		t.Fatal(err)

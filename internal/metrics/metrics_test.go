@@ -15,7 +15,6 @@ import (
 
 	"github.com/airlockdev/airlock/internal/egress/decisionlog"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/store"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -118,13 +117,13 @@ func TestCreateHistogram(t *testing.T) {
 
 // fakeStore answers the store collector's reads.
 type fakeStore struct {
-	counts []store.SandboxCount
+	counts []SandboxCount
 	pools  []model.Pool
 	err    error
 	block  bool // wait for the context's end
 }
 
-func (f *fakeStore) CountSandboxes(ctx context.Context) ([]store.SandboxCount, error) {
+func (f *fakeStore) CountSandboxes(ctx context.Context) ([]SandboxCount, error) {
 	if f.block {
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -141,13 +140,13 @@ func TestStoreCollector(t *testing.T) {
 	}
 	pool := model.Pool{ID: model.NewPoolID(), Key: model.PoolKey{Template: ref, Environment: "runc", CPUs: 1, MemoryMiB: 256}, Size: 3, Hits: 7, Misses: 2}
 	st := &fakeStore{
-		counts: []store.SandboxCount{
-			{State: model.StateRunning, Runtime: "runc", N: 4},
-			{State: model.StateRunning, Runtime: "runsc", N: 1},
+		counts: []SandboxCount{
+			{State: model.StateRunning, Environment: "runc", N: 4},
+			{State: model.StateRunning, Environment: "runsc", N: 1},
 			{State: model.StatePending, N: 2},
-			{State: model.StateRunning, Runtime: "runc", Pool: pool.ID, N: 2},
-			{State: model.StateCreating, Runtime: "runc", Pool: pool.ID, N: 1},
-			{State: model.StateDeleting, Runtime: "runc", Pool: pool.ID, N: 1},
+			{State: model.StateRunning, Environment: "runc", Pool: pool.ID, N: 2},
+			{State: model.StateCreating, Environment: "runc", Pool: pool.ID, N: 1},
+			{State: model.StateDeleting, Environment: "runc", Pool: pool.ID, N: 1},
 		},
 		pools: []model.Pool{pool},
 	}

@@ -9,12 +9,25 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/store"
 )
 
-// Store is what the store collector reads at each scrape.
+// SandboxCount is how many live sandboxes share a state, an execution
+// environment ("" before placement) and a pool ("": not an unclaimed pool
+// sandbox).
+type SandboxCount struct {
+	State       model.SandboxState
+	Environment string
+	Pool        model.PoolID
+	N           int
+}
+
+// Store is what the store collector reads at each scrape. This package
+// imports no store: whoever wires the metrics (internal/server) adapts
+// its store to this.
 type Store interface {
-	CountSandboxes(ctx context.Context) ([]store.SandboxCount, error)
+	// CountSandboxes counts the sandboxes of every node that are not
+	// deleted, grouped by state, environment and pool, in one read.
+	CountSandboxes(ctx context.Context) ([]SandboxCount, error)
 	ListPools(ctx context.Context) ([]model.Pool, error)
 }
 
@@ -75,12 +88,12 @@ type storeCollector struct {
 
 // storeRead is one read of the store for the collector.
 type storeRead struct {
-	counts []store.SandboxCount
+	counts []SandboxCount
 	pools  []model.Pool
 }
 
 // read returns the store's counts and pools, sharing a read in flight.
-func (c *storeCollector) read() ([]store.SandboxCount, []model.Pool, error) {
+func (c *storeCollector) read() ([]SandboxCount, []model.Pool, error) {
 	v, err, _ := c.reads.Do("store", func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 		defer cancel()
@@ -127,7 +140,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 			poolFill[n.Pool][poolState(n.State)] += n.N
 			continue
 		}
-		env := n.Runtime
+		env := n.Environment
 		if env == "" {
 			env = "none"
 		}

@@ -42,6 +42,21 @@ type APIKey struct {
 	RevokedAt  *time.Time
 }
 
+// SealedSecret is a project's egress secret as the store keeps it: the
+// value only sealed (internal/egress/secrets seals and opens it), never in
+// clear. The other fields are written by that package and parsed again
+// when it opens the secret.
+type SealedSecret struct {
+	ProjectID ProjectID
+	Name      string
+	Sealed    []byte
+	Hosts     []string // host patterns: exact names or "*.suffix"
+	Header    string   // the request header the proxy sets
+	Format    string   // the header value, "{value}" standing for the secret
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
 // Template is an imported, immutable root filesystem plus configuration.
 type Template struct {
 	Digest    TemplateDigest

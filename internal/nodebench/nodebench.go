@@ -36,7 +36,6 @@ import (
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/placement"
-	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/postgres"
 )
@@ -217,9 +216,9 @@ func seed(ctx context.Context, st store.Store, projects int) (store.EnvironmentR
 		Runtime: envid.RuntimeBinding{Name: string(envid.NameRunc), Version: "simulated",
 			BinaryDigest: envid.Digest("sha256:" + strings.Repeat("0", 64))},
 		Guest:     envid.Platform{OS: "linux", Arch: "amd64"},
-		Isolation: runtime.IsolationSharedKernel,
+		Isolation: envid.IsolationSharedKernel,
 		Snapshot:  envid.Snapshot{Capability: envid.SnapshotNone},
-		OOMScope:  runtime.OOMKillsProcess,
+		OOMScope:  envid.OOMKillsProcess,
 	}
 	canon, err := def.Canonical()
 	if err != nil {

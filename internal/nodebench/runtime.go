@@ -37,8 +37,8 @@ func (r *simRuntime) Info() runtime.Info {
 		Name:      string(envid.NameRunc),
 		Version:   "simulated",
 		Binary:    "/nonexistent/simulated-runc",
-		Isolation: runtime.IsolationSharedKernel,
-		OOMScope:  runtime.OOMKillsProcess,
+		Isolation: envid.IsolationSharedKernel,
+		OOMScope:  envid.OOMKillsProcess,
 	}
 }
 

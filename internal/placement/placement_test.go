@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/envreg"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/store"
@@ -38,7 +39,7 @@ func newFixture(t *testing.T) *fixture {
 	now := time.Now()
 	must(t, st.CreateProject(ctx, model.Project{ID: f.project, Name: "p", CreatedAt: now}))
 	must(t, st.PutTemplate(ctx, model.Template{Digest: f.tpl, Manifest: []byte("{}"), CreatedAt: now}))
-	d, err := envid.Define(envid.NameRunc, runtime.Info{Name: "runc", Version: "1", Binary: "/usr/bin/runc", Isolation: runtime.IsolationSharedKernel, OOMScope: runtime.OOMKillsProcess}, envid.Inputs{})
+	d, err := envreg.Define(envid.NameRunc, runtime.Info{Name: "runc", Version: "1", Binary: "/usr/bin/runc", Isolation: envid.IsolationSharedKernel, OOMScope: envid.OOMKillsProcess}, envreg.Inputs{})
 	must(t, err)
 	f.runc, err = d.Ref()
 	must(t, err)

@@ -16,7 +16,6 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/pgtest"
 	"github.com/airlockdev/airlock/internal/placement"
-	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/postgres"
 )
@@ -119,8 +118,8 @@ func seed(t *testing.T, ctx context.Context, st store.Store) (model.EnvironmentR
 	def := envid.Definition{SchemaVersion: envid.SchemaVersion, Name: envid.NameRunc,
 		Host:    envid.Platform{OS: "linux", Arch: "amd64"},
 		Runtime: envid.RuntimeBinding{Name: "runc", Version: "test", BinaryDigest: envid.Digest("sha256:" + strings.Repeat("1", 64))},
-		Guest:   envid.Platform{OS: "linux", Arch: "amd64"}, Isolation: runtime.IsolationSharedKernel,
-		Snapshot: envid.Snapshot{Capability: envid.SnapshotNone}, OOMScope: runtime.OOMKillsProcess}
+		Guest:   envid.Platform{OS: "linux", Arch: "amd64"}, Isolation: envid.IsolationSharedKernel,
+		Snapshot: envid.Snapshot{Capability: envid.SnapshotNone}, OOMScope: envid.OOMKillsProcess}
 	canon, err := def.Canonical()
 	if err != nil {
 		t.Fatal(err)

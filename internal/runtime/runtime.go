@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -33,36 +34,15 @@ var (
 	ErrNotSupported = errors.New("not supported by this runtime")
 )
 
-// Isolation classes, from DESIGN.md §Execution environments.
-type Isolation string
-
-// Isolation classes, strongest first.
-const (
-	IsolationHardwareVM      Isolation = "hardware-vm"
-	IsolationEmulatedVM      Isolation = "emulated-vm"
-	IsolationUserSpaceKernel Isolation = "user-space-kernel"
-	IsolationSharedKernel    Isolation = "shared-kernel"
-)
-
-// OOMScope says what the host kills when a sandbox exceeds its memory limit.
-type OOMScope string
-
-const (
-	// OOMKillsProcess: the kernel OOM killer kills a process inside the
-	// sandbox; the sandbox keeps running (runc, crun).
-	OOMKillsProcess OOMScope = "process"
-	// OOMKillsSandbox: the whole sandbox dies, because all guest memory is
-	// charged to one host process (gVisor's sentry, a VMM).
-	OOMKillsSandbox OOMScope = "sandbox"
-)
-
-// Info describes a runtime binding on this host.
+// Info describes a runtime binding on this host. Its isolation class and
+// OOM scope are in the words of the execution environment it runs
+// (internal/envid), which owns them.
 type Info struct {
-	Name      string    // "runc", "crun", "runsc", "qemu", …
-	Version   string    // as reported by the binary
-	Binary    string    // absolute path of the binary
-	Isolation Isolation // isolation class
-	OOMScope  OOMScope
+	Name      string          // "runc", "crun", "runsc", "qemu", …
+	Version   string          // as reported by the binary
+	Binary    string          // absolute path of the binary
+	Isolation envid.Isolation // isolation class
+	OOMScope  envid.OOMScope
 	// Capabilities are what this runtime instance can do on this host.
 	Capabilities Capabilities
 }
@@ -70,7 +50,7 @@ type Info struct {
 // Resources are the limits applied to a sandbox.
 type Resources struct {
 	CPUs        int   // CPU quota in whole CPUs
-	MemoryBytes int64 // memory limit; exceeding it is an OOM kill (see OOMScope)
+	MemoryBytes int64 // memory limit; exceeding it is an OOM kill (see Info.OOMScope)
 	PidsLimit   int64 // maximum number of tasks inside the sandbox
 	// DiskBytes limits the sandbox's writable layer (what the guest writes
 	// to its root filesystem): beyond it, writes fail with ENOSPC inside

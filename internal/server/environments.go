@@ -29,9 +29,9 @@ func autoEnvironments() []envid.Name { return []envid.Name{envid.NameRunsc} }
 // else its environment's definition holds (a VM's boot inputs).
 type envRuntime interface {
 	runtime.Runtime
-	// DefinitionInputs are the envid.Inputs of the runtime's environment
+	// DefinitionInputs are the envreg.Inputs of the runtime's environment
 	// besides its binary's digest.
-	DefinitionInputs() envid.Inputs
+	DefinitionInputs() envreg.Inputs
 }
 
 // agentFSReleaser is implemented by runtimes with a shared agent
@@ -50,11 +50,11 @@ type enabledEnv struct {
 // its probe: its definition (the binary hashed) and reference.
 func enabledLocal(name envid.Name, rt envRuntime) (envreg.Local, error) {
 	info := rt.Info()
-	l := envreg.Local{Detection: envid.Detection{Name: name, Available: true}, Binary: info.Binary, Enabled: true}
+	l := envreg.Local{Detection: envreg.Detection{Name: name, Available: true}, Binary: info.Binary, Enabled: true}
 	if fi, err := os.Stat(info.Binary); err == nil {
 		l.BinaryInfo = fi // before the digest: unchanged since, it needs no second hash
 	}
-	d, err := envid.Define(name, info, rt.DefinitionInputs())
+	d, err := envreg.Define(name, info, rt.DefinitionInputs())
 	if err != nil {
 		return envreg.Local{}, err
 	}
@@ -153,7 +153,7 @@ func openEnvironments(ctx context.Context, names []envid.Name, rts runtimes, log
 }
 
 // detectOthers probes the installed environments that are not enabled
-// (envid.Detect), so that the node records what works here besides what it
+// (envreg.Detect), so that the node records what works here besides what it
 // runs. A probe leaves nothing behind (its runtime's shared agent
 // filesystem is released again unless sandboxes of an earlier run use it).
 // An environment that would share the user namespace pool with an enabled
@@ -172,24 +172,24 @@ func detectOthers(ctx context.Context, enabled []envid.Name, rts runtimes, log *
 		}
 		others = append(others, n)
 	}
-	probe := func(ctx context.Context, n envid.Name) (runtime.Info, envid.Inputs, error) {
+	probe := func(ctx context.Context, n envid.Name) (runtime.Info, envreg.Inputs, error) {
 		if (n == envid.NameRunc && slices.Contains(enabled, envid.NameCrun)) || (n == envid.NameCrun && slices.Contains(enabled, envid.NameRunc)) {
 			rt, err := oci.New(rts.config(n))
 			if err != nil {
-				return runtime.Info{}, envid.Inputs{}, err
+				return runtime.Info{}, envreg.Inputs{}, err
 			}
-			return rt.Info(), envid.Inputs{SnapshotFormat: ociSnapshotFormat(rt.Info())}, errors.New("not probed: it would share the user namespace id pool with an enabled environment")
+			return rt.Info(), envreg.Inputs{SnapshotFormat: ociSnapshotFormat(rt.Info())}, errors.New("not probed: it would share the user namespace id pool with an enabled environment")
 		}
 		rt, err := rts.openOCI(ctx, n)
 		if rt == nil {
-			return runtime.Info{}, envid.Inputs{}, err
+			return runtime.Info{}, envreg.Inputs{}, err
 		}
 		if rerr := rt.ReleaseAgentFS(context.WithoutCancel(ctx)); rerr != nil {
 			log.Debug("the shared agent filesystem stays mounted", "env", n, "reason", rerr)
 		}
-		return rt.Info(), envid.Inputs{SnapshotFormat: ociSnapshotFormat(rt.Info())}, err
+		return rt.Info(), envreg.Inputs{SnapshotFormat: ociSnapshotFormat(rt.Info())}, err
 	}
-	dets, err := envid.Detect(ctx, others, probe)
+	dets, err := envreg.Detect(ctx, others, probe)
 	if err != nil {
 		log.Warn("detection of the environments that are not enabled stopped", "err", err)
 		return nil

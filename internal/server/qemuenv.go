@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/envreg"
 	"github.com/airlockdev/airlock/internal/guestboot"
 	"github.com/airlockdev/airlock/internal/runtime/qemu"
 )
@@ -18,12 +19,12 @@ const guestbootDir = "guestboot"
 // with the digests of its boot inputs.
 type qemuEnv struct {
 	*qemu.Runtime
-	inputs envid.Inputs
+	inputs envreg.Inputs
 }
 
 // DefinitionInputs: a VM environment's definition names its kernel,
 // initramfs and command line, the guest platform and the snapshot format.
-func (e qemuEnv) DefinitionInputs() envid.Inputs { return e.inputs }
+func (e qemuEnv) DefinitionInputs() envreg.Inputs { return e.inputs }
 
 // openQEMU builds (or finds) the VM boot inputs — the pinned Debian kernel
 // and an initramfs whose init is this server's agent — and makes the QEMU
@@ -65,7 +66,7 @@ func (r runtimes) openQEMU(ctx context.Context) (*qemuEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := &qemuEnv{Runtime: rt, inputs: envid.Inputs{
+	env := &qemuEnv{Runtime: rt, inputs: envreg.Inputs{
 		Guest:          envid.Platform{OS: "linux", Arch: "amd64"},
 		Boot:           envid.Boot{KernelDigest: kd, InitramfsDigest: id, CommandLine: boot.CommandLine},
 		SnapshotFormat: qemu.FormatMigration,

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/envreg"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
 
@@ -66,8 +67,8 @@ type ociEnv struct{ *oci.Runtime }
 
 // DefinitionInputs: an OCI environment's definition names its snapshot
 // format besides the binary.
-func (e ociEnv) DefinitionInputs() envid.Inputs {
-	return envid.Inputs{SnapshotFormat: ociSnapshotFormat(e.Info())}
+func (e ociEnv) DefinitionInputs() envreg.Inputs {
+	return envreg.Inputs{SnapshotFormat: ociSnapshotFormat(e.Info())}
 }
 
 func (r runtimes) openOCI(ctx context.Context, name envid.Name) (*oci.Runtime, error) {

@@ -18,19 +18,6 @@ type EgressProfile struct {
 	UpdatedAt time.Time
 }
 
-// SecretRecord is a project's secret as the store keeps it: the value only
-// sealed (see internal/egress/secrets), never in clear.
-type SecretRecord struct {
-	ProjectID model.ProjectID
-	Name      string
-	Sealed    []byte
-	Hosts     []string // host patterns: exact names or "*.suffix"
-	Header    string   // the request header the proxy sets
-	Format    string   // the header value, "{value}" standing for the secret
-	CreatedAt time.Time
-	UpdatedAt time.Time
-}
-
 // Egress is the store's part of egress: each sandbox's policy, the
 // operator's profiles and the projects' secrets.
 type Egress interface {
@@ -58,10 +45,10 @@ type Egress interface {
 
 	// PutSecret creates or replaces the project's secret of that name;
 	// created reports which (a replacement keeps CreatedAt).
-	PutSecret(ctx context.Context, s SecretRecord) (created bool, err error)
-	GetSecret(ctx context.Context, project model.ProjectID, name string) (SecretRecord, error)
+	PutSecret(ctx context.Context, s model.SealedSecret) (created bool, err error)
+	GetSecret(ctx context.Context, project model.ProjectID, name string) (model.SealedSecret, error)
 	// ListSecrets returns the project's secrets in name order.
-	ListSecrets(ctx context.Context, project model.ProjectID) ([]SecretRecord, error)
+	ListSecrets(ctx context.Context, project model.ProjectID) ([]model.SealedSecret, error)
 	DeleteSecret(ctx context.Context, project model.ProjectID, name string) error
 }
 

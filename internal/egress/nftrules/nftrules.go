@@ -19,9 +19,9 @@
 //   - the proxy's and the resolver's ports are closed to every other interface: they listen on
 //     all addresses (the redirect delivers to each host end) but serve sandboxes only.
 //
-// The table also carries the always-denied destinations (AlwaysDeniedPrefixes) as the interval sets
-// "denied4" and "denied6", for operators and for rules that forward traffic later; the proxy checks
-// the same list with AlwaysDenied.
+// The table also carries the always-denied destinations (policy.AlwaysDeniedPrefixes, which the
+// egress policy owns) as the interval sets "denied4" and "denied6", for operators and for rules
+// that forward traffic later; the proxy checks the same list with policy.AlwaysDenied.
 //
 // Nothing outside the table is touched: not other tables, not sysctls. Calls on one table must not
 // run concurrently (the server serializes them); every function takes the *nftables.Conn to use,
@@ -42,6 +42,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/egress/policy"
 )
 
 // Names of the table and its objects.
@@ -647,13 +649,13 @@ func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Ki
 
 func be16(v uint16) []byte { return binary.BigEndian.AppendUint16(nil, v) }
 
-// deniedElements turns AlwaysDeniedPrefixes of one family into interval-set elements: adjacent or
+// deniedElements turns policy.AlwaysDeniedPrefixes of one family into interval-set elements: adjacent or
 // overlapping prefixes merged, each range a start element and an end element one past its last
 // address (none for a range that runs to the end of the address space).
 func deniedElements(v6 bool) []nftables.SetElement {
 	type rng struct{ lo, hi netip.Addr }
 	var rs []rng
-	for _, p := range AlwaysDeniedPrefixes {
+	for _, p := range policy.AlwaysDeniedPrefixes {
 		if p.Addr().Is6() != v6 {
 			continue
 		}

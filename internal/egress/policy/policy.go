@@ -10,7 +10,7 @@
 //   - Dest: may a connection by name reach this address and port?
 //   - Exempt: is a TLS connection relayed without interception?
 //
-// Every decision is taken in one order: the always-denied addresses (nftrules.AlwaysDenied:
+// Every decision is taken in one order: the always-denied addresses (AlwaysDenied:
 // loopback, RFC 1918, link-local and metadata, CGNAT, the IPv6 equivalents), then the deny
 // rules, then the allow rules, then the default. The default "public" allows every name that no
 // rule denies (its addresses must still be public); a bare address is allowed only by an
@@ -29,7 +29,6 @@ import (
 	"regexp"
 	"slices"
 
-	"github.com/airlockdev/airlock/internal/egress/nftrules"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -324,7 +323,7 @@ func (p *Policy) Dest(host string, addr netip.Addr, port uint16) Decision {
 }
 
 func (p *Policy) addrDenied(addr netip.Addr, port uint16) (Decision, bool) {
-	if nftrules.AlwaysDenied(addr) {
+	if AlwaysDenied(addr) {
 		return deny("always-denied", fmt.Sprintf("%s is a private, loopback, link-local, metadata or otherwise reserved address, which no policy allows", addr)), true
 	}
 	a := addr.Unmap().WithZone("")

@@ -13,7 +13,6 @@ import (
 
 	"github.com/airlockdev/airlock/internal/egress"
 	"github.com/airlockdev/airlock/internal/egress/decisionlog"
-	"github.com/airlockdev/airlock/internal/egress/nftrules"
 	"github.com/airlockdev/airlock/internal/egress/policy"
 )
 
@@ -255,7 +254,7 @@ func (p *Proxy) newTransport(cc *clientConn) *http.Transport {
 			}
 			if a, err := netip.ParseAddr(host); err == nil {
 				a = a.Unmap()
-				if a != cc.dst.Addr() || nftrules.AlwaysDenied(a) || p.isHostAddr(a) {
+				if a != cc.dst.Addr() || policy.AlwaysDenied(a) || p.isHostAddr(a) {
 					return nil, fmt.Errorf("refusing to dial %s", a)
 				}
 				return p.cfg.Dial(ctx, "tcp", addr)

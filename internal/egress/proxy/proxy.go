@@ -45,6 +45,7 @@ import (
 	"github.com/airlockdev/airlock/internal/egress"
 	"github.com/airlockdev/airlock/internal/egress/decisionlog"
 	"github.com/airlockdev/airlock/internal/egress/nftrules"
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/egress/tlsca"
 	"github.com/airlockdev/airlock/internal/retry"
 )
@@ -457,7 +458,7 @@ func (p *Proxy) dialName(ctx context.Context, sb *egress.Sandbox, name string, d
 	}
 	pol := sb.Policy()
 	ok := func(a netip.Addr) bool {
-		return pol != nil && !p.isHostAddr(a) && !nftrules.AlwaysDenied(a) && pol.Dest(name, a, port).Allowed
+		return pol != nil && !p.isHostAddr(a) && !policy.AlwaysDenied(a) && pol.Dest(name, a, port).Allowed
 	}
 	var pick netip.Addr
 	for _, a := range addrs {

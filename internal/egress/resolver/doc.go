@@ -27,7 +27,7 @@
 //     in flight.
 //  6. The answer is filtered (see Resolver.filter): every name of its CNAME chain must be
 //     allowed by the policy too (else REFUSED); A/AAAA records (and SVCB/HTTPS address hints)
-//     that point at always-denied addresses (nftrules.AlwaysDenied), the host's own addresses,
+//     that point at always-denied addresses (policy.AlwaysDenied), the host's own addresses,
 //     the sandbox pool or an address the policy denies are dropped and logged — the defence
 //     against DNS rebinding to private addresses; when no address is left the answer is an
 //     empty NOERROR. Glue and other extra records are dropped; every record is handed out with

@@ -3,12 +3,13 @@ package secrets
 import (
 	"fmt"
 
-	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/model"
 )
 
-// FromRecord opens a stored secret. Stored fields that no longer parse are
+// FromRecord opens a stored secret (the store keeps model.SealedSecret,
+// so this package needs no store). Stored fields that no longer parse are
 // errors (the row was written by this package, so they indicate damage).
-func (s *Sealer) FromRecord(rec store.SecretRecord) (Secret, error) {
+func (s *Sealer) FromRecord(rec model.SealedSecret) (Secret, error) {
 	name, err := ParseName(rec.Name)
 	if err != nil {
 		return Secret{}, fmt.Errorf("stored secret: %w", err)
@@ -32,9 +33,9 @@ func (s *Sealer) FromRecord(rec store.SecretRecord) (Secret, error) {
 	return Secret{Project: rec.ProjectID, Name: name, Hosts: hosts, Header: header, Format: format, Value: v}, nil
 }
 
-// Record seals sec into the store's form; the times are the caller's.
-func (s *Sealer) Record(sec Secret) store.SecretRecord {
-	return store.SecretRecord{
+// Record seals sec into the form the store keeps; the times are the caller's.
+func (s *Sealer) Record(sec Secret) model.SealedSecret {
+	return model.SealedSecret{
 		ProjectID: sec.Project,
 		Name:      string(sec.Name),
 		Sealed:    s.Seal(sec.Project, sec.Name, sec.Value),

@@ -49,6 +49,7 @@ import (
 	"sync"
 
 	"github.com/airlockdev/airlock/internal/cgroups"
+	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
@@ -223,13 +224,13 @@ func (r *Runtime) Info() runtime.Info {
 		Name:         string(r.flavor),
 		Version:      r.version,
 		Binary:       r.binary,
-		Isolation:    runtime.IsolationSharedKernel,
-		OOMScope:     runtime.OOMKillsProcess,
+		Isolation:    envid.IsolationSharedKernel,
+		OOMScope:     envid.OOMKillsProcess,
 		Capabilities: CapabilitiesOf(r.flavor),
 	}
 	if r.flavor == FlavorRunsc {
-		info.Isolation = runtime.IsolationUserSpaceKernel
-		info.OOMScope = runtime.OOMKillsSandbox
+		info.Isolation = envid.IsolationUserSpaceKernel
+		info.OOMScope = envid.OOMKillsSandbox
 	}
 	return info
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/airtest"
-	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/envid"
 )
 
 func TestProbe(t *testing.T) {
@@ -29,9 +29,9 @@ func TestProbe(t *testing.T) {
 			if info.Name != string(flavor) || info.Version == "" || info.Binary == "" {
 				t.Fatalf("Info = %+v", info)
 			}
-			wantIso := runtime.IsolationSharedKernel
+			wantIso := envid.IsolationSharedKernel
 			if flavor == FlavorRunsc {
-				wantIso = runtime.IsolationUserSpaceKernel
+				wantIso = envid.IsolationUserSpaceKernel
 			}
 			if info.Isolation != wantIso {
 				t.Fatalf("Isolation = %s, want %s", info.Isolation, wantIso)

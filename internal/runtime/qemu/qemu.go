@@ -41,6 +41,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/guestboot"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
@@ -204,16 +205,16 @@ func Capabilities() runtime.Capabilities {
 // Info describes the runtime. The isolation class follows the accelerator:
 // a VM is a hardware VM under KVM and an emulated one under TCG.
 func (r *Runtime) Info() runtime.Info {
-	iso := runtime.IsolationEmulatedVM
+	iso := envid.IsolationEmulatedVM
 	if r.Accel() == AccelKVM {
-		iso = runtime.IsolationHardwareVM
+		iso = envid.IsolationHardwareVM
 	}
 	return runtime.Info{
 		Name:         Name,
 		Version:      r.version,
 		Binary:       r.binary,
 		Isolation:    iso,
-		OOMScope:     runtime.OOMKillsProcess, // the guest kernel's OOM killer
+		OOMScope:     envid.OOMKillsProcess, // the guest kernel's OOM killer
 		Capabilities: Capabilities(),
 	}
 }

@@ -229,7 +229,7 @@ func (s *Store) DeleteEgressProfile(ctx context.Context, name policy.ProfileName
 }
 
 // PutSecret implements store.Store.
-func (s *Store) PutSecret(ctx context.Context, rec store.SecretRecord) (bool, error) {
+func (s *Store) PutSecret(ctx context.Context, rec model.SealedSecret) (bool, error) {
 	if rec.Name == "" || len(rec.Sealed) == 0 {
 		return false, fmt.Errorf("put secret: %w: a secret needs a name and a sealed value", model.ErrInvalid)
 	}
@@ -265,45 +265,45 @@ func (s *Store) PutSecret(ctx context.Context, rec store.SecretRecord) (bool, er
 
 const secretColumns = `project_id, name, sealed, hosts, header, format, created_at, updated_at`
 
-func scanSecret(row interface{ Scan(...any) error }) (store.SecretRecord, error) {
+func scanSecret(row interface{ Scan(...any) error }) (model.SealedSecret, error) {
 	var (
-		rec              store.SecretRecord
+		rec              model.SealedSecret
 		project, hosts   string
 		created, updated int64
 	)
 	if err := row.Scan(&project, &rec.Name, &rec.Sealed, &hosts, &rec.Header, &rec.Format, &created, &updated); err != nil {
-		return store.SecretRecord{}, err
+		return model.SealedSecret{}, err
 	}
 	if err := json.Unmarshal([]byte(hosts), &rec.Hosts); err != nil {
-		return store.SecretRecord{}, fmt.Errorf("stored secret %s: hosts: %w", rec.Name, err)
+		return model.SealedSecret{}, fmt.Errorf("stored secret %s: hosts: %w", rec.Name, err)
 	}
 	c := columns{row: "secret " + rec.Name}
 	rec.ProjectID = c.projectID("project_id", project)
 	if c.err != nil {
-		return store.SecretRecord{}, c.err
+		return model.SealedSecret{}, c.err
 	}
 	rec.CreatedAt, rec.UpdatedAt = fromMicro(created), fromMicro(updated)
 	return rec, nil
 }
 
 // GetSecret implements store.Store.
-func (s *Store) GetSecret(ctx context.Context, project model.ProjectID, name string) (store.SecretRecord, error) {
+func (s *Store) GetSecret(ctx context.Context, project model.ProjectID, name string) (model.SealedSecret, error) {
 	rec, err := scanSecret(s.queryRow(ctx, `SELECT `+secretColumns+` FROM secrets WHERE project_id = ? AND name = ?`,
 		string(project), name))
 	if err != nil {
-		return store.SecretRecord{}, fmt.Errorf("get secret %s: %w", name, errNotFound(err))
+		return model.SealedSecret{}, fmt.Errorf("get secret %s: %w", name, errNotFound(err))
 	}
 	return rec, nil
 }
 
 // ListSecrets implements store.Store.
-func (s *Store) ListSecrets(ctx context.Context, project model.ProjectID) ([]store.SecretRecord, error) {
+func (s *Store) ListSecrets(ctx context.Context, project model.ProjectID) ([]model.SealedSecret, error) {
 	rows, err := s.query(ctx, `SELECT `+secretColumns+` FROM secrets WHERE project_id = ? ORDER BY name`, string(project))
 	if err != nil {
 		return nil, fmt.Errorf("list secrets: %w", err)
 	}
 	defer rows.Close()
-	out := []store.SecretRecord{}
+	out := []model.SealedSecret{}
 	for rows.Next() {
 		rec, err := scanSecret(rows)
 		if err != nil {

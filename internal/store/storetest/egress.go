@@ -237,7 +237,7 @@ func testSecrets(e *env) {
 		t.Fatalf("fresh project lists %d secrets", len(list))
 	}
 	now := e.now()
-	rec := store.SecretRecord{ProjectID: p.ID, Name: "gh-token", Sealed: []byte{1, 2, 3, 0, 255},
+	rec := model.SealedSecret{ProjectID: p.ID, Name: "gh-token", Sealed: []byte{1, 2, 3, 0, 255},
 		Hosts: []string{"api.github.com", "*.githubusercontent.com"}, Header: "Authorization", Format: "Bearer {value}",
 		CreatedAt: now, UpdatedAt: now}
 	created, err := e.s.PutSecret(e.ctx, rec)
@@ -278,7 +278,7 @@ func testSecrets(e *env) {
 	if len(list) != 1 || !reflect.DeepEqual(list[0], upd) {
 		t.Fatalf("list = %+v, want [%+v]", list, upd)
 	}
-	_, err = e.s.PutSecret(e.ctx, store.SecretRecord{ProjectID: p.ID, Name: "empty", CreatedAt: later, UpdatedAt: later})
+	_, err = e.s.PutSecret(e.ctx, model.SealedSecret{ProjectID: p.ID, Name: "empty", CreatedAt: later, UpdatedAt: later})
 	mustIs(t, err, model.ErrInvalid)
 	must(t, e.s.DeleteSecret(e.ctx, p.ID, "gh-token"))
 	mustIs(t, e.s.DeleteSecret(e.ctx, p.ID, "gh-token"), store.ErrNotFound)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -25,12 +24,21 @@ func environmentTests() []namedTest {
 // definitions of the same name apart.
 func (e *env) envRecord(name envid.Name, version string) store.EnvironmentRecord {
 	e.t.Helper()
-	d, err := envid.FromInfo(name, runtime.Info{
-		Name: string(name), Version: version, Binary: "/usr/bin/" + string(name),
-		Isolation: runtime.IsolationSharedKernel, OOMScope: runtime.OOMKillsProcess,
-	}, envid.Inputs{BinaryDigest: envid.DigestOf(sha256.Sum256([]byte(version)))})
-	must(e.t, err)
-	c, err := d.Canonical()
+	host := envid.HostPlatform()
+	d := envid.Definition{
+		SchemaVersion: envid.SchemaVersion,
+		Name:          name,
+		Host:          host,
+		Runtime: envid.RuntimeBinding{
+			Name: string(name), Version: version,
+			BinaryDigest: envid.DigestOf(sha256.Sum256([]byte(version))),
+		},
+		Guest:     host,
+		Isolation: envid.IsolationSharedKernel,
+		Snapshot:  envid.Snapshot{Capability: envid.SnapshotNone},
+		OOMScope:  envid.OOMKillsProcess,
+	}
+	c, err := d.Canonical() // validates d
 	must(e.t, err)
 	ref, err := d.Ref()
 	must(e.t, err)

@@ -1,11 +1,11 @@
-package nftrules
+package policy
 
 import "net/netip"
 
-// AlwaysDeniedPrefixes are the destinations no sandbox may reach, whatever its policy says. The
-// table carries them as the interval sets "denied4" and "denied6"; the proxy and the resolver use
-// the same list (through AlwaysDenied) for their dial and answer checks, so the kernel's and the
-// proxy's view cannot drift apart.
+// AlwaysDeniedPrefixes are the destinations no sandbox may reach, whatever its policy says. Every
+// decision checks them first (AlwaysDenied); the proxy and the resolver use the same list for
+// their dial and answer checks, and internal/egress/nftrules builds its interval sets "denied4"
+// and "denied6" from it, so the kernel's and the proxy's view cannot drift apart.
 //
 // The list is static. Two more kinds of destination are always denied but depend on the machine
 // and are checked by their users, not here: the host's own addresses and other sandboxes' addresses.

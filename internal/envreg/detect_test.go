@@ -1,0 +1,86 @@
+package envreg
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/runtime"
+)
+
+func TestFromInfo(t *testing.T) {
+	info := runtime.Info{
+		Name: "runc", Version: "runc version 1.1.5", Binary: "/usr/sbin/runc",
+		Isolation: envid.IsolationSharedKernel, OOMScope: envid.OOMKillsProcess,
+		Capabilities: runtime.NewCapabilities(runtime.CapPause, runtime.CapFilesystemSnapshot),
+	}
+	d, err := FromInfo(envid.NameRunc, info, Inputs{BinaryDigest: envid.Digest("sha256:" + strings.Repeat("11", 32))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Host != envid.HostPlatform() || d.Guest != envid.HostPlatform() {
+		t.Fatalf("platforms = %+v, %+v; want the host's", d.Host, d.Guest)
+	}
+	if d.Snapshot.Capability != envid.SnapshotFilesystem || d.Isolation != envid.IsolationSharedKernel || d.OOMScope != envid.OOMKillsProcess {
+		t.Fatalf("definition = %+v", d)
+	}
+	if _, err := FromInfo(envid.NameRunc, info, Inputs{}); err == nil {
+		t.Fatal("FromInfo without a binary digest succeeded")
+	}
+}
+
+func fakeBinary(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "rt")
+	if err := os.WriteFile(p, []byte(content), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDetect(t *testing.T) {
+	bin := fakeBinary(t, "binary one")
+	infoOf := func(n envid.Name) runtime.Info {
+		return runtime.Info{Name: string(n), Version: "1.0", Binary: bin, Isolation: envid.IsolationSharedKernel, OOMScope: envid.OOMKillsProcess}
+	}
+	probe := func(_ context.Context, n envid.Name) (runtime.Info, Inputs, error) {
+		switch n {
+		case envid.NameRunc:
+			return infoOf(n), Inputs{}, nil
+		case envid.NameCrun:
+			return infoOf(n), Inputs{}, errors.New("probe crun: run a container: boom")
+		}
+		return runtime.Info{}, Inputs{}, errors.New("runsc: executable file not found in $PATH")
+	}
+	dets, err := Detect(context.Background(), envid.Names(), probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[envid.Name]Detection{}
+	for _, d := range dets {
+		byName[d.Name] = d
+	}
+	if d := byName[envid.NameRunc]; !d.Available || d.Definition == nil || d.Ref == "" || d.Reason != "" {
+		t.Fatalf("runc: %+v", d)
+	}
+	if d := byName[envid.NameCrun]; d.Available || d.Definition == nil || !strings.Contains(d.Reason, "boom") {
+		t.Fatalf("crun (installed, probe fails): %+v", d)
+	}
+	if d := byName[envid.NameRunsc]; d.Available || d.Definition != nil || !strings.Contains(d.Reason, "not found") {
+		t.Fatalf("runsc (not installed): %+v", d)
+	}
+	// The definition is of the binary the probe named: it verifies.
+	if err := envid.Verify(*byName[envid.NameRunc].Definition, bin); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Detect(ctx, envid.Names(), probe); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Detect with an ended context = %v", err)
+	}
+}
