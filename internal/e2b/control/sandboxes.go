@@ -11,6 +11,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Bounds on waiting for a sandbox to settle in a lifecycle state.
@@ -24,7 +25,7 @@ const (
 func parseID(r *http.Request) (model.SandboxID, error) {
 	id, err := model.ParseSandboxID(r.PathValue("id"))
 	if err != nil {
-		return "", &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("sandbox %q not found", truncate(r.PathValue("id")))}
+		return "", &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("sandbox %q not found", textclip.Bytes(r.PathValue("id"), maxEcho))}
 	}
 	return id, nil
 }
