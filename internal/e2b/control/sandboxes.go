@@ -11,6 +11,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/textclip"
 )
 
@@ -220,7 +221,7 @@ func bringUp(ctx context.Context, c *client.Client, id model.SandboxID) (apiv1.S
 		case model.StatePaused:
 			res, err = c.ResumeSandbox(ctx, id)
 		default: // a transition under way
-			if err := sleep(ctx, settlePoll); err != nil {
+			if err := retry.Sleep(ctx, retry.SystemClock(), settlePoll); err != nil {
 				return apiv1.Sandbox{}, false, fmt.Errorf("sandbox %s did not settle (last %s): %w", id, sb.State, err)
 			}
 			continue
@@ -228,7 +229,7 @@ func bringUp(ctx context.Context, c *client.Client, id model.SandboxID) (apiv1.S
 		if err != nil {
 			// Another request got there first: look again.
 			if client.IsCode(err, apiv1.CodeInvalidTransition) || client.IsCode(err, apiv1.CodeSandboxBusy) {
-				if err := sleep(ctx, settlePoll); err != nil {
+				if err := retry.Sleep(ctx, retry.SystemClock(), settlePoll); err != nil {
 					return apiv1.Sandbox{}, false, fmt.Errorf("sandbox %s: %w", id, err)
 				}
 				continue
@@ -239,17 +240,6 @@ func bringUp(ctx context.Context, c *client.Client, id model.SandboxID) (apiv1.S
 		if err := waitOp(ctx, c, res.Operation); err != nil {
 			return apiv1.Sandbox{}, false, err
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
 	}
 }
 
