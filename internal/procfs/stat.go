@@ -1,6 +1,7 @@
 // Package procfs reads what Airlock needs from the host's /proc: a
-// process's state and start time, which together name one process even
-// when its pid is reused.
+// process's state, parent and start time (the last two name one process
+// even when its pid is reused), and memory sizes of /proc/meminfo and its
+// like.
 package procfs
 
 import (
