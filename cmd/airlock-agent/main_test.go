@@ -24,6 +24,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procfs"
 )
 
 // syncBuffer collects a process's stderr for the test log.
@@ -454,24 +455,10 @@ func lastEvent(t *testing.T, s *agentclient.OutputStream) agentproto.Event {
 	}
 }
 
-// procStat returns the state letter and parent pid of pid (0 if gone).
-func procStat(pid int) (byte, int) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0
-	}
-	i := bytes.LastIndexByte(data, ')')
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 2 {
-		return 0, 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return f[0][0], ppid
-}
-
+// parentOf returns the parent pid of pid (0 if gone).
 func parentOf(pid int) int {
-	_, ppid := procStat(pid)
-	return ppid
+	st, _ := procfs.ReadStat(pid)
+	return st.PPID
 }
 
 func childrenOf(parent int) []int {
@@ -482,7 +469,7 @@ func childrenOf(parent int) []int {
 		if err != nil {
 			continue
 		}
-		if _, ppid := procStat(pid); ppid == parent {
+		if parentOf(pid) == parent {
 			out = append(out, pid)
 		}
 	}
@@ -492,7 +479,7 @@ func childrenOf(parent int) []int {
 func zombieChildren(parent int) []int {
 	var out []int
 	for _, pid := range childrenOf(parent) {
-		if st, _ := procStat(pid); st == 'Z' {
+		if st, _ := procfs.ReadStat(pid); st.State == 'Z' {
 			out = append(out, pid)
 		}
 	}
@@ -504,12 +491,12 @@ func waitGone(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		st, _ := procStat(pid)
-		if st == 0 {
+		st, ok := procfs.ReadStat(pid)
+		if !ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("process %d still exists (state %c)", pid, st)
+			t.Fatalf("process %d still exists (state %c)", pid, st.State)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

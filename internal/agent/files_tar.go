@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // maxTarDepth bounds directory nesting in tar streams.
@@ -171,11 +172,11 @@ func entryName(name string) (string, error) {
 		return ".", nil
 	}
 	if len(name) > 4096 || strings.HasPrefix(n, "/") || !fs.ValidPath(n) || strings.ContainsRune(n, 0) {
-		return "", fileErrorf(http.StatusBadRequest, agentproto.CodeInvalidPath, "tar entry %q: names must be relative, clean and without '..'", truncateMsg(name))
+		return "", fileErrorf(http.StatusBadRequest, agentproto.CodeInvalidPath, "tar entry %q: names must be relative, clean and without '..'", textclip.Bytes(name, maxEcho))
 	}
 	for c := range strings.SplitSeq(n, "/") {
 		if len(c) > 255 {
-			return "", fileErrorf(http.StatusBadRequest, agentproto.CodeInvalidPath, "tar entry %q: a name component is longer than 255 bytes", truncateMsg(name))
+			return "", fileErrorf(http.StatusBadRequest, agentproto.CodeInvalidPath, "tar entry %q: a name component is longer than 255 bytes", textclip.Bytes(name, maxEcho))
 		}
 	}
 	return n, nil
@@ -196,10 +197,10 @@ func extractEntry(target int, p model.GuestPath, hdr *tar.Header, body io.Reader
 		return 0, mkdirAllAt(target, name, uint32(hdr.Mode&0o7777)|0o700, beneath, shown)
 	case tar.TypeReg, tar.TypeSymlink, tar.TypeLink:
 	default:
-		return 0, fileErrorf(http.StatusBadRequest, agentproto.CodeUnsupportedFileType, "tar entry %q: type %q is not a file, directory or link", truncateMsg(hdr.Name), string(hdr.Typeflag))
+		return 0, fileErrorf(http.StatusBadRequest, agentproto.CodeUnsupportedFileType, "tar entry %q: type %q is not a file, directory or link", textclip.Bytes(hdr.Name, maxEcho), string(hdr.Typeflag))
 	}
 	if name == "." {
-		return 0, fileErrorf(http.StatusBadRequest, agentproto.CodeInvalidPath, "tar entry %q names the target directory", truncateMsg(hdr.Name))
+		return 0, fileErrorf(http.StatusBadRequest, agentproto.CodeInvalidPath, "tar entry %q names the target directory", textclip.Bytes(hdr.Name, maxEcho))
 	}
 	dir, base := path.Split(name)
 	dir = strings.TrimSuffix(dir, "/")
@@ -219,7 +220,7 @@ func extractEntry(target int, p model.GuestPath, hdr *tar.Header, body io.Reader
 		return writeFileAt(dirfd, base, shown, int(hdr.Mode&0o777), body)
 	case tar.TypeSymlink:
 		if hdr.Linkname == "" || strings.ContainsRune(hdr.Linkname, 0) || len(hdr.Linkname) > 4095 {
-			return 0, fileErrorf(http.StatusBadRequest, agentproto.CodeInvalidPath, "tar entry %q: bad link target", truncateMsg(hdr.Name))
+			return 0, fileErrorf(http.StatusBadRequest, agentproto.CodeInvalidPath, "tar entry %q: bad link target", textclip.Bytes(hdr.Name, maxEcho))
 		}
 		if err := replaceNonDir(dirfd, base, shown); err != nil {
 			return 0, err
@@ -231,7 +232,7 @@ func extractEntry(target int, p model.GuestPath, hdr *tar.Header, body io.Reader
 	default: // hard link to an earlier entry
 		old, err := entryName(hdr.Linkname)
 		if err != nil || old == "." {
-			return 0, fileErrorf(http.StatusBadRequest, agentproto.CodeInvalidPath, "tar entry %q: bad hard link target", truncateMsg(hdr.Name))
+			return 0, fileErrorf(http.StatusBadRequest, agentproto.CodeInvalidPath, "tar entry %q: bad hard link target", textclip.Bytes(hdr.Name, maxEcho))
 		}
 		oldDir, oldBase := path.Split(old)
 		ofd, err := openat2(target, cmpDot(strings.TrimSuffix(oldDir, "/")), unix.O_PATH|unix.O_DIRECTORY, beneath)

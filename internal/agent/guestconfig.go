@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // guestSystem applies the parts of a GuestConfig that change the machine.
@@ -68,7 +69,7 @@ func parseGuestNetwork(n agentproto.GuestNetwork) (guestNetwork, error) {
 		g.iface = agentproto.DefaultGuestInterface
 	}
 	if !validIfaceName(g.iface) {
-		return g, fmt.Errorf("network interface %q: not an interface name", truncateMsg(g.iface))
+		return g, fmt.Errorf("network interface %q: not an interface name", textclip.Bytes(g.iface, maxEcho))
 	}
 	var err error
 	if g.addr, err = netip.ParsePrefix(n.Address); err != nil {
@@ -95,12 +96,12 @@ func parseGuestNetwork(n agentproto.GuestNetwork) (guestNetwork, error) {
 // validateGuestConfig checks c before anything is applied.
 func validateGuestConfig(c agentproto.GuestConfig) (*guestNetwork, error) {
 	if c.Hostname != "" && !validHostname(c.Hostname) {
-		return nil, fmt.Errorf("hostname %q: want dot-separated labels of letters, digits and '-' (at most %d bytes)", truncateMsg(c.Hostname), maxHostname)
+		return nil, fmt.Errorf("hostname %q: want dot-separated labels of letters, digits and '-' (at most %d bytes)", textclip.Bytes(c.Hostname, maxEcho), maxHostname)
 	}
 	for _, kv := range c.Env {
 		name, _, ok := strings.Cut(kv, "=")
 		if !ok || name == "" || strings.IndexByte(kv, 0) >= 0 {
-			return nil, fmt.Errorf("env entry %q: want NAME=value without NUL bytes", truncateMsg(kv))
+			return nil, fmt.Errorf("env entry %q: want NAME=value without NUL bytes", textclip.Bytes(kv, maxEcho))
 		}
 	}
 	if n := len(c.Entropy); n > 0 && (n < agentproto.MinEntropyBytes || n > agentproto.MaxEntropyBytes) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // maxRequestBody bounds request bodies.
@@ -175,7 +176,7 @@ func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("after"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, agentproto.CodeInvalidRequest, fmt.Sprintf("after=%q: want a non-negative integer", truncateMsg(v)))
+			writeError(w, http.StatusBadRequest, agentproto.CodeInvalidRequest, fmt.Sprintf("after=%q: want a non-negative integer", textclip.Bytes(v, maxEcho)))
 			return
 		}
 		after = n

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // readChunk is the most output bytes one event carries.
@@ -128,7 +129,7 @@ func parseStartRequest(req agentproto.StartRequest) (startSpec, error) {
 	for _, kv := range req.Env {
 		name, _, ok := strings.Cut(kv, "=")
 		if !ok || name == "" || strings.IndexByte(kv, 0) >= 0 {
-			return startSpec{}, invalidRequest("env entry %q: want NAME=value without NUL bytes", truncateMsg(kv))
+			return startSpec{}, invalidRequest("env entry %q: want NAME=value without NUL bytes", textclip.Bytes(kv, maxEcho))
 		}
 	}
 	cwd := req.Cwd
@@ -136,7 +137,7 @@ func parseStartRequest(req agentproto.StartRequest) (startSpec, error) {
 		cwd = "/"
 	}
 	if !filepath.IsAbs(cwd) || strings.IndexByte(cwd, 0) >= 0 {
-		return startSpec{}, invalidRequest("cwd %q must be an absolute path", truncateMsg(cwd))
+		return startSpec{}, invalidRequest("cwd %q must be an absolute path", textclip.Bytes(cwd, maxEcho))
 	}
 	if req.TimeoutMillis < 0 {
 		return startSpec{}, invalidRequest("timeout_ms must not be negative")
@@ -149,13 +150,6 @@ func parseStartRequest(req agentproto.StartRequest) (startSpec, error) {
 		stdin: req.Stdin, hold: req.HoldOutput, pty: req.PTY, user: req.User,
 		timeout: time.Duration(req.TimeoutMillis) * time.Millisecond,
 	}, nil
-}
-
-func truncateMsg(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
 }
 
 // procIO holds the agent's ends of a started process's standard streams.
@@ -463,3 +457,6 @@ func (w stdinWriter) Write(b []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// maxEcho is how many bytes of a caller's value an error message quotes (textclip.Bytes).
+const maxEcho = 80

@@ -7,6 +7,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // parseSignal maps a signal name of the protocol ("TERM", "KILL", …; a
@@ -40,10 +42,7 @@ func parseSignal(name string) (syscall.Signal, error) {
 	case "WINCH":
 		return syscall.SIGWINCH, nil
 	}
-	if len(name) > 32 {
-		name = name[:32] + "…"
-	}
-	return 0, fmt.Errorf("unknown signal %q (want TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT, WINCH or a number)", name)
+	return 0, fmt.Errorf("unknown signal %q (want TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT, WINCH or a number)", textclip.Bytes(name, 32))
 }
 
 // signalName returns the protocol name of sig: "KILL" for SIGKILL, or

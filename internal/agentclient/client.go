@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/textclip"
 	"github.com/airlockdev/airlock/internal/tracing"
 )
 
@@ -375,7 +376,7 @@ func responseError(resp *http.Response) error {
 			e.Message += " (reading body: " + err.Error() + ")"
 		}
 	}
-	e.Code, e.Message = truncateMessage(e.Code), truncateMessage(e.Message)
+	e.Code, e.Message = textclip.Counted(e.Code, maxErrorMessage), textclip.Counted(e.Message, maxErrorMessage)
 	return e
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agent"
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/procfs"
 )
 
 func TestInfo(t *testing.T) {
@@ -363,17 +364,15 @@ func waitProcState(t *testing.T, pid int, ok func(byte) bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			t.Fatal(err)
+		st, found := procfs.ReadStat(pid)
+		if !found {
+			t.Fatalf("process %d: no /proc/%d/stat", pid, pid)
 		}
-		// "pid (comm) S …": the state follows the last ')'.
-		i := bytes.LastIndexByte(data, ')')
-		if i >= 0 && i+2 < len(data) && ok(data[i+2]) {
+		if ok(st.State) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("process %d: state stays %q", pid, data[i+2])
+			t.Fatalf("process %d: state stays %q", pid, st.State)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

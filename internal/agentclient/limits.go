@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"unicode/utf8"
 )
 
 // Every byte an agent sends is the guest's: the host reads none of it
@@ -61,17 +60,4 @@ func decodeCapped(r io.Reader, limit int64, what string, out any) error {
 		return fmt.Errorf("decode %s: %w", what, err)
 	}
 	return nil
-}
-
-// truncateMessage keeps at most maxErrorMessage bytes of an agent's
-// message, cut at a rune boundary.
-func truncateMessage(s string) string {
-	if len(s) <= maxErrorMessage {
-		return s
-	}
-	cut := maxErrorMessage
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("… (%d more bytes)", len(s)-cut)
 }

@@ -44,6 +44,8 @@ package agentproto
 import (
 	"fmt"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // ProtocolVersion is the version of this protocol the code speaks.
@@ -198,5 +200,5 @@ func ParseCloseParam(v string) (bool, error) {
 	case "1", "true":
 		return true, nil
 	}
-	return false, fmt.Errorf("close=%q: want 1 or 0", truncate(v))
+	return false, fmt.Errorf("close=%q: want 1 or 0", textclip.Bytes(v, maxEcho))
 }

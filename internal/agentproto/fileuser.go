@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // QueryFileUser is the optional query parameter of every /v1/files
@@ -43,15 +45,15 @@ func (u FileUser) String() string {
 func ParseFileUser(s string) (FileUser, error) {
 	us, gs, ok := strings.Cut(s, ":")
 	if !ok {
-		return FileUser{}, fmt.Errorf("file user %q: want <uid>:<gid>", truncateValue(s))
+		return FileUser{}, fmt.Errorf("file user %q: want <uid>:<gid>", textclip.Bytes(s, maxEchoValue))
 	}
 	uid, err := parseFileID(us)
 	if err != nil {
-		return FileUser{}, fmt.Errorf("file user %q: uid: %w", truncateValue(s), err)
+		return FileUser{}, fmt.Errorf("file user %q: uid: %w", textclip.Bytes(s, maxEchoValue), err)
 	}
 	gid, err := parseFileID(gs)
 	if err != nil {
-		return FileUser{}, fmt.Errorf("file user %q: gid: %w", truncateValue(s), err)
+		return FileUser{}, fmt.Errorf("file user %q: gid: %w", textclip.Bytes(s, maxEchoValue), err)
 	}
 	return FileUser{UID: uid, GID: gid}, nil
 }
@@ -70,9 +72,5 @@ func parseFileID(s string) (uint32, error) {
 	return uint32(n), nil
 }
 
-func truncateValue(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
+// maxEchoValue is how many bytes of a user or group value an error message quotes (textclip.Bytes).
+const maxEchoValue = 64

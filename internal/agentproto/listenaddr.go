@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Transport schemes of a ListenAddr.
@@ -72,42 +74,36 @@ func validPortName(s string) bool {
 func ParseListenAddr(s string) (ListenAddr, error) {
 	scheme, path, ok := strings.Cut(s, ":")
 	if !ok {
-		return ListenAddr{}, fmt.Errorf("listen address %q: want SCHEME:PATH (e.g. unix:/run/airlock/agent.sock)", truncate(s))
+		return ListenAddr{}, fmt.Errorf("listen address %q: want SCHEME:PATH (e.g. unix:/run/airlock/agent.sock)", textclip.Bytes(s, maxEcho))
 	}
 	switch scheme {
 	case SchemeUnix, SchemeSerial:
 	default:
-		return ListenAddr{}, fmt.Errorf("listen address %q: unknown scheme %q (want %q or %q)", truncate(s), truncate(scheme), SchemeUnix, SchemeSerial)
+		return ListenAddr{}, fmt.Errorf("listen address %q: unknown scheme %q (want %q or %q)", textclip.Bytes(s, maxEcho), textclip.Bytes(scheme, maxEcho), SchemeUnix, SchemeSerial)
 	}
 	if scheme == SchemeSerial && path != "" && !strings.HasPrefix(path, "/") {
 		if !validPortName(path) {
-			return ListenAddr{}, fmt.Errorf("listen address %q: want an absolute device path or a virtio-serial port name (letters, digits, '.', '_', '-'; at most %d bytes)", truncate(s), maxPortName)
+			return ListenAddr{}, fmt.Errorf("listen address %q: want an absolute device path or a virtio-serial port name (letters, digits, '.', '_', '-'; at most %d bytes)", textclip.Bytes(s, maxEcho), maxPortName)
 		}
 		return ListenAddr{Scheme: scheme, Path: path}, nil
 	}
 	if path == "" || !filepath.IsAbs(path) {
-		return ListenAddr{}, fmt.Errorf("listen address %q: path must be absolute", truncate(s))
+		return ListenAddr{}, fmt.Errorf("listen address %q: path must be absolute", textclip.Bytes(s, maxEcho))
 	}
 	if strings.IndexByte(path, 0) >= 0 {
-		return ListenAddr{}, fmt.Errorf("listen address %q: path contains a NUL byte", truncate(s))
+		return ListenAddr{}, fmt.Errorf("listen address %q: path contains a NUL byte", textclip.Bytes(s, maxEcho))
 	}
 	if filepath.Clean(path) != path {
-		return ListenAddr{}, fmt.Errorf("listen address %q: path is not clean (want %q)", truncate(s), filepath.Clean(path))
+		return ListenAddr{}, fmt.Errorf("listen address %q: path is not clean (want %q)", textclip.Bytes(s, maxEcho), filepath.Clean(path))
 	}
 	if path == "/" {
-		return ListenAddr{}, fmt.Errorf("listen address %q: path must name a file", truncate(s))
+		return ListenAddr{}, fmt.Errorf("listen address %q: path must name a file", textclip.Bytes(s, maxEcho))
 	}
 	if scheme == SchemeUnix && len(path) > maxUnixPath {
-		return ListenAddr{}, fmt.Errorf("listen address %q: a Unix socket path can be at most %d bytes, this one has %d", truncate(s), maxUnixPath, len(path))
+		return ListenAddr{}, fmt.Errorf("listen address %q: a Unix socket path can be at most %d bytes, this one has %d", textclip.Bytes(s, maxEcho), maxUnixPath, len(path))
 	}
 	return ListenAddr{Scheme: scheme, Path: path}, nil
 }
 
-// truncate keeps error messages short when a caller passes a huge value.
-func truncate(s string) string {
-	const max = 120
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "…"
-}
+// maxEcho is how many bytes of a caller's value an error message quotes (textclip.Bytes).
+const maxEcho = 120

@@ -11,6 +11,7 @@ import (
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // parseProjectName checks a project name: 1–63 characters of [A-Za-z0-9._-],
@@ -23,7 +24,7 @@ func parseProjectName(s string) (string, error) {
 		c := s[i]
 		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
-			return "", badRequest("project name %q must be letters, digits, '.', '_' and '-', starting with a letter or digit", truncate(s))
+			return "", badRequest("project name %q must be letters, digits, '.', '_' and '-', starting with a letter or digit", textclip.Bytes(s, maxEcho))
 		}
 	}
 	return s, nil

@@ -31,6 +31,7 @@ import (
 	"github.com/airlockdev/airlock/internal/noderoute"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/streamlimit"
 	"github.com/airlockdev/airlock/internal/tplbuild"
 	"github.com/airlockdev/airlock/internal/tracing"
 )
@@ -183,9 +184,9 @@ type API struct {
 	routes  []route
 	mux     *http.ServeMux
 	handler http.Handler
-	limits  *keyLimits        // nil: no rate limit
-	watches *watchLimits      // open GET /v1/watch/sandboxes streams
-	router  *noderoute.Router // nil: nothing is forwarded
+	limits  *keyLimits          // nil: no rate limit
+	watches *streamlimit.Limits // open GET /v1/watch/sandboxes streams (watchCapKey, watchCapProject)
+	router  *noderoute.Router   // nil: nothing is forwarded
 
 	auditFailures atomic.Int64 // audit entries not written (audit.go)
 	tracer        trace.Tracer // nil: not traced
@@ -255,7 +256,7 @@ func New(cfg Config) (*API, error) {
 		return nil, errors.New("api: Config.Self is required with Config.Nodes")
 	}
 	a := &API{cfg: cfg, log: cfg.Logger, router: noderoute.New(cfg.Self, cfg.Nodes, cfg.NodeTransport, cfg.Logger),
-		tracer: tracing.Tracer(cfg.TracerProvider), watches: newWatchLimits(WatchPerKey, WatchPerProject)}
+		tracer: tracing.Tracer(cfg.TracerProvider), watches: streamlimit.New(WatchPerKey, WatchPerProject)}
 	if cfg.MutationRate >= 0 {
 		rate := cfg.MutationRate
 		if rate == 0 {

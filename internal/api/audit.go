@@ -7,11 +7,11 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // The audit log.
@@ -205,12 +205,5 @@ func singular(collection string) string {
 // at most maxAuditValue bytes.
 func auditText(s string) string {
 	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
-	if len(s) <= maxAuditValue {
-		return s
-	}
-	cut := maxAuditValue
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
+	return textclip.Prefix(s, maxAuditValue)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Bounds of GET /v1/audit.
@@ -84,7 +85,7 @@ func parseAuditQuery(vals url.Values) (store.AuditQuery, error) {
 	q := store.AuditQuery{Limit: defaultAuditLimit}
 	for name, vs := range vals {
 		if len(vs) != 1 {
-			return store.AuditQuery{}, badRequest("give %s once", truncate(name))
+			return store.AuditQuery{}, badRequest("give %s once", textclip.Bytes(name, maxEcho))
 		}
 		v := vs[0]
 		var err error
@@ -125,7 +126,7 @@ func parseAuditQuery(vals url.Values) (store.AuditQuery, error) {
 		case "cursor":
 			q.Before, err = decodeAuditCursor(v)
 		default:
-			err = badRequest("unknown query parameter %q", truncate(name))
+			err = badRequest("unknown query parameter %q", textclip.Bytes(name, maxEcho))
 		}
 		if err != nil {
 			return store.AuditQuery{}, err

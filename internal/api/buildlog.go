@@ -16,6 +16,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/eventstream"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 	"github.com/airlockdev/airlock/internal/tplbuild"
 )
 
@@ -139,7 +140,7 @@ func parseLogQuery(r *http.Request) (follow bool, from, highest int64, err error
 	follow = true
 	for name, vals := range r.URL.Query() {
 		if len(vals) != 1 {
-			return false, 0, 0, badRequest("give %s once", truncate(name))
+			return false, 0, 0, badRequest("give %s once", textclip.Bytes(name, maxEcho))
 		}
 		switch name {
 		case "follow":
@@ -151,7 +152,7 @@ func parseLogQuery(r *http.Request) (follow bool, from, highest int64, err error
 				return false, 0, 0, err
 			}
 		default:
-			return false, 0, 0, badRequest("unknown query parameter %q (give follow or offset)", truncate(name))
+			return false, 0, 0, badRequest("unknown query parameter %q (give follow or offset)", textclip.Bytes(name, maxEcho))
 		}
 	}
 	highest = from

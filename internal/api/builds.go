@@ -16,6 +16,7 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/template/recipe"
+	"github.com/airlockdev/airlock/internal/textclip"
 	"github.com/airlockdev/airlock/internal/tplbuild"
 )
 
@@ -129,7 +130,7 @@ func parseBuildQuery(q url.Values) (store.BuildQuery, error) {
 	bq := store.BuildQuery{Limit: defaultListLimit}
 	for name, vals := range q {
 		if len(vals) != 1 {
-			return store.BuildQuery{}, badRequest("give %s once", truncate(name))
+			return store.BuildQuery{}, badRequest("give %s once", textclip.Bytes(name, maxEcho))
 		}
 		v := vals[0]
 		switch name {
@@ -162,7 +163,7 @@ func parseBuildQuery(q url.Values) (store.BuildQuery, error) {
 			}
 			bq.Before = &c
 		default:
-			return store.BuildQuery{}, badRequest("unknown query parameter %q", truncate(name))
+			return store.BuildQuery{}, badRequest("unknown query parameter %q", textclip.Bytes(name, maxEcho))
 		}
 	}
 	return bq, nil

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // fieldSet is the set of top-level JSON fields a request body contained.
@@ -26,7 +27,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	}
 	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "application/json" {
-		return nil, errorf(http.StatusUnsupportedMediaType, apiv1.CodeUnsupportedMedia, "Content-Type must be application/json, not %q", truncate(ct))
+		return nil, errorf(http.StatusUnsupportedMediaType, apiv1.CodeUnsupportedMedia, "Content-Type must be application/json, not %q", textclip.Bytes(ct, maxEcho))
 	}
 	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
 		return nil, errorf(http.StatusUnsupportedMediaType, apiv1.CodeUnsupportedMedia, "the only charset accepted is utf-8")
@@ -77,7 +78,7 @@ func decodeStrict(body []byte, dst any) (fieldSet, error) {
 			return nil, badRequest("malformed JSON: %s", jsonErr(err))
 		}
 		if !known[name] {
-			return nil, badRequest("unknown field %q", truncate(name))
+			return nil, badRequest("unknown field %q", textclip.Bytes(name, maxEcho))
 		}
 		if present[name] {
 			return nil, badRequest("duplicate field %q", name)
@@ -160,11 +161,5 @@ func jsonFields(t reflect.Type) map[string]bool {
 	return m
 }
 
-// truncate keeps echoed client input short.
-func truncate(s string) string {
-	const max = 80
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "…"
-}
+// maxEcho is how many bytes of client input an error message quotes (textclip.Bytes).
+const maxEcho = 80

@@ -19,6 +19,7 @@ import (
 	"github.com/airlockdev/airlock/internal/eventstream"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // EgressState is the live egress state of the sandboxes this server hosts:
@@ -380,7 +381,7 @@ func (a *API) followDecisions(ctx context.Context, w http.ResponseWriter, sb mod
 func parseDecisionsQuery(r *http.Request) (follow bool, after uint64, err error) {
 	for name, vals := range r.URL.Query() {
 		if len(vals) != 1 {
-			return false, 0, badRequest("give %s once", truncate(name))
+			return false, 0, badRequest("give %s once", textclip.Bytes(name, maxEcho))
 		}
 		switch name {
 		case "follow":
@@ -392,7 +393,7 @@ func parseDecisionsQuery(r *http.Request) (follow bool, after uint64, err error)
 				return false, 0, err
 			}
 		default:
-			return false, 0, badRequest("unknown query parameter %q (give follow or after)", truncate(name))
+			return false, 0, badRequest("unknown query parameter %q (give follow or after)", textclip.Bytes(name, maxEcho))
 		}
 	}
 	if ids := r.Header.Values("Last-Event-ID"); len(ids) > 1 {

@@ -13,6 +13,7 @@ import (
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // fileRoutes are the management-plane file routes: small operations are
@@ -58,7 +59,7 @@ func queryPath(r *http.Request) (model.GuestPath, *model.UserIDs, error) {
 	q := r.URL.Query()
 	for name := range q {
 		if name != "path" && name != apiv1.FileUserQuery {
-			return "", nil, badRequest("unknown query parameter %q", truncate(name))
+			return "", nil, badRequest("unknown query parameter %q", textclip.Bytes(name, maxEcho))
 		}
 	}
 	if len(q["path"]) != 1 {

@@ -8,6 +8,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/noderoute"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Routing to the hosting node.
@@ -48,7 +49,7 @@ func (a *API) trustPeer(r *http.Request) (*http.Request, error) {
 		return r, nil
 	}
 	refuse := func(why string) error {
-		a.log.WarnContext(r.Context(), "refused a forwarded request", "forwarded_by", truncate(by), "why", why, "remote", r.RemoteAddr)
+		a.log.WarnContext(r.Context(), "refused a forwarded request", "forwarded_by", textclip.Bytes(by, maxEcho), "why", why, "remote", r.RemoteAddr)
 		return errorf(http.StatusUnauthorized, apiv1.CodeUnauthenticated, "a forwarded request needs a valid forward token from an Airlock replica")
 	}
 	if a.cfg.PeerVerifier == nil || a.cfg.Self == "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // listOperations: GET /v1/operations[?sandbox=][&state=…][&kind=…]
@@ -69,7 +70,7 @@ func (a *API) parseOperationQuery(ctx context.Context, p principal, q url.Values
 				return store.OperationQuery{}, badRequest("give %s once", name)
 			}
 		default:
-			return store.OperationQuery{}, badRequest("unknown query parameter %q", truncate(name))
+			return store.OperationQuery{}, badRequest("unknown query parameter %q", textclip.Bytes(name, maxEcho))
 		}
 	}
 	if v, ok := q["sandbox"]; ok {
@@ -123,7 +124,7 @@ func parseOperationState(s string) (model.OperationState, error) {
 	case model.OpPending, model.OpRunning, model.OpSucceeded, model.OpFailed:
 		return st, nil
 	}
-	return "", badRequest("state must be pending, running, succeeded or failed, not %q", truncate(s))
+	return "", badRequest("state must be pending, running, succeeded or failed, not %q", textclip.Bytes(s, maxEcho))
 }
 
 // encodeOpCursor makes the next_cursor of an operation listing.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // cursorVersion is the first byte of every cursor, so the format can change.
@@ -107,7 +108,7 @@ func parseSandboxQuery(project model.ProjectID, q url.Values) (store.SandboxQuer
 			}
 			sq.After = &c
 		default:
-			return store.SandboxQuery{}, badRequest("unknown query parameter %q", truncate(name))
+			return store.SandboxQuery{}, badRequest("unknown query parameter %q", textclip.Bytes(name, maxEcho))
 		}
 	}
 	if len(sq.States) == 0 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // access says who may call a route.
@@ -163,11 +164,11 @@ func (a *API) dispatch(w http.ResponseWriter, r *http.Request) {
 	h.ServeHTTP(rec, r)
 	switch rec.status {
 	case http.StatusNotFound:
-		a.writeError(w, r, notFound("no route %s %s", r.Method, truncate(r.URL.Path)))
+		a.writeError(w, r, notFound("no route %s %s", r.Method, textclip.Bytes(r.URL.Path, maxEcho)))
 	case http.StatusMethodNotAllowed:
 		w.Header().Set("Allow", rec.header.Get("Allow"))
 		a.writeError(w, r, errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed,
-			"%s is not allowed on %s (allowed: %s)", r.Method, truncate(r.URL.Path), rec.header.Get("Allow")))
+			"%s is not allowed on %s (allowed: %s)", r.Method, textclip.Bytes(r.URL.Path, maxEcho), rec.header.Get("Allow")))
 	default:
 		for k, v := range rec.header {
 			w.Header()[k] = v

@@ -52,7 +52,7 @@ func (a *API) streamSandboxList(w http.ResponseWriter, r *http.Request, p princi
 		a.writeError(w, r, err)
 		return
 	}
-	release, err := a.watches.acquire(p)
+	release, err := a.acquireWatch(p)
 	if err != nil {
 		a.writeError(w, r, err)
 		return

@@ -315,9 +315,7 @@ func TestWatchSandboxesMaxAge(t *testing.T) {
 			t.Errorf("an event after reconnect: %q", l)
 		}
 	}
-	e.api.watches.mu.Lock()
-	defer e.api.watches.mu.Unlock()
-	if len(e.api.watches.key) != 0 || len(e.api.watches.project) != 0 {
-		t.Errorf("the watch still counted: %v %v", e.api.watches.key, e.api.watches.project)
+	if !e.api.watches.Idle() {
+		t.Error("the watch is still counted")
 	}
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"net/http"
-	"sync"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 )
@@ -18,48 +17,21 @@ const (
 	WatchPerProject = 32
 )
 
-// watchLimits counts open watches per caller and per project.
-type watchLimits struct {
-	perKey, perProject int
+// The caps of API.watches, in the order New gives them to streamlimit.New.
+const (
+	watchCapKey     = iota // WatchPerKey, by principal.limitKey
+	watchCapProject        // WatchPerProject, by project
+)
 
-	mu      sync.Mutex
-	key     map[string]int // by principal.limitKey
-	project map[string]int
-}
-
-func newWatchLimits(perKey, perProject int) *watchLimits {
-	return &watchLimits{perKey: perKey, perProject: perProject, key: map[string]int{}, project: map[string]int{}}
-}
-
-// acquire counts one watch of p, or answers 429 too_many_watches naming
-// the cap. The returned release must be called once the watch ends.
-func (l *watchLimits) acquire(p principal) (release func(), err error) {
-	k, proj := p.limitKey(), p.project.String()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.key[k] >= l.perKey:
-		return nil, errorf(http.StatusTooManyRequests, apiv1.CodeTooManyWatches, "this API key has %d live sandbox lists open, the most allowed; close one (another tab) first", l.perKey)
-	case l.project[proj] >= l.perProject:
-		return nil, errorf(http.StatusTooManyRequests, apiv1.CodeTooManyWatches, "the project has %d live sandbox lists open, the most allowed; close some first", l.perProject)
+// acquireWatch counts one watch of p, or answers 429 too_many_watches
+// naming the cap. The returned release must be called once the watch ends.
+func (a *API) acquireWatch(p principal) (release func(), err error) {
+	release, full := a.watches.Acquire(p.limitKey(), p.project.String())
+	switch full {
+	case watchCapKey:
+		return nil, errorf(http.StatusTooManyRequests, apiv1.CodeTooManyWatches, "this API key has %d live sandbox lists open, the most allowed; close one (another tab) first", a.watches.Max(full))
+	case watchCapProject:
+		return nil, errorf(http.StatusTooManyRequests, apiv1.CodeTooManyWatches, "the project has %d live sandbox lists open, the most allowed; close some first", a.watches.Max(full))
 	}
-	l.key[k]++
-	l.project[proj]++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			decrement(l.key, k)
-			decrement(l.project, proj)
-		})
-	}, nil
-}
-
-func decrement(m map[string]int, k string) {
-	if m[k] <= 1 {
-		delete(m, k)
-		return
-	}
-	m[k]--
+	return release, nil
 }

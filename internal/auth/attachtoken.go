@@ -11,6 +11,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Lifetime and clock tolerance of attachment tokens.
@@ -62,7 +63,7 @@ func ParseAction(s string) (Action, error) {
 	if slices.Contains(allActions[:], Action(s)) {
 		return Action(s), nil
 	}
-	return "", fmt.Errorf("%w: action %q must be one of read, stdin, signal, resize", model.ErrInvalid, truncate(s))
+	return "", fmt.Errorf("%w: action %q must be one of read, stdin, signal, resize", model.ErrInvalid, textclip.Bytes(s, maxEcho))
 }
 
 // ParseActions parses a non-empty list of distinct actions.
@@ -82,13 +83,6 @@ func ParseActions(ss []string) ([]Action, error) {
 		out = append(out, a)
 	}
 	return out, nil
-}
-
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
 }
 
 // AttachClaims is what an attachment token grants: the actions on one
@@ -282,3 +276,6 @@ func (wc wireClaims) parse(kid string) (AttachClaims, error) {
 	}
 	return c, nil
 }
+
+// maxEcho is how many bytes of a token's value an error message quotes (textclip.Bytes).
+const maxEcho = 64

@@ -41,6 +41,7 @@ import (
 	"strings"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // ErrMalformed is wrapped by every token parse error.
@@ -132,7 +133,7 @@ func ParseAPIKeyFormat(s string) (APIKeyFormat, error) {
 	case FormatAirlock, FormatE2B:
 		return f, nil
 	}
-	return "", fmt.Errorf("%w: key format %q must be airlock or e2b", model.ErrInvalid, truncate(s))
+	return "", fmt.Errorf("%w: key format %q must be airlock or e2b", model.ErrInvalid, textclip.Bytes(s, maxEcho))
 }
 
 // GenerateAPIKey returns a new API key token in FormatAirlock, the key's
@@ -159,7 +160,7 @@ func GenerateAPIKeyFormat(f APIKeyFormat) (token string, id model.APIKeyID, secr
 		}
 		token = e2bKeyPrefix + hex.EncodeToString(raw) + hex.EncodeToString(secret)
 	default:
-		return "", "", nil, fmt.Errorf("%w: unknown key format %q", model.ErrInvalid, truncate(string(f)))
+		return "", "", nil, fmt.Errorf("%w: unknown key format %q", model.ErrInvalid, textclip.Bytes(string(f), maxEcho))
 	}
 	return token, id, HashSecret(secret), nil
 }

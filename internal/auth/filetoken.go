@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // FilesTokenPrefix starts every file transfer token: a data-plane capability
@@ -40,7 +41,7 @@ func ParseFileDirection(s string) (string, error) {
 	if slices.Contains(fileDirections[:], s) {
 		return s, nil
 	}
-	return "", fmt.Errorf("%w: direction %q must be one of download, upload, tar-out, tar-in, watch", model.ErrInvalid, truncate(s))
+	return "", fmt.Errorf("%w: direction %q must be one of download, upload, tar-out, tar-in, watch", model.ErrInvalid, textclip.Bytes(s, maxEcho))
 }
 
 // FileClaims is what a file transfer token grants: one direction on one

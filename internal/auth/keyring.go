@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/atomicfile"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // MinKeyOverlap is the shortest time a rotated-out key keeps verifying: long
@@ -32,7 +33,7 @@ const (
 // safe as a file name.
 func checkKeyID(kid string) error {
 	if len(kid) != keyIDLength || strings.Trim(kid, "abcdefghijklmnopqrstuvwxyz234567") != "" {
-		return fmt.Errorf("auth: key ID %q must be %d lower-case base32 characters", truncate(kid), keyIDLength)
+		return fmt.Errorf("auth: key ID %q must be %d lower-case base32 characters", textclip.Bytes(kid, maxEcho), keyIDLength)
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // registered returns the registered claims every Airlock token carries: a
@@ -83,7 +85,7 @@ func (v *Verifier) keyfunc(now time.Time, kid *string) jwt.Keyfunc {
 				return k.Key, nil
 			}
 		}
-		return nil, fmt.Errorf("unknown key %q", truncate(*kid))
+		return nil, fmt.Errorf("unknown key %q", textclip.Bytes(*kid, maxEcho))
 	}
 }
 

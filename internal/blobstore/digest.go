@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Algorithm is the only digest algorithm of the store.
@@ -24,11 +25,11 @@ type Digest struct {
 func ParseDigest(s string) (Digest, error) {
 	const prefix = Algorithm + ":"
 	if len(s) != len(prefix)+2*sha256.Size || s[:len(prefix)] != prefix {
-		return Digest{}, fmt.Errorf("%w: blob digest %q must be sha256:<64 hex characters>", model.ErrInvalid, short(s))
+		return Digest{}, fmt.Errorf("%w: blob digest %q must be sha256:<64 hex characters>", model.ErrInvalid, textclip.Bytes(s, maxEcho))
 	}
 	for i := len(prefix); i < len(s); i++ {
 		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return Digest{}, fmt.Errorf("%w: blob digest %q must be lower-case hex", model.ErrInvalid, short(s))
+			return Digest{}, fmt.Errorf("%w: blob digest %q must be lower-case hex", model.ErrInvalid, textclip.Bytes(s, maxEcho))
 		}
 	}
 	return Digest{s: s}, nil
@@ -76,9 +77,5 @@ func (d *Digest) UnmarshalText(b []byte) error {
 	return nil
 }
 
-func short(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
-}
+// maxEcho is how many bytes of a value an error message quotes (textclip.Bytes).
+const maxEcho = 80

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Linker is implemented by stores that also keep links: small records,
@@ -32,11 +33,11 @@ type LinkKind struct{ s string }
 // ParseLinkKind parses s. Errors wrap model.ErrInvalid.
 func ParseLinkKind(s string) (LinkKind, error) {
 	if len(s) == 0 || len(s) > 32 {
-		return LinkKind{}, fmt.Errorf("%w: link kind %q must have 1 to 32 characters", model.ErrInvalid, short(s))
+		return LinkKind{}, fmt.Errorf("%w: link kind %q must have 1 to 32 characters", model.ErrInvalid, textclip.Bytes(s, maxEcho))
 	}
 	for _, c := range s {
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return LinkKind{}, fmt.Errorf("%w: link kind %q may hold only a-z, 0-9 and -", model.ErrInvalid, short(s))
+			return LinkKind{}, fmt.Errorf("%w: link kind %q may hold only a-z, 0-9 and -", model.ErrInvalid, textclip.Bytes(s, maxEcho))
 		}
 	}
 	return LinkKind{s: s}, nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/procfs"
 	"github.com/airlockdev/airlock/internal/retry"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Unlimited is the value readers return for a limit set to "max".
@@ -273,7 +274,7 @@ func ParseLimit(s string) (int64, error) {
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("bad cgroup value %q", truncate(s))
+		return 0, fmt.Errorf("bad cgroup value %q", textclip.Bytes(s, maxEcho))
 	}
 	return v, nil
 }
@@ -283,13 +284,13 @@ func ParseLimit(s string) (int64, error) {
 func ParseCPUMax(s string) (quota, period int64, err error) {
 	f := strings.Fields(s)
 	if len(f) != 2 {
-		return 0, 0, fmt.Errorf("bad cpu.max %q", truncate(s))
+		return 0, 0, fmt.Errorf("bad cpu.max %q", textclip.Bytes(s, maxEcho))
 	}
 	if quota, err = ParseLimit(f[0]); err != nil {
 		return 0, 0, err
 	}
 	if period, err = strconv.ParseInt(f[1], 10, 64); err != nil || period <= 0 {
-		return 0, 0, fmt.Errorf("bad cpu.max period %q", truncate(f[1]))
+		return 0, 0, fmt.Errorf("bad cpu.max period %q", textclip.Bytes(f[1], maxEcho))
 	}
 	return quota, period, nil
 }
@@ -304,19 +305,11 @@ func KeyedValue(data, key string) (int64, bool, error) {
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil {
-			return 0, false, fmt.Errorf("bad value for %s: %q", key, truncate(v))
+			return 0, false, fmt.Errorf("bad value for %s: %q", key, textclip.Bytes(v, maxEcho))
 		}
 		return n, true, nil
 	}
 	return 0, false, nil
-}
-
-func truncate(s string) string {
-	const max = 80
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "…"
 }
 
 // FreezerState is a cgroup's freezer state.
@@ -381,3 +374,6 @@ func (h Host) Freezer(p Path) (FreezerState, error) {
 	}
 	return Freezing, nil
 }
+
+// maxEcho is how many bytes of a cgroup file's content an error message quotes (textclip.Bytes).
+const maxEcho = 80

@@ -18,6 +18,7 @@ import (
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/template/recipe"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // maxRecipeBytes bounds the recipe file `template build` reads and sends.
@@ -385,11 +386,7 @@ func (p printer) buildList(l apiv1.BuildList) error {
 	return p.print(l, func(w io.Writer) {
 		fmt.Fprintln(w, "ID\tKIND\tNAME\tSTATE\tSOURCE\tCREATED")
 		for _, b := range l.Builds {
-			src := b.Source
-			if len(src) > 50 {
-				src = src[:49] + "…"
-			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", b.ID, b.Kind, orDash(b.Name), b.State, src, timeText(b.CreatedAt))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", b.ID, b.Kind, orDash(b.Name), b.State, textclip.Runes(b.Source, 50), timeText(b.CreatedAt))
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // attachCommand: airlock attach SANDBOX PROCESS — follow a process started
@@ -135,7 +136,7 @@ func (p printer) processList(l apiv1.ProcessList) error {
 		fmt.Fprintln(w, "ID\tPID\tSTATUS\tSTARTED\tCOMMAND")
 		for _, pr := range l.Processes {
 			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", pr.ID, pr.Pid, processStatus(pr), timeText(pr.StartedAt),
-				truncateText(oneLine(strings.Join(pr.Args, " ")), 60))
+				textclip.Runes(oneLine(strings.Join(pr.Args, " ")), 60))
 		}
 	})
 }
@@ -152,11 +153,4 @@ func processStatus(p apiv1.Process) string {
 		return fmt.Sprintf("exited (%d)", *p.ExitCode)
 	}
 	return "exited"
-}
-
-func truncateText(s string, n int) string {
-	if len([]rune(s)) <= n {
-		return s
-	}
-	return string([]rune(s)[:n-1]) + "…"
 }

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // APIError is an error response of the server. Code is one of the stable
@@ -92,18 +92,10 @@ func decodeAPIError(status int, contentType string, body []byte) *APIError {
 func excerpt(b []byte) string {
 	const n = 200
 	s := strings.TrimSpace(string(b))
-	cut := false
-	if len(s) > n {
-		cutAt := n
-		// Cut at a character boundary (at most 3 bytes back).
-		for i := 0; i < utf8.UTFMax-1 && cutAt > 0 && !utf8.RuneStart(s[cutAt]); i++ {
-			cutAt--
-		}
-		s, cut = s[:cutAt], true
-	}
-	q := fmt.Sprintf("%q", s)
-	if cut {
-		q += "…"
+	p := textclip.Prefix(s, n)
+	q := fmt.Sprintf("%q", p)
+	if len(p) < len(s) {
+		q += textclip.Marker
 	}
 	return q
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/airlockdev/airlock/internal/noderoute"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/streamlimit"
 )
 
 // Agents gives the data plane a guest-agent client for a sandbox hosted on
@@ -100,7 +101,7 @@ func (d *DataPlane) hold(id model.SandboxID) func() {
 type DataPlane struct {
 	cfg    Config
 	log    *slog.Logger
-	limits *attachLimits
+	limits *streamlimit.Limits // open attachments (attachCapProcess, attachCapToken, attachCapProject)
 	drain  drainState
 	router *noderoute.Router // nil: nothing is forwarded
 }
@@ -126,7 +127,7 @@ func New(cfg Config) (*DataPlane, error) {
 	cfg.AttachPerToken = cmp.Or(cfg.AttachPerToken, DefaultAttachPerToken)
 	cfg.AttachPerProject = cmp.Or(cfg.AttachPerProject, DefaultAttachPerProject)
 	d := &DataPlane{cfg: cfg, log: cfg.Logger,
-		limits: newAttachLimits(cfg.AttachPerProcess, cfg.AttachPerToken, cfg.AttachPerProject),
+		limits: streamlimit.New(cfg.AttachPerProcess, cfg.AttachPerToken, cfg.AttachPerProject),
 		router: noderoute.New(cfg.NodeID, cfg.Nodes, cfg.Transport, cfg.Logger)}
 	d.drain.init()
 	return d, nil
@@ -236,7 +237,7 @@ func (d *DataPlane) openAttachment(w http.ResponseWriter, r *http.Request) (t ta
 	if !ok {
 		return target{}, nil, nil, false
 	}
-	unlimit, err := d.limits.acquire(t)
+	unlimit, err := d.acquireAttachment(t)
 	if err != nil {
 		writeError(w, http.StatusTooManyRequests, apiv1.CodeTooManyAttachments, err.Error())
 		return target{}, nil, nil, false

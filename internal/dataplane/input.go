@@ -123,10 +123,3 @@ func decodeControl(w http.ResponseWriter, r *http.Request, v any) bool {
 	}
 	return true
 }
-
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}

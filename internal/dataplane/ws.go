@@ -57,6 +57,7 @@ import (
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Limits of a WebSocket session.
@@ -266,7 +267,7 @@ func (s *wsSession) readLoop(ctx context.Context) {
 				s.requestError(ctx, m.Type, err)
 			}
 		default:
-			s.requestError(ctx, truncate(m.Type), &sessionError{fmt.Sprintf("unknown message type %q (want resize, signal or eof)", truncate(m.Type))})
+			s.requestError(ctx, textclip.Bytes(m.Type, 64), &sessionError{fmt.Sprintf("unknown message type %q (want resize, signal or eof)", textclip.Bytes(m.Type, 64))})
 		}
 	}
 }

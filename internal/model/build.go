@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // BuildID identifies a template build: "bld_…".
@@ -35,7 +37,7 @@ func ParseBuildKind(s string) (BuildKind, error) {
 	case BuildImport, BuildRecipe:
 		return k, nil
 	}
-	return "", fmt.Errorf("%w: build kind %q must be import or recipe", ErrInvalid, truncate(s))
+	return "", fmt.Errorf("%w: build kind %q must be import or recipe", ErrInvalid, textclip.Bytes(s, maxEcho))
 }
 
 // BuildState is a template build's progress. Succeeded and failed are final.
@@ -55,7 +57,7 @@ func ParseBuildState(s string) (BuildState, error) {
 	case BuildPending, BuildRunning, BuildSucceeded, BuildFailed:
 		return st, nil
 	}
-	return "", fmt.Errorf("%w: build state %q must be pending, running, succeeded or failed", ErrInvalid, truncate(s))
+	return "", fmt.Errorf("%w: build state %q must be pending, running, succeeded or failed", ErrInvalid, textclip.Bytes(s, maxEcho))
 }
 
 // Done reports whether the build has finished.

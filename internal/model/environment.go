@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // EnvironmentRef names one execution environment by content: "env:sha256:"
@@ -19,10 +21,10 @@ const envRefPrefix = "env:sha256:"
 func ParseEnvironmentRef(s string) (EnvironmentRef, error) {
 	h, ok := strings.CutPrefix(s, envRefPrefix)
 	if !ok || len(h) != 64 || strings.ToLower(h) != h {
-		return "", fmt.Errorf("%w: environment reference %q must be %s and 64 lower-case hex digits", ErrInvalid, truncate(s), envRefPrefix)
+		return "", fmt.Errorf("%w: environment reference %q must be %s and 64 lower-case hex digits", ErrInvalid, textclip.Bytes(s, maxEcho), envRefPrefix)
 	}
 	if _, err := hex.DecodeString(h); err != nil {
-		return "", fmt.Errorf("%w: environment reference %q: %v", ErrInvalid, truncate(s), err)
+		return "", fmt.Errorf("%w: environment reference %q: %v", ErrInvalid, textclip.Bytes(s, maxEcho), err)
 	}
 	return EnvironmentRef(s), nil
 }
@@ -62,7 +64,7 @@ func ParseSnapshotKind(s string) (SnapshotKind, error) {
 	case SnapshotMemory, SnapshotFilesystem:
 		return k, nil
 	}
-	return "", fmt.Errorf("%w: snapshot kind %q must be memory or filesystem", ErrInvalid, truncate(s))
+	return "", fmt.Errorf("%w: snapshot kind %q must be memory or filesystem", ErrInvalid, textclip.Bytes(s, maxEcho))
 }
 
 // Snapshot is the record of a suspended sandbox's snapshot: what it holds,
@@ -94,7 +96,7 @@ func ParseOnTimeout(s string) (OnTimeout, error) {
 	case OnTimeoutDelete, OnTimeoutSuspend:
 		return o, nil
 	}
-	return "", fmt.Errorf("%w: on_timeout %q must be delete or suspend", ErrInvalid, truncate(s))
+	return "", fmt.Errorf("%w: on_timeout %q must be delete or suspend", ErrInvalid, textclip.Bytes(s, maxEcho))
 }
 
 // Idle and deadline bounds.

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // ErrInvalid is wrapped by every parse error in this package so callers can map
@@ -34,27 +36,18 @@ func newID(prefix string) string {
 func parseID(kind, prefix, s string) (string, error) {
 	rest, ok := strings.CutPrefix(s, prefix+"_")
 	if !ok {
-		return "", fmt.Errorf("%w: %s %q must start with %q", ErrInvalid, kind, truncate(s), prefix+"_")
+		return "", fmt.Errorf("%w: %s %q must start with %q", ErrInvalid, kind, textclip.Bytes(s, maxEcho), prefix+"_")
 	}
 	if len(rest) != idRandomLen {
-		return "", fmt.Errorf("%w: %s %q has the wrong length", ErrInvalid, kind, truncate(s))
+		return "", fmt.Errorf("%w: %s %q has the wrong length", ErrInvalid, kind, textclip.Bytes(s, maxEcho))
 	}
 	for i := 0; i < len(rest); i++ {
 		c := rest[i]
 		if !(c >= 'a' && c <= 'z' || c >= '2' && c <= '7') {
-			return "", fmt.Errorf("%w: %s %q contains an invalid character", ErrInvalid, kind, truncate(s))
+			return "", fmt.Errorf("%w: %s %q contains an invalid character", ErrInvalid, kind, textclip.Bytes(s, maxEcho))
 		}
 	}
 	return s, nil
-}
-
-// truncate keeps error messages short when a caller sends a huge value.
-func truncate(s string) string {
-	const max = 80
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "…"
 }
 
 // SandboxID identifies a sandbox: "sbx_" + 26 base32 characters.
@@ -157,3 +150,6 @@ func ParseNodeID(s string) (NodeID, error) {
 }
 
 func (id NodeID) String() string { return string(id) }
+
+// maxEcho is how many bytes of a caller's value an error message quotes (textclip.Bytes).
+const maxEcho = 80

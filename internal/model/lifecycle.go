@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"slices"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Step names the worker call an operation runs. The controller maps each
@@ -151,7 +153,7 @@ func LifecycleOf(kind OperationKind) (Lifecycle, error) {
 			return l, nil
 		}
 	}
-	return Lifecycle{}, fmt.Errorf("%w: unknown operation kind %q", ErrInvalid, truncate(string(kind)))
+	return Lifecycle{}, fmt.Errorf("%w: unknown operation kind %q", ErrInvalid, textclip.Bytes(string(kind), maxEcho))
 }
 
 // ParseOperationKind parses s as an operation kind of the lifecycle table.

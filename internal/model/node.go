@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Incarnation identifies one run of a node process: "inc_…", new on every
@@ -48,7 +50,7 @@ func ParseNodeRole(s string) (NodeRole, error) {
 	case RoleAll, RoleAPI, RoleNode:
 		return r, nil
 	}
-	return "", fmt.Errorf("%w: role %q must be all, api or node", ErrInvalid, truncate(s))
+	return "", fmt.Errorf("%w: role %q must be all, api or node", ErrInvalid, textclip.Bytes(s, maxEcho))
 }
 
 // RunsSandboxes reports whether sandboxes are placed on processes of the role.
@@ -77,7 +79,7 @@ func ParseNodeState(s string) (NodeState, error) {
 	case NodeActive, NodeCordoned, NodeDraining, NodeDead:
 		return st, nil
 	}
-	return "", fmt.Errorf("%w: node state %q must be active, cordoned, draining or dead", ErrInvalid, truncate(s))
+	return "", fmt.Errorf("%w: node state %q must be active, cordoned, draining or dead", ErrInvalid, textclip.Bytes(s, maxEcho))
 }
 
 // PlacementStrategy chooses among the nodes that fit a sandbox.
@@ -98,7 +100,7 @@ func ParsePlacementStrategy(s string) (PlacementStrategy, error) {
 	case PlaceSpread, PlacePack:
 		return p, nil
 	}
-	return "", fmt.Errorf("%w: placement %q must be spread or pack", ErrInvalid, truncate(s))
+	return "", fmt.Errorf("%w: placement %q must be spread or pack", ErrInvalid, textclip.Bytes(s, maxEcho))
 }
 
 // NodeLabels are a node's key=value labels, matched by a sandbox's node
@@ -122,10 +124,10 @@ func ParseNodeLabels(m map[string]string) (NodeLabels, error) {
 	}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if !labelKey.MatchString(k) {
-			return nil, fmt.Errorf("%w: label key %q: letters, digits, '-', '_' and '.' (at most 63), with an optional DNS prefix and '/'", ErrInvalid, truncate(k))
+			return nil, fmt.Errorf("%w: label key %q: letters, digits, '-', '_' and '.' (at most 63), with an optional DNS prefix and '/'", ErrInvalid, textclip.Bytes(k, maxEcho))
 		}
 		if !labelValue.MatchString(m[k]) {
-			return nil, fmt.Errorf("%w: label %s=%q: the value must be letters, digits, '-', '_' and '.' (at most 63)", ErrInvalid, k, truncate(m[k]))
+			return nil, fmt.Errorf("%w: label %s=%q: the value must be letters, digits, '-', '_' and '.' (at most 63)", ErrInvalid, k, textclip.Bytes(m[k], maxEcho))
 		}
 	}
 	if len(m) == 0 {
@@ -138,7 +140,7 @@ func ParseNodeLabels(m map[string]string) (NodeLabels, error) {
 func ParseNodeLabel(s string) (key, value string, err error) {
 	k, v, ok := strings.Cut(s, "=")
 	if !ok {
-		return "", "", fmt.Errorf("%w: label %q must be KEY=VALUE", ErrInvalid, truncate(s))
+		return "", "", fmt.Errorf("%w: label %q must be KEY=VALUE", ErrInvalid, textclip.Bytes(s, maxEcho))
 	}
 	if _, err := ParseNodeLabels(map[string]string{k: v}); err != nil {
 		return "", "", err
@@ -162,10 +164,10 @@ func (l NodeLabels) Matches(selector NodeLabels) bool {
 func ParseAdvertiseURL(s string) (string, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return "", fmt.Errorf("%w: advertise URL %q: %v", ErrInvalid, truncate(s), err)
+		return "", fmt.Errorf("%w: advertise URL %q: %v", ErrInvalid, textclip.Bytes(s, maxEcho), err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.Opaque != "" {
-		return "", fmt.Errorf("%w: advertise URL %q must be http(s)://HOST[:PORT][/PATH]", ErrInvalid, truncate(s))
+		return "", fmt.Errorf("%w: advertise URL %q must be http(s)://HOST[:PORT][/PATH]", ErrInvalid, textclip.Bytes(s, maxEcho))
 	}
 	return strings.TrimRight(u.String(), "/"), nil
 }

@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // SystemProject owns the sandboxes of warm pools until a create claims
@@ -42,7 +44,7 @@ func ParseSource(s string) (Source, error) {
 	case SourcePool, SourceSnapshot:
 		return Source(s), nil
 	}
-	return "", fmt.Errorf("%w: unknown sandbox source %q", ErrInvalid, truncate(s))
+	return "", fmt.Errorf("%w: unknown sandbox source %q", ErrInvalid, textclip.Bytes(s, maxEcho))
 }
 
 // MaxPoolSize bounds a pool's target size (per node).

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Role is what an API key may do.
@@ -21,7 +23,7 @@ func ParseRole(s string) (Role, error) {
 	case RoleAdmin, RoleMember:
 		return Role(s), nil
 	}
-	return "", fmt.Errorf("%w: role %q must be admin or member", ErrInvalid, truncate(s))
+	return "", fmt.Errorf("%w: role %q must be admin or member", ErrInvalid, textclip.Bytes(s, maxEcho))
 }
 
 // Project is a tenant: every sandbox, operation and key belongs to one.

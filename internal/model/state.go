@@ -3,6 +3,8 @@ package model
 import (
 	"errors"
 	"fmt"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // SandboxState is a sandbox's lifecycle state.
@@ -39,7 +41,7 @@ func ParseSandboxState(s string) (SandboxState, error) {
 			return st, nil
 		}
 	}
-	return "", fmt.Errorf("%w: unknown sandbox state %q", ErrInvalid, truncate(s))
+	return "", fmt.Errorf("%w: unknown sandbox state %q", ErrInvalid, textclip.Bytes(s, maxEcho))
 }
 
 // Terminal reports whether no transition leaves s.

@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"strings"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // TemplateTag is the movable part of a tagged template name, such as
@@ -16,16 +18,16 @@ const DefaultTemplateTag TemplateTag = "latest"
 // ParseTemplateTag parses s as a template tag.
 func ParseTemplateTag(s string) (TemplateTag, error) {
 	if len(s) == 0 || len(s) > 128 {
-		return "", fmt.Errorf("%w: template tag %q must be 1 to 128 characters", ErrInvalid, truncate(s))
+		return "", fmt.Errorf("%w: template tag %q must be 1 to 128 characters", ErrInvalid, textclip.Bytes(s, maxEcho))
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		word := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
 		if i == 0 && !word {
-			return "", fmt.Errorf("%w: template tag %q must start with a letter, digit or '_'", ErrInvalid, truncate(s))
+			return "", fmt.Errorf("%w: template tag %q must start with a letter, digit or '_'", ErrInvalid, textclip.Bytes(s, maxEcho))
 		}
 		if !word && c != '.' && c != '-' {
-			return "", fmt.Errorf("%w: template tag %q may contain only A-Z, a-z, 0-9, '_', '.' and '-'", ErrInvalid, truncate(s))
+			return "", fmt.Errorf("%w: template tag %q may contain only A-Z, a-z, 0-9, '_', '.' and '-'", ErrInvalid, textclip.Bytes(s, maxEcho))
 		}
 	}
 	return TemplateTag(s), nil

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // TemplateDigest is the content address of a template: "sha256:" + 64 lower-case
@@ -18,13 +20,13 @@ type TemplateDigest string
 func ParseTemplateDigest(s string) (TemplateDigest, error) {
 	hexPart, ok := strings.CutPrefix(s, "sha256:")
 	if !ok || len(hexPart) != 64 {
-		return "", fmt.Errorf("%w: template digest %q must be sha256:<64 hex characters>", ErrInvalid, truncate(s))
+		return "", fmt.Errorf("%w: template digest %q must be sha256:<64 hex characters>", ErrInvalid, textclip.Bytes(s, maxEcho))
 	}
 	if strings.ToLower(hexPart) != hexPart {
-		return "", fmt.Errorf("%w: template digest %q must be lower-case hex", ErrInvalid, truncate(s))
+		return "", fmt.Errorf("%w: template digest %q must be lower-case hex", ErrInvalid, textclip.Bytes(s, maxEcho))
 	}
 	if _, err := hex.DecodeString(hexPart); err != nil {
-		return "", fmt.Errorf("%w: template digest %q is not hex", ErrInvalid, truncate(s))
+		return "", fmt.Errorf("%w: template digest %q is not hex", ErrInvalid, textclip.Bytes(s, maxEcho))
 	}
 	return TemplateDigest(s), nil
 }
@@ -47,16 +49,16 @@ type TemplateName string
 // ParseTemplateName parses s as a template name.
 func ParseTemplateName(s string) (TemplateName, error) {
 	if len(s) == 0 || len(s) > 63 {
-		return "", fmt.Errorf("%w: template name %q must be 1 to 63 characters", ErrInvalid, truncate(s))
+		return "", fmt.Errorf("%w: template name %q must be 1 to 63 characters", ErrInvalid, textclip.Bytes(s, maxEcho))
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
 		if i == 0 && !alnum {
-			return "", fmt.Errorf("%w: template name %q must start with a lower-case letter or digit", ErrInvalid, truncate(s))
+			return "", fmt.Errorf("%w: template name %q must start with a lower-case letter or digit", ErrInvalid, textclip.Bytes(s, maxEcho))
 		}
 		if !alnum && c != '.' && c != '_' && c != '-' {
-			return "", fmt.Errorf("%w: template name %q may contain only a-z, 0-9, '.', '_' and '-'", ErrInvalid, truncate(s))
+			return "", fmt.Errorf("%w: template name %q may contain only a-z, 0-9, '.', '_' and '-'", ErrInvalid, textclip.Bytes(s, maxEcho))
 		}
 	}
 	return TemplateName(s), nil
@@ -86,7 +88,7 @@ func ParseTemplateRef(s string) (TemplateRef, error) {
 		return TemplateRef{digest: d}, nil
 	}
 	if alg, _, ok := strings.Cut(s, ":"); ok && (alg == "sha384" || alg == "sha512") {
-		return TemplateRef{}, fmt.Errorf("%w: template digest %q must be sha256:<64 hex characters>", ErrInvalid, truncate(s))
+		return TemplateRef{}, fmt.Errorf("%w: template digest %q must be sha256:<64 hex characters>", ErrInvalid, textclip.Bytes(s, maxEcho))
 	}
 	n, err := ParseTaggedName(s)
 	if err != nil {
@@ -154,15 +156,15 @@ func ParseGuestPath(s string) (GuestPath, error) {
 	case len(s) > 4096:
 		return "", fmt.Errorf("%w: path is longer than 4096 bytes", ErrInvalid)
 	case !utf8.ValidString(s) || strings.ContainsRune(s, 0):
-		return "", fmt.Errorf("%w: path %q must be valid UTF-8 without NUL", ErrInvalid, truncate(s))
+		return "", fmt.Errorf("%w: path %q must be valid UTF-8 without NUL", ErrInvalid, textclip.Bytes(s, maxEcho))
 	case !strings.HasPrefix(s, "/"):
-		return "", fmt.Errorf("%w: path %q must be absolute", ErrInvalid, truncate(s))
+		return "", fmt.Errorf("%w: path %q must be absolute", ErrInvalid, textclip.Bytes(s, maxEcho))
 	case path.Clean(s) != s:
-		return "", fmt.Errorf("%w: path %q must be clean (no '..', '.', trailing or repeated '/')", ErrInvalid, truncate(s))
+		return "", fmt.Errorf("%w: path %q must be clean (no '..', '.', trailing or repeated '/')", ErrInvalid, textclip.Bytes(s, maxEcho))
 	}
 	for c := range strings.SplitSeq(s[1:], "/") {
 		if len(c) > 255 {
-			return "", fmt.Errorf("%w: path %q has a component longer than 255 bytes", ErrInvalid, truncate(s))
+			return "", fmt.Errorf("%w: path %q has a component longer than 255 bytes", ErrInvalid, textclip.Bytes(s, maxEcho))
 		}
 	}
 	return GuestPath(s), nil
@@ -187,7 +189,7 @@ func ParseEnv(raw map[string]string) (Env, error) {
 	env := make(Env, len(raw))
 	for k, v := range raw {
 		if !validEnvName(k) {
-			return nil, fmt.Errorf("%w: environment variable name %q must match [A-Za-z_][A-Za-z0-9_]*", ErrInvalid, truncate(k))
+			return nil, fmt.Errorf("%w: environment variable name %q must match [A-Za-z_][A-Za-z0-9_]*", ErrInvalid, textclip.Bytes(k, maxEcho))
 		}
 		if len(v) > maxEnvValueLen || !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
 			return nil, fmt.Errorf("%w: environment variable %s must be valid UTF-8 without NUL, at most %d bytes", ErrInvalid, k, maxEnvValueLen)
@@ -292,7 +294,7 @@ func ParseMetadata(raw map[string]string) (Metadata, error) {
 func ParseMetadataFilter(s string) (key, value string, err error) {
 	k, v, ok := strings.Cut(s, "=")
 	if !ok {
-		return "", "", fmt.Errorf("%w: metadata filter %q must be key=value", ErrInvalid, truncate(s))
+		return "", "", fmt.Errorf("%w: metadata filter %q must be key=value", ErrInvalid, textclip.Bytes(s, maxEcho))
 	}
 	if err := validMetadataKey(k); err != nil {
 		return "", "", err
@@ -305,14 +307,14 @@ func ParseMetadataFilter(s string) (key, value string, err error) {
 
 func validMetadataKey(k string) error {
 	if k == "" || len(k) > maxMetadataKeyLen {
-		return fmt.Errorf("%w: metadata key %q must be 1 to %d characters", ErrInvalid, truncate(k), maxMetadataKeyLen)
+		return fmt.Errorf("%w: metadata key %q must be 1 to %d characters", ErrInvalid, textclip.Bytes(k, maxEcho), maxMetadataKeyLen)
 	}
 	for i := 0; i < len(k); i++ {
 		c := k[i]
 		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' || c == '/' {
 			continue
 		}
-		return fmt.Errorf("%w: metadata key %q may contain only A-Z, a-z, 0-9, '.', '_', '-' and '/'", ErrInvalid, truncate(k))
+		return fmt.Errorf("%w: metadata key %q may contain only A-Z, a-z, 0-9, '.', '_', '-' and '/'", ErrInvalid, textclip.Bytes(k, maxEcho))
 	}
 	return nil
 }
@@ -342,10 +344,7 @@ func ParseSignal(s string) (Signal, error) {
 	case "POLL":
 		return 29, nil
 	}
-	if len(s) > 32 {
-		s = s[:32] + "…"
-	}
-	return 0, fmt.Errorf("%w: unknown signal %q (want a name such as TERM, KILL, INT, HUP or a number 1–64)", ErrInvalid, s)
+	return 0, fmt.Errorf("%w: unknown signal %q (want a name such as TERM, KILL, INT, HUP or a number 1–64)", ErrInvalid, textclip.Bytes(s, 32))
 }
 
 // signalNames returns Linux's signal names by number (x86, arm and most
@@ -381,10 +380,7 @@ type GuestPort uint16
 // zero, 1–65535.
 func ParseGuestPort(s string) (GuestPort, error) {
 	bad := func() (GuestPort, error) {
-		if len(s) > 16 {
-			s = s[:16] + "…"
-		}
-		return 0, fmt.Errorf("%w: port %q is not a TCP port (1-65535, decimal)", ErrInvalid, s)
+		return 0, fmt.Errorf("%w: port %q is not a TCP port (1-65535, decimal)", ErrInvalid, textclip.Bytes(s, 16))
 	}
 	if s == "" || len(s) > 5 || s[0] == '0' {
 		return bad()

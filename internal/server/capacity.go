@@ -1,14 +1,12 @@
 package server
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/procfs"
 )
 
 // DefaultMemoryOvercommit is the default of Options.MemoryOvercommit.
@@ -29,29 +27,16 @@ func nodeCapacity(overcommit float64) (model.NodeCapacity, error) {
 
 // memTotalKiB reads MemTotal from a meminfo file.
 func memTotalKiB(path string) (int64, error) {
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0, fmt.Errorf("read host memory: %w", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:")
-		if !ok {
-			continue
-		}
-		fields := strings.Fields(rest)
-		if len(fields) != 2 || fields[1] != "kB" {
-			return 0, fmt.Errorf("read host memory: odd MemTotal line %q", sc.Text())
-		}
-		n, err := strconv.ParseInt(fields[0], 10, 64)
-		if err != nil || n <= 0 {
-			return 0, fmt.Errorf("read host memory: odd MemTotal line %q", sc.Text())
-		}
-		return n, nil
+	n, err := procfs.SizeField(string(data), "MemTotal")
+	if err != nil {
+		return 0, fmt.Errorf("read host memory from %s: %w", path, err)
 	}
-	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("read host memory: %w", err)
+	if n <= 0 {
+		return 0, fmt.Errorf("read host memory from %s: odd MemTotal of %d bytes", path, n)
 	}
-	return 0, fmt.Errorf("read host memory: no MemTotal in %s", path)
+	return n >> 10, nil
 }

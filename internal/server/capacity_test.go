@@ -18,6 +18,7 @@ func TestMemTotal(t *testing.T) {
 		{"MemFree: 1 kB\n", 0, "no MemTotal"},
 		{"MemTotal: lots kB\n", 0, "odd"},
 		{"MemTotal: 5 MB\n", 0, "odd"},
+		{"MemTotal: 0 kB\n", 0, "odd"},
 	} {
 		p := filepath.Join(dir, "meminfo")
 		if err := os.WriteFile(p, []byte(tt.content), 0o644); err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Defaults are what sandboxes of a template start with: the manifest's
@@ -55,7 +56,7 @@ func (s *Store) Defaults(d model.TemplateDigest) (Defaults, error) {
 	if m.Config.User != "" {
 		u, err := resolveUser(s.RootfsDir(d), m.Config.User)
 		if err != nil {
-			def.UserErr = fmt.Errorf("the template's user %q: %w", shorten(m.Config.User), err)
+			def.UserErr = fmt.Errorf("the template's user %q: %w", textclip.Bytes(m.Config.User, maxEcho), err)
 		} else {
 			def.User = &u
 		}
@@ -127,11 +128,11 @@ func resolveUser(rootfs, spec string) (model.UserIDs, error) {
 		return model.UserIDs{}, err
 	}
 	if ent == nil {
-		return model.UserIDs{}, fmt.Errorf("no group %q in the template's /etc/group", shorten(groupPart))
+		return model.UserIDs{}, fmt.Errorf("no group %q in the template's /etc/group", textclip.Bytes(groupPart, maxEcho))
 	}
 	gid, ok := parseID(ent[2])
 	if !ok {
-		return model.UserIDs{}, fmt.Errorf("the template's /etc/group has a malformed entry for group %q", shorten(groupPart))
+		return model.UserIDs{}, fmt.Errorf("the template's /etc/group has a malformed entry for group %q", textclip.Bytes(groupPart, maxEcho))
 	}
 	ids.GID = gid
 	return ids, nil

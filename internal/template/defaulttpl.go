@@ -17,6 +17,7 @@ import (
 	"github.com/airlockdev/airlock/internal/atomicfile"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/staticelf"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // defaultMtimeUnix (2024-01-01T00:00:00Z) is the modification time of every
@@ -192,7 +193,7 @@ func busyboxApplets(ctx context.Context, path string) ([]string, error) {
 			continue
 		}
 		if a == "." || a == ".." || len(a) > 255 || strings.ContainsAny(a, "/\x00") {
-			return nil, fmt.Errorf("%s --list printed an invalid applet name %q", path, shorten(a))
+			return nil, fmt.Errorf("%s --list printed an invalid applet name %q", path, textclip.Bytes(a, maxEcho))
 		}
 		applets = append(applets, a)
 	}

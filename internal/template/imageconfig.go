@@ -8,6 +8,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Bounds on the process fields of a manifest's Config.
@@ -29,7 +30,7 @@ func (c Config) validateProcess() error {
 		}
 		for _, a := range f.args {
 			if strings.IndexByte(a, 0) >= 0 {
-				return fmt.Errorf("%w: manifest config.%s entry %q contains a NUL byte", model.ErrInvalid, f.name, shorten(a))
+				return fmt.Errorf("%w: manifest config.%s entry %q contains a NUL byte", model.ErrInvalid, f.name, textclip.Bytes(a, maxEcho))
 			}
 			total += len(a)
 		}
@@ -38,7 +39,7 @@ func (c Config) validateProcess() error {
 		return fmt.Errorf("%w: manifest config.cmd and config.entrypoint are longer than %d bytes", model.ErrInvalid, maxConfigArgBytes)
 	}
 	if len(c.User) > maxConfigUserLen || strings.ContainsFunc(c.User, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return fmt.Errorf("%w: manifest config.user %q must be at most %d printable bytes", model.ErrInvalid, shorten(c.User), maxConfigUserLen)
+		return fmt.Errorf("%w: manifest config.user %q must be at most %d printable bytes", model.ErrInvalid, textclip.Bytes(c.User, maxEcho), maxConfigUserLen)
 	}
 	return nil
 }
@@ -65,7 +66,7 @@ func configFromImage(ic v1.Config) (Config, error) {
 	}
 	if wd := ic.WorkingDir; wd != "" {
 		if !path.IsAbs(wd) {
-			return Config{}, rejectf("image config: working directory %q is not absolute", shorten(wd))
+			return Config{}, rejectf("image config: working directory %q is not absolute", textclip.Bytes(wd, maxEcho))
 		}
 		c.WorkingDir = path.Clean(wd)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // ImageSource is where an OCI image is read from.
@@ -84,7 +85,7 @@ func ParseImageRef(s string) (ImageRef, error) {
 		return ImageRef{}, fmt.Errorf("%w: empty image reference", model.ErrInvalid)
 	}
 	if len(s) > maxImageRefLen || strings.IndexByte(s, 0) >= 0 {
-		return ImageRef{}, fmt.Errorf("%w: image reference %q is longer than %d bytes or contains a NUL byte", model.ErrInvalid, shorten(s), maxImageRefLen)
+		return ImageRef{}, fmt.Errorf("%w: image reference %q is longer than %d bytes or contains a NUL byte", model.ErrInvalid, textclip.Bytes(s, maxEcho), maxImageRefLen)
 	}
 	for _, p := range []struct {
 		prefix string
@@ -104,19 +105,19 @@ func ParseImageRef(s string) (ImageRef, error) {
 	for _, t := range []string{"oci:", "oci-archive:", "docker-daemon:", "containers-storage:", "dir:", "ostree:", "sif:"} {
 		if strings.HasPrefix(s, t) {
 			return ImageRef{}, fmt.Errorf("%w: image reference %q: unsupported transport; use registry/repo:tag, %sDIR or %sFILE.tar",
-				model.ErrInvalid, shorten(s), ociLayoutPrefix, dockerArchivePrefix)
+				model.ErrInvalid, textclip.Bytes(s, maxEcho), ociLayoutPrefix, dockerArchivePrefix)
 		}
 	}
 	loc := strings.TrimPrefix(s, dockerPrefix)
 	ref, err := name.ParseReference(loc)
 	if err != nil {
-		return ImageRef{}, fmt.Errorf("%w: image reference %q: %v", model.ErrInvalid, shorten(s), err)
+		return ImageRef{}, fmt.Errorf("%w: image reference %q: %v", model.ErrInvalid, textclip.Bytes(s, maxEcho), err)
 	}
 	// go-containerregistry accepts repositories such as "/abs/path" or
 	// "a/../b"; hold them to the distribution spec's grammar.
 	if repo := ref.Context().RepositoryStr(); !validRepository(repo) {
 		return ImageRef{}, fmt.Errorf("%w: image reference %q: repository %q is not lower-case components separated by single slashes",
-			model.ErrInvalid, shorten(s), shorten(repo))
+			model.ErrInvalid, textclip.Bytes(s, maxEcho), textclip.Bytes(repo, maxEcho))
 	}
 	return ImageRef{source: ImageRegistry, ref: ref}, nil
 }

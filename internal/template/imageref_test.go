@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 func TestParseImageRef(t *testing.T) {
@@ -45,7 +46,7 @@ func TestParseImageRef(t *testing.T) {
 		"/abs/path", "r.example/a/../b:v1", "r.example/a//b", "r.example/-a", "r.example/a_-b", "r.example/a/", "a\x00b", strings.Repeat("a", maxImageRefLen+1), "docker://",
 	} {
 		if r, err := ParseImageRef(in); !errors.Is(err, model.ErrInvalid) {
-			t.Errorf("ParseImageRef(%q) = %v, %v; want ErrInvalid", shorten(in), r, err)
+			t.Errorf("ParseImageRef(%q) = %v, %v; want ErrInvalid", textclip.Bytes(in, maxEcho), r, err)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // ManifestSchemaVersion is the version of the manifest format written by this
@@ -147,12 +148,12 @@ func (c Config) validate() error {
 	for _, kv := range c.Env {
 		name, _, ok := strings.Cut(kv, "=")
 		if !ok || name == "" || len(kv) > maxConfigEnvLen || strings.ContainsRune(kv, 0) {
-			return fmt.Errorf("%w: manifest config.env entry %q must be NAME=VALUE", model.ErrInvalid, shorten(kv))
+			return fmt.Errorf("%w: manifest config.env entry %q must be NAME=VALUE", model.ErrInvalid, textclip.Bytes(kv, maxEcho))
 		}
 	}
 	wd := c.WorkingDir
 	if !path.IsAbs(wd) || path.Clean(wd) != wd || strings.ContainsRune(wd, 0) {
-		return fmt.Errorf("%w: manifest config.working_dir %q must be a clean absolute path", model.ErrInvalid, shorten(wd))
+		return fmt.Errorf("%w: manifest config.working_dir %q must be a clean absolute path", model.ErrInvalid, textclip.Bytes(wd, maxEcho))
 	}
 	return c.validateProcess()
 }
@@ -160,17 +161,13 @@ func (c Config) validate() error {
 func validSHA256Ref(s string) error {
 	h, ok := strings.CutPrefix(s, "sha256:")
 	if !ok || len(h) != 64 || strings.ToLower(h) != h {
-		return fmt.Errorf("%q must be sha256:<64 lower-case hex characters>", shorten(s))
+		return fmt.Errorf("%q must be sha256:<64 lower-case hex characters>", textclip.Bytes(s, maxEcho))
 	}
 	if _, err := hex.DecodeString(h); err != nil {
-		return fmt.Errorf("%q is not hex", shorten(s))
+		return fmt.Errorf("%q is not hex", textclip.Bytes(s, maxEcho))
 	}
 	return nil
 }
 
-func shorten(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
-}
+// maxEcho is how many bytes of a value an error message quotes (textclip.Bytes).
+const maxEcho = 80

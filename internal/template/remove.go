@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/atomicfile"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Removing trees, for template delete and garbage collection.
@@ -115,7 +116,7 @@ func (s *Store) Trees() ([]Tree, error) {
 func (s *Store) Remove(ctx context.Context, d model.TemplateDigest, check func(context.Context) (bool, error)) (bool, error) {
 	src := s.blobDir(d)
 	if src == "" {
-		return false, fmt.Errorf("%w: template digest %q", model.ErrInvalid, shorten(string(d)))
+		return false, fmt.Errorf("%w: template digest %q", model.ErrInvalid, textclip.Bytes(string(d), maxEcho))
 	}
 	f, err := s.openGCLock()
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // meta is the metadata of one entry being staged.
@@ -104,14 +105,14 @@ func cleanName(name string) (string, error) {
 		return "", rejectf("empty entry name")
 	}
 	if strings.IndexByte(name, 0) >= 0 {
-		return "", rejectf("entry name %q contains a NUL byte", shorten(name))
+		return "", rejectf("entry name %q contains a NUL byte", textclip.Bytes(name, maxEcho))
 	}
 	if name[0] == '/' {
-		return "", rejectf("entry name %q is absolute", shorten(name))
+		return "", rejectf("entry name %q is absolute", textclip.Bytes(name, maxEcho))
 	}
 	for comp := range strings.SplitSeq(name, "/") {
 		if comp == ".." {
-			return "", rejectf("entry name %q contains a \"..\" component", shorten(name))
+			return "", rejectf("entry name %q contains a \"..\" component", textclip.Bytes(name, maxEcho))
 		}
 	}
 	return path.Clean(name), nil
@@ -123,7 +124,7 @@ func cleanName(name string) (string, error) {
 // directory that a new directory entry merely updates.
 func (s *stager) prepare(rel string, k kind) (merge bool, err error) {
 	if len(rel) > s.limits.MaxPathLen {
-		return false, tooLargef("path %q is longer than %d bytes", shorten(rel), s.limits.MaxPathLen)
+		return false, tooLargef("path %q is longer than %d bytes", textclip.Bytes(rel, maxEcho), s.limits.MaxPathLen)
 	}
 	if rel == "." && k != kindDir {
 		return false, rejectf("the root of the tree must be a directory")
@@ -298,7 +299,7 @@ func (s *stager) symlink(rel, target string, m meta) error {
 		return err
 	}
 	if target == "" || strings.IndexByte(target, 0) >= 0 || len(target) >= unix.PathMax {
-		return rejectf("%s: invalid symlink target %q", rel, shorten(target))
+		return rejectf("%s: invalid symlink target %q", rel, textclip.Bytes(target, maxEcho))
 	}
 	if _, err := s.prepare(rel, kindSymlink); err != nil {
 		return err

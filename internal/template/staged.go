@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/rootfs/treecopy"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // copyXattrs gives the entry the stager just made for walk entry e (a
@@ -86,7 +87,7 @@ func (d *Staged) checkTree(ctx context.Context) error {
 			return tooLargef("more than %d entries", limits.MaxEntries)
 		}
 		if len(e.rel) > limits.MaxPathLen {
-			return tooLargef("path %q is longer than %d bytes", shorten(e.rel), limits.MaxPathLen)
+			return tooLargef("path %q is longer than %d bytes", textclip.Bytes(e.rel, maxEcho), limits.MaxPathLen)
 		}
 		st := &e.st
 		if st.Uid > maxID || st.Gid > maxID {

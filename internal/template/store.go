@@ -30,6 +30,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 
 	"github.com/airlockdev/airlock/internal/atomicfile"
 )
@@ -192,7 +193,7 @@ func (s *Store) Digests() ([]model.TemplateDigest, error) {
 func (s *Store) Manifest(d model.TemplateDigest) ([]byte, error) {
 	b := s.blobDir(d)
 	if b == "" {
-		return nil, fmt.Errorf("%w: template digest %q", model.ErrInvalid, shorten(string(d)))
+		return nil, fmt.Errorf("%w: template digest %q", model.ErrInvalid, textclip.Bytes(string(d), maxEcho))
 	}
 	data, err := os.ReadFile(filepath.Join(b, "manifest.json"))
 	if errors.Is(err, fs.ErrNotExist) {

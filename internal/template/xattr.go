@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/rootfs/treecopy"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Extended attributes kept in templates.
@@ -84,7 +85,7 @@ func tarXattrs(rel string, hdr *tar.Header, k kind) ([]xattr, error) {
 
 func (x xattr) check(rel string) error {
 	if len(x.name) > xattrNameMax || strings.IndexByte(x.name, 0) >= 0 {
-		return rejectf("%s: invalid extended attribute name %q", rel, shorten(x.name))
+		return rejectf("%s: invalid extended attribute name %q", rel, textclip.Bytes(x.name, maxEcho))
 	}
 	if len(x.value) > xattrValueMax {
 		return tooLargef("%s: extended attribute %s is larger than %d bytes", rel, x.name, xattrValueMax)

@@ -25,6 +25,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Validator validates requests and responses against one document.
@@ -268,16 +270,8 @@ func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method != http.MethodHead {
 		if err := tr.v.CheckResponse(context.WithoutCancel(ctx), ex, resp.StatusCode, resp.Header, respBody); err != nil {
 			t.Errorf("openapitest: response to %s does not match the OpenAPI document: %v\nstatus %d, body: %s",
-				what, err, resp.StatusCode, shorten(respBody))
+				what, err, resp.StatusCode, textclip.Bytes(string(respBody), 2000))
 		}
 	}
 	return resp, nil
-}
-
-func shorten(b []byte) string {
-	const max = 2000
-	if len(b) > max {
-		return string(b[:max]) + "…"
-	}
-	return string(b)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // errBadQuery is wrapped by every query parse error (answered 400).
@@ -61,7 +62,7 @@ func parseStates(vals []string) ([]e2bState, error) {
 			switch s {
 			case stateRunning, statePaused:
 			default:
-				return nil, fmt.Errorf("%w: state %q: want running or paused", errBadQuery, truncate(string(s)))
+				return nil, fmt.Errorf("%w: state %q: want running or paused", errBadQuery, textclip.Bytes(string(s), maxEcho))
 			}
 			if !slices.Contains(out, s) {
 				out = append(out, s)
@@ -98,21 +99,21 @@ func parseMetadataFilter(vals []string) (map[string]string, error) {
 			}
 			rawK, rawV, ok := strings.Cut(term, "=")
 			if !ok {
-				return nil, fmt.Errorf("%w: metadata filter term %q is not key=value", errBadQuery, truncate(term))
+				return nil, fmt.Errorf("%w: metadata filter term %q is not key=value", errBadQuery, textclip.Bytes(term, maxEcho))
 			}
 			k, err := decodeTwice(rawK)
 			if err != nil {
-				return nil, fmt.Errorf("%w: metadata filter key %q: %w", errBadQuery, truncate(rawK), err)
+				return nil, fmt.Errorf("%w: metadata filter key %q: %w", errBadQuery, textclip.Bytes(rawK, maxEcho), err)
 			}
 			val, err := decodeTwice(rawV)
 			if err != nil {
-				return nil, fmt.Errorf("%w: metadata filter value %q: %w", errBadQuery, truncate(rawV), err)
+				return nil, fmt.Errorf("%w: metadata filter value %q: %w", errBadQuery, textclip.Bytes(rawV, maxEcho), err)
 			}
 			if k == "" {
 				return nil, fmt.Errorf("%w: metadata filter with an empty key", errBadQuery)
 			}
 			if old, dup := out[k]; dup && old != val {
-				return nil, fmt.Errorf("%w: metadata filter %q given twice with different values", errBadQuery, truncate(k))
+				return nil, fmt.Errorf("%w: metadata filter %q given twice with different values", errBadQuery, textclip.Bytes(k, maxEcho))
 			}
 			out[k] = val
 			if len(out) > maxMetadataFilters {
@@ -178,7 +179,7 @@ func parseOrder(vals []string) (order, error) {
 	case orderAsc, orderDesc:
 		return o, nil
 	}
-	return "", fmt.Errorf("%w: order must be asc or desc, not %q", errBadQuery, truncate(vals[0]))
+	return "", fmt.Errorf("%w: order must be asc or desc, not %q", errBadQuery, textclip.Bytes(vals[0], maxEcho))
 }
 
 // parseStartedAfter parses an RFC 3339 time; absent is the zero time.
@@ -316,11 +317,5 @@ func parseLegacyListQuery(q url.Values) (listQuery, error) {
 	return listQuery{States: []e2bState{stateRunning}, Metadata: md, Order: orderDesc}, nil
 }
 
-// truncate keeps error messages short when a caller sends a huge value.
-func truncate(s string) string {
-	const n = 80
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+// maxEcho is how many bytes of a caller's value an error message quotes (textclip.Bytes).
+const maxEcho = 80

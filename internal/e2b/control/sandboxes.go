@@ -11,6 +11,8 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/retry"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Bounds on waiting for a sandbox to settle in a lifecycle state.
@@ -24,7 +26,7 @@ const (
 func parseID(r *http.Request) (model.SandboxID, error) {
 	id, err := model.ParseSandboxID(r.PathValue("id"))
 	if err != nil {
-		return "", &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("sandbox %q not found", truncate(r.PathValue("id")))}
+		return "", &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("sandbox %q not found", textclip.Bytes(r.PathValue("id"), maxEcho))}
 	}
 	return id, nil
 }
@@ -219,7 +221,7 @@ func bringUp(ctx context.Context, c *client.Client, id model.SandboxID) (apiv1.S
 		case model.StatePaused:
 			res, err = c.ResumeSandbox(ctx, id)
 		default: // a transition under way
-			if err := sleep(ctx, settlePoll); err != nil {
+			if err := retry.Sleep(ctx, retry.SystemClock(), settlePoll); err != nil {
 				return apiv1.Sandbox{}, false, fmt.Errorf("sandbox %s did not settle (last %s): %w", id, sb.State, err)
 			}
 			continue
@@ -227,7 +229,7 @@ func bringUp(ctx context.Context, c *client.Client, id model.SandboxID) (apiv1.S
 		if err != nil {
 			// Another request got there first: look again.
 			if client.IsCode(err, apiv1.CodeInvalidTransition) || client.IsCode(err, apiv1.CodeSandboxBusy) {
-				if err := sleep(ctx, settlePoll); err != nil {
+				if err := retry.Sleep(ctx, retry.SystemClock(), settlePoll); err != nil {
 					return apiv1.Sandbox{}, false, fmt.Errorf("sandbox %s: %w", id, err)
 				}
 				continue
@@ -238,17 +240,6 @@ func bringUp(ctx context.Context, c *client.Client, id model.SandboxID) (apiv1.S
 		if err := waitOp(ctx, c, res.Operation); err != nil {
 			return apiv1.Sandbox{}, false, err
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
 	}
 }
 

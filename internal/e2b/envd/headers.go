@@ -8,18 +8,14 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/e2b/envd/processpb"
+	"github.com/airlockdev/airlock/internal/e2b/keepalive"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
-// Headers of E2B's streaming calls (see the E2B protocol spec, §5.6).
-const (
-	headerTimeout   = "Connect-Timeout-Ms"
-	headerKeepalive = "Keepalive-Ping-Interval"
-)
-
-// DefaultKeepalive is the keepalive interval of a stream whose client sent
-// no Keepalive-Ping-Interval (the value E2B's SDKs send).
-const DefaultKeepalive = 50 * time.Second
+// headerTimeout is the Connect-Timeout-Ms header of E2B's streaming calls
+// (see the E2B protocol spec, §5.6); package keepalive reads the other,
+// Keepalive-Ping-Interval.
+const headerTimeout = "Connect-Timeout-Ms"
 
 // maxLifetime is the longest process lifetime Airlock's API takes.
 const maxLifetime = 604800 * time.Second
@@ -53,19 +49,6 @@ func (l Lifetime) Secs() int {
 	return int((time.Duration(l) + time.Second - 1) / time.Second)
 }
 
-// ParseKeepalive parses a Keepalive-Ping-Interval value (whole seconds);
-// "" is DefaultKeepalive. Values are bounded to 1 s … 1 h.
-func ParseKeepalive(h string) (time.Duration, error) {
-	if h == "" {
-		return DefaultKeepalive, nil
-	}
-	n, err := strconv.ParseUint(h, 10, 32)
-	if err != nil {
-		return 0, fmt.Errorf("%s %q: not a whole number of seconds", headerKeepalive, h)
-	}
-	return min(max(time.Duration(n)*time.Second, time.Second), time.Hour), nil
-}
-
 // streamOptions are the per-call settings of a Start or Connect stream.
 type streamOptions struct {
 	lifetime  Lifetime
@@ -77,7 +60,7 @@ func parseStreamOptions(h http.Header) (streamOptions, error) {
 	if err != nil {
 		return streamOptions{}, err
 	}
-	ka, err := ParseKeepalive(h.Get(headerKeepalive))
+	ka, err := keepalive.Parse(h.Get(keepalive.Header))
 	if err != nil {
 		return streamOptions{}, err
 	}

@@ -35,28 +35,6 @@ func TestParseLifetime(t *testing.T) {
 	}
 }
 
-func TestParseKeepalive(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    time.Duration
-		wantErr bool
-	}{
-		{"", DefaultKeepalive, false},
-		{"50", 50 * time.Second, false},
-		{"0", time.Second, false},
-		{"999999", time.Hour, false},
-		{"-1", 0, true},
-		{"x", 0, true},
-		{"99999999999", 0, true},
-	}
-	for _, tc := range tests {
-		got, err := ParseKeepalive(tc.in)
-		if (err != nil) != tc.wantErr || got != tc.want {
-			t.Errorf("ParseKeepalive(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
-		}
-	}
-}
-
 func FuzzParseLifetime(f *testing.F) {
 	for _, s := range []string{"", "0", "60000", "9999999999", "-1", "1e3"} {
 		f.Add(s)
@@ -74,18 +52,6 @@ func FuzzParseLifetime(f *testing.F) {
 		}
 		if strings.TrimLeft(s, "0123456789") != "" {
 			t.Fatalf("ParseLifetime(%q) accepted a non-digit", s)
-		}
-	})
-}
-
-func FuzzParseKeepalive(f *testing.F) {
-	for _, s := range []string{"", "0", "50", "4294967295", "-1"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		d, err := ParseKeepalive(s)
-		if err == nil && (d < time.Second || d > time.Hour) {
-			t.Fatalf("ParseKeepalive(%q) = %v out of 1s–1h", s, d)
 		}
 	})
 }

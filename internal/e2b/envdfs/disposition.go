@@ -3,7 +3,7 @@ package envdfs
 import (
 	"errors"
 	"fmt"
-	"net/url"
+	"mime"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -17,108 +17,36 @@ type disposition struct {
 	Type     string // "form-data"
 	Name     string // the form field
 	FileName string // the part's filename, directories and all
-	HasFile  bool   // a filename (or filename*) parameter was present
+	HasFile  bool   // a filename was given (filename, or a filename* that decodes)
 }
 
 var errBadDisposition = errors.New("bad Content-Disposition")
 
-// parseDisposition parses a part's Content-Disposition. Unlike
-// multipart.Part.FileName it keeps the filename's directories: E2B puts the
-// target path there. Quoted values take backslash escapes of '"' and '\'
-// only (any other backslash is literal, as browsers send it) and the
-// HTML form-data escapes %22, %0A and %0D; filename* (RFC 5987:
-// charset, language and the percent-encoded name, separated by
-// apostrophes) wins over filename.
+// parseDisposition parses a part's Content-Disposition with
+// mime.ParseMediaType. Unlike multipart.Part.FileName it keeps the
+// filename's directories: E2B puts the target path there. Quoted values
+// take backslash escapes (a backslash before anything but a tspecial is
+// literal, as browsers send Windows paths) and the plain filename the HTML
+// form-data escapes %22, %0A and %0D. filename* (RFC 5987: charset,
+// language and the percent-encoded name, separated by apostrophes; UTF-8
+// or US-ASCII) and RFC 2231 continuations win over filename; a filename*
+// the standard library cannot decode is ignored, as RFC 6266 has it, so
+// filename is the fallback. A filename must be valid UTF-8.
 func parseDisposition(h string) (disposition, error) {
-	var d disposition
 	if len(h) > maxHeaderParam {
-		return d, fmt.Errorf("%w: longer than %d bytes", errBadDisposition, maxHeaderParam)
+		return disposition{}, fmt.Errorf("%w: longer than %d bytes", errBadDisposition, maxHeaderParam)
 	}
-	typ, rest, _ := strings.Cut(h, ";")
-	d.Type = strings.ToLower(strings.TrimSpace(typ))
-	if d.Type == "" || !isToken(d.Type) {
-		return disposition{}, fmt.Errorf("%w: no disposition type", errBadDisposition)
+	typ, params, err := mime.ParseMediaType(h)
+	if err != nil {
+		return disposition{}, fmt.Errorf("%w: %w", errBadDisposition, err)
 	}
-	var plain, ext string
-	var hasPlain, hasExt bool
-	for {
-		rest = strings.TrimLeft(rest, " \t")
-		if rest == "" {
-			break
-		}
-		var key, val string
-		var err error
-		key, val, rest, err = nextParam(rest)
-		if err != nil {
-			return disposition{}, err
-		}
-		switch key {
-		case "name":
-			d.Name = val
-		case "filename":
-			plain, hasPlain = formUnescape(val), true
-		case "filename*":
-			ext, err = decodeExtValue(val)
-			if err != nil {
-				return disposition{}, err
-			}
-			hasExt = true
-		}
+	d := disposition{Type: typ, Name: params["name"]}
+	d.FileName, d.HasFile = params["filename"]
+	if !utf8.ValidString(d.FileName) {
+		return disposition{}, fmt.Errorf("%w: filename is not UTF-8", errBadDisposition)
 	}
-	switch {
-	case hasExt:
-		d.FileName, d.HasFile = ext, true
-	case hasPlain:
-		d.FileName, d.HasFile = plain, true
-	}
+	d.FileName = formUnescape(d.FileName)
 	return d, nil
-}
-
-// nextParam reads `key=value` (value a token or a quoted string) and the
-// separator after it.
-func nextParam(s string) (key, val, rest string, err error) {
-	eq := strings.IndexByte(s, '=')
-	if eq <= 0 {
-		return "", "", "", fmt.Errorf("%w: parameter without '='", errBadDisposition)
-	}
-	key = strings.ToLower(strings.TrimSpace(s[:eq]))
-	if !isToken(key) {
-		return "", "", "", fmt.Errorf("%w: bad parameter name %q", errBadDisposition, truncate(key))
-	}
-	s = strings.TrimLeft(s[eq+1:], " \t")
-	if strings.HasPrefix(s, `"`) {
-		var b strings.Builder
-		i := 1
-		for ; i < len(s); i++ {
-			c := s[i]
-			if c == '"' {
-				break
-			}
-			if c == '\\' && i+1 < len(s) && (s[i+1] == '"' || s[i+1] == '\\') {
-				i++
-				c = s[i]
-			}
-			b.WriteByte(c)
-		}
-		if i >= len(s) {
-			return "", "", "", fmt.Errorf("%w: unterminated quoted value of %s", errBadDisposition, key)
-		}
-		val, s = b.String(), strings.TrimLeft(s[i+1:], " \t")
-	} else {
-		end := strings.IndexByte(s, ';')
-		if end < 0 {
-			end = len(s)
-		}
-		val, s = strings.TrimRight(s[:end], " \t"), s[end:]
-	}
-	switch {
-	case s == "":
-	case s[0] == ';':
-		s = s[1:]
-	default:
-		return "", "", "", fmt.Errorf("%w: junk after the value of %s", errBadDisposition, key)
-	}
-	return key, val, s, nil
 }
 
 // formUnescape undoes the HTML form-data filename escapes.
@@ -128,42 +56,6 @@ func formUnescape(s string) string {
 	}
 	r := strings.NewReplacer("%22", `"`, "%0A", "\n", "%0a", "\n", "%0D", "\r", "%0d", "\r")
 	return r.Replace(s)
-}
-
-// decodeExtValue decodes an RFC 5987 ext-value: charset'lang'pct-encoded.
-// Only UTF-8 (and its subset US-ASCII) is accepted.
-func decodeExtValue(v string) (string, error) {
-	charset, rest, ok := strings.Cut(v, "'")
-	if !ok {
-		return "", fmt.Errorf("%w: filename* without charset", errBadDisposition)
-	}
-	_, enc, ok := strings.Cut(rest, "'")
-	if !ok {
-		return "", fmt.Errorf("%w: filename* without language", errBadDisposition)
-	}
-	switch strings.ToLower(charset) {
-	case "utf-8", "us-ascii":
-	default:
-		return "", fmt.Errorf("%w: filename* charset %q is not UTF-8", errBadDisposition, truncate(charset))
-	}
-	s, err := url.PathUnescape(enc)
-	if err != nil || !utf8.ValidString(s) {
-		return "", fmt.Errorf("%w: filename* is not percent-encoded UTF-8", errBadDisposition)
-	}
-	return s, nil
-}
-
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`()<>@,;:\"/[]?={}`, c) >= 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // acceptsGzip parses Accept-Encoding: gzip reports that gzip is acceptable

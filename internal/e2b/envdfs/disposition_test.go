@@ -2,6 +2,7 @@ package envdfs
 
 import (
 	"errors"
+	"mime"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -34,10 +35,22 @@ func TestParseDisposition(t *testing.T) {
 		{in: `form-data; ="x"`, wantErr: true},
 		{in: `form-data; name="file`, wantErr: true},
 		{in: `form-data; name="file" junk; filename="a"`, wantErr: true},
-		{in: `form-data; filename*=latin1''a`, wantErr: true},
-		{in: `form-data; filename*=UTF-8''%ZZ`, wantErr: true},
+		// A filename* that does not decode is ignored (RFC 6266 §4.3:
+		// filename is the fallback for it).
+		{in: `form-data; filename*=latin1''a`, want: disposition{Type: "form-data"}},
+		{in: `form-data; filename*=UTF-8''%ZZ`, want: disposition{Type: "form-data"}},
+		{in: `form-data; filename*=noquotes`, want: disposition{Type: "form-data"}},
+		{in: `form-data; name="file"; filename="fallback"; filename*=latin1''%E9`, want: disposition{Type: "form-data", Name: "file", FileName: "fallback", HasFile: true}},
 		{in: `form-data; filename*=UTF-8''%FF`, wantErr: true},
-		{in: `form-data; filename*=noquotes`, wantErr: true},
+		{in: "form-data; filename=\"\xff\"", wantErr: true},
+		// RFC 2231 continuations.
+		{in: `form-data; name="file"; filename*0="/home/"; filename*1="a.txt"`, want: disposition{Type: "form-data", Name: "file", FileName: "/home/a.txt", HasFile: true}},
+		{in: `form-data; name="file"; filename*0*=UTF-8''%C3%A9; filename*1=".txt"`, want: disposition{Type: "form-data", Name: "file", FileName: "é.txt", HasFile: true}},
+		// A parameter given twice must say the same.
+		{in: `form-data; name="file"; name="other"`, wantErr: true},
+		{in: `form-data; name="file"; name=file`, want: disposition{Type: "form-data", Name: "file"}},
+		{in: `form-data; name="file"; filename=a b`, wantErr: true},
+		{in: `form-data;;`, wantErr: true},
 		{in: "form-data; name=\"file\"; filename=\"" + strings.Repeat("a", maxHeaderParam) + "\"", wantErr: true},
 	}
 	for _, tt := range tests {
@@ -63,6 +76,8 @@ func FuzzParseDisposition(f *testing.F) {
 		`form-data; name="a\"b"`,
 		`attachment`,
 		`form-data; name="file"; filename="a%22b"`,
+		`form-data; filename*0="a"; filename*1*=%20b`,
+		`form-data; filename*=latin1''a; filename=b`,
 	} {
 		f.Add(s)
 	}
@@ -86,13 +101,17 @@ func FuzzParseDisposition(f *testing.F) {
 		if len(d.FileName) > len(s) || len(d.Name) > len(s) {
 			t.Fatalf("values longer than the header: %+v", d)
 		}
-		// A quoted filename round-trips through the escaping the parser
-		// accepts.
-		if d.HasFile && utf8.ValidString(d.FileName) && !strings.ContainsAny(d.FileName, "%") {
-			q := strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(d.FileName)
-			d2, err := parseDisposition(`form-data; name="file"; filename="` + q + `"`)
-			if err != nil || d2.FileName != d.FileName {
-				t.Fatalf("round trip of %q: %+v, %v", d.FileName, d2, err)
+		if !utf8.ValidString(d.FileName) {
+			t.Fatalf("filename %q is not UTF-8", d.FileName)
+		}
+		// A filename round-trips through mime.FormatMediaType (quoted, or
+		// filename* for one that needs it); '%' is left out, the plain
+		// filename's form-data escapes would undo it.
+		if d.HasFile && !strings.Contains(d.FileName, "%") {
+			h := mime.FormatMediaType("form-data", map[string]string{"name": "file", "filename": d.FileName})
+			d2, err := parseDisposition(h)
+			if err != nil || d2.FileName != d.FileName || !d2.HasFile || d2.Name != "file" {
+				t.Fatalf("round trip of %q through %q: %+v, %v", d.FileName, h, d2, err)
 			}
 		}
 	})

@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // filesHandler serves envd's GET and POST /files.
@@ -232,7 +233,7 @@ func (h *filesHandler) upload(w http.ResponseWriter, r *http.Request) error {
 	case "application/octet-stream":
 		out, err = h.uploadRaw(r, c, dst)
 	default:
-		return errorf(http.StatusBadRequest, "Content-Type must be multipart/form-data or application/octet-stream, not %s", truncate(mt))
+		return errorf(http.StatusBadRequest, "Content-Type must be multipart/form-data or application/octet-stream, not %s", textclip.Bytes(mt, maxEcho))
 	}
 	if err != nil {
 		return err
@@ -256,7 +257,7 @@ func (h *filesHandler) uploadRaw(r *http.Request, c caller, dst model.GuestPath)
 		defer zr.Close()
 		body = zr
 	default:
-		return nil, errorf(http.StatusBadRequest, "Content-Encoding %q is not supported (gzip or identity)", truncate(enc))
+		return nil, errorf(http.StatusBadRequest, "Content-Encoding %q is not supported (gzip or identity)", textclip.Bytes(enc, maxEcho))
 	}
 	res, err := writeFile(r.Context(), c, dst, body)
 	if err != nil {

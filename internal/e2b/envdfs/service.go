@@ -43,6 +43,7 @@ import (
 	"github.com/airlockdev/airlock/internal/e2b/guestuser"
 	"github.com/airlockdev/airlock/internal/e2b/target"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Service implements filesystempbconnect.FilesystemHandler.
@@ -119,7 +120,7 @@ func resolvePath(home model.GuestPath, raw string) (model.GuestPath, error) {
 	}
 	gp, err := model.ParseGuestPath(p)
 	if err != nil {
-		return "", connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %q: %w", truncate(raw), err))
+		return "", connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %q: %w", textclip.Bytes(raw, maxEcho), err))
 	}
 	return gp, nil
 }
@@ -133,13 +134,6 @@ func (c caller) as() client.FileOption {
 
 // path resolves raw against the caller's home.
 func (c caller) path(raw string) (model.GuestPath, error) { return resolvePath(c.user.Home, raw) }
-
-func truncate(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "…"
-	}
-	return s
-}
 
 // nativeError turns an error of the native API into a Connect error
 // (connecterr's table), its message prefixed with what was being done.
@@ -237,3 +231,6 @@ func (s *Service) Remove(ctx context.Context, req *connect.Request[filesystempb.
 	}
 	return connect.NewResponse(&filesystempb.RemoveResponse{}), nil
 }
+
+// maxEcho is how many bytes of a caller's value an error message quotes (textclip.Bytes).
+const maxEcho = 200

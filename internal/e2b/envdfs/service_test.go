@@ -20,6 +20,7 @@ import (
 	"github.com/airlockdev/airlock/internal/e2b/connecterr"
 	"github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb"
 	"github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb/filesystempbconnect"
+	"github.com/airlockdev/airlock/internal/e2b/keepalive"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -181,18 +182,18 @@ func TestKeepaliveInterval(t *testing.T) {
 		in   string
 		want time.Duration
 	}{
-		{"", defaultKeepalive},
+		{"", keepalive.Default},
 		{"50", 50 * time.Second},
 		{" 1 ", time.Second},
-		{"0", defaultKeepalive},
-		{"-3", defaultKeepalive},
-		{"x", defaultKeepalive},
-		{"999999999999", maxKeepalive},
+		{"0", keepalive.Min}, // bounded, as Start and Connect take it
+		{"-3", keepalive.Default},
+		{"x", keepalive.Default},
+		{"999999999999", keepalive.Max},
 	}
 	for _, tt := range tests {
 		h := http.Header{}
 		if tt.in != "" {
-			h.Set(keepaliveHeader, tt.in)
+			h.Set(keepalive.Header, tt.in)
 		}
 		if got := keepaliveInterval(h); got != tt.want {
 			t.Errorf("keepaliveInterval(%q) = %v, want %v", tt.in, got, tt.want)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,16 +14,8 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb"
+	"github.com/airlockdev/airlock/internal/e2b/keepalive"
 	"github.com/airlockdev/airlock/internal/model"
-)
-
-// Keepalives of WatchDir: the Keepalive-Ping-Interval request header
-// (seconds), within bounds; the default when it is absent or bad.
-const (
-	keepaliveHeader  = "Keepalive-Ping-Interval"
-	defaultKeepalive = 50 * time.Second
-	minKeepalive     = time.Second
-	maxKeepalive     = time.Hour
 )
 
 // uploadTempPrefix starts the names of the temporary files the sandbox
@@ -32,16 +23,15 @@ const (
 // events are the agent's, not the user's, and are not reported.
 const uploadTempPrefix = ".airlock-upload-"
 
-// keepaliveInterval parses the Keepalive-Ping-Interval header.
+// keepaliveInterval is WatchDir's keepalive interval: the
+// Keepalive-Ping-Interval header's, or the default when the header is bad
+// (where Start and Connect refuse the call, WatchDir goes on).
 func keepaliveInterval(h http.Header) time.Duration {
-	n, err := strconv.ParseInt(strings.TrimSpace(h.Get(keepaliveHeader)), 10, 64)
-	if err != nil || n <= 0 {
-		return defaultKeepalive
+	d, err := keepalive.Parse(h.Get(keepalive.Header))
+	if err != nil {
+		return keepalive.Default
 	}
-	if n > int64(maxKeepalive/time.Second) {
-		return maxKeepalive
-	}
-	return max(time.Duration(n)*time.Second, minKeepalive)
+	return d
 }
 
 // relName is p relative to the watched directory dir ("." for dir itself),

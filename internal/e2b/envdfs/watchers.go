@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // WatcherLimits bound the polling watchers of one process.
@@ -138,7 +139,7 @@ func (ws *Watchers) expire() {
 
 // errNoWatcher answers an unknown (or another sandbox's) watcher ID.
 func errNoWatcher(id string) error {
-	return connect.NewError(connect.CodeNotFound, fmt.Errorf("watcher with id %s not found", truncate(id)))
+	return connect.NewError(connect.CodeNotFound, fmt.Errorf("watcher with id %s not found", textclip.Bytes(id, maxEcho)))
 }
 
 // reserve admits a new watcher of sb under the limits.

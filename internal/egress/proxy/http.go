@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/egress/decisionlog"
 	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 type reqKey struct{}
@@ -40,7 +41,7 @@ func (p *Proxy) serveRequest(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, dst := cc.sb, cc.dst
 	if r.Method == http.MethodConnect {
-		p.deny(sb, decisionlog.KindHTTP, clipHost(r.Host), dst, "connect-method", "CONNECT is refused: the egress proxy is transparent, not a forward proxy")
+		p.deny(sb, decisionlog.KindHTTP, textclip.Bytes(r.Host, maxEcho), dst, "connect-method", "CONNECT is refused: the egress proxy is transparent, not a forward proxy")
 		refuse(w, http.StatusMethodNotAllowed, "connect-method", "CONNECT is refused: the egress proxy is transparent, not a forward proxy")
 		return
 	}
@@ -53,8 +54,8 @@ func (p *Proxy) serveRequest(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case cc.sni != "":
 		if err != nil || t.name != cc.sni || (t.port != 0 && t.port != dst.Port()) {
-			reason := fmt.Sprintf("the request's Host %q is not the TLS server name %s", clipHost(r.Host), cc.sni)
-			p.deny(sb, decisionlog.KindHTTP, clipHost(r.Host), dst, "host-sni-mismatch", reason)
+			reason := fmt.Sprintf("the request's Host %q is not the TLS server name %s", textclip.Bytes(r.Host, maxEcho), cc.sni)
+			p.deny(sb, decisionlog.KindHTTP, textclip.Bytes(r.Host, maxEcho), dst, "host-sni-mismatch", reason)
 			refuse(w, http.StatusMisdirectedRequest, "host-sni-mismatch", reason)
 			return
 		}
@@ -64,8 +65,8 @@ func (p *Proxy) serveRequest(w http.ResponseWriter, r *http.Request) {
 		if !p.trackPlain(w, cc, "") {
 			return
 		}
-		reason := fmt.Sprintf("the request's Host %q is not a host name or address: %v", clipHost(r.Host), err)
-		p.deny(sb, decisionlog.KindHTTP, clipHost(r.Host), dst, "bad-host", reason)
+		reason := fmt.Sprintf("the request's Host %q is not a host name or address: %v", textclip.Bytes(r.Host, maxEcho), err)
+		p.deny(sb, decisionlog.KindHTTP, textclip.Bytes(r.Host, maxEcho), dst, "bad-host", reason)
 		refuse(w, http.StatusBadRequest, "bad-host", reason)
 		return
 	case t.ip.IsValid():
@@ -115,7 +116,7 @@ func (p *Proxy) serveRequest(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(inject) > 0 && isReflectingMethod(r.Method) {
-		reason := fmt.Sprintf("%s echoes the request back; it is refused to %s, which gets a secret injected", clipHost(r.Method), host)
+		reason := fmt.Sprintf("%s echoes the request back; it is refused to %s, which gets a secret injected", textclip.Bytes(r.Method, maxEcho), host)
 		p.deny(sb, decisionlog.KindHTTP, host, dst, "secret-method", reason)
 		refuse(w, http.StatusForbidden, "secret-method", reason)
 		return
@@ -237,9 +238,5 @@ func refuse(w http.ResponseWriter, code int, rule, reason string) {
 	_, _ = fmt.Fprintf(w, "airlock egress: refused by rule %q: %s\n", rule, reason)
 }
 
-func clipHost(s string) string {
-	if len(s) > 100 {
-		return s[:100] + "…"
-	}
-	return s
-}
+// maxEcho is how many bytes of a host an answer or log quotes (textclip.Bytes).
+const maxEcho = 100

@@ -14,6 +14,7 @@ import (
 	"github.com/airlockdev/airlock/internal/egress/bindings"
 	"github.com/airlockdev/airlock/internal/egress/decisionlog"
 	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Rules of the decisions the resolver takes itself (the policy's own rules come from policy).
@@ -67,7 +68,7 @@ func (r *Resolver) answer(ctx context.Context, src netip.Addr, tcp bool, req *dn
 	}
 	name, err := policy.NormalizeName(q.Name)
 	if err != nil {
-		return refuse(clipName(q.Name), RuleBadName, err.Error())
+		return refuse(textclip.Bytes(q.Name, maxEcho), RuleBadName, err.Error())
 	}
 	if q.Qclass != dns.ClassINET || !answeredTypes[q.Qtype] {
 		return refuse(name, RuleQType, fmt.Sprintf("queries of class %s type %s are not answered", dns.Class(q.Qclass), dns.Type(q.Qtype)))
@@ -137,7 +138,7 @@ func (r *Resolver) filter(sb *egress.Sandbox, name string, qtype uint16, up *dns
 		}
 		target, err := policy.NormalizeName(cn.Target)
 		if err != nil {
-			sb.Log.Append(decisionlog.Event{Kind: decisionlog.KindDNS, Host: clipName(cn.Target), Rule: RuleBadName,
+			sb.Log.Append(decisionlog.Event{Kind: decisionlog.KindDNS, Host: textclip.Bytes(cn.Target, maxEcho), Rule: RuleBadName,
 				Reason: fmt.Sprintf("%s is an alias of an invalid name: %s", cur, err)})
 			resp.Rcode = dns.RcodeRefused
 			return
@@ -299,9 +300,5 @@ func (r *Resolver) finish(req, resp *dns.Msg, tcp bool) *dns.Msg {
 	return resp
 }
 
-func clipName(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
-}
+// maxEcho is how many bytes of a name an error message or log quotes (textclip.Bytes).
+const maxEcho = 80

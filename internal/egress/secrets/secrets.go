@@ -22,6 +22,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Name is a secret's name: 1-64 of [A-Za-z0-9_-], starting with a letter or
@@ -33,7 +34,7 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 // ParseName checks a secret name. Errors wrap model.ErrInvalid.
 func ParseName(s string) (Name, error) {
 	if !nameRE.MatchString(s) {
-		return "", fmt.Errorf("%w: secret name %q: 1-64 of letters, digits, '_' and '-', starting with a letter or digit", model.ErrInvalid, clip(s))
+		return "", fmt.Errorf("%w: secret name %q: 1-64 of letters, digits, '_' and '-', starting with a letter or digit", model.ErrInvalid, textclip.Bytes(s, maxEcho))
 	}
 	return Name(s), nil
 }
@@ -117,7 +118,7 @@ func ParseHeader(s string) (string, error) {
 		return DefaultHeader, nil
 	}
 	if !httpguts.ValidHeaderFieldName(s) || len(s) > 128 {
-		return "", fmt.Errorf("%w: secret header %q is not a valid header name", model.ErrInvalid, clip(s))
+		return "", fmt.Errorf("%w: secret header %q is not a valid header name", model.ErrInvalid, textclip.Bytes(s, maxEcho))
 	}
 	if forbiddenHeaders[strings.ToLower(s)] {
 		return "", fmt.Errorf("%w: secret header %q frames or routes the request; it cannot carry a secret", model.ErrInvalid, s)
@@ -219,9 +220,5 @@ func HostStrings(hosts []Host) []string {
 	return out
 }
 
-func clip(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
-}
+// maxEcho is how many bytes of a value an error message quotes (textclip.Bytes).
+const maxEcho = 80

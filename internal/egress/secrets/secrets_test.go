@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 const clear = "s3cr3t-token-value"
@@ -56,10 +57,10 @@ func TestParsers(t *testing.T) {
 	} {
 		err := tc.fn(tc.in)
 		if (err == nil) != tc.ok {
-			t.Errorf("%s %q: err = %v, want ok=%v", tc.what, clip(tc.in), err, tc.ok)
+			t.Errorf("%s %q: err = %v, want ok=%v", tc.what, textclip.Bytes(tc.in, maxEcho), err, tc.ok)
 		}
 		if err != nil && !errors.Is(err, model.ErrInvalid) {
-			t.Errorf("%s %q: %v does not wrap model.ErrInvalid", tc.what, clip(tc.in), err)
+			t.Errorf("%s %q: %v does not wrap model.ErrInvalid", tc.what, textclip.Bytes(tc.in, maxEcho), err)
 		}
 	}
 }

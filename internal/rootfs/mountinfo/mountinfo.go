@@ -11,6 +11,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Mount is one line of mountinfo (see proc(5)).
@@ -89,25 +91,25 @@ func ParseLine(s string) (Mount, error) {
 		}
 	}
 	if len(fields) < 10 || sep < 0 || len(fields) < sep+4 {
-		return Mount{}, fmt.Errorf("malformed line %q", truncate(s))
+		return Mount{}, fmt.Errorf("malformed line %q", textclip.Bytes(s, maxEcho))
 	}
 	var m Mount
 	var err error
 	if m.ID, err = strconv.Atoi(fields[0]); err != nil {
-		return Mount{}, fmt.Errorf("bad mount ID %q", truncate(fields[0]))
+		return Mount{}, fmt.Errorf("bad mount ID %q", textclip.Bytes(fields[0], maxEcho))
 	}
 	if m.ParentID, err = strconv.Atoi(fields[1]); err != nil {
-		return Mount{}, fmt.Errorf("bad parent ID %q", truncate(fields[1]))
+		return Mount{}, fmt.Errorf("bad parent ID %q", textclip.Bytes(fields[1], maxEcho))
 	}
 	maj, min, ok := strings.Cut(fields[2], ":")
 	if !ok {
-		return Mount{}, fmt.Errorf("bad device %q", truncate(fields[2]))
+		return Mount{}, fmt.Errorf("bad device %q", textclip.Bytes(fields[2], maxEcho))
 	}
 	if m.Major, err = strconv.Atoi(maj); err != nil {
-		return Mount{}, fmt.Errorf("bad device %q", truncate(fields[2]))
+		return Mount{}, fmt.Errorf("bad device %q", textclip.Bytes(fields[2], maxEcho))
 	}
 	if m.Minor, err = strconv.Atoi(min); err != nil {
-		return Mount{}, fmt.Errorf("bad device %q", truncate(fields[2]))
+		return Mount{}, fmt.Errorf("bad device %q", textclip.Bytes(fields[2], maxEcho))
 	}
 	if m.Root, err = Unescape(fields[3]); err != nil {
 		return Mount{}, err
@@ -143,17 +145,17 @@ func Unescape(s string) (string, error) {
 			continue
 		}
 		if i+3 >= len(s) {
-			return "", fmt.Errorf("truncated escape in %q", truncate(s))
+			return "", fmt.Errorf("truncated escape in %q", textclip.Bytes(s, maxEcho))
 		}
 		v := 0
 		for _, d := range []byte(s[i+1 : i+4]) {
 			if d < '0' || d > '7' {
-				return "", fmt.Errorf("bad escape in %q", truncate(s))
+				return "", fmt.Errorf("bad escape in %q", textclip.Bytes(s, maxEcho))
 			}
 			v = v*8 + int(d-'0')
 		}
 		if v > 0xff {
-			return "", fmt.Errorf("bad escape in %q", truncate(s))
+			return "", fmt.Errorf("bad escape in %q", textclip.Bytes(s, maxEcho))
 		}
 		b.WriteByte(byte(v))
 		i += 3
@@ -161,10 +163,5 @@ func Unescape(s string) (string, error) {
 	return b.String(), nil
 }
 
-func truncate(s string) string {
-	const max = 120
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "…"
-}
+// maxEcho is how many bytes of a mountinfo line an error message quotes (textclip.Bytes).
+const maxEcho = 120

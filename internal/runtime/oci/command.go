@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // commandTimeout bounds one short runtime command (state, kill, list, …)
@@ -177,7 +178,7 @@ func ParseVersion(out string) (string, error) {
 	_, v, ok := strings.Cut(line, " version ")
 	v = strings.TrimSpace(v)
 	if !ok || v == "" || strings.ContainsAny(v, " \t") && len(strings.Fields(v)) > 1 {
-		return "", fmt.Errorf("unrecognised version output %q", truncate(line))
+		return "", fmt.Errorf("unrecognised version output %q", textclip.Bytes(line, maxEcho))
 	}
 	return v, nil
 }
@@ -200,7 +201,7 @@ func ParseState(data []byte) (ContainerState, error) {
 		return ContainerState{}, fmt.Errorf("parse runtime state: trailing data")
 	}
 	if st.ID == "" || st.Status == "" {
-		return ContainerState{}, fmt.Errorf("parse runtime state: missing id or status in %q", truncate(string(data)))
+		return ContainerState{}, fmt.Errorf("parse runtime state: missing id or status in %q", textclip.Bytes(string(data), maxEcho))
 	}
 	if st.Pid < 0 { // runsc reports -1 once stopped
 		st.Pid = 0
@@ -226,10 +227,5 @@ func ParseList(out string) (ids []model.SandboxID, other []string) {
 	return ids, other
 }
 
-func truncate(s string) string {
-	const max = 200
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "…"
-}
+// maxEcho is how many bytes of output or a value an error message quotes (textclip.Bytes).
+const maxEcho = 200

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/retry"
 )
 
 // runDirWatch is an inotify watch on an agent's run directory: DialAgent
@@ -43,10 +45,10 @@ func (w *runDirWatch) wait(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	if w.f == nil {
-		return sleepCtx(ctx, d)
+		return retry.Sleep(ctx, retry.SystemClock(), d)
 	}
 	if err := w.f.SetReadDeadline(time.Now().Add(d)); err != nil {
-		return sleepCtx(ctx, d) // not in the poller: no deadlines
+		return retry.Sleep(ctx, retry.SystemClock(), d) // not in the poller: no deadlines
 	}
 	// A deadline in the past ends the read at once.
 	stop := context.AfterFunc(ctx, func() { _ = w.f.SetReadDeadline(time.Unix(1, 0)) })
@@ -69,16 +71,4 @@ func (w *runDirWatch) Close() error {
 		return nil
 	}
 	return w.f.Close()
-}
-
-// sleepCtx sleeps d or until ctx ends (its error).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

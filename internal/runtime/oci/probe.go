@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // probeTimeout bounds a probe when ctx has no earlier deadline.
@@ -69,7 +70,7 @@ func (r *Runtime) Probe(ctx context.Context, agentBinary string) error {
 		return fmt.Errorf("probe %s: %w", info.Name, err)
 	}
 	if strings.TrimSpace(got) != strings.TrimSpace(string(want)) {
-		return fmt.Errorf("probe %s: the agent in the container printed %q, want %q", info.Name, truncate(got), strings.TrimSpace(string(want)))
+		return fmt.Errorf("probe %s: the agent in the container printed %q, want %q", info.Name, textclip.Bytes(got, maxEcho), strings.TrimSpace(string(want)))
 	}
 	return nil
 }

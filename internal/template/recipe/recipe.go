@@ -23,6 +23,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/textclip"
 )
 
 // Bounds on a recipe.
@@ -199,13 +200,13 @@ func Parse(data []byte) (Recipe, error) {
 	case doc.From.Debian != nil:
 		d := Debian{Suite: doc.From.Debian.Suite, Variant: doc.From.Debian.Variant}
 		if !suiteRe.MatchString(d.Suite) {
-			return Recipe{}, invalidf("from.debian.suite %q is not a suite name", shorten(d.Suite))
+			return Recipe{}, invalidf("from.debian.suite %q is not a suite name", textclip.Bytes(d.Suite, maxEcho))
 		}
 		if d.Variant == "" {
 			d.Variant = "minbase"
 		}
 		if !slices.Contains(variants, d.Variant) {
-			return Recipe{}, invalidf("from.debian.variant %q is not one of %s", shorten(d.Variant), strings.Join(variants, ", "))
+			return Recipe{}, invalidf("from.debian.variant %q is not one of %s", textclip.Bytes(d.Variant, maxEcho), strings.Join(variants, ", "))
 		}
 		r.debian = &d
 	default:
@@ -222,7 +223,7 @@ func Parse(data []byte) (Recipe, error) {
 	}
 	for _, p := range doc.Packages {
 		if !packageRe.MatchString(p) {
-			return Recipe{}, invalidf("packages: %q is not a Debian package name", shorten(p))
+			return Recipe{}, invalidf("packages: %q is not a Debian package name", textclip.Bytes(p, maxEcho))
 		}
 	}
 	r.packages = slices.Clone(doc.Packages)
@@ -245,7 +246,7 @@ func Parse(data []byte) (Recipe, error) {
 	}
 	for k, v := range doc.Env {
 		if !envNameRe.MatchString(k) {
-			return Recipe{}, invalidf("env: %q is not a variable name", shorten(k))
+			return Recipe{}, invalidf("env: %q is not a variable name", textclip.Bytes(k, maxEcho))
 		}
 		if strings.IndexByte(v, 0) >= 0 || len(v) > maxArgBytes {
 			return Recipe{}, invalidf("env: the value of %s has a NUL byte or is too long", k)
@@ -256,13 +257,13 @@ func Parse(data []byte) (Recipe, error) {
 	if doc.Workdir != nil {
 		wd := *doc.Workdir
 		if !path.IsAbs(wd) || path.Clean(wd) != wd || strings.IndexByte(wd, 0) >= 0 || len(wd) > 4096 {
-			return Recipe{}, invalidf("workdir %q must be a clean absolute path", shorten(wd))
+			return Recipe{}, invalidf("workdir %q must be a clean absolute path", textclip.Bytes(wd, maxEcho))
 		}
 		r.workdir = wd
 	}
 	if doc.User != nil {
 		if !userRe.MatchString(*doc.User) {
-			return Recipe{}, invalidf("user %q must be \"uid\" or \"uid:gid\" (numbers)", shorten(*doc.User))
+			return Recipe{}, invalidf("user %q must be \"uid\" or \"uid:gid\" (numbers)", textclip.Bytes(*doc.User, maxEcho))
 		}
 		for n := range strings.SplitSeq(*doc.User, ":") {
 			if v, _ := strconv.ParseUint(n, 10, 64); v > 1<<31-2 {
@@ -320,18 +321,18 @@ func parseStep(sd stepDoc) (Step, error) {
 func parseCopy(cd copyDoc) (*Copy, error) {
 	src := cd.Src
 	if src == "" || strings.IndexByte(src, 0) >= 0 || len(src) > 4096 {
-		return nil, invalidf("copy.src %q must be a path in the context directory", shorten(src))
+		return nil, invalidf("copy.src %q must be a path in the context directory", textclip.Bytes(src, maxEcho))
 	}
 	if path.IsAbs(src) {
-		return nil, invalidf("copy.src %q is absolute; it must be relative to the context directory", shorten(src))
+		return nil, invalidf("copy.src %q is absolute; it must be relative to the context directory", textclip.Bytes(src, maxEcho))
 	}
 	src = path.Clean(src)
 	if src == ".." || strings.HasPrefix(src, "../") {
-		return nil, invalidf("copy.src %q leaves the context directory", shorten(cd.Src))
+		return nil, invalidf("copy.src %q leaves the context directory", textclip.Bytes(cd.Src, maxEcho))
 	}
 	dst := cd.Dst
 	if !path.IsAbs(dst) || strings.IndexByte(dst, 0) >= 0 || len(dst) > 4096 {
-		return nil, invalidf("copy.dst %q must be an absolute path in the tree", shorten(dst))
+		return nil, invalidf("copy.dst %q must be an absolute path in the tree", textclip.Bytes(dst, maxEcho))
 	}
 	dst = path.Clean(dst)
 	if dst == "/" {
@@ -349,16 +350,12 @@ func parseCopy(cd copyDoc) (*Copy, error) {
 		}
 		m, err := strconv.ParseUint(digits, 8, 32)
 		if err != nil || m > 0o7777 || m == 0 {
-			return nil, invalidf("copy.mode %q: want octal permission bits such as 0644 (nonzero, at most 07777)", shorten(v))
+			return nil, invalidf("copy.mode %q: want octal permission bits such as 0644 (nonzero, at most 07777)", textclip.Bytes(v, maxEcho))
 		}
 		c.Mode = uint32(m)
 	}
 	return c, nil
 }
 
-func shorten(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
-}
+// maxEcho is how many bytes of a recipe's value an error message quotes (textclip.Bytes).
+const maxEcho = 80
