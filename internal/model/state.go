@@ -8,7 +8,7 @@ import (
 // SandboxState is a sandbox's lifecycle state.
 type SandboxState string
 
-// Lifecycle states (DESIGN.md §Lifecycle).
+// Lifecycle states (docs/design.md §Lifecycle).
 const (
 	StatePending    SandboxState = "pending"
 	StateCreating   SandboxState = "creating"

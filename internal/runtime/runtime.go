@@ -33,7 +33,7 @@ var (
 	ErrNotSupported = errors.New("not supported by this runtime")
 )
 
-// Isolation classes, from DESIGN.md §Execution environments.
+// Isolation classes, from docs/design.md §Execution environments.
 type Isolation string
 
 // Isolation classes, strongest first.
