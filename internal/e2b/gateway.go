@@ -1,11 +1,11 @@
 // Package e2b is Airlock's E2B front door: a gateway in front of the
 // server's own API that lets unmodified E2B clients drive Airlock.
 //
-// Requests are told apart as E2B clients send them (see
-// ../../../shared/e2b-protocol.md): in-sandbox traffic carries the
-// E2b-Sandbox-Id / E2b-Sandbox-Port headers or a <port>-<id>.<domain> Host;
-// the E2B control plane is a set of paths (/v2/sandboxes, /sandboxes, …);
-// everything else is Airlock's own API. In-sandbox traffic for envd's port
+// Requests are told apart as E2B clients send them (see docs/e2b.md, "How
+// it works" and "Reaching a server inside the sandbox"): in-sandbox
+// traffic carries the E2b-Sandbox-Id / E2b-Sandbox-Port headers or a
+// <port>-<id>.<domain> Host; the E2B control plane is a set of paths
+// (/v2/sandboxes, /sandboxes, …); everything else is Airlock's own API. In-sandbox traffic for envd's port
 // is answered here by translating to Airlock's API (no envd runs in the
 // guest); any other port is proxied to that port inside the sandbox
 // through Airlock's ports route. A suspended or paused sandbox is woken

@@ -1,8 +1,9 @@
-// Package envid describes execution environments (DESIGN.md §Execution
-// environments): a versioned Definition of everything that decides how a
-// sandbox runs (host and guest platform, runtime binding, boot inputs,
-// isolation class, snapshot capability, OOM scope), its canonical encoding
-// and its content reference, model.EnvironmentRef ("env:sha256:<hex>").
+// Package envid describes execution environments (docs/design.md
+// §Execution environments): a versioned Definition of everything that
+// decides how a sandbox runs (host and guest platform, runtime binding,
+// boot inputs, isolation class, snapshot capability, OOM scope), its
+// canonical encoding and its content reference, model.EnvironmentRef
+// ("env:sha256:<hex>").
 //
 // Two definitions with the same reference run sandboxes the same way. Any
 // change to what a definition holds is a new SchemaVersion (the tests pin
@@ -115,7 +116,7 @@ type Boot struct {
 	CommandLine     string `json:"command_line,omitempty"`
 }
 
-// Isolation is an isolation class, from DESIGN.md §Execution environments:
+// Isolation is an isolation class, from docs/design.md §Execution environments:
 // what stands between a sandbox and the host. Runtimes declare theirs in
 // their Info (internal/runtime).
 type Isolation string

@@ -4,8 +4,8 @@
 // runtime), which of them its operator enabled, recorded in the store,
 // listed for the API, and the resolution of a create request's
 // environment (a name or a reference) to the reference of one this node
-// may run, with the three separate refusals of DESIGN.md (unknown,
-// artifacts missing, no healthy node).
+// may run, with the three separate refusals of docs/design.md §Execution
+// environments (unknown, artifacts missing, no healthy node).
 package envreg
 
 import (

@@ -165,8 +165,11 @@ type Sandbox struct {
 	// Source is how its create got it running (cold until it runs).
 	Source   Source
 	Timeouts Timeouts
-	// LastActivity is when the sandbox was last used (an API call, an
-	// attached stream, process output, stdin), for its idle limit.
+	// LastActivity is when the sandbox was last used, for its idle limit:
+	// an API call that changes it or reaches into it, an attached stream
+	// (while it is open), stdin, signals, resizes, file transfers
+	// (internal/activity). Output of a process nobody is attached to is
+	// not seen by the server and does not count.
 	LastActivity time.Time
 	CreatedAt    time.Time
 	UpdatedAt    time.Time

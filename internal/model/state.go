@@ -10,7 +10,7 @@ import (
 // SandboxState is a sandbox's lifecycle state.
 type SandboxState string
 
-// Lifecycle states (DESIGN.md §Lifecycle).
+// Lifecycle states (docs/design.md §Lifecycle).
 const (
 	StatePending    SandboxState = "pending"
 	StateCreating   SandboxState = "creating"
@@ -52,8 +52,11 @@ func (s SandboxState) Terminal() bool { return s == StateDeleted }
 var ErrInvalidTransition = errors.New("invalid state transition")
 
 // transitions is the lifecycle state machine: the only table of allowed moves.
-// Any transition not listed here is refused. "deleting" is reachable from every
-// state except itself and "deleted".
+// Any transition not listed here is refused, with one exception: when a node
+// is declared dead, the store (DeclareDeadNodes) moves its unclaimed warm-pool
+// sandboxes straight to "deleted" in bulk updates that do not consult this
+// table (docs/design.md §Lifecycle). "deleting" is reachable from every state
+// except itself and "deleted".
 var transitions = map[SandboxState][]SandboxState{
 	StatePending:  {StateCreating, StateFailed, StateDeleting},
 	StateCreating: {StateRunning, StateFailed, StateDeleting},

@@ -1,9 +1,9 @@
 // Package runtime defines the interface between a worker and the technology
-// that isolates a sandbox (an OCI runtime today; QEMU and Firecracker microVMs
-// later). A Runtime owns everything below the guest agent: the sandbox's root
-// filesystem, its isolation boundary, its resource limits and the byte stream
-// to the agent. Implementations live in subpackages (runtime/oci, …) and all
-// pass the conformance suite in runtime/runtimetest.
+// that isolates a sandbox: an OCI runtime (runc, crun, runsc; runtime/oci) or a
+// QEMU microvm virtual machine (runtime/qemu). A Runtime owns everything below
+// the guest agent: the sandbox's root filesystem, its isolation boundary, its
+// resource limits and the byte stream to the agent. Implementations live in
+// subpackages and all pass the conformance suite in runtime/runtimetest.
 //
 // Optional capabilities (pause, memory checkpoint, filesystem snapshot,
 // network) are declared by each runtime instance in Info().Capabilities,
@@ -75,7 +75,10 @@ type Spec struct {
 	AgentBinary string
 	// Network, if set, is the sandbox's network, prepared before Create
 	// (internal/egress/sandboxnet): the runtime puts the sandbox into it.
-	// Nil: loopback only.
+	// The server always sets it (every sandbox has a network; see
+	// docs/architecture.md §Sandbox network). Nil, as the conformance suite
+	// and internal/nodebench leave it: the sandbox has loopback only (an
+	// empty network namespace; a VM without a network device).
 	Network *Network
 	// Restore, if set, is the snapshot a Suspend of this sandbox returned:
 	// Create makes the sandbox from it instead of from scratch (its root
@@ -94,9 +97,10 @@ type Spec struct {
 	Start bool
 }
 
-// RootFS describes a sandbox's root filesystem. Overlay runtimes (OCI)
-// put a writable layer of their own over Lower; VM runtimes will get a
-// disk image here (and a copy-on-write disk over it).
+// RootFS describes a sandbox's root filesystem. Every runtime gets the
+// template's tree: the OCI runtimes put a writable layer of their own over
+// Lower; the QEMU runtime makes (once per template and disk size) an ext4
+// image of Lower and gives each VM a copy-on-write disk over it.
 type RootFS struct {
 	// Lower is the template's read-only root filesystem tree (a host
 	// path).

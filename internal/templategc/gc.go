@@ -4,11 +4,17 @@
 //
 // A collection run has two steps:
 //
-//  1. Tombstone: every live template that no tag, no live sandbox and no
-//     Keep hook (snapshots, pools, build cache, once they exist) uses gets a
+//  1. Tombstone: every live template that no tag and no live sandbox (any
+//     state but deleted) uses, and that Config.Keep does not hold, gets a
 //     tombstone, each in its own transaction that re-checks those uses under
 //     the template row's exclusive lock, so a sandbox create racing the run
 //     either commits first (and the template stays) or finds no template.
+//     Suspended sandboxes (with their snapshots) and the warm pools'
+//     unclaimed sandboxes are live sandboxes, so they hold their templates
+//     without a hook; a pool itself holds none (a release none of whose
+//     sandboxes is left and no tag names can be collected, and the pool
+//     then cannot fill it). The recipe build cache keeps an archive of its
+//     own and imports a collected template again when it needs it.
 //  2. Remove trees: every tree on disk whose row is tombstoned, or that has
 //     no row at all and was published longer than Grace ago (a crash between
 //     import and PutTemplate left it; an import just before its PutTemplate
@@ -50,10 +56,11 @@ type Config struct {
 	// Grace: a tree with no row is kept until it was published this long
 	// ago. 0: DefaultGrace.
 	Grace time.Duration
-	// Keep, if set, returns the digests that other users hold (snapshots,
-	// pools, the build cache): they are neither tombstoned nor removed.
-	// Nothing sets it yet. A user that must never lose its template to a
-	// concurrent run has to take the template row's share lock as
+	// Keep, if set, returns digests held by users other than tags and
+	// live sandboxes: they are neither tombstoned nor removed. The server
+	// sets none (see the package comment for why snapshots, pools and the
+	// build cache need none). A user that must never lose its template to
+	// a concurrent run has to take the template row's share lock as
 	// CreateSandbox does; Keep alone is read before the run.
 	Keep func(ctx context.Context) (map[model.TemplateDigest]bool, error)
 	// MinAge: periodic runs (Run) leave templates created (or imported

@@ -4,19 +4,20 @@
 // X-API-Key as the bearer key, so authentication, quotas, idempotency and
 // multi-node routing are the native ones.
 //
-// Mapping (see e2b-protocol.md §4):
+// Mapping (see docs/e2b.md, "What maps to what"):
 //   - E2B sandbox IDs are Airlock sandbox IDs; a malformed ID is a 404, as
 //     for an unknown one.
 //   - E2B "paused" is Airlock suspended (and paused: frozen); E2B pause is
 //     Airlock suspend; connect/resume wakes a suspended sandbox and resumes
 //     a paused one.
 //   - E2B timeouts are Airlock deadlines (on_timeout delete, or suspend with
-//     autoPause); E2B sandboxes get no idle limit. E2B's timeout 0 ("end
-//     now") becomes one second (Airlock's 0 means no deadline). connect
-//     only extends a running sandbox's deadline; /timeout sets it (and may
-//     shorten it). startedAt is the native created_at; endAt is the
-//     deadline, or, for a sandbox without one (created natively), a year
-//     (model.MaxTimeout) after its start.
+//     autoPause); the server's idle limit applies to E2B sandboxes too
+//     (it suspends one nobody uses). E2B's timeout 0 ("end now") becomes
+//     one second (Airlock's 0 means no deadline). connect only extends a
+//     running sandbox's deadline; /timeout sets it (and may shorten it).
+//     startedAt is the native created_at; endAt is the deadline, or, for a
+//     sandbox without one (created natively), a year (model.MaxTimeout)
+//     after its start.
 //   - pause suspends a sandbox that is running or paused (frozen) natively;
 //     409 once it is suspended or suspending.
 //   - Listing reads the whole filtered native listing (states and metadata

@@ -9,10 +9,10 @@ import (
 )
 
 // EnvdVersion is the envd version advertised to E2B SDKs. It gates SDK
-// features (e2b-protocol.md §5.9): 0.5.7 enables CloseStdin (≥ 0.5.2) and
-// octet-stream uploads (≥ 0.5.7) but not file metadata headers (0.6.2) or
-// watchDir's includeEntry (0.6.3), which the envd translation does not
-// implement.
+// features (docs/e2b.md, "SDK versions"): 0.5.7 enables CloseStdin
+// (≥ 0.5.2) and octet-stream uploads (≥ 0.5.7) but not file metadata
+// headers (0.6.2) or watchDir's includeEntry (0.6.3), which the envd
+// translation does not implement.
 const EnvdVersion = "0.5.7"
 
 // clientID is the deprecated Sandbox.clientID: any constant.
