@@ -71,6 +71,7 @@ func TestBenchPassesThrough(t *testing.T) {
 		{[]string{"bench", "create", "--runs", "0"}, exitUsage, "--runs must be at least 1\nRun 'airlock bench create --help' for usage."},
 		{[]string{"bench", "nodes", "--creates", "0"}, exitUsage, "--creates must be at least 1"},
 		{[]string{"-o", "yaml", "bench", "create"}, exitUsage, "--output must be table or json"},
+		{[]string{"--url", "http://127.0.0.1:1", "--api-key", "k", "bench", "create", "--runs", "0"}, exitUsage, "--runs must be at least 1"},
 		{[]string{"bench", "create", "--output=yaml"}, exitUsage, "--output must be table or json"},
 		{[]string{"bench", "warp"}, exitUsage, `unknown command "warp" for "airlock bench"`},
 	}

@@ -120,9 +120,6 @@ func (a *app) rootCommand() *cobra.Command {
 			"`airlock server` runs the server; the other commands talk to one, found through\n" +
 			"--url/--api-key, $AIRLOCK_URL/$AIRLOCK_API_KEY, or the local server's data dir.",
 	})
-	pf := root.PersistentFlags()
-	pf.StringVar(&a.flags.url, "url", "", "server URL, e.g. http://127.0.0.1:7070 (default: $AIRLOCK_URL, then DATA_DIR/server.url)")
-	pf.StringVar(&a.flags.apiKey, "api-key", "", "API key (default: $AIRLOCK_API_KEY, then DATA_DIR/admin.key)")
 	root.AddCommand(
 		a.serverCommand(),
 		a.withLifecycle(a.sandboxCommand()),
@@ -149,9 +146,9 @@ func (a *app) rootCommand() *cobra.Command {
 }
 
 // newRoot completes root, the root command of a program, with what every
-// program of this CLI has: the global flags --data-dir, --output and
-// --timeout checked before every command (setup), errors left to
-// exitCode, and help when called without a subcommand.
+// program of this CLI has: the global flags checked before every command
+// (setup), errors left to exitCode, and help when called without a
+// subcommand.
 func (a *app) newRoot(root *cobra.Command) *cobra.Command {
 	root.SilenceErrors = true
 	root.SilenceUsage = true
@@ -160,6 +157,8 @@ func (a *app) newRoot(root *cobra.Command) *cobra.Command {
 	root.PersistentPreRunE = a.setup
 	root.CompletionOptions.HiddenDefaultCmd = true
 	pf := root.PersistentFlags()
+	pf.StringVar(&a.flags.url, "url", "", "server URL, e.g. http://127.0.0.1:7070 (default: $AIRLOCK_URL, then DATA_DIR/server.url)")
+	pf.StringVar(&a.flags.apiKey, "api-key", "", "API key (default: $AIRLOCK_API_KEY, then DATA_DIR/admin.key)")
 	pf.StringVar(&a.flags.dataDir, "data-dir", "", "the local server's data dir (default: $AIRLOCK_DATA_DIR, then /var/lib/airlock as root, else ~/.local/share/airlock)")
 	pf.StringVarP(&a.flags.output, "output", "o", "table", "output format: table or json")
 	pf.DurationVar(&a.flags.timeout, "timeout", 0, "give up when the command takes longer than this (0: no limit)")

@@ -13,7 +13,8 @@ import (
 // Tool is what the commands of a program other than airlock that keeps
 // airlock's command-line conventions see of their invocation; airlock-bench
 // (internal/bench/benchcli) is one. Such a program has airlock's global
-// flags --output, --data-dir and --timeout, and exits as airlock does: 0;
+// flags --output, --data-dir and --timeout (and, hidden, --url and
+// --api-key), and exits as airlock does: 0;
 // 1 on a failure ("error: …" on stderr); 2 on a usage error (see
 // UsageErrorf); 130 when interrupted.
 type Tool struct{ a *app }
@@ -44,6 +45,10 @@ func (t Tool) Version() string { return buildVersion().Version }
 func RunTool(ctx context.Context, env Env, root *cobra.Command, commands func(Tool) []*cobra.Command, args []string) int {
 	return run(ctx, env, args, func(a *app) *cobra.Command {
 		r := a.newRoot(root)
+		// A tool talks to no server: --url and --api-key are accepted
+		// (`airlock --url … bench …` passes them on), unused and unlisted.
+		_ = r.PersistentFlags().MarkHidden("url")
+		_ = r.PersistentFlags().MarkHidden("api-key")
 		r.AddCommand(commands(Tool{a})...)
 		return r
 	})
