@@ -13,11 +13,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockdev/airlock/internal/bench"
 	"github.com/airlockdev/airlock/internal/binpath"
 	"github.com/airlockdev/airlock/internal/cli"
 )
@@ -76,15 +78,28 @@ func writeReport(t cli.Tool, rep report) error {
 	return rep.WriteTable(t.Stdout())
 }
 
-// findAgent returns --agent-binary, or airlock-agent next to
-// airlock-bench, then in PATH.
-func findAgent(flag string) (string, error) {
-	if flag != "" {
-		return filepath.Abs(flag)
+// prepare is what a benchmark that starts Airlock checks before it runs,
+// after its own flags: --log-level (as logLevel), that it runs as root,
+// and the agent (--agent-binary as agentFlag, else airlock-agent next to
+// airlock-bench, then in PATH).
+func prepare(logLevel, agentFlag string) (level slog.Level, agent string, err error) {
+	if level, err = cli.ParseLogLevel(logLevel); err != nil {
+		return 0, "", err
 	}
-	p, err := binpath.Find("airlock-agent")
-	if err != nil {
-		return "", fmt.Errorf("%w: build it with ./scripts/build.sh or pass --agent-binary", err)
+	if os.Geteuid() != 0 {
+		return 0, "", bench.ErrNotRoot
 	}
-	return p, nil
+	if agentFlag != "" {
+		agent, err = filepath.Abs(agentFlag)
+		return level, agent, err
+	}
+	if agent, err = binpath.Find("airlock-agent"); err != nil {
+		return 0, "", fmt.Errorf("%w: build it with ./scripts/build.sh or pass --agent-binary", err)
+	}
+	return level, agent, nil
+}
+
+// logger writes log records of level and above to stderr, as text.
+func logger(t cli.Tool, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Stderr(), &slog.HandlerOptions{Level: level}))
 }

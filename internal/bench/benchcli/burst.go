@@ -1,9 +1,6 @@
 package benchcli
 
 import (
-	"log/slog"
-	"os"
-
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/bench"
@@ -43,17 +40,12 @@ func burstCommand(t cli.Tool) *cobra.Command {
 					return cli.UsageErrorf("--steps: every client count must be at least 1")
 				}
 			}
-			level, err := cli.ParseLogLevel(logLevel)
+			level, agentPath, err := prepare(logLevel, agent)
 			if err != nil {
 				return err
 			}
-			if os.Geteuid() != 0 {
-				return bench.ErrNotRoot
-			}
-			if o.AgentBinary, err = findAgent(agent); err != nil {
-				return err
-			}
-			logs := slog.New(slog.NewTextHandler(t.Stderr(), &slog.HandlerOptions{Level: level}))
+			o.AgentBinary = agentPath
+			logs := logger(t, level)
 			o.Progress, o.ServerLogger, o.Logger = t.Stderr(), logs, logs
 			o.TempDir = bench.DefaultConfig().TempDir
 			o.Version = t.Version()

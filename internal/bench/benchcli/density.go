@@ -1,8 +1,6 @@
 package benchcli
 
 import (
-	"log/slog"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,17 +37,12 @@ func densityCommand(t cli.Tool) *cobra.Command {
 			if runsc > 0 {
 				o.Counts = map[string]int{"runsc": runsc}
 			}
-			level, err := cli.ParseLogLevel(logLevel)
+			level, agentPath, err := prepare(logLevel, agent)
 			if err != nil {
 				return err
 			}
-			if os.Geteuid() != 0 {
-				return bench.ErrNotRoot
-			}
-			if o.AgentBinary, err = findAgent(agent); err != nil {
-				return err
-			}
-			logs := slog.New(slog.NewTextHandler(t.Stderr(), &slog.HandlerOptions{Level: level}))
+			o.AgentBinary = agentPath
+			logs := logger(t, level)
 			o.Progress, o.ServerLogger, o.Logger = t.Stderr(), logs, logs
 			o.TempDir = bench.DefaultConfig().TempDir
 			o.Version = t.Version()

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/netip"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -34,14 +33,7 @@ func egressCommand(t cli.Tool) *cobra.Command {
 			if err != nil {
 				return cli.UsageErrorf("--bytes: %v", err)
 			}
-			level, err := cli.ParseLogLevel(logLevel)
-			if err != nil {
-				return err
-			}
-			if os.Geteuid() != 0 {
-				return bench.ErrNotRoot
-			}
-			agent, err := findAgent(agentBinary)
+			level, agent, err := prepare(logLevel, agentBinary)
 			if err != nil {
 				return err
 			}

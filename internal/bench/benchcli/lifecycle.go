@@ -2,7 +2,6 @@ package benchcli
 
 import (
 	"log/slog"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -28,14 +27,7 @@ func lifecycleCommand(t cli.Tool) *cobra.Command {
 			if runs < 1 || warmup < 0 {
 				return cli.UsageErrorf("--runs must be at least 1 and --warmup not negative")
 			}
-			level, err := cli.ParseLogLevel(logLevel)
-			if err != nil {
-				return err
-			}
-			if os.Geteuid() != 0 {
-				return bench.ErrNotRoot
-			}
-			agent, err := findAgent(agentBinary)
+			level, agent, err := prepare(logLevel, agentBinary)
 			if err != nil {
 				return err
 			}

@@ -3,7 +3,6 @@ package benchcli
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"time"
 
@@ -42,7 +41,7 @@ func nodesCommand(t cli.Tool) *cobra.Command {
 			if err := checkBenchNodes(cfg); err != nil {
 				return err
 			}
-			cfg.Logger = slog.New(slog.NewTextHandler(t.Stderr(), &slog.HandlerOptions{Level: level}))
+			cfg.Logger = logger(t, level)
 			cfg.Progress = t.Stderr()
 			ctx := cmd.Context()
 			if cfg.DatabaseURL == "" {

@@ -2,8 +2,6 @@ package benchcli
 
 import (
 	"context"
-	"log/slog"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -11,11 +9,23 @@ import (
 	"github.com/airlockdev/airlock/internal/cli"
 )
 
-// roundsCommand builds a bench subcommand that runs rounds of
-// subjects (exec, throughput) with the flags of `airlock bench create`;
-// def gives the defaults of --runs and --warmup.
+// roundsFlags are the flags of a benchmark that runs rounds of subjects.
+type roundsFlags struct {
+	runs        int
+	warmup      int
+	runtimes    []string
+	peers       []string
+	agentBinary string
+	seed        uint64
+	logLevel    string
+}
+
+// roundsCommand builds a benchmark that runs rounds of subjects (create,
+// exec, throughput, template-size) with its flags --runs, --warmup,
+// --runtimes, --peers, --agent-binary, --seed and --log-level; def gives
+// their defaults. run gets the checked bench.Config.
 func roundsCommand(t cli.Tool, use, short, long string, def bench.Config, run func(context.Context, bench.Config) (report, error)) *cobra.Command {
-	f := createFlags{}
+	f := roundsFlags{}
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -28,18 +38,11 @@ func roundsCommand(t cli.Tool, use, short, long string, def bench.Config, run fu
 			if f.warmup < 0 {
 				return cli.UsageErrorf("--warmup must not be negative")
 			}
-			level, err := cli.ParseLogLevel(f.logLevel)
+			level, agent, err := prepare(f.logLevel, f.agentBinary)
 			if err != nil {
 				return err
 			}
-			if os.Geteuid() != 0 {
-				return bench.ErrNotRoot
-			}
-			agent, err := findAgent(f.agentBinary)
-			if err != nil {
-				return err
-			}
-			logs := slog.New(slog.NewTextHandler(t.Stderr(), &slog.HandlerOptions{Level: level}))
+			logs := logger(t, level)
 			rep, err := run(cmd.Context(), bench.Config{
 				Runs:         f.runs,
 				Warmup:       f.warmup,

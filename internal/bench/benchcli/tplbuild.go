@@ -1,8 +1,6 @@
 package benchcli
 
 import (
-	"log/slog"
-
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/bench"
@@ -30,7 +28,7 @@ func templateBuildCommand(t cli.Tool) *cobra.Command {
 			rep, err := bench.RunTemplateBuild(cmd.Context(), bench.TemplateBuildOptions{
 				Peer:     peer,
 				Progress: t.Stderr(),
-				Logger:   slog.New(slog.NewTextHandler(t.Stderr(), &slog.HandlerOptions{Level: level})),
+				Logger:   logger(t, level),
 			})
 			if err != nil {
 				return err

@@ -1,8 +1,6 @@
 package benchcli
 
 import (
-	"log/slog"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -31,14 +29,7 @@ func vmCommand(t cli.Tool) *cobra.Command {
 			if runs < 1 || warmup < 0 || idle < 0 {
 				return cli.UsageErrorf("--runs must be at least 1, --warmup and --idle not negative")
 			}
-			level, err := cli.ParseLogLevel(logLevel)
-			if err != nil {
-				return err
-			}
-			if os.Geteuid() != 0 {
-				return bench.ErrNotRoot
-			}
-			agent, err := findAgent(agentBinary)
+			level, agent, err := prepare(logLevel, agentBinary)
 			if err != nil {
 				return err
 			}
@@ -53,7 +44,7 @@ func vmCommand(t cli.Tool) *cobra.Command {
 				Runs: runs, Warmup: warmup, AgentBinary: agent, GuestbootDir: guestbootDir,
 				MemoryMiB: memoryMiB, Idle: idle, SkipIdle: idle == 0,
 				Progress: t.Stderr(), Version: t.Version(),
-				Logger: slog.New(slog.NewTextHandler(t.Stderr(), &slog.HandlerOptions{Level: level})),
+				Logger: logger(t, level),
 			}
 			rep, err := bench.RunVM(cmd.Context(), opts)
 			if err != nil {
