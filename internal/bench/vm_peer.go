@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/procfs"
 	"github.com/airlockdev/airlock/internal/runtime/qemu"
 	"github.com/airlockdev/airlock/internal/runtime/qemu/qmp"
 	"github.com/airlockdev/airlock/internal/vmdisk"
@@ -30,12 +31,9 @@ func processesMentioning(s string) []int {
 		if err != nil || !strings.Contains(string(cmdline), s) {
 			continue
 		}
-		if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
-			if i := strings.LastIndexByte(string(st), ')'); i > 0 && i+2 < len(st) && (st[i+2] == 'Z' || st[i+2] == 'X') {
-				continue
-			}
+		if procfs.Alive(pid) {
+			pids = append(pids, pid)
 		}
-		pids = append(pids, pid)
 	}
 	return pids
 }
@@ -146,7 +144,7 @@ func waitAgentInfo(ctx context.Context, dir string, cmd *exec.Cmd) error {
 		if err == nil {
 			return nil
 		}
-		if cmd.ProcessState != nil || !processAlive(cmd.Process.Pid) {
+		if cmd.ProcessState != nil || !procfs.Alive(cmd.Process.Pid) {
 			return fmt.Errorf("qemu exited: %s", fileTail(filepath.Join(dir, "qemu.log")))
 		}
 		select {
@@ -155,15 +153,6 @@ func waitAgentInfo(ctx context.Context, dir string, cmd *exec.Cmd) error {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
-}
-
-func processAlive(pid int) bool {
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(st), ')')
-	return i > 0 && i+2 < len(st) && st[i+2] != 'Z' && st[i+2] != 'X'
 }
 
 func fileTail(p string) string {

@@ -1,6 +1,6 @@
 // Package procfs reads what Airlock needs from the host's /proc: a
-// process's state and start time, which together name one process even
-// when its pid is reused.
+// process's state, parent and start time (state and start time together
+// name one process even when its pid is reused).
 package procfs
 
 import (
@@ -13,6 +13,7 @@ import (
 // Stat is the part of /proc/PID/stat that Airlock reads.
 type Stat struct {
 	State     byte   // R, S, D, Z, X, …
+	PPid      int    // the parent's pid
 	StartTime uint64 // clock ticks after boot
 }
 
@@ -37,7 +38,8 @@ func Alive(pid int) bool {
 
 // ParseStat parses the contents of /proc/PID/stat. The command name (field
 // 2) may contain spaces and parentheses, so fields are counted from the
-// last ")": field 3 is the state, field 22 the start time.
+// last ")": field 3 is the state, field 4 the parent's pid, field 22 the
+// start time.
 func ParseStat(s string) (Stat, bool) {
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
@@ -47,9 +49,13 @@ func ParseStat(s string) (Stat, bool) {
 	if len(f) < 20 || len(f[0]) != 1 {
 		return Stat{}, false
 	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return Stat{}, false
+	}
 	start, err := strconv.ParseUint(f[19], 10, 64)
 	if err != nil {
 		return Stat{}, false
 	}
-	return Stat{State: f[0][0], StartTime: start}, true
+	return Stat{State: f[0][0], PPid: ppid, StartTime: start}, true
 }

@@ -268,12 +268,7 @@ func vmPid(dir, name string) int {
 }
 
 func isVM(pid int, name string) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// state is the field after the parenthesised comm
-	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+	if !procfs.Alive(pid) {
 		return false
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
@@ -310,16 +305,8 @@ func waitGone(ctx context.Context, pid int, name string, limit time.Duration) er
 // this runtime started, which its launch goroutine is about to reap. Until
 // then the pid exists; callers that saw it die wait for that too.
 func reaping(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return false
-	}
-	fields := strings.Fields(string(stat[i+1:])) // state, ppid, …
-	return len(fields) > 1 && fields[0] == "Z" && fields[1] == strconv.Itoa(os.Getpid())
+	st, ok := procfs.ReadStat(pid)
+	return ok && st.State == 'Z' && st.PPid == os.Getpid()
 }
 
 // dialIn connects to the Unix socket name in dir through /proc/self/fd,
