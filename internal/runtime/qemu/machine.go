@@ -21,6 +21,7 @@ import (
 	"github.com/airlockdev/airlock/internal/procfs"
 	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/runtime/qemu/qmp"
+	"github.com/airlockdev/airlock/internal/unixsock"
 	"github.com/airlockdev/airlock/internal/vmdisk"
 )
 
@@ -309,19 +310,6 @@ func reaping(pid int) bool {
 	return ok && st.State == 'Z' && st.PPid == os.Getpid()
 }
 
-// dialIn connects to the Unix socket name in dir through /proc/self/fd,
-// so a state root of any length works despite the 108-byte limit of
-// socket addresses.
-func dialIn(ctx context.Context, dir, name string) (net.Conn, error) {
-	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
-	}
-	defer unix.Close(dfd)
-	var d net.Dialer
-	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", dfd, name))
-}
-
 // qmpListenWait bounds trying again a QMP socket that refuses
 // connections (QEMU starting; a QEMU that died leaves its socket file).
 const qmpListenWait = 3 * time.Second
@@ -345,7 +333,7 @@ func withQMPTimeout(ctx context.Context, dir string, limit time.Duration, fn fun
 	var conn net.Conn
 	var err error
 	for {
-		if conn, err = dialIn(ctx, dir, qmpSocket); err == nil {
+		if conn, err = unixsock.DialIn(ctx, dir, qmpSocket); err == nil {
 			break
 		}
 		if !errors.Is(err, syscall.ECONNREFUSED) || !exists(filepath.Join(dir, qmpSocket)) || time.Now().After(refusedUntil) {
