@@ -187,7 +187,7 @@ func (r *Runtime) makeBase(ctx context.Context, key string, spec runtime.Spec, m
 	}
 	// The RAM is in the memory file's page cache: every clone maps it,
 	// for as long as the base exists, across host restarts too.
-	if err := syncFile(bm.Memory); err != nil {
+	if err := atomicfile.SyncFile(bm.Memory); err != nil {
 		return base{}, err
 	}
 	pid, err := readPid(tmp)
@@ -338,13 +338,4 @@ func (r *Runtime) sweepBaseLeftovers(ctx context.Context, key string) {
 			r.log.WarnContext(ctx, "leftover of a base snapshot build stays", "dir", dir, "err", err)
 		}
 	}
-}
-
-func syncFile(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
