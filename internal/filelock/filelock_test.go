@@ -9,6 +9,21 @@ import (
 	"time"
 )
 
+// lockLater starts a Lock of path that waits for the holder (given 20 ms
+// to start waiting) and delivers the locked file.
+func lockLater(t *testing.T, path string) <-chan *os.File {
+	got := make(chan *os.File, 1)
+	go func() {
+		g, err := Lock(context.Background(), path)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- g
+	}()
+	time.Sleep(20 * time.Millisecond)
+	return got
+}
+
 func TestLockWaitsForTheHolder(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.lock")
 	f, err := Lock(context.Background(), path)
@@ -20,15 +35,7 @@ func TestLockWaitsForTheHolder(t *testing.T) {
 	if _, err := Lock(ctx, path); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("second Lock while held = %v; want the context's deadline", err)
 	}
-	got := make(chan *os.File, 1)
-	go func() {
-		g, err := Lock(context.Background(), path)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- g
-	}()
-	time.Sleep(20 * time.Millisecond)
+	got := lockLater(t, path)
 	f.Close()
 	select {
 	case g := <-got:
@@ -46,15 +53,7 @@ func TestLockAfterRemoval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *os.File, 1)
-	go func() {
-		g, err := Lock(context.Background(), path)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- g
-	}()
-	time.Sleep(20 * time.Millisecond)
+	got := lockLater(t, path)
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
