@@ -14,17 +14,13 @@ import (
 // airlock's command-line conventions see of their invocation; airlock-bench
 // (internal/bench/benchcli) is one. Such a program has airlock's global
 // flags --output, --data-dir and --timeout (and, hidden, --url and
-// --api-key), and exits as airlock does: 0;
-// 1 on a failure ("error: …" on stderr); 2 on a usage error (see
-// UsageErrorf); 130 when interrupted.
+// --api-key), and exits as airlock does: 0; 1 on a failure ("error: …" on
+// stderr); 2 on a usage error (see UsageErrorf); 130 when interrupted.
 type Tool struct{ a *app }
 
 // Stdout and Stderr are the invocation's output streams.
 func (t Tool) Stdout() io.Writer { return t.a.env.Stdout }
 func (t Tool) Stderr() io.Writer { return t.a.env.Stderr }
-
-// Getenv reads the invocation's environment.
-func (t Tool) Getenv(key string) string { return t.a.env.Getenv(key) }
 
 // JSON reports whether --output asks for JSON rather than a table.
 func (t Tool) JSON() bool { return t.a.flags.output == outputJSON }
