@@ -1,6 +1,7 @@
 // Package atomicfile replaces small files atomically and durably: readers see
 // the old content or the new, never a mix, and after a crash the new content
-// is either fully there or not at all.
+// is either fully there or not at all. SyncFile and SyncDir make other
+// files' content and directory entries durable.
 package atomicfile
 
 import (
@@ -43,6 +44,24 @@ func Write(path string, data []byte, perm os.FileMode) (err error) {
 		return err
 	}
 	return SyncDir(dir)
+}
+
+// SyncFile fsyncs the file at path, then its directory: its content and
+// its entry become durable. For files another program wrote (QEMU's RAM
+// file, qemu-img's images) or that the caller has no descriptor of.
+func SyncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("fsync %s: %w", path, err)
+	}
+	return SyncDir(filepath.Dir(path))
 }
 
 // SyncDir fsyncs a directory, making the entries created, renamed or

@@ -1,6 +1,7 @@
 package atomicfile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -28,5 +29,18 @@ func TestWrite(t *testing.T) {
 	}
 	if err := Write(filepath.Join(dir, "missing", "f"), nil, 0o600); err == nil {
 		t.Fatal("writing into a missing directory succeeded")
+	}
+}
+
+func TestSyncFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := SyncFile(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := SyncFile(p + ".missing"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("SyncFile of a missing file = %v", err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/binpath"
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/egress/fakenet"
 	"github.com/airlockdev/airlock/internal/model"
@@ -42,7 +43,8 @@ type EgressOptions struct {
 	Runs          int    // new connections per subject (default 200)
 	Rounds        int    // the runs are split into rounds, subjects in random order per round (default 5)
 	DownloadBytes int64  // the large download (default 1 GiB)
-	AirlockBinary string // the static airlock run as server and copied into the sandbox (default: this executable)
+	AirlockBinary string // the airlock run as the server (default: binpath.Find("airlock"))
+	ProbeBinary   string // the static airlock-bench whose `egress probe` runs in the fake host namespace and in the sandbox (default: this executable)
 	AgentBinary   string // required
 	TempDir       string // default os.TempDir()
 	Progress      io.Writer
@@ -147,11 +149,18 @@ func (o *EgressOptions) check() error {
 		return fmt.Errorf("bench: download size must be positive, not %d", o.DownloadBytes)
 	}
 	if o.AirlockBinary == "" {
+		p, err := binpath.Find("airlock")
+		if err != nil {
+			return fmt.Errorf("bench: the airlock binary runs the server: %w", err)
+		}
+		o.AirlockBinary = p
+	}
+	if o.ProbeBinary == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return fmt.Errorf("bench: find the airlock binary: %w", err)
+			return fmt.Errorf("bench: find the probe binary (airlock-bench): %w", err)
 		}
-		o.AirlockBinary = exe
+		o.ProbeBinary = exe
 	}
 	if o.AgentBinary == "" {
 		return errors.New("bench: the airlock-agent binary is required")
@@ -222,7 +231,7 @@ func (e *egressBench) setup(ctx context.Context) error {
 	if op.State != string(model.OpSucceeded) {
 		return fmt.Errorf("bench: create sandbox: %s: %+v", op.State, op.Error)
 	}
-	f, err := os.Open(e.opts.AirlockBinary)
+	f, err := os.Open(e.opts.ProbeBinary)
 	if err != nil {
 		return err
 	}
@@ -369,15 +378,15 @@ func (e *egressBench) measure(ctx context.Context, rep EgressReport) (EgressRepo
 }
 
 // probe runs one probe in this process (inside the fake host namespace)
-// or in the sandbox (the hidden `airlock bench egress probe`).
+// or in the sandbox (the hidden `airlock-bench egress probe`).
 func (e *egressBench) probe(ctx context.Context, inGuest bool, cfg EgressProbeConfig) (EgressProbeResult, error) {
-	args := []string{"bench", "egress", "probe", "--name", cfg.Name,
+	args := []string{"egress", "probe", "--name", cfg.Name,
 		"--port", strconv.Itoa(cfg.Port), "--runs", strconv.Itoa(cfg.Runs), "--download", strconv.FormatInt(cfg.Download, 10)}
 	var out bytes.Buffer
 	if !inGuest {
 		// The same probe binary, in the fake host namespace, asking the
 		// fake internet's DNS server directly.
-		cmd := e.net.Command(ctx, e.opts.AirlockBinary, append(args, "--dns", netip.AddrPortFrom(fakenet.DNSAddr, 53).String())...)
+		cmd := e.net.Command(ctx, e.opts.ProbeBinary, append(args, "--dns", netip.AddrPortFrom(fakenet.DNSAddr, 53).String())...)
 		var stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &stderr
 		if err := cmd.Run(); err != nil {

@@ -29,7 +29,7 @@ func TestRunEgress(t *testing.T) {
 	var progress, serverLog bytes.Buffer
 	rep, err := RunEgress(ctx, EgressOptions{
 		Runtime: "runc", Runs: 10, Rounds: 2, DownloadBytes: 64 << 20,
-		AirlockBinary: bin, AgentBinary: airtest.BuildAgent(t), TempDir: "/tmp",
+		AirlockBinary: bin, ProbeBinary: airtest.BuildBinary(t, "./cmd/airlock-bench"), AgentBinary: airtest.BuildAgent(t), TempDir: "/tmp",
 		Progress: &progress, ServerLog: &serverLog,
 	})
 	if err != nil {
@@ -55,12 +55,13 @@ func TestRunEgress(t *testing.T) {
 	t.Logf("\n%s", table.String())
 }
 
-// TestEgressProbeCommand runs the hidden `airlock bench egress probe` in
+// TestEgressProbeCommand runs the hidden `airlock-bench egress probe` in
 // the fake host namespace, as RunEgress does for its direct baseline.
 func TestEgressProbeCommand(t *testing.T) {
 	airtest.RequireRoot(t)
+	airtest.SkipShort(t, "a build of airlock-bench and a fake internet (12 s)")
 	airtest.RequireBinary(t, "nsenter")
-	bin := airtest.BuildBinary(t, "./cmd/airlock")
+	bin := airtest.BuildBinary(t, "./cmd/airlock-bench")
 	n, err := fakenet.New(fakenet.Config{Zone: fakenet.NewZone(map[string]fakenet.Record{
 		egressDirectName: {Addrs: []netip.Addr{egressBenchAddr}},
 	})})
@@ -68,7 +69,7 @@ func TestEgressProbeCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	e := &egressBench{opts: EgressOptions{AirlockBinary: bin}, net: n}
+	e := &egressBench{opts: EgressOptions{ProbeBinary: bin}, net: n}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, port := range []int{443, 80} {

@@ -17,7 +17,7 @@ import (
 
 // EgressProbeConfig is one measurement of `airlock bench egress`, made
 // either in this process (the direct baseline) or inside a sandbox by the
-// hidden `airlock bench egress probe` (through Airlock's proxy).
+// hidden `airlock-bench egress probe` (through Airlock's proxy).
 type EgressProbeConfig struct {
 	Name     string // the server's name: resolved, then sent as SNI and Host
 	Port     int    // 443 (HTTPS) or 80 (HTTP)

@@ -507,7 +507,7 @@ func (b *vmBench) profileBase(ctx context.Context) (s createSample, err error) {
 		return s, err
 	}
 	t1 := time.Now()
-	if err := withPeerQMP(ctx, rt.StateDir(id), func(c *qmp.Client) error { return c.Cont(ctx) }); err != nil {
+	if err := qemu.WithQMP(ctx, rt.StateDir(id), func(c *qmp.Client) error { return c.Cont(ctx) }); err != nil {
 		return s, err
 	}
 	t2 := time.Now()

@@ -1,118 +1,75 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"path/filepath"
+	"os/exec"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlockdev/airlock/internal/bench"
+	"github.com/airlockdev/airlock/internal/binpath"
 )
 
+// benchBinary is the program `airlock bench` runs: the benchmarks are a
+// binary of their own (cmd/airlock-bench), so that airlock links none of
+// their code (in-process servers, raw runtime peers, simulated nodes).
+const benchBinary = "airlock-bench"
+
+// benchArgv0 is airlock-bench's argv[0] when airlock runs it: its help and
+// errors then name its commands `airlock bench …` (benchcli.Main).
+const benchArgv0 = "airlock bench"
+
 func (a *app) benchCommand() *cobra.Command {
-	return group("bench", "Measure Airlock against the raw runtimes", a.benchCreateCommand(), a.benchExecCommand(), a.benchThroughputCommand(), a.benchTemplateSizeCommand(), a.benchTemplateBuildCommand(), a.benchEgressCommand(), a.benchLifecycleCommand(), a.benchNodesCommand(), a.benchVMCommand(), a.benchBurstCommand(), a.benchDensityCommand())
-}
-
-// benchCreateFlags are the flags of `airlock bench create`.
-type benchCreateFlags struct {
-	runs        int
-	warmup      int
-	runtimes    []string
-	peers       []string
-	pool        bool
-	agentBinary string
-	seed        uint64
-	logLevel    string
-}
-
-func (a *app) benchCreateCommand() *cobra.Command {
-	def := bench.DefaultConfig()
-	f := benchCreateFlags{}
-	cmd := &cobra.Command{
-		Use:   "create",
-		Short: "Measure create → first output of echo, for Airlock and the raw runtimes",
-		Long: "Measure the time from asking for a new sandbox to the first stdout byte of\n" +
-			"`echo hello` in it: for Airlock on each of --runtimes (an in-process airlock server\n" +
-			"on a temporary data dir, driven through the API) and, in the same run and on the\n" +
-			"same root filesystem, for the raw runtimes of --peers (runc run, crun run, runsc\n" +
-			"run, podman run --rootfs). Each round runs every subject once in a random order.\n" +
-			"With --pool (default) each server also keeps a warm pool of one sandbox, and\n" +
-			"airlock-RUNTIME-pool claims from it (every claim must report source \"pool\"; the\n" +
-			"refill is waited for, untimed, after each run).\n" +
-			"Prints p50/p95/p99/min/max/mean per subject and Airlock's p50 over its raw peer's.\n" +
-			"Needs root. Everything it creates is removed on exit, also on Ctrl-C.",
-		Args: exactArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if f.runs < 1 {
-				return usageErrorf("--runs must be at least 1")
-			}
-			if f.warmup < 0 {
-				return usageErrorf("--warmup must not be negative")
-			}
-			level, err := parseLogLevel(f.logLevel)
+	return &cobra.Command{
+		Use:   "bench",
+		Short: "Measure Airlock against the raw runtimes (runs airlock-bench)",
+		Long: "Run the benchmarks: `airlock bench ARGS` runs `airlock-bench ARGS`, found next to\n" +
+			"the airlock binary, then in PATH, and exits with its exit code. `airlock bench --help`\n" +
+			"lists them (create, burst, density, exec, throughput, template-size, template-build,\n" +
+			"egress, lifecycle, vm, nodes). ./scripts/build.sh builds airlock-bench beside airlock.",
+		// Everything after `bench`, flags too, is airlock-bench's.
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path, err := binpath.Find(benchBinary)
 			if err != nil {
-				return err
+				return fmt.Errorf("airlock bench runs %s: %w; build it beside airlock with ./scripts/build.sh, or: go build -o %s ./cmd/airlock-bench",
+					benchBinary, err, binpath.Beside(benchBinary))
 			}
-			if os.Geteuid() != 0 {
-				return bench.ErrNotRoot
-			}
-			agent, err := benchAgentBinary(f.agentBinary)
-			if err != nil {
-				return err
-			}
-			logs := slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: level}))
-			cfg := bench.Config{
-				Runs:         f.runs,
-				Warmup:       f.warmup,
-				Runtimes:     f.runtimes,
-				Peers:        f.peers,
-				Pool:         f.pool,
-				AgentBinary:  agent,
-				TempDir:      def.TempDir,
-				Seed:         f.seed,
-				Progress:     a.env.Stderr,
-				ServerLogger: logs,
-				Logger:       logs,
-				Version:      buildVersion().Version,
-			}
-			rep, err := bench.Run(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			if a.flags.output == outputJSON {
-				return rep.WriteJSON(a.env.Stdout)
-			}
-			return rep.WriteTable(a.env.Stdout)
+			return a.runBench(cmd.Context(), path, args)
 		},
 	}
-	fs := cmd.Flags()
-	fs.IntVar(&f.runs, "runs", def.Runs, "counted runs per subject")
-	fs.IntVar(&f.warmup, "warmup", def.Warmup, "uncounted warm-up runs per subject before them")
-	fs.StringSliceVar(&f.runtimes, "runtimes", def.Runtimes, "runtimes to measure Airlock on: runc, crun, runsc")
-	fs.StringSliceVar(&f.peers, "peers", def.Peers, "raw runs to compare with: runc, crun, runsc, podman (missing ones are skipped)")
-	fs.BoolVar(&f.pool, "pool", def.Pool, "also measure a warm-pool claim per runtime (airlock-RUNTIME-pool)")
-	fs.StringVar(&f.agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock)")
-	fs.Uint64Var(&f.seed, "seed", 0, "seed of the per-round order (default: random)")
-	fs.StringVar(&f.logLevel, "log-level", "warn", "level of the servers' logs on stderr: debug, info, warn or error")
-	return cmd
 }
 
-// benchAgentBinary returns --agent-binary, or airlock-agent next to the
-// running executable.
-func benchAgentBinary(flag string) (string, error) {
-	if flag != "" {
-		return filepath.Abs(flag)
+// runBench runs airlock-bench at path with args. As the process (Main) it
+// executes it in this process's place: same pid, streams and signals, so
+// a ^C or a SIGTERM reaches the benchmark once and it cleans up, and its
+// exit code is airlock's. Otherwise (Run with streams of its own) it runs
+// it as a child on the Env's streams, interrupts it with SIGINT when ctx
+// ends and waits for its cleanup.
+func (a *app) runBench(ctx context.Context, path string, args []string) error {
+	if a.env.process {
+		if err := syscall.Exec(path, append([]string{benchArgv0}, args...), os.Environ()); err != nil {
+			return fmt.Errorf("run %s: %w", path, err)
+		}
 	}
-	exe, err := os.Executable()
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Args[0] = benchArgv0
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.env.Stdin, a.env.Stdout, a.env.Stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code := ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal()) // as a shell reports it
+		}
+		return exitStatus{code}
+	}
 	if err != nil {
-		return "", fmt.Errorf("find airlock-agent: %w", err)
+		return fmt.Errorf("run %s: %w", path, err)
 	}
-	p := filepath.Join(filepath.Dir(exe), "airlock-agent")
-	if _, err := os.Stat(p); err != nil {
-		return "", errors.New("airlock-agent not found next to the airlock binary (" + p + "): build it with ./scripts/build.sh or pass --agent-binary")
-	}
-	return p, nil
+	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,55 +13,85 @@ import (
 	"github.com/airlockdev/airlock/internal/airtest"
 )
 
-func runBench(t *testing.T, args ...string) (code int, stdout, stderr string) {
+// benchOnPath builds airlock-bench and puts its directory first in PATH,
+// where `airlock bench` finds it (the test binary has none beside it).
+func benchOnPath(t *testing.T) {
+	t.Helper()
+	bin := airtest.BuildBinary(t, "./cmd/airlock-bench")
+	t.Setenv("PATH", filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+}
+
+// runAirlock runs `airlock ARGS` in this process.
+func runAirlock(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	code = Run(ctx, Env{Stdout: &out, Stderr: &errb}, append([]string{"bench", "create"}, args...))
+	code = Run(ctx, Env{Stdout: &out, Stderr: &errb}, args)
 	return code, out.String(), errb.String()
 }
 
-func TestBenchCreateUsageErrors(t *testing.T) {
+func TestBenchNotInstalled(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	code, _, stderr := runAirlock(t, "bench", "create", "--runs", "1")
+	for _, want := range []string{"airlock bench runs airlock-bench", "not next to this executable", "not found in $PATH", "./scripts/build.sh", "go build -o ", "./cmd/airlock-bench"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr %q lacks %q", stderr, want)
+		}
+	}
+	if code != exitFailure {
+		t.Errorf("exit %d; want %d", code, exitFailure)
+	}
+}
+
+// TestBenchHelp: `airlock bench --help` is airlock-bench's help, which
+// lists every benchmark.
+func TestBenchHelp(t *testing.T) {
+	benchOnPath(t)
+	code, stdout, stderr := runAirlock(t, "bench", "--help")
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, sub := range []string{"create", "burst", "density", "exec", "throughput", "template-size", "template-build", "egress", "lifecycle", "vm", "nodes"} {
+		if !strings.Contains(stdout, "\n  "+sub+" ") {
+			t.Errorf("help lacks %q:\n%s", sub, stdout)
+		}
+	}
+}
+
+// TestBenchPassesThrough: arguments, flags (airlock's global ones before
+// `bench` too) and exit codes go through airlock-bench unchanged.
+func TestBenchPassesThrough(t *testing.T) {
+	benchOnPath(t)
 	tests := []struct {
-		name string
 		args []string
 		code int
 		want string
 	}{
-		{"no runs", []string{"--runs", "0"}, exitUsage, "--runs must be at least 1"},
-		{"negative warmup", []string{"--warmup", "-1"}, exitUsage, "--warmup must not be negative"},
-		{"bad output", []string{"-o", "yaml"}, exitUsage, "--output must be table or json"},
-		{"stray argument", []string{"now"}, exitUsage, `unexpected argument "now"`},
-		{"bad log level", []string{"--log-level", "loud"}, exitUsage, "--log-level"},
+		{[]string{"bench", "create", "--runs", "0"}, exitUsage, "--runs must be at least 1\nRun 'airlock bench create --help' for usage."},
+		{[]string{"bench", "nodes", "--creates", "0"}, exitUsage, "--creates must be at least 1"},
+		{[]string{"-o", "yaml", "bench", "create"}, exitUsage, "--output must be table or json"},
+		{[]string{"--url", "http://127.0.0.1:1", "--api-key", "k", "bench", "create", "--runs", "0"}, exitUsage, "--runs must be at least 1"},
+		{[]string{"bench", "create", "--output=yaml"}, exitUsage, "--output must be table or json"},
+		{[]string{"bench", "warp"}, exitUsage, `unknown command "warp" for "airlock bench"`},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			code, _, stderr := runBench(t, tt.args...)
-			if code != tt.code || !strings.Contains(stderr, tt.want) {
-				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, stderr, tt.code, tt.want)
-			}
-		})
+		code, _, stderr := runAirlock(t, tt.args...)
+		if code != tt.code || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tt.args, code, stderr, tt.code, tt.want)
+		}
 	}
 }
 
-func TestBenchCreateBadRuntime(t *testing.T) {
-	airtest.RequireRoot(t)
-	agent := airtest.BuildAgent(t)
-	code, _, stderr := runBench(t, "--runtimes", "kata", "--agent-binary", agent)
-	if code != exitFailure || !strings.Contains(stderr, `unknown OCI runtime "kata"`) {
-		t.Errorf("exit %d, stderr %q", code, stderr)
-	}
-}
-
-// TestBenchCreateRunc runs the real benchmark, small: Airlock on runc
-// against `runc run`, two runs each, JSON output.
+// TestBenchCreateRunc runs the real benchmark through `airlock bench`,
+// small: Airlock on runc against `runc run`, two runs each, JSON output.
 func TestBenchCreateRunc(t *testing.T) {
 	airtest.RequireRoot(t)
+	benchOnPath(t)
 	airtest.RequireBinary(t, "runc")
 	airtest.BusyboxPath(t)
 	agent := airtest.BuildAgent(t)
-	code, stdout, stderr := runBench(t, "--runs", "2", "--warmup", "1", "--runtimes", "runc",
+	code, stdout, stderr := runAirlock(t, "bench", "create", "--runs", "2", "--warmup", "1", "--runtimes", "runc",
 		"--peers", "runc", "--pool=false", "--agent-binary", agent, "--seed", "7", "-o", "json")
 	if code != exitOK {
 		t.Fatalf("exit %d\nstderr:\n%s", code, stderr)
@@ -100,26 +132,6 @@ func TestBenchCreateRunc(t *testing.T) {
 	for _, want := range []string{"starting an airlock server on runc", "[warm-up 1/1]", "[1/2]", "[2/2]"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("progress on stderr lacks %q:\n%s", want, stderr)
-		}
-	}
-}
-
-func TestBenchNodesUsageErrors(t *testing.T) {
-	tests := []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--nodes", "1,0"}, "--nodes: every count must be at least 1"},
-		{[]string{"--creates", "0"}, "--creates must be at least 1"},
-		{[]string{"--clients", "0"}, "--clients must be at least 1"},
-		{[]string{"--database-url", "mysql://x"}, "--database-url must be a postgres:// URL"},
-		{[]string{"--placement-cache", "-1s"}, "--placement-cache and --analyze must not be negative"},
-	}
-	for _, tt := range tests {
-		var out, errb bytes.Buffer
-		code := Run(context.Background(), Env{Stdout: &out, Stderr: &errb}, append([]string{"bench", "nodes"}, tt.args...))
-		if code != exitUsage || !strings.Contains(errb.String(), tt.want) {
-			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tt.args, code, errb.String(), exitUsage, tt.want)
 		}
 	}
 }

@@ -1,15 +1,13 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockdev/airlock/internal/binpath"
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/guestboot"
 )
@@ -71,14 +69,9 @@ func (a *app) bootInputsCommand() *cobra.Command {
 // defaultAgentBinary finds the airlock-agent the way the server does: next
 // to the running airlock binary, then in PATH.
 func defaultAgentBinary() (string, error) {
-	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "airlock-agent")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
+	p, err := binpath.Find("airlock-agent")
+	if err != nil {
+		return "", fmt.Errorf("%w: build it with `CGO_ENABLED=0 go build -o bin/ ./cmd/...` or pass --agent", err)
 	}
-	if p, err := exec.LookPath("airlock-agent"); err == nil {
-		return filepath.Abs(p)
-	}
-	return "", errors.New("airlock-agent not found next to the airlock binary or in PATH: build it with `CGO_ENABLED=0 go build -o bin/ ./cmd/...` or pass --agent")
+	return p, nil
 }

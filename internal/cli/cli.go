@@ -37,24 +37,40 @@ type Env struct {
 	Stdout io.Writer
 	Stderr io.Writer
 	Getenv func(string) string
+
+	// process: the streams and environment are the process's own (Main),
+	// so a command may replace the process (`airlock bench` executes
+	// airlock-bench in its place).
+	process bool
 }
 
 // Main runs `airlock` with the process's arguments, environment and standard
 // streams and returns its exit code. SIGINT or SIGTERM cancels the running
 // command (which then cleans up); a second one kills the process.
-func Main() int {
+func Main() int { return runMain(Run) }
+
+// runMain runs run as the process: its arguments, environment and
+// standard streams, its context cancelled by SIGINT or SIGTERM.
+func runMain(run func(context.Context, Env, []string) int) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// After the first signal, restore the default handling so that a second
 	// one terminates the process even if cleanup hangs.
 	unhook := context.AfterFunc(ctx, stop)
 	defer unhook()
-	return Run(ctx, Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}, os.Args[1:])
+	env := Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, process: true}
+	return run(ctx, env, os.Args[1:])
 }
 
 // Run runs the CLI with args (without the program name) and returns the exit
 // code. Cancelling ctx interrupts the running command.
 func Run(ctx context.Context, env Env, args []string) int {
+	return run(ctx, env, args, (*app).rootCommand)
+}
+
+// run runs the root command that root makes for one invocation with args
+// and returns the exit code.
+func run(ctx context.Context, env Env, args []string, root func(*app) *cobra.Command) int {
 	if env.Getenv == nil {
 		env.Getenv = func(string) string { return "" }
 	}
@@ -62,12 +78,12 @@ func Run(ctx context.Context, env Env, args []string) int {
 		env.Stdin = eofReader{}
 	}
 	a := &app{env: env, interrupted: ctx.Done()}
-	root := a.rootCommand()
-	root.SetArgs(args)
-	root.SetIn(env.Stdin)
-	root.SetOut(env.Stdout)
-	root.SetErr(env.Stderr)
-	cmd, err := root.ExecuteContextC(ctx)
+	r := root(a)
+	r.SetArgs(args)
+	r.SetIn(env.Stdin)
+	r.SetOut(env.Stdout)
+	r.SetErr(env.Stderr)
+	cmd, err := r.ExecuteContextC(ctx)
 	if a.cancel != nil {
 		a.cancel()
 	}
@@ -97,27 +113,13 @@ type app struct {
 }
 
 func (a *app) rootCommand() *cobra.Command {
-	root := &cobra.Command{
+	root := a.newRoot(&cobra.Command{
 		Use:   "airlock",
 		Short: "Run untrusted code in isolated sandboxes",
 		Long: "Airlock runs untrusted code from AI agents in isolated sandboxes.\n\n" +
 			"`airlock server` runs the server; the other commands talk to one, found through\n" +
 			"--url/--api-key, $AIRLOCK_URL/$AIRLOCK_API_KEY, or the local server's data dir.",
-		SilenceErrors:     true,
-		SilenceUsage:      true,
-		Args:              groupArgs,
-		RunE:              groupRun,
-		PersistentPreRunE: a.setup,
-	}
-	root.CompletionOptions.HiddenDefaultCmd = true
-	pf := root.PersistentFlags()
-	pf.StringVar(&a.flags.url, "url", "", "server URL, e.g. http://127.0.0.1:7070 (default: $AIRLOCK_URL, then DATA_DIR/server.url)")
-	pf.StringVar(&a.flags.apiKey, "api-key", "", "API key (default: $AIRLOCK_API_KEY, then DATA_DIR/admin.key)")
-	pf.StringVar(&a.flags.dataDir, "data-dir", "", "the local server's data dir (default: $AIRLOCK_DATA_DIR, then /var/lib/airlock as root, else ~/.local/share/airlock)")
-	pf.StringVarP(&a.flags.output, "output", "o", "table", "output format: table or json")
-	pf.DurationVar(&a.flags.timeout, "timeout", 0, "give up when the command takes longer than this (0: no limit)")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-
+	})
 	root.AddCommand(
 		a.serverCommand(),
 		a.withLifecycle(a.sandboxCommand()),
@@ -140,6 +142,27 @@ func (a *app) rootCommand() *cobra.Command {
 	)
 	root.AddCommand(a.benchCommand())
 	root.AddCommand(a.shellCommand())
+	return root
+}
+
+// newRoot completes root, the root command of a program, with what every
+// program of this CLI has: the global flags checked before every command
+// (setup), errors left to exitCode, and help when called without a
+// subcommand.
+func (a *app) newRoot(root *cobra.Command) *cobra.Command {
+	root.SilenceErrors = true
+	root.SilenceUsage = true
+	root.Args = groupArgs
+	root.RunE = groupRun
+	root.PersistentPreRunE = a.setup
+	root.CompletionOptions.HiddenDefaultCmd = true
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.flags.url, "url", "", "server URL, e.g. http://127.0.0.1:7070 (default: $AIRLOCK_URL, then DATA_DIR/server.url)")
+	pf.StringVar(&a.flags.apiKey, "api-key", "", "API key (default: $AIRLOCK_API_KEY, then DATA_DIR/admin.key)")
+	pf.StringVar(&a.flags.dataDir, "data-dir", "", "the local server's data dir (default: $AIRLOCK_DATA_DIR, then /var/lib/airlock as root, else ~/.local/share/airlock)")
+	pf.StringVarP(&a.flags.output, "output", "o", "table", "output format: table or json")
+	pf.DurationVar(&a.flags.timeout, "timeout", 0, "give up when the command takes longer than this (0: no limit)")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return root
 }
 

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/atomicfile"
+	"github.com/airlockdev/airlock/internal/binpath"
 	"github.com/airlockdev/airlock/internal/controller"
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/egress/secrets"
@@ -423,16 +423,11 @@ func findAgentBinary(explicit string) (string, error) {
 		}
 		return p, nil
 	}
-	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "airlock-agent")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
+	p, err := binpath.Find("airlock-agent")
+	if err != nil {
+		return "", fmt.Errorf("%w: build it with `CGO_ENABLED=0 go build -o bin/ ./cmd/...` or pass --agent-binary", err)
 	}
-	if p, err := exec.LookPath("airlock-agent"); err == nil {
-		return filepath.Abs(p)
-	}
-	return "", errors.New("airlock-agent not found next to the airlock binary or in PATH: build it with `CGO_ENABLED=0 go build -o bin/ ./cmd/...` or pass --agent-binary")
+	return p, nil
 }
 
 // faultInjector returns the hook the worker calls at named points. When the

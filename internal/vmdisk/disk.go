@@ -127,7 +127,7 @@ func clone(ctx context.Context, base string, baseFormat Format, dst string, refl
 			return "", err
 		}
 		if ok {
-			return Raw, syncFile(f)
+			return Raw, atomicfile.SyncFile(f.Name())
 		}
 	}
 	if _, err := run(ctx, toolTimeout, "qemu-img", "create", "-q", "-f", string(QCOW2),
@@ -135,15 +135,7 @@ func clone(ctx context.Context, base string, baseFormat Format, dst string, refl
 		"-o", "extended_l2=on,cluster_size=128k", dst); err != nil {
 		return "", err
 	}
-	return QCOW2, syncFile(f)
-}
-
-// syncFile fsyncs f and its directory.
-func syncFile(f *os.File) error {
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("fsync: %w", err)
-	}
-	return atomicfile.SyncDir(filepath.Dir(f.Name()))
+	return QCOW2, atomicfile.SyncFile(f.Name())
 }
 
 // reflinkBase clones base (size bytes) into the empty dst if dst's

@@ -16,9 +16,8 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlockdev/airlock/internal/atomicfile"
+	"github.com/airlockdev/airlock/internal/filelock"
 )
 
 // BlockSize is the block size of the ext4 filesystems in template images.
@@ -324,8 +323,8 @@ func (im *Images) remove(ctx context.Context, name string) (bool, error) {
 	if err := os.Remove(filepath.Join(im.dir, name+metaExt)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return gone, err
 	}
-	// The lock file goes last, still locked: lockFile checks that the file
-	// it locked is still the one at its path.
+	// The lock file goes last, still locked: filelock.Lock checks that the
+	// file it locked is still the one at its path.
 	if err := os.Remove(filepath.Join(im.dir, name+lockExt)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return gone, err
 	}
@@ -356,7 +355,7 @@ func (im *Images) lock(ctx context.Context, name string) (unlock func(), err err
 		release()
 		return nil, fmt.Errorf("wait for the lock of %s: %w", name, ctx.Err())
 	}
-	f, err := lockFile(ctx, filepath.Join(im.dir, name+lockExt))
+	f, err := filelock.Lock(ctx, filepath.Join(im.dir, name+lockExt))
 	if err != nil {
 		<-l.ch
 		release()
@@ -367,38 +366,4 @@ func (im *Images) lock(ctx context.Context, name string) (unlock func(), err err
 		<-l.ch
 		release()
 	}, nil
-}
-
-// lockFile takes an exclusive flock on path (created if missing), polling
-// so that ctx can end the wait, and returns the open, locked file. It
-// retries when the file it locked was unlinked meanwhile (by a Prune).
-func lockFile(ctx context.Context, path string) (*os.File, error) {
-	delay := 2 * time.Millisecond
-	for {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("lock: %w", err)
-		}
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			var a, b unix.Stat_t
-			if unix.Fstat(int(f.Fd()), &a) == nil && unix.Stat(path, &b) == nil && a.Dev == b.Dev && a.Ino == b.Ino {
-				return f, nil
-			}
-			f.Close() // unlinked meanwhile: lock the new one
-			continue
-		}
-		f.Close()
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("wait for the lock %s: %w", path, ctx.Err())
-		}
-		delay = min(2*delay, 100*time.Millisecond)
-	}
 }

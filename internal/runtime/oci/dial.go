@@ -13,6 +13,7 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/unixsock"
 )
 
 // stateCheckEvery is how often DialAgent, while waiting for the agent,
@@ -21,9 +22,10 @@ const stateCheckEvery = time.Second
 
 // DialAgent connects to the agent's Unix socket, StateRoot/<id>/run/agent.sock,
 // retrying until the agent listens or ctx ends. It fails early if the
-// sandbox does not exist or has stopped. The socket is reached through a
-// short /proc/self/fd path, so a StateRoot of any length works despite the
-// 108-byte limit of Unix socket addresses.
+// sandbox does not exist or has stopped. The socket is reached with
+// unixsock.DialIn: never through a symlink the guest planted in its run
+// directory, and from a StateRoot of any length despite the 108-byte limit
+// of Unix socket addresses.
 func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, error) {
 	if _, err := model.ParseSandboxID(id.String()); err != nil {
 		return nil, fmt.Errorf("dial agent: %w", err)
@@ -43,7 +45,7 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 		}
 	}()
 	for {
-		conn, err := dialIn(ctx, runDir, socketName)
+		conn, err := unixsock.DialIn(ctx, runDir, socketName)
 		if err == nil {
 			return conn, nil
 		}
@@ -95,39 +97,6 @@ const refusedRetry = time.Millisecond
 func dialBackoff() retry.Policy {
 	return retry.Policy{Initial: 2 * time.Millisecond, Max: 16 * time.Millisecond, Jitter: 0.2}
 }
-
-// dialIn connects to the Unix socket name inside dir. The directory is
-// writable by the guest, so the socket is opened without following links
-// (O_PATH|O_NOFOLLOW) and must be a socket; the connect then goes through
-// /proc/self/fd/N of that very inode. Resolving the name itself would let a
-// guest plant a symlink and point the host at any Unix socket on the host.
-// Going through a descriptor also sidesteps the 108-byte limit of socket
-// paths.
-func dialIn(ctx context.Context, dir, name string) (net.Conn, error) {
-	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
-	}
-	defer unix.Close(dfd)
-	fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: dir + "/" + name, Err: err}
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, &os.PathError{Op: "stat", Path: dir + "/" + name, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return nil, fmt.Errorf("%s/%s is not a socket (mode %#o): %w", dir, name, st.Mode, errNotSocket)
-	}
-	var d net.Dialer
-	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
-}
-
-// errNotSocket: the agent's socket path holds something else (a symlink the
-// guest planted, a regular file). Not retried.
-var errNotSocket = errors.New("agent socket is not a socket")
 
 // retryable reports whether a dial error means "not listening yet".
 func retryable(err error) bool {

@@ -16,7 +16,7 @@ import (
 // waits on it between attempts, so that it connects as soon as the agent
 // binds its socket rather than at the next step of its backoff (which
 // cost a new sandbox up to the longest step, 16 ms). An event only wakes
-// the dial, which opens the socket as before (dialIn): what a guest does in
+// the dial, which opens the socket as before (unixsock.DialIn): what a guest does in
 // the directory can wake it early, never make it connect elsewhere. The zero
 // runDirWatch (no watch could be made) waits out the timeout.
 type runDirWatch struct {

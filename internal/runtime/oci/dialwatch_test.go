@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/unixsock"
 )
 
 // A socket bound in the watched directory ends the wait at once (the hour
@@ -28,7 +30,7 @@ func TestRunDirWatchWakesOnSocket(t *testing.T) {
 	if err := w.wait(context.Background(), time.Hour); err != nil {
 		t.Fatalf("wait = %v", err)
 	}
-	conn, err := dialIn(context.Background(), dir, socketName)
+	conn, err := unixsock.DialIn(context.Background(), dir, socketName)
 	if err != nil {
 		t.Fatalf("dial after the event: %v", err)
 	}

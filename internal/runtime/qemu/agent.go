@@ -18,6 +18,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/unixsock"
 )
 
 // agentPorts is how many virtio-serial ports the guest agent serves: QEMU
@@ -161,7 +162,7 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 	if err != nil {
 		return nil, fmt.Errorf("dial agent: %w", err)
 	}
-	conn, err := dialIn(ctx, dir, agentSocketName(port))
+	conn, err := unixsock.DialIn(ctx, dir, agentSocketName(port))
 	if err != nil {
 		r.ports.release(id, port)
 		return nil, fmt.Errorf("dial agent of %s: %w", id, err)

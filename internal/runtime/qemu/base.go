@@ -6,14 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -21,10 +19,11 @@ import (
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/atomicfile"
+	"github.com/airlockdev/airlock/internal/filelock"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/qemu/qmp"
+	"github.com/airlockdev/airlock/internal/unixsock"
 	"github.com/airlockdev/airlock/internal/vmdisk"
 )
 
@@ -99,12 +98,12 @@ func (r *Runtime) baseFor(ctx context.Context, spec runtime.Spec, m machine) (ba
 	defer func() { <-l }()
 	// Across processes (another server or runtime on this state root)
 	// too: one builds, the others wait and take its base.
-	unlockFile, err := lockFile(ctx, filepath.Join(r.stateRoot, baseDir, key+".lock"))
+	lock, err := lockBase(ctx, filepath.Join(r.stateRoot, baseDir, key+".lock"))
 	if err != nil {
 		r.log.WarnContext(ctx, "no base snapshot; sandboxes of this template and size boot", "key", key, "err", err)
 		return base{}, false
 	}
-	defer unlockFile()
+	defer lock.Close()
 	if b, err := readBase(dir); err == nil {
 		return b, true
 	}
@@ -188,7 +187,7 @@ func (r *Runtime) makeBase(ctx context.Context, key string, spec runtime.Spec, m
 	}
 	// The RAM is in the memory file's page cache: every clone maps it,
 	// for as long as the base exists, across host restarts too.
-	if err := syncFile(bm.Memory); err != nil {
+	if err := atomicfile.SyncFile(bm.Memory); err != nil {
 		return base{}, err
 	}
 	pid, err := readPid(tmp)
@@ -243,7 +242,7 @@ func (r *Runtime) makeBase(ctx context.Context, key string, spec runtime.Spec, m
 func waitAgent(ctx context.Context, dir string, limit time.Duration, r *Runtime, warm bool) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return dialIn(ctx, dir, agentSocket) }, r.log)
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return unixsock.DialIn(ctx, dir, agentSocket) }, r.log)
 	err := retryConfigure(ctx, r.log, func() error {
 		_, err := c.Info(ctx)
 		return err
@@ -305,31 +304,13 @@ func (r *Runtime) createFromBase(ctx context.Context, dir string, spec runtime.S
 	return nil
 }
 
-// lockFile takes an exclusive flock on path (created), waiting until ctx
-// ends; the returned function releases it.
-func lockFile(ctx context.Context, path string) (func(), error) {
+// lockBase takes the flock of a base snapshot's key at path, making its
+// directory first.
+func lockBase(ctx context.Context, path string) (*os.File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	w := retry.Policy{Initial: 5 * time.Millisecond, Max: 100 * time.Millisecond}.Start(nil)
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		if werr := w.Wait(ctx); werr != nil {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, werr)
-		}
-	}
+	return filelock.Lock(ctx, path)
 }
 
 // sweepBaseLeftovers ends the QEMU and removes the directory of base
@@ -357,13 +338,4 @@ func (r *Runtime) sweepBaseLeftovers(ctx context.Context, key string) {
 			r.log.WarnContext(ctx, "leftover of a base snapshot build stays", "dir", dir, "err", err)
 		}
 	}
-}
-
-func syncFile(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/airlockdev/airlock/internal/procfs"
 	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/runtime/qemu/qmp"
+	"github.com/airlockdev/airlock/internal/unixsock"
 	"github.com/airlockdev/airlock/internal/vmdisk"
 )
 
@@ -73,15 +74,25 @@ type guestSettings struct {
 // in dir (relative names: QEMU runs in dir, which keeps socket paths short).
 // incoming: wait for a migration stream (a restore) instead of booting.
 func (m machine) args(name string, incoming bool) []string {
+	return m.commandLine(name, incoming, false)
+}
+
+// commandLine is args; bare leaves out what the runtime adds around the
+// devices (-no-shutdown, the console ring, the pid file, the seccomp
+// sandbox, -S; see BareVM) and writes the console to bareConsoleLog.
+func (m machine) commandLine(name string, incoming, bare bool) []string {
 	a := []string{
 		"-name", "guest=" + name,
 		"-machine", "microvm,memory-backend=ram",
+		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+	}
+	if !bare {
 		// -no-shutdown: a guest that powers off or panics leaves QEMU
 		// running, stopped, so its console can still be read; State
 		// reports it stopped and Stop or Delete end it.
-		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-no-shutdown",
-		"-accel", string(m.Accel),
+		a = append(a, "-no-shutdown")
 	}
+	a = append(a, "-accel", string(m.Accel))
 	if m.Accel == AccelKVM {
 		a = append(a, "-cpu", "host")
 	}
@@ -90,12 +101,16 @@ func (m machine) args(name string, incoming bool) []string {
 		"-m", fmt.Sprintf("%dM", m.MemoryMiB),
 		"-object", fmt.Sprintf("memory-backend-file,id=ram,size=%dM,mem-path=%s,share=%s", m.MemoryMiB, qemuOptValue(m.Memory), onOff(m.MemoryShared)),
 		"-kernel", m.Kernel, "-initrd", m.Initrd, "-append", m.Cmdline,
+	)
+	if bare {
+		a = append(a, "-chardev", fmt.Sprintf("file,id=%s,path=%s", consoleDevice, bareConsoleLog))
+	} else {
 		// The serial console in a ring in QEMU's memory: a guest writing
 		// to it without end fills nothing on the host (consoleTail reads
 		// it over QMP).
-		"-chardev", fmt.Sprintf("ringbuf,id=%s,size=%d", consoleDevice, consoleRingBytes), "-serial", "chardev:"+consoleDevice,
-		"-device", "virtio-serial-device",
-	)
+		a = append(a, "-chardev", fmt.Sprintf("ringbuf,id=%s,size=%d", consoleDevice, consoleRingBytes))
+	}
+	a = append(a, "-serial", "chardev:"+consoleDevice, "-device", "virtio-serial-device")
 	for i := range agentPorts {
 		a = append(a,
 			"-chardev", fmt.Sprintf("socket,id=agent%d,path=%s,server=on,wait=off", i, agentSocketName(i)),
@@ -117,17 +132,19 @@ func (m machine) args(name string, incoming bool) []string {
 		}
 		a = append(a, "-device", dev)
 	}
-	a = append(a,
-		"-qmp", "unix:"+qmpSocket+",server=on,wait=off",
-		"-pidfile", pidFile,
-		// QEMU's own seccomp filter: no obsolete system calls, no
-		// setuid/setgid, no fork/exec, no scheduler or affinity changes.
-		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-	)
-
-	if incoming {
+	a = append(a, "-qmp", "unix:"+qmpSocket+",server=on,wait=off")
+	if !bare {
+		a = append(a,
+			"-pidfile", pidFile,
+			// QEMU's own seccomp filter: no obsolete system calls, no
+			// setuid/setgid, no fork/exec, no scheduler or affinity changes.
+			"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+		)
+	}
+	switch {
+	case incoming:
 		a = append(a, "-incoming", "defer")
-	} else {
+	case !bare:
 		a = append(a, "-S") // Start lets it run
 	}
 	return a
@@ -212,19 +229,31 @@ func (r *Runtime) launch(ctx context.Context, dir, name string, m machine, incom
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	if err := waitQMPSocket(ctx, dir, exited); err != nil {
+		_ = cmd.Process.Kill() // nothing to do when it exited
+		return 0, fmt.Errorf("start qemu: %w", err)
+	}
+	return cmd.Process.Pid, nil
+}
+
+// waitQMPSocket waits until the QEMU running in dir has made its QMP
+// socket, for at most launchTimeout; a value on exited (nil: not watched)
+// means QEMU exited first.
+func waitQMPSocket(ctx context.Context, dir string, exited <-chan error) error {
+	ctx, cancel := context.WithTimeout(ctx, launchTimeout)
+	defer cancel()
 	w := retry.Policy{Initial: time.Millisecond, Max: 10 * time.Millisecond}.Start(nil)
 	for !exists(filepath.Join(dir, qmpSocket)) {
 		select {
 		case err := <-exited:
-			return 0, fmt.Errorf("start qemu: exited (%v): %s", err, logTail(filepath.Join(dir, qemuLog)))
+			return fmt.Errorf("exited (%v): %s", err, logTail(filepath.Join(dir, qemuLog)))
 		default:
 		}
 		if err := w.Wait(ctx); err != nil {
-			_ = cmd.Process.Kill()
-			return 0, fmt.Errorf("start qemu: no QMP socket: %w: %s", err, logTail(filepath.Join(dir, qemuLog)))
+			return fmt.Errorf("no QMP socket: %w: %s", err, logTail(filepath.Join(dir, qemuLog)))
 		}
 	}
-	return cmd.Process.Pid, nil
+	return nil
 }
 
 // logTail is the end of a log file, for errors.
@@ -268,12 +297,7 @@ func vmPid(dir, name string) int {
 }
 
 func isVM(pid int, name string) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// state is the field after the parenthesised comm
-	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+	if !procfs.Alive(pid) {
 		return false
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
@@ -310,29 +334,8 @@ func waitGone(ctx context.Context, pid int, name string, limit time.Duration) er
 // this runtime started, which its launch goroutine is about to reap. Until
 // then the pid exists; callers that saw it die wait for that too.
 func reaping(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return false
-	}
-	fields := strings.Fields(string(stat[i+1:])) // state, ppid, …
-	return len(fields) > 1 && fields[0] == "Z" && fields[1] == strconv.Itoa(os.Getpid())
-}
-
-// dialIn connects to the Unix socket name in dir through /proc/self/fd,
-// so a state root of any length works despite the 108-byte limit of
-// socket addresses.
-func dialIn(ctx context.Context, dir, name string) (net.Conn, error) {
-	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
-	}
-	defer unix.Close(dfd)
-	var d net.Dialer
-	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", dfd, name))
+	st, ok := procfs.ReadStat(pid)
+	return ok && st.State == 'Z' && st.PPID == os.Getpid()
 }
 
 // qmpListenWait bounds trying again a QMP socket that refuses
@@ -358,7 +361,7 @@ func withQMPTimeout(ctx context.Context, dir string, limit time.Duration, fn fun
 	var conn net.Conn
 	var err error
 	for {
-		if conn, err = dialIn(ctx, dir, qmpSocket); err == nil {
+		if conn, err = unixsock.DialIn(ctx, dir, qmpSocket); err == nil {
 			break
 		}
 		if !errors.Is(err, syscall.ECONNREFUSED) || !exists(filepath.Join(dir, qmpSocket)) || time.Now().After(refusedUntil) {

@@ -1,17 +1,15 @@
-package cli
+package benchcli
 
 import (
-	"log/slog"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/bench"
-	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/cli"
 )
 
-func (a *app) benchVMCommand() *cobra.Command {
+func vmCommand(t cli.Tool) *cobra.Command {
 	var runs, warmup, memoryMiB, idle int
 	var agentBinary, guestbootDir, logLevel string
 	cmd := &cobra.Command{
@@ -26,24 +24,17 @@ func (a *app) benchVMCommand() *cobra.Command {
 			"restore speed-up and whether it meets the issue's target (≥ 8× faster than a cold boot).\n" +
 			"The boot inputs are built into DATA_DIR/guestboot (or --guestboot-dir) and reused. Needs\n" +
 			"root. Everything it creates is removed on exit, also on Ctrl-C.",
-		Args: exactArgs(),
+		Args: cli.ExactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if runs < 1 || warmup < 0 || idle < 0 {
-				return usageErrorf("--runs must be at least 1, --warmup and --idle not negative")
+				return cli.UsageErrorf("--runs must be at least 1, --warmup and --idle not negative")
 			}
-			level, err := parseLogLevel(logLevel)
-			if err != nil {
-				return err
-			}
-			if os.Geteuid() != 0 {
-				return bench.ErrNotRoot
-			}
-			agent, err := benchAgentBinary(agentBinary)
+			level, agent, err := prepare(logLevel, agentBinary)
 			if err != nil {
 				return err
 			}
 			if guestbootDir == "" {
-				dd, err := client.ResolveDataDir(a.flags.dataDir, a.env.Getenv)
+				dd, err := t.DataDir()
 				if err != nil {
 					return err
 				}
@@ -52,17 +43,14 @@ func (a *app) benchVMCommand() *cobra.Command {
 			opts := bench.VMOptions{
 				Runs: runs, Warmup: warmup, AgentBinary: agent, GuestbootDir: guestbootDir,
 				MemoryMiB: memoryMiB, Idle: idle, SkipIdle: idle == 0,
-				Progress: a.env.Stderr, Version: buildVersion().Version,
-				Logger: slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: level})),
+				Progress: t.Stderr(), Version: t.Version(),
+				Logger: logger(t, level),
 			}
 			rep, err := bench.RunVM(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
-			if a.flags.output == outputJSON {
-				return rep.WriteJSON(a.env.Stdout)
-			}
-			return rep.WriteTable(a.env.Stdout)
+			return writeReport(t, rep)
 		},
 	}
 	fs := cmd.Flags()
@@ -70,7 +58,7 @@ func (a *app) benchVMCommand() *cobra.Command {
 	fs.IntVar(&warmup, "warmup", 1, "uncounted rounds before them")
 	fs.IntVar(&memoryMiB, "memory-mib", 256, "guest RAM of every VM, in MiB")
 	fs.IntVar(&idle, "idle", 8, "VMs of each kind (base clones, cold boots) for the idle-memory figure; 0 skips it")
-	fs.StringVar(&agentBinary, "agent-binary", "", "path of the static airlock-agent binary (default: next to airlock)")
+	fs.StringVar(&agentBinary, "agent-binary", "", "path of the static airlock-agent binary (default: next to airlock-bench, then in PATH)")
 	fs.StringVar(&guestbootDir, "guestboot-dir", "", "cache of the boot inputs (default: DATA_DIR/guestboot)")
 	fs.StringVar(&logLevel, "log-level", "warn", "level of the runtime's warnings on stderr")
 	return cmd

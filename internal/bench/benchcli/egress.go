@@ -1,17 +1,17 @@
-package cli
+package benchcli
 
 import (
 	"encoding/json"
 	"log/slog"
 	"net/netip"
-	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/bench"
+	"github.com/airlockdev/airlock/internal/cli"
 )
 
-func (a *app) benchEgressCommand() *cobra.Command {
+func egressCommand(t cli.Tool) *cobra.Command {
 	var runtimeName, size, agentBinary, logLevel string
 	var runs, rounds int
 	cmd := &cobra.Command{
@@ -24,39 +24,29 @@ func (a *app) benchEgressCommand() *cobra.Command {
 			"leaf). Prints p50/p95 and the latency added over direct (targets: at most 2 ms and 5 ms),\n" +
 			"then one --bytes download through the proxy over HTTP and intercepted HTTPS (target: at\n" +
 			"least 300 MB/s). Needs root. Everything it creates is removed on exit.",
-		Args: exactArgs(),
+		Args: cli.ExactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if runs < 1 || rounds < 1 {
-				return usageErrorf("--runs and --rounds must be at least 1")
+				return cli.UsageErrorf("--runs and --rounds must be at least 1")
 			}
 			n, err := bench.ParseBytes(size)
 			if err != nil {
-				return usageErrorf("--bytes: %v", err)
+				return cli.UsageErrorf("--bytes: %v", err)
 			}
-			level, err := parseLogLevel(logLevel)
-			if err != nil {
-				return err
-			}
-			if os.Geteuid() != 0 {
-				return bench.ErrNotRoot
-			}
-			agent, err := benchAgentBinary(agentBinary)
+			level, agent, err := prepare(logLevel, agentBinary)
 			if err != nil {
 				return err
 			}
 			opts := bench.EgressOptions{Runtime: runtimeName, Runs: runs, Rounds: rounds, DownloadBytes: n,
-				AgentBinary: agent, Progress: a.env.Stderr}
+				AgentBinary: agent, Progress: t.Stderr()}
 			if level <= slog.LevelDebug { // show the server's own log
-				opts.ServerLog = a.env.Stderr
+				opts.ServerLog = t.Stderr()
 			}
 			rep, err := bench.RunEgress(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
-			if a.flags.output == outputJSON {
-				return rep.WriteJSON(a.env.Stdout)
-			}
-			return rep.WriteTable(a.env.Stdout)
+			return writeReport(t, rep)
 		},
 	}
 	fs := cmd.Flags()
@@ -64,27 +54,27 @@ func (a *app) benchEgressCommand() *cobra.Command {
 	fs.IntVar(&runs, "runs", 200, "new connections measured per subject")
 	fs.IntVar(&rounds, "rounds", 5, "rounds the runs are split into (subjects in random order per round)")
 	fs.StringVar(&size, "bytes", "1GiB", "size of the large download, e.g. 1GiB, 256MiB")
-	fs.StringVar(&agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock)")
+	fs.StringVar(&agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock-bench, then in PATH)")
 	fs.StringVar(&logLevel, "log-level", "warn", "debug also prints the server's log on stderr")
-	cmd.AddCommand(a.benchEgressProbeCommand())
+	cmd.AddCommand(egressProbeCommand(t))
 	return cmd
 }
 
-// benchEgressProbeCommand is the probe `airlock bench egress` runs inside
+// egressProbeCommand is the probe `airlock bench egress` runs inside
 // its sandbox and its fake host namespace; it prints JSON.
-func (a *app) benchEgressProbeCommand() *cobra.Command {
+func egressProbeCommand(t cli.Tool) *cobra.Command {
 	var cfg bench.EgressProbeConfig
 	var dnsServer string
 	cmd := &cobra.Command{
 		Use:    "probe",
 		Short:  "Time new connections to one name (run by `airlock bench egress` inside its sandbox)",
 		Hidden: true,
-		Args:   exactArgs(),
+		Args:   cli.ExactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dnsServer != "" {
 				ap, err := netip.ParseAddrPort(dnsServer)
 				if err != nil {
-					return usageErrorf("--dns: %v", err)
+					return cli.UsageErrorf("--dns: %v", err)
 				}
 				cfg.DNS = ap
 			}
@@ -92,7 +82,7 @@ func (a *app) benchEgressProbeCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return json.NewEncoder(a.env.Stdout).Encode(res)
+			return json.NewEncoder(t.Stdout()).Encode(res)
 		},
 	}
 	fs := cmd.Flags()

@@ -1,51 +1,48 @@
-package cli
+package benchcli
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/bench"
+	"github.com/airlockdev/airlock/internal/cli"
 )
 
-// benchReport is what a bench subcommand prints.
-type benchReport interface {
-	WriteJSON(io.Writer) error
-	WriteTable(io.Writer) error
+// roundsFlags are the flags of a benchmark that runs rounds of subjects.
+type roundsFlags struct {
+	runs        int
+	warmup      int
+	runtimes    []string
+	peers       []string
+	agentBinary string
+	seed        uint64
+	logLevel    string
 }
 
-// benchRoundsCommand builds a bench subcommand that runs rounds of
-// subjects (exec, throughput) with the flags of `airlock bench create`;
-// def gives the defaults of --runs and --warmup.
-func (a *app) benchRoundsCommand(use, short, long string, def bench.Config, run func(context.Context, bench.Config) (benchReport, error)) *cobra.Command {
-	f := benchCreateFlags{}
+// roundsCommand builds a benchmark that runs rounds of subjects (create,
+// exec, throughput, template-size) with its flags --runs, --warmup,
+// --runtimes, --peers, --agent-binary, --seed and --log-level; def gives
+// their defaults. run gets the checked bench.Config.
+func roundsCommand(t cli.Tool, use, short, long string, def bench.Config, run func(context.Context, bench.Config) (report, error)) *cobra.Command {
+	f := roundsFlags{}
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
 		Long:  long,
-		Args:  exactArgs(),
+		Args:  cli.ExactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.runs < 1 {
-				return usageErrorf("--runs must be at least 1")
+				return cli.UsageErrorf("--runs must be at least 1")
 			}
 			if f.warmup < 0 {
-				return usageErrorf("--warmup must not be negative")
+				return cli.UsageErrorf("--warmup must not be negative")
 			}
-			level, err := parseLogLevel(f.logLevel)
+			level, agent, err := prepare(f.logLevel, f.agentBinary)
 			if err != nil {
 				return err
 			}
-			if os.Geteuid() != 0 {
-				return bench.ErrNotRoot
-			}
-			agent, err := benchAgentBinary(f.agentBinary)
-			if err != nil {
-				return err
-			}
-			logs := slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: level}))
+			logs := logger(t, level)
 			rep, err := run(cmd.Context(), bench.Config{
 				Runs:         f.runs,
 				Warmup:       f.warmup,
@@ -54,18 +51,15 @@ func (a *app) benchRoundsCommand(use, short, long string, def bench.Config, run 
 				AgentBinary:  agent,
 				TempDir:      def.TempDir,
 				Seed:         f.seed,
-				Progress:     a.env.Stderr,
+				Progress:     t.Stderr(),
 				ServerLogger: logs,
 				Logger:       logs,
-				Version:      buildVersion().Version,
+				Version:      t.Version(),
 			})
 			if err != nil {
 				return err
 			}
-			if a.flags.output == outputJSON {
-				return rep.WriteJSON(a.env.Stdout)
-			}
-			return rep.WriteTable(a.env.Stdout)
+			return writeReport(t, rep)
 		},
 	}
 	fs := cmd.Flags()
@@ -73,14 +67,14 @@ func (a *app) benchRoundsCommand(use, short, long string, def bench.Config, run 
 	fs.IntVar(&f.warmup, "warmup", def.Warmup, "uncounted warm-up runs per subject before them")
 	fs.StringSliceVar(&f.runtimes, "runtimes", def.Runtimes, "runtimes to measure Airlock on: runc, crun, runsc")
 	fs.StringSliceVar(&f.peers, "peers", def.Peers, "raw runtimes to compare with: runc, crun, runsc (missing ones are skipped)")
-	fs.StringVar(&f.agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock)")
+	fs.StringVar(&f.agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock-bench, then in PATH)")
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of the per-round order (default: random)")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "level of the servers' logs on stderr: debug, info, warn or error")
 	return cmd
 }
 
-func (a *app) benchExecCommand() *cobra.Command {
-	return a.benchRoundsCommand("exec",
+func execCommand(t cli.Tool) *cobra.Command {
+	return roundsCommand(t, "exec",
 		"Measure the exec round trip of true in a running sandbox, for Airlock and the raw runtimes",
 		"Measure the round trip of `true` in an already running sandbox through the API\n"+
 			"(POST …/commands, attach over SSE until the exit event: the CLI's path) for Airlock on\n"+
@@ -89,5 +83,5 @@ func (a *app) benchExecCommand() *cobra.Command {
 			"subject once in a random order. Prints p50/p95 per subject, Airlock's phases and its\n"+
 			"p50 over its raw peer's. Needs root. Everything it creates is removed on exit.",
 		bench.DefaultConfig(),
-		func(ctx context.Context, cfg bench.Config) (benchReport, error) { return bench.RunExec(ctx, cfg) })
+		func(ctx context.Context, cfg bench.Config) (report, error) { return bench.RunExec(ctx, cfg) })
 }

@@ -1,15 +1,15 @@
-package cli
+package benchcli
 
 import (
 	"log/slog"
-	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/bench"
+	"github.com/airlockdev/airlock/internal/cli"
 )
 
-func (a *app) benchLifecycleCommand() *cobra.Command {
+func lifecycleCommand(t cli.Tool) *cobra.Command {
 	var runtimes []string
 	var runs, warmup int
 	var agentBinary, logLevel string
@@ -22,41 +22,31 @@ func (a *app) benchLifecycleCommand() *cobra.Command {
 			"against a cold create's first output in the same round. Prints p50/p95 per step and the\n" +
 			"issue's targets (runc pause and resume at most 10 ms, runsc wake at most 150 ms). Needs\n" +
 			"root. Everything it creates is removed on exit.",
-		Args: exactArgs(),
+		Args: cli.ExactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if runs < 1 || warmup < 0 {
-				return usageErrorf("--runs must be at least 1 and --warmup not negative")
+				return cli.UsageErrorf("--runs must be at least 1 and --warmup not negative")
 			}
-			level, err := parseLogLevel(logLevel)
+			level, agent, err := prepare(logLevel, agentBinary)
 			if err != nil {
 				return err
 			}
-			if os.Geteuid() != 0 {
-				return bench.ErrNotRoot
-			}
-			agent, err := benchAgentBinary(agentBinary)
-			if err != nil {
-				return err
-			}
-			opts := bench.LifecycleOptions{Runtimes: runtimes, Runs: runs, Warmup: warmup, AgentBinary: agent, Progress: a.env.Stderr}
+			opts := bench.LifecycleOptions{Runtimes: runtimes, Runs: runs, Warmup: warmup, AgentBinary: agent, Progress: t.Stderr()}
 			if level <= slog.LevelDebug {
-				opts.ServerLog = a.env.Stderr
+				opts.ServerLog = t.Stderr()
 			}
 			rep, err := bench.RunLifecycle(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
-			if a.flags.output == outputJSON {
-				return rep.WriteJSON(a.env.Stdout)
-			}
-			return rep.WriteTable(a.env.Stdout)
+			return writeReport(t, rep)
 		},
 	}
 	fs := cmd.Flags()
 	fs.StringSliceVar(&runtimes, "runtime", []string{"runc", "runsc"}, "runtimes to measure (runc, crun, runsc), each with its own server")
 	fs.IntVar(&runs, "runs", 20, "counted rounds per runtime")
 	fs.IntVar(&warmup, "warmup", 2, "uncounted rounds before them")
-	fs.StringVar(&agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock)")
+	fs.StringVar(&agentBinary, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock-bench, then in PATH)")
 	fs.StringVar(&logLevel, "log-level", "warn", "debug also prints the servers' log on stderr")
 	return cmd
 }

@@ -1,19 +1,19 @@
-package cli
+package benchcli
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockdev/airlock/internal/cli"
 	"github.com/airlockdev/airlock/internal/nodebench"
 	"github.com/airlockdev/airlock/internal/pgcluster"
 )
 
-func (a *app) benchNodesCommand() *cobra.Command {
+func nodesCommand(t cli.Tool) *cobra.Command {
 	cfg := nodebench.DefaultConfig()
 	var logLevel string
 	cmd := &cobra.Command{
@@ -32,17 +32,17 @@ func (a *app) benchNodesCommand() *cobra.Command {
 			"Without --database-url it starts a throwaway PostgreSQL 15 cluster (Debian's\n" +
 			"postgresql-15 binaries; as the postgres user when run as root) and removes it\n" +
 			"afterwards. Each step runs in a schema of its own, dropped afterwards.",
-		Args: exactArgs(),
+		Args: cli.ExactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			level, err := parseLogLevel(logLevel)
+			level, err := cli.ParseLogLevel(logLevel)
 			if err != nil {
 				return err
 			}
 			if err := checkBenchNodes(cfg); err != nil {
 				return err
 			}
-			cfg.Logger = slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: level}))
-			cfg.Progress = a.env.Stderr
+			cfg.Logger = logger(t, level)
+			cfg.Progress = t.Stderr()
 			ctx := cmd.Context()
 			if cfg.DatabaseURL == "" {
 				dsn, stop, err := throwawayDatabase(ctx)
@@ -51,16 +51,13 @@ func (a *app) benchNodesCommand() *cobra.Command {
 				}
 				defer stop()
 				cfg.DatabaseURL = dsn
-				fmt.Fprintln(a.env.Stderr, "started a throwaway PostgreSQL cluster")
+				fmt.Fprintln(t.Stderr(), "started a throwaway PostgreSQL cluster")
 			}
 			rep, err := nodebench.Run(ctx, cfg)
 			if err != nil {
 				return err
 			}
-			if a.flags.output == outputJSON {
-				return rep.WriteJSON(a.env.Stdout)
-			}
-			return rep.WriteTable(a.env.Stdout)
+			return writeReport(t, rep)
 		},
 	}
 	fs := cmd.Flags()
@@ -82,29 +79,29 @@ func checkBenchNodes(cfg nodebench.Config) error {
 	if cfg.DatabaseURL != "" {
 		u, err := url.Parse(cfg.DatabaseURL)
 		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-			return usageErrorf("--database-url must be a postgres:// URL")
+			return cli.UsageErrorf("--database-url must be a postgres:// URL")
 		}
 	}
 	for _, n := range cfg.Nodes {
 		if n < 1 {
-			return usageErrorf("--nodes: every count must be at least 1, not %d", n)
+			return cli.UsageErrorf("--nodes: every count must be at least 1, not %d", n)
 		}
 	}
 	switch {
 	case len(cfg.Nodes) == 0:
-		return usageErrorf("--nodes must name at least one count")
+		return cli.UsageErrorf("--nodes must name at least one count")
 	case cfg.Creates < 1:
-		return usageErrorf("--creates must be at least 1")
+		return cli.UsageErrorf("--creates must be at least 1")
 	case cfg.Clients < 1:
-		return usageErrorf("--clients must be at least 1")
+		return cli.UsageErrorf("--clients must be at least 1")
 	case cfg.Projects < 1:
-		return usageErrorf("--projects must be at least 1")
+		return cli.UsageErrorf("--projects must be at least 1")
 	case cfg.Parallel < 1:
-		return usageErrorf("--parallel must be at least 1")
+		return cli.UsageErrorf("--parallel must be at least 1")
 	case cfg.Heartbeat <= 0 || cfg.Timeout <= 0:
-		return usageErrorf("--heartbeat and --timeout must be positive")
+		return cli.UsageErrorf("--heartbeat and --timeout must be positive")
 	case cfg.PlacementCache < 0 || cfg.Analyze < 0:
-		return usageErrorf("--placement-cache and --analyze must not be negative")
+		return cli.UsageErrorf("--placement-cache and --analyze must not be negative")
 	}
 	return nil
 }

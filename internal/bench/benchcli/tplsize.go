@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"context"
@@ -6,13 +6,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/bench"
+	"github.com/airlockdev/airlock/internal/cli"
 )
 
-func (a *app) benchTemplateSizeCommand() *cobra.Command {
+func templateSizeCommand(t cli.Tool) *cobra.Command {
 	var size, cacheDir string
 	def := bench.DefaultConfig()
 	def.Runs = 10
-	cmd := a.benchRoundsCommand("template-size",
+	cmd := roundsCommand(t, "template-size",
 		"Measure create → first output from a large template against the default one",
 		"Measure the time from asking for a new sandbox to the first stdout byte of `echo hello`\n"+
 			"in it, from the default (busybox, about 2 MB) template and from a large one (the same\n"+
@@ -22,10 +23,10 @@ func (a *app) benchTemplateSizeCommand() *cobra.Command {
 			"imported once and kept in --cache-dir, so reruns do not import it again. --peers is\n"+
 			"ignored. Needs root. Everything else it creates is removed on exit.",
 		def,
-		func(ctx context.Context, cfg bench.Config) (benchReport, error) {
+		func(ctx context.Context, cfg bench.Config) (report, error) {
 			n, err := bench.ParseBytes(size)
 			if err != nil {
-				return nil, usageErrorf("--size: %w", err)
+				return nil, cli.UsageErrorf("--size: %w", err)
 			}
 			return bench.RunTemplateSize(ctx, cfg, bench.TemplateSizeOptions{LargeBytes: n, CacheDir: cacheDir})
 		})

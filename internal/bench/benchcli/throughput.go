@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"context"
@@ -6,13 +6,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/bench"
+	"github.com/airlockdev/airlock/internal/cli"
 )
 
-func (a *app) benchThroughputCommand() *cobra.Command {
+func throughputCommand(t cli.Tool) *cobra.Command {
 	size := "1GiB"
 	def := bench.DefaultConfig()
 	def.Runs, def.Warmup = 3, 1
-	cmd := a.benchRoundsCommand("throughput",
+	cmd := roundsCommand(t, "throughput",
 		"Measure MB/s through stdout, stdin and files, for Airlock and raw runtime exec pipes",
 		"Move --bytes through a running sandbox: stdout over SSE (head -c N /dev/zero, hashed\n"+
 			"here and compared with sha256sum of the same stream inside), stdin through the data\n"+
@@ -22,10 +23,10 @@ func (a *app) benchThroughputCommand() *cobra.Command {
 			"this process (which also runs the airlock servers). Every transfer is checked by length\n"+
 			"and SHA-256. Needs root. Everything it creates is removed on exit.",
 		def,
-		func(ctx context.Context, cfg bench.Config) (benchReport, error) {
+		func(ctx context.Context, cfg bench.Config) (report, error) {
 			n, err := bench.ParseBytes(size)
 			if err != nil {
-				return nil, usageErrorf("--bytes: %v", err)
+				return nil, cli.UsageErrorf("--bytes: %v", err)
 			}
 			return bench.RunThroughput(ctx, cfg, n)
 		})

@@ -1,16 +1,15 @@
-package cli
+package benchcli
 
 import (
-	"log/slog"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/bench"
+	"github.com/airlockdev/airlock/internal/cli"
 )
 
-func (a *app) benchDensityCommand() *cobra.Command {
+func densityCommand(t cli.Tool) *cobra.Command {
 	var (
 		o        bench.DensityOptions
 		runsc    int
@@ -27,39 +26,31 @@ func (a *app) benchDensityCommand() *cobra.Command {
 			"cgroup or mount is left. With --peers, the same for as many idle detached\n" +
 			"`RUNTIME run` containers (sleep) on the same root filesystem. Needs root.\n" +
 			"Everything it creates is removed on exit, also on Ctrl-C.",
-		Args: exactArgs(),
+		Args: cli.ExactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Count < 1 || o.MemoryMiB < 1 || o.Clients < 1 {
-				return usageErrorf("--count, --memory-mib and --clients must be at least 1")
+				return cli.UsageErrorf("--count, --memory-mib and --clients must be at least 1")
 			}
 			if runsc < 0 || o.Idle < 0 {
-				return usageErrorf("--runsc-count and --idle must not be negative")
+				return cli.UsageErrorf("--runsc-count and --idle must not be negative")
 			}
 			if runsc > 0 {
 				o.Counts = map[string]int{"runsc": runsc}
 			}
-			level, err := parseLogLevel(logLevel)
+			level, agentPath, err := prepare(logLevel, agent)
 			if err != nil {
 				return err
 			}
-			if os.Geteuid() != 0 {
-				return bench.ErrNotRoot
-			}
-			if o.AgentBinary, err = benchAgentBinary(agent); err != nil {
-				return err
-			}
-			logs := slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: level}))
-			o.Progress, o.ServerLogger, o.Logger = a.env.Stderr, logs, logs
+			o.AgentBinary = agentPath
+			logs := logger(t, level)
+			o.Progress, o.ServerLogger, o.Logger = t.Stderr(), logs, logs
 			o.TempDir = bench.DefaultConfig().TempDir
-			o.Version = buildVersion().Version
+			o.Version = t.Version()
 			rep, err := bench.RunDensity(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
-			if a.flags.output == outputJSON {
-				return rep.WriteJSON(a.env.Stdout)
-			}
-			return rep.WriteTable(a.env.Stdout)
+			return writeReport(t, rep)
 		},
 	}
 	fs := cmd.Flags()
@@ -70,7 +61,7 @@ func (a *app) benchDensityCommand() *cobra.Command {
 	fs.DurationVar(&o.Idle, "idle", 10*time.Second, "how long the sandboxes idle before they are measured")
 	fs.IntVar(&o.Clients, "clients", 4, "concurrent clients making the sandboxes")
 	fs.BoolVar(&o.Peers, "peers", true, "also measure as many idle detached raw containers per runtime")
-	fs.StringVar(&agent, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock)")
+	fs.StringVar(&agent, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock-bench, then in PATH)")
 	fs.StringVar(&logLevel, "log-level", "warn", "level of the servers' logs on stderr: debug, info, warn or error")
 	return cmd
 }

@@ -1,15 +1,13 @@
-package cli
+package benchcli
 
 import (
-	"log/slog"
-	"os"
-
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/bench"
+	"github.com/airlockdev/airlock/internal/cli"
 )
 
-func (a *app) benchBurstCommand() *cobra.Command {
+func burstCommand(t cli.Tool) *cobra.Command {
 	var (
 		o        bench.BurstOptions
 		agent    string
@@ -26,44 +24,36 @@ func (a *app) benchBurstCommand() *cobra.Command {
 			"again; then, with the pool deleted, make cold creates from 1, 2, 4, … (--steps)\n" +
 			"concurrent clients until a step's p95 exceeds --degrade × the first step's.\n" +
 			"Needs root. Everything it creates is deleted on exit, also on Ctrl-C.",
-		Args: exactArgs(),
+		Args: cli.ExactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Size < 1 || o.Clients < 1 || o.MemoryMiB < 1 || o.StepCreates < 1 {
-				return usageErrorf("--size, --clients, --memory-mib and --step-creates must be at least 1")
+				return cli.UsageErrorf("--size, --clients, --memory-mib and --step-creates must be at least 1")
 			}
 			if o.Degrade <= 1 {
-				return usageErrorf("--degrade must be above 1")
+				return cli.UsageErrorf("--degrade must be above 1")
 			}
 			if o.FillParallel < 0 {
-				return usageErrorf("--fill-parallel must not be negative")
+				return cli.UsageErrorf("--fill-parallel must not be negative")
 			}
 			for _, n := range o.Steps {
 				if n < 1 {
-					return usageErrorf("--steps: every client count must be at least 1")
+					return cli.UsageErrorf("--steps: every client count must be at least 1")
 				}
 			}
-			level, err := parseLogLevel(logLevel)
+			level, agentPath, err := prepare(logLevel, agent)
 			if err != nil {
 				return err
 			}
-			if os.Geteuid() != 0 {
-				return bench.ErrNotRoot
-			}
-			if o.AgentBinary, err = benchAgentBinary(agent); err != nil {
-				return err
-			}
-			logs := slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: level}))
-			o.Progress, o.ServerLogger, o.Logger = a.env.Stderr, logs, logs
+			o.AgentBinary = agentPath
+			logs := logger(t, level)
+			o.Progress, o.ServerLogger, o.Logger = t.Stderr(), logs, logs
 			o.TempDir = bench.DefaultConfig().TempDir
-			o.Version = buildVersion().Version
+			o.Version = t.Version()
 			rep, err := bench.RunBurst(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
-			if a.flags.output == outputJSON {
-				return rep.WriteJSON(a.env.Stdout)
-			}
-			return rep.WriteTable(a.env.Stdout)
+			return writeReport(t, rep)
 		},
 	}
 	fs := cmd.Flags()
@@ -76,7 +66,7 @@ func (a *app) benchBurstCommand() *cobra.Command {
 	fs.Float64Var(&o.Degrade, "degrade", 2, "a step is degraded when its p95 exceeds this × the first step's")
 	fs.IntVar(&o.StepCreates, "step-creates", 40, "creates per sustained step (at least 3 per client)")
 	fs.BoolVar(&o.NoSustained, "no-sustained", false, "skip the sustained cold-create steps")
-	fs.StringVar(&agent, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock)")
+	fs.StringVar(&agent, "agent-binary", "", "path of the airlock-agent binary (default: next to airlock-bench, then in PATH)")
 	fs.StringVar(&logLevel, "log-level", "warn", "level of the server's logs on stderr: debug, info, warn or error")
 	return cmd
 }

@@ -1,14 +1,13 @@
-package cli
+package benchcli
 
 import (
-	"log/slog"
-
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/bench"
+	"github.com/airlockdev/airlock/internal/cli"
 )
 
-func (a *app) benchTemplateBuildCommand() *cobra.Command {
+func templateBuildCommand(t cli.Tool) *cobra.Command {
 	var peer bool
 	var logLevel string
 	cmd := &cobra.Command{
@@ -20,24 +19,21 @@ func (a *app) benchTemplateBuildCommand() *cobra.Command {
 			"on a host that built before); all must give the same digest. With --peer, also time a\n" +
 			"bare mmdebstrap of the same packages (what the cold build costs without Airlock). Needs\n" +
 			"root, mmdebstrap and the host's apt sources. Everything it creates is removed on exit.",
-		Args: exactArgs(),
+		Args: cli.ExactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			level, err := parseLogLevel(logLevel)
+			level, err := cli.ParseLogLevel(logLevel)
 			if err != nil {
 				return err
 			}
 			rep, err := bench.RunTemplateBuild(cmd.Context(), bench.TemplateBuildOptions{
 				Peer:     peer,
-				Progress: a.env.Stderr,
-				Logger:   slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: level})),
+				Progress: t.Stderr(),
+				Logger:   logger(t, level),
 			})
 			if err != nil {
 				return err
 			}
-			if a.flags.output == outputJSON {
-				return rep.WriteJSON(a.env.Stdout)
-			}
-			return rep.WriteTable(a.env.Stdout)
+			return writeReport(t, rep)
 		},
 	}
 	cmd.Flags().BoolVar(&peer, "peer", true, "also time a bare mmdebstrap of the same packages")
