@@ -294,7 +294,8 @@ func (s *server) cli(ctx context.Context, args ...string) (string, string, int) 
 func (s *server) cleanup() {
 	t := s.t
 	if t.Failed() && s.log != nil {
-		t.Logf("server log:\n%s", tail(s.log.String(), 200))
+		t.Logf("server log (its last 200 lines but the access log's; all of it in %s):\n%s",
+			keepLog(t, s.log.String()), tail(withoutAccessLog(s.log.String()), 200))
 	}
 	if !s.running() {
 		s.cfg.crashAt = ""
@@ -489,6 +490,40 @@ func sandboxCgroups(ids []model.SandboxID) []string {
 		}
 	}
 	return found
+}
+
+// withoutAccessLog drops the API's access log lines ("http request"),
+// which a test that polls fills the log with.
+func withoutAccessLog(log string) string {
+	var b strings.Builder
+	for line := range strings.Lines(log) {
+		if !strings.Contains(line, `msg="http request"`) {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+// keepLog writes a failed test's whole server log where it outlives the
+// test ($AIRLOCK_TEST_LOG_DIR, else os.TempDir()/airlock-test-logs) and
+// returns the file's path.
+func keepLog(t *testing.T, log string) string {
+	dir := os.Getenv("AIRLOCK_TEST_LOG_DIR")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "airlock-test-logs")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Sprintf("(not kept: %v)", err)
+	}
+	f, err := os.CreateTemp(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+"-*.log")
+	if err != nil {
+		return fmt.Sprintf("(not kept: %v)", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(log); err != nil {
+		return fmt.Sprintf("(not kept: %v)", err)
+	}
+	return f.Name()
 }
 
 func tail(s string, n int) string {

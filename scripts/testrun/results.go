@@ -32,9 +32,9 @@ type result struct {
 	elapsed time.Duration
 }
 
-// maxKeptLines bounds the output kept per running test for the failure
-// report; the whole output is in the step's log file.
-const maxKeptLines = 400
+// maxKeptLines bounds the output kept per running top-level test for the
+// failure report; the whole output is in the step's log file.
+const maxKeptLines = 600
 
 // jsonRun runs cmd, which writes go test -json events, keeping them in the
 // step's log, printing one line per finished package and the output of
@@ -90,7 +90,10 @@ func (r *runner) consume(rd io.Reader, step string) int {
 			fmt.Println(sc.Text()) // not an event: the build's own output
 			continue
 		}
-		k := key{e.Package, e.Test}
+		// A subtest's output is kept with its top-level test's, which a
+		// failure prints whole.
+		top, _, _ := strings.Cut(e.Test, "/")
+		k := key{e.Package, top}
 		switch e.Action {
 		case "output":
 			lines := append(out[k], e.Output)
@@ -121,7 +124,9 @@ func (r *runner) consume(rd io.Reader, step string) int {
 			case !strings.Contains(e.Test, "/") && e.Package == integration:
 				fmt.Printf("%-4s %s %s [%s] (%.1fs)\n", strings.ToUpper(e.Action), short, e.Test, step, e.Elapsed)
 			}
-			delete(out, k)
+			if !strings.Contains(e.Test, "/") {
+				delete(out, k)
+			}
 		}
 	}
 	return failed

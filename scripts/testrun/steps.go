@@ -175,7 +175,9 @@ func (r *runner) integration(ctx context.Context, name string) error {
 		pattern := "^(" + strings.Join(g.tests, "|") + ")$"
 		fmt.Printf("testrun: %s: %d tests, about %v by their last times\n", gname, len(g.tests), g.total.Round(time.Second))
 		fns[i] = func() error {
-			cmd := r.command(ctx, dir, nil, "go", "tool", "test2json", "-t", "-p", integration,
+			// A failed test's whole server log is kept beside the run's.
+			env := []string{"AIRLOCK_TEST_LOG_DIR=" + filepath.Join(r.logDir, "server-logs")}
+			cmd := r.command(ctx, dir, env, "go", "tool", "test2json", "-t", "-p", integration,
 				bin, "-test.v=test2json", "-test.count=1", "-test.timeout=45m", "-test.run", pattern)
 			return r.jsonRun(cmd, gname)
 		}
