@@ -509,8 +509,8 @@ func (c *cluster) testFencingAfterRestart(t *testing.T) {
 	if err := st.SetNodeTemplates(ctx, old, nil); !errors.Is(err, store.ErrFenced) {
 		t.Errorf("templates of the old incarnation: %v, want ErrFenced", err)
 	}
-	if err := st.PlaceSandbox(ctx, pending, old, "runc", now); !errors.Is(err, store.ErrFenced) {
-		t.Errorf("place by the old incarnation: %v, want ErrFenced", err)
+	if err := st.TransitionOnNode(ctx, pending, old, model.StatePending, model.StateCreating, "", "runc", now); !errors.Is(err, store.ErrFenced) {
+		t.Errorf("transition by the old incarnation: %v, want ErrFenced", err)
 	}
 	err = st.FinishOperation(ctx, store.Finish{OperationID: held.ID, Owner: old.Node, Incarnation: old.Incarnation,
 		State: model.OpFailed, Error: &model.OperationError{Code: "fenced", Message: "must not be written"},

@@ -39,27 +39,27 @@ type releaseFill struct{ ready, starting, draining int }
 
 // poolFill counts the unclaimed sandboxes of every pool by digest.
 func (a *API) poolFill(ctx context.Context) (map[model.PoolID]map[model.TemplateDigest]releaseFill, error) {
-	sbs, err := a.cfg.Store.ListPoolSandboxes(ctx, "")
+	counts, err := a.cfg.Store.CountPoolSandboxes(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list pool sandboxes: %w", err)
+		return nil, fmt.Errorf("count pool sandboxes: %w", err)
 	}
 	out := map[model.PoolID]map[model.TemplateDigest]releaseFill{}
-	for _, ps := range sbs {
-		m := out[ps.Pool]
+	for _, c := range counts {
+		m := out[c.Pool]
 		if m == nil {
 			m = map[model.TemplateDigest]releaseFill{}
-			out[ps.Pool] = m
+			out[c.Pool] = m
 		}
-		f := m[ps.Sandbox.Template]
-		switch ps.Sandbox.State {
+		f := m[c.Template]
+		switch c.State {
 		case model.StateRunning:
-			f.ready++
+			f.ready += c.N
 		case model.StatePending, model.StateCreating:
-			f.starting++
+			f.starting += c.N
 		default: // being deleted, or failed (to be deleted)
-			f.draining++
+			f.draining += c.N
 		}
-		m[ps.Sandbox.Template] = f
+		m[c.Template] = f
 	}
 	return out, nil
 }

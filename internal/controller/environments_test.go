@@ -10,7 +10,6 @@ import (
 	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/worker"
 )
 
@@ -21,10 +20,16 @@ var testEnvRef = model.EnvironmentRef("env:sha256:" + strings.Repeat("e", 64))
 // operation.
 func (e *env) createIn(ref model.EnvironmentRef) (model.SandboxID, model.OperationID) {
 	e.t.Helper()
+	return e.createOn(ref, "")
+}
+
+// createOn is createIn with the runtime an earlier run of the server chose.
+func (e *env) createOn(ref model.EnvironmentRef, runtime string) (model.SandboxID, model.OperationID) {
+	e.t.Helper()
 	now := time.Now()
 	sb := model.Sandbox{ID: model.NewSandboxID(), ProjectID: e.project, Template: e.digest,
 		Resources: model.Resources{CPUs: 1, MemoryMiB: 256}, Env: model.Env{}, Metadata: model.Metadata{},
-		State: model.StatePending, Environment: ref, NodeID: e.node, CreatedAt: now, UpdatedAt: now}
+		State: model.StatePending, Environment: ref, NodeID: e.node, Runtime: runtime, CreatedAt: now, UpdatedAt: now}
 	op := model.Operation{ID: model.NewOperationID(), ProjectID: e.project, SandboxID: sb.ID, Kind: model.OpCreate,
 		State: model.OpPending, CreatedAt: now, UpdatedAt: now}
 	if err := e.st.CreateSandbox(context.Background(), sb, policy.Spec{}, op, nil); err != nil {
@@ -37,10 +42,7 @@ func TestSandboxesAreRoutedByEnvironment(t *testing.T) {
 	e := newEnv(t, "runc", nil)
 	ctx := context.Background()
 	// Placed on crun by an earlier run of the server: left alone.
-	crunID, crunOp := e.createIn("")
-	if err := e.st.PlaceSandbox(ctx, crunID, store.Fence{Node: e.node, Incarnation: e.inc}, "crun", time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	crunID, crunOp := e.createOn("", "crun")
 	e.run()
 
 	// Its reference: runs here.

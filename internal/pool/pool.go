@@ -184,8 +184,9 @@ func (c *Controller) Pass(ctx context.Context) error {
 	}
 	now := c.cfg.Now()
 	byID := map[model.PoolID]*target{}
+	resolved := map[model.TemplateRef]resolution{}
 	for _, p := range pools {
-		byID[p.ID] = c.target(ctx, p, now)
+		byID[p.ID] = c.target(ctx, p, resolved, now)
 	}
 	// A cordoned or draining node takes no new sandboxes: its pools hand
 	// out none (the claim checks it too) and give their room back.
@@ -345,16 +346,30 @@ func (t *target) started() {
 	t.health.failures = 0
 }
 
+// resolution is what a template reference resolved to in this pass.
+type resolution struct {
+	tpl model.Template
+	err error
+}
+
 // target resolves the pool's template (recording a moved tag as a new
-// release) and environment.
-func (c *Controller) target(ctx context.Context, p model.Pool, now time.Time) *target {
+// release) and environment. resolved holds this pass's resolutions: pools
+// of the same reference (other environments or sizes) share one read.
+// Each pass resolves afresh: a tag can move, on any server, without a
+// change that Store.Watch reports.
+func (c *Controller) target(ctx context.Context, p model.Pool, resolved map[model.TemplateRef]resolution, now time.Time) *target {
 	h := c.health[p.ID]
 	if h == nil {
 		h = &poolHealth{}
 		c.health[p.ID] = h
 	}
 	t := &target{pool: p, drained: p.Drained(now, c.cfg.DrainAfter), health: h}
-	tpl, err := c.cfg.Store.ResolveTemplate(ctx, p.Key.Template)
+	r, ok := resolved[p.Key.Template]
+	if !ok {
+		r.tpl, r.err = c.cfg.Store.ResolveTemplate(ctx, p.Key.Template)
+		resolved[p.Key.Template] = r
+	}
+	tpl, err := r.tpl, r.err
 	switch {
 	case err != nil:
 		c.note(ctx, p.ID, "template does not resolve", err.Error())

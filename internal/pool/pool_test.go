@@ -253,6 +253,56 @@ func TestRollingReleases(t *testing.T) {
 	}
 }
 
+// resolveCounter counts ResolveTemplate calls.
+type resolveCounter struct {
+	store.Store
+	mu sync.Mutex
+	n  int
+}
+
+func (r *resolveCounter) ResolveTemplate(ctx context.Context, ref model.TemplateRef) (model.Template, error) {
+	r.mu.Lock()
+	r.n++
+	r.mu.Unlock()
+	return r.Store.ResolveTemplate(ctx, ref)
+}
+
+func (r *resolveCounter) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.n
+	r.n = 0
+	return n
+}
+
+// TestResolveOncePerPass: pools of one template reference share a pass's
+// resolution, and every pass resolves afresh, so a moved tag is seen.
+func TestResolveOncePerPass(t *testing.T) {
+	var rc *resolveCounter
+	f := newFixture(t, func(cfg *Config) {
+		rc = &resolveCounter{Store: cfg.Store}
+		cfg.Store = rc
+	})
+	d1 := f.release()
+	p1, p2 := f.pool(1, "runc"), f.pool(2, "crun")
+	f.pass()
+	if n := rc.count(); n != 1 {
+		t.Fatalf("a pass over two pools of one reference resolved it %d times, want 1", n)
+	}
+	d2 := f.release()
+	f.pass()
+	if n := rc.count(); n != 1 {
+		t.Fatalf("the next pass resolved %d times, want 1", n)
+	}
+	for _, p := range []model.Pool{p1, p2} {
+		got, err := f.st.GetPool(f.ctx, p.ID)
+		must(t, err)
+		if got.Current != d2 || got.Previous != d1 {
+			t.Fatalf("pool %s releases %s, %s; want %s, %s", p.ID, got.Current, got.Previous, d2, d1)
+		}
+	}
+}
+
 // TestDrainWhenUnused: a pool no create matched for DrainAfter keeps no
 // sandboxes; a miss makes it fill again.
 func TestDrainWhenUnused(t *testing.T) {

@@ -87,8 +87,7 @@ func (f *fixture) sandbox(to model.Timeouts, state model.SandboxState) model.San
 	}
 	claimed, err := f.st.ClaimOperation(f.ctx, store.Claim{Owner: f.node, Incarnation: f.inc, Lease: time.Hour, Now: f.now})
 	must(f.t, err)
-	must(f.t, f.st.TransitionSandbox(f.ctx, sb.ID, model.StatePending, model.StateCreating, "", f.now))
-	must(f.t, f.st.PlaceSandbox(f.ctx, sb.ID, store.Fence{Node: f.node, Incarnation: f.inc}, "runc", f.now))
+	must(f.t, f.st.TransitionOnNode(f.ctx, sb.ID, store.Fence{Node: f.node, Incarnation: f.inc}, model.StatePending, model.StateCreating, "", "runc", f.now))
 	if state == model.StateRunning || state == model.StatePaused {
 		must(f.t, f.st.FinishOperation(f.ctx, store.Finish{OperationID: claimed.ID, Owner: f.node, Incarnation: f.inc, State: model.OpSucceeded,
 			SandboxFrom: model.StateCreating, SandboxTo: model.StateRunning, Now: f.now}))

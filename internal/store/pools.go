@@ -41,6 +41,15 @@ type PoolSandbox struct {
 	Sandbox model.Sandbox
 }
 
+// PoolSandboxCount is how many unclaimed sandboxes of a pool run one
+// template digest in one state (N > 0).
+type PoolSandboxCount struct {
+	Pool     model.PoolID
+	Template model.TemplateDigest
+	State    model.SandboxState
+	N        int
+}
+
 // Pools are the warm pools.
 type Pools interface {
 	// PutPool inserts p or, when a pool of the same key exists, sets its
@@ -61,6 +70,10 @@ type Pools interface {
 	// ListPoolSandboxes returns the unclaimed sandboxes of every pool
 	// placed on node ("" : on every node), oldest first.
 	ListPoolSandboxes(ctx context.Context, node model.NodeID) ([]PoolSandbox, error)
+	// CountPoolSandboxes counts the unclaimed sandboxes (any state but
+	// deleted) of every pool by template digest and state, in one query,
+	// ordered by pool, digest and state.
+	CountPoolSandboxes(ctx context.Context) ([]PoolSandboxCount, error)
 	// ClaimPoolSandbox moves one ready sandbox matching c from the pool to
 	// c.ProjectID, atomically: no two claims get the same sandbox. It
 	// checks the project's quota and records the sandbox's egress policy,

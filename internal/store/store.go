@@ -298,9 +298,6 @@ type Store interface {
 	// TransitionSandbox is a compare-and-swap on the sandbox state that also
 	// checks the state machine.
 	TransitionSandbox(ctx context.Context, id model.SandboxID, from, to model.SandboxState, reason string, now time.Time) error
-	// PlaceSandbox records the runtime that hosts the sandbox on its node;
-	// only that node, in its current incarnation, may (ErrFenced).
-	PlaceSandbox(ctx context.Context, id model.SandboxID, f Fence, runtime string, now time.Time) error
 
 	// Operations.
 	GetOperation(ctx context.Context, project model.ProjectID, id model.OperationID) (model.Operation, error)

@@ -83,4 +83,7 @@ type Templates interface {
 	// TemplateState reports whether digest has no row, a live one or a
 	// tombstoned one.
 	TemplateState(ctx context.Context, digest model.TemplateDigest) (TemplateRowState, error)
+	// TemplateStates is TemplateState for many digests in one read: the
+	// map has an entry for each of digests.
+	TemplateStates(ctx context.Context, digests []model.TemplateDigest) (map[model.TemplateDigest]TemplateRowState, error)
 }

@@ -18,8 +18,9 @@
 //  2. Remove trees: every tree on disk whose row is tombstoned, or that has
 //     no row at all and was published longer than Grace ago (a crash between
 //     import and PutTemplate left it; an import just before its PutTemplate
-//     is younger), is removed, re-checking the row under the template
-//     store's removal lock, which importers hold (template.Store.Guard)
+//     is younger), is removed. The rows of all trees are read in one query
+//     (store.Templates.TemplateStates); each removal re-checks its row
+//     under the template store's removal lock, which importers hold (template.Store.Guard)
 //     from their import until they recorded it.
 //
 // Trees are only ever removed after their row is tombstoned (or never
@@ -152,14 +153,23 @@ func (c *Collector) collect(ctx context.Context, createdBefore time.Time) (Resul
 	if err != nil {
 		return res, fmt.Errorf("template gc: %w", err)
 	}
+	// One read for every tree's row; removeTree checks the row again under
+	// the removal lock, so a row that changed since is left alone.
+	digests := make([]model.TemplateDigest, 0, len(trees))
+	for _, tr := range trees {
+		if !keep[tr.Digest] {
+			digests = append(digests, tr.Digest)
+		}
+	}
+	states, err := c.cfg.Store.TemplateStates(ctx, digests)
+	if err != nil {
+		return res, fmt.Errorf("template gc: %w", err)
+	}
 	for _, tr := range trees {
 		if keep[tr.Digest] {
 			continue
 		}
-		st, err := c.cfg.Store.TemplateState(ctx, tr.Digest)
-		if err != nil {
-			return res, fmt.Errorf("template gc: %w", err)
-		}
+		st := states[tr.Digest]
 		var removed bool
 		switch {
 		case st == store.TemplateTombstoned:

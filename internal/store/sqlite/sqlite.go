@@ -27,7 +27,8 @@ const BusyTimeoutMillis = 10000
 // Dialect is SQLite's sqlstore dialect.
 func Dialect() sqlstore.Dialect {
 	return sqlstore.Dialect{
-		Name: "sqlite",
+		Name:            "sqlite",
+		CacheStatements: true,
 		IsUniqueViolation: func(err error) bool {
 			return hasCode(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
 		},

@@ -182,6 +182,39 @@ func (s *Store) ListPoolSandboxes(ctx context.Context, node model.NodeID) ([]sto
 	return out, nil
 }
 
+// CountPoolSandboxes implements store.Store.
+func (s *Store) CountPoolSandboxes(ctx context.Context) ([]store.PoolSandboxCount, error) {
+	rows, err := s.query(ctx, `SELECT pool_id, template_digest, state, COUNT(*) FROM sandboxes
+		WHERE pool_id <> '' AND state <> ?
+		GROUP BY pool_id, template_digest, state ORDER BY pool_id, template_digest, state`, string(model.StateDeleted))
+	if err != nil {
+		return nil, fmt.Errorf("count pool sandboxes: %w", err)
+	}
+	defer rows.Close()
+	var out []store.PoolSandboxCount
+	for rows.Next() {
+		var pool, digest, state string
+		var n int
+		if err := rows.Scan(&pool, &digest, &state, &n); err != nil {
+			return nil, fmt.Errorf("count pool sandboxes: %w", err)
+		}
+		st, err := model.ParseSandboxState(state)
+		if err != nil {
+			return nil, fmt.Errorf("count pool sandboxes: %w", err)
+		}
+		c := columns{row: "pool " + pool}
+		d := c.digest("template_digest", digest)
+		if c.err != nil {
+			return nil, c.err
+		}
+		out = append(out, store.PoolSandboxCount{Pool: model.PoolID(pool), Template: d, State: st, N: n})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count pool sandboxes: %w", err)
+	}
+	return out, nil
+}
+
 // ClaimPoolSandbox implements store.Store. On PostgreSQL the candidate row
 // is locked with SKIP LOCKED, so concurrent claims take different
 // sandboxes instead of waiting for (and then missing) the same one; SQLite's

@@ -319,33 +319,6 @@ func (s *Store) ListSandboxesOnNode(ctx context.Context, node model.NodeID) ([]m
 	return list, nil
 }
 
-// PlaceSandbox implements store.Store: only the sandbox's own node, in its
-// current incarnation, records its runtime (store.ErrFenced otherwise).
-func (s *Store) PlaceSandbox(ctx context.Context, id model.SandboxID, f store.Fence, runtime string, now time.Time) error {
-	err := s.write(ctx, true, func(t tx) error {
-		res, err := t.exec(ctx, `UPDATE sandboxes SET runtime = ?, updated_at = ? WHERE id = ? AND node_id = ? AND `+s.fenceSQL(),
-			append([]any{runtime, micro(now), string(id), string(f.Node)}, fenceArgs(f)...)...)
-		if err != nil {
-			return err
-		}
-		if oneRow(res) == nil {
-			return nil
-		}
-		var node string
-		if err := t.queryRow(ctx, `SELECT node_id FROM sandboxes WHERE id = ?`, string(id)).Scan(&node); err != nil {
-			return errNotFound(err)
-		}
-		if node != string(f.Node) {
-			return fmt.Errorf("%w: the sandbox is placed on %q", store.ErrFenced, node)
-		}
-		return store.ErrFenced
-	})
-	if err != nil {
-		return fmt.Errorf("place sandbox %s on %s: %w", id, f.Node, err)
-	}
-	return nil
-}
-
 // oneRow returns store.ErrNotFound unless res changed exactly one row.
 func oneRow(res sql.Result) error {
 	n, err := res.RowsAffected()

@@ -63,6 +63,10 @@ type Dialect struct {
 	// of it at commit (PostgreSQL: pg_notify). Watchers in this process are
 	// woken after the commit in any case.
 	NotifyTx func(ctx context.Context, tx *sql.Tx) error
+	// CacheStatements prepares each query once per Store (per connection)
+	// and keeps it (see stmtCache): SQLite, whose driver compiles every
+	// unprepared query anew.
+	CacheStatements bool
 }
 
 // Store implements store.Store over a *sql.DB.
@@ -72,6 +76,7 @@ type Store struct {
 	watch  *broadcaster
 	onErr  atomic.Pointer[func(op string)] // see OnError
 	tracer trace.Tracer                    // nil: not traced (trace.go)
+	stmts  *stmtCache                      // nil: Dialect.CacheStatements unset
 }
 
 var _ store.Store = (*Store)(nil)
@@ -80,6 +85,9 @@ var _ store.Store = (*Store)(nil)
 // does not own db: Close only stops the watchers; the caller closes db.
 func New(db *sql.DB, d Dialect, opts ...Option) *Store {
 	s := &Store{db: db, d: d, watch: newBroadcaster()}
+	if d.CacheStatements {
+		s.stmts = &stmtCache{m: map[string]*sql.Stmt{}}
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -96,9 +104,13 @@ func (s *Store) Broadcast() { s.watch.Broadcast() }
 // Watch implements store.Store.
 func (s *Store) Watch(ctx context.Context) <-chan struct{} { return s.watch.Subscribe(ctx) }
 
-// Close closes every watcher channel. It does not close the database.
+// Close closes every watcher channel and the cached statements. It does not
+// close the database.
 func (s *Store) Close() error {
 	s.watch.Close()
+	if err := s.stmts.close(); err != nil {
+		return fmt.Errorf("close prepared statements: %w", err)
+	}
 	return nil
 }
 
@@ -172,14 +184,24 @@ func (s *Store) observe(op string, err error) {
 func (s *Store) exec(ctx context.Context, query string, args ...any) (_ sql.Result, err error) {
 	ctx, span := s.startSpan(ctx, 1)
 	defer func() { tracing.End(span, err) }()
-	res, err := s.db.ExecContext(ctx, s.q(query), args...)
+	var res sql.Result
+	if st := s.stmt(ctx, s.q(query)); st != nil {
+		res, err = st.ExecContext(ctx, args...)
+	} else {
+		res, err = s.db.ExecContext(ctx, s.q(query), args...)
+	}
 	s.observe("exec", err)
 	return res, err
 }
 
 func (s *Store) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
 	ctx, span := s.startSpan(ctx, 1)
-	row := s.db.QueryRowContext(ctx, s.q(query), args...)
+	var row *sql.Row
+	if st := s.stmt(ctx, s.q(query)); st != nil {
+		row = st.QueryRowContext(ctx, args...)
+	} else {
+		row = s.db.QueryRowContext(ctx, s.q(query), args...)
+	}
 	s.observe("query_row", row.Err())
 	tracing.End(span, row.Err())
 	return row
@@ -188,7 +210,12 @@ func (s *Store) queryRow(ctx context.Context, query string, args ...any) *sql.Ro
 func (s *Store) query(ctx context.Context, query string, args ...any) (_ *sql.Rows, err error) {
 	ctx, span := s.startSpan(ctx, 1)
 	defer func() { tracing.End(span, err) }()
-	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
+	var rows *sql.Rows
+	if st := s.stmt(ctx, s.q(query)); st != nil {
+		rows, err = st.QueryContext(ctx, args...)
+	} else {
+		rows, err = s.db.QueryContext(ctx, s.q(query), args...)
+	}
 	s.observe("query", err)
 	return rows, err
 }
@@ -200,13 +227,24 @@ type tx struct {
 }
 
 func (t tx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	res, err := t.tx.ExecContext(ctx, t.s.q(query), args...)
+	var res sql.Result
+	var err error
+	if st := t.s.stmt(ctx, t.s.q(query)); st != nil {
+		res, err = t.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	} else {
+		res, err = t.tx.ExecContext(ctx, t.s.q(query), args...)
+	}
 	t.s.observe("exec", err)
 	return res, err
 }
 
 func (t tx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
-	row := t.tx.QueryRowContext(ctx, t.s.q(query), args...)
+	var row *sql.Row
+	if st := t.s.stmt(ctx, t.s.q(query)); st != nil {
+		row = t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	} else {
+		row = t.tx.QueryRowContext(ctx, t.s.q(query), args...)
+	}
 	t.s.observe("query_row", row.Err())
 	return row
 }

@@ -252,3 +252,48 @@ func (s *Store) TemplateState(ctx context.Context, digest model.TemplateDigest) 
 	}
 	return store.TemplateLive, nil
 }
+
+// templateStatesBatch bounds the digests of one TemplateStates query.
+const templateStatesBatch = 500
+
+// TemplateStates implements store.Store, one query per 500 digests.
+func (s *Store) TemplateStates(ctx context.Context, digests []model.TemplateDigest) (map[model.TemplateDigest]store.TemplateRowState, error) {
+	out := make(map[model.TemplateDigest]store.TemplateRowState, len(digests))
+	for _, d := range digests {
+		out[d] = store.TemplateAbsent
+	}
+	for rest := digests; len(rest) > 0; {
+		n := min(len(rest), templateStatesBatch)
+		args := make([]any, n)
+		for i, d := range rest[:n] {
+			args[i] = string(d)
+		}
+		if err := s.templateStates(ctx, args, out); err != nil {
+			return nil, fmt.Errorf("template states: %w", err)
+		}
+		rest = rest[n:]
+	}
+	return out, nil
+}
+
+// templateStates records in out the state of each stored digest of args.
+func (s *Store) templateStates(ctx context.Context, args []any, out map[model.TemplateDigest]store.TemplateRowState) error {
+	rows, err := s.query(ctx, `SELECT digest, deleted_at IS NOT NULL FROM templates WHERE digest IN (`+placeholders(len(args))+`)`, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var d string
+		var deleted bool
+		if err := rows.Scan(&d, &deleted); err != nil {
+			return err
+		}
+		st := store.TemplateLive
+		if deleted {
+			st = store.TemplateTombstoned
+		}
+		out[model.TemplateDigest(d)] = st
+	}
+	return rows.Err()
+}

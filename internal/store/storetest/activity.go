@@ -49,8 +49,7 @@ func (e *env) run(sb model.Sandbox, node model.NodeID) model.Sandbox {
 	if op.SandboxID != sb.ID || op.Kind != model.OpCreate {
 		e.t.Fatalf("claimed %+v, want the create of %s", op, sb.ID)
 	}
-	must(e.t, e.s.TransitionSandbox(e.ctx, sb.ID, model.StatePending, model.StateCreating, "", e.now()))
-	must(e.t, e.s.PlaceSandbox(e.ctx, sb.ID, e.fence(node), "runc", e.now()))
+	must(e.t, e.s.TransitionOnNode(e.ctx, sb.ID, e.fence(node), model.StatePending, model.StateCreating, "", "runc", e.now()))
 	must(e.t, e.finish(store.Finish{OperationID: op.ID, Owner: node, State: model.OpSucceeded,
 		SandboxFrom: model.StateCreating, SandboxTo: model.StateRunning, Now: e.now()}))
 	return e.getSandbox(sb.ID)
@@ -202,9 +201,7 @@ func testListDeadlinePassed(e *env) {
 	none := e.sandboxWith(p.ID, tpl.Digest, onNode("", with(time.Time{})))
 	future := e.sandboxWith(p.ID, tpl.Digest, onNode("", with(base.Add(time.Hour))))
 	elsewhere := e.sandboxWith(p.ID, tpl.Digest, onNode(other, with(base.Add(61*time.Second))))
-	must(t, e.s.PlaceSandbox(e.ctx, elsewhere.ID, e.fence(other), "runc", e.now()))
 	mine := e.sandboxWith(p.ID, tpl.Digest, onNode(node, with(base.Add(90*time.Second))))
-	must(t, e.s.PlaceSandbox(e.ctx, mine.ID, e.fence(node), "runc", e.now()))
 	_, _ = none, future
 
 	now := base.Add(2 * time.Minute)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -29,10 +30,9 @@ func testCountSandboxes(e *env) {
 	_ = e.poolSandbox(p, tpl.Digest, true)
 	_ = e.poolSandbox(p, tpl.Digest, false)
 	_, _ = e.sandbox(a.ID, tpl.Digest, nil) // pending, not placed
-	placed, _ := e.sandbox(a.ID, tpl.Digest, nil)
-	must(t, e.s.PlaceSandbox(e.ctx, placed.ID, e.fence(placed.NodeID), "runc", e.now()))
-	placed2, _ := e.sandbox(a.ID, tpl.Digest, nil)
-	must(t, e.s.PlaceSandbox(e.ctx, placed2.ID, e.fence(placed2.NodeID), "runc", e.now()))
+	withRunc := func(sb *model.Sandbox) { sb.Runtime = "runc" }
+	_ = e.sandboxWith(a.ID, tpl.Digest, withRunc)
+	_ = e.sandboxWith(a.ID, tpl.Digest, withRunc)
 	gone, _ := e.sandbox(a.ID, tpl.Digest, nil)
 	_, err = e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: a.ID, SandboxID: gone.ID, Operation: e.deleteOp(gone), Now: e.now()})
 	must(t, err)

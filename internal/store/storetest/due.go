@@ -95,7 +95,6 @@ func testNextOperationDuePlacement(e *env) {
 	sb, op := e.newSandbox(a.ID, tpl.Digest, nil)
 	sb.NodeID = there
 	must(t, e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, nil))
-	must(t, e.s.PlaceSandbox(e.ctx, sb.ID, e.fence(there), "runsc", e.now()))
 	t0 := e.now()
 	if got := e.claim(there, t0); got.ID != op.ID {
 		t.Fatalf("claimed %s, want %s", got.ID, op.ID)

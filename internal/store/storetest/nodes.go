@@ -220,9 +220,9 @@ func testNodeReregisterFences(e *env) {
 	}
 	checkOperation(t, e.getOp(create), held)
 	mustIs(t, e.s.SetNodeTemplates(e.ctx, old, nil), store.ErrFenced)
-	mustIs(t, e.s.PlaceSandbox(e.ctx, sb.ID, old, "runc", e.now()), store.ErrFenced)
-	if got := e.getSandbox(sb.ID); got.Runtime != "" {
-		t.Fatalf("fenced PlaceSandbox recorded runtime %q", got.Runtime)
+	mustIs(t, e.s.TransitionOnNode(e.ctx, sb.ID, old, model.StatePending, model.StateCreating, "", "runc", e.now()), store.ErrFenced)
+	if got := e.getSandbox(sb.ID); got.Runtime != "" || got.State != model.StatePending {
+		t.Fatalf("fenced TransitionOnNode recorded %s on %q", got.State, got.Runtime)
 	}
 	// A made-up incarnation is no better.
 	_, err = e.s.Heartbeat(e.ctx, store.Fence{Node: node, Incarnation: model.NewIncarnation()})
@@ -239,7 +239,6 @@ func testNodeReregisterFences(e *env) {
 	if got.ID != create.ID || got.Attempts != 2 {
 		t.Fatalf("after the old lease expired claimed %+v, want %s at attempt 2", got, create.ID)
 	}
-	must(t, e.s.PlaceSandbox(e.ctx, sb.ID, e.fence(node), "runc", e.now()))
 	must(t, e.finish(store.Finish{OperationID: create.ID, Owner: node, State: model.OpSucceeded, Now: at.Add(time.Hour)}))
 }
 
@@ -341,11 +340,11 @@ func testNodeDeclareDead(e *env) {
 
 	// starting: its create claimed (and its runtime chosen), the sandbox
 	// still pending.
-	starting, startingOp := e.mustCreateOn(p.ID, tpl.Digest, dead)
+	starting, startingOp, cerr := e.createOn(p.ID, tpl.Digest, dead, func(sb *model.Sandbox) { sb.Runtime = "runsc" })
+	must(t, cerr)
 	if got := e.claim(dead, e.now()); got.ID != startingOp.ID {
 		t.Fatalf("claimed %s, want %s", got.ID, startingOp.ID)
 	}
-	must(t, e.s.PlaceSandbox(e.ctx, starting.ID, deadFence, "runsc", e.now()))
 	// running, with a pause under way.
 	running := e.run(e.sandboxWith(p.ID, tpl.Digest, onNode(dead)), dead)
 	// deleting: a delete requested, not done.

@@ -101,8 +101,7 @@ func testClaimPlacement(e *env) {
 		return sb, op
 	}
 	_, remoteOp := on(there)
-	local, localOp := on(here)
-	must(t, e.s.PlaceSandbox(e.ctx, local.ID, e.fence(here), "runsc", e.now()))
+	_, localOp := on(here)
 	free, freeOp := on("")
 
 	if got := e.claim(here, e.now()); got.ID != localOp.ID {

@@ -1,8 +1,10 @@
 package storetest
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,6 +18,7 @@ func poolTests() []namedTest {
 		{"PoolPutFindDelete", testPoolPutFindDelete},
 		{"PoolRelease", testPoolRelease},
 		{"PoolClaim", testPoolClaim},
+		{"PoolSandboxCounts", testPoolSandboxCounts},
 		{"PoolClaimQuota", testPoolClaimQuota},
 		{"ConcurrentPoolClaims", testConcurrentPoolClaims},
 		{"PoolClaimNeedsActiveNode", testPoolClaimNeedsActiveNode},
@@ -404,5 +407,73 @@ func testPoolSandboxesOfDeadNode(e *env) {
 	}
 	if op, err := e.s.GetOperation(e.ctx, model.SystemProject, pendingOp.ID); err != nil || op.State != model.OpFailed {
 		t.Fatalf("the unstarted pool create of a dead node: %+v, %v; want failed", op, err)
+	}
+}
+
+// testPoolSandboxCounts: CountPoolSandboxes counts the unclaimed sandboxes
+// of every pool by digest and state, as ListPoolSandboxes lists them.
+func testPoolSandboxCounts(e *env) {
+	t := e.t
+	got, err := e.s.CountPoolSandboxes(e.ctx)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("CountPoolSandboxes of an empty store = %+v, %v", got, err)
+	}
+	a := e.project()
+	t1, t2 := e.template(), e.template()
+	p1, p2 := e.pool("python", 2), e.pool("node", 1)
+	e.poolSandbox(p1, t1.Digest, true)
+	e.poolSandbox(p1, t1.Digest, true)
+	e.poolSandbox(p1, t1.Digest, false)
+	e.poolSandbox(p1, t2.Digest, true)
+	e.poolSandbox(p2, t1.Digest, true)
+	failed := e.poolSandbox(p2, t2.Digest, false)
+	must(t, e.s.TransitionSandbox(e.ctx, failed.ID, model.StateCreating, model.StateFailed, "", e.now()))
+	gone := e.poolSandbox(p2, t2.Digest, false)
+	must(t, e.s.TransitionSandbox(e.ctx, gone.ID, model.StateCreating, model.StateDeleting, "", e.now()))
+	must(t, e.s.TransitionSandbox(e.ctx, gone.ID, model.StateDeleting, model.StateDeleted, "", e.now()))
+	e.sandbox(a.ID, t1.Digest, nil) // no pool's
+	// A claimed sandbox is its project's, no longer the pool's.
+	_, err = e.s.ClaimPoolSandbox(e.ctx, e.poolClaim(p1, t1.Digest, a.ID))
+	must(t, err)
+
+	got, err = e.s.CountPoolSandboxes(e.ctx)
+	must(t, err)
+	key := func(p model.PoolID, d model.TemplateDigest, st model.SandboxState) string {
+		return fmt.Sprintf("%s/%s/%s", p, d, st)
+	}
+	counts := map[string]int{}
+	var order []string
+	for _, c := range got {
+		if c.N <= 0 {
+			t.Fatalf("CountPoolSandboxes row with count %d: %+v", c.N, c)
+		}
+		k := key(c.Pool, c.Template, c.State)
+		counts[k] += c.N
+		order = append(order, k)
+	}
+	want := map[string]int{
+		key(p1.ID, t1.Digest, model.StateRunning):  1,
+		key(p1.ID, t1.Digest, model.StateCreating): 1,
+		key(p1.ID, t2.Digest, model.StateRunning):  1,
+		key(p2.ID, t1.Digest, model.StateRunning):  1,
+		key(p2.ID, t2.Digest, model.StateFailed):   1,
+	}
+	if fmt.Sprint(counts) != fmt.Sprint(want) || len(order) != len(want) {
+		t.Fatalf("CountPoolSandboxes = %v\nwant %v", order, want)
+	}
+	if !slices.IsSortedFunc(got, func(x, y store.PoolSandboxCount) int {
+		return cmp.Or(cmp.Compare(x.Pool, y.Pool), cmp.Compare(x.Template, y.Template), cmp.Compare(x.State, y.State))
+	}) {
+		t.Fatalf("CountPoolSandboxes not ordered by pool, digest, state: %v", order)
+	}
+	// The same as counting ListPoolSandboxes.
+	list, err := e.s.ListPoolSandboxes(e.ctx, "")
+	must(t, err)
+	listed := map[string]int{}
+	for _, ps := range list {
+		listed[key(ps.Pool, ps.Sandbox.Template, ps.Sandbox.State)]++
+	}
+	if fmt.Sprint(listed) != fmt.Sprint(want) {
+		t.Fatalf("ListPoolSandboxes counts %v, CountPoolSandboxes %v", listed, counts)
 	}
 }

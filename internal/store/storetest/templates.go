@@ -17,6 +17,7 @@ func templateTests() []namedTest {
 		{"TemplateDeleteTag", testTemplateDeleteTag},
 		{"TemplateDelete", testTemplateDelete},
 		{"TemplateGC", testTemplateGC},
+		{"TemplateStates", testTemplateStates},
 		{"TemplateGCRacesCreates", testTemplateGCRacesCreates},
 		{"TemplateDeleteRacesCreates", testTemplateDeleteRacesCreates},
 	}
@@ -353,6 +354,37 @@ func testTemplateDeleteRacesCreates(e *env) {
 		}
 		if deleted.Load() && live > 0 {
 			t.Fatalf("round %d: the template was deleted while %d sandboxes were created from it", round, live)
+		}
+	}
+}
+
+// testTemplateStates: one call answers for many digests, past a query's
+// batch, as TemplateState would for each.
+func testTemplateStates(e *env) {
+	t := e.t
+	got, err := e.s.TemplateStates(e.ctx, nil)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("TemplateStates(nil) = %v, %v", got, err)
+	}
+	live, gone := e.template(), e.template()
+	_, err = e.s.DeleteTemplate(e.ctx, gone.Digest, e.now())
+	must(t, err)
+	want := map[model.TemplateDigest]store.TemplateRowState{live.Digest: store.TemplateLive, gone.Digest: store.TemplateTombstoned}
+	digests := []model.TemplateDigest{live.Digest}
+	for i := range 1100 {
+		d := model.DigestFromSHA256([32]byte{0xfe, byte(i >> 8), byte(i)})
+		want[d] = store.TemplateAbsent
+		digests = append(digests, d)
+	}
+	digests = append(digests, gone.Digest, live.Digest) // last batch; a repeat
+	got, err = e.s.TemplateStates(e.ctx, digests)
+	must(t, err)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("TemplateStates: %d entries, want %d; live %v, tombstoned %v", len(got), len(want), got[live.Digest], got[gone.Digest])
+	}
+	for _, d := range []model.TemplateDigest{live.Digest, gone.Digest, digests[1]} {
+		if one, err := e.s.TemplateState(e.ctx, d); err != nil || one != got[d] {
+			t.Fatalf("TemplateState(%s) = %v, %v; TemplateStates said %v", d, one, err, got[d])
 		}
 	}
 }

@@ -66,10 +66,9 @@ func testWatchWakes(e *env) {
 		do   func()
 	}{
 		{"CreateSandbox", func() { sb, createOp = e.sandbox(a.ID, tpl.Digest, nil) }},
-		{"PlaceSandbox", func() { must(t, e.s.PlaceSandbox(e.ctx, sb.ID, e.fence(node), "runsc", e.now())) }},
 		{"ClaimOperation", func() { e.claim(node, e.now()) }},
-		{"TransitionSandbox", func() {
-			must(t, e.s.TransitionSandbox(e.ctx, sb.ID, model.StatePending, model.StateCreating, "", e.now()))
+		{"TransitionOnNode", func() {
+			must(t, e.s.TransitionOnNode(e.ctx, sb.ID, e.fence(node), model.StatePending, model.StateCreating, "", "runsc", e.now()))
 		}},
 		{"FinishOperation", func() {
 			must(t, e.finish(store.Finish{OperationID: createOp.ID, Owner: node, State: model.OpSucceeded,
@@ -88,6 +87,12 @@ func testWatchWakes(e *env) {
 			if n != 1 {
 				t.Fatalf("released %d leases, want 1", n)
 			}
+		}},
+		{"TransitionSandbox", func() {
+			other, _ := e.sandbox(a.ID, tpl.Digest, nil)
+			drain(w1)
+			drain(w2)
+			must(t, e.s.TransitionSandbox(e.ctx, other.ID, model.StatePending, model.StateDeleting, "", e.now()))
 		}},
 	} {
 		drain(w1)
