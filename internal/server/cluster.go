@@ -291,13 +291,7 @@ func (m *membership) placeUnplaced(ctx context.Context) error {
 	return nil
 }
 
-// startMembership runs m in wg; a fenced node's error goes to errc.
-func startMembership(ctx context.Context, wg *sync.WaitGroup, errc chan<- error, m *membership) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := m.run(ctx); err != nil {
-			errc <- err
-		}
-	}()
+// component runs m; a fenced node's error stops the server.
+func (m *membership) component() component {
+	return component{name: "membership", run: m.run}
 }
