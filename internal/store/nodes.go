@@ -85,6 +85,12 @@ type Nodes interface {
 	// (a delete requested after the loss), so it is safe to call from
 	// every process, often.
 	DeclareDeadNodes(ctx context.Context, after time.Duration) (NodeLoss, error)
+	// HoldDutyLease takes, or renews, the lease on the cluster-wide duty
+	// name for f's node run, for ttl by the database's clock, and reports
+	// whether f holds it now. It is taken when nobody holds it, its holder
+	// let it expire, or f already holds it; fenced (false, nil) when f is
+	// not the node's current incarnation or the node is dead.
+	HoldDutyLease(ctx context.Context, name string, f Fence, ttl time.Duration) (bool, error)
 	// TransitionOnNode is TransitionSandbox for the node that hosts the
 	// sandbox: fenced (ErrFenced when the sandbox is not placed on f.Node,
 	// e.g. its node was declared dead and it was placed again, or f is not

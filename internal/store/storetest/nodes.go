@@ -29,6 +29,7 @@ func nodeTests() []namedTest {
 		{"NodeConcurrentPlacement", testNodeConcurrentPlacement},
 		{"NodeLossRacesDeletes", testNodeLossRacesDeletes},
 		{"NodeSelectorRoundTrip", testNodeSelector},
+		{"NodeDutyLease", testDutyLease},
 	}
 }
 
