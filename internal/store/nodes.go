@@ -60,6 +60,9 @@ type Nodes interface {
 	Heartbeat(ctx context.Context, f Fence) (time.Time, error)
 	// GetNode returns one node, ErrNotFound if unknown.
 	GetNode(ctx context.Context, id model.NodeID) (model.NodeStatus, error)
+	// GetNodeRecord returns one node's own record (no usage: a read of
+	// its row alone, for a forward to it), ErrNotFound if unknown.
+	GetNodeRecord(ctx context.Context, id model.NodeID) (model.Node, error)
 	// ListNodes returns every node, in ID order, with its usage and the
 	// age of its heartbeat by the database's clock.
 	ListNodes(ctx context.Context) ([]model.NodeStatus, error)

@@ -132,6 +132,13 @@ func testNodeRegister(e *env) {
 	}
 	_, err = e.s.GetNode(e.ctx, model.NewNodeID())
 	mustIs(t, err, store.ErrNotFound)
+	rec, err := e.s.GetNodeRecord(e.ctx, n.ID)
+	must(t, err)
+	if !reflect.DeepEqual(rec, got.Node) {
+		t.Fatalf("GetNodeRecord = %+v\nwant %+v", rec, got.Node)
+	}
+	_, err = e.s.GetNodeRecord(e.ctx, model.NewNodeID())
+	mustIs(t, err, store.ErrNotFound)
 }
 
 // testNodeRegisterErrors: a node record the store could not read back is
