@@ -41,14 +41,14 @@ func (d *nodeDir) set(id model.NodeID, url string) {
 	d.urls[id] = url
 }
 
-func (d *nodeDir) GetNode(_ context.Context, id model.NodeID) (model.NodeStatus, error) {
+func (d *nodeDir) GetNodeRecord(_ context.Context, id model.NodeID) (model.Node, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	u, ok := d.urls[id]
 	if !ok {
-		return model.NodeStatus{}, store.ErrNotFound
+		return model.Node{}, store.ErrNotFound
 	}
-	return model.NodeStatus{Node: model.Node{ID: id, AdvertiseURL: u, State: model.NodeActive}}, nil
+	return model.Node{ID: id, AdvertiseURL: u, State: model.NodeActive}, nil
 }
 
 // noAgents is the agent set of a replica that hosts no sandboxes.

@@ -36,14 +36,14 @@ func (d *nodeDir) set(id model.NodeID, u string) {
 	d.urls[id] = u
 }
 
-func (d *nodeDir) GetNode(_ context.Context, id model.NodeID) (model.NodeStatus, error) {
+func (d *nodeDir) GetNodeRecord(_ context.Context, id model.NodeID) (model.Node, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	u, ok := d.urls[id]
 	if !ok {
-		return model.NodeStatus{}, store.ErrNotFound
+		return model.Node{}, store.ErrNotFound
 	}
-	return model.NodeStatus{Node: model.Node{ID: id, AdvertiseURL: u, State: model.NodeActive}}, nil
+	return model.Node{ID: id, AdvertiseURL: u, State: model.NodeActive}, nil
 }
 
 type noAgents struct{}

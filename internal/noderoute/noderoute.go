@@ -37,9 +37,10 @@ const (
 	HeaderForwardToken = "Airlock-Forward-Token"
 )
 
-// Nodes finds a node's advertise URL (store.Nodes implements it).
+// Nodes finds a node's advertise URL (store.Nodes implements it): a read
+// of the node's row alone, once per forwarded request.
 type Nodes interface {
-	GetNode(ctx context.Context, id model.NodeID) (model.NodeStatus, error)
+	GetNodeRecord(ctx context.Context, id model.NodeID) (model.Node, error)
 }
 
 // DialTimeout bounds connecting to a node.
@@ -116,7 +117,7 @@ func unreachable(w http.ResponseWriter, node model.NodeID, why string) {
 // and -Proto are set from r (a client's own are dropped).
 func (rt *Router) Forward(w http.ResponseWriter, r *http.Request, node model.NodeID, extra http.Header) {
 	ctx := r.Context()
-	st, err := rt.Nodes.GetNode(ctx, node)
+	st, err := rt.Nodes.GetNodeRecord(ctx, node)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		unreachable(w, node, "no such node is registered")

@@ -47,6 +47,9 @@ type membership struct {
 	clockMu  sync.Mutex
 	samples  []clockSample          // the last heartbeats', for offset
 	reported []model.TemplateDigest // what reportTemplates last told the store
+	// dutyHolder is whether the last duty pass held the lease on the
+	// cluster-wide duties (for logging a change).
+	dutyHolder bool
 }
 
 // clusterConfig checks the cluster options and fills in defaults.
@@ -225,14 +228,42 @@ func (m *membership) dutyLoop(ctx context.Context) {
 	}
 }
 
-// duties are what every process does every heartbeat interval: report its
-// templates, declare nodes dead, place what has no node.
+// dutyLease names the lease on the cluster-wide duties.
+const dutyLease = "cluster-duties"
+
+// dutyLeaseIntervals is how many heartbeat intervals the lease on the
+// cluster-wide duties lasts: its holder renews it every interval, so a
+// missed renewal or two keeps it, and another node takes over that long
+// after the holder stopped.
+const dutyLeaseIntervals = 3
+
+// duties are what a process does every heartbeat interval: report its
+// templates (every process) and, on the one node that holds the duty lease
+// at a time, declare nodes dead and place what has no node.
 func (m *membership) duties(ctx context.Context) {
 	if m.templates != nil {
 		if err := m.reportTemplates(ctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("report templates", "err", err)
 		}
 	}
+	held, err := m.st.HoldDutyLease(ctx, dutyLease, m.fence(), dutyLeaseIntervals*m.interval)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("take the cluster duties' lease", "err", err)
+		}
+		return
+	}
+	if held != m.dutyHolder {
+		m.log.Info("cluster duties", "held", held)
+		m.dutyHolder = held
+	}
+	if held {
+		m.clusterDuties(ctx)
+	}
+}
+
+// clusterDuties declare nodes dead and place what has no node.
+func (m *membership) clusterDuties(ctx context.Context) {
 	loss, err := m.st.DeclareDeadNodes(ctx, m.deadAfter)
 	switch {
 	case err != nil:
@@ -291,13 +322,7 @@ func (m *membership) placeUnplaced(ctx context.Context) error {
 	return nil
 }
 
-// startMembership runs m in wg; a fenced node's error goes to errc.
-func startMembership(ctx context.Context, wg *sync.WaitGroup, errc chan<- error, m *membership) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := m.run(ctx); err != nil {
-			errc <- err
-		}
-	}()
+// component runs m; a fenced node's error stops the server.
+func (m *membership) component() component {
+	return component{name: "membership", run: m.run}
 }

@@ -103,3 +103,64 @@ func TestFencedMembershipReturns(t *testing.T) {
 		t.Fatal("a fenced membership did not return")
 	}
 }
+
+// TestClusterDutiesOnOneNode: of two nodes on one store, one does the
+// cluster duties; once it stops renewing its lease, the other takes them
+// over and declares it dead.
+func TestClusterDutiesOnOneNode(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	placer, err := placement.New(placement.Config{Store: st, DeadAfter: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const interval = 20 * time.Millisecond
+	members := make([]*membership, 2)
+	for i := range members {
+		members[i] = &membership{st: st, interval: interval, deadAfter: 300 * time.Millisecond, placer: placer,
+			node: model.Node{ID: model.NewNodeID(), Incarnation: model.NewIncarnation(), Role: model.RoleAll, AdvertiseURL: "http://127.0.0.1:1"},
+			log:  slog.New(slog.DiscardHandler)}
+		if err := members[i].register(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 5 {
+		for _, m := range members {
+			m.duties(ctx)
+		}
+		if members[0].dutyHolder == members[1].dutyHolder {
+			t.Fatalf("duty holders: %v, %v; want exactly one", members[0].dutyHolder, members[1].dutyHolder)
+		}
+	}
+	holder, other := members[0], members[1]
+	if !holder.dutyHolder {
+		holder, other = other, holder
+	}
+	// The holder stops (no heartbeats, no duties); the other heartbeats
+	// on and takes the duties once the lease expired.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := st.Heartbeat(ctx, other.fence()); err != nil {
+			t.Fatal(err)
+		}
+		other.duties(ctx)
+		n, err := st.GetNode(ctx, holder.node.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.State == model.NodeDead {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stopped holder is %s, holder of the duties now: %v", n.State, other.dutyHolder)
+		}
+		time.Sleep(interval)
+	}
+	if !other.dutyHolder {
+		t.Fatal("the remaining node declared the holder dead without the lease")
+	}
+}

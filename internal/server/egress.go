@@ -172,7 +172,7 @@ const egressCADir = "egress-ca"
 
 // openEgress opens the pool and the CA, binds the resolver and the proxy
 // (fixing their ports) and writes the nftables table. The services run
-// once startEgressServices is called.
+// once egressComponents run.
 func openEgress(cfg egressConfig, dd *dataDir, st store.Store, secretSrc *secretSource, onDecision func(decisionlog.Event), log *slog.Logger) (_ *egressNet, _ *egressServices, err error) {
 	claim, err := claimEgress()
 	if err != nil {
@@ -492,24 +492,23 @@ func (s *egressServices) close() {
 	s.proxy.Close()
 }
 
-// startEgressServices serves DNS and the proxy until ctx ends; wg tracks
-// the goroutines, errc receives a service's failure.
-func startEgressServices(ctx context.Context, wg *sync.WaitGroup, errc chan<- error, n *egressNet, s *egressServices, log *slog.Logger) {
+// egressComponents serve DNS and the proxy until ctx ends; a service's
+// failure stops the server.
+func egressComponents(n *egressNet, s *egressServices, log *slog.Logger) []component {
+	serve := func(name string, run func(context.Context) error) component {
+		return component{name: name, run: func(ctx context.Context) error {
+			if err := run(ctx); err != nil && ctx.Err() == nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			return nil
+		}}
+	}
 	log.Info("egress serving", "proxy_port", n.cfg.proxyPort, "resolver_port", n.cfg.resolverPort,
 		"upstream_dns", n.cfg.upstreamDNS.String(), "pool", n.cfg.pool.String(), "default", string(n.cfg.defaultPolicy))
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if err := s.resolver.Serve(ctx); err != nil && ctx.Err() == nil {
-			errc <- fmt.Errorf("egress resolver: %w", err)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		if err := s.proxy.Serve(ctx); err != nil && ctx.Err() == nil {
-			errc <- fmt.Errorf("egress proxy: %w", err)
-		}
-	}()
+	return []component{
+		serve("egress resolver", s.resolver.Serve),
+		serve("egress proxy", s.proxy.Serve),
+	}
 }
 
 // egressClaimDir holds one lock file per network namespace with an Airlock

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -141,23 +140,22 @@ func (h *host) controller(st store.Store, m *membership, log *slog.Logger) (*con
 	})
 }
 
-// start runs the controller, the egress services and the template builds.
-func (h *host) start(ctx context.Context, wg *sync.WaitGroup, errc chan<- error, ctrl *controller.Controller, log *slog.Logger) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+// components are the controller, the egress services and the template
+// builds.
+func (h *host) components(ctrl *controller.Controller, log *slog.Logger) []component {
+	comps := []component{{name: "controller", run: func(ctx context.Context) error {
 		if err := ctrl.Run(ctx); err != nil {
-			errc <- fmt.Errorf("controller: %w", err)
+			return fmt.Errorf("controller: %w", err)
 		}
-	}()
-	startEgressServices(ctx, wg, errc, h.egressNet, h.egressSvc, log.With("component", "egress"))
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+		return nil
+	}}}
+	comps = append(comps, egressComponents(h.egressNet, h.egressSvc, log.With("component", "egress"))...)
+	return append(comps, component{name: "template builds", run: func(ctx context.Context) error {
 		if err := h.builds.Run(ctx); err != nil {
-			errc <- fmt.Errorf("template builds: %w", err)
+			return fmt.Errorf("template builds: %w", err)
 		}
-	}()
+		return nil
+	}})
 }
 
 // environments is the API's view of the environments and the default's

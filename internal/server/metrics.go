@@ -2,12 +2,10 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/metrics"
@@ -59,29 +57,16 @@ func listenMetrics(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// serveMetrics serves GET /metrics without authentication on ln (the
+// metricsComponents serve GET /metrics without authentication on ln (the
 // --metrics-listen address, meant for a private interface) until ctx
 // ends. A nil ln serves nothing.
-func serveMetrics(ctx context.Context, wg *sync.WaitGroup, errc chan<- error, ln net.Listener, m *metrics.Metrics, log *slog.Logger) {
+func metricsComponents(ln net.Listener, m *metrics.Metrics, log *slog.Logger) []component {
 	if ln == nil {
-		return
+		return nil
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("metrics server: %w", err)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shut)
-	}()
 	log.Info("serving metrics without authentication", "url", "http://"+ln.Addr().String()+"/metrics")
+	return httpComponents("metrics server", srv, ln, 5*time.Second)
 }

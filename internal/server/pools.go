@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"log/slog"
-	"sync"
 
 	"github.com/airlockdev/airlock/internal/envid"
 	"github.com/airlockdev/airlock/internal/model"
@@ -50,14 +49,12 @@ func agentAnswers(ctx context.Context, agents procctl.Agents, id model.SandboxID
 	return err
 }
 
-// startPools runs the pool controller until ctx ends.
-func startPools(ctx context.Context, wg *sync.WaitGroup, pc *pool.Controller) {
+// poolComponents run the pool controller until ctx ends.
+func poolComponents(pc *pool.Controller) []component {
 	if pc == nil {
-		return
+		return nil
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	return []component{loop("pools", func(ctx context.Context) {
 		_ = pc.Run(ctx) // logs its failed passes; ends with ctx
-	}()
+	})}
 }

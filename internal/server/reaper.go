@@ -1,9 +1,7 @@
 package server
 
 import (
-	"context"
 	"log/slog"
-	"sync"
 
 	"github.com/airlockdev/airlock/internal/activity"
 	"github.com/airlockdev/airlock/internal/model"
@@ -61,13 +59,7 @@ func newTimeouts(opts Options, st store.Store, node model.NodeID, envs []enabled
 	return &timeouts{tracker: tracker, reaper: rp, purger: pg}, nil
 }
 
-// start runs the tracker's flushes, the reaper and the purger until ctx ends.
-func (t *timeouts) start(ctx context.Context, wg *sync.WaitGroup) {
-	for _, run := range []func(context.Context){t.tracker.Run, t.reaper.Run, t.purger.Run} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			run(ctx)
-		}()
-	}
+// components are the tracker's flushes, the reaper and the purger.
+func (t *timeouts) components() []component {
+	return []component{loop("activity", t.tracker.Run), loop("reaper", t.reaper.Run), loop("purge", t.purger.Run)}
 }

@@ -9,9 +9,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/atomicfile"
@@ -300,31 +301,8 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("write %s: %w", serverURLFile, err)
 	}
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
-	var wg sync.WaitGroup
-	errc := make(chan error, 8) // one per component that may fail
-	startMembership(runCtx, &wg, errc, member)
-	if h != nil {
-		h.start(runCtx, &wg, errc, ctrl, log)
-	}
-	startPools(runCtx, &wg, pools)
-	// --metrics-listen, unauthenticated
-	serveMetrics(runCtx, &wg, errc, metricsLn, mtr, log)
-	idle.start(runCtx, &wg) // activity flushes, deadlines, idle limits, the purge of finished rows
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		collector.Run(runCtx, opts.TemplateGCInterval)
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		rotateAttachKeys(runCtx, attachKeys, attachKeyAge, log)
-	}()
-
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -333,40 +311,58 @@ func Run(ctx context.Context, opts Options) error {
 		// on for the grace period (the data plane ends them then).
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("http server: %w", err)
-		}
-	}()
+
+	// What runs until the server stops, started in this order.
+	comps := []component{member.component()}
+	if h != nil {
+		comps = append(comps, h.components(ctrl, log)...)
+	}
+	comps = append(comps, poolComponents(pools)...)
+	comps = append(comps, metricsComponents(metricsLn, mtr, log)...) // --metrics-listen, unauthenticated
+	comps = append(comps, idle.components()...)                      // activity flushes, deadlines, idle limits, the purge of finished rows
+	comps = append(comps,
+		loop("template gc", func(ctx context.Context) { collector.Run(ctx, opts.TemplateGCInterval) }),
+		loop("attachment key rotation", func(ctx context.Context) { rotateAttachKeys(ctx, attachKeys, attachKeyAge, log) }),
+		component{name: "http server", run: func(context.Context) error {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("http server: %w", err)
+			}
+			return nil
+		}},
+	)
 	log.Info("airlock server ready", "url", baseURL, "data_dir", dd.path, "role", role,
 		"advertise_url", self.AdvertiseURL, "incarnation", self.Incarnation,
 		"environments", envNames(h.envList()), "default_env", defEnv,
 		"admin_key_file", adminKey)
+	runErr := runComponents(ctx, comps, func(failed error) {
+		if failed != nil {
+			log.Error("component failed; shutting down", "err", failed)
+		} else {
+			log.Info("shutting down; sandboxes keep running")
+		}
+		drainAPI(ctx, opts.ShutdownGrace, dp, srv, cancelRequests, log)
+	}, log)
+	h.release(context.WithoutCancel(ctx), log)
+	log.Info("airlock server stopped")
+	return runErr
+}
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down; sandboxes keep running")
-	case runErr = <-errc:
-		log.Error("component failed; shutting down", "err", runErr)
-	}
-	grace := opts.ShutdownGrace
+// drainAPI stops the API: it refuses new attachments (readiness fails),
+// stops listening and closes idle connections, lets open streams run for
+// the grace period, then ends them with a reconnect event and closes what
+// is left.
+func drainAPI(ctx context.Context, grace time.Duration, dp *dataplane.DataPlane, srv *http.Server, cancelRequests context.CancelFunc, log *slog.Logger) {
 	if grace <= 0 {
 		grace = DefaultShutdownGrace
 	}
-	// Drain: refuse new attachments (readiness fails), stop listening and
-	// close idle connections, let open streams run for the grace period,
-	// then end them with a reconnect event and close what is left.
 	graceCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer stop()
 	dp.StartDrain()
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
+	var drain errgroup.Group
+	drain.Go(func() error {
 		dp.Drain(graceCtx)
-	}()
+		return nil
+	})
 	shutCtx, stopShut := context.WithTimeout(context.WithoutCancel(ctx), grace+closeGrace)
 	defer stopShut()
 	if err := srv.Shutdown(shutCtx); err != nil {
@@ -374,12 +370,7 @@ func Run(ctx context.Context, opts Options) error {
 		_ = srv.Close()
 	}
 	cancelRequests() // handlers of hijacked (WebSocket) connections
-	<-drained
-	cancel()
-	wg.Wait()
-	h.release(context.WithoutCancel(ctx), log)
-	log.Info("airlock server stopped")
-	return runErr
+	_ = drain.Wait()
 }
 
 // releaseAgentFS unmounts the runtime's shared agent filesystem when no

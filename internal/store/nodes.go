@@ -60,6 +60,9 @@ type Nodes interface {
 	Heartbeat(ctx context.Context, f Fence) (time.Time, error)
 	// GetNode returns one node, ErrNotFound if unknown.
 	GetNode(ctx context.Context, id model.NodeID) (model.NodeStatus, error)
+	// GetNodeRecord returns one node's own record (no usage: a read of
+	// its row alone, for a forward to it), ErrNotFound if unknown.
+	GetNodeRecord(ctx context.Context, id model.NodeID) (model.Node, error)
 	// ListNodes returns every node, in ID order, with its usage and the
 	// age of its heartbeat by the database's clock.
 	ListNodes(ctx context.Context) ([]model.NodeStatus, error)
@@ -85,6 +88,12 @@ type Nodes interface {
 	// (a delete requested after the loss), so it is safe to call from
 	// every process, often.
 	DeclareDeadNodes(ctx context.Context, after time.Duration) (NodeLoss, error)
+	// HoldDutyLease takes, or renews, the lease on the cluster-wide duty
+	// name for f's node run, for ttl by the database's clock, and reports
+	// whether f holds it now. It is taken when nobody holds it, its holder
+	// let it expire, or f already holds it; fenced (false, nil) when f is
+	// not the node's current incarnation or the node is dead.
+	HoldDutyLease(ctx context.Context, name string, f Fence, ttl time.Duration) (bool, error)
 	// TransitionOnNode is TransitionSandbox for the node that hosts the
 	// sandbox: fenced (ErrFenced when the sandbox is not placed on f.Node,
 	// e.g. its node was declared dead and it was placed again, or f is not

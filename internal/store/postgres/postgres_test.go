@@ -253,3 +253,52 @@ func TestConcurrentClaimsAcrossStores(t *testing.T) {
 		}
 	}
 }
+
+// TestDutyLeaseAcrossStores: two nodes, each with its own store on one
+// database, ask for the cluster duties' lease at once, again and again:
+// exactly one holds it each time, and it stays with that one.
+func TestDutyLeaseAcrossStores(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	ctx := context.Background()
+	stores := []*Store{open(t, dsn), open(t, dsn)}
+	fences := make([]store.Fence, len(stores))
+	for i, s := range stores {
+		n := model.Node{ID: model.NewNodeID(), Incarnation: model.NewIncarnation(), Role: model.RoleAll,
+			AdvertiseURL: "http://127.0.0.1:1"}
+		if _, err := s.RegisterNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		fences[i] = store.Fence{Node: n.ID, Incarnation: n.Incarnation}
+	}
+	first := -1
+	for round := range 20 {
+		held := make([]bool, len(stores))
+		errs := make([]error, len(stores))
+		var wg sync.WaitGroup
+		for i, s := range stores {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				held[i], errs[i] = s.HoldDutyLease(ctx, "cluster-duties", fences[i], time.Minute)
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if held[0] == held[1] {
+			t.Fatalf("round %d: held %v; want exactly one holder", round, held)
+		}
+		holder := 0
+		if held[1] {
+			holder = 1
+		}
+		if first < 0 {
+			first = holder
+		} else if holder != first {
+			t.Fatalf("round %d: the lease moved from node %d to %d before it expired", round, first, holder)
+		}
+	}
+}

@@ -199,6 +199,16 @@ func (s *Store) GetNode(ctx context.Context, id model.NodeID) (model.NodeStatus,
 	return n, nil
 }
 
+// GetNodeRecord implements store.Nodes: the nodes row alone, without the
+// usage that GetNode sums over the live sandboxes.
+func (s *Store) GetNodeRecord(ctx context.Context, id model.NodeID) (model.Node, error) {
+	n, err := scanNode(s.queryRow(ctx, `SELECT `+nodeColumns+`, 0, 0, 0, 0 FROM nodes n WHERE n.id = ?`, string(id)))
+	if err != nil {
+		return model.Node{}, fmt.Errorf("get node %s: %w", id, errNotFound(err))
+	}
+	return n.Node, nil
+}
+
 // ListNodes implements store.Nodes.
 func (s *Store) ListNodes(ctx context.Context) ([]model.NodeStatus, error) {
 	rows, err := s.query(ctx, s.nodeStatusQuery()+` ORDER BY n.id`)

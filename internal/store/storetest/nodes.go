@@ -29,6 +29,7 @@ func nodeTests() []namedTest {
 		{"NodeConcurrentPlacement", testNodeConcurrentPlacement},
 		{"NodeLossRacesDeletes", testNodeLossRacesDeletes},
 		{"NodeSelectorRoundTrip", testNodeSelector},
+		{"NodeDutyLease", testDutyLease},
 	}
 }
 
@@ -130,6 +131,13 @@ func testNodeRegister(e *env) {
 		t.Fatalf("GetNode = %+v\nwant %+v", read, got)
 	}
 	_, err = e.s.GetNode(e.ctx, model.NewNodeID())
+	mustIs(t, err, store.ErrNotFound)
+	rec, err := e.s.GetNodeRecord(e.ctx, n.ID)
+	must(t, err)
+	if !reflect.DeepEqual(rec, got.Node) {
+		t.Fatalf("GetNodeRecord = %+v\nwant %+v", rec, got.Node)
+	}
+	_, err = e.s.GetNodeRecord(e.ctx, model.NewNodeID())
 	mustIs(t, err, store.ErrNotFound)
 }
 
