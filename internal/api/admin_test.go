@@ -14,7 +14,6 @@ import (
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
-	"github.com/airlockdev/airlock/internal/store/sqlite"
 )
 
 func TestAdminEndpoints(t *testing.T) {
@@ -119,7 +118,7 @@ func TestEnsureAdminKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "db"), nil)
+	st, err := openStore(ctx, filepath.Join(dir, "db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +184,7 @@ func TestEnsureAdminKeyFileFirst(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "db"), nil)
+	st, err := openStore(ctx, filepath.Join(dir, "db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +216,7 @@ func TestEnsureAdminKeyImports(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "db"), nil)
+	st, err := openStore(ctx, filepath.Join(dir, "db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/placement"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/store/migrations"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
 	"github.com/airlockdev/airlock/internal/template"
 	"github.com/airlockdev/airlock/internal/tplbuild"
@@ -63,13 +64,114 @@ func (c *testClock) Now() time.Time {
 	return c.t
 }
 
+// loadValidator loads and validates the OpenAPI document once per test
+// process (about a tenth of the package's time under -race when every
+// testEnv did it); the Validator is read-only, so the tests share it.
+var loadValidator = sync.OnceValues(func() (*openapitest.Validator, error) {
+	return openapitest.New(context.Background(), openAPIDocument)
+})
+
 func docValidator(t testing.TB) *openapitest.Validator {
 	t.Helper()
-	v, err := openapitest.New(context.Background(), openAPIDocument)
+	v, err := loadValidator()
 	if err != nil {
 		t.Fatalf("OpenAPI document: %v", err)
 	}
 	return v
+}
+
+// migratedDB is an empty SQLite database with every store migration
+// applied: the bytes of a VACUUM INTO copy of one migrated store, made once
+// per test process. Migrating a fresh database for each testEnv was the
+// largest cost of the package under -race (SQLite is C translated to Go, and
+// parsing the schema's DDL is checkptr- and race-instrumented).
+var migratedDB = sync.OnceValues(func() ([]byte, error) {
+	dir, err := os.MkdirTemp("", "airlock-api-test-db-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "migrated.db"), nil)
+	if err != nil {
+		return nil, err
+	}
+	// VACUUM INTO writes one self-contained file, a consistent snapshot
+	// whatever is still in the WAL.
+	copyPath := filepath.Join(dir, "template.db")
+	_, err = st.DB().ExecContext(ctx, `VACUUM INTO ?`, copyPath)
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(copyPath)
+})
+
+// openStore opens a SQLite store at path (which must not exist) as
+// sqlite.Open does, but on a copy of migratedDB: each caller has a database
+// of its own, with no migration left to apply.
+func openStore(ctx context.Context, path string, logger *slog.Logger) (*sqlite.Store, error) {
+	b, err := migratedDB()
+	if err != nil {
+		return nil, fmt.Errorf("migrated template database: %w", err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return nil, err
+	}
+	return sqlite.Open(ctx, path, logger)
+}
+
+// TestOpenStoreMigrated: a store openStore opens is fully migrated and
+// sqlite.Open applies no migration to it.
+func TestOpenStoreMigrated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var applied recordHandler
+	st, err := openStore(ctx, filepath.Join(t.TempDir(), "db"), slog.New(&applied))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if msgs := applied.messages(); len(msgs) != 0 {
+		t.Fatalf("opening the migrated copy logged %q, want nothing (no migration applied)", msgs)
+	}
+	all, err := migrations.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n, newest int
+	if err := st.DB().QueryRowContext(ctx, `SELECT COUNT(*), MAX(version) FROM schema_migrations`).Scan(&n, &newest); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(all) || newest != all[len(all)-1].Version {
+		t.Fatalf("schema_migrations has %d rows up to version %d, want %d up to %d", n, newest, len(all), all[len(all)-1].Version)
+	}
+}
+
+// recordHandler is a slog.Handler that keeps the messages of the records it
+// handles.
+type recordHandler struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler            { return h }
+
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.msgs = append(h.msgs, r.Message)
+	return nil
+}
+
+func (h *recordHandler) messages() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.msgs...)
 }
 
 // envConfig is what an envOption may change: the API's Config, with the
@@ -89,7 +191,7 @@ func newEnv(t *testing.T, opts ...envOption) *testEnv {
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), logger)
+	st, err := openStore(ctx, filepath.Join(dir, "airlock.db"), logger)
 	if err != nil {
 		t.Fatal(err)
 	}
