@@ -125,10 +125,11 @@ func (r *runner) unitPackages(ctx context.Context) ([]string, error) {
 	return pkgs, nil
 }
 
-// unit runs go test on pkgs with the extra flags.
+// unit runs go test on pkgs with the extra flags (and -run, but for the
+// soak's load, which is all of them whatever -run says).
 func (r *runner) unit(ctx context.Context, name string, pkgs []string, flags ...string) error {
 	args := append([]string{"test", "-json", "-count=1", "-timeout", "30m"}, flags...)
-	if r.o.run != "" {
+	if r.o.run != "" && r.o.soak == 0 {
 		args = append(args, "-run", r.o.run)
 	}
 	args = append(args, pkgs...)

@@ -373,7 +373,10 @@ func (b *Builder) debian(ctx context.Context, ps planStep, log io.Writer) (templ
 	if err := os.Chmod(rootfs, 0o755); err != nil {
 		return template.Imported{}, err
 	}
+	// mmdebstrap runs after drop_foreign_mounts (see there) has left
+	// the namespace only the mounts the build may use.
 	args := []string{"--mount", "--pid", "--fork", "--kill-child", "--propagation", "private", "--",
+		"/bin/sh", "-c", dropForeignMounts + `drop_foreign_mounts "$1"; shift; exec "$@"`, "airlock-build", rootfs,
 		"mmdebstrap", "--mode=root", "--format=directory", "--variant=" + ps.debian.Variant}
 	if len(ps.packages) > 0 {
 		args = append(args, "--include="+strings.Join(ps.packages, ","))

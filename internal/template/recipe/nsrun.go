@@ -32,9 +32,14 @@ import (
 // overlay, reports the exit status on fd 3 and waits for its stdin to
 // close; meanwhile the builder reads (copy step: writes) the merged tree
 // through /proc/<pid>/root.
-const helperScript = `set -eu
+const helperScript = dropForeignMounts + `set -eu
 lower=$1 upper=$2 work=$3 merged=$4 mode=$5
 shift 5
+old_ifs=$IFS
+IFS=:
+# shellcheck disable=SC2086 # split the lower layers
+drop_foreign_mounts $lower "$upper" "$work" "$merged"
+IFS=$old_ifs
 mount -t overlay overlay -o "lowerdir=$lower,upperdir=$upper,workdir=$work" "$merged"
 m=$merged
 rc=0
@@ -74,6 +79,33 @@ fi
 echo "$rc" >&3
 exec 3>&-
 cat >/dev/null
+`
+
+// dropForeignMounts defines the shell function drop_foreign_mounts, run
+// first in a build's new mount namespace. The namespace starts with a copy
+// of every mount of the host's, among them the disks (loop-mounted ext4)
+// and root filesystems (overlays) of the sandboxes running then, and of
+// other builds. Left there, a copy keeps its filesystem mounted, and a
+// disk's loop device bound, for as long as the build runs, whatever the
+// host unmounts meanwhile (an unmount does not reach a private copy): a
+// sandbox suspended or deleted during a long build could not free its
+// disk. The function unmounts those copies lazily, never / nor one that
+// holds a path given as an argument (what the build itself uses).
+const dropForeignMounts = `drop_foreign_mounts() {
+	awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { print $5, $(i+1), $(i+2); break } }' /proc/self/mountinfo |
+	while IFS=" " read -r mp fstype src; do
+		case "$fstype:$src" in
+		overlay:* | *:/dev/loop*) ;;
+		*) continue ;;
+		esac
+		[ "$mp" = / ] && continue
+		keep=0
+		for p in "$@"; do
+			case "$p/" in "$mp"/*) keep=1 ;; esac
+		done
+		[ "$keep" = 1 ] || umount -l "$mp" 2>/dev/null || true
+	done
+}
 `
 
 // hostPath is the PATH of the host programs the build runs.
