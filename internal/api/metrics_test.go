@@ -3,7 +3,6 @@ package api
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -15,8 +14,8 @@ import (
 	"github.com/airlockdev/airlock/internal/egress"
 	"github.com/airlockdev/airlock/internal/egress/decisionlog"
 	"github.com/airlockdev/airlock/internal/metrics"
+	"github.com/airlockdev/airlock/internal/metrics/storefeed"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/store"
 )
 
 // withMetrics gives the API metrics that read the env's store, as the
@@ -24,28 +23,8 @@ import (
 func withMetrics(m *metrics.Metrics) envOption {
 	return func(c *envConfig) {
 		c.Metrics = m
-		m.WatchStore(metricsStore{c.Store}, time.Second, nil)
+		m.WatchStore(storefeed.New(c.Store), time.Second, nil)
 	}
-}
-
-// metricsStore adapts the store to metrics.Store, as internal/server's
-// adapter of the same name does.
-type metricsStore struct{ st store.Store }
-
-func (s metricsStore) CountSandboxes(ctx context.Context) ([]metrics.SandboxCount, error) {
-	counts, err := s.st.CountSandboxes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]metrics.SandboxCount, len(counts))
-	for i, c := range counts {
-		out[i] = metrics.SandboxCount{State: c.State, Environment: c.Runtime, Pool: c.Pool, N: c.N}
-	}
-	return out, nil
-}
-
-func (s metricsStore) ListPools(ctx context.Context) ([]model.Pool, error) {
-	return s.st.ListPools(ctx)
 }
 
 // scrape reads GET /metrics with the admin key and returns the value of

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,7 +8,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/metrics"
-	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/metrics/storefeed"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -21,28 +20,8 @@ func newMetrics(st store.Store, log *slog.Logger) *metrics.Metrics {
 	if s, ok := st.(interface{ OnError(func(op string)) }); ok {
 		s.OnError(m.StoreError)
 	}
-	m.WatchStore(metricsStore{st}, metrics.DefaultStoreTimeout, log.With("component", "metrics"))
+	m.WatchStore(storefeed.New(st), metrics.DefaultStoreTimeout, log.With("component", "metrics"))
 	return m
-}
-
-// metricsStore feeds the metrics' store collector from the store
-// (metrics imports no store: it counts in its own type).
-type metricsStore struct{ st store.Store }
-
-func (s metricsStore) CountSandboxes(ctx context.Context) ([]metrics.SandboxCount, error) {
-	counts, err := s.st.CountSandboxes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]metrics.SandboxCount, len(counts))
-	for i, c := range counts {
-		out[i] = metrics.SandboxCount{State: c.State, Environment: c.Runtime, Pool: c.Pool, N: c.N}
-	}
-	return out, nil
-}
-
-func (s metricsStore) ListPools(ctx context.Context) ([]model.Pool, error) {
-	return s.st.ListPools(ctx)
 }
 
 // listenMetrics opens --metrics-listen (nil when it is empty: off).

@@ -1,4 +1,4 @@
-package server
+package storefeed
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func (s countingStore) CountSandboxes(context.Context) ([]store.SandboxCount, er
 
 func (s countingStore) ListPools(context.Context) ([]model.Pool, error) { return s.pools, s.err }
 
-func TestMetricsStore(t *testing.T) {
+func TestFeed(t *testing.T) {
 	ctx := context.Background()
 	pool := model.NewPoolID()
 	st := countingStore{
@@ -36,7 +36,7 @@ func TestMetricsStore(t *testing.T) {
 		},
 		pools: []model.Pool{{ID: pool, Size: 3}},
 	}
-	got, err := metricsStore{st}.CountSandboxes(ctx)
+	got, err := New(st).CountSandboxes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,13 +48,13 @@ func TestMetricsStore(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("CountSandboxes = %+v, want %+v", got, want)
 	}
-	pools, err := metricsStore{st}.ListPools(ctx)
+	pools, err := New(st).ListPools(ctx)
 	if err != nil || !reflect.DeepEqual(pools, st.pools) {
 		t.Fatalf("ListPools = %+v, %v", pools, err)
 	}
 
 	boom := errors.New("boom")
-	if _, err := (metricsStore{countingStore{err: boom}}).CountSandboxes(ctx); !errors.Is(err, boom) {
+	if _, err := New(countingStore{err: boom}).CountSandboxes(ctx); !errors.Is(err, boom) {
 		t.Fatalf("CountSandboxes of a failing store = %v", err)
 	}
 }
