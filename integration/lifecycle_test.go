@@ -293,17 +293,23 @@ func (l *lifecycleCLI) counter(id model.SandboxID) int {
 	return n
 }
 
-// waitCounter waits until the counter reaches at least n.
+// waitCounter waits until the counter reaches at least n. Right after
+// `exec -d` the counter may not have written /tmp/n yet (a TCG guest
+// under load starts it seconds later): a missing file is waited for too.
 func (l *lifecycleCLI) waitCounter(id model.SandboxID, n int) {
 	l.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		got := l.counter(id)
-		if got >= n {
+		stdout, stderr, code := l.s.cli(l.ctx, "exec", id.String(), "--", "cat", "/tmp/n")
+		got, err := strconv.Atoi(strings.TrimSpace(stdout))
+		switch {
+		case code == 0 && err == nil && got >= n:
 			return
+		case code != 0 && !strings.Contains(stderr, "No such file"):
+			l.t.Fatalf("airlock exec %s -- cat /tmp/n: exit %d\nstdout: %s\nstderr: %s", id, code, stdout, stderr)
 		}
 		if time.Now().After(deadline) {
-			l.t.Fatalf("counter stuck at %d, want %d: the process does not count", got, n)
+			l.t.Fatalf("counter %q (exit %d, %s), want at least %d within 30 s: the process does not count", stdout, code, strings.TrimSpace(stderr), n)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
