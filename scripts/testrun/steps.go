@@ -59,13 +59,25 @@ func (r *runner) soakRun(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	loadCtx, stopLoad := context.WithCancel(ctx)
+	// The load's rounds are never killed half-way (a test killed by a
+	// signal runs no cleanup and leaves its sandboxes, mounts and
+	// cgroups behind): once the integration runs are over no new round
+	// starts, and the one under way is waited for. Only an interrupt of
+	// the whole run (ctx) stops it at once.
+	stopLoad := make(chan struct{})
 	loadDone := make(chan struct{})
 	go func() {
 		defer close(loadDone)
-		for i := 1; loadCtx.Err() == nil; i++ {
+		for i := 1; ; i++ {
+			select {
+			case <-stopLoad:
+				return
+			case <-ctx.Done():
+				return
+			default:
+			}
 			name := fmt.Sprintf("load-%d", i)
-			if err := r.unit(loadCtx, name, pkgs, "-race"); err != nil && loadCtx.Err() == nil {
+			if err := r.unit(ctx, name, pkgs, "-race"); err != nil && ctx.Err() == nil {
 				fmt.Printf("testrun: the load (unit packages, round %d) failed: %v\n", i, err)
 			}
 		}
@@ -77,7 +89,8 @@ func (r *runner) soakRun(ctx context.Context) error {
 			return r.integration(ctx, name)
 		}))
 	}
-	stopLoad()
+	close(stopLoad)
+	fmt.Println("testrun: waiting for the load's round under way to finish")
 	<-loadDone
 	return errors.Join(errs...)
 }
