@@ -76,6 +76,8 @@ type runner struct {
 	cache  string // $AIRLOCK_TEST_CACHE
 	logDir string
 
+	integrationBuilt bool // only the integration step (one at a time) sets it
+
 	mu      sync.Mutex
 	steps   []*step
 	results []result

@@ -154,11 +154,14 @@ func (r *runner) unit(ctx context.Context, name string, pkgs []string, flags ...
 // namespace of its own: integration/main_test.go), shared out by their last
 // recorded times (testtimes.go).
 func (r *runner) integration(ctx context.Context, name string) error {
+	// Built once per run (a soak's runs share it), never taken from an
+	// earlier run's log directory.
 	bin := filepath.Join(r.logDir, "integration.test")
-	if _, err := os.Stat(bin); err != nil {
+	if !r.integrationBuilt {
 		if err := r.logged(r.command(ctx, r.root, nil, "go", "test", "-c", "-o", bin, "./integration"), "integration-build"); err != nil {
 			return err
 		}
+		r.integrationBuilt = true
 	}
 	dir := filepath.Join(r.root, "integration")
 	out, err := r.command(ctx, dir, nil, bin, "-test.list", ".").Output()
