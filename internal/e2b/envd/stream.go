@@ -68,7 +68,7 @@ func (s *Process) Start(ctx context.Context, req *connect.Request[processpb.Star
 	send := func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.StartResponse{Event: ev})
 	}
-	return s.relay(ctx, st, p, opts.keepalive, send)
+	return s.relay(ctx, st, p, relayOptions{keepalive: opts.keepalive, ownsLifetime: opts.lifetime > 0}, send)
 }
 
 // Connect streams the events of a running process: start{pid}, the output
@@ -98,7 +98,7 @@ func (s *Process) Connect(ctx context.Context, req *connect.Request[processpb.Co
 	send := func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.ConnectResponse{Event: ev})
 	}
-	return s.relay(ctx, st, p, opts.keepalive, send)
+	return s.relay(ctx, st, p, relayOptions{keepalive: opts.keepalive}, send)
 }
 
 // command translates a StartRequest for Airlock's API: the user's IDs, the
@@ -194,10 +194,18 @@ type nextResult struct {
 	err error
 }
 
+type relayOptions struct {
+	keepalive time.Duration
+	// ownsLifetime: the stream started the process with its
+	// Connect-Timeout-Ms as the process's lifetime (Start, not Connect).
+	ownsLifetime bool
+}
+
 // relay sends start{pid}, then st's output and exit as envd events, with a
 // keepalive after each keepalive interval without one. A slow client slows
 // the process (native flow control): nothing is read ahead of the client.
-func (s *Process) relay(ctx context.Context, st *client.Stream, p apiv1.Process, keepalive time.Duration, send func(*processpb.ProcessEvent) error) error {
+func (s *Process) relay(ctx context.Context, st *client.Stream, p apiv1.Process, o relayOptions, send func(*processpb.ProcessEvent) error) error {
+	keepalive := o.keepalive
 	start := &processpb.ProcessEvent{Event: &processpb.ProcessEvent_Start{Start: &processpb.ProcessEvent_StartEvent{Pid: uint32(p.Pid)}}}
 	if err := send(start); err != nil {
 		return err
@@ -250,6 +258,13 @@ func (s *Process) relay(ctx context.Context, st *client.Stream, p apiv1.Process,
 		case apiv1.EventGap:
 			s.log.WarnContext(ctx, "e2b process stream: output was lost before it was read", "process", p.ID, "stdout_bytes", r.ev.Gap.StdoutBytes, "stderr_bytes", r.ev.Gap.StderrBytes)
 		case apiv1.EventExit:
+			if r.ev.TimedOut && o.ownsLifetime {
+				// E2B's envd runs the process under the Start stream's
+				// Connect-Timeout-Ms: when that kills it, the stream ends
+				// with deadline_exceeded, never with an end event (a
+				// Connect stream sees the end event).
+				return connect.NewError(connect.CodeDeadlineExceeded, errors.New("the process was killed when its Connect-Timeout-Ms lifetime passed"))
+			}
 			return send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_End{End: endEvent(r.ev.ExitCode, r.ev.Signal)}})
 		case apiv1.EventError:
 			if r.ev.Err == nil {
