@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/model"
 )
 
 // serialPair returns a serial listener on one end of a socket pair (which,
@@ -281,4 +284,143 @@ func TestSerialConnHandsOverOnNewPreface(t *testing.T) {
 func testFrame(payload string) []byte {
 	n := len(payload)
 	return append([]byte{byte(n >> 16), byte(n >> 8), byte(n), 0, 0, 0, 0, 0, 1}, payload...)
+}
+
+// hostPort plays QEMU's chardev socket for host connections made one after
+// another over one serial pair: a host connection that closes does not
+// close the pair (the guest is not told), and what the guest wrote for it
+// that it did not read goes to the next one.
+type hostPort struct {
+	conn    net.Conn
+	mu      sync.Mutex
+	last    *hostSession
+	pending []byte // read for a session after it closed: the next one's
+}
+
+func (p *hostPort) dial() *hostSession {
+	p.mu.Lock()
+	last := p.last
+	p.mu.Unlock()
+	if last != nil {
+		last.Close()
+		last.reading.Lock() // its last Read has returned
+		last.reading.Unlock()
+	}
+	p.conn.SetReadDeadline(time.Time{})
+	s := &hostSession{p: p}
+	p.mu.Lock()
+	p.last = s
+	p.mu.Unlock()
+	return s
+}
+
+// hostSession is one host connection over a hostPort.
+type hostSession struct {
+	p       *hostPort
+	closed  atomic.Bool
+	reading sync.Mutex // held by a Read in progress
+}
+
+func (s *hostSession) Read(b []byte) (int, error) {
+	s.reading.Lock()
+	defer s.reading.Unlock()
+	if s.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	s.p.mu.Lock()
+	if len(s.p.pending) > 0 {
+		n := copy(b, s.p.pending)
+		s.p.pending = s.p.pending[n:]
+		s.p.mu.Unlock()
+		return n, nil
+	}
+	s.p.mu.Unlock()
+	n, err := s.p.conn.Read(b)
+	if s.closed.Load() {
+		s.p.mu.Lock()
+		s.p.pending = append(s.p.pending, b[:n]...)
+		s.p.mu.Unlock()
+		return 0, net.ErrClosed
+	}
+	return n, err
+}
+
+func (s *hostSession) Write(b []byte) (int, error) {
+	if s.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	return s.p.conn.Write(b)
+}
+
+func (s *hostSession) Close() error {
+	if !s.closed.Swap(true) {
+		s.p.conn.SetReadDeadline(time.Now()) // interrupts a Read in progress
+	}
+	return nil
+}
+
+func (s *hostSession) LocalAddr() net.Addr                { return serialAddr("host") }
+func (s *hostSession) RemoteAddr() net.Addr               { return serialAddr("guest") }
+func (s *hostSession) SetDeadline(t time.Time) error      { return s.p.conn.SetDeadline(t) }
+func (s *hostSession) SetReadDeadline(t time.Time) error  { return s.p.conn.SetReadDeadline(t) }
+func (s *hostSession) SetWriteDeadline(t time.Time) error { return s.p.conn.SetWriteDeadline(t) }
+
+// TestSerialReconnectAfterAbandonedStream: a host connection that goes
+// in the middle of a download leaves the guest's next frames for the next
+// host connection, which agentclient.SyncSerial skips; without it the next
+// client reads them as its own (seen in the TCG boot test: a request after
+// a reconnect failed with a connection error).
+func TestSerialReconnectAfterAbandonedStream(t *testing.T) {
+	l, host := serialPair(t)
+	srv, err := New(Options{Env: []string{"PATH=/bin:/usr/bin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, l) }()
+	defer func() {
+		cancel()
+		<-served
+	}()
+
+	big := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("0123456789abcdef"), 1<<16), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := &hostPort{conn: host}
+	newClient := func() *agentclient.Client {
+		return agentclient.New(func(ctx context.Context) (net.Conn, error) {
+			s := port.dial()
+			if err := agentclient.SyncSerial(ctx, s); err != nil {
+				s.Close()
+				return nil, err
+			}
+			return s, nil
+		}, nil)
+	}
+	for round := range 5 {
+		c := newClient()
+		// The handshake and a request must succeed on the first
+		// connection: no dialling again.
+		if _, err := c.Info(ctx); err != nil {
+			t.Fatalf("round %d: info: %v", round, err)
+		}
+		res, err := c.Run(ctx, agentproto.StartRequest{ID: model.NewProcessID().String(), Args: []string{"/bin/sh", "-c", "echo ok"}})
+		if err != nil || string(res.Stdout) != "ok\n" {
+			t.Fatalf("round %d: run: %v, stdout %q", round, err, res.Stdout)
+		}
+		// A download abandoned after its first bytes: the guest goes on
+		// writing until the stream's flow-control window is full.
+		body, _, err := c.ReadFile(ctx, big)
+		if err != nil {
+			t.Fatalf("round %d: read file: %v", round, err)
+		}
+		if _, err := io.ReadFull(body, make([]byte, 100)); err != nil {
+			t.Fatalf("round %d: read file: %v", round, err)
+		}
+		c.Close()
+	}
 }

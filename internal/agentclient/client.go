@@ -204,9 +204,9 @@ func (c *Client) connect(ctx context.Context) (cc *http.ClientConn, fresh bool, 
 		cc.Close()
 		// A byte stream that is one of several in turn over a single
 		// channel (a virtio-serial port) may carry the tail of the
-		// previous connection's frames into the new one when the two
-		// follow closely: the handshake then fails with an HTTP/2
-		// protocol error, and a new connection works.
+		// previous connection's frames into the new one when its dialer
+		// did not skip them (SyncSerial): the handshake then fails with
+		// an HTTP/2 protocol error, and a new connection works.
 		var pe *ProtocolError
 		if attempt >= handshakeAttempts || errors.As(err, &pe) || hctx.Err() != nil {
 			return nil, false, err

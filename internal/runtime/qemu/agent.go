@@ -126,11 +126,11 @@ func (c *portConn) Close() error {
 	return err
 }
 
-// DialAgent connects to one of the guest agent's virtio-serial ports. The
-// connection is made as soon as QEMU runs; the agent answers on it once
-// the guest has booted (agentclient's handshake waits for that). A
-// stopped sandbox fails at once; an unknown or suspended one with
-// ErrNotFound.
+// DialAgent connects to one of the guest agent's virtio-serial ports and
+// waits (until ctx ends) for the agent to answer on it, which it does once
+// the guest has booted; what the guest still had for the port's previous
+// connection is skipped (dialPort). A stopped sandbox fails at once; an
+// unknown or suspended one with ErrNotFound.
 func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, error) {
 	if _, err := model.ParseSandboxID(id.String()); err != nil {
 		return nil, fmt.Errorf("dial agent: %w", err)
@@ -162,12 +162,28 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 	if err != nil {
 		return nil, fmt.Errorf("dial agent: %w", err)
 	}
-	conn, err := unixsock.DialIn(ctx, dir, agentSocketName(port))
+	conn, err := dialPort(ctx, dir, agentSocketName(port))
 	if err != nil {
 		r.ports.release(id, port)
 		return nil, fmt.Errorf("dial agent of %s: %w", id, err)
 	}
 	return &portConn{Conn: conn, release: func() { r.ports.release(id, port) }}, nil
+}
+
+// dialPort connects to the agent's port behind socket name in dir and
+// skips what the guest still had for an earlier connection on that port
+// (agentclient.SyncSerial): the stream it returns starts clean, ready for
+// an HTTP/2 client. It waits for the guest agent until ctx ends.
+func dialPort(ctx context.Context, dir, name string) (net.Conn, error) {
+	conn, err := unixsock.DialIn(ctx, dir, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := agentclient.SyncSerial(ctx, conn); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 // errVMStopped: nothing runs in the sandbox's VM (QEMU gone, or its

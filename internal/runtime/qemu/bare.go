@@ -12,7 +12,6 @@ import (
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/procfs"
 	"github.com/airlockdev/airlock/internal/runtime/qemu/qmp"
-	"github.com/airlockdev/airlock/internal/unixsock"
 	"github.com/airlockdev/airlock/internal/vmdisk"
 )
 
@@ -77,7 +76,7 @@ func (v BareVM) WaitAgent(ctx context.Context, cmd *exec.Cmd) error {
 	ctx, cancel := context.WithTimeout(ctx, bareAgentWait)
 	defer cancel()
 	for {
-		c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return unixsock.DialIn(ctx, v.Dir, agentSocket) }, nil)
+		c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return dialPort(ctx, v.Dir, agentSocket) }, nil)
 		_, err := c.Info(ctx)
 		c.Close()
 		if err == nil {

@@ -23,7 +23,6 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/qemu/qmp"
-	"github.com/airlockdev/airlock/internal/unixsock"
 	"github.com/airlockdev/airlock/internal/vmdisk"
 )
 
@@ -242,7 +241,7 @@ func (r *Runtime) makeBase(ctx context.Context, key string, spec runtime.Spec, m
 func waitAgent(ctx context.Context, dir string, limit time.Duration, r *Runtime, warm bool) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return unixsock.DialIn(ctx, dir, agentSocket) }, r.log)
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return dialPort(ctx, dir, agentSocket) }, r.log)
 	err := retryConfigure(ctx, r.log, func() error {
 		_, err := c.Info(ctx)
 		return err
