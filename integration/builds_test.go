@@ -29,7 +29,6 @@ import (
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/egress/netnstest"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/s3test"
 	"github.com/airlockdev/airlock/internal/template"
 	"github.com/airlockdev/airlock/internal/template/recipe"
 )
@@ -259,7 +258,7 @@ func TestDefaultDebianTemplate(t *testing.T) {
 		t.Fatal("the Debian default template needs mmdebstrap (scripts/install-deps.sh installs it)")
 	}
 	airtest.RequireBinary(t, "mmdebstrap")
-	cache, err := s3test.CacheDir()
+	cache, err := airtest.TestCache()
 	if err != nil {
 		t.Fatal(err)
 	}

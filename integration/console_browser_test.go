@@ -13,7 +13,6 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/s3test"
 )
 
 // consoleDir holds the browser test's pinned playwright-core
@@ -51,7 +50,7 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Skipf("needs Debian's chromium at %s (scripts/install-deps.sh installs it)", chromiumPath)
 	}
 	node, npm := requireNode(t, "the console's browser test")
-	cache, err := s3test.CacheDir()
+	cache, err := airtest.TestCache()
 	if err != nil {
 		t.Fatal(err)
 	}

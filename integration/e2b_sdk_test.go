@@ -12,7 +12,6 @@ import (
 
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/apiv1"
-	"github.com/airlockdev/airlock/internal/s3test"
 	"github.com/airlockdev/airlock/internal/template/recipe"
 )
 
@@ -50,7 +49,7 @@ func TestE2BSDK(t *testing.T) {
 	if _, err := os.Stat(recipePath); err != nil {
 		t.Fatalf("the code-interpreter template's recipe: %v", err)
 	}
-	cache, err := s3test.CacheDir()
+	cache, err := airtest.TestCache()
 	if err != nil {
 		t.Fatal(err)
 	}

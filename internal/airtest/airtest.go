@@ -241,3 +241,23 @@ func BusyboxRootfs(t testing.TB) string {
 	}
 	return root
 }
+
+// TestCache returns the directory that keeps the tests' expensive inputs
+// between runs (tool builds, the guest kernel, recipe builds, npm
+// installs, each keyed by its version inside): $AIRLOCK_TEST_CACHE when
+// set (scripts/test.sh --fresh points it at an empty directory), else
+// /var/cache/airlock-test for root (where scripts/install-deps.sh builds
+// into), else the user's cache directory.
+func TestCache() (string, error) {
+	if d := os.Getenv("AIRLOCK_TEST_CACHE"); d != "" {
+		return d, nil
+	}
+	if os.Geteuid() == 0 {
+		return "/var/cache/airlock-test", nil
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no test cache directory: %w", err)
+	}
+	return filepath.Join(d, "airlock-test"), nil
+}

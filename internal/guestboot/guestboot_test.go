@@ -85,9 +85,9 @@ func cacheDir(t *testing.T) string {
 	if d := os.Getenv("AIRLOCK_GUESTBOOT_CACHE"); d != "" {
 		return d
 	}
-	base := os.Getenv("AIRLOCK_TEST_CACHE")
-	if base == "" {
-		base = "/var/cache/airlock-test"
+	base, err := airtest.TestCache()
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return filepath.Join(t.TempDir(), "guestboot")

@@ -67,17 +67,11 @@ var ErrUnavailable = errors.New("S3 test gateway (versitygw) unavailable")
 
 // CacheDir returns the directory of cached test tools (see the package doc).
 func CacheDir() (string, error) {
-	if d := os.Getenv("AIRLOCK_TEST_CACHE"); d != "" {
-		return d, nil
-	}
-	if os.Geteuid() == 0 {
-		return "/var/cache/airlock-test", nil
-	}
-	d, err := os.UserCacheDir()
+	d, err := airtest.TestCache()
 	if err != nil {
-		return "", fmt.Errorf("s3test: no cache directory: %w", err)
+		return "", fmt.Errorf("s3test: %w", err)
 	}
-	return filepath.Join(d, "airlock-test"), nil
+	return d, nil
 }
 
 // BinaryPath returns where the cached binary of Version lives.

@@ -31,9 +31,9 @@ func Cache(t testing.TB) string {
 	airtest.SkipShort(t, "a VM's boot inputs")
 	dir := os.Getenv("AIRLOCK_GUESTBOOT_CACHE")
 	if dir == "" {
-		base := os.Getenv("AIRLOCK_TEST_CACHE")
-		if base == "" {
-			base = "/var/cache/airlock-test"
+		base, err := airtest.TestCache()
+		if err != nil {
+			t.Fatalf("guest boot cache: %v", err)
 		}
 		dir = filepath.Join(base, "guestboot")
 	}

@@ -19,9 +19,9 @@ import (
 // 2 min); later ones find everything built.
 func testCacheDir(t *testing.T) string {
 	t.Helper()
-	d := os.Getenv("AIRLOCK_TEST_CACHE")
-	if d == "" {
-		d = "/var/cache/airlock-test"
+	d, err := airtest.TestCache()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return filepath.Join(d, "recipe-cache-v1")
 }
