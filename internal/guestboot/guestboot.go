@@ -39,6 +39,7 @@ import (
 	"strings"
 
 	"github.com/airlockdev/airlock/internal/atomicfile"
+	"github.com/airlockdev/airlock/internal/filelock"
 	"github.com/airlockdev/airlock/internal/staticelf"
 )
 
@@ -197,10 +198,25 @@ func kernelDir(dir string, k Kernel) string { return filepath.Join(dir, "kernel"
 // vmlinuz and modules), downloading its package with apt-get download when
 // missing; fetched says whether it did. Build calls it; tests call it first
 // where the network is (a test's own network namespace has no route out).
+// Processes sharing dir fetch one at a time (a lock file beside the
+// kernel's directory): on a new machine several test processes start at
+// once, and each unpacking into the same place broke the others' unpack.
 func FetchKernel(ctx context.Context, dir string, k Kernel) (fetched bool, err error) {
 	kdir := kernelDir(dir, k)
-	if _, err := os.Stat(filepath.Join(kdir, "done")); err == nil {
+	done := filepath.Join(kdir, "done")
+	if _, err := os.Stat(done); err == nil {
 		return false, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(kdir), 0o755); err != nil {
+		return false, fmt.Errorf("guestboot: kernel cache: %w", err)
+	}
+	lock, err := filelock.Lock(ctx, kdir+".lock")
+	if err != nil {
+		return false, fmt.Errorf("guestboot: kernel cache: %w", err)
+	}
+	defer lock.Close()
+	if _, err := os.Stat(done); err == nil {
+		return false, nil // another process fetched it meanwhile
 	}
 	deb, err := fetchDeb(ctx, dir, k)
 	if err != nil {

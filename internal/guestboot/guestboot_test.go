@@ -5,11 +5,13 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -356,4 +358,65 @@ func bootRun(ctx context.Context, t *testing.T, c *agentclient.Client, script st
 		t.Fatalf("sh -c %q: %v, exit %d, stdout %q, stderr %q", script, err, res.ExitCode, res.Stdout, res.Stderr)
 	}
 	return string(res.Stdout)
+}
+
+// TestFetchKernelConcurrently: test processes that start together on a new
+// machine fetch the kernel into one cache at once; each must find it whole
+// (a fresh CI run failed with a module missing from another's unpack).
+func TestFetchKernelConcurrently(t *testing.T) {
+	buildOrSkip(t, false) // the pinned package is in the suite's cache now
+	name := fmt.Sprintf("%s_%s_amd64.deb", DefaultKernel.Package, DefaultKernel.Version)
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "deb"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, dst := filepath.Join(cacheDir(t), "deb", name), filepath.Join(dir, "deb", name)
+	if err := os.Link(src, dst); err != nil {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 4
+	errs := make(chan error, n)
+	fetched := make(chan bool, n)
+	for range n {
+		go func() {
+			f, err := FetchKernel(t.Context(), dir, DefaultKernel)
+			fetched <- f
+			errs <- err
+		}()
+	}
+	unpacked := 0
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+		if <-fetched {
+			unpacked++
+		}
+	}
+	if unpacked != 1 {
+		t.Errorf("the kernel was unpacked %d times, want once", unpacked)
+	}
+	// The same files as the suite's own unpack.
+	list := func(d string) []string {
+		var names []string
+		err := filepath.WalkDir(d, func(p string, _ fs.DirEntry, err error) error {
+			rel, _ := filepath.Rel(d, p)
+			names = append(names, rel)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	got, want := list(kernelDir(dir, DefaultKernel)), list(kernelDir(cacheDir(t), DefaultKernel))
+	if !slices.Equal(got, want) {
+		t.Errorf("unpacked %d files, the suite's cache has %d", len(got), len(want))
+	}
 }
