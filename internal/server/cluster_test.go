@@ -118,7 +118,11 @@ func TestClusterDutiesOnOneNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const interval = 20 * time.Millisecond
+	// The lease lasts dutyLeaseIntervals intervals: long enough that a
+	// round of duty passes never outlasts it, even on a loaded machine (at
+	// 20 ms a lease lapsed between two passes under the full suite's load
+	// and both nodes held it in turn, as a lease should).
+	const interval = 250 * time.Millisecond
 	members := make([]*membership, 2)
 	for i := range members {
 		members[i] = &membership{st: st, interval: interval, deadAfter: 300 * time.Millisecond, placer: placer,
