@@ -173,18 +173,32 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 // dialPort connects to the agent's port behind socket name in dir and
 // skips what the guest still had for an earlier connection on that port
 // (agentclient.SyncSerial): the stream it returns starts clean, ready for
-// an HTTP/2 client. It waits for the guest agent until ctx ends.
+// an HTTP/2 client. It waits for the guest agent until ctx ends,
+// connecting again each syncAttempt: a guest that booted after the
+// connection was made, or a restored one that missed the connection's
+// arrival, answers a new connection (each tells the guest that its host
+// end opened).
 func dialPort(ctx context.Context, dir, name string) (net.Conn, error) {
-	conn, err := unixsock.DialIn(ctx, dir, name)
-	if err != nil {
-		return nil, err
-	}
-	if err := agentclient.SyncSerial(ctx, conn); err != nil {
+	for {
+		conn, err := unixsock.DialIn(ctx, dir, name)
+		if err != nil {
+			return nil, err
+		}
+		actx, cancel := context.WithTimeout(ctx, syncAttempt)
+		err = agentclient.SyncSerial(actx, conn)
+		cancel()
+		if err == nil {
+			return conn, nil
+		}
 		conn.Close()
-		return nil, err
+		if ctx.Err() != nil || actx.Err() == nil {
+			return nil, err
+		}
 	}
-	return conn, nil
 }
+
+// syncAttempt bounds waiting for the agent's answer on one connection.
+const syncAttempt = 5 * time.Second
 
 // errVMStopped: nothing runs in the sandbox's VM (QEMU gone, or its
 // guest powered off).
