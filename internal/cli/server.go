@@ -18,7 +18,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/client"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/pool"
 	"github.com/airlockdev/airlock/internal/reaper"
@@ -428,17 +428,17 @@ func (f serverFlags) clusterOptions(opts *server.Options) error {
 
 // environments parses --runtime (shorthand for an --env given first) and
 // --env into the enabled execution environments, the default first.
-func (f serverFlags) environments() ([]envid.Name, error) {
-	var out []envid.Name
+func (f serverFlags) environments() ([]environment.Name, error) {
+	var out []environment.Name
 	if f.runtime != "" {
-		n, err := envid.ParseName(f.runtime)
+		n, err := environment.ParseName(f.runtime)
 		if err != nil {
 			return nil, usageErrorf("--runtime must be runc, crun or runsc, not %q", f.runtime)
 		}
 		out = append(out, n)
 	}
 	for i, v := range f.envs {
-		n, err := envid.ParseName(v)
+		n, err := environment.ParseName(v)
 		if err != nil {
 			return nil, usageErrorf("--env must be runsc, crun or runc, not %q", v)
 		}

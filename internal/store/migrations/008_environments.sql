@@ -1,4 +1,4 @@
--- 008_environments: execution environments (internal/envid) and what each
+-- 008_environments: execution environments (internal/environment) and what each
 -- node found out about them.
 --
 -- environments holds each definition once, by its reference (ref, the
