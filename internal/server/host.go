@@ -20,8 +20,8 @@ import (
 	"github.com/airlockdev/airlock/internal/runtime/qemu"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/template"
+	"github.com/airlockdev/airlock/internal/template/build"
 	"github.com/airlockdev/airlock/internal/template/distribute"
-	"github.com/airlockdev/airlock/internal/tplbuild"
 	"github.com/airlockdev/airlock/internal/worker"
 )
 
@@ -31,7 +31,7 @@ import (
 // egress, and the workers. Its methods take a nil host (an api replica)
 // and answer for one that runs nothing.
 type host struct {
-	builds    *tplbuild.Runner
+	builds    *build.Runner
 	enabled   []enabledEnvironment
 	registry  api.Environments
 	egressNet *egressNet
@@ -202,7 +202,7 @@ func (h *host) egressRegistry() *egress.Registry {
 	return h.egressNet.Registry()
 }
 
-func (h *host) buildRunner() *tplbuild.Runner {
+func (h *host) buildRunner() *build.Runner {
 	if h == nil {
 		return nil
 	}

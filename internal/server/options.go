@@ -102,7 +102,7 @@ type Options struct {
 	UsernsRanges int
 	// TemplateGCInterval (--template-gc-interval): how often the server
 	// collects templates that no tag and no live sandbox uses and removes
-	// deleted templates' trees (internal/templategc); 0 disables the
+	// deleted templates' trees (internal/template/gc); 0 disables the
 	// periodic run (POST /v1/admin/templates/gc still runs one).
 	TemplateGCInterval time.Duration
 	// BlobStore (--blob-store) is the blob store shared by nodes, where

@@ -31,7 +31,7 @@ import (
 	"github.com/airlockdev/airlock/internal/store/sqlite"
 	"github.com/airlockdev/airlock/internal/store/sqlstore"
 	"github.com/airlockdev/airlock/internal/template"
-	"github.com/airlockdev/airlock/internal/templategc"
+	"github.com/airlockdev/airlock/internal/template/gc"
 )
 
 // closeGrace is how long, after the streams were told to reconnect, the
@@ -103,7 +103,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	collector, err := templategc.New(templategc.Config{Store: st, Trees: templates, Logger: log.With("component", "template-gc")})
+	collector, err := gc.New(gc.Config{Store: st, Trees: templates, Logger: log.With("component", "template-gc")})
 	if err != nil {
 		return err
 	}
