@@ -32,7 +32,7 @@ import (
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/streamlimit"
-	"github.com/airlockdev/airlock/internal/tplbuild"
+	"github.com/airlockdev/airlock/internal/template/build"
 	"github.com/airlockdev/airlock/internal/tracing"
 )
 
@@ -53,7 +53,7 @@ type Config struct {
 	// Distribution is the shared blob store's distributor, which the build
 	// runner pushes templates to and pulls "sha256:…" sources from; the API
 	// only asks whether there is one. nil: the server has none.
-	Distribution tplbuild.Distributor
+	Distribution build.Distributor
 	// Attach signs attachment tokens (the private half of the keyring).
 	Attach *auth.Issuer
 	// AttachKeys rotates the signing key (POST /v1/admin/attach-keys/rotate);

@@ -16,8 +16,8 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/eventstream"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/template/build"
 	"github.com/airlockdev/airlock/internal/textclip"
-	"github.com/airlockdev/airlock/internal/tplbuild"
 )
 
 // Limits of the build log stream.
@@ -179,7 +179,7 @@ func (a *API) logPath(id model.BuildID) string {
 	if a.cfg.Builds == nil {
 		return ""
 	}
-	return tplbuild.LogPath(a.cfg.Builds.LogDir(), id)
+	return build.LogPath(a.cfg.Builds.LogDir(), id)
 }
 
 // logTail turns a growing log file into log events: whole lines of up to

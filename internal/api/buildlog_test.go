@@ -16,7 +16,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
-	"github.com/airlockdev/airlock/internal/tplbuild"
+	"github.com/airlockdev/airlock/internal/template/build"
 )
 
 // decodeLog is the text of log bytes as Go decodes them: each invalid
@@ -151,8 +151,8 @@ func TestRuneCut(t *testing.T) {
 type logBuilds struct{ dir string }
 
 func (l logBuilds) LogDir() string { return l.dir }
-func (logBuilds) Progress(model.BuildID) (tplbuild.Progress, bool) {
-	return tplbuild.Progress{}, false
+func (logBuilds) Progress(model.BuildID) (build.Progress, bool) {
+	return build.Progress{}, false
 }
 
 // logEvents parses a log stream's events: the log events' data (checking
@@ -193,7 +193,7 @@ func TestBuildLogResume(t *testing.T) {
 	if err := e.st.CreateBuild(ctx, b, nil); err != nil {
 		t.Fatal(err)
 	}
-	logPath := tplbuild.LogPath(dir, b.ID)
+	logPath := build.LogPath(dir, b.ID)
 	log := testLog(false)
 	if err := os.WriteFile(logPath, log, 0o600); err != nil {
 		t.Fatal(err)

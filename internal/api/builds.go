@@ -15,16 +15,16 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/template/build"
 	"github.com/airlockdev/airlock/internal/template/recipe"
 	"github.com/airlockdev/airlock/internal/textclip"
-	"github.com/airlockdev/airlock/internal/tplbuild"
 )
 
 // BuildRunner is what the API asks of the server's build runner
-// (*tplbuild.Runner): where build logs are and how far a running build is.
+// (*build.Runner): where build logs are and how far a running build is.
 type BuildRunner interface {
 	LogDir() string
-	Progress(id model.BuildID) (tplbuild.Progress, bool)
+	Progress(id model.BuildID) (build.Progress, bool)
 }
 
 // MaxBuildWait bounds how long a create waits for the build that is to

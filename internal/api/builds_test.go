@@ -11,7 +11,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
-	"github.com/airlockdev/airlock/internal/tplbuild"
+	"github.com/airlockdev/airlock/internal/template/build"
 )
 
 func TestBuildRoutes(t *testing.T) {
@@ -69,8 +69,8 @@ func TestBuildRoutes(t *testing.T) {
 type noBuilds struct{}
 
 func (noBuilds) LogDir() string { return "" }
-func (noBuilds) Progress(model.BuildID) (tplbuild.Progress, bool) {
-	return tplbuild.Progress{}, false
+func (noBuilds) Progress(model.BuildID) (build.Progress, bool) {
+	return build.Progress{}, false
 }
 
 // TestCreateWaitsForBuild: a create naming a template whose build runs

@@ -8,21 +8,21 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
-	"github.com/airlockdev/airlock/internal/envid"
-	"github.com/airlockdev/airlock/internal/envreg"
+	"github.com/airlockdev/airlock/internal/environment"
+	"github.com/airlockdev/airlock/internal/environment/registry"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
 // Environments is this server's registry of execution environments
-// (*envreg.Registry).
+// (*registry.Registry).
 type Environments interface {
-	List(ctx context.Context) ([]envreg.Status, error)
+	List(ctx context.Context) ([]registry.Status, error)
 	// Resolve returns the reference of the environment sel names if a new
-	// sandbox may run in it here; errors wrap envid.ErrUnknown,
-	// envid.ErrArtifactsMissing or envid.ErrUnavailable.
-	Resolve(ctx context.Context, sel envid.Selector) (model.EnvironmentRef, error)
+	// sandbox may run in it here; errors wrap environment.ErrUnknown,
+	// environment.ErrArtifactsMissing or environment.ErrUnavailable.
+	Resolve(ctx context.Context, sel environment.Selector) (model.EnvironmentRef, error)
 	// Default is the environment of a create that names none.
-	Default() envid.Name
+	Default() environment.Name
 }
 
 // listEnvironments: GET /v1/environments → 200 EnvironmentList.
@@ -43,7 +43,7 @@ func (a *API) listEnvironments(w http.ResponseWriter, r *http.Request, _ princip
 	writeJSON(w, http.StatusOK, out)
 }
 
-func environmentOut(s envreg.Status) apiv1.Environment {
+func environmentOut(s registry.Status) apiv1.Environment {
 	d := s.Definition
 	var checked *time.Time
 	if !s.CheckedAt.IsZero() {
@@ -80,10 +80,10 @@ func (a *API) createEnvironment(ctx context.Context, given bool, s string) (mode
 		}
 		return "", nil
 	}
-	sel := envid.Selector{Name: a.cfg.Environments.Default()}
+	sel := environment.Selector{Name: a.cfg.Environments.Default()}
 	if given {
 		var err error
-		if sel, err = envid.ParseSelector(s); err != nil {
+		if sel, err = environment.ParseSelector(s); err != nil {
 			return "", errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "environment: %s", err.Error())
 		}
 	}
@@ -91,11 +91,11 @@ func (a *API) createEnvironment(ctx context.Context, given bool, s string) (mode
 	switch {
 	case err == nil:
 		return ref, nil
-	case errors.Is(err, envid.ErrUnknown):
+	case errors.Is(err, environment.ErrUnknown):
 		return "", errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "%s", err.Error())
-	case errors.Is(err, envid.ErrArtifactsMissing):
+	case errors.Is(err, environment.ErrArtifactsMissing):
 		return "", errorf(http.StatusConflict, apiv1.CodeEnvironmentArtifactsMissing, "%s", err.Error())
-	case errors.Is(err, envid.ErrUnavailable):
+	case errors.Is(err, environment.ErrUnavailable):
 		return "", errorf(http.StatusConflict, apiv1.CodeEnvironmentUnavailable, "%s", err.Error())
 	}
 	return "", fmt.Errorf("resolve environment %s: %w", sel, err)

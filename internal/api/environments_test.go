@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
-	"github.com/airlockdev/airlock/internal/envid"
-	"github.com/airlockdev/airlock/internal/envreg"
+	"github.com/airlockdev/airlock/internal/environment"
+	"github.com/airlockdev/airlock/internal/environment/registry"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
@@ -18,16 +18,16 @@ import (
 // runsc (the default) and runc enabled and working, crun installed but
 // neither enabled nor working.
 type testEnvironments struct {
-	runsc, runc, crun envreg.Local
+	runsc, runc, crun registry.Local
 }
 
-func fakeEnvironment(t *testing.T, n envid.Name, iso envid.Isolation, caps runtime.Capabilities, enabled, available bool, reason string) envreg.Local {
+func fakeEnvironment(t *testing.T, n environment.Name, iso environment.Isolation, caps runtime.Capabilities, enabled, available bool, reason string) registry.Local {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), string(n))
 	if err := os.WriteFile(bin, []byte("#!/bin/sh\n# "+string(n)+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d, err := envreg.Define(n, runtime.Info{Name: string(n), Version: string(n) + " 1.0", Binary: bin, Isolation: iso, OOMScope: envid.OOMKillsProcess, Capabilities: caps}, envreg.Inputs{})
+	d, err := registry.Define(n, runtime.Info{Name: string(n), Version: string(n) + " 1.0", Binary: bin, Isolation: iso, OOMScope: environment.OOMKillsProcess, Capabilities: caps}, registry.Inputs{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,15 +35,15 @@ func fakeEnvironment(t *testing.T, n envid.Name, iso envid.Isolation, caps runti
 	if err != nil {
 		t.Fatal(err)
 	}
-	return envreg.Local{Detection: envreg.Detection{Name: n, Definition: &d, Ref: ref, Available: available, Reason: reason}, Binary: bin, Enabled: enabled}
+	return registry.Local{Detection: registry.Detection{Name: n, Definition: &d, Ref: ref, Available: available, Reason: reason}, Binary: bin, Enabled: enabled}
 }
 
 func withEnvironments(t *testing.T, te *testEnvironments) envOption {
-	te.runsc = fakeEnvironment(t, envid.NameRunsc, envid.IsolationUserSpaceKernel, runtime.NewCapabilities(runtime.CapCheckpoint), true, true, "")
-	te.runc = fakeEnvironment(t, envid.NameRunc, envid.IsolationSharedKernel, runtime.NewCapabilities(runtime.CapPause), true, true, "")
-	te.crun = fakeEnvironment(t, envid.NameCrun, envid.IsolationSharedKernel, runtime.Capabilities{}, false, false, "probe crun: run a container: exit status 1")
+	te.runsc = fakeEnvironment(t, environment.NameRunsc, environment.IsolationUserSpaceKernel, runtime.NewCapabilities(runtime.CapCheckpoint), true, true, "")
+	te.runc = fakeEnvironment(t, environment.NameRunc, environment.IsolationSharedKernel, runtime.NewCapabilities(runtime.CapPause), true, true, "")
+	te.crun = fakeEnvironment(t, environment.NameCrun, environment.IsolationSharedKernel, runtime.Capabilities{}, false, false, "probe crun: run a container: exit status 1")
 	return func(c *envConfig) {
-		reg, err := envreg.New(envreg.Config{Store: c.Store, NodeID: testNode, Envs: []envreg.Local{te.runsc, te.runc, te.crun}, Default: envid.NameRunsc})
+		reg, err := registry.New(registry.Config{Store: c.Store, NodeID: testNode, Environments: []registry.Local{te.runsc, te.runc, te.crun}, Default: environment.NameRunsc})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +68,7 @@ func TestEnvironmentsList(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name                      string
-		local                     envreg.Local
+		local                     registry.Local
 		isolation, snapshot       string
 		enabled, available, deflt bool
 		reason                    string
@@ -80,7 +80,7 @@ func TestEnvironmentsList(t *testing.T) {
 		g := got[tc.name]
 		if g.Ref != string(tc.local.Ref) || g.Isolation != tc.isolation || g.Snapshot != tc.snapshot ||
 			g.Enabled != tc.enabled || g.Available != tc.available || g.Default != tc.deflt || g.Reason != tc.reason ||
-			g.Runtime.BinaryDigest != string(tc.local.Definition.Runtime.BinaryDigest) || g.SchemaVersion != envid.SchemaVersion || g.CheckedAt == nil {
+			g.Runtime.BinaryDigest != string(tc.local.Definition.Runtime.BinaryDigest) || g.SchemaVersion != environment.SchemaVersion || g.CheckedAt == nil {
 			t.Errorf("%s: %+v", tc.name, g)
 		}
 	}

@@ -26,7 +26,7 @@ import (
 	"github.com/airlockdev/airlock/internal/store/migrations"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
 	"github.com/airlockdev/airlock/internal/template"
-	"github.com/airlockdev/airlock/internal/tplbuild"
+	"github.com/airlockdev/airlock/internal/template/build"
 )
 
 // testEnv is a real API on a real SQLite store and a real template store,
@@ -220,11 +220,11 @@ func newEnv(t *testing.T, opts ...envOption) *testEnv {
 	}
 	ownRunner := cfg.Builds == nil
 	if ownRunner {
-		rc := tplbuild.Config{Store: st, Templates: tpl, LogDir: filepath.Join(dir, "builds"), Owner: "node-test", Logger: logger}
+		rc := build.Config{Store: st, Templates: tpl, LogDir: filepath.Join(dir, "builds"), Owner: "node-test", Logger: logger}
 		if cfg.Distribution != nil {
 			rc.Distribution = cfg.Distribution
 		}
-		runner, err := tplbuild.New(rc)
+		runner, err := build.New(rc)
 		if err != nil {
 			t.Fatal(err)
 		}

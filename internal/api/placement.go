@@ -7,7 +7,7 @@ import (
 	"net/http"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/placement"
 )
@@ -17,27 +17,27 @@ type Placer = placement.Decider
 
 // environmentSelector is the create's environment as asked (a name or a
 // reference), or the server's default.
-func (a *API) environmentSelector(given bool, s string) (envid.Selector, error) {
+func (a *API) environmentSelector(given bool, s string) (environment.Selector, error) {
 	if given && a.cfg.Environments == nil {
-		return envid.Selector{}, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server cannot choose an execution environment")
+		return environment.Selector{}, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server cannot choose an execution environment")
 	}
 	if given {
-		sel, err := envid.ParseSelector(s)
+		sel, err := environment.ParseSelector(s)
 		if err != nil {
-			return envid.Selector{}, errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "environment: %s", err.Error())
+			return environment.Selector{}, errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "environment: %s", err.Error())
 		}
 		return sel, nil
 	}
 	if a.cfg.Environments == nil {
-		return envid.Selector{}, nil
+		return environment.Selector{}, nil
 	}
-	return envid.Selector{Name: a.cfg.Environments.Default()}, nil
+	return environment.Selector{Name: a.cfg.Environments.Default()}, nil
 }
 
 // insertPlaced places sb and inserts it with insert, placing it again
 // elsewhere while the store finds the chosen node full; it sets sb's node
 // and environment reference. Placement errors say what each node lacked.
-func (a *API) insertPlaced(ctx context.Context, sb *model.Sandbox, sel envid.Selector, insert func(model.Sandbox) error) error {
+func (a *API) insertPlaced(ctx context.Context, sb *model.Sandbox, sel environment.Selector, insert func(model.Sandbox) error) error {
 	req := placement.Request{Environment: sel, Template: sb.Template, Resources: sb.Resources, Selector: sb.NodeSelector}
 	err := placement.PlaceAndCommit(ctx, a.cfg.Placer, req, func(d placement.Decision) error {
 		if d.Node == a.cfg.Self && a.cfg.Environments != nil {
@@ -62,7 +62,7 @@ func (a *API) insertPlaced(ctx context.Context, sb *model.Sandbox, sel envid.Sel
 // placementError maps a placement failure. When no node can run the
 // sandbox and this process runs sandboxes itself, its own environment
 // check says more precisely why (not enabled, artifacts missing).
-func (a *API) placementError(ctx context.Context, sel envid.Selector, err error) error {
+func (a *API) placementError(ctx context.Context, sel environment.Selector, err error) error {
 	switch {
 	case errors.Is(err, placement.ErrUnknownEnvironment):
 		if a.cfg.Environments != nil {

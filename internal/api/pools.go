@@ -9,7 +9,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/egress/policy"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -160,7 +160,7 @@ func (a *API) poolEnvironment(ctx context.Context, given bool, s string) (string
 	}
 	name := a.cfg.Environments.Default()
 	if given {
-		sel, err := envid.ParseSelector(s)
+		sel, err := environment.ParseSelector(s)
 		if err != nil || sel.Name == "" {
 			return "", errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "environment: a pool names its environment by name (e.g. runsc), not %q", s)
 		}
@@ -200,7 +200,7 @@ func (a *API) deletePool(ctx context.Context, c *call[noBody]) (*reply, error) {
 type poolCreate struct {
 	ref       model.TemplateRef
 	tpl       model.TemplateDigest
-	env       envid.Selector
+	env       environment.Selector
 	envRef    model.EnvironmentRef
 	resources model.Resources
 }
@@ -208,7 +208,7 @@ type poolCreate struct {
 // poolCreateOf describes a create for matching it with a pool. envRef is
 // the environment's reference when the create resolved it already (no
 // placement); else it is resolved here, on this node.
-func (a *API) poolCreateOf(ctx context.Context, ref model.TemplateRef, tpl model.TemplateDigest, sel envid.Selector, envRef model.EnvironmentRef, res model.Resources) poolCreate {
+func (a *API) poolCreateOf(ctx context.Context, ref model.TemplateRef, tpl model.TemplateDigest, sel environment.Selector, envRef model.EnvironmentRef, res model.Resources) poolCreate {
 	pc := poolCreate{ref: ref, tpl: tpl, env: sel, envRef: envRef, resources: res}
 	if envRef == "" && a.cfg.ClaimPools && a.cfg.Environments != nil {
 		if r, err := a.cfg.Environments.Resolve(ctx, sel); err == nil {

@@ -11,13 +11,13 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/template"
-	"github.com/airlockdev/airlock/internal/templategc"
+	"github.com/airlockdev/airlock/internal/template/gc"
 )
 
 // TemplateCollector deletes templates' trees and collects unused templates
-// (internal/templategc.Collector).
+// (internal/template/gc.Collector).
 type TemplateCollector interface {
-	Collect(ctx context.Context) (templategc.Result, error)
+	Collect(ctx context.Context) (gc.Result, error)
 	RemoveDeleted(ctx context.Context, d model.TemplateDigest) error
 }
 

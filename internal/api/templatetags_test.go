@@ -10,16 +10,16 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/templategc"
+	"github.com/airlockdev/airlock/internal/template/gc"
 )
 
 func withTemplateGC(t *testing.T) envOption {
 	return func(c *envConfig) {
-		gc, err := templategc.New(templategc.Config{Store: c.Store, Trees: c.tpl})
+		collector, err := gc.New(gc.Config{Store: c.Store, Trees: c.tpl})
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.TemplateGC = gc
+		c.TemplateGC = collector
 	}
 }
 

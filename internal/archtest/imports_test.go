@@ -47,7 +47,7 @@ var importRules = []importRule{
 			"internal/store/...",
 			"internal/model",
 			"internal/egress/policy", // the egress specs and profiles it keeps
-			"internal/envid",         // the environment definitions it keeps
+			"internal/environment",   // the execution environment definitions it keeps
 			"internal/tracing",       // sqlstore's spans
 			"internal/retry",         // postgres' listener backoff
 		},
@@ -62,9 +62,9 @@ var importRules = []importRule{
 		why: "the store keeps desired state; it links neither runtimes nor the kernel's network configuration, and metrics read it, not the other way round",
 	},
 	{
-		pkgs:  "internal/envid",
-		never: []string{"internal/runtime/..."},
-		why:   "environment descriptors are what the store keeps; runtimes describe themselves in envid's words, and internal/envreg turns a runtime's Info into a Definition",
+		pkgs:  "internal/environment",
+		never: []string{"internal/runtime/...", "internal/store/..."},
+		why:   "execution environment descriptors are what the store keeps and the words runtimes describe themselves in, so both import them; the node's registry, which turns a runtime's Info into a Definition and records it in the store, is internal/environment/registry",
 	},
 	{
 		pkgs: "internal/egress/policy",

@@ -13,7 +13,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/server"
@@ -97,7 +97,7 @@ func startAirlockServer(ctx context.Context, flavors []oci.Flavor, dir, agentBin
 		DefaultTemplate: server.DefaultTemplateMinimal,
 	}
 	for _, f := range flavors {
-		opts.Environments = append(opts.Environments, envid.Name(f)) // f is a parsed oci.Flavor
+		opts.Environments = append(opts.Environments, environment.Name(f)) // f is a parsed oci.Flavor
 	}
 	if prepare != nil {
 		if err := prepare(dir, &opts); err != nil {
@@ -164,7 +164,7 @@ func (a *airlockSubject) info() Subject {
 		Name:      "airlock-" + string(a.flavor),
 		Kind:      KindAirlock,
 		Runtime:   string(a.flavor),
-		Isolation: envid.IsolationSharedKernel,
+		Isolation: environment.IsolationSharedKernel,
 		Source:    apiv1.SourceCold,
 		Method: "Go client against an in-process airlock server on 127.0.0.1: POST /v1/sandboxes (default template: the busybox tree, as --default-template minimal) → " +
 			"create operation done → POST …/commands [echo hello] → attach → first stdout event",
@@ -172,7 +172,7 @@ func (a *airlockSubject) info() Subject {
 			"mounted inside the timed create; the guest agent is PID 1 and starts echo",
 	}
 	if a.flavor == oci.FlavorRunsc {
-		s.Isolation = envid.IsolationUserSpaceKernel
+		s.Isolation = environment.IsolationUserSpaceKernel
 	}
 	return s
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/cgroups"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/rootfs"
 )
 
@@ -96,7 +96,7 @@ func TestRunRunc(t *testing.T) {
 		t.Fatalf("subjects = %+v", rep.Subjects)
 	}
 	a, r := rep.Subjects[0], rep.Subjects[1]
-	if a.Name != "airlock-runc" || a.Kind != KindAirlock || a.Isolation != envid.IsolationSharedKernel {
+	if a.Name != "airlock-runc" || a.Kind != KindAirlock || a.Isolation != environment.IsolationSharedKernel {
 		t.Errorf("first subject = %+v", a)
 	}
 	if r.Name != "runc run" || r.Kind != KindRaw {

@@ -14,7 +14,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/client"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -173,11 +173,11 @@ func waitExit(st *client.Stream, want int) error {
 }
 
 // isolationOf is the isolation of a peer name.
-func isolationOf(peer string) envid.Isolation {
+func isolationOf(peer string) environment.Isolation {
 	if peer == PeerRunsc {
-		return envid.IsolationUserSpaceKernel
+		return environment.IsolationUserSpaceKernel
 	}
-	return envid.IsolationSharedKernel
+	return environment.IsolationSharedKernel
 }
 
 // setupExecSubjects turns the started servers into exec subjects, each with

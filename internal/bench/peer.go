@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/cgroups"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
@@ -89,7 +89,7 @@ func (p *peerSubject) info() Subject {
 		Name:      p.peer + " run",
 		Kind:      KindRaw,
 		Runtime:   p.peer,
-		Isolation: envid.IsolationSharedKernel,
+		Isolation: environment.IsolationSharedKernel,
 		Method:    "fork/exec of `" + strings.Join(p.displayArgs(), " ") + "` → first byte on its stdout pipe",
 		Rootfs: "per-run overlayfs over the same template tree (mounted before the clock starts); " +
 			"an Airlock sandbox's namespaces, capabilities and limits (1 CPU, 512 MiB, 1024 pids), no guest agent",
@@ -99,7 +99,7 @@ func (p *peerSubject) info() Subject {
 	}
 	switch p.peer {
 	case PeerRunsc:
-		s.Isolation = envid.IsolationUserSpaceKernel
+		s.Isolation = environment.IsolationUserSpaceKernel
 		s.Rootfs += "; --network=none --overlay2=none as Airlock's driver"
 	case PeerCrun:
 		if p.unifiedToHide != "" {

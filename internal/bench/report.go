@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 )
 
 // Kinds of subject.
@@ -37,10 +37,10 @@ type Report struct {
 
 // Subject is one measured way of running `echo hello`.
 type Subject struct {
-	Name      string          `json:"name"` // "airlock-runsc", "runsc run", …
-	Kind      string          `json:"kind"` // KindAirlock or KindRaw
-	Runtime   string          `json:"runtime"`
-	Isolation envid.Isolation `json:"isolation"`
+	Name      string                `json:"name"` // "airlock-runsc", "runsc run", …
+	Kind      string                `json:"kind"` // KindAirlock or KindRaw
+	Runtime   string                `json:"runtime"`
+	Isolation environment.Isolation `json:"isolation"`
 	// Source is how an Airlock subject's creates got their sandbox:
 	// "cold" or "pool" (every one checked).
 	Source string `json:"source,omitempty"`

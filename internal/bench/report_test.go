@@ -10,23 +10,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 )
 
 func sampleReport() Report {
 	airlock := summarizeSubject(Subject{
-		Name: "airlock-runc", Kind: KindAirlock, Runtime: "runc", Isolation: envid.IsolationSharedKernel,
+		Name: "airlock-runc", Kind: KindAirlock, Runtime: "runc", Isolation: environment.IsolationSharedKernel,
 		Method: "client → server", Rootfs: "overlay inside the clock",
 	}, []sample{
 		{total: ms(90), phases: []time.Duration{ms(80), ms(2), ms(8)}},
 		{total: ms(110), phases: []time.Duration{ms(95), ms(3), ms(12)}},
 	}, airlockPhases)
 	raw := summarizeSubject(Subject{
-		Name: "runc run", Kind: KindRaw, Runtime: "runc", Isolation: envid.IsolationSharedKernel,
+		Name: "runc run", Kind: KindRaw, Runtime: "runc", Isolation: environment.IsolationSharedKernel,
 		Method: "fork/exec of `runc run`", Rootfs: "overlay before the clock",
 	}, []sample{{total: ms(20)}, {total: ms(30)}}, nil)
 	gvisor := summarizeSubject(Subject{
-		Name: "runsc run", Kind: KindRaw, Runtime: "runsc", Isolation: envid.IsolationUserSpaceKernel,
+		Name: "runsc run", Kind: KindRaw, Runtime: "runsc", Isolation: environment.IsolationUserSpaceKernel,
 		Method: "fork/exec of `runsc run`", Rootfs: "overlay before the clock",
 	}, []sample{{total: ms(120)}, {total: ms(140)}}, nil)
 	subjects := []Subject{airlock, raw, gvisor}
@@ -223,7 +223,7 @@ func TestCheckSource(t *testing.T) {
 func TestPoolTargetsInTable(t *testing.T) {
 	r := sampleReport()
 	pool := summarizeSubject(Subject{
-		Name: "airlock-runc-pool", Kind: KindAirlock, Runtime: "runc", Source: "pool", Isolation: envid.IsolationSharedKernel,
+		Name: "airlock-runc-pool", Kind: KindAirlock, Runtime: "runc", Source: "pool", Isolation: environment.IsolationSharedKernel,
 	}, []sample{{total: ms(8), phases: []time.Duration{ms(2), ms(2), ms(4)}}, {total: ms(12), phases: []time.Duration{ms(3), ms(3), ms(6)}}}, airlockPhases)
 	slow := summarizeSubject(Subject{Name: "airlock-runsc-pool", Kind: KindAirlock, Runtime: "runsc", Source: "pool"},
 		[]sample{{total: ms(30)}}, airlockPhases)

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 )
 
 func (a *app) envCommand() *cobra.Command {
@@ -71,10 +71,10 @@ func firstLine(s string) string {
 
 // splitEnvFlag separates --env values: KEY=VALUE ones are environment
 // variables; one without '=' names the execution environment (at most
-// one). environment is --environment's value; both may name it only if they
-// agree.
-func splitEnvFlag(vals []string, environment string) (vars []string, env string, err error) {
-	env = environment
+// one). environmentFlag is --environment's value; both may name it only if
+// they agree.
+func splitEnvFlag(vals []string, environmentFlag string) (vars []string, selector string, err error) {
+	selector = environmentFlag
 	named := false
 	for _, v := range vals {
 		if strings.Contains(v, "=") {
@@ -85,15 +85,15 @@ func splitEnvFlag(vals []string, environment string) (vars []string, env string,
 			return nil, "", usageErrorf("--env %q: only one --env may name the execution environment (values without '=')", v)
 		}
 		named = true
-		if env != "" && env != v {
-			return nil, "", usageErrorf("--env %q and --environment %q name different execution environments", v, env)
+		if selector != "" && selector != v {
+			return nil, "", usageErrorf("--env %q and --environment %q name different execution environments", v, selector)
 		}
-		env = v
+		selector = v
 	}
-	if env != "" {
-		if _, err := envid.ParseSelector(env); err != nil {
-			return nil, "", usageErrorf("execution environment %q: %w", env, err)
+	if selector != "" {
+		if _, err := environment.ParseSelector(selector); err != nil {
+			return nil, "", usageErrorf("execution environment %q: %w", selector, err)
 		}
 	}
-	return vars, env, nil
+	return vars, selector, nil
 }

@@ -18,13 +18,13 @@ import (
 
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/client"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/pool"
 	"github.com/airlockdev/airlock/internal/reaper"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/server"
-	"github.com/airlockdev/airlock/internal/templategc"
+	"github.com/airlockdev/airlock/internal/template/gc"
 )
 
 // serverFlags are the flags of `airlock server`; their names are a contract
@@ -331,7 +331,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.Uint32Var(&f.usernsBase, "userns-base", oci.DefaultIDBase, "runc and crun: first host uid/gid of the ranges that sandboxes' user namespaces map root to")
 	fs.IntVar(&f.usernsN, "userns-ranges", oci.DefaultIDRanges, "runc and crun: number of 65536-id ranges from --userns-base (one per sandbox)")
 	fs.IntVar(&f.mutBurst, "mutation-burst", api.DefaultMutationBurst, "mutating requests each API key may make at once")
-	fs.DurationVar(&f.templateGC, "template-gc-interval", templategc.DefaultInterval, "how often to delete templates that no tag and no live sandbox uses, and their trees on disk (0: never; POST /v1/admin/templates/gc runs it on demand)")
+	fs.DurationVar(&f.templateGC, "template-gc-interval", gc.DefaultInterval, "how often to delete templates that no tag and no live sandbox uses, and their trees on disk (0: never; POST /v1/admin/templates/gc runs it on demand)")
 	fs.StringVar(&f.defaultTpl, "default-template", server.DefaultTemplateDebian, "what the template named default is: debian (Debian 12 with python3, node, git…, built in the background at first start; creates that need it wait) or minimal (the busybox template, also named minimal, ready at once: offline hosts, fast tests)")
 	fs.BoolVar(&f.recipeRuns, "recipe-run-on-template-bases", false, "let recipes run commands (run and packages steps) on a template base: that template's own programs then run as root on this host in a chroot, not a sandbox; only if every template here is trusted")
 	fs.StringVar(&f.buildCache, "build-cache-dir", "", "directory of the recipe build cache (default: DATA_DIR/build-cache)")
@@ -428,17 +428,17 @@ func (f serverFlags) clusterOptions(opts *server.Options) error {
 
 // environments parses --runtime (shorthand for an --env given first) and
 // --env into the enabled execution environments, the default first.
-func (f serverFlags) environments() ([]envid.Name, error) {
-	var out []envid.Name
+func (f serverFlags) environments() ([]environment.Name, error) {
+	var out []environment.Name
 	if f.runtime != "" {
-		n, err := envid.ParseName(f.runtime)
+		n, err := environment.ParseName(f.runtime)
 		if err != nil {
 			return nil, usageErrorf("--runtime must be runc, crun or runsc, not %q", f.runtime)
 		}
 		out = append(out, n)
 	}
 	for i, v := range f.envs {
-		n, err := envid.ParseName(v)
+		n, err := environment.ParseName(v)
 		if err != nil {
 			return nil, usageErrorf("--env must be runsc, crun or runc, not %q", v)
 		}

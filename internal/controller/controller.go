@@ -17,7 +17,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/retry"
@@ -493,11 +493,11 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 	if err != nil {
 		return fmt.Errorf("load sandbox: %w", err)
 	}
-	env, err := c.cfg.Workers.Route(sb)
+	routed, err := c.cfg.Workers.Route(sb)
 	if err != nil && sb.Runtime == "" && lc.Step == model.StepDestroy {
 		// Never placed: nothing of it exists anywhere, so the delete is
 		// carried out here whatever environment it was to run in.
-		env, err = c.cfg.Workers.Default(), nil
+		routed, err = c.cfg.Workers.Default(), nil
 	}
 	if err != nil {
 		if sb.Runtime != "" {
@@ -522,7 +522,7 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 		// Fenced: only while the sandbox is still placed here and this is
 		// the node's current run (a node declared dead meanwhile must not
 		// start what was placed elsewhere); the runtime is recorded with it.
-		if err := c.cfg.Store.TransitionOnNode(ctx, sb.ID, c.fence(), sb.State, lc.InProgress, "", string(env.Name), c.cfg.Now()); err != nil {
+		if err := c.cfg.Store.TransitionOnNode(ctx, sb.ID, c.fence(), sb.State, lc.InProgress, "", string(routed.Name), c.cfg.Now()); err != nil {
 			if errors.Is(err, store.ErrStateChanged) {
 				return c.drive(ctx, op, lc, log) // raced with another request; look again
 			}
@@ -531,7 +531,7 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 	default:
 		return c.finish(ctx, op, model.OpFailed, cancelled(op.Kind, sb.State), "", "", "")
 	}
-	res, err := runStep(ctx, env.Worker, lc.Step, sb)
+	res, err := runStep(ctx, routed.Worker, lc.Step, sb)
 	if err != nil {
 		return err
 	}
@@ -559,7 +559,7 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 		Now:           c.cfg.Now(),
 	})
 	if err == nil {
-		c.observeSuccess(op, lc, env.Name, res.source)
+		c.observeSuccess(op, lc, routed.Name, res.source)
 	}
 	if errors.Is(err, store.ErrStateChanged) {
 		// Another request (a delete) arrived while we worked; its operation
@@ -587,8 +587,8 @@ func (c *Controller) Resync(ctx context.Context) error {
 	// record before it touches the runtime, so anything listed here is
 	// already wanted by a record read afterwards, and never mistaken for an
 	// orphan while it is being created.
-	have := map[envid.Name][]model.SandboxID{}
-	for _, e := range c.cfg.Workers.Envs() {
+	have := map[environment.Name][]model.SandboxID{}
+	for _, e := range c.cfg.Workers.Environments() {
 		ids, err := e.Worker.List(ctx)
 		if err != nil {
 			return fmt.Errorf("list %s sandboxes: %w", e.Name, err)
@@ -603,7 +603,7 @@ func (c *Controller) Resync(ctx context.Context) error {
 	for _, sb := range want {
 		live[sb.ID] = sb
 	}
-	for _, e := range c.cfg.Workers.Envs() {
+	for _, e := range c.cfg.Workers.Environments() {
 		for _, id := range have[e.Name] {
 			if _, ok := live[id]; ok {
 				continue
@@ -626,7 +626,7 @@ func (c *Controller) Resync(ctx context.Context) error {
 		if sb.Runtime == "" {
 			continue // not placed yet: its create operation places it
 		}
-		env, err := c.cfg.Workers.Route(sb)
+		routed, err := c.cfg.Workers.Route(sb)
 		if err != nil {
 			// Hosted by a runtime this server does not drive (it was
 			// restarted with another set of --env): leave it alone.
@@ -636,12 +636,12 @@ func (c *Controller) Resync(ctx context.Context) error {
 		switch sb.State {
 		case model.StateRunning, model.StatePaused:
 		case model.StateFailed:
-			if sb.StateReason == model.NodeLostReason && slices.Contains(have[env.Name], sb.ID) {
+			if sb.StateReason == model.NodeLostReason && slices.Contains(have[routed.Name], sb.ID) {
 				// Declared lost while this node was cut off: it holds no
 				// room any more and nothing may run for it; its record
 				// stays for its owner to see and delete.
-				c.log.InfoContext(ctx, "removing a sandbox declared lost with its node", "sandbox", sb.ID, "env", env.Name)
-				if err := env.Worker.Destroy(ctx, sb.ID); err != nil {
+				c.log.InfoContext(ctx, "removing a sandbox declared lost with its node", "sandbox", sb.ID, "env", routed.Name)
+				if err := routed.Worker.Destroy(ctx, sb.ID); err != nil {
 					c.log.ErrorContext(ctx, "remove lost sandbox", "sandbox", sb.ID, "err", err)
 				}
 				c.cfg.Workers.Forget(sb.ID)
@@ -649,14 +649,14 @@ func (c *Controller) Resync(ctx context.Context) error {
 			continue
 		case model.StateSuspended:
 			// Nothing runs; its snapshot must still be there.
-			if !slices.Contains(have[env.Name], sb.ID) {
+			if !slices.Contains(have[routed.Name], sb.ID) {
 				c.markFailed(ctx, sb, "the sandbox's snapshot disappeared from the runtime")
 			}
 			continue
 		default:
 			continue // states in progress are driven by their operations
 		}
-		st, err := env.Worker.Observe(ctx, sb.ID)
+		st, err := routed.Worker.Observe(ctx, sb.ID)
 		reason := ""
 		switch {
 		case errors.Is(err, runtime.ErrNotFound):
@@ -731,7 +731,7 @@ func (c *Controller) requeueDeletes(ctx context.Context, sandboxes []model.Sandb
 
 // observeSuccess counts an operation that succeeded and, for a create,
 // how long it took from its request (its operation's creation) to running.
-func (c *Controller) observeSuccess(op model.Operation, lc model.Lifecycle, env envid.Name, source model.Source) {
+func (c *Controller) observeSuccess(op model.Operation, lc model.Lifecycle, env environment.Name, source model.Source) {
 	c.cfg.Metrics.OperationFinished(metricKind(op), true)
 	if lc.Step == model.StepEnsure && op.ProjectID != model.SystemProject {
 		c.cfg.Metrics.CreateFinished(string(env), string(source), c.cfg.Now().Sub(op.CreatedAt))

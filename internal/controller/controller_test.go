@@ -14,7 +14,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/egress/policy"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
@@ -113,7 +113,7 @@ func newEnvWith(t testing.TB, flavor string, templateErr error, cc Config, opts 
 	if _, err := st.RegisterNode(ctx, model.Node{ID: e.node, Incarnation: e.inc, Role: model.RoleAll, AdvertiseURL: "http://127.0.0.1:1"}); err != nil {
 		t.Fatal(err)
 	}
-	set, err := worker.NewSet([]worker.Env{{Name: envid.Name(flavor), Ref: testEnvRef, Worker: wk}}, st.GetSandboxByID)
+	set, err := worker.NewSet([]worker.Environment{{Name: environment.Name(flavor), Ref: testEnvRef, Worker: wk}}, st.GetSandboxByID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/egress/policy"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/worker"
 )
@@ -122,7 +122,7 @@ func TestTwoEnvironmentsSideBySide(t *testing.T) {
 	gv := newEnv(t, "runsc", nil) // only its runtime and worker are used
 	ctx := context.Background()
 	refRunc, refRunsc := testEnvRef, model.EnvironmentRef("env:sha256:"+strings.Repeat("5", 64))
-	set, err := worker.NewSet([]worker.Env{{Name: envid.NameRunc, Ref: refRunc, Worker: e.wk}, {Name: envid.NameRunsc, Ref: refRunsc, Worker: gv.wk}}, e.st.GetSandboxByID)
+	set, err := worker.NewSet([]worker.Environment{{Name: environment.NameRunc, Ref: refRunc, Worker: e.wk}, {Name: environment.NameRunsc, Ref: refRunsc, Worker: gv.wk}}, e.st.GetSandboxByID)
 	if err != nil {
 		t.Fatal(err)
 	}

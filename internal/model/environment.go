@@ -11,8 +11,9 @@ import (
 
 // EnvironmentRef names one execution environment by content: "env:sha256:"
 // and the lower-case hex SHA-256 of its definition's canonical encoding
-// (internal/envid). Two nodes that compute the same reference run sandboxes
-// the same way; a snapshot is restored only where its reference matches.
+// (internal/environment). Two nodes that compute the same reference run
+// sandboxes the same way; a snapshot is restored only where its reference
+// matches.
 type EnvironmentRef string
 
 const envRefPrefix = "env:sha256:"

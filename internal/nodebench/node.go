@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/controller"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/worker"
@@ -90,7 +90,7 @@ func startNode(ctx context.Context, i int, s nodeSetup) (*simNode, error) {
 	if err != nil {
 		return fail(err)
 	}
-	n.set, err = worker.NewSet([]worker.Env{{Name: envid.NameRunc, Ref: s.env.Ref, Worker: wk}}, s.store.GetSandboxByID)
+	n.set, err = worker.NewSet([]worker.Environment{{Name: environment.NameRunc, Ref: s.env.Ref, Worker: wk}}, s.store.GetSandboxByID)
 	if err != nil {
 		return fail(err)
 	}

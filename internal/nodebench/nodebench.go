@@ -33,7 +33,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlockdev/airlock/internal/egress/policy"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/placement"
 	"github.com/airlockdev/airlock/internal/store"
@@ -209,16 +209,16 @@ func runStep(ctx context.Context, cfg Config, nodes int) (step Step, err error) 
 
 // seed records the environment, the template and the projects of a step.
 func seed(ctx context.Context, st store.Store, projects int) (store.EnvironmentRecord, model.TemplateDigest, []model.ProjectID, error) {
-	def := envid.Definition{
-		SchemaVersion: envid.SchemaVersion,
-		Name:          envid.NameRunc,
-		Host:          envid.Platform{OS: "linux", Arch: "amd64"},
-		Runtime: envid.RuntimeBinding{Name: string(envid.NameRunc), Version: "simulated",
-			BinaryDigest: envid.Digest("sha256:" + strings.Repeat("0", 64))},
-		Guest:     envid.Platform{OS: "linux", Arch: "amd64"},
-		Isolation: envid.IsolationSharedKernel,
-		Snapshot:  envid.Snapshot{Capability: envid.SnapshotNone},
-		OOMScope:  envid.OOMKillsProcess,
+	def := environment.Definition{
+		SchemaVersion: environment.SchemaVersion,
+		Name:          environment.NameRunc,
+		Host:          environment.Platform{OS: "linux", Arch: "amd64"},
+		Runtime: environment.RuntimeBinding{Name: string(environment.NameRunc), Version: "simulated",
+			BinaryDigest: environment.Digest("sha256:" + strings.Repeat("0", 64))},
+		Guest:     environment.Platform{OS: "linux", Arch: "amd64"},
+		Isolation: environment.IsolationSharedKernel,
+		Snapshot:  environment.Snapshot{Capability: environment.SnapshotNone},
+		OOMScope:  environment.OOMKillsProcess,
 	}
 	canon, err := def.Canonical()
 	if err != nil {
@@ -295,7 +295,7 @@ func (d *driver) create(ctx context.Context, project model.ProjectID) error {
 	op := model.Operation{ID: model.NewOperationID(), ProjectID: project, SandboxID: sb.ID, Kind: model.OpCreate,
 		State: model.OpPending, CreatedAt: now, UpdatedAt: now}
 	d.tracker.requested(op.ID, requested)
-	req := placement.Request{Environment: envid.Selector{Name: envid.NameRunc}, Template: d.template, Resources: sb.Resources}
+	req := placement.Request{Environment: environment.Selector{Name: environment.NameRunc}, Template: d.template, Resources: sb.Resources}
 	for attempt := 0; ; attempt++ {
 		dec, err := d.placer.Place(ctx, req)
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/agentproto"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
@@ -34,11 +34,11 @@ func newSimRuntime(agent *simAgent) *simRuntime {
 
 func (r *simRuntime) Info() runtime.Info {
 	return runtime.Info{
-		Name:      string(envid.NameRunc),
+		Name:      string(environment.NameRunc),
 		Version:   "simulated",
 		Binary:    "/nonexistent/simulated-runc",
-		Isolation: envid.IsolationSharedKernel,
-		OOMScope:  envid.OOMKillsProcess,
+		Isolation: environment.IsolationSharedKernel,
+		OOMScope:  environment.OOMKillsProcess,
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -68,7 +68,7 @@ func PlaceAndCommit(ctx context.Context, p Decider, req Request, commit func(Dec
 
 // Request is what a new sandbox needs of its node.
 type Request struct {
-	Environment envid.Selector
+	Environment environment.Selector
 	Template    model.TemplateDigest
 	Resources   model.Resources
 	Selector    model.NodeLabels
@@ -275,7 +275,7 @@ func free(n model.NodeStatus) float64 {
 
 // environmentRefs are the references sel may run in: its own, or every
 // recorded definition of its name.
-func (p *Placer) environmentRefs(ctx context.Context, sel envid.Selector) ([]model.EnvironmentRef, error) {
+func (p *Placer) environmentRefs(ctx context.Context, sel environment.Selector) ([]model.EnvironmentRef, error) {
 	if sel.Ref != "" {
 		if _, err := p.cfg.Store.GetEnvironment(ctx, sel.Ref); err != nil {
 			if errors.Is(err, store.ErrNotFound) {

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/egress/policy"
-	"github.com/airlockdev/airlock/internal/envid"
-	"github.com/airlockdev/airlock/internal/envreg"
+	"github.com/airlockdev/airlock/internal/environment"
+	"github.com/airlockdev/airlock/internal/environment/registry"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/store"
@@ -39,13 +39,13 @@ func newFixture(t *testing.T) *fixture {
 	now := time.Now()
 	must(t, st.CreateProject(ctx, model.Project{ID: f.project, Name: "p", CreatedAt: now}))
 	must(t, st.PutTemplate(ctx, model.Template{Digest: f.tpl, Manifest: []byte("{}"), CreatedAt: now}))
-	d, err := envreg.Define(envid.NameRunc, runtime.Info{Name: "runc", Version: "1", Binary: "/usr/bin/runc", Isolation: envid.IsolationSharedKernel, OOMScope: envid.OOMKillsProcess}, envreg.Inputs{})
+	d, err := registry.Define(environment.NameRunc, runtime.Info{Name: "runc", Version: "1", Binary: "/usr/bin/runc", Isolation: environment.IsolationSharedKernel, OOMScope: environment.OOMKillsProcess}, registry.Inputs{})
 	must(t, err)
 	f.runc, err = d.Ref()
 	must(t, err)
 	canon, err := d.Canonical()
 	must(t, err)
-	_, err = st.PutEnvironment(ctx, store.EnvironmentRecord{Ref: f.runc, Name: envid.NameRunc, SchemaVersion: d.SchemaVersion, Definition: canon, FirstSeen: now})
+	_, err = st.PutEnvironment(ctx, store.EnvironmentRecord{Ref: f.runc, Name: environment.NameRunc, SchemaVersion: d.SchemaVersion, Definition: canon, FirstSeen: now})
 	must(t, err)
 	return f
 }
@@ -106,7 +106,7 @@ func (f *fixture) placer(strategy model.PlacementStrategy) *Placer {
 }
 
 func (f *fixture) request() Request {
-	return Request{Environment: envid.Selector{Name: envid.NameRunc}, Template: f.tpl, Resources: model.DefaultResources()}
+	return Request{Environment: environment.Selector{Name: environment.NameRunc}, Template: f.tpl, Resources: model.DefaultResources()}
 }
 
 func TestSpreadAndPack(t *testing.T) {
@@ -185,11 +185,11 @@ func TestFilters(t *testing.T) {
 		t.Fatalf("no node matches: %v, want ErrNoNode", err)
 	}
 	req = f.request()
-	req.Environment = envid.Selector{Name: envid.NameRunsc}
+	req.Environment = environment.Selector{Name: environment.NameRunsc}
 	if _, err := f.placer("").Place(f.ctx, req); !errors.Is(err, ErrUnknownEnvironment) {
 		t.Fatalf("no node recorded runsc: %v, want ErrUnknownEnvironment", err)
 	}
-	req.Environment = envid.Selector{Ref: model.EnvironmentRef("env:sha256:" + strings.Repeat("0", 64))}
+	req.Environment = environment.Selector{Ref: model.EnvironmentRef("env:sha256:" + strings.Repeat("0", 64))}
 	if _, err := f.placer("").Place(f.ctx, req); !errors.Is(err, ErrUnknownEnvironment) {
 		t.Fatalf("unknown reference: %v, want ErrUnknownEnvironment", err)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/egress/policy"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/pgtest"
 	"github.com/airlockdev/airlock/internal/placement"
@@ -98,7 +98,7 @@ func create(ctx context.Context, st store.Store, p *placement.Placer, project mo
 	sb := model.Sandbox{ID: model.NewSandboxID(), ProjectID: project, Template: tpl,
 		Resources: model.Resources{CPUs: 1, MemoryMiB: 256, DiskMiB: 1024}, State: model.StatePending, CreatedAt: now, UpdatedAt: now}
 	op := model.Operation{ID: model.NewOperationID(), ProjectID: project, SandboxID: sb.ID, Kind: model.OpCreate, State: model.OpPending, CreatedAt: now, UpdatedAt: now}
-	req := placement.Request{Environment: envid.Selector{Name: envid.NameRunc}, Template: tpl, Resources: sb.Resources}
+	req := placement.Request{Environment: environment.Selector{Name: environment.NameRunc}, Template: tpl, Resources: sb.Resources}
 	for {
 		d, err := p.Place(ctx, req)
 		if err != nil {
@@ -115,11 +115,11 @@ func create(ctx context.Context, st store.Store, p *placement.Placer, project mo
 
 func seed(t *testing.T, ctx context.Context, st store.Store) (model.EnvironmentRef, model.TemplateDigest, model.ProjectID) {
 	t.Helper()
-	def := envid.Definition{SchemaVersion: envid.SchemaVersion, Name: envid.NameRunc,
-		Host:    envid.Platform{OS: "linux", Arch: "amd64"},
-		Runtime: envid.RuntimeBinding{Name: "runc", Version: "test", BinaryDigest: envid.Digest("sha256:" + strings.Repeat("1", 64))},
-		Guest:   envid.Platform{OS: "linux", Arch: "amd64"}, Isolation: envid.IsolationSharedKernel,
-		Snapshot: envid.Snapshot{Capability: envid.SnapshotNone}, OOMScope: envid.OOMKillsProcess}
+	def := environment.Definition{SchemaVersion: environment.SchemaVersion, Name: environment.NameRunc,
+		Host:    environment.Platform{OS: "linux", Arch: "amd64"},
+		Runtime: environment.RuntimeBinding{Name: "runc", Version: "test", BinaryDigest: environment.Digest("sha256:" + strings.Repeat("1", 64))},
+		Guest:   environment.Platform{OS: "linux", Arch: "amd64"}, Isolation: environment.IsolationSharedKernel,
+		Snapshot: environment.Snapshot{Capability: environment.SnapshotNone}, OOMScope: environment.OOMKillsProcess}
 	canon, err := def.Canonical()
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -31,7 +31,7 @@ func (p *Placer) view(ctx context.Context, req Request) (view, error) {
 	if err != nil {
 		return view{}, err
 	}
-	if req.Environment == (envid.Selector{}) {
+	if req.Environment == (environment.Selector{}) {
 		holders, err := p.cache.holders(ctx, p, snap, req.Template)
 		if err != nil {
 			return view{}, err
@@ -62,7 +62,7 @@ func (p *Placer) readView(ctx context.Context, req Request) (view, error) {
 	if err != nil {
 		return view{}, fmt.Errorf("place: %w", err)
 	}
-	if req.Environment == (envid.Selector{}) {
+	if req.Environment == (environment.Selector{}) {
 		// A server of one runtime that records no environments: any node.
 		return view{nodes: nodes, holders: holders}, nil
 	}
@@ -200,7 +200,7 @@ func (c *nodeCache) current(s *snapshot) []model.NodeStatus {
 // environmentRefs is Placer.environmentRefs from the snapshot's
 // definitions; an unknown name or reference is an error (the caller then
 // asks the store).
-func (s *snapshot) environmentRefs(sel envid.Selector) ([]model.EnvironmentRef, error) {
+func (s *snapshot) environmentRefs(sel environment.Selector) ([]model.EnvironmentRef, error) {
 	var refs []model.EnvironmentRef
 	for _, r := range s.envRecs {
 		if (sel.Ref != "" && r.Ref == sel.Ref) || (sel.Ref == "" && r.Name == sel.Name) {

@@ -22,7 +22,7 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -36,13 +36,13 @@ var (
 
 // Info describes a runtime binding on this host. Its isolation class and
 // OOM scope are in the words of the execution environment it runs
-// (internal/envid), which owns them.
+// (internal/environment), which owns them.
 type Info struct {
-	Name      string          // "runc", "crun", "runsc", "qemu", …
-	Version   string          // as reported by the binary
-	Binary    string          // absolute path of the binary
-	Isolation envid.Isolation // isolation class
-	OOMScope  envid.OOMScope
+	Name      string                // "runc", "crun", "runsc", "qemu", …
+	Version   string                // as reported by the binary
+	Binary    string                // absolute path of the binary
+	Isolation environment.Isolation // isolation class
+	OOMScope  environment.OOMScope
 	// Capabilities are what this runtime instance can do on this host.
 	Capabilities Capabilities
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/airlockdev/airlock/internal/blobstore/s3store"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/template"
+	"github.com/airlockdev/airlock/internal/template/build"
 	"github.com/airlockdev/airlock/internal/template/distribute"
-	"github.com/airlockdev/airlock/internal/tplbuild"
 )
 
 // blobTmpDir (under the data dir) holds template archives while they are
@@ -169,7 +169,7 @@ func fetchTemplate(templates *template.Store, dist *distribute.Distributor) func
 
 // distribution is the Distribution of the API and the build runner: nil
 // (an interface holding no pointer) without a blob store.
-func distribution(dist *distribute.Distributor) tplbuild.Distributor {
+func distribution(dist *distribute.Distributor) build.Distributor {
 	if dist == nil {
 		return nil
 	}

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/placement"
 	"github.com/airlockdev/airlock/internal/store"
@@ -33,12 +33,12 @@ const placeBatch = 100
 // placing again what a dead node left unstarted), which the store makes
 // safe to run everywhere at once.
 type membership struct {
-	st        store.Store
-	node      model.Node
-	interval  time.Duration
-	deadAfter time.Duration
-	placer    *placement.Placer
-	defEnv    envid.Name
+	st                 store.Store
+	node               model.Node
+	interval           time.Duration
+	deadAfter          time.Duration
+	placer             *placement.Placer
+	defaultEnvironment environment.Name
 	// templates lists what this node holds (nil: it runs no sandboxes).
 	templates func() ([]model.TemplateDigest, error)
 	log       *slog.Logger
@@ -307,9 +307,9 @@ func (m *membership) placeUnplaced(ctx context.Context) error {
 		return err
 	}
 	for _, sb := range list {
-		sel := envid.Selector{Name: m.defEnv, Ref: sb.Environment}
+		sel := environment.Selector{Name: m.defaultEnvironment, Ref: sb.Environment}
 		if sb.Environment == "" && sb.Runtime != "" {
-			sel.Name = envid.Name(sb.Runtime)
+			sel.Name = environment.Name(sb.Runtime)
 		}
 		req := placement.Request{Environment: sel, Template: sb.Template, Resources: sb.Resources, Selector: sb.NodeSelector}
 		err := placement.PlaceAndCommit(ctx, m.placer, req, func(d placement.Decision) error { return m.st.AssignNode(ctx, sb.ID, d.Node) })

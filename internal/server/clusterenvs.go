@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/airlockdev/airlock/internal/envid"
-	"github.com/airlockdev/airlock/internal/envreg"
+	"github.com/airlockdev/airlock/internal/environment"
+	"github.com/airlockdev/airlock/internal/environment/registry"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -15,15 +15,15 @@ import (
 // and leaves the choice of a node, and so of a reference, to placement.
 type clusterEnvironments struct {
 	st  store.Store
-	def envid.Name
+	def environment.Name
 }
 
-func (c clusterEnvironments) Default() envid.Name { return c.def }
+func (c clusterEnvironments) Default() environment.Name { return c.def }
 
 // List returns every readable definition; one is enabled and available
 // when some node has it enabled and working (its reason otherwise says
 // what the nodes reported).
-func (c clusterEnvironments) List(ctx context.Context) ([]envreg.Status, error) {
+func (c clusterEnvironments) List(ctx context.Context) ([]registry.Status, error) {
 	recs, err := c.st.ListEnvironments(ctx)
 	if err != nil {
 		return nil, err
@@ -32,13 +32,13 @@ func (c clusterEnvironments) List(ctx context.Context) ([]envreg.Status, error) 
 	if err != nil {
 		return nil, err
 	}
-	out := make([]envreg.Status, 0, len(recs))
+	out := make([]registry.Status, 0, len(recs))
 	for _, rec := range recs {
-		d, err := envid.Parse(rec.Definition)
+		d, err := environment.Parse(rec.Definition)
 		if err != nil {
 			continue
 		}
-		st := envreg.Status{Ref: rec.Ref, Definition: d, Default: rec.Name == c.def, Reason: "no node has it enabled"}
+		st := registry.Status{Ref: rec.Ref, Definition: d, Default: rec.Name == c.def, Reason: "no node has it enabled"}
 		for _, r := range rows {
 			if r.Ref != rec.Ref || !r.Enabled {
 				continue
@@ -61,7 +61,7 @@ func (c clusterEnvironments) List(ctx context.Context) ([]envreg.Status, error) 
 
 // Resolve refuses only what no node knows; which node may run it is
 // placement's answer.
-func (c clusterEnvironments) Resolve(ctx context.Context, sel envid.Selector) (model.EnvironmentRef, error) {
+func (c clusterEnvironments) Resolve(ctx context.Context, sel environment.Selector) (model.EnvironmentRef, error) {
 	recs, err := c.st.ListEnvironments(ctx)
 	if err != nil {
 		return "", err
@@ -71,5 +71,5 @@ func (c clusterEnvironments) Resolve(ctx context.Context, sel envid.Selector) (m
 			return r.Ref, nil
 		}
 	}
-	return "", fmt.Errorf("%w: no node has recorded the environment %s", envid.ErrUnknown, sel)
+	return "", fmt.Errorf("%w: no node has recorded the environment %s", environment.ErrUnknown, sel)
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/template"
+	"github.com/airlockdev/airlock/internal/template/build"
 	"github.com/airlockdev/airlock/internal/template/distribute"
 	"github.com/airlockdev/airlock/internal/template/recipe"
-	"github.com/airlockdev/airlock/internal/tplbuild"
 )
 
 // MinimalTemplateName names the busybox template, tagged minimalTemplate
@@ -131,7 +131,7 @@ const buildsDir = "builds"
 // startBuilds makes the template build runner (not yet running) and sets
 // up the templates named "minimal" and "default" as opts.DefaultTemplate
 // says.
-func startBuilds(ctx context.Context, opts Options, dd *dataDir, st store.Store, templates *template.Store, dist *distribute.Distributor, node model.NodeID, log *slog.Logger) (*tplbuild.Runner, error) {
+func startBuilds(ctx context.Context, opts Options, dd *dataDir, st store.Store, templates *template.Store, dist *distribute.Distributor, node model.NodeID, log *slog.Logger) (*build.Runner, error) {
 	cacheDir := opts.BuildCacheDir
 	if cacheDir == "" {
 		cacheDir = dd.join("build-cache")
@@ -153,10 +153,10 @@ func startBuilds(ctx context.Context, opts Options, dd *dataDir, st store.Store,
 			return t.Digest, nil
 		},
 	}
-	runner, err := tplbuild.New(tplbuild.Config{
+	runner, err := build.New(build.Config{
 		Store:     st,
 		Templates: templates,
-		Recipes:   tplbuild.Recipes{Builder: builder},
+		Recipes:   build.Recipes{Builder: builder},
 		LogDir:    dd.join(buildsDir),
 		Owner:     node,
 		// Two at once: an import need not wait for the Debian build.

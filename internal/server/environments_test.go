@@ -4,22 +4,22 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
 
 func TestCheckEnvironmentSet(t *testing.T) {
 	for _, tc := range []struct {
-		names []envid.Name
+		names []environment.Name
 		err   string
 	}{
-		{[]envid.Name{envid.NameRunsc}, ""},
-		{[]envid.Name{envid.NameRunc, envid.NameRunsc}, ""},
-		{[]envid.Name{envid.NameCrun, envid.NameRunsc}, ""},
+		{[]environment.Name{environment.NameRunsc}, ""},
+		{[]environment.Name{environment.NameRunc, environment.NameRunsc}, ""},
+		{[]environment.Name{environment.NameCrun, environment.NameRunsc}, ""},
 		{nil, "no execution environment"},
-		{[]envid.Name{envid.NameRunsc, envid.NameRunsc}, "given twice"},
-		{[]envid.Name{envid.NameRunc, envid.NameCrun}, "cannot be enabled together"},
+		{[]environment.Name{environment.NameRunsc, environment.NameRunsc}, "given twice"},
+		{[]environment.Name{environment.NameRunc, environment.NameCrun}, "cannot be enabled together"},
 	} {
 		err := checkEnvironmentSet(tc.names)
 		if (tc.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.err) {

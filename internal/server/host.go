@@ -12,7 +12,7 @@ import (
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/controller"
 	"github.com/airlockdev/airlock/internal/egress"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
@@ -20,8 +20,8 @@ import (
 	"github.com/airlockdev/airlock/internal/runtime/qemu"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/template"
+	"github.com/airlockdev/airlock/internal/template/build"
 	"github.com/airlockdev/airlock/internal/template/distribute"
-	"github.com/airlockdev/airlock/internal/tplbuild"
 	"github.com/airlockdev/airlock/internal/worker"
 )
 
@@ -31,9 +31,9 @@ import (
 // egress, and the workers. Its methods take a nil host (an api replica)
 // and answer for one that runs nothing.
 type host struct {
-	builds    *tplbuild.Runner
-	envs      []enabledEnv
-	envReg    api.Environments
+	builds    *build.Runner
+	enabled   []enabledEnvironment
+	registry  api.Environments
 	egressNet *egressNet
 	egressSvc *egressServices
 	workers   *worker.Set
@@ -70,10 +70,10 @@ func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, te
 		return nil, err
 	}
 	rts := runtimes{ids: oci.IDPool{Base: opts.UsernsBase, Ranges: opts.UsernsRanges}, dd: dd, sandboxDir: sandboxDir, guestbootDir: opts.GuestbootDir, agentBin: agentBin, log: log}
-	if h.envs, err = openEnvironments(ctx, opts.Environments, rts, log); err != nil {
+	if h.enabled, err = openEnvironments(ctx, opts.Environments, rts, log); err != nil {
 		return nil, err
 	}
-	if h.envReg, err = recordEnvironments(ctx, h.envs, st, nodeID, rts, log.With("component", "environments")); err != nil {
+	if h.registry, err = recordEnvironments(ctx, h.enabled, st, nodeID, rts, log.With("component", "environments")); err != nil {
 		return nil, err
 	}
 	if h.egressNet, h.egressSvc, err = openEgress(egressCfg, dd, st, secretSrc, m.EgressObserver(), log.With("component", "egress")); err != nil {
@@ -82,7 +82,7 @@ func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, te
 	if err := reconcileEgress(ctx, h.egressNet, st, nodeID); err != nil {
 		return nil, err
 	}
-	h.workers, err = newWorkers(h.envs, worker.Config{
+	h.workers, err = newWorkers(h.enabled, worker.Config{
 		Network: h.egressNet,
 		TemplateDir: func(d model.TemplateDigest) (string, error) {
 			if !templates.Has(d) {
@@ -161,22 +161,22 @@ func (h *host) components(ctrl *controller.Controller, log *slog.Logger) []compo
 // environments is the API's view of the environments and the default's
 // name: this node's registry, or, for an api replica, what the nodes
 // recorded (the default named by the first --env, else runsc).
-func (h *host) environments(st store.Store, opts Options) (api.Environments, envid.Name) {
+func (h *host) environments(st store.Store, opts Options) (api.Environments, environment.Name) {
 	if h != nil {
-		return h.envReg, h.envReg.Default()
+		return h.registry, h.registry.Default()
 	}
-	def := envid.NameRunsc
+	def := environment.NameRunsc
 	if len(opts.Environments) > 0 {
 		def = opts.Environments[0]
 	}
 	return clusterEnvironments{st: st, def: def}, def
 }
 
-func (h *host) envList() []enabledEnv {
+func (h *host) enabledEnvironments() []enabledEnvironment {
 	if h == nil {
 		return nil
 	}
-	return h.envs
+	return h.enabled
 }
 
 // runtimeInfos are what the API asks about each runtime's lifecycle
@@ -184,10 +184,10 @@ func (h *host) envList() []enabledEnv {
 // (a sandbox is matched by the name of the runtime that hosts it).
 func (h *host) runtimeInfos() []infoer {
 	if h != nil {
-		return envRuntimes(h.envs)
+		return environmentRuntimes(h.enabled)
 	}
 	out := []infoer{staticInfo{Name: qemu.Name, Capabilities: qemu.Capabilities()}}
-	for _, n := range envid.Names() {
+	for _, n := range environment.Names() {
 		if f, err := oci.ParseFlavor(string(n)); err == nil {
 			out = append(out, flavorInfo(f))
 		}
@@ -202,7 +202,7 @@ func (h *host) egressRegistry() *egress.Registry {
 	return h.egressNet.Registry()
 }
 
-func (h *host) buildRunner() *tplbuild.Runner {
+func (h *host) buildRunner() *build.Runner {
 	if h == nil {
 		return nil
 	}
@@ -240,7 +240,7 @@ func (h *host) release(ctx context.Context, log *slog.Logger) {
 	if h == nil {
 		return
 	}
-	for _, e := range h.envs {
+	for _, e := range h.enabled {
 		releaseAgentFS(ctx, e.rt, log)
 	}
 	if h.egressNet != nil {

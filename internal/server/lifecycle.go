@@ -30,10 +30,10 @@ func lifecycleSupport(rts ...infoer) func(model.Sandbox) (api.LifecycleSupport, 
 // infoer is the part of runtime.Runtime that lifecycleSupport asks.
 type infoer interface{ Info() runtime.Info }
 
-// envRuntimes are the runtimes of the enabled environments.
-func envRuntimes(envs []enabledEnv) []infoer {
-	out := make([]infoer, 0, len(envs))
-	for _, e := range envs {
+// environmentRuntimes are the runtimes of the enabled environments.
+func environmentRuntimes(environments []enabledEnvironment) []infoer {
+	out := make([]infoer, 0, len(environments))
+	for _, e := range environments {
 		out = append(out, e.rt)
 	}
 	return out

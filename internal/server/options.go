@@ -10,7 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -46,7 +46,7 @@ type Options struct {
 	// in, the first the default; each must work here. Empty: the
 	// strongest automatic one that works (runsc); shared-kernel ones (runc,
 	// crun) only when named.
-	Environments []envid.Name
+	Environments []environment.Name
 	// SandboxDir (--sandbox-dir) holds the sandboxes' storage: each
 	// runtime's per-sandbox state directories (bundle, disk image, agent
 	// socket), in SandboxDir/<runtime>/. Put it on a filesystem of its own
@@ -102,7 +102,7 @@ type Options struct {
 	UsernsRanges int
 	// TemplateGCInterval (--template-gc-interval): how often the server
 	// collects templates that no tag and no live sandbox uses and removes
-	// deleted templates' trees (internal/templategc); 0 disables the
+	// deleted templates' trees (internal/template/gc); 0 disables the
 	// periodic run (POST /v1/admin/templates/gc still runs one).
 	TemplateGCInterval time.Duration
 	// BlobStore (--blob-store) is the blob store shared by nodes, where

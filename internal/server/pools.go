@@ -4,7 +4,7 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/pool"
 	"github.com/airlockdev/airlock/internal/procctl"
@@ -32,7 +32,7 @@ func (h *host) poolController(st store.Store, node model.NodeID, opts Options, l
 		Store: st, Node: node, DiskMiB: disk, MemoryMiB: mem, CPUs: cpus,
 		DrainAfter: opts.PoolDrainAfter, FillParallel: opts.PoolFillParallel,
 		Environment: func(ctx context.Context, name string) (model.EnvironmentRef, error) {
-			return h.envReg.Resolve(ctx, envid.Selector{Name: envid.Name(name)})
+			return h.registry.Resolve(ctx, environment.Selector{Name: environment.Name(name)})
 		},
 		Healthy: func(ctx context.Context, sb model.Sandbox) error { return agentAnswers(ctx, agents, sb.ID) },
 		Logger:  log.With("component", "pool"),

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/airlockdev/airlock/internal/envid"
-	"github.com/airlockdev/airlock/internal/envreg"
+	"github.com/airlockdev/airlock/internal/environment"
+	"github.com/airlockdev/airlock/internal/environment/registry"
 	"github.com/airlockdev/airlock/internal/guestboot"
 	"github.com/airlockdev/airlock/internal/runtime/qemu"
 )
@@ -15,21 +15,21 @@ import (
 // the data dir, each under the digests of its inputs.
 const guestbootDir = "guestboot"
 
-// qemuEnv is the QEMU runtime as the runtime of the qemu environment,
-// with the digests of its boot inputs.
-type qemuEnv struct {
+// qemuEnvironment is the QEMU runtime as the runtime of the qemu
+// environment, with the digests of its boot inputs.
+type qemuEnvironment struct {
 	*qemu.Runtime
-	inputs envreg.Inputs
+	inputs registry.Inputs
 }
 
 // DefinitionInputs: a VM environment's definition names its kernel,
 // initramfs and command line, the guest platform and the snapshot format.
-func (e qemuEnv) DefinitionInputs() envreg.Inputs { return e.inputs }
+func (e qemuEnvironment) DefinitionInputs() registry.Inputs { return e.inputs }
 
 // openQEMU builds (or finds) the VM boot inputs — the pinned Debian kernel
 // and an initramfs whose init is this server's agent — and makes the QEMU
 // runtime, probing it with a VM boot (which also detects KVM).
-func (r runtimes) openQEMU(ctx context.Context) (*qemuEnv, error) {
+func (r runtimes) openQEMU(ctx context.Context) (*qemuEnvironment, error) {
 	dir := r.guestbootDir
 	if dir == "" {
 		dir = r.dd.join(guestbootDir)
@@ -46,9 +46,9 @@ func (r runtimes) openQEMU(ctx context.Context) (*qemuEnv, error) {
 	// host-specific value; the runtime adds the TSC's frequency at a TCG
 	// launch.
 	boot := qemu.Boot{Kernel: art.KernelPath, Initrd: art.InitrdPath, CommandLine: guestboot.KernelCmdline(0), TSCkHz: khz}
-	stateRoot := r.dd.join(runtimeDir, string(envid.NameQEMU))
+	stateRoot := r.dd.join(runtimeDir, string(environment.NameQEMU))
 	if r.sandboxDir != "" {
-		stateRoot = filepath.Join(r.sandboxDir, string(envid.NameQEMU))
+		stateRoot = filepath.Join(r.sandboxDir, string(environment.NameQEMU))
 	}
 	rt, err := qemu.New(qemu.Config{
 		StateRoot: stateRoot,
@@ -58,18 +58,18 @@ func (r runtimes) openQEMU(ctx context.Context) (*qemuEnv, error) {
 	if err != nil {
 		return nil, fmt.Errorf("environment qemu: %w", err)
 	}
-	kd, err := envid.ParseDigest("sha256:" + art.KernelSHA256)
+	kd, err := environment.ParseDigest("sha256:" + art.KernelSHA256)
 	if err != nil {
 		return nil, err
 	}
-	id, err := envid.ParseDigest("sha256:" + art.InitrdSHA256)
+	id, err := environment.ParseDigest("sha256:" + art.InitrdSHA256)
 	if err != nil {
 		return nil, err
 	}
-	env := &qemuEnv{Runtime: rt, inputs: envreg.Inputs{
-		Guest:          envid.Platform{OS: "linux", Arch: "amd64"},
-		Boot:           envid.Boot{KernelDigest: kd, InitramfsDigest: id, CommandLine: boot.CommandLine},
+	qe := &qemuEnvironment{Runtime: rt, inputs: registry.Inputs{
+		Guest:          environment.Platform{OS: "linux", Arch: "amd64"},
+		Boot:           environment.Boot{KernelDigest: kd, InitramfsDigest: id, CommandLine: boot.CommandLine},
 		SnapshotFormat: qemu.FormatMigration,
 	}}
-	return env, rt.Probe(ctx)
+	return qe, rt.Probe(ctx)
 }

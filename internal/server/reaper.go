@@ -20,7 +20,7 @@ type timeouts struct {
 
 // newTimeouts wires idle limits, deadlines and retention for the sandboxes
 // the node's enabled environments host.
-func newTimeouts(opts Options, st store.Store, node model.NodeID, envs []enabledEnv, log *slog.Logger) (*timeouts, error) {
+func newTimeouts(opts Options, st store.Store, node model.NodeID, environments []enabledEnvironment, log *slog.Logger) (*timeouts, error) {
 	// Activity is flushed at least as often as the reaper looks, so that
 	// last_activity_at is as fresh as what the reaper goes by.
 	flush := activity.DefaultInterval
@@ -34,8 +34,8 @@ func newTimeouts(opts Options, st store.Store, node model.NodeID, envs []enabled
 	// What each runtime can do, as the API asks it (lifecycleSupport): a
 	// sandbox is matched by the runtime that hosts it; one placed nowhere
 	// yet or on a runtime not driven here can do neither.
-	sup := lifecycleSupport(envRuntimes(envs)...)
-	for _, e := range envs {
+	sup := lifecycleSupport(environmentRuntimes(environments)...)
+	for _, e := range environments {
 		if info := e.rt.Info(); runtime.SnapshotKindOf(info.Capabilities) == "" {
 			log.Info("idle sandboxes are not suspended: the runtime cannot suspend", "runtime", info.Name)
 		}

@@ -7,8 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/airlockdev/airlock/internal/envid"
-	"github.com/airlockdev/airlock/internal/envreg"
+	"github.com/airlockdev/airlock/internal/environment"
+	"github.com/airlockdev/airlock/internal/environment/registry"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
 
@@ -25,7 +25,7 @@ type runtimes struct {
 	log          *slog.Logger
 }
 
-func (r runtimes) config(name envid.Name) oci.Config {
+func (r runtimes) config(name environment.Name) oci.Config {
 	flavor := string(name)
 	stateRoot := r.dd.join(runtimeDir, flavor, "sandboxes")
 	if r.sandboxDir != "" {
@@ -44,8 +44,8 @@ func (r runtimes) config(name envid.Name) oci.Config {
 // sandbox here with a probe. It returns the runtime whenever it could be
 // made (its binary is installed), also when the probe failed, so its
 // definition can be recorded with the reason.
-func (r runtimes) open(ctx context.Context, name envid.Name) (envRuntime, error) {
-	if name == envid.NameQEMU {
+func (r runtimes) open(ctx context.Context, name environment.Name) (environmentRuntime, error) {
+	if name == environment.NameQEMU {
 		rt, err := r.openQEMU(ctx)
 		if rt == nil {
 			return nil, err
@@ -59,20 +59,20 @@ func (r runtimes) open(ctx context.Context, name envid.Name) (envRuntime, error)
 	if rt == nil {
 		return nil, err
 	}
-	return ociEnv{rt}, err
+	return ociEnvironment{rt}, err
 }
 
-// ociEnv is an OCI runtime as an environment's runtime.
-type ociEnv struct{ *oci.Runtime }
+// ociEnvironment is an OCI runtime as an environment's runtime.
+type ociEnvironment struct{ *oci.Runtime }
 
 // DefinitionInputs: an OCI environment's definition names its snapshot
 // format besides the binary.
-func (e ociEnv) DefinitionInputs() envreg.Inputs {
-	return envreg.Inputs{SnapshotFormat: ociSnapshotFormat(e.Info())}
+func (e ociEnvironment) DefinitionInputs() registry.Inputs {
+	return registry.Inputs{SnapshotFormat: ociSnapshotFormat(e.Info())}
 }
 
-func (r runtimes) openOCI(ctx context.Context, name envid.Name) (*oci.Runtime, error) {
-	if name == envid.NameRunc || name == envid.NameCrun {
+func (r runtimes) openOCI(ctx context.Context, name environment.Name) (*oci.Runtime, error) {
+	if name == environment.NameRunc || name == environment.NameCrun {
 		// Their sandboxes' roots are unprivileged host users that must
 		// reach their directories below DATA/runtime, or below
 		// --sandbox-dir (each sandbox's own directory stays closed to

@@ -31,7 +31,7 @@ import (
 	"github.com/airlockdev/airlock/internal/store/sqlite"
 	"github.com/airlockdev/airlock/internal/store/sqlstore"
 	"github.com/airlockdev/airlock/internal/template"
-	"github.com/airlockdev/airlock/internal/templategc"
+	"github.com/airlockdev/airlock/internal/template/gc"
 )
 
 // closeGrace is how long, after the streams were told to reconnect, the
@@ -103,7 +103,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	collector, err := templategc.New(templategc.Config{Store: st, Trees: templates, Logger: log.With("component", "template-gc")})
+	collector, err := gc.New(gc.Config{Store: st, Trees: templates, Logger: log.With("component", "template-gc")})
 	if err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		defer h.close()
 	}
-	envReg, defEnv := h.environments(st, opts)
+	environments, defaultEnvironment := h.environments(st, opts)
 
 	tcpLn, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
@@ -163,7 +163,7 @@ func Run(ctx context.Context, opts Options) error {
 		ln.Close()
 		return err
 	}
-	member := &membership{st: st, node: self, interval: hbInterval, deadAfter: deadAfter, placer: placer, defEnv: defEnv,
+	member := &membership{st: st, node: self, interval: hbInterval, deadAfter: deadAfter, placer: placer, defaultEnvironment: defaultEnvironment,
 		log: log.With("component", "membership")}
 	if h != nil {
 		h.describe(&member.node, opts)
@@ -185,7 +185,7 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	idle, err := newTimeouts(opts, st, nodeID, h.envList(), log)
+	idle, err := newTimeouts(opts, st, nodeID, h.enabledEnvironments(), log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -238,7 +238,7 @@ func Run(ctx context.Context, opts Options) error {
 		},
 		TemplateGC:   collector,
 		Agents:       agents,
-		Environments: envReg,
+		Environments: environments,
 		Placer:       placer,
 		Self:         nodeID,
 		Nodes:        st,
@@ -332,7 +332,7 @@ func Run(ctx context.Context, opts Options) error {
 	)
 	log.Info("airlock server ready", "url", baseURL, "data_dir", dd.path, "role", role,
 		"advertise_url", self.AdvertiseURL, "incarnation", self.Incarnation,
-		"environments", envNames(h.envList()), "default_env", defEnv,
+		"environments", environmentNames(h.enabledEnvironments()), "default_env", defaultEnvironment,
 		"admin_key_file", adminKey)
 	runErr := runComponents(ctx, comps, func(failed error) {
 		if failed != nil {

@@ -4,15 +4,16 @@ import (
 	"context"
 	"time"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
 // EnvironmentRecord is one execution environment's definition as stored:
-// its canonical encoding (envid.Definition.Canonical), whose SHA-256 is Ref.
+// its canonical encoding (environment.Definition.Canonical), whose SHA-256
+// is Ref.
 type EnvironmentRecord struct {
 	Ref           model.EnvironmentRef
-	Name          envid.Name
+	Name          environment.Name
 	SchemaVersion int
 	Definition    []byte
 	FirstSeen     time.Time

@@ -20,7 +20,7 @@ import (
 
 // Removing trees, for template delete and garbage collection.
 //
-// The database decides which templates are dead (internal/templategc); this
+// The database decides which templates are dead (internal/template/gc); this
 // file only removes trees, under a lock that keeps removal apart from
 // importers: an importer holds a Guard (a shared flock on <dir>/gc.lock) from
 // before its import until it has recorded the template in the database, and

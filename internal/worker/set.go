@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/agentclient"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 )
@@ -19,10 +19,11 @@ import (
 // alone. It wraps ErrPermanent and procctl.ErrEnvironmentNotEnabled.
 var ErrNotDriven = fmt.Errorf("%w: %w", ErrPermanent, procctl.ErrEnvironmentNotEnabled)
 
-// Env is one enabled execution environment and the worker that runs its
-// sandboxes.
-type Env struct {
-	Name   envid.Name
+// Environment is one enabled execution environment and the worker that
+// runs its sandboxes (not to be confused with a sandbox's environment
+// variables, model.Env).
+type Environment struct {
+	Name   environment.Name
 	Ref    model.EnvironmentRef
 	Worker *Worker
 }
@@ -34,22 +35,22 @@ const lookupTimeout = 10 * time.Second
 // first environment is the default (for sandboxes stored before
 // environments existed). It is safe for concurrent use.
 type Set struct {
-	envs   []Env
-	lookup func(context.Context, model.SandboxID) (model.Sandbox, error)
+	environments []Environment
+	lookup       func(context.Context, model.SandboxID) (model.Sandbox, error)
 
 	mu     sync.Mutex
-	routes map[model.SandboxID]envid.Name // sandboxes routed before, for Agent
+	routes map[model.SandboxID]environment.Name // sandboxes routed before, for Agent
 }
 
-// NewSet returns the Set of envs (the default first). lookup reads a
-// sandbox's record (store.GetSandboxByID), for Agent calls about a sandbox
-// not routed yet.
-func NewSet(envs []Env, lookup func(context.Context, model.SandboxID) (model.Sandbox, error)) (*Set, error) {
-	if len(envs) == 0 || lookup == nil {
+// NewSet returns the Set of environments (the default first). lookup reads
+// a sandbox's record (store.GetSandboxByID), for Agent calls about a
+// sandbox not routed yet.
+func NewSet(environments []Environment, lookup func(context.Context, model.SandboxID) (model.Sandbox, error)) (*Set, error) {
+	if len(environments) == 0 || lookup == nil {
 		return nil, errors.New("worker set: at least one environment and a lookup are required")
 	}
-	seen := map[envid.Name]bool{}
-	for _, e := range envs {
+	seen := map[environment.Name]bool{}
+	for _, e := range environments {
 		if e.Worker == nil || e.Ref == "" || seen[e.Name] {
 			return nil, fmt.Errorf("worker set: environment %q: a worker, a reference and a name of its own are required", e.Name)
 		}
@@ -58,27 +59,27 @@ func NewSet(envs []Env, lookup func(context.Context, model.SandboxID) (model.San
 		}
 		seen[e.Name] = true
 	}
-	return &Set{envs: envs, lookup: lookup, routes: map[model.SandboxID]envid.Name{}}, nil
+	return &Set{environments: environments, lookup: lookup, routes: map[model.SandboxID]environment.Name{}}, nil
 }
 
-// Envs returns the environments, the default first.
-func (s *Set) Envs() []Env { return s.envs }
+// Environments returns the environments, the default first.
+func (s *Set) Environments() []Environment { return s.environments }
 
 // Default is the default environment.
-func (s *Set) Default() Env { return s.envs[0] }
+func (s *Set) Default() Environment { return s.environments[0] }
 
-func (s *Set) byName(n envid.Name) (Env, bool) {
-	for _, e := range s.envs {
+func (s *Set) byName(n environment.Name) (Environment, bool) {
+	for _, e := range s.environments {
 		if e.Name == n {
 			return e, true
 		}
 	}
-	return Env{}, false
+	return Environment{}, false
 }
 
 func (s *Set) names() string {
-	names := make([]string, 0, len(s.envs))
-	for _, e := range s.envs {
+	names := make([]string, 0, len(s.environments))
+	for _, e := range s.environments {
 		names = append(names, string(e.Name))
 	}
 	return strings.Join(names, ", ")
@@ -95,28 +96,28 @@ func (s *Set) names() string {
 //
 // A sandbox of an environment that is not enabled here gets an error
 // wrapping ErrNotDriven that says how to restart the server to manage it.
-func (s *Set) Route(sb model.Sandbox) (Env, error) {
+func (s *Set) Route(sb model.Sandbox) (Environment, error) {
 	var (
-		e  Env
+		e  Environment
 		ok bool
 	)
 	switch {
 	case sb.Runtime != "":
 		// The stored runtime name, parsed here where it enters routing.
-		if n, err := envid.ParseName(sb.Runtime); err == nil {
+		if n, err := environment.ParseName(sb.Runtime); err == nil {
 			e, ok = s.byName(n)
 		}
 		if !ok {
-			return Env{}, fmt.Errorf("%w: sandbox %s runs on runtime %s but this server drives %s; restart the server with --env %s to manage it", ErrNotDriven, sb.ID, sb.Runtime, s.names(), sb.Runtime)
+			return Environment{}, fmt.Errorf("%w: sandbox %s runs on runtime %s but this server drives %s; restart the server with --env %s to manage it", ErrNotDriven, sb.ID, sb.Runtime, s.names(), sb.Runtime)
 		}
 	case sb.Environment != "":
-		for _, c := range s.envs {
+		for _, c := range s.environments {
 			if c.Ref == sb.Environment {
 				e, ok = c, true
 			}
 		}
 		if !ok {
-			return Env{}, fmt.Errorf("%w: sandbox %s is to run in environment %s, which this server does not drive (it drives %s, or their runtime binaries changed since the sandbox was requested)", ErrNotDriven, sb.ID, sb.Environment.Short(), s.names())
+			return Environment{}, fmt.Errorf("%w: sandbox %s is to run in environment %s, which this server does not drive (it drives %s, or their runtime binaries changed since the sandbox was requested)", ErrNotDriven, sb.ID, sb.Environment.Short(), s.names())
 		}
 	default:
 		e = s.Default()
@@ -160,7 +161,7 @@ func (s *Set) Forget(id model.SandboxID) {
 // Close closes every worker's agent connections. Sandboxes keep running.
 func (s *Set) Close() error {
 	var errs []error
-	for _, e := range s.envs {
+	for _, e := range s.environments {
 		errs = append(errs, e.Worker.Close())
 	}
 	return errors.Join(errs...)

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime"
@@ -22,7 +22,7 @@ type namedRuntime struct {
 
 func (n *namedRuntime) Info() runtime.Info { return runtime.Info{Name: n.name} }
 
-func setWorker(t *testing.T, name envid.Name) *Worker {
+func setWorker(t *testing.T, name environment.Name) *Worker {
 	t.Helper()
 	w, err := New(Config{Runtime: &namedRuntime{name: string(name)}, TemplateDir: func(model.TemplateDigest) (string, error) { return "", nil }, AgentBinary: "/bin/true"})
 	if err != nil {
@@ -35,10 +35,10 @@ func TestSetRoute(t *testing.T) {
 	refA := model.EnvironmentRef("env:sha256:" + strings.Repeat("a", 64))
 	refB := model.EnvironmentRef("env:sha256:" + strings.Repeat("b", 64))
 	refOld := model.EnvironmentRef("env:sha256:" + strings.Repeat("c", 64))
-	runsc, runc := setWorker(t, envid.NameRunsc), setWorker(t, envid.NameRunc)
+	runsc, runc := setWorker(t, environment.NameRunsc), setWorker(t, environment.NameRunc)
 	stored := map[model.SandboxID]model.Sandbox{}
 	lookups := 0
-	set, err := NewSet([]Env{{envid.NameRunsc, refA, runsc}, {envid.NameRunc, refB, runc}}, func(_ context.Context, id model.SandboxID) (model.Sandbox, error) {
+	set, err := NewSet([]Environment{{environment.NameRunsc, refA, runsc}, {environment.NameRunc, refB, runc}}, func(_ context.Context, id model.SandboxID) (model.Sandbox, error) {
 		lookups++
 		sb, ok := stored[id]
 		if !ok {
@@ -104,7 +104,7 @@ func TestSetRoute(t *testing.T) {
 		t.Fatalf("the API's answer to it: %+v", pe)
 	}
 
-	if _, err := NewSet([]Env{{envid.NameRunsc, refA, runc}}, func(context.Context, model.SandboxID) (model.Sandbox, error) { return model.Sandbox{}, nil }); err == nil {
+	if _, err := NewSet([]Environment{{environment.NameRunsc, refA, runc}}, func(context.Context, model.SandboxID) (model.Sandbox, error) { return model.Sandbox{}, nil }); err == nil {
 		t.Fatal("NewSet accepted a worker of another runtime")
 	}
 }

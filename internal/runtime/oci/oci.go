@@ -49,7 +49,7 @@ import (
 	"sync"
 
 	"github.com/airlockdev/airlock/internal/cgroups"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
@@ -224,13 +224,13 @@ func (r *Runtime) Info() runtime.Info {
 		Name:         string(r.flavor),
 		Version:      r.version,
 		Binary:       r.binary,
-		Isolation:    envid.IsolationSharedKernel,
-		OOMScope:     envid.OOMKillsProcess,
+		Isolation:    environment.IsolationSharedKernel,
+		OOMScope:     environment.OOMKillsProcess,
 		Capabilities: CapabilitiesOf(r.flavor),
 	}
 	if r.flavor == FlavorRunsc {
-		info.Isolation = envid.IsolationUserSpaceKernel
-		info.OOMScope = envid.OOMKillsSandbox
+		info.Isolation = environment.IsolationUserSpaceKernel
+		info.OOMScope = environment.OOMKillsSandbox
 	}
 	return info
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/airtest"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 )
 
 func TestProbe(t *testing.T) {
@@ -29,9 +29,9 @@ func TestProbe(t *testing.T) {
 			if info.Name != string(flavor) || info.Version == "" || info.Binary == "" {
 				t.Fatalf("Info = %+v", info)
 			}
-			wantIso := envid.IsolationSharedKernel
+			wantIso := environment.IsolationSharedKernel
 			if flavor == FlavorRunsc {
-				wantIso = envid.IsolationUserSpaceKernel
+				wantIso = environment.IsolationUserSpaceKernel
 			}
 			if info.Isolation != wantIso {
 				t.Fatalf("Isolation = %s, want %s", info.Isolation, wantIso)

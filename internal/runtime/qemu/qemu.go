@@ -41,7 +41,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/guestboot"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
@@ -205,16 +205,16 @@ func Capabilities() runtime.Capabilities {
 // Info describes the runtime. The isolation class follows the accelerator:
 // a VM is a hardware VM under KVM and an emulated one under TCG.
 func (r *Runtime) Info() runtime.Info {
-	iso := envid.IsolationEmulatedVM
+	iso := environment.IsolationEmulatedVM
 	if r.Accel() == AccelKVM {
-		iso = envid.IsolationHardwareVM
+		iso = environment.IsolationHardwareVM
 	}
 	return runtime.Info{
 		Name:         Name,
 		Version:      r.version,
 		Binary:       r.binary,
 		Isolation:    iso,
-		OOMScope:     envid.OOMKillsProcess, // the guest kernel's OOM killer
+		OOMScope:     environment.OOMKillsProcess, // the guest kernel's OOM killer
 		Capabilities: Capabilities(),
 	}
 }

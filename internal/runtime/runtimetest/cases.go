@@ -12,7 +12,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/cgroups"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
@@ -268,7 +268,7 @@ func testLimitsOnHost(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	// On a shared kernel the host limit is the guest's plus bounded room
 	// for the agent, which enforces the guest's on the workload itself
 	// (PidsLimitCannotBeLifted, ForkBombIsContained).
-	if rt.Info().Isolation == envid.IsolationSharedKernel && lim.PidsMax > res.PidsLimit+maxAgentPids {
+	if rt.Info().Isolation == environment.IsolationSharedKernel && lim.PidsMax > res.PidsLimit+maxAgentPids {
 		t.Errorf("pids limit = %d, want at most %d + %d on a shared kernel", lim.PidsMax, res.PidsLimit, maxAgentPids)
 	}
 }
@@ -294,7 +294,7 @@ func testMemoryHog(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	}
 	start := time.Now()
 	switch scope := rt.Info().OOMScope; scope {
-	case envid.OOMKillsProcess:
+	case environment.OOMKillsProcess:
 		res := run(t, c, hog...)
 		if res.Signal != "KILL" {
 			t.Fatalf("memory hog = %+v, want it killed with KILL", res)
@@ -303,7 +303,7 @@ func testMemoryHog(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 		if got := sh(t, c, "echo still here"); got != "still here\n" {
 			t.Fatalf("after the OOM kill: %q", got)
 		}
-	case envid.OOMKillsSandbox:
+	case environment.OOMKillsSandbox:
 		res, err := tryRun(t, c, hog...)
 		if err == nil && res.Signal != "KILL" {
 			t.Fatalf("memory hog = %+v, want it or the sandbox killed", res)

@@ -20,7 +20,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/cgroups"
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
@@ -283,7 +283,7 @@ func mustState(t *testing.T, rt runtime.Runtime, id model.SandboxID, want runtim
 // guest kernel of their own, whose root holds every capability in it).
 func isVM(rt runtime.Runtime) bool {
 	iso := rt.Info().Isolation
-	return iso == envid.IsolationHardwareVM || iso == envid.IsolationEmulatedVM
+	return iso == environment.IsolationHardwareVM || iso == environment.IsolationEmulatedVM
 }
 
 func lines(s string) []string {

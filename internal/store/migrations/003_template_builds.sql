@@ -1,6 +1,6 @@
 -- 003_template_builds: template builds and imports, run in the background by
--- the server's build runner (internal/tplbuild) and leased like operations so
--- that a build left running by a dead process is run again.
+-- the server's build runner (internal/template/build) and leased like
+-- operations so that a build left running by a dead process is run again.
 --
 -- recipe holds the recipe's text for builds of kind recipe ('' for the
 -- server's default recipe); context is the server-host directory that its copy

@@ -1,5 +1,5 @@
--- 008_environments: execution environments (internal/envid) and what each
--- node found out about them.
+-- 008_environments: execution environments (internal/environment) and what
+-- each node found out about them.
 --
 -- environments holds each definition once, by its reference (ref, the
 -- env:sha256: of definition, its canonical encoding); name is the

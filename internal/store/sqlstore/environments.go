@@ -5,7 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -21,7 +21,7 @@ func (s *Store) PutEnvironment(ctx context.Context, rec store.EnvironmentRecord)
 	if got := model.EnvironmentRefOf(sha256.Sum256(rec.Definition)); got != rec.Ref {
 		return false, fmt.Errorf("put environment %s: %w: the definition hashes to %s", rec.Ref, model.ErrInvalid, got)
 	}
-	if _, err := envid.ParseName(string(rec.Name)); err != nil {
+	if _, err := environment.ParseName(string(rec.Name)); err != nil {
 		return false, fmt.Errorf("put environment %s: %w", rec.Ref, err)
 	}
 	if rec.SchemaVersion < 1 {
@@ -55,7 +55,7 @@ func scanEnvironment(row interface{ Scan(...any) error }) (store.EnvironmentReco
 	if err != nil {
 		return store.EnvironmentRecord{}, fmt.Errorf("stored environment %q: %w", ref, err)
 	}
-	n, err := envid.ParseName(name)
+	n, err := environment.ParseName(name)
 	if err != nil {
 		return store.EnvironmentRecord{}, fmt.Errorf("stored environment %s: %w", ref, err)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -22,21 +22,21 @@ func environmentTests() []namedTest {
 
 // envRecord makes the record of a valid definition of name; version tells
 // definitions of the same name apart.
-func (e *env) envRecord(name envid.Name, version string) store.EnvironmentRecord {
+func (e *env) envRecord(name environment.Name, version string) store.EnvironmentRecord {
 	e.t.Helper()
-	host := envid.HostPlatform()
-	d := envid.Definition{
-		SchemaVersion: envid.SchemaVersion,
+	host := environment.HostPlatform()
+	d := environment.Definition{
+		SchemaVersion: environment.SchemaVersion,
 		Name:          name,
 		Host:          host,
-		Runtime: envid.RuntimeBinding{
+		Runtime: environment.RuntimeBinding{
 			Name: string(name), Version: version,
-			BinaryDigest: envid.DigestOf(sha256.Sum256([]byte(version))),
+			BinaryDigest: environment.DigestOf(sha256.Sum256([]byte(version))),
 		},
 		Guest:     host,
-		Isolation: envid.IsolationSharedKernel,
-		Snapshot:  envid.Snapshot{Capability: envid.SnapshotNone},
-		OOMScope:  envid.OOMKillsProcess,
+		Isolation: environment.IsolationSharedKernel,
+		Snapshot:  environment.Snapshot{Capability: environment.SnapshotNone},
+		OOMScope:  environment.OOMKillsProcess,
 	}
 	c, err := d.Canonical() // validates d
 	must(e.t, err)
@@ -72,16 +72,16 @@ func testEnvironmentsPutOnce(e *env) {
 		t.Fatalf("a fresh store lists %d environments", len(list))
 	}
 
-	runsc := e.envRecord(envid.NameRunsc, "1")
-	runc1 := e.envRecord(envid.NameRunc, "1")
-	runc2 := e.envRecord(envid.NameRunc, "2")
+	runsc := e.envRecord(environment.NameRunsc, "1")
+	runc1 := e.envRecord(environment.NameRunc, "1")
+	runc2 := e.envRecord(environment.NameRunc, "2")
 	for _, r := range []store.EnvironmentRecord{runsc, runc2, runc1} {
 		e.putEnv(r)
 	}
 	got, err := e.s.GetEnvironment(e.ctx, runsc.Ref)
 	must(t, err)
 	sameEnv(e, got, runsc)
-	if _, err := envid.Parse(got.Definition); err != nil {
+	if _, err := environment.Parse(got.Definition); err != nil {
 		t.Fatalf("the stored definition does not parse: %v", err)
 	}
 
@@ -109,7 +109,7 @@ func testEnvironmentsPutOnce(e *env) {
 }
 
 func testEnvironmentsRefused(e *env) {
-	good := e.envRecord(envid.NameCrun, "1")
+	good := e.envRecord(environment.NameCrun, "1")
 	for _, tc := range []struct {
 		name string
 		edit func(r *store.EnvironmentRecord)
@@ -141,7 +141,7 @@ func testEnvironmentsRefused(e *env) {
 
 func testNodeEnvironmentsReplace(e *env) {
 	t := e.t
-	runsc, runc := e.envRecord(envid.NameRunsc, "1"), e.envRecord(envid.NameRunc, "1")
+	runsc, runc := e.envRecord(environment.NameRunsc, "1"), e.envRecord(environment.NameRunc, "1")
 	e.putEnv(runsc)
 	e.putEnv(runc)
 	n1, n2 := model.NewNodeID(), model.NewNodeID()
@@ -220,7 +220,7 @@ func testNodeEnvironmentsReplace(e *env) {
 // testEnvironmentsConcurrentPut: nodes starting at once record the same
 // definition; exactly one of them creates it.
 func testEnvironmentsConcurrentPut(e *env) {
-	rec := e.envRecord(envid.NameRunsc, "1")
+	rec := e.envRecord(environment.NameRunsc, "1")
 	const n = 8
 	var (
 		wg      sync.WaitGroup

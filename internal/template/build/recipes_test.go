@@ -1,4 +1,4 @@
-package tplbuild
+package build
 
 import (
 	"context"

@@ -1,12 +1,13 @@
-// Package envreg is a node's registry of execution environments: what it
+// Package registry is a node's registry of execution environments: what it
 // detected (Detect: each runtime's Info and probe turned into an
-// internal/envid Definition, here and not in envid, which imports no
-// runtime), which of them its operator enabled, recorded in the store,
-// listed for the API, and the resolution of a create request's
-// environment (a name or a reference) to the reference of one this node
-// may run, with the three separate refusals of docs/design.md §Execution
-// environments (unknown, artifacts missing, no healthy node).
-package envreg
+// environment.Definition, here and not in internal/environment, which
+// imports no runtime and no store, since both import it), which of them
+// its operator enabled, recorded in the store, listed for the API, and the
+// resolution of a create request's environment (a name or a reference) to
+// the reference of one this node may run, with the three separate refusals
+// of docs/design.md §Execution environments (unknown, artifacts missing, no
+// healthy node).
+package registry
 
 import (
 	"context"
@@ -19,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -43,11 +44,11 @@ type Local struct {
 type Config struct {
 	Store  store.Store
 	NodeID model.NodeID
-	// Envs are the environments this node detected; Default (the first
+	// Environments are the ones this node detected; Default (the first
 	// --env) must be one of them, enabled and available.
-	Envs    []Local
-	Default envid.Name
-	Now     func() time.Time
+	Environments []Local
+	Default      environment.Name
+	Now          func() time.Time
 }
 
 // Registry answers for the environments of one node. It is safe for
@@ -55,36 +56,36 @@ type Config struct {
 type Registry struct {
 	cfg Config
 
-	mu       sync.Mutex
-	envs     []Local
-	verified map[string]fileStamp // binary path → the stamp it last verified with
+	mu           sync.Mutex
+	environments []Local
+	verified     map[string]fileStamp // binary path → the stamp it last verified with
 }
 
 type fileStamp struct {
-	digest                envid.Digest
+	digest                environment.Digest
 	size, mtime, ctime, i int64
 }
 
 // New returns a Registry.
 func New(cfg Config) (*Registry, error) {
 	if cfg.Store == nil || cfg.NodeID == "" {
-		return nil, errors.New("envreg: store and node ID are required")
+		return nil, errors.New("environment registry: store and node ID are required")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	r := &Registry{cfg: cfg, envs: slices.Clone(cfg.Envs), verified: map[string]fileStamp{}}
+	r := &Registry{cfg: cfg, environments: slices.Clone(cfg.Environments), verified: map[string]fileStamp{}}
 	def, ok := r.local(cfg.Default)
 	if !ok || !def.Enabled || !def.Available {
-		return nil, fmt.Errorf("envreg: the default environment %q must be enabled and available", cfg.Default)
+		return nil, fmt.Errorf("environment registry: the default environment %q must be enabled and available", cfg.Default)
 	}
 	return r, nil
 }
 
 // Verify checks that the runtime binary of every enabled environment still
-// hashes to its definition's digest (errors wrap envid.ErrArtifactsMissing),
-// and remembers each file's size, times and inode, so that Resolve hashes
-// again only a binary that changed.
+// hashes to its definition's digest (errors wrap
+// environment.ErrArtifactsMissing), and remembers each file's size, times
+// and inode, so that Resolve hashes again only a binary that changed.
 func (r *Registry) Verify() error {
 	var errs []error
 	for _, l := range r.Enabled() {
@@ -96,14 +97,14 @@ func (r *Registry) Verify() error {
 }
 
 // Default is the environment of a create request that names none.
-func (r *Registry) Default() envid.Name { return r.cfg.Default }
+func (r *Registry) Default() environment.Name { return r.cfg.Default }
 
 // Enabled returns the enabled environments, the default first.
 func (r *Registry) Enabled() []Local {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []Local
-	for _, l := range r.envs {
+	for _, l := range r.environments {
 		if l.Enabled {
 			if l.Name == r.cfg.Default {
 				out = append([]Local{l}, out...)
@@ -115,10 +116,10 @@ func (r *Registry) Enabled() []Local {
 	return out
 }
 
-func (r *Registry) local(n envid.Name) (Local, bool) {
+func (r *Registry) local(n environment.Name) (Local, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, l := range r.envs {
+	for _, l := range r.environments {
 		if l.Name == n {
 			return l, true
 		}
@@ -130,11 +131,11 @@ func (r *Registry) local(n envid.Name) (Local, bool) {
 // this node's rows with what it found.
 func (r *Registry) Record(ctx context.Context) error {
 	r.mu.Lock()
-	envs := slices.Clone(r.envs)
+	locals := slices.Clone(r.environments)
 	r.mu.Unlock()
 	now := r.cfg.Now()
 	var rows []store.NodeEnvironment
-	for _, l := range envs {
+	for _, l := range locals {
 		if l.Definition == nil {
 			continue // not installed: nothing to name it by
 		}
@@ -159,18 +160,18 @@ func (r *Registry) Record(ctx context.Context) error {
 // not enabled (a later probe's result) and records it.
 func (r *Registry) Update(ctx context.Context, l Local) error {
 	if l.Enabled {
-		return fmt.Errorf("envreg: %s: only environments that are not enabled are detected later", l.Name)
+		return fmt.Errorf("environment registry: %s: only environments that are not enabled are detected later", l.Name)
 	}
 	r.mu.Lock()
-	i := slices.IndexFunc(r.envs, func(e Local) bool { return e.Name == l.Name })
+	i := slices.IndexFunc(r.environments, func(e Local) bool { return e.Name == l.Name })
 	switch {
 	case i < 0:
-		r.envs = append(r.envs, l)
-	case r.envs[i].Enabled:
+		r.environments = append(r.environments, l)
+	case r.environments[i].Enabled:
 		r.mu.Unlock()
-		return fmt.Errorf("envreg: %s is enabled; its detection is final", l.Name)
+		return fmt.Errorf("environment registry: %s is enabled; its detection is final", l.Name)
 	default:
-		r.envs[i] = l
+		r.environments[i] = l
 	}
 	r.mu.Unlock()
 	return r.Record(ctx)
@@ -179,7 +180,7 @@ func (r *Registry) Update(ctx context.Context, l Local) error {
 // Status is one environment as GET /v1/environments lists it.
 type Status struct {
 	Ref        model.EnvironmentRef
-	Definition envid.Definition
+	Definition environment.Definition
 	// Enabled and Available are this node's; Reason says why it is not
 	// available here.
 	Enabled, Available, Default bool
@@ -207,7 +208,7 @@ func (r *Registry) List(ctx context.Context) ([]Status, error) {
 	def, _ := r.local(r.cfg.Default)
 	out := make([]Status, 0, len(recs))
 	for _, rec := range recs {
-		d, err := envid.Parse(rec.Definition)
+		d, err := environment.Parse(rec.Definition)
 		if err != nil {
 			continue
 		}
@@ -227,7 +228,7 @@ func (r *Registry) List(ctx context.Context) ([]Status, error) {
 // this node has its artifacts, the runtime binary still hashing to the
 // definition's digest (else ErrArtifactsMissing), and it is enabled here and
 // its probe succeeded (else ErrUnavailable). Each error says which.
-func (r *Registry) Resolve(ctx context.Context, sel envid.Selector) (model.EnvironmentRef, error) {
+func (r *Registry) Resolve(ctx context.Context, sel environment.Selector) (model.EnvironmentRef, error) {
 	var (
 		l  Local
 		ok bool
@@ -235,20 +236,20 @@ func (r *Registry) Resolve(ctx context.Context, sel envid.Selector) (model.Envir
 	if sel.Ref != "" {
 		rec, err := r.cfg.Store.GetEnvironment(ctx, sel.Ref)
 		if errors.Is(err, store.ErrNotFound) {
-			return "", fmt.Errorf("%w: no environment has the reference %s", envid.ErrUnknown, sel.Ref)
+			return "", fmt.Errorf("%w: no environment has the reference %s", environment.ErrUnknown, sel.Ref)
 		}
 		if err != nil {
 			return "", err
 		}
-		if _, err := envid.Parse(rec.Definition); err != nil {
-			return "", fmt.Errorf("%w: environment %s: %w", envid.ErrUnknown, sel.Ref, err)
+		if _, err := environment.Parse(rec.Definition); err != nil {
+			return "", fmt.Errorf("%w: environment %s: %w", environment.ErrUnknown, sel.Ref, err)
 		}
 		l, ok = r.local(rec.Name)
 		if !ok || l.Definition == nil {
-			return "", fmt.Errorf("%w: environment %s (%s): its runtime is not installed on this node", envid.ErrArtifactsMissing, sel.Ref.Short(), rec.Name)
+			return "", fmt.Errorf("%w: environment %s (%s): its runtime is not installed on this node", environment.ErrArtifactsMissing, sel.Ref.Short(), rec.Name)
 		}
 		if l.Ref != sel.Ref {
-			return "", fmt.Errorf("%w: environment %s (%s): this node's %s is %s now (another binary or version), so the one the reference names is gone", envid.ErrArtifactsMissing, sel.Ref.Short(), rec.Name, rec.Name, l.Ref.Short())
+			return "", fmt.Errorf("%w: environment %s (%s): this node's %s is %s now (another binary or version), so the one the reference names is gone", environment.ErrArtifactsMissing, sel.Ref.Short(), rec.Name, rec.Name, l.Ref.Short())
 		}
 	} else {
 		l, ok = r.local(sel.Name)
@@ -257,14 +258,14 @@ func (r *Registry) Resolve(ctx context.Context, sel envid.Selector) (model.Envir
 			if ok && l.Reason != "" {
 				reason = l.Reason
 			}
-			return "", fmt.Errorf("%w: environment %s: %s", envid.ErrArtifactsMissing, sel.Name, reason)
+			return "", fmt.Errorf("%w: environment %s: %s", environment.ErrArtifactsMissing, sel.Name, reason)
 		}
 	}
 	if !l.Enabled {
-		return "", fmt.Errorf("%w: environment %s is not enabled on this server (enabled: %s); the operator enables it with --env %s", envid.ErrUnavailable, l.Name, r.enabledNames(), l.Name)
+		return "", fmt.Errorf("%w: environment %s is not enabled on this server (enabled: %s); the operator enables it with --env %s", environment.ErrUnavailable, l.Name, r.enabledNames(), l.Name)
 	}
 	if !l.Available {
-		return "", fmt.Errorf("%w: environment %s does not work on this node: %s", envid.ErrUnavailable, l.Name, l.Reason)
+		return "", fmt.Errorf("%w: environment %s does not work on this node: %s", environment.ErrUnavailable, l.Name, l.Reason)
 	}
 	if err := r.verify(l); err != nil {
 		return "", err
@@ -285,7 +286,7 @@ func (r *Registry) enabledNames() string {
 func (r *Registry) verify(l Local) error {
 	fi, err := os.Stat(l.Binary)
 	if err != nil {
-		return fmt.Errorf("%w: environment %s: %w", envid.ErrArtifactsMissing, l.Name, err)
+		return fmt.Errorf("%w: environment %s: %w", environment.ErrArtifactsMissing, l.Name, err)
 	}
 	stamp := stampOf(fi, l.Definition.Runtime.BinaryDigest)
 	r.mu.Lock()
@@ -298,7 +299,7 @@ func (r *Registry) verify(l Local) error {
 	if ok && seen == stamp {
 		return nil
 	}
-	if err := envid.Verify(*l.Definition, l.Binary); err != nil {
+	if err := environment.Verify(*l.Definition, l.Binary); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -307,7 +308,7 @@ func (r *Registry) verify(l Local) error {
 	return nil
 }
 
-func stampOf(fi os.FileInfo, d envid.Digest) fileStamp {
+func stampOf(fi os.FileInfo, d environment.Digest) fileStamp {
 	stamp := fileStamp{digest: d, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		stamp.ctime, stamp.i = st.Ctim.Nano(), int64(st.Ino)

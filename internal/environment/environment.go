@@ -1,9 +1,11 @@
-// Package envid describes execution environments (docs/design.md
-// §Execution environments): a versioned Definition of everything that
+// Package environment describes execution environments (docs/design.md
+// §Execution environments): the runtime and isolation a sandbox runs in
+// (runc, crun, runsc, qemu). A versioned Definition holds everything that
 // decides how a sandbox runs (host and guest platform, runtime binding,
-// boot inputs, isolation class, snapshot capability, OOM scope), its
-// canonical encoding and its content reference, model.EnvironmentRef
-// ("env:sha256:<hex>").
+// boot inputs, isolation class, snapshot capability, OOM scope); the
+// package gives its canonical encoding and its content reference,
+// model.EnvironmentRef ("env:sha256:<hex>"), and the Selector a request
+// names one by.
 //
 // Two definitions with the same reference run sandboxes the same way. Any
 // change to what a definition holds is a new SchemaVersion (the tests pin
@@ -11,13 +13,17 @@
 //
 // Decodable is not executable: a Definition that parses says nothing about
 // whether its artifacts exist on a node or whether a node runs it; those
-// are separate checks (Verify, the node's detection in internal/envreg, and
-// the node records in the store).
+// are separate checks (Verify, the node's detection in the registry
+// sub-package, and the node records in the store).
 //
-// The package imports no runtime: the runtimes describe themselves in its
-// words (Isolation, OOMScope), and internal/envreg turns a runtime's Info
-// into a Definition.
-package envid
+// The package imports no runtime and no store: the runtimes describe
+// themselves in its words (Isolation, OOMScope) and the store keeps its
+// definitions, so both import it. The node's registry of environments,
+// which turns a runtime's Info into a Definition and records it in the
+// store, is therefore a package of its own, internal/environment/registry.
+//
+// Not to be confused with environment variables (model.Env).
+package environment
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package envid
+package environment
 
 import (
 	"crypto/sha256"

@@ -1,10 +1,10 @@
-// Package tplbuild runs template builds and imports in the background: a
+// Package build runs template builds and imports in the background: a
 // small pool of workers claims pending builds from the store (leased like
 // operations, so a build left running by a dead server runs again at the
 // next start), imports the source or runs the recipe, records the template,
 // points the build's name at it, and writes the build's log to a bounded
 // file under the data dir.
-package tplbuild
+package build
 
 import (
 	"context"
@@ -108,7 +108,7 @@ type Runner struct {
 // New checks cfg and returns a Runner.
 func New(cfg Config) (*Runner, error) {
 	if cfg.Store == nil || cfg.Templates == nil || cfg.LogDir == "" || cfg.Owner == "" {
-		return nil, errors.New("tplbuild: Store, Templates, LogDir and Owner are required")
+		return nil, errors.New("template build: Store, Templates, LogDir and Owner are required")
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 1

@@ -1,4 +1,4 @@
-package templategc
+package gc
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package envreg
+package registry
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/store"
@@ -29,7 +29,7 @@ func openStore(t *testing.T) store.Store {
 
 // detected makes the Local of an installed environment whose binary is a
 // file of its own.
-func detected(t *testing.T, n envid.Name, iso envid.Isolation, enabled, available bool, reason string) Local {
+func detected(t *testing.T, n environment.Name, iso environment.Isolation, enabled, available bool, reason string) Local {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), string(n))
 	if err := os.WriteFile(bin, []byte("binary of "+string(n)+" at "+bin), 0o755); err != nil {
@@ -39,7 +39,7 @@ func detected(t *testing.T, n envid.Name, iso envid.Isolation, enabled, availabl
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := Define(n, runtime.Info{Name: string(n), Version: "1.0", Binary: bin, Isolation: iso, OOMScope: envid.OOMKillsProcess}, Inputs{})
+	d, err := Define(n, runtime.Info{Name: string(n), Version: "1.0", Binary: bin, Isolation: iso, OOMScope: environment.OOMKillsProcess}, Inputs{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,17 +54,17 @@ func TestRegistry(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
 	node := model.NewNodeID()
-	runsc := detected(t, envid.NameRunsc, envid.IsolationUserSpaceKernel, true, true, "")
-	runc := detected(t, envid.NameRunc, envid.IsolationSharedKernel, true, true, "")
-	crun := detected(t, envid.NameCrun, envid.IsolationSharedKernel, false, false, "probe crun: boom")
-	if _, err := New(Config{Store: st, NodeID: node, Envs: []Local{crun}, Default: envid.NameCrun}); err == nil {
+	runsc := detected(t, environment.NameRunsc, environment.IsolationUserSpaceKernel, true, true, "")
+	runc := detected(t, environment.NameRunc, environment.IsolationSharedKernel, true, true, "")
+	crun := detected(t, environment.NameCrun, environment.IsolationSharedKernel, false, false, "probe crun: boom")
+	if _, err := New(Config{Store: st, NodeID: node, Environments: []Local{crun}, Default: environment.NameCrun}); err == nil {
 		t.Fatal("New accepted a default that is not enabled")
 	}
-	reg, err := New(Config{Store: st, NodeID: node, Envs: []Local{runc, runsc, crun}, Default: envid.NameRunsc, Now: func() time.Time { return time.Unix(1e9, 0) }})
+	reg, err := New(Config{Store: st, NodeID: node, Environments: []Local{runc, runsc, crun}, Default: environment.NameRunsc, Now: func() time.Time { return time.Unix(1e9, 0) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := reg.Enabled(); len(got) != 2 || got[0].Name != envid.NameRunsc || got[1].Name != envid.NameRunc {
+	if got := reg.Enabled(); len(got) != 2 || got[0].Name != environment.NameRunsc || got[1].Name != environment.NameRunc {
 		t.Fatalf("Enabled = %+v, want runsc (the default) then runc", got)
 	}
 	if err := reg.Record(ctx); err != nil {
@@ -77,32 +77,32 @@ func TestRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byName := map[envid.Name]Status{}
+	byName := map[environment.Name]Status{}
 	for _, s := range list {
 		byName[s.Definition.Name] = s
 	}
-	if s := byName[envid.NameRunsc]; !s.Enabled || !s.Available || !s.Default || s.Ref != runsc.Ref || !s.CheckedAt.Equal(time.Unix(1e9, 0)) {
+	if s := byName[environment.NameRunsc]; !s.Enabled || !s.Available || !s.Default || s.Ref != runsc.Ref || !s.CheckedAt.Equal(time.Unix(1e9, 0)) {
 		t.Fatalf("runsc: %+v", s)
 	}
-	if s := byName[envid.NameRunc]; !s.Enabled || !s.Available || s.Default {
+	if s := byName[environment.NameRunc]; !s.Enabled || !s.Available || s.Default {
 		t.Fatalf("runc: %+v", s)
 	}
-	if s := byName[envid.NameCrun]; s.Enabled || s.Available || s.Reason != "probe crun: boom" {
+	if s := byName[environment.NameCrun]; s.Enabled || s.Available || s.Reason != "probe crun: boom" {
 		t.Fatalf("crun: %+v", s)
 	}
 
 	unknownRef := model.EnvironmentRef("env:sha256:" + strings.Repeat("0", 64))
 	for _, tc := range []struct {
 		name string
-		sel  envid.Selector
+		sel  environment.Selector
 		want error
 		ref  model.EnvironmentRef
 	}{
-		{"runsc by name", envid.Selector{Name: envid.NameRunsc}, nil, runsc.Ref},
-		{"runc by ref", envid.Selector{Ref: runc.Ref}, nil, runc.Ref},
-		{"unknown ref", envid.Selector{Ref: unknownRef}, envid.ErrUnknown, ""},
-		{"not enabled", envid.Selector{Name: envid.NameCrun}, envid.ErrUnavailable, ""},
-		{"not enabled by ref", envid.Selector{Ref: crun.Ref}, envid.ErrUnavailable, ""},
+		{"runsc by name", environment.Selector{Name: environment.NameRunsc}, nil, runsc.Ref},
+		{"runc by ref", environment.Selector{Ref: runc.Ref}, nil, runc.Ref},
+		{"unknown ref", environment.Selector{Ref: unknownRef}, environment.ErrUnknown, ""},
+		{"not enabled", environment.Selector{Name: environment.NameCrun}, environment.ErrUnavailable, ""},
+		{"not enabled by ref", environment.Selector{Ref: crun.Ref}, environment.ErrUnavailable, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ref, err := reg.Resolve(ctx, tc.sel)
@@ -116,30 +116,30 @@ func TestRegistry(t *testing.T) {
 	if err := os.WriteFile(runc.Binary, []byte("an upgraded runc"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reg.Resolve(ctx, envid.Selector{Name: envid.NameRunc}); !errors.Is(err, envid.ErrArtifactsMissing) {
+	if _, err := reg.Resolve(ctx, environment.Selector{Name: environment.NameRunc}); !errors.Is(err, environment.ErrArtifactsMissing) {
 		t.Fatalf("Resolve after the binary changed = %v, want ErrArtifactsMissing", err)
 	}
-	if err := reg.Verify(); !errors.Is(err, envid.ErrArtifactsMissing) {
+	if err := reg.Verify(); !errors.Is(err, environment.ErrArtifactsMissing) {
 		t.Fatalf("Verify after the binary changed = %v, want ErrArtifactsMissing", err)
 	}
 	if err := os.Remove(runsc.Binary); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reg.Resolve(ctx, envid.Selector{Ref: runsc.Ref}); !errors.Is(err, envid.ErrArtifactsMissing) {
+	if _, err := reg.Resolve(ctx, environment.Selector{Ref: runsc.Ref}); !errors.Is(err, environment.ErrArtifactsMissing) {
 		t.Fatalf("Resolve after the binary went = %v, want ErrArtifactsMissing", err)
 	}
 
 	// A restart with a new runc: the old reference is known but gone here.
-	runc2 := detected(t, envid.NameRunc, envid.IsolationSharedKernel, true, true, "")
-	runsc2 := detected(t, envid.NameRunsc, envid.IsolationUserSpaceKernel, true, true, "")
-	reg2, err := New(Config{Store: st, NodeID: node, Envs: []Local{runsc2, runc2}, Default: envid.NameRunsc})
+	runc2 := detected(t, environment.NameRunc, environment.IsolationSharedKernel, true, true, "")
+	runsc2 := detected(t, environment.NameRunsc, environment.IsolationUserSpaceKernel, true, true, "")
+	reg2, err := New(Config{Store: st, NodeID: node, Environments: []Local{runsc2, runc2}, Default: environment.NameRunsc})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := reg2.Record(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reg2.Resolve(ctx, envid.Selector{Ref: runc.Ref}); !errors.Is(err, envid.ErrArtifactsMissing) {
+	if _, err := reg2.Resolve(ctx, environment.Selector{Ref: runc.Ref}); !errors.Is(err, environment.ErrArtifactsMissing) {
 		t.Fatalf("Resolve of the old runc reference = %v, want ErrArtifactsMissing", err)
 	}
 	list, err = reg2.List(ctx)
@@ -158,7 +158,7 @@ func TestRegistry(t *testing.T) {
 	if err := reg2.Update(ctx, crun2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reg2.Resolve(ctx, envid.Selector{Name: envid.NameCrun}); !errors.Is(err, envid.ErrUnavailable) {
+	if _, err := reg2.Resolve(ctx, environment.Selector{Name: environment.NameCrun}); !errors.Is(err, environment.ErrUnavailable) {
 		t.Fatalf("Resolve of available but not enabled crun = %v, want ErrUnavailable", err)
 	}
 	if err := reg2.Update(ctx, runc2); err == nil {

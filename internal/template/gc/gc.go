@@ -1,4 +1,4 @@
-// Package templategc deletes and garbage-collects templates: their store
+// Package gc deletes and garbage-collects templates: their store
 // rows (tombstoned, see store.Templates) and their trees on disk (see
 // template.Store.Remove).
 //
@@ -26,7 +26,7 @@
 // Trees are only ever removed after their row is tombstoned (or never
 // existed), and a tombstoned row is never used again unless an import
 // publishes the tree again first.
-package templategc
+package gc
 
 import (
 	"context"
@@ -96,7 +96,7 @@ type Collector struct {
 // New returns a Collector.
 func New(cfg Config) (*Collector, error) {
 	if cfg.Store == nil || cfg.Trees == nil {
-		return nil, errors.New("templategc: Store and Trees are required")
+		return nil, errors.New("template gc: Store and Trees are required")
 	}
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace
