@@ -23,13 +23,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlockdev/airlock/internal/auth"
-	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/egress/secrets"
+	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/noderoute"
-	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/streamlimit"
 	"github.com/airlockdev/airlock/internal/tplbuild"
@@ -97,9 +96,10 @@ type Config struct {
 	// Nil: sandboxes are stored without a node and the environment is
 	// resolved here (tests).
 	Placer Placer
-	// Agents reaches the guest agents of sandboxes hosted here (process
-	// routes, background commands). Nil: those routes answer 501.
-	Agents procctl.Agents
+	// Guests reaches the guests of sandboxes hosted here (process and
+	// file routes, background commands): the server passes
+	// agentguest.New over its workers. Nil: those routes answer 501.
+	Guests guestops.Guests
 	// BodyReadTimeout bounds how long a client may take to send a request
 	// body: the whole of a JSON body, and each read of a streamed file
 	// upload (a process's stdin is not timed). 0: DefaultBodyReadTimeout;
@@ -108,10 +108,10 @@ type Config struct {
 	// FileTokens issues file transfer tokens for the file routes (normally
 	// the keyring's Issuer, as Attach); nil:
 	// those answer 501 not_supported.
-	FileTokens dataplane.FileTokenIssuer
+	FileTokens FileTokenIssuer
 	// TemplateDefaults gives a template's defaults for the commands of
 	// its sandboxes (working directory, user); nil: none (root, "/").
-	TemplateDefaults func(model.TemplateDigest) (procctl.Defaults, error)
+	TemplateDefaults func(model.TemplateDigest) (guestops.Defaults, error)
 	// TemplateGC removes deleted templates' trees and runs collections
 	// (POST /v1/admin/templates/gc); nil: deletes leave trees on disk and
 	// the gc route answers 501 not_supported.

@@ -9,11 +9,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -369,20 +368,20 @@ func (a *API) createCommand(ctx context.Context, c *call[apiv1.CreateCommandRequ
 	if err != nil {
 		return nil, err
 	}
-	var agent *agentclient.Client
+	var guest guestops.Guest
 	if c.in.Background {
-		// Find the agent before writing anything: a sandbox that cannot
+		// Find the guest before writing anything: a sandbox that cannot
 		// run the command now gets no session.
-		if _, agent, err = a.agentOf(ctx, c.r, c.p); err != nil {
+		if _, guest, err = a.guestOf(ctx, c.r, c.p); err != nil {
 			return nil, err
 		}
 	}
 	if err := a.cfg.Store.CreateCommandSession(ctx, cs, rec); err != nil {
 		return nil, fmt.Errorf("create command session: %w", err)
 	}
-	if agent != nil {
-		if err := procctl.Start(ctx, agent, cs, false); err != nil {
-			return nil, procError(err)
+	if guest != nil {
+		if err := guest.Start(ctx, cs, false); err != nil {
+			return nil, guestError(err)
 		}
 	}
 	return rep, nil

@@ -13,9 +13,10 @@ import (
 	"github.com/airlockdev/airlock/internal/controller"
 	"github.com/airlockdev/airlock/internal/egress"
 	"github.com/airlockdev/airlock/internal/envid"
+	"github.com/airlockdev/airlock/internal/guestops"
+	"github.com/airlockdev/airlock/internal/guestops/agentguest"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/runtime/qemu"
 	"github.com/airlockdev/airlock/internal/store"
@@ -211,7 +212,7 @@ func (h *host) buildRunner() *tplbuild.Runner {
 
 // agents reaches the agents of the sandboxes hosted here; an api replica
 // hosts none.
-func (h *host) agents() procctl.Agents {
+func (h *host) agents() agentguest.Agents {
 	if h == nil {
 		return noAgents{}
 	}
@@ -252,7 +253,7 @@ func (h *host) release(ctx context.Context, log *slog.Logger) {
 type noAgents struct{}
 
 func (noAgents) Agent(id model.SandboxID) (*agentclient.Client, error) {
-	return nil, fmt.Errorf("%w: sandbox %s is hosted by a node, not by this api replica", procctl.ErrSandboxGone, id)
+	return nil, fmt.Errorf("%w: sandbox %s is hosted by a node, not by this api replica", guestops.ErrSandboxGone, id)
 }
 
 // checkSharedStore refuses roles that need a shared database without one:

@@ -20,11 +20,12 @@ import (
 	"github.com/airlockdev/airlock/internal/controller"
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/egress/secrets"
+	"github.com/airlockdev/airlock/internal/guestops"
+	"github.com/airlockdev/airlock/internal/guestops/agentguest"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/noderoute"
 	"github.com/airlockdev/airlock/internal/placement"
 	"github.com/airlockdev/airlock/internal/pool"
-	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/postgres"
@@ -233,11 +234,11 @@ func Run(ctx context.Context, opts Options) error {
 		DefaultIdleTimeout: opts.DefaultIdleTimeout,
 		Activity:           idle.tracker,
 
-		TemplateDefaults: func(d model.TemplateDigest) (procctl.Defaults, error) {
+		TemplateDefaults: func(d model.TemplateDigest) (guestops.Defaults, error) {
 			return commandDefaults(templates, d)
 		},
 		TemplateGC:   collector,
-		Agents:       agents,
+		Guests:       agentguest.New(agents),
 		Environments: envReg,
 		Placer:       placer,
 		Self:         nodeID,
