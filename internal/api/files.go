@@ -97,7 +97,7 @@ func fileUser(u *apiv1.User) (*model.UserIDs, error) {
 }
 
 // fileCall runs one call on the guest of the caller's running sandbox
-// {id} and turns its error into the API's.
+// {id}; its error is the guest's *guestops.Error (classify answers it).
 func fileCall[T any](ctx context.Context, a *API, r *http.Request, p principal, do func(context.Context, guestops.Guest) (T, error)) (T, error) {
 	var zero T
 	_, guest, err := a.fileGuest(ctx, r, p)
@@ -106,7 +106,7 @@ func fileCall[T any](ctx context.Context, a *API, r *http.Request, p principal, 
 	}
 	v, err := do(ctx, guest)
 	if err != nil {
-		return zero, guestError(err)
+		return zero, err
 	}
 	return v, nil
 }
@@ -235,7 +235,7 @@ func (a *API) createTransfer(ctx context.Context, c *call[apiv1.CreateTransferRe
 		if err != nil {
 			return nil, err
 		}
-		if _, err := a.runFirst(ctx, c.p.project, sb); err != nil {
+		if _, err := a.cfg.Sandboxes.RunFirst(ctx, c.p.project, sb); err != nil {
 			return nil, err
 		}
 	}

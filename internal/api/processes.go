@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -25,30 +24,15 @@ func (a *API) guestOf(ctx context.Context, r *http.Request, p principal) (model.
 	}
 	guest, err := a.cfg.Guests.Guest(sb.ID)
 	if err != nil {
-		return sb, nil, guestError(err)
+		return sb, nil, err
 	}
 	a.touch(sb.ID) // reaching into the sandbox (processes, files) is activity
 	return sb, guest, nil
 }
 
 // notRunning is the error of a request that needs sb running.
-func notRunning(sb model.Sandbox) *apiError {
-	return publicError(guestops.NotRunning(sb.ID, sb.State))
-}
-
-// guestError turns the error of a guest operation (a *guestops.Error, the
-// failure as clients see it) into the API's; any other error is the
-// server's own (500).
-func guestError(err error) error {
-	var ge *guestops.Error
-	if errors.As(err, &ge) {
-		return publicError(ge)
-	}
-	return err
-}
-
-func publicError(ge *guestops.Error) *apiError {
-	return errorf(ge.Status, ge.Code, "%s", ge.Message)
+func notRunning(sb model.Sandbox) error {
+	return guestops.NotRunning(sb.ID, sb.State)
 }
 
 // listProcesses: GET /v1/sandboxes/{id}/processes → 200 ProcessList: the
@@ -65,7 +49,7 @@ func (a *API) listProcesses(w http.ResponseWriter, r *http.Request, p principal)
 	}
 	procs, err := guest.Processes(r.Context())
 	if err != nil {
-		a.writeError(w, r, guestError(err))
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, apiv1.ProcessList{Processes: procs})
@@ -103,7 +87,7 @@ func (a *API) getProcess(w http.ResponseWriter, r *http.Request, p principal) {
 	}
 	proc, err := guest.Process(r.Context(), pid, wait)
 	if err != nil {
-		a.writeError(w, r, guestError(err))
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, proc)
@@ -126,7 +110,7 @@ func (a *API) signalProcess(ctx context.Context, c *call[apiv1.SignalRequest]) (
 	}
 	proc, err := guest.Signal(ctx, pid, sig)
 	if err != nil {
-		return nil, guestError(err)
+		return nil, err
 	}
 	return idempotentReply(ctx, a, c, http.StatusOK, proc)
 }

@@ -25,7 +25,7 @@ func (a *API) applyTemplateDefaults(spec *model.ProcessSpec, tpl model.TemplateD
 		return fmt.Errorf("defaults of template %s: %w", tpl, err)
 	}
 	if err := guestops.ApplyDefaults(spec, d); err != nil {
-		return guestError(err)
+		return err
 	}
 	if _, err := parseArgs(spec.Args); err != nil {
 		return fmt.Errorf("template %s's default command: %w", tpl, err)

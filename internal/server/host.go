@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlockdev/airlock/internal/agentclient"
-	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/controller"
 	"github.com/airlockdev/airlock/internal/egress"
 	"github.com/airlockdev/airlock/internal/envid"
@@ -34,7 +33,7 @@ import (
 type host struct {
 	builds    *tplbuild.Runner
 	envs      []enabledEnv
-	envReg    api.Environments
+	envReg    environments
 	egressNet *egressNet
 	egressSvc *egressServices
 	workers   *worker.Set
@@ -159,10 +158,10 @@ func (h *host) components(ctrl *controller.Controller, log *slog.Logger) []compo
 	}})
 }
 
-// environments is the API's view of the environments and the default's
+// environments is the server's view of the environments and the default's
 // name: this node's registry, or, for an api replica, what the nodes
 // recorded (the default named by the first --env, else runsc).
-func (h *host) environments(st store.Store, opts Options) (api.Environments, envid.Name) {
+func (h *host) environments(st store.Store, opts Options) (environments, envid.Name) {
 	if h != nil {
 		return h.envReg, h.envReg.Default()
 	}

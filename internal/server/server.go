@@ -27,6 +27,7 @@ import (
 	"github.com/airlockdev/airlock/internal/placement"
 	"github.com/airlockdev/airlock/internal/pool"
 	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/sandboxes"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/postgres"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
@@ -212,17 +213,31 @@ func Run(ctx context.Context, opts Options) error {
 	if h != nil {
 		capacity = &h.capacity
 	}
-	apiHandler, err := api.New(api.Config{
+	sandboxSvc, err := sandboxes.New(sandboxes.Config{
+		Store: st, Logger: log.With("component", "sandboxes"),
+		Environments: envReg,
+		Placer:       placer,
+		Self:         nodeID,
+		ClaimPools:   h != nil,
 		// What each sandbox's runtime can do (pause, suspend).
 		LifecycleSupport: lifecycleSupport(h.runtimeInfos()...),
+		Capacity:         capacity,
+		DefaultDiskMiB:   opts.DefaultDiskMiB,
+		Egress:           h.egressRegistry(),
+		EgressDefault:    egressCfg.defaultPolicy,
+		Metrics:          mtr,
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	apiHandler, err := api.New(api.Config{
+		Sandboxes: sandboxSvc,
 
 		Secrets:         sealer,
 		SecretsChanged:  secretSrc.invalidate,
 		Egress:          h.egressRegistry(),
 		EgressDefault:   egressCfg.defaultPolicy,
-		Capacity:        capacity,
-		DefaultDiskMiB:  opts.DefaultDiskMiB,
-		ClaimPools:      h != nil,
 		PoolDrainAfter:  opts.PoolDrainAfter,
 		BodyReadTimeout: opts.BodyReadTimeout,
 		MutationRate:    opts.MutationRate,
@@ -240,7 +255,6 @@ func Run(ctx context.Context, opts Options) error {
 		TemplateGC:   collector,
 		Guests:       agentguest.New(agents),
 		Environments: envReg,
-		Placer:       placer,
 		Self:         nodeID,
 		Nodes:        st,
 		PeerVerifier: verifier,

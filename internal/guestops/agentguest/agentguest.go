@@ -44,11 +44,8 @@ func (g guests) Guest(id model.SandboxID) (guestops.Guest, error) {
 	if err != nil {
 		return nil, PublicError(err)
 	}
-	return Guest(c), nil
+	return guest{c}, nil
 }
-
-// Guest is the guest that c reaches.
-func Guest(c *agentclient.Client) guestops.Guest { return guest{c} }
 
 // guest implements guestops.Guest over one agent client.
 type guest struct{ c *agentclient.Client }
