@@ -172,6 +172,8 @@ type API struct {
 	watches *streamlimit.Limits // open GET /v1/watch/sandboxes streams (watchCapKey, watchCapProject)
 	router  *noderoute.Router   // nil: nothing is forwarded
 
+	stores handlerStores // Config.Store as the handler groups use it (stores.go)
+
 	auditFailures atomic.Int64 // audit entries not written (audit.go)
 	tracer        trace.Tracer // nil: not traced
 }
@@ -240,7 +242,7 @@ func New(cfg Config) (*API, error) {
 			return nil, err
 		}
 	}
-	a := &API{cfg: cfg, log: cfg.Logger, router: noderoute.New(cfg.Self, cfg.Nodes, cfg.NodeTransport, cfg.Logger),
+	a := &API{cfg: cfg, log: cfg.Logger, stores: newHandlerStores(cfg.Store), router: noderoute.New(cfg.Self, cfg.Nodes, cfg.NodeTransport, cfg.Logger),
 		tracer: tracing.Tracer(cfg.TracerProvider), watches: streamlimit.New(WatchPerKey, WatchPerProject)}
 	if cfg.MutationRate >= 0 {
 		rate := cfg.MutationRate

@@ -16,7 +16,7 @@ import (
 
 // listPools: GET /v1/pools → 200 PoolList.
 func (a *API) listPools(w http.ResponseWriter, r *http.Request, _ principal) {
-	pools, err := a.cfg.Store.ListPools(r.Context())
+	pools, err := a.stores.pools.ListPools(r.Context())
 	if err != nil {
 		a.writeError(w, r, fmt.Errorf("list pools: %w", err))
 		return
@@ -39,7 +39,7 @@ type releaseFill struct{ ready, starting, draining int }
 
 // poolFill counts the unclaimed sandboxes of every pool by digest.
 func (a *API) poolFill(ctx context.Context) (map[model.PoolID]map[model.TemplateDigest]releaseFill, error) {
-	counts, err := a.cfg.Store.CountPoolSandboxes(ctx)
+	counts, err := a.stores.pools.CountPoolSandboxes(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("count pool sandboxes: %w", err)
 	}
@@ -144,7 +144,7 @@ func (a *API) deletePool(ctx context.Context, c *call[noBody]) (*reply, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := a.cfg.Store.DeletePool(ctx, id)
+	p, err := a.stores.pools.DeletePool(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, notFound("pool %s not found", id)
 	} else if err != nil {

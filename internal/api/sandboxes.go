@@ -101,7 +101,7 @@ func (a *API) listSandboxes(w http.ResponseWriter, r *http.Request, p principal)
 
 // sandboxList is the body of GET /v1/sandboxes for query q.
 func (a *API) sandboxList(ctx context.Context, q store.SandboxQuery) (apiv1.SandboxList, error) {
-	page, err := a.cfg.Store.ListSandboxes(ctx, q)
+	page, err := a.stores.sandboxes.ListSandboxes(ctx, q)
 	if err != nil {
 		return apiv1.SandboxList{}, fmt.Errorf("list sandboxes: %w", err)
 	}
@@ -121,7 +121,7 @@ func (a *API) sandboxOf(ctx context.Context, r *http.Request, p principal) (mode
 	if err != nil {
 		return model.Sandbox{}, err
 	}
-	sb, err := a.cfg.Store.GetSandbox(ctx, p.project, id)
+	sb, err := a.stores.sandboxes.GetSandbox(ctx, p.project, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return model.Sandbox{}, notFound("sandbox %s not found", id)
 	}
@@ -138,7 +138,7 @@ func (a *API) getSandbox(w http.ResponseWriter, r *http.Request, p principal) {
 		a.writeError(w, r, err)
 		return
 	}
-	spec, err := a.cfg.Store.GetSandboxEgress(r.Context(), p.project, sb.ID)
+	spec, err := a.stores.sandboxes.GetSandboxEgress(r.Context(), p.project, sb.ID)
 	if err != nil {
 		a.writeError(w, r, fmt.Errorf("get egress of %s: %w", sb.ID, err))
 		return
@@ -299,7 +299,7 @@ func (a *API) createCommand(ctx context.Context, c *call[apiv1.CreateCommandRequ
 			return nil, err
 		}
 	}
-	if err := a.cfg.Store.CreateCommandSession(ctx, cs, rec); err != nil {
+	if err := a.stores.sandboxes.CreateCommandSession(ctx, cs, rec); err != nil {
 		return nil, fmt.Errorf("create command session: %w", err)
 	}
 	if guest != nil {

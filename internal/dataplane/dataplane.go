@@ -50,9 +50,18 @@ const (
 	DefaultAttachPerProject = 256
 )
 
+// Store is what the data plane reads and writes of the desired state: a
+// process's command session with its sandbox's state, the first
+// attachment, a file transfer's sandbox (a store.Store has it all).
+type Store interface {
+	GetAttachTarget(ctx context.Context, id model.ProcessID) (model.CommandSession, model.SandboxState, error)
+	MarkCommandSessionAttached(ctx context.Context, id model.CommandSessionID, at time.Time) (first bool, err error)
+	GetSandboxByID(ctx context.Context, id model.SandboxID) (model.Sandbox, error)
+}
+
 // Config configures the data plane.
 type Config struct {
-	Store     store.Store
+	Store     Store
 	Agents    Agents
 	Logger    *slog.Logger
 	Now       func() time.Time

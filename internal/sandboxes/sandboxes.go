@@ -41,9 +41,35 @@ const DefaultResumeTimeout = 45 * time.Second
 // give its template name a template.
 const MaxBuildWait = 15 * time.Minute
 
+// Store is what the service reads and writes of the desired state (a
+// store.Store has it all).
+type Store interface {
+	store.EgressProfiles // compiling a create's egress policy
+	GetSandboxEgressByID(ctx context.Context, id model.SandboxID) (policy.Spec, error)
+
+	ResolveTemplate(ctx context.Context, ref model.TemplateRef) (model.Template, error)
+	ListBuilds(ctx context.Context, q store.BuildQuery) (store.BuildPage, error)
+
+	CreateSandbox(ctx context.Context, sb model.Sandbox, egress policy.Spec, op model.Operation, idem *store.IdempotencyRecord) error
+	GetSandbox(ctx context.Context, project model.ProjectID, id model.SandboxID) (model.Sandbox, error)
+	RequestDelete(ctx context.Context, req store.DeleteRequest) (model.Sandbox, error)
+	RequestOperation(ctx context.Context, req store.OperationRequest) (model.Sandbox, error)
+	GetOperation(ctx context.Context, project model.ProjectID, id model.OperationID) (model.Operation, error)
+	ListUnfinishedOperations(ctx context.Context) ([]model.Operation, error)
+
+	PutPool(ctx context.Context, p model.Pool) (model.Pool, error)
+	FindPool(ctx context.Context, key model.PoolKey) (model.Pool, error)
+	ListPools(ctx context.Context) ([]model.Pool, error)
+	ClaimPoolSandbox(ctx context.Context, c store.PoolClaim) (model.Sandbox, error)
+	NotePoolMiss(ctx context.Context, id model.PoolID, now time.Time) error
+
+	// Watch wakes waiters (a template's build, RunFirst) on changes.
+	Watch(ctx context.Context) <-chan struct{}
+}
+
 // Config configures the service.
 type Config struct {
-	Store  store.Store
+	Store  Store
 	Logger *slog.Logger     // nil: slog.Default()
 	Now    func() time.Time // nil: time.Now
 
