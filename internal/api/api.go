@@ -6,7 +6,10 @@
 // for it (404, never 403). Admin routes need role admin. Every mutating call
 // honours an Idempotency-Key (see idempotency.go). The API only writes
 // desired state; the reconciler does the work and the data plane (another
-// package) serves command output.
+// package) serves command output. Handlers decode, authorize and encode:
+// creating, deleting and the lifecycle of sandboxes, placement and warm
+// pools are internal/sandboxes' (Config.Sandboxes), a guest's files and
+// processes internal/guestops' (Config.Guests).
 package api
 
 import (
@@ -23,13 +26,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlockdev/airlock/internal/auth"
-	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/egress/secrets"
+	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/noderoute"
-	"github.com/airlockdev/airlock/internal/procctl"
+	"github.com/airlockdev/airlock/internal/sandboxes"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/streamlimit"
 	"github.com/airlockdev/airlock/internal/template/build"
@@ -74,32 +77,22 @@ type Config struct {
 	// requests (token bucket); 0: the defaults; a negative rate: no limit.
 	MutationRate  float64
 	MutationBurst int
-	// Capacity bounds what one sandbox may ask for (nil: only the model's
-	// fixed bounds); its DiskMiB is the server's --max-disk-mib.
-	Capacity *model.NodeCapacity
-	// DefaultDiskMiB is the writable layer of a sandbox whose create
-	// request names no disk_mib; 0: model.DefaultDiskMiB.
-	DefaultDiskMiB int
-	// ClaimPools makes a create whose template, environment and resources
-	// match a warm pool claim one of the pool's ready sandboxes on this
-	// node (Self) instead of starting cold; false: pools are managed here
-	// but claimed elsewhere (an api replica). PoolDrainAfter is the
-	// servers' drain period, shown as a pool's "drained"; 0:
-	// model.DefaultPoolDrainAfter.
-	ClaimPools     bool
+	// PoolDrainAfter is the servers' drain period, shown as a pool's
+	// "drained"; 0: model.DefaultPoolDrainAfter.
 	PoolDrainAfter time.Duration
-	// Environments resolves a create's execution environment and lists
-	// them (GET /v1/environments); nil: sandboxes record none (the
-	// worker's own runtime), and naming one is refused.
+	// Environments lists the execution environments (GET
+	// /v1/environments); nil: the route answers 501 not_supported.
 	Environments Environments
-	// Placer chooses the node of each new sandbox (a decision for Self
-	// is checked against this node's environments, Environments.Resolve).
-	// Nil: sandboxes are stored without a node and the environment is
-	// resolved here (tests).
-	Placer Placer
-	// Agents reaches the guest agents of sandboxes hosted here (process
-	// routes, background commands). Nil: those routes answer 501.
-	Agents procctl.Agents
+	// Sandboxes creates, deletes and changes the lifecycle of sandboxes,
+	// and sets warm pools: the server's, with its placement, pools,
+	// environments and runtimes' lifecycle support. Nil: a service over
+	// Store alone, which places nothing, claims from no pool, records no
+	// environment and checks no runtime (tests).
+	Sandboxes *sandboxes.Service
+	// Guests reaches the guests of sandboxes hosted here (process and
+	// file routes, background commands): the server passes
+	// agentguest.New over its workers. Nil: those routes answer 501.
+	Guests guestops.Guests
 	// BodyReadTimeout bounds how long a client may take to send a request
 	// body: the whole of a JSON body, and each read of a streamed file
 	// upload (a process's stdin is not timed). 0: DefaultBodyReadTimeout;
@@ -108,10 +101,10 @@ type Config struct {
 	// FileTokens issues file transfer tokens for the file routes (normally
 	// the keyring's Issuer, as Attach); nil:
 	// those answer 501 not_supported.
-	FileTokens dataplane.FileTokenIssuer
+	FileTokens FileTokenIssuer
 	// TemplateDefaults gives a template's defaults for the commands of
 	// its sandboxes (working directory, user); nil: none (root, "/").
-	TemplateDefaults func(model.TemplateDigest) (procctl.Defaults, error)
+	TemplateDefaults func(model.TemplateDigest) (guestops.Defaults, error)
 	// TemplateGC removes deleted templates' trees and runs collections
 	// (POST /v1/admin/templates/gc); nil: deletes leave trees on disk and
 	// the gc route answers 501 not_supported.
@@ -131,15 +124,6 @@ type Config struct {
 	// Secrets seals secret values (secrets.OpenKey of DATA/secrets.key);
 	// nil: the secret routes answer 501 not_supported.
 	Secrets *secrets.Sealer
-	// LifecycleSupport says what the runtime hosting a sandbox can do, so
-	// that a pause, resume, suspend or wake it cannot do is refused with
-	// 501 not_supported; ok false: not known here (the operation is queued
-	// and fails with the worker's error). Nil: nothing is checked here.
-	LifecycleSupport func(sb model.Sandbox) (sup LifecycleSupport, ok bool)
-	// ResumeTimeout bounds how long a request that asks to resume (or
-	// wake) its sandbox first waits for it; 0 (or negative):
-	// DefaultResumeTimeout.
-	ResumeTimeout time.Duration
 
 	// SecretsChanged, if set, is called after a project's secrets were
 	// created, replaced or deleted (the proxy drops what it cached).
@@ -153,7 +137,7 @@ type Config struct {
 	// they are not recorded.
 	Activity ActivityRecorder
 
-	// Self is this process's node ID (required with Nodes and Placer). Requests for
+	// Self is this process's node ID (required with Nodes). Requests for
 	// sandboxes hosted on another node are forwarded there (forward.go),
 	// and forwarded requests must name Self.
 	Self model.NodeID
@@ -172,8 +156,8 @@ type Config struct {
 	// every node; nil: sandbox access tokens are refused (401).
 	SandboxTokens *auth.Verifier
 
-	// Metrics serves GET /metrics (admin) and counts pool claims; nil:
-	// the route answers 501 not_supported.
+	// Metrics serves GET /metrics (admin); nil: the route answers 501
+	// not_supported.
 	Metrics *metrics.Metrics
 }
 
@@ -187,6 +171,8 @@ type API struct {
 	limits  *keyLimits          // nil: no rate limit
 	watches *streamlimit.Limits // open GET /v1/watch/sandboxes streams (watchCapKey, watchCapProject)
 	router  *noderoute.Router   // nil: nothing is forwarded
+
+	stores handlerStores // Config.Store as the handler groups use it (stores.go)
 
 	auditFailures atomic.Int64 // audit entries not written (audit.go)
 	tracer        trace.Tracer // nil: not traced
@@ -223,13 +209,6 @@ func New(cfg Config) (*API, error) {
 	if cfg.PoolDrainAfter <= 0 {
 		cfg.PoolDrainAfter = model.DefaultPoolDrainAfter
 	}
-	if cfg.DefaultDiskMiB == 0 {
-		cfg.DefaultDiskMiB = model.DefaultDiskMiB
-	}
-	if d := cfg.DefaultDiskMiB; d < model.MinDiskMiB || d > model.MaxDiskMiB ||
-		cfg.Capacity != nil && cfg.Capacity.DiskMiB > 0 && d > cfg.Capacity.DiskMiB {
-		return nil, fmt.Errorf("api: DefaultDiskMiB %d must be between %d and %d and at most Capacity.DiskMiB", d, model.MinDiskMiB, model.MaxDiskMiB)
-	}
 	if cfg.DefaultIdleTimeout > model.MaxIdleTimeout {
 		return nil, fmt.Errorf("api: DefaultIdleTimeout %s is over %s", cfg.DefaultIdleTimeout, model.MaxIdleTimeout)
 	}
@@ -255,7 +234,15 @@ func New(cfg Config) (*API, error) {
 	if cfg.Nodes != nil && cfg.Self == "" {
 		return nil, errors.New("api: Config.Self is required with Config.Nodes")
 	}
-	a := &API{cfg: cfg, log: cfg.Logger, router: noderoute.New(cfg.Self, cfg.Nodes, cfg.NodeTransport, cfg.Logger),
+	if cfg.Sandboxes == nil {
+		var err error
+		cfg.Sandboxes, err = sandboxes.New(sandboxes.Config{Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
+			Egress: cfg.Egress, EgressDefault: cfg.EgressDefault, Metrics: cfg.Metrics})
+		if err != nil {
+			return nil, err
+		}
+	}
+	a := &API{cfg: cfg, log: cfg.Logger, stores: newHandlerStores(cfg.Store), router: noderoute.New(cfg.Self, cfg.Nodes, cfg.NodeTransport, cfg.Logger),
 		tracer: tracing.Tracer(cfg.TracerProvider), watches: streamlimit.New(WatchPerKey, WatchPerProject)}
 	if cfg.MutationRate >= 0 {
 		rate := cfg.MutationRate

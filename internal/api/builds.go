@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
@@ -26,10 +25,6 @@ type BuildRunner interface {
 	LogDir() string
 	Progress(id model.BuildID) (build.Progress, bool)
 }
-
-// MaxBuildWait bounds how long a create waits for the build that is to
-// provide its template.
-const MaxBuildWait = 15 * time.Minute
 
 func buildOut(b model.TemplateBuild) apiv1.Build {
 	out := apiv1.Build{
@@ -214,56 +209,4 @@ func (a *API) getBuild(w http.ResponseWriter, r *http.Request, _ principal) {
 		return
 	}
 	writeJSON(w, http.StatusOK, buildOut(b))
-}
-
-// waitForBuild waits, bounded by ctx and MaxBuildWait, for an unfinished
-// build that is to point name at a template. Without one it returns at
-// once. When the name resolves to nothing afterwards and the newest build
-// for it failed, it answers 424 build_failed naming that build.
-func (a *API) waitForBuild(ctx context.Context, name model.TaggedName) error {
-	wctx, cancel := context.WithTimeout(ctx, MaxBuildWait)
-	defer cancel()
-	changed := a.cfg.Store.Watch(wctx)
-	waited := false
-	for {
-		page, err := a.cfg.Store.ListBuilds(wctx, store.BuildQuery{Name: name, Limit: 1})
-		if err != nil {
-			if ctx.Err() == nil && wctx.Err() != nil {
-				return errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "template %s is still building after %s; try again later", name, MaxBuildWait)
-			}
-			return fmt.Errorf("builds of %s: %w", name, err)
-		}
-		if len(page.Builds) == 0 {
-			return nil
-		}
-		b := page.Builds[0]
-		if b.State.Done() {
-			if b.State == model.BuildFailed {
-				if _, err := a.cfg.Store.ResolveTemplate(ctx, model.RefByName(name)); errors.Is(err, store.ErrNotFound) {
-					msg := ""
-					if b.Error != nil {
-						msg = b.Error.Message
-					}
-					return errorf(http.StatusFailedDependency, apiv1.CodeBuildFailed,
-						"template %s is not available: its build %s failed: %s (see `airlock build log %s`; the busybox template `minimal` needs no build: --template minimal)",
-						name, b.ID, msg, b.ID)
-				}
-			}
-			if waited {
-				a.log.InfoContext(ctx, "create waited for its template's build", "build", b.ID, "name", name, "state", b.State)
-			}
-			return nil
-		}
-		waited = true
-		select {
-		case <-wctx.Done():
-			if ctx.Err() != nil {
-				return context.Cause(ctx)
-			}
-			return errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable,
-				"template %s is still building (build %s) after %s; try again later", name, b.ID, MaxBuildWait)
-		case <-changed:
-		case <-time.After(5 * time.Second):
-		}
-	}
 }

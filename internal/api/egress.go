@@ -92,21 +92,6 @@ func (a *API) compileEgress(ctx context.Context, spec policy.Spec) (*policy.Poli
 	return p, nil
 }
 
-// createEgress parses and checks the egress policy of a create request.
-func (a *API) createEgress(ctx context.Context, in *apiv1.EgressPolicy) (policy.Spec, error) {
-	if in == nil {
-		return policy.Spec{}, nil
-	}
-	spec, err := parseEgressPolicy(*in)
-	if err != nil {
-		return policy.Spec{}, err
-	}
-	if _, err := a.compileEgress(ctx, spec); err != nil {
-		return policy.Spec{}, err
-	}
-	return spec, nil
-}
-
 func (a *API) sandboxEgressOut(ctx context.Context, id model.SandboxID, spec policy.Spec) (apiv1.SandboxEgress, error) {
 	p, err := a.compileEgress(ctx, spec)
 	if err != nil {

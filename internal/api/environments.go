@@ -2,27 +2,19 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
-	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/environment/registry"
-	"github.com/airlockdev/airlock/internal/model"
 )
 
-// Environments is this server's registry of execution environments
-// (*registry.Registry).
+// Environments lists this server's execution environments
+// (*registry.Registry) for GET /v1/environments; creates resolve theirs
+// through the sandboxes service.
 type Environments interface {
 	List(ctx context.Context) ([]registry.Status, error)
-	// Resolve returns the reference of the environment sel names if a new
-	// sandbox may run in it here; errors wrap environment.ErrUnknown,
-	// environment.ErrArtifactsMissing or environment.ErrUnavailable.
-	Resolve(ctx context.Context, sel environment.Selector) (model.EnvironmentRef, error)
-	// Default is the environment of a create that names none.
-	Default() environment.Name
 }
 
 // listEnvironments: GET /v1/environments → 200 EnvironmentList.
@@ -67,36 +59,4 @@ func environmentOut(s registry.Status) apiv1.Environment {
 		Guest:          d.Guest.OS + "/" + d.Guest.Arch,
 		SchemaVersion:  d.SchemaVersion,
 	}
-}
-
-// createEnvironment resolves a create request's environment (a name or a
-// reference; given: whether the request named one) to the reference the
-// sandbox records. A server without a registry leaves it empty (the
-// worker's default) and refuses a named one.
-func (a *API) createEnvironment(ctx context.Context, given bool, s string) (model.EnvironmentRef, error) {
-	if a.cfg.Environments == nil {
-		if given {
-			return "", errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server cannot choose an execution environment")
-		}
-		return "", nil
-	}
-	sel := environment.Selector{Name: a.cfg.Environments.Default()}
-	if given {
-		var err error
-		if sel, err = environment.ParseSelector(s); err != nil {
-			return "", errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "environment: %s", err.Error())
-		}
-	}
-	ref, err := a.cfg.Environments.Resolve(ctx, sel)
-	switch {
-	case err == nil:
-		return ref, nil
-	case errors.Is(err, environment.ErrUnknown):
-		return "", errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "%s", err.Error())
-	case errors.Is(err, environment.ErrArtifactsMissing):
-		return "", errorf(http.StatusConflict, apiv1.CodeEnvironmentArtifactsMissing, "%s", err.Error())
-	case errors.Is(err, environment.ErrUnavailable):
-		return "", errorf(http.StatusConflict, apiv1.CodeEnvironmentUnavailable, "%s", err.Error())
-	}
-	return "", fmt.Errorf("resolve environment %s: %w", sel, err)
 }

@@ -50,7 +50,7 @@ func withEnvironments(t *testing.T, te *testEnvironments) envOption {
 		if err := reg.Record(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		c.Environments = reg
+		c.Environments, c.svc.Environments = reg, reg
 	}
 }
 

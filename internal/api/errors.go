@@ -10,7 +10,9 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/sandboxes"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -41,11 +43,17 @@ func notFound(format string, args ...any) *apiError {
 func classify(err error) (*apiError, bool) {
 	var (
 		ae *apiError
+		ge *guestops.Error
+		se *sandboxes.Error
 		qe *model.QuotaExceededError
 	)
 	switch {
 	case errors.As(err, &ae):
 		return ae, true
+	case errors.As(err, &ge):
+		return errorf(ge.Status, ge.Code, "%s", ge.Message), true
+	case errors.As(err, &se):
+		return sandboxError(se)
 	case errors.As(err, &qe):
 		return errorf(http.StatusForbidden, apiv1.CodeQuotaExceeded, "%s", qe.Error()), true
 	case errors.Is(err, errBodyTimeout):
@@ -66,6 +74,46 @@ func classify(err error) (*apiError, bool) {
 		return errorf(http.StatusConflict, apiv1.CodeInvalidTransition, "the sandbox changed state concurrently; retry"), true
 	}
 	return errorf(http.StatusInternalServerError, apiv1.CodeInternal, "internal error"), false
+}
+
+// sandboxError is the answer to a refusal of the sandboxes service (not
+// known: a kind without one, an internal error).
+func sandboxError(se *sandboxes.Error) (_ *apiError, known bool) {
+	var status int
+	var code string
+	switch se.Kind {
+	case sandboxes.NotFound:
+		status, code = http.StatusNotFound, apiv1.CodeNotFound
+	case sandboxes.TemplateNotFound:
+		status, code = http.StatusNotFound, apiv1.CodeTemplateNotFound
+	case sandboxes.BuildFailed:
+		status, code = http.StatusFailedDependency, apiv1.CodeBuildFailed
+	case sandboxes.Unavailable:
+		status, code = http.StatusServiceUnavailable, apiv1.CodeUnavailable
+	case sandboxes.ExceedsCapacity:
+		status, code = http.StatusBadRequest, apiv1.CodeExceedsCapacity
+	case sandboxes.NotSupported:
+		status, code = http.StatusNotImplemented, apiv1.CodeNotSupported
+	case sandboxes.EnvironmentUnknown:
+		status, code = http.StatusBadRequest, apiv1.CodeEnvironmentUnknown
+	case sandboxes.EnvironmentArtifactsMissing:
+		status, code = http.StatusConflict, apiv1.CodeEnvironmentArtifactsMissing
+	case sandboxes.EnvironmentUnavailable:
+		status, code = http.StatusConflict, apiv1.CodeEnvironmentUnavailable
+	case sandboxes.NoEligibleNode:
+		status, code = http.StatusConflict, apiv1.CodeNoEligibleNode
+	case sandboxes.NoCapacity:
+		status, code = http.StatusServiceUnavailable, apiv1.CodeNoCapacity
+	case sandboxes.Busy:
+		status, code = http.StatusConflict, apiv1.CodeSandboxBusy
+	case sandboxes.InvalidTransition:
+		status, code = http.StatusConflict, apiv1.CodeInvalidTransition
+	case sandboxes.ResumeTimeout:
+		status, code = http.StatusGatewayTimeout, apiv1.CodeResumeTimeout
+	default:
+		return errorf(http.StatusInternalServerError, apiv1.CodeInternal, "internal error"), false
+	}
+	return errorf(status, code, "%s", se.Message), true
 }
 
 // writeError answers with the JSON error for err and logs internal errors.

@@ -6,13 +6,11 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
-	"github.com/airlockdev/airlock/internal/dataplane"
+	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/textclip"
 )
 
@@ -30,18 +28,20 @@ func (a *API) fileRoutes() []route {
 	}
 }
 
-// fileAgent returns the agent of the caller's running sandbox {id}.
-func (a *API) fileAgent(ctx context.Context, r *http.Request, p principal) (model.Sandbox, *agentclient.Client, error) {
-	if a.cfg.Agents == nil || a.cfg.FileTokens == nil {
-		return model.Sandbox{}, nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server has no file access to sandboxes")
-	}
-	return a.agentOf(ctx, r, p)
+// FileTokenIssuer issues file transfer tokens ("alf_…"): the management
+// API's side, which holds the signing key; the data plane verifies them
+// with public keys only. *auth.Issuer (from the server's keyring, so it
+// follows rotation) implements it.
+type FileTokenIssuer interface {
+	IssueFile(c auth.FileClaims) (string, error)
 }
 
-// agentFileError turns an agent error into the API's error.
-func agentFileError(err error) error {
-	status, code, msg := dataplane.FileError(err)
-	return errorf(status, code, "%s", msg)
+// fileGuest returns the guest of the caller's running sandbox {id}.
+func (a *API) fileGuest(ctx context.Context, r *http.Request, p principal) (model.Sandbox, guestops.Guest, error) {
+	if a.cfg.Guests == nil || a.cfg.FileTokens == nil {
+		return model.Sandbox{}, nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server has no file access to sandboxes")
+	}
+	return a.guestOf(ctx, r, p)
 }
 
 // parsePathField parses a guest path from a body field or query parameter.
@@ -96,32 +96,29 @@ func fileUser(u *apiv1.User) (*model.UserIDs, error) {
 	return &ids, nil
 }
 
-// fileCall runs one call on the agent of the caller's running sandbox {id},
-// bounded by procctl.CallTimeout like every short agent call, and turns the
-// agent's error into the API's.
-func fileCall[T any](ctx context.Context, a *API, r *http.Request, p principal, do func(context.Context, *agentclient.Client) (T, error)) (T, error) {
+// fileCall runs one call on the guest of the caller's running sandbox
+// {id}; its error is the guest's *guestops.Error (classify answers it).
+func fileCall[T any](ctx context.Context, a *API, r *http.Request, p principal, do func(context.Context, guestops.Guest) (T, error)) (T, error) {
 	var zero T
-	_, agent, err := a.fileAgent(ctx, r, p)
+	_, guest, err := a.fileGuest(ctx, r, p)
 	if err != nil {
 		return zero, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, procctl.CallTimeout)
-	defer cancel()
-	v, err := do(ctx, agent)
+	v, err := do(ctx, guest)
 	if err != nil {
-		return zero, agentFileError(err)
+		return zero, err
 	}
 	return v, nil
 }
 
-// fileGet answers a read-only file route: ?path= parsed, one agent call,
+// fileGet answers a read-only file route: ?path= parsed, one guest call,
 // its result as JSON.
-func (a *API) fileGet(w http.ResponseWriter, r *http.Request, p principal, do func(context.Context, *agentclient.Client, model.GuestPath, agentclient.FileOption) (any, error)) {
+func fileGet[T any](a *API, w http.ResponseWriter, r *http.Request, p principal, do func(context.Context, guestops.Guest, model.GuestPath, *model.UserIDs) (T, error)) {
 	path, user, err := queryPath(r)
 	if err == nil {
-		var out any
-		out, err = fileCall(r.Context(), a, r, p, func(ctx context.Context, agent *agentclient.Client) (any, error) {
-			return do(ctx, agent, path, dataplane.AgentUser(user))
+		var out T
+		out, err = fileCall(r.Context(), a, r, p, func(ctx context.Context, guest guestops.Guest) (T, error) {
+			return do(ctx, guest, path, user)
 		})
 		if err == nil {
 			writeJSON(w, http.StatusOK, out)
@@ -133,31 +130,22 @@ func (a *API) fileGet(w http.ResponseWriter, r *http.Request, p principal, do fu
 
 // statFile: GET /v1/sandboxes/{id}/files/stat?path= → 200 FileInfo.
 func (a *API) statFile(w http.ResponseWriter, r *http.Request, p principal) {
-	a.fileGet(w, r, p, func(ctx context.Context, agent *agentclient.Client, path model.GuestPath, as agentclient.FileOption) (any, error) {
-		fi, err := agent.Stat(ctx, path.String(), as)
-		return dataplane.FileInfoOut(fi), err
+	fileGet(a, w, r, p, func(ctx context.Context, guest guestops.Guest, path model.GuestPath, as *model.UserIDs) (apiv1.FileInfo, error) {
+		return guest.Stat(ctx, path, as)
 	})
 }
 
 // listFiles: GET /v1/sandboxes/{id}/files/list?path= → 200 FileList.
 func (a *API) listFiles(w http.ResponseWriter, r *http.Request, p principal) {
-	a.fileGet(w, r, p, func(ctx context.Context, agent *agentclient.Client, path model.GuestPath, as agentclient.FileOption) (any, error) {
-		l, err := agent.ListDir(ctx, path.String(), as)
-		if err != nil {
-			return nil, err
-		}
-		out := apiv1.FileList{Path: l.Path, Entries: make([]apiv1.FileInfo, 0, len(l.Entries)), Truncated: l.Truncated}
-		for _, fi := range l.Entries {
-			out.Entries = append(out.Entries, dataplane.FileInfoOut(fi))
-		}
-		return out, nil
+	fileGet(a, w, r, p, func(ctx context.Context, guest guestops.Guest, path model.GuestPath, as *model.UserIDs) (apiv1.FileList, error) {
+		return guest.ListDir(ctx, path, as)
 	})
 }
 
-// fileMutation runs a mutating file call on the agent and answers 200 with
-// its result, storing the idempotency record (the agent did the work; a
+// fileMutation runs a mutating file call on the guest and answers 200 with
+// its result, storing the idempotency record (the guest did the work; a
 // repeat with the same key replays this answer).
-func fileMutation[T, R any](ctx context.Context, a *API, c *call[T], do func(context.Context, *agentclient.Client) (R, error)) (*reply, error) {
+func fileMutation[T, R any](ctx context.Context, a *API, c *call[T], do func(context.Context, guestops.Guest) (R, error)) (*reply, error) {
 	v, err := fileCall(ctx, a, c.r, c.p, do)
 	if err != nil {
 		return nil, err
@@ -187,9 +175,8 @@ func (a *API) mkdirFile(ctx context.Context, c *call[apiv1.MkdirRequest]) (*repl
 	if err != nil {
 		return nil, err
 	}
-	return fileMutation(ctx, a, c, func(ctx context.Context, agent *agentclient.Client) (apiv1.FileInfo, error) {
-		fi, err := agent.Mkdir(ctx, agentproto.MkdirRequest{Path: path.String()}, dataplane.AgentUser(user))
-		return dataplane.FileInfoOut(fi), err
+	return fileMutation(ctx, a, c, func(ctx context.Context, guest guestops.Guest) (apiv1.FileInfo, error) {
+		return guest.Mkdir(ctx, path, user)
 	})
 }
 
@@ -207,13 +194,8 @@ func (a *API) moveFile(ctx context.Context, c *call[apiv1.MoveRequest]) (*reply,
 	if err != nil {
 		return nil, err
 	}
-	as := dataplane.AgentUser(user)
-	return fileMutation(ctx, a, c, func(ctx context.Context, agent *agentclient.Client) (apiv1.FileInfo, error) {
-		if err := agent.Move(ctx, agentproto.MoveRequest{From: from.String(), To: to.String(), Overwrite: c.in.Overwrite}, as); err != nil {
-			return apiv1.FileInfo{}, err
-		}
-		fi, err := agent.Stat(ctx, to.String(), as)
-		return dataplane.FileInfoOut(fi), err
+	return fileMutation(ctx, a, c, func(ctx context.Context, guest guestops.Guest) (apiv1.FileInfo, error) {
+		return guest.Move(ctx, from, to, c.in.Overwrite, user)
 	})
 }
 
@@ -227,8 +209,8 @@ func (a *API) removeFile(ctx context.Context, c *call[apiv1.RemoveRequest]) (*re
 	if err != nil {
 		return nil, err
 	}
-	return fileMutation(ctx, a, c, func(ctx context.Context, agent *agentclient.Client) (apiv1.RemoveResponse, error) {
-		err := agent.Remove(ctx, agentproto.RemoveRequest{Path: path.String(), Recursive: c.in.Recursive}, dataplane.AgentUser(user))
+	return fileMutation(ctx, a, c, func(ctx context.Context, guest guestops.Guest) (apiv1.RemoveResponse, error) {
+		err := guest.Remove(ctx, path, c.in.Recursive, user)
 		return apiv1.RemoveResponse{Path: path.String()}, err
 	})
 }
@@ -248,16 +230,16 @@ func (a *API) createTransfer(ctx context.Context, c *call[apiv1.CreateTransferRe
 	if err != nil {
 		return nil, err
 	}
-	if c.in.Resume && a.cfg.Agents != nil && a.cfg.FileTokens != nil {
+	if c.in.Resume && a.cfg.Guests != nil && a.cfg.FileTokens != nil {
 		sb, err := a.sandboxOf(ctx, c.r, c.p)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := a.runFirst(ctx, c.p.project, sb); err != nil {
+		if _, err := a.cfg.Sandboxes.RunFirst(ctx, c.p.project, sb); err != nil {
 			return nil, err
 		}
 	}
-	sb, _, err := a.fileAgent(ctx, c.r, c.p)
+	sb, _, err := a.fileGuest(ctx, c.r, c.p)
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/dataplane"
+	"github.com/airlockdev/airlock/internal/guestops/agentguest"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -63,7 +64,7 @@ func newFilesEnv(t *testing.T, opts ...envOption) *filesEnv {
 	t.Cleanup(func() { f.client.Close() })
 	// As in the server: the API signs file tokens with the keyring's
 	// Issuer, the data plane checks them with its Verifier (public keys).
-	f.testEnv = newEnv(t, append([]envOption{func(c *envConfig) { c.Agents = f; c.FileTokens = c.Attach }}, opts...)...)
+	f.testEnv = newEnv(t, append([]envOption{func(c *envConfig) { c.Guests = agentguest.New(f); c.FileTokens = c.Attach }}, opts...)...)
 	dp, err := dataplane.New(dataplane.Config{Store: f.st, Agents: f, FileTokens: f.ring.Verifier(), Verifier: f.ring.Verifier(), Now: f.clock.Now, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/dataplane"
+	"github.com/airlockdev/airlock/internal/guestops/agentguest"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/noderoute"
 	"github.com/airlockdev/airlock/internal/store"
@@ -132,7 +133,7 @@ func (c *cluster) node(t *testing.T, log *slog.Logger, name string, agents datap
 		Self: n.id, Nodes: c.dir, PeerVerifier: verifier, SandboxTokens: verifier,
 	}
 	if _, none := agents.(noAgents); !none {
-		cfg.Agents = agents
+		cfg.Guests = agentguest.New(agents)
 	}
 	for _, o := range opts {
 		o(&cfg)

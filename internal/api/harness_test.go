@@ -22,6 +22,7 @@ import (
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/placement"
+	"github.com/airlockdev/airlock/internal/sandboxes"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/migrations"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
@@ -178,6 +179,7 @@ func (h *recordHandler) messages() []string {
 // test's template store at hand.
 type envConfig struct {
 	*Config
+	svc *sandboxes.Config // the sandboxes service's (Config.Sandboxes)
 	tpl *template.Store
 }
 
@@ -213,10 +215,19 @@ func newEnv(t *testing.T, opts ...envOption) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Store: st, Logger: logger, Now: e.clock.Now, Attach: e.ring.Issuer(), AttachKeys: e.ring, Placer: placer, Self: testNode,
+	cfg := Config{Store: st, Logger: logger, Now: e.clock.Now, Attach: e.ring.Issuer(), AttachKeys: e.ring, Self: testNode,
 		SandboxTokens: e.ring.Verifier()}
+	svc := sandboxes.Config{Store: st, Logger: logger, Now: e.clock.Now, Placer: placer, Self: testNode}
 	for _, o := range opts {
-		o(&envConfig{Config: &cfg, tpl: tpl})
+		o(&envConfig{Config: &cfg, svc: &svc, tpl: tpl})
+	}
+	// As the server wires them: what the API and the service both take.
+	if cfg.Egress != nil {
+		svc.Egress = cfg.Egress
+	}
+	svc.EgressDefault, svc.Metrics = cfg.EgressDefault, cfg.Metrics
+	if cfg.Sandboxes, err = sandboxes.New(svc); err != nil {
+		t.Fatal(err)
 	}
 	ownRunner := cfg.Builds == nil
 	if ownRunner {

@@ -148,7 +148,7 @@ func (i *idempotency) open(rec store.IdempotencyRecord) ([]byte, error) {
 
 // lookup returns the stored record for this key, if any.
 func (a *API) lookupIdempotency(ctx context.Context, i *idempotency) (store.IdempotencyRecord, bool, error) {
-	rec, err := a.cfg.Store.GetIdempotency(ctx, i.project, i.keyHash)
+	rec, err := a.stores.idempotency.GetIdempotency(ctx, i.project, i.keyHash)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.IdempotencyRecord{}, false, nil
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/sandboxes"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -194,9 +195,9 @@ func TestLifecycleIdempotency(t *testing.T) {
 
 func TestLifecycleNotSupported(t *testing.T) {
 	t.Parallel()
-	sup := LifecycleSupport{}
+	sup := sandboxes.LifecycleSupport{}
 	e := newEnv(t, func(c *envConfig) {
-		c.LifecycleSupport = func(sb model.Sandbox) (LifecycleSupport, bool) { return sup, true }
+		c.svc.LifecycleSupport = func(sb model.Sandbox) (sandboxes.LifecycleSupport, bool) { return sup, true }
 	})
 	id := e.runningSandbox(e.keyA)
 	for _, kind := range []string{"pause", "resume", "suspend", "wake"} {
@@ -257,7 +258,7 @@ func TestPausedSandboxRefusesCommands(t *testing.T) {
 
 func TestCommandResumesFirst(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *envConfig) { c.ResumeTimeout = 2 * time.Second })
+	e := newEnv(t, func(c *envConfig) { c.svc.ResumeTimeout = 2 * time.Second })
 	cmd := `{"args": ["true"], "resume": true}`
 
 	t.Run("paused", func(t *testing.T) {

@@ -153,7 +153,7 @@ func (a *API) putIdempotency(ctx context.Context, rec *store.IdempotencyRecord) 
 	if rec == nil {
 		return nil
 	}
-	if err := a.cfg.Store.PutIdempotency(ctx, *rec); err != nil {
+	if err := a.stores.idempotency.PutIdempotency(ctx, *rec); err != nil {
 		return fmt.Errorf("store idempotency record: %w", err)
 	}
 	return nil

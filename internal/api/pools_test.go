@@ -11,7 +11,7 @@ import (
 )
 
 func withPoolClaims() envOption {
-	return func(c *envConfig) { c.ClaimPools = true }
+	return func(c *envConfig) { c.svc.ClaimPools = true }
 }
 
 // poolSandbox stores a ready, unclaimed sandbox of pool id on the test

@@ -2,19 +2,16 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
-	"time"
 
-	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 )
 
-// agentOf returns the guest agent of a running sandbox of the caller's
-// project named by the {id} path value.
-func (a *API) agentOf(ctx context.Context, r *http.Request, p principal) (model.Sandbox, *agentclient.Client, error) {
+// guestOf returns the guest of a running sandbox of the caller's project
+// named by the {id} path value.
+func (a *API) guestOf(ctx context.Context, r *http.Request, p principal) (model.Sandbox, guestops.Guest, error) {
 	sb, err := a.sandboxOf(ctx, r, p)
 	if err != nil {
 		return sb, nil, err
@@ -22,27 +19,20 @@ func (a *API) agentOf(ctx context.Context, r *http.Request, p principal) (model.
 	if sb.State != model.StateRunning {
 		return sb, nil, notRunning(sb)
 	}
-	if a.cfg.Agents == nil {
+	if a.cfg.Guests == nil {
 		return sb, nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server does not host sandboxes")
 	}
-	agent, err := a.cfg.Agents.Agent(sb.ID)
+	guest, err := a.cfg.Guests.Guest(sb.ID)
 	if err != nil {
-		return sb, nil, procError(err)
+		return sb, nil, err
 	}
 	a.touch(sb.ID) // reaching into the sandbox (processes, files) is activity
-	return sb, agent, nil
+	return sb, guest, nil
 }
 
 // notRunning is the error of a request that needs sb running.
-func notRunning(sb model.Sandbox) *apiError {
-	pe := procctl.NotRunning(sb.ID, sb.State)
-	return errorf(pe.Status, pe.Code, "%s", pe.Message)
-}
-
-// procError turns an agent call's error into the API error.
-func procError(err error) *apiError {
-	pe := procctl.PublicError(err)
-	return errorf(pe.Status, pe.Code, "%s", pe.Message)
+func notRunning(sb model.Sandbox) error {
+	return guestops.NotRunning(sb.ID, sb.State)
 }
 
 // listProcesses: GET /v1/sandboxes/{id}/processes → 200 ProcessList: the
@@ -52,23 +42,17 @@ func (a *API) listProcesses(w http.ResponseWriter, r *http.Request, p principal)
 		a.writeError(w, r, badRequest("this route takes no query parameters"))
 		return
 	}
-	_, agent, err := a.agentOf(r.Context(), r, p)
+	_, guest, err := a.guestOf(r.Context(), r, p)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), procctl.CallTimeout)
-	defer cancel()
-	sts, err := agent.List(ctx)
+	procs, err := guest.Processes(r.Context())
 	if err != nil {
-		a.writeError(w, r, procError(err))
+		a.writeError(w, r, err)
 		return
 	}
-	out := apiv1.ProcessList{Processes: make([]apiv1.Process, 0, len(sts))}
-	for _, st := range sts {
-		out.Processes = append(out.Processes, procctl.ProcessOut(st))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, apiv1.ProcessList{Processes: procs})
 }
 
 // processOf parses the {process_id} path value.
@@ -96,39 +80,17 @@ func (a *API) getProcess(w http.ResponseWriter, r *http.Request, p principal) {
 		a.writeError(w, r, err)
 		return
 	}
-	_, agent, err := a.agentOf(r.Context(), r, p)
+	_, guest, err := a.guestOf(r.Context(), r, p)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), procctl.CallTimeout)
-	defer cancel()
-	st, err := agent.Status(ctx, pid.String())
+	proc, err := guest.Process(r.Context(), pid, wait)
 	if err != nil {
-		a.writeError(w, r, procError(err))
+		a.writeError(w, r, err)
 		return
 	}
-	if st.Running && wait > 0 {
-		wctx, wcancel := context.WithTimeout(r.Context(), wait)
-		defer wcancel()
-		done, err := agent.Wait(wctx, pid.String())
-		switch {
-		case err == nil:
-			st = done
-		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
-			// The wait elapsed: answer the current state.
-			if st, err = agent.Status(ctx, pid.String()); err != nil {
-				a.writeError(w, r, procError(err))
-				return
-			}
-		case errors.Is(err, agentclient.ErrUnsupported):
-			// An older agent: answer without waiting.
-		default:
-			a.writeError(w, r, procError(err))
-			return
-		}
-	}
-	writeJSON(w, http.StatusOK, procctl.ProcessOut(st))
+	writeJSON(w, http.StatusOK, proc)
 }
 
 // signalProcess: POST /v1/sandboxes/{id}/processes/{process_id}/signal
@@ -142,33 +104,13 @@ func (a *API) signalProcess(ctx context.Context, c *call[apiv1.SignalRequest]) (
 	if err != nil {
 		return nil, err
 	}
-	_, agent, err := a.agentOf(ctx, c.r, c.p)
+	_, guest, err := a.guestOf(ctx, c.r, c.p)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, procctl.CallTimeout)
-	defer cancel()
-	if err := agent.Signal(ctx, pid.String(), sig.AgentName()); err != nil {
-		return nil, procError(err)
-	}
-	// Give a process that dies of the signal a moment to be reported so.
-	st, err := agent.Status(ctx, pid.String())
-	if err == nil && st.Running {
-		wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		if done, werr := agent.Wait(wctx, pid.String()); werr == nil {
-			st = done
-		}
-		wcancel()
-	}
-	if err != nil {
-		return nil, procError(err)
-	}
-	rep, rec, err := c.reply(http.StatusOK, procctl.ProcessOut(st))
+	proc, err := guest.Signal(ctx, pid, sig)
 	if err != nil {
 		return nil, err
 	}
-	if err := a.putIdempotency(ctx, rec); err != nil {
-		return nil, err
-	}
-	return rep, nil
+	return idempotentReply(ctx, a, c, http.StatusOK, proc)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/sandboxes"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -65,8 +66,8 @@ func (e *testEnv) finishDelete(id model.SandboxID) {
 func TestDiskMiB(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *envConfig) {
-		c.DefaultDiskMiB = 2048
-		c.Capacity = &model.NodeCapacity{DiskMiB: 8192}
+		c.svc.DefaultDiskMiB = 2048
+		c.svc.Capacity = &model.NodeCapacity{DiskMiB: 8192}
 	})
 	if sb := e.createSandbox(e.keyA, `{}`).Sandbox; sb.DiskMiB != 2048 {
 		t.Fatalf("default disk_mib %d, want the server's 2048", sb.DiskMiB)
@@ -89,7 +90,7 @@ func TestDiskMiB(t *testing.T) {
 	if e.dump() != before {
 		t.Fatal("a refused create changed the store")
 	}
-	if _, err := New(Config{Store: e.st, Attach: e.ring.Issuer(), DefaultDiskMiB: 8193,
+	if _, err := sandboxes.New(sandboxes.Config{Store: e.st, DefaultDiskMiB: 8193,
 		Capacity: &model.NodeCapacity{DiskMiB: 8192}}); err == nil {
 		t.Fatal("a default disk above the maximum was accepted")
 	}

@@ -9,143 +9,77 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/environment"
+	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
+	"github.com/airlockdev/airlock/internal/sandboxes"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
-// createSandbox: POST /v1/sandboxes → 202 SandboxWithOperation.
+// createSandbox: POST /v1/sandboxes → 202 SandboxWithOperation (201 for
+// a sandbox claimed from a warm pool, already running).
 func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequest]) (*reply, error) {
 	in := c.in
-	ref := model.RefByName(model.DefaultTemplate)
+	req := sandboxes.CreateRequest{Project: c.p.project, Template: model.RefByName(model.DefaultTemplate), Now: c.now}
+	var err error
 	if c.present["template"] {
-		var err error
-		if ref, err = model.ParseTemplateRef(in.Template); err != nil {
+		if req.Template, err = model.ParseTemplateRef(in.Template); err != nil {
 			return nil, err
 		}
 	}
-	res := model.DefaultResources()
-	res.DiskMiB = a.cfg.DefaultDiskMiB
+	req.Resources = a.cfg.Sandboxes.DefaultResources()
 	if c.present["cpus"] {
-		res.CPUs = in.CPUs
+		req.Resources.CPUs = in.CPUs
 	}
 	if c.present["memory_mib"] {
-		res.MemoryMiB = in.MemoryMiB
+		req.Resources.MemoryMiB = in.MemoryMiB
 	}
 	if c.present["disk_mib"] {
-		res.DiskMiB = in.DiskMiB
+		req.Resources.DiskMiB = in.DiskMiB
 	}
-	if err := res.Validate(); err != nil {
+	if req.Env, err = model.ParseEnv(in.Env); err != nil {
 		return nil, err
 	}
-	if a.cfg.Capacity != nil {
-		if err := res.FitsNode(*a.cfg.Capacity); err != nil {
-			return nil, errorf(http.StatusBadRequest, apiv1.CodeExceedsCapacity, "%s", err.Error())
+	if req.Metadata, err = model.ParseMetadata(in.Metadata); err != nil {
+		return nil, err
+	}
+	if req.Timeouts, err = a.createTimeouts(c); err != nil {
+		return nil, err
+	}
+	if in.Egress != nil {
+		if req.Egress, err = parseEgressPolicy(*in.Egress); err != nil {
+			return nil, err
 		}
 	}
-	env, err := model.ParseEnv(in.Env)
-	if err != nil {
-		return nil, err
-	}
-	md, err := model.ParseMetadata(in.Metadata)
-	if err != nil {
-		return nil, err
-	}
-	timeouts, err := a.createTimeouts(c)
-	if err != nil {
-		return nil, err
-	}
-	egressSpec, err := a.createEgress(ctx, in.Egress)
-	if err != nil {
-		return nil, err
-	}
-	selector, err := model.ParseNodeLabels(in.NodeSelector)
-	if err != nil {
+	if req.NodeSelector, err = model.ParseNodeLabels(in.NodeSelector); err != nil {
 		return nil, fmt.Errorf("node_selector: %w", err)
 	}
-	if len(selector) > 0 && a.cfg.Placer == nil {
-		return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server does not place sandboxes on nodes: node_selector is not supported")
-	}
-	var envRef model.EnvironmentRef
-	envSel, err := a.environmentSelector(c.present["environment"], in.Environment)
-	if err != nil {
-		return nil, err
-	}
-	if a.cfg.Placer == nil {
-		if envRef, err = a.createEnvironment(ctx, c.present["environment"], in.Environment); err != nil {
-			return nil, err
-		}
-	}
-	if name, ok := ref.Name(); ok {
-		// A template that is still building (the server's default on a
-		// fresh host) is waited for.
-		if err := a.waitForBuild(ctx, name); err != nil {
-			return nil, err
-		}
-	}
-	tpl, err := a.cfg.Store.ResolveTemplate(ctx, ref)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, errorf(http.StatusNotFound, apiv1.CodeTemplateNotFound, "template %s not found", ref)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("resolve template %s: %w", ref, err)
-	}
-	sb := model.Sandbox{
-		ID:        model.NewSandboxID(),
-		ProjectID: c.p.project,
-		Template:  tpl.Digest,
-		Resources: res,
-		Env:       env,
-		Metadata:  md,
-		State:     model.StatePending,
-		CreatedAt: c.now,
-		UpdatedAt: c.now,
-
-		Timeouts:     timeouts,
-		LastActivity: c.now, // created is used: the idle limit counts from now
-		NodeSelector: selector,
-	}
-	sb.Environment = envRef
-	if rep, err := a.claimFromPool(ctx, c, a.poolCreateOf(ctx, ref, tpl.Digest, envSel, envRef, res), sb, egressSpec); err != nil || rep != nil {
-		return rep, err
-	}
-	op := model.Operation{
-		ID:        model.NewOperationID(),
-		ProjectID: c.p.project,
-		SandboxID: sb.ID,
-		Kind:      model.OpCreate,
-		State:     model.OpPending,
-		CreatedAt: c.now,
-		UpdatedAt: c.now,
-	}
-	// The project's quota (and the node's room) is checked last, by the
-	// store, in the transaction that inserts the sandbox: racing creates
-	// cannot both take the last slot.
-	var rep *reply
-	insert := func(sb model.Sandbox) error {
-		out := sandboxOut(sb)
-		egressOut := egressPolicyOut(egressSpec)
-		out.Egress = &egressOut
-		r, rec, err := c.reply(http.StatusAccepted, apiv1.SandboxWithOperation{Sandbox: out, Operation: operationOut(op)})
+	if c.present["environment"] {
+		sel, err := environment.ParseSelector(in.Environment)
 		if err != nil {
-			return err
+			return nil, errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "environment: %s", err.Error())
 		}
+		req.Environment = &sel
+	}
+	// The answer is encoded before the store call so that the idempotency
+	// record is written in the same transaction.
+	var rep *reply
+	req.Idempotency = func(cr sandboxes.Created) (*store.IdempotencyRecord, error) {
+		out := sandboxOut(cr.Sandbox)
+		egressOut := egressPolicyOut(cr.Egress)
+		out.Egress = &egressOut
+		status := http.StatusAccepted
+		if cr.FromPool {
+			status = http.StatusCreated
+		}
+		r, rec, err := c.reply(status, apiv1.SandboxWithOperation{Sandbox: out, Operation: operationOut(cr.Operation)})
 		rep = r
-		return a.cfg.Store.CreateSandbox(ctx, sb, egressSpec, op, rec)
+		return rec, err
 	}
-	if a.cfg.Placer != nil {
-		err = a.insertPlaced(ctx, &sb, envSel, insert)
-	} else {
-		err = insert(sb)
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		// The template was deleted (or collected) since it was resolved.
-		return nil, errorf(http.StatusNotFound, apiv1.CodeTemplateNotFound, "template %s (%s) was deleted meanwhile", ref, tpl.Digest)
-	} else if err != nil {
-		return nil, fmt.Errorf("create sandbox: %w", err)
+	if _, err := a.cfg.Sandboxes.Create(ctx, req); err != nil {
+		return nil, err
 	}
 	return rep, nil
 }
@@ -167,7 +101,7 @@ func (a *API) listSandboxes(w http.ResponseWriter, r *http.Request, p principal)
 
 // sandboxList is the body of GET /v1/sandboxes for query q.
 func (a *API) sandboxList(ctx context.Context, q store.SandboxQuery) (apiv1.SandboxList, error) {
-	page, err := a.cfg.Store.ListSandboxes(ctx, q)
+	page, err := a.stores.sandboxes.ListSandboxes(ctx, q)
 	if err != nil {
 		return apiv1.SandboxList{}, fmt.Errorf("list sandboxes: %w", err)
 	}
@@ -187,7 +121,7 @@ func (a *API) sandboxOf(ctx context.Context, r *http.Request, p principal) (mode
 	if err != nil {
 		return model.Sandbox{}, err
 	}
-	sb, err := a.cfg.Store.GetSandbox(ctx, p.project, id)
+	sb, err := a.stores.sandboxes.GetSandbox(ctx, p.project, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return model.Sandbox{}, notFound("sandbox %s not found", id)
 	}
@@ -204,7 +138,7 @@ func (a *API) getSandbox(w http.ResponseWriter, r *http.Request, p principal) {
 		a.writeError(w, r, err)
 		return
 	}
-	spec, err := a.cfg.Store.GetSandboxEgress(r.Context(), p.project, sb.ID)
+	spec, err := a.stores.sandboxes.GetSandboxEgress(r.Context(), p.project, sb.ID)
 	if err != nil {
 		a.writeError(w, r, fmt.Errorf("get egress of %s: %w", sb.ID, err))
 		return
@@ -221,27 +155,15 @@ func (a *API) deleteSandbox(ctx context.Context, c *call[noBody]) (*reply, error
 	if err != nil {
 		return nil, err
 	}
-	op := model.Operation{
-		ID:        model.NewOperationID(),
-		ProjectID: c.p.project,
-		SandboxID: id,
-		Kind:      model.OpDelete,
-		State:     model.OpPending,
-		CreatedAt: c.now,
-		UpdatedAt: c.now,
-	}
-	rep, rec, err := c.reply(http.StatusAccepted, apiv1.OperationResponse{Operation: operationOut(op)})
+	var rep *reply
+	_, err = a.cfg.Sandboxes.Delete(ctx, sandboxes.DeleteRequest{Project: c.p.project, Sandbox: id, Now: c.now,
+		Idempotency: func(op model.Operation) (*store.IdempotencyRecord, error) {
+			r, rec, err := c.reply(http.StatusAccepted, apiv1.OperationResponse{Operation: operationOut(op)})
+			rep = r
+			return rec, err
+		}})
 	if err != nil {
 		return nil, err
-	}
-	_, err = a.cfg.Store.RequestDelete(ctx, store.DeleteRequest{
-		ProjectID: c.p.project, SandboxID: id, Operation: op, Idempotency: rec, Now: c.now,
-	})
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, notFound("sandbox %s not found", id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
 	return rep, nil
 }
@@ -338,7 +260,7 @@ func (a *API) createCommand(ctx context.Context, c *call[apiv1.CreateCommandRequ
 		return nil, err
 	}
 	if c.in.Resume {
-		if sb, err = a.runFirst(ctx, c.p.project, sb); err != nil {
+		if sb, err = a.cfg.Sandboxes.RunFirst(ctx, c.p.project, sb); err != nil {
 			return nil, err
 		}
 	}
@@ -369,20 +291,20 @@ func (a *API) createCommand(ctx context.Context, c *call[apiv1.CreateCommandRequ
 	if err != nil {
 		return nil, err
 	}
-	var agent *agentclient.Client
+	var guest guestops.Guest
 	if c.in.Background {
-		// Find the agent before writing anything: a sandbox that cannot
+		// Find the guest before writing anything: a sandbox that cannot
 		// run the command now gets no session.
-		if _, agent, err = a.agentOf(ctx, c.r, c.p); err != nil {
+		if _, guest, err = a.guestOf(ctx, c.r, c.p); err != nil {
 			return nil, err
 		}
 	}
-	if err := a.cfg.Store.CreateCommandSession(ctx, cs, rec); err != nil {
+	if err := a.stores.sandboxes.CreateCommandSession(ctx, cs, rec); err != nil {
 		return nil, fmt.Errorf("create command session: %w", err)
 	}
-	if agent != nil {
-		if err := procctl.Start(ctx, agent, cs, false); err != nil {
-			return nil, procError(err)
+	if guest != nil {
+		if err := guest.Start(ctx, cs, false); err != nil {
+			return nil, err
 		}
 	}
 	return rep, nil

@@ -198,7 +198,7 @@ func TestListPaginationAndFilters(t *testing.T) {
 // refused with a clear code, and nothing is written.
 func TestCreateAboveNodeCapacity(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *envConfig) { c.Capacity = &model.NodeCapacity{CPUs: 2, MemoryMiB: 4096} })
+	e := newEnv(t, func(c *envConfig) { c.svc.Capacity = &model.NodeCapacity{CPUs: 2, MemoryMiB: 4096} })
 	before := e.dump()
 	for _, body := range []string{`{"cpus": 3}`, `{"memory_mib": 4097}`, `{"cpus": 64, "memory_mib": 262144}`} {
 		e.do("POST", "/v1/sandboxes", e.keyA, body).wantError(t, http.StatusBadRequest, apiv1.CodeExceedsCapacity)

@@ -1,11 +1,10 @@
 package api
 
 import (
-	"errors"
 	"fmt"
 
+	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 )
 
 // applyTemplateDefaults gives a new command the default command (when it
@@ -25,11 +24,7 @@ func (a *API) applyTemplateDefaults(spec *model.ProcessSpec, tpl model.TemplateD
 	if err != nil {
 		return fmt.Errorf("defaults of template %s: %w", tpl, err)
 	}
-	if err := procctl.ApplyDefaults(spec, d); err != nil {
-		var pe *procctl.Error
-		if errors.As(err, &pe) {
-			return errorf(pe.Status, pe.Code, "%s", pe.Message)
-		}
+	if err := guestops.ApplyDefaults(spec, d); err != nil {
 		return err
 	}
 	if _, err := parseArgs(spec.Args); err != nil {

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 )
 
 // A command that names no cwd or user gets its template's; the stored
@@ -17,9 +17,9 @@ import (
 // only the commands that name no user, with a clear error.
 func TestCommandTemplateDefaults(t *testing.T) {
 	t.Parallel()
-	def := procctl.Defaults{Cwd: "/work", User: &model.UserIDs{UID: 1234, GID: 50}}
+	def := guestops.Defaults{Cwd: "/work", User: &model.UserIDs{UID: 1234, GID: 50}}
 	e := newEnv(t, func(c *envConfig) {
-		c.TemplateDefaults = func(model.TemplateDigest) (procctl.Defaults, error) { return def, nil }
+		c.TemplateDefaults = func(model.TemplateDigest) (guestops.Defaults, error) { return def, nil }
 	})
 	sb := e.createSandbox(e.keyA, `{}`).Sandbox.ID
 	e.finishCreate(model.SandboxID(sb))
@@ -54,7 +54,7 @@ func TestCommandTemplateDefaults(t *testing.T) {
 	def.Command = []string{"", "x"}
 	e.do("POST", "/v1/sandboxes/"+sb+"/commands", e.keyA, `{}`).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
 
-	def = procctl.Defaults{Cwd: "/work", UserErr: errors.New(`the template's user "ghost": no such user in the template's /etc/passwd`)}
+	def = guestops.Defaults{Cwd: "/work", UserErr: errors.New(`the template's user "ghost": no such user in the template's /etc/passwd`)}
 	r := e.do("POST", "/v1/sandboxes/"+sb+"/commands", e.keyA, `{"args": ["pwd"]}`)
 	r.wantError(t, http.StatusBadRequest, apiv1.CodeExecFailed)
 	if s := stored(`{"args": ["pwd"], "user": {"uid": 5, "gid": 5}}`); s.Cwd != "/work" || s.User == nil || s.User.UID != 5 {

@@ -24,6 +24,7 @@ import (
 	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/placement"
+	"github.com/airlockdev/airlock/internal/sandboxes"
 	"github.com/airlockdev/airlock/internal/tracing"
 )
 
@@ -91,7 +92,11 @@ func TestCreateIsOneTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := api.New(api.Config{Store: e.st, Attach: ring.Issuer(), Placer: placer, Self: e.node, Logger: log,
+	svc, err := sandboxes.New(sandboxes.Config{Store: e.st, Placer: placer, Self: e.node, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := api.New(api.Config{Store: e.st, Attach: ring.Issuer(), Sandboxes: svc, Self: e.node, Logger: log,
 		TracerProvider: p.TracerProvider()})
 	if err != nil {
 		t.Fatal(err)

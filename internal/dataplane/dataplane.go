@@ -26,17 +26,18 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/eventstream"
+	"github.com/airlockdev/airlock/internal/guestops"
+	"github.com/airlockdev/airlock/internal/guestops/agentguest"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/noderoute"
-	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/streamlimit"
 )
 
 // Agents gives the data plane a guest-agent client for a sandbox hosted on
 // this node (the worker implements it).
-type Agents = procctl.Agents
+type Agents = agentguest.Agents
 
 // reconnectWriteGrace is how long writes to a client may still take once
 // the drain deadline has passed.
@@ -49,9 +50,18 @@ const (
 	DefaultAttachPerProject = 256
 )
 
+// Store is what the data plane reads and writes of the desired state: a
+// process's command session with its sandbox's state, the first
+// attachment, a file transfer's sandbox (a store.Store has it all).
+type Store interface {
+	GetAttachTarget(ctx context.Context, id model.ProcessID) (model.CommandSession, model.SandboxState, error)
+	MarkCommandSessionAttached(ctx context.Context, id model.CommandSessionID, at time.Time) (first bool, err error)
+	GetSandboxByID(ctx context.Context, id model.SandboxID) (model.Sandbox, error)
+}
+
 // Config configures the data plane.
 type Config struct {
-	Store     store.Store
+	Store     Store
 	Agents    Agents
 	Logger    *slog.Logger
 	Now       func() time.Time
@@ -151,7 +161,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 }
 
 func writeProcError(w http.ResponseWriter, err error) {
-	pe := procctl.PublicError(err)
+	pe := agentguest.PublicError(err)
 	writeError(w, pe.Status, pe.Code, pe.Message)
 }
 
@@ -210,7 +220,7 @@ func (d *DataPlane) authorizeProcess(w http.ResponseWriter, r *http.Request, act
 		return target{}, false
 	}
 	if state != model.StateRunning {
-		pe := procctl.NotRunning(cs.SandboxID, state)
+		pe := guestops.NotRunning(cs.SandboxID, state)
 		writeError(w, pe.Status, pe.Code, pe.Message)
 		return target{}, false
 	}
@@ -253,7 +263,7 @@ func (d *DataPlane) openAttachment(w http.ResponseWriter, r *http.Request) (t ta
 			return target{}, nil, nil, false
 		}
 	}
-	return t, release, procctl.Start(ctx, t.agent, t.cs, true), true
+	return t, release, agentguest.Start(ctx, t.agent, t.cs, true), true
 }
 
 func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
@@ -286,7 +296,7 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if startErr != nil {
-		pe := procctl.PublicError(startErr)
+		pe := agentguest.PublicError(startErr)
 		d.log.InfoContext(ctx, "process did not start", "process", t.pid, "err", startErr)
 		_ = sse.Event("", apiv1.EventError, apiv1.Error{Code: pe.Code, Message: pe.Message})
 		_ = sse.Flush()
@@ -306,7 +316,7 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 		_ = sse.reconnect(drainRetryMS)
 	case ctx.Err() == nil:
 		d.log.WarnContext(ctx, "attach stream ended with an error", "process", t.pid, "err", err)
-		pe := procctl.PublicError(err)
+		pe := agentguest.PublicError(err)
 		_ = sse.Event("", apiv1.EventError, apiv1.Error{Code: pe.Code, Message: "lost the output stream: " + pe.Message})
 		_ = sse.Flush()
 	}

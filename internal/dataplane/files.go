@@ -15,9 +15,10 @@ import (
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/guestops"
+	"github.com/airlockdev/airlock/internal/guestops/agentguest"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -29,41 +30,6 @@ func (d *DataPlane) registerFiles(mux *http.ServeMux) {
 	for _, dir := range []string{apiv1.DirectionDownload, apiv1.DirectionUpload, apiv1.DirectionTarOut, apiv1.DirectionTarIn, apiv1.DirectionWatch} {
 		mux.HandleFunc(apiv1.TransferMethod(dir)+" "+apiv1.FilesDataPath("{id}", dir), d.fileTransfer(dir))
 	}
-}
-
-// FileError maps an error of an agent file call to the HTTP status, stable
-// apiv1 code and message clients see. The agent is not trusted: only the
-// codes mapped here pass through.
-func FileError(err error) (status int, code, msg string) {
-	var aerr *agentclient.Error
-	if !errors.As(err, &aerr) {
-		return http.StatusServiceUnavailable, apiv1.CodeUnavailable, "could not reach the sandbox: " + err.Error()
-	}
-	switch aerr.Code {
-	case agentproto.CodeNotFound:
-		return http.StatusNotFound, apiv1.CodeNotFound, aerr.Message
-	case agentproto.CodeInvalidPath:
-		return http.StatusBadRequest, apiv1.CodeInvalidPath, aerr.Message
-	case agentproto.CodeInvalidRequest, agentproto.CodeInvalidFileUser:
-		return http.StatusBadRequest, apiv1.CodeInvalidRequest, aerr.Message
-	case agentproto.CodeUnsupportedFileType:
-		return http.StatusBadRequest, apiv1.CodeUnsupportedFileType, aerr.Message
-	case agentproto.CodeNotADirectory:
-		return http.StatusConflict, apiv1.CodeNotADirectory, aerr.Message
-	case agentproto.CodeIsADirectory:
-		return http.StatusConflict, apiv1.CodeIsADirectory, aerr.Message
-	case agentproto.CodeAlreadyExists:
-		return http.StatusConflict, apiv1.CodeAlreadyExists, aerr.Message
-	case agentproto.CodeDirectoryNotEmpty:
-		return http.StatusConflict, apiv1.CodeDirectoryNotEmpty, aerr.Message
-	case agentproto.CodePermissionDenied:
-		return http.StatusForbidden, apiv1.CodePermissionDenied, aerr.Message
-	case agentproto.CodeNoRoute:
-		return http.StatusNotImplemented, apiv1.CodeNotSupported, "the sandbox's agent has no file endpoints (too old)"
-	case agentproto.CodeShuttingDown:
-		return http.StatusServiceUnavailable, apiv1.CodeUnavailable, "the sandbox is shutting down"
-	}
-	return http.StatusInternalServerError, apiv1.CodeInternal, "the sandbox's agent failed the file request"
 }
 
 // checkFileToken authorizes a transfer request: a file token of this
@@ -115,7 +81,7 @@ func (d *DataPlane) fileTransfer(direction string) http.HandlerFunc {
 			return
 		}
 		if sb.State != model.StateRunning {
-			pe := procctl.NotRunning(sb.ID, sb.State)
+			pe := guestops.NotRunning(sb.ID, sb.State)
 			writeError(w, pe.Status, pe.Code, pe.Message)
 			return
 		}
@@ -127,7 +93,7 @@ func (d *DataPlane) fileTransfer(direction string) http.HandlerFunc {
 		defer d.hold(sb.ID)() // a transfer (or a watch) is activity while it lasts
 		defer d.cfg.Metrics.StreamOpened(fileStreams[direction])()
 		p := c.Path.String()
-		as := AgentUser(c.User) // from the signed claims: the request cannot change it
+		as := agentguest.AgentUser(c.User) // from the signed claims: the request cannot change it
 		switch direction {
 		case apiv1.DirectionDownload:
 			d.download(ctx, w, agent, p, as)
@@ -143,18 +109,9 @@ func (d *DataPlane) fileTransfer(direction string) http.HandlerFunc {
 	}
 }
 
-// AgentUser is the agent call option that runs a file call as u (nil: as
-// the agent).
-func AgentUser(u *model.UserIDs) agentclient.FileOption {
-	if u == nil {
-		return agentclient.AsUser(nil)
-	}
-	return agentclient.AsUser(&agentproto.FileUser{UID: u.UID, GID: u.GID})
-}
-
 func writeFileError(w http.ResponseWriter, err error) {
-	status, code, msg := FileError(err)
-	writeError(w, status, code, msg)
+	fe := agentguest.FileError(err)
+	writeError(w, fe.Status, fe.Code, fe.Message)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -250,7 +207,7 @@ func (d *DataPlane) upload(ctx context.Context, w http.ResponseWriter, r *http.R
 		writeFileError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, FileInfoOut(fi))
+	writeJSON(w, http.StatusOK, agentguest.FileInfoOut(fi))
 }
 
 func (d *DataPlane) tarIn(ctx context.Context, w http.ResponseWriter, r *http.Request, agent *agentclient.Client, p string, as agentclient.FileOption) {
@@ -302,11 +259,6 @@ func (d *DataPlane) watch(ctx context.Context, w http.ResponseWriter, agent *age
 		}
 		flusher.Flush()
 	}
-}
-
-// FileInfoOut converts the agent's FileInfo to the API's.
-func FileInfoOut(fi agentproto.FileInfo) apiv1.FileInfo {
-	return apiv1.FileInfo{Path: fi.Path, Name: fi.Name, Type: fi.Type, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime, LinkTarget: fi.LinkTarget}
 }
 
 // inertContent marks a guest file's bytes as a download that never runs

@@ -6,13 +6,6 @@ import (
 	"github.com/airlockdev/airlock/internal/auth"
 )
 
-// FileTokenIssuer issues file transfer tokens ("alf_…"): the management
-// API's side, which holds the signing key. *auth.Issuer (from the server's
-// keyring, so it follows rotation) implements it.
-type FileTokenIssuer interface {
-	IssueFile(c auth.FileClaims) (string, error)
-}
-
 // FileTokenVerifier checks file transfer tokens: the data plane's side,
 // with public keys only. *auth.Verifier implements it. VerifyFile returns
 // the claims of an authentic, unexpired token, or an error wrapping

@@ -11,9 +11,10 @@ import (
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/guestops"
+	"github.com/airlockdev/airlock/internal/guestops/agentguest"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 )
 
 // maxControlBody bounds the JSON bodies of signal and resize.
@@ -38,7 +39,7 @@ func (d *DataPlane) stdin(w http.ResponseWriter, r *http.Request) {
 	}
 	// stdin may arrive before the first attach: start the process (its
 	// output held for the attach that is on its way).
-	if err := procctl.Start(r.Context(), t.agent, t.cs, true); err != nil {
+	if err := agentguest.Start(r.Context(), t.agent, t.cs, true); err != nil {
 		writeProcError(w, err)
 		return
 	}
@@ -71,7 +72,7 @@ func (d *DataPlane) signal(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), procctl.CallTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), guestops.CallTimeout)
 	defer cancel()
 	if err := t.agent.Signal(ctx, t.pid.String(), sig.AgentName()); err != nil {
 		writeProcError(w, err)
@@ -95,7 +96,7 @@ func (d *DataPlane) resize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), procctl.CallTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), guestops.CallTimeout)
 	defer cancel()
 	if err := t.agent.Resize(ctx, t.pid.String(), agentproto.WindowSize{Rows: size.Rows, Cols: size.Cols}); err != nil {
 		writeProcError(w, err)

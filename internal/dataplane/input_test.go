@@ -18,8 +18,8 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/guestops/agentguest"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 )
 
 // sessionSpec creates a command session with a full spec.
@@ -164,7 +164,7 @@ func TestGapEventOverSSE(t *testing.T) {
 	cs, err := f.st.GetCommandSessionByProcess(context.Background(), pid)
 	must(t, err)
 	// A background start (as "background": true does): nobody is coming.
-	must(t, procctl.Start(context.Background(), f.client, cs, false))
+	must(t, agentguest.Start(context.Background(), f.client, cs, false))
 	// Wait for the process to finish with nobody attached.
 	deadline := time.Now().Add(20 * time.Second)
 	for {

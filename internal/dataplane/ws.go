@@ -54,9 +54,10 @@ import (
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/guestops"
+	"github.com/airlockdev/airlock/internal/guestops/agentguest"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/textclip"
 )
 
@@ -107,7 +108,7 @@ func (d *DataPlane) wsAttach(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 
 	if startErr != nil {
-		pe := procctl.PublicError(startErr)
+		pe := agentguest.PublicError(startErr)
 		d.log.InfoContext(ctx, "process did not start", "process", t.pid, "err", startErr)
 		s.final(ctx, apiv1.WSEvent{Type: apiv1.EventError, Error: &apiv1.Error{Code: pe.Code, Message: pe.Message}}, websocket.StatusNormalClosure)
 		return
@@ -140,7 +141,7 @@ func (d *DataPlane) wsAttach(w http.ResponseWriter, r *http.Request) {
 			ReconnectEventData: &apiv1.ReconnectEventData{Reason: "draining", RetryMS: retry}}, websocket.StatusGoingAway)
 	case sessCtx.Err() == nil && !errors.Is(err, errClientGone):
 		d.log.WarnContext(ctx, "websocket stream ended with an error", "process", t.pid, "err", err)
-		pe := procctl.PublicError(err)
+		pe := agentguest.PublicError(err)
 		s.final(sessCtx, apiv1.WSEvent{Type: apiv1.EventError,
 			Error: &apiv1.Error{Code: pe.Code, Message: "lost the output stream: " + pe.Message}}, websocket.StatusNormalClosure)
 	}
@@ -203,10 +204,10 @@ func (s *wsSession) final(ctx context.Context, ev apiv1.WSEvent, code websocket.
 
 // requestError answers a failed client message; the session goes on.
 func (s *wsSession) requestError(ctx context.Context, request string, err error) {
-	pe := procctl.PublicError(err)
+	pe := agentguest.PublicError(err)
 	var se *sessionError
 	if errors.As(err, &se) {
-		pe = &procctl.Error{Code: apiv1.CodeInvalidRequest, Message: se.msg}
+		pe = &guestops.Error{Code: apiv1.CodeInvalidRequest, Message: se.msg}
 	}
 	_ = s.event(ctx, apiv1.WSEvent{Type: apiv1.EventError, Request: request,
 		Error: &apiv1.Error{Code: pe.Code, Message: pe.Message}})
@@ -294,7 +295,7 @@ func (s *wsSession) resize(ctx context.Context, rows, cols int) error {
 	if err != nil {
 		return &sessionError{err.Error()}
 	}
-	ctx, cancel := context.WithTimeout(ctx, procctl.CallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, guestops.CallTimeout)
 	defer cancel()
 	return s.t.agent.Resize(ctx, s.t.pid.String(), agentproto.WindowSize{Rows: size.Rows, Cols: size.Cols})
 }
@@ -304,7 +305,7 @@ func (s *wsSession) signal(ctx context.Context, name string) error {
 	if err != nil {
 		return &sessionError{err.Error()}
 	}
-	ctx, cancel := context.WithTimeout(ctx, procctl.CallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, guestops.CallTimeout)
 	defer cancel()
 	return s.t.agent.Signal(ctx, s.t.pid.String(), sig.AgentName())
 }

@@ -18,8 +18,8 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/guestops/agentguest"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 )
 
 // specSession creates a command session with spec and returns its process
@@ -251,7 +251,7 @@ func TestWSGapAfterOverflowWithoutReader(t *testing.T) {
 	ctx := testCtx(t)
 	cs, err := f.st.GetCommandSessionByProcess(ctx, pid)
 	must(t, err)
-	must(t, procctl.Start(ctx, f.client, cs, false))
+	must(t, agentguest.Start(ctx, f.client, cs, false))
 	_, err = f.client.Wait(ctx, pid.String())
 	must(t, err)
 

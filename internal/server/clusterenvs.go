@@ -4,11 +4,21 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/environment/registry"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/sandboxes"
 	"github.com/airlockdev/airlock/internal/store"
 )
+
+// environments is what the API lists (api.Environments) and what the
+// sandboxes service resolves creates with (sandboxes.Environments): this
+// node's *registry.Registry or an api replica's clusterEnvironments.
+type environments interface {
+	api.Environments
+	sandboxes.Environments
+}
 
 // clusterEnvironments is an api replica's view of the execution
 // environments: it runs none itself, so it lists what the nodes recorded

@@ -9,13 +9,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlockdev/airlock/internal/agentclient"
-	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/controller"
 	"github.com/airlockdev/airlock/internal/egress"
 	"github.com/airlockdev/airlock/internal/environment"
+	"github.com/airlockdev/airlock/internal/guestops"
+	"github.com/airlockdev/airlock/internal/guestops/agentguest"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/runtime/qemu"
 	"github.com/airlockdev/airlock/internal/store"
@@ -33,7 +33,7 @@ import (
 type host struct {
 	builds    *build.Runner
 	enabled   []enabledEnvironment
-	registry  api.Environments
+	registry  environments
 	egressNet *egressNet
 	egressSvc *egressServices
 	workers   *worker.Set
@@ -158,10 +158,10 @@ func (h *host) components(ctrl *controller.Controller, log *slog.Logger) []compo
 	}})
 }
 
-// environments is the API's view of the environments and the default's
+// environments is the server's view of the environments and the default's
 // name: this node's registry, or, for an api replica, what the nodes
 // recorded (the default named by the first --env, else runsc).
-func (h *host) environments(st store.Store, opts Options) (api.Environments, environment.Name) {
+func (h *host) environments(st store.Store, opts Options) (environments, environment.Name) {
 	if h != nil {
 		return h.registry, h.registry.Default()
 	}
@@ -211,7 +211,7 @@ func (h *host) buildRunner() *build.Runner {
 
 // agents reaches the agents of the sandboxes hosted here; an api replica
 // hosts none.
-func (h *host) agents() procctl.Agents {
+func (h *host) agents() agentguest.Agents {
 	if h == nil {
 		return noAgents{}
 	}
@@ -252,7 +252,7 @@ func (h *host) release(ctx context.Context, log *slog.Logger) {
 type noAgents struct{}
 
 func (noAgents) Agent(id model.SandboxID) (*agentclient.Client, error) {
-	return nil, fmt.Errorf("%w: sandbox %s is hosted by a node, not by this api replica", procctl.ErrSandboxGone, id)
+	return nil, fmt.Errorf("%w: sandbox %s is hosted by a node, not by this api replica", guestops.ErrSandboxGone, id)
 }
 
 // checkSharedStore refuses roles that need a shared database without one:

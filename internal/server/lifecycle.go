@@ -1,29 +1,29 @@
 package server
 
 import (
-	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
+	"github.com/airlockdev/airlock/internal/sandboxes"
 )
 
 // lifecycleSupport tells the API what the runtimes this server drives can
 // do, from each runtime instance's declared capabilities, so that a pause
 // or suspend a sandbox's runtime cannot do is refused when it is asked for.
 // A sandbox on a runtime not among rts is not known here.
-func lifecycleSupport(rts ...infoer) func(model.Sandbox) (api.LifecycleSupport, bool) {
-	return func(sb model.Sandbox) (api.LifecycleSupport, bool) {
+func lifecycleSupport(rts ...infoer) func(model.Sandbox) (sandboxes.LifecycleSupport, bool) {
+	return func(sb model.Sandbox) (sandboxes.LifecycleSupport, bool) {
 		for _, rt := range rts {
 			info := rt.Info()
 			if sb.Runtime == "" || info.Name != sb.Runtime {
 				continue
 			}
-			return api.LifecycleSupport{
+			return sandboxes.LifecycleSupport{
 				Pause:    info.Capabilities.Has(runtime.CapPause),
 				Snapshot: runtime.SnapshotKindOf(info.Capabilities),
 			}, true
 		}
-		return api.LifecycleSupport{}, false
+		return sandboxes.LifecycleSupport{}, false
 	}
 }
 

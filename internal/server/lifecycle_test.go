@@ -3,9 +3,9 @@ package server
 import (
 	"testing"
 
-	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/sandboxes"
 )
 
 type infoOnly runtime.Info
@@ -21,14 +21,14 @@ func TestLifecycleSupport(t *testing.T) {
 	)
 	for _, tc := range []struct {
 		runtime string
-		want    api.LifecycleSupport
+		want    sandboxes.LifecycleSupport
 		known   bool
 	}{
-		{"runc", api.LifecycleSupport{Pause: true, Snapshot: model.SnapshotFilesystem}, true},
-		{"runsc", api.LifecycleSupport{Pause: true, Snapshot: model.SnapshotMemory}, true},
-		{"plain", api.LifecycleSupport{}, true},
-		{"qemu", api.LifecycleSupport{}, false}, // not driven here
-		{"", api.LifecycleSupport{}, false},     // not placed yet
+		{"runc", sandboxes.LifecycleSupport{Pause: true, Snapshot: model.SnapshotFilesystem}, true},
+		{"runsc", sandboxes.LifecycleSupport{Pause: true, Snapshot: model.SnapshotMemory}, true},
+		{"plain", sandboxes.LifecycleSupport{}, true},
+		{"qemu", sandboxes.LifecycleSupport{}, false}, // not driven here
+		{"", sandboxes.LifecycleSupport{}, false},     // not placed yet
 	} {
 		got, known := sup(model.Sandbox{Runtime: tc.runtime})
 		if got != tc.want || known != tc.known {

@@ -5,9 +5,9 @@ import (
 	"log/slog"
 
 	"github.com/airlockdev/airlock/internal/environment"
+	"github.com/airlockdev/airlock/internal/guestops/agentguest"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/pool"
-	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -40,7 +40,7 @@ func (h *host) poolController(st store.Store, node model.NodeID, opts Options, l
 }
 
 // agentAnswers asks a sandbox's guest agent who it is.
-func agentAnswers(ctx context.Context, agents procctl.Agents, id model.SandboxID) error {
+func agentAnswers(ctx context.Context, agents agentguest.Agents, id model.SandboxID) error {
 	agent, err := agents.Agent(id)
 	if err != nil {
 		return err

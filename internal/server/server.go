@@ -20,12 +20,14 @@ import (
 	"github.com/airlockdev/airlock/internal/controller"
 	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/egress/secrets"
+	"github.com/airlockdev/airlock/internal/guestops"
+	"github.com/airlockdev/airlock/internal/guestops/agentguest"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/noderoute"
 	"github.com/airlockdev/airlock/internal/placement"
 	"github.com/airlockdev/airlock/internal/pool"
-	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/sandboxes"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/store/postgres"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
@@ -211,17 +213,31 @@ func Run(ctx context.Context, opts Options) error {
 	if h != nil {
 		capacity = &h.capacity
 	}
-	apiHandler, err := api.New(api.Config{
+	sandboxSvc, err := sandboxes.New(sandboxes.Config{
+		Store: st, Logger: log.With("component", "sandboxes"),
+		Environments: environments,
+		Placer:       placer,
+		Self:         nodeID,
+		ClaimPools:   h != nil,
 		// What each sandbox's runtime can do (pause, suspend).
 		LifecycleSupport: lifecycleSupport(h.runtimeInfos()...),
+		Capacity:         capacity,
+		DefaultDiskMiB:   opts.DefaultDiskMiB,
+		Egress:           h.egressRegistry(),
+		EgressDefault:    egressCfg.defaultPolicy,
+		Metrics:          mtr,
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	apiHandler, err := api.New(api.Config{
+		Sandboxes: sandboxSvc,
 
 		Secrets:         sealer,
 		SecretsChanged:  secretSrc.invalidate,
 		Egress:          h.egressRegistry(),
 		EgressDefault:   egressCfg.defaultPolicy,
-		Capacity:        capacity,
-		DefaultDiskMiB:  opts.DefaultDiskMiB,
-		ClaimPools:      h != nil,
 		PoolDrainAfter:  opts.PoolDrainAfter,
 		BodyReadTimeout: opts.BodyReadTimeout,
 		MutationRate:    opts.MutationRate,
@@ -233,13 +249,12 @@ func Run(ctx context.Context, opts Options) error {
 		DefaultIdleTimeout: opts.DefaultIdleTimeout,
 		Activity:           idle.tracker,
 
-		TemplateDefaults: func(d model.TemplateDigest) (procctl.Defaults, error) {
+		TemplateDefaults: func(d model.TemplateDigest) (guestops.Defaults, error) {
 			return commandDefaults(templates, d)
 		},
 		TemplateGC:   collector,
-		Agents:       agents,
+		Guests:       agentguest.New(agents),
 		Environments: environments,
-		Placer:       placer,
 		Self:         nodeID,
 		Nodes:        st,
 		PeerVerifier: verifier,

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/template"
 )
 
@@ -13,16 +13,16 @@ import (
 // directory and user that template d's Config sets for the commands of its
 // sandboxes. Its Env reaches them through the sandbox's environment
 // (worker.Config.TemplateEnv).
-func commandDefaults(templates *template.Store, d model.TemplateDigest) (procctl.Defaults, error) {
+func commandDefaults(templates *template.Store, d model.TemplateDigest) (guestops.Defaults, error) {
 	def, err := templates.Defaults(d)
 	if err != nil {
-		return procctl.Defaults{}, err
+		return guestops.Defaults{}, err
 	}
-	out := procctl.Defaults{User: def.User, UserErr: def.UserErr,
+	out := guestops.Defaults{User: def.User, UserErr: def.UserErr,
 		Command: append(slices.Clone(def.Config.Entrypoint), def.Config.Cmd...)}
 	if wd := def.Config.WorkingDir; wd != "" {
 		if out.Cwd, err = model.ParseGuestPath(wd); err != nil {
-			return procctl.Defaults{}, fmt.Errorf("template %s: working directory: %w", d, err)
+			return guestops.Defaults{}, fmt.Errorf("template %s: working directory: %w", d, err)
 		}
 	}
 	return out, nil

@@ -52,12 +52,18 @@ type Egress interface {
 	DeleteSecret(ctx context.Context, project model.ProjectID, name string) error
 }
 
+// EgressProfiles reads the egress profiles (what CompileEgress needs of a
+// store; every Store has it).
+type EgressProfiles interface {
+	GetEgressProfile(ctx context.Context, name policy.ProfileName) (EgressProfile, error)
+}
+
 // CompileEgress compiles spec with the profiles it names, as st holds them
 // now, and the server's default (see policy.Compile). A profile that does
 // not exist is an error wrapping policy.ErrUnknownProfile. The server
 // compiles a sandbox's stored policy with it when the sandbox starts; the
 // API when it changes.
-func CompileEgress(ctx context.Context, st Egress, spec policy.Spec, serverDefault policy.Default) (*policy.Policy, error) {
+func CompileEgress(ctx context.Context, st EgressProfiles, spec policy.Spec, serverDefault policy.Default) (*policy.Policy, error) {
 	profiles := map[policy.ProfileName]policy.Spec{}
 	for _, name := range spec.Profiles {
 		p, err := st.GetEgressProfile(ctx, name)

@@ -10,14 +10,14 @@ import (
 
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/environment"
+	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 )
 
 // ErrNotDriven: the sandbox belongs to an execution environment this server
 // does not drive (it was restarted with another set of --env); it is left
-// alone. It wraps ErrPermanent and procctl.ErrEnvironmentNotEnabled.
-var ErrNotDriven = fmt.Errorf("%w: %w", ErrPermanent, procctl.ErrEnvironmentNotEnabled)
+// alone. It wraps ErrPermanent and guestops.ErrEnvironmentNotEnabled.
+var ErrNotDriven = fmt.Errorf("%w: %w", ErrPermanent, guestops.ErrEnvironmentNotEnabled)
 
 // Environment is one enabled execution environment and the worker that
 // runs its sandboxes (not to be confused with a sandbox's environment
@@ -129,7 +129,7 @@ func (s *Set) Route(sb model.Sandbox) (Environment, error) {
 }
 
 // Agent returns the guest-agent client of a sandbox hosted here, from the
-// worker of its environment (procctl.Agents).
+// worker of its environment (agentguest.Agents).
 func (s *Set) Agent(id model.SandboxID) (*agentclient.Client, error) {
 	s.mu.Lock()
 	name, ok := s.routes[id]

@@ -9,8 +9,8 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/environment"
+	"github.com/airlockdev/airlock/internal/guestops/agentguest"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
 
@@ -100,7 +100,7 @@ func TestSetRoute(t *testing.T) {
 	if !errors.Is(err, ErrNotDriven) {
 		t.Fatalf("Agent of a sandbox of another runtime = %v", err)
 	}
-	if pe := procctl.PublicError(err); pe.Code != apiv1.CodeEnvironmentUnavailable || pe.Status != http.StatusConflict {
+	if pe := agentguest.PublicError(err); pe.Code != apiv1.CodeEnvironmentUnavailable || pe.Status != http.StatusConflict {
 		t.Fatalf("the API's answer to it: %+v", pe)
 	}
 

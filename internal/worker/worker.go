@@ -17,9 +17,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/template"
 	"github.com/airlockdev/airlock/internal/tracing"
@@ -387,7 +387,7 @@ func (w *Worker) List(ctx context.Context) ([]model.SandboxID, error) {
 // Agent returns the (cached) guest-agent client of a sandbox. It connects
 // lazily and reconnects after a broken connection, so it also serves
 // sandboxes adopted after a server restart. A sandbox destroyed in the last
-// goneTTL gives an error matching procctl.ErrSandboxGone.
+// goneTTL gives an error matching guestops.ErrSandboxGone.
 func (w *Worker) Agent(id model.SandboxID) (*agentclient.Client, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -395,7 +395,7 @@ func (w *Worker) Agent(id model.SandboxID) (*agentclient.Client, error) {
 		return c, nil
 	}
 	if _, ok := w.gone[id]; ok {
-		return nil, fmt.Errorf("sandbox %s: %w", id, procctl.ErrSandboxGone)
+		return nil, fmt.Errorf("sandbox %s: %w", id, guestops.ErrSandboxGone)
 	}
 	rt := w.cfg.Runtime
 	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {

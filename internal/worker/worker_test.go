@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/procctl"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
 
@@ -86,7 +86,7 @@ func TestNoAgentClientAfterDestroy(t *testing.T) {
 	if err := w.Destroy(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := w.Agent(id); !errors.Is(err, procctl.ErrSandboxGone) || c != nil {
+	if c, err := w.Agent(id); !errors.Is(err, guestops.ErrSandboxGone) || c != nil {
 		t.Fatalf("Agent after Destroy = %v, %v; want ErrSandboxGone", c, err)
 	}
 	w.mu.Lock()

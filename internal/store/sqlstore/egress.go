@@ -17,7 +17,7 @@ import (
 //
 // A sandbox's profiles are listed in sandbox_egress_profiles. Race freedom
 // between a sandbox that starts naming a profile and the profile's delete
-// follows the templates' scheme (templategc.go): the writer that names a
+// follows the templates' scheme (gc.go): the writer that names a
 // profile takes a share lock on its row (TemplateUseLock) and holds it until
 // it commits; the delete locks the row exclusively (RowLock) and only then
 // looks for live sandboxes naming it. SQLite's immediate transactions

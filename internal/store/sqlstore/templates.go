@@ -10,7 +10,7 @@ import (
 )
 
 // Every read here skips tombstoned templates (deleted_at set); see
-// templategc.go for deletion and collection.
+// gc.go for deletion and collection.
 
 // PutTemplate implements store.Store. It inserts the digest's row; if the
 // digest exists it does nothing, unless the row is tombstoned: then the

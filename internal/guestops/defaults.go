@@ -1,4 +1,4 @@
-package procctl
+package guestops
 
 import (
 	"fmt"

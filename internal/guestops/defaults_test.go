@@ -1,4 +1,4 @@
-package procctl
+package guestops
 
 import (
 	"errors"
@@ -73,15 +73,6 @@ func TestApplyDefaults(t *testing.T) {
 		}
 		if spec.User != nil && spec.User == c.def.User {
 			t.Errorf("%s: the spec shares the template's user", c.name)
-		}
-		// What the agent is asked to run.
-		req := StartRequest(model.CommandSession{Spec: spec})
-		wantCwd := string(c.wantCwd)
-		if wantCwd == "" {
-			wantCwd = "/"
-		}
-		if req.Cwd != wantCwd || (req.User == nil) != (c.wantUser == nil) || req.User != nil && (req.User.UID != c.wantUser.UID || req.User.GID != c.wantUser.GID) {
-			t.Errorf("%s: StartRequest cwd %q user %v", c.name, req.Cwd, req.User)
 		}
 	}
 }

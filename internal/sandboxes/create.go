@@ -1,0 +1,297 @@
+package sandboxes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/environment"
+	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/placement"
+	"github.com/airlockdev/airlock/internal/store"
+)
+
+// CreateRequest is a new sandbox as a project asks for it, parsed.
+type CreateRequest struct {
+	Project  model.ProjectID
+	Template model.TemplateRef
+	// Resources start from DefaultResources with what the request sets.
+	Resources    model.Resources
+	Env          model.Env
+	Metadata     model.Metadata
+	Timeouts     model.Timeouts
+	Egress       policy.Spec
+	NodeSelector model.NodeLabels
+	// Environment is the execution environment asked for (a name or a
+	// reference); nil: the server's default.
+	Environment *environment.Selector
+	// Now is the request's time: the sandbox's creation and last activity.
+	Now time.Time
+	// Idempotency, if set, builds the idempotency record stored with the
+	// sandbox from what is about to be stored (it may be called more than
+	// once, for each node a placement tries; the last call's is stored).
+	Idempotency func(Created) (*store.IdempotencyRecord, error)
+}
+
+// Created is a sandbox the service created.
+type Created struct {
+	Sandbox   model.Sandbox
+	Operation model.Operation
+	Egress    policy.Spec
+	// FromPool: claimed from a warm pool of this node, so already running
+	// and its create operation succeeded; else pending, its create queued.
+	FromPool bool
+}
+
+// Create makes a new sandbox: it checks what is asked (resources, egress
+// policy, environment), waits for a template that is still building,
+// resolves the template, claims a ready sandbox from a matching warm pool
+// of this node or else places the sandbox on a node and stores it pending
+// with its create operation. The project's quota (and the node's room) is
+// checked last, by the store, in the transaction that inserts the sandbox:
+// racing creates cannot both take the last slot.
+func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error) {
+	if err := s.CheckResources(req.Resources); err != nil {
+		return Created{}, err
+	}
+	if _, err := s.compileEgress(ctx, req.Egress); err != nil {
+		return Created{}, err
+	}
+	if len(req.NodeSelector) > 0 && s.cfg.Placer == nil {
+		return Created{}, errorf(NotSupported, "this server does not place sandboxes on nodes: node_selector is not supported")
+	}
+	envSel, err := s.environmentSelector(req.Environment)
+	if err != nil {
+		return Created{}, err
+	}
+	var envRef model.EnvironmentRef
+	if s.cfg.Placer == nil {
+		if envRef, err = s.resolveEnvironment(ctx, envSel); err != nil {
+			return Created{}, err
+		}
+	}
+	ref := req.Template
+	if name, ok := ref.Name(); ok {
+		// A template that is still building (the server's default on a
+		// fresh host) is waited for.
+		if err := s.waitForBuild(ctx, name); err != nil {
+			return Created{}, err
+		}
+	}
+	tpl, err := s.cfg.Store.ResolveTemplate(ctx, ref)
+	if errors.Is(err, store.ErrNotFound) {
+		return Created{}, errorf(TemplateNotFound, "template %s not found", ref)
+	}
+	if err != nil {
+		return Created{}, fmt.Errorf("resolve template %s: %w", ref, err)
+	}
+	sb := model.Sandbox{
+		ID:        model.NewSandboxID(),
+		ProjectID: req.Project,
+		Template:  tpl.Digest,
+		Resources: req.Resources,
+		Env:       req.Env,
+		Metadata:  req.Metadata,
+		State:     model.StatePending,
+		CreatedAt: req.Now,
+		UpdatedAt: req.Now,
+
+		Timeouts:     req.Timeouts,
+		LastActivity: req.Now, // created is used: the idle limit counts from now
+		NodeSelector: req.NodeSelector,
+		Environment:  envRef,
+	}
+	pc := s.poolCreateOf(ctx, ref, tpl.Digest, envSel, envRef, req.Resources)
+	if created, ok, err := s.claimFromPool(ctx, req, pc, sb); err != nil || ok {
+		return created, err
+	}
+	op := model.Operation{
+		ID:        model.NewOperationID(),
+		ProjectID: req.Project,
+		SandboxID: sb.ID,
+		Kind:      model.OpCreate,
+		State:     model.OpPending,
+		CreatedAt: req.Now,
+		UpdatedAt: req.Now,
+	}
+	insert := func(sb model.Sandbox) error {
+		var rec *store.IdempotencyRecord
+		if req.Idempotency != nil {
+			var err error
+			if rec, err = req.Idempotency(Created{Sandbox: sb, Operation: op, Egress: req.Egress}); err != nil {
+				return err
+			}
+		}
+		return s.cfg.Store.CreateSandbox(ctx, sb, req.Egress, op, rec)
+	}
+	if s.cfg.Placer != nil {
+		err = s.insertPlaced(ctx, &sb, envSel, insert)
+	} else {
+		err = insert(sb)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		// The template was deleted (or collected) since it was resolved.
+		return Created{}, errorf(TemplateNotFound, "template %s (%s) was deleted meanwhile", ref, tpl.Digest)
+	} else if err != nil {
+		return Created{}, fmt.Errorf("create sandbox: %w", err)
+	}
+	return Created{Sandbox: sb, Operation: op, Egress: req.Egress}, nil
+}
+
+// compileEgress compiles a sandbox's policy with the stored profiles (a
+// profile that does not exist is an error wrapping
+// policy.ErrUnknownProfile).
+func (s *Service) compileEgress(ctx context.Context, spec policy.Spec) (*policy.Policy, error) {
+	def := s.cfg.EgressDefault
+	if def == "" {
+		def = policy.Public
+	}
+	p, err := store.CompileEgress(ctx, s.cfg.Store, spec, def)
+	if err != nil {
+		return nil, fmt.Errorf("compile egress policy: %w", err)
+	}
+	return p, nil
+}
+
+// environmentSelector is the create's environment as asked, or the
+// server's default.
+func (s *Service) environmentSelector(asked *environment.Selector) (environment.Selector, error) {
+	if asked != nil && s.cfg.Environments == nil {
+		return environment.Selector{}, errorf(NotSupported, "this server cannot choose an execution environment")
+	}
+	if asked != nil {
+		return *asked, nil
+	}
+	if s.cfg.Environments == nil {
+		return environment.Selector{}, nil
+	}
+	return environment.Selector{Name: s.cfg.Environments.Default()}, nil
+}
+
+// resolveEnvironment resolves the environment sel names to the reference
+// a sandbox records, on this node. A server without a registry leaves it
+// empty (the worker's default) and refuses a named one.
+func (s *Service) resolveEnvironment(ctx context.Context, sel environment.Selector) (model.EnvironmentRef, error) {
+	if s.cfg.Environments == nil {
+		if sel != (environment.Selector{}) {
+			return "", errorf(NotSupported, "this server cannot choose an execution environment")
+		}
+		return "", nil
+	}
+	ref, err := s.cfg.Environments.Resolve(ctx, sel)
+	switch {
+	case err == nil:
+		return ref, nil
+	case errors.Is(err, environment.ErrUnknown):
+		return "", errorf(EnvironmentUnknown, "%s", err.Error())
+	case errors.Is(err, environment.ErrArtifactsMissing):
+		return "", errorf(EnvironmentArtifactsMissing, "%s", err.Error())
+	case errors.Is(err, environment.ErrUnavailable):
+		return "", errorf(EnvironmentUnavailable, "%s", err.Error())
+	}
+	return "", fmt.Errorf("resolve environment %s: %w", sel, err)
+}
+
+// insertPlaced places sb and inserts it with insert, placing it again
+// elsewhere while the store finds the chosen node full; it sets sb's node
+// and environment reference. Placement errors say what each node lacked.
+func (s *Service) insertPlaced(ctx context.Context, sb *model.Sandbox, sel environment.Selector, insert func(model.Sandbox) error) error {
+	req := placement.Request{Environment: sel, Template: sb.Template, Resources: sb.Resources, Selector: sb.NodeSelector}
+	err := placement.PlaceAndCommit(ctx, s.cfg.Placer, req, func(d placement.Decision) error {
+		if d.Node == s.cfg.Self && s.cfg.Environments != nil {
+			// This node: its artifacts are checked now (a runtime binary
+			// replaced since the start is refused here, not at create).
+			if _, err := s.resolveEnvironment(ctx, environment.Selector{Ref: d.Environment}); err != nil {
+				return err
+			}
+		}
+		sb.NodeID, sb.Environment = d.Node, d.Environment
+		return insert(*sb)
+	})
+	switch {
+	case errors.Is(err, placement.ErrRefusedEverywhere):
+		return errorf(NoCapacity, "nodes filled up while the sandbox was being placed; retry")
+	case errors.Is(err, placement.ErrUnknownEnvironment), errors.Is(err, placement.ErrNoNode), errors.Is(err, placement.ErrNoRoom):
+		return s.placementError(ctx, sel, err)
+	}
+	return err
+}
+
+// placementError maps a placement failure. When no node can run the
+// sandbox and this process runs sandboxes itself, its own environment
+// check says more precisely why (not enabled, artifacts missing).
+func (s *Service) placementError(ctx context.Context, sel environment.Selector, err error) error {
+	switch {
+	case errors.Is(err, placement.ErrUnknownEnvironment):
+		if s.cfg.Environments != nil {
+			if _, lerr := s.resolveEnvironment(ctx, sel); lerr != nil {
+				return lerr
+			}
+		}
+		return errorf(EnvironmentUnknown, "%s", err.Error())
+	case errors.Is(err, placement.ErrNoNode):
+		if s.cfg.Environments != nil && s.cfg.Self != "" {
+			if _, lerr := s.resolveEnvironment(ctx, sel); lerr != nil {
+				return lerr
+			}
+		}
+		return errorf(NoEligibleNode, "%s", err.Error())
+	case errors.Is(err, placement.ErrNoRoom):
+		return errorf(NoCapacity, "%s", err.Error())
+	}
+	return fmt.Errorf("place sandbox: %w", err)
+}
+
+// waitForBuild waits, bounded by ctx and MaxBuildWait, for an unfinished
+// build that is to point name at a template. Without one it returns at
+// once. When the name resolves to nothing afterwards and the newest build
+// for it failed, it refuses with BuildFailed naming that build.
+func (s *Service) waitForBuild(ctx context.Context, name model.TaggedName) error {
+	wctx, cancel := context.WithTimeout(ctx, MaxBuildWait)
+	defer cancel()
+	changed := s.cfg.Store.Watch(wctx)
+	waited := false
+	for {
+		page, err := s.cfg.Store.ListBuilds(wctx, store.BuildQuery{Name: name, Limit: 1})
+		if err != nil {
+			if ctx.Err() == nil && wctx.Err() != nil {
+				return errorf(Unavailable, "template %s is still building after %s; try again later", name, MaxBuildWait)
+			}
+			return fmt.Errorf("builds of %s: %w", name, err)
+		}
+		if len(page.Builds) == 0 {
+			return nil
+		}
+		b := page.Builds[0]
+		if b.State.Done() {
+			if b.State == model.BuildFailed {
+				if _, err := s.cfg.Store.ResolveTemplate(ctx, model.RefByName(name)); errors.Is(err, store.ErrNotFound) {
+					msg := ""
+					if b.Error != nil {
+						msg = b.Error.Message
+					}
+					return errorf(BuildFailed,
+						"template %s is not available: its build %s failed: %s (see `airlock build log %s`; the busybox template `minimal` needs no build: --template minimal)",
+						name, b.ID, msg, b.ID)
+				}
+			}
+			if waited {
+				s.log.InfoContext(ctx, "create waited for its template's build", "build", b.ID, "name", name, "state", b.State)
+			}
+			return nil
+		}
+		waited = true
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return errorf(Unavailable,
+				"template %s is still building (build %s) after %s; try again later", name, b.ID, MaxBuildWait)
+		case <-changed:
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
