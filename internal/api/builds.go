@@ -84,7 +84,7 @@ func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRe
 			return nil, err
 		}
 		if src.digest != "" && a.cfg.Distribution == nil {
-			return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported,
+			return nil, errorf(apiv1.CodeNotSupported,
 				"source %s: this server has no blob store to pull templates from (start it with --blob-store)", src.digest)
 		}
 		if p := src.localPath(); p != "" {
@@ -229,7 +229,7 @@ func (a *API) waitForBuild(ctx context.Context, name model.TaggedName) error {
 		page, err := a.cfg.Store.ListBuilds(wctx, store.BuildQuery{Name: name, Limit: 1})
 		if err != nil {
 			if ctx.Err() == nil && wctx.Err() != nil {
-				return errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "template %s is still building after %s; try again later", name, MaxBuildWait)
+				return errorf(apiv1.CodeUnavailable, "template %s is still building after %s; try again later", name, MaxBuildWait)
 			}
 			return fmt.Errorf("builds of %s: %w", name, err)
 		}
@@ -244,7 +244,7 @@ func (a *API) waitForBuild(ctx context.Context, name model.TaggedName) error {
 					if b.Error != nil {
 						msg = b.Error.Message
 					}
-					return errorf(http.StatusFailedDependency, apiv1.CodeBuildFailed,
+					return errorf(apiv1.CodeBuildFailed,
 						"template %s is not available: its build %s failed: %s (see `airlock build log %s`; the busybox template `minimal` needs no build: --template minimal)",
 						name, b.ID, msg, b.ID)
 				}
@@ -260,7 +260,7 @@ func (a *API) waitForBuild(ctx context.Context, name model.TaggedName) error {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
-			return errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable,
+			return errorf(apiv1.CodeUnavailable,
 				"template %s is still building (build %s) after %s; try again later", name, b.ID, MaxBuildWait)
 		case <-changed:
 		case <-time.After(5 * time.Second):

@@ -28,7 +28,7 @@ type Environments interface {
 // listEnvironments: GET /v1/environments → 200 EnvironmentList.
 func (a *API) listEnvironments(w http.ResponseWriter, r *http.Request, _ principal) {
 	if a.cfg.Environments == nil {
-		a.writeError(w, r, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server has no execution environment registry"))
+		a.writeError(w, r, errorf(apiv1.CodeNotSupported, "this server has no execution environment registry"))
 		return
 	}
 	list, err := a.cfg.Environments.List(r.Context())
@@ -76,7 +76,7 @@ func environmentOut(s envreg.Status) apiv1.Environment {
 func (a *API) createEnvironment(ctx context.Context, given bool, s string) (model.EnvironmentRef, error) {
 	if a.cfg.Environments == nil {
 		if given {
-			return "", errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server cannot choose an execution environment")
+			return "", errorf(apiv1.CodeNotSupported, "this server cannot choose an execution environment")
 		}
 		return "", nil
 	}
@@ -84,7 +84,7 @@ func (a *API) createEnvironment(ctx context.Context, given bool, s string) (mode
 	if given {
 		var err error
 		if sel, err = envid.ParseSelector(s); err != nil {
-			return "", errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "environment: %s", err.Error())
+			return "", errorf(apiv1.CodeEnvironmentUnknown, "environment: %s", err.Error())
 		}
 	}
 	ref, err := a.cfg.Environments.Resolve(ctx, sel)
@@ -92,11 +92,11 @@ func (a *API) createEnvironment(ctx context.Context, given bool, s string) (mode
 	case err == nil:
 		return ref, nil
 	case errors.Is(err, envid.ErrUnknown):
-		return "", errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "%s", err.Error())
+		return "", errorf(apiv1.CodeEnvironmentUnknown, "%s", err.Error())
 	case errors.Is(err, envid.ErrArtifactsMissing):
-		return "", errorf(http.StatusConflict, apiv1.CodeEnvironmentArtifactsMissing, "%s", err.Error())
+		return "", errorf(apiv1.CodeEnvironmentArtifactsMissing, "%s", err.Error())
 	case errors.Is(err, envid.ErrUnavailable):
-		return "", errorf(http.StatusConflict, apiv1.CodeEnvironmentUnavailable, "%s", err.Error())
+		return "", errorf(apiv1.CodeEnvironmentUnavailable, "%s", err.Error())
 	}
 	return "", fmt.Errorf("resolve environment %s: %w", sel, err)
 }

@@ -23,21 +23,30 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.code + ": " + e.msg }
 
-func errorf(status int, code, format string, args ...any) *apiError {
+// errorf is the API error with code, answered with the code's HTTP status
+// in apiv1's error vocabulary.
+func errorf(code, format string, args ...any) *apiError {
+	return statusErrorf(apiv1.HTTPStatus(code), code, format, args...)
+}
+
+// statusErrorf is errorf with a status another package chose: a
+// procctl.Error's or the data plane's, which is the code's status or its
+// documented AltStatus (apiv1.ErrorSpec).
+func statusErrorf(status int, code, format string, args ...any) *apiError {
 	return &apiError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
 }
 
 func badRequest(format string, args ...any) *apiError {
-	return errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, format, args...)
+	return errorf(apiv1.CodeInvalidRequest, format, args...)
 }
 
 func notFound(format string, args ...any) *apiError {
-	return errorf(http.StatusNotFound, apiv1.CodeNotFound, format, args...)
+	return errorf(apiv1.CodeNotFound, format, args...)
 }
 
 // classify maps an error from a handler, the store or a parser to the API
-// error it is answered with. Unknown errors are internal: their text is
-// logged, never sent.
+// error it is answered with (its code; the status is the vocabulary's).
+// Unknown errors are internal: their text is logged, never sent.
 func classify(err error) (*apiError, bool) {
 	var (
 		ae *apiError
@@ -47,25 +56,25 @@ func classify(err error) (*apiError, bool) {
 	case errors.As(err, &ae):
 		return ae, true
 	case errors.As(err, &qe):
-		return errorf(http.StatusForbidden, apiv1.CodeQuotaExceeded, "%s", qe.Error()), true
+		return errorf(apiv1.CodeQuotaExceeded, "%s", qe.Error()), true
 	case errors.Is(err, errBodyTimeout):
-		return errorf(http.StatusRequestTimeout, apiv1.CodeRequestTimeout, "the request body did not arrive in time; the connection is closed"), true
+		return errorf(apiv1.CodeRequestTimeout, "the request body did not arrive in time; the connection is closed"), true
 	case errors.Is(err, policy.ErrUnknownProfile):
-		return errorf(http.StatusBadRequest, apiv1.CodeUnknownEgressProfile, "%s", err.Error()), true
+		return errorf(apiv1.CodeUnknownEgressProfile, "%s", err.Error()), true
 	case errors.Is(err, store.ErrInUse):
-		return errorf(http.StatusConflict, apiv1.CodeEgressProfileInUse, "%s", err.Error()), true
+		return errorf(apiv1.CodeEgressProfileInUse, "%s", err.Error()), true
 	case errors.Is(err, model.ErrInvalid):
 		return badRequest("%s", err.Error()), true
 	case errors.Is(err, model.ErrInvalidTransition):
-		return errorf(http.StatusConflict, apiv1.CodeInvalidTransition, "%s", err.Error()), true
+		return errorf(apiv1.CodeInvalidTransition, "%s", err.Error()), true
 	case errors.Is(err, store.ErrNotFound):
 		return notFound("not found"), true
 	case errors.Is(err, store.ErrAlreadyExists):
-		return errorf(http.StatusConflict, apiv1.CodeAlreadyExists, "already exists"), true
+		return errorf(apiv1.CodeAlreadyExists, "already exists"), true
 	case errors.Is(err, store.ErrStateChanged):
-		return errorf(http.StatusConflict, apiv1.CodeInvalidTransition, "the sandbox changed state concurrently; retry"), true
+		return errorf(apiv1.CodeInvalidTransition, "the sandbox changed state concurrently; retry"), true
 	}
-	return errorf(http.StatusInternalServerError, apiv1.CodeInternal, "internal error"), false
+	return errorf(apiv1.CodeInternal, "internal error"), false
 }
 
 // writeError answers with the JSON error for err and logs internal errors.
@@ -81,6 +90,11 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		a.log.ErrorContext(ctx, "internal error", "method", r.Method, "path", r.URL.Path,
 			"request_id", requestIDFrom(ctx), "err", err)
 	}
+	writeAPIError(w, ae)
+}
+
+// writeAPIError answers with ae.
+func writeAPIError(w http.ResponseWriter, ae *apiError) {
 	if ae.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 	}

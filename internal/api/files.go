@@ -33,7 +33,7 @@ func (a *API) fileRoutes() []route {
 // fileAgent returns the agent of the caller's running sandbox {id}.
 func (a *API) fileAgent(ctx context.Context, r *http.Request, p principal) (model.Sandbox, *agentclient.Client, error) {
 	if a.cfg.Agents == nil || a.cfg.FileTokens == nil {
-		return model.Sandbox{}, nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server has no file access to sandboxes")
+		return model.Sandbox{}, nil, errorf(apiv1.CodeNotSupported, "this server has no file access to sandboxes")
 	}
 	return a.agentOf(ctx, r, p)
 }
@@ -41,14 +41,14 @@ func (a *API) fileAgent(ctx context.Context, r *http.Request, p principal) (mode
 // agentFileError turns an agent error into the API's error.
 func agentFileError(err error) error {
 	status, code, msg := dataplane.FileError(err)
-	return errorf(status, code, "%s", msg)
+	return statusErrorf(status, code, "%s", msg)
 }
 
 // parsePathField parses a guest path from a body field or query parameter.
 func parsePathField(name, s string) (model.GuestPath, error) {
 	p, err := model.ParseGuestPath(s)
 	if err != nil {
-		return "", errorf(http.StatusBadRequest, apiv1.CodeInvalidPath, "%s: %v", name, err)
+		return "", errorf(apiv1.CodeInvalidPath, "%s: %v", name, err)
 	}
 	return p, nil
 }
@@ -63,7 +63,7 @@ func queryPath(r *http.Request) (model.GuestPath, *model.UserIDs, error) {
 		}
 	}
 	if len(q["path"]) != 1 {
-		return "", nil, errorf(http.StatusBadRequest, apiv1.CodeInvalidPath, "give the path query parameter once")
+		return "", nil, errorf(apiv1.CodeInvalidPath, "give the path query parameter once")
 	}
 	p, err := parsePathField("path", q.Get("path"))
 	if err != nil {

@@ -96,7 +96,7 @@ func (a *API) lifecycleError(ctx context.Context, project model.ProjectID, sb mo
 	case errors.Is(err, store.ErrNotFound):
 		return notFound("sandbox %s not found", sb.ID)
 	case errors.Is(err, store.ErrBusy):
-		return errorf(http.StatusConflict, apiv1.CodeSandboxBusy,
+		return errorf(apiv1.CodeSandboxBusy,
 			"a %s of sandbox %s cannot start while %s; retry when that has finished (GET /v1/sandboxes/%s shows its state)",
 			lc.Kind, sb.ID, a.underWay(ctx, sb.ID), sb.ID)
 	case errors.Is(err, model.ErrInvalidTransition):
@@ -108,7 +108,7 @@ func (a *API) lifecycleError(ctx context.Context, project model.ProjectID, sb mo
 		for i, s := range lc.From {
 			from[i] = string(s)
 		}
-		return errorf(http.StatusConflict, apiv1.CodeInvalidTransition, "sandbox %s is %s; a %s needs %s%s",
+		return errorf(apiv1.CodeInvalidTransition, "sandbox %s is %s; a %s needs %s%s",
 			sb.ID, state, lc.Kind, strings.Join(from, " or "), transitionHint(lc.Kind, state))
 	}
 	var ae *apiError
@@ -155,18 +155,18 @@ func (a *API) checkSupported(sb model.Sandbox, kind model.OperationKind) error {
 	sup, ok := a.cfg.LifecycleSupport(sb)
 	if !ok {
 		if sb.Runtime != "" {
-			return errorf(http.StatusConflict, apiv1.CodeEnvironmentUnavailable, "sandbox %s runs on %s, which this server does not drive; restart it with --env %s to %s it", sb.ID, sb.Runtime, sb.Runtime, kind)
+			return errorf(apiv1.CodeEnvironmentUnavailable, "sandbox %s runs on %s, which this server does not drive; restart it with --env %s to %s it", sb.ID, sb.Runtime, sb.Runtime, kind)
 		}
 		return nil
 	}
 	switch kind {
 	case model.OpPause, model.OpResume:
 		if !sup.Pause {
-			return errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "sandbox %s runs on %s, which cannot pause", sb.ID, runtimeName(sb))
+			return errorf(apiv1.CodeNotSupported, "sandbox %s runs on %s, which cannot pause", sb.ID, runtimeName(sb))
 		}
 	case model.OpSuspend, model.OpWake:
 		if sup.Snapshot == "" {
-			return errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "sandbox %s runs on %s, which cannot snapshot a sandbox: it cannot be suspended", sb.ID, runtimeName(sb))
+			return errorf(apiv1.CodeNotSupported, "sandbox %s runs on %s, which cannot snapshot a sandbox: it cannot be suspended", sb.ID, runtimeName(sb))
 		}
 	}
 	return nil
@@ -243,7 +243,7 @@ func (a *API) runFirst(ctx context.Context, project model.ProjectID, sb model.Sa
 			if ctx.Err() != nil {
 				return model.Sandbox{}, context.Cause(ctx)
 			}
-			return model.Sandbox{}, errorf(http.StatusGatewayTimeout, apiv1.CodeResumeTimeout,
+			return model.Sandbox{}, errorf(apiv1.CodeResumeTimeout,
 				"sandbox %s did not run within %s of asking it to resume (it is %s); retry, or look at GET /v1/sandboxes/%s",
 				sb.ID, a.resumeTimeout(), cur.State, sb.ID)
 		case _, ok := <-changed:
@@ -288,7 +288,7 @@ func failedFirst(sb model.Sandbox, op model.Operation) error {
 		why = op.Error.Message
 	}
 	base := notRunning(sb)
-	return errorf(base.status, base.code, "the %s (%s) this request asked for failed: %s; sandbox %s is %s",
+	return statusErrorf(base.status, base.code, "the %s (%s) this request asked for failed: %s; sandbox %s is %s",
 		op.Kind, op.ID, why, sb.ID, sb.State)
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/envid"
@@ -19,12 +18,12 @@ type Placer = placement.Decider
 // reference), or the server's default.
 func (a *API) environmentSelector(given bool, s string) (envid.Selector, error) {
 	if given && a.cfg.Environments == nil {
-		return envid.Selector{}, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server cannot choose an execution environment")
+		return envid.Selector{}, errorf(apiv1.CodeNotSupported, "this server cannot choose an execution environment")
 	}
 	if given {
 		sel, err := envid.ParseSelector(s)
 		if err != nil {
-			return envid.Selector{}, errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "environment: %s", err.Error())
+			return envid.Selector{}, errorf(apiv1.CodeEnvironmentUnknown, "environment: %s", err.Error())
 		}
 		return sel, nil
 	}
@@ -52,7 +51,7 @@ func (a *API) insertPlaced(ctx context.Context, sb *model.Sandbox, sel envid.Sel
 	})
 	switch {
 	case errors.Is(err, placement.ErrRefusedEverywhere):
-		return errorf(http.StatusServiceUnavailable, apiv1.CodeNoCapacity, "nodes filled up while the sandbox was being placed; retry")
+		return errorf(apiv1.CodeNoCapacity, "nodes filled up while the sandbox was being placed; retry")
 	case errors.Is(err, placement.ErrUnknownEnvironment), errors.Is(err, placement.ErrNoNode), errors.Is(err, placement.ErrNoRoom):
 		return a.placementError(ctx, sel, err)
 	}
@@ -70,16 +69,16 @@ func (a *API) placementError(ctx context.Context, sel envid.Selector, err error)
 				return lerr
 			}
 		}
-		return errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "%s", err.Error())
+		return errorf(apiv1.CodeEnvironmentUnknown, "%s", err.Error())
 	case errors.Is(err, placement.ErrNoNode):
 		if a.cfg.Environments != nil && a.cfg.Self != "" {
 			if _, lerr := a.createEnvironment(ctx, true, sel.String()); lerr != nil {
 				return lerr
 			}
 		}
-		return errorf(http.StatusConflict, apiv1.CodeNoEligibleNode, "%s", err.Error())
+		return errorf(apiv1.CodeNoEligibleNode, "%s", err.Error())
 	case errors.Is(err, placement.ErrNoRoom):
-		return errorf(http.StatusServiceUnavailable, apiv1.CodeNoCapacity, "%s", err.Error())
+		return errorf(apiv1.CodeNoCapacity, "%s", err.Error())
 	}
 	return fmt.Errorf("place sandbox: %w", err)
 }

@@ -120,7 +120,7 @@ func (a *API) putPool(ctx context.Context, c *call[apiv1.PutPoolRequest]) (*repl
 	}
 	if a.cfg.Capacity != nil {
 		if err := res.FitsNode(*a.cfg.Capacity); err != nil {
-			return nil, errorf(http.StatusBadRequest, apiv1.CodeExceedsCapacity, "%s", err.Error())
+			return nil, errorf(apiv1.CodeExceedsCapacity, "%s", err.Error())
 		}
 	}
 	envName, err := a.poolEnvironment(ctx, c.present["environment"], c.in.Environment)
@@ -128,7 +128,7 @@ func (a *API) putPool(ctx context.Context, c *call[apiv1.PutPoolRequest]) (*repl
 		return nil, err
 	}
 	if _, err := a.cfg.Store.ResolveTemplate(ctx, ref); errors.Is(err, store.ErrNotFound) {
-		return nil, errorf(http.StatusNotFound, apiv1.CodeTemplateNotFound, "template %s not found", ref)
+		return nil, errorf(apiv1.CodeTemplateNotFound, "template %s not found", ref)
 	} else if err != nil {
 		return nil, fmt.Errorf("resolve template %s: %w", ref, err)
 	}
@@ -154,7 +154,7 @@ func (a *API) putPool(ctx context.Context, c *call[apiv1.PutPoolRequest]) (*repl
 func (a *API) poolEnvironment(ctx context.Context, given bool, s string) (string, error) {
 	if a.cfg.Environments == nil {
 		if given {
-			return "", errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server cannot choose an execution environment")
+			return "", errorf(apiv1.CodeNotSupported, "this server cannot choose an execution environment")
 		}
 		return "", nil
 	}
@@ -162,7 +162,7 @@ func (a *API) poolEnvironment(ctx context.Context, given bool, s string) (string
 	if given {
 		sel, err := envid.ParseSelector(s)
 		if err != nil || sel.Name == "" {
-			return "", errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "environment: a pool names its environment by name (e.g. runsc), not %q", s)
+			return "", errorf(apiv1.CodeEnvironmentUnknown, "environment: a pool names its environment by name (e.g. runsc), not %q", s)
 		}
 		name = sel.Name
 	}

@@ -23,7 +23,7 @@ func (a *API) agentOf(ctx context.Context, r *http.Request, p principal) (model.
 		return sb, nil, notRunning(sb)
 	}
 	if a.cfg.Agents == nil {
-		return sb, nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server does not host sandboxes")
+		return sb, nil, errorf(apiv1.CodeNotSupported, "this server does not host sandboxes")
 	}
 	agent, err := a.cfg.Agents.Agent(sb.ID)
 	if err != nil {
@@ -36,13 +36,13 @@ func (a *API) agentOf(ctx context.Context, r *http.Request, p principal) (model.
 // notRunning is the error of a request that needs sb running.
 func notRunning(sb model.Sandbox) *apiError {
 	pe := procctl.NotRunning(sb.ID, sb.State)
-	return errorf(pe.Status, pe.Code, "%s", pe.Message)
+	return statusErrorf(pe.Status, pe.Code, "%s", pe.Message)
 }
 
 // procError turns an agent call's error into the API error.
 func procError(err error) *apiError {
 	pe := procctl.PublicError(err)
-	return errorf(pe.Status, pe.Code, "%s", pe.Message)
+	return statusErrorf(pe.Status, pe.Code, "%s", pe.Message)
 }
 
 // listProcesses: GET /v1/sandboxes/{id}/processes → 200 ProcessList: the

@@ -43,7 +43,7 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	}
 	if a.cfg.Capacity != nil {
 		if err := res.FitsNode(*a.cfg.Capacity); err != nil {
-			return nil, errorf(http.StatusBadRequest, apiv1.CodeExceedsCapacity, "%s", err.Error())
+			return nil, errorf(apiv1.CodeExceedsCapacity, "%s", err.Error())
 		}
 	}
 	env, err := model.ParseEnv(in.Env)
@@ -67,7 +67,7 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 		return nil, fmt.Errorf("node_selector: %w", err)
 	}
 	if len(selector) > 0 && a.cfg.Placer == nil {
-		return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server does not place sandboxes on nodes: node_selector is not supported")
+		return nil, errorf(apiv1.CodeNotSupported, "this server does not place sandboxes on nodes: node_selector is not supported")
 	}
 	var envRef model.EnvironmentRef
 	envSel, err := a.environmentSelector(c.present["environment"], in.Environment)
@@ -88,7 +88,7 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	}
 	tpl, err := a.cfg.Store.ResolveTemplate(ctx, ref)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, errorf(http.StatusNotFound, apiv1.CodeTemplateNotFound, "template %s not found", ref)
+		return nil, errorf(apiv1.CodeTemplateNotFound, "template %s not found", ref)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("resolve template %s: %w", ref, err)
@@ -143,7 +143,7 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		// The template was deleted (or collected) since it was resolved.
-		return nil, errorf(http.StatusNotFound, apiv1.CodeTemplateNotFound, "template %s (%s) was deleted meanwhile", ref, tpl.Digest)
+		return nil, errorf(apiv1.CodeTemplateNotFound, "template %s (%s) was deleted meanwhile", ref, tpl.Digest)
 	} else if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}

@@ -28,7 +28,7 @@ func (a *API) applyTemplateDefaults(spec *model.ProcessSpec, tpl model.TemplateD
 	if err := procctl.ApplyDefaults(spec, d); err != nil {
 		var pe *procctl.Error
 		if errors.As(err, &pe) {
-			return errorf(pe.Status, pe.Code, "%s", pe.Message)
+			return statusErrorf(pe.Status, pe.Code, "%s", pe.Message)
 		}
 		return err
 	}

@@ -31,39 +31,44 @@ func (d *DataPlane) registerFiles(mux *http.ServeMux) {
 	}
 }
 
-// FileError maps an error of an agent file call to the HTTP status, stable
-// apiv1 code and message clients see. The agent is not trusted: only the
+// FileError maps an error of an agent file call to the stable apiv1 code,
+// its HTTP status and the message clients see. The agent is not trusted: only the
 // codes mapped here pass through.
 func FileError(err error) (status int, code, msg string) {
 	var aerr *agentclient.Error
 	if !errors.As(err, &aerr) {
-		return http.StatusServiceUnavailable, apiv1.CodeUnavailable, "could not reach the sandbox: " + err.Error()
+		return coded(apiv1.CodeUnavailable, "could not reach the sandbox: "+err.Error())
 	}
 	switch aerr.Code {
 	case agentproto.CodeNotFound:
-		return http.StatusNotFound, apiv1.CodeNotFound, aerr.Message
+		return coded(apiv1.CodeNotFound, aerr.Message)
 	case agentproto.CodeInvalidPath:
-		return http.StatusBadRequest, apiv1.CodeInvalidPath, aerr.Message
+		return coded(apiv1.CodeInvalidPath, aerr.Message)
 	case agentproto.CodeInvalidRequest, agentproto.CodeInvalidFileUser:
-		return http.StatusBadRequest, apiv1.CodeInvalidRequest, aerr.Message
+		return coded(apiv1.CodeInvalidRequest, aerr.Message)
 	case agentproto.CodeUnsupportedFileType:
-		return http.StatusBadRequest, apiv1.CodeUnsupportedFileType, aerr.Message
+		return coded(apiv1.CodeUnsupportedFileType, aerr.Message)
 	case agentproto.CodeNotADirectory:
-		return http.StatusConflict, apiv1.CodeNotADirectory, aerr.Message
+		return coded(apiv1.CodeNotADirectory, aerr.Message)
 	case agentproto.CodeIsADirectory:
-		return http.StatusConflict, apiv1.CodeIsADirectory, aerr.Message
+		return coded(apiv1.CodeIsADirectory, aerr.Message)
 	case agentproto.CodeAlreadyExists:
-		return http.StatusConflict, apiv1.CodeAlreadyExists, aerr.Message
+		return coded(apiv1.CodeAlreadyExists, aerr.Message)
 	case agentproto.CodeDirectoryNotEmpty:
-		return http.StatusConflict, apiv1.CodeDirectoryNotEmpty, aerr.Message
+		return coded(apiv1.CodeDirectoryNotEmpty, aerr.Message)
 	case agentproto.CodePermissionDenied:
-		return http.StatusForbidden, apiv1.CodePermissionDenied, aerr.Message
+		return coded(apiv1.CodePermissionDenied, aerr.Message)
 	case agentproto.CodeNoRoute:
-		return http.StatusNotImplemented, apiv1.CodeNotSupported, "the sandbox's agent has no file endpoints (too old)"
+		return coded(apiv1.CodeNotSupported, "the sandbox's agent has no file endpoints (too old)")
 	case agentproto.CodeShuttingDown:
-		return http.StatusServiceUnavailable, apiv1.CodeUnavailable, "the sandbox is shutting down"
+		return coded(apiv1.CodeUnavailable, "the sandbox is shutting down")
 	}
-	return http.StatusInternalServerError, apiv1.CodeInternal, "the sandbox's agent failed the file request"
+	return coded(apiv1.CodeInternal, "the sandbox's agent failed the file request")
+}
+
+// coded is FileError's answer for code: its status in apiv1's vocabulary.
+func coded(code, msg string) (int, string, string) {
+	return apiv1.HTTPStatus(code), code, msg
 }
 
 // checkFileToken authorizes a transfer request: a file token of this
@@ -72,22 +77,22 @@ func (d *DataPlane) checkFileToken(w http.ResponseWriter, r *http.Request, direc
 	tok := bearer(r)
 	switch {
 	case tok == "":
-		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "missing file transfer token: send Authorization: Bearer <token>")
+		writeError(w, apiv1.CodeUnauthenticated, "missing file transfer token: send Authorization: Bearer <token>")
 		return auth.FileClaims{}, false
 	case auth.KindOf(tok) != auth.KindFiles:
-		writeError(w, http.StatusUnauthorized, apiv1.CodeWrongTokenKind, "this route takes a file transfer token (alf_…) from POST /v1/sandboxes/{id}/files/transfers")
+		writeError(w, apiv1.CodeWrongTokenKind, "this route takes a file transfer token (alf_…) from POST /v1/sandboxes/{id}/files/transfers")
 		return auth.FileClaims{}, false
 	}
 	c, err := d.cfg.FileTokens.VerifyFile(tok, d.cfg.Now())
 	switch {
 	case errors.Is(err, auth.ErrTokenExpired):
-		writeError(w, http.StatusUnauthorized, apiv1.CodeTokenExpired, "file transfer token expired; create a new transfer")
+		writeError(w, apiv1.CodeTokenExpired, "file transfer token expired; create a new transfer")
 		return auth.FileClaims{}, false
 	case err != nil:
-		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "invalid file transfer token")
+		writeError(w, apiv1.CodeUnauthenticated, "invalid file transfer token")
 		return auth.FileClaims{}, false
 	case c.Sandbox.String() != r.PathValue("id") || c.Direction != direction:
-		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "this file transfer token is for another sandbox or direction")
+		writeError(w, apiv1.CodeUnauthenticated, "this file transfer token is for another sandbox or direction")
 		return auth.FileClaims{}, false
 	}
 	return c, true
@@ -103,12 +108,12 @@ func (d *DataPlane) fileTransfer(direction string) http.HandlerFunc {
 		}
 		sb, err := d.cfg.Store.GetSandboxByID(ctx, c.Sandbox)
 		if errors.Is(err, store.ErrNotFound) {
-			writeError(w, http.StatusNotFound, apiv1.CodeNotFound, fmt.Sprintf("sandbox %s not found", c.Sandbox))
+			writeError(w, apiv1.CodeNotFound, fmt.Sprintf("sandbox %s not found", c.Sandbox))
 			return
 		}
 		if err != nil {
 			d.log.ErrorContext(ctx, "load sandbox", "sandbox", c.Sandbox, "err", err)
-			writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not load the sandbox")
+			writeError(w, apiv1.CodeInternal, "could not load the sandbox")
 			return
 		}
 		if d.routeRemote(w, r, sb.ID, sb.NodeID) {
@@ -116,7 +121,7 @@ func (d *DataPlane) fileTransfer(direction string) http.HandlerFunc {
 		}
 		if sb.State != model.StateRunning {
 			pe := procctl.NotRunning(sb.ID, sb.State)
-			writeError(w, pe.Status, pe.Code, pe.Message)
+			writeStatusError(w, pe.Status, pe.Code, pe.Message)
 			return
 		}
 		agent, err := d.cfg.Agents.Agent(sb.ID)
@@ -154,7 +159,7 @@ func AgentUser(u *model.UserIDs) agentclient.FileOption {
 
 func writeFileError(w http.ResponseWriter, err error) {
 	status, code, msg := FileError(err)
-	writeError(w, status, code, msg)
+	writeStatusError(w, status, code, msg)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -226,7 +231,7 @@ func mediaOK(w http.ResponseWriter, r *http.Request, want ...string) bool {
 			}
 		}
 	}
-	writeError(w, http.StatusUnsupportedMediaType, apiv1.CodeUnsupportedMedia, fmt.Sprintf("Content-Type must be %v", want))
+	writeError(w, apiv1.CodeUnsupportedMedia, fmt.Sprintf("Content-Type must be %v", want))
 	return false
 }
 
@@ -238,7 +243,7 @@ func (d *DataPlane) upload(ctx context.Context, w http.ResponseWriter, r *http.R
 	if v := r.URL.Query().Get("mode"); v != "" {
 		m, err := strconv.ParseUint(v, 8, 32)
 		if err != nil || m > 0o7777 {
-			writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, "mode must be octal, at most 7777")
+			writeError(w, apiv1.CodeInvalidRequest, "mode must be octal, at most 7777")
 			return
 		}
 		mode = int(m)
@@ -270,7 +275,7 @@ func (d *DataPlane) tarIn(ctx context.Context, w http.ResponseWriter, r *http.Re
 func (d *DataPlane) watch(ctx context.Context, w http.ResponseWriter, agent *agentclient.Client, p string, as agentclient.FileOption) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "streaming unsupported")
+		writeError(w, apiv1.CodeInternal, "streaming unsupported")
 		return
 	}
 	ws, err := agent.Watch(ctx, p, as)

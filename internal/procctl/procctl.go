@@ -89,12 +89,16 @@ func ProcessOut(st agentproto.ProcessStatus) apiv1.Process {
 
 // Error is a guest or transport failure as clients see it.
 type Error struct {
-	Status  int
+	Status  int // the code's HTTP status in apiv1's vocabulary, or its AltStatus
 	Code    string
 	Message string
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// newError is the Error of code, with the code's HTTP status in apiv1's
+// error vocabulary.
+func newError(code, msg string) *Error { return &Error{apiv1.HTTPStatus(code), code, msg} }
 
 // PublicError maps an error of an agent call to a public status, code and
 // message.
@@ -103,40 +107,41 @@ func PublicError(err error) *Error {
 	var perr *agentclient.ProtocolError
 	switch {
 	case errors.Is(err, ErrSandboxGone):
-		return &Error{http.StatusConflict, apiv1.CodeSandboxNotRunning, "the sandbox is being deleted"}
+		return newError(apiv1.CodeSandboxNotRunning, "the sandbox is being deleted")
 	case errors.Is(err, ErrEnvironmentNotEnabled):
-		return &Error{http.StatusConflict, apiv1.CodeEnvironmentUnavailable, "the sandbox runs in an execution environment this server does not drive (it was restarted without that --env); it is left as it is"}
+		return newError(apiv1.CodeEnvironmentUnavailable, "the sandbox runs in an execution environment this server does not drive (it was restarted without that --env); it is left as it is")
 	case errors.As(err, &perr):
-		return &Error{http.StatusNotImplemented, apiv1.CodeAgentUnsupported, perr.Error()}
+		return newError(apiv1.CodeAgentUnsupported, perr.Error())
 	case errors.Is(err, agentclient.ErrUnsupported):
-		return &Error{http.StatusNotImplemented, apiv1.CodeAgentUnsupported, "the sandbox's agent is too old for this request (" + lastPart(err) + ")"}
+		return newError(apiv1.CodeAgentUnsupported, "the sandbox's agent is too old for this request ("+lastPart(err)+")")
 	case errors.Is(err, context.DeadlineExceeded):
+		// unavailable's documented AltStatus (apiv1.ErrorSpec): 504, not 503.
 		return &Error{http.StatusGatewayTimeout, apiv1.CodeUnavailable, "the sandbox's agent did not answer in time"}
 	case errors.Is(err, context.Canceled):
-		return &Error{http.StatusServiceUnavailable, apiv1.CodeUnavailable, "the request was cancelled"}
+		return newError(apiv1.CodeUnavailable, "the request was cancelled")
 	case !errors.As(err, &aerr):
 		// A transport error: never show its text (it names host paths).
-		return &Error{http.StatusServiceUnavailable, apiv1.CodeUnavailable, "could not reach the sandbox's agent"}
+		return newError(apiv1.CodeUnavailable, "could not reach the sandbox's agent")
 	}
 	switch aerr.Code {
 	case agentproto.CodeExecFailed:
-		return &Error{http.StatusBadRequest, apiv1.CodeExecFailed, aerr.Message}
+		return newError(apiv1.CodeExecFailed, aerr.Message)
 	case agentproto.CodeInvalidRequest:
-		return &Error{http.StatusBadRequest, apiv1.CodeInvalidRequest, aerr.Message}
+		return newError(apiv1.CodeInvalidRequest, aerr.Message)
 	case agentproto.CodeNotFound:
-		return &Error{http.StatusNotFound, apiv1.CodeProcessNotFound, "the sandbox has no such process (not started yet, or forgotten after it exited)"}
+		return newError(apiv1.CodeProcessNotFound, "the sandbox has no such process (not started yet, or forgotten after it exited)")
 	case agentproto.CodeNotRunning:
-		return &Error{http.StatusConflict, apiv1.CodeProcessExited, "the process has exited"}
+		return newError(apiv1.CodeProcessExited, "the process has exited")
 	case agentproto.CodeNoStdin:
-		return &Error{http.StatusConflict, apiv1.CodeNoStdin, "the process's stdin is not open (start it with stdin, and do not close it before writing)"}
+		return newError(apiv1.CodeNoStdin, "the process's stdin is not open (start it with stdin, and do not close it before writing)")
 	case agentproto.CodeNoPTY:
-		return &Error{http.StatusConflict, apiv1.CodeNoPTY, "the process has no terminal"}
+		return newError(apiv1.CodeNoPTY, "the process has no terminal")
 	case agentproto.CodeBusy:
-		return &Error{http.StatusTooManyRequests, apiv1.CodeTooManyAttachments, "the process has as many output streams as it allows"}
+		return newError(apiv1.CodeTooManyAttachments, "the process has as many output streams as it allows")
 	case agentproto.CodeShuttingDown:
-		return &Error{http.StatusServiceUnavailable, apiv1.CodeUnavailable, "the sandbox is shutting down"}
+		return newError(apiv1.CodeUnavailable, "the sandbox is shutting down")
 	}
-	return &Error{http.StatusInternalServerError, apiv1.CodeInternal, "the sandbox's agent failed the request"}
+	return newError(apiv1.CodeInternal, "the sandbox's agent failed the request")
 }
 
 func lastPart(err error) string {
@@ -154,11 +159,11 @@ func lastPart(err error) string {
 func NotRunning(id model.SandboxID, state model.SandboxState) *Error {
 	switch state {
 	case model.StatePaused, model.StatePausing:
-		return &Error{http.StatusConflict, apiv1.CodeSandboxPaused, fmt.Sprintf(
-			"sandbox %s is %s; resume it (POST /v1/sandboxes/%s/resume, airlock sandbox resume) or send the command with \"resume\": true", id, state, id)}
+		return newError(apiv1.CodeSandboxPaused, fmt.Sprintf(
+			"sandbox %s is %s; resume it (POST /v1/sandboxes/%s/resume, airlock sandbox resume) or send the command with \"resume\": true", id, state, id))
 	case model.StateSuspended, model.StateSuspending:
-		return &Error{http.StatusConflict, apiv1.CodeSandboxSuspended, fmt.Sprintf(
-			"sandbox %s is %s; wake it (POST /v1/sandboxes/%s/wake, airlock sandbox wake) or send the command with \"resume\": true", id, state, id)}
+		return newError(apiv1.CodeSandboxSuspended, fmt.Sprintf(
+			"sandbox %s is %s; wake it (POST /v1/sandboxes/%s/wake, airlock sandbox wake) or send the command with \"resume\": true", id, state, id))
 	}
-	return &Error{http.StatusConflict, apiv1.CodeSandboxNotRunning, fmt.Sprintf("sandbox %s is %s, not running", id, state)}
+	return newError(apiv1.CodeSandboxNotRunning, fmt.Sprintf("sandbox %s is %s, not running", id, state))
 }
