@@ -64,7 +64,7 @@ func (a *API) createProject(ctx context.Context, c *call[apiv1.CreateProjectRequ
 					return nil, &store.IdempotencyConflictError{Existing: prev}
 				}
 			}
-			return nil, errorf(http.StatusConflict, apiv1.CodeAlreadyExists, "a project named %q exists", name)
+			return nil, errorf(apiv1.CodeAlreadyExists, "a project named %q exists", name)
 		}
 		return nil, fmt.Errorf("create project: %w", err)
 	}

@@ -107,7 +107,7 @@ func (a *API) createAttachment(ctx context.Context, c *call[attachmentBody]) (*r
 // previous key keep verifying until they expire.
 func (a *API) rotateAttachKey(ctx context.Context, c *call[noBody]) (*reply, error) {
 	if a.cfg.AttachKeys == nil {
-		return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server's attachment keys cannot be rotated through the API")
+		return nil, errorf(apiv1.CodeNotSupported, "this server's attachment keys cannot be rotated through the API")
 	}
 	kid, err := a.cfg.AttachKeys.Rotate()
 	if err != nil {

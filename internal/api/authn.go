@@ -65,7 +65,7 @@ func sandboxTokenRoute(method, pattern string) bool {
 }
 
 func unauthenticated(format string, args ...any) *apiError {
-	return errorf(http.StatusUnauthorized, apiv1.CodeUnauthenticated, format, args...)
+	return errorf(apiv1.CodeUnauthenticated, format, args...)
 }
 
 // authenticate checks the request's bearer API key against the store, or,
@@ -90,7 +90,7 @@ func (a *API) authenticate(r *http.Request, rt route) (principal, error) {
 	}
 	switch auth.KindOf(token) {
 	case auth.KindAttachment, auth.KindFiles:
-		return principal{}, errorf(http.StatusUnauthorized, apiv1.CodeWrongTokenKind,
+		return principal{}, errorf(apiv1.CodeWrongTokenKind,
 			"a data-plane token cannot call the management API; use an API key")
 	case auth.KindSandbox:
 		return a.authenticateSandbox(r, token)

@@ -79,7 +79,7 @@ func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRe
 			return nil, err
 		}
 		if src.digest != "" && a.cfg.Distribution == nil {
-			return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported,
+			return nil, errorf(apiv1.CodeNotSupported,
 				"source %s: this server has no blob store to pull templates from (start it with --blob-store)", src.digest)
 		}
 		if p := src.localPath(); p != "" {

@@ -23,14 +23,14 @@ type fieldSet map[string]bool
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
-		return nil, errorf(http.StatusUnsupportedMediaType, apiv1.CodeUnsupportedMedia, "Content-Type must be application/json")
+		return nil, errorf(apiv1.CodeUnsupportedMedia, "Content-Type must be application/json")
 	}
 	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "application/json" {
-		return nil, errorf(http.StatusUnsupportedMediaType, apiv1.CodeUnsupportedMedia, "Content-Type must be application/json, not %q", textclip.Bytes(ct, maxEcho))
+		return nil, errorf(apiv1.CodeUnsupportedMedia, "Content-Type must be application/json, not %q", textclip.Bytes(ct, maxEcho))
 	}
 	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-		return nil, errorf(http.StatusUnsupportedMediaType, apiv1.CodeUnsupportedMedia, "the only charset accepted is utf-8")
+		return nil, errorf(apiv1.CodeUnsupportedMedia, "the only charset accepted is utf-8")
 	}
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
@@ -46,7 +46,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 }
 
 func tooLarge(limit int64) error {
-	return errorf(http.StatusRequestEntityTooLarge, apiv1.CodePayloadTooLarge, "the request body is larger than %d bytes", limit)
+	return errorf(apiv1.CodePayloadTooLarge, "the request body is larger than %d bytes", limit)
 }
 
 // decodeStrict decodes one JSON object into dst, a pointer to a flat wire

@@ -105,7 +105,7 @@ func (a *API) deleteEgressProfile(ctx context.Context, c *call[noBody]) (*reply,
 	if err := a.cfg.Store.DeleteEgressProfile(ctx, name); errors.Is(err, store.ErrNotFound) {
 		return nil, notFound("egress profile %s not found", name)
 	} else if errors.Is(err, store.ErrInUse) {
-		return nil, errorf(http.StatusConflict, apiv1.CodeEgressProfileInUse,
+		return nil, errorf(apiv1.CodeEgressProfileInUse,
 			"egress profile %s is named by the policy of a sandbox that is not deleted; change those policies first", name)
 	} else if err != nil {
 		return nil, fmt.Errorf("delete egress profile %s: %w", name, err)

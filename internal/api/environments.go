@@ -20,7 +20,7 @@ type Environments interface {
 // listEnvironments: GET /v1/environments → 200 EnvironmentList.
 func (a *API) listEnvironments(w http.ResponseWriter, r *http.Request, _ principal) {
 	if a.cfg.Environments == nil {
-		a.writeError(w, r, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server has no execution environment registry"))
+		a.writeError(w, r, errorf(apiv1.CodeNotSupported, "this server has no execution environment registry"))
 		return
 	}
 	list, err := a.cfg.Environments.List(r.Context())

@@ -25,21 +25,30 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.code + ": " + e.msg }
 
-func errorf(status int, code, format string, args ...any) *apiError {
+// errorf is the API error with code, answered with the code's HTTP status
+// in apiv1's error vocabulary.
+func errorf(code, format string, args ...any) *apiError {
+	return statusErrorf(apiv1.HTTPStatus(code), code, format, args...)
+}
+
+// statusErrorf is errorf with a status another package chose: a
+// guestops.Error's or the data plane's, which is the code's status or its
+// documented AltStatus (apiv1.ErrorSpec).
+func statusErrorf(status int, code, format string, args ...any) *apiError {
 	return &apiError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
 }
 
 func badRequest(format string, args ...any) *apiError {
-	return errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, format, args...)
+	return errorf(apiv1.CodeInvalidRequest, format, args...)
 }
 
 func notFound(format string, args ...any) *apiError {
-	return errorf(http.StatusNotFound, apiv1.CodeNotFound, format, args...)
+	return errorf(apiv1.CodeNotFound, format, args...)
 }
 
 // classify maps an error from a handler, the store or a parser to the API
-// error it is answered with. Unknown errors are internal: their text is
-// logged, never sent.
+// error it is answered with (its code; the status is the vocabulary's).
+// Unknown errors are internal: their text is logged, never sent.
 func classify(err error) (*apiError, bool) {
 	var (
 		ae *apiError
@@ -51,69 +60,68 @@ func classify(err error) (*apiError, bool) {
 	case errors.As(err, &ae):
 		return ae, true
 	case errors.As(err, &ge):
-		return errorf(ge.Status, ge.Code, "%s", ge.Message), true
+		return statusErrorf(ge.Status, ge.Code, "%s", ge.Message), true
 	case errors.As(err, &se):
 		return sandboxError(se)
 	case errors.As(err, &qe):
-		return errorf(http.StatusForbidden, apiv1.CodeQuotaExceeded, "%s", qe.Error()), true
+		return errorf(apiv1.CodeQuotaExceeded, "%s", qe.Error()), true
 	case errors.Is(err, errBodyTimeout):
-		return errorf(http.StatusRequestTimeout, apiv1.CodeRequestTimeout, "the request body did not arrive in time; the connection is closed"), true
+		return errorf(apiv1.CodeRequestTimeout, "the request body did not arrive in time; the connection is closed"), true
 	case errors.Is(err, policy.ErrUnknownProfile):
-		return errorf(http.StatusBadRequest, apiv1.CodeUnknownEgressProfile, "%s", err.Error()), true
+		return errorf(apiv1.CodeUnknownEgressProfile, "%s", err.Error()), true
 	case errors.Is(err, store.ErrInUse):
-		return errorf(http.StatusConflict, apiv1.CodeEgressProfileInUse, "%s", err.Error()), true
+		return errorf(apiv1.CodeEgressProfileInUse, "%s", err.Error()), true
 	case errors.Is(err, model.ErrInvalid):
 		return badRequest("%s", err.Error()), true
 	case errors.Is(err, model.ErrInvalidTransition):
-		return errorf(http.StatusConflict, apiv1.CodeInvalidTransition, "%s", err.Error()), true
+		return errorf(apiv1.CodeInvalidTransition, "%s", err.Error()), true
 	case errors.Is(err, store.ErrNotFound):
 		return notFound("not found"), true
 	case errors.Is(err, store.ErrAlreadyExists):
-		return errorf(http.StatusConflict, apiv1.CodeAlreadyExists, "already exists"), true
+		return errorf(apiv1.CodeAlreadyExists, "already exists"), true
 	case errors.Is(err, store.ErrStateChanged):
-		return errorf(http.StatusConflict, apiv1.CodeInvalidTransition, "the sandbox changed state concurrently; retry"), true
+		return errorf(apiv1.CodeInvalidTransition, "the sandbox changed state concurrently; retry"), true
 	}
-	return errorf(http.StatusInternalServerError, apiv1.CodeInternal, "internal error"), false
+	return errorf(apiv1.CodeInternal, "internal error"), false
 }
 
 // sandboxError is the answer to a refusal of the sandboxes service (not
 // known: a kind without one, an internal error).
 func sandboxError(se *sandboxes.Error) (_ *apiError, known bool) {
-	var status int
 	var code string
 	switch se.Kind {
 	case sandboxes.NotFound:
-		status, code = http.StatusNotFound, apiv1.CodeNotFound
+		code = apiv1.CodeNotFound
 	case sandboxes.TemplateNotFound:
-		status, code = http.StatusNotFound, apiv1.CodeTemplateNotFound
+		code = apiv1.CodeTemplateNotFound
 	case sandboxes.BuildFailed:
-		status, code = http.StatusFailedDependency, apiv1.CodeBuildFailed
+		code = apiv1.CodeBuildFailed
 	case sandboxes.Unavailable:
-		status, code = http.StatusServiceUnavailable, apiv1.CodeUnavailable
+		code = apiv1.CodeUnavailable
 	case sandboxes.ExceedsCapacity:
-		status, code = http.StatusBadRequest, apiv1.CodeExceedsCapacity
+		code = apiv1.CodeExceedsCapacity
 	case sandboxes.NotSupported:
-		status, code = http.StatusNotImplemented, apiv1.CodeNotSupported
+		code = apiv1.CodeNotSupported
 	case sandboxes.EnvironmentUnknown:
-		status, code = http.StatusBadRequest, apiv1.CodeEnvironmentUnknown
+		code = apiv1.CodeEnvironmentUnknown
 	case sandboxes.EnvironmentArtifactsMissing:
-		status, code = http.StatusConflict, apiv1.CodeEnvironmentArtifactsMissing
+		code = apiv1.CodeEnvironmentArtifactsMissing
 	case sandboxes.EnvironmentUnavailable:
-		status, code = http.StatusConflict, apiv1.CodeEnvironmentUnavailable
+		code = apiv1.CodeEnvironmentUnavailable
 	case sandboxes.NoEligibleNode:
-		status, code = http.StatusConflict, apiv1.CodeNoEligibleNode
+		code = apiv1.CodeNoEligibleNode
 	case sandboxes.NoCapacity:
-		status, code = http.StatusServiceUnavailable, apiv1.CodeNoCapacity
+		code = apiv1.CodeNoCapacity
 	case sandboxes.Busy:
-		status, code = http.StatusConflict, apiv1.CodeSandboxBusy
+		code = apiv1.CodeSandboxBusy
 	case sandboxes.InvalidTransition:
-		status, code = http.StatusConflict, apiv1.CodeInvalidTransition
+		code = apiv1.CodeInvalidTransition
 	case sandboxes.ResumeTimeout:
-		status, code = http.StatusGatewayTimeout, apiv1.CodeResumeTimeout
+		code = apiv1.CodeResumeTimeout
 	default:
-		return errorf(http.StatusInternalServerError, apiv1.CodeInternal, "internal error"), false
+		return errorf(apiv1.CodeInternal, "internal error"), false
 	}
-	return errorf(status, code, "%s", se.Message), true
+	return errorf(code, "%s", se.Message), true
 }
 
 // writeError answers with the JSON error for err and logs internal errors.
@@ -129,6 +137,11 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		a.log.ErrorContext(ctx, "internal error", "method", r.Method, "path", r.URL.Path,
 			"request_id", requestIDFrom(ctx), "err", err)
 	}
+	writeAPIError(w, ae)
+}
+
+// writeAPIError answers with ae.
+func writeAPIError(w http.ResponseWriter, ae *apiError) {
 	if ae.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 	}

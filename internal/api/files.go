@@ -39,7 +39,7 @@ type FileTokenIssuer interface {
 // fileGuest returns the guest of the caller's running sandbox {id}.
 func (a *API) fileGuest(ctx context.Context, r *http.Request, p principal) (model.Sandbox, guestops.Guest, error) {
 	if a.cfg.Guests == nil || a.cfg.FileTokens == nil {
-		return model.Sandbox{}, nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server has no file access to sandboxes")
+		return model.Sandbox{}, nil, errorf(apiv1.CodeNotSupported, "this server has no file access to sandboxes")
 	}
 	return a.guestOf(ctx, r, p)
 }
@@ -48,7 +48,7 @@ func (a *API) fileGuest(ctx context.Context, r *http.Request, p principal) (mode
 func parsePathField(name, s string) (model.GuestPath, error) {
 	p, err := model.ParseGuestPath(s)
 	if err != nil {
-		return "", errorf(http.StatusBadRequest, apiv1.CodeInvalidPath, "%s: %v", name, err)
+		return "", errorf(apiv1.CodeInvalidPath, "%s: %v", name, err)
 	}
 	return p, nil
 }
@@ -63,7 +63,7 @@ func queryPath(r *http.Request) (model.GuestPath, *model.UserIDs, error) {
 		}
 	}
 	if len(q["path"]) != 1 {
-		return "", nil, errorf(http.StatusBadRequest, apiv1.CodeInvalidPath, "give the path query parameter once")
+		return "", nil, errorf(apiv1.CodeInvalidPath, "give the path query parameter once")
 	}
 	p, err := parsePathField("path", q.Get("path"))
 	if err != nil {

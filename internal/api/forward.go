@@ -50,7 +50,7 @@ func (a *API) trustPeer(r *http.Request) (*http.Request, error) {
 	}
 	refuse := func(why string) error {
 		a.log.WarnContext(r.Context(), "refused a forwarded request", "forwarded_by", textclip.Bytes(by, maxEcho), "why", why, "remote", r.RemoteAddr)
-		return errorf(http.StatusUnauthorized, apiv1.CodeUnauthenticated, "a forwarded request needs a valid forward token from an Airlock replica")
+		return errorf(apiv1.CodeUnauthenticated, "a forwarded request needs a valid forward token from an Airlock replica")
 	}
 	if a.cfg.PeerVerifier == nil || a.cfg.Self == "" {
 		return nil, refuse("this server takes no forwarded requests")

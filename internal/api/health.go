@@ -16,7 +16,7 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request, _ principal) {
 	if a.cfg.Ready != nil {
 		if err := a.cfg.Ready(r.Context()); err != nil {
 			a.log.WarnContext(r.Context(), "not ready", "err", err)
-			writeJSON(w, http.StatusServiceUnavailable, apiv1.Error{Code: apiv1.CodeUnavailable, Message: "not ready (see the server log)"})
+			writeAPIError(w, errorf(apiv1.CodeUnavailable, "not ready (see the server log)"))
 			return
 		}
 	}

@@ -162,7 +162,7 @@ func (a *API) lookupIdempotency(ctx context.Context, i *idempotency) (store.Idem
 // different request.
 func (a *API) replay(w http.ResponseWriter, r *http.Request, i *idempotency, rec store.IdempotencyRecord) {
 	if !i.sameRequest(rec) {
-		a.writeError(w, r, errorf(http.StatusConflict, apiv1.CodeIdempotencyKeyReused,
+		a.writeError(w, r, errorf(apiv1.CodeIdempotencyKeyReused,
 			"this Idempotency-Key was used for a different request (%s %s or another body)", rec.Method, rec.Path))
 		return
 	}

@@ -11,7 +11,7 @@ import (
 // address of its own.
 func (a *API) metrics(w http.ResponseWriter, r *http.Request, _ principal) {
 	if a.cfg.Metrics == nil {
-		a.writeError(w, r, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server keeps no metrics"))
+		a.writeError(w, r, errorf(apiv1.CodeNotSupported, "this server keeps no metrics"))
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")

@@ -35,7 +35,7 @@ func nodeOut(n model.NodeStatus) apiv1.Node {
 }
 
 func nodeNotFound(id model.NodeID) *apiError {
-	return errorf(http.StatusNotFound, apiv1.CodeNodeNotFound, "node %s not found", id)
+	return errorf(apiv1.CodeNodeNotFound, "node %s not found", id)
 }
 
 // listNodes: GET /v1/admin/nodes → 200 NodeList, in ID order.
@@ -91,7 +91,7 @@ func (a *API) setNodeState(verb string, state model.NodeState) func(ctx context.
 		case errors.Is(err, store.ErrNotFound):
 			return nil, nodeNotFound(id)
 		case errors.Is(err, model.ErrInvalidTransition):
-			return nil, errorf(http.StatusConflict, apiv1.CodeInvalidTransition,
+			return nil, errorf(apiv1.CodeInvalidTransition,
 				"node %s is dead and cannot be %s; it becomes active when it starts again (a new incarnation)", id, verbPast(verb))
 		case err != nil:
 			return nil, fmt.Errorf("%s node %s: %w", verb, id, err)

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -115,7 +117,8 @@ func TestRoutesMatchDocument(t *testing.T) {
 // {name} (its description says it takes slashes).
 func docPath(pattern string) string { return strings.ReplaceAll(pattern, "...}", "}") }
 
-// TestErrorCodesDocumented: the Error schema's code enum is exactly apiv1's codes.
+// TestErrorCodesDocumented: the Error schema's code enum is exactly the
+// codes of apiv1's error vocabulary.
 func TestErrorCodesDocumented(t *testing.T) {
 	t.Parallel()
 	var doc struct {
@@ -131,26 +134,65 @@ func TestErrorCodesDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := doc.Components.Schemas["Error"].Properties["code"].Enum
-	want := []string{
-		apiv1.CodeInvalidRequest, apiv1.CodeUnauthenticated, apiv1.CodeWrongTokenKind, apiv1.CodeTokenExpired,
-		apiv1.CodePermissionDenied, apiv1.CodeTokenScope, apiv1.CodeNotFound, apiv1.CodeTemplateNotFound, apiv1.CodeMethodNotAllowed,
-		apiv1.CodeInvalidTransition, apiv1.CodeIdempotencyKeyReused, apiv1.CodeAlreadyExists,
-		apiv1.CodeSandboxNotRunning, apiv1.CodeSandboxPaused, apiv1.CodeSandboxSuspended, apiv1.CodeSandboxBusy, apiv1.CodeResumeTimeout,
-		apiv1.CodePayloadTooLarge, apiv1.CodeUnsupportedMedia,
-		apiv1.CodeNotSupported, apiv1.CodeInternal, apiv1.CodeUnavailable,
-		apiv1.CodeInvalidPath, apiv1.CodeNotADirectory, apiv1.CodeIsADirectory, apiv1.CodeDirectoryNotEmpty, apiv1.CodeUnsupportedFileType,
-		apiv1.CodeDraining, apiv1.CodeNodeUnreachable, apiv1.CodeTooManyAttachments, apiv1.CodeTooManyWatches, apiv1.CodeNoStdin, apiv1.CodeNoPTY, apiv1.CodeProcessExited,
-		apiv1.CodeProcessNotFound, apiv1.CodeNodeNotFound, apiv1.CodeAgentUnsupported, apiv1.CodeExecFailed, apiv1.CodeExceedsCapacity, apiv1.CodeRateLimited,
-		apiv1.CodeQuotaExceeded, apiv1.CodeRequestTimeout, apiv1.CodeRegistryUnavailable, apiv1.CodeTemplateInUse, apiv1.CodeBuildFailed,
-		apiv1.CodeBlobStoreUnavailable, apiv1.CodeBlobStoreCorrupt,
-		apiv1.CodeUnknownEgressProfile, apiv1.CodeEgressProfileInUse, apiv1.CodeNoCapacity, apiv1.CodeNoEligibleNode,
-		apiv1.CodeEnvironmentUnknown, apiv1.CodeEnvironmentArtifactsMissing, apiv1.CodeEnvironmentUnavailable,
-		apiv1.CodePortUnreachable, apiv1.CodeSandboxNoNetwork, apiv1.CodeCSRFFailed,
+	var want []string
+	for _, s := range apiv1.ErrorSpecs() {
+		want = append(want, s.Code)
 	}
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("documented codes %v, apiv1 codes %v", got, want)
+	}
+}
+
+// TestErrorStatusesDocumented: a code a route's response documents is
+// answered with that response's status (apiv1's status of the code, or
+// its AltStatus). A response's description names its codes first, or
+// after "; " (or ", "), each followed by ":", ";", ",", "." or the end.
+func TestErrorStatusesDocumented(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Components struct {
+			Responses map[string]struct {
+				Description string `json:"description"`
+			} `json:"responses"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile(`(?:^|; |, )([a-z][a-z_]*[a-z])(?:[:;,.]|$)`)
+	n := 0
+	for name, op := range docOperations(t) {
+		for status, raw := range op.Responses {
+			st, err := strconv.Atoi(status)
+			if err != nil || st < 400 {
+				continue
+			}
+			var r struct {
+				Ref         string `json:"$ref"`
+				Description string `json:"description"`
+			}
+			if err := json.Unmarshal(raw, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Ref != "" {
+				r.Description = doc.Components.Responses[strings.TrimPrefix(r.Ref, "#/components/responses/")].Description
+			}
+			for _, m := range named.FindAllStringSubmatch(r.Description, -1) {
+				s, ok := apiv1.LookupError(m[1])
+				if !ok {
+					continue
+				}
+				n++
+				if st != s.Status && st != s.AltStatus {
+					t.Errorf("%s documents %s under %d; its status is %d", name, s.Code, st, s.Status)
+				}
+			}
+		}
+	}
+	if n < 300 {
+		t.Fatalf("found only %d documented codes of responses; is the pattern still right?", n)
 	}
 }
 

@@ -101,7 +101,7 @@ func (a *API) parseOperationQuery(ctx context.Context, p principal, q url.Values
 		}
 		if id != p.project {
 			if p.role != model.RoleAdmin {
-				return store.OperationQuery{}, errorf(http.StatusForbidden, apiv1.CodePermissionDenied,
+				return store.OperationQuery{}, errorf(apiv1.CodePermissionDenied,
 					"only an admin key may list another project's operations")
 			}
 			if _, err := a.cfg.Store.GetProject(ctx, id); err != nil {

@@ -117,7 +117,7 @@ func (a *API) putPool(ctx context.Context, c *call[apiv1.PutPoolRequest]) (*repl
 	if c.present["environment"] {
 		sel, err := environment.ParseSelector(c.in.Environment)
 		if err != nil || sel.Name == "" {
-			return nil, errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "environment: a pool names its environment by name (e.g. runsc), not %q", c.in.Environment)
+			return nil, errorf(apiv1.CodeEnvironmentUnknown, "environment: a pool names its environment by name (e.g. runsc), not %q", c.in.Environment)
 		}
 		req.Environment = sel.Name
 	}

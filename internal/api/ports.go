@@ -93,12 +93,12 @@ func (a *API) guestTarget(ctx context.Context, r *http.Request, p principal) (mo
 		return sb, netip.AddrPort{}, notRunning(sb)
 	}
 	if a.cfg.Egress == nil {
-		return sb, netip.AddrPort{}, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported,
+		return sb, netip.AddrPort{}, errorf(apiv1.CodeNotSupported,
 			"this server does not host sandbox networks, so it cannot reach their ports")
 	}
 	guest, ok := a.cfg.Egress.GuestAddr(sb.ID)
 	if !ok || !guest.IsValid() {
-		return sb, netip.AddrPort{}, errorf(http.StatusConflict, apiv1.CodeSandboxNoNetwork,
+		return sb, netip.AddrPort{}, errorf(apiv1.CodeSandboxNoNetwork,
 			"sandbox %s has no network on this node, so its port %d cannot be reached", sb.ID, port)
 	}
 	return sb, netip.AddrPortFrom(guest, uint16(port)), nil
@@ -137,7 +137,7 @@ func (a *API) proxyPort(w http.ResponseWriter, r *http.Request, p principal) {
 			}
 			a.log.InfoContext(r.Context(), "port proxy: the guest did not answer", "sandbox", sb.ID,
 				"port", target.Port(), "request_id", requestIDFrom(r.Context()), "err", err)
-			a.writeError(w, r, errorf(http.StatusBadGateway, apiv1.CodePortUnreachable,
+			a.writeError(w, r, errorf(apiv1.CodePortUnreachable,
 				"port %d of sandbox %s did not answer: %s", target.Port(), sb.ID, dialReason(err)))
 		},
 	}

@@ -20,7 +20,7 @@ func (a *API) guestOf(ctx context.Context, r *http.Request, p principal) (model.
 		return sb, nil, notRunning(sb)
 	}
 	if a.cfg.Guests == nil {
-		return sb, nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server does not host sandboxes")
+		return sb, nil, errorf(apiv1.CodeNotSupported, "this server does not host sandboxes")
 	}
 	guest, err := a.cfg.Guests.Guest(sb.ID)
 	if err != nil {

@@ -95,7 +95,7 @@ func (a *API) rateLimited(w http.ResponseWriter, r *http.Request, p principal) b
 	}
 	secs := max(1, int((wait+time.Second-1)/time.Second))
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	a.writeError(w, r, errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
+	a.writeError(w, r, errorf(apiv1.CodeRateLimited,
 		"this API key made too many changes in a short time; retry in %d s", secs))
 	return true
 }

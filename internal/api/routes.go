@@ -132,12 +132,12 @@ func (a *API) guard(rt route) http.Handler {
 				info.key, info.project, info.sandbox = p.keyID, p.project, p.sandbox
 			}
 			if !p.inScope(rt, r) {
-				a.writeError(w, r, errorf(http.StatusForbidden, apiv1.CodeTokenScope,
+				a.writeError(w, r, errorf(apiv1.CodeTokenScope,
 					"a sandbox access token opens only the routes of its own sandbox (/v1/sandboxes/%s…); use an API key", p.sandbox))
 				return
 			}
 			if rt.access == admin && p.role != model.RoleAdmin {
-				a.writeError(w, r, errorf(http.StatusForbidden, apiv1.CodePermissionDenied, "this needs an API key with role admin"))
+				a.writeError(w, r, errorf(apiv1.CodePermissionDenied, "this needs an API key with role admin"))
 				return
 			}
 			// A request a trusted peer forwarded was limited there.
@@ -167,7 +167,7 @@ func (a *API) dispatch(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, notFound("no route %s %s", r.Method, textclip.Bytes(r.URL.Path, maxEcho)))
 	case http.StatusMethodNotAllowed:
 		w.Header().Set("Allow", rec.header.Get("Allow"))
-		a.writeError(w, r, errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed,
+		a.writeError(w, r, errorf(apiv1.CodeMethodNotAllowed,
 			"%s is not allowed on %s (allowed: %s)", r.Method, textclip.Bytes(r.URL.Path, maxEcho), rec.header.Get("Allow")))
 	default:
 		for k, v := range rec.header {
@@ -298,7 +298,7 @@ func (a *API) recoverPanics(next http.Handler) http.Handler {
 			if sw, ok := w.(*statusWriter); ok && sw.status != 0 {
 				return // the response has started; nothing sane can be added
 			}
-			writeJSON(w, http.StatusInternalServerError, apiv1.Error{Code: apiv1.CodeInternal, Message: "internal error"})
+			writeAPIError(w, errorf(apiv1.CodeInternal, "internal error"))
 		}()
 		next.ServeHTTP(w, r)
 	})

@@ -59,7 +59,7 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	if c.present["environment"] {
 		sel, err := environment.ParseSelector(in.Environment)
 		if err != nil {
-			return nil, errorf(http.StatusBadRequest, apiv1.CodeEnvironmentUnknown, "environment: %s", err.Error())
+			return nil, errorf(apiv1.CodeEnvironmentUnknown, "environment: %s", err.Error())
 		}
 		req.Environment = &sel
 	}

@@ -36,7 +36,7 @@ func (b *putSecretBody) idempotencyCanonical(key string) ([]byte, error) {
 
 func (a *API) sealer() (*secrets.Sealer, error) {
 	if a.cfg.Secrets == nil {
-		return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server has no secrets key; secrets are not supported")
+		return nil, errorf(apiv1.CodeNotSupported, "this server has no secrets key; secrets are not supported")
 	}
 	return a.cfg.Secrets, nil
 }

@@ -159,14 +159,14 @@ func (a *API) cookieAuth(r *http.Request, rt route, key string) (principal, erro
 func (a *API) checkCrossSite(r *http.Request, key string) error {
 	// A request a trusted peer forwarded had its Origin checked there.
 	if o := r.Header.Get("Origin"); o != "" && peerFrom(r.Context()) == nil && !a.sameOrigin(r, o) {
-		return errorf(http.StatusForbidden, apiv1.CodeCSRFFailed, "a cross-origin request (Origin %q) cannot use the console's session", o)
+		return errorf(apiv1.CodeCSRFFailed, "a cross-origin request (Origin %q) cannot use the console's session", o)
 	}
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		return nil
 	}
 	got := r.Header.Get(CSRFHeader)
 	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(CSRFToken(key))) != 1 {
-		return errorf(http.StatusForbidden, apiv1.CodeCSRFFailed, "a request authenticated by the console's session must carry the session's %s header", CSRFHeader)
+		return errorf(apiv1.CodeCSRFFailed, "a request authenticated by the console's session must carry the session's %s header", CSRFHeader)
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ func parseRefPath(r *http.Request) (model.TemplateRef, error) {
 }
 
 func templateNotFound(ref fmt.Stringer) error {
-	return errorf(http.StatusNotFound, apiv1.CodeTemplateNotFound, "template %s not found", ref)
+	return errorf(apiv1.CodeTemplateNotFound, "template %s not found", ref)
 }
 
 // resolve answers template_not_found for an unknown reference.
@@ -186,7 +186,7 @@ func templateDeleteError(ref model.TemplateRef, err error) error {
 	var iu *store.TemplateInUseError
 	switch {
 	case errors.As(err, &iu):
-		return errorf(http.StatusConflict, apiv1.CodeTemplateInUse, "template %s is in use: %s", ref, iu.Error())
+		return errorf(apiv1.CodeTemplateInUse, "template %s is in use: %s", ref, iu.Error())
 	case errors.Is(err, store.ErrNotFound):
 		return templateNotFound(ref)
 	}
@@ -197,7 +197,7 @@ func templateDeleteError(ref model.TemplateRef, err error) error {
 // TemplateGCResult.
 func (a *API) collectTemplates(ctx context.Context, c *call[noBody]) (*reply, error) {
 	if a.cfg.TemplateGC == nil {
-		return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotSupported, "this server does not collect templates")
+		return nil, errorf(apiv1.CodeNotSupported, "this server does not collect templates")
 	}
 	res, err := a.cfg.TemplateGC.Collect(ctx)
 	if err != nil {

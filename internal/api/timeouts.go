@@ -119,7 +119,7 @@ func (a *API) setSandboxTimeout(ctx context.Context, c *call[apiv1.SetTimeoutReq
 		return nil, notFound("sandbox %s not found", id)
 	}
 	if errors.Is(err, model.ErrInvalidTransition) {
-		return nil, errorf(http.StatusConflict, apiv1.CodeInvalidTransition, "sandbox %s is being deleted or deleted: its timeout cannot change", id)
+		return nil, errorf(apiv1.CodeInvalidTransition, "sandbox %s is being deleted or deleted: its timeout cannot change", id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("set timeout of %s: %w", id, err)

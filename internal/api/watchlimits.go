@@ -1,8 +1,6 @@
 package api
 
 import (
-	"net/http"
-
 	"github.com/airlockdev/airlock/internal/apiv1"
 )
 
@@ -29,9 +27,9 @@ func (a *API) acquireWatch(p principal) (release func(), err error) {
 	release, full := a.watches.Acquire(p.limitKey(), p.project.String())
 	switch full {
 	case watchCapKey:
-		return nil, errorf(http.StatusTooManyRequests, apiv1.CodeTooManyWatches, "this API key has %d live sandbox lists open, the most allowed; close one (another tab) first", a.watches.Max(full))
+		return nil, errorf(apiv1.CodeTooManyWatches, "this API key has %d live sandbox lists open, the most allowed; close one (another tab) first", a.watches.Max(full))
 	case watchCapProject:
-		return nil, errorf(http.StatusTooManyRequests, apiv1.CodeTooManyWatches, "the project has %d live sandbox lists open, the most allowed; close some first", a.watches.Max(full))
+		return nil, errorf(apiv1.CodeTooManyWatches, "the project has %d live sandbox lists open, the most allowed; close some first", a.watches.Max(full))
 	}
 	return release, nil
 }

@@ -1,69 +1,12 @@
 // Package apiv1 holds the JSON wire types of Airlock's management API (/v1)
 // and of the data plane's SSE events. The server (internal/api,
 // internal/dataplane) and the Go client (internal/client) share them; the
-// OpenAPI document served at /openapi.json describes the same shapes.
+// OpenAPI document served at /openapi.json describes the same shapes. It
+// also holds the error vocabulary (ErrorSpecs): every error code once, with
+// its HTTP status, Connect code, E2B REST status and CLI exit code.
 package apiv1
 
 import "time"
-
-// Error is the body of every error response: {"code": "...", "message": "..."}.
-type Error struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-// Stable error codes. Clients may switch on them; they never change meaning.
-const (
-	CodeInvalidRequest       = "invalid_request"        // 400: malformed JSON, unknown field, bad value
-	CodeUnauthenticated      = "unauthenticated"        // 401: missing, malformed, unknown or revoked key
-	CodeWrongTokenKind       = "wrong_token_kind"       // 401: an attachment token on the management API or vice versa
-	CodeTokenExpired         = "token_expired"          // 401: attachment token past its expiry
-	CodePermissionDenied     = "permission_denied"      // 403: the key's role may not do this
-	CodeTokenScope           = "token_scope"            // 403: a sandbox access token used outside its sandbox's routes
-	CodeCSRFFailed           = "csrf_failed"            // 403: a request authenticated by the console's session cookie without its CSRF header, or from another origin
-	CodeNotFound             = "not_found"              // 404: no such resource in this project
-	CodeTemplateNotFound     = "template_not_found"     // 404/400: the template reference resolves to nothing
-	CodeMethodNotAllowed     = "method_not_allowed"     // 405
-	CodeInvalidTransition    = "invalid_transition"     // 409: the lifecycle state machine refuses the request
-	CodeIdempotencyKeyReused = "idempotency_key_reused" // 409: same Idempotency-Key, different request
-	CodeAlreadyExists        = "already_exists"         // 409
-	CodeSandboxNotRunning    = "sandbox_not_running"    // 409: a command needs a running sandbox
-	CodeSandboxPaused        = "sandbox_paused"         // 409: the sandbox is paused (resume it, or ask the command to resume it first)
-	CodeSandboxSuspended     = "sandbox_suspended"      // 409: the sandbox is suspended (wake it, or ask the command to wake it first)
-	CodeSandboxBusy          = "sandbox_busy"           // 409: another lifecycle operation of the sandbox is under way; retry once it finished
-	CodeResumeTimeout        = "resume_timeout"         // 504: the resume (or wake) a request asked for did not finish in time
-	CodeExecFailed           = "exec_failed"            // SSE error event: the command could not be started (not found, not executable, bad cwd)
-	CodePayloadTooLarge      = "payload_too_large"      // 413
-	CodeUnsupportedMedia     = "unsupported_media_type" // 415
-	CodeNotSupported         = "not_supported"          // 501: a capability this deployment lacks
-	CodeInternal             = "internal"               // 500
-	CodeUnavailable          = "unavailable"            // 503
-	CodeDraining             = "draining"               // 503: this server is shutting down; retry (another replica, or after restart)
-	CodeNodeUnreachable      = "node_unreachable"       // 503: the node hosting the sandbox could not be reached from this replica; the message names it
-	CodeTooManyAttachments   = "too_many_attachments"   // 429: the process, token or project has as many open attachments as allowed
-	CodeNoStdin              = "no_stdin"               // 409: the process's stdin is not open (not requested, or closed)
-	CodeNoPTY                = "no_pty"                 // 409: resize of a process without a terminal
-	CodeProcessExited        = "process_exited"         // 409: the process has exited
-	CodeProcessNotFound      = "process_not_found"      // 404: the sandbox has no such process (never started, or forgotten)
-	CodeNodeNotFound         = "node_not_found"         // 404: no node with this ID is registered
-	CodeAgentUnsupported     = "agent_unsupported"      // 501: the sandbox's agent is too old for this request
-	CodeExceedsCapacity      = "exceeds_node_capacity"  // 400: more cpus or memory than one sandbox can have on this node
-	CodeTooManyWatches       = "too_many_watches"       // 429: the API key or project has as many live sandbox lists (GET /v1/watch/sandboxes) open as allowed
-	CodeRateLimited          = "rate_limited"           // 429: this API key made too many changes in a short time; see Retry-After
-	CodeQuotaExceeded        = "quota_exceeded"         // 403: the project's quota does not admit the new sandbox (the message names the limit, the usage and the request)
-	CodeRequestTimeout       = "request_timeout"        // 408: the request body did not arrive in time; the server closes the connection
-	CodeRegistryUnavailable  = "registry_unavailable"   // 502: an image registry could not be reached or failed (network error, 5xx, rate limit)
-	CodeTemplateInUse        = "template_in_use"        // 409: a template (or tag) delete while live sandboxes use the digest
-	CodeBlobStoreUnavailable = "blob_store_unavailable" // 502: the shared blob store could not be reached or failed
-	CodeBlobStoreCorrupt     = "blob_store_corrupt"     // 502: a template in the shared blob store does not verify against its digest; nothing was imported
-	CodeBuildFailed          = "build_failed"           // 424 (create): the build that was to provide the template failed; also a failed build's error code
-	CodeUnknownEgressProfile = "unknown_egress_profile" // 400: an egress policy names a profile that does not exist
-	CodeEgressProfileInUse   = "egress_profile_in_use"  // 409: a profile delete while the policy of a sandbox that is not deleted names it
-	CodeNoCapacity           = "no_capacity"            // 503: nodes could run the sandbox but none has room now; see Retry-After
-	CodeNoEligibleNode       = "no_eligible_node"       // 409: no live node can run the sandbox (environment, template or node selector); the message says what each lacked
-	CodePortUnreachable      = "port_unreachable"       // 502: nothing in the sandbox answered on the port the port proxy was asked for (refused, timed out, or closed before answering)
-	CodeSandboxNoNetwork     = "sandbox_no_network"     // 409: the sandbox has no network on its node, so its ports cannot be reached
-)
 
 // Sandbox is a sandbox as the API shows it.
 type Sandbox struct {

@@ -2,14 +2,6 @@ package apiv1
 
 import "time"
 
-// Error codes of execution environments: the three separate reasons a
-// create's environment is refused (decodable is not executable).
-const (
-	CodeEnvironmentUnknown          = "environment_unknown"           // 400: no environment has that name or reference
-	CodeEnvironmentArtifactsMissing = "environment_artifacts_missing" // 409: the environment is known, but this node no longer has its artifacts (runtime binary gone or changed)
-	CodeEnvironmentUnavailable      = "environment_unavailable"       // 409: the environment is not enabled here, or its probe failed (no healthy node runs it)
-)
-
 // Environment is one execution environment as GET /v1/environments lists it.
 type Environment struct {
 	Ref       string `json:"ref"`       // env:sha256:… of its canonical definition

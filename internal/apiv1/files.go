@@ -2,15 +2,6 @@ package apiv1
 
 import "time"
 
-// Error codes of the file endpoints.
-const (
-	CodeInvalidPath         = "invalid_path"          // 400: not an absolute clean path, too long, a magic link, or a tar entry leaving its target
-	CodeNotADirectory       = "not_a_directory"       // 409: a directory was needed
-	CodeIsADirectory        = "is_a_directory"        // 409: a file was needed
-	CodeDirectoryNotEmpty   = "directory_not_empty"   // 409: remove a directory without recursive
-	CodeUnsupportedFileType = "unsupported_file_type" // 400: a device, FIFO, socket (or, for writes, a symlink)
-)
-
 // File types of FileInfo.Type.
 const (
 	FileTypeFile      = "file"

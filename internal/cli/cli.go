@@ -2,9 +2,12 @@
 // runs the server, and the client commands, which talk to a server through
 // internal/client.
 //
-// Exit codes: 0 on success; 1 when a command fails (the error is printed as
-// "error: <message> (<code>)"); 2 for usage errors; 130 when interrupted;
-// `exec` and `run` exit with the remote command's own code.
+// Exit codes (docs/errors.md): 0 on success; when a command fails (the
+// error is printed as "error: <message> (<code>)"), the exit code of the
+// error's code in apiv1's error vocabulary, 1 for every code today and for
+// errors without one; 2 for usage errors; 130 when interrupted; `exec`,
+// `run`, `attach` and `shell` exit with the remote command's own code (see
+// exitCodeOf).
 package cli
 
 import (
@@ -246,7 +249,30 @@ func (a *app) exitCode(cmd *cobra.Command, err error) int {
 		return exitInterrupted
 	}
 	fmt.Fprintf(a.env.Stderr, "error: %s\n", a.describe(err))
-	return exitFailure
+	return failedExitCode(err)
+}
+
+// failedExitCode is the exit code of a command that failed with err: the
+// one apiv1's error vocabulary gives the code of an API error or a failed
+// operation (ErrorSpec.Exit), exitFailure for an error without a code. The
+// exception is exec_failed, which only a command's stream ending with it
+// turns into 127 (exitCodeOf): a request refused with it (a command whose
+// template's user cannot be resolved, a background start) exits 1, as it
+// always did (docs/errors.md).
+func failedExitCode(err error) int {
+	code := ""
+	var ae *client.APIError
+	var of *client.OperationFailedError
+	switch {
+	case errors.As(err, &ae):
+		code = ae.Code
+	case errors.As(err, &of) && of.Operation.Error != nil:
+		code = of.Operation.Error.Code
+	}
+	if code == "" || code == apiv1.CodeExecFailed {
+		return exitFailure
+	}
+	return apiv1.ExitCode(code)
 }
 
 func (a *app) wasInterrupted() bool {
@@ -267,7 +293,7 @@ func (a *app) describe(err error) string {
 		msg += fmt.Sprintf(" (--timeout %s reached)", a.flags.timeout)
 	case errors.Is(err, syscall.ECONNREFUSED) && a.target.URL != "":
 		msg += fmt.Sprintf("\nhint: is `airlock server` running at %s (from %s)?", a.target.URL, a.target.URLFrom)
-	case client.IsCode(err, "unauthenticated") && a.target.APIKeyFrom != "":
+	case client.IsCode(err, apiv1.CodeUnauthenticated) && a.target.APIKeyFrom != "":
 		msg += fmt.Sprintf("\nhint: the API key came from %s", a.target.APIKeyFrom)
 	case client.IsCode(err, apiv1.CodeSandboxPaused) || client.IsCode(err, apiv1.CodeSandboxSuspended):
 		msg += "\nhint: `airlock sandbox resume` (or `wake`) continues it; `airlock exec --resume` does that first"

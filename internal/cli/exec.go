@@ -17,11 +17,12 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 )
 
-// Exit codes of exec and run besides the command's own.
+// Exit codes of exec and run besides the command's own and those of
+// apiv1's error vocabulary (127: exec_failed, the command could not be
+// executed, as in a shell).
 const (
-	exitOutputLost        = 125 // the command succeeded but some of its output was lost
-	exitCommandNotStarted = 127 // the command could not be executed, as in a shell
-	exitUnknownEnd        = 255 // the command ended in a way no exit code describes
+	exitOutputLost = 125 // the command succeeded but some of its output was lost
+	exitUnknownEnd = 255 // the command ended in a way no exit code describes
 )
 
 // commandFlags are the process flags of exec and run.
@@ -258,7 +259,8 @@ func gapMessage(g *apiv1.GapEventData) string {
 
 // exitCodeOf maps the final event of a command to airlock's exit code: the
 // command's own code; 128+N for a command killed by signal N (as shells
-// do); for an error event 127 if the command could not be executed, else 1.
+// do); for an error event its code's exit code in apiv1's error vocabulary
+// (127 for exec_failed, the command could not be executed; 1 otherwise).
 func exitCodeOf(ev client.Event) int {
 	switch ev.Kind {
 	case apiv1.EventExit:
@@ -273,8 +275,8 @@ func exitCodeOf(ev client.Event) int {
 		}
 		return ev.ExitCode
 	case apiv1.EventError:
-		if ev.Err != nil && ev.Err.Code == apiv1.CodeExecFailed {
-			return exitCommandNotStarted
+		if ev.Err != nil {
+			return apiv1.ExitCode(ev.Err.Code)
 		}
 		return exitFailure
 	}

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/api"
+	"github.com/airlockdev/airlock/internal/apiv1"
 )
 
 //go:embed assets
@@ -143,7 +144,7 @@ func (c *Console) Handler() http.Handler {
 		case strings.HasPrefix(rest, "assets/"):
 			c.serveAsset(w, r, strings.TrimPrefix(rest, "assets/"))
 		default:
-			writeError(w, http.StatusNotFound, "not_found", "no such console page: the console's pages are under "+Prefix+"#/…")
+			writeError(w, apiv1.CodeNotFound, "no such console page: the console's pages are under "+Prefix+"#/…")
 		}
 	})
 }
@@ -160,12 +161,12 @@ func securityHeaders(h http.Header) {
 func (c *Console) serveAsset(w http.ResponseWriter, r *http.Request, name string) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here")
+		writeError(w, apiv1.CodeMethodNotAllowed, r.Method+" is not allowed here")
 		return
 	}
 	a, ok := c.assets[name]
 	if !ok || strings.Contains(name, "..") {
-		writeError(w, http.StatusNotFound, "not_found", "no such console asset")
+		writeError(w, apiv1.CodeNotFound, "no such console asset")
 		return
 	}
 	h := w.Header()

@@ -44,7 +44,7 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) {
 		c.signOut(w, r)
 	default:
 		w.Header().Set("Allow", "GET, HEAD, POST, DELETE")
-		writeError(w, http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed, r.Method+" is not allowed on /ui/session")
+		writeError(w, apiv1.CodeMethodNotAllowed, r.Method+" is not allowed on /ui/session")
 	}
 }
 
@@ -54,7 +54,7 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) {
 // under a key of its own.
 func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		writeError(w, http.StatusUnsupportedMediaType, apiv1.CodeUnsupportedMedia, "send the key as JSON {\"key\": \"alk_…\"} with Content-Type: application/json")
+		writeError(w, apiv1.CodeUnsupportedMedia, "send the key as JSON {\"key\": \"alk_…\"} with Content-Type: application/json")
 		return
 	}
 	// The Origin rule of a cookie request, without a CSRF token: a POST
@@ -71,12 +71,12 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxSessionBody+1))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, "the body must be JSON {\"key\": \"alk_…\"}")
+		writeError(w, apiv1.CodeInvalidRequest, "the body must be JSON {\"key\": \"alk_…\"}")
 		return
 	}
 	key := strings.TrimSpace(in.Key)
 	if key == "" {
-		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, "key is required")
+		writeError(w, apiv1.CodeInvalidRequest, "key is required")
 		return
 	}
 	s, err := c.cfg.Sessions.AuthenticateKey(r.Context(), key)
@@ -132,6 +132,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, apiv1.Error{Code: code, Message: msg})
+func writeError(w http.ResponseWriter, code, msg string) {
+	writeJSON(w, apiv1.HTTPStatus(code), apiv1.Error{Code: code, Message: msg})
 }

@@ -15,50 +15,50 @@ import (
 // token_expired or wrong_token_kind; 403 permission_denied) and returns
 // false; nothing else has happened yet.
 func (d *DataPlane) authorize(w http.ResponseWriter, r *http.Request, pid model.ProcessID, action auth.Action) (auth.AttachClaims, bool) {
-	status, code, msg, claims := d.checkToken(bearer(r), pid, action)
-	if status != 0 {
-		writeError(w, status, code, msg)
+	code, msg, claims := d.checkToken(bearer(r), pid, action)
+	if code != "" {
+		writeError(w, code, msg)
 		return auth.AttachClaims{}, false
 	}
 	return claims, true
 }
 
-// checkToken is authorize without the response: a zero status means allowed.
-func (d *DataPlane) checkToken(tok string, pid model.ProcessID, action auth.Action) (status int, code, msg string, claims auth.AttachClaims) {
+// checkToken is authorize without the response: an empty code means allowed.
+func (d *DataPlane) checkToken(tok string, pid model.ProcessID, action auth.Action) (code, msg string, claims auth.AttachClaims) {
 	if tok == "" {
-		return http.StatusUnauthorized, apiv1.CodeUnauthenticated, "missing attachment token: send Authorization: Bearer <attachment_token>", claims
+		return apiv1.CodeUnauthenticated, "missing attachment token: send Authorization: Bearer <attachment_token>", claims
 	}
 	switch auth.KindOf(tok) {
 	case auth.KindAPIKey:
-		return http.StatusUnauthorized, apiv1.CodeWrongTokenKind, "an API key cannot attach to a process; use the command session's attachment token", claims
+		return apiv1.CodeWrongTokenKind, "an API key cannot attach to a process; use the command session's attachment token", claims
 	case auth.KindFiles:
-		return http.StatusUnauthorized, apiv1.CodeWrongTokenKind, "a file transfer token cannot attach to a process; use the command session's attachment token", claims
+		return apiv1.CodeWrongTokenKind, "a file transfer token cannot attach to a process; use the command session's attachment token", claims
 	case auth.KindSandbox:
-		return http.StatusUnauthorized, apiv1.CodeWrongTokenKind, "a sandbox access token cannot attach to a process; use the command session's attachment token", claims
+		return apiv1.CodeWrongTokenKind, "a sandbox access token cannot attach to a process; use the command session's attachment token", claims
 	}
 	if d.cfg.Verifier == nil {
-		return http.StatusNotImplemented, apiv1.CodeNotSupported, "this data plane has no attachment keys", claims
+		return apiv1.CodeNotSupported, "this data plane has no attachment keys", claims
 	}
 	claims, err := d.cfg.Verifier.Verify(tok, d.cfg.Now())
 	switch {
 	case errors.Is(err, auth.ErrTokenExpired):
-		return http.StatusUnauthorized, apiv1.CodeTokenExpired, "attachment token expired; get a new one with POST /v1/sandboxes/{id}/processes/{process_id}/attachments", auth.AttachClaims{}
+		return apiv1.CodeTokenExpired, "attachment token expired; get a new one with POST /v1/sandboxes/{id}/processes/{process_id}/attachments", auth.AttachClaims{}
 	case err != nil:
-		return http.StatusUnauthorized, apiv1.CodeUnauthenticated, "invalid attachment token", auth.AttachClaims{}
+		return apiv1.CodeUnauthenticated, "invalid attachment token", auth.AttachClaims{}
 	}
 	// The token is genuine from here on: saying why it does not fit is safe.
 	if claims.Process != pid {
-		return http.StatusForbidden, apiv1.CodePermissionDenied, "this attachment token is for another process", auth.AttachClaims{}
+		return apiv1.CodePermissionDenied, "this attachment token is for another process", auth.AttachClaims{}
 	}
 	// A token for a sandbox on another node is forwarded there when this
 	// data plane routes (authorizeProcess); otherwise it is refused.
 	if d.cfg.NodeID != "" && claims.Node != d.cfg.NodeID && !d.router.Remote(claims.Node) {
-		return http.StatusForbidden, apiv1.CodePermissionDenied, "this attachment token is for a sandbox on another node", auth.AttachClaims{}
+		return apiv1.CodePermissionDenied, "this attachment token is for a sandbox on another node", auth.AttachClaims{}
 	}
 	if !claims.Allows(action) {
-		return http.StatusForbidden, apiv1.CodePermissionDenied, "this attachment token does not allow " + string(action), auth.AttachClaims{}
+		return apiv1.CodePermissionDenied, "this attachment token does not allow " + string(action), auth.AttachClaims{}
 	}
-	return 0, "", "", claims
+	return "", "", claims
 }
 
 // authorizeSession checks that the stored session of the process is the one
@@ -66,7 +66,7 @@ func (d *DataPlane) checkToken(tok string, pid model.ProcessID, action auth.Acti
 // is refused rather than trusted.
 func authorizeSession(w http.ResponseWriter, claims auth.AttachClaims, cs model.CommandSession) bool {
 	if cs.ID != claims.Session || cs.SandboxID != claims.Sandbox {
-		writeError(w, http.StatusForbidden, apiv1.CodePermissionDenied, "this attachment token is for another command session")
+		writeError(w, apiv1.CodePermissionDenied, "this attachment token is for another command session")
 		return false
 	}
 	return true

@@ -153,7 +153,15 @@ func (d *DataPlane) Register(mux *http.ServeMux) {
 	d.registerFiles(mux)
 }
 
-func writeError(w http.ResponseWriter, status int, code, msg string) {
+// writeError answers with the JSON error of code, with the code's HTTP
+// status in apiv1's error vocabulary.
+func writeError(w http.ResponseWriter, code, msg string) {
+	writeStatusError(w, apiv1.HTTPStatus(code), code, msg)
+}
+
+// writeStatusError is writeError with a status another package chose (a
+// guestops.Error's: the code's status or its documented AltStatus).
+func writeStatusError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
@@ -162,7 +170,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 
 func writeProcError(w http.ResponseWriter, err error) {
 	pe := agentguest.PublicError(err)
-	writeError(w, pe.Status, pe.Code, pe.Message)
+	writeStatusError(w, pe.Status, pe.Code, pe.Message)
 }
 
 // bearer returns the attachment token from the Authorization header or the
@@ -196,7 +204,7 @@ func (d *DataPlane) authorizeProcess(w http.ResponseWriter, r *http.Request, act
 	ctx := r.Context()
 	pid, err := model.ParseProcessID(r.PathValue("process_id"))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, err.Error())
+		writeError(w, apiv1.CodeInvalidRequest, err.Error())
 		return target{}, false
 	}
 	claims, ok := d.authorize(w, r, pid, action)
@@ -209,11 +217,11 @@ func (d *DataPlane) authorizeProcess(w http.ResponseWriter, r *http.Request, act
 	cs, state, err := d.cfg.Store.GetAttachTarget(ctx, pid)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "the command session of this token no longer exists")
+			writeError(w, apiv1.CodeUnauthenticated, "the command session of this token no longer exists")
 			return target{}, false
 		}
 		d.log.ErrorContext(ctx, "load command session", "process", pid, "err", err)
-		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not load the command session")
+		writeError(w, apiv1.CodeInternal, "could not load the command session")
 		return target{}, false
 	}
 	if !authorizeSession(w, claims, cs) {
@@ -221,7 +229,7 @@ func (d *DataPlane) authorizeProcess(w http.ResponseWriter, r *http.Request, act
 	}
 	if state != model.StateRunning {
 		pe := guestops.NotRunning(cs.SandboxID, state)
-		writeError(w, pe.Status, pe.Code, pe.Message)
+		writeStatusError(w, pe.Status, pe.Code, pe.Message)
 		return target{}, false
 	}
 	agent, err := d.cfg.Agents.Agent(cs.SandboxID)
@@ -249,7 +257,7 @@ func (d *DataPlane) openAttachment(w http.ResponseWriter, r *http.Request) (t ta
 	}
 	unlimit, err := d.acquireAttachment(t)
 	if err != nil {
-		writeError(w, http.StatusTooManyRequests, apiv1.CodeTooManyAttachments, err.Error())
+		writeError(w, apiv1.CodeTooManyAttachments, err.Error())
 		return target{}, nil, nil, false
 	}
 	// While the stream is attached its sandbox is active.
@@ -259,7 +267,7 @@ func (d *DataPlane) openAttachment(w http.ResponseWriter, r *http.Request) (t ta
 		if _, err := d.cfg.Store.MarkCommandSessionAttached(ctx, t.cs.ID, d.cfg.Now()); err != nil {
 			release()
 			d.log.ErrorContext(ctx, "mark session attached", "session", t.cs.ID, "err", err)
-			writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not record the attachment")
+			writeError(w, apiv1.CodeInternal, "could not record the attachment")
 			return target{}, nil, nil, false
 		}
 	}
@@ -275,7 +283,7 @@ func (d *DataPlane) attach(w http.ResponseWriter, r *http.Request) {
 	if h := r.Header.Get("Last-Event-ID"); h != "" {
 		var err error
 		if after, err = strconv.ParseUint(h, 10, 64); err != nil {
-			writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, "Last-Event-ID must be a non-negative integer")
+			writeError(w, apiv1.CodeInvalidRequest, "Last-Event-ID must be a non-negative integer")
 			return
 		}
 	}

@@ -36,7 +36,7 @@ func (s *drainState) refuse(w http.ResponseWriter) bool {
 	s.mu.Unlock()
 	if draining {
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, apiv1.CodeDraining, "this server is shutting down; reconnect to another replica or after its restart")
+		writeError(w, apiv1.CodeDraining, "this server is shutting down; reconnect to another replica or after its restart")
 	}
 	return draining
 }

@@ -38,22 +38,22 @@ func (d *DataPlane) checkFileToken(w http.ResponseWriter, r *http.Request, direc
 	tok := bearer(r)
 	switch {
 	case tok == "":
-		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "missing file transfer token: send Authorization: Bearer <token>")
+		writeError(w, apiv1.CodeUnauthenticated, "missing file transfer token: send Authorization: Bearer <token>")
 		return auth.FileClaims{}, false
 	case auth.KindOf(tok) != auth.KindFiles:
-		writeError(w, http.StatusUnauthorized, apiv1.CodeWrongTokenKind, "this route takes a file transfer token (alf_…) from POST /v1/sandboxes/{id}/files/transfers")
+		writeError(w, apiv1.CodeWrongTokenKind, "this route takes a file transfer token (alf_…) from POST /v1/sandboxes/{id}/files/transfers")
 		return auth.FileClaims{}, false
 	}
 	c, err := d.cfg.FileTokens.VerifyFile(tok, d.cfg.Now())
 	switch {
 	case errors.Is(err, auth.ErrTokenExpired):
-		writeError(w, http.StatusUnauthorized, apiv1.CodeTokenExpired, "file transfer token expired; create a new transfer")
+		writeError(w, apiv1.CodeTokenExpired, "file transfer token expired; create a new transfer")
 		return auth.FileClaims{}, false
 	case err != nil:
-		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "invalid file transfer token")
+		writeError(w, apiv1.CodeUnauthenticated, "invalid file transfer token")
 		return auth.FileClaims{}, false
 	case c.Sandbox.String() != r.PathValue("id") || c.Direction != direction:
-		writeError(w, http.StatusUnauthorized, apiv1.CodeUnauthenticated, "this file transfer token is for another sandbox or direction")
+		writeError(w, apiv1.CodeUnauthenticated, "this file transfer token is for another sandbox or direction")
 		return auth.FileClaims{}, false
 	}
 	return c, true
@@ -69,12 +69,12 @@ func (d *DataPlane) fileTransfer(direction string) http.HandlerFunc {
 		}
 		sb, err := d.cfg.Store.GetSandboxByID(ctx, c.Sandbox)
 		if errors.Is(err, store.ErrNotFound) {
-			writeError(w, http.StatusNotFound, apiv1.CodeNotFound, fmt.Sprintf("sandbox %s not found", c.Sandbox))
+			writeError(w, apiv1.CodeNotFound, fmt.Sprintf("sandbox %s not found", c.Sandbox))
 			return
 		}
 		if err != nil {
 			d.log.ErrorContext(ctx, "load sandbox", "sandbox", c.Sandbox, "err", err)
-			writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "could not load the sandbox")
+			writeError(w, apiv1.CodeInternal, "could not load the sandbox")
 			return
 		}
 		if d.routeRemote(w, r, sb.ID, sb.NodeID) {
@@ -82,7 +82,7 @@ func (d *DataPlane) fileTransfer(direction string) http.HandlerFunc {
 		}
 		if sb.State != model.StateRunning {
 			pe := guestops.NotRunning(sb.ID, sb.State)
-			writeError(w, pe.Status, pe.Code, pe.Message)
+			writeStatusError(w, pe.Status, pe.Code, pe.Message)
 			return
 		}
 		agent, err := d.cfg.Agents.Agent(sb.ID)
@@ -111,7 +111,7 @@ func (d *DataPlane) fileTransfer(direction string) http.HandlerFunc {
 
 func writeFileError(w http.ResponseWriter, err error) {
 	fe := agentguest.FileError(err)
-	writeError(w, fe.Status, fe.Code, fe.Message)
+	writeStatusError(w, fe.Status, fe.Code, fe.Message)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -183,7 +183,7 @@ func mediaOK(w http.ResponseWriter, r *http.Request, want ...string) bool {
 			}
 		}
 	}
-	writeError(w, http.StatusUnsupportedMediaType, apiv1.CodeUnsupportedMedia, fmt.Sprintf("Content-Type must be %v", want))
+	writeError(w, apiv1.CodeUnsupportedMedia, fmt.Sprintf("Content-Type must be %v", want))
 	return false
 }
 
@@ -195,7 +195,7 @@ func (d *DataPlane) upload(ctx context.Context, w http.ResponseWriter, r *http.R
 	if v := r.URL.Query().Get("mode"); v != "" {
 		m, err := strconv.ParseUint(v, 8, 32)
 		if err != nil || m > 0o7777 {
-			writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, "mode must be octal, at most 7777")
+			writeError(w, apiv1.CodeInvalidRequest, "mode must be octal, at most 7777")
 			return
 		}
 		mode = int(m)
@@ -227,7 +227,7 @@ func (d *DataPlane) tarIn(ctx context.Context, w http.ResponseWriter, r *http.Re
 func (d *DataPlane) watch(ctx context.Context, w http.ResponseWriter, agent *agentclient.Client, p string, as agentclient.FileOption) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, http.StatusInternalServerError, apiv1.CodeInternal, "streaming unsupported")
+		writeError(w, apiv1.CodeInternal, "streaming unsupported")
 		return
 	}
 	ws, err := agent.Watch(ctx, p, as)

@@ -34,7 +34,7 @@ func (d *DataPlane) stdin(w http.ResponseWriter, r *http.Request) {
 	}
 	closeAfter, err := agentproto.ParseCloseParam(r.URL.Query().Get("close"))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, err.Error())
+		writeError(w, apiv1.CodeInvalidRequest, err.Error())
 		return
 	}
 	// stdin may arrive before the first attach: start the process (its
@@ -69,7 +69,7 @@ func (d *DataPlane) signal(w http.ResponseWriter, r *http.Request) {
 	}
 	sig, err := model.ParseSignal(req.Signal)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, err.Error())
+		writeError(w, apiv1.CodeInvalidRequest, err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), guestops.CallTimeout)
@@ -93,7 +93,7 @@ func (d *DataPlane) resize(w http.ResponseWriter, r *http.Request) {
 	}
 	size, err := model.ParseTermSize(req.Rows, req.Cols)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, err.Error())
+		writeError(w, apiv1.CodeInvalidRequest, err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), guestops.CallTimeout)
@@ -112,14 +112,14 @@ func decodeControl(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err := dec.Decode(v); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, apiv1.CodePayloadTooLarge, fmt.Sprintf("request body over %d bytes", maxControlBody))
+			writeError(w, apiv1.CodePayloadTooLarge, fmt.Sprintf("request body over %d bytes", maxControlBody))
 			return false
 		}
-		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, "bad JSON body: "+err.Error())
+		writeError(w, apiv1.CodeInvalidRequest, "bad JSON body: "+err.Error())
 		return false
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, "bad JSON body: trailing data after the object")
+		writeError(w, apiv1.CodeInvalidRequest, "bad JSON body: trailing data after the object")
 		return false
 	}
 	return true

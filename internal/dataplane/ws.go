@@ -79,7 +79,7 @@ func (d *DataPlane) wsAttach(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("after"); v != "" {
 		var err error
 		if after, err = strconv.ParseUint(v, 10, 64); err != nil {
-			writeError(w, http.StatusBadRequest, apiv1.CodeInvalidRequest, "after must be a non-negative integer")
+			writeError(w, apiv1.CodeInvalidRequest, "after must be a non-negative integer")
 			return
 		}
 	}

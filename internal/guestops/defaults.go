@@ -2,7 +2,6 @@ package guestops
 
 import (
 	"fmt"
-	"net/http"
 	"slices"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -36,8 +35,8 @@ type Defaults struct {
 func ApplyDefaults(spec *model.ProcessSpec, d Defaults) error {
 	if len(spec.Args) == 0 {
 		if len(d.Command) == 0 {
-			return &Error{http.StatusBadRequest, apiv1.CodeInvalidRequest,
-				"args must name the program to run: the sandbox's template has no default command (entrypoint or cmd)"}
+			return newError(apiv1.CodeInvalidRequest,
+				"args must name the program to run: the sandbox's template has no default command (entrypoint or cmd)")
 		}
 		spec.Args = slices.Clone(d.Command)
 	}
@@ -48,8 +47,8 @@ func ApplyDefaults(spec *model.ProcessSpec, d Defaults) error {
 		return nil
 	}
 	if d.UserErr != nil {
-		return &Error{http.StatusBadRequest, apiv1.CodeExecFailed,
-			fmt.Sprintf("the command names no user and %v; give the command a user", d.UserErr)}
+		return newError(apiv1.CodeExecFailed,
+			fmt.Sprintf("the command names no user and %v; give the command a user", d.UserErr))
 	}
 	if d.User != nil {
 		u := *d.User

@@ -19,7 +19,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -90,6 +89,11 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
+// newError is an Error with its code's status (apiv1's error table).
+func newError(code, msg string) *Error {
+	return &Error{Status: apiv1.HTTPStatus(code), Code: code, Message: msg}
+}
+
 // NotRunning is the error of a request that needs a running sandbox made of
 // sandbox id in state: paused and suspended sandboxes say how to continue
 // (sandbox_paused, sandbox_suspended), any other state is
@@ -97,11 +101,11 @@ func (e *Error) Error() string { return e.Code + ": " + e.Message }
 func NotRunning(id model.SandboxID, state model.SandboxState) *Error {
 	switch state {
 	case model.StatePaused, model.StatePausing:
-		return &Error{http.StatusConflict, apiv1.CodeSandboxPaused, fmt.Sprintf(
-			"sandbox %s is %s; resume it (POST /v1/sandboxes/%s/resume, airlock sandbox resume) or send the command with \"resume\": true", id, state, id)}
+		return newError(apiv1.CodeSandboxPaused, fmt.Sprintf(
+			"sandbox %s is %s; resume it (POST /v1/sandboxes/%s/resume, airlock sandbox resume) or send the command with \"resume\": true", id, state, id))
 	case model.StateSuspended, model.StateSuspending:
-		return &Error{http.StatusConflict, apiv1.CodeSandboxSuspended, fmt.Sprintf(
-			"sandbox %s is %s; wake it (POST /v1/sandboxes/%s/wake, airlock sandbox wake) or send the command with \"resume\": true", id, state, id)}
+		return newError(apiv1.CodeSandboxSuspended, fmt.Sprintf(
+			"sandbox %s is %s; wake it (POST /v1/sandboxes/%s/wake, airlock sandbox wake) or send the command with \"resume\": true", id, state, id))
 	}
-	return &Error{http.StatusConflict, apiv1.CodeSandboxNotRunning, fmt.Sprintf("sandbox %s is %s, not running", id, state)}
+	return newError(apiv1.CodeSandboxNotRunning, fmt.Sprintf("sandbox %s is %s, not running", id, state))
 }

@@ -95,20 +95,20 @@ func (rt *Router) Remote(node model.NodeID) bool {
 // WriteNotHere answers a forwarded request for a sandbox this node does
 // not host (the hop guard): 503 unavailable.
 func WriteNotHere(w http.ResponseWriter, sandbox model.SandboxID, node model.NodeID) {
-	writeError(w, http.StatusServiceUnavailable, apiv1.CodeUnavailable,
+	writeError(w, apiv1.CodeUnavailable,
 		fmt.Sprintf("sandbox %s is on node %s, not here", sandbox, node))
 }
 
-func writeError(w http.ResponseWriter, status int, code, msg string) {
+func writeError(w http.ResponseWriter, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
+	w.WriteHeader(apiv1.HTTPStatus(code))
 	_ = json.NewEncoder(w).Encode(apiv1.Error{Code: code, Message: msg})
 }
 
 // unreachable answers 503 node_unreachable.
 func unreachable(w http.ResponseWriter, node model.NodeID, why string) {
-	writeError(w, http.StatusServiceUnavailable, apiv1.CodeNodeUnreachable,
+	writeError(w, apiv1.CodeNodeUnreachable,
 		fmt.Sprintf("the node %s hosting the sandbox cannot be reached: %s", node, why))
 }
 

@@ -1,6 +1,8 @@
 // Package connecterr turns errors of Airlock's API, as internal/client
-// reports them, into the Connect errors E2B clients expect from envd: one
-// table for the process and filesystem services.
+// reports them, into the Connect errors E2B clients expect from envd, for
+// the process and filesystem services alike. Each code's Connect code is
+// apiv1's (its error vocabulary, apiv1.ErrorSpecs); the HTTP status decides
+// only for an error without a known code.
 package connecterr
 
 import (
@@ -36,7 +38,8 @@ func From(ctx context.Context, what string, err error) *connect.Error {
 	return connect.NewError(Code(err), err)
 }
 
-// Code is the Connect code for an error of Airlock's API.
+// Code is the Connect code for an error of Airlock's API: the one apiv1's
+// vocabulary gives its code, else the one its HTTP status suggests.
 func Code(err error) connect.Code {
 	var api *client.APIError
 	if !errors.As(err, &api) {
@@ -49,32 +52,30 @@ func Code(err error) connect.Code {
 		// A transport failure between the translator and the native API.
 		return connect.CodeUnavailable
 	}
-	switch api.Code {
-	case apiv1.CodeProcessNotFound, apiv1.CodeNotFound, apiv1.CodeProcessExited:
-		// envd forgets a process once it has exited.
-		return connect.CodeNotFound
-	case apiv1.CodeSandboxNotRunning, apiv1.CodeSandboxPaused, apiv1.CodeSandboxSuspended,
-		apiv1.CodeSandboxBusy, apiv1.CodeUnavailable, apiv1.CodeDraining, apiv1.CodeNodeUnreachable:
-		return connect.CodeUnavailable
-	case apiv1.CodeExecFailed, apiv1.CodeInvalidRequest, apiv1.CodeInvalidPath, apiv1.CodeUnsupportedFileType,
-		apiv1.CodeNotADirectory, apiv1.CodeIsADirectory:
-		return connect.CodeInvalidArgument
-	case apiv1.CodeAlreadyExists:
-		return connect.CodeAlreadyExists
-	case apiv1.CodeNoStdin, apiv1.CodeNoPTY, apiv1.CodeDirectoryNotEmpty:
-		return connect.CodeFailedPrecondition
-	case apiv1.CodePermissionDenied, apiv1.CodeQuotaExceeded:
-		return connect.CodePermissionDenied
-	case apiv1.CodeTokenExpired, apiv1.CodeWrongTokenKind, apiv1.CodeUnauthenticated:
-		return connect.CodeUnauthenticated
-	case apiv1.CodeRateLimited, apiv1.CodeTooManyAttachments, apiv1.CodePayloadTooLarge:
-		return connect.CodeResourceExhausted
-	case apiv1.CodeNotSupported, apiv1.CodeAgentUnsupported:
-		return connect.CodeUnimplemented
-	case apiv1.CodeResumeTimeout:
-		return connect.CodeDeadlineExceeded
+	if c, ok := codes[api.Code]; ok {
+		return c
 	}
 	return statusCode(api.Status)
+}
+
+// codes is the Connect code of each of Airlock's error codes, parsed once
+// from apiv1's vocabulary (where it is kept by its wire name). A name that
+// does not parse is left out, its code then mapped by its HTTP status; the
+// package's test fails on it.
+var codes = func() map[string]connect.Code {
+	m := make(map[string]connect.Code)
+	for _, s := range apiv1.ErrorSpecs() {
+		if c, ok := parse(s.Connect); ok {
+			m[s.Code] = c
+		}
+	}
+	return m
+}()
+
+// parse returns the Connect code whose wire name is name ("not_found").
+func parse(name string) (connect.Code, bool) {
+	var c connect.Code
+	return c, c.UnmarshalText([]byte(name)) == nil
 }
 
 // statusCode maps an HTTP status of the native API to a Connect code.

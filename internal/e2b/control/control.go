@@ -236,18 +236,15 @@ func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, http.StatusBadGateway, "Airlock API: "+err.Error())
 }
 
-// failedOpStatus is the status for a native operation that failed: 503
-// (the SDK's ServiceBusyError) when the failure is a lack of capacity or
-// availability, 504 for a resume that timed out, else 500.
+// failedOpStatus is the status for a native operation that failed: its
+// code's E2BOperationStatus in apiv1's error vocabulary (503, the SDK's
+// ServiceBusyError, for a lack of capacity or availability; 504 for a
+// resume that timed out), else 500.
 func failedOpStatus(op apiv1.Operation) int {
-	if op.Error == nil {
-		return http.StatusInternalServerError
-	}
-	switch op.Error.Code {
-	case apiv1.CodeNoCapacity, apiv1.CodeUnavailable, apiv1.CodeDraining, apiv1.CodeNodeUnreachable:
-		return http.StatusServiceUnavailable
-	case apiv1.CodeResumeTimeout:
-		return http.StatusGatewayTimeout
+	if op.Error != nil {
+		if s, ok := apiv1.LookupError(op.Error.Code); ok && s.E2BOperationStatus != 0 {
+			return s.E2BOperationStatus
+		}
 	}
 	return http.StatusInternalServerError
 }
