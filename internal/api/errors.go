@@ -84,6 +84,7 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if ae.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 	}
+	noteAnswer(ctx, ae.code, "") // for the audit entry
 	writeJSON(w, ae.status, apiv1.Error{Code: ae.code, Message: ae.msg})
 }
 

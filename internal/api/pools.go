@@ -145,6 +145,7 @@ func (a *API) putPool(ctx context.Context, c *call[apiv1.PutPoolRequest]) (*repl
 	if err != nil {
 		return nil, err
 	}
+	c.created(p.ID.String())
 	return idempotentReply(ctx, a, c, http.StatusOK, a.poolOut(p, fill[p.ID]))
 }
 
@@ -309,5 +310,6 @@ func (a *API) claimFromPool(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	a.cfg.Metrics.OperationFinished(string(model.OpCreate), true)
 	a.cfg.Metrics.CreateFinished(claimed.Runtime, string(model.SourcePool), a.cfg.Now().Sub(c.now))
 	a.log.InfoContext(ctx, "sandbox claimed from pool", "sandbox", claimed.ID, "pool", p.ID, "project", claimed.ProjectID)
+	c.created(claimed.ID.String())
 	return rep, nil
 }

@@ -147,6 +147,7 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	} else if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	c.created(sb.ID.String())
 	return rep, nil
 }
 
