@@ -71,6 +71,7 @@ func (a *API) createProject(ctx context.Context, c *call[apiv1.CreateProjectRequ
 	if err := a.putIdempotency(ctx, rec); err != nil {
 		return nil, err
 	}
+	c.created(p.ID.String())
 	return rep, nil
 }
 
@@ -132,6 +133,7 @@ func (a *API) createKey(ctx context.Context, c *call[apiv1.CreateAPIKeyRequest])
 		return nil, fmt.Errorf("create API key: %w", err)
 	}
 	a.log.InfoContext(ctx, "API key created", "key", id, "project", project, "role", role, "format", format, "by", c.p.keyID)
+	c.created(id.String())
 	return rep, nil
 }
 

@@ -1,9 +1,7 @@
 package api
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"strings"
 	"time"
@@ -22,6 +20,11 @@ import (
 // (the route), which resource (the path values, and the ID a create
 // answered with) and the result (status and error code). Refusals are
 // recorded too (403, 400, 404, 409, …) once the caller is authenticated.
+// Nothing is read back from the answer's body: the status is the logging
+// middleware's (statusWriter), the error code is noted by writeError and
+// the created ID by the create's handler (call.created), both in the
+// request's requestInfo; a forwarded request's hosting node sends both
+// back in headers (noderoute.HeaderErrorCode, HeaderCreatedID).
 // Not recorded:
 //   - requests whose credentials were not accepted (401, or no principal):
 //     anyone can send them, and recording them would let anonymous traffic
@@ -31,8 +34,8 @@ import (
 //     undo;
 //   - requests forwarded by another replica (the one the client called
 //     records it, with the answer it relayed): each request once;
-//   - the port proxy (a sandbox's own HTTP traffic, not a change to
-//     Airlock's state).
+//   - the port proxy (guestTraffic: a sandbox's own HTTP traffic, not a
+//     change to Airlock's state).
 //
 // The entry is written after the change happened; if writing it fails the
 // request's answer stands (it is already decided), the failure is logged at
@@ -41,87 +44,42 @@ import (
 // auditTimeout bounds writing one audit entry.
 const auditTimeout = 5 * time.Second
 
-// auditBodyPeek is how much of an answer is kept to read its error code or
-// the ID a create answered with.
-const auditBodyPeek = 64 << 10
-
 // maxAuditValue bounds one recorded path value.
 const maxAuditValue = 256
 
 // audited reports whether requests to the route are recorded in the audit
-// log: every method but GET and HEAD, except the port proxy's guest
-// traffic.
+// log: every method but GET and HEAD, except a sandbox's own traffic
+// (guestTraffic: the port proxy).
 func (rt route) audited() bool {
-	return rt.method != http.MethodGet && rt.method != http.MethodHead && !rt.guestTraffic()
+	return rt.method != http.MethodGet && rt.method != http.MethodHead && !rt.has(guestTraffic)
 }
 
 // AuditFailures is how many audit entries could not be written since the
 // API started.
 func (a *API) AuditFailures() int64 { return a.auditFailures.Load() }
 
-// auditWriter remembers the status and the start of the body of an
-// audited request's answer.
-type auditWriter struct {
-	http.ResponseWriter
-	status int
-	peek   bytes.Buffer
-}
-
-func (w *auditWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *auditWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	if room := auditBodyPeek - w.peek.Len(); room > 0 {
-		w.peek.Write(b[:min(room, len(b))])
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *auditWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-func (w *auditWriter) Flush() {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	_ = http.NewResponseController(w.ResponseWriter).Flush()
-}
-
-// auditAnswer is what an answer's body says that the log keeps.
-type auditAnswer struct {
-	Code    string `json:"code"` // an apiv1.Error
-	ID      string `json:"id"`   // a created resource
-	Sandbox *struct {
-		ID string `json:"id"`
-	} `json:"sandbox"` // a SandboxWithOperation
-}
-
 // recordAudit writes the audit entry of a request to rt that p made and
-// w answered (panicked: the handler panicked, a 500 follows).
-func (a *API) recordAudit(r *http.Request, rt route, p principal, w *auditWriter, panicked bool) {
+// w answered (panicked: the handler panicked, a 500 follows). The status
+// is the one the logging middleware's statusWriter saw; the error code and
+// the created ID are what the request's requestInfo noted.
+func (a *API) recordAudit(r *http.Request, rt route, p principal, w http.ResponseWriter, panicked bool) {
 	ctx := r.Context()
 	if p.project == "" || peerFrom(ctx) != nil {
 		return // not authenticated, or the forwarding replica records it
 	}
-	status := w.status
+	status := responseStatus(w)
 	if panicked && status == 0 {
 		status = http.StatusInternalServerError
 	}
-	var ans auditAnswer
-	if strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") {
-		_ = json.Unmarshal(w.peek.Bytes(), &ans) // a cut-off or other body: nothing learnt
+	var code, created string
+	if info := infoFrom(ctx); info != nil {
+		code, created = info.errorCode, info.created
 	}
-	if status == http.StatusTooManyRequests && ans.Code == apiv1.CodeRateLimited {
+	if status == http.StatusTooManyRequests && code == apiv1.CodeRateLimited {
 		return
 	}
-	if panicked && ans.Code == "" {
-		ans.Code = apiv1.CodeInternal
+	if panicked && code == "" {
+		code = apiv1.CodeInternal
 	}
 	e := store.AuditEntry{
 		At:           a.now(),
@@ -141,14 +99,11 @@ func (a *API) recordAudit(r *http.Request, rt route, p principal, w *auditWriter
 		}
 	}
 	if status >= 400 || status < 100 {
-		e.ErrorCode = auditText(ans.Code)
+		e.ErrorCode = auditText(code)
 	} else if e.ResourceID == "" {
-		e.CreatedID = auditText(ans.ID)
-		if ans.Sandbox != nil {
-			e.CreatedID = auditText(ans.Sandbox.ID)
-			if id, err := model.ParseSandboxID(ans.Sandbox.ID); err == nil {
-				e.Sandbox = id
-			}
+		e.CreatedID = auditText(created)
+		if id, err := model.ParseSandboxID(created); err == nil {
+			e.Sandbox = id
 		}
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)

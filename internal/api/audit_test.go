@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"sort"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/noderoute"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -238,6 +241,119 @@ func TestAuditEntries(t *testing.T) {
 	}
 }
 
+// TestAuditCreatedIDs: every create records the ID it made (a sandbox's
+// as its sandbox too), the handler's own or, for a replay of its
+// Idempotency-Key, the stored answer's; a key reused for another request
+// records its refusal's code and no ID.
+func TestAuditCreatedIDs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withPoolClaims())
+	n := len(e.auditAll(t))
+	last := func() store.AuditEntry { n++; return e.auditAtLeast(t, n)[0] }
+	idOf := func(r *resp) string {
+		var ans struct {
+			ID      string `json:"id"`
+			Sandbox struct {
+				ID string `json:"id"`
+			} `json:"sandbox"`
+		}
+		if err := json.Unmarshal(r.body, &ans); err != nil {
+			t.Fatal(err)
+		}
+		if ans.Sandbox.ID != "" {
+			return ans.Sandbox.ID
+		}
+		return ans.ID
+	}
+	var pool apiv1.Pool
+	e.do("PUT", "/v1/pools", e.admin, `{"template":"default","size":1,"memory_mib":256}`).want(t, http.StatusOK).decode(t, &pool)
+	n++
+	slot := e.poolSandbox(model.PoolID(pool.ID), model.Resources{CPUs: 1, MemoryMiB: 256, DiskMiB: model.DefaultDiskMiB})
+	for _, tc := range []struct {
+		name, method, path, key, body, other string
+		status                               int
+	}{
+		{"pool claim", "POST", "/v1/sandboxes", e.keyA, `{"memory_mib":256}`, `{"memory_mib":512}`, http.StatusCreated},
+		{"sandbox", "POST", "/v1/sandboxes", e.keyA, `{}`, `{"memory_mib":512}`, http.StatusAccepted},
+		{"project", "POST", "/v1/admin/projects", e.admin, `{"name": "created"}`, `{"name": "other"}`, http.StatusCreated},
+		{"key", "POST", "/v1/admin/keys", e.admin, fmt.Sprintf(`{"project_id": %q, "role": "member", "name": "k"}`, e.projA),
+			fmt.Sprintf(`{"project_id": %q, "role": "member", "name": "l"}`, e.projA), http.StatusCreated},
+		{"build", "POST", "/v1/templates", e.admin, fmt.Sprintf(`{"source": %q}`, e.tplDir), fmt.Sprintf(`{"source": %q, "name": "x"}`, e.tplDir), http.StatusAccepted},
+		{"pool", "PUT", "/v1/pools", e.admin, `{"template":"default","size":2,"memory_mib":256}`, `{"template":"default","size":3,"memory_mib":256}`, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			send := func(body string) *resp {
+				return e.send(req{method: tc.method, path: tc.path, key: tc.key, body: body, t: t,
+					header: http.Header{"Idempotency-Key": {"created-" + strings.ReplaceAll(tc.name, " ", "-")}}})
+			}
+			id := ""
+			for i := range 2 { // the create, then its replay
+				r := send(tc.body).want(t, tc.status)
+				if r.header.Get(headerReplayed) != "" != (i == 1) {
+					t.Fatalf("answer %d: replayed %q", i, r.header.Get(headerReplayed))
+				}
+				if i == 0 {
+					if id = idOf(r); id == "" {
+						t.Fatalf("no ID in %s", r.body)
+					}
+					if tc.name == "pool claim" && id != slot.String() {
+						t.Fatalf("claimed %s, want the pool's %s", id, slot)
+					}
+				}
+				got := last()
+				if got.RequestID != r.header.Get("X-Request-Id") || got.CreatedID != id || got.ErrorCode != "" || got.Status != tc.status {
+					t.Fatalf("entry %+v, want created %s (replayed %q)", got, id, r.header.Get(headerReplayed))
+				}
+				if sb, _ := model.ParseSandboxID(id); got.Sandbox != sb {
+					t.Fatalf("entry %+v: sandbox %q, want %q", got, got.Sandbox, sb)
+				}
+			}
+			send(tc.other).wantError(t, http.StatusConflict, apiv1.CodeIdempotencyKeyReused)
+			if got := last(); got.CreatedID != "" || got.ErrorCode != apiv1.CodeIdempotencyKeyReused || got.Sandbox != "" {
+				t.Fatalf("reused key: %+v", got)
+			}
+		})
+	}
+}
+
+// TestAuditPanic: a handler that panics is recorded with the 500 that
+// follows and code internal, or with what it answered before.
+func TestAuditPanic(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	mux := http.NewServeMux()
+	for _, rt := range []route{
+		{"POST", "/v1/sandboxes/{id}/pause", member, func(http.ResponseWriter, *http.Request, principal) { panic("boom") }},
+		{"POST", "/v1/sandboxes/{id}/suspend", member, func(w http.ResponseWriter, r *http.Request, _ principal) {
+			e.api.writeError(w, r, errorf(apiv1.CodeSandboxBusy, "busy"))
+			panic("boom after the answer")
+		}},
+	} {
+		mux.Handle(rt.method+" "+rt.pattern, e.api.guard(rt))
+	}
+	srv := httptest.NewServer(e.api.Wrap(mux))
+	t.Cleanup(srv.Close)
+	sb := model.NewSandboxID().String()
+	for _, tc := range []struct {
+		kind   string
+		status int
+		code   string
+	}{{"pause", http.StatusInternalServerError, apiv1.CodeInternal}, {"suspend", http.StatusConflict, apiv1.CodeSandboxBusy}} {
+		hr, err := http.NewRequest("POST", srv.URL+"/v1/sandboxes/"+sb+"/"+tc.kind, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hr.Header.Set("Authorization", "Bearer "+e.keyA)
+		if res, err := srv.Client().Do(hr); err == nil {
+			res.Body.Close()
+		}
+		got := e.auditAll(t)[0]
+		if got.Action != "POST /v1/sandboxes/{id}/"+tc.kind || got.Status != tc.status || got.ErrorCode != tc.code || got.ResourceID != sb {
+			t.Fatalf("%s: entry %+v, want %d %s", tc.kind, got, tc.status, tc.code)
+		}
+	}
+}
+
 // TestAuditStoreFailure: the mutation stands when its entry cannot be
 // written; the failure is counted.
 func TestAuditStoreFailure(t *testing.T) {
@@ -273,8 +389,85 @@ func TestAuditRecordedOnceWhenForwarded(t *testing.T) {
 	if all = c.auditAll(t); len(all) != before+1 {
 		t.Fatalf("%d entries for one forwarded request", len(all)-before)
 	}
-	if got := all[0]; got.Action != "POST /v1/sandboxes/{id}/files/mkdir" || got.Status != res.StatusCode || got.RequestID != res.Header.Get("X-Request-Id") {
+	if got := all[0]; got.Action != "POST /v1/sandboxes/{id}/files/mkdir" || got.Status != res.StatusCode || got.RequestID != res.Header.Get("X-Request-Id") ||
+		got.ErrorCode != "" || got.CreatedID != "" {
 		t.Fatalf("entry %+v for %d %s", got, res.StatusCode, res.Header.Get("X-Request-Id"))
+	}
+}
+
+// TestAuditForwardedAnswers: the entry of a forwarded request has the
+// code of the error the hosting node answered with (which it sends in a
+// header the client never sees), or of the forwarding replica's own.
+func TestAuditForwardedAnswers(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	gone := c.createSandbox(c.keyA, `{}`).Sandbox.ID
+	c.place(gone, model.NewNodeID()) // a node nobody registered
+	for _, tc := range []struct {
+		name, sandbox, body string
+		status              int
+		code                string
+	}{
+		{"ok", c.sandbox, `{"path": "/fine"}`, http.StatusOK, ""},
+		{"refused by the node", c.sandbox, `{"path": "relative"}`, http.StatusBadRequest, apiv1.CodeInvalidPath},
+		{"bad body", c.sandbox, `{"path": 1}`, http.StatusBadRequest, apiv1.CodeInvalidRequest},
+		{"node unreachable", gone, `{"path": "/x"}`, http.StatusServiceUnavailable, apiv1.CodeNodeUnreachable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(c.auditAll(t))
+			res, b := c.call(c.a, "POST", "/v1/sandboxes/"+tc.sandbox+"/files/mkdir", c.keyA, tc.body, nil)
+			if res.StatusCode != tc.status {
+				t.Fatalf("%d %s, want %d", res.StatusCode, b, tc.status)
+			}
+			for _, h := range []string{noderoute.HeaderErrorCode, noderoute.HeaderCreatedID} {
+				if v, ok := res.Header[h]; ok {
+					t.Fatalf("the client got %s: %q", h, v)
+				}
+			}
+			all := c.auditAtLeast(t, before+1)
+			if got := all[0]; got.RequestID != res.Header.Get("X-Request-Id") || got.Status != tc.status || got.ErrorCode != tc.code {
+				t.Fatalf("entry %+v, want %d %q", got, tc.status, tc.code)
+			}
+		})
+	}
+	// The node itself, asked by a replica, says the code in the header.
+	path := "/v1/sandboxes/" + c.sandbox + "/files/mkdir"
+	tok := forwardToken(t, c.a.ring, auth.ForwardClaims{From: c.a.id, To: c.b.id, Request: "POST " + path, Base: c.a.srv.URL})
+	res, b := c.call(c.b, "POST", path, c.keyA, `{"path": "relative"}`, http.Header{noderoute.HeaderForwardedBy: {string(c.a.id)}, noderoute.HeaderForwardToken: {tok}})
+	wantCode(t, res, b, http.StatusBadRequest, apiv1.CodeInvalidPath)
+	if got := res.Header.Get(noderoute.HeaderErrorCode); got != apiv1.CodeInvalidPath {
+		t.Fatalf("%s: %q, want %s", noderoute.HeaderErrorCode, got, apiv1.CodeInvalidPath)
+	}
+	// ... and to anyone else nothing.
+	res, b = c.call(c.b, "POST", path, c.keyA, `{"path": "relative"}`, nil)
+	wantCode(t, res, b, http.StatusBadRequest, apiv1.CodeInvalidPath)
+	if got, ok := res.Header[noderoute.HeaderErrorCode]; ok {
+		t.Fatalf("a client got %s: %q", noderoute.HeaderErrorCode, got)
+	}
+}
+
+// TestForwardedAnswerHeaders: the answer to a request that says it was
+// forwarded carries the error code and the created ID its handler noted;
+// any other answer carries neither.
+func TestForwardedAnswerHeaders(t *testing.T) {
+	t.Parallel()
+	a := &API{log: slog.New(slog.DiscardHandler)}
+	h := a.withRequestContext(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		noteAnswer(r.Context(), "", "prj_created")
+		noteAnswer(r.Context(), "some_code", "")
+		w.WriteHeader(http.StatusTeapot)
+	}))
+	for _, forwarded := range []bool{false, true} {
+		r := httptest.NewRequest("POST", "/x", nil)
+		if forwarded {
+			r.Header.Set(noderoute.HeaderForwardedBy, "node_x")
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		code, created := w.Header().Get(noderoute.HeaderErrorCode), w.Header().Get(noderoute.HeaderCreatedID)
+		if forwarded && (code != "some_code" || created != "prj_created") || !forwarded && (code != "" || created != "") {
+			t.Fatalf("forwarded %v: %q, %q", forwarded, code, created)
+		}
 	}
 }
 

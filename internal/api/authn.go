@@ -35,33 +35,13 @@ func (p principal) limitKey() string {
 }
 
 // inScope reports whether p may call route rt as r: always, but for a
-// sandbox access token, which opens only the member routes of its own
-// sandbox (/v1/sandboxes/{id} and below, with {id} its sandbox).
+// sandbox access token, which opens only the routes of its own sandbox
+// ({id}) that the route table marks sandboxToken (member routes only).
 func (p principal) inScope(rt route, r *http.Request) bool {
 	if p.sandbox == "" {
 		return true
 	}
-	return rt.access == member && sandboxTokenRoute(rt.method, rt.pattern) && r.PathValue("id") == p.sandbox.String()
-}
-
-// sandboxTokenRoute says whether a sandbox access token may call a route
-// of its own sandbox: what working inside the sandbox needs (read it,
-// wake or resume it, commands and processes, files, its ports), not what
-// its owner decides (delete, timeouts, pause and suspend, egress policy).
-func sandboxTokenRoute(method, pattern string) bool {
-	switch method + " " + pattern {
-	case "GET /v1/sandboxes/{id}",
-		"POST /v1/sandboxes/{id}/wake",
-		"POST /v1/sandboxes/{id}/resume",
-		"POST /v1/sandboxes/{id}/commands":
-		return true
-	}
-	for _, prefix := range []string{"/v1/sandboxes/{id}/processes", "/v1/sandboxes/{id}/files/", "/v1/sandboxes/{id}/ports/"} {
-		if strings.HasPrefix(pattern, prefix) {
-			return true
-		}
-	}
-	return false
+	return rt.access.level() == member && rt.has(sandboxToken) && r.PathValue("id") == p.sandbox.String()
 }
 
 func unauthenticated(format string, args ...any) *apiError {

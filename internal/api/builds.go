@@ -104,6 +104,7 @@ func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRe
 		return nil, fmt.Errorf("queue build: %w", err)
 	}
 	a.log.InfoContext(ctx, "template build queued", "build", b.ID, "kind", b.Kind, "source", b.Source, "name", b.Name)
+	c.created(b.ID.String())
 	return rep, nil
 }
 

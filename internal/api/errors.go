@@ -137,6 +137,7 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		a.log.ErrorContext(ctx, "internal error", "method", r.Method, "path", r.URL.Path,
 			"request_id", requestIDFrom(ctx), "err", err)
 	}
+	noteAnswer(ctx, ae.code, "") // for the audit entry
 	writeAPIError(w, ae)
 }
 

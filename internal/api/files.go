@@ -19,12 +19,12 @@ import (
 // plane under a transfer token from POST …/files/transfers.
 func (a *API) fileRoutes() []route {
 	return []route{
-		{"GET", "/v1/sandboxes/{id}/files/stat", member, a.hosted(a.statFile)},
-		{"GET", "/v1/sandboxes/{id}/files/list", member, a.hosted(a.listFiles)},
-		{"POST", "/v1/sandboxes/{id}/files/mkdir", member, a.hosted(mutating(a, a.mkdirFile))},
-		{"POST", "/v1/sandboxes/{id}/files/move", member, a.hosted(mutating(a, a.moveFile))},
-		{"POST", "/v1/sandboxes/{id}/files/remove", member, a.hosted(mutating(a, a.removeFile))},
-		{"POST", "/v1/sandboxes/{id}/files/transfers", member, a.hosted(mutating(a, a.createTransfer))},
+		{"GET", "/v1/sandboxes/{id}/files/stat", member | sandboxToken, a.hosted(a.statFile)},
+		{"GET", "/v1/sandboxes/{id}/files/list", member | sandboxToken, a.hosted(a.listFiles)},
+		{"POST", "/v1/sandboxes/{id}/files/mkdir", member | sandboxToken, a.hosted(mutating(a, a.mkdirFile))},
+		{"POST", "/v1/sandboxes/{id}/files/move", member | sandboxToken, a.hosted(mutating(a, a.moveFile))},
+		{"POST", "/v1/sandboxes/{id}/files/remove", member | sandboxToken, a.hosted(mutating(a, a.removeFile))},
+		{"POST", "/v1/sandboxes/{id}/files/transfers", member | sandboxToken, a.hosted(mutating(a, a.createTransfer))},
 	}
 }
 

@@ -116,6 +116,7 @@ func (a *API) forwardToHost(w http.ResponseWriter, r *http.Request, p principal)
 		extra.Set("X-Request-Id", id) // one ID in both nodes' logs
 	}
 	a.injectTrace(r, extra) // one trace across both nodes
-	a.router.Forward(w, r, sb.NodeID, extra)
+	ans := a.router.Forward(w, r, sb.NodeID, extra)
+	noteAnswer(r.Context(), ans.ErrorCode, ans.CreatedID) // the node's answer, for the audit entry recorded here
 	return true
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -171,6 +172,27 @@ func (a *API) replay(w http.ResponseWriter, r *http.Request, i *idempotency, rec
 		a.writeError(w, r, err)
 		return
 	}
+	noteAnswer(r.Context(), "", createdIn(body))
 	w.Header().Set(headerReplayed, "true")
 	writeBody(w, rec.Status, body)
+}
+
+// createdIn is the ID of what a create made, in its stored answer: the
+// handler that made it noted the ID (call.created), but the record keeps
+// only the answer, so a replay reads it back from there: the answer's
+// "id", or its sandbox's (SandboxWithOperation); "" if it has neither.
+// (The audit entry takes it only where the route names no resource, as it
+// does a handler's: recordAudit.)
+func createdIn(body []byte) string {
+	var ans struct {
+		ID      string `json:"id"`
+		Sandbox *struct {
+			ID string `json:"id"`
+		} `json:"sandbox"`
+	}
+	_ = json.Unmarshal(body, &ans) // what it could read
+	if ans.Sandbox != nil {
+		return ans.Sandbox.ID
+	}
+	return ans.ID
 }

@@ -16,9 +16,9 @@ import (
 func (a *API) lifecycleRoutes() []route {
 	return []route{
 		{"POST", "/v1/sandboxes/{id}/pause", member, mutating(a, a.lifecycleOp(model.OpPause))},
-		{"POST", "/v1/sandboxes/{id}/resume", member, mutating(a, a.lifecycleOp(model.OpResume))},
+		{"POST", "/v1/sandboxes/{id}/resume", member | sandboxToken, mutating(a, a.lifecycleOp(model.OpResume))},
 		{"POST", "/v1/sandboxes/{id}/suspend", member, mutating(a, a.lifecycleOp(model.OpSuspend))},
-		{"POST", "/v1/sandboxes/{id}/wake", member, mutating(a, a.lifecycleOp(model.OpWake))},
+		{"POST", "/v1/sandboxes/{id}/wake", member | sandboxToken, mutating(a, a.lifecycleOp(model.OpWake))},
 	}
 }
 

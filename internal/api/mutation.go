@@ -52,6 +52,11 @@ func (c *call[T]) reply(status int, v any) (*reply, *store.IdempotencyRecord, er
 	return rep, rec, nil
 }
 
+// created notes the ID of the resource the call made, for its audit entry
+// (requestInfo); a create handler calls it once the resource exists. A
+// replay of the call's answer notes it again (replay).
+func (c *call[T]) created(id string) { noteAnswer(c.r.Context(), "", id) }
+
 // keyedCanonical is a request body with a field (a secret's value) that must
 // not enter the idempotency record's request hash as it is: it gives its own
 // canonical form, keyed by the raw Idempotency-Key.

@@ -68,7 +68,7 @@ func TestRoutesMatchDocument(t *testing.T) {
 			continue
 		}
 		public := op.Security != nil && len(*op.Security) == 0
-		if public != (rt.access == publicAccess) {
+		if public != (rt.access.level() == publicAccess) {
 			t.Errorf("%s: the document says public=%v, the route's access is %d", key, public, rt.access)
 		}
 		if !public {
@@ -76,13 +76,13 @@ func TestRoutesMatchDocument(t *testing.T) {
 				t.Errorf("%s needs a key but documents no 401", key)
 			}
 		}
-		if rt.access == admin {
+		if rt.access.level() == admin {
 			if _, ok := op.Responses["403"]; !ok {
 				t.Errorf("%s is admin-only but documents no 403", key)
 			}
 		}
 		// (The port proxy's requests are the guest's, not Airlock's mutations.)
-		if (rt.method == "POST" || rt.method == "PUT" || rt.method == "DELETE") && !rt.guestTraffic() {
+		if (rt.method == "POST" || rt.method == "PUT" || rt.method == "DELETE") && !rt.has(guestTraffic) {
 			if !slices.ContainsFunc(op.Parameters, func(p struct {
 				Ref string `json:"$ref"`
 			}) bool {

@@ -130,6 +130,8 @@ func (a *API) putPool(ctx context.Context, c *call[apiv1.PutPoolRequest]) (*repl
 	if err != nil {
 		return nil, err
 	}
+	c.created(p.ID.String())
+	c.created(p.ID.String())
 	return idempotentReply(ctx, a, c, http.StatusOK, a.poolOut(p, fill[p.ID]))
 }
 

@@ -52,15 +52,10 @@ func (a *API) portRoutes() []route {
 	}
 	out := make([]route, 0, len(methods))
 	for _, m := range methods {
-		out = append(out, route{m, portsPattern, member, a.hosted(a.proxyPort)})
+		out = append(out, route{m, portsPattern, member | sandboxToken | guestTraffic, a.hosted(a.proxyPort)})
 	}
 	return out
 }
-
-// guestTraffic reports whether a route carries a sandbox's own traffic (the
-// port proxy) rather than a change to Airlock's state: such requests are
-// not mutations (no rate limit, no Idempotency-Key of Airlock's).
-func (rt route) guestTraffic() bool { return rt.pattern == portsPattern }
 
 // activityHolder is the part of the activity tracker that keeps a sandbox
 // active for as long as a stream is open.
@@ -127,7 +122,7 @@ func (a *API) proxyPort(w http.ResponseWriter, r *http.Request, p principal) {
 		ErrorLog:      slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 		ModifyResponse: func(res *http.Response) error {
 			res.Header.Del("X-Request-Id") // the API's own stands
-			guestContentHeaders(res.Header)
+			apiv1.GuestContentHeaders(res.Header)
 			dropGuestSetCookies(res.Header)
 			return nil
 		},
@@ -220,16 +215,6 @@ func dialReason(err error) string {
 		return "the connection was reset"
 	}
 	return "the connection failed or closed before an answer"
-}
-
-// guestContentHeaders makes a guest's answer inert as the console's
-// origin: served from the server's own origin, a guest's HTML runs in a
-// sandbox (a unique opaque origin: no cookies, no same-origin requests to
-// the API), and no content type is sniffed. A policy the guest sent
-// stands too (every policy is enforced).
-func guestContentHeaders(h http.Header) {
-	h.Add("Content-Security-Policy", "sandbox")
-	h.Set("X-Content-Type-Options", "nosniff")
 }
 
 // dropGuestSetCookies removes from a guest's answer every Set-Cookie

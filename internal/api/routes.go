@@ -13,17 +13,41 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/noderoute"
 	"github.com/airlockdev/airlock/internal/textclip"
 )
 
-// access says who may call a route.
+// access says who may call a route: one level, with the flags below
+// or-ed to it (member | sandboxToken).
 type access int
 
 const (
 	publicAccess access = iota // no credentials
 	member                     // any valid API key
 	admin                      // an API key with role admin
+
+	levels access = 1<<4 - 1 // the bits of the level
 )
+
+// Flags of a route's access: what its entry in the table states besides
+// the level, so that a new route states them where it is declared.
+const (
+	// sandboxToken: the sandbox access token of the route's own sandbox
+	// ({id}) may call it too (principal.inScope), with level member only.
+	// It marks what working inside the sandbox needs (E2B's envd and
+	// traffic tokens: read it, wake or resume it, commands and processes,
+	// files, its ports), not what its owner decides (delete, timeouts,
+	// pause and suspend, egress policy).
+	sandboxToken access = 1 << (iota + 4)
+	// guestTraffic: the route carries a sandbox's own traffic (the port
+	// proxy), not a change to Airlock's state: no rate limit, no audit
+	// entry (route.audited), no Idempotency-Key of Airlock's, and the
+	// console's session cookie is refused on it (cookieAuth).
+	guestTraffic
+)
+
+// level is a's level without its flags.
+func (a access) level() access { return a & levels }
 
 // route is one entry of the API's routing table.
 type route struct {
@@ -32,6 +56,9 @@ type route struct {
 	access  access
 	handle  func(w http.ResponseWriter, r *http.Request, p principal)
 }
+
+// has reports whether the route's access carries flag f.
+func (rt route) has(f access) bool { return rt.access&f != 0 }
 
 // routeTable is the single list of the API's routes; the OpenAPI document
 // lists exactly these (a test checks both ways).
@@ -45,14 +72,14 @@ func (a *API) routeTable() []route {
 		{"POST", "/v1/sandboxes", member, mutating(a, a.createSandbox)},
 		{"GET", "/v1/sandboxes", member, a.listSandboxes},
 		{"GET", "/v1/watch/sandboxes", member, a.watchSandboxes},
-		{"GET", "/v1/sandboxes/{id}", member, a.getSandbox},
+		{"GET", "/v1/sandboxes/{id}", member | sandboxToken, a.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", member, mutating(a, a.deleteSandbox)},
 		{"POST", "/v1/sandboxes/{id}/timeout", member, mutating(a, a.setSandboxTimeout)},
-		{"POST", "/v1/sandboxes/{id}/commands", member, a.hosted(mutating(a, a.createCommand))},
-		{"GET", "/v1/sandboxes/{id}/processes", member, a.hosted(a.listProcesses)},
-		{"GET", "/v1/sandboxes/{id}/processes/{process_id}", member, a.hosted(a.getProcess)},
-		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/signal", member, a.hosted(mutating(a, a.signalProcess))},
-		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/attachments", member, mutating(a, a.createAttachment)},
+		{"POST", "/v1/sandboxes/{id}/commands", member | sandboxToken, a.hosted(mutating(a, a.createCommand))},
+		{"GET", "/v1/sandboxes/{id}/processes", member | sandboxToken, a.hosted(a.listProcesses)},
+		{"GET", "/v1/sandboxes/{id}/processes/{process_id}", member | sandboxToken, a.hosted(a.getProcess)},
+		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/signal", member | sandboxToken, a.hosted(mutating(a, a.signalProcess))},
+		{"POST", "/v1/sandboxes/{id}/processes/{process_id}/attachments", member | sandboxToken, mutating(a, a.createAttachment)},
 		{"GET", "/v1/operations", member, a.listOperations},
 		{"GET", "/v1/operations/{id}", member, a.getOperation},
 		{"GET", "/v1/environments", member, a.listEnvironments},
@@ -105,11 +132,9 @@ func (a *API) guard(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var p principal
 		if rt.audited() { // audit.go: one entry once the request was answered
-			aw := &auditWriter{ResponseWriter: w}
-			w = aw
 			defer func() {
 				v := recover()
-				a.recordAudit(r, rt, p, aw, v != nil)
+				a.recordAudit(r, rt, p, w, v != nil)
 				if v != nil {
 					panic(v)
 				}
@@ -121,7 +146,7 @@ func (a *API) guard(rt route) http.Handler {
 			return
 		}
 		r = trusted
-		if rt.access != publicAccess {
+		if rt.access.level() != publicAccess {
 			var err error
 			p, err = a.authenticate(r, rt)
 			if err != nil {
@@ -136,13 +161,13 @@ func (a *API) guard(rt route) http.Handler {
 					"a sandbox access token opens only the routes of its own sandbox (/v1/sandboxes/%s…); use an API key", p.sandbox))
 				return
 			}
-			if rt.access == admin && p.role != model.RoleAdmin {
+			if rt.access.level() == admin && p.role != model.RoleAdmin {
 				a.writeError(w, r, errorf(apiv1.CodePermissionDenied, "this needs an API key with role admin"))
 				return
 			}
 			// A request a trusted peer forwarded was limited there.
 			// A sandbox's own traffic (the port proxy) changes nothing of Airlock's.
-			if rt.method != http.MethodGet && !rt.guestTraffic() && peerFrom(r.Context()) == nil && a.rateLimited(w, r, p) {
+			if rt.method != http.MethodGet && !rt.has(guestTraffic) && peerFrom(r.Context()) == nil && a.rateLimited(w, r, p) {
 				return
 			}
 		}
@@ -204,6 +229,14 @@ type requestInfo struct {
 	key     model.APIKeyID
 	project model.ProjectID
 	sandbox model.SandboxID // the sandbox of a sandbox access token
+
+	// What the answer says, for the audit log (audit.go): the code of an
+	// error answer (writeError) and the ID of what a create made
+	// (call.created). The node that serves a forwarded request sends
+	// both back in headers (statusWriter); the forwarding one records
+	// them from there (forwardToHost).
+	errorCode string
+	created   string
 }
 
 type infoKey struct{}
@@ -211,6 +244,21 @@ type infoKey struct{}
 func infoFrom(ctx context.Context) *requestInfo {
 	info, _ := ctx.Value(infoKey{}).(*requestInfo)
 	return info
+}
+
+// noteAnswer records in ctx's requestInfo what its answer says: the
+// error code, the created ID ("" leaves one as it was).
+func noteAnswer(ctx context.Context, errorCode, created string) {
+	info := infoFrom(ctx)
+	if info == nil {
+		return
+	}
+	if errorCode != "" {
+		info.errorCode = errorCode
+	}
+	if created != "" {
+		info.created = created
+	}
 }
 
 func requestIDFrom(ctx context.Context) string {
@@ -221,24 +269,41 @@ func requestIDFrom(ctx context.Context) string {
 }
 
 // statusWriter remembers the status a handler answered with. It passes
-// Flush through for streaming responses.
+// Flush through for streaming responses. The answer to a request that says
+// another node forwarded it carries what info noted of the answer in
+// noderoute's answer headers, which the forwarding node reads and removes.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
-	bytes  int64
+	info      *requestInfo
+	forwarded bool // the request says it was forwarded (noderoute.Forwarded)
+	status    int
+	bytes     int64
+}
+
+// begin is called before the answer's header is written.
+func (s *statusWriter) begin(code int) {
+	if s.status != 0 {
+		return
+	}
+	s.status = code
+	if s.forwarded {
+		h := s.Header()
+		if s.info.errorCode != "" {
+			h.Set(noderoute.HeaderErrorCode, s.info.errorCode)
+		}
+		if s.info.created != "" {
+			h.Set(noderoute.HeaderCreatedID, s.info.created)
+		}
+	}
 }
 
 func (s *statusWriter) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
+	s.begin(code)
 	s.ResponseWriter.WriteHeader(code)
 }
 
 func (s *statusWriter) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
+	s.begin(http.StatusOK)
 	n, err := s.ResponseWriter.Write(b)
 	s.bytes += int64(n)
 	return n, err
@@ -249,9 +314,7 @@ func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 // Flush passes through, for handlers that assert http.Flusher (the data
 // plane's file watch) rather than use an http.ResponseController.
 func (s *statusWriter) Flush() {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
+	s.begin(http.StatusOK)
 	_ = http.NewResponseController(s.ResponseWriter).Flush()
 }
 
@@ -266,7 +329,7 @@ func (a *API) withRequestContext(next http.Handler) http.Handler {
 		}
 		info := &requestInfo{id: id}
 		w.Header().Set("X-Request-Id", id)
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &statusWriter{ResponseWriter: w, info: info, forwarded: noderoute.Forwarded(r)}
 		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), infoKey{}, info)))
 		attrs := []any{
 			"method", r.Method, "path", r.URL.Path, "status", sw.status, "bytes", sw.bytes,
@@ -298,6 +361,7 @@ func (a *API) recoverPanics(next http.Handler) http.Handler {
 			if sw, ok := w.(*statusWriter); ok && sw.status != 0 {
 				return // the response has started; nothing sane can be added
 			}
+			noteAnswer(r.Context(), apiv1.CodeInternal, "")
 			writeAPIError(w, errorf(apiv1.CodeInternal, "internal error"))
 		}()
 		next.ServeHTTP(w, r)

@@ -78,9 +78,11 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 		rep = r
 		return rec, err
 	}
-	if _, err := a.cfg.Sandboxes.Create(ctx, req); err != nil {
+	cr, err := a.cfg.Sandboxes.Create(ctx, req)
+	if err != nil {
 		return nil, err
 	}
+	c.created(cr.Sandbox.ID.String())
 	return rep, nil
 }
 

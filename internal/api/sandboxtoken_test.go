@@ -306,7 +306,7 @@ func TestSandboxTokenScopeOnEveryRoute(t *testing.T) {
 	before := e.dump()
 	n := 0
 	for _, rt := range e.api.routes {
-		if rt.access == publicAccess {
+		if rt.access.level() == publicAccess {
 			continue
 		}
 		key := rt.method + " " + rt.pattern
@@ -339,7 +339,7 @@ func TestSandboxTokenScopeOnEveryRoute(t *testing.T) {
 	// The owner's routes of its own sandbox are refused like any other.
 	ownerOnly := 0
 	for _, rt := range e.api.routes {
-		if !isOwn(rt) || sandboxTokenRoute(rt.method, rt.pattern) {
+		if !isOwn(rt) || rt.has(sandboxToken) {
 			continue
 		}
 		ownerOnly++
@@ -355,7 +355,7 @@ func TestSandboxTokenScopeOnEveryRoute(t *testing.T) {
 		t.Fatalf("refused requests changed the store:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	for _, rt := range e.api.routes {
-		if !isOwn(rt) || !sandboxTokenRoute(rt.method, rt.pattern) || needsAgent[rt.method+" "+rt.pattern] {
+		if !isOwn(rt) || !rt.has(sandboxToken) || needsAgent[rt.method+" "+rt.pattern] {
 			continue
 		}
 		key := rt.method + " " + rt.pattern

@@ -139,10 +139,21 @@ func (a *API) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	a.writeError(w, r, err)
 }
 
+// Errorf is an error that WriteError answers with code (one of apiv1's
+// Code constants) and its status (apiv1's error table), its message
+// formatted as fmt.Sprintf does.
+func Errorf(code, format string, args ...any) error {
+	return errorf(code, format, args...)
+}
+
+// WriteJSON answers v as JSON with status, with the headers of every API
+// answer (no-store, nosniff).
+func WriteJSON(w http.ResponseWriter, status int, v any) { writeJSON(w, status, v) }
+
 // cookieAuth authenticates a request of route rt by the API key in its
 // session cookie.
 func (a *API) cookieAuth(r *http.Request, rt route, key string) (principal, error) {
-	if rt.guestTraffic() {
+	if rt.has(guestTraffic) {
 		return principal{}, unauthenticated("the console's session cookie is not accepted on the port proxy: send Authorization: Bearer <api key>")
 	}
 	if auth.KindOf(key) != auth.KindAPIKey {

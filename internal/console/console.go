@@ -144,7 +144,8 @@ func (c *Console) Handler() http.Handler {
 		case strings.HasPrefix(rest, "assets/"):
 			c.serveAsset(w, r, strings.TrimPrefix(rest, "assets/"))
 		default:
-			writeError(w, apiv1.CodeNotFound, "no such console page: the console's pages are under "+Prefix+"#/…")
+			c.cfg.Sessions.WriteError(w, r, api.Errorf(apiv1.CodeNotFound,
+				"no such console page: the console's pages are under %s#/…", Prefix))
 		}
 	})
 }
@@ -161,12 +162,12 @@ func securityHeaders(h http.Header) {
 func (c *Console) serveAsset(w http.ResponseWriter, r *http.Request, name string) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, apiv1.CodeMethodNotAllowed, r.Method+" is not allowed here")
+		c.cfg.Sessions.WriteError(w, r, api.Errorf(apiv1.CodeMethodNotAllowed, "%s is not allowed here", r.Method))
 		return
 	}
 	a, ok := c.assets[name]
 	if !ok || strings.Contains(name, "..") {
-		writeError(w, apiv1.CodeNotFound, "no such console asset")
+		c.cfg.Sessions.WriteError(w, r, api.Errorf(apiv1.CodeNotFound, "no such console asset"))
 		return
 	}
 	h := w.Header()

@@ -188,15 +188,19 @@ func TestStaticAssets(t *testing.T) {
 		}
 		if res.StatusCode == http.StatusNotFound {
 			wantSecurityHeaders(t, p, res.Header)
-			readErr(t, res)
+			if got := readErr(t, res); got.Code != apiv1.CodeNotFound {
+				t.Errorf("%s → code %q, want %s", p, got.Code, apiv1.CodeNotFound)
+			}
 		}
 		res.Body.Close()
 	}
 	res = e.send(t, "POST", "/ui/assets/app.js", "x", nil)
-	if res.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("POST an asset → %d", res.StatusCode)
+	if res.StatusCode != http.StatusMethodNotAllowed || res.Header.Get("Allow") != "GET, HEAD" {
+		t.Errorf("POST an asset → %d (Allow %q)", res.StatusCode, res.Header.Get("Allow"))
 	}
-	readErr(t, res)
+	if got := readErr(t, res); got.Code != apiv1.CodeMethodNotAllowed {
+		t.Errorf("POST an asset → code %q", got.Code)
+	}
 }
 
 // TestAssetsHaveNoInlineCode: the CSP forbids inline scripts and styles,
@@ -333,10 +337,12 @@ func TestSession(t *testing.T) {
 		t.Errorf("Set-Cookie %q lacks Max-Age=0", res.Header.Get("Set-Cookie"))
 	}
 	res = e.send(t, "PATCH", "/ui/session", "", nil)
-	if res.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("PATCH → %d", res.StatusCode)
+	if res.StatusCode != http.StatusMethodNotAllowed || res.Header.Get("Allow") != "GET, HEAD, POST, DELETE" {
+		t.Errorf("PATCH → %d (Allow %q)", res.StatusCode, res.Header.Get("Allow"))
 	}
-	readErr(t, res)
+	if got := readErr(t, res); got.Code != apiv1.CodeMethodNotAllowed {
+		t.Errorf("PATCH → code %q", got.Code)
+	}
 }
 
 func TestSessionCookieSecure(t *testing.T) {

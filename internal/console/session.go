@@ -39,12 +39,12 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) {
 			c.cfg.Sessions.WriteError(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, sessionJSON(s, key))
+		api.WriteJSON(w, http.StatusOK, sessionJSON(s, key))
 	case http.MethodDelete:
 		c.signOut(w, r)
 	default:
 		w.Header().Set("Allow", "GET, HEAD, POST, DELETE")
-		writeError(w, apiv1.CodeMethodNotAllowed, r.Method+" is not allowed on /ui/session")
+		c.cfg.Sessions.WriteError(w, r, api.Errorf(apiv1.CodeMethodNotAllowed, "%s is not allowed on /ui/session", r.Method))
 	}
 }
 
@@ -54,7 +54,8 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) {
 // under a key of its own.
 func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		writeError(w, apiv1.CodeUnsupportedMedia, "send the key as JSON {\"key\": \"alk_…\"} with Content-Type: application/json")
+		c.cfg.Sessions.WriteError(w, r, api.Errorf(apiv1.CodeUnsupportedMedia,
+			"send the key as JSON {\"key\": \"alk_…\"} with Content-Type: application/json"))
 		return
 	}
 	// The Origin rule of a cookie request, without a CSRF token: a POST
@@ -71,12 +72,12 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxSessionBody+1))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		writeError(w, apiv1.CodeInvalidRequest, "the body must be JSON {\"key\": \"alk_…\"}")
+		c.cfg.Sessions.WriteError(w, r, api.Errorf(apiv1.CodeInvalidRequest, "the body must be JSON {\"key\": \"alk_…\"}"))
 		return
 	}
 	key := strings.TrimSpace(in.Key)
 	if key == "" {
-		writeError(w, apiv1.CodeInvalidRequest, "key is required")
+		c.cfg.Sessions.WriteError(w, r, api.Errorf(apiv1.CodeInvalidRequest, "key is required"))
 		return
 	}
 	s, err := c.cfg.Sessions.AuthenticateKey(r.Context(), key)
@@ -85,7 +86,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, c.cookie(r, key, 0))
-	writeJSON(w, http.StatusOK, sessionJSON(s, key))
+	api.WriteJSON(w, http.StatusOK, sessionJSON(s, key))
 }
 
 // signOut clears the cookie. It needs the session's CSRF header (and the
@@ -120,18 +121,4 @@ func (c *Console) cookie(r *http.Request, key string, maxAge int) *http.Cookie {
 		SameSite: http.SameSiteStrictMode,
 		Secure:   c.cfg.Sessions.Secure(r),
 	}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"code":"internal","message":"internal error"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
-func writeError(w http.ResponseWriter, code, msg string) {
-	writeJSON(w, apiv1.HTTPStatus(code), apiv1.Error{Code: code, Message: msg})
 }

@@ -263,11 +263,10 @@ func (d *DataPlane) watch(ctx context.Context, w http.ResponseWriter, agent *age
 
 // inertContent marks a guest file's bytes as a download that never runs
 // as the server's origin (the web console's): a sandboxed document if a
-// browser renders it after all, no content sniffing, and saved under the
-// file's base name.
+// browser renders it after all (apiv1.GuestContentHeaders), no content
+// sniffing, and saved under the file's base name.
 func inertContent(h http.Header, name string) {
-	h.Set("Content-Security-Policy", "sandbox")
-	h.Set("X-Content-Type-Options", "nosniff")
+	apiv1.GuestContentHeaders(h)
 	if d := mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(name)}); d != "" {
 		h.Set("Content-Disposition", d)
 	}

@@ -37,6 +37,24 @@ const (
 	HeaderForwardToken = "Airlock-Forward-Token"
 )
 
+// Headers of a forwarded request's answer: what the node that served it
+// tells the forwarding one about the answer (whose audit entry is written
+// there). Forward reads and removes them; the client never sees them.
+const (
+	// HeaderErrorCode is the code of an error answer.
+	HeaderErrorCode = "Airlock-Error-Code"
+	// HeaderCreatedID is the ID of the resource a create made.
+	HeaderCreatedID = "Airlock-Created-Id"
+)
+
+// Answer is what Forward learnt of the answer it wrote: the serving node's
+// HeaderErrorCode and HeaderCreatedID, or the code of Forward's own error
+// (node_unreachable).
+type Answer struct {
+	ErrorCode string
+	CreatedID string
+}
+
 // Nodes finds a node's advertise URL (store.Nodes implements it): a read
 // of the node's row alone, once per forwarded request.
 type Nodes interface {
@@ -93,8 +111,10 @@ func (rt *Router) Remote(node model.NodeID) bool {
 }
 
 // WriteNotHere answers a forwarded request for a sandbox this node does
-// not host (the hop guard): 503 unavailable.
+// not host (the hop guard): 503 unavailable, its code in HeaderErrorCode
+// for the forwarding node.
 func WriteNotHere(w http.ResponseWriter, sandbox model.SandboxID, node model.NodeID) {
+	w.Header().Set(HeaderErrorCode, apiv1.CodeUnavailable)
 	writeError(w, apiv1.CodeUnavailable,
 		fmt.Sprintf("sandbox %s is on node %s, not here", sandbox, node))
 }
@@ -107,33 +127,32 @@ func writeError(w http.ResponseWriter, code, msg string) {
 }
 
 // unreachable answers 503 node_unreachable.
-func unreachable(w http.ResponseWriter, node model.NodeID, why string) {
+func unreachable(w http.ResponseWriter, node model.NodeID, why string) Answer {
 	writeError(w, apiv1.CodeNodeUnreachable,
 		fmt.Sprintf("the node %s hosting the sandbox cannot be reached: %s", node, why))
+	return Answer{ErrorCode: apiv1.CodeNodeUnreachable}
 }
 
 // Forward proxies r to node's advertise URL and writes its answer (or 503
-// node_unreachable) to w. extra headers are set on the outgoing request. The request's path and query are kept; X-Forwarded-For, -Host
-// and -Proto are set from r (a client's own are dropped).
-func (rt *Router) Forward(w http.ResponseWriter, r *http.Request, node model.NodeID, extra http.Header) {
+// node_unreachable) to w, without the answer headers above, which it
+// returns. extra headers are set on the outgoing request. The request's
+// path and query are kept; X-Forwarded-For, -Host and -Proto are set from
+// r (a client's own are dropped).
+func (rt *Router) Forward(w http.ResponseWriter, r *http.Request, node model.NodeID, extra http.Header) (ans Answer) {
 	ctx := r.Context()
 	st, err := rt.Nodes.GetNodeRecord(ctx, node)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		unreachable(w, node, "no such node is registered")
-		return
+		return unreachable(w, node, "no such node is registered")
 	case err != nil:
 		rt.Log.ErrorContext(ctx, "forward: look up node", "node", node, "err", err)
-		unreachable(w, node, "could not look it up")
-		return
+		return unreachable(w, node, "could not look it up")
 	case st.State == model.NodeDead:
-		unreachable(w, node, "it is dead")
-		return
+		return unreachable(w, node, "it is dead")
 	}
 	target, err := url.Parse(st.AdvertiseURL)
 	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
-		unreachable(w, node, fmt.Sprintf("its advertise URL %q is not usable", st.AdvertiseURL))
-		return
+		return unreachable(w, node, fmt.Sprintf("its advertise URL %q is not usable", st.AdvertiseURL))
 	}
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -151,6 +170,9 @@ func (rt *Router) Forward(w http.ResponseWriter, r *http.Request, node model.Nod
 		ModifyResponse: func(res *http.Response) error {
 			// The replica's own request ID stands (the node got it too).
 			res.Header.Del("X-Request-Id")
+			ans = Answer{ErrorCode: res.Header.Get(HeaderErrorCode), CreatedID: res.Header.Get(HeaderCreatedID)}
+			res.Header.Del(HeaderErrorCode)
+			res.Header.Del(HeaderCreatedID)
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -158,8 +180,9 @@ func (rt *Router) Forward(w http.ResponseWriter, r *http.Request, node model.Nod
 				return // the client went away
 			}
 			rt.Log.WarnContext(r.Context(), "forward to node failed", "node", node, "url", st.AdvertiseURL, "err", err)
-			unreachable(w, node, "connection failed")
+			ans = unreachable(w, node, "connection failed")
 		},
 	}
 	proxy.ServeHTTP(w, r)
+	return ans
 }
