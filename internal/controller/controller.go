@@ -57,8 +57,9 @@ type Config struct {
 	// context ended (no new one is claimed meanwhile). Default 15 s.
 	FinishGrace time.Duration
 	// Poll is the operation loop's safety poll: the longest it waits for
-	// work without a store change, a finished operation or a due time (a
-	// retry's not_before, a lease's expiry) waking it. Default 10 s.
+	// work without a store change of this node's, a finished operation or
+	// a due time (a retry's not_before, a lease's expiry) waking it; it
+	// bounds how long a lost notification delays work. Default 10 s.
 	Poll   time.Duration
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -158,13 +159,16 @@ func (c *Controller) Run(ctx context.Context) error {
 // operationLoop claims operations while a worker slot is free and runs each
 // in its own goroutine (at most Parallel at once), until ctx ends; it waits
 // for them before returning. With no work it sleeps until the store reports
-// a change, an operation finishes, the store's next due time comes (a
-// retry's not_before or a lease's expiry, NextOperationDue) or the safety
-// poll (Config.Poll) passes. A store that fails is asked again after a
-// backoff, started again once it answers. One loop claims, so a store
-// change costs one claim, not one per idle worker.
+// a change that concerns this node (WatchNode: its sandboxes and
+// operations, or a cluster-wide change; other nodes' changes do not wake
+// it), an operation finishes, the store's next due time comes (a retry's
+// not_before or a lease's expiry, NextOperationDue) or the safety poll
+// (Config.Poll, which also covers a lost notification) passes. A store
+// that fails is asked again after a backoff, started again once it
+// answers. One loop claims, so a change costs one claim, not one per idle
+// worker.
 func (c *Controller) operationLoop(ctx context.Context) {
-	changes := c.cfg.Store.Watch(ctx)
+	changes := c.cfg.Store.WatchNode(ctx, c.cfg.NodeID)
 	wake := time.NewTimer(c.cfg.Poll)
 	wake.Stop() // started for each idle wait
 	defer wake.Stop()
@@ -356,10 +360,12 @@ func (c *Controller) retryable(op model.Operation, err error) bool {
 
 // retryOrFail handles an operation step that returned an error (retry:
 // what retryable said of it): permanent errors and exhausted attempts fail
-// the operation (moving the sandbox to
-// its lifecycle's failure state, after the lifecycle's cleanup step);
-// transient ones are retried: the lease is given up and the operation may be
-// claimed again after a backoff (its not_before).
+// the operation (moving the sandbox to its lifecycle's failure state, after
+// the lifecycle's cleanup step; to its stopped failure state instead when
+// the lifecycle has one and the sandbox no longer runs: a suspend that
+// failed after its checkpoint); transient ones are retried: the lease is
+// given up and the operation may be claimed again after a backoff (its
+// not_before).
 func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, retry bool, err error, log *slog.Logger) {
 	if retry {
 		backoff := c.cfg.Backoff(op.Attempts)
@@ -379,7 +385,8 @@ func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, retry 
 		if gerr != nil {
 			sb = model.Sandbox{ID: op.SandboxID}
 		}
-		if e, rerr := c.cfg.Workers.Route(sb); lc.Cleanup != "" && rerr == nil {
+		e, rerr := c.cfg.Workers.Route(sb)
+		if lc.Cleanup != "" && rerr == nil {
 			// Release what the failed attempt left behind; the record stays.
 			if _, cerr := runStep(ctx, e.Worker, lc.Cleanup, sb); cerr != nil {
 				log.ErrorContext(ctx, "clean up failed operation", "step", lc.Cleanup, "err", cerr)
@@ -388,6 +395,13 @@ func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, retry 
 		from, to = lc.InProgress, lc.Failure
 		if gerr == nil && sb.State != lc.InProgress && lc.CanStart(sb.State) {
 			from = sb.State // failed before it was marked in progress
+		}
+		// Past the step's point of no return nothing runs any more: the
+		// sandbox is not left claiming it does (the resync would fail it
+		// later, without the step's error).
+		if lc.Stopped != "" && from == lc.InProgress &&
+			(errors.Is(err, worker.ErrStopped) || rerr == nil && e.Worker.Stopped(ctx, sb.ID)) {
+			to = lc.Stopped
 		}
 	}
 	// A lifecycle whose failure state is its in-progress state (delete)

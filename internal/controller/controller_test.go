@@ -49,6 +49,13 @@ func newEnv(t *testing.T, flavor string, templateErr error) *env {
 // Incarnation and Logger are filled in; the node is registered).
 func newEnvWith(t testing.TB, flavor string, templateErr error, cc Config, opts ...func(*oci.Config)) *env {
 	t.Helper()
+	return newEnvWrapped(t, flavor, templateErr, cc, nil, opts...)
+}
+
+// newEnvWrapped is newEnvWith whose worker drives wrap(the runtime) (nil:
+// the runtime itself), e.g. to inject failures; env.rt is the runtime.
+func newEnvWrapped(t testing.TB, flavor string, templateErr error, cc Config, wrap func(*oci.Runtime) runtime.Runtime, opts ...func(*oci.Config)) *env {
+	t.Helper()
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, flavor)
 	ctx := context.Background()
@@ -93,8 +100,12 @@ func newEnvWith(t testing.TB, flavor string, templateErr error, cc Config, opts 
 		t.Fatal(err)
 	}
 	tmpl := airtest.BusyboxRootfs(t)
+	var driven runtime.Runtime = rt
+	if wrap != nil {
+		driven = wrap(rt)
+	}
 	wk, err := worker.New(worker.Config{
-		Runtime: rt,
+		Runtime: driven,
 		TemplateDir: func(model.TemplateDigest) (string, error) {
 			if templateErr != nil {
 				return "", templateErr

@@ -3,11 +3,14 @@ package controller
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -229,6 +232,102 @@ func TestSuspendWakeThroughTheTable(t *testing.T) {
 			}
 			if ids, err := e.rt.List(ctx); err != nil || len(ids) != 0 {
 				t.Fatalf("after the delete the runtime lists %v (%v)", ids, err)
+			}
+		})
+	}
+}
+
+// suspendFault is a runtime whose Suspend fails: before anything (before
+// set), or after the real suspend (after set: the checkpoint written and
+// the container gone), as often as fails says (negative: always).
+type suspendFault struct {
+	*oci.Runtime
+	before bool
+	fails  atomic.Int32
+}
+
+var errInjected = errors.New("injected suspend failure")
+
+func (s *suspendFault) Suspend(ctx context.Context, id model.SandboxID) (runtime.Snapshot, error) {
+	switch n := s.fails.Load(); {
+	case n == 0: // no failure left
+		return s.Runtime.Suspend(ctx, id)
+	case n > 0:
+		s.fails.Add(-1)
+	}
+	if s.before {
+		return runtime.Snapshot{}, errInjected
+	}
+	if _, err := s.Runtime.Suspend(ctx, id); err != nil {
+		return runtime.Snapshot{}, err
+	}
+	return runtime.Snapshot{}, errInjected
+}
+
+// TestSuspendFailingAfterItsCheckpoint: a suspend that fails after its
+// point of no return (the checkpoint written, the container gone) is
+// retried, and the retry finishes it; one that keeps failing leaves the
+// sandbox failed with the suspend's error, not running with nothing
+// running; one that fails before it leaves the sandbox running.
+func TestSuspendFailingAfterItsCheckpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		before      bool
+		fails       int32 // -1: always
+		maxAttempts int
+		wantOp      model.OperationState
+		wantSandbox model.SandboxState
+	}{
+		{"retried to the end", false, 1, 3, model.OpSucceeded, model.StateSuspended},
+		{"fails for good", false, -1, 2, model.OpFailed, model.StateFailed},
+		{"fails before its checkpoint", true, -1, 1, model.OpFailed, model.StateRunning},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var fault *suspendFault
+			e := newEnvWrapped(t, "runc", nil, Config{MaxAttempts: tc.maxAttempts, Backoff: func(int) time.Duration { return 10 * time.Millisecond }}, func(rt *oci.Runtime) runtime.Runtime {
+				fault = &suspendFault{Runtime: rt, before: tc.before}
+				fault.fails.Store(tc.fails)
+				return fault
+			})
+			e.run()
+			ctx := context.Background()
+			id, opID := e.create()
+			if op := e.waitOp(opID); op.State != model.OpSucceeded {
+				t.Fatalf("create: %+v", op)
+			}
+			op := e.waitOp(e.request(id, model.OpSuspend))
+			sb := e.sandbox(id)
+			if op.State != tc.wantOp || sb.State != tc.wantSandbox {
+				t.Fatalf("suspend: operation %s (%+v), sandbox %s (%q); want %s, %s", op.State, op.Error, sb.State, sb.StateReason, tc.wantOp, tc.wantSandbox)
+			}
+			st, err := e.wk.Observe(ctx, id)
+			alive := err == nil && st.Phase.Alive()
+			switch sb.State {
+			case model.StateFailed:
+				if !strings.Contains(sb.StateReason, errInjected.Error()) || op.Error == nil || !strings.Contains(op.Error.Message, errInjected.Error()) {
+					t.Fatalf("a suspend failed for good: reason %q, operation error %+v; want the suspend's error", sb.StateReason, op.Error)
+				}
+				if alive {
+					t.Fatal("the sandbox failed by its suspend still runs")
+				}
+			case model.StateRunning:
+				if !alive {
+					t.Fatalf("the sandbox left running by a failed suspend is not alive: %+v, %v", st, err)
+				}
+			case model.StateSuspended:
+				if sb.Snapshot == nil || op.Attempts != 2 {
+					t.Fatalf("the finished suspend: snapshot %+v, attempts %d", sb.Snapshot, op.Attempts)
+				}
+			}
+			// The resync agrees with what the suspend left.
+			if err := e.ctrl.Resync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.sandbox(id); got.State != sb.State {
+				t.Fatalf("after resync: %s (%s), want %s", got.State, got.StateReason, sb.State)
+			}
+			if op := e.waitOp(e.delete(id)); op.State != model.OpSucceeded {
+				t.Fatalf("delete: %+v", op)
 			}
 		})
 	}

@@ -2,9 +2,11 @@ package controller
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -81,5 +83,64 @@ func TestIdleWaitsUntilDue(t *testing.T) {
 				t.Fatalf("idle = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// claimCounter counts the claims of an operation loop.
+type claimCounter struct {
+	store.Store
+	claims atomic.Int32
+}
+
+func (c *claimCounter) ClaimOperation(ctx context.Context, cl store.Claim) (model.Operation, error) {
+	c.claims.Add(1)
+	return c.Store.ClaimOperation(ctx, cl)
+}
+
+// TestOperationLoopWakesForItsNode: creates placed on another node do not
+// wake this node's idle operation loop (no claim); one placed here does.
+func TestOperationLoopWakesForItsNode(t *testing.T) {
+	e := newEnvWith(t, "runc", nil, Config{})
+	cs := &claimCounter{Store: e.st}
+	ctrl, err := New(Config{Store: cs, Workers: e.ctrl.cfg.Workers, NodeID: e.node, Incarnation: e.inc, Poll: time.Hour, Logger: e.ctrl.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctrl.operationLoop(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	time.Sleep(200 * time.Millisecond) // idle after its first claim
+	idle := cs.claims.Load()
+	other := model.NewNodeID()
+	if _, err := e.st.RegisterNode(ctx, model.Node{ID: other, Incarnation: model.NewIncarnation(), Role: model.RoleAll, AdvertiseURL: "http://127.0.0.2:1"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		now := time.Now()
+		sb := model.Sandbox{ID: model.NewSandboxID(), ProjectID: e.project, Template: e.digest, Resources: model.Resources{CPUs: 1, MemoryMiB: 256},
+			State: model.StatePending, NodeID: other, CreatedAt: now, UpdatedAt: now}
+		op := model.Operation{ID: model.NewOperationID(), ProjectID: e.project, SandboxID: sb.ID, Kind: model.OpCreate,
+			State: model.OpPending, CreatedAt: now, UpdatedAt: now}
+		if err := e.st.CreateSandbox(ctx, sb, policy.Spec{}, op, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := cs.claims.Load(); n != idle {
+		t.Fatalf("creates on another node made this node's loop claim %d times", n-idle)
+	}
+	id, opID := e.create()
+	if op := e.waitOp(opID); op.State != model.OpSucceeded {
+		t.Fatalf("create here: %+v", op)
+	}
+	if n := cs.claims.Load(); n <= idle {
+		t.Fatal("the create here was run without a claim")
+	}
+	if op := e.waitOp(e.delete(id)); op.State != model.OpSucceeded {
+		t.Fatalf("delete: %+v", op)
 	}
 }

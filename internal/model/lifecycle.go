@@ -54,6 +54,12 @@ type Lifecycle struct {
 	// Failure == InProgress: the sandbox stays where it is and the request
 	// is queued again until it succeeds (a delete is never abandoned).
 	Failure SandboxState
+	// Stopped, if set, replaces Failure when the operation failed for good
+	// after its step's point of no return, with the sandbox no longer
+	// running (the worker says so: worker.ErrStopped, or the runtime has
+	// nothing alive for it): a Failure that claims it runs would not be
+	// true. Empty: Failure in any case.
+	Stopped SandboxState
 	// Step is the worker call that does the work.
 	Step Step
 	// Cleanup, if set, is the worker call that releases what a failed
@@ -91,15 +97,19 @@ var lifecycles = []Lifecycle{
 		Step:       StepResume,
 	},
 	{
-		// A failed suspend leaves the sandbox running: a checkpoint that
-		// fails leaves it alive (runsc resumes a paused sandbox before its
-		// checkpoint), and one whose processes a failed suspend did stop
-		// is found dead by the resync, which fails it with the reason.
+		// A suspend that fails before its point of no return leaves the
+		// sandbox running: a checkpoint that fails leaves it alive (runsc
+		// resumes a paused sandbox before its checkpoint). After it (the
+		// checkpoint taken, the container gone) nothing runs: a transient
+		// failure is retried like any other (the step finishes what an
+		// earlier attempt left), and one that fails for good leaves the
+		// sandbox failed, with the suspend's error as its reason.
 		Kind:       OpSuspend,
 		From:       []SandboxState{StateRunning, StatePaused},
 		InProgress: StateSuspending,
 		Final:      StateSuspended,
 		Failure:    StateRunning,
+		Stopped:    StateFailed,
 		Step:       StepSuspend,
 	},
 	{
@@ -208,6 +218,9 @@ func (l Lifecycle) check() error {
 	}
 	if !l.Retried() && !CanTransition(l.InProgress, l.Failure) {
 		return fmt.Errorf("lifecycle %s: %s cannot become failure state %s", l.Kind, l.InProgress, l.Failure)
+	}
+	if l.Stopped != "" && (l.Retried() || !CanTransition(l.InProgress, l.Stopped)) {
+		return fmt.Errorf("lifecycle %s: %s cannot become stopped failure state %s", l.Kind, l.InProgress, l.Stopped)
 	}
 	return nil
 }

@@ -132,6 +132,9 @@ func TestLifecycleCheck(t *testing.T) {
 		{"bad start", Lifecycle{Kind: "k", From: []SandboxState{StateDeleted}, InProgress: StateCreating, Final: StateRunning, Failure: StateFailed, Step: StepEnsure}, false},
 		{"bad final", Lifecycle{Kind: "k", From: []SandboxState{StatePending}, InProgress: StateCreating, Final: StateSuspended, Failure: StateFailed, Step: StepEnsure}, false},
 		{"bad failure", Lifecycle{Kind: "k", From: []SandboxState{StatePending}, InProgress: StateCreating, Final: StateRunning, Failure: StatePaused, Step: StepEnsure}, false},
+		{"stopped", Lifecycle{Kind: "k", From: []SandboxState{StateRunning}, InProgress: StateSuspending, Final: StateSuspended, Failure: StateRunning, Stopped: StateFailed, Step: StepSuspend}, true},
+		{"bad stopped", Lifecycle{Kind: "k", From: []SandboxState{StateRunning}, InProgress: StateSuspending, Final: StateSuspended, Failure: StateRunning, Stopped: StatePaused, Step: StepSuspend}, false},
+		{"stopped of a retried kind", Lifecycle{Kind: "k", From: []SandboxState{StateRunning}, InProgress: StateDeleting, Final: StateDeleted, Failure: StateDeleting, Stopped: StateDeleted, Step: StepDestroy}, false},
 	} {
 		if err := tc.l.check(); (err == nil) != tc.ok {
 			t.Errorf("%s: check = %v, want ok=%v", tc.name, err, tc.ok)

@@ -15,8 +15,11 @@
 //     (CPUs and memory, as their limits), so pools never take the room of
 //     real sandboxes; at most FillParallel are being created at once.
 //
-// A pass runs whenever the store reports a change (a claim, a create that
-// finished, a pool set) and at least every Interval.
+// A pass runs whenever the store reports a change of this node's (a claim
+// of one of its sandboxes, a create of its that finished, its cordon) or a
+// cluster-wide one (a pool set), and at least every Interval (which also
+// covers what other nodes change: a claim elsewhere that keeps a pool from
+// draining).
 package pool
 
 import (
@@ -125,9 +128,9 @@ func New(cfg Config) (*Controller, error) {
 // next one: pools are an optimisation, never a reason to stop the server.
 // Passes are at least MinGap apart: a burst of claims, each a store
 // change, wakes a few passes, not one per claim competing with the claims
-// for the store.
+// for the store. Changes that concern only other nodes wake none.
 func (c *Controller) Run(ctx context.Context) error {
-	changes := c.cfg.Store.Watch(ctx)
+	changes := c.cfg.Store.WatchNode(ctx, c.cfg.Node)
 	tick := time.NewTicker(c.cfg.Interval)
 	defer tick.Stop()
 	for {

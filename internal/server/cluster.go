@@ -50,6 +50,10 @@ type membership struct {
 	// dutyHolder is whether the last duty pass held the lease on the
 	// cluster-wide duties (for logging a change).
 	dutyHolder bool
+	// passes are the leases of the other cluster-wide passes (the purge,
+	// template collection), renewed with the duties' lease and run where
+	// held (duty.every, duty.Held).
+	passes []*duty
 }
 
 // clusterConfig checks the cluster options and fills in defaults.
@@ -238,13 +242,18 @@ const dutyLease = "cluster-duties"
 const dutyLeaseIntervals = 3
 
 // duties are what a process does every heartbeat interval: report its
-// templates (every process) and, on the one node that holds the duty lease
-// at a time, declare nodes dead and place what has no node.
+// templates (every process), take or renew the leases of the cluster-wide
+// passes (which run in loops of their own where held) and, on the one node
+// that holds the duty lease at a time, declare nodes dead and place what
+// has no node.
 func (m *membership) duties(ctx context.Context) {
 	if m.templates != nil {
 		if err := m.reportTemplates(ctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("report templates", "err", err)
 		}
+	}
+	for _, d := range m.passes {
+		m.holdPass(ctx, d)
 	}
 	held, err := m.st.HoldDutyLease(ctx, dutyLease, m.fence(), dutyLeaseIntervals*m.interval)
 	if err != nil {
@@ -259,6 +268,22 @@ func (m *membership) duties(ctx context.Context) {
 	}
 	if held {
 		m.clusterDuties(ctx)
+	}
+}
+
+// holdPass takes or renews the lease of a cluster-wide pass. A failure to
+// ask counts as not holding it: the lease may expire meanwhile and another
+// node take it over.
+func (m *membership) holdPass(ctx context.Context, d *duty) {
+	held, err := m.st.HoldDutyLease(ctx, d.name, m.fence(), dutyLeaseIntervals*m.interval)
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		m.log.Warn("take a cluster duty's lease", "duty", d.name, "err", err)
+	}
+	if d.set(held && err == nil) {
+		m.log.Info("cluster duty", "duty", d.name, "held", held && err == nil)
 	}
 }
 

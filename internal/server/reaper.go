@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/airlockdev/airlock/internal/activity"
@@ -16,6 +17,7 @@ type timeouts struct {
 	tracker *activity.Tracker
 	reaper  *reaper.Reaper
 	purger  *reaper.Purger
+	log     *slog.Logger // the purger's
 }
 
 // newTimeouts wires idle limits, deadlines and retention for the sandboxes
@@ -52,14 +54,26 @@ func newTimeouts(opts Options, st store.Store, node model.NodeID, environments [
 	if err != nil {
 		return nil, err
 	}
-	pg, err := reaper.NewPurger(reaper.PurgeConfig{Store: st, Retention: opts.Retention, AuditRetention: opts.AuditRetention, Logger: log.With("component", "purge")})
+	purgeLog := log.With("component", "purge")
+	pg, err := reaper.NewPurger(reaper.PurgeConfig{Store: st, Retention: opts.Retention, AuditRetention: opts.AuditRetention, Logger: purgeLog})
 	if err != nil {
 		return nil, err
 	}
-	return &timeouts{tracker: tracker, reaper: rp, purger: pg}, nil
+	return &timeouts{tracker: tracker, reaper: rp, purger: pg, log: purgeLog}, nil
 }
 
-// components are the tracker's flushes, the reaper and the purger.
-func (t *timeouts) components() []component {
-	return []component{loop("activity", t.tracker.Run), loop("reaper", t.reaper.Run), loop("purge", t.purger.Run)}
+// components are the tracker's flushes, the reaper and the purger. The
+// purge is cluster-wide: it runs every reaper.DefaultPurgeInterval on the
+// node that holds its duty lease (at once when it takes the lease over).
+func (t *timeouts) components(purge *duty) []component {
+	return []component{loop("activity", t.tracker.Run), loop("reaper", t.reaper.Run), loop("purge", func(ctx context.Context) {
+		purge.every(ctx, reaper.DefaultPurgeInterval, t.purge)
+	})}
+}
+
+// purge runs the purger once, logging a failure (the next pass retries).
+func (t *timeouts) purge(ctx context.Context) {
+	if _, err := t.purger.Once(ctx); err != nil && ctx.Err() == nil {
+		t.log.Warn("purge finished rows", "err", err)
+	}
 }

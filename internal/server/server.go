@@ -105,7 +105,11 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	collector, err := gc.New(gc.Config{Store: st, Trees: templates, Logger: log.With("component", "template-gc")})
+	// The cluster-wide passes run on one node at a time, the holder of
+	// their duty lease (taken by the membership's duty loop).
+	purgeDuty, gcDuty := newDuty(purgeLease), newDuty(templateGCLease)
+	collector, err := gc.New(gc.Config{Store: st, Trees: templates, Tombstones: gcDuty.Held,
+		Logger: log.With("component", "template-gc")})
 	if err != nil {
 		return err
 	}
@@ -166,7 +170,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	member := &membership{st: st, node: self, interval: hbInterval, deadAfter: deadAfter, placer: placer, defaultEnvironment: defaultEnvironment,
-		log: log.With("component", "membership")}
+		passes: []*duty{purgeDuty, gcDuty}, log: log.With("component", "membership")}
 	if h != nil {
 		h.describe(&member.node, opts)
 		member.templates = templates.Digests
@@ -334,7 +338,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	comps = append(comps, poolComponents(pools)...)
 	comps = append(comps, metricsComponents(metricsLn, mtr, log)...) // --metrics-listen, unauthenticated
-	comps = append(comps, idle.components()...)                      // activity flushes, deadlines, idle limits, the purge of finished rows
+	comps = append(comps, idle.components(purgeDuty)...)             // activity flushes, deadlines, idle limits, the purge of finished rows
 	comps = append(comps,
 		loop("template gc", func(ctx context.Context) { collector.Run(ctx, opts.TemplateGCInterval) }),
 		loop("attachment key rotation", func(ctx context.Context) { rotateAttachKeys(ctx, attachKeys, attachKeyAge, log) }),

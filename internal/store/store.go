@@ -355,6 +355,11 @@ type Store interface {
 	// expired, marks it running, increments Attempts and leases it to
 	// c.Owner. Returns ErrNoWork when there is none.
 	ClaimBuild(ctx context.Context, c Claim) (model.TemplateBuild, error)
+	// BuildClaimable reports whether ClaimBuild at now would find a build:
+	// one read without locks or writes, so that a runner asks it before it
+	// claims (a claim is a write transaction). A concurrent claim may take
+	// the build first; ClaimBuild then reports ErrNoWork.
+	BuildClaimable(ctx context.Context, now time.Time) (bool, error)
 	// RenewBuildLease extends the lease; ErrLeaseLost if another owner took
 	// it or it finished.
 	RenewBuildLease(ctx context.Context, id model.BuildID, c Claim) error
@@ -370,9 +375,31 @@ type Store interface {
 	ReleaseBuildLeases(ctx context.Context, owner model.NodeID, now time.Time) (int, error)
 
 	// Watch returns a channel that receives a value (coalesced) after any
-	// operation, sandbox or template build row changes, from this process or, for PostgreSQL,
-	// any process sharing the database. It is closed when ctx ends.
+	// operation, sandbox, node, pool or template build row changes, from
+	// this process or, for PostgreSQL, any process sharing the database.
+	// It is closed when ctx ends. It is the coarse watch, of every change
+	// anywhere: the API's watches (the console's live lists, a follower of
+	// an operation or a build) use it. They need less: the changes of one
+	// project's sandboxes and operations (a list, an operation) or of one
+	// build; a watch by project would let them sleep through the others'.
 	Watch(ctx context.Context) <-chan struct{}
+	// WatchNode is Watch for one node's operation loop: it wakes after a
+	// change of an operation or sandbox placed on node (or of the node's
+	// own row), and after cluster-wide changes (nodes declared dead, pools
+	// set), not after changes that concern only other nodes or no node
+	// (an unplaced sandbox, a build). A change that could make an
+	// operation claimable by node wakes it; what only time makes
+	// claimable (a lease or not_before running out) does not (see Due).
+	// Like Watch, it may be woken by changes it did not need, and a
+	// notification can be lost (a PostgreSQL listener that reconnects
+	// wakes every watcher, but one whose wake-up raced the loss sleeps
+	// on): its users poll on a timer too.
+	WatchNode(ctx context.Context, node model.NodeID) <-chan struct{}
+	// WatchBuilds is Watch for the build runners: it wakes after a template
+	// build row changes (a build queued, claimed, advanced, finished or
+	// released) and after cluster-wide changes; not after an expired
+	// lease, which only time makes claimable.
+	WatchBuilds(ctx context.Context) <-chan struct{}
 
 	Close() error
 }

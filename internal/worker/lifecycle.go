@@ -52,7 +52,10 @@ func (w *Worker) Resume(ctx context.Context, sb model.Sandbox) error {
 // running, and returns the snapshot's record. Its network stays attached
 // (a memory snapshot is restored into the same network namespace, and its
 // address is the sandbox's own until it is deleted). Suspending a suspended
-// sandbox returns its snapshot again.
+// sandbox returns its snapshot again, and suspending one whose suspend
+// stopped half-way finishes it. A suspend that fails after the sandbox
+// stopped running (its checkpoint taken, its container gone) wraps
+// ErrStopped.
 func (w *Worker) Suspend(ctx context.Context, sb model.Sandbox) (model.Snapshot, error) {
 	s, err := runtime.AsSuspender(w.cfg.Runtime)
 	if err != nil {
@@ -68,7 +71,11 @@ func (w *Worker) Suspend(ctx context.Context, sb model.Sandbox) (model.Snapshot,
 		return err
 	})
 	if w.rtErr("suspend", err) != nil {
-		return model.Snapshot{}, fmt.Errorf("suspend sandbox %s: %w", sb.ID, capability(err))
+		err = fmt.Errorf("suspend sandbox %s: %w", sb.ID, capability(err))
+		if w.Stopped(ctx, sb.ID) {
+			err = fmt.Errorf("%w; %w", err, ErrStopped)
+		}
+		return model.Snapshot{}, err
 	}
 	w.cfg.Fault("suspend.after-runtime")
 	env := sb.Environment
@@ -83,6 +90,17 @@ func (w *Worker) Suspend(ctx context.Context, sb model.Sandbox) (model.Snapshot,
 		SizeBytes:   snap.SizeBytes,
 		CreatedAt:   snap.CreatedAt,
 	}, nil
+}
+
+// Stopped reports whether the runtime says the sandbox runs no more: it
+// has no container (a suspended sandbox has none), or one in which nothing
+// runs. A runtime that cannot say is taken to mean it may still run. The
+// controller asks it of a suspend that failed for good without saying
+// ErrStopped (one whose runtime call succeeded but whose result could not
+// be recorded).
+func (w *Worker) Stopped(ctx context.Context, id model.SandboxID) bool {
+	st, err := w.Observe(ctx, id)
+	return errors.Is(err, runtime.ErrNotFound) || err == nil && !st.Phase.Alive()
 }
 
 // Wake restores a suspended sandbox from its snapshot and returns once its

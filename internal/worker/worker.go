@@ -29,6 +29,14 @@ import (
 // invalid spec). The controller fails the operation at once instead of retrying.
 var ErrPermanent = errors.New("permanent failure")
 
+// ErrStopped marks a step that failed after its point of no return: the
+// sandbox no longer runs (a suspend that failed after the sandbox's
+// checkpoint was taken or its container removed). Such a step is still
+// worth retrying (a suspend finishes what an earlier attempt left), but a
+// sandbox whose step failed for good is not running any more
+// (model.Lifecycle.Stopped).
+var ErrStopped = errors.New("the sandbox no longer runs")
+
 // dialTimeout bounds one connection attempt to a guest agent. A new
 // sandbox's agent listens within a second even on a loaded host.
 const dialTimeout = 20 * time.Second

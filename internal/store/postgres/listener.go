@@ -18,12 +18,13 @@ func listenBackoff() retry.Policy {
 }
 
 // listener holds one dedicated connection that LISTENs on Channel and calls
-// wake for every notification. When the connection drops it reconnects with
-// exponential backoff and calls wake once more, since notifications sent
-// while it was away are lost.
+// notify with the payload of every notification. When the connection drops
+// it reconnects with exponential backoff and calls wake (every watcher),
+// since notifications sent while it was away are lost.
 type listener struct {
 	cfg    *pgx.ConnConfig
 	logger *slog.Logger
+	notify func(payload string)
 	wake   func()
 	// dial replaces connect in tests; clock is the backoff's (nil: the
 	// system clock).
@@ -50,13 +51,14 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
 	for conn != nil {
 		for {
-			if _, err := conn.WaitForNotification(ctx); err != nil {
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
 				if ctx.Err() == nil {
 					l.logger.Warn("store listener connection lost; reconnecting", "err", err)
 				}
 				break
 			}
-			l.wake()
+			l.notify(n.Payload)
 		}
 		conn.Close(context.Background())
 		conn = l.reconnect(ctx)

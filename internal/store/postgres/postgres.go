@@ -3,7 +3,9 @@
 // server processes may share one database: ClaimOperation takes work with
 // FOR UPDATE SKIP LOCKED, migrations run under an advisory lock, and every
 // change to operations or sandboxes sends a NOTIFY in its transaction that
-// each Store's listener turns into Watch wake-ups.
+// each Store's listener turns into wake-ups of the watchers it concerns:
+// its payload names the nodes whose sandboxes changed (WatchNode), "builds"
+// (WatchBuilds) or "*" (every watcher); Watch wakes on every one.
 package postgres
 
 import (
@@ -24,7 +26,9 @@ import (
 	"github.com/airlockdev/airlock/internal/store/sqlstore"
 )
 
-// Channel is the NOTIFY channel of changes to operations and sandboxes.
+// Channel is the NOTIFY channel of changes to operations, sandboxes, nodes,
+// pools and builds; a notification's payload says what it concerns
+// (sqlstore.Dialect.NotifyTx). An empty payload concerns every watcher.
 const Channel = "airlock_changes"
 
 // MigrationLockKey is the pg_advisory_lock key held while migrating.
@@ -60,8 +64,8 @@ func Dialect() sqlstore.Dialect {
 		TemplateUseLock:       "FOR SHARE",
 		IsUniqueViolation:     func(err error) bool { return hasCode(err, codeUniqueViolation) },
 		IsForeignKeyViolation: func(err error) bool { return hasCode(err, codeForeignKeyViolation) },
-		NotifyTx: func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, `SELECT pg_notify($1, '')`, Channel)
+		NotifyTx: func(ctx context.Context, tx *sql.Tx, payload string) error {
+			_, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, Channel, payload)
 			return err
 		},
 	}
@@ -141,7 +145,7 @@ func Open(ctx context.Context, dsn string, logger *slog.Logger, opts ...sqlstore
 		return nil, fmt.Errorf("open postgres store %s: %w", redact(cfg), err)
 	}
 	s := &Store{Store: sqlstore.New(db, Dialect(), opts...), db: db, done: make(chan struct{})}
-	l := &listener{cfg: listenCfg, logger: logger, wake: s.Store.Broadcast}
+	l := &listener{cfg: listenCfg, logger: logger, notify: s.Store.Notify, wake: s.Store.Broadcast}
 	conn, err := l.connect(ctx)
 	if err != nil {
 		db.Close()

@@ -143,6 +143,56 @@ func TestCrossInstanceWatch(t *testing.T) {
 	storetest.WaitWake(t, wa, "claim through the other store")
 }
 
+// TestCrossInstanceWatchNode: a change made through one Store wakes, in a
+// second Store on the same database, the watch of the node it concerns and
+// not another node's; a cluster-wide change wakes every node's watch, and
+// so does a notification without a payload (as a process that sends none
+// writes it). Through LISTEN/NOTIFY only.
+func TestCrossInstanceWatchNode(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a, b := open(t, dsn), open(t, dsn)
+	p, tpl := seed(t, a)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nodeA, nodeB := registerNode(t, a), registerNode(t, a)
+	ws := storetest.Watchers{"A": b.WatchNode(ctx, nodeA.Node), "B": b.WatchNode(ctx, nodeB.Node), "builds": b.WatchBuilds(ctx), "all": b.Watch(ctx)}
+	for _, step := range []struct {
+		name string
+		do   func()
+		want []string
+	}{
+		{"create on A", func() { createSandbox(t, a, p, tpl, nodeA.Node) }, []string{"A", "all"}},
+		{"create on B", func() { createSandbox(t, a, p, tpl, nodeB.Node) }, []string{"B", "all"}},
+		{"claim by B", func() {
+			if _, err := a.ClaimOperation(ctx, store.Claim{Owner: nodeB.Node, Incarnation: nodeB.Incarnation, Lease: time.Minute, Now: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"B", "all"}},
+		{"unplaced create", func() { createSandbox(t, a, p, tpl, "") }, []string{"all"}},
+		{"build queued", func() {
+			if err := a.CreateBuild(ctx, model.TemplateBuild{ID: model.NewBuildID(), Kind: model.BuildImport, Source: "/srv/x", CreatedAt: time.Now()}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"builds", "all"}},
+		{"pool set", func() {
+			ref, _ := model.ParseTemplateRef("name:x")
+			if _, err := a.PutPool(ctx, model.Pool{ID: model.NewPoolID(), Key: model.PoolKey{Template: ref, CPUs: 1, MemoryMiB: 256},
+				Size: 1, CreatedAt: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"A", "B", "builds", "all"}},
+		{"notification without payload", func() {
+			if _, err := a.DB().Exec(`SELECT pg_notify($1, '')`, Channel); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"A", "B", "builds", "all"}},
+	} {
+		ws.Drain()
+		step.do()
+		ws.Expect(t, step.name, step.want...)
+	}
+}
+
 // TestListenerReconnects kills the listener's backend; the Store reconnects
 // and keeps waking watchers for other processes' changes.
 func TestListenerReconnects(t *testing.T) {

@@ -103,6 +103,7 @@ func (s *Store) ClearDeadline(ctx context.Context, id model.SandboxID, deadline 
 	}
 	var cleared bool
 	err := s.write(ctx, true, func(t tx) error {
+		t.concerns() // no node's loop: the reaper, which cleared it, reads deadlines on its own
 		res, err := t.exec(ctx, `UPDATE sandboxes SET deadline = 0 WHERE id = ? AND deadline = ?`, string(id), micro(deadline))
 		if err != nil {
 			return err

@@ -65,6 +65,7 @@ func (s *Store) CreateBuild(ctx context.Context, b model.TemplateBuild, idem *st
 		return fmt.Errorf("create build %s: %w", b.ID, err)
 	}
 	err := s.write(ctx, true, func(t tx) error {
+		t.concernsBuilds()
 		if err := t.insertIdempotency(ctx, idem); err != nil {
 			return err
 		}
@@ -152,6 +153,7 @@ func (s *Store) ClaimBuild(ctx context.Context, c store.Claim) (model.TemplateBu
 	now := micro(c.Now)
 	var b model.TemplateBuild
 	err := s.write(ctx, true, func(t tx) error {
+		t.concernsBuilds()
 		var err error
 		b, err = scanBuild(t.queryRow(ctx, `UPDATE template_builds
 			SET state = ?, attempts = attempts + 1, lease_owner = ?, lease_expires_at = ?, updated_at = ?
@@ -175,6 +177,19 @@ func (s *Store) ClaimBuild(ctx context.Context, c store.Claim) (model.TemplateBu
 		return model.TemplateBuild{}, fmt.Errorf("claim build for %s: %w", c.Owner, err)
 	}
 	return b, nil
+}
+
+// BuildClaimable implements store.Store with the condition of ClaimBuild's
+// sub-select (served by the index on state).
+func (s *Store) BuildClaimable(ctx context.Context, now time.Time) (bool, error) {
+	var n int
+	err := s.queryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM template_builds o
+		WHERE o.state IN (?, ?) AND (o.lease_owner = '' OR o.lease_expires_at <= ?) LIMIT 1) c`,
+		string(model.BuildPending), string(model.BuildRunning), micro(now)).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("look for a claimable build: %w", err)
+	}
+	return n > 0, nil
 }
 
 // leaseLost tells a missing build (store.ErrNotFound) from one that another
@@ -212,6 +227,7 @@ func (s *Store) RenewBuildLease(ctx context.Context, id model.BuildID, c store.C
 func (s *Store) SetBuildProgress(ctx context.Context, id model.BuildID, owner model.NodeID, done, cached, total int, now time.Time) error {
 	var n int64
 	err := s.write(ctx, true, func(t tx) error {
+		t.concernsBuilds()
 		res, err := t.exec(ctx, `UPDATE template_builds SET steps_done = ?, steps_cached = ?, steps_total = ?, updated_at = ?
 			WHERE id = ? AND lease_owner = ? AND state = ?`,
 			done, cached, total, micro(now), string(id), string(owner), string(model.BuildRunning))
@@ -243,6 +259,7 @@ func (s *Store) FinishBuild(ctx context.Context, f store.BuildFinish) error {
 		code, msg = sql.NullString{String: f.Error.Code, Valid: true}, sql.NullString{String: f.Error.Message, Valid: true}
 	}
 	err := s.write(ctx, true, func(t tx) error {
+		t.concernsBuilds()
 		var state, owner, name string
 		if err := t.queryRow(ctx, `SELECT state, lease_owner, name FROM template_builds WHERE id = ? `+s.d.RowLock,
 			string(f.ID)).Scan(&state, &owner, &name); err != nil {
@@ -287,6 +304,7 @@ func (s *Store) ReleaseBuildLeases(ctx context.Context, owner model.NodeID, now 
 	}
 	var n int64
 	err := s.write(ctx, true, func(t tx) error {
+		t.concernsBuilds()
 		res, err := t.exec(ctx, `UPDATE template_builds SET lease_expires_at = 0
 			WHERE lease_owner = ? AND state IN (?, ?) AND lease_expires_at <> 0`,
 			string(owner), string(model.BuildPending), string(model.BuildRunning))

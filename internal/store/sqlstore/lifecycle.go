@@ -20,16 +20,18 @@ const (
 
 // lockSandboxState reads a sandbox's state inside t, locking its row where
 // the dialect can, so that the compare-and-swap that follows cannot race.
-// project "" matches any project.
+// project "" matches any project. The change is recorded as concerning the
+// sandbox's node (the caller is about to change the sandbox).
 func (t tx) lockSandboxState(ctx context.Context, id model.SandboxID, project model.ProjectID) (model.SandboxState, error) {
-	query, args := `SELECT s.state FROM sandboxes s WHERE s.id = ?`, []any{string(id)}
+	query, args := `SELECT s.state, s.node_id FROM sandboxes s WHERE s.id = ?`, []any{string(id)}
 	if project != "" {
 		query, args = query+` AND s.project_id = ?`, append(args, string(project))
 	}
-	var state string
-	if err := t.queryRow(ctx, query+" "+t.s.d.RowLock, args...).Scan(&state); err != nil {
+	var state, node string
+	if err := t.queryRow(ctx, query+" "+t.s.d.RowLock, args...).Scan(&state, &node); err != nil {
 		return "", errNotFound(err)
 	}
+	t.concerns(model.NodeID(node))
 	return model.ParseSandboxState(state)
 }
 

@@ -139,6 +139,7 @@ func (s *Store) RegisterNode(ctx context.Context, n model.Node) (model.NodeStatu
 		canPull = 1
 	}
 	err = s.write(ctx, true, func(t tx) error {
+		t.concerns(n.ID)
 		var state string
 		err := t.queryRow(ctx, `SELECT state FROM nodes WHERE id = ? `+s.d.RowLock, string(n.ID)).Scan(&state)
 		switch {
@@ -238,6 +239,7 @@ func (s *Store) SetNodeState(ctx context.Context, id model.NodeID, state model.N
 		return model.NodeStatus{}, fmt.Errorf("set node %s %s: %w: only active, cordoned or draining can be set", id, state, model.ErrInvalid)
 	}
 	err := s.write(ctx, true, func(t tx) error {
+		t.concerns(id)
 		var cur string
 		if err := t.queryRow(ctx, `SELECT state FROM nodes WHERE id = ? `+s.d.RowLock, string(id)).Scan(&cur); err != nil {
 			return errNotFound(err)
@@ -325,6 +327,7 @@ func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration) (stor
 	}
 	var loss store.NodeLoss
 	err := s.write(ctx, true, func(t tx) error {
+		t.concernsAll() // sandboxes of dead nodes wait to be placed anew
 		loss = store.NodeLoss{}
 		var now int64
 		if err := t.queryRow(ctx, `SELECT `+s.dbNow()).Scan(&now); err != nil {
@@ -484,6 +487,7 @@ func (s *Store) TransitionOnNode(ctx context.Context, id model.SandboxID, f stor
 		if err := t.queryRow(ctx, `SELECT state, node_id FROM sandboxes WHERE id = ? `+s.d.RowLock, string(id)).Scan(&state, &node); err != nil {
 			return errNotFound(err)
 		}
+		t.concerns(model.NodeID(node))
 		if node != string(f.Node) {
 			if node == "" {
 				return fmt.Errorf("%w: the sandbox has no node (its node was declared dead; it waits to be placed again)", store.ErrFenced)
@@ -528,6 +532,7 @@ func (s *Store) ListUnplaced(ctx context.Context, limit int) ([]model.Sandbox, e
 // AssignNode implements store.Nodes.
 func (s *Store) AssignNode(ctx context.Context, id model.SandboxID, node model.NodeID) error {
 	err := s.write(ctx, true, func(t tx) error {
+		t.concerns(node)
 		var cpus, mem int
 		if err := t.queryRow(ctx, `SELECT s.cpus, s.memory_mib FROM sandboxes s WHERE s.id = ? AND s.node_id = '' AND s.state = 'pending' `+s.d.RowLock,
 			string(id)).Scan(&cpus, &mem); err != nil {

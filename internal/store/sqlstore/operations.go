@@ -188,6 +188,7 @@ func (s *Store) ClaimOperation(ctx context.Context, c store.Claim) (model.Operat
 	now := micro(c.Now)
 	var op model.Operation
 	err := s.write(ctx, true, func(t tx) error {
+		t.concerns(c.Owner) // the operations it may take are on its node
 		var err error
 		op, err = scanOperation(t.queryRow(ctx, `UPDATE operations
 			SET state = ?, attempts = attempts + 1, lease_owner = ?, lease_incarnation = ?, lease_expires_at = ?, updated_at = ?
@@ -262,6 +263,7 @@ func (s *Store) RetryOperation(ctx context.Context, r store.Retry) error {
 		return fmt.Errorf("retry operation %s: %w: empty owner", r.OperationID, model.ErrInvalid)
 	}
 	err := s.write(ctx, true, func(t tx) error {
+		t.concerns(r.Owner) // a held operation's sandbox is on its holder's node
 		res, err := t.exec(ctx, `UPDATE operations SET lease_owner = '', lease_incarnation = '', lease_expires_at = 0, not_before = ?, updated_at = ?
 			WHERE id = ? AND lease_owner = ? AND lease_incarnation = ? AND state = ? AND `+s.fenceSQL(),
 			microOrZero(r.NotBefore), micro(r.Now), string(r.OperationID), string(r.Owner), string(r.Incarnation), string(model.OpRunning),
@@ -412,6 +414,7 @@ func (s *Store) ReleaseLeases(ctx context.Context, owner model.NodeID, now time.
 	}
 	var n int64
 	err := s.write(ctx, true, func(t tx) error {
+		t.concerns(owner) // operations are leased to their sandbox's node
 		res, err := t.exec(ctx, `UPDATE operations SET lease_expires_at = 0
 			WHERE lease_owner = ? AND state IN (?, ?) AND lease_expires_at <> 0`,
 			string(owner), string(model.OpPending), string(model.OpRunning))

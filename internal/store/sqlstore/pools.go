@@ -54,6 +54,7 @@ func (s *Store) PutPool(ctx context.Context, p model.Pool) (model.Pool, error) {
 	}
 	var out model.Pool
 	err := s.write(ctx, true, func(t tx) error {
+		t.concernsAll() // every node keeps the pools filled
 		key := p.Key
 		if _, err := model.ParsePoolID(string(p.ID)); err != nil {
 			return err
@@ -124,6 +125,7 @@ func (s *Store) ListPools(ctx context.Context) ([]model.Pool, error) {
 func (s *Store) DeletePool(ctx context.Context, id model.PoolID) (model.Pool, error) {
 	var out model.Pool
 	err := s.write(ctx, true, func(t tx) error {
+		t.concernsAll() // every node keeps the pools filled
 		var err error
 		if out, err = scanPool(t.queryRow(ctx, `SELECT `+poolColumns+` FROM pools p WHERE p.id = ? `+t.s.d.RowLock, string(id))); err != nil {
 			return errNotFound(err)
@@ -141,6 +143,7 @@ func (s *Store) DeletePool(ctx context.Context, id model.PoolID) (model.Pool, er
 func (s *Store) SetPoolRelease(ctx context.Context, id model.PoolID, digest model.TemplateDigest, now time.Time) (model.Pool, error) {
 	var out model.Pool
 	err := s.write(ctx, true, func(t tx) error {
+		t.concernsAll() // every node keeps the pools filled
 		_, err := t.exec(ctx, `UPDATE pools SET previous_digest = current_digest, current_digest = ?, updated_at = ?
 			WHERE id = ? AND current_digest <> ?`, string(digest), micro(now), string(id), string(digest))
 		if err != nil {
@@ -251,6 +254,7 @@ func (s *Store) ClaimPoolSandbox(ctx context.Context, c store.PoolClaim) (model.
 	}
 	var out model.Sandbox
 	err = s.write(ctx, true, func(t tx) error {
+		t.concerns(c.Node)
 		var raw string
 		// The operations claim's lock clause names its table "o". The
 		// literal pool_id <> '' lets the planners use the partial index.

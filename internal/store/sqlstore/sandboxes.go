@@ -151,6 +151,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, egress poli
 		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	}
 	err = s.write(ctx, true, func(t tx) error {
+		t.concerns(sb.NodeID) // none when unplaced: the duty pass places it
 		if err := t.insertIdempotency(ctx, idem); err != nil {
 			return err
 		}

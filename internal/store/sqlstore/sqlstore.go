@@ -16,6 +16,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/tracing"
 )
@@ -59,10 +60,13 @@ type Dialect struct {
 	// IsForeignKeyViolation reports whether err is a foreign-key violation.
 	IsForeignKeyViolation func(err error) bool
 	// NotifyTx, if set, is called inside every transaction that changes an
-	// operation or sandbox row, so other processes sharing the database learn
-	// of it at commit (PostgreSQL: pg_notify). Watchers in this process are
-	// woken after the commit in any case.
-	NotifyTx func(ctx context.Context, tx *sql.Tx) error
+	// operation, sandbox, node, pool or build row, so other processes
+	// sharing the database learn of it at commit (PostgreSQL: pg_notify).
+	// payload names what the change concerns (see watch.go's topics: space
+	// separated, "*" for every watcher); the other processes hand it to
+	// Store.Notify. Watchers in this process are woken after the commit in
+	// any case.
+	NotifyTx func(ctx context.Context, tx *sql.Tx, payload string) error
 	// CacheStatements prepares each query once per Store (per connection)
 	// and keeps it (see stmtCache): SQLite, whose driver compiles every
 	// unprepared query anew.
@@ -98,11 +102,26 @@ func New(db *sql.DB, d Dialect, opts ...Option) *Store {
 func (s *Store) DB() *sql.DB { return s.db }
 
 // Broadcast wakes every watcher of this Store. The PostgreSQL listener calls
-// it for notifications from other processes.
+// it when it reconnected (notifications sent meanwhile are lost).
 func (s *Store) Broadcast() { s.watch.Broadcast() }
+
+// Notify wakes the watchers of this Store that a change with the NOTIFY
+// payload (Dialect.NotifyTx's) concerns. The PostgreSQL listener calls it
+// for notifications from every process (its own included).
+func (s *Store) Notify(payload string) { s.watch.Notify(parsePayload(payload)) }
 
 // Watch implements store.Store.
 func (s *Store) Watch(ctx context.Context) <-chan struct{} { return s.watch.Subscribe(ctx) }
+
+// WatchNode implements store.Store.
+func (s *Store) WatchNode(ctx context.Context, node model.NodeID) <-chan struct{} {
+	return s.watch.SubscribeTopic(ctx, nodeTopic(node))
+}
+
+// WatchBuilds implements store.Store.
+func (s *Store) WatchBuilds(ctx context.Context) <-chan struct{} {
+	return s.watch.SubscribeTopic(ctx, topicBuilds)
+}
 
 // Close closes every watcher channel and the cached statements. It does not
 // close the database.
@@ -224,7 +243,31 @@ func (s *Store) query(ctx context.Context, query string, args ...any) (_ *sql.Ro
 type tx struct {
 	s  *Store
 	tx *sql.Tx
+	// ch collects what the transaction's change concerns (concerns and its
+	// kin), for the watchers woken at commit.
+	ch *change
 }
+
+// concerns records that the transaction changes operations or sandboxes
+// placed on nodes (or the nodes' own rows): their WatchNode watchers are
+// woken at commit, with the coarse ones. An empty ID (an unplaced sandbox,
+// which no node's operation loop may take) adds no node; with none the
+// change wakes coarse watchers only.
+func (t tx) concerns(nodes ...model.NodeID) {
+	t.ch.add()
+	for _, n := range nodes {
+		if n != "" {
+			t.ch.add(nodeTopic(n))
+		}
+	}
+}
+
+// concernsAll records that the change concerns every node (a cluster-wide
+// change: nodes declared dead, pools set).
+func (t tx) concernsAll() { t.ch.add(topicAll) }
+
+// concernsBuilds records that the change is of template builds.
+func (t tx) concernsBuilds() { t.ch.add(topicBuilds) }
 
 func (t tx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	var res sql.Result
@@ -250,8 +293,10 @@ func (t tx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
 }
 
 // write runs fn in a transaction and commits it. With notify set (the
-// transaction changes operations or sandboxes) it also calls the dialect's
-// NotifyTx inside the transaction and wakes local watchers after the commit.
+// transaction changes operations, sandboxes, nodes, pools or builds) it
+// also calls the dialect's NotifyTx inside the transaction and wakes local
+// watchers after the commit: those of what fn said the change concerns
+// (tx.concerns and its kin), or every watcher if fn said nothing.
 func (s *Store) write(ctx context.Context, notify bool, fn func(t tx) error) (err error) {
 	ctx, span := s.startSpan(ctx, 1)
 	defer func() { tracing.End(span, err) }()
@@ -260,13 +305,17 @@ func (s *Store) write(ctx context.Context, notify bool, fn func(t tx) error) (er
 		s.observe("begin", err)
 		return fmt.Errorf("begin: %w", err)
 	}
-	t := tx{s: s, tx: sqlTx}
+	var ch change
+	t := tx{s: s, tx: sqlTx, ch: &ch}
 	if err := fn(t); err != nil {
 		_ = sqlTx.Rollback()
 		return err
 	}
+	if notify && !ch.scoped {
+		ch.add(topicAll)
+	}
 	if notify && s.d.NotifyTx != nil {
-		if err := s.d.NotifyTx(ctx, sqlTx); err != nil {
+		if err := s.d.NotifyTx(ctx, sqlTx, ch.payload()); err != nil {
 			_ = sqlTx.Rollback()
 			return fmt.Errorf("notify: %w", err)
 		}
@@ -276,7 +325,7 @@ func (s *Store) write(ctx context.Context, notify bool, fn func(t tx) error) (er
 		return fmt.Errorf("commit: %w", err)
 	}
 	if notify {
-		s.watch.Broadcast()
+		s.watch.Notify(ch)
 	}
 	return nil
 }

@@ -2,10 +2,13 @@ package sqlstore
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/model"
 )
 
 func TestRebindDollar(t *testing.T) {
@@ -116,5 +119,75 @@ func TestBroadcasterConcurrent(t *testing.T) {
 	b.Close()
 	if b.Len() != 0 {
 		t.Fatalf("Len = %d after Close", b.Len())
+	}
+}
+
+// TestBroadcasterTopics: a topic's subscriber wakes for changes that name
+// it or every topic; a coarse one for every change, one naming no topic
+// included.
+func TestBroadcasterTopics(t *testing.T) {
+	b := newBroadcaster()
+	defer b.Close()
+	a, n := nodeTopic("node_a"), nodeTopic("node_b")
+	subs := map[string]<-chan struct{}{
+		"coarse": b.Subscribe(context.Background()),
+		"A":      b.SubscribeTopic(context.Background(), a),
+		"B":      b.SubscribeTopic(context.Background(), n),
+		"builds": b.SubscribeTopic(context.Background(), topicBuilds),
+	}
+	for _, tc := range []struct {
+		name string
+		c    change
+		want []string
+	}{
+		{"node A", change{topics: []string{a}}, []string{"coarse", "A"}},
+		{"nodes A and B", change{topics: []string{a, n}}, []string{"coarse", "A", "B"}},
+		{"builds", change{topics: []string{topicBuilds}}, []string{"coarse", "builds"}},
+		{"no topic", change{scoped: true}, []string{"coarse"}},
+		{"every topic", change{topics: []string{topicAll}}, []string{"coarse", "A", "B", "builds"}},
+	} {
+		b.Notify(tc.c)
+		for name, ch := range subs {
+			woke := len(ch) == 1
+			if woke {
+				<-ch
+			}
+			if want := slices.Contains(tc.want, name); woke != want {
+				t.Errorf("%s: %s woke %v, want %v", tc.name, name, woke, want)
+			}
+		}
+	}
+}
+
+// TestPayload: a change travels as a NOTIFY payload and back, one naming
+// too many topics as every topic; an empty payload (a process that sends
+// none) concerns every topic.
+func TestPayload(t *testing.T) {
+	many := change{}
+	for range 200 {
+		many.add(nodeTopic(model.NewNodeID()))
+	}
+	for _, tc := range []struct {
+		name    string
+		c       change
+		payload string
+		topics  []string
+	}{
+		{"one node", change{topics: []string{nodeTopic("node_a")}}, "node:node_a", []string{"node:node_a"}},
+		{"two topics", change{topics: []string{nodeTopic("node_a"), topicBuilds}}, "node:node_a builds", []string{"node:node_a", "builds"}},
+		{"no topic", change{scoped: true}, payloadNone, nil},
+		{"every topic", change{topics: []string{nodeTopic("node_a"), topicAll}}, topicAll, []string{topicAll}},
+		{"too many", many, topicAll, []string{topicAll}},
+	} {
+		p := tc.c.payload()
+		if p != tc.payload {
+			t.Errorf("%s: payload %q, want %q", tc.name, p, tc.payload)
+		}
+		if got := parsePayload(p).topics; !slices.Equal(got, tc.topics) {
+			t.Errorf("%s: parsed %q as %q, want %q", tc.name, p, got, tc.topics)
+		}
+	}
+	if got := parsePayload(""); !got.all() {
+		t.Errorf("empty payload parsed as %+v, want every topic", got)
 	}
 }

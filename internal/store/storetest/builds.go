@@ -19,6 +19,7 @@ func buildTests() []namedTest {
 		{"BuildListOrderAndFilters", testBuildList},
 		{"BuildLeaseRecovery", testBuildLeaseRecovery},
 		{"BuildConcurrentClaims", testBuildConcurrentClaims},
+		{"BuildClaimable", testBuildClaimable},
 	}
 }
 
@@ -189,6 +190,43 @@ func testBuildLeaseRecovery(e *env) {
 	later := e.now().Add(2 * time.Hour)
 	if _, err := e.s.ClaimBuild(e.ctx, store.Claim{Owner: "other", Lease: time.Hour, Now: later}); err != nil {
 		e.t.Fatalf("claim of an expired lease: %v", err)
+	}
+}
+
+// testBuildClaimable: BuildClaimable answers what ClaimBuild at the same
+// time would find, without claiming.
+func testBuildClaimable(e *env) {
+	t := e.t
+	claimable := func(now time.Time) bool {
+		t.Helper()
+		ok, err := e.s.BuildClaimable(e.ctx, now)
+		must(t, err)
+		return ok
+	}
+	if claimable(e.now()) {
+		t.Fatal("claimable with no build")
+	}
+	b := e.newBuild("x")
+	now := e.now()
+	if !claimable(now) || !claimable(now) {
+		t.Fatal("a pending build is not claimable")
+	}
+	if got, err := e.s.GetBuild(e.ctx, b.ID); err != nil || got.State != model.BuildPending || got.Attempts != 0 {
+		t.Fatalf("BuildClaimable changed the build: %+v, %v", got, err)
+	}
+	if _, err := e.s.ClaimBuild(e.ctx, store.Claim{Owner: "n1", Lease: time.Hour, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if claimable(now.Add(time.Minute)) {
+		t.Fatal("a build under a lease is claimable")
+	}
+	if !claimable(now.Add(time.Hour)) {
+		t.Fatal("a build whose lease expired is not claimable")
+	}
+	must(t, e.s.FinishBuild(e.ctx, store.BuildFinish{ID: b.ID, Owner: "n1", State: model.BuildFailed,
+		Error: &model.BuildError{Code: "x", Message: "y"}, Now: now.Add(time.Minute)}))
+	if claimable(now.Add(2 * time.Hour)) {
+		t.Fatal("a finished build is claimable")
 	}
 }
 

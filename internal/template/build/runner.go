@@ -92,7 +92,12 @@ type Config struct {
 	Owner        model.NodeID  // lease holder: this node
 	Workers      int           // concurrent builds; default 1
 	Lease        time.Duration // default 1 minute, renewed every third of it
-	Logger       *slog.Logger
+	// Poll is how often an idle runner looks for a build without a
+	// wake-up from the store (WatchBuilds): for the leases of other nodes
+	// that expire, and for a notification that was lost. Default
+	// DefaultPoll.
+	Poll   time.Duration
+	Logger *slog.Logger
 }
 
 // Runner runs template builds. Run it with Run; it stops when Run's context
@@ -115,6 +120,9 @@ func New(cfg Config) (*Runner, error) {
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = time.Minute
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = DefaultPoll
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -151,31 +159,44 @@ func (r *Runner) Run(ctx context.Context) error {
 	} else if n > 0 {
 		r.log.Warn("builds left running by a previous process run again", "count", n)
 	}
-	var wg sync.WaitGroup
-	for range r.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.work(ctx)
-		}()
-	}
-	wg.Wait()
+	r.work(ctx)
 	return nil
 }
 
-// work claims and runs builds until ctx ends. It wakes on store changes and,
-// for leases of other nodes that expire, every few seconds.
+// DefaultPoll is Config.Poll's default.
+const DefaultPoll = 5 * time.Second
+
+// work claims builds while a worker is free and runs each in its own
+// goroutine (at most Workers at once) until ctx ends, then waits for them.
+// With nothing to claim it sleeps until builds change (WatchBuilds) or
+// Config.Poll passes, and it claims (a write transaction) only after a
+// read found a build to claim. One loop claims, so a queued build costs
+// one claim, not one per idle worker.
 func (r *Runner) work(ctx context.Context) {
-	changed := r.cfg.Store.Watch(ctx)
-	tick := time.NewTicker(5 * time.Second)
+	changed := r.cfg.Store.WatchBuilds(ctx)
+	tick := time.NewTicker(r.cfg.Poll)
 	defer tick.Stop()
-	for ctx.Err() == nil {
-		b, err := r.cfg.Store.ClaimBuild(ctx, store.Claim{Owner: r.cfg.Owner, Lease: r.cfg.Lease, Now: time.Now()})
-		switch {
-		case err == nil:
-			r.run(ctx, b)
+	slots := make(chan struct{}, r.cfg.Workers)
+	var running sync.WaitGroup
+	defer running.Wait()
+	for {
+		select { // a free worker
+		case <-ctx.Done():
+			return
+		case slots <- struct{}{}:
+		}
+		b, err := r.claim(ctx)
+		if err == nil {
+			running.Add(1)
+			go func() {
+				defer running.Done()
+				defer func() { <-slots }()
+				r.run(ctx, b)
+			}()
 			continue
-		case !errors.Is(err, store.ErrNoWork) && ctx.Err() == nil:
+		}
+		<-slots
+		if !errors.Is(err, store.ErrNoWork) && ctx.Err() == nil {
 			r.log.Warn("claim build", "err", err)
 		}
 		select {
@@ -185,6 +206,21 @@ func (r *Runner) work(ctx context.Context) {
 		case <-tick.C:
 		}
 	}
+}
+
+// claim takes the next build, ErrNoWork when there is none. A read says
+// first whether there is one: a claim that finds nothing costs a write
+// transaction (on SQLite the database's one writer).
+func (r *Runner) claim(ctx context.Context) (model.TemplateBuild, error) {
+	now := time.Now()
+	ok, err := r.cfg.Store.BuildClaimable(ctx, now)
+	if err != nil {
+		return model.TemplateBuild{}, err
+	}
+	if !ok {
+		return model.TemplateBuild{}, store.ErrNoWork
+	}
+	return r.cfg.Store.ClaimBuild(ctx, store.Claim{Owner: r.cfg.Owner, Lease: r.cfg.Lease, Now: now})
 }
 
 // run runs one claimed build and finishes it.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,5 +156,86 @@ func TestLogBounded(t *testing.T) {
 	b, _ := os.ReadFile(LogPath(dir, id))
 	if !strings.HasPrefix(string(b), "0123456789\n[airlock: the build log reached its limit of 10 bytes; 8 more bytes were dropped]") {
 		t.Fatalf("log = %q", b)
+	}
+}
+
+// claimCounter counts the runner's claims (write transactions); with deaf
+// set its WatchBuilds never fires, as if every notification were lost.
+type claimCounter struct {
+	store.Store
+	deaf   bool
+	claims atomic.Int64
+}
+
+func (c *claimCounter) ClaimBuild(ctx context.Context, cl store.Claim) (model.TemplateBuild, error) {
+	c.claims.Add(1)
+	return c.Store.ClaimBuild(ctx, cl)
+}
+
+func (c *claimCounter) WatchBuilds(ctx context.Context) <-chan struct{} {
+	if c.deaf {
+		return make(chan struct{})
+	}
+	return c.Store.WatchBuilds(ctx)
+}
+
+// TestRunnerClaimsOnlyABuild: store changes that are not builds' do not
+// make an idle runner claim (a write transaction), nor do build changes
+// that leave nothing to claim; a queued build is claimed at once.
+func TestRunnerClaimsOnlyABuild(t *testing.T) {
+	st, ts, dir := newEnv(t)
+	ctx := context.Background()
+	cs := &claimCounter{Store: st}
+	startRunner(t, Config{Store: cs, Templates: ts, LogDir: filepath.Join(dir, "builds"), Owner: "n1", Workers: 2})
+	// Changes of every kind: nodes (their watchers), pools (every
+	// watcher's), and a build's own progress.
+	for i := range 20 {
+		if _, err := st.RegisterNode(ctx, model.Node{ID: model.NewNodeID(), Incarnation: model.NewIncarnation(), Role: model.RoleAll,
+			AdvertiseURL: "http://127.0.0.1:1"}); err != nil {
+			t.Fatal(err)
+		}
+		if i%5 == 0 {
+			if _, err := st.PutPool(ctx, model.Pool{ID: model.NewPoolID(), Key: model.PoolKey{Template: model.RefByName(model.TaggedName{Name: model.TemplateName("t" + string(rune('a'+i))), Tag: "latest"}),
+				CPUs: 1, MemoryMiB: 256}, Size: 1, CreatedAt: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := cs.claims.Load(); n != 0 {
+		t.Fatalf("%d claims with no build queued, want 0", n)
+	}
+	b := model.TemplateBuild{ID: model.NewBuildID(), Kind: model.BuildImport, Source: rootfs(t), CreatedAt: time.Now()}
+	start := time.Now()
+	if err := st.CreateBuild(ctx, b, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitBuild(t, st, b.ID); got.State != model.BuildSucceeded {
+		t.Fatalf("build = %+v", got)
+	}
+	if took := time.Since(start); took > DefaultPoll {
+		t.Errorf("the queued build took %s: the runner waited for its poll", took)
+	}
+	// Its own changes (claim, finish) wake the workers; none finds another
+	// build to claim.
+	time.Sleep(300 * time.Millisecond)
+	if n := cs.claims.Load(); n != 1 {
+		t.Fatalf("%d claims for one build, want 1", n)
+	}
+}
+
+// TestRunnerPollsForLostWakeUps: a runner that hears of no change still
+// claims a queued build, at its poll.
+func TestRunnerPollsForLostWakeUps(t *testing.T) {
+	st, ts, dir := newEnv(t)
+	cs := &claimCounter{Store: st, deaf: true}
+	startRunner(t, Config{Store: cs, Templates: ts, LogDir: filepath.Join(dir, "builds"), Owner: "n1", Poll: 100 * time.Millisecond})
+	time.Sleep(50 * time.Millisecond) // idle, waiting
+	b := model.TemplateBuild{ID: model.NewBuildID(), Kind: model.BuildImport, Source: rootfs(t), CreatedAt: time.Now()}
+	if err := st.CreateBuild(context.Background(), b, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitBuild(t, st, b.ID); got.State != model.BuildSucceeded {
+		t.Fatalf("build = %+v", got)
 	}
 }

@@ -26,6 +26,10 @@
 // Trees are only ever removed after their row is tombstoned (or never
 // existed), and a tombstoned row is never used again unless an import
 // publishes the tree again first.
+//
+// Step 1 is the store's, the same for every node of a cluster: periodic
+// runs do it on one node at a time (Config.Tombstones). Step 2 is each
+// node's, for the trees on its own disk: every node does it.
 package gc
 
 import (
@@ -69,8 +73,13 @@ type Config struct {
 	// before its importer had a chance to use it by digest. Collect takes
 	// every unused template. 0: DefaultMinAge.
 	MinAge time.Duration
-	Now    func() time.Time // nil: time.Now
-	Logger *slog.Logger     // nil: discard
+	// Tombstones, if set, says whether a periodic run (Run) tombstones
+	// unused templates here: the store's half of a run, which one node of
+	// a cluster does at a time (the server's duty lease); every node
+	// removes its own trees. Nil: always. Collect always tombstones.
+	Tombstones func() bool
+	Now        func() time.Time // nil: time.Now
+	Logger     *slog.Logger     // nil: discard
 }
 
 // Result is what one run removed.
@@ -116,12 +125,12 @@ func New(cfg Config) (*Collector, error) {
 
 // Collect runs one collection, of every unused template.
 func (c *Collector) Collect(ctx context.Context) (Result, error) {
-	return c.collect(ctx, time.Time{})
+	return c.collect(ctx, time.Time{}, true)
 }
 
 // collect runs one collection of the unused templates created before
-// createdBefore (zero: all).
-func (c *Collector) collect(ctx context.Context, createdBefore time.Time) (Result, error) {
+// createdBefore (zero: all); without tombstone it only removes trees.
+func (c *Collector) collect(ctx context.Context, createdBefore time.Time, tombstone bool) (Result, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	res := Result{Collected: []model.TemplateDigest{}, TreesRemoved: []model.TemplateDigest{}}
@@ -132,9 +141,12 @@ func (c *Collector) collect(ctx context.Context, createdBefore time.Time) (Resul
 			return res, fmt.Errorf("template gc: keep hook: %w", err)
 		}
 	}
-	cands, err := c.cfg.Store.TemplateGCCandidates(ctx, createdBefore)
-	if err != nil {
-		return res, fmt.Errorf("template gc: %w", err)
+	var cands []model.TemplateDigest
+	if tombstone {
+		var err error
+		if cands, err = c.cfg.Store.TemplateGCCandidates(ctx, createdBefore); err != nil {
+			return res, fmt.Errorf("template gc: %w", err)
+		}
 	}
 	for _, d := range cands {
 		if keep[d] {
@@ -228,7 +240,8 @@ func (c *Collector) Run(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		if _, err := c.collect(ctx, c.cfg.Now().Add(-c.cfg.MinAge)); err != nil && ctx.Err() == nil {
+		tombstone := c.cfg.Tombstones == nil || c.cfg.Tombstones()
+		if _, err := c.collect(ctx, c.cfg.Now().Add(-c.cfg.MinAge), tombstone); err != nil && ctx.Err() == nil {
 			c.log.ErrorContext(ctx, "template gc failed", "err", err)
 		}
 	}

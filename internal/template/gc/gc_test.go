@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,5 +188,51 @@ func TestRunMinAge(t *testing.T) {
 	<-done
 	if f.trees.Has(young) {
 		t.Fatal("a periodic run left an old unused template")
+	}
+}
+
+// TestRunTombstonesOnlyWhereAsked: a periodic run on a node that does not
+// hold the cluster's tombstoning (Config.Tombstones) tombstones nothing but
+// still removes its own trees of tombstoned templates; once it holds it,
+// unused templates are collected too.
+func TestRunTombstonesOnlyWhereAsked(t *testing.T) {
+	f := newFixture(t)
+	unused, deleted := f.tree("unused", true), f.tree("deleted", true)
+	if _, err := f.st.DeleteTemplate(f.ctx, deleted, f.now); err != nil { // elsewhere, its tree left here
+		t.Fatal(err)
+	}
+	var lead atomic.Bool
+	c, err := New(Config{Store: f.st, Trees: f.trees, MinAge: time.Hour, Tombstones: lead.Load,
+		Now: func() time.Time { return f.now.Add(2 * time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(what string, done func() bool) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(f.ctx)
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			c.Run(ctx, 5*time.Millisecond)
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for !done() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // a few more runs
+		cancel()
+		<-stopped
+		if !done() {
+			t.Fatalf("%s: not done", what)
+		}
+	}
+	run("without the lease", func() bool { return !f.trees.Has(deleted) })
+	if st, err := f.st.TemplateState(f.ctx, unused); err != nil || st != store.TemplateLive || !f.trees.Has(unused) {
+		t.Fatalf("a run without the lease collected an unused template: %v, %v, tree %v", st, err, f.trees.Has(unused))
+	}
+	lead.Store(true)
+	run("with the lease", func() bool { return !f.trees.Has(unused) })
+	if st, err := f.st.TemplateState(f.ctx, unused); err != nil || st != store.TemplateTombstoned {
+		t.Fatalf("after a run with the lease: %v, %v", st, err)
 	}
 }
