@@ -361,7 +361,11 @@ func TestTemplateBuildRecipe(t *testing.T) {
 func fillRecipeCache(t *testing.T, cache string, r recipe.Recipe, contextDir string) {
 	t.Helper()
 	ctx := ctxFor(t, 15*time.Minute)
-	store, err := template.Open(filepath.Join(cache, "recipe-store-v1"), nil)
+	// internal/template/recipe's tests check the store at rest while they
+	// hold it.
+	storeDir := filepath.Join(cache, "recipe-store-v1")
+	defer airtest.LockShared(t, storeDir)()
+	store, err := template.Open(storeDir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

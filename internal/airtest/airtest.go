@@ -5,6 +5,7 @@ package airtest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,7 +14,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/airlockdev/airlock/internal/filelock"
 	"github.com/airlockdev/airlock/internal/procfs"
 )
 
@@ -260,4 +263,20 @@ func TestCache() (string, error) {
 		return "", fmt.Errorf("no test cache directory: %w", err)
 	}
 	return filepath.Join(d, "airlock-test"), nil
+}
+
+// LockShared takes an exclusive lock on path (a cache directory that test
+// processes share, e.g. a template store in TestCache), waiting while
+// another process holds it, and returns its release: a test that checks
+// the state of what it shares (no staging leftovers) must not see another
+// process's work in progress.
+func LockShared(t testing.TB, path string) (unlock func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	f, err := filelock.Lock(ctx, path+".lock")
+	if err != nil {
+		t.Fatalf("lock %s: %v", path, err)
+	}
+	return func() { f.Close() }
 }

@@ -40,7 +40,11 @@ func TestBuildDefaultDebian(t *testing.T) {
 	// The store is cached too (beside the build cache): a fresh store
 	// would import the 450 MB tree from the cache's tar on every run, which
 	// TestBuildCacheChain covers on a small tree.
-	s, err := template.Open(filepath.Join(filepath.Dir(testCacheDir(t)), "recipe-store-v1"), nil)
+	// Shared with the integration tests' servers (fillRecipeCache), which
+	// may be importing into it now: checkClean must see it at rest.
+	storeDir := filepath.Join(filepath.Dir(testCacheDir(t)), "recipe-store-v1")
+	t.Cleanup(airtest.LockShared(t, storeDir)) // released after checkClean
+	s, err := template.Open(storeDir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
