@@ -269,7 +269,7 @@ func (a *API) claimFromPool(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	var rep *reply
 	claimed, err := a.cfg.Store.ClaimPoolSandbox(ctx, store.PoolClaim{
 		Pool: p.ID, Template: pc.tpl, Environment: pc.envRef, Resources: pc.resources, Node: a.cfg.Self,
-		ProjectID: sb.ProjectID, Env: sb.Env, Metadata: sb.Metadata, Timeouts: sb.Timeouts, Egress: egressSpec,
+		ProjectID: sb.ProjectID, Env: sb.Env, Metadata: sb.Metadata, PublicPorts: sb.PublicPorts, Timeouts: sb.Timeouts, Egress: egressSpec,
 		Operation: model.Operation{ID: model.NewOperationID(), CreatedAt: c.now, UpdatedAt: c.now},
 		Idempotency: func(sb model.Sandbox, op model.Operation) (*store.IdempotencyRecord, error) {
 			out := sandboxOut(sb)

@@ -107,6 +107,8 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 		Timeouts:     timeouts,
 		LastActivity: c.now, // created is used: the idle limit counts from now
 		NodeSelector: selector,
+
+		PublicPorts: in.PublicPorts,
 	}
 	sb.Environment = envRef
 	if rep, err := a.claimFromPool(ctx, c, a.poolCreateOf(ctx, ref, tpl.Digest, envSel, envRef, res), sb, egressSpec); err != nil || rep != nil {
