@@ -24,6 +24,7 @@ func sandboxOut(sb model.Sandbox) apiv1.Sandbox {
 		NodeID:      string(sb.NodeID),
 		Environment: string(sb.Environment),
 		Source:      string(sb.Source),
+		PublicPorts: sb.PublicPorts,
 		CreatedAt:   sb.CreatedAt.UTC(),
 		UpdatedAt:   sb.UpdatedAt.UTC(),
 	}

@@ -112,6 +112,10 @@ func (a *API) forwardToHost(w http.ResponseWriter, r *http.Request, p principal)
 	}
 	extra := http.Header{}
 	extra.Set(noderoute.HeaderForwardToken, tok)
+	if err := a.forwardCredential(r, p, extra); err != nil {
+		a.writeError(w, r, err)
+		return true
+	}
 	if id := requestIDFrom(r.Context()); id != "" {
 		extra.Set("X-Request-Id", id) // one ID in both nodes' logs
 	}

@@ -110,7 +110,8 @@ func (a *API) proxyPort(w http.ResponseWriter, r *http.Request, p principal) {
 	release := a.hold(sb.ID)
 	defer release()
 	path, rawPath := guestPath(r)
-	trusted := peerFrom(r.Context()) != nil
+	// A trusted peer's, or the E2B gateway's (in-process) X-Forwarded-*.
+	trusted := peerFrom(r.Context()) != nil || vouched(r.Context())
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = &url.URL{Scheme: "http", Host: target.String(), Path: path, RawPath: rawPath, RawQuery: pr.In.URL.RawQuery}
@@ -159,8 +160,9 @@ func guestPath(r *http.Request) (path, rawPath string) {
 
 // scrubGuestRequest removes the caller's credentials and Airlock's own
 // headers from a request bound for a guest and sets X-Forwarded-*. A
-// request a trusted peer forwarded keeps the X-Forwarded-* headers that
-// peer set (naming the original caller); anyone else's are replaced.
+// request a trusted peer forwarded, or the server's own E2B gateway sent
+// in-process, keeps the X-Forwarded-* headers that peer or gateway set
+// (naming the original caller); anyone else's are replaced.
 func scrubGuestRequest(pr *httputil.ProxyRequest, trusted bool) {
 	h := pr.Out.Header
 	h.Del("Authorization")

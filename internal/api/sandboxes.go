@@ -56,6 +56,7 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	if req.NodeSelector, err = model.ParseNodeLabels(in.NodeSelector); err != nil {
 		return nil, fmt.Errorf("node_selector: %w", err)
 	}
+	req.PublicPorts = in.PublicPorts
 	if c.present["environment"] {
 		sel, err := environment.ParseSelector(in.Environment)
 		if err != nil {

@@ -31,6 +31,9 @@ type Sandbox struct {
 	// Source is how its create got it running: "cold", "pool" (a warm
 	// pool's sandbox) or "snapshot" (a base snapshot restored).
 	Source string `json:"source,omitempty"`
+	// PublicPorts: its guest ports answer without a credential through
+	// the E2B gateway (CreateSandboxRequest.PublicPorts).
+	PublicPorts bool `json:"public_ports,omitempty"`
 	// Egress is the sandbox's egress policy as given; shown by create and
 	// GET /v1/sandboxes/{id}, omitted in lists.
 	Egress    *EgressPolicy `json:"egress,omitempty"`
@@ -79,6 +82,10 @@ type CreateSandboxRequest struct {
 	// NodeSelector: labels the node that runs it must carry (KEY: VALUE;
 	// nodes get theirs from airlock server --label).
 	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	// PublicPorts makes its guest ports answer without a credential
+	// through the E2B gateway, as an E2B sandbox's do (not the code
+	// interpreter's); the E2B API's create sets it.
+	PublicPorts bool `json:"public_ports,omitempty"`
 }
 
 // SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: a new

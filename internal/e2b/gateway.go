@@ -10,6 +10,13 @@
 // guest); any other port is proxied to that port inside the sandbox
 // through Airlock's ports route. A suspended or paused sandbox is woken
 // first.
+//
+// The translators' calls of Airlock's API never leave the process: they
+// go through the API's in-process transport (api.InProcess, Config.API)
+// acting as the sandbox's access token would, the credential the gateway
+// checked itself (or, on a public guest port, the sandbox's own public
+// ports), so the API neither verifies a token nor reads the sandbox
+// again to authenticate them, and no token is signed per request.
 package e2b
 
 import (
@@ -43,6 +50,12 @@ type Service struct {
 	Handler http.Handler
 }
 
+// SandboxAPI is Airlock's API in-process (*api.InProcess): a transport
+// whose requests act as sandbox sb's access token would, without one.
+type SandboxAPI interface {
+	AsSandbox(project model.ProjectID, sb model.SandboxID) http.RoundTripper
+}
+
 // Config wires a Gateway.
 type Config struct {
 	// Native is Airlock's own API (everything that is not E2B).
@@ -57,28 +70,26 @@ type Config struct {
 	Files      http.Handler
 	// Sandboxes finds the sandbox a request is for.
 	Sandboxes SandboxGetter
-	// Mint returns the sandbox access token of a sandbox (the E2B
-	// envdAccessToken; deterministic for a sandbox and signing key).
-	Mint func(sb model.SandboxID, project model.ProjectID) (string, error)
-	// Verify checks a sandbox access token and returns its sandbox.
-	Verify func(token string) (model.SandboxID, error)
+	// API carries every call the gateway and the translators make of
+	// Airlock's API, in-process, acting for the request's sandbox once
+	// the gateway has authorized the request.
+	API SandboxAPI
+	// Verify checks a sandbox access token and returns the sandbox and
+	// project it names. The gateway takes it only for that sandbox, of
+	// that project, as the API takes one.
+	Verify func(token string) (model.SandboxID, model.ProjectID, error)
 	// Tokens returns every access token of a sandbox that still verifies
-	// (the current one first): a signed /files URL made with a token from
-	// before a key rotation stays good as long as that token does. Nil
-	// means Mint's token alone.
+	// (the current one first), to check a signed /files URL: one made with
+	// a token from before a key rotation stays good as long as that token
+	// does.
 	Tokens func(sb model.SandboxID, project model.ProjectID) ([]string, error)
 	// Domain is the --e2b-domain: when set, only hosts under it are
 	// routed to sandboxes by name.
 	Domain string
-	// Public says whether a sandbox's guest ports (other than envd's and
-	// the code interpreter's) answer without a credential, as E2B's do.
-	// Nil: none are public.
-	Public func(sb model.Sandbox) bool
 	// SelfURL is the base URL of this server's own API, which the
-	// translators call; HTTP is the client they share (it must not follow
-	// redirects: a guest answers some of its requests).
+	// translators' clients name (their requests go through API, never
+	// over the network).
 	SelfURL string
-	HTTP    *http.Client
 	Logger  *slog.Logger
 	// Now is the clock (tests); nil means time.Now.
 	Now func() time.Time
@@ -98,7 +109,7 @@ func New(cfg Config) (*Gateway, error) {
 	switch {
 	case cfg.Native == nil, cfg.Control == nil, cfg.OwnsControl == nil,
 		cfg.Process.Handler == nil, cfg.Filesystem.Handler == nil, cfg.Files == nil,
-		cfg.Sandboxes == nil, cfg.Mint == nil, cfg.Verify == nil, cfg.HTTP == nil, cfg.Logger == nil:
+		cfg.Sandboxes == nil, cfg.API == nil, cfg.Verify == nil, cfg.Tokens == nil, cfg.Logger == nil:
 		return nil, errors.New("e2b: incomplete gateway config")
 	}
 	self, err := url.Parse(cfg.SelfURL)
@@ -111,10 +122,13 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, self: self, users: guestuser.NewCache(), interp: newInterpreters()}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewritePort,
-		Transport:      cfg.HTTP.Transport,
+		Transport:      portTransport{g},
 		ModifyResponse: g.portResponse,
 		FlushInterval:  -1, // streams (SSE, NDJSON) pass as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the caller went away
+			}
 			g.cfg.Logger.Warn("e2b: guest port proxy failed", "err", err)
 			writeError(w, http.StatusBadGateway, "the sandbox port could not be reached")
 		},
@@ -149,24 +163,30 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	}{status, msg})
 }
 
-// nativeFor returns a client of Airlock's API that bears token.
-func (g *Gateway) nativeFor(token string) (*client.Client, error) {
-	return client.New(g.cfg.SelfURL, token, client.WithHTTPClient(g.cfg.HTTP), client.WithUserAgent("airlock-e2b-gateway"))
+// noRedirects keeps a client from following redirects: some answers come
+// from servers in sandboxes.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// nativeFor returns a client of Airlock's API that acts as sandbox sb's
+// access token would, in-process.
+func (g *Gateway) nativeFor(sb model.Sandbox) (*client.Client, error) {
+	hc := &http.Client{Transport: g.cfg.API.AsSandbox(sb.ProjectID, sb.ID), CheckRedirect: noRedirects}
+	return client.New(g.cfg.SelfURL, "", client.WithHTTPClient(hc), client.WithUserAgent("airlock-e2b-gateway"))
 }
 
 // sandbox answers in-sandbox traffic.
 //
 // envd's port takes the sandbox's access token (or a signed /files URL).
 // Other guest ports take it too (X-Access-Token or
-// E2B-Traffic-Access-Token), except that sandboxes made through the E2B
-// API are public on their ports as on E2B, for anything but the code
-// interpreter (which runs code) beyond its /health. Only an authenticated
-// request wakes a suspended or paused sandbox; anonymous traffic to one
-// that is not running gets 502.
+// E2B-Traffic-Access-Token), except on a sandbox with public ports (the
+// E2B API's default, as on E2B), for anything but the code interpreter
+// (which runs code) beyond its /health. Only an authenticated request
+// wakes a suspended or paused sandbox; anonymous traffic to one that is
+// not running gets 502.
 func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 	ctx := r.Context()
 	sb, err := g.cfg.Sandboxes.GetSandboxByID(ctx, rt.Sandbox)
-	if err != nil || sb.ProjectID == model.SystemProject {
+	if err != nil || sb.ProjectID == model.SystemProject || sb.State == model.StateDeleted {
 		// Unknown (or an unclaimed pool sandbox, which no caller owns):
 		// E2B clients read 502 as "sandbox not running".
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s not found", rt.Sandbox))
@@ -181,20 +201,14 @@ func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State))
 		return
 	}
-	token, err := g.cfg.Mint(sb.ID, sb.ProjectID)
-	if err != nil {
-		g.cfg.Logger.Error("e2b: mint sandbox token", "sandbox", sb.ID, "err", err)
-		writeError(w, http.StatusInternalServerError, "cannot authorize the sandbox request")
-		return
-	}
-	native, err := g.nativeFor(token)
+	native, err := g.nativeFor(sb)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	if rt.Port == EnvdPort {
 		// Authenticate before waking anything.
-		user, ok := g.authorizeEnvd(w, r, sb, token)
+		user, ok := g.authorizeEnvd(w, r, sb)
 		if !ok {
 			return
 		}
@@ -204,9 +218,9 @@ func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 		g.envd(w, r, target.Target{Sandbox: sb.ID, Native: native, User: user, Users: g.users})
 		return
 	}
-	authed := g.hasToken(r, sb.ID)
+	authed := g.hasToken(r, sb)
 	health := r.URL.Path == "/health" && (r.Method == http.MethodGet || r.Method == http.MethodHead)
-	public := g.cfg.Public != nil && g.cfg.Public(sb) && (rt.Port != CodeInterpreterPort || health)
+	public := sb.PublicPorts && (rt.Port != CodeInterpreterPort || health)
 	if !authed && !public {
 		writeError(w, http.StatusUnauthorized, fmt.Sprintf("port %d of sandbox %s needs the sandbox's access token (X-Access-Token or E2B-Traffic-Access-Token)", rt.Port, sb.ID))
 		return
@@ -220,27 +234,32 @@ func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 		return
 	}
 	if rt.Port == CodeInterpreterPort && authed {
-		if err := g.interp.ensure(ctx, g, native, sb, token); err != nil {
+		if err := g.interp.ensure(ctx, g, native, sb); err != nil {
 			writeError(w, http.StatusBadGateway, err.Error())
 			return
 		}
 	}
-	r = r.WithContext(context.WithValue(ctx, portKey{}, portTarget{route: rt, token: token}))
+	r = r.WithContext(context.WithValue(ctx, portKey{}, portTarget{route: rt, project: sb.ProjectID}))
 	g.proxy.ServeHTTP(w, r)
 }
 
 // hasToken reports whether r carries sandbox sb's access token, as envd
 // clients send it (X-Access-Token) or as the code interpreter SDK does
 // (E2B-Traffic-Access-Token).
-func (g *Gateway) hasToken(r *http.Request, sb model.SandboxID) bool {
+func (g *Gateway) hasToken(r *http.Request, sb model.Sandbox) bool {
 	for _, h := range []string{"X-Access-Token", "E2B-Traffic-Access-Token"} {
-		if tok := r.Header.Get(h); tok != "" {
-			if got, err := g.cfg.Verify(tok); err == nil && got == sb {
-				return true
-			}
+		if tok := r.Header.Get(h); tok != "" && g.tokenOf(tok, sb) {
+			return true
 		}
 	}
 	return false
+}
+
+// tokenOf reports whether tok is an access token of sandbox sb: signed by
+// a key that verifies, naming sb and its project.
+func (g *Gateway) tokenOf(tok string, sb model.Sandbox) bool {
+	id, project, err := g.cfg.Verify(tok)
+	return err == nil && id == sb.ID && project == sb.ProjectID
 }
 
 // envd dispatches envd's port to the translators.
@@ -262,7 +281,7 @@ func (g *Gateway) envd(w http.ResponseWriter, r *http.Request, t target.Target) 
 // header, or for /files a URL signed with the sandbox's token. It returns
 // the user the request names (Basic auth user of an RPC, ?username= of
 // /files); on failure it has answered 401.
-func (g *Gateway) authorizeEnvd(w http.ResponseWriter, r *http.Request, sb model.Sandbox, token string) (string, bool) {
+func (g *Gateway) authorizeEnvd(w http.ResponseWriter, r *http.Request, sb model.Sandbox) (string, bool) {
 	user := ""
 	if r.URL.Path == "/files" {
 		user = r.URL.Query().Get("username")
@@ -270,8 +289,7 @@ func (g *Gateway) authorizeEnvd(w http.ResponseWriter, r *http.Request, sb model
 		user = u
 	}
 	if tok := r.Header.Get("X-Access-Token"); tok != "" {
-		got, err := g.cfg.Verify(tok)
-		if err != nil || got != sb.ID {
+		if !g.tokenOf(tok, sb) {
 			writeError(w, http.StatusUnauthorized, "invalid X-Access-Token for this sandbox")
 			return "", false
 		}
@@ -283,17 +301,13 @@ func (g *Gateway) authorizeEnvd(w http.ResponseWriter, r *http.Request, sb model
 		if r.Method == http.MethodPost {
 			op = opWrite
 		}
-		tokens := []string{token}
-		if g.cfg.Tokens != nil {
-			all, err := g.cfg.Tokens(sb.ID, sb.ProjectID)
-			if err != nil {
-				g.cfg.Logger.Error("e2b: sandbox tokens", "sandbox", sb.ID, "err", err)
-				writeError(w, http.StatusInternalServerError, "cannot check the URL signature")
-				return "", false
-			}
-			tokens = all
+		tokens, err := g.cfg.Tokens(sb.ID, sb.ProjectID)
+		if err != nil {
+			g.cfg.Logger.Error("e2b: sandbox tokens", "sandbox", sb.ID, "err", err)
+			writeError(w, http.StatusInternalServerError, "cannot check the URL signature")
+			return "", false
 		}
-		err := errBadSignature
+		err = errBadSignature
 		for _, tok := range tokens {
 			if err = checkFileSignature(q.Get("signature"), q.Get("signature_expiration"), q.Get("path"), op, user, tok, g.cfg.Now()); err == nil {
 				return user, true

@@ -10,9 +10,11 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/e2b/target"
 	"github.com/airlockdev/airlock/internal/model"
 )
@@ -40,8 +42,64 @@ func tag(name string) http.Handler {
 	})
 }
 
+// rtFunc is an http.RoundTripper of a function.
+type rtFunc func(*http.Request) (*http.Response, error)
+
+func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// serverAPI stands in for Airlock's API in-process: it sends each request
+// to a test server instead, marked (X-Test-As) with the project and
+// sandbox it acts as.
+type serverAPI struct{ base *url.URL }
+
+func (a *serverAPI) AsSandbox(p model.ProjectID, sb model.SandboxID) http.RoundTripper {
+	return rtFunc(func(req *http.Request) (*http.Response, error) {
+		out := req.Clone(req.Context())
+		out.URL.Scheme, out.URL.Host = a.base.Scheme, a.base.Host
+		out.Header.Set("X-Test-As", p.String()+"/"+sb.String())
+		return http.DefaultTransport.RoundTrip(out)
+	})
+}
+
+// apiSaw is what the stand-in API's port route answers: what it got.
+type apiSaw struct {
+	As, Method, Path, Host string
+	Header                 http.Header
+}
+
+// newAPIServer is the stand-in API's server: its ports route answers 418
+// with what it saw; anything else is h's (nil: 404).
+func newAPIServer(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.Contains(r.URL.Path, "/ports/") {
+			if h == nil {
+				http.NotFound(w, r)
+				return
+			}
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("X-Went", "api")
+		w.Header().Set("X-Target", r.Header.Get("X-Test-As"))
+		w.WriteHeader(http.StatusTeapot)
+		_ = json.NewEncoder(w).Encode(apiSaw{As: r.Header.Get("X-Test-As"), Method: r.Method, Path: r.URL.Path, Host: r.Host, Header: r.Header})
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 func newTestGateway(t *testing.T, sandboxes fakeSandboxes) *Gateway {
 	t.Helper()
+	return newTestGatewayAPI(t, sandboxes, newAPIServer(t, nil))
+}
+
+func newTestGatewayAPI(t *testing.T, sandboxes fakeSandboxes, api *httptest.Server) *Gateway {
+	t.Helper()
+	base, err := url.Parse(api.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	g, err := New(Config{
 		Native:      tag("native"),
 		Control:     tag("control"),
@@ -50,17 +108,23 @@ func newTestGateway(t *testing.T, sandboxes fakeSandboxes) *Gateway {
 		Filesystem:  Service{Path: "/filesystem.Filesystem/", Handler: tag("filesystem")},
 		Files:       tag("files"),
 		Sandboxes:   sandboxes,
-		Mint:        func(sb model.SandboxID, p model.ProjectID) (string, error) { return "tok-" + sb.String(), nil },
-		Verify: func(tok string) (model.SandboxID, error) {
+		API:         &serverAPI{base: base},
+		Verify: func(tok string) (model.SandboxID, model.ProjectID, error) {
 			id, ok := strings.CutPrefix(tok, "tok-")
 			if !ok {
-				return "", errors.New("forged")
+				return "", "", errors.New("forged")
 			}
-			return model.ParseSandboxID(id)
+			id, project, named := strings.Cut(id, "@") // tok-<sandbox>@<project>: a token naming another project
+			sb, err := model.ParseSandboxID(id)
+			if !named {
+				project = sandboxes[sb].ProjectID.String()
+			}
+			return sb, model.ProjectID(project), err
 		},
-		Public:  func(sb model.Sandbox) bool { return sb.Metadata["public"] == "yes" },
+		Tokens: func(sb model.SandboxID, p model.ProjectID) ([]string, error) {
+			return []string{"tok-" + sb.String()}, nil
+		},
 		SelfURL: "http://127.0.0.1:1",
-		HTTP:    &http.Client{},
 		Logger:  slog.New(slog.DiscardHandler),
 		Now:     func() time.Time { return time.Unix(1_800_000_000, 0) },
 	})
@@ -75,9 +139,14 @@ func TestGatewayRouting(t *testing.T) {
 	other := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning}
 	suspended := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateSuspended}
 	pooled := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.SystemProject, State: model.StateRunning}
-	public := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning, Metadata: model.Metadata{"public": "yes"}}
-	publicAsleep := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateSuspended, Metadata: model.Metadata{"public": "yes"}}
-	g := newTestGateway(t, fakeSandboxes{running.ID: running, other.ID: other, suspended.ID: suspended, pooled.ID: pooled, public.ID: public, publicAsleep.ID: publicAsleep})
+	public := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning, PublicPorts: true}
+	publicAsleep := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateSuspended, PublicPorts: true}
+	// The old rule's metadata key no longer makes ports public.
+	e2bMetadata := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning, Metadata: model.Metadata{"e2b.airlock/template-id": "base"}}
+	deleted := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateDeleted, PublicPorts: true}
+	g := newTestGateway(t, fakeSandboxes{running.ID: running, other.ID: other, suspended.ID: suspended, pooled.ID: pooled, public.ID: public,
+		publicAsleep.ID: publicAsleep, e2bMetadata.ID: e2bMetadata, deleted.ID: deleted})
+	as := func(sb model.Sandbox) string { return sb.ProjectID.String() + "/" + sb.ID.String() }
 	port := func(sb model.Sandbox, p string) map[string]string {
 		return map[string]string{headerSandboxID: sb.ID.String(), headerSandboxPort: p}
 	}
@@ -108,6 +177,8 @@ func TestGatewayRouting(t *testing.T) {
 		{"rpc without token", "POST", "/process.Process/List", "h", envd(running), "", 401, "", ""},
 		{"rpc forged token", "POST", "/process.Process/List", "h", withTok(envd(running), "forged"), "", 401, "", ""},
 		{"rpc other sandbox's token", "POST", "/process.Process/List", "h", withTok(envd(running), "tok-"+other.ID.String()), "", 401, "", ""},
+		{"rpc token naming another project", "POST", "/process.Process/List", "h", withTok(envd(running), "tok-"+running.ID.String()+"@"+other.ProjectID.String()), "", 401, "", ""},
+		{"guest port with a token naming another project", "GET", "/", "h", withTok(port(running, "3000"), "tok-"+running.ID.String()+"@"+other.ProjectID.String()), "", 401, "", ""},
 		{"rpc process", "POST", "/process.Process/List", "h", withTok(envd(running), "tok-"+running.ID.String()), "", 418, "process", running.ID.String() + "/"},
 		{"rpc user by basic auth", "POST", "/filesystem.Filesystem/Stat", "h", withTok(envd(running), "tok-"+running.ID.String()), "root", 418, "filesystem", running.ID.String() + "/root"},
 		{"files by token", "GET", "/files?path=/a&username=user", "h", withTok(envd(running), "tok-"+running.ID.String()), "", 418, "files", running.ID.String() + "/user"},
@@ -119,11 +190,15 @@ func TestGatewayRouting(t *testing.T) {
 		{"execute with another sandbox's token", "POST", "/execute", "h", map[string]string{headerSandboxID: running.ID.String(), headerSandboxPort: "49999", "X-Access-Token": "tok-" + other.ID.String()}, "", 401, "", ""},
 		{"guest port of a native sandbox needs a token", "GET", "/", "h", port(running, "3000"), "", 401, "", ""},
 		{"guest port of a native sandbox with another's token", "GET", "/", "h", withTok(port(running, "3000"), "tok-"+other.ID.String()), "", 401, "", ""},
-		{"guest port of an E2B sandbox is public", "GET", "/", "h", port(public, "3000"), "", 502, "", ""}, // proxied: nothing listens at the test's self URL
+		{"guest port with the token", "GET", "/", "h", withTok(port(running, "3000"), "tok-"+running.ID.String()), "", 418, "api", as(running)},
+		{"guest port with the traffic token", "GET", "/", "h", map[string]string{headerSandboxID: running.ID.String(), headerSandboxPort: "3000", "E2B-Traffic-Access-Token": "tok-" + running.ID.String()}, "", 418, "api", as(running)},
+		{"guest port of a sandbox with public ports", "GET", "/", "h", port(public, "3000"), "", 418, "api", as(public)},
+		{"the old metadata key makes no port public", "GET", "/", "h", port(e2bMetadata, "3000"), "", 401, "", ""},
+		{"deleted sandbox", "GET", "/", "h", port(deleted, "3000"), "", 502, "", ""},
 		{"anonymous traffic does not wake", "GET", "/", "h", port(publicAsleep, "3000"), "", 502, "", ""},
-		{"code interpreter of an E2B sandbox is not public", "POST", "/contexts", "h", port(public, "49999"), "", 401, "", ""},
+		{"code interpreter of a public sandbox is not public", "POST", "/contexts", "h", port(public, "49999"), "", 401, "", ""},
 		{"code interpreter trailing slash", "POST", "/execute/", "h", port(public, "49999"), "", 401, "", ""},
-		{"code interpreter health is public", "GET", "/health", "h", port(public, "49999"), "", 502, "", ""},
+		{"code interpreter health is public", "GET", "/health", "h", port(public, "49999"), "", 418, "api", as(public)},
 		{"host routing to envd", "POST", "/process.Process/List", "49983-" + running.ID.String() + ".sbx.test", map[string]string{"X-Access-Token": "tok-" + running.ID.String()}, "", 418, "process", running.ID.String() + "/"},
 	}
 	for _, tc := range tests {
@@ -151,6 +226,130 @@ func TestGatewayRouting(t *testing.T) {
 				if err := json.Unmarshal(body, &e); err != nil || e.Code != w.Code || e.Message == "" {
 					t.Fatalf("error body %q: want {code:%d,message}", body, w.Code)
 				}
+			}
+		})
+	}
+}
+
+// TestGatewayPortRequest: what Airlock's ports route gets for a guest
+// port: the sandbox's own path, acting as the sandbox (no credential of
+// the caller's, none of E2B's headers), the caller's Host, and
+// X-Forwarded-* naming the caller (its own X-Forwarded-* dropped).
+func TestGatewayPortRequest(t *testing.T) {
+	sb := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning, PublicPorts: true}
+	g := newTestGateway(t, fakeSandboxes{sb.ID: sb})
+	host := "3000-" + sb.ID.String() + ".sbx.test:8080"
+	r := httptest.NewRequest("POST", "/a/b%2Fc?x=1", strings.NewReader("body"))
+	r.Host = host
+	r.RemoteAddr = "198.51.100.7:4242"
+	for k, v := range map[string]string{
+		"Authorization": "Basic dXNlcjpwYXNz", "X-Access-Token": "tok-" + sb.ID.String(), "X-API-Key": "e2b_00",
+		"E2B-Traffic-Access-Token": "tok-" + sb.ID.String(), "X-Forwarded-For": "192.0.2.66", "X-Forwarded-Host": "evil.example",
+		"X-Custom": "kept",
+	} {
+		r.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	g.ServeHTTP(w, r)
+	var saw apiSaw
+	if w.Code != http.StatusTeapot || json.Unmarshal(w.Body.Bytes(), &saw) != nil {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	want := map[string]string{
+		"X-Forwarded-For": "198.51.100.7", "X-Forwarded-Host": host, "X-Forwarded-Proto": "http", "X-Custom": "kept",
+		"Authorization": "", "X-Access-Token": "", "X-Api-Key": "", "E2b-Traffic-Access-Token": "", "E2b-Sandbox-Id": "", "E2b-Sandbox-Port": "",
+	}
+	for k, v := range want {
+		if got := strings.Join(saw.Header.Values(k), ","); got != v {
+			t.Errorf("%s: %q, want %q", k, got, v)
+		}
+	}
+	if saw.As != sb.ProjectID.String()+"/"+sb.ID.String() || saw.Host != host || saw.Path != portPath(sb.ID, 3000)+"/a/b/c" || saw.Method != "POST" {
+		t.Errorf("the ports route saw %+v", saw)
+	}
+}
+
+// wakeAPI is a stand-in API for one sandbox: GET answers its states in
+// turn (the last repeats); wake and resume are recorded and, unless
+// failing, make it run.
+type wakeAPI struct {
+	mu     sync.Mutex
+	sb     model.Sandbox
+	states []model.SandboxState
+	fail   bool
+	calls  []string
+}
+
+func (f *wakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r.Header.Get("X-Test-As") != f.sb.ProjectID.String()+"/"+f.sb.ID.String() || r.Header.Get("Authorization") != "" {
+		http.Error(w, "not as the sandbox", http.StatusUnauthorized)
+		return
+	}
+	base := "/v1/sandboxes/" + f.sb.ID.String()
+	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case r.Method == "GET" && r.URL.Path == base:
+		st := f.states[0]
+		if len(f.states) > 1 {
+			f.states = f.states[1:]
+		}
+		_ = json.NewEncoder(w).Encode(apiv1.Sandbox{ID: f.sb.ID.String(), State: string(st), StateReason: "the snapshot is gone", UpdatedAt: time.Unix(300, 0)})
+	case r.Method == "POST" && (r.URL.Path == base+"/wake" || r.URL.Path == base+"/resume"):
+		kind := strings.TrimPrefix(r.URL.Path, base+"/")
+		f.calls = append(f.calls, kind)
+		if f.fail {
+			f.states = []model.SandboxState{model.StateWaking, model.StateSuspended}
+		} else {
+			f.states = []model.SandboxState{model.StateWaking, model.StateRunning}
+		}
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(apiv1.SandboxWithOperation{Operation: apiv1.Operation{ID: model.NewOperationID().String(), Kind: kind, State: "pending"}})
+	case strings.HasPrefix(r.URL.Path, "/v1/operations/"):
+		w.WriteHeader(http.StatusForbidden)
+		_ = json.NewEncoder(w).Encode(apiv1.Error{Code: apiv1.CodeTokenScope, Message: "not the sandbox's"})
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// TestGatewayWakes: an authenticated envd request to a suspended (paused)
+// sandbox wakes (resumes) it through the API, acting as the sandbox, and
+// goes on once it runs; a wake that fails is a 502 that says why.
+func TestGatewayWakes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		state  model.SandboxState
+		fail   bool
+		status int
+		calls  string
+	}{
+		{"suspended", model.StateSuspended, false, http.StatusTeapot, "wake"},
+		{"paused", model.StatePaused, false, http.StatusTeapot, "resume"},
+		{"waking", model.StateWaking, false, http.StatusTeapot, ""},
+		{"failed wake", model.StateSuspended, true, http.StatusBadGateway, "wake"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: tc.state}
+			f := &wakeAPI{sb: sb, states: []model.SandboxState{tc.state}, fail: tc.fail}
+			if tc.state == model.StateWaking {
+				f.states = []model.SandboxState{model.StateWaking, model.StateWaking, model.StateRunning}
+			}
+			g := newTestGatewayAPI(t, fakeSandboxes{sb.ID: sb}, newAPIServer(t, f))
+			r := httptest.NewRequest("POST", "/process.Process/List", strings.NewReader(""))
+			r.Header.Set(headerSandboxID, sb.ID.String())
+			r.Header.Set(headerSandboxPort, "49983")
+			r.Header.Set("X-Access-Token", "tok-"+sb.ID.String())
+			w := httptest.NewRecorder()
+			g.ServeHTTP(w, r)
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if w.Code != tc.status || strings.Join(f.calls, ",") != tc.calls {
+				t.Fatalf("%d %s, calls %v; want %d, %s", w.Code, w.Body, f.calls, tc.status, tc.calls)
+			}
+			if tc.fail && !strings.Contains(w.Body.String(), "the snapshot is gone") {
+				t.Fatalf("a failed wake does not say why: %s", w.Body)
 			}
 		})
 	}

@@ -58,7 +58,7 @@ func (in *interpreters) forget(sb model.SandboxID) {
 // ensure makes sure sandbox sb's code interpreter listens, starting it
 // when it does not; concurrent requests share one start, each waiting at
 // most until its own context ends.
-func (in *interpreters) ensure(ctx context.Context, g *Gateway, native *client.Client, sb model.Sandbox, token string) error {
+func (in *interpreters) ensure(ctx context.Context, g *Gateway, native *client.Client, sb model.Sandbox) error {
 	in.mu.Lock()
 	if at, ok := in.ready[sb.ID]; ok && at.Equal(sb.UpdatedAt) {
 		in.mu.Unlock()
@@ -72,7 +72,7 @@ func (in *interpreters) ensure(ctx context.Context, g *Gateway, native *client.C
 	}
 	in.mu.Unlock()
 	if first {
-		st.err = in.start(ctx, g, native, sb.ID, token)
+		st.err = in.start(ctx, g, native, sb)
 		in.mu.Lock()
 		delete(in.starting, sb.ID)
 		if st.err == nil {
@@ -95,8 +95,9 @@ func (in *interpreters) ensure(ctx context.Context, g *Gateway, native *client.C
 
 // start probes the code interpreter and, when it does not answer, starts
 // it and waits until it does.
-func (in *interpreters) start(ctx context.Context, g *Gateway, native *client.Client, sb model.SandboxID, token string) error {
-	if g.probeInterpreter(ctx, sb, token) {
+func (in *interpreters) start(ctx context.Context, g *Gateway, native *client.Client, sandbox model.Sandbox) error {
+	sb := sandbox.ID
+	if g.probeInterpreter(ctx, sandbox) {
 		return nil
 	}
 	if _, err := native.StatFile(ctx, sb, InterpreterPath); err != nil {
@@ -131,7 +132,7 @@ func (in *interpreters) start(ctx context.Context, g *Gateway, native *client.Cl
 			return fmt.Errorf("the code interpreter of sandbox %s did not listen on port %d within %s", sb, CodeInterpreterPort, interpreterStartTimeout)
 		case <-tick.C:
 		}
-		if g.probeInterpreter(ctx, sb, token) {
+		if g.probeInterpreter(ctx, sandbox) {
 			return nil
 		}
 	}
@@ -139,19 +140,18 @@ func (in *interpreters) start(ctx context.Context, g *Gateway, native *client.Cl
 
 // probeInterpreter asks the code interpreter's /health through the ports
 // route.
-func (g *Gateway) probeInterpreter(ctx context.Context, sb model.SandboxID, token string) bool {
+func (g *Gateway) probeInterpreter(ctx context.Context, sb model.Sandbox) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.cfg.SelfURL+portPath(sb, CodeInterpreterPort)+"/health", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.cfg.SelfURL+portPath(sb.ID, CodeInterpreterPort)+"/health", nil)
 	if err != nil {
 		return false
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := g.cfg.HTTP.Do(req)
+	resp, err := g.cfg.API.AsSandbox(sb.ProjectID, sb.ID).RoundTrip(req)
 	if err != nil {
 		return false
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096)) // reuse the connection
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
 }

@@ -20,7 +20,7 @@ func TestInterpreterReadyPerVersion(t *testing.T) {
 	var probes atomic.Int32
 	release := make(chan struct{})
 	self := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != portPath(sb.ID, CodeInterpreterPort)+"/health" || r.Header.Get("Authorization") != "Bearer tok" {
+		if r.URL.Path != portPath(sb.ID, CodeInterpreterPort)+"/health" || r.Header.Get("X-Test-As") != sb.ProjectID.String()+"/"+sb.ID.String() {
 			t.Errorf("unexpected request %s %s", r.Method, r.URL)
 			http.NotFound(w, r)
 			return
@@ -30,10 +30,8 @@ func TestInterpreterReadyPerVersion(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer self.Close()
-	g := newTestGateway(t, fakeSandboxes{sb.ID: sb})
-	g.cfg.SelfURL = self.URL
-	g.cfg.HTTP = self.Client()
-	native, err := g.nativeFor("tok")
+	g := newTestGatewayAPI(t, fakeSandboxes{sb.ID: sb}, self)
+	native, err := g.nativeFor(sb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +44,7 @@ func TestInterpreterReadyPerVersion(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- g.interp.ensure(ctx, g, native, sb, "tok")
+			errs <- g.interp.ensure(ctx, g, native, sb)
 		}()
 	}
 	time.Sleep(50 * time.Millisecond) // let them queue behind the first
@@ -61,16 +59,16 @@ func TestInterpreterReadyPerVersion(t *testing.T) {
 	if n := probes.Load(); n != 1 {
 		t.Fatalf("%d probes for concurrent first requests, want 1", n)
 	}
-	if err := g.interp.ensure(ctx, g, native, sb, "tok"); err != nil || probes.Load() != 1 {
+	if err := g.interp.ensure(ctx, g, native, sb); err != nil || probes.Load() != 1 {
 		t.Fatalf("same version: %v, %d probes; want no new probe", err, probes.Load())
 	}
 	woken := sb
 	woken.UpdatedAt = time.Unix(200, 0)
-	if err := g.interp.ensure(ctx, g, native, woken, "tok"); err != nil || probes.Load() != 2 {
+	if err := g.interp.ensure(ctx, g, native, woken); err != nil || probes.Load() != 2 {
 		t.Fatalf("after a wake: %v, %d probes; want a new probe", err, probes.Load())
 	}
 	g.interp.forget(sb.ID)
-	if err := g.interp.ensure(ctx, g, native, woken, "tok"); err != nil || probes.Load() != 3 {
+	if err := g.interp.ensure(ctx, g, native, woken); err != nil || probes.Load() != 3 {
 		t.Fatalf("after a 502: %v, %d probes; want a new probe", err, probes.Load())
 	}
 }
@@ -78,7 +76,7 @@ func TestInterpreterReadyPerVersion(t *testing.T) {
 // TestInterpreterWaitEndsWithContext: a request waiting for another's start
 // gives up when its own context ends.
 func TestInterpreterWaitEndsWithContext(t *testing.T) {
-	sb := model.Sandbox{ID: model.NewSandboxID(), State: model.StateRunning}
+	sb := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning}
 	block := make(chan struct{})
 	self := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -88,18 +86,16 @@ func TestInterpreterWaitEndsWithContext(t *testing.T) {
 	}))
 	defer self.Close()
 	defer close(block) // before Close, which waits for the handler
-	g := newTestGateway(t, fakeSandboxes{sb.ID: sb})
-	g.cfg.SelfURL = self.URL
-	g.cfg.HTTP = self.Client()
-	native, err := g.nativeFor("tok")
+	g := newTestGatewayAPI(t, fakeSandboxes{sb.ID: sb}, self)
+	native, err := g.nativeFor(sb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = g.interp.ensure(context.Background(), g, native, sb, "tok") }() // the first, stuck in its probe
+	go func() { _ = g.interp.ensure(context.Background(), g, native, sb) }() // the first, stuck in its probe
 	time.Sleep(50 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if err := g.interp.ensure(ctx, g, native, sb, "tok"); err == nil {
+	if err := g.interp.ensure(ctx, g, native, sb); err == nil {
 		t.Fatal("a waiter whose context ended got no error")
 	}
 }

@@ -13,16 +13,30 @@ type portKey struct{}
 
 // portTarget is what the port proxy needs from the request's routing.
 type portTarget struct {
-	route Route
-	token string
+	route   Route
+	project model.ProjectID
 }
 
-// Headers of E2B's own that must not reach a server in the sandbox.
-var e2bHeaders = []string{"X-Access-Token", "X-API-Key", "E2b-Sandbox-Id", "E2b-Sandbox-Port", "E2B-Traffic-Access-Token"}
+// Headers of E2B's own, and credentials, that must not reach a server in
+// the sandbox (nor count as a credential of Airlock's API).
+var e2bHeaders = []string{"X-Access-Token", "X-API-Key", "E2b-Sandbox-Id", "E2b-Sandbox-Port", "E2B-Traffic-Access-Token", "Authorization"}
+
+// portTransport carries a guest-port request to Airlock's ports route
+// in-process, acting for the request's sandbox (the gateway authorized
+// it: its token, or the sandbox's public ports).
+type portTransport struct{ g *Gateway }
+
+func (t portTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	pt := req.Context().Value(portKey{}).(portTarget)
+	return t.g.cfg.API.AsSandbox(pt.project, pt.route.Sandbox).RoundTrip(req)
+}
 
 // rewritePort sends a guest-port request to Airlock's ports route
 // (/v1/sandboxes/{id}/ports/{port}/…), which runs on the node hosting the
-// sandbox and proxies into it.
+// sandbox and proxies into it. The guest sees the caller's Host in
+// X-Forwarded-Host, its address in X-Forwarded-For and its scheme in
+// X-Forwarded-Proto (the caller's own X-Forwarded-* are dropped); the
+// ports route keeps them, the request being the server's own.
 func (g *Gateway) rewritePort(pr *httputil.ProxyRequest) {
 	pt := pr.In.Context().Value(portKey{}).(portTarget)
 	out := pr.Out
@@ -34,13 +48,13 @@ func (g *Gateway) rewritePort(pr *httputil.ProxyRequest) {
 		out.URL.RawPath = portPath(pt.route.Sandbox, pt.route.Port) + ensureSlash(pr.In.URL.RawPath)
 	}
 	out.URL.RawQuery = pr.In.URL.RawQuery
-	out.Host = g.self.Host
+	// The caller's Host stays: a node this request is forwarded to names
+	// it to the guest as the ports route here does.
+	out.Host = pr.In.Host
 	for _, h := range e2bHeaders {
 		out.Header.Del(h)
 	}
-	out.Header.Set("Authorization", "Bearer "+pt.token)
 	pr.SetXForwarded()
-	out.Header.Set("X-Forwarded-Host", pr.In.Host)
 }
 
 // portResponse notices the code interpreter going away (a 502 from the

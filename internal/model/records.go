@@ -156,6 +156,12 @@ type Sandbox struct {
 	// create; empty for sandboxes stored before environments existed
 	// (they run on the runtime named by Runtime).
 	Environment EnvironmentRef
+	// PublicPorts: its guest ports answer without a credential through the
+	// E2B gateway (<port>-<id>.<domain>, or the E2b-Sandbox-* headers), as
+	// an E2B sandbox's do, but for the code interpreter's (which runs
+	// code); immutable after create. Airlock's own ports route
+	// (/v1/sandboxes/{id}/ports/…) wants a credential whatever it says.
+	PublicPorts bool
 	// Snapshot is set while the sandbox is suspended (and kept while it
 	// wakes): what its suspend wrote.
 	Snapshot *Snapshot

@@ -24,6 +24,9 @@ type CreateRequest struct {
 	Timeouts     model.Timeouts
 	Egress       policy.Spec
 	NodeSelector model.NodeLabels
+	// PublicPorts: the sandbox's guest ports answer without its traffic
+	// token (E2B's allowPublicTraffic).
+	PublicPorts bool
 	// Environment is the execution environment asked for (a name or a
 	// reference); nil: the server's default.
 	Environment *environment.Selector
@@ -102,6 +105,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 		LastActivity: req.Now, // created is used: the idle limit counts from now
 		NodeSelector: req.NodeSelector,
 		Environment:  envRef,
+		PublicPorts:  req.PublicPorts,
 	}
 	pc := s.poolCreateOf(ctx, ref, tpl.Digest, envSel, envRef, req.Resources)
 	if created, ok, err := s.claimFromPool(ctx, req, pc, sb); err != nil || ok {

@@ -148,7 +148,7 @@ func (s *Service) claimFromPool(ctx context.Context, req CreateRequest, pc poolC
 	var created Created
 	claimed, err := s.cfg.Store.ClaimPoolSandbox(ctx, store.PoolClaim{
 		Pool: p.ID, Template: pc.tpl, Environment: pc.envRef, Resources: pc.resources, Node: s.cfg.Self,
-		ProjectID: sb.ProjectID, Env: sb.Env, Metadata: sb.Metadata, Timeouts: sb.Timeouts, Egress: req.Egress,
+		ProjectID: sb.ProjectID, Env: sb.Env, Metadata: sb.Metadata, PublicPorts: sb.PublicPorts, Timeouts: sb.Timeouts, Egress: req.Egress,
 		Operation: model.Operation{ID: model.NewOperationID(), CreatedAt: req.Now, UpdatedAt: req.Now},
 		Idempotency: func(sb model.Sandbox, op model.Operation) (*store.IdempotencyRecord, error) {
 			created = Created{Sandbox: sb, Operation: op, Egress: req.Egress, FromPool: true}

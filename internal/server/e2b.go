@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/client"
@@ -22,19 +23,17 @@ import (
 
 // e2bGateway puts the E2B front door in front of native (Airlock's API and
 // data plane): the E2B control API, envd's services and guest-port
-// routing, all translated to calls of this server's own API at selfURL.
-// The returned Watchers hold E2B's polling file watchers; close them at
-// shutdown.
-func e2bGateway(native http.Handler, wrap func(http.Handler) http.Handler, st store.Store, keys *auth.Keyring, verifier *auth.Verifier, selfURL, domain string, log *slog.Logger) (*e2b.Gateway, *envdfs.Watchers, error) {
+// routing, all translated to calls of this server's own API, which inproc
+// carries in-process (never over the network; selfURL is the base URL
+// they name). The returned Watchers hold E2B's polling file watchers;
+// close them at shutdown.
+func e2bGateway(native http.Handler, wrap func(http.Handler) http.Handler, inproc *api.InProcess, st store.Store, keys *auth.Keyring, verifier *auth.Verifier, selfURL, domain string, log *slog.Logger) (*e2b.Gateway, *envdfs.Watchers, error) {
 	self, err := loopbackURL(selfURL)
 	if err != nil {
 		return nil, nil, err
 	}
-	// Calls of this server's own API: no proxy from the environment, and no
-	// redirects followed (some answers come from servers in sandboxes).
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = nil
-	httpc := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	// No redirects followed: some answers come from servers in sandboxes.
+	httpc := &http.Client{Transport: inproc, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	mint := func(sb model.SandboxID, project model.ProjectID) (string, error) {
 		return keys.Issuer().IssueSandbox(auth.SandboxClaims{Sandbox: sb, Project: project})
 	}
@@ -71,23 +70,16 @@ func e2bGateway(native http.Handler, wrap func(http.Handler) http.Handler, st st
 		Filesystem:  e2b.Service{Path: fsPath, Handler: fsHandler},
 		Files:       envdfs.FilesHandler(envdLog),
 		Sandboxes:   st,
-		Mint:        mint,
-		Verify: func(token string) (model.SandboxID, error) {
+		API:         inproc,
+		Verify: func(token string) (model.SandboxID, model.ProjectID, error) {
 			c, err := verifier.VerifySandbox(token)
-			return c.Sandbox, err
+			return c.Sandbox, c.Project, err
 		},
 		Tokens: func(sb model.SandboxID, project model.ProjectID) ([]string, error) {
 			return keys.SandboxTokens(auth.SandboxClaims{Sandbox: sb, Project: project}, time.Now())
 		},
-		Domain: domain,
-		// Sandboxes made through the E2B API are public on their ports,
-		// as on E2B; native ones are not.
-		Public: func(sb model.Sandbox) bool {
-			_, ok := sb.Metadata[control.TemplateMetadataKey]
-			return ok
-		},
+		Domain:  domain,
 		SelfURL: self,
-		HTTP:    httpc,
 		Logger:  log.With("component", "e2b"),
 	})
 	if err != nil {

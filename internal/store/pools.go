@@ -22,6 +22,7 @@ type PoolClaim struct {
 	ProjectID    model.ProjectID
 	Env          model.Env
 	Metadata     model.Metadata
+	PublicPorts  bool
 	Timeouts     model.Timeouts
 	NodeSelector model.NodeLabels
 	Egress       policy.Spec

@@ -2,14 +2,16 @@
 // get, kill, timeout, pause, resume of sandboxes) translated to Airlock's
 // native API: every call is made through internal/client with the caller's
 // X-API-Key as the bearer key, so authentication, quotas, idempotency and
-// multi-node routing are the native ones.
+// multi-node routing are the native ones (the server carries those calls
+// in-process, api.InProcess, never over the network).
 //
 // Mapping (see docs/e2b.md, "What maps to what"):
 //   - E2B sandbox IDs are Airlock sandbox IDs; a malformed ID is a 404, as
 //     for an unknown one.
 //   - E2B "paused" is Airlock suspended (and paused: frozen); E2B pause is
 //     Airlock suspend; connect/resume wakes a suspended sandbox and resumes
-//     a paused one.
+//     a paused one (internal/e2b/wake, as the gateway does for in-sandbox
+//     traffic: one loop, one bound).
 //   - E2B timeouts are Airlock deadlines (on_timeout delete, or suspend with
 //     autoPause); the server's idle limit applies to E2B sandboxes too
 //     (it suspends one nobody uses). E2B's timeout 0 ("end now") becomes
@@ -26,6 +28,10 @@
 //   - The templateID the caller named is kept in the reserved native
 //     metadata key templateKey, hidden from E2B output; a sandbox created
 //     natively shows its template digest as templateID.
+//   - network.allowPublicTraffic (absent: true, as on E2B) is the native
+//     sandbox's public_ports: its guest ports answer anyone through the
+//     gateway, or, when false, only with the trafficAccessToken (which is
+//     the envdAccessToken, the sandbox's access token).
 //   - Accepted and ignored: secure (an access token is always issued),
 //     autoResume (sandbox traffic always wakes a suspended sandbox),
 //     autoPauseMemory and pause/connect "memory" (Airlock's suspend decides

@@ -82,8 +82,6 @@ func parseEgress(in createIn) (*apiv1.EgressPolicy, error) {
 	}
 	if n := in.Network; n != nil {
 		switch {
-		case n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic:
-			return nil, notImplemented("network.allowPublicTraffic=false (traffic access tokens) is not supported by Airlock's E2B API")
 		case present(n.MaskRequestHost):
 			return nil, notImplemented("network.maskRequestHost is not supported by Airlock's E2B API")
 		case present(n.Rules):
@@ -122,6 +120,14 @@ func parseEgress(in createIn) (*apiv1.EgressPolicy, error) {
 		return nil, nil
 	}
 	return &pol, nil
+}
+
+// publicPorts is whether the sandbox's guest ports answer anyone, as E2B's
+// network.allowPublicTraffic says: yes unless it is false (then they take
+// the trafficAccessToken, E2B-Traffic-Access-Token, or the envd access
+// token; both are the sandbox's access token here).
+func publicPorts(in createIn) bool {
+	return in.Network == nil || in.Network.AllowPublicTraffic == nil || *in.Network.AllowPublicTraffic
 }
 
 // parseCreate turns an E2B create body into the native create request.
@@ -164,12 +170,13 @@ func parseCreate(in createIn) (createSpec, error) {
 	return createSpec{
 		e2bTemplate: tpl,
 		native: apiv1.CreateSandboxRequest{
-			Template:  nativeTemplate(tpl),
-			Env:       in.EnvVars,
-			Metadata:  md,
-			Egress:    egress,
-			Timeout:   timeout,
-			OnTimeout: string(on),
+			Template:    nativeTemplate(tpl),
+			Env:         in.EnvVars,
+			Metadata:    md,
+			Egress:      egress,
+			Timeout:     timeout,
+			OnTimeout:   string(on),
+			PublicPorts: publicPorts(in),
 		},
 	}, nil
 }

@@ -21,7 +21,7 @@ func TestParseCreate(t *testing.T) {
 			if n.Template != "default" || s.e2bTemplate != "base" || n.Timeout != 300 || n.OnTimeout != "delete" || n.Egress != nil {
 				t.Fatalf("%+v", n)
 			}
-			if n.IdleTimeout != nil || n.Metadata[templateKey] != "base" { // the server's idle limit
+			if n.IdleTimeout != nil || n.Metadata[templateKey] != "base" || !n.PublicPorts { // the server's idle limit; public ports, as on E2B
 				t.Fatalf("%+v", n)
 			}
 		}},
@@ -60,7 +60,16 @@ func TestParseCreate(t *testing.T) {
 		}},
 		{"allow and specific deny", `{"templateID":"base","network":{"denyOut":["10.0.0.0/8"],"allowOut":["10.1.1.1"]}}`, http.StatusNotImplemented, nil},
 		{"rules", `{"templateID":"base","network":{"rules":{"x":[]}}}`, http.StatusNotImplemented, nil},
-		{"private traffic", `{"templateID":"base","network":{"allowPublicTraffic":false}}`, http.StatusNotImplemented, nil},
+		{"private traffic", `{"templateID":"base","network":{"allowPublicTraffic":false}}`, 0, func(t *testing.T, s createSpec) {
+			if s.native.PublicPorts || s.native.Egress != nil {
+				t.Fatalf("%+v", s.native)
+			}
+		}},
+		{"public traffic", `{"templateID":"base","network":{"allowPublicTraffic":true,"allowOut":["1.1.1.1"]}}`, 0, func(t *testing.T, s createSpec) {
+			if !s.native.PublicPorts || s.native.Egress == nil || !slices.Equal(s.native.Egress.Allow, []string{"1.1.1.1"}) {
+				t.Fatalf("%+v", s.native)
+			}
+		}},
 		{"volumes", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, http.StatusNotImplemented, nil},
 		{"mcp", `{"templateID":"base","mcp":{"x":{}}}`, http.StatusNotImplemented, nil},
 		{"iam", `{"templateID":"base","iam":{"tokens":{}}}`, http.StatusNotImplemented, nil},

@@ -3,6 +3,7 @@ package control
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -10,15 +11,9 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/e2b/wake"
 	"github.com/airlockdev/airlock/internal/model"
-	"github.com/airlockdev/airlock/internal/retry"
 	"github.com/airlockdev/airlock/internal/textclip"
-)
-
-// Bounds on waiting for a sandbox to settle in a lifecycle state.
-const (
-	settleLimit = 5 * time.Minute
-	settlePoll  = 200 * time.Millisecond
 )
 
 // parseID parses the {id} path value. A malformed ID names no sandbox:
@@ -200,47 +195,19 @@ const (
 	connectResume                    // running: 409 (legacy /resume)
 )
 
-// bringUp makes the sandbox run: it wakes a suspended one, resumes a
-// paused one and waits out transitions. It returns the running sandbox and
-// whether it had to act.
+// bringUp makes the sandbox run (wake.Running, as the gateway does before
+// an in-sandbox request): it returns the running sandbox and whether it
+// had to act. A sandbox that will not run again is a 404, as lookup
+// answers it.
 func bringUp(ctx context.Context, c *client.Client, id model.SandboxID) (apiv1.Sandbox, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, settleLimit)
-	defer cancel()
-	acted := false
-	for {
-		sb, _, err := lookup(ctx, c, id)
-		if err != nil {
-			return apiv1.Sandbox{}, false, err
-		}
-		var res apiv1.SandboxWithOperation
-		switch model.SandboxState(sb.State) {
-		case model.StateRunning:
-			return sb, acted, nil
-		case model.StateSuspended:
-			res, err = c.WakeSandbox(ctx, id)
-		case model.StatePaused:
-			res, err = c.ResumeSandbox(ctx, id)
-		default: // a transition under way
-			if err := retry.Sleep(ctx, retry.SystemClock(), settlePoll); err != nil {
-				return apiv1.Sandbox{}, false, fmt.Errorf("sandbox %s did not settle (last %s): %w", id, sb.State, err)
-			}
-			continue
-		}
-		if err != nil {
-			// Another request got there first: look again.
-			if client.IsCode(err, apiv1.CodeInvalidTransition) || client.IsCode(err, apiv1.CodeSandboxBusy) {
-				if err := retry.Sleep(ctx, retry.SystemClock(), settlePoll); err != nil {
-					return apiv1.Sandbox{}, false, fmt.Errorf("sandbox %s: %w", id, err)
-				}
-				continue
-			}
-			return apiv1.Sandbox{}, false, fmt.Errorf("bring sandbox %s back: %w", id, err)
-		}
-		acted = true
-		if err := waitOp(ctx, c, res.Operation); err != nil {
-			return apiv1.Sandbox{}, false, err
-		}
+	sb, acted, err := wake.Running(ctx, c, id)
+	if errors.Is(err, wake.ErrGone) {
+		return apiv1.Sandbox{}, false, notFound(id)
 	}
+	if err != nil {
+		return apiv1.Sandbox{}, false, fmt.Errorf("bring sandbox %s back: %w", id, err)
+	}
+	return sb, acted, nil
 }
 
 // connect answers POST /v2/sandboxes/{id}/connect and POST

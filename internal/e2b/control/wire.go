@@ -21,13 +21,10 @@ const clientID = "airlock"
 // templateKey is the native metadata key that keeps the templateID an E2B
 // caller named at create (the native sandbox holds only the digest), so
 // that get and list answer it back. It is hidden from E2B metadata and may
-// not be set through E2B.
-const templateKey = TemplateMetadataKey
-
-// TemplateMetadataKey is the reserved native metadata key holding the
-// templateID an E2B create named; its presence marks a sandbox made
-// through the E2B API.
-const TemplateMetadataKey = "e2b.airlock/template-id"
+// not be set through E2B. It says nothing else: whether the sandbox's
+// guest ports are public is its own attribute (public_ports, set at
+// create from network.allowPublicTraffic).
+const templateKey = "e2b.airlock/template-id"
 
 // nativeTemplate returns the Airlock template reference for an E2B
 // templateID: the SDK defaults map to Airlock's templates of the same

@@ -5,9 +5,10 @@
 // The gateway authenticates the request (X-Access-Token, or a signed file
 // URL), finds the sandbox, wakes it if it is suspended, and puts a Target
 // in the request's context. The services then act on the sandbox only
-// through Native: Airlock's own API, authenticated with a credential scoped
-// to that one sandbox, so every E2B call goes through the same checks,
-// quotas, activity tracking and node routing as a native one.
+// through Native: Airlock's own API, in-process, acting as that one
+// sandbox's access token (the caller the gateway authenticated), so every
+// E2B call goes through the same checks, quotas, activity tracking and
+// node routing as a native one.
 package target
 
 import (
@@ -22,8 +23,8 @@ import (
 type Target struct {
 	// Sandbox is the sandbox the request addresses.
 	Sandbox model.SandboxID
-	// Native calls Airlock's API with a credential that can act on
-	// Sandbox alone.
+	// Native calls Airlock's API as a caller that can act on Sandbox
+	// alone.
 	Native *client.Client
 	// User is the Unix user the caller chose (Basic auth user name of an
 	// RPC, ?username= of /files); empty means the sandbox's default user.

@@ -185,6 +185,60 @@ func TestDiskMiBOfExistingSandboxes(t *testing.T) {
 	}
 }
 
+// TestPublicPortsOfExistingSandboxes: 016 gives public ports to the
+// sandboxes the E2B API made before (the ones carrying its template-id
+// metadata key, the rule until then), and to no other.
+func TestPublicPortsOfExistingSandboxes(t *testing.T) {
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", "file:"+t.TempDir()+"/m.db?_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	d := Dialect{Name: "sqlite", BytesType: "BLOB"}
+	all, err := Load()
+	if err != nil || len(all) < 16 || all[15].Name != "016_sandbox_public_ports" {
+		t.Fatalf("Load = %v, %v", all, err)
+	}
+	if _, err := apply(ctx, db, d, all[:15], nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO projects (id, name, created_at) VALUES ('prj_1', 'p', 0)`,
+		`INSERT INTO templates (digest, size_bytes, manifest, created_at) VALUES ('sha256:00', 0, x'', 0)`,
+		`INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, env, metadata, state, state_reason,
+			node_id, runtime, created_at, updated_at) VALUES ('sbx_e2b', 'prj_1', 'sha256:00', 1, 512, '{}', '{"e2b.airlock/template-id":"base"}', 'running', '', '', '', 0, 0)`,
+		`INSERT INTO sandbox_metadata (sandbox_id, key, value) VALUES ('sbx_e2b', 'e2b.airlock/template-id', 'base')`,
+		`INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, env, metadata, state, state_reason,
+			node_id, runtime, created_at, updated_at) VALUES ('sbx_native', 'prj_1', 'sha256:00', 1, 512, '{}', '{"team":"x"}', 'running', '', '', '', 0, 0)`,
+		`INSERT INTO sandbox_metadata (sandbox_id, key, value) VALUES ('sbx_native', 'team', 'x')`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := apply(ctx, db, d, all[:16], nil); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	rows, err := db.QueryContext(ctx, `SELECT id, public_ports FROM sandboxes`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var public int
+		if err := rows.Scan(&id, &public); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = public
+	}
+	if got["sbx_e2b"] != 1 || got["sbx_native"] != 0 || len(got) != 2 {
+		t.Fatalf("public_ports after 016: %v", got)
+	}
+}
+
 // kindCheck finds a CHECK on operations.kind: `kind IN ('a', 'b')`.
 var kindCheck = regexp.MustCompile(`(?is)\bkind\s+IN\s*\(([^)]*)\)`)
 

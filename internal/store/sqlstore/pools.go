@@ -283,10 +283,10 @@ func (s *Store) ClaimPoolSandbox(ctx context.Context, c store.PoolClaim) (model.
 		if err := t.admit(ctx, c.ProjectID, c.Resources); err != nil {
 			return err
 		}
-		res, err := t.exec(ctx, `UPDATE sandboxes SET project_id = ?, pool_id = '', source = ?, env = ?, metadata = ?, egress = ?,
+		res, err := t.exec(ctx, `UPDATE sandboxes SET project_id = ?, pool_id = '', source = ?, env = ?, metadata = ?, public_ports = ?, egress = ?,
 			idle_timeout_ms = ?, deadline = ?, on_timeout = ?, last_activity_at = ?, node_selector = ?, created_at = ?, updated_at = ?
 			WHERE id = ? AND pool_id = ? AND state = ?`,
-			string(c.ProjectID), string(model.SourcePool), env, metadata, egressText,
+			string(c.ProjectID), string(model.SourcePool), env, metadata, boolInt(c.PublicPorts), egressText,
 			c.Timeouts.Idle.Milliseconds(), microOrZero(c.Timeouts.Deadline), string(onTimeout), micro(c.Now), selector,
 			micro(c.Now), micro(c.Now), string(id), string(c.Pool), string(model.StateRunning))
 		if err != nil {

@@ -193,6 +193,10 @@ func testPoolClaim(e *env) {
 	mustIs(t, err, model.ErrInvalid)
 
 	c = e.poolClaim(p, tpl.Digest, a.ID)
+	c.PublicPorts = true
+	if ready.PublicPorts {
+		t.Fatal("an unclaimed pool sandbox has public ports")
+	}
 	rec := e.idem(a.ID, "claim-1")
 	c.Idempotency = func(sb model.Sandbox, op model.Operation) (*store.IdempotencyRecord, error) {
 		if sb.ProjectID != a.ID || op.SandboxID != sb.ID || sb.Source != model.SourcePool {
@@ -204,10 +208,10 @@ func testPoolClaim(e *env) {
 	must(t, err)
 	if got.ID != ready.ID || got.ProjectID != a.ID || got.Pool != "" || got.Source != model.SourcePool ||
 		got.State != model.StateRunning || got.Env["A"] != "1" || got.Metadata["team"] != "x" ||
-		got.Timeouts.Idle != time.Minute || !got.LastActivity.Equal(us(c.Now)) {
+		got.Timeouts.Idle != time.Minute || !got.LastActivity.Equal(us(c.Now)) || !got.PublicPorts {
 		t.Fatalf("claimed sandbox = %+v", got)
 	}
-	if sb, err := e.s.GetSandbox(e.ctx, a.ID, got.ID); err != nil || sb.ProjectID != a.ID {
+	if sb, err := e.s.GetSandbox(e.ctx, a.ID, got.ID); err != nil || sb.ProjectID != a.ID || !sb.PublicPorts {
 		t.Fatalf("GetSandbox after the claim = %+v, %v", sb, err)
 	}
 	if page, err := e.s.ListSandboxes(e.ctx, store.SandboxQuery{ProjectID: a.ID, Metadata: map[string]string{"team": "x"}, Limit: 10}); err != nil || len(page.Sandboxes) != 1 {

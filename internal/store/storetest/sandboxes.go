@@ -26,6 +26,7 @@ func testCreateSandbox(e *env) {
 	a, b := e.project(), e.project()
 	tpl := e.template()
 	sb, op := e.newSandbox(a.ID, tpl.Digest, model.Metadata{"team": "ml", "env": "dev"})
+	sb.PublicPorts = true
 	must(t, e.s.CreateSandbox(e.ctx, sb, policy.Spec{}, op, nil))
 
 	got, err := e.s.GetSandbox(e.ctx, a.ID, sb.ID)
@@ -51,7 +52,8 @@ func testCreateSandbox(e *env) {
 	_, err = e.s.GetOperation(e.ctx, a.ID, model.NewOperationID())
 	mustIs(t, err, store.ErrNotFound)
 
-	// A sandbox without env and metadata reads back with empty maps.
+	// A sandbox without env and metadata reads back with empty maps (and
+	// without public ports).
 	bare, bareOp := e.newSandbox(b.ID, tpl.Digest, nil)
 	bare.Env = nil
 	must(t, e.s.CreateSandbox(e.ctx, bare, policy.Spec{}, bareOp, nil))
