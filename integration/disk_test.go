@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -84,7 +85,9 @@ func TestDiskLimitThroughCLI(t *testing.T) {
 					t.Errorf("left in the sandbox dir after delete: %s", e.Name())
 				}
 			}
-			if devs, err := rootfs.LoopDevices(sandboxDir); err != nil || len(devs) > 0 {
+			lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if devs, err := rootfs.LoopsReleased(lctx, sandboxDir); err != nil {
 				t.Errorf("loop devices left after delete: %+v (%v)", devs, err)
 			}
 		})

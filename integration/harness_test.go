@@ -427,7 +427,9 @@ func assertNoLeftovers(t *testing.T, dataDir string, ids []model.SandboxID, serv
 			}
 		}
 	}
-	if devs, err := rootfs.LoopDevices(dataDir); err != nil || len(devs) > 0 {
+	lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if devs, err := rootfs.LoopsReleased(lctx, dataDir); err != nil {
 		t.Errorf("leaked loop devices: %+v (%v)", devs, err)
 	}
 }

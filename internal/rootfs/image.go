@@ -150,6 +150,28 @@ type LoopDevice struct {
 	BackingFile string // as the kernel reports it; " (deleted)" once unlinked
 }
 
+// LoopsReleased waits until no loop device is bound to a file at or below
+// dir, and returns those still bound when ctx ends. A loop device set to
+// autoclear goes with the last unmount of its filesystem, but the kernel
+// releases it a moment after the unmount returns (longer under load), so
+// a check for leftovers right after an unmount or a delete waits here.
+func LoopsReleased(ctx context.Context, dir string) ([]LoopDevice, error) {
+	for {
+		devs, err := LoopDevices(dir)
+		if err == nil && len(devs) == 0 {
+			return nil, nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return devs, err
+			}
+			return devs, fmt.Errorf("loop devices still bound under %s: %w", dir, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // LoopDevices returns the loop devices bound to a file at or below dir
 // (after resolving symlinks), also when the file has been deleted.
 func LoopDevices(dir string) ([]LoopDevice, error) {

@@ -116,18 +116,11 @@ func TestImageFillsUpToItsSize(t *testing.T) {
 	if err := Unmount(ctx, nil, mnt); err != nil {
 		t.Fatal(err)
 	}
-	// Autoclear frees the loop device with the unmount, but the kernel
-	// releases it a moment later, longer under load (seen in a full run).
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		devs, err := LoopDevices(dir)
-		if err == nil && len(devs) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("loop devices 10 s after unmount (autoclear): %+v, %v", devs, err)
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	// Autoclear frees the loop device with the unmount, a moment later.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if devs, err := LoopsReleased(wctx, dir); err != nil {
+		t.Errorf("loop devices after unmount (autoclear): %+v, %v", devs, err)
 	}
 	if err := DetachLoopDevices(dir); err != nil {
 		t.Errorf("DetachLoopDevices with none bound: %v", err)
