@@ -42,14 +42,27 @@ import (
 // namespace. Nothing leaves the namespaces the harness made, and closing
 // them (after the processes stopped) destroys every link in them.
 
-// Timings of the cluster: short, so that a lost node is noticed quickly.
+// Timings of the cluster: short, so that a lost node is noticed quickly;
+// four times as long when the servers are built with the race detector
+// (scripts/test.sh --race-servers), which start and answer several times
+// slower: a restart then outlasted 3 s and the node was declared dead.
+var (
+	clusterHeartbeat = raceScaled(200 * time.Millisecond)
+	clusterDeadAfter = raceScaled(3 * time.Second)
+)
+
+func raceScaled(d time.Duration) time.Duration {
+	if os.Getenv(airtest.RaceServersEnv) != "" {
+		return 4 * d
+	}
+	return d
+}
+
 const (
-	clusterHeartbeat = 200 * time.Millisecond
-	clusterDeadAfter = 3 * time.Second
-	clusterPort      = 7070
-	clusterSlots     = 8 // --max-sandboxes of each node
-	fabricBridge     = "albr0"
-	fabricIf         = "fab0"
+	clusterPort  = 7070
+	clusterSlots = 8 // --max-sandboxes of each node
+	fabricBridge = "albr0"
+	fabricIf     = "fab0"
 )
 
 // memberNetns is one process's network namespace, joined to the fabric; it
