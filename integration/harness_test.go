@@ -293,6 +293,14 @@ func (s *server) cli(ctx context.Context, args ...string) (string, string, int) 
 // then checks the host holds nothing of them.
 func (s *server) cleanup() {
 	t := s.t
+	// A server built with the race detector (--race-servers) reports a
+	// race on its stderr and goes on: the test fails on it here.
+	if s.log != nil {
+		if log := s.log.String(); strings.Contains(log, "WARNING: DATA RACE") {
+			report := strings.SplitN(log[strings.Index(log, "WARNING: DATA RACE"):], "\n", 61)
+			t.Errorf("the server reported a data race:\n%s", strings.Join(report[:min(len(report), 60)], "\n"))
+		}
+	}
 	if t.Failed() && s.log != nil {
 		t.Logf("server log (its last 200 lines but the access log's; all of it in %s):\n%s",
 			keepLog(t, s.log.String()), tail(withoutAccessLog(s.log.String()), 200))
