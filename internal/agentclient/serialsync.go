@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // Serial transports (a virtio-serial port behind QEMU's chardev socket)
@@ -31,16 +33,6 @@ import (
 // port does this hand-over; the PING is plain HTTP/2, so the agent needs
 // nothing new.
 
-// http2ClientPreface starts every HTTP/2 client connection (RFC 9113, 3.4).
-var http2ClientPreface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-
-// HTTP/2 frame types and flags SyncSerial writes or looks for (RFC 9113, 6).
-const (
-	frameSettings = 0x4
-	framePing     = 0x6
-	flagAck       = 0x1
-)
-
 // maxSyncDiscard bounds the stale bytes SyncSerial reads past: more than
 // the largest amount a guest connection can have in flight (both HTTP/2
 // flow-control windows of a connection) means something else is wrong.
@@ -54,10 +46,17 @@ func SyncSerial(ctx context.Context, conn net.Conn) (err error) {
 	if _, err := rand.Read(nonce[:]); err != nil {
 		return fmt.Errorf("serial sync: %w", err)
 	}
-	out := append(bytes.Clone(http2ClientPreface), frameHeader(0, frameSettings, 0)...)
-	out = append(out, frameHeader(len(nonce), framePing, 0)...)
-	out = append(out, nonce[:]...)
-	want := append(frameHeader(len(nonce), framePing, flagAck), nonce[:]...)
+	var out, want bytes.Buffer
+	out.WriteString(http2.ClientPreface)
+	fr := http2.NewFramer(&out, nil)
+	if err := errors.Join(fr.WriteSettings(), fr.WritePing(false, nonce)); err != nil {
+		return fmt.Errorf("serial sync: %w", err)
+	}
+	// The acknowledgement is looked for as bytes, not parsed as frames:
+	// what precedes it may end in the middle of a frame.
+	if err := http2.NewFramer(&want, nil).WritePing(true, nonce); err != nil {
+		return fmt.Errorf("serial sync: %w", err)
+	}
 
 	// ctx bounds the reads and writes below. Once ctx has ended, conn's
 	// deadline may have passed, so conn is of no use even if it synced.
@@ -67,7 +66,7 @@ func SyncSerial(ctx context.Context, conn net.Conn) (err error) {
 			err = syncError(ctx, context.Cause(ctx))
 		}
 	}()
-	if _, err := conn.Write(out); err != nil {
+	if _, err := conn.Write(out.Bytes()); err != nil {
 		return syncError(ctx, fmt.Errorf("write: %w", err))
 	}
 	buf := make([]byte, 32<<10)
@@ -76,7 +75,7 @@ func SyncSerial(ctx context.Context, conn net.Conn) (err error) {
 	for {
 		n, err := conn.Read(buf)
 		window = append(window, buf[:n]...)
-		if bytes.Contains(window, want) {
+		if bytes.Contains(window, want.Bytes()) {
 			// Anything after the acknowledgement is the throwaway
 			// connection's too.
 			return nil
@@ -88,7 +87,7 @@ func SyncSerial(ctx context.Context, conn net.Conn) (err error) {
 		if err != nil {
 			return syncError(ctx, fmt.Errorf("read: %w", err))
 		}
-		window = append(window[:0], window[max(0, len(window)-len(want)+1):]...)
+		window = append(window[:0], window[max(0, len(window)-want.Len()+1):]...)
 	}
 }
 
@@ -97,13 +96,4 @@ func syncError(ctx context.Context, err error) error {
 		return fmt.Errorf("serial sync: the guest did not answer: %w (%w)", context.Cause(ctx), err)
 	}
 	return fmt.Errorf("serial sync: %w", err)
-}
-
-// frameHeader is an HTTP/2 frame header on stream 0.
-func frameHeader(length int, typ, flags byte) []byte {
-	h := make([]byte, 9)
-	h[0], h[1], h[2] = byte(length>>16), byte(length>>8), byte(length)
-	h[3], h[4] = typ, flags
-	binary.BigEndian.PutUint32(h[5:], 0)
-	return h
 }
