@@ -65,20 +65,11 @@ const Region = "us-east-1"
 // built; tests skip on it (fail under CI=true).
 var ErrUnavailable = errors.New("S3 test gateway (versitygw) unavailable")
 
-// CacheDir returns the directory of cached test tools (see the package doc).
-func CacheDir() (string, error) {
-	d, err := airtest.TestCache()
-	if err != nil {
-		return "", fmt.Errorf("s3test: %w", err)
-	}
-	return d, nil
-}
-
 // BinaryPath returns where the cached binary of Version lives.
 func BinaryPath() (string, error) {
-	dir, err := CacheDir()
+	dir, err := airtest.TestCache()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("s3test: %w", err)
 	}
 	return filepath.Join(dir, "versitygw-"+Version, "versitygw"), nil
 }

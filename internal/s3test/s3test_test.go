@@ -39,7 +39,7 @@ func TestInstallDepsBuildsThePinnedVersion(t *testing.T) {
 		t.Fatalf("install-deps.sh builds versitygw %s, s3test.Version is %s", m[1], s3test.Version)
 	}
 	if !bytes.Contains(script, []byte(`"${AIRLOCK_TEST_CACHE:-/var/cache/airlock-test}/versitygw-$VERSITYGW_VERSION"`)) {
-		t.Fatal("install-deps.sh does not build into $AIRLOCK_TEST_CACHE (default /var/cache/airlock-test)/versitygw-<version>/ (s3test.CacheDir for root)")
+		t.Fatal("install-deps.sh does not build into $AIRLOCK_TEST_CACHE (default /var/cache/airlock-test)/versitygw-<version>/ (airtest.TestCache for root)")
 	}
 }
 

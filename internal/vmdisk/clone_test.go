@@ -214,21 +214,12 @@ func TestCloneReflinkXFS(t *testing.T) {
 		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
 			t.Errorf("umount: %v\n%s", err, out)
 		}
-		// The loop device goes with the unmount (autoclear), but the
-		// kernel releases it a moment later, longer under load: detach
-		// what is left and wait for it.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			_ = rootfs.DetachLoopDevices(tmp)
-			devs, err := rootfs.LoopDevices(tmp)
-			if err == nil && len(devs) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("loop devices left: %v, %v", devs, err)
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
+		// The loop device goes with the unmount (autoclear), a moment
+		// later under load.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if devs, err := rootfs.LoopsReleased(ctx, tmp); err != nil {
+			t.Errorf("loop devices left: %v, %v", devs, err)
 		}
 	})
 	dir := filepath.Join(mnt, "images")
