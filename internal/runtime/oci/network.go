@@ -31,10 +31,25 @@ const (
 // (Debian's is about 200 KiB).
 const maxTemplateBundle = 16 << 20
 
-// netDir is where a sandbox's network files live on the host: readable by
-// everyone (they hold nothing secret), below the sandbox's state directory,
-// which only its own mapped root may search.
+// netDir is where a sandbox's network state lives on the host: readable
+// by everyone (it holds nothing secret), below the sandbox's state
+// directory, which only its own mapped root may search. It holds the
+// netns marker, the sysfs of the network namespace (runc, crun) and the
+// network files' tmpfs (netFilesDir).
 func (d sandboxDirs) netDir() string { return filepath.Join(d.state, "net") }
+
+// netFilesDir is where the network files' tmpfs is mounted: a small tmpfs
+// of the sandbox's own (source netFSSource), made afresh by every prepare,
+// from which the files are bind-mounted. The guest's mount table then
+// shows each file's mount root as /<name> on a tmpfs, and statfs on it
+// that small tmpfs: nothing of the host's filesystems or of the data
+// directory's path (a bind from a directory on the host's disk shows that
+// directory's path, and df the host disk's size). unmountAll unmounts it
+// with the state directory (Delete, and Suspend's releaseRunning).
+func (d sandboxDirs) netFilesDir() string { return filepath.Join(d.netDir(), "files") }
+
+// netFSSource is the source of the network files' tmpfs in mount tables.
+const netFSSource = "airlock-net"
 
 // netnsMarker, in a sandbox's net directory, records that the sandbox
 // joins a prepared network namespace.
@@ -106,18 +121,66 @@ func applyNetwork(flavor Flavor, s *specs.Spec, spec runtime.Spec, dirs sandboxD
 		bundle = append(bundle, n.CACertPEM...)
 		files = append(files, netFile{"ca.crt", GuestCACert, n.CACertPEM}, netFile{"ca-certificates.crt", GuestCABundle, bundle})
 	}
+	if err := writeNetFiles(dirs.netFilesDir(), files); err != nil {
+		return err
+	}
 	for _, f := range files {
-		path := filepath.Join(dir, f.name)
-		if err := writeFileAtomic(path, f.data); err != nil {
-			return err
-		}
-		if err := os.Chmod(path, 0o644); err != nil {
-			return err
-		}
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: f.guest, Type: "bind", Source: path,
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: f.guest, Type: "bind", Source: filepath.Join(dirs.netFilesDir(), f.name),
 			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 	}
 	return nil
+}
+
+// writeNetFiles mounts a fresh tmpfs at dir (unmounting whatever an
+// earlier prepare left there) just large enough for files, and writes
+// them into it, mode 0644, host root's. The tmpfs's root is 0755: runc and
+// crun resolve the bind mounts' sources as the sandbox's mapped root.
+func writeNetFiles(dir string, files []netFile) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for layers := 0; ; layers++ {
+		mounted, err := rootfs.IsMounted(dir)
+		if err != nil {
+			return err
+		}
+		if !mounted {
+			break
+		}
+		if layers == 16 {
+			return fmt.Errorf("the network files' directory %s is still mounted after 16 unmounts", dir)
+		}
+		// Only a prepare without a container gets here (a retried create,
+		// a restore): no sandbox uses these files, and a sandbox's bind
+		// mount would keep its own reference to the filesystem anyway.
+		if err := unix.Unmount(dir, unix.UMOUNT_NOFOLLOW); err != nil {
+			return fmt.Errorf("unmount the network files' old tmpfs %s: %w", dir, err)
+		}
+	}
+	size := int64(unix.Getpagesize()) // slack: tmpfs rounds each file up to pages
+	for _, f := range files {
+		size += pageRound(int64(len(f.data)))
+	}
+	opts := fmt.Sprintf("mode=0755,size=%d,nr_inodes=%d", size, len(files)+2)
+	if err := unix.Mount(netFSSource, dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("mount the network files' tmpfs on %s: %w", dir, err)
+	}
+	for _, f := range files {
+		path := filepath.Join(dir, f.name)
+		if err := os.WriteFile(path, f.data, 0o644); err != nil {
+			return err
+		}
+		if err := os.Chmod(path, 0o644); err != nil { // whatever the umask
+			return err
+		}
+	}
+	return nil
+}
+
+// pageRound rounds n up to a whole number of pages.
+func pageRound(n int64) int64 {
+	p := int64(unix.Getpagesize())
+	return (n + p - 1) / p * p
 }
 
 // resolvConf is the guest's /etc/resolv.conf: Airlock's resolver only (the

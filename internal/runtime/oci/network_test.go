@@ -1,14 +1,18 @@
 package oci
 
 import (
+	"context"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
 
@@ -65,12 +69,18 @@ func TestTemplateBundle(t *testing.T) {
 }
 
 func TestApplyNetwork(t *testing.T) {
+	airtest.RequireRoot(t) // the network files' tmpfs
 	newSpec := func() *specs.Spec {
 		return &specs.Spec{Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}}}}
 	}
 	tpl := t.TempDir()
 	write(t, filepath.Join(tpl, "etc", "ssl", "certs", "ca-certificates.crt"), "TEMPLATE-CAS")
 	dirs := dirsAt(t.TempDir())
+	t.Cleanup(func() {
+		if err := (&Runtime{}).unmountAll(context.Background(), dirs.state); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
 
 	// No network: the spec is left as it is (a new, empty netns).
 	s := newSpec()
@@ -116,6 +126,24 @@ func TestApplyNetwork(t *testing.T) {
 	for dst := range want {
 		t.Errorf("no mount at %s", dst)
 	}
+	assertNetFilesOnTmpfs(t, dirs, 3)
+
+	// A second prepare (a restore, a retried create) replaces the tmpfs
+	// with a fresh one holding the new files: no stacked layers, nothing
+	// of the old content.
+	n2 := *n
+	n2.DNS, n2.CACertPEM = netip.MustParseAddr("10.213.0.5"), nil
+	s = newSpec()
+	if err := applyNetwork(FlavorRunsc, s, runtime.Spec{RootFS: runtime.RootFS{Lower: tpl}, Network: &n2}, dirs); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Mounts) != 1 || s.Mounts[0].Destination != "/etc/resolv.conf" {
+		t.Fatalf("mounts without a CA: %+v", s.Mounts)
+	}
+	if data, err := os.ReadFile(s.Mounts[0].Source); err != nil || !strings.Contains(string(data), "nameserver 10.213.0.5\n") {
+		t.Errorf("resolv.conf after the second prepare: %q, %v", data, err)
+	}
+	assertNetFilesOnTmpfs(t, dirs, 1)
 	if !dirsJoin(t, dirs) {
 		t.Error("joinsNetns is false after applyNetwork")
 	}
@@ -125,6 +153,30 @@ func TestApplyNetwork(t *testing.T) {
 	}
 	if err := applyNetwork(FlavorRunsc, newSpec(), runtime.Spec{Network: &runtime.Network{NetnsPath: "/x"}}, dirs); err == nil {
 		t.Error("a network without DNS was accepted")
+	}
+}
+
+// assertNetFilesOnTmpfs checks that the network files are on one tmpfs of
+// their own (one mount, source netFSSource) holding exactly files files,
+// so that a bind mount of one shows /<name> on a tmpfs in the guest.
+func assertNetFilesOnTmpfs(t *testing.T, dirs sandboxDirs, files int) {
+	t.Helper()
+	mounts, err := rootfs.MountsAt(dirs.netFilesDir())
+	if err != nil || len(mounts) != 1 || mounts[0].FSType != "tmpfs" || mounts[0].Source != netFSSource || mounts[0].Root != "/" {
+		t.Fatalf("mounts at %s: %+v, %v; want one tmpfs %s", dirs.netFilesDir(), mounts, err, netFSSource)
+	}
+	entries, err := os.ReadDir(dirs.netFilesDir())
+	if err != nil || len(entries) != files {
+		t.Errorf("the network files' tmpfs holds %v (%v); want %d files", entries, err, files)
+	}
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != 0o644 {
+			t.Errorf("%s: mode %v; want a regular file, 0644", e.Name(), fi.Mode())
+		}
 	}
 }
 

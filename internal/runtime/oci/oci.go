@@ -20,6 +20,10 @@
 //	lower/              runc, crun: where the template's idmapped view is attached while the overlay is mounted, on kernels that cannot use it detached
 //	idrange             the sandbox's host uid/gid range (runc, crun): see IDPool
 //	rootfs/             the overlay mount (the container's root)
+//	net/                with a network: the netns marker, the network
+//	                    namespace's sysfs at sys/ (runc, crun), and files/,
+//	                    a small tmpfs of the sandbox's own holding the
+//	                    resolv.conf and CA files it bind-mounts (network.go)
 //	agent.log           the agent's stdout and stderr
 //	pid                 the runtime's --pid-file
 //	stop-requested      written by Stop, so State can tell a requested stop from an OOM kill
@@ -33,9 +37,11 @@
 //
 // Nothing the guest can see names a host path: the overlay's layers are
 // given as /proc/self/fd links, the agent's binary is bind-mounted from
-// the shared tmpfs and its run directory from the sandbox's own
-// filesystem, so the mount table shows them as paths inside those
-// (/<digest>, /meta/run), not in the data directory.
+// the shared tmpfs, the network files from the sandbox's net/files tmpfs
+// and its run directory from the sandbox's own filesystem, so the mount
+// table shows them as paths inside those (/<digest>, /resolv.conf,
+// /meta/run), not in the data directory, and statfs on them shows those
+// filesystems, not the host's disk.
 package oci
 
 import (

@@ -177,7 +177,7 @@ func BaseSpec(flavor Flavor, p BaseParams) (*specs.Spec, error) {
 	nofile := min(uint64(nofileLimit), rl.Max)
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
-		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: devOptions(flavor)},
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
@@ -239,6 +239,27 @@ func BaseSpec(flavor Flavor, p BaseParams) (*specs.Spec, error) {
 		s.Linux.Seccomp = profile
 	}
 	return s, nil
+}
+
+// devOptions are the options of the guest's /dev mount. runc and crun
+// mount a tmpfs of 64 MiB there (charged to the sandbox's memory cgroup),
+// and create the device nodes in it. gVisor always mounts its own /dev
+// filesystem instead, whatever the spec's type: a tmpfs in the sentry's
+// memory that ignores size= (runsc/boot/vfs.go compileMounts makes every
+// /dev mount its "dev" type, whose GetFilesystem passes only mode=0755 to
+// its tmpfs), so 600 MB written there OOM-killed a 256 MiB sandbox. It
+// does honour "ro" (ParseMountOptions): under runsc /dev is read-only,
+// with its device nodes still usable (opening a device file for writing
+// skips the mount's write check) and /dev/shm and /dev/pts their own
+// mounts below it (/dev/shm a tmpfs whose size= gVisor honours). /dev/mqueue
+// is not mounted by gVisor (it has no mqueue mount type; the spec's entry
+// is ignored).
+func devOptions(flavor Flavor) []string {
+	opts := []string{"nosuid", "strictatime", "mode=755", "size=65536k"}
+	if flavor == FlavorRunsc {
+		opts = append(opts, "ro")
+	}
+	return opts
 }
 
 func resources(flavor Flavor, res runtime.Resources) *specs.LinuxResources {

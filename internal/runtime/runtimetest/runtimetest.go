@@ -111,6 +111,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		{"SeccompFilter", testSeccomp, 1},
 		{"DiskLimitGivesENOSPC", testDiskLimit, 1},
 		{"HostPathsHidden", testHostPathsHidden, 0},
+		{"DevIsBounded", testDevIsBounded, 1},
 		{"UserNamespace", testUserNamespace, 1},
 		{"UserNamespacesDistinct", testUserNamespacesDistinct, 2},
 		{"UserKeyringNotShared", testUserKeyringNotShared, 1},

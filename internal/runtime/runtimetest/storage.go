@@ -114,40 +114,6 @@ func hostBytes(t *testing.T, dir string) int64 {
 	return total
 }
 
-// testHostPathsHidden reads the guest's views of its mounts and of its
-// agent's descriptors — /proc/self/mountinfo, `mount`, /proc/1/mountinfo
-// and `ls -l /proc/1/fd` — and checks that none names a host path of the
-// sandbox: its state directory, the runtime's state root, the template or
-// the agent binary. With and without a disk limit (the sandbox's
-// filesystem differs).
-func testHostPathsHidden(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
-	for _, disk := range []int64{0, 64 << 20} {
-		t.Run("DiskBytes="+strconv.FormatInt(disk, 10), func(t *testing.T) {
-			t.Parallel()
-			s.slots.acquire(t, 1)
-			rt := newRuntime(t)
-			res := defaultResources
-			res.DiskBytes = disk
-			spec := s.spec(res, nil)
-			s.started(t, rt, spec)
-			c := client(t, rt, spec.ID)
-			a := inspector(t, rt).Artifacts(spec.ID)
-			hostPaths := []string{a.StateDir, filepath.Dir(a.StateDir), s.template, s.agent, filepath.Dir(s.agent)}
-			// The agent opens and closes descriptors (the pipes of the very
-			// command that lists them) while ls reads them: ls then fails on
-			// those that vanished, after listing the others.
-			for _, view := range []string{"cat /proc/self/mountinfo", "mount", "cat /proc/1/mountinfo", "ls -l /proc/1/fd/ 2>/dev/null || true"} {
-				out := sh(t, c, view)
-				for _, p := range hostPaths {
-					if strings.Contains(out, p) {
-						t.Errorf("%s inside the sandbox shows the host path %s:\n%s", view, p, out)
-					}
-				}
-			}
-		})
-	}
-}
-
 // assertNoLoopDevices checks that no loop device is bound to a file under
 // dir, allowing a mount namespace that still held the filesystem a moment
 // to go away (the device then clears itself).

@@ -315,7 +315,9 @@ func testSuspendPaused(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 // testSuspendWakeNetwork checks that a sandbox in a prepared network
 // reaches the host end of its link before a suspend and after its wake
 // into the same network namespace (runsc restores its own network stack
-// there, with the flags it was created with).
+// there, with the flags it was created with); that the suspended sandbox
+// holds no mount (the network files' tmpfs included); and that the woken
+// one has its resolv.conf and CA files again.
 func testSuspendWakeNetwork(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	rt := newRuntime(t)
 	sp := suspender(t, rt)
@@ -336,7 +338,7 @@ func testSuspendWakeNetwork(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 		assertNoNetwork(t, att)
 	})
 	gw := att.HostAddr.Addr()
-	spec.Network = &runtime.Network{NetnsPath: att.NetnsPath, GuestAddr: att.GuestAddr, Gateway: gw, DNS: gw}
+	spec.Network = &runtime.Network{NetnsPath: att.NetnsPath, GuestAddr: att.GuestAddr, Gateway: gw, DNS: gw, CACertPEM: []byte(testCACert)}
 	ln := hostEndListener(t, att)
 	defer ln.Close()
 	go func() {
@@ -358,14 +360,20 @@ func testSuspendWakeNetwork(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 		}
 	}
 
+	netFiles := "cat /etc/resolv.conf /etc/airlock/ca.crt; tail -c " + strconv.Itoa(len(testCACert)) + " /etc/ssl/certs/ca-certificates.crt"
 	s.started(t, rt, spec)
 	c := client(t, rt, spec.ID)
 	ping(c, "before suspend")
+	files := sh(t, c, netFiles)
+	if !strings.Contains(files, "nameserver "+gw.String()+"\n") || strings.Count(files, testCACert) != 2 {
+		t.Fatalf("the network files before suspend: %q", files)
+	}
 	c.Close()
 	snap, err := sp.Suspend(ctx, spec.ID)
 	if err != nil {
 		t.Fatalf("Suspend: %v", err)
 	}
+	s.assertSuspended(t, rt, spec.ID, 0)
 	wake := spec
 	wake.Restore = &snap
 	if err := rt.Create(ctx, wake); err != nil {
@@ -379,4 +387,7 @@ func testSuspendWakeNetwork(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 		t.Errorf("eth0 after wake:\n%s\nwant %s", addrs, att.GuestAddr)
 	}
 	ping(c, "after wake")
+	if got := sh(t, c, netFiles); got != files {
+		t.Errorf("the network files after wake: %q; before suspend: %q", got, files)
+	}
 }
