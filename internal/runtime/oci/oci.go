@@ -19,6 +19,7 @@
 //	    run/            bind-mounted at /.airlock/run; the agent listens on run/agent.sock
 //	lower/              runc, crun: where the template's idmapped view is attached while the overlay is mounted, on kernels that cannot use it detached
 //	idrange             the sandbox's host uid/gid range (runc, crun): see IDPool
+//	userns              runc, crun: the sandbox's user namespace (owned by the range's first id), bind-mounted; the runtime joins it
 //	rootfs/             the overlay mount (the container's root)
 //	agent.log           the agent's stdout and stderr
 //	pid                 the runtime's --pid-file
@@ -257,6 +258,9 @@ type sandboxDirs struct {
 	// the overlay is being mounted, on kernels that cannot use it
 	// detached (runc and crun).
 	lower string
+	// usernsPath is where the sandbox's user namespace is bind-mounted
+	// (runc and crun, see sandboxUserns).
+	usernsPath string
 }
 
 func (r *Runtime) dirs(id model.SandboxID) sandboxDirs {
@@ -278,6 +282,7 @@ func dirsAt(s string) sandboxDirs {
 		meta:       meta,
 		run:        filepath.Join(meta, "run"),
 		lower:      filepath.Join(s, "lower"),
+		usernsPath: filepath.Join(s, usernsFile),
 		rootfs:     filepath.Join(s, "rootfs"),
 		agentLog:   filepath.Join(s, "agent.log"),
 		pidFile:    filepath.Join(s, "pid"),
