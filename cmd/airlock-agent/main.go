@@ -8,6 +8,7 @@
 //	airlock-agent --listen unix:/run/airlock/agent.sock [--pids-max N]
 //	airlock-agent --listen serial:airlock.agent --poweroff-on-exit   (PID 1 of a microVM, started by guestinit)
 //	airlock-agent --version
+//	airlock-userns create|limit …   (argv[0]: on the host, see internal/userns)
 //
 // It must be built static (CGO_ENABLED=0): it runs in root filesystems
 // that have no C library.
@@ -34,6 +35,7 @@ import (
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/guestboot"
 	"github.com/airlockdev/airlock/internal/guestboot/guestinit"
+	"github.com/airlockdev/airlock/internal/userns"
 )
 
 // version is set at link time (-ldflags "-X main.version=…"); otherwise
@@ -51,6 +53,11 @@ func main() {
 	if os.Getpid() == 1 && len(os.Args) > 0 && os.Args[0] == guestboot.InitPath {
 		guestinit.Main()
 		os.Exit(1)
+	}
+	// The host's runc and crun runtimes run this binary (on the host, as
+	// a sandbox's own host uid) to make the sandbox's user namespace.
+	if len(os.Args) > 0 && os.Args[0] == userns.HelperName {
+		userns.Main()
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

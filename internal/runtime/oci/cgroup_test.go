@@ -122,7 +122,7 @@ func TestWorkloadCgroupDelegated(t *testing.T) {
 			if err := r.prepare(ctx, crashed, dirs); err != nil {
 				t.Fatal(err)
 			}
-			if err := r.runDetached(ctx, dirs.agentLog, false, "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, crashed.ID.String()); err != nil {
+			if err := r.runDetached(ctx, dirs.agentLog, "", "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, crashed.ID.String()); err != nil {
 				t.Fatal(err)
 			}
 			if err := r.Start(ctx, crashed.ID); err != nil {

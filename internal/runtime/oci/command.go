@@ -123,8 +123,12 @@ func (e *commandError) Unwrap() error { return e.err }
 // runDetached runs `create`, whose container process inherits the
 // command's stdio: stdin is /dev/null and stdout/stderr go to logFile, so no
 // pipe ties the sandbox to this process. It runs in a new session so a
-// terminal's signals to the server never reach the sandbox.
-func (r *Runtime) runDetached(ctx context.Context, logFile string, joinNetns bool, sub ...string) error {
+// terminal's signals to the server never reach the sandbox. netns is the
+// prepared network namespace the sandbox joins ("" for none); runc, which
+// cannot join it from the sandbox's user namespace, is started in it (see
+// runcInheritsNetns).
+func (r *Runtime) runDetached(ctx context.Context, logFile string, netns string, sub ...string) error {
+	joinNetns := netns != ""
 	log, err := os.OpenFile(logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("open agent log: %w", err)
@@ -147,7 +151,13 @@ func (r *Runtime) runDetached(ctx context.Context, logFile string, joinNetns boo
 	}
 	cmd.SysProcAttr.Setsid = true
 	start := time.Now()
-	err = cmd.Run()
+	if joinNetns && r.runcInheritsNetns() {
+		if err = inNetns(netns, cmd.Start); err == nil {
+			err = cmd.Wait()
+		}
+	} else {
+		err = cmd.Run()
+	}
 	r.log.Debug("runtime command", "args", sub, "took", time.Since(start), "err", err)
 	if err != nil {
 		return &commandError{args: sub, err: err, stderr: errorTail(logFile)}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	mathrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +25,9 @@ var allFlavors = []Flavor{FlavorRunc, FlavorCrun, FlavorRunsc}
 // leaked under the parent, and removes what the runtime keeps in its root
 // (runsc keeps a null-netns bind mount there) and the shared agent
 // filesystem.
+// testIDRanges is the size of a test configuration's id pool.
+const testIDRanges = 64
+
 func testConfig(t testing.TB, flavor Flavor) Config {
 	t.Helper()
 	airtest.RequireRoot(t)
@@ -47,6 +51,11 @@ func testConfig(t testing.TB, flavor Flavor) Config {
 		StateRoot:    filepath.Join(base, strings.Repeat("a-long-state-root-", 8), "sandboxes"),
 		Logger:       testLogger(t),
 		CgroupParent: "/airlock-test/" + hex.EncodeToString(b[:]),
+		// A pool of its own, at a random place of the default one: tests
+		// (and test processes) that run at once never give two sandboxes
+		// the same host ids, which would share the kernel's per-user
+		// budgets of their namespaces' owner (InotifyBudgetIsPerSandbox).
+		IDPool: IDPool{Base: DefaultIDBase + uint32(mathrand.IntN(DefaultIDRanges-testIDRanges))*IDRangeSize, Ranges: testIDRanges},
 	}
 	host, err := cgroups.Detect()
 	if err != nil {

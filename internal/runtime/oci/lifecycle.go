@@ -115,12 +115,12 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, dirs sandboxDir
 		if err := r.delegateBeforeRun(spec.ID, dirs, spec.Resources.PidsLimit); err != nil {
 			return false, err
 		}
-		if err := r.runDetached(ctx, dirs.agentLog, spec.Network != nil, "run", "--detach", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String()); err != nil {
+		if err := r.runDetached(ctx, dirs.agentLog, netnsOf(spec), "run", "--detach", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String()); err != nil {
 			return false, err
 		}
 		return true, nil
 	}
-	if err := r.runDetached(ctx, dirs.agentLog, spec.Network != nil, "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String()); err != nil {
+	if err := r.runDetached(ctx, dirs.agentLog, netnsOf(spec), "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String()); err != nil {
 		return false, err
 	}
 	return false, r.delegateWorkloadCgroup(spec.ID, dirs, spec.Resources.PidsLimit)
@@ -184,7 +184,7 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 	if err := writeFileAtomic(filepath.Join(dirs.bundle, "config.json"), data); err != nil {
 		return err
 	}
-	if err := r.mountRootfs(ctx, lower, dirs, ids); err != nil {
+	if err := r.mountRootfs(ctx, lower, dirs, ids, agent); err != nil {
 		return err
 	}
 	return ensureTmp(dirs.rootfs, ids)
@@ -192,12 +192,14 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 
 // mountRootfs mounts the overlay of the sandbox's root filesystem: over
 // the template itself, or, with a user namespace, over an idmapped view of
-// it in which the template's owners are shifted into the sandbox's range.
-func (r *Runtime) mountRootfs(ctx context.Context, template string, dirs sandboxDirs, ids *rootfs.IDRange) error {
+// it in which the template's owners are shifted into the sandbox's range
+// by the sandbox's own user namespace (sandboxUserns: made here if need
+// be, with the agent's binary agent).
+func (r *Runtime) mountRootfs(ctx context.Context, template string, dirs sandboxDirs, ids *rootfs.IDRange, agent string) error {
 	if ids == nil {
 		return rootfs.MountOverlay(template, dirs.upper, dirs.work, dirs.rootfs)
 	}
-	userns, err := rootfs.NewUserns(*ids)
+	userns, err := r.sandboxUserns(ctx, dirs, *ids, agent)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@
 //	    run/            bind-mounted at /.airlock/run; the agent listens on run/agent.sock
 //	lower/              runc, crun: where the template's idmapped view is attached while the overlay is mounted, on kernels that cannot use it detached
 //	idrange             the sandbox's host uid/gid range (runc, crun): see IDPool
+//	userns              runc, crun: the sandbox's user namespace (owned by the range's first id), bind-mounted; the runtime joins it
 //	rootfs/             the overlay mount (the container's root)
 //	net/                with a network: the netns marker, the network
 //	                    namespace's sysfs at sys/ (runc, crun), and files/,
@@ -263,6 +264,9 @@ type sandboxDirs struct {
 	// the overlay is being mounted, on kernels that cannot use it
 	// detached (runc and crun).
 	lower string
+	// usernsPath is where the sandbox's user namespace is bind-mounted
+	// (runc and crun, see sandboxUserns).
+	usernsPath string
 }
 
 func (r *Runtime) dirs(id model.SandboxID) sandboxDirs {
@@ -284,6 +288,7 @@ func dirsAt(s string) sandboxDirs {
 		meta:       meta,
 		run:        filepath.Join(meta, "run"),
 		lower:      filepath.Join(s, "lower"),
+		usernsPath: filepath.Join(s, usernsFile),
 		rootfs:     filepath.Join(s, "rootfs"),
 		agentLog:   filepath.Join(s, "agent.log"),
 		pidFile:    filepath.Join(s, "pid"),

@@ -79,7 +79,7 @@ type testRuntime struct{ *Runtime }
 func (r testRuntime) Artifacts(id model.SandboxID) runtimetest.Artifacts {
 	cg, _ := r.cgroupPath(id)
 	d := r.dirs(id)
-	return runtimetest.Artifacts{StateDir: d.state, UpperDir: d.upper, MountPoints: []string{d.rootfs, d.lower, d.meta, d.fs}, Cgroup: cg,
+	return runtimetest.Artifacts{StateDir: d.state, UpperDir: d.upper, MountPoints: []string{d.rootfs, d.lower, d.meta, d.fs, d.usernsPath}, Cgroup: cg,
 		AgentSocket: filepath.Join(d.run, socketName)}
 }
 
@@ -93,11 +93,7 @@ func (r testRuntime) CrashStates() []runtimetest.CrashState {
 			if err := r.prepare(ctx, spec, d); err != nil {
 				return err
 			}
-			ids, err := readIDRange(d.state)
-			if err != nil {
-				return err
-			}
-			userns, err := rootfs.NewUserns(ids)
+			userns, err := os.Open(d.usernsPath) // the sandbox's, bind-mounted by prepare
 			if err != nil {
 				return err
 			}
@@ -110,7 +106,7 @@ func (r testRuntime) CrashStates() []runtimetest.CrashState {
 			if err := r.prepare(ctx, spec, d); err != nil {
 				return err
 			}
-			return r.runDetached(ctx, d.agentLog, spec.Network != nil, "create", "--bundle", d.bundle, "--pid-file", d.pidFile, spec.ID.String())
+			return r.runDetached(ctx, d.agentLog, netnsOf(spec), "create", "--bundle", d.bundle, "--pid-file", d.pidFile, spec.ID.String())
 		}})
 	}
 	return states

@@ -114,7 +114,7 @@ func (r *Runtime) probe(ctx context.Context, agentBinary string) (out string, er
 	if err := r.prepareStorage(ctx, probeDiskBytes, false, dirs, ids); err != nil {
 		return "", err
 	}
-	if err := r.mountRootfs(ctx, template, dirs, ids); err != nil {
+	if err := r.mountRootfs(ctx, template, dirs, ids, agent); err != nil {
 		return "", err
 	}
 	spec, err := r.ociSpec(specParams{
@@ -127,6 +127,7 @@ func (r *Runtime) probe(ctx context.Context, agentBinary string) (out string, er
 		runDir:      dirs.run,
 		resources:   runtime.Resources{CPUs: 1, MemoryBytes: 512 << 20, PidsLimit: 64, DiskBytes: probeDiskBytes},
 		ids:         ids,
+		usernsPath:  dirs.usernsPath,
 	})
 	if err != nil {
 		return "", err

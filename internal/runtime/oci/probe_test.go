@@ -80,7 +80,7 @@ func TestProbeRemovesStaleProbes(t *testing.T) {
 	if err := os.WriteFile(dir+"/config.json", data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.runDetached(context.Background(), dir+"/log", false, "create", "--bundle", dir, name); err != nil {
+	if err := r.runDetached(context.Background(), dir+"/log", "", "create", "--bundle", dir, name); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Probe(context.Background(), cfg, agent); err != nil {

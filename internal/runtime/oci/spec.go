@@ -97,6 +97,7 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs, ids *rootfs.ID
 		runDir:      dirs.run,
 		resources:   spec.Resources,
 		ids:         ids,
+		usernsPath:  dirs.usernsPath,
 	})
 	if err != nil {
 		return nil, err
@@ -106,6 +107,9 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs, ids *rootfs.ID
 	}
 	if err := applyNetwork(r.flavor, s, spec, dirs); err != nil {
 		return nil, fmt.Errorf("network: %w", err)
+	}
+	if spec.Network != nil && r.runcInheritsNetns() {
+		inheritNetns(s)
 	}
 	grantSealing(s)
 	return s, nil
@@ -131,6 +135,7 @@ type specParams struct {
 	runDir      string // bind-mounted read-write at GuestRunDir; "" for none
 	resources   runtime.Resources
 	ids         *rootfs.IDRange // the user namespace's id range; nil for none
+	usernsPath  string          // with ids: where the sandbox's user namespace is bind-mounted (sandboxUserns)
 }
 
 func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
@@ -138,7 +143,7 @@ func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
 		return nil, fmt.Errorf("agent binary %q must be an absolute path", p.agentBinary)
 	}
 	s, err := BaseSpec(r.flavor, BaseParams{
-		Args: p.args, Env: p.env, Rootfs: p.rootfs, Hostname: p.hostname, Cgroup: p.cgroup, Resources: p.resources, IDs: p.ids,
+		Args: p.args, Env: p.env, Rootfs: p.rootfs, Hostname: p.hostname, Cgroup: p.cgroup, Resources: p.resources, IDs: p.ids, UsernsPath: p.usernsPath,
 	})
 	if err != nil {
 		return nil, err
@@ -160,6 +165,11 @@ type BaseParams struct {
 	// its ids 0–Size-1 onto this host range (runc and crun sandboxes); the
 	// root filesystem must then be owned by the range (an idmapped view).
 	IDs *rootfs.IDRange
+	// UsernsPath, with IDs, is a user namespace of that mapping for the
+	// container to join (a sandbox's own, owned by IDs' first host id;
+	// see addUserns for runc's rlimits there); "" has the runtime make
+	// one (owned by host root).
+	UsernsPath string
 }
 
 // BaseSpec builds the OCI config of an Airlock sandbox without the guest
@@ -227,7 +237,7 @@ func BaseSpec(flavor Flavor, p BaseParams) (*specs.Spec, error) {
 		if flavor == FlavorRunsc {
 			return nil, fmt.Errorf("a user namespace of Airlock's making is for runc and crun; runsc has its own")
 		}
-		addUserns(s, *p.IDs)
+		addUserns(flavor, s, *p.IDs, p.UsernsPath)
 	}
 	// gVisor filters the guest's system calls itself (its sentry implements
 	// them); a profile would only filter what the sentry emulates.

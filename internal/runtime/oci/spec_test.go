@@ -2,6 +2,7 @@ package oci
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -64,12 +65,23 @@ func TestBundleSpec(t *testing.T) {
 					t.Error("the seccomp filter refuses mount(2), which the agent needs to seal the sandbox")
 				}
 			}
-			if rl := s.Process.Rlimits; len(rl) != 1 || rl[0].Type != "RLIMIT_NOFILE" || rl[0].Hard == 0 || rl[0].Soft != rl[0].Hard {
+			if rl := s.Process.Rlimits; flavor == FlavorRunc && !haveCapSysResource() {
+				if len(rl) != 0 {
+					t.Errorf("rlimits = %+v, want none: runc cannot set them without CAP_SYS_RESOURCE in a namespace host root does not own", rl)
+				}
+			} else if len(rl) != 1 || rl[0].Type != "RLIMIT_NOFILE" || rl[0].Hard == 0 || rl[0].Soft != rl[0].Hard {
 				t.Errorf("rlimits = %+v", rl)
 			}
 			var ns []specs.LinuxNamespaceType
 			for _, n := range s.Linux.Namespaces {
-				if n.Path != "" {
+				// The sandbox's own user namespace (sandboxUserns) is joined;
+				// every other one is new.
+				if want := ""; n.Type == specs.UserNamespace {
+					want = filepath.Join("/state", id.String(), usernsFile)
+					if n.Path != want {
+						t.Errorf("user namespace path %q, want the sandbox's own %q", n.Path, want)
+					}
+				} else if n.Path != want {
 					t.Errorf("namespace %s joins %s instead of being new", n.Type, n.Path)
 				}
 				ns = append(ns, n.Type)

@@ -384,7 +384,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 		return err
 	}
 	if r.flavor != FlavorRunsc {
-		if err := r.runDetached(ctx, dirs.agentLog, spec.Network != nil, "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String()); err != nil {
+		if err := r.runDetached(ctx, dirs.agentLog, netnsOf(spec), "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String()); err != nil {
 			return err
 		}
 		return r.delegateWorkloadCgroup(spec.ID, dirs, spec.Resources.PidsLimit)
@@ -395,7 +395,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 		}
 	}
 	start := time.Now()
-	if err := r.runDetached(ctx, dirs.agentLog, spec.Network != nil, "restore", "--detach",
+	if err := r.runDetached(ctx, dirs.agentLog, netnsOf(spec), "restore", "--detach",
 		"--image-path", filepath.Join(dirs.state, checkpointName),
 		"--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String()); err != nil {
 		return fmt.Errorf("runsc restore: %w", err)

@@ -1,17 +1,22 @@
 package oci
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/rootfs"
+	"github.com/airlockdev/airlock/internal/runtime"
+	"github.com/airlockdev/airlock/internal/userns"
 )
 
 // User namespaces of runc and crun sandboxes: each sandbox gets its own
@@ -163,12 +168,37 @@ func readIDRange(stateDir string) (rootfs.IDRange, error) {
 // namespace of its own and drops its host privileges itself.
 func usesUserns(f Flavor) bool { return f != FlavorRunsc }
 
-// addUserns adds a user namespace mapping r to the spec.
-func addUserns(s *specs.Spec, r rootfs.IDRange) {
+// addUserns adds a user namespace mapping r to the spec: the one
+// bind-mounted at path if path is not "" (a sandbox's, see sandboxUserns),
+// else a new one the runtime makes (owned by host root). The maps are given
+// in both cases: runc 1.1 wants them with a namespace to join too, and
+// they are that namespace's.
+//
+// runc sets the process's rlimits from outside (prlimit(2) on the
+// container's first process), which in a namespace host root does not own
+// takes CAP_SYS_RESOURCE; where the server runs without it (in a container
+// of its own) runc is given none and the guest inherits the server's
+// (crun sets them from inside, which needs nothing as long as no hard
+// limit is raised: nofileLimit is at most the host's).
+func addUserns(flavor Flavor, s *specs.Spec, r rootfs.IDRange, path string) {
 	m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: r.Host, Size: r.Size}}
-	s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+	s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: path})
 	s.Linux.UIDMappings = m
 	s.Linux.GIDMappings = m
+	if path != "" && flavor == FlavorRunc && !haveCapSysResource() {
+		s.Process.Rlimits = nil
+	}
+}
+
+// haveCapSysResource reports whether this process has CAP_SYS_RESOURCE
+// in its effective set.
+func haveCapSysResource() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	return data[unix.CAP_SYS_RESOURCE/32].Effective&(1<<(unix.CAP_SYS_RESOURCE%32)) != 0
 }
 
 // idRange returns the id range of the sandbox (or probe) name whose
@@ -248,4 +278,122 @@ func stateRootSearchable(stateRoot string) error {
 			return nil
 		}
 	}
+}
+
+// usernsFile is the name of the file in a state directory on which the
+// sandbox's user namespace is bind-mounted (runc and crun).
+const usernsFile = "userns"
+
+// Each runc or crun sandbox's user namespace is made by Airlock, owned by
+// the host uid its root maps to (the range's first id), and the runtime
+// joins it (namespace path): the kernel's per-user counters of everything
+// the sandbox does are charged in the host's namespace to that uid, the
+// sandbox's own, instead of to host root (who creates the namespaces of
+// runc and crun otherwise), so the host's per-user limits
+// (fs.inotify.max_user_instances, …) are per sandbox. The namespace's own
+// limits (usernsLimits) bound it further. It stays alive, bind-mounted on
+// the state directory's usernsFile, from the sandbox's first mount to its
+// Delete (or Suspend), which unmount it with the state directory's other
+// mounts.
+
+// usernsLimits are the limits of a sandbox's user namespace: what all of
+// its processes may hold together, whatever their uid inside
+// (docs/security.md, "Per-sandbox kernel budgets").
+func usernsLimits() userns.Limits {
+	return userns.Limits{
+		Sysctls: map[userns.Sysctl]int64{
+			userns.MaxInotifyInstances: 128,
+			userns.MaxInotifyWatches:   65536,
+			userns.MaxFanotifyGroups:   16,
+			userns.MaxFanotifyMarks:    8192,
+			// runc and crun create one namespace of each kind (but user)
+			// in it; the sandbox holds no CAP_SYS_ADMIN to make more.
+			userns.MaxUserNamespaces:   0,
+			userns.MaxMntNamespaces:    8,
+			userns.MaxPidNamespaces:    8,
+			userns.MaxNetNamespaces:    8,
+			userns.MaxIpcNamespaces:    8,
+			userns.MaxUtsNamespaces:    8,
+			userns.MaxCgroupNamespaces: 8,
+			userns.MaxTimeNamespaces:   8,
+		},
+		Rlimits: map[userns.Rlimit]uint64{
+			userns.RlimitSigpending: sandboxSigpending,
+			userns.RlimitMsgqueue:   sandboxMsgqueue,
+		},
+	}
+}
+
+// The sandbox's ceilings of pending signals and of POSIX message queue
+// bytes, all its users together (the kernel checks each process's own
+// RLIMIT_SIGPENDING and RLIMIT_MSGQUEUE too, which the guest inherits):
+// Linux's default message queue budget of one user, and signals for a
+// sandbox of a thousand processes.
+const (
+	sandboxSigpending = 8192
+	sandboxMsgqueue   = 819200
+)
+
+// sandboxUserns returns the sandbox's user namespace, bind-mounted on
+// dirs' usernsFile: the one there, or a new one (after a Suspend, a
+// reboot, or on the first mount). helper is the agent's binary (which
+// makes user namespaces, see userns.Create).
+func (r *Runtime) sandboxUserns(ctx context.Context, dirs sandboxDirs, ids rootfs.IDRange, helper string) (*os.File, error) {
+	path := dirs.usernsPath
+	if f, err := os.Open(path); err == nil {
+		var st unix.Statfs_t
+		if err := unix.Fstatfs(int(f.Fd()), &st); err == nil && st.Type == unix.NSFS_MAGIC {
+			if err := userns.Check(f, ids.Host); err == nil {
+				return f, nil
+			} else {
+				r.log.Warn("replacing a sandbox's user namespace", "path", path, "err", err)
+			}
+		}
+		f.Close()
+		if err := rootfs.Unmount(ctx, r.log, path); err != nil {
+			return nil, err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	ns, err := userns.Create(ctx, helper, userns.Mapping{Host: ids.Host, Size: ids.Size}, usernsLimits())
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		ns.Close()
+		return nil, err
+	}
+	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", ns.Fd()), path, "", unix.MS_BIND, ""); err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("keep the sandbox's user namespace: bind-mount it on %s: %w", path, err)
+	}
+	return ns, nil
+}
+
+// runcInheritsNetns reports whether the sandbox's runtime is runc in a user
+// namespace of Airlock's making, which cannot join a prepared network
+// namespace by the spec: runc joins the user namespace first and the
+// network namespace after, which the sandbox's user namespace does not own
+// (setns fails with EPERM; crun joins it first). The spec has no network
+// namespace then, and runDetached starts runc in the prepared one, which
+// the container inherits.
+func (r *Runtime) runcInheritsNetns() bool {
+	return r.flavor == FlavorRunc && r.ids != nil
+}
+
+// inheritNetns removes the network namespace from a runc spec whose
+// container inherits runc's (runcInheritsNetns).
+func inheritNetns(s *specs.Spec) {
+	s.Linux.Namespaces = slices.DeleteFunc(s.Linux.Namespaces, func(ns specs.LinuxNamespace) bool {
+		return ns.Type == specs.NetworkNamespace
+	})
+}
+
+// netnsOf is the prepared network namespace of spec, "" for none.
+func netnsOf(spec runtime.Spec) string {
+	if spec.Network == nil {
+		return ""
+	}
+	return spec.Network.NetnsPath
 }

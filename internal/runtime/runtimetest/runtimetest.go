@@ -115,6 +115,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		{"UserNamespace", testUserNamespace, 1},
 		{"UserNamespacesDistinct", testUserNamespacesDistinct, 2},
 		{"UserKeyringNotShared", testUserKeyringNotShared, 1},
+		{"InotifyBudgetIsPerSandbox", testInotifyBudget, 2},
 		{"ResourceLimitsOnHost", testLimitsOnHost, 1},
 		{"MemoryHogIsOOMKilled", testMemoryHog, 1},
 		{"ForkBombIsContained", testForkBomb, 1},

@@ -1,6 +1,7 @@
 package runtimetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -236,5 +237,92 @@ func testUserKeyringNotShared(t *testing.T, s *suite, newRuntime newRuntimeFunc)
 	t.Cleanup(func() { asSandboxRoot("invalidate", sandboxDesc) })
 	if id, err := unix.KeyctlSearch(unix.KEY_SPEC_USER_KEYRING, "user", sandboxDesc, 0); !errors.Is(err, unix.ENOKEY) {
 		t.Errorf("host root's user keyring holds the sandbox root's key (%d, %v)", id, err)
+	}
+}
+
+// testInotifyBudget: the kernel's per-user budgets (here inotify
+// instances, fs.inotify.max_user_instances in the host's namespace) are per
+// sandbox. A sandbox takes every inotify instance it can and holds them;
+// another sandbox and host root must still create one. The sandbox's user
+// namespace is owned by its own host uid, not by host root: the kernel
+// charges what a namespace's processes use to its owner in the parent
+// namespace, so with a root-owned namespace one sandbox used up host
+// root's budget for every sandbox and for the host.
+func testInotifyBudget(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
+	rt := newRuntime(t)
+	if iso, ok := rt.(Isolation); !ok || !iso.UserNamespaced() {
+		t.Skip("the runtime does not promise user namespaces (gVisor implements inotify in its sentry: the guest's instances are no host objects)")
+	}
+	hog, other := s.spec(defaultResources, nil), s.spec(defaultResources, nil)
+	s.started(t, rt, hog)
+	s.started(t, rt, other)
+
+	// The owner of each sandbox's user namespace is its mapped root.
+	for _, spec := range []runtime.Spec{hog, other} {
+		st := mustState(t, rt, spec.ID, runtime.PhaseRunning)
+		m, err := parseIDMap(sh(t, client(t, rt, spec.ID), "cat /proc/self/uid_map"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", st.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		owner, err := unix.IoctlGetUint32(int(f.Fd()), 0xb704) // NS_GET_OWNER_UID
+		f.Close()
+		if err != nil {
+			t.Fatalf("NS_GET_OWNER_UID: %v", err)
+		}
+		if uint64(owner) != m.host {
+			t.Errorf("the user namespace of %s is owned by host uid %d, want its mapped root %d (not host root: the kernel charges the namespace's per-user counters to its owner)", spec.ID, owner, m.host)
+		}
+	}
+
+	c := client(t, rt, hog.ID)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
+	defer cancel()
+	hogID := model.NewProcessID().String()
+	if _, err := c.Start(ctx, agentproto.StartRequest{ID: hogID, Args: []string{"/" + syscallProbe, "inotify", "100000", "hold"}}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Output(ctx, hogID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr []byte
+	for !strings.Contains(string(stdout), "\n") {
+		ev, err := out.Next()
+		if err != nil {
+			t.Fatalf("the inotify hog's output: %v (stdout %q, stderr %q)", err, stdout, stderr)
+		}
+		switch ev.Type {
+		case agentproto.EventStdout:
+			stdout = append(stdout, ev.Data...)
+		case agentproto.EventStderr:
+			stderr = append(stderr, ev.Data...)
+		case agentproto.EventExit:
+			t.Fatalf("the inotify hog exited early: %+v (stdout %q, stderr %q)", ev, stdout, stderr)
+		}
+	}
+	out.Close()
+	var created int
+	var failed string
+	if _, err := fmt.Sscanf(string(stdout), "created %d failed %s", &created, &failed); err != nil {
+		t.Fatalf("the inotify hog printed %q: %v", stdout, err)
+	}
+	t.Logf("one sandbox created %d inotify instances, then %s", created, failed)
+	if failed != "EMFILE" || created == 0 {
+		t.Errorf("the sandbox created %d inotify instances, then %s: want some, then EMFILE (a limit)", created, failed)
+	}
+
+	// While it holds them: another sandbox, and host root, create one.
+	res := run(t, client(t, rt, other.ID), "/"+syscallProbe, "inotify", "1")
+	if got := string(res.Stdout); got != "created 1 failed none\n" {
+		t.Errorf("another sandbox, while the first holds %d inotify instances: %q (stderr %q), want one created", created, got, res.Stderr)
+	}
+	if fd, err := unix.InotifyInit1(unix.IN_CLOEXEC); err != nil {
+		t.Errorf("host root, while a sandbox holds %d inotify instances: inotify_init1: %v", created, err)
+	} else {
+		unix.Close(fd)
 	}
 }

@@ -7,7 +7,10 @@
 // guest agent (process PID) instead: ptrace attach, reading its memory,
 // environment and descriptors. With "fork N" it starts N `sleep 20`s,
 // going on after failed forks (unlike a shell), and prints
-// "started S failed F"; with "fork N hold" it then stays 20 s itself.
+// "started S failed F"; with "fork N hold" it then stays 20 s itself. With
+// "inotify N" it creates up to N inotify instances, stopping at the first
+// failure, and prints "created C failed ERRNO" ("failed none" if all were
+// made); with "inotify N hold" it then holds them for 60 s.
 package main
 
 import (
@@ -31,6 +34,13 @@ func main() {
 		forkMany(os.Args[2])
 		if len(os.Args) == 4 && os.Args[3] == "hold" {
 			time.Sleep(20 * time.Second)
+		}
+		return
+	}
+	if len(os.Args) >= 3 && os.Args[1] == "inotify" {
+		inotifyMany(os.Args[2])
+		if len(os.Args) == 4 && os.Args[3] == "hold" {
+			time.Sleep(60 * time.Second)
 		}
 		return
 	}
@@ -191,4 +201,27 @@ func forkMany(n string) {
 		started++
 	}
 	fmt.Printf("started %d failed %d\n", started, failed)
+}
+
+// inotifyMany creates up to n inotify instances (kept open) and reports
+// how many it made and why it stopped.
+func inotifyMany(n string) {
+	var count int
+	if _, err := fmt.Sscan(n, &count); err != nil {
+		fmt.Println("bad count:", err)
+		os.Exit(2)
+	}
+	created, failed := 0, "none"
+	for ; created < count; created++ {
+		if _, err := unix.InotifyInit1(unix.IN_CLOEXEC); err != nil {
+			var errno syscall.Errno
+			if errors.As(err, &errno) {
+				failed = unix.ErrnoName(errno)
+			} else {
+				failed = err.Error()
+			}
+			break
+		}
+	}
+	fmt.Printf("created %d failed %s\n", created, failed)
 }
