@@ -240,10 +240,10 @@ func TestE2BGateway(t *testing.T) {
 	// An upgraded connection through the gateway, anonymous (public).
 	e2bUpgrade(ctx, t, s, "3001-"+pub.SandboxID+".sbx.test")
 
-	// Paused: anonymous traffic does not wake it; an authenticated
-	// request does.
+	// Paused: anonymous traffic does not wake it (and gets the answer an
+	// unknown sandbox gets); an authenticated request does.
 	e.ok("POST", "/sandboxes/"+pub.SandboxID+"/pause", map[string]any{}, 204, nil)
-	if status, body := guest(pub.SandboxID, "", nil); status != http.StatusBadGateway {
+	if status, body := guest(pub.SandboxID, "", nil); status != http.StatusUnauthorized {
 		t.Fatalf("anonymous traffic to a paused sandbox: %d %s", status, body)
 	}
 	if sb, err := native.GetSandbox(ctx, pubID); err != nil || sb.State != string(model.StateSuspended) {
