@@ -70,7 +70,9 @@ func (h envdHeaders) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestE2BGateway(t *testing.T) {
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, "runc")
-	s := newServer(t, build(t), serverConfig{runtime: "runc"})
+	// Reached (header routing) by a name of its own, as behind a proxy:
+	// the Host allow-list takes it from --allowed-hosts.
+	s := newServer(t, build(t), serverConfig{runtime: "runc", extraArgs: []string{"--allowed-hosts", "app.example.test"}})
 	s.start()
 	ctx := ctxFor(t, 6*time.Minute)
 	native := s.client()
