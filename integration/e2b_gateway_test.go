@@ -70,7 +70,9 @@ func (h envdHeaders) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestE2BGateway(t *testing.T) {
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, "runc")
-	s := newServer(t, build(t), serverConfig{runtime: "runc"})
+	// Reached (header routing) by a name of its own, as behind a proxy:
+	// the Host allow-list takes it from --allowed-hosts.
+	s := newServer(t, build(t), serverConfig{runtime: "runc", extraArgs: []string{"--allowed-hosts", "app.example.test"}})
 	s.start()
 	ctx := ctxFor(t, 6*time.Minute)
 	native := s.client()
@@ -240,10 +242,10 @@ func TestE2BGateway(t *testing.T) {
 	// An upgraded connection through the gateway, anonymous (public).
 	e2bUpgrade(ctx, t, s, "3001-"+pub.SandboxID+".sbx.test")
 
-	// Paused: anonymous traffic does not wake it; an authenticated
-	// request does.
+	// Paused: anonymous traffic does not wake it (and gets the answer an
+	// unknown sandbox gets); an authenticated request does.
 	e.ok("POST", "/sandboxes/"+pub.SandboxID+"/pause", map[string]any{}, 204, nil)
-	if status, body := guest(pub.SandboxID, "", nil); status != http.StatusBadGateway {
+	if status, body := guest(pub.SandboxID, "", nil); status != http.StatusUnauthorized {
 		t.Fatalf("anonymous traffic to a paused sandbox: %d %s", status, body)
 	}
 	if sb, err := native.GetSandbox(ctx, pubID); err != nil || sb.State != string(model.StateSuspended) {

@@ -34,14 +34,14 @@ const (
 // build runs, and a last done event carrying the build. It follows the
 // build until it ends, unless follow=false, which sends the log so far and
 // done. The log starts at byte Last-Event-ID, or else ?offset=N, or else 0.
-func (a *API) buildLog(w http.ResponseWriter, r *http.Request, _ principal) {
+func (a *API) buildLog(w http.ResponseWriter, r *http.Request, p principal) {
 	follow, from, highest, err := parseLogQuery(r)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
 	ctx := r.Context()
-	b, err := a.buildOf(ctx, r)
+	b, err := a.buildOf(ctx, r, p) // the caller's to see, else not_found
 	if err != nil {
 		a.writeError(w, r, err)
 		return

@@ -189,7 +189,8 @@ func TestBuildLogResume(t *testing.T) {
 	dir := t.TempDir()
 	e := newEnv(t, func(c *envConfig) { c.Builds = logBuilds{dir: dir} })
 	ctx := context.Background()
-	b := model.TemplateBuild{ID: model.NewBuildID(), Kind: model.BuildImport, Source: e.tplDir, CreatedAt: time.Now()}
+	// A build project A queued (A's member reads its log).
+	b := model.TemplateBuild{ID: model.NewBuildID(), Kind: model.BuildImport, Source: e.tplDir, Project: e.projA, CreatedAt: time.Now()}
 	if err := e.st.CreateBuild(ctx, b, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func buildOut(b model.TemplateBuild) apiv1.Build {
 // it succeeds. A path source that does not exist is refused at once.
 func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRequest]) (*reply, error) {
 	in := c.in
-	b := model.TemplateBuild{ID: model.NewBuildID(), CreatedAt: c.now}
+	b := model.TemplateBuild{ID: model.NewBuildID(), Project: c.p.project, CreatedAt: c.now}
 	switch {
 	case in.Source != "" && in.Recipe != "":
 		return nil, badRequest("give source (an import) or recipe (a build), not both")
@@ -165,13 +165,26 @@ func parseBuildQuery(q url.Values) (store.BuildQuery, error) {
 	return bq, nil
 }
 
-// listBuilds: GET /v1/builds → 200 BuildList, newest first.
-func (a *API) listBuilds(w http.ResponseWriter, r *http.Request, _ principal) {
+// buildScope is whose builds p sees: an admin every build (the server's
+// own, such as the default template's, included); anyone else only the
+// builds its own project's keys queued. A build's source, recipe context
+// and log name server paths, registry hosts and their errors.
+func buildScope(p principal) store.Scope {
+	if p.role == model.RoleAdmin {
+		return store.AllProjects()
+	}
+	return store.OnlyProject(p.project)
+}
+
+// listBuilds: GET /v1/builds → 200 BuildList, newest first: every build
+// for an admin, the caller's project's for anyone else.
+func (a *API) listBuilds(w http.ResponseWriter, r *http.Request, p principal) {
 	q, err := parseBuildQuery(r.URL.Query())
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
+	q.Scope = buildScope(p)
 	page, err := a.cfg.Store.ListBuilds(r.Context(), q)
 	if err != nil {
 		a.writeError(w, r, fmt.Errorf("list builds: %w", err))
@@ -187,7 +200,10 @@ func (a *API) listBuilds(w http.ResponseWriter, r *http.Request, _ principal) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (a *API) buildOf(ctx context.Context, r *http.Request) (model.TemplateBuild, error) {
+// buildOf reads the build of the {id} path value, if p may see it
+// (buildScope): another project's build, or the server's own for a
+// non-admin, is not_found as an unknown one is.
+func (a *API) buildOf(ctx context.Context, r *http.Request, p principal) (model.TemplateBuild, error) {
 	id, err := model.ParseBuildID(r.PathValue("id"))
 	if err != nil {
 		return model.TemplateBuild{}, err
@@ -199,12 +215,19 @@ func (a *API) buildOf(ctx context.Context, r *http.Request) (model.TemplateBuild
 	if err != nil {
 		return model.TemplateBuild{}, fmt.Errorf("get build %s: %w", id, err)
 	}
+	project, limited, err := buildScope(p).Project()
+	if err != nil {
+		return model.TemplateBuild{}, err
+	}
+	if limited && b.Project != project {
+		return model.TemplateBuild{}, notFound("build %s not found", id)
+	}
 	return b, nil
 }
 
-// getBuild: GET /v1/builds/{id} → 200 Build.
-func (a *API) getBuild(w http.ResponseWriter, r *http.Request, _ principal) {
-	b, err := a.buildOf(r.Context(), r)
+// getBuild: GET /v1/builds/{id} → 200 Build (buildOf: the caller's to see).
+func (a *API) getBuild(w http.ResponseWriter, r *http.Request, p principal) {
+	b, err := a.buildOf(r.Context(), r, p)
 	if err != nil {
 		a.writeError(w, r, err)
 		return

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,30 +24,30 @@ func TestBuildRoutes(t *testing.T) {
 		t.Fatalf("build %+v", b)
 	}
 	// The log, dumped: lines, then done with the build.
-	r := e.do("GET", "/v1/builds/"+b.ID+"/log?follow=false", e.keyA, "").want(t, http.StatusOK)
+	r := e.do("GET", "/v1/builds/"+b.ID+"/log?follow=false", e.admin, "").want(t, http.StatusOK)
 	body := string(r.body)
 	if !strings.Contains(body, "event: log\n") || !strings.Contains(body, "succeeded: "+b.Digest) ||
 		!strings.HasSuffix(body, "\n\n") || !strings.Contains(body, "event: done\ndata: {\"id\":\""+b.ID) {
 		t.Fatalf("log stream:\n%s", body)
 	}
 	// Followed, a finished build's log ends the same way.
-	r = e.do("GET", "/v1/builds/"+b.ID+"/log", e.keyA, "").want(t, http.StatusOK)
+	r = e.do("GET", "/v1/builds/"+b.ID+"/log", e.admin, "").want(t, http.StatusOK)
 	if !strings.Contains(string(r.body), "event: done\n") {
 		t.Fatalf("followed log:\n%s", r.body)
 	}
 	// Listing: newest first, filters, pages.
 	var bl apiv1.BuildList
-	e.do("GET", "/v1/builds?limit=1", e.keyB, "").want(t, http.StatusOK).decode(t, &bl)
+	e.do("GET", "/v1/builds?limit=1", e.admin, "").want(t, http.StatusOK).decode(t, &bl)
 	if len(bl.Builds) != 1 || bl.Builds[0].ID != b.ID || bl.NextCursor == "" {
 		t.Fatalf("first page %+v", bl)
 	}
 	cursor := bl.NextCursor
 	bl = apiv1.BuildList{}
-	e.do("GET", "/v1/builds?limit=1&cursor="+cursor, e.keyB, "").want(t, http.StatusOK).decode(t, &bl)
+	e.do("GET", "/v1/builds?limit=1&cursor="+cursor, e.admin, "").want(t, http.StatusOK).decode(t, &bl)
 	if len(bl.Builds) != 1 || bl.Builds[0].Name != "default:latest" || bl.NextCursor != "" {
 		t.Fatalf("second page %+v", bl)
 	}
-	e.do("GET", "/v1/builds?name=copy&state=active", e.keyB, "").want(t, http.StatusOK).decode(t, &bl)
+	e.do("GET", "/v1/builds?name=copy&state=active", e.admin, "").want(t, http.StatusOK).decode(t, &bl)
 	if len(bl.Builds) != 0 {
 		t.Fatalf("active builds of copy: %+v", bl)
 	}
@@ -62,6 +64,86 @@ func TestBuildRoutes(t *testing.T) {
 	if rb.Kind != "recipe" || rb.Error == nil || rb.Error.Code != apiv1.CodeNotSupported {
 		t.Fatalf("recipe build %+v", rb)
 	}
+}
+
+// TestBuildsScopedToProject: a member lists and reads only the builds its
+// own project queued; another project's, and the server's own (the
+// default template's), are not_found as an unknown build is, log
+// included. An admin sees them all.
+func TestBuildsScopedToProject(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	e := newEnv(t, func(c *envConfig) { c.Builds = logBuilds{dir: dir} })
+	ctx := context.Background()
+	mk := func(p model.ProjectID, source string) model.TemplateBuild {
+		b := model.TemplateBuild{ID: model.NewBuildID(), Kind: model.BuildImport, Source: source, Project: p, CreatedAt: time.Now()}
+		if err := e.st.CreateBuild(ctx, b, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(build.LogPath(dir, b.ID), []byte("pulling "+source+": dial tcp 10.9.8.7:5000: connection refused\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	server := mk("", "registry.internal.example:5000/secret/base:1")
+	ofA := mk(e.projA, "/srv/project-a/tree")
+	ofB := mk(e.projB, "registry.b.example/b-only:2")
+	ids := func(key string) []string {
+		t.Helper()
+		var bl apiv1.BuildList
+		e.do("GET", "/v1/builds", key, "").want(t, http.StatusOK).decode(t, &bl)
+		var out []string
+		for _, b := range bl.Builds {
+			out = append(out, b.ID)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		who, key     string
+		sees, hidden []model.TemplateBuild
+	}{
+		{"member of A", e.keyA, []model.TemplateBuild{ofA}, []model.TemplateBuild{server, ofB}},
+		{"member of B", e.keyB, []model.TemplateBuild{ofB}, []model.TemplateBuild{server, ofA}},
+		{"admin", e.admin, []model.TemplateBuild{server, ofA, ofB}, nil},
+	} {
+		listed := ids(c.key)
+		for _, b := range c.sees {
+			if !slices.Contains(listed, b.ID.String()) {
+				t.Fatalf("%s: GET /v1/builds %v lacks %s", c.who, listed, b.ID)
+			}
+			e.do("GET", "/v1/builds/"+b.ID.String(), c.key, "").want(t, http.StatusOK)
+			if body := e.do("GET", "/v1/builds/"+b.ID.String()+"/log?follow=false", c.key, "").want(t, http.StatusOK).body; !strings.Contains(string(body), "dial tcp") {
+				t.Fatalf("%s: log of %s: %s", c.who, b.ID, body)
+			}
+		}
+		for _, b := range c.hidden {
+			if slices.Contains(listed, b.ID.String()) {
+				t.Fatalf("%s: GET /v1/builds lists %s (%s)", c.who, b.ID, b.Source)
+			}
+			for _, path := range []string{"/v1/builds/" + b.ID.String(), "/v1/builds/" + b.ID.String() + "/log?follow=false", "/v1/builds/" + b.ID.String() + "/log"} {
+				r := e.do("GET", path, c.key, "").wantError(t, http.StatusNotFound, apiv1.CodeNotFound)
+				if strings.Contains(string(r.body), b.Source) || strings.Contains(string(r.body), "dial tcp") {
+					t.Fatalf("%s: %s leaks: %s", c.who, path, r.body)
+				}
+			}
+			// Filters do not reach past the scope either.
+			var bl apiv1.BuildList
+			e.do("GET", "/v1/builds?state=pending&limit=100", c.key, "").want(t, http.StatusOK).decode(t, &bl)
+			for _, got := range bl.Builds {
+				if got.ID == b.ID.String() {
+					t.Fatalf("%s: filtered listing shows %s", c.who, b.ID)
+				}
+			}
+		}
+	}
+	// An import an admin queues is its own project's (the admin key's).
+	var queued apiv1.Build
+	e.do("POST", "/v1/templates", e.admin, fmt.Sprintf(`{"source": %q}`, e.tplDir)).want(t, http.StatusAccepted).decode(t, &queued)
+	got, err := e.st.GetBuild(ctx, model.BuildID(queued.ID))
+	if err != nil || got.Project != e.adminPj {
+		t.Fatalf("queued build's project = %q, %v; want the admin's %s", got.Project, err, e.adminPj)
+	}
+	e.do("GET", "/v1/builds/"+queued.ID, e.keyA, "").wantError(t, http.StatusNotFound, apiv1.CodeNotFound)
 }
 
 // noBuilds is a build runner that runs nothing: builds stay pending until
@@ -118,8 +200,12 @@ func TestCreateWaitsForBuild(t *testing.T) {
 				t.Fatalf("create after the build: %d %s", r.status, r.body)
 			}
 		default:
+			// The build is the server's, not project A's: A learns that
+			// it failed and its code, not why (a build's error names
+			// registry hosts, paths and dial errors).
 			if r.status != http.StatusFailedDependency || !strings.Contains(string(r.body), b.ID.String()) ||
-				!strings.Contains(string(r.body), "step 3 exited 1") || !strings.Contains(string(r.body), "minimal") {
+				!strings.Contains(string(r.body), "build_failed") || strings.Contains(string(r.body), "step 3 exited 1") ||
+				!strings.Contains(string(r.body), "minimal") {
 				t.Fatalf("create after the failed build: %d %s", r.status, r.body)
 			}
 		}

@@ -341,7 +341,7 @@ func TestSecrets(t *testing.T) {
 	const value = "ghp_S3cretValueNeverShown"
 	e := newEnv(t, withSecrets(t))
 	path := "/v1/secrets/gh-token"
-	body := fmt.Sprintf(`{"value": %q, "hosts": ["api.github.com", "*.githubusercontent.com"]}`, value)
+	body := fmt.Sprintf(`{"value": %q, "hosts": ["api.github.com", "raw.githubusercontent.com"]}`, value)
 	var s apiv1.Secret
 	r := e.send(req{method: "PUT", path: path, key: e.keyA, body: body, header: http.Header{"Idempotency-Key": {"put-secret-1"}}}).want(t, http.StatusCreated)
 	r.decode(t, &s)
@@ -389,6 +389,13 @@ func TestSecrets(t *testing.T) {
 		`{"value": "v", "hosts": ["a.example"], "header": "Host"}`,
 		`{"value": "v", "hosts": ["a.example"], "format": "no marker"}`,
 		`{"value": "a\nb", "hosts": ["a.example"]}`,
+		// Public suffixes, and wildcards over them: names anyone may
+		// register, which would get the secret.
+		`{"value": "v", "hosts": ["*.com"]}`,
+		`{"value": "v", "hosts": ["a.example", "com"]}`,
+		`{"value": "v", "hosts": ["*.co.uk"]}`,
+		`{"value": "v", "hosts": ["*.github.io"]}`,
+		`{"value": "v", "hosts": ["*.githubusercontent.com"]}`,
 	} {
 		e.send(req{method: "PUT", path: "/v1/secrets/other", key: e.keyA, body: b, invalid: strings.Contains(b, `"value": ""`) || strings.Contains(b, `[]`)}).
 			wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)

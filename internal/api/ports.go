@@ -244,12 +244,13 @@ func dropGuestSetCookies(h http.Header) {
 	}
 }
 
-// plantsCookie reports whether the Set-Cookie value line sets the
-// session cookie or carries a Domain attribute.
+// plantsCookie reports whether the Set-Cookie value line sets what a
+// browser would send back as the session cookie (a nameless cookie
+// "=airlock_session=…" included, apiv1.SetsSessionCookie) or carries a
+// Domain attribute.
 func plantsCookie(line string) bool {
 	attrs := strings.Split(line, ";")
-	name, _, _ := strings.Cut(attrs[0], "=")
-	if apiv1.IsSessionCookie(name) {
+	if apiv1.SetsSessionCookie(line) {
 		return true
 	}
 	for _, a := range attrs[1:] {

@@ -543,6 +543,11 @@ var guestSetCookies = []string{
 	"airlock_session=alk_attacker; Path=/v1/sandboxes",
 	"__Host-airlock_session=alk_attacker; Secure; Path=/",
 	" AIRLOCK_SESSION =alk_attacker",
+	// Nameless cookies: a browser sends back their value alone,
+	// "airlock_session=alk_attacker", read as the session cookie.
+	"=airlock_session=alk_attacker; Path=/",
+	" =\t__Host-airlock_session=alk_attacker",
+	"airlock_session",
 	"theme=dark; Domain=example.test; Path=/",
 	"tracker=1; path=/; domain=.example.test",
 	"theme=light; Path=/v1/sandboxes; HttpOnly",
@@ -551,7 +556,8 @@ var guestSetCookies = []string{
 
 // TestPortsProxyDropsPlantedCookies: a guest's answer cannot set the
 // console's session cookie (either spelling), nor any cookie for other
-// hosts (Domain); its own host-only cookies pass.
+// hosts (Domain), nor a nameless cookie a browser sends back as the
+// session cookie ("=airlock_session=…"); its own host-only cookies pass.
 func TestPortsProxyDropsPlantedCookies(t *testing.T) {
 	t.Parallel()
 	pe := newPortEnv(t)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -43,6 +44,9 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 		return nil, err
 	}
 	if req.Metadata, err = model.ParseMetadata(in.Metadata); err != nil {
+		return nil, err
+	}
+	if err := checkReservedMetadata(ctx, req.Metadata); err != nil {
 		return nil, err
 	}
 	if req.Timeouts, err = a.createTimeouts(c); err != nil {
@@ -311,4 +315,27 @@ func (a *API) createCommand(ctx context.Context, c *call[apiv1.CreateCommandRequ
 		}
 	}
 	return rep, nil
+}
+
+// checkReservedMetadata refuses metadata keys the server keeps for itself
+// (model.ReservedMetadataKey: e2b.airlock/…, airlock/…) unless the request
+// is the server's own, sent in-process (the E2B API records the templateID
+// its caller named under e2b.airlock/template-id). Only InProcess.RoundTrip
+// marks a request so, in a context it makes: no header, flag or token a
+// client sends over the network can.
+func checkReservedMetadata(ctx context.Context, md model.Metadata) error {
+	if inProcessFrom(ctx) != nil {
+		return nil
+	}
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		if model.ReservedMetadataKey(k) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.Sort(keys)
+	return badRequest("metadata key %q is reserved for the server's own use (keys starting with e2b.airlock/ or airlock/)", keys[0])
 }

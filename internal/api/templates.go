@@ -13,13 +13,13 @@ import (
 
 // listTemplates: GET /v1/templates → 200 TemplateList. Templates are shared
 // by every project.
-func (a *API) listTemplates(w http.ResponseWriter, r *http.Request, _ principal) {
+func (a *API) listTemplates(w http.ResponseWriter, r *http.Request, p principal) {
 	ts, err := a.cfg.Store.ListTemplates(r.Context())
 	if err != nil {
 		a.writeError(w, r, fmt.Errorf("list templates: %w", err))
 		return
 	}
-	views, err := a.templateViews(r.Context(), ts...)
+	views, err := a.templateViews(r.Context(), p, ts...)
 	if err != nil {
 		a.writeError(w, r, fmt.Errorf("template users: %w", err))
 		return

@@ -21,8 +21,15 @@ type TemplateCollector interface {
 	RemoveDeleted(ctx context.Context, d model.TemplateDigest) error
 }
 
-// templateViews is templateOut with how many live sandboxes use each template.
-func (a *API) templateViews(ctx context.Context, ts ...model.Template) ([]apiv1.Template, error) {
+// templateViews is templateOut with how many live sandboxes use each
+// template: every project's for an admin, the caller's project's for
+// anyone else (templates are shared; other projects' sandboxes are not
+// the caller's to count).
+func (a *API) templateViews(ctx context.Context, p principal, ts ...model.Template) ([]apiv1.Template, error) {
+	scope := store.OnlyProject(p.project)
+	if p.role == model.RoleAdmin {
+		scope = store.AllProjects()
+	}
 	digests := make([]model.TemplateDigest, len(ts))
 	for i, t := range ts {
 		digests[i] = t.Digest
@@ -30,9 +37,9 @@ func (a *API) templateViews(ctx context.Context, ts ...model.Template) ([]apiv1.
 	var users map[model.TemplateDigest]int
 	var err error
 	if len(ts) == 1 {
-		users, err = a.cfg.Store.CountTemplateUsers(ctx, digests...)
+		users, err = a.cfg.Store.CountTemplateUsers(ctx, scope, digests...)
 	} else {
-		users, err = a.cfg.Store.CountTemplateUsers(ctx)
+		users, err = a.cfg.Store.CountTemplateUsers(ctx, scope)
 	}
 	if err != nil {
 		return nil, err
@@ -88,7 +95,7 @@ func (a *API) resolve(ctx context.Context, ref model.TemplateRef) (model.Templat
 
 // getTemplate: GET /v1/templates/{ref} → 200 Template, with its
 // configuration and how many live sandboxes use it.
-func (a *API) getTemplate(w http.ResponseWriter, r *http.Request, _ principal) {
+func (a *API) getTemplate(w http.ResponseWriter, r *http.Request, p principal) {
 	ref, err := parseRefPath(r)
 	if err != nil {
 		a.writeError(w, r, err)
@@ -99,7 +106,7 @@ func (a *API) getTemplate(w http.ResponseWriter, r *http.Request, _ principal) {
 		a.writeError(w, r, err)
 		return
 	}
-	views, err := a.templateViews(r.Context(), t)
+	views, err := a.templateViews(r.Context(), p, t)
 	if err != nil {
 		a.writeError(w, r, fmt.Errorf("template %s users: %w", t.Digest, err))
 		return
@@ -135,7 +142,7 @@ func (a *API) setTemplateTag(ctx context.Context, c *call[apiv1.SetTemplateTagRe
 	if t, err = a.cfg.Store.GetTemplate(ctx, d); err != nil {
 		return nil, fmt.Errorf("read template %s back: %w", d, err)
 	}
-	views, err := a.templateViews(ctx, t)
+	views, err := a.templateViews(ctx, c.p, t)
 	if err != nil {
 		return nil, fmt.Errorf("template %s users: %w", t.Digest, err)
 	}

@@ -60,9 +60,24 @@ func TestTemplateTagsDeleteGC(t *testing.T) {
 	// In use: delete by tag or digest is refused, naming the sandbox.
 	var sb apiv1.SandboxWithOperation
 	e.do("POST", "/v1/sandboxes", e.keyA, `{"template": "py"}`).want(t, http.StatusAccepted).decode(t, &sb)
-	e.do("GET", "/v1/templates/py", e.keyB, "").want(t, http.StatusOK).decode(t, &got)
-	if *got.InUse != 1 {
-		t.Fatalf("in_use = %d", *got.InUse)
+	// in_use counts the caller's project's sandboxes (an admin's: all):
+	// another project does not learn how many sandboxes A runs of it.
+	for _, c := range []struct {
+		who, key string
+		want     int
+	}{{"project A", e.keyA, 1}, {"project B", e.keyB, 0}, {"admin", e.admin, 1}} {
+		got = apiv1.Template{}
+		e.do("GET", "/v1/templates/py", c.key, "").want(t, http.StatusOK).decode(t, &got)
+		if got.InUse == nil || *got.InUse != c.want {
+			t.Fatalf("in_use for %s = %v, want %d", c.who, got.InUse, c.want)
+		}
+		var list apiv1.TemplateList
+		e.do("GET", "/v1/templates", c.key, "").want(t, http.StatusOK).decode(t, &list)
+		for _, lt := range list.Templates {
+			if lt.Digest == got.Digest && (lt.InUse == nil || *lt.InUse != c.want) {
+				t.Fatalf("listed in_use for %s = %v, want %d", c.who, lt.InUse, c.want)
+			}
+		}
 	}
 	r := e.do("DELETE", "/v1/templates/py", e.admin, "").wantError(t, http.StatusConflict, apiv1.CodeTemplateInUse)
 	var apiErr apiv1.Error

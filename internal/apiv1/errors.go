@@ -74,6 +74,9 @@ const (
 	CodeEnvironmentUnknown          = "environment_unknown"           // no environment has that name or reference
 	CodeEnvironmentArtifactsMissing = "environment_artifacts_missing" // the environment is known, but this node no longer has its artifacts (runtime binary gone or changed)
 	CodeEnvironmentUnavailable      = "environment_unavailable"       // the environment is not enabled here, or its probe failed (no healthy node runs it)
+
+	// The Host allow-list (DNS rebinding).
+	CodeHostNotAllowed = "host_not_allowed" // the request's Host is not a name this server answers to (--allowed-hosts)
 )
 
 // ErrorSpec is one code of the error vocabulary and how each of Airlock's
@@ -168,6 +171,8 @@ var errorSpecs = []ErrorSpec{
 	{Code: CodeEnvironmentUnknown, Status: 400, Connect: "invalid_argument", Exit: 1},
 	{Code: CodeEnvironmentArtifactsMissing, Status: 409, Connect: "failed_precondition", Exit: 1},
 	{Code: CodeEnvironmentUnavailable, Status: 409, Connect: "failed_precondition", Exit: 1},
+
+	{Code: CodeHostNotAllowed, Status: 421, Connect: "permission_denied", Exit: 1},
 }
 
 // errorsByCode indexes errorSpecs.

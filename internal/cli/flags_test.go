@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -265,6 +266,25 @@ func TestServerPublicURLFlag(t *testing.T) {
 		var ue usageError
 		if _, err := f.options("/tmp/x", slog.DiscardHandler); !errors.As(err, &ue) || !strings.Contains(err.Error(), "--public-url") {
 			t.Errorf("--public-url %q: err %v, want a usage error", bad, err)
+		}
+	}
+}
+
+func TestServerAllowedHostsFlag(t *testing.T) {
+	base := serverFlags{listen: "127.0.0.1:0", grace: time.Second, overcommit: 1, maxConns: 1, mutBurst: 1,
+		defaultDisk: 2048, maxDisk: 4096, bodyTimeout: time.Second, usernsBase: oci.DefaultIDBase, usernsN: 1}
+	f := base
+	f.allowedHosts = []string{"airlock.internal", "*.corp.example", "*"}
+	opts, err := f.options("/tmp/x", slog.DiscardHandler)
+	if err != nil || !slices.Equal(opts.AllowedHosts, f.allowedHosts) {
+		t.Fatalf("--allowed-hosts → %q, %v", opts.AllowedHosts, err)
+	}
+	for _, bad := range []string{"http://x", "a b", "*.", "x.*", ""} {
+		f := base
+		f.allowedHosts = []string{bad}
+		var ue usageError
+		if _, err := f.options("/tmp/x", slog.DiscardHandler); !errors.As(err, &ue) || !strings.Contains(err.Error(), "--allowed-hosts") {
+			t.Errorf("--allowed-hosts %q: err %v, want a usage error", bad, err)
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/environment"
+	"github.com/airlockdev/airlock/internal/hostallow"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/pool"
 	"github.com/airlockdev/airlock/internal/reaper"
@@ -86,6 +87,8 @@ type serverFlags struct {
 	egressDNS      string
 	egressProxy    int
 	egressResolver int
+	// the Host allow-list (DNS rebinding)
+	allowedHosts []string
 }
 
 // options parses the flags into server.Options.
@@ -126,6 +129,10 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		NoE2B:                    !f.e2b,
 		E2BDomain:                f.e2bDomain,
 		PoolFillParallel:         f.poolParallel,
+		AllowedHosts:             f.allowedHosts,
+	}
+	if _, err := hostallow.Parse(f.allowedHosts); err != nil {
+		return opts, usageErrorf("--allowed-hosts: %s", strings.TrimPrefix(err.Error(), model.ErrInvalid.Error()+": "))
 	}
 	if f.poolMemory < 0 || f.poolCPUs < 0 || f.poolParallel < 0 {
 		return opts, usageErrorf("--pool-memory-mib, --pool-cpus and --pool-fill-parallel must not be negative (0: the default)")
@@ -313,6 +320,8 @@ func (a *app) serverCommand() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:7070", "HOST:PORT to serve the API and the data plane on")
+	// The Host allow-list (DNS rebinding): kept together.
+	fs.StringSliceVar(&f.allowedHosts, "allowed-hosts", nil, "host names (name, *.domain, or * for any) a request's Host may carry besides the server's own: the --listen, --advertise-url and --public-url hosts, its host name, --e2b-domain and *.<it>; IP addresses and localhost always pass; any other Host gets 421 host_not_allowed (repeatable or comma-separated)")
 	fs.StringVar(&f.metricsAddr, "metrics-listen", "", "HOST:PORT to also serve GET /metrics on WITHOUT authentication; bind it to a private interface (default: off; the main listener's /metrics needs an admin key)")
 	fs.StringArrayVar(&f.envs, "env", nil, "execution environment to run sandboxes in: qemu (microVMs, KVM where it works, else emulated), runsc, crun or runc (repeatable; the first is the default; default: runsc, the strongest isolation that works on any host; qemu, runc and crun only when named)")
 	fs.StringVar(&f.runtime, "runtime", "", "shorthand for --env: runc, crun, runsc or qemu")

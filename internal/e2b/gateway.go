@@ -178,22 +178,38 @@ func (g *Gateway) nativeFor(sb model.Sandbox) (*client.Client, error) {
 //
 // envd's port takes the sandbox's access token (or a signed /files URL).
 // Other guest ports take it too (X-Access-Token or
-// E2B-Traffic-Access-Token), except on a sandbox with public ports (the
-// E2B API's default, as on E2B), for anything but the code interpreter
-// (which runs code) beyond its /health. Only an authenticated request
-// wakes a suspended or paused sandbox; anonymous traffic to one that is
-// not running gets 502.
+// E2B-Traffic-Access-Token), except on a running sandbox with public
+// ports (the E2B API's default, as on E2B), for anything but the code
+// interpreter (which runs code) beyond its /health. Only an authenticated
+// request wakes a suspended or paused sandbox.
+//
+// A request without a credential for the sandbox it names gets one
+// answer, refused (401, the same body), whether that sandbox is unknown,
+// deleted, a pool's, paused, running, or another's: it learns nothing
+// of the sandbox but what its public ports serve. Only a credential for
+// the ID (a token minted for it) learns that the sandbox is gone (502,
+// what E2B clients read as "not running") or how it is (envd's /health:
+// 204 running, else 502).
 func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 	ctx := r.Context()
 	sb, err := g.cfg.Sandboxes.GetSandboxByID(ctx, rt.Sandbox)
-	if err != nil || sb.ProjectID == model.SystemProject || sb.State == model.StateDeleted {
-		// Unknown (or an unclaimed pool sandbox, which no caller owns):
-		// E2B clients read 502 as "sandbox not running".
-		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s not found", rt.Sandbox))
+	known := err == nil && sb.ProjectID != model.SystemProject && sb.State != model.StateDeleted
+	if !known {
+		// Unknown (or an unclaimed pool sandbox, which no caller owns).
+		if g.hasTokenFor(r, rt, model.Sandbox{ID: rt.Sandbox}, false) {
+			// E2B clients read 502 as "sandbox not running".
+			writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s not found", rt.Sandbox))
+			return
+		}
+		g.refuseAnonymous(w, rt)
 		return
 	}
 	if rt.Port == EnvdPort && r.URL.Path == "/health" {
 		// isRunning(): a health check never wakes a sandbox.
+		if !g.hasTokenFor(r, rt, sb, true) {
+			g.refuseAnonymous(w, rt)
+			return
+		}
 		if sb.State == model.StateRunning {
 			w.WriteHeader(http.StatusNoContent)
 			return
@@ -208,7 +224,7 @@ func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 	}
 	if rt.Port == EnvdPort {
 		// Authenticate before waking anything.
-		user, ok := g.authorizeEnvd(w, r, sb)
+		user, ok := g.authorizeEnvd(w, r, rt, sb)
 		if !ok {
 			return
 		}
@@ -218,15 +234,14 @@ func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 		g.envd(w, r, target.Target{Sandbox: sb.ID, Native: native, User: user, Users: g.users})
 		return
 	}
-	authed := g.hasToken(r, sb)
+	authed := g.hasTokenFor(r, rt, sb, true)
 	health := r.URL.Path == "/health" && (r.Method == http.MethodGet || r.Method == http.MethodHead)
 	public := sb.PublicPorts && (rt.Port != CodeInterpreterPort || health)
-	if !authed && !public {
-		writeError(w, http.StatusUnauthorized, fmt.Sprintf("port %d of sandbox %s needs the sandbox's access token (X-Access-Token or E2B-Traffic-Access-Token)", rt.Port, sb.ID))
-		return
-	}
-	if !authed && sb.State != model.StateRunning {
-		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State))
+	if !authed && (!public || sb.State != model.StateRunning) {
+		// Anonymous traffic wakes nothing, and is told no more of a
+		// sandbox whose ports it may not reach (or not now) than of an
+		// unknown one.
+		g.refuseAnonymous(w, rt)
 		return
 	}
 	sb, ok := g.ensureRunning(w, r, native, sb)
@@ -243,12 +258,32 @@ func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 	g.proxy.ServeHTTP(w, r)
 }
 
-// hasToken reports whether r carries sandbox sb's access token, as envd
-// clients send it (X-Access-Token) or as the code interpreter SDK does
-// (E2B-Traffic-Access-Token).
-func (g *Gateway) hasToken(r *http.Request, sb model.Sandbox) bool {
-	for _, h := range []string{"X-Access-Token", "E2B-Traffic-Access-Token"} {
-		if tok := r.Header.Get(h); tok != "" && g.tokenOf(tok, sb) {
+// refuseAnonymous is the one answer to a request without a credential for
+// the sandbox it names, whatever that sandbox is (unknown, paused,
+// another's, private): the same status and body for each, naming only
+// what the request itself named.
+func (g *Gateway) refuseAnonymous(w http.ResponseWriter, rt Route) {
+	writeError(w, http.StatusUnauthorized, fmt.Sprintf(
+		"port %d of sandbox %s needs the sandbox's access token (X-Access-Token or E2B-Traffic-Access-Token; for /files a valid signed URL); without one the server does not say whether the sandbox exists or runs",
+		rt.Port, rt.Sandbox))
+}
+
+// hasTokenFor reports whether r carries an access token minted for
+// sandbox sb (of its project when known): as envd clients send it
+// (X-Access-Token) or, for ports other than envd's, as the code
+// interpreter SDK does (E2B-Traffic-Access-Token).
+func (g *Gateway) hasTokenFor(r *http.Request, rt Route, sb model.Sandbox, known bool) bool {
+	headers := []string{"X-Access-Token", "E2B-Traffic-Access-Token"}
+	if rt.Port == EnvdPort {
+		headers = headers[:1]
+	}
+	for _, h := range headers {
+		tok := r.Header.Get(h)
+		if tok == "" {
+			continue
+		}
+		id, project, err := g.cfg.Verify(tok)
+		if err == nil && id == sb.ID && (!known || project == sb.ProjectID) {
 			return true
 		}
 	}
@@ -280,8 +315,9 @@ func (g *Gateway) envd(w http.ResponseWriter, r *http.Request, t target.Target) 
 // authorizeEnvd checks an envd request's credential: the X-Access-Token
 // header, or for /files a URL signed with the sandbox's token. It returns
 // the user the request names (Basic auth user of an RPC, ?username= of
-// /files); on failure it has answered 401.
-func (g *Gateway) authorizeEnvd(w http.ResponseWriter, r *http.Request, sb model.Sandbox) (string, bool) {
+// /files); on failure it has answered with refuseAnonymous, as for an
+// unknown sandbox.
+func (g *Gateway) authorizeEnvd(w http.ResponseWriter, r *http.Request, rt Route, sb model.Sandbox) (string, bool) {
 	user := ""
 	if r.URL.Path == "/files" {
 		user = r.URL.Query().Get("username")
@@ -290,7 +326,7 @@ func (g *Gateway) authorizeEnvd(w http.ResponseWriter, r *http.Request, sb model
 	}
 	if tok := r.Header.Get("X-Access-Token"); tok != "" {
 		if !g.tokenOf(tok, sb) {
-			writeError(w, http.StatusUnauthorized, "invalid X-Access-Token for this sandbox")
+			g.refuseAnonymous(w, rt)
 			return "", false
 		}
 		return user, true
@@ -307,15 +343,13 @@ func (g *Gateway) authorizeEnvd(w http.ResponseWriter, r *http.Request, sb model
 			writeError(w, http.StatusInternalServerError, "cannot check the URL signature")
 			return "", false
 		}
-		err = errBadSignature
 		for _, tok := range tokens {
 			if err = checkFileSignature(q.Get("signature"), q.Get("signature_expiration"), q.Get("path"), op, user, tok, g.cfg.Now()); err == nil {
 				return user, true
 			}
 		}
-		writeError(w, http.StatusUnauthorized, err.Error())
-		return "", false
+		g.cfg.Logger.Debug("e2b: signed /files URL refused", "sandbox", sb.ID, "err", err)
 	}
-	writeError(w, http.StatusUnauthorized, "missing X-Access-Token (the sandbox's envdAccessToken)")
+	g.refuseAnonymous(w, rt)
 	return "", false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -169,9 +170,11 @@ func TestGatewayRouting(t *testing.T) {
 		{"native api", "GET", "/v1/sandboxes", "127.0.0.1:8080", nil, "", 418, "native", ""},
 		{"control v2", "POST", "/v2/sandboxes", "127.0.0.1:8080", nil, "", 418, "control", ""},
 		{"control v1", "DELETE", "/sandboxes/x", "127.0.0.1:8080", nil, "", 418, "control", ""},
-		{"health running", "GET", "/health", "h", envd(running), "", 204, "", ""},
-		{"health suspended does not wake", "GET", "/health", "h", envd(suspended), "", 502, "", ""},
-		{"unknown sandbox", "GET", "/health", "h", map[string]string{headerSandboxID: model.NewSandboxID().String(), headerSandboxPort: "49983"}, "", 502, "", ""},
+		{"health running", "GET", "/health", "h", withTok(envd(running), "tok-"+running.ID.String()), "", 204, "", ""},
+		{"health suspended does not wake", "GET", "/health", "h", withTok(envd(suspended), "tok-"+suspended.ID.String()), "", 502, "", ""},
+		{"health of a deleted sandbox with its token", "GET", "/health", "h", withTok(envd(deleted), "tok-"+deleted.ID.String()), "", 502, "", ""},
+		{"health without a token", "GET", "/health", "h", envd(running), "", 401, "", ""},
+		{"unknown sandbox", "GET", "/health", "h", map[string]string{headerSandboxID: model.NewSandboxID().String(), headerSandboxPort: "49983"}, "", 401, "", ""},
 		{"pool sandbox is unknown", "POST", "/process.Process/List", "h", withTok(envd(pooled), "tok-"+pooled.ID.String()), "", 502, "", ""},
 		{"malformed sandbox header", "GET", "/health", "h", map[string]string{headerSandboxID: "x", headerSandboxPort: "49983"}, "", 400, "", ""},
 		{"rpc without token", "POST", "/process.Process/List", "h", envd(running), "", 401, "", ""},
@@ -194,8 +197,9 @@ func TestGatewayRouting(t *testing.T) {
 		{"guest port with the traffic token", "GET", "/", "h", map[string]string{headerSandboxID: running.ID.String(), headerSandboxPort: "3000", "E2B-Traffic-Access-Token": "tok-" + running.ID.String()}, "", 418, "api", as(running)},
 		{"guest port of a sandbox with public ports", "GET", "/", "h", port(public, "3000"), "", 418, "api", as(public)},
 		{"the old metadata key makes no port public", "GET", "/", "h", port(e2bMetadata, "3000"), "", 401, "", ""},
-		{"deleted sandbox", "GET", "/", "h", port(deleted, "3000"), "", 502, "", ""},
-		{"anonymous traffic does not wake", "GET", "/", "h", port(publicAsleep, "3000"), "", 502, "", ""},
+		{"deleted sandbox", "GET", "/", "h", port(deleted, "3000"), "", 401, "", ""},
+		{"deleted sandbox with its token", "GET", "/", "h", withTok(port(deleted, "3000"), "tok-"+deleted.ID.String()), "", 502, "", ""},
+		{"anonymous traffic does not wake", "GET", "/", "h", port(publicAsleep, "3000"), "", 401, "", ""},
 		{"code interpreter of a public sandbox is not public", "POST", "/contexts", "h", port(public, "49999"), "", 401, "", ""},
 		{"code interpreter trailing slash", "POST", "/execute/", "h", port(public, "49999"), "", 401, "", ""},
 		{"code interpreter health is public", "GET", "/health", "h", port(public, "49999"), "", 418, "api", as(public)},
@@ -228,6 +232,96 @@ func TestGatewayRouting(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGatewayAnonymousAnswerUniform: a request without a credential for
+// the sandbox it names learns nothing of it. Envd's /health (E2B's
+// isRunning), an RPC, a /files URL signed with another sandbox's token
+// and a guest port get one answer, the same status and the same body but
+// for the ID named, for an unknown ID, a deleted sandbox, a pool's, a
+// paused one, a running one (private, or public but not on envd's port)
+// and one of another project, with no token or with a token of another
+// sandbox. Before, /health answered 204 for running, 502 "not found" for
+// unknown and 502 "is suspended" for paused sandboxes to anyone.
+func TestGatewayAnonymousAnswerUniform(t *testing.T) {
+	mk := func(state model.SandboxState, public bool, project model.ProjectID) model.Sandbox {
+		return model.Sandbox{ID: model.NewSandboxID(), ProjectID: project, State: state, PublicPorts: public}
+	}
+	mine := model.NewProjectID()
+	attacker := mk(model.StateRunning, false, model.NewProjectID()) // the prober's own sandbox: its token is valid, for it
+	targets := map[string]model.Sandbox{
+		"running":        mk(model.StateRunning, false, mine),
+		"public running": mk(model.StateRunning, true, mine),
+		"suspended":      mk(model.StateSuspended, false, mine),
+		"paused public":  mk(model.StateSuspended, true, mine),
+		"deleted":        mk(model.StateDeleted, false, mine),
+		"pool":           mk(model.StateRunning, false, model.SystemProject),
+	}
+	sbs := fakeSandboxes{attacker.ID: attacker}
+	for _, sb := range targets {
+		sbs[sb.ID] = sb
+	}
+	targets["unknown"] = model.Sandbox{ID: model.NewSandboxID()}
+	g := newTestGateway(t, sbs)
+	signedByAttacker := func(id model.SandboxID) string {
+		return "/files?path=%2Fetc%2Fpasswd&signature=" + url.QueryEscape(fileSignature("/etc/passwd", opRead, "", "tok-"+attacker.ID.String(), ""))
+	}
+	probes := []struct {
+		name, method string
+		port         string
+		path         func(model.SandboxID) string
+		token        string
+	}{
+		{"health", "GET", "49983", func(model.SandboxID) string { return "/health" }, ""},
+		{"health, another sandbox's token", "GET", "49983", func(model.SandboxID) string { return "/health" }, "tok-" + attacker.ID.String()},
+		{"health, forged token", "GET", "49983", func(model.SandboxID) string { return "/health" }, "forged"},
+		{"rpc", "POST", "49983", func(model.SandboxID) string { return "/process.Process/List" }, ""},
+		{"rpc, another sandbox's token", "POST", "49983", func(model.SandboxID) string { return "/process.Process/List" }, "tok-" + attacker.ID.String()},
+		{"files signed by another sandbox", "GET", "49983", signedByAttacker, ""},
+		{"files unsigned", "GET", "49983", func(model.SandboxID) string { return "/files?path=/etc/passwd" }, ""},
+		{"code interpreter", "POST", "49999", func(model.SandboxID) string { return "/execute" }, ""},
+		{"guest port, another sandbox's token", "GET", "3000", func(model.SandboxID) string { return "/" }, "tok-" + attacker.ID.String()},
+	}
+	for _, p := range probes {
+		t.Run(p.name, func(t *testing.T) {
+			var first string
+			for what, sb := range targets {
+				if p.port == "3000" && what == "public running" {
+					continue // served: its ports are public
+				}
+				r := httptest.NewRequest(p.method, p.path(sb.ID), nil)
+				r.Header.Set(headerSandboxID, sb.ID.String())
+				r.Header.Set(headerSandboxPort, p.port)
+				if p.token != "" {
+					r.Header.Set("X-Access-Token", p.token)
+				}
+				w := httptest.NewRecorder()
+				g.ServeHTTP(w, r)
+				got := fmt.Sprintf("%d %s %s", w.Code, w.Header().Get("Content-Type"), strings.ReplaceAll(w.Body.String(), sb.ID.String(), "ID"))
+				if w.Code != http.StatusUnauthorized {
+					t.Errorf("%s sandbox: %s", what, got)
+				}
+				if first == "" {
+					first = got
+				} else if got != first {
+					t.Errorf("%s sandbox answers %q, another %q", what, got, first)
+				}
+			}
+		})
+	}
+	// The token's own holder still learns the state (isRunning).
+	for what, want := range map[string]int{"running": 204, "suspended": 502} {
+		sb := targets[what]
+		r := httptest.NewRequest("GET", "/health", nil)
+		r.Header.Set(headerSandboxID, sb.ID.String())
+		r.Header.Set(headerSandboxPort, "49983")
+		r.Header.Set("X-Access-Token", "tok-"+sb.ID.String())
+		w := httptest.NewRecorder()
+		g.ServeHTTP(w, r)
+		if w.Code != want {
+			t.Errorf("health of the %s sandbox with its token: %d, want %d", what, w.Code, want)
+		}
 	}
 }
 

@@ -83,14 +83,14 @@ func ensureSlash(p string) string {
 	return p
 }
 
-// dropSessionSetCookies removes every Set-Cookie naming the console's
-// session cookie (either spelling) from h.
+// dropSessionSetCookies removes from h every Set-Cookie that a browser
+// would send back as the console's session cookie (either spelling; a
+// nameless "=airlock_session=…" too, apiv1.SetsSessionCookie).
 func dropSessionSetCookies(h http.Header) {
 	lines := h.Values("Set-Cookie")
 	var keep []string
 	for _, line := range lines {
-		name, _, _ := strings.Cut(line, "=")
-		if n, _, _ := strings.Cut(name, ";"); !apiv1.IsSessionCookie(n) {
+		if !apiv1.SetsSessionCookie(line) {
 			keep = append(keep, line)
 		}
 	}

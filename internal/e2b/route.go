@@ -97,3 +97,12 @@ func stripPort(host string) string {
 	}
 	return host
 }
+
+// IsSandboxHost reports whether host (a Host header) names a port of a
+// sandbox, <port>-<sandbox id>.<domain>, as RouteOf routes it (with
+// domain "" under any domain): such a request is sandbox traffic and
+// reaches none of Airlock's own routes.
+func IsSandboxHost(host, domain string) bool {
+	_, err := routeOfHost(host, domain)
+	return err == nil
+}

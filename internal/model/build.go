@@ -78,6 +78,10 @@ type TemplateBuild struct {
 	Recipe  string     // the recipe's text (kind recipe); "" for the server's default recipe
 	Context string     // absolute directory on the server host that recipe copy sources are relative to; may be ""
 	Name    TaggedName // set to the digest when the build succeeds; may be zero
+	// Project is the project of the API key that queued the build; "" for
+	// the server's own builds (the default template). A member sees only
+	// its own project's builds.
+	Project ProjectID
 	State   BuildState
 	Error   *BuildError    // set when State is failed
 	Digest  TemplateDigest // set when State is succeeded

@@ -261,7 +261,9 @@ func SetEnv(env, set []string) []string {
 	return out
 }
 
-// Metadata is a set of user labels on a sandbox, used for filtering.
+// Metadata is a set of user labels on a sandbox, used for filtering
+// (keys under the reserved prefixes, ReservedMetadataKey, are the
+// server's own).
 // At most 32 entries; keys are 1–63 characters of [A-Za-z0-9._/-]; values are
 // at most 256 bytes of UTF-8.
 type Metadata map[string]string
@@ -288,6 +290,23 @@ func ParseMetadata(raw map[string]string) (Metadata, error) {
 		md[k] = v
 	}
 	return md, nil
+}
+
+// reservedMetadataPrefixes start the metadata keys the server keeps for
+// itself: "e2b.airlock/" (the E2B API's, e.g. e2b.airlock/template-id,
+// the templateID an E2B client named) and "airlock/" (kept for Airlock).
+var reservedMetadataPrefixes = []string{"e2b.airlock/", "airlock/"}
+
+// ReservedMetadataKey reports whether k is a key the server keeps for
+// itself (one of the reserved prefixes, case aside): no client sets it;
+// only the server's own E2B translation does, in-process.
+func ReservedMetadataKey(k string) bool {
+	for _, p := range reservedMetadataPrefixes {
+		if len(k) >= len(p) && strings.EqualFold(k[:len(p)], p) {
+			return true
+		}
+	}
+	return false
 }
 
 // ParseMetadataFilter parses "key=value" as a single metadata filter term.

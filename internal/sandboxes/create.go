@@ -79,7 +79,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 	if name, ok := ref.Name(); ok {
 		// A template that is still building (the server's default on a
 		// fresh host) is waited for.
-		if err := s.waitForBuild(ctx, name); err != nil {
+		if err := s.waitForBuild(ctx, name, req.Project); err != nil {
 			return Created{}, err
 		}
 	}
@@ -251,14 +251,17 @@ func (s *Service) placementError(ctx context.Context, sel environment.Selector, 
 // waitForBuild waits, bounded by ctx and MaxBuildWait, for an unfinished
 // build that is to point name at a template. Without one it returns at
 // once. When the name resolves to nothing afterwards and the newest build
-// for it failed, it refuses with BuildFailed naming that build.
-func (s *Service) waitForBuild(ctx context.Context, name model.TaggedName) error {
+// for it failed, it refuses with BuildFailed naming that build; why it
+// failed (its error's message: registry hosts, paths, dial errors) only
+// if the caller's project queued it, as GET /v1/builds/{id} shows a
+// member only its own project's builds.
+func (s *Service) waitForBuild(ctx context.Context, name model.TaggedName, project model.ProjectID) error {
 	wctx, cancel := context.WithTimeout(ctx, MaxBuildWait)
 	defer cancel()
 	changed := s.cfg.Store.Watch(wctx)
 	waited := false
 	for {
-		page, err := s.cfg.Store.ListBuilds(wctx, store.BuildQuery{Name: name, Limit: 1})
+		page, err := s.cfg.Store.ListBuilds(wctx, store.BuildQuery{Scope: store.AllProjects(), Name: name, Limit: 1})
 		if err != nil {
 			if ctx.Err() == nil && wctx.Err() != nil {
 				return errorf(Unavailable, "template %s is still building after %s; try again later", name, MaxBuildWait)
@@ -272,13 +275,15 @@ func (s *Service) waitForBuild(ctx context.Context, name model.TaggedName) error
 		if b.State.Done() {
 			if b.State == model.BuildFailed {
 				if _, err := s.cfg.Store.ResolveTemplate(ctx, model.RefByName(name)); errors.Is(err, store.ErrNotFound) {
-					msg := ""
-					if b.Error != nil {
-						msg = b.Error.Message
+					why := "an admin can read why in `airlock build log " + b.ID.String() + "`"
+					if b.Error != nil && b.Project == project && project != "" {
+						why = b.Error.Message + " (see `airlock build log " + b.ID.String() + "`)"
+					} else if b.Error != nil {
+						why = b.Error.Code + "; " + why
 					}
 					return errorf(BuildFailed,
-						"template %s is not available: its build %s failed: %s (see `airlock build log %s`; the busybox template `minimal` needs no build: --template minimal)",
-						name, b.ID, msg, b.ID)
+						"template %s is not available: its build %s failed: %s; the busybox template `minimal` needs no build: --template minimal",
+						name, b.ID, why)
 				}
 			}
 			if waited {

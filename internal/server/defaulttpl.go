@@ -107,7 +107,7 @@ func ensureDebianDefault(ctx context.Context, st store.Store, b *recipe.Builder,
 		log.Info("default template ready (cached build)", "digest", imp.Digest)
 		return nil
 	}
-	page, err := st.ListBuilds(ctx, store.BuildQuery{Name: model.DefaultTemplate, States: []model.BuildState{model.BuildPending, model.BuildRunning}, Limit: 1})
+	page, err := st.ListBuilds(ctx, store.BuildQuery{Scope: store.AllProjects(), Name: model.DefaultTemplate, States: []model.BuildState{model.BuildPending, model.BuildRunning}, Limit: 1})
 	if err != nil {
 		return fmt.Errorf("default template builds: %w", err)
 	}
@@ -227,7 +227,7 @@ func (d *defaultTag) moved(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("default template: %w", err)
 	}
 	named := err == nil // this server named default before
-	page, err := d.st.ListBuilds(ctx, store.BuildQuery{Name: model.DefaultTemplate, States: []model.BuildState{model.BuildSucceeded}, Limit: 100})
+	page, err := d.st.ListBuilds(ctx, store.BuildQuery{Scope: store.AllProjects(), Name: model.DefaultTemplate, States: []model.BuildState{model.BuildSucceeded}, Limit: 100})
 	if err != nil {
 		return false, fmt.Errorf("default template builds: %w", err)
 	}

@@ -38,7 +38,7 @@ func TestDebianDefaultQueuedOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	page, err := st.ListBuilds(ctx, store.BuildQuery{Limit: 10})
+	page, err := st.ListBuilds(ctx, store.BuildQuery{Scope: store.AllProjects(), Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

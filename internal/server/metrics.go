@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/hostallow"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/metrics/storefeed"
 	"github.com/airlockdev/airlock/internal/store"
@@ -39,13 +40,14 @@ func listenMetrics(addr string) (net.Listener, error) {
 // metricsComponents serve GET /metrics without authentication on ln (the
 // --metrics-listen address, meant for a private interface) until ctx
 // ends. A nil ln serves nothing.
-func metricsComponents(ln net.Listener, m *metrics.Metrics, log *slog.Logger) []component {
+func metricsComponents(ln net.Listener, m *metrics.Metrics, hosts hostallow.List, log *slog.Logger) []component {
 	if ln == nil {
 		return nil
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	// Unauthenticated: the Host allow-list keeps a rebound page from it.
+	srv := &http.Server{Handler: hostallow.Handler(hosts, nil, mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	log.Info("serving metrics without authentication", "url", "http://"+ln.Addr().String()+"/metrics")
 	return httpComponents("metrics server", srv, ln, 5*time.Second)
 }

@@ -230,6 +230,14 @@ type Options struct {
 	NoE2B     bool
 	E2BDomain string
 
+	// AllowedHosts (--allowed-hosts, repeatable) are the names besides
+	// the server's own (those of Listen, AdvertiseURL, PublicURL, the host
+	// name, E2BDomain and *.E2BDomain) that a request's Host may carry:
+	// "name", "*.domain" or "*" (any: the check off). Addresses and
+	// localhost always pass; any other Host gets 421 host_not_allowed
+	// (DNS rebinding, see docs/security.md).
+	AllowedHosts []string
+
 	// FaultPoint makes the process SIGKILL itself when it reaches the named
 	// point (crash-safety tests); "" reads AIRLOCK_TEST_CRASH_AT.
 	FaultPoint string

@@ -306,6 +306,13 @@ func Run(ctx context.Context, opts Options) error {
 		defer watchers.Close()
 		handler = gw
 	}
+	// The Host allow-list, before any route (DNS rebinding).
+	hosts, err := allowedHosts(opts, self.AdvertiseURL)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	handler = hostChecked(handler, hosts, opts)
 
 	adminKey := opts.AdminKeyFile
 	if adminKey == "" {
@@ -337,8 +344,8 @@ func Run(ctx context.Context, opts Options) error {
 		comps = append(comps, h.components(ctrl, log)...)
 	}
 	comps = append(comps, poolComponents(pools)...)
-	comps = append(comps, metricsComponents(metricsLn, mtr, log)...) // --metrics-listen, unauthenticated
-	comps = append(comps, idle.components(purgeDuty)...)             // activity flushes, deadlines, idle limits, the purge of finished rows
+	comps = append(comps, metricsComponents(metricsLn, mtr, hosts, log)...) // --metrics-listen, unauthenticated
+	comps = append(comps, idle.components(purgeDuty)...)                    // activity flushes, deadlines, idle limits, the purge of finished rows
 	comps = append(comps,
 		loop("template gc", func(ctx context.Context) { collector.Run(ctx, opts.TemplateGCInterval) }),
 		loop("attachment key rotation", func(ctx context.Context) { rotateAttachKeys(ctx, attachKeys, attachKeyAge, log) }),

@@ -187,8 +187,37 @@ type BuildCursor struct {
 	ID        model.BuildID
 }
 
+// Scope is whose rows a read sees: one project's, or every project's
+// (and the server's own). The zero Scope is neither, and a read given it
+// fails with model.ErrInvalid, so a caller that forgets to say whose rows
+// it wants sees none.
+type Scope struct {
+	project model.ProjectID
+	all     bool
+}
+
+// AllProjects is the scope of every project's rows and the server's own
+// (an admin's, or the server's internal reads).
+func AllProjects() Scope { return Scope{all: true} }
+
+// OnlyProject is the scope of project p's rows; p must not be empty.
+func OnlyProject(p model.ProjectID) Scope { return Scope{project: p} }
+
+// Project returns the one project the scope is limited to, or ok false
+// for AllProjects. A zero Scope (or OnlyProject("")) is an error.
+func (s Scope) Project() (p model.ProjectID, limited bool, err error) {
+	switch {
+	case s.all:
+		return "", false, nil
+	case s.project == "":
+		return "", false, fmt.Errorf("%w: a read without a scope (AllProjects or OnlyProject)", model.ErrInvalid)
+	}
+	return s.project, true, nil
+}
+
 // BuildQuery selects template builds.
 type BuildQuery struct {
+	Scope  Scope              // whose builds (required)
 	Name   model.TaggedName   // zero: any
 	States []model.BuildState // empty: every state
 	Limit  int                // 1..1000

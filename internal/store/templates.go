@@ -61,10 +61,10 @@ type Templates interface {
 	GetTemplate(ctx context.Context, digest model.TemplateDigest) (model.Template, error)
 	ResolveTemplate(ctx context.Context, ref model.TemplateRef) (model.Template, error)
 	ListTemplates(ctx context.Context) ([]model.Template, error)
-	// CountTemplateUsers returns how many live sandboxes use each of the
-	// digests (every digest in use if none is given); unused ones are
-	// absent.
-	CountTemplateUsers(ctx context.Context, digests ...model.TemplateDigest) (map[model.TemplateDigest]int, error)
+	// CountTemplateUsers returns how many live sandboxes of scope use each
+	// of the digests (every digest in use if none is given); unused ones
+	// are absent.
+	CountTemplateUsers(ctx context.Context, scope Scope, digests ...model.TemplateDigest) (map[model.TemplateDigest]int, error)
 	// DeleteTemplateTag removes the tag and returns the digest it pointed
 	// at: ErrNotFound for an unknown tag, *TemplateInUseError while live
 	// sandboxes use the digest.

@@ -61,6 +61,13 @@ func checkObjects(t *testing.T, name string, objs []*unstructured.Unstructured) 
 	if !slices.Contains(args(c), "--admin-key-file=/etc/airlock/admin/admin.key") {
 		t.Errorf("API args %q lack --admin-key-file", args(c))
 	}
+	// The Host allow-list takes the Service's in-cluster names.
+	if !slices.Contains(args(c), "--allowed-hosts=airlock,airlock.$(POD_NAMESPACE),airlock.$(POD_NAMESPACE).svc,airlock.$(POD_NAMESPACE).svc.cluster.local") {
+		t.Errorf("API args %q lack --allowed-hosts with the Service's names", args(c))
+	}
+	if got := envField(t, c, "POD_NAMESPACE"); got != "metadata.namespace" {
+		t.Errorf("API: POD_NAMESPACE comes from %q, want the downward API's metadata.namespace", got)
+	}
 	if _, ok, _ := unstructured.NestedMap(c, "resources", "limits"); !ok {
 		t.Error("the API container has no resource limits")
 	}

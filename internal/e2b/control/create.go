@@ -148,8 +148,12 @@ func parseCreate(in createIn) (createSpec, error) {
 	if err != nil {
 		return createSpec{}, err
 	}
-	if _, reserved := in.Metadata[templateKey]; reserved {
-		return createSpec{}, badRequest("metadata key %q is reserved", templateKey)
+	for k := range in.Metadata {
+		// The native API takes reserved keys from this translation,
+		// in-process, so it refuses them here.
+		if model.ReservedMetadataKey(k) {
+			return createSpec{}, badRequest("metadata key %q is reserved (keys starting with e2b.airlock/ or airlock/)", k)
+		}
 	}
 	md := make(map[string]string, len(in.Metadata)+1)
 	for k, v := range in.Metadata {

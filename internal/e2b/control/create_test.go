@@ -76,6 +76,8 @@ func TestParseCreate(t *testing.T) {
 		{"no template", `{}`, http.StatusBadRequest, nil},
 		{"negative timeout", `{"templateID":"base","timeout":-1}`, http.StatusBadRequest, nil},
 		{"reserved key", `{"templateID":"base","metadata":{"` + templateKey + `":"x"}}`, http.StatusBadRequest, nil},
+		{"reserved prefix", `{"templateID":"base","metadata":{"e2b.airlock/public-ports":"x"}}`, http.StatusBadRequest, nil},
+		{"reserved prefix, case aside", `{"templateID":"base","metadata":{"Airlock/x":"x"}}`, http.StatusBadRequest, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

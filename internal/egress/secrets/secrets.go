@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
+	"golang.org/x/net/publicsuffix"
 
 	"github.com/airlockdev/airlock/internal/egress/policy"
 	"github.com/airlockdev/airlock/internal/model"
@@ -47,18 +48,35 @@ func (n Name) Placeholder() string { return PlaceholderPrefix + string(n) }
 
 // Host is a host pattern a secret may be sent to: an exact DNS name
 // ("api.example.com") or every name under a suffix ("*.example.com", which
-// does not match example.com itself).
+// does not match example.com itself). Neither the name nor a wildcard's
+// suffix is a public suffix (see ParseHost).
 type Host struct {
 	name     string // normalized, without "*."
 	wildcard bool
 }
 
 // ParseHost parses a host pattern. Errors wrap model.ErrInvalid.
+//
+// A name that is a public suffix, and a wildcard over one, are refused:
+// names under a public suffix ("com", "co.uk", "github.io",
+// "s3.amazonaws.com") belong to whoever registers them, so "*.com" would
+// hand the secret to any site a sandbox names. The list is the Public
+// Suffix List as golang.org/x/net/publicsuffix carries it (its ICANN and
+// private sections; a name under no listed suffix counts its last label
+// as one, so a single label is refused too).
 func ParseHost(s string) (Host, error) {
 	rest, wild := strings.CutPrefix(s, "*.")
 	n, err := policy.NormalizeName(rest)
 	if err != nil {
 		return Host{}, fmt.Errorf("secret host: %w", err)
+	}
+	if suffix, _ := publicsuffix.PublicSuffix(n); suffix == n {
+		what := "is a public suffix"
+		if wild {
+			what = "is a wildcard over a public suffix"
+		}
+		return Host{}, fmt.Errorf("%w: secret host %q %s (%s): anyone may register names under it; name the hosts the secret is for, e.g. api.example.com or *.example.com",
+			model.ErrInvalid, textclip.Bytes(s, maxEcho), what, n)
 	}
 	return Host{name: n, wildcard: wild}, nil
 }

@@ -35,6 +35,20 @@ func TestParsers(t *testing.T) {
 		{"host", "*.example.com", true, hostErr},
 		{"host", "API.Example.COM.", true, hostErr},
 		{"host", "*", false, hostErr},
+		// Public suffixes, and wildcards over them, are anyone's.
+		{"host", "*.com", false, hostErr},
+		{"host", "com", false, hostErr},
+		{"host", "*.COM.", false, hostErr},
+		{"host", "*.co.uk", false, hostErr},
+		{"host", "co.uk", false, hostErr},
+		{"host", "*.github.io", false, hostErr},
+		{"host", "*.githubusercontent.com", false, hostErr},
+		{"host", "*.s3.amazonaws.com", false, hostErr},
+		{"host", "*.internal", false, hostErr},
+		{"host", "localhost", false, hostErr},
+		{"host", "*.example.co.uk", true, hostErr},
+		{"host", "raw.githubusercontent.com", true, hostErr},
+		{"host", "user.github.io", true, hostErr},
 		{"host", "a.*.com", false, hostErr},
 		{"host", "203.0.113.7", false, hostErr},
 		{"host", "", false, hostErr},
@@ -73,14 +87,14 @@ func valueErr(s string) error  { _, err := ParseValue([]byte(s)); return err }
 
 func TestHostMatchAndApply(t *testing.T) {
 	t.Parallel()
-	hosts, err := ParseHosts([]string{"api.example.com", "*.githubusercontent.com"})
+	hosts, err := ParseHosts([]string{"api.example.com", "*.example.org"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := Secret{Name: "tok", Hosts: hosts, Header: DefaultHeader, Format: DefaultFormat(DefaultHeader), Value: Value(clear)}
 	for host, want := range map[string]bool{
 		"api.example.com": true, "API.example.com.": true, "example.com": false, "x.api.example.com": false,
-		"raw.githubusercontent.com": true, "githubusercontent.com": false, "evilgithubusercontent.com": false, "": false,
+		"raw.example.org": true, "example.org": false, "evilexample.org": false, "": false,
 	} {
 		if got := s.AppliesTo(host); got != want {
 			t.Errorf("AppliesTo(%q) = %v, want %v", host, got, want)

@@ -13,18 +13,19 @@ import (
 )
 
 const buildColumns = `id, kind, source, recipe, context_dir, name, state, error_code, error_message, digest,
-	steps_done, steps_cached, steps_total, attempts, created_at, updated_at, finished_at`
+	steps_done, steps_cached, steps_total, attempts, created_at, updated_at, finished_at, project_id`
 
 func scanBuild(row interface{ Scan(...any) error }) (model.TemplateBuild, error) {
 	var (
 		b                             model.TemplateBuild
 		id, kind, name, state, digest string
+		project                       string
 		code, msg                     sql.NullString
 		created, updated              int64
 		finished                      sql.NullInt64
 	)
 	if err := row.Scan(&id, &kind, &b.Source, &b.Recipe, &b.Context, &name, &state, &code, &msg, &digest,
-		&b.StepsDone, &b.StepsCached, &b.StepsTotal, &b.Attempts, &created, &updated, &finished); err != nil {
+		&b.StepsDone, &b.StepsCached, &b.StepsTotal, &b.Attempts, &created, &updated, &finished, &project); err != nil {
 		return model.TemplateBuild{}, err
 	}
 	c := columns{row: "build " + id}
@@ -43,6 +44,11 @@ func scanBuild(row interface{ Scan(...any) error }) (model.TemplateBuild, error)
 	}
 	if digest != "" {
 		b.Digest = c.digest("digest", digest)
+	}
+	if project != "" {
+		if b.Project, err = model.ParseProjectID(project); err != nil {
+			c.fail("project_id", project, err)
+		}
 	}
 	if c.err != nil {
 		return model.TemplateBuild{}, c.err
@@ -64,15 +70,20 @@ func (s *Store) CreateBuild(ctx context.Context, b model.TemplateBuild, idem *st
 	if _, err := model.ParseBuildKind(string(b.Kind)); err != nil {
 		return fmt.Errorf("create build %s: %w", b.ID, err)
 	}
+	if b.Project != "" {
+		if _, err := model.ParseProjectID(string(b.Project)); err != nil {
+			return fmt.Errorf("create build %s: %w", b.ID, err)
+		}
+	}
 	err := s.write(ctx, true, func(t tx) error {
 		t.concernsBuilds()
 		if err := t.insertIdempotency(ctx, idem); err != nil {
 			return err
 		}
 		_, err := t.exec(ctx, `INSERT INTO template_builds (`+buildColumns+`, lease_owner, lease_expires_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, '', 0, 0, 0, 0, ?, ?, NULL, '', 0)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, '', 0, 0, 0, 0, ?, ?, NULL, ?, '', 0)`,
 			string(b.ID), string(b.Kind), b.Source, b.Recipe, b.Context, buildName(b.Name), string(model.BuildPending),
-			micro(b.CreatedAt), micro(b.CreatedAt))
+			micro(b.CreatedAt), micro(b.CreatedAt), string(b.Project))
 		if err != nil {
 			return s.insertErr(err)
 		}
@@ -98,10 +109,18 @@ func (s *Store) ListBuilds(ctx context.Context, q store.BuildQuery) (store.Build
 	if q.Limit < 1 || q.Limit > 1000 {
 		return store.BuildPage{}, fmt.Errorf("list builds: %w: limit %d must be 1..1000", model.ErrInvalid, q.Limit)
 	}
+	project, limited, err := q.Scope.Project()
+	if err != nil {
+		return store.BuildPage{}, fmt.Errorf("list builds: %w", err)
+	}
 	var (
 		where []string
 		args  []any
 	)
+	if limited {
+		where = append(where, "project_id = ?")
+		args = append(args, string(project))
+	}
 	if !q.Name.IsZero() {
 		where = append(where, "name = ?")
 		args = append(args, buildName(q.Name))

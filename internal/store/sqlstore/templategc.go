@@ -30,9 +30,17 @@ import (
 const liveSandboxes = `state <> 'deleted'`
 
 // CountTemplateUsers implements store.Store.
-func (s *Store) CountTemplateUsers(ctx context.Context, digests ...model.TemplateDigest) (map[model.TemplateDigest]int, error) {
+func (s *Store) CountTemplateUsers(ctx context.Context, scope store.Scope, digests ...model.TemplateDigest) (map[model.TemplateDigest]int, error) {
+	project, limited, err := scope.Project()
+	if err != nil {
+		return nil, fmt.Errorf("count template users: %w", err)
+	}
 	query := `SELECT template_digest, COUNT(*) FROM sandboxes WHERE ` + liveSandboxes
 	var args []any
+	if limited {
+		query += ` AND project_id = ?`
+		args = append(args, string(project))
+	}
 	if len(digests) > 0 {
 		query += ` AND template_digest IN (` + placeholders(len(digests)) + `)`
 		for _, d := range digests {

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ func buildTests() []namedTest {
 		{"BuildLeaseRecovery", testBuildLeaseRecovery},
 		{"BuildConcurrentClaims", testBuildConcurrentClaims},
 		{"BuildClaimable", testBuildClaimable},
+		{"BuildProjectScope", testBuildProjectScope},
 	}
 }
 
@@ -135,7 +138,7 @@ func testBuildList(e *env) {
 		ids = append(ids, e.newBuild(name).ID)
 	}
 	var seen []model.BuildID
-	q := store.BuildQuery{Limit: 2}
+	q := store.BuildQuery{Scope: store.AllProjects(), Limit: 2}
 	for {
 		page, err := e.s.ListBuilds(e.ctx, q)
 		if err != nil {
@@ -157,16 +160,65 @@ func testBuildList(e *env) {
 			e.t.Fatalf("listing %v is not newest first (%v)", seen, ids)
 		}
 	}
-	page, err := e.s.ListBuilds(e.ctx, store.BuildQuery{Name: tagged(e.t, "b"), States: []model.BuildState{model.BuildPending, model.BuildRunning}, Limit: 10})
+	page, err := e.s.ListBuilds(e.ctx, store.BuildQuery{Scope: store.AllProjects(), Name: tagged(e.t, "b"), States: []model.BuildState{model.BuildPending, model.BuildRunning}, Limit: 10})
 	if err != nil || len(page.Builds) != 2 || page.Builds[0].ID != ids[3] {
 		e.t.Fatalf("filtered listing = %+v, %v", page, err)
 	}
-	page, err = e.s.ListBuilds(e.ctx, store.BuildQuery{States: []model.BuildState{model.BuildSucceeded}, Limit: 10})
+	page, err = e.s.ListBuilds(e.ctx, store.BuildQuery{Scope: store.AllProjects(), States: []model.BuildState{model.BuildSucceeded}, Limit: 10})
 	if err != nil || len(page.Builds) != 0 {
 		e.t.Fatalf("succeeded builds = %+v, %v", page, err)
 	}
-	if _, err := e.s.ListBuilds(e.ctx, store.BuildQuery{}); !errors.Is(err, model.ErrInvalid) {
+	if _, err := e.s.ListBuilds(e.ctx, store.BuildQuery{Scope: store.AllProjects()}); !errors.Is(err, model.ErrInvalid) {
 		e.t.Fatalf("limit 0: %v", err)
+	}
+	if _, err := e.s.ListBuilds(e.ctx, store.BuildQuery{Limit: 10}); !errors.Is(err, model.ErrInvalid) {
+		e.t.Fatalf("no scope: %v", err)
+	}
+}
+
+// testBuildProjectScope: a build keeps the project it was queued for
+// (none for the server's own); a listing scoped to a project holds only
+// that project's builds, AllProjects every build.
+func testBuildProjectScope(e *env) {
+	pa, pb := e.project(), e.project()
+	mk := func(p model.ProjectID) model.TemplateBuild {
+		b := model.TemplateBuild{ID: model.NewBuildID(), Kind: model.BuildImport, Source: "/srv/t", Project: p, CreatedAt: e.now()}
+		must(e.t, e.s.CreateBuild(e.ctx, b, nil))
+		return b
+	}
+	server, a1, b1, a2 := mk(""), mk(pa.ID), mk(pb.ID), mk(pa.ID)
+	for _, b := range []model.TemplateBuild{server, a1, b1} {
+		got, err := e.s.GetBuild(e.ctx, b.ID)
+		if err != nil || got.Project != b.Project {
+			e.t.Fatalf("GetBuild(%s) = project %q, %v; want %q", b.ID, got.Project, err, b.Project)
+		}
+	}
+	ids := func(q store.BuildQuery) []model.BuildID {
+		e.t.Helper()
+		q.Limit = 100
+		page, err := e.s.ListBuilds(e.ctx, q)
+		must(e.t, err)
+		var out []model.BuildID
+		for _, b := range page.Builds {
+			out = append(out, b.ID)
+		}
+		return out
+	}
+	if got := ids(store.BuildQuery{Scope: store.OnlyProject(pa.ID)}); !reflect.DeepEqual(got, []model.BuildID{a2.ID, a1.ID}) {
+		e.t.Fatalf("project A's builds = %v, want %v", got, []model.BuildID{a2.ID, a1.ID})
+	}
+	if got := ids(store.BuildQuery{Scope: store.OnlyProject(pb.ID)}); !reflect.DeepEqual(got, []model.BuildID{b1.ID}) {
+		e.t.Fatalf("project B's builds = %v", got)
+	}
+	if got := ids(store.BuildQuery{Scope: store.AllProjects()}); len(got) < 4 || !slices.Contains(got, server.ID) {
+		e.t.Fatalf("every build = %v, want the server's %s among them", got, server.ID)
+	}
+	if _, err := e.s.ListBuilds(e.ctx, store.BuildQuery{Scope: store.OnlyProject(""), Limit: 10}); !errors.Is(err, model.ErrInvalid) {
+		e.t.Fatalf("OnlyProject(\"\"): %v, want ErrInvalid", err)
+	}
+	bad := model.TemplateBuild{ID: model.NewBuildID(), Kind: model.BuildImport, Source: "/x", Project: "not a project", CreatedAt: e.now()}
+	if err := e.s.CreateBuild(e.ctx, bad, nil); !errors.Is(err, model.ErrInvalid) {
+		e.t.Fatalf("CreateBuild with a malformed project: %v, want ErrInvalid", err)
 	}
 }
 

@@ -72,14 +72,27 @@ func testTemplateDeleteTag(e *env) {
 	other := e.template()
 	e.sandbox(p.ID, other.Digest, nil)
 	e.sandbox(p.ID, other.Digest, nil)
-	if n, err := e.s.CountTemplateUsers(e.ctx, tpl.Digest); err != nil || !reflect.DeepEqual(n, map[model.TemplateDigest]int{tpl.Digest: 1}) {
+	all := store.AllProjects()
+	if n, err := e.s.CountTemplateUsers(e.ctx, all, tpl.Digest); err != nil || !reflect.DeepEqual(n, map[model.TemplateDigest]int{tpl.Digest: 1}) {
 		t.Fatalf("CountTemplateUsers = %v, %v; want 1", n, err)
 	}
-	if n, err := e.s.CountTemplateUsers(e.ctx); err != nil || !reflect.DeepEqual(n, map[model.TemplateDigest]int{tpl.Digest: 1, other.Digest: 2}) {
+	if n, err := e.s.CountTemplateUsers(e.ctx, all); err != nil || !reflect.DeepEqual(n, map[model.TemplateDigest]int{tpl.Digest: 1, other.Digest: 2}) {
 		t.Fatalf("CountTemplateUsers() = %v, %v", n, err)
 	}
+	// Scoped to a project: only its own sandboxes count.
+	q := e.project()
+	e.sandbox(q.ID, other.Digest, nil)
+	if n, err := e.s.CountTemplateUsers(e.ctx, store.OnlyProject(q.ID)); err != nil || !reflect.DeepEqual(n, map[model.TemplateDigest]int{other.Digest: 1}) {
+		t.Fatalf("CountTemplateUsers(project %s) = %v, %v; want only its own sandbox", q.ID, n, err)
+	}
+	if n, err := e.s.CountTemplateUsers(e.ctx, store.OnlyProject(p.ID), tpl.Digest, other.Digest); err != nil || !reflect.DeepEqual(n, map[model.TemplateDigest]int{tpl.Digest: 1, other.Digest: 2}) {
+		t.Fatalf("CountTemplateUsers(project %s) = %v, %v", p.ID, n, err)
+	}
+	if _, err := e.s.CountTemplateUsers(e.ctx, store.Scope{}); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("CountTemplateUsers without a scope: %v, want ErrInvalid", err)
+	}
 	e.deleteSandbox(sb)
-	if n, err := e.s.CountTemplateUsers(e.ctx, tpl.Digest, other.Digest); err != nil || !reflect.DeepEqual(n, map[model.TemplateDigest]int{other.Digest: 2}) {
+	if n, err := e.s.CountTemplateUsers(e.ctx, store.OnlyProject(p.ID), tpl.Digest, other.Digest); err != nil || !reflect.DeepEqual(n, map[model.TemplateDigest]int{other.Digest: 2}) {
 		t.Fatalf("CountTemplateUsers = %v, %v; want none for %s", n, err, tpl.Digest)
 	}
 	d, err := e.s.DeleteTemplateTag(e.ctx, tn("py:3.12"))
@@ -259,7 +272,7 @@ func testTemplateGCRacesCreates(e *env) {
 				if ok {
 					tombstoned.Add(1)
 					// Before it comes back: no live sandbox may use it.
-					if users, err := e.s.CountTemplateUsers(e.ctx, d); err != nil {
+					if users, err := e.s.CountTemplateUsers(e.ctx, store.AllProjects(), d); err != nil {
 						t.Errorf("CountTemplateUsers: %v", err)
 						return
 					} else if users[d] > 0 {
