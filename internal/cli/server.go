@@ -75,6 +75,7 @@ type serverFlags struct {
 	publicURL      string
 	labels         []string
 	maxSandboxes   int
+	pidsBudget     int
 	placement      string
 	heartbeat      time.Duration
 	deadAfter      time.Duration
@@ -322,7 +323,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringVar(&f.sandboxDir, "sandbox-dir", "", "directory for the sandboxes' writable storage (their disk images, bundles and sockets), e.g. on a filesystem of its own apart from the store (default: DATA_DIR/runtime/<runtime>/sandboxes)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.grace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long open attach streams may run on before they are told to reconnect")
-	fs.Float64Var(&f.overcommit, "memory-overcommit", server.DefaultMemoryOvercommit, "one sandbox may ask for at most the host's memory times this (cpus: at most the host's CPUs)")
+	fs.Float64Var(&f.overcommit, "memory-overcommit", server.DefaultMemoryOvercommit, "the node's sandboxes may ask for at most the host's memory times this in all, and one sandbox as much (cpus: at most the host's CPUs each)")
 	fs.Float64Var(&f.mutRate, "mutation-rate", api.DefaultMutationRate, "mutating requests per second each API key may make (token bucket; negative: no limit)")
 	fs.IntVar(&f.maxConns, "max-connections", server.DefaultMaxConnections, "open client connections at most; beyond, new ones wait to be accepted (agent sockets need the rest of the file limit)")
 	fs.IntVar(&f.defaultDisk, "default-disk-mib", model.DefaultDiskMiB, "writable layer in MiB of a sandbox whose create request names none")
@@ -354,6 +355,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringVar(&f.publicURL, "public-url", "", "origin browsers and clients reach this server at, e.g. https://airlock.example.com behind a TLS-terminating proxy: https makes the console's cookie Secure (default: each request's own)")
 	fs.StringArrayVar(&f.labels, "label", nil, "node label KEY=VALUE that sandboxes' node_selector matches (repeatable)")
 	fs.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "sandboxes placed on this node at most (those not deleted or failed)")
+	fs.IntVar(&f.pidsBudget, "pids-budget", 0, "host tasks the node's sandboxes may hold in all, the sum of their host pids limits (runc/crun: guest limit + 64, runsc: 4 × guest limit + 256, qemu: 256; the guest limit is one task per 256 KiB of memory, 64 to 1024); 0: min(pid_max, threads-max) less 10% (at least 1024) kept for the host")
 	fs.StringVar(&f.placement, "placement", string(model.PlaceSpread), "how a create picks among the nodes that fit: spread (most room left) or pack (fullest that fits)")
 	fs.DurationVar(&f.heartbeat, "heartbeat-interval", server.DefaultHeartbeatInterval, "how often this node records that it is alive (the database's clock)")
 	fs.DurationVar(&f.deadAfter, "node-dead-after", server.DefaultNodeDeadAfter, "a node without a heartbeat for this long is declared dead: its sandboxes are lost (failed, reason \"node lost\") and creates it had not started are placed again")
@@ -400,6 +402,10 @@ func (f serverFlags) clusterOptions(opts *server.Options) error {
 		return usageErrorf("--max-sandboxes must be at least 1 (0: the default, %d), not %d", server.DefaultMaxSandboxes, f.maxSandboxes)
 	}
 	opts.MaxSandboxes = f.maxSandboxes // 0: the default
+	if f.pidsBudget < 0 {
+		return usageErrorf("--pids-budget must not be negative (0: derived from the host's pid_max and threads-max), not %d", f.pidsBudget)
+	}
+	opts.PidsBudget = f.pidsBudget // 0: derived
 	if opts.Placement, err = model.ParsePlacementStrategy(cmp.Or(f.placement, string(model.PlaceSpread))); err != nil {
 		return usageErrorf("--placement must be spread or pack, not %q", f.placement)
 	}
