@@ -142,8 +142,10 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeAPIError(w, ae)
 }
 
-// noCapacityRetryAfter is the Retry-After (seconds) of no_capacity.
-const noCapacityRetryAfter = 5
+// noCapacityRetryAfter is the Retry-After (seconds) of no_capacity, which
+// docs/errors.md promises: room frees whenever a sandbox ends, so soon is
+// worth another try (the clients' own backoff grows beyond it).
+const noCapacityRetryAfter = 1
 
 // writeAPIError answers with ae.
 func writeAPIError(w http.ResponseWriter, ae *apiError) {
@@ -151,7 +153,6 @@ func writeAPIError(w http.ResponseWriter, ae *apiError) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 	}
 	if ae.code == apiv1.CodeNoCapacity {
-		// Room frees when sandboxes end: worth another try soon.
 		w.Header().Set("Retry-After", strconv.Itoa(noCapacityRetryAfter))
 	}
 	writeJSON(w, ae.status, apiv1.Error{Code: ae.code, Message: ae.msg})

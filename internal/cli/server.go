@@ -65,6 +65,7 @@ type serverFlags struct {
 	// warm pools
 	poolMemory   int
 	poolCPUs     int
+	poolPids     int
 	poolDrain    time.Duration
 	e2b          bool
 	e2bDomain    string
@@ -123,13 +124,14 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		ReapInterval:             f.reapEvery,
 		PoolMemoryMiB:            f.poolMemory,
 		PoolCPUs:                 f.poolCPUs,
+		PoolPids:                 f.poolPids,
 		PoolDrainAfter:           f.poolDrain,
 		NoE2B:                    !f.e2b,
 		E2BDomain:                f.e2bDomain,
 		PoolFillParallel:         f.poolParallel,
 	}
-	if f.poolMemory < 0 || f.poolCPUs < 0 || f.poolParallel < 0 {
-		return opts, usageErrorf("--pool-memory-mib, --pool-cpus and --pool-fill-parallel must not be negative (0: the default)")
+	if f.poolMemory < 0 || f.poolCPUs < 0 || f.poolPids < 0 || f.poolParallel < 0 {
+		return opts, usageErrorf("--pool-memory-mib, --pool-cpus, --pool-pids and --pool-fill-parallel must not be negative (0: the default)")
 	}
 	if f.poolDrain != 0 && f.poolDrain < time.Minute {
 		return opts, usageErrorf("--pool-drain-after must be at least 1m, not %s", f.poolDrain)
@@ -346,6 +348,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.DurationVar(&f.reapEvery, "reap-interval", reaper.DefaultInterval, "how often passed deadlines and idle sandboxes are looked for")
 	fs.IntVar(&f.poolMemory, "pool-memory-mib", 0, "memory (as their limits) that the unclaimed sandboxes of every warm pool on this node may hold together (0: a quarter of the host's memory)")
 	fs.IntVar(&f.poolCPUs, "pool-cpus", 0, "vCPUs (as their limits) that the unclaimed sandboxes of every warm pool on this node may hold together (0: four per host CPU)")
+	fs.IntVar(&f.poolPids, "pool-pids", 0, "host pids (their host pids limits, as --pids-budget counts them) that the unclaimed sandboxes of every warm pool on this node may hold together (0: the share of the node's pids budget that --pool-memory-mib is of the node's memory)")
 	fs.BoolVar(&f.e2b, "e2b", true, "serve the E2B API on the same listener (E2B_API_URL and E2B_SANDBOX_URL = this server's URL; see docs/e2b.md)")
 	fs.StringVar(&f.e2bDomain, "e2b-domain", "", "domain returned to E2B clients for sandbox hosts <port>-<sandbox id>.<domain> (may carry :port); empty: the client's E2B_DOMAIN")
 	fs.DurationVar(&f.poolDrain, "pool-drain-after", model.DefaultPoolDrainAfter, "a warm pool no create matched for this long keeps no sandboxes until one does")

@@ -118,3 +118,10 @@ func readKernelInt(path string) (int, error) {
 	}
 	return n, nil
 }
+
+// HostPidsBudget is the pids budget a server derives on this host when
+// --pids-budget is 0 (for the benchmarks, which size it as they size
+// --max-sandboxes).
+func HostPidsBudget() (int, error) {
+	return pidsBudget(0, procSysKernel, slog.New(slog.DiscardHandler))
+}

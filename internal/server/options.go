@@ -222,9 +222,12 @@ type Options struct {
 	// (--pool-drain-after): a pool no create has matched for this long
 	// keeps no sandboxes until one does; 0: DefaultPoolDrainAfter.
 	// PoolFillParallel (--pool-fill-parallel): how many pool sandboxes
-	// this node creates at once; 0: DefaultPoolFillParallel.
+	// this node creates at once; 0: DefaultPoolFillParallel. PoolPids
+	// (--pool-pids) bounds their host pids together; 0: the share of the
+	// node's pids budget that PoolMemoryMiB is of the node's memory.
 	PoolMemoryMiB    int
 	PoolCPUs         int
+	PoolPids         int
 	PoolDrainAfter   time.Duration
 	PoolFillParallel int
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 
@@ -31,7 +32,7 @@ func (h *host) poolController(st store.Store, node model.NodeID, opts Options, l
 	agents := h.agents()
 	return pool.New(pool.Config{
 		Store: st, Node: node, DiskMiB: disk, MemoryMiB: mem, CPUs: cpus,
-		Pids:       poolPids(h.capacity, mem),
+		Pids:       cmp.Or(opts.PoolPids, poolPids(h.capacity, mem)),
 		DrainAfter: opts.PoolDrainAfter, FillParallel: opts.PoolFillParallel,
 		Environment: func(ctx context.Context, name string) (model.EnvironmentRef, error) {
 			return h.registry.Resolve(ctx, environment.Selector{Name: environment.Name(name)})
