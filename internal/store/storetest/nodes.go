@@ -23,6 +23,7 @@ func nodeTests() []namedTest {
 		{"NodeRoom", testNodeRoom},
 		{"NodeRoomFreedByEndedSandboxes", testNodeRoomFreed},
 		{"NodeAssign", testNodeAssign},
+		{"NodePidsBudget", testNodePidsBudget},
 		{"NodeUsageAndHeartbeatAge", testNodeUsage},
 		{"NodeTemplates", testNodeTemplates},
 		{"NodeListUnplaced", testNodeListUnplaced},
@@ -560,8 +561,6 @@ func testNodeRoom(e *env) {
 		return id
 	}
 	mem := func(mib int) func(*model.Sandbox) { return func(sb *model.Sandbox) { sb.Resources.MemoryMiB = mib } }
-	pids := func(n int) func(*model.Sandbox) { return func(sb *model.Sandbox) { sb.Resources.HostPids = n } }
-	pidsNode := reg(model.Node{PidsBudget: 2000})
 	for _, tc := range []struct {
 		name string
 		node model.NodeID
@@ -576,8 +575,6 @@ func testNodeRoom(e *env) {
 		{"memory and slots", reg(model.Node{Slots: 2, MemoryMiB: 1024}), []func(*model.Sandbox){mem(1024), mem(0), mem(1)},
 			[]bool{true, true, false}},
 		{"CPUs are shared, not reserved", reg(model.Node{CPUs: 2}), []func(*model.Sandbox){nil, nil, nil}, []bool{true, true, true}},
-		{"pids budget", pidsNode, []func(*model.Sandbox){pids(1088), pids(1088), pids(912), pids(1), nil},
-			[]bool{true, false, true, false, true}},
 		{"unbounded", reg(model.Node{}), []func(*model.Sandbox){mem(1 << 20), nil}, []bool{true, true}},
 		{"role node", reg(model.Node{Role: model.RoleNode, Slots: 1}), []func(*model.Sandbox){nil, nil}, []bool{true, false}},
 		{"role api", reg(model.Node{Role: model.RoleAPI}), []func(*model.Sandbox){nil}, []bool{false}},
@@ -604,17 +601,6 @@ func testNodeRoom(e *env) {
 	// An unplaced create is not checked against any node.
 	_, _, err := e.createOn(p.ID, tpl.Digest, "", mem(1<<20))
 	must(t, err)
-	// The node reports its budget and what its sandboxes hold of it
-	// (1088 + 912 and one charged nothing).
-	if n := e.getNode(pidsNode); n.PidsBudget != 2000 || n.Usage.Pids != 2000 || n.Usage.Sandboxes != 3 {
-		t.Fatalf("pids node: budget %d, usage %+v; want 2000 of 2000 in 3 sandboxes", n.PidsBudget, n.Usage)
-	}
-	// A sandbox's host pids are kept.
-	sb, _, err := e.createOn(p.ID, tpl.Digest, reg(model.Node{}), pids(4352))
-	must(t, err)
-	if got := e.getSandbox(sb.ID).Resources.HostPids; got != 4352 {
-		t.Fatalf("stored host pids %d, want 4352", got)
-	}
 }
 
 // testNodeRoomFreed: failed and deleted sandboxes hold no room; every other
@@ -674,16 +660,6 @@ func testNodeAssign(e *env) {
 	// One slot: b does not fit.
 	mustIs(t, e.s.AssignNode(e.ctx, b.ID, one), store.ErrNodeFull)
 	checkSandbox(t, e.getSandbox(b.ID), b)
-	// A pids budget: the unplaced sandbox's host pids are charged.
-	tight := e.register(model.Node{ID: model.NewNodeID(), PidsBudget: 1000}).ID
-	roomy := e.register(model.Node{ID: model.NewNodeID(), PidsBudget: 1088}).ID
-	c, _, err := e.createOn(p.ID, tpl.Digest, "", func(sb *model.Sandbox) { sb.Resources.HostPids = 1088 })
-	must(t, err)
-	mustIs(t, e.s.AssignNode(e.ctx, c.ID, tight), store.ErrNodeFull)
-	must(t, e.s.AssignNode(e.ctx, c.ID, roomy))
-	if u := e.getNode(roomy).Usage; u.Pids != 1088 {
-		t.Fatalf("usage after the assignment %+v, want 1088 pids", u)
-	}
 	// Placed already: not again, not elsewhere.
 	mustIs(t, e.s.AssignNode(e.ctx, a.ID, one), store.ErrStateChanged)
 	mustIs(t, e.s.AssignNode(e.ctx, a.ID, other), store.ErrStateChanged)
