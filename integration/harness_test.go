@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -132,6 +133,9 @@ func (s *server) start() {
 	s.awaitReady()
 }
 
+// harnessPidsBudget is the --pids-budget of the servers the tests start.
+const harnessPidsBudget = 150000
+
 // launch runs `airlock server`; awaitReady waits until it serves (several
 // servers may be launched before waiting for each).
 func (s *server) launch() {
@@ -153,6 +157,13 @@ func (s *server) launch() {
 	if s.cfg.adminKeyFile != "" {
 		args = append(args, "--admin-key-file", s.cfg.adminKeyFile)
 	}
+	// The node's pids budget as a host booted with systemd derives it
+	// (kernel.pid_max 4194304, which scripts/install-deps.sh sets; then
+	// threads-max bounds it), whatever this machine's pid_max: on the
+	// kernel's default of 32768 the derived budget holds ~6 runsc
+	// sandboxes of 256 MiB. TestNodePidsBudget gives its own (a later
+	// flag wins).
+	args = append(args, "--pids-budget", strconv.Itoa(harnessPidsBudget))
 	args = append(args, s.cfg.extraArgs...)
 	cmd := s.command(context.Background(), s.bins.airlock, args...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_CRASH_AT="+s.cfg.crashAt)

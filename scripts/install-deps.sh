@@ -5,7 +5,8 @@
 # boot test, mkfs.ext4 for
 # sandbox disk images, PostgreSQL's
 # binaries, an S3 gateway (versitygw) and Chromium (driven by playwright-core
-# in the web console's browser test) for the test suite, and Go.
+# in the web console's browser test) for the test suite, and Go; and sets
+# kernel.pid_max as systemd does (the nodes' pids budget).
 # Idempotent: fast when all is present.
 # Run as root.
 set -euo pipefail
@@ -63,6 +64,23 @@ if [ ! -x "$vgw_dir/versitygw" ]; then
   (cd "$vgw_tmp" && CGO_ENABLED=0 GOFLAGS= GOWORK=off GOBIN="$vgw_tmp" go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION")
   mv "$vgw_tmp/versitygw" "$vgw_dir/versitygw"
   rm -rf "$vgw_tmp"
+fi
+
+# The host's process table. Each node admits sandboxes while the sum of
+# their host pids limits fits its pids budget, by default min(pid_max,
+# threads-max) less a reserve for the host (docs/security.md). A host booted
+# with systemd has kernel.pid_max=4194304 (systemd's 50-pid-max.conf); one
+# without it keeps the kernel's 32768, which holds ~27 runc or ~6 runsc
+# sandboxes of 256 MiB. Set it as systemd does, now and at boot.
+pid_max_want=4194304
+if [ "$(cat /proc/sys/kernel/pid_max)" -lt "$pid_max_want" ]; then
+  if echo "$pid_max_want" > /proc/sys/kernel/pid_max 2>/dev/null; then
+    echo "install-deps: kernel.pid_max raised to $pid_max_want (as systemd sets it)"
+    mkdir -p /etc/sysctl.d
+    echo "kernel.pid_max = $pid_max_want" > /etc/sysctl.d/50-airlock-pid-max.conf
+  else
+    echo "install-deps: cannot raise kernel.pid_max to $pid_max_want (read-only /proc/sys?): the nodes' pids budget stays small" >&2
+  fi
 fi
 
 echo "install-deps: ok ($(go version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}'), crun $(crun --version | awk 'NR==1{print $3}'), runsc at $(command -v runsc), versitygw $VERSITYGW_VERSION, $(chromium --version 2>/dev/null | head -n1))"

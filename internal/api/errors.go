@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/egress/policy"
@@ -141,10 +142,18 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeAPIError(w, ae)
 }
 
+// noCapacityRetryAfter is the Retry-After (seconds) of no_capacity, which
+// docs/errors.md promises: room frees whenever a sandbox ends, so soon is
+// worth another try (the clients' own backoff grows beyond it).
+const noCapacityRetryAfter = 1
+
 // writeAPIError answers with ae.
 func writeAPIError(w http.ResponseWriter, ae *apiError) {
 	if ae.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+	}
+	if ae.code == apiv1.CodeNoCapacity {
+		w.Header().Set("Retry-After", strconv.Itoa(noCapacityRetryAfter))
 	}
 	writeJSON(w, ae.status, apiv1.Error{Code: ae.code, Message: ae.msg})
 }

@@ -45,7 +45,7 @@ const (
 	CodeProcessNotFound      = "process_not_found"      // the sandbox has no such process (never started, or forgotten)
 	CodeNodeNotFound         = "node_not_found"         // no node with this ID is registered
 	CodeAgentUnsupported     = "agent_unsupported"      // the sandbox's agent is too old for this request
-	CodeExceedsCapacity      = "exceeds_node_capacity"  // more cpus or memory than one sandbox can have on this node
+	CodeExceedsCapacity      = "exceeds_node_capacity"  // more cpus, memory, disk or host pids than one sandbox can have on this node
 	CodeTooManyWatches       = "too_many_watches"       // the API key or project has as many live sandbox lists (GET /v1/watch/sandboxes) open as allowed
 	CodeRateLimited          = "rate_limited"           // this API key made too many changes in a short time; see Retry-After
 	CodeQuotaExceeded        = "quota_exceeded"         // the project's quota does not admit the new sandbox (the message names the limit, the usage and the request)
@@ -57,7 +57,7 @@ const (
 	CodeBuildFailed          = "build_failed"           // a create whose template's build failed; also a failed build's error code
 	CodeUnknownEgressProfile = "unknown_egress_profile" // an egress policy names a profile that does not exist
 	CodeEgressProfileInUse   = "egress_profile_in_use"  // a profile delete while the policy of a sandbox that is not deleted names it
-	CodeNoCapacity           = "no_capacity"            // nodes could run the sandbox but none has room now; see Retry-After
+	CodeNoCapacity           = "no_capacity"            // nodes could run the sandbox but none has room now (sandboxes, memory or pids budget); see Retry-After
 	CodeNoEligibleNode       = "no_eligible_node"       // no live node can run the sandbox (environment, template or node selector); the message says what each lacked
 	CodePortUnreachable      = "port_unreachable"       // nothing in the sandbox answered on the port the port proxy was asked for (refused, timed out, or closed before answering)
 	CodeSandboxNoNetwork     = "sandbox_no_network"     // the sandbox has no network on its node, so its ports cannot be reached

@@ -30,6 +30,10 @@ type NodeCapacity struct {
 	Slots     int `json:"slots"` // sandboxes at most
 	CPUs      int `json:"cpus"`
 	MemoryMiB int `json:"memory_mib"`
+	// Pids is the node's pids budget: the host tasks its sandboxes' host
+	// cgroups may hold in all (--pids-budget, or derived from the host's
+	// pid_max and threads-max).
+	Pids int `json:"pids"`
 }
 
 // NodeUsage is what a node's live sandboxes (every state but deleted and
@@ -38,6 +42,7 @@ type NodeUsage struct {
 	Sandboxes int `json:"sandboxes"`
 	CPUs      int `json:"cpus"`
 	MemoryMiB int `json:"memory_mib"`
+	Pids      int `json:"pids"` // the sum of their host pids limits
 }
 
 // NodeList is the response of GET /v1/admin/nodes, in ID order.

@@ -209,6 +209,7 @@ func (b *benchmark) burst(ctx context.Context, o BurstOptions) (BurstReport, err
 		poolServerOptions(opts, o.Size*o.MemoryMiB+o.MemoryMiB, o.Size+1)
 		opts.PoolFillParallel = o.FillParallel
 		opts.MaxSandboxes = max(opts.MaxSandboxes, 2*o.Size+max(o.StepCreates, minStepCreatesPerCli*maxSteps)+64)
+		pidsServerOptions(opts, o.Runtime, o.MemoryMiB, opts.MaxSandboxes, o.Size+1)
 		return nil
 	}
 	a, err := b.startServers(ctx)

@@ -248,6 +248,9 @@ func (b *benchmark) density(ctx context.Context, o DensityOptions) (DensityRepor
 	}
 	b.prepareServer = func(_ string, opts *server.Options) error {
 		opts.MaxSandboxes = max(opts.MaxSandboxes, maxCount+16)
+		for _, r := range o.Runtimes { // one runtime's set at a time
+			pidsServerOptions(opts, r, o.MemoryMiB, o.count(r)+16, 0)
+		}
 		return nil
 	}
 	first, err := b.startServers(ctx)

@@ -216,6 +216,7 @@ func (p printer) node(n apiv1.Node) error {
 		fmt.Fprintf(w, "Sandboxes:\t%s\n", usedOf(n.Usage.Sandboxes, n.Capacity.Slots, ""))
 		fmt.Fprintf(w, "CPUs:\t%d (at most %s per sandbox)\n", n.Usage.CPUs, limitText(n.Capacity.CPUs))
 		fmt.Fprintf(w, "Memory:\t%s\n", usedOf(n.Usage.MemoryMiB, n.Capacity.MemoryMiB, " MiB"))
+		fmt.Fprintf(w, "Pids:\t%s\n", usedOf(n.Usage.Pids, n.Capacity.Pids, " host tasks"))
 		fmt.Fprintf(w, "Can pull:\t%t\n", n.CanPull)
 		fmt.Fprintf(w, "Started:\t%s\n", timeText(n.StartedAt))
 		fmt.Fprintf(w, "Heartbeat:\t%s (%s ago)\n", timeText(n.HeartbeatAt), ageText(n.HeartbeatAgeMS))
@@ -224,10 +225,10 @@ func (p printer) node(n apiv1.Node) error {
 
 func (p printer) nodeList(l apiv1.NodeList) error {
 	return p.print(l, func(w io.Writer) {
-		fmt.Fprintln(w, "ID\tROLE\tSTATE\tSANDBOXES\tSLOTS\tMEMORY\tHEARTBEAT\tURL")
+		fmt.Fprintln(w, "ID\tROLE\tSTATE\tSANDBOXES\tSLOTS\tMEMORY\tPIDS\tHEARTBEAT\tURL")
 		for _, n := range l.Nodes {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s ago\t%s\n", n.ID, n.Role, nodeStateText(n), n.Usage.Sandboxes,
-				limitText(n.Capacity.Slots), usedOf(n.Usage.MemoryMiB, n.Capacity.MemoryMiB, " MiB"),
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s ago\t%s\n", n.ID, n.Role, nodeStateText(n), n.Usage.Sandboxes,
+				limitText(n.Capacity.Slots), usedOf(n.Usage.MemoryMiB, n.Capacity.MemoryMiB, " MiB"), usedOf(n.Usage.Pids, n.Capacity.Pids, ""),
 				ageText(n.HeartbeatAgeMS), orDash(oneLine(n.AdvertiseURL)))
 		}
 	})

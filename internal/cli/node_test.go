@@ -91,8 +91,8 @@ func testNode(sandboxes int) apiv1.Node {
 	return apiv1.Node{
 		ID: model.NewNodeID().String(), Incarnation: model.NewIncarnation().String(), Role: "all",
 		AdvertiseURL: "http://10.0.0.7:7070", State: "active", Labels: map[string]string{"zone": "a"},
-		Capacity: apiv1.NodeCapacity{Slots: 10, CPUs: 8, MemoryMiB: 16384},
-		Usage:    apiv1.NodeUsage{Sandboxes: sandboxes, CPUs: 2 * sandboxes, MemoryMiB: 1024 * sandboxes},
+		Capacity: apiv1.NodeCapacity{Slots: 10, CPUs: 8, MemoryMiB: 16384, Pids: 29491},
+		Usage:    apiv1.NodeUsage{Sandboxes: sandboxes, CPUs: 2 * sandboxes, MemoryMiB: 1024 * sandboxes, Pids: 1088 * sandboxes},
 		CanPull:  true, StartedAt: fixedTime, HeartbeatAt: fixedTime.Add(time.Minute), HeartbeatAgeMS: 1234,
 	}
 }
@@ -107,9 +107,9 @@ func TestNodeListAndGet(t *testing.T) {
 
 	code, stdout, stderr := runCLI(ctx, f, "admin", "node", "list")
 	out := squash(stdout)
-	if code != 0 || !strings.Contains(out, "ID ROLE STATE SANDBOXES SLOTS MEMORY HEARTBEAT URL\n") ||
-		!strings.Contains(out, a.ID+" all active 3 10 3072/16384 MiB 1.2s ago http://10.0.0.7:7070\n") ||
-		!strings.Contains(out, b.ID+" all dead 0 - 0/- MiB 1m35s ago http://10.0.0.7:7070\n") {
+	if code != 0 || !strings.Contains(out, "ID ROLE STATE SANDBOXES SLOTS MEMORY PIDS HEARTBEAT URL\n") ||
+		!strings.Contains(out, a.ID+" all active 3 10 3072/16384 MiB 3264/29491 1.2s ago http://10.0.0.7:7070\n") ||
+		!strings.Contains(out, b.ID+" all dead 0 - 0/- MiB 0/- 1m35s ago http://10.0.0.7:7070\n") {
 		t.Fatalf("list: %d\n%s\n%s", code, stdout, stderr)
 	}
 	code, stdout, _ = runCLI(ctx, f, "-o", "json", "admin", "node", "list")
@@ -122,7 +122,8 @@ func TestNodeListAndGet(t *testing.T) {
 	code, stdout, stderr = runCLI(ctx, f, "admin", "node", "get", b.ID)
 	out = squash(stdout)
 	if code != 0 || !strings.Contains(out, "State: dead\n") || !strings.Contains(out, "Reason: no heartbeat for 30s\n") ||
-		!strings.Contains(out, "Labels: zone=a\n") || !strings.Contains(out, "Heartbeat: 2026-11-30T12:01:00Z (1m35s ago)\n") {
+		!strings.Contains(out, "Labels: zone=a\n") || !strings.Contains(out, "Heartbeat: 2026-11-30T12:01:00Z (1m35s ago)\n") ||
+		!strings.Contains(out, "Pids: 0/- host tasks\n") {
 		t.Fatalf("get: %d\n%s\n%s", code, stdout, stderr)
 	}
 	code, _, stderr = runCLI(ctx, f, "admin", "node", "get", model.NewNodeID().String())

@@ -66,6 +66,7 @@ type serverFlags struct {
 	// warm pools
 	poolMemory   int
 	poolCPUs     int
+	poolPids     int
 	poolDrain    time.Duration
 	e2b          bool
 	e2bDomain    string
@@ -76,6 +77,7 @@ type serverFlags struct {
 	publicURL      string
 	labels         []string
 	maxSandboxes   int
+	pidsBudget     int
 	placement      string
 	heartbeat      time.Duration
 	deadAfter      time.Duration
@@ -125,6 +127,7 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		ReapInterval:             f.reapEvery,
 		PoolMemoryMiB:            f.poolMemory,
 		PoolCPUs:                 f.poolCPUs,
+		PoolPids:                 f.poolPids,
 		PoolDrainAfter:           f.poolDrain,
 		NoE2B:                    !f.e2b,
 		E2BDomain:                f.e2bDomain,
@@ -134,8 +137,8 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	if _, err := hostallow.Parse(f.allowedHosts); err != nil {
 		return opts, usageErrorf("--allowed-hosts: %s", strings.TrimPrefix(err.Error(), model.ErrInvalid.Error()+": "))
 	}
-	if f.poolMemory < 0 || f.poolCPUs < 0 || f.poolParallel < 0 {
-		return opts, usageErrorf("--pool-memory-mib, --pool-cpus and --pool-fill-parallel must not be negative (0: the default)")
+	if f.poolMemory < 0 || f.poolCPUs < 0 || f.poolPids < 0 || f.poolParallel < 0 {
+		return opts, usageErrorf("--pool-memory-mib, --pool-cpus, --pool-pids and --pool-fill-parallel must not be negative (0: the default)")
 	}
 	if f.poolDrain != 0 && f.poolDrain < time.Minute {
 		return opts, usageErrorf("--pool-drain-after must be at least 1m, not %s", f.poolDrain)
@@ -331,7 +334,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringVar(&f.sandboxDir, "sandbox-dir", "", "directory for the sandboxes' writable storage (their disk images, bundles and sockets), e.g. on a filesystem of its own apart from the store (default: DATA_DIR/runtime/<runtime>/sandboxes)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.grace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long open attach streams may run on before they are told to reconnect")
-	fs.Float64Var(&f.overcommit, "memory-overcommit", server.DefaultMemoryOvercommit, "one sandbox may ask for at most the host's memory times this (cpus: at most the host's CPUs)")
+	fs.Float64Var(&f.overcommit, "memory-overcommit", server.DefaultMemoryOvercommit, "the node's sandboxes may ask for at most the host's memory times this in all, and one sandbox as much (cpus: at most the host's CPUs each)")
 	fs.Float64Var(&f.mutRate, "mutation-rate", api.DefaultMutationRate, "mutating requests per second each API key may make (token bucket; negative: no limit)")
 	fs.IntVar(&f.maxConns, "max-connections", server.DefaultMaxConnections, "open client connections at most; beyond, new ones wait to be accepted (agent sockets need the rest of the file limit)")
 	fs.IntVar(&f.defaultDisk, "default-disk-mib", model.DefaultDiskMiB, "writable layer in MiB of a sandbox whose create request names none")
@@ -354,6 +357,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.DurationVar(&f.reapEvery, "reap-interval", reaper.DefaultInterval, "how often passed deadlines and idle sandboxes are looked for")
 	fs.IntVar(&f.poolMemory, "pool-memory-mib", 0, "memory (as their limits) that the unclaimed sandboxes of every warm pool on this node may hold together (0: a quarter of the host's memory)")
 	fs.IntVar(&f.poolCPUs, "pool-cpus", 0, "vCPUs (as their limits) that the unclaimed sandboxes of every warm pool on this node may hold together (0: four per host CPU)")
+	fs.IntVar(&f.poolPids, "pool-pids", 0, "host pids (their host pids limits, as --pids-budget counts them) that the unclaimed sandboxes of every warm pool on this node may hold together (0: the share of the node's pids budget that --pool-memory-mib is of the node's memory)")
 	fs.BoolVar(&f.e2b, "e2b", true, "serve the E2B API on the same listener (E2B_API_URL and E2B_SANDBOX_URL = this server's URL; see docs/e2b.md)")
 	fs.StringVar(&f.e2bDomain, "e2b-domain", "", "domain returned to E2B clients for sandbox hosts <port>-<sandbox id>.<domain> (may carry :port); empty: the client's E2B_DOMAIN")
 	fs.DurationVar(&f.poolDrain, "pool-drain-after", model.DefaultPoolDrainAfter, "a warm pool no create matched for this long keeps no sandboxes until one does")
@@ -363,6 +367,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.StringVar(&f.publicURL, "public-url", "", "origin browsers and clients reach this server at, e.g. https://airlock.example.com behind a TLS-terminating proxy: https makes the console's cookie Secure (default: each request's own)")
 	fs.StringArrayVar(&f.labels, "label", nil, "node label KEY=VALUE that sandboxes' node_selector matches (repeatable)")
 	fs.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "sandboxes placed on this node at most (those not deleted or failed)")
+	fs.IntVar(&f.pidsBudget, "pids-budget", 0, "host tasks the node's sandboxes may hold in all, the sum of their host pids limits (runc/crun: guest limit + 64, runsc: 4 × guest limit + 256, qemu: 256; the guest limit is one task per 256 KiB of memory, 64 to 1024); 0: min(pid_max, threads-max) less 10% (at least 1024) kept for the host")
 	fs.StringVar(&f.placement, "placement", string(model.PlaceSpread), "how a create picks among the nodes that fit: spread (most room left) or pack (fullest that fits)")
 	fs.DurationVar(&f.heartbeat, "heartbeat-interval", server.DefaultHeartbeatInterval, "how often this node records that it is alive (the database's clock)")
 	fs.DurationVar(&f.deadAfter, "node-dead-after", server.DefaultNodeDeadAfter, "a node without a heartbeat for this long is declared dead: its sandboxes are lost (failed, reason \"node lost\") and creates it had not started are placed again")
@@ -409,6 +414,10 @@ func (f serverFlags) clusterOptions(opts *server.Options) error {
 		return usageErrorf("--max-sandboxes must be at least 1 (0: the default, %d), not %d", server.DefaultMaxSandboxes, f.maxSandboxes)
 	}
 	opts.MaxSandboxes = f.maxSandboxes // 0: the default
+	if f.pidsBudget < 0 {
+		return usageErrorf("--pids-budget must not be negative (0: derived from the host's pid_max and threads-max), not %d", f.pidsBudget)
+	}
+	opts.PidsBudget = f.pidsBudget // 0: derived
 	if opts.Placement, err = model.ParsePlacementStrategy(cmp.Or(f.placement, string(model.PlaceSpread))); err != nil {
 		return usageErrorf("--placement must be spread or pack, not %q", f.placement)
 	}

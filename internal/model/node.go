@@ -180,12 +180,14 @@ type Node struct {
 	Role         NodeRole
 	AdvertiseURL string // where other processes reach its API and data plane
 	// Capacity for placement: sandboxes at most, CPUs and memory (MiB,
-	// after overcommit) its sandboxes may ask for in all; 0 fields bound
-	// nothing.
-	Slots     int
-	CPUs      int
-	MemoryMiB int
-	Labels    NodeLabels
+	// after overcommit) its sandboxes may ask for in all, and the host
+	// tasks their host cgroups may hold in all (PidsBudget: the sum of
+	// their Resources.HostPids); 0 fields bound nothing.
+	Slots      int
+	CPUs       int
+	MemoryMiB  int
+	PidsBudget int
+	Labels     NodeLabels
 	// CanPull: the node reaches the shared blob store, so a template it
 	// lacks can be pulled by digest.
 	CanPull     bool
@@ -202,6 +204,7 @@ type NodeUsage struct {
 	Sandboxes int
 	CPUs      int
 	MemoryMiB int
+	Pids      int // the sum of their Resources.HostPids
 }
 
 // NodeStatus is a node with its usage.
@@ -217,16 +220,25 @@ type NodeStatus struct {
 func (n NodeStatus) Drained() bool { return n.State == NodeDraining && n.Usage.Sandboxes == 0 }
 
 // Fits reports whether one more sandbox of r fits the node's room: its
-// slots and memory. CPUs are time-shared, not reserved: they bound what one
-// sandbox may ask for, not how many fit.
-func (n NodeStatus) Fits(r Resources) bool {
+// slots, memory and pids budget. CPUs are time-shared, not reserved: they
+// bound what one sandbox may ask for, not how many fit.
+func (n NodeStatus) Fits(r Resources) bool { return n.Lacks(r) == "" }
+
+// Lacks says what of the node's room one more sandbox of r would exceed
+// ("" if it fits), with the numbers: "sandboxes 256 of 256", "memory 900
+// + 512 of 1024 MiB", "pids 30000 + 1088 of 30720".
+func (n NodeStatus) Lacks(r Resources) string {
+	var out []string
 	if n.Slots > 0 && n.Usage.Sandboxes+1 > n.Slots {
-		return false
+		out = append(out, fmt.Sprintf("sandboxes %d of %d", n.Usage.Sandboxes, n.Slots))
 	}
 	if n.MemoryMiB > 0 && n.Usage.MemoryMiB+r.MemoryMiB > n.MemoryMiB {
-		return false
+		out = append(out, fmt.Sprintf("memory %d + %d of %d MiB", n.Usage.MemoryMiB, r.MemoryMiB, n.MemoryMiB))
 	}
-	return true
+	if n.PidsBudget > 0 && n.Usage.Pids+r.HostPids > n.PidsBudget {
+		out = append(out, fmt.Sprintf("pids %d + %d of %d", n.Usage.Pids, r.HostPids, n.PidsBudget))
+	}
+	return strings.Join(out, ", ")
 }
 
 // NodeLostReason is the state reason of a sandbox whose node was declared

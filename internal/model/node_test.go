@@ -300,3 +300,73 @@ func FuzzParseAdvertiseURL(f *testing.F) {
 		}
 	})
 }
+
+// TestGuestPids: one task per 256 KiB of memory, 64 to 1024.
+func TestGuestPids(t *testing.T) {
+	for _, tt := range []struct{ mem, want int }{
+		{0, MinGuestPids}, {8, MinGuestPids}, {16, 64}, {32, 128}, {64, 256}, {100, 400},
+		{255, 1020}, {256, 1024}, {512, 1024}, {MaxMemoryMiB, MaxGuestPids},
+	} {
+		if got := GuestPids(tt.mem); got != tt.want {
+			t.Errorf("GuestPids(%d MiB) = %d, want %d", tt.mem, got, tt.want)
+		}
+	}
+}
+
+// TestNodeRoomPids: a node's pids budget bounds the sum of its sandboxes'
+// host pids as its memory bounds their memory; 0 bounds nothing; Lacks
+// gives the numbers of each bound that would be exceeded.
+func TestNodeRoomPids(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		node  Node
+		usage NodeUsage
+		r     Resources
+		lacks string
+	}{
+		{"fits", Node{PidsBudget: 2000}, NodeUsage{Pids: 768}, Resources{HostPids: 1232}, ""},
+		{"one over", Node{PidsBudget: 2000}, NodeUsage{Pids: 768}, Resources{HostPids: 1233}, "pids 768 + 1233 of 2000"},
+		{"full", Node{PidsBudget: 1088}, NodeUsage{Pids: 1088}, Resources{HostPids: 1}, "pids 1088 + 1 of 1088"},
+		{"no budget", Node{}, NodeUsage{Pids: 1 << 30}, Resources{HostPids: 1 << 20}, ""},
+		{"uncharged sandbox", Node{PidsBudget: 10}, NodeUsage{Pids: 10}, Resources{}, ""},
+		{"memory and pids", Node{MemoryMiB: 1024, PidsBudget: 100}, NodeUsage{MemoryMiB: 1000, Pids: 50}, Resources{MemoryMiB: 32, HostPids: 51},
+			"memory 1000 + 32 of 1024 MiB, pids 50 + 51 of 100"},
+		{"slots", Node{Slots: 1, PidsBudget: 100}, NodeUsage{Sandboxes: 1}, Resources{HostPids: 1}, "sandboxes 1 of 1"},
+	} {
+		n := NodeStatus{Node: tt.node, Usage: tt.usage}
+		if got := n.Lacks(tt.r); got != tt.lacks {
+			t.Errorf("%s: Lacks = %q, want %q", tt.name, got, tt.lacks)
+		}
+		if got := n.Fits(tt.r); got != (tt.lacks == "") {
+			t.Errorf("%s: Fits = %t", tt.name, got)
+		}
+	}
+}
+
+// TestFitsNodePids: one sandbox whose host pids alone exceed the node's
+// budget is refused with ErrExceedsCapacity, the numbers in the message.
+func TestFitsNodePids(t *testing.T) {
+	for _, tt := range []struct {
+		pids, budget int
+		err          string
+	}{
+		{1088, 2000, ""},
+		{2000, 2000, ""},
+		{4352, 2000, "pids: the sandbox may hold 4352 host tasks, but this node's pids budget is 2000"},
+		{4352, 0, ""},
+	} {
+		err := Resources{HostPids: tt.pids}.FitsNode(NodeCapacity{Pids: tt.budget})
+		if tt.err == "" {
+			if err != nil {
+				t.Errorf("%d of %d: %v", tt.pids, tt.budget, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrExceedsCapacity) || !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("%d of %d: %v, want ErrExceedsCapacity with %q", tt.pids, tt.budget, err, tt.err)
+		}
+	}
+	if err := (Resources{CPUs: 1, MemoryMiB: 32, DiskMiB: 64, HostPids: -1}).Validate(); !errors.Is(err, ErrInvalid) {
+		t.Errorf("negative host pids: %v, want ErrInvalid", err)
+	}
+}

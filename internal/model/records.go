@@ -73,6 +73,38 @@ type Resources struct {
 	CPUs      int // whole vCPUs (CPU quota for containers)
 	MemoryMiB int
 	DiskMiB   int // size of the sandbox's writable layer
+	// HostPids is how many host tasks (processes and threads) the
+	// sandbox's host cgroup may hold (its pids.max, or what its VMM may
+	// start): its charge against its node's pids budget. Nobody asks for
+	// it: admission sets it from the sandbox's environment and memory
+	// (environment.HostPids of GuestPids), and the store keeps it. 0: not
+	// charged (a sandbox stored before the budget whose migration left
+	// none, or a test's).
+	HostPids int
+}
+
+// Guest pids limits: a sandbox's guest may hold one task per
+// GuestPidsPerKiB of its memory, between MinGuestPids and MaxGuestPids.
+const (
+	// GuestPidsPerKiB: a task costs its sandbox's memory cgroup a kernel
+	// stack, its task_struct and, for a process, its page tables and a few
+	// pages of its own: measured on the CI host (kernel 6.18), a sleeping
+	// process took 200 KiB of its memory cgroup (91 KiB of it kernel
+	// memory) and an idle thread about 30 to 75 KiB. A sandbox cannot
+	// hold many more real processes than its memory over 256 KiB anyway;
+	// a limit above that only lets it take more of the host's process
+	// table.
+	GuestPidsPerKiB = 256
+	MinGuestPids    = 64
+	MaxGuestPids    = 1024
+)
+
+// GuestPids is the pids limit of a sandbox's workload (the tasks its
+// guest may hold): one task per GuestPidsPerKiB of its memory, clamped to
+// [MinGuestPids, MaxGuestPids] (32 MiB: 128; 256 MiB and more: 1024).
+func GuestPids(memoryMiB int) int {
+	n := memoryMiB * 1024 / GuestPidsPerKiB
+	return min(max(n, MinGuestPids), MaxGuestPids)
 }
 
 // Resource bounds accepted by the API. A server may bound disk_mib lower
@@ -91,12 +123,14 @@ const (
 )
 
 // NodeCapacity is what one sandbox on this node may ask for at most: the
-// host's CPUs, its memory times the operator's overcommit, and the
-// operator's largest writable layer. Zero fields do not bound.
+// host's CPUs, its memory times the operator's overcommit, the operator's
+// largest writable layer and the node's pids budget (host tasks). Zero
+// fields do not bound.
 type NodeCapacity struct {
 	CPUs      int
 	MemoryMiB int
 	DiskMiB   int
+	Pids      int
 }
 
 // ErrExceedsCapacity is wrapped by Resources.FitsNode's errors.
@@ -113,6 +147,9 @@ func (r Resources) FitsNode(c NodeCapacity) error {
 	}
 	if c.DiskMiB > 0 && r.DiskMiB > c.DiskMiB {
 		return fmt.Errorf("%w: disk_mib %d, but this server allows at most %d", ErrExceedsCapacity, r.DiskMiB, c.DiskMiB)
+	}
+	if c.Pids > 0 && r.HostPids > c.Pids {
+		return fmt.Errorf("%w: pids: the sandbox may hold %d host tasks, but this node's pids budget is %d", ErrExceedsCapacity, r.HostPids, c.Pids)
 	}
 	return nil
 }
@@ -132,6 +169,9 @@ func (r Resources) Validate() error {
 	}
 	if r.DiskMiB < MinDiskMiB || r.DiskMiB > MaxDiskMiB {
 		return fmt.Errorf("%w: disk_mib must be between %d and %d", ErrInvalid, MinDiskMiB, MaxDiskMiB)
+	}
+	if r.HostPids < 0 {
+		return fmt.Errorf("%w: host pids %d must not be negative", ErrInvalid, r.HostPids)
 	}
 	return nil
 }

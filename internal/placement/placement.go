@@ -167,9 +167,11 @@ func (p *Placer) decide(v view, req Request) (Decision, error) {
 	)
 	for _, n := range nodes {
 		why := p.reject(n, req, envOf, holders)
-		if why == "" && !n.Fits(req.Resources) {
-			why = fmt.Sprintf("full (%d of %d sandboxes, %d of %d MiB)", n.Usage.Sandboxes, n.Slots, n.Usage.MemoryMiB, n.MemoryMiB)
-			roomOnly++
+		if why == "" {
+			if lacks := n.Lacks(req.Resources); lacks != "" {
+				why = "full (" + lacks + ")"
+				roomOnly++
+			}
 		}
 		if why != "" {
 			rejected = append(rejected, fmt.Sprintf("%s: %s", n.ID, why))
@@ -249,7 +251,7 @@ func (p *Placer) reject(n model.NodeStatus, req Request, envOf map[model.NodeID]
 	if _, ok := envOf[n.ID]; !ok && envOf != nil {
 		return "does not have the environment enabled and working"
 	}
-	if err := req.Resources.FitsNode(model.NodeCapacity{CPUs: n.CPUs, MemoryMiB: n.MemoryMiB}); err != nil {
+	if err := req.Resources.FitsNode(model.NodeCapacity{CPUs: n.CPUs, MemoryMiB: n.MemoryMiB, Pids: n.PidsBudget}); err != nil {
 		return err.Error()
 	}
 	hasTemplate := slices.Contains(holders, n.ID) || n.CanPull ||
@@ -261,7 +263,8 @@ func (p *Placer) reject(n model.NodeStatus, req Request, envOf map[model.NodeID]
 }
 
 // free is the share of a node's room left after one more sandbox, the
-// smaller of its slots' and its memory's (an unbounded one counts as 1).
+// smallest of its slots', its memory's and its pids budget's (an unbounded
+// one counts as 1).
 func free(n model.NodeStatus) float64 {
 	f := 1.0
 	if n.Slots > 0 {
@@ -269,6 +272,9 @@ func free(n model.NodeStatus) float64 {
 	}
 	if n.MemoryMiB > 0 {
 		f = min(f, float64(n.MemoryMiB-n.Usage.MemoryMiB)/float64(n.MemoryMiB))
+	}
+	if n.PidsBudget > 0 {
+		f = min(f, float64(n.PidsBudget-n.Usage.Pids)/float64(n.PidsBudget))
 	}
 	return f
 }

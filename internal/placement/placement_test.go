@@ -65,6 +65,7 @@ type nodeOpts struct {
 	noEnv    bool
 	template bool // reports the template
 	canPull  bool
+	pids     int // pids budget
 }
 
 func (f *fixture) node(o nodeOpts) model.NodeID {
@@ -74,7 +75,7 @@ func (f *fixture) node(o nodeOpts) model.NodeID {
 		o.role = model.RoleNode
 	}
 	_, err := f.st.RegisterNode(f.ctx, model.Node{ID: id, Incarnation: inc, Role: o.role, AdvertiseURL: "http://127.0.0.1:1",
-		Slots: o.slots, MemoryMiB: 64 * 1024, CPUs: 8, Labels: o.labels, CanPull: o.canPull})
+		Slots: o.slots, MemoryMiB: 64 * 1024, CPUs: 8, PidsBudget: o.pids, Labels: o.labels, CanPull: o.canPull})
 	must(f.t, err)
 	if !o.noEnv {
 		must(f.t, f.st.SetNodeEnvironments(f.ctx, id, []store.NodeEnvironment{{NodeID: id, Ref: f.runc, Enabled: true, Available: true, CheckedAt: time.Now()}}))
@@ -86,11 +87,16 @@ func (f *fixture) node(o nodeOpts) model.NodeID {
 }
 
 // fill places n sandboxes on node directly.
-func (f *fixture) fill(node model.NodeID, n int) {
+func (f *fixture) fill(node model.NodeID, n int) { f.fillPids(node, n, 0) }
+
+// fillPids places n sandboxes of pids host pids each on node directly.
+func (f *fixture) fillPids(node model.NodeID, n, pids int) {
 	f.t.Helper()
 	for range n {
 		now := time.Now()
-		sb := model.Sandbox{ID: model.NewSandboxID(), ProjectID: f.project, Template: f.tpl, Resources: model.DefaultResources(),
+		res := model.DefaultResources()
+		res.HostPids = pids
+		sb := model.Sandbox{ID: model.NewSandboxID(), ProjectID: f.project, Template: f.tpl, Resources: res,
 			State: model.StatePending, NodeID: node, CreatedAt: now, UpdatedAt: now}
 		op := model.Operation{ID: model.NewOperationID(), ProjectID: f.project, SandboxID: sb.ID, Kind: model.OpCreate,
 			State: model.OpPending, CreatedAt: now, UpdatedAt: now}
@@ -217,6 +223,62 @@ func TestStaleAndDeadNodes(t *testing.T) {
 	}
 	if _, err := p.Place(f.ctx, f.request()); !errors.Is(err, ErrNoNode) || !contains(err.Error(), "dead") {
 		t.Fatalf("dead node: %v", err)
+	}
+}
+
+// TestPidsBudget: a node whose pids budget the sandbox would exceed is full
+// (ErrNoRoom, with the numbers), one whose whole budget is smaller than the
+// sandbox's host pids cannot run it (ErrNoNode), and spread prefers the
+// node with more of its budget left.
+func TestPidsBudget(t *testing.T) {
+	const runc256 = 1088
+	for _, tc := range []struct {
+		name  string
+		nodes []nodeOpts
+		used  []int // sandboxes of runc256 already on each node
+		err   error
+		want  int      // index of the node picked (err nil)
+		says  []string // in the error
+	}{
+		{name: "fits", nodes: []nodeOpts{{pids: 2 * runc256}}, used: []int{1}, want: 0},
+		{name: "full", nodes: []nodeOpts{{pids: 2*runc256 - 1}}, used: []int{1}, err: ErrNoRoom,
+			says: []string{"full (pids 1088 + 1088 of 2175)"}},
+		{name: "too small", nodes: []nodeOpts{{pids: runc256 - 1}}, used: []int{0}, err: ErrNoNode,
+			says: []string{"pids: the sandbox may hold 1088 host tasks, but this node's pids budget is 1087"}},
+		{name: "full and too small", nodes: []nodeOpts{{pids: runc256}, {pids: 1000}}, used: []int{1, 0}, err: ErrNoRoom,
+			says: []string{"pids 1088 + 1088 of 1088", "pids budget is 1000"}},
+		{name: "no budget bounds nothing", nodes: []nodeOpts{{}}, used: []int{50}, want: 0},
+		// Memory alike (a sandbox each of 64 GiB): spread goes by pids.
+		{name: "spread by pids left", nodes: []nodeOpts{{pids: 4 * runc256}, {pids: 4 * runc256}}, used: []int{2, 0}, want: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			var ids []model.NodeID
+			for i, o := range tc.nodes {
+				o.template = true
+				ids = append(ids, f.node(o))
+				f.fillPids(ids[i], tc.used[i], runc256)
+			}
+			req := f.request()
+			req.Resources.HostPids = runc256
+			for range 20 { // spread picks at random among nodes about as empty
+				d, err := f.placer(model.PlaceSpread).Place(f.ctx, req)
+				if tc.err != nil {
+					if !errors.Is(err, tc.err) {
+						t.Fatalf("placed %+v, %v; want %v", d, err, tc.err)
+					}
+					for _, s := range tc.says {
+						if !contains(err.Error(), s) {
+							t.Errorf("error %q does not say %q", err, s)
+						}
+					}
+					return
+				}
+				if err != nil || d.Node != ids[tc.want] {
+					t.Fatalf("placed %+v, %v; want node %d", d, err, tc.want)
+				}
+			}
+		})
 	}
 }
 

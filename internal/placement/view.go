@@ -177,6 +177,7 @@ func (c *nodeCache) placed(v view, node model.NodeID, r model.Resources) {
 	u.Sandboxes++
 	u.CPUs += r.CPUs
 	u.MemoryMiB += r.MemoryMiB
+	u.Pids += r.HostPids
 	v.snap.placed[node] = u
 }
 
@@ -192,6 +193,7 @@ func (c *nodeCache) current(s *snapshot) []model.NodeStatus {
 		out[i].Usage.Sandboxes += d.Sandboxes
 		out[i].Usage.CPUs += d.CPUs
 		out[i].Usage.MemoryMiB += d.MemoryMiB
+		out[i].Usage.Pids += d.Pids
 		out[i].HeartbeatAge += age
 	}
 	return out

@@ -12,8 +12,9 @@
 //     whose guest agent stopped answering are deleted. Claimed sandboxes
 //     have left the pool and are never touched.
 //   - Unclaimed sandboxes together hold at most the node's pool budget
-//     (CPUs and memory, as their limits), so pools never take the room of
-//     real sandboxes; at most FillParallel are being created at once.
+//     (CPUs, memory and host pids, as their limits), so pools never take
+//     the room of real sandboxes; at most FillParallel are being created
+//     at once.
 //
 // A pass runs whenever the store reports a change of this node's (a claim
 // of one of its sandboxes, a create of its that finished, its cordon) or a
@@ -32,6 +33,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -61,6 +63,9 @@ type Config struct {
 	// this node together (required, > 0).
 	MemoryMiB int
 	CPUs      int
+	// Pids is the budget of their host pids together (the sum of their
+	// Resources.HostPids); 0: bounded only by the node's pids budget.
+	Pids int
 	// DrainAfter: a pool unused for longer keeps no sandboxes
 	// (model.DefaultPoolDrainAfter if 0).
 	DrainAfter   time.Duration
@@ -98,6 +103,8 @@ func New(cfg Config) (*Controller, error) {
 		return nil, errors.New("pool: no disk size")
 	case cfg.MemoryMiB <= 0 || cfg.CPUs <= 0:
 		return nil, fmt.Errorf("pool: the budget must be positive (memory %d MiB, %d CPUs)", cfg.MemoryMiB, cfg.CPUs)
+	case cfg.Pids < 0:
+		return nil, fmt.Errorf("pool: the pids budget %d must not be negative", cfg.Pids)
 	}
 	if cfg.DrainAfter <= 0 {
 		cfg.DrainAfter = model.DefaultPoolDrainAfter
@@ -269,16 +276,17 @@ func (c *Controller) Pass(ctx context.Context) error {
 		if !t.fillable(now) {
 			continue
 		}
-		res := model.Resources{CPUs: p.Key.CPUs, MemoryMiB: p.Key.MemoryMiB, DiskMiB: c.cfg.DiskMiB}
+		res := model.Resources{CPUs: p.Key.CPUs, MemoryMiB: p.Key.MemoryMiB, DiskMiB: c.cfg.DiskMiB,
+			HostPids: environment.HostPids(environment.Name(p.Key.Environment), model.GuestPids(p.Key.MemoryMiB))}
 	releases:
 		for _, d := range t.releases {
 			for have := len(fill[fillKey{p.ID, d}]); have < p.Size; have++ {
 				if starting >= c.cfg.FillParallel {
 					return nil
 				}
-				if next := plus(used, res); next.CPUs > c.cfg.CPUs || next.MemoryMiB > c.cfg.MemoryMiB {
-					c.note(ctx, p.ID, "over budget", fmt.Sprintf("the pools' sandboxes on this node would hold %d CPUs and %d MiB, over the budget of %d and %d",
-						next.CPUs, next.MemoryMiB, c.cfg.CPUs, c.cfg.MemoryMiB))
+				if next := plus(used, res); next.CPUs > c.cfg.CPUs || next.MemoryMiB > c.cfg.MemoryMiB || c.cfg.Pids > 0 && next.HostPids > c.cfg.Pids {
+					c.note(ctx, p.ID, "over budget", fmt.Sprintf("the pools' sandboxes on this node would hold %d CPUs, %d MiB and %d host pids, over the budget of %d, %d and %d",
+						next.CPUs, next.MemoryMiB, next.HostPids, c.cfg.CPUs, c.cfg.MemoryMiB, c.cfg.Pids))
 					break releases
 				}
 				if err := c.add(ctx, t, d, res, now); err != nil {
@@ -522,9 +530,10 @@ func (c *Controller) note(ctx context.Context, id model.PoolID, what, detail str
 	c.log.InfoContext(ctx, "pool not filled further on this node", "pool", id, "why", what, "detail", detail)
 }
 
-// plus adds b's CPUs and memory to a's.
+// plus adds b's CPUs, memory and host pids to a's.
 func plus(a, b model.Resources) model.Resources {
 	a.CPUs += b.CPUs
 	a.MemoryMiB += b.MemoryMiB
+	a.HostPids += b.HostPids
 	return a
 }

@@ -337,6 +337,30 @@ func TestBudgetAndParallel(t *testing.T) {
 	f.wantFill(p.ID, map[model.TemplateDigest]map[model.SandboxState]int{d: {model.StateRunning: 3}})
 }
 
+// TestPidsBudget: pool sandboxes are charged their environment's host pids
+// (runc 512 MiB: 1024+64) and hold at most the pools' pids budget.
+func TestPidsBudget(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Pids, c.FillParallel = 3*1088+1000, 10 })
+	d := f.release()
+	p := f.pool(5, "runc")
+	f.pass()
+	// Memory (4096 MiB) would hold 8; 3 × 1088 is the pids budget.
+	f.wantFill(p.ID, map[model.TemplateDigest]map[model.SandboxState]int{d: {model.StatePending: 3}})
+	list, err := f.st.ListPoolSandboxes(f.ctx, node)
+	must(t, err)
+	for _, ps := range list {
+		if ps.Sandbox.Resources.HostPids != 1088 {
+			t.Fatalf("pool sandbox %s charged %d host pids, want 1088", ps.Sandbox.ID, ps.Sandbox.Resources.HostPids)
+		}
+	}
+	if n, err := f.st.GetNode(f.ctx, node); err != nil || n.Usage.Pids != 3*1088 {
+		t.Fatalf("node usage %+v, %v; want %d pids", n.Usage, err, 3*1088)
+	}
+	if _, err := New(Config{Store: f.st, Node: node, DiskMiB: 1, MemoryMiB: 1, CPUs: 1, Pids: -1}); err == nil {
+		t.Fatal("a negative pids budget was accepted")
+	}
+}
+
 // TestReplaceUnhealthyAndFailed: a ready sandbox whose agent stops
 // answering and one whose create failed are replaced.
 func TestReplaceUnhealthyAndFailed(t *testing.T) {

@@ -69,6 +69,16 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 	if err != nil {
 		return Created{}, err
 	}
+	// Its host tasks, charged against its node's pids budget: one that
+	// alone exceeds this node's is refused here (ExceedsCapacity), one
+	// that does not fit what the nodes have left by placement and the
+	// store (NoCapacity).
+	if req.Resources.HostPids, err = s.hostPids(ctx, envSel, req.Resources.MemoryMiB); err != nil {
+		return Created{}, err
+	}
+	if err := s.CheckResources(req.Resources); err != nil {
+		return Created{}, err
+	}
 	var envRef model.EnvironmentRef
 	if s.cfg.Placer == nil {
 		if envRef, err = s.resolveEnvironment(ctx, envSel); err != nil {
@@ -172,6 +182,25 @@ func (s *Service) environmentSelector(asked *environment.Selector) (environment.
 		return environment.Selector{}, nil
 	}
 	return environment.Selector{Name: s.cfg.Environments.Default()}, nil
+}
+
+// hostPids is what a sandbox of memoryMiB in the environment sel names may
+// hold of the host's tasks (environment.HostPids of its guest limit): the
+// environment's name is sel's, or the recorded definition's of sel's
+// reference; a reference nobody recorded is charged as a name this binary
+// does not know (the most), and placement refuses it anyway.
+func (s *Service) hostPids(ctx context.Context, sel environment.Selector, memoryMiB int) (int, error) {
+	name := sel.Name
+	if sel.Ref != "" {
+		rec, err := s.cfg.Store.GetEnvironment(ctx, sel.Ref)
+		switch {
+		case err == nil:
+			name = rec.Name
+		case !errors.Is(err, store.ErrNotFound):
+			return 0, fmt.Errorf("read environment %s: %w", sel.Ref, err)
+		}
+	}
+	return environment.HostPids(name, model.GuestPids(memoryMiB)), nil
 }
 
 // resolveEnvironment resolves the environment sel names to the reference

@@ -36,6 +36,12 @@ func (s *Service) PutPool(ctx context.Context, req PutPoolRequest) (model.Pool, 
 	if err != nil {
 		return model.Pool{}, err
 	}
+	// Its sandboxes' host pids (the pool controller charges them so).
+	res := req.Resources
+	res.HostPids = environment.HostPids(environment.Name(envName), model.GuestPids(res.MemoryMiB))
+	if err := s.CheckResources(res); err != nil {
+		return model.Pool{}, err
+	}
 	if _, err := s.cfg.Store.ResolveTemplate(ctx, req.Template); errors.Is(err, store.ErrNotFound) {
 		return model.Pool{}, errorf(TemplateNotFound, "template %s not found", req.Template)
 	} else if err != nil {

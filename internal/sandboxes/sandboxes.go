@@ -47,6 +47,10 @@ type Store interface {
 	store.EgressProfiles // compiling a create's egress policy
 	GetSandboxEgressByID(ctx context.Context, id model.SandboxID) (policy.Spec, error)
 
+	// GetEnvironment names the environment of a create that gives a
+	// reference (its host pids).
+	GetEnvironment(ctx context.Context, ref model.EnvironmentRef) (store.EnvironmentRecord, error)
+
 	ResolveTemplate(ctx context.Context, ref model.TemplateRef) (model.Template, error)
 	ListBuilds(ctx context.Context, q store.BuildQuery) (store.BuildPage, error)
 

@@ -115,12 +115,15 @@ func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, te
 	if h.capacity.DiskMiB <= 0 {
 		h.capacity.DiskMiB = DefaultMaxDiskMiB
 	}
+	if h.capacity.Pids, err = pidsBudget(opts.PidsBudget, procSysKernel, log); err != nil {
+		return nil, err
+	}
 	return h, nil
 }
 
 // describe fills in what the node record says about this host.
 func (h *host) describe(n *model.Node, opts Options) {
-	n.CPUs, n.MemoryMiB = h.capacity.CPUs, h.capacity.MemoryMiB
+	n.CPUs, n.MemoryMiB, n.PidsBudget = h.capacity.CPUs, h.capacity.MemoryMiB, h.capacity.Pids
 	n.CanPull = opts.BlobStore != ""
 }
 

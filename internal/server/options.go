@@ -64,10 +64,16 @@ type Options struct {
 	// streams run this long; then they end with a reconnect event. 0:
 	// DefaultShutdownGrace.
 	ShutdownGrace time.Duration
-	// MemoryOvercommit (--memory-overcommit): one sandbox may ask for at
-	// most the host's memory times this; cpus are bounded by the host's
-	// CPUs. 0: DefaultMemoryOvercommit.
+	// MemoryOvercommit (--memory-overcommit): the node's sandboxes may
+	// ask for at most the host's memory times this in all (the node's
+	// memory for placement), and so one sandbox too; cpus are bounded by
+	// the host's CPUs. 0: DefaultMemoryOvercommit.
 	MemoryOvercommit float64
+	// PidsBudget (--pids-budget): the host tasks the node's sandboxes may
+	// hold in all, the sum of their host cgroups' pids limits
+	// (model.Resources.HostPids); 0: derived from the host's pid_max and
+	// threads-max (derivePidsBudget); negative: invalid.
+	PidsBudget int
 	// MutationRate and MutationBurst (--mutation-rate, --mutation-burst):
 	// each API key's mutating requests per second and at once; 0: the
 	// API's defaults; a negative rate: no limit.
@@ -216,9 +222,12 @@ type Options struct {
 	// (--pool-drain-after): a pool no create has matched for this long
 	// keeps no sandboxes until one does; 0: DefaultPoolDrainAfter.
 	// PoolFillParallel (--pool-fill-parallel): how many pool sandboxes
-	// this node creates at once; 0: DefaultPoolFillParallel.
+	// this node creates at once; 0: DefaultPoolFillParallel. PoolPids
+	// (--pool-pids) bounds their host pids together; 0: the share of the
+	// node's pids budget that PoolMemoryMiB is of the node's memory.
 	PoolMemoryMiB    int
 	PoolCPUs         int
+	PoolPids         int
 	PoolDrainAfter   time.Duration
 	PoolFillParallel int
 

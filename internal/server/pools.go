@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 
@@ -13,8 +14,9 @@ import (
 
 // poolController makes the node's warm-pool controller: its sandboxes get
 // the server's default disk, its budget defaults to a quarter of the
-// host's memory and four vCPUs per host CPU, and a ready sandbox is
-// healthy while its guest agent answers.
+// host's memory and four vCPUs per host CPU, its pids budget is the same
+// share of the node's as its memory of the node's (poolPids), and a ready
+// sandbox is healthy while its guest agent answers.
 func (h *host) poolController(st store.Store, node model.NodeID, opts Options, log *slog.Logger) (*pool.Controller, error) {
 	mem, cpus := opts.PoolMemoryMiB, opts.PoolCPUs
 	if mem <= 0 {
@@ -30,6 +32,7 @@ func (h *host) poolController(st store.Store, node model.NodeID, opts Options, l
 	agents := h.agents()
 	return pool.New(pool.Config{
 		Store: st, Node: node, DiskMiB: disk, MemoryMiB: mem, CPUs: cpus,
+		Pids:       cmp.Or(opts.PoolPids, poolPids(h.capacity, mem)),
 		DrainAfter: opts.PoolDrainAfter, FillParallel: opts.PoolFillParallel,
 		Environment: func(ctx context.Context, name string) (model.EnvironmentRef, error) {
 			return h.registry.Resolve(ctx, environment.Selector{Name: environment.Name(name)})
@@ -37,6 +40,18 @@ func (h *host) poolController(st store.Store, node model.NodeID, opts Options, l
 		Healthy: func(ctx context.Context, sb model.Sandbox) error { return agentAnswers(ctx, agents, sb.ID) },
 		Logger:  log.With("component", "pool"),
 	})
+}
+
+// poolPids is the pools' budget of host pids on a node of capacity c whose
+// pools may hold poolMemMiB: the share of the node's pids budget that
+// poolMemMiB is of its memory (a quarter by default), at most all of it; 0
+// (no bound but the node's) when the node has no pids budget.
+func poolPids(c model.NodeCapacity, poolMemMiB int) int {
+	if c.Pids <= 0 || c.MemoryMiB <= 0 {
+		return 0
+	}
+	share := int64(c.Pids) * int64(poolMemMiB) / int64(c.MemoryMiB)
+	return int(min(max(share, 1), int64(c.Pids)))
 }
 
 // agentAnswers asks a sandbox's guest agent who it is.

@@ -58,7 +58,6 @@ type Config struct {
 	// unreachable) are retried.
 	FetchTemplate func(context.Context, model.TemplateDigest) error
 	AgentBinary   string
-	PidsLimit     int64         // tasks per sandbox; default 1024
 	AgentWait     time.Duration // how long a new sandbox's agent may take to answer; default 60 s
 	// Network, if set, gives every sandbox its network before the runtime
 	// creates it and takes it away after the runtime deleted it. Nil:
@@ -132,9 +131,6 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if cfg.AgentBinary == "" {
 		return nil, errors.New("worker: no agent binary")
-	}
-	if cfg.PidsLimit == 0 {
-		cfg.PidsLimit = 1024
 	}
 	if cfg.AgentWait == 0 {
 		cfg.AgentWait = 60 * time.Second
@@ -277,7 +273,10 @@ func (w *Worker) spec(ctx context.Context, sb model.Sandbox) (runtime.Spec, erro
 			CPUs:        sb.Resources.CPUs,
 			MemoryBytes: int64(sb.Resources.MemoryMiB) << 20,
 			DiskBytes:   int64(sb.Resources.DiskMiB) << 20,
-			PidsLimit:   w.cfg.PidsLimit,
+			// Its workload's tasks: what admission charged its node's
+			// pids budget for (environment.HostPids of this, which
+			// the runtime sets on its host cgroup).
+			PidsLimit: int64(model.GuestPids(sb.Resources.MemoryMiB)),
 		},
 		AgentBinary: w.cfg.AgentBinary,
 	}, nil

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/cgroups"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/runtime"
@@ -46,24 +47,19 @@ func defaultCaps() []string {
 	return []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SETGID", "CAP_SETUID"}
 }
 
-// hostPidsLimit is the host pids limit of a sandbox whose guest limit is n.
-// The agent enforces n on the workload in a cgroup of its own (--pids-max,
-// sealed read-only: seal.go); the host limit keeps room for the agent
-// beside it, so a full workload cannot starve the agent of threads (a Go
-// program dies when it cannot create one). Under runsc the host cgroup
-// also counts the sentry's threads, the gofer and the systrap stub
-// processes, and exceeding it kills the whole sandbox instead of failing
-// one fork: there it is only a backstop with headroom.
+// hostPidsLimit is the host pids limit of a sandbox whose guest limit is n:
+// environment.HostPids, the one rule that admission charges against the
+// node's pids budget too. The agent enforces n on the workload in a cgroup
+// of its own (--pids-max, sealed read-only: seal.go); the host limit keeps
+// room for the agent beside it (runc, crun) or is a backstop with headroom
+// for the sentry, gofer and stubs (runsc).
 func hostPidsLimit(flavor Flavor, n int64) int64 {
-	if flavor == FlavorRunsc {
-		return 4*n + 256
-	}
-	return n + agentPidsReserve
+	return int64(environment.HostPids(environment.Name(flavor), int(n)))
 }
 
 // agentPidsReserve is the room the host pids limit of a runc or crun
 // sandbox keeps for the agent's threads and its short-lived helpers.
-const agentPidsReserve = 64
+const agentPidsReserve = environment.AgentPidsReserve
 
 // bundleSpec builds the OCI config.json of a sandbox; ids is its user
 // namespace's id range (nil: none, runsc), agent its agent's file on the

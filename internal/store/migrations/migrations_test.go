@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -236,6 +237,77 @@ func TestPublicPortsOfExistingSandboxes(t *testing.T) {
 	}
 	if got["sbx_e2b"] != 1 || got["sbx_native"] != 0 || len(got) != 2 {
 		t.Fatalf("public_ports after 016: %v", got)
+	}
+}
+
+// TestHostPidsOfExistingSandboxes: 017 charges each live sandbox stored
+// before it what its environment let it hold with the guest limit of the
+// time (1024): runc and crun 1088, qemu 256, runsc and unknown 4352, named
+// by its environment's definition or else by its runtime; deleted and
+// failed ones hold nothing.
+func TestHostPidsOfExistingSandboxes(t *testing.T) {
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", "file:"+t.TempDir()+"/m.db?_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	d := Dialect{Name: "sqlite", BytesType: "BLOB"}
+	all, err := Load()
+	if err != nil || len(all) < 17 || all[16].Name != "017_pids_budget" {
+		t.Fatalf("Load = %v, %v", all, err)
+	}
+	if _, err := apply(ctx, db, d, all[:16], nil); err != nil {
+		t.Fatal(err)
+	}
+	qs := []string{
+		`INSERT INTO projects (id, name, created_at) VALUES ('prj_1', 'p', 0)`,
+		`INSERT INTO templates (digest, size_bytes, manifest, created_at) VALUES ('sha256:00', 0, x'', 0)`,
+		`INSERT INTO environments (ref, name, schema_version, definition, first_seen) VALUES ('env:runc', 'runc', 1, '{}', 0), ('env:qemu', 'qemu', 1, '{}', 0)`,
+		`INSERT INTO nodes (id, incarnation, role, advertise_url, slots, cpus, memory_mib, labels, can_pull, state, state_reason, started_at, heartbeat_at)
+			VALUES ('node_1', 'inc_1', 'all', 'http://n', 0, 0, 0, '', 0, 'active', '', 0, 0)`,
+	}
+	for _, sb := range []struct{ id, state, env, runtime string }{
+		{"sbx_runc", "running", "env:runc", "runc"},
+		{"sbx_qemu", "paused", "env:qemu", ""},
+		{"sbx_crun_rt", "running", "", "crun"},
+		{"sbx_runsc_rt", "running", "", "runsc"},
+		{"sbx_pending", "pending", "", ""},
+		{"sbx_deleted", "deleted", "env:runc", "runc"},
+		{"sbx_failed", "failed", "env:runc", "runc"},
+	} {
+		qs = append(qs, `INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, env, metadata, state, state_reason,
+			node_id, runtime, created_at, updated_at, environment) VALUES ('`+sb.id+`', 'prj_1', 'sha256:00', 1, 512, '{}', '{}', '`+sb.state+`', '', '', '`+sb.runtime+`', 0, 0, '`+sb.env+`')`)
+	}
+	for _, q := range qs {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if _, err := apply(ctx, db, d, all[:17], nil); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	rows, err := db.QueryContext(ctx, `SELECT id, host_pids FROM sandboxes`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var pids int
+		if err := rows.Scan(&id, &pids); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = pids
+	}
+	want := map[string]int{"sbx_runc": 1088, "sbx_qemu": 256, "sbx_crun_rt": 1088, "sbx_runsc_rt": 4352, "sbx_pending": 4352, "sbx_deleted": 0, "sbx_failed": 0}
+	if !maps.Equal(got, want) {
+		t.Fatalf("host_pids after 017: %v, want %v", got, want)
+	}
+	var budget int
+	if err := db.QueryRowContext(ctx, `SELECT pids_budget FROM nodes WHERE id = 'node_1'`).Scan(&budget); err != nil || budget != 0 {
+		t.Fatalf("pids_budget of a node stored before: %d, %v", budget, err)
 	}
 }
 

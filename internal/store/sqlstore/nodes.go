@@ -25,15 +25,15 @@ func (s *Store) dbNow() string {
 	return `CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)`
 }
 
-const nodeColumns = `n.id, n.incarnation, n.role, n.advertise_url, n.slots, n.cpus, n.memory_mib, n.labels, n.can_pull,
+const nodeColumns = `n.id, n.incarnation, n.role, n.advertise_url, n.slots, n.cpus, n.memory_mib, n.pids_budget, n.labels, n.can_pull,
 	n.state, n.state_reason, n.started_at, n.heartbeat_at`
 
 // nodeStatusQuery selects nodes with their usage and heartbeat age; the
 // caller appends WHERE and ORDER BY.
 func (s *Store) nodeStatusQuery() string {
-	return `SELECT ` + nodeColumns + `, COALESCE(u.n, 0), COALESCE(u.cpus, 0), COALESCE(u.mem, 0), ` + s.dbNow() + ` - n.heartbeat_at
+	return `SELECT ` + nodeColumns + `, COALESCE(u.n, 0), COALESCE(u.cpus, 0), COALESCE(u.mem, 0), COALESCE(u.pids, 0), ` + s.dbNow() + ` - n.heartbeat_at
 		FROM nodes n LEFT JOIN (
-			SELECT s.node_id, COUNT(*) AS n, SUM(s.cpus) AS cpus, SUM(s.memory_mib) AS mem
+			SELECT s.node_id, COUNT(*) AS n, SUM(s.cpus) AS cpus, SUM(s.memory_mib) AS mem, SUM(s.host_pids) AS pids
 			FROM sandboxes s WHERE s.node_id <> '' AND ` + liveStatesSQL + ` GROUP BY s.node_id) u ON u.node_id = n.id`
 }
 
@@ -44,9 +44,9 @@ func scanNode(row interface{ Scan(...any) error }) (model.NodeStatus, error) {
 		canPull                      int
 		started, heartbeat, ageMicro int64
 	)
-	err := row.Scan(&id, &inc, &role, &n.AdvertiseURL, &n.Slots, &n.CPUs, &n.MemoryMiB, &labels, &canPull,
+	err := row.Scan(&id, &inc, &role, &n.AdvertiseURL, &n.Slots, &n.CPUs, &n.MemoryMiB, &n.PidsBudget, &labels, &canPull,
 		&state, &n.StateReason, &started, &heartbeat,
-		&n.Usage.Sandboxes, &n.Usage.CPUs, &n.Usage.MemoryMiB, &ageMicro)
+		&n.Usage.Sandboxes, &n.Usage.CPUs, &n.Usage.MemoryMiB, &n.Usage.Pids, &ageMicro)
 	if err != nil {
 		return model.NodeStatus{}, err
 	}
@@ -127,7 +127,7 @@ func (s *Store) RegisterNode(ctx context.Context, n model.Node) (model.NodeStatu
 	if _, err := model.ParseNodeRole(string(n.Role)); err != nil {
 		return model.NodeStatus{}, fmt.Errorf("register node %s: %w", n.ID, err)
 	}
-	if n.Slots < 0 || n.CPUs < 0 || n.MemoryMiB < 0 {
+	if n.Slots < 0 || n.CPUs < 0 || n.MemoryMiB < 0 || n.PidsBudget < 0 {
 		return model.NodeStatus{}, fmt.Errorf("register node %s: %w: negative capacity", n.ID, model.ErrInvalid)
 	}
 	labels, err := encodeLabels(n.Labels)
@@ -144,10 +144,10 @@ func (s *Store) RegisterNode(ctx context.Context, n model.Node) (model.NodeStatu
 		err := t.queryRow(ctx, `SELECT state FROM nodes WHERE id = ? `+s.d.RowLock, string(n.ID)).Scan(&state)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			_, err = t.exec(ctx, `INSERT INTO nodes (id, incarnation, role, advertise_url, slots, cpus, memory_mib, labels, can_pull,
+			_, err = t.exec(ctx, `INSERT INTO nodes (id, incarnation, role, advertise_url, slots, cpus, memory_mib, pids_budget, labels, can_pull,
 				state, state_reason, started_at, heartbeat_at)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', `+s.dbNow()+`, `+s.dbNow()+`)`,
-				string(n.ID), string(n.Incarnation), string(n.Role), n.AdvertiseURL, n.Slots, n.CPUs, n.MemoryMiB, labels, canPull,
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', `+s.dbNow()+`, `+s.dbNow()+`)`,
+				string(n.ID), string(n.Incarnation), string(n.Role), n.AdvertiseURL, n.Slots, n.CPUs, n.MemoryMiB, n.PidsBudget, labels, canPull,
 				string(model.NodeActive))
 			if err != nil {
 				return fmt.Errorf("insert node: %w", s.insertErr(err))
@@ -159,9 +159,9 @@ func (s *Store) RegisterNode(ctx context.Context, n model.Node) (model.NodeStatu
 				state = string(model.NodeActive)
 			}
 			_, err = t.exec(ctx, `UPDATE nodes SET incarnation = ?, role = ?, advertise_url = ?, slots = ?, cpus = ?, memory_mib = ?,
-				labels = ?, can_pull = ?, state = ?, state_reason = '', started_at = `+s.dbNow()+`, heartbeat_at = `+s.dbNow()+`
+				pids_budget = ?, labels = ?, can_pull = ?, state = ?, state_reason = '', started_at = `+s.dbNow()+`, heartbeat_at = `+s.dbNow()+`
 				WHERE id = ?`,
-				string(n.Incarnation), string(n.Role), n.AdvertiseURL, n.Slots, n.CPUs, n.MemoryMiB, labels, canPull, state,
+				string(n.Incarnation), string(n.Role), n.AdvertiseURL, n.Slots, n.CPUs, n.MemoryMiB, n.PidsBudget, labels, canPull, state,
 				string(n.ID))
 			if err != nil {
 				return fmt.Errorf("update node: %w", err)
@@ -203,7 +203,7 @@ func (s *Store) GetNode(ctx context.Context, id model.NodeID) (model.NodeStatus,
 // GetNodeRecord implements store.Nodes: the nodes row alone, without the
 // usage that GetNode sums over the live sandboxes.
 func (s *Store) GetNodeRecord(ctx context.Context, id model.NodeID) (model.Node, error) {
-	n, err := scanNode(s.queryRow(ctx, `SELECT `+nodeColumns+`, 0, 0, 0, 0 FROM nodes n WHERE n.id = ?`, string(id)))
+	n, err := scanNode(s.queryRow(ctx, `SELECT `+nodeColumns+`, 0, 0, 0, 0, 0 FROM nodes n WHERE n.id = ?`, string(id)))
 	if err != nil {
 		return model.Node{}, fmt.Errorf("get node %s: %w", id, errNotFound(err))
 	}
@@ -533,15 +533,15 @@ func (s *Store) ListUnplaced(ctx context.Context, limit int) ([]model.Sandbox, e
 func (s *Store) AssignNode(ctx context.Context, id model.SandboxID, node model.NodeID) error {
 	err := s.write(ctx, true, func(t tx) error {
 		t.concerns(node)
-		var cpus, mem int
-		if err := t.queryRow(ctx, `SELECT s.cpus, s.memory_mib FROM sandboxes s WHERE s.id = ? AND s.node_id = '' AND s.state = 'pending' `+s.d.RowLock,
-			string(id)).Scan(&cpus, &mem); err != nil {
+		var cpus, mem, pids int
+		if err := t.queryRow(ctx, `SELECT s.cpus, s.memory_mib, s.host_pids FROM sandboxes s WHERE s.id = ? AND s.node_id = '' AND s.state = 'pending' `+s.d.RowLock,
+			string(id)).Scan(&cpus, &mem, &pids); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return store.ErrStateChanged
 			}
 			return err
 		}
-		if err := t.checkRoom(ctx, node, model.Resources{CPUs: cpus, MemoryMiB: mem}, id); err != nil {
+		if err := t.checkRoom(ctx, node, model.Resources{CPUs: cpus, MemoryMiB: mem, HostPids: pids}, id); err != nil {
 			return err
 		}
 		_, err := t.exec(ctx, `UPDATE sandboxes SET node_id = ? WHERE id = ?`, string(node), string(id))
@@ -562,9 +562,9 @@ func (s *Store) AssignNode(ctx context.Context, id model.SandboxID, node model.N
 // committed while this one waited for the lock.
 func (t tx) checkRoom(ctx context.Context, node model.NodeID, r model.Resources, self model.SandboxID) error {
 	var role, state string
-	var slots, memory int
-	err := t.queryRow(ctx, `SELECT role, state, slots, memory_mib FROM nodes WHERE id = ? `+t.s.d.RowLock, string(node)).
-		Scan(&role, &state, &slots, &memory)
+	var slots, memory, pids int
+	err := t.queryRow(ctx, `SELECT role, state, slots, memory_mib, pids_budget FROM nodes WHERE id = ? `+t.s.d.RowLock, string(node)).
+		Scan(&role, &state, &slots, &memory, &pids)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: node %s is not registered", store.ErrNodeFull, node)
 	}
@@ -578,14 +578,13 @@ func (t tx) checkRoom(ctx context.Context, node model.NodeID, r model.Resources,
 		return fmt.Errorf("%w: node %s is %s", store.ErrNodeFull, node, state)
 	}
 	var u model.NodeUsage
-	if err := t.queryRow(ctx, `SELECT COUNT(*), COALESCE(SUM(s.cpus), 0), COALESCE(SUM(s.memory_mib), 0)
-		FROM sandboxes s WHERE s.node_id = ? AND s.id <> ? AND `+liveStatesSQL, string(node), string(self)).Scan(&u.Sandboxes, &u.CPUs, &u.MemoryMiB); err != nil {
+	if err := t.queryRow(ctx, `SELECT COUNT(*), COALESCE(SUM(s.cpus), 0), COALESCE(SUM(s.memory_mib), 0), COALESCE(SUM(s.host_pids), 0)
+		FROM sandboxes s WHERE s.node_id = ? AND s.id <> ? AND `+liveStatesSQL, string(node), string(self)).Scan(&u.Sandboxes, &u.CPUs, &u.MemoryMiB, &u.Pids); err != nil {
 		return err
 	}
-	st := model.NodeStatus{Node: model.Node{Slots: slots, MemoryMiB: memory}, Usage: u}
-	if !st.Fits(r) {
-		return fmt.Errorf("%w: node %s holds %d sandboxes (%d MiB) of %d (%d MiB)", store.ErrNodeFull, node,
-			u.Sandboxes, u.MemoryMiB, slots, memory)
+	st := model.NodeStatus{Node: model.Node{Slots: slots, MemoryMiB: memory, PidsBudget: pids}, Usage: u}
+	if lacks := st.Lacks(r); lacks != "" {
+		return fmt.Errorf("%w: node %s is full (%s)", store.ErrNodeFull, node, lacks)
 	}
 	return nil
 }

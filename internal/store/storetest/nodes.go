@@ -23,6 +23,7 @@ func nodeTests() []namedTest {
 		{"NodeRoom", testNodeRoom},
 		{"NodeRoomFreedByEndedSandboxes", testNodeRoomFreed},
 		{"NodeAssign", testNodeAssign},
+		{"NodePidsBudget", testNodePidsBudget},
 		{"NodeUsageAndHeartbeatAge", testNodeUsage},
 		{"NodeTemplates", testNodeTemplates},
 		{"NodeListUnplaced", testNodeListUnplaced},
