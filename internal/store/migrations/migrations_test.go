@@ -240,7 +240,7 @@ func TestPublicPortsOfExistingSandboxes(t *testing.T) {
 	}
 }
 
-// TestHostPidsOfExistingSandboxes: 017 charges each live sandbox stored
+// TestHostPidsOfExistingSandboxes: 018 charges each live sandbox stored
 // before it what its environment let it hold with the guest limit of the
 // time (1024): runc and crun 1088, qemu 256, runsc and unknown 4352, named
 // by its environment's definition or else by its runtime; deleted and
@@ -254,10 +254,10 @@ func TestHostPidsOfExistingSandboxes(t *testing.T) {
 	defer db.Close()
 	d := Dialect{Name: "sqlite", BytesType: "BLOB"}
 	all, err := Load()
-	if err != nil || len(all) < 17 || all[16].Name != "017_pids_budget" {
+	if err != nil || len(all) < 18 || all[17].Name != "018_pids_budget" {
 		t.Fatalf("Load = %v, %v", all, err)
 	}
-	if _, err := apply(ctx, db, d, all[:16], nil); err != nil {
+	if _, err := apply(ctx, db, d, all[:17], nil); err != nil {
 		t.Fatal(err)
 	}
 	qs := []string{
@@ -284,7 +284,7 @@ func TestHostPidsOfExistingSandboxes(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	if _, err := apply(ctx, db, d, all[:17], nil); err != nil {
+	if _, err := apply(ctx, db, d, all[:18], nil); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]int{}
@@ -303,7 +303,7 @@ func TestHostPidsOfExistingSandboxes(t *testing.T) {
 	}
 	want := map[string]int{"sbx_runc": 1088, "sbx_qemu": 256, "sbx_crun_rt": 1088, "sbx_runsc_rt": 4352, "sbx_pending": 4352, "sbx_deleted": 0, "sbx_failed": 0}
 	if !maps.Equal(got, want) {
-		t.Fatalf("host_pids after 017: %v, want %v", got, want)
+		t.Fatalf("host_pids after 018: %v, want %v", got, want)
 	}
 	var budget int
 	if err := db.QueryRowContext(ctx, `SELECT pids_budget FROM nodes WHERE id = 'node_1'`).Scan(&budget); err != nil || budget != 0 {

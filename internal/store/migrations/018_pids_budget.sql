@@ -1,4 +1,4 @@
--- 017_pids_budget: the host's process table as a node's room.
+-- 018_pids_budget: the host's process table as a node's room.
 --
 -- sandboxes.host_pids is how many host tasks (processes and threads) the
 -- sandbox's host cgroup may hold (its pids.max; a qemu sandbox's QEMU
