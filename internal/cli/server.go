@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/connbudget"
 	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/pool"
@@ -86,46 +87,58 @@ type serverFlags struct {
 	egressDNS      string
 	egressProxy    int
 	egressResolver int
+	// the connection budget
+	connsPerAddr    int
+	connsUnauth     int
+	connsPerProject int
+	unauthIdle      time.Duration
+	stdinIdle       time.Duration
 }
 
 // options parses the flags into server.Options.
 func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Options, error) {
 	opts := server.Options{
-		DataDir:                  dataDir,
-		Listen:                   f.listen,
-		MetricsListen:            f.metricsAddr,
-		DatabaseURL:              f.databaseURL,
-		AgentBinary:              f.agentBinary,
-		SandboxDir:               f.sandboxDir,
-		GuestbootDir:             f.guestboot,
-		ShutdownGrace:            f.grace,
-		AttachKeyMaxAge:          f.keyMaxAge,
-		TemplateGCInterval:       f.templateGC,
-		MemoryOvercommit:         f.overcommit,
-		MutationRate:             f.mutRate,
-		MutationBurst:            f.mutBurst,
-		MaxConnections:           f.maxConns,
-		DefaultDiskMiB:           f.defaultDisk,
-		MaxDiskMiB:               f.maxDisk,
-		BodyReadTimeout:          f.bodyTimeout,
-		UsernsBase:               f.usernsBase,
-		UsernsRanges:             f.usernsN,
-		BlobStore:                f.blobStore,
-		TrustedBuckets:           f.trusted,
-		BlobStoreCredentials:     f.blobCreds,
-		DefaultTemplate:          f.defaultTpl,
-		BuildCacheDir:            f.buildCache,
-		RecipeRunOnTemplateBases: f.recipeRuns,
-		DefaultIdleTimeout:       f.idleDefault,
-		Retention:                f.retention,
-		AuditRetention:           f.auditRetention,
-		ReapInterval:             f.reapEvery,
-		PoolMemoryMiB:            f.poolMemory,
-		PoolCPUs:                 f.poolCPUs,
-		PoolDrainAfter:           f.poolDrain,
-		NoE2B:                    !f.e2b,
-		E2BDomain:                f.e2bDomain,
-		PoolFillParallel:         f.poolParallel,
+		DataDir:            dataDir,
+		Listen:             f.listen,
+		MetricsListen:      f.metricsAddr,
+		DatabaseURL:        f.databaseURL,
+		AgentBinary:        f.agentBinary,
+		SandboxDir:         f.sandboxDir,
+		GuestbootDir:       f.guestboot,
+		ShutdownGrace:      f.grace,
+		AttachKeyMaxAge:    f.keyMaxAge,
+		TemplateGCInterval: f.templateGC,
+		MemoryOvercommit:   f.overcommit,
+		MutationRate:       f.mutRate,
+		MutationBurst:      f.mutBurst,
+		MaxConnections:     f.maxConns,
+		// The connection budget (docs/security.md, "Connection budgets").
+		ConnectionsPerAddress:      f.connsPerAddr,
+		UnauthenticatedConnections: f.connsUnauth,
+		ConnectionsPerProject:      f.connsPerProject,
+		UnauthenticatedIdleTimeout: f.unauthIdle,
+		StdinIdleTimeout:           f.stdinIdle,
+		DefaultDiskMiB:             f.defaultDisk,
+		MaxDiskMiB:                 f.maxDisk,
+		BodyReadTimeout:            f.bodyTimeout,
+		UsernsBase:                 f.usernsBase,
+		UsernsRanges:               f.usernsN,
+		BlobStore:                  f.blobStore,
+		TrustedBuckets:             f.trusted,
+		BlobStoreCredentials:       f.blobCreds,
+		DefaultTemplate:            f.defaultTpl,
+		BuildCacheDir:              f.buildCache,
+		RecipeRunOnTemplateBases:   f.recipeRuns,
+		DefaultIdleTimeout:         f.idleDefault,
+		Retention:                  f.retention,
+		AuditRetention:             f.auditRetention,
+		ReapInterval:               f.reapEvery,
+		PoolMemoryMiB:              f.poolMemory,
+		PoolCPUs:                   f.poolCPUs,
+		PoolDrainAfter:             f.poolDrain,
+		NoE2B:                      !f.e2b,
+		E2BDomain:                  f.e2bDomain,
+		PoolFillParallel:           f.poolParallel,
 	}
 	if f.poolMemory < 0 || f.poolCPUs < 0 || f.poolParallel < 0 {
 		return opts, usageErrorf("--pool-memory-mib, --pool-cpus and --pool-fill-parallel must not be negative (0: the default)")
@@ -325,6 +338,12 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.Float64Var(&f.overcommit, "memory-overcommit", server.DefaultMemoryOvercommit, "one sandbox may ask for at most the host's memory times this (cpus: at most the host's CPUs)")
 	fs.Float64Var(&f.mutRate, "mutation-rate", api.DefaultMutationRate, "mutating requests per second each API key may make (token bucket; negative: no limit)")
 	fs.IntVar(&f.maxConns, "max-connections", server.DefaultMaxConnections, "open client connections at most; beyond, new ones wait to be accepted (agent sockets need the rest of the file limit)")
+	// The connection budget (docs/security.md, "Connection budgets").
+	fs.IntVar(&f.connsPerAddr, "max-connections-per-address", 0, "open connections from one client address (IPv6: one /64) at most; beyond, its longest-idle unauthenticated one is closed, else 429 too_many_connections (0: a quarter of --max-connections; negative: no cap, e.g. behind a reverse proxy)")
+	fs.IntVar(&f.connsUnauth, "max-unauthenticated-connections", 0, "open connections no credential came on yet, all clients together; the rest of --max-connections is kept for authenticated ones (0: half of --max-connections)")
+	fs.IntVar(&f.connsPerProject, "max-connections-per-project", 0, "open connections authenticated as one project at most; beyond, 429 too_many_connections (0: a quarter of --max-connections)")
+	fs.DurationVar(&f.unauthIdle, "unauthenticated-idle-timeout", connbudget.DefaultUnauthenticatedIdle, "a connection no credential came on is closed after idling this long (authenticated ones: 120s)")
+	fs.DurationVar(&f.stdinIdle, "stdin-idle-timeout", api.DefaultStdinIdleTimeout, "a process's stdin stream (POST …/stdin) that gets no data for this long is ended with 408 request_timeout (clients open a new one when they have more)")
 	fs.IntVar(&f.defaultDisk, "default-disk-mib", model.DefaultDiskMiB, "writable layer in MiB of a sandbox whose create request names none")
 	fs.IntVar(&f.maxDisk, "max-disk-mib", server.DefaultMaxDiskMiB, "largest writable layer in MiB a sandbox may ask for (above: 400 exceeds_node_capacity)")
 	fs.DurationVar(&f.bodyTimeout, "body-read-timeout", api.DefaultBodyReadTimeout, "a request body must arrive within this (a file upload: each read); then 408 and the connection is closed")

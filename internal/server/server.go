@@ -139,11 +139,15 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
 	}
-	maxConns := opts.MaxConnections
-	if maxConns <= 0 {
-		maxConns = DefaultMaxConnections
+	if opts.MaxConnections < 0 {
+		opts.MaxConnections = 0
 	}
-	ln := newLimitListener(tcpLn, maxConns)
+	conns, err := newConnBudget(opts, log)
+	if err != nil {
+		tcpLn.Close()
+		return err
+	}
+	ln := conns.Listener(tcpLn)
 	metricsLn, err := listenMetrics(opts.MetricsListen)
 	if err != nil {
 		ln.Close()
@@ -238,17 +242,18 @@ func Run(ctx context.Context, opts Options) error {
 	apiHandler, err := api.New(api.Config{
 		Sandboxes: sandboxSvc,
 
-		Secrets:         sealer,
-		SecretsChanged:  secretSrc.invalidate,
-		Egress:          h.egressRegistry(),
-		EgressDefault:   egressCfg.defaultPolicy,
-		PoolDrainAfter:  opts.PoolDrainAfter,
-		BodyReadTimeout: opts.BodyReadTimeout,
-		MutationRate:    opts.MutationRate,
-		MutationBurst:   opts.MutationBurst,
-		PublicURL:       opts.PublicURL,
-		Store:           st,
-		Distribution:    distribution(dist),
+		Secrets:          sealer,
+		SecretsChanged:   secretSrc.invalidate,
+		Egress:           h.egressRegistry(),
+		EgressDefault:    egressCfg.defaultPolicy,
+		PoolDrainAfter:   opts.PoolDrainAfter,
+		BodyReadTimeout:  opts.BodyReadTimeout,
+		StdinIdleTimeout: opts.StdinIdleTimeout,
+		MutationRate:     opts.MutationRate,
+		MutationBurst:    opts.MutationBurst,
+		PublicURL:        opts.PublicURL,
+		Store:            st,
+		Distribution:     distribution(dist),
 
 		DefaultIdleTimeout: opts.DefaultIdleTimeout,
 		Activity:           idle.tracker,
@@ -322,14 +327,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		// Requests outlive the stop signal: a drain lets open streams run
-		// on for the grace period (the data plane ends them then).
-		BaseContext: func(net.Listener) context.Context { return reqCtx },
-	}
+	srv := newHTTPServer(handler, conns, reqCtx)
 
 	// What runs until the server stops, started in this order.
 	comps := []component{member.component()}
