@@ -19,6 +19,7 @@ import (
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/connbudget"
+	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/pool"
@@ -93,6 +94,7 @@ type serverFlags struct {
 	connsPerProject int
 	unauthIdle      time.Duration
 	stdinIdle       time.Duration
+	maxAttach       int
 }
 
 // options parses the flags into server.Options.
@@ -118,6 +120,7 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		ConnectionsPerProject:      f.connsPerProject,
 		UnauthenticatedIdleTimeout: f.unauthIdle,
 		StdinIdleTimeout:           f.stdinIdle,
+		MaxAttachments:             f.maxAttach,
 		DefaultDiskMiB:             f.defaultDisk,
 		MaxDiskMiB:                 f.maxDisk,
 		BodyReadTimeout:            f.bodyTimeout,
@@ -343,6 +346,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.IntVar(&f.connsUnauth, "max-unauthenticated-connections", 0, "open connections no credential came on yet, all clients together; the rest of --max-connections is kept for authenticated ones (0: half of --max-connections)")
 	fs.IntVar(&f.connsPerProject, "max-connections-per-project", 0, "open connections authenticated as one project at most; beyond, 429 too_many_connections (0: a quarter of --max-connections)")
 	fs.DurationVar(&f.unauthIdle, "unauthenticated-idle-timeout", connbudget.DefaultUnauthenticatedIdle, "a connection no credential came on is closed after idling this long (authenticated ones: 120s)")
+	fs.IntVar(&f.maxAttach, "max-attachments", dataplane.DefaultAttachTotal, "attach streams (SSE and WebSocket) this server holds open together, every project; beyond, 429 too_many_attachments (an unread one holds about 1.5 MiB)")
 	fs.DurationVar(&f.stdinIdle, "stdin-idle-timeout", api.DefaultStdinIdleTimeout, "a process's stdin stream (POST …/stdin) that gets no data for this long is ended with 408 request_timeout (clients open a new one when they have more)")
 	fs.IntVar(&f.defaultDisk, "default-disk-mib", model.DefaultDiskMiB, "writable layer in MiB of a sandbox whose create request names none")
 	fs.IntVar(&f.maxDisk, "max-disk-mib", server.DefaultMaxDiskMiB, "largest writable layer in MiB a sandbox may ask for (above: 400 exceeds_node_capacity)")

@@ -15,14 +15,18 @@ const (
 	attachCapProcess = iota // Config.AttachPerProcess, by process ID
 	attachCapToken          // Config.AttachPerToken, by the attachment token's ID (jti)
 	attachCapProject        // Config.AttachPerProject, by project
+	attachCapServer         // Config.AttachTotal, one key: every attachment of this server
 )
+
+// serverKey is the one key of attachCapServer.
+const serverKey = "server"
 
 // acquireAttachment counts one attachment of t, or says which limit it
 // would pass. The returned release must be called once the attachment
 // ends.
 func (d *DataPlane) acquireAttachment(t target) (release func(), err error) {
 	proc := t.pid.String()
-	release, full := d.limits.Acquire(proc, t.claims.TokenID, t.cs.ProjectID.String())
+	release, full := d.limits.Acquire(proc, t.claims.TokenID, t.cs.ProjectID.String(), serverKey)
 	switch full {
 	case attachCapProcess:
 		return nil, fmt.Errorf("process %s has %d attachments open, the most allowed; close one first", proc, d.limits.Max(full))
@@ -30,6 +34,8 @@ func (d *DataPlane) acquireAttachment(t target) (release func(), err error) {
 		return nil, fmt.Errorf("this attachment token has %d attachments open, the most allowed; close one first", d.limits.Max(full))
 	case attachCapProject:
 		return nil, fmt.Errorf("the project has %d attachments open, the most allowed; close some first", d.limits.Max(full))
+	case attachCapServer:
+		return nil, fmt.Errorf("this server has %d attachments open, the most it holds (--max-attachments); retry later", d.limits.Max(full))
 	}
 	return release, nil
 }

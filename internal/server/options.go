@@ -99,11 +99,15 @@ type Options struct {
 	// no credential came on may idle). StdinIdleTimeout
 	// (--stdin-idle-timeout): a stdin stream that gets no data for this
 	// long is ended (408 request_timeout); 0: api.DefaultStdinIdleTimeout.
+	// MaxAttachments (--max-attachments): the attachments (SSE and
+	// WebSocket) this server holds together, which bounds their memory;
+	// 0: dataplane.DefaultAttachTotal.
 	ConnectionsPerAddress      int
 	UnauthenticatedConnections int
 	ConnectionsPerProject      int
 	UnauthenticatedIdleTimeout time.Duration
 	StdinIdleTimeout           time.Duration
+	MaxAttachments             int
 	// AttachKeyMaxAge (--attach-key-max-age): the attachment-token signing
 	// key is rotated once older, on start and while running; 0 means
 	// DefaultAttachKeyMaxAge.

@@ -212,6 +212,8 @@ func Run(ctx context.Context, opts Options) error {
 		NodeID:     nodeID,
 		Activity:   idle.tracker,
 		Metrics:    mtr,
+		// The server-wide cap of attachments, which bounds their memory.
+		AttachTotal: opts.MaxAttachments,
 	})
 	if err != nil {
 		ln.Close()
