@@ -176,7 +176,7 @@ func addressKey(a net.Addr) string {
 // Listener wraps l: its Accept admits connections within the budget.
 // Closing it also ends the goroutine that answers refused connections.
 func (b *Budget) Listener(l net.Listener) net.Listener {
-	ln := &listener{Listener: l, b: b, refused: make(chan refusedConn, refuseQueue), done: make(chan struct{})}
+	ln := &listener{Listener: l, b: b, refused: make(chan refusedConn, refuseQueue), stop: make(chan struct{}), done: make(chan struct{})}
 	go ln.refuser()
 	return ln
 }
@@ -184,7 +184,8 @@ func (b *Budget) Listener(l net.Listener) net.Listener {
 type listener struct {
 	net.Listener
 	b       *Budget
-	refused chan refusedConn // to refuser; full: closed at once
+	refused chan refusedConn // to refuser; full: closed at once (never closed itself: Accept may still send)
+	stop    chan struct{}    // closed by Close: refuser returns
 	done    chan struct{}    // refuser has returned
 	once    sync.Once
 }
@@ -220,7 +221,7 @@ func (l *listener) Close() error {
 	l.b.freed.Broadcast()
 	l.b.mu.Unlock()
 	err := l.Listener.Close()
-	l.once.Do(func() { close(l.refused) })
+	l.once.Do(func() { close(l.stop) })
 	<-l.done
 	return err
 }

@@ -35,8 +35,20 @@ type refusedConn struct {
 // not reset the connection before the client reads the answer).
 func (l *listener) refuser() {
 	defer close(l.done)
-	for nc := range l.refused {
-		answerRefused(nc)
+	for {
+		select {
+		case c := <-l.refused:
+			answerRefused(c)
+		case <-l.stop:
+			for {
+				select {
+				case c := <-l.refused:
+					_ = c.Close()
+				default:
+					return
+				}
+			}
+		}
 	}
 }
 
