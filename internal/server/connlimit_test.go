@@ -193,3 +193,55 @@ func TestConnectionFloodLeavesOthersServed(t *testing.T) {
 		})
 	}
 }
+
+// The integration tests, the load tests and `airlock bench` all come from
+// loopback, as one address and often one project: the default budget
+// serves 200 concurrent clients of one project from 127.0.0.1, each on
+// connections of its own, plus anonymous health checks, without a refusal.
+func TestDefaultBudgetFitsLoopbackLoad(t *testing.T) {
+	t.Parallel()
+	const clients, requests = 200, 5
+	s := newConnTestServer(t, Options{})
+	errs := make(chan error, clients)
+	var transports []*http.Transport
+	for range clients {
+		transports = append(transports, &http.Transport{MaxIdleConnsPerHost: 4})
+	}
+	defer func() {
+		for _, tr := range transports {
+			tr.CloseIdleConnections()
+		}
+	}()
+	for i := range clients {
+		go func() {
+			c := &http.Client{Transport: transports[i], Timeout: 20 * time.Second}
+			for j := range requests {
+				path, key := "/v1/sandboxes", s.keyA
+				if j == 0 && i%10 == 0 {
+					path, key = "/healthz", ""
+				}
+				req, _ := http.NewRequest("GET", "http://"+s.addr+path, nil)
+				if key != "" {
+					req.Header.Set("Authorization", "Bearer "+key)
+				}
+				res, err := c.Do(req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != http.StatusOK {
+					errs <- fmt.Errorf("client %d request %d: %d", i, j, res.StatusCode)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
