@@ -100,20 +100,42 @@ type serverFlags struct {
 // options parses the flags into server.Options.
 func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Options, error) {
 	opts := server.Options{
-		DataDir:            dataDir,
-		Listen:             f.listen,
-		MetricsListen:      f.metricsAddr,
-		DatabaseURL:        f.databaseURL,
-		AgentBinary:        f.agentBinary,
-		SandboxDir:         f.sandboxDir,
-		GuestbootDir:       f.guestboot,
-		ShutdownGrace:      f.grace,
-		AttachKeyMaxAge:    f.keyMaxAge,
-		TemplateGCInterval: f.templateGC,
-		MemoryOvercommit:   f.overcommit,
-		MutationRate:       f.mutRate,
-		MutationBurst:      f.mutBurst,
-		MaxConnections:     f.maxConns,
+		DataDir:                  dataDir,
+		Listen:                   f.listen,
+		MetricsListen:            f.metricsAddr,
+		DatabaseURL:              f.databaseURL,
+		AgentBinary:              f.agentBinary,
+		SandboxDir:               f.sandboxDir,
+		GuestbootDir:             f.guestboot,
+		ShutdownGrace:            f.grace,
+		AttachKeyMaxAge:          f.keyMaxAge,
+		TemplateGCInterval:       f.templateGC,
+		MemoryOvercommit:         f.overcommit,
+		MutationRate:             f.mutRate,
+		MutationBurst:            f.mutBurst,
+		MaxConnections:           f.maxConns,
+		DefaultDiskMiB:           f.defaultDisk,
+		MaxDiskMiB:               f.maxDisk,
+		BodyReadTimeout:          f.bodyTimeout,
+		UsernsBase:               f.usernsBase,
+		UsernsRanges:             f.usernsN,
+		BlobStore:                f.blobStore,
+		TrustedBuckets:           f.trusted,
+		BlobStoreCredentials:     f.blobCreds,
+		DefaultTemplate:          f.defaultTpl,
+		BuildCacheDir:            f.buildCache,
+		RecipeRunOnTemplateBases: f.recipeRuns,
+		DefaultIdleTimeout:       f.idleDefault,
+		Retention:                f.retention,
+		AuditRetention:           f.auditRetention,
+		ReapInterval:             f.reapEvery,
+		PoolMemoryMiB:            f.poolMemory,
+		PoolCPUs:                 f.poolCPUs,
+		PoolDrainAfter:           f.poolDrain,
+		NoE2B:                    !f.e2b,
+		E2BDomain:                f.e2bDomain,
+		PoolFillParallel:         f.poolParallel,
+
 		// The connection budget (docs/security.md, "Connection budgets").
 		ConnectionsPerAddress:      f.connsPerAddr,
 		UnauthenticatedConnections: f.connsUnauth,
@@ -121,27 +143,6 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		UnauthenticatedIdleTimeout: f.unauthIdle,
 		StdinIdleTimeout:           f.stdinIdle,
 		MaxAttachments:             f.maxAttach,
-		DefaultDiskMiB:             f.defaultDisk,
-		MaxDiskMiB:                 f.maxDisk,
-		BodyReadTimeout:            f.bodyTimeout,
-		UsernsBase:                 f.usernsBase,
-		UsernsRanges:               f.usernsN,
-		BlobStore:                  f.blobStore,
-		TrustedBuckets:             f.trusted,
-		BlobStoreCredentials:       f.blobCreds,
-		DefaultTemplate:            f.defaultTpl,
-		BuildCacheDir:              f.buildCache,
-		RecipeRunOnTemplateBases:   f.recipeRuns,
-		DefaultIdleTimeout:         f.idleDefault,
-		Retention:                  f.retention,
-		AuditRetention:             f.auditRetention,
-		ReapInterval:               f.reapEvery,
-		PoolMemoryMiB:              f.poolMemory,
-		PoolCPUs:                   f.poolCPUs,
-		PoolDrainAfter:             f.poolDrain,
-		NoE2B:                      !f.e2b,
-		E2BDomain:                  f.e2bDomain,
-		PoolFillParallel:           f.poolParallel,
 	}
 	if f.poolMemory < 0 || f.poolCPUs < 0 || f.poolParallel < 0 {
 		return opts, usageErrorf("--pool-memory-mib, --pool-cpus and --pool-fill-parallel must not be negative (0: the default)")
@@ -340,7 +341,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.DurationVar(&f.grace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long open attach streams may run on before they are told to reconnect")
 	fs.Float64Var(&f.overcommit, "memory-overcommit", server.DefaultMemoryOvercommit, "one sandbox may ask for at most the host's memory times this (cpus: at most the host's CPUs)")
 	fs.Float64Var(&f.mutRate, "mutation-rate", api.DefaultMutationRate, "mutating requests per second each API key may make (token bucket; negative: no limit)")
-	fs.IntVar(&f.maxConns, "max-connections", server.DefaultMaxConnections, "open client connections at most; beyond, new ones wait to be accepted (agent sockets need the rest of the file limit)")
+	fs.IntVar(&f.maxConns, "max-connections", server.DefaultMaxConnections, "open client connections at most (agent sockets need the rest of the file limit); beyond, idle unauthenticated ones are closed to make room, else new ones wait to be accepted")
 	// The connection budget (docs/security.md, "Connection budgets").
 	fs.IntVar(&f.connsPerAddr, "max-connections-per-address", 0, "open connections from one client address (IPv6: one /64) at most; beyond, its longest-idle unauthenticated one is closed, else 429 too_many_connections (0: a quarter of --max-connections; negative: no cap, e.g. behind a reverse proxy)")
 	fs.IntVar(&f.connsUnauth, "max-unauthenticated-connections", 0, "open connections no credential came on yet, all clients together; the rest of --max-connections is kept for authenticated ones (0: half of --max-connections)")

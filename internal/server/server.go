@@ -244,18 +244,19 @@ func Run(ctx context.Context, opts Options) error {
 	apiHandler, err := api.New(api.Config{
 		Sandboxes: sandboxSvc,
 
-		Secrets:          sealer,
-		SecretsChanged:   secretSrc.invalidate,
-		Egress:           h.egressRegistry(),
-		EgressDefault:    egressCfg.defaultPolicy,
-		PoolDrainAfter:   opts.PoolDrainAfter,
-		BodyReadTimeout:  opts.BodyReadTimeout,
-		StdinIdleTimeout: opts.StdinIdleTimeout,
-		MutationRate:     opts.MutationRate,
-		MutationBurst:    opts.MutationBurst,
-		PublicURL:        opts.PublicURL,
-		Store:            st,
-		Distribution:     distribution(dist),
+		StdinIdleTimeout: opts.StdinIdleTimeout, // the connection budget's (--stdin-idle-timeout)
+
+		Secrets:         sealer,
+		SecretsChanged:  secretSrc.invalidate,
+		Egress:          h.egressRegistry(),
+		EgressDefault:   egressCfg.defaultPolicy,
+		PoolDrainAfter:  opts.PoolDrainAfter,
+		BodyReadTimeout: opts.BodyReadTimeout,
+		MutationRate:    opts.MutationRate,
+		MutationBurst:   opts.MutationBurst,
+		PublicURL:       opts.PublicURL,
+		Store:           st,
+		Distribution:    distribution(dist),
 
 		DefaultIdleTimeout: opts.DefaultIdleTimeout,
 		Activity:           idle.tracker,
