@@ -95,9 +95,14 @@ type Config struct {
 	Guests guestops.Guests
 	// BodyReadTimeout bounds how long a client may take to send a request
 	// body: the whole of a JSON body, and each read of a streamed file
-	// upload (a process's stdin is not timed). 0: DefaultBodyReadTimeout;
-	// negative: no bound. See withBodyDeadline.
+	// upload. 0: DefaultBodyReadTimeout; negative: no bound. See
+	// withBodyDeadline.
 	BodyReadTimeout time.Duration
+	// StdinIdleTimeout bounds each read of a process's stdin stream (an
+	// interactive stream, idle whenever its user is: clients end it
+	// sooner when they have nothing to send and open a new one later).
+	// 0: DefaultStdinIdleTimeout; negative: no bound.
+	StdinIdleTimeout time.Duration
 	// FileTokens issues file transfer tokens for the file routes (normally
 	// the keyring's Issuer, as Attach); nil:
 	// those answer 501 not_supported.
@@ -205,6 +210,9 @@ func New(cfg Config) (*API, error) {
 	}
 	if cfg.BodyReadTimeout == 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if cfg.StdinIdleTimeout == 0 {
+		cfg.StdinIdleTimeout = DefaultStdinIdleTimeout
 	}
 	if cfg.PoolDrainAfter <= 0 {
 		cfg.PoolDrainAfter = model.DefaultPoolDrainAfter

@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/connbudget"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 )
@@ -128,4 +129,22 @@ func (a *API) authenticateSandbox(r *http.Request, token string) (principal, err
 		return principal{}, fmt.Errorf("load sandbox %s of a sandbox token: %w", c.Sandbox, err)
 	}
 	return principal{project: c.Project, role: model.RoleMember, sandbox: c.Sandbox}, nil
+}
+
+// connectionAuthenticated tells the server's connection budget that the
+// request's connection carried p's credential (internal/connbudget): it
+// leaves the unauthenticated share and its short idle limit, and counts
+// against p's project (a trusted peer's, against that peer). At the
+// project's cap the request is refused with too_many_connections and the
+// connection closed.
+func (a *API) connectionAuthenticated(w http.ResponseWriter, r *http.Request, p principal) error {
+	owner := "project:" + p.project.String()
+	if c := peerFrom(r.Context()); c != nil {
+		owner = "node:" + string(c.From)
+	}
+	if err := connbudget.Authenticated(r.Context(), owner); err != nil {
+		w.Header().Set("Connection", "close")
+		return errorf(apiv1.CodeTooManyConnections, "%s; close some of them first", err)
+	}
+	return nil
 }

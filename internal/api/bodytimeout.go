@@ -15,6 +15,9 @@ import (
 // DefaultBodyReadTimeout is the default of Config.BodyReadTimeout.
 const DefaultBodyReadTimeout = 30 * time.Second
 
+// DefaultStdinIdleTimeout is the default of Config.StdinIdleTimeout.
+const DefaultStdinIdleTimeout = 60 * time.Second
+
 // errBodyTimeout is wrapped by a request body's Read when the client did
 // not send it in time; classify answers 408 request_timeout.
 var errBodyTimeout = errors.New("the request body did not arrive in time")
@@ -30,10 +33,12 @@ const (
 	// port proxy carries to a guest) of any size and length: each read
 	// must get data within the timeout.
 	bodyProgress
-	// bodyUntimed: a process's stdin, an interactive stream that is idle
-	// whenever its user is. It needs an attachment token for a running
-	// process, and --max-connections bounds how many may be open.
-	bodyUntimed
+	// bodyStdin: a process's stdin, an interactive stream that is idle
+	// whenever its user is: each read must get data within
+	// Config.StdinIdleTimeout (clients with nothing to send end the
+	// stream sooner and open a new one when they have more), so that an
+	// idle stream does not hold a connection and a stdin slot for ever.
+	bodyStdin
 )
 
 // modeHandler marks a route's body mode in bodyModes.
@@ -46,7 +51,7 @@ func (modeHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
 func bodyModes() *http.ServeMux {
 	m := http.NewServeMux()
 	m.Handle(apiv1.FilesDataRoute, modeHandler(bodyProgress))
-	m.Handle("POST "+apiv1.StdinRoute, modeHandler(bodyUntimed))
+	m.Handle("POST "+apiv1.StdinRoute, modeHandler(bodyStdin))
 	m.Handle(portsPattern, modeHandler(bodyProgress)) // a guest's uploads, of any size
 	return m
 }
@@ -65,10 +70,7 @@ func bodyModes() *http.ServeMux {
 // connection for the client going away), so a handler that works on after
 // its body is not cut.
 func (a *API) withBodyDeadline(next http.Handler) http.Handler {
-	timeout := a.cfg.BodyReadTimeout
-	if timeout < 0 {
-		return next
-	}
+	timeout, stdinTimeout := a.cfg.BodyReadTimeout, a.cfg.StdinIdleTimeout
 	modes := bodyModes()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody {
@@ -81,11 +83,15 @@ func (a *API) withBodyDeadline(next http.Handler) http.Handler {
 				mode = bodyMode(m)
 			}
 		}
-		if mode == bodyUntimed {
+		step := timeout
+		if mode == bodyStdin {
+			step = stdinTimeout
+		}
+		if step < 0 {
 			next.ServeHTTP(w, r)
 			return
 		}
-		b := &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), step: timeout}
+		b := &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), step: step}
 		if mode == bodyWhole {
 			b.end = time.Now().Add(timeout)
 		}

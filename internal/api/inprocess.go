@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/connbudget"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -122,7 +123,11 @@ func (t *InProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeReqBody(req)
 		return nil, context.Cause(req.Context())
 	}
-	ctx, cancel := context.WithCancelCause(context.WithValue(context.Background(), inProcessKey{}, &inProcessCall{p: t.p}))
+	// The caller's client connection goes with the request, so that a
+	// credential checked here counts that connection as authenticated
+	// (the E2B gateway's callers).
+	base := connbudget.Carry(req.Context(), context.Background())
+	ctx, cancel := context.WithCancelCause(context.WithValue(base, inProcessKey{}, &inProcessCall{p: t.p}))
 	sreq, body := serverRequest(ctx, req)
 	w := newInWriter(req, sreq.Method, body, cancel)
 	stop := context.AfterFunc(req.Context(), func() { w.callerGone(context.Cause(req.Context())) })

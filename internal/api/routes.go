@@ -156,6 +156,10 @@ func (a *API) guard(rt route) http.Handler {
 			if info := infoFrom(r.Context()); info != nil {
 				info.key, info.project, info.sandbox = p.keyID, p.project, p.sandbox
 			}
+			if err := a.connectionAuthenticated(w, r, p); err != nil {
+				a.writeError(w, r, err)
+				return
+			}
 			if !p.inScope(rt, r) {
 				a.writeError(w, r, errorf(apiv1.CodeTokenScope,
 					"a sandbox access token opens only the routes of its own sandbox (/v1/sandboxes/%s…); use an API key", p.sandbox))

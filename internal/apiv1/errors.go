@@ -38,7 +38,9 @@ const (
 	CodeUnavailable          = "unavailable"            // the server or the sandbox cannot take the request now (not ready, the sandbox's agent unreachable or shutting down, a build still running); retry
 	CodeDraining             = "draining"               // this server is shutting down; retry (another replica, or after restart)
 	CodeNodeUnreachable      = "node_unreachable"       // the node hosting the sandbox could not be reached from this replica; the message names it
-	CodeTooManyAttachments   = "too_many_attachments"   // the process, token or project has as many open attachments as allowed
+	CodeTooManyAttachments   = "too_many_attachments"   // the process, token, project or server has as many open attachments as allowed
+	CodeTooManyStdinStreams  = "too_many_stdin_streams" // the token or project has as many open stdin streams (POST …/stdin) as allowed
+	CodeTooManyConnections   = "too_many_connections"   // the client address, the unauthenticated share or the project has as many connections open as allowed; the server closes the connection
 	CodeNoStdin              = "no_stdin"               // the process's stdin is not open (not requested, or closed)
 	CodeNoPTY                = "no_pty"                 // resize of a process without a terminal
 	CodeProcessExited        = "process_exited"         // the process has exited
@@ -139,6 +141,8 @@ var errorSpecs = []ErrorSpec{
 	{Code: CodeDraining, Status: 503, Connect: "unavailable", E2BOperationStatus: 503, Exit: 1},
 	{Code: CodeNodeUnreachable, Status: 503, Connect: "unavailable", E2BOperationStatus: 503, Exit: 1},
 	{Code: CodeTooManyAttachments, Status: 429, Connect: "resource_exhausted", Exit: 1},
+	{Code: CodeTooManyStdinStreams, Status: 429, Connect: "resource_exhausted", Exit: 1},
+	{Code: CodeTooManyConnections, Status: 429, Connect: "resource_exhausted", Exit: 1},
 	{Code: CodeNoStdin, Status: 409, Connect: "failed_precondition", Exit: 1},
 	{Code: CodeNoPTY, Status: 409, Connect: "failed_precondition", Exit: 1},
 	{Code: CodeProcessExited, Status: 409, Connect: "not_found", Exit: 1}, // envd forgets a process once it has exited

@@ -18,6 +18,8 @@ import (
 
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/connbudget"
+	"github.com/airlockdev/airlock/internal/dataplane"
 	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/hostallow"
 	"github.com/airlockdev/airlock/internal/model"
@@ -91,6 +93,13 @@ type serverFlags struct {
 	egressResolver int
 	// the Host allow-list (DNS rebinding)
 	allowedHosts []string
+	// the connection budget
+	connsPerAddr    int
+	connsUnauth     int
+	connsPerProject int
+	unauthIdle      time.Duration
+	stdinIdle       time.Duration
+	maxAttach       int
 }
 
 // options parses the flags into server.Options.
@@ -133,6 +142,14 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		E2BDomain:                f.e2bDomain,
 		PoolFillParallel:         f.poolParallel,
 		AllowedHosts:             f.allowedHosts,
+
+		// The connection budget (docs/security.md, "Connection budgets").
+		ConnectionsPerAddress:      f.connsPerAddr,
+		UnauthenticatedConnections: f.connsUnauth,
+		ConnectionsPerProject:      f.connsPerProject,
+		UnauthenticatedIdleTimeout: f.unauthIdle,
+		StdinIdleTimeout:           f.stdinIdle,
+		MaxAttachments:             f.maxAttach,
 	}
 	if _, err := hostallow.Parse(f.allowedHosts); err != nil {
 		return opts, usageErrorf("--allowed-hosts: %s", strings.TrimPrefix(err.Error(), model.ErrInvalid.Error()+": "))
@@ -336,7 +353,14 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.DurationVar(&f.grace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long open attach streams may run on before they are told to reconnect")
 	fs.Float64Var(&f.overcommit, "memory-overcommit", server.DefaultMemoryOvercommit, "the node's sandboxes may ask for at most the host's memory times this in all, and one sandbox as much (cpus: at most the host's CPUs each)")
 	fs.Float64Var(&f.mutRate, "mutation-rate", api.DefaultMutationRate, "mutating requests per second each API key may make (token bucket; negative: no limit)")
-	fs.IntVar(&f.maxConns, "max-connections", server.DefaultMaxConnections, "open client connections at most; beyond, new ones wait to be accepted (agent sockets need the rest of the file limit)")
+	fs.IntVar(&f.maxConns, "max-connections", server.DefaultMaxConnections, "open client connections at most (agent sockets need the rest of the file limit); beyond, idle unauthenticated ones are closed to make room, else new ones wait to be accepted")
+	// The connection budget (docs/security.md, "Connection budgets").
+	fs.IntVar(&f.connsPerAddr, "max-connections-per-address", 0, "open connections from one client address (IPv6: one /64) at most; beyond, its longest-idle unauthenticated one is closed, else 429 too_many_connections (0: a quarter of --max-connections; negative: no cap, e.g. behind a reverse proxy)")
+	fs.IntVar(&f.connsUnauth, "max-unauthenticated-connections", 0, "open connections no credential came on yet, all clients together; the rest of --max-connections is kept for authenticated ones (0: half of --max-connections)")
+	fs.IntVar(&f.connsPerProject, "max-connections-per-project", 0, "open connections authenticated as one project at most; beyond, 429 too_many_connections (0: a quarter of --max-connections)")
+	fs.DurationVar(&f.unauthIdle, "unauthenticated-idle-timeout", connbudget.DefaultUnauthenticatedIdle, "a connection no credential came on is closed after idling this long (authenticated ones: 120s)")
+	fs.IntVar(&f.maxAttach, "max-attachments", dataplane.DefaultAttachTotal, "attach streams (SSE and WebSocket) this server holds open together, every project; beyond, 429 too_many_attachments (an unread one holds about 1.5 MiB)")
+	fs.DurationVar(&f.stdinIdle, "stdin-idle-timeout", api.DefaultStdinIdleTimeout, "a process's stdin stream (POST …/stdin) that gets no data for this long is ended with 408 request_timeout (clients open a new one when they have more)")
 	fs.IntVar(&f.defaultDisk, "default-disk-mib", model.DefaultDiskMiB, "writable layer in MiB of a sandbox whose create request names none")
 	fs.IntVar(&f.maxDisk, "max-disk-mib", server.DefaultMaxDiskMiB, "largest writable layer in MiB a sandbox may ask for (above: 400 exceeds_node_capacity)")
 	fs.DurationVar(&f.bodyTimeout, "body-read-timeout", api.DefaultBodyReadTimeout, "a request body must arrive within this (a file upload: each read); then 408 and the connection is closed")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -81,18 +82,134 @@ func siblingPath(p, route string) string {
 }
 
 // Stdin streams r into the process's stdin; closeAfter closes stdin after
-// r's end. It returns once the agent has written all of r.
+// r's end. It returns once the agent has written all of r. It holds a
+// request open only while r has data (see stdinIdle): an interactive
+// reader that is quiet for a while costs the server no stream.
 func (d *DataPlane) Stdin(ctx context.Context, r io.Reader, closeAfter bool) error {
+	return d.stdinIdle(ctx, r, closeAfter, stdinIdle)
+}
+
+// stdinIdle is how long Stdin keeps a stdin request open with nothing to
+// send: then it ends the request (the server writes what came) and opens
+// a new one when r has more, well before the server's stdin idle timeout
+// (--stdin-idle-timeout, 60 s by default) would end it.
+const stdinIdle = 20 * time.Second
+
+func (d *DataPlane) stdinIdle(ctx context.Context, r io.Reader, closeAfter bool, idle time.Duration) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	in := &stdinPump{chunks: make(chan []byte)}
+	// Owned by this call: it returns at r's end or error, or after r's
+	// next read once ctx is done (a terminal's blocked Read is not
+	// interruptible; it ends with the process or the input).
+	go in.run(ctx, r)
+	for {
+		var first []byte
+		select {
+		case b, ok := <-in.chunks:
+			if !ok {
+				return d.stdinEnd(ctx, in, closeAfter)
+			}
+			first = b
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		body := &stdinBody{ctx: ctx, chunks: in.chunks, pending: first, idle: idle}
+		if err := d.postStdin(ctx, body, false); err != nil {
+			return err
+		}
+		if body.ended {
+			return d.stdinEnd(ctx, in, closeAfter)
+		}
+	}
+}
+
+// stdinEnd is the end of r: its error, or closing stdin if asked.
+func (d *DataPlane) stdinEnd(ctx context.Context, in *stdinPump, closeAfter bool) error {
+	if in.err != nil { // written before chunks was closed
+		return fmt.Errorf("reading stdin: %w", in.err)
+	}
+	if !closeAfter {
+		return nil
+	}
+	return d.postStdin(ctx, http.NoBody, true)
+}
+
+func (d *DataPlane) postStdin(ctx context.Context, body io.Reader, closeAfter bool) error {
 	q := url.Values{}
 	if closeAfter {
 		q.Set("close", "1")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.url("stdin", q), r)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.url("stdin", q), body)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
 	return d.send(req)
+}
+
+// stdinPump reads r into chunks, which it closes at r's end (err set
+// first if r failed).
+type stdinPump struct {
+	chunks chan []byte
+	err    error
+}
+
+func (p *stdinPump) run(ctx context.Context, r io.Reader) {
+	defer close(p.chunks)
+	for {
+		buf := make([]byte, 32<<10)
+		n, err := r.Read(buf)
+		if n > 0 {
+			select {
+			case p.chunks <- buf[:n]:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			p.err = err
+			return
+		}
+	}
+}
+
+// stdinBody is one stdin request's body: the chunks of the pump until it
+// ends (ended) or none comes for idle.
+type stdinBody struct {
+	ctx     context.Context
+	chunks  <-chan []byte
+	pending []byte
+	idle    time.Duration
+	ended   bool
+}
+
+func (b *stdinBody) Read(p []byte) (int, error) {
+	if len(b.pending) == 0 {
+		if b.ended {
+			return 0, io.EOF
+		}
+		t := time.NewTimer(b.idle)
+		defer t.Stop()
+		select {
+		case c, ok := <-b.chunks:
+			if !ok {
+				b.ended = true
+				return 0, io.EOF
+			}
+			b.pending = c
+		case <-t.C:
+			return 0, io.EOF // quiet: end this request, the next chunk opens another
+		case <-b.ctx.Done():
+			return 0, b.ctx.Err()
+		}
+	}
+	n := copy(p, b.pending)
+	b.pending = b.pending[n:]
+	return n, nil
 }
 
 // Signal sends a signal to the process.

@@ -48,6 +48,17 @@ const (
 	DefaultAttachPerProcess = 8
 	DefaultAttachPerToken   = 4
 	DefaultAttachPerProject = 256
+	// DefaultAttachTotal bounds the attachments of the whole server: an
+	// unread one holds about 1.5 MiB (docs/security.md), so together at
+	// most about 1.5 GiB.
+	DefaultAttachTotal = 1024
+)
+
+// Default limits on concurrent stdin streams (POST …/stdin; a WebSocket
+// attachment's input is counted as its attachment).
+const (
+	DefaultStdinPerToken   = 4
+	DefaultStdinPerProject = 256
 )
 
 // Store is what the data plane reads and writes of the desired state: a
@@ -69,6 +80,13 @@ type Config struct {
 	// Concurrent attachments allowed per process, per token and per
 	// project; zero means the defaults above. One more is refused with 429.
 	AttachPerProcess, AttachPerToken, AttachPerProject int
+	// AttachTotal caps the attachments of this server together (every
+	// project); zero means DefaultAttachTotal.
+	AttachTotal int
+	// Concurrent stdin streams allowed per token and per project; zero
+	// means the defaults above. One more is refused with 429
+	// too_many_stdin_streams.
+	StdinPerToken, StdinPerProject int
 	// Verifier checks attachment tokens (public keys only); nil: the
 	// process routes answer 501 not_supported.
 	Verifier *auth.Verifier
@@ -111,7 +129,8 @@ func (d *DataPlane) hold(id model.SandboxID) func() {
 type DataPlane struct {
 	cfg    Config
 	log    *slog.Logger
-	limits *streamlimit.Limits // open attachments (attachCapProcess, attachCapToken, attachCapProject)
+	limits *streamlimit.Limits // open attachments (attachCapProcess, attachCapToken, attachCapProject, attachCapServer)
+	stdins *streamlimit.Limits // open stdin streams (stdinCapToken, stdinCapProject)
 	drain  drainState
 	router *noderoute.Router // nil: nothing is forwarded
 }
@@ -136,8 +155,12 @@ func New(cfg Config) (*DataPlane, error) {
 	cfg.AttachPerProcess = cmp.Or(cfg.AttachPerProcess, DefaultAttachPerProcess)
 	cfg.AttachPerToken = cmp.Or(cfg.AttachPerToken, DefaultAttachPerToken)
 	cfg.AttachPerProject = cmp.Or(cfg.AttachPerProject, DefaultAttachPerProject)
+	cfg.AttachTotal = cmp.Or(cfg.AttachTotal, DefaultAttachTotal)
+	cfg.StdinPerToken = cmp.Or(cfg.StdinPerToken, DefaultStdinPerToken)
+	cfg.StdinPerProject = cmp.Or(cfg.StdinPerProject, DefaultStdinPerProject)
 	d := &DataPlane{cfg: cfg, log: cfg.Logger,
-		limits: streamlimit.New(cfg.AttachPerProcess, cfg.AttachPerToken, cfg.AttachPerProject),
+		limits: streamlimit.New(cfg.AttachPerProcess, cfg.AttachPerToken, cfg.AttachPerProject, cfg.AttachTotal),
+		stdins: streamlimit.New(cfg.StdinPerToken, cfg.StdinPerProject),
 		router: noderoute.New(cfg.NodeID, cfg.Nodes, cfg.Transport, cfg.Logger)}
 	d.drain.init()
 	return d, nil
@@ -225,6 +248,9 @@ func (d *DataPlane) authorizeProcess(w http.ResponseWriter, r *http.Request, act
 		return target{}, false
 	}
 	if !authorizeSession(w, claims, cs) {
+		return target{}, false
+	}
+	if !connectionAuthenticated(w, r, cs.ProjectID) {
 		return target{}, false
 	}
 	if state != model.StateRunning {

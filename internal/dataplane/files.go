@@ -80,6 +80,9 @@ func (d *DataPlane) fileTransfer(direction string) http.HandlerFunc {
 		if d.routeRemote(w, r, sb.ID, sb.NodeID) {
 			return
 		}
+		if !connectionAuthenticated(w, r, sb.ProjectID) {
+			return
+		}
 		if sb.State != model.StateRunning {
 			pe := guestops.NotRunning(sb.ID, sb.State)
 			writeStatusError(w, pe.Status, pe.Code, pe.Message)

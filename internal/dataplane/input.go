@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"sync/atomic"
 
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -23,8 +25,15 @@ const maxControlBody = 4 << 10
 // stdin: POST /data/v1/processes/{process_id}/stdin[?close=1]. The raw body
 // is streamed into the process's stdin (no size limit: flow control carries
 // the process's pace back to the client); close=1 closes stdin after it
-// (a PTY process gets ^D). 204 once all of it was written.
+// (a PTY process gets ^D). 204 once all of it was written. Capped per
+// token and per project (429 too_many_stdin_streams); each read must get
+// data within the server's stdin idle timeout (else 408 request_timeout,
+// set by the API's body deadline).
 func (d *DataPlane) stdin(w http.ResponseWriter, r *http.Request) {
+	// A refusal leaves the body unread: the connection is closed after the
+	// answer instead of net/http waiting to read what is left of a body
+	// its client may never end.
+	w.Header().Set("Connection", "close")
 	if d.drain.refuse(w) {
 		return
 	}
@@ -37,6 +46,12 @@ func (d *DataPlane) stdin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiv1.CodeInvalidRequest, err.Error())
 		return
 	}
+	unlimit, err := d.acquireStdin(t)
+	if err != nil {
+		writeError(w, apiv1.CodeTooManyStdinStreams, err.Error())
+		return
+	}
+	defer unlimit()
 	// stdin may arrive before the first attach: start the process (its
 	// output held for the attach that is on its way).
 	if err := agentguest.Start(r.Context(), t.agent, t.cs, true); err != nil {
@@ -45,15 +60,25 @@ func (d *DataPlane) stdin(w http.ResponseWriter, r *http.Request) {
 	}
 	defer d.hold(t.cs.SandboxID)() // a stdin stream is activity while it lasts
 	defer d.cfg.Metrics.StreamOpened(metrics.StreamStdin)()
-	body := d.countIn(metrics.StreamStdin, r.Body)
+	in := &deadlineSeen{Reader: r.Body}
+	body := d.countIn(metrics.StreamStdin, in)
 	defer body.done()
 	if err := t.agent.Stdin(r.Context(), t.pid.String(), body, closeAfter); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) || in.seen.Load() {
+			// The body's read deadline (--stdin-idle-timeout) passed (it
+			// also cancels the request's context): what came before it
+			// was written; net/http closes the connection after this
+			// answer.
+			writeError(w, apiv1.CodeRequestTimeout, "no stdin data arrived for the stdin idle timeout; what was sent before was written (send more in a new request)")
+			return
+		}
 		if r.Context().Err() != nil {
 			return // the client went away mid-body
 		}
 		writeProcError(w, err)
 		return
 	}
+	w.Header().Del("Connection") // the body was read to its end: the connection may serve more
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -123,4 +148,20 @@ func decodeControl(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// deadlineSeen records whether a read of the body passed its deadline
+// (the agent call may report the request's context canceled instead,
+// which the deadline also does).
+type deadlineSeen struct {
+	io.Reader
+	seen atomic.Bool
+}
+
+func (b *deadlineSeen) Read(p []byte) (int, error) {
+	n, err := b.Reader.Read(p)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		b.seen.Store(true)
+	}
+	return n, err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/agentclient"
@@ -18,6 +19,13 @@ import (
 // maxResumes is how many times in a row a stream reopens the agent's output
 // without receiving an event in between; every event received resets it.
 const maxResumes = 5
+
+// queueBytes bounds the output bytes an SSE attachment's relay queue
+// holds between the agent's stream and the client (at least one event is
+// always let through, whatever its size). With the agent's 64 KiB events
+// and its 1 MiB HTTP/2 window, an attachment that reads nothing holds
+// about 1.3 MiB (docs/security.md, "Connection budgets").
+const queueBytes = 128 << 10
 
 // flushEvery bounds the bytes written to a client between flushes while
 // events keep coming (output is flushed at once when the relay catches up).
@@ -86,14 +94,27 @@ func (d *DataPlane) relay(ctx context.Context, sse *sseWriter, out *agentclient.
 		err error
 	}
 	// A small queue decouples reading the agent from writing the client,
-	// so writes batch; it is bounded, so a slow client stops the reader
-	// (and through flow control, the process).
+	// so writes batch; it is bounded in events and in bytes (queueBytes),
+	// so a slow client stops the reader (and through flow control, the
+	// process) and an unread attachment holds little besides its HTTP/2
+	// window.
 	events := make(chan next, 16)
+	var queued atomic.Int64        // output bytes in events
+	room := make(chan struct{}, 1) // the writer took an event
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
 		for {
 			ev, err := out.Next()
+			n := int64(len(ev.Data))
+			for queued.Load() > 0 && queued.Load()+n > queueBytes {
+				select {
+				case <-room:
+				case <-stop:
+					return
+				}
+			}
+			queued.Add(n)
 			select {
 			case events <- next{ev, err}:
 			case <-stop:
@@ -120,6 +141,11 @@ func (d *DataPlane) relay(ctx context.Context, sse *sseWriter, out *agentclient.
 			}
 			continue
 		case n = <-events:
+			queued.Add(-int64(len(n.ev.Data)))
+			select {
+			case room <- struct{}{}:
+			default:
+			}
 		}
 		if n.err != nil {
 			if unflushed > 0 {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/api"
+	"github.com/airlockdev/airlock/internal/connbudget"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
 )
 
@@ -58,8 +59,13 @@ func TestStalledBodyFreesItsConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := newLimitListener(inner, 1)
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// One slot, and no per-address cap (both clients are on loopback).
+	conns, err := connbudget.New(connbudget.Config{Max: 1, PerAddress: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := conns.Listener(inner)
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second, ConnState: conns.ConnState, ConnContext: conns.ConnContext}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	defer func() {
@@ -80,7 +86,12 @@ func TestStalledBodyFreesItsConnection(t *testing.T) {
 	fmt.Fprintf(attacker, "POST /v1/admin/projects HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
 		"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"na", strings.TrimSpace(string(adminKey)))
 
-	// The only slot is taken: this client waits in the backlog.
+	// Once the attacker's request was authenticated, the only slot is
+	// taken by an authenticated connection: this client waits in the
+	// backlog (a slot held by an unauthenticated one would be refused).
+	for conns.Counts().Unauthenticated != 0 {
+		time.Sleep(time.Millisecond)
+	}
 	waited := make(chan time.Duration, 1)
 	go func() {
 		c := http.Client{Timeout: 20 * time.Second}

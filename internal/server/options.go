@@ -94,6 +94,26 @@ type Options struct {
 	// connections; beyond it new ones wait to be accepted. 0:
 	// DefaultMaxConnections.
 	MaxConnections int
+	// The connection budget's shares of MaxConnections (internal/connbudget;
+	// docs/security.md, "Connection budgets"); 0 takes the default.
+	// ConnectionsPerAddress (--max-connections-per-address, default a
+	// quarter; negative: no cap, behind a reverse proxy),
+	// UnauthenticatedConnections (--max-unauthenticated-connections,
+	// default half), ConnectionsPerProject (--max-connections-per-project,
+	// default a quarter), UnauthenticatedIdleTimeout
+	// (--unauthenticated-idle-timeout, default 5 s: how long a connection
+	// no credential came on may idle). StdinIdleTimeout
+	// (--stdin-idle-timeout): a stdin stream that gets no data for this
+	// long is ended (408 request_timeout); 0: api.DefaultStdinIdleTimeout.
+	// MaxAttachments (--max-attachments): the attachments (SSE and
+	// WebSocket) this server holds together, which bounds their memory;
+	// 0: dataplane.DefaultAttachTotal.
+	ConnectionsPerAddress      int
+	UnauthenticatedConnections int
+	ConnectionsPerProject      int
+	UnauthenticatedIdleTimeout time.Duration
+	StdinIdleTimeout           time.Duration
+	MaxAttachments             int
 	// AttachKeyMaxAge (--attach-key-max-age): the attachment-token signing
 	// key is rotated once older, on start and while running; 0 means
 	// DefaultAttachKeyMaxAge.

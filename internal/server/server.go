@@ -139,11 +139,15 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
 	}
-	maxConns := opts.MaxConnections
-	if maxConns <= 0 {
-		maxConns = DefaultMaxConnections
+	if opts.MaxConnections < 0 {
+		opts.MaxConnections = 0
 	}
-	ln := newLimitListener(tcpLn, maxConns)
+	conns, err := newConnBudget(opts, log)
+	if err != nil {
+		tcpLn.Close()
+		return err
+	}
+	ln := conns.Listener(tcpLn)
 	metricsLn, err := listenMetrics(opts.MetricsListen)
 	if err != nil {
 		ln.Close()
@@ -208,6 +212,8 @@ func Run(ctx context.Context, opts Options) error {
 		NodeID:     nodeID,
 		Activity:   idle.tracker,
 		Metrics:    mtr,
+		// The server-wide cap of attachments, which bounds their memory.
+		AttachTotal: opts.MaxAttachments,
 	})
 	if err != nil {
 		ln.Close()
@@ -237,6 +243,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	apiHandler, err := api.New(api.Config{
 		Sandboxes: sandboxSvc,
+
+		StdinIdleTimeout: opts.StdinIdleTimeout, // the connection budget's (--stdin-idle-timeout)
 
 		Secrets:         sealer,
 		SecretsChanged:  secretSrc.invalidate,
@@ -329,14 +337,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		// Requests outlive the stop signal: a drain lets open streams run
-		// on for the grace period (the data plane ends them then).
-		BaseContext: func(net.Listener) context.Context { return reqCtx },
-	}
+	srv := newHTTPServer(handler, conns, reqCtx)
 
 	// What runs until the server stops, started in this order.
 	comps := []component{member.component()}

@@ -76,3 +76,10 @@ func (l *Limits) Idle() bool {
 	}
 	return true
 }
+
+// Open is how many streams key holds under cap i.
+func (l *Limits) Open(i int, key string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open[i][key]
+}
