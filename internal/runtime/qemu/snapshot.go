@@ -300,6 +300,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 	if m.DiskFormat, err2 = vmdisk.Clone(ctx, rec.Layer, rec.LayerFormat, disk); err2 != nil {
 		return fmt.Errorf("restore %s: %w", id, err2)
 	}
+	m.Chain = chainOver(m.DiskFormat, diskLayer{rec.Layer, rec.LayerFormat}, m.Chain)
 	m.Disk = disk
 	m.Memory, m.MemoryShared = rec.Memory, false
 	if n := spec.Network; n != nil && m.NIC {
@@ -309,7 +310,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 		}
 		m.Netns, m.TAP = n.NetnsPath, link.TAP
 	}
-	m.Guest.Hostname, m.Guest.Env = spec.Hostname, spec.Env.List()
+	m.Guest.Hostname, m.Guest.Env, m.Guest.PidsMax = spec.Hostname, spec.Env.List(), spec.Resources.PidsLimit
 	if err := writeMachine(dir, m); err != nil {
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
