@@ -349,9 +349,11 @@ func (r *Runtime) sweepBaseLeftovers(ctx context.Context, key string) {
 		}
 		dir := filepath.Join(root, e.Name())
 		if _, rnd, ok := strings.Cut(rest, "-"); ok {
-			if pid := vmPid(dir, "base-"+key+"-"+rnd); pid != 0 { // that build's QEMU, not a reused pid
-				_ = killVM(ctx, pid, "base-"+key+"-"+rnd)
+			// That build's QEMU (not a reused pid), cgroup and uid.
+			if err := r.removeVM(ctx, dir, "base-"+key+"-"+rnd); err != nil {
+				r.log.WarnContext(ctx, "leftover of a base snapshot build stays", "dir", dir, "err", err)
 			}
+			continue
 		}
 		if err := os.RemoveAll(dir); err != nil {
 			r.log.WarnContext(ctx, "leftover of a base snapshot build stays", "dir", dir, "err", err)

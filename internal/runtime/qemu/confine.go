@@ -90,14 +90,18 @@ const (
 	cpuPeriodMicros = 100000
 )
 
+// tcgCacheMiB is the size of QEMU's TCG translation cache (-accel
+// tcg,tb-size=).
+const tcgCacheMiB = 128
+
 // memoryOverheadBytes is what a VM's cgroup may hold beyond the guest's
-// RAM: QEMU itself, its TCG translation cache and device buffers, and the
-// page cache of its disk I/O (reclaimable).
+// RAM: QEMU itself (heap, device buffers), its TCG translation cache, and
+// the page cache of its disk I/O (reclaimable).
 func memoryOverheadBytes(a Accel) int64 {
 	if a == AccelKVM {
 		return 192 << 20
 	}
-	return 384 << 20
+	return 192<<20 + tcgCacheMiB<<20
 }
 
 // HostMemoryBytes is the memory.max of the host cgroup of a VM with
@@ -372,8 +376,11 @@ func (r *Runtime) ownCgroup(controller string) (string, error) {
 	return "", fmt.Errorf("qemu: this process is in no %s cgroup", controller)
 }
 
-// removeCgroup removes the cgroup of the VM named name, ending a QEMU of
-// that VM still inside (one whose directory is gone).
+// removeCgroup removes the cgroup of the VM named name. Whatever is still
+// inside is that VM's QEMU (the cgroup is its alone, and QEMU cannot
+// spawn): one whose directory is gone, or one still tearing down its
+// memory after a SIGKILL (its command line then reads empty, so vmPid no
+// longer finds it). It is killed and waited for.
 func (r *Runtime) removeCgroup(ctx context.Context, name string) error {
 	cg, err := cgroupOf(name)
 	if err != nil {
@@ -384,10 +391,11 @@ func (r *Runtime) removeCgroup(ctx context.Context, name string) error {
 		return err
 	}
 	for _, pid := range procs {
-		if isVM(pid, name) {
-			if err := killVM(ctx, pid, name); err != nil {
-				return err
-			}
+		if pid == os.Getpid() {
+			return fmt.Errorf("qemu: a thread of this process is in the cgroup %s", cg)
+		}
+		if err := killVM(ctx, pid, name); err != nil {
+			return err
 		}
 	}
 	return r.cg.Remove(ctx, cg)

@@ -154,7 +154,13 @@ func (m machine) commandLine(name string, incoming, bare bool, h handles) []stri
 		// reports it stopped and Stop or Delete end it.
 		a = append(a, "-no-shutdown")
 	}
-	a = append(a, "-accel", string(m.Accel))
+	if m.Accel == AccelTCG {
+		// A bounded translation cache (QEMU 7.2's default is 1 GiB), so
+		// QEMU fits in its cgroup (HostMemoryBytes).
+		a = append(a, "-accel", fmt.Sprintf("tcg,tb-size=%d", tcgCacheMiB))
+	} else {
+		a = append(a, "-accel", string(m.Accel))
+	}
 	if m.Accel == AccelKVM {
 		a = append(a, "-cpu", "host")
 	}
