@@ -155,6 +155,14 @@ func TestVMConfined(t *testing.T) {
 			if lim.CPUPeriodMicros <= 0 || lim.CPUQuotaMicros != int64(sc.cpus)*lim.CPUPeriodMicros {
 				t.Errorf("cpu quota/period of the VM's cgroup = %d/%d, want %d CPUs", lim.CPUQuotaMicros, lim.CPUPeriodMicros, sc.cpus)
 			}
+			if dir, err := host.ControllerDir("memory", want); err == nil {
+				for _, f := range []string{"memory.usage_in_bytes", "memory.current", "memory.max_usage_in_bytes", "memory.peak"} {
+					if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
+						t.Logf("%s of the VM's cgroup: %s MiB (limit %d MiB)", f, mib(b), lim.MemoryBytes>>20)
+					}
+				}
+			}
+			t.Logf("QEMU runs %s threads (pids.max %d)", st["Threads"], qemu.HostPidsLimit)
 			if threads, _ := strconv.Atoi(st["Threads"]); threads <= 0 || threads > qemu.HostPidsLimit/2 {
 				t.Errorf("QEMU runs %d threads: its pids limit %d leaves too little room", threads, qemu.HostPidsLimit)
 			}
@@ -223,6 +231,11 @@ func TestVMConfined(t *testing.T) {
 			}
 		})
 	}
+}
+
+func mib(b []byte) string {
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return strconv.FormatInt(n>>20, 10)
 }
 
 func slices(list []string, s string) bool {

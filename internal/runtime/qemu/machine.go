@@ -282,14 +282,17 @@ func (r *Runtime) launch(ctx context.Context, dir, name string, m machine, incom
 	}
 	ctx, cancel := context.WithTimeout(ctx, launchTimeout)
 	defer cancel()
+	t0 := time.Now()
 	uid, err := r.vmUID(ctx, dir)
 	if err != nil {
 		return 0, err
 	}
+	tUID := time.Since(t0)
 	join, err := r.makeCgroup(name, m)
 	if err != nil {
 		return 0, err
 	}
+	tCgroup := time.Since(t0)
 	var files launchFiles
 	defer files.close()
 	h, err := r.handles(ctx, dir, m, uid, &files)
@@ -330,10 +333,12 @@ func (r *Runtime) launch(ctx context.Context, dir, name string, m machine, incom
 		files.own = append(files.own, cg)
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
 	}
+	tHandles := time.Since(t0)
 	if err := forkConfined(m.Netns, join, cmd.Start); err != nil {
 		return 0, fmt.Errorf("start qemu: %w", err)
 	}
 	files.close()
+	r.log.DebugContext(ctx, "qemu forked, confined", "vm", name, "uid", uid, "uid_reserve", tUID, "cgroup", tCgroup-tUID, "handles", tHandles-tCgroup, "fork", time.Since(t0)-tHandles)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	if err := atomicfile.Write(filepath.Join(dir, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600); err != nil {
