@@ -256,12 +256,20 @@ func TestQEMULogBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The VM's uid executes it: the test's own directories (t.TempDir
+	// makes them 0700) must let it through; the temp root (/tmp, 1777)
+	// already does and is left alone.
 	bin := t.TempDir()
-	// The VM's uid executes it: the directories must let it.
-	for d := bin; d != "/" && d != filepath.Dir(os.TempDir()); d = filepath.Dir(d) {
+	for d := bin; filepath.Dir(d) != filepath.Clean(os.TempDir()); d = filepath.Dir(d) {
+		if d == "/" || !strings.HasPrefix(d, filepath.Clean(os.TempDir())+"/") {
+			t.Fatalf("%s is not below %s", bin, os.TempDir())
+		}
 		if err := os.Chmod(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	script := filepath.Join(bin, "qemu-flood")
 	if err := os.WriteFile(script, []byte("#!/bin/sh\ni=0\nwhile [ $i -lt 2048 ]; do printf '%01024d\\n' $i >&2 || true; i=$((i+1)); done\nexec "+real+` "$@"`+"\n"), 0o755); err != nil {
