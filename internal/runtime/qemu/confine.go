@@ -80,12 +80,10 @@ const (
 	// CgroupParent holds one cgroup per VM (named as the VM: its sandbox
 	// ID, or the name of a base snapshot's or a probe's VM).
 	CgroupParent = "/airlock-qemu"
-	// HostPidsLimit is pids.max of each VM's host cgroup: what one VM may
-	// take of the host's process table (QEMU's threads: the main loop,
-	// RCU, one per vCPU, and its block-I/O worker pool of up to 64). The
-	// guest's own processes are not host processes. The node's pids budget
-	// charges each VM this much.
-	HostPidsLimit = 128
+	// HostPidsBase is what a VM's host cgroup allows beside one pid per
+	// vCPU (see HostPids): QEMU's main loop, RCU and other threads, and its
+	// block-I/O worker pool of up to 64.
+	HostPidsBase = 96
 	// cpuPeriodMicros is the CFS period of the CPU quota (vCPUs × period).
 	cpuPeriodMicros = 100000
 )
@@ -103,6 +101,12 @@ func memoryOverheadBytes(a Accel) int64 {
 	}
 	return 192<<20 + tcgCacheMiB<<20
 }
+
+// HostPids is pids.max of the host cgroup of a VM with cpus vCPUs: what
+// it may take of the host's process table (QEMU's threads; the guest's
+// processes are the guest kernel's, not the host's). The node's pids
+// budget charges each VM this much: 97 for 1 vCPU, 160 for 64.
+func HostPids(cpus int) int64 { return HostPidsBase + int64(max(cpus, 1)) }
 
 // HostMemoryBytes is the memory.max of the host cgroup of a VM with
 // memoryBytes of guest RAM under accel.
@@ -261,7 +265,7 @@ type cgroupJoin struct {
 
 // makeCgroup creates the cgroup of the VM named name with m's limits:
 // memory (guest RAM plus HostMemoryBytes' overhead), CPU (m.CPUs cores)
-// and pids (HostPidsLimit).
+// and pids (HostPids).
 func (r *Runtime) makeCgroup(name string, m machine) (cgroupJoin, error) {
 	cg, err := cgroupOf(name)
 	if err != nil {
@@ -295,7 +299,7 @@ func (r *Runtime) makeCgroup(name string, m machine) (cgroupJoin, error) {
 		case c == "cpu":
 			files = [][2]string{{"cpu.max", fmt.Sprintf("%d %d", quota, cpuPeriodMicros)}}
 		case c == "pids":
-			files = [][2]string{{"pids.max", strconv.Itoa(HostPidsLimit)}}
+			files = [][2]string{{"pids.max", strconv.FormatInt(HostPids(m.CPUs), 10)}}
 		}
 		for _, f := range files {
 			err := os.WriteFile(filepath.Join(dir, f[0]), []byte(f[1]), 0o644)

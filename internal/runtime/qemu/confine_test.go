@@ -149,8 +149,8 @@ func TestVMConfined(t *testing.T) {
 			if w := qemu.HostMemoryBytes(spec.Resources.MemoryBytes, qemu.AccelTCG); lim.MemoryBytes != w {
 				t.Errorf("memory limit of the VM's cgroup = %d, want %d (RAM + overhead)", lim.MemoryBytes, w)
 			}
-			if lim.PidsMax != qemu.HostPidsLimit {
-				t.Errorf("pids limit of the VM's cgroup = %d, want %d", lim.PidsMax, qemu.HostPidsLimit)
+			if w := qemu.HostPids(sc.cpus); lim.PidsMax != w {
+				t.Errorf("pids limit of the VM's cgroup = %d, want %d", lim.PidsMax, w)
 			}
 			if lim.CPUPeriodMicros <= 0 || lim.CPUQuotaMicros != int64(sc.cpus)*lim.CPUPeriodMicros {
 				t.Errorf("cpu quota/period of the VM's cgroup = %d/%d, want %d CPUs", lim.CPUQuotaMicros, lim.CPUPeriodMicros, sc.cpus)
@@ -162,9 +162,9 @@ func TestVMConfined(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("QEMU runs %s threads (pids.max %d)", st["Threads"], qemu.HostPidsLimit)
-			if threads, _ := strconv.Atoi(st["Threads"]); threads <= 0 || threads > qemu.HostPidsLimit/2 {
-				t.Errorf("QEMU runs %d threads: its pids limit %d leaves too little room", threads, qemu.HostPidsLimit)
+			t.Logf("QEMU runs %s threads (pids.max %d)", st["Threads"], lim.PidsMax)
+			if threads, _ := strconv.Atoi(st["Threads"]); threads <= 0 || int64(threads) > lim.PidsMax/2 {
+				t.Errorf("QEMU runs %d threads: its pids limit %d leaves too little room", threads, lim.PidsMax)
 			}
 
 			// Every file QEMU holds writable is the VM's own (in its
@@ -249,7 +249,8 @@ func slices(list []string, s string) bool {
 
 // TestQEMULogBounded: whatever QEMU writes to its stderr, qemu.log keeps
 // its last 64 KiB and the rest is dropped (QEMU never blocks on it). The
-// "QEMU" here writes 2 MiB to stderr before it becomes QEMU.
+// "QEMU" here writes 2 MiB to stderr before it becomes QEMU; then the
+// guest floods its console and kernel log.
 func TestQEMULogBounded(t *testing.T) {
 	e := newVMEnv(t)
 	real, err := exec.LookPath("qemu-system-x86_64")
@@ -296,14 +297,21 @@ func TestQEMULogBounded(t *testing.T) {
 	if _, err := rt.State(ctx, spec.ID); err != nil { // drains the pipe
 		t.Fatal(err)
 	}
-	if got := sh(t, client(t, rt, spec.ID), "echo alive"); got != "alive" {
+	c := client(t, rt, spec.ID)
+	if got := sh(t, c, "echo alive"); got != "alive" {
 		t.Fatalf("the VM after the flood: %q", got)
+	}
+	// The guest floods its console and kernel log (the serial console is
+	// a ring in QEMU; nothing of it reaches qemu.log).
+	sh(t, c, `i=0; while [ $i -lt 2000 ]; do echo "console flood $i ................................................................" > /dev/console; echo "<3>kmsg flood $i" > /dev/kmsg; i=$((i+1)); done`)
+	if _, err := rt.State(ctx, spec.ID); err != nil {
+		t.Fatal(err)
 	}
 	fi, err := os.Stat(filepath.Join(rt.StateDir(spec.ID), "qemu.log"))
 	if err != nil {
 		t.Fatalf("qemu.log: %v", err)
 	}
-	t.Logf("qemu.log: %d bytes after 2 MiB on QEMU's stderr", fi.Size())
+	t.Logf("qemu.log: %d bytes after 2 MiB on QEMU's stderr and a console flood", fi.Size())
 	if fi.Size() == 0 || fi.Size() > 64<<10 {
 		t.Errorf("qemu.log holds %d bytes, want some and at most 64 KiB", fi.Size())
 	}

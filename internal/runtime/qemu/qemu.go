@@ -231,11 +231,6 @@ func Capabilities() runtime.Capabilities {
 	return runtime.NewCapabilities(runtime.CapPause, runtime.CapCheckpoint, runtime.CapNetwork)
 }
 
-// HostPidsPerVM is what one VM takes of the host's process table at most:
-// pids.max of its QEMU's cgroup (the guest's processes are the guest
-// kernel's, not the host's). For the node's pids budget.
-func HostPidsPerVM() int64 { return HostPidsLimit }
-
 // Info describes the runtime. The isolation class follows the accelerator:
 // a VM is a hardware VM under KVM and an emulated one under TCG.
 func (r *Runtime) Info() runtime.Info {
