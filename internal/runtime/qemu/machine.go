@@ -338,7 +338,7 @@ func (r *Runtime) launch(ctx context.Context, dir, name string, m machine, incom
 		return 0, fmt.Errorf("start qemu: %w", err)
 	}
 	files.close()
-	r.log.DebugContext(ctx, "qemu forked, confined", "vm", name, "uid", uid, "uid_reserve", tUID, "cgroup", tCgroup-tUID, "handles", tHandles-tCgroup, "fork", time.Since(t0)-tHandles)
+	tFork := time.Since(t0)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	if err := atomicfile.Write(filepath.Join(dir, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600); err != nil {
@@ -349,6 +349,8 @@ func (r *Runtime) launch(ctx context.Context, dir, name string, m machine, incom
 		_ = cmd.Process.Kill() // nothing to do when it exited
 		return 0, fmt.Errorf("start qemu: %w", err)
 	}
+	r.log.DebugContext(ctx, "qemu launched, confined", "vm", name, "uid", uid, "uid_reserve", tUID, "cgroup", tCgroup-tUID,
+		"handles", tHandles-tCgroup, "fork", tFork-tHandles, "qmp_greeting", time.Since(t0)-tFork)
 	return cmd.Process.Pid, nil
 }
 
