@@ -110,6 +110,9 @@ func validateGuestConfig(c agentproto.GuestConfig) (*guestNetwork, error) {
 	if c.TimeUnixNano < 0 {
 		return nil, errors.New("time_unix_nano must not be negative")
 	}
+	if c.PidsMax < 0 {
+		return nil, errors.New("pids_max must not be negative")
+	}
 	if c.Network == nil {
 		return nil, nil
 	}
@@ -157,6 +160,14 @@ func (s *Server) configureGuest(c agentproto.GuestConfig) error {
 			return internalErr("configure the network: %w", err)
 		}
 	}
+	if c.PidsMax > 0 {
+		if s.cgroupDir == "" {
+			return invalidRequest("pids_max: the agent runs processes in no cgroup (it was started without --pids-max)")
+		}
+		if err := setPidsMax(s.cgroupDir, c.PidsMax); err != nil {
+			return internalErr("set the pids limit: %w", err)
+		}
+	}
 	if len(c.Env) > 0 {
 		s.envMu.Lock()
 		// SetEnv returns a new slice: a process start may be using the old one.
@@ -164,7 +175,7 @@ func (s *Server) configureGuest(c agentproto.GuestConfig) error {
 		s.envMu.Unlock()
 	}
 	s.logger.Info("guest configured", "hostname", c.Hostname, "env_entries", len(c.Env), "entropy_bytes", len(c.Entropy),
-		"time_set", c.TimeUnixNano > 0, "network", netCfg != nil)
+		"time_set", c.TimeUnixNano > 0, "network", netCfg != nil, "pids_max", c.PidsMax)
 	return nil
 }
 

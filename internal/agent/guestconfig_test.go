@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -76,6 +78,8 @@ func TestGuestConfigValidation(t *testing.T) {
 		`{"entropy":` + entropy(agentproto.MaxEntropyBytes+1) + `}`,
 		`{"entropy":"not base64!"}`,
 		`{"time_unix_nano":-1}`,
+		`{"pids_max":-1}`,
+		`{"pids_max":5}`, // the agent runs processes in no cgroup
 		`{"network":{"address":"10.0.0.2"}}`,
 		`{"network":{"address":"10.0.0.2/30","gateway":"fe80::1"}}`,
 		`{"network":{"address":"10.0.0.2/30","gateway":"x"}}`,
@@ -142,5 +146,31 @@ func TestGuestConfigStepFails(t *testing.T) {
 	}
 	if envValue(s.baseEnv(), "E") != "" {
 		t.Fatal("env applied after a failed step")
+	}
+}
+
+// TestGuestConfigPidsMax: the host's pids limit lands in the workload
+// cgroup's pids.max (a directory standing in for the cgroup).
+func TestGuestConfigPidsMax(t *testing.T) {
+	s, _ := guestServer(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte("4194304"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.cgroupDir = dir
+	for _, tc := range []struct {
+		body string
+		want string
+	}{
+		{`{"pids_max":24}`, "24"},
+		{`{"hostname":"x"}`, "24"}, // no pids_max: unchanged
+		{`{"pids_max":1024}`, "1024"},
+	} {
+		if code, e := putGuest(t, s, tc.body); code != http.StatusNoContent {
+			t.Fatalf("%s: %d %+v", tc.body, code, e)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, "pids.max")); string(b) != tc.want {
+			t.Errorf("after %s: pids.max = %q, want %q", tc.body, b, tc.want)
+		}
 	}
 }

@@ -39,6 +39,9 @@ type GuestConfig struct {
 	TimeUnixNano int64 `json:"time_unix_nano,omitempty"`
 	// Network, if set, configures one interface.
 	Network *GuestNetwork `json:"network,omitempty"`
+	// PidsMax, if > 0, becomes pids.max of the cgroup every process the
+	// agent starts runs in (the agent must have one: --pids-max).
+	PidsMax int64 `json:"pids_max,omitempty"`
 }
 
 // GuestNetwork configures the guest's network interface: the link is

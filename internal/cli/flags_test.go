@@ -171,9 +171,13 @@ func TestServerDiskAndTimeoutFlags(t *testing.T) {
 		func(f *serverFlags) { f.defaultDisk = 63 },
 		func(f *serverFlags) { f.maxDisk = 32 },
 		func(f *serverFlags) { f.bodyTimeout = 0 },
-		func(f *serverFlags) { f.usernsBase = 1000 },                    // host users inside a range
-		func(f *serverFlags) { f.usernsN = 0 },                          // no range at all
-		func(f *serverFlags) { f.usernsBase, f.usernsN = 1<<31, 1<<15 }, // beyond the largest id
+		func(f *serverFlags) { f.usernsBase = 1000 },                      // host users inside a range
+		func(f *serverFlags) { f.usernsN = 0 },                            // no range at all
+		func(f *serverFlags) { f.usernsBase, f.usernsN = 1<<31, 1<<15 },   // beyond the largest id
+		func(f *serverFlags) { f.vmUIDBase = 1000 },                       // VMs as host users
+		func(f *serverFlags) { f.vmUIDBase, f.vmUIDN = 1<<32-10, 20 },     // beyond the largest id
+		func(f *serverFlags) { f.vmUIDBase = oci.DefaultIDBase + 5 },      // inside the userns pool
+		func(f *serverFlags) { f.usernsBase, f.usernsN = 3<<30-65536, 2 }, // the userns pool reaches the VM pool
 		func(f *serverFlags) { f.idleDefault = -time.Second },
 		func(f *serverFlags) { f.idleDefault = 31 * 24 * time.Hour },
 		func(f *serverFlags) { f.retention = time.Second },

@@ -26,6 +26,7 @@ import (
 	"github.com/airlockdev/airlock/internal/pool"
 	"github.com/airlockdev/airlock/internal/reaper"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
+	"github.com/airlockdev/airlock/internal/runtime/qemu"
 	"github.com/airlockdev/airlock/internal/server"
 	"github.com/airlockdev/airlock/internal/template/gc"
 )
@@ -53,6 +54,8 @@ type serverFlags struct {
 	bodyTimeout time.Duration
 	usernsBase  uint32
 	usernsN     int
+	vmUIDBase   uint32
+	vmUIDN      int
 	templateGC  time.Duration
 	blobStore   string
 	trusted     []string
@@ -124,6 +127,8 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		BodyReadTimeout:          f.bodyTimeout,
 		UsernsBase:               f.usernsBase,
 		UsernsRanges:             f.usernsN,
+		VMUIDBase:                f.vmUIDBase,
+		VMUIDCount:               f.vmUIDN,
 		BlobStore:                f.blobStore,
 		TrustedBuckets:           f.trusted,
 		BlobStoreCredentials:     f.blobCreds,
@@ -233,6 +238,19 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 	}
 	if end := uint64(f.usernsBase) + uint64(f.usernsN)*oci.IDRangeSize; end > 1<<32-1 {
 		return opts, usageErrorf("--userns-base %d plus --userns-ranges %d of %d ids ends at %d, beyond the largest id 4294967294", f.usernsBase, f.usernsN, oci.IDRangeSize, end-1)
+	}
+	vmBase, vmN := f.vmUIDBase, f.vmUIDN // 0: the defaults
+	if vmBase == 0 {
+		vmBase = qemu.DefaultVMIDBase
+	}
+	if vmN == 0 {
+		vmN = qemu.DefaultVMIDCount
+	}
+	if vmBase < oci.IDRangeSize || vmN < 1 || uint64(vmBase)+uint64(vmN) > 1<<32-1 {
+		return opts, usageErrorf("--vm-uid-base %d and --vm-uid-count %d: want a base of at least %d and a pool that ends below 4294967295", vmBase, vmN, oci.IDRangeSize)
+	}
+	if usernsEnd := uint64(f.usernsBase) + uint64(f.usernsN)*oci.IDRangeSize; uint64(vmBase) < usernsEnd && uint64(f.usernsBase) < uint64(vmBase)+uint64(vmN) {
+		return opts, usageErrorf("--vm-uid-base %d with --vm-uid-count %d overlaps the user namespace pool (--userns-base %d … %d): a VM's QEMU would share its uid with a sandbox's root", vmBase, vmN, f.usernsBase, usernsEnd-1)
 	}
 	if f.mutBurst < 1 {
 		return opts, usageErrorf("--mutation-burst must be at least 1")
@@ -366,6 +384,8 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.DurationVar(&f.bodyTimeout, "body-read-timeout", api.DefaultBodyReadTimeout, "a request body must arrive within this (a file upload: each read); then 408 and the connection is closed")
 	fs.Uint32Var(&f.usernsBase, "userns-base", oci.DefaultIDBase, "runc and crun: first host uid/gid of the ranges that sandboxes' user namespaces map root to")
 	fs.IntVar(&f.usernsN, "userns-ranges", oci.DefaultIDRanges, "runc and crun: number of 65536-id ranges from --userns-base (one per sandbox)")
+	fs.Uint32Var(&f.vmUIDBase, "vm-uid-base", qemu.DefaultVMIDBase, "qemu: first host uid/gid of the pool each VM's QEMU process runs as (one per VM; must not overlap the --userns-base pool)")
+	fs.IntVar(&f.vmUIDN, "vm-uid-count", qemu.DefaultVMIDCount, "qemu: number of uids from --vm-uid-base")
 	fs.IntVar(&f.mutBurst, "mutation-burst", api.DefaultMutationBurst, "mutating requests each API key may make at once")
 	fs.DurationVar(&f.templateGC, "template-gc-interval", gc.DefaultInterval, "how often to delete templates that no tag and no live sandbox uses, and their trees on disk (0: never; POST /v1/admin/templates/gc runs it on demand)")
 	fs.StringVar(&f.defaultTpl, "default-template", server.DefaultTemplateDebian, "what the template named default is: debian (Debian 12 with python3, node, git…, built in the background at first start; creates that need it wait) or minimal (the busybox template, also named minimal, ready at once: offline hosts, fast tests)")

@@ -69,7 +69,7 @@ func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, te
 	if err != nil {
 		return nil, err
 	}
-	rts := runtimes{ids: oci.IDPool{Base: opts.UsernsBase, Ranges: opts.UsernsRanges}, dd: dd, sandboxDir: sandboxDir, guestbootDir: opts.GuestbootDir, agentBin: agentBin, log: log}
+	rts := runtimes{ids: oci.IDPool{Base: opts.UsernsBase, Ranges: opts.UsernsRanges}, vmIDs: qemu.VMIDPool{Base: opts.VMUIDBase, Count: opts.VMUIDCount}, dd: dd, sandboxDir: sandboxDir, guestbootDir: opts.GuestbootDir, agentBin: agentBin, log: log}
 	if h.enabled, err = openEnvironments(ctx, opts.Environments, rts, log); err != nil {
 		return nil, err
 	}

@@ -126,6 +126,12 @@ type Options struct {
 	// pools.
 	UsernsBase   uint32
 	UsernsRanges int
+	// VMUIDBase and VMUIDCount (--vm-uid-base, --vm-uid-count): each qemu
+	// VM's QEMU process runs as one host uid (= gid) of this pool. 0:
+	// qemu.DefaultVMIDBase (3·2^30) and qemu.DefaultVMIDCount (65536).
+	// It must not overlap the user namespace pool.
+	VMUIDBase  uint32
+	VMUIDCount int
 	// TemplateGCInterval (--template-gc-interval): how often the server
 	// collects templates that no tag and no live sandbox uses and removes
 	// deleted templates' trees (internal/template/gc); 0 disables the

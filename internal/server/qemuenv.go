@@ -53,6 +53,7 @@ func (r runtimes) openQEMU(ctx context.Context) (*qemuEnvironment, error) {
 	rt, err := qemu.New(qemu.Config{
 		StateRoot: stateRoot,
 		Boot:      boot,
+		VMIDs:     r.vmIDs,
 		Logger:    r.log.With("component", "runtime", "runtime", "qemu"),
 	})
 	if err != nil {

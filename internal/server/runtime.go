@@ -10,6 +10,7 @@ import (
 	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/environment/registry"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
+	"github.com/airlockdev/airlock/internal/runtime/qemu"
 )
 
 // runtimes makes the OCI runtimes of execution environments: each has its
@@ -17,6 +18,7 @@ import (
 // so one never mistakes another's sandboxes for orphans.
 type runtimes struct {
 	ids        oci.IDPool
+	vmIDs      qemu.VMIDPool
 	dd         *dataDir
 	sandboxDir string
 	// guestbootDir holds the VM boot inputs ("": DATA_DIR/guestboot).

@@ -17,8 +17,10 @@
 //     crossing into another file system);
 //  5. moves /newroot onto /, chroots into it and executes the agent with
 //     --listen serial:<port> (the virtio-serial port's name: airlock.port=
-//     on the kernel command line, default airlock.agent) and
-//     --poweroff-on-exit. The agent stays PID 1 and reaps orphans.
+//     on the kernel command line, default airlock.agent),
+//     --poweroff-on-exit and --pids-max (a cgroup2 at /sys/fs/cgroup holds
+//     its workload cgroup, whose limit the host sets). The agent stays PID
+//     1 and reaps orphans.
 //
 // Any failure is written to the console and powers the VM off (QEMU runs
 // with -no-reboot and -no-shutdown: it stays, stopped, with the console
@@ -31,6 +33,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +51,9 @@ const (
 	// diskWait bounds the wait for the root disk to appear (virtio_blk
 	// probes after its module loaded).
 	diskWait = 5 * time.Second
+	// guestPidsUnlimited is PID_MAX_LIMIT: the most pids a Linux kernel
+	// has.
+	guestPidsUnlimited = 4 << 20
 )
 
 var console io.Writer = os.Stdout
@@ -141,6 +147,8 @@ func switchToAgent(port string) error {
 	for _, m := range []struct{ dst, fstype, data string }{
 		{"/dev/pts", "devpts", "ptmxmode=0666,newinstance,mode=0620"},
 		{"/dev/shm", "tmpfs", "mode=1777"},
+		// The agent's workload cgroup (--pids-max) lives here.
+		{"/sys/fs/cgroup", "cgroup2", ""},
 	} {
 		if err := os.MkdirAll(newRoot+m.dst, 0o755); err != nil {
 			return err
@@ -168,7 +176,11 @@ func switchToAgent(port string) error {
 	// --log-to-memory: once listening, the agent logs into a ring it
 	// serves at GET /v1/logs and points stdout and stderr (the console)
 	// at /dev/null.
-	argv := []string{"airlock-agent", "--listen", "serial:" + port, "--poweroff-on-exit", "--log-to-memory"}
+	// --pids-max: every process the agent starts runs in a pids cgroup,
+	// unlimited (the kernel's largest pid count) until the host sets the
+	// sandbox's limit (GuestConfig.PidsMax, at every start and wake: base
+	// snapshots are booted once for sandboxes of any limit).
+	argv := []string{"airlock-agent", "--listen", "serial:" + port, "--poweroff-on-exit", "--log-to-memory", "--pids-max", strconv.Itoa(guestPidsUnlimited)}
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
 	logf("starting %s", strings.Join(argv, " "))
 	err := unix.Exec(agentPath, argv, env)

@@ -227,6 +227,7 @@ func (r *Runtime) configureGuest(ctx context.Context, id model.SandboxID, g gues
 		Env:          g.Env,
 		Entropy:      seed,
 		TimeUnixNano: time.Now().UnixNano(),
+		PidsMax:      g.PidsMax,
 	}
 	if g.Address != "" {
 		addr, err := netip.ParsePrefix(g.Address)

@@ -47,7 +47,7 @@ func (v BareVM) args() []string {
 		Disk: diskFile, DiskFormat: v.DiskFormat,
 		Memory: v.Memory, MemoryShared: v.Shared,
 	}
-	return m.commandLine(v.Name, v.Incoming, true)
+	return m.commandLine(v.Name, v.Incoming, true, m.pathHandles())
 }
 
 // Start starts qemu-system-x86_64 (from PATH) for v and returns its

@@ -44,6 +44,7 @@ type baseRecord struct {
 	Key       string        `json:"key"`
 	Disk      string        `json:"disk"`
 	Format    vmdisk.Format `json:"disk_format"`
+	Chain     []diskLayer   `json:"chain,omitempty"` // Disk's backing chain
 	Memory    string        `json:"memory"`
 	State     string        `json:"state"`
 	BootTime  time.Duration `json:"boot_ns"`
@@ -57,7 +58,9 @@ const baseMeta = "base.json"
 // accelerator, boot inputs and QEMU itself).
 func (r *Runtime) baseKey(spec runtime.Spec, m machine) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "tree=%s\x00disk=%d\x00cpus=%d\x00mem=%d\x00nic=%t\x00accel=%s\x00kernel=%s\x00initrd=%s\x00cmdline=%s\x00qemu=%s %s\x00ports=%d\x00",
+	// confined=1: bases made since QEMU runs unprivileged record their
+	// disk's backing chain (older ones do not, and are not used).
+	fmt.Fprintf(h, "confined=1\x00tree=%s\x00disk=%d\x00cpus=%d\x00mem=%d\x00nic=%t\x00accel=%s\x00kernel=%s\x00initrd=%s\x00cmdline=%s\x00qemu=%s %s\x00ports=%d\x00",
 		spec.RootFS.Lower, diskBytes(spec), m.CPUs, m.MemoryMiB, m.NIC, m.Accel, m.Kernel, m.Initrd, r.boot.CommandLine, r.binary, r.version, agentPorts)
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }
@@ -169,6 +172,7 @@ func (r *Runtime) makeBase(ctx context.Context, key string, spec runtime.Spec, m
 	if bm.DiskFormat, err = vmdisk.Clone(ctx, image, vmdisk.Raw, bm.Disk); err != nil {
 		return base{}, err
 	}
+	bm.Chain = chainOver(bm.DiskFormat, diskLayer{image, vmdisk.Raw}, nil)
 	bm.Memory, bm.MemoryShared = filepath.Join(tmp, memoryFile), true
 	start := time.Now()
 	if _, err := r.launch(ctx, tmp, name, bm, false); err != nil {
@@ -196,8 +200,22 @@ func (r *Runtime) makeBase(ctx context.Context, key string, spec runtime.Spec, m
 	if err != nil {
 		return base{}, err
 	}
-	for _, f := range []string{qmpSocket, pidFile, qemuLog} {
+	r.closeLog(tmp)
+	if err := r.removeCgroup(ctx, name); err != nil {
+		return base{}, err
+	}
+	uid := readUID(tmp)
+	for _, f := range []string{qmpSocket, pidFile, qemuLog, logFIFO, uidFile} {
 		_ = os.Remove(filepath.Join(tmp, f))
+	}
+	if uid != 0 {
+		if err := r.releaseUID(ctx, tmp, uid); err != nil {
+			return base{}, err
+		}
+	}
+	// The frozen disk and RAM stay root's (clones get descriptors).
+	if err := os.Chown(bm.Memory, 0, 0); err != nil {
+		return base{}, err
 	}
 	for i := range agentPorts {
 		_ = os.Remove(filepath.Join(tmp, agentSocketName(i)))
@@ -208,6 +226,7 @@ func (r *Runtime) makeBase(ctx context.Context, key string, spec runtime.Spec, m
 		Key:       key,
 		Disk:      filepath.Join(final, diskFile),
 		Format:    bm.DiskFormat,
+		Chain:     bm.Chain,
 		Memory:    filepath.Join(final, memoryFile),
 		State:     filepath.Join(final, stateFile),
 		BootTime:  boot,
@@ -285,6 +304,7 @@ func (r *Runtime) createFromBase(ctx context.Context, dir string, spec runtime.S
 	if m.DiskFormat, err = vmdisk.Clone(ctx, b.meta.Disk, b.meta.Format, m.Disk); err != nil {
 		return err
 	}
+	m.Chain = chainOver(m.DiskFormat, diskLayer{b.meta.Disk, b.meta.Format}, b.meta.Chain)
 	tDisk := time.Since(t0)
 	m.Memory, m.MemoryShared = b.meta.Memory, false
 	m.Base = b.dir
@@ -329,9 +349,11 @@ func (r *Runtime) sweepBaseLeftovers(ctx context.Context, key string) {
 		}
 		dir := filepath.Join(root, e.Name())
 		if _, rnd, ok := strings.Cut(rest, "-"); ok {
-			if pid := vmPid(dir, "base-"+key+"-"+rnd); pid != 0 { // that build's QEMU, not a reused pid
-				_ = killVM(ctx, pid, "base-"+key+"-"+rnd)
+			// That build's QEMU (not a reused pid), cgroup and uid.
+			if err := r.removeVM(ctx, dir, "base-"+key+"-"+rnd); err != nil {
+				r.log.WarnContext(ctx, "leftover of a base snapshot build stays", "dir", dir, "err", err)
 			}
+			continue
 		}
 		if err := os.RemoveAll(dir); err != nil {
 			r.log.WarnContext(ctx, "leftover of a base snapshot build stays", "dir", dir, "err", err)

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,11 +31,16 @@ func TestConformance(t *testing.T) {
 	tapsBefore := hostTAPs(t)
 	t.Cleanup(func() {
 		t.Logf("qemu conformance suite took %v", time.Since(start).Round(time.Millisecond))
-		// Nothing of the suite's may run on: no QEMU of its state root
-		// (sandboxes and base VMs name files below it on their command
-		// lines), no TAP device left in the host's namespace.
-		if out, _ := exec.Command("pgrep", "-f", "--", e.root).Output(); len(strings.TrimSpace(string(out))) > 0 {
-			t.Errorf("QEMU processes of the suite's state root %s left: %s", e.root, out)
+		// Nothing of the suite's may run on: no VM of its state root
+		// (every VM's QEMU holds a uid reserved in .uids until its
+		// directory is removed), no TAP device left in the host's
+		// namespace.
+		if uids, _ := os.ReadDir(filepath.Join(e.root, ".uids")); len(uids) > 1 {
+			var names []string
+			for _, u := range uids {
+				names = append(names, u.Name())
+			}
+			t.Errorf("VM uids of the suite's state root %s still reserved: %v", e.root, names)
 		}
 		for name := range hostTAPs(t) {
 			if !tapsBefore[name] {
@@ -201,11 +204,10 @@ var notApplicable = map[string]string{
 	"UserNamespace":             "guest root is root of the guest's own kernel, not a host user in a user namespace: the boundary is the VM",
 	"UserNamespacesDistinct":    "sandboxes are VMs with kernels of their own, not user namespaces sharing the host's id space",
 	"UserKeyringNotShared":      "each VM has its own kernel and so its own keyrings; there is no host user namespace to enter",
-	"ResourceLimitsOnHost":      "QEMU runs in no cgroup of its own: a VM's CPU and memory are bounded by its vCPUs and RAM (-smp, -m), checked inside by MemoryHogIsOOMKilled",
-	"PidsLimitCannotBeLifted":   "the VM runtime does not apply Resources.PidsLimit (no cgroup in the guest limits the workload's processes); a fork bomb exhausts only its own VM's kernel",
+	"ResourceLimitsOnHost":      "QEMU's cgroup (CgroupParent/<id>) holds the guest's RAM plus QEMU's own overhead (HostMemoryBytes), not exactly Resources.MemoryBytes, and pids.max is HostPids (host threads of QEMU, not guest processes): TestVMConfined checks its limits",
+	"PidsLimitCannotBeLifted":   "the guest agent applies Resources.PidsLimit in a pids cgroup of the guest's kernel (ForkBombIsContained), but the workload is root with CAP_SYS_ADMIN in that kernel: it can unmount or remount the cgroup filesystem and lift the limit. What it lifts bounds only its own VM's kernel; its host processes are QEMU's threads, bounded by the VM's host cgroup (HostPids, TestVMConfined)",
 	"AgentOutOfWorkloadReach":   "the agent is the VM's init and the workload is root with every capability of the guest's own kernel: it can trace the agent or remove its run directory, but gains nothing beyond its own VM (the boundary is the hypervisor, and the host reaches the agent over virtio-serial, not a socket in the guest's filesystem)",
 	"AgentLogOutOfGuestReach":   "the agent is the VM's init and logs into memory (GET /v1/logs) with stdout and stderr on /dev/null, but the workload is root with CAP_SYS_PTRACE in the guest's own kernel, so it can open /proc/1/fd/2 (and write to /dev/null through it, which fills nothing); the console is a ring in QEMU either way",
-	"ForkBombIsContained":       "the VM runtime does not apply Resources.PidsLimit (no cgroup in the guest limits the workload's processes); a fork bomb exhausts only its own VM's kernel",
 }
 
 func (conformanceRuntime) NotApplicable(name string) string { return notApplicable[name] }
@@ -236,6 +238,29 @@ func (r conformanceRuntime) CrashStates() []runtimetest.CrashState {
 				return err
 			}
 			return r.killQEMU(ctx, spec.ID)
+		}},
+		{Name: "CgroupWithoutDirectory", Make: func(ctx context.Context, spec runtime.Spec) error {
+			// A VM whose QEMU died and whose directory is gone, with its
+			// cgroup and uid reservation left: List finds it by its
+			// cgroup, Delete removes it, a create reuses the name.
+			if err := r.Create(ctx, spec); err != nil {
+				return err
+			}
+			if err := r.killQEMU(ctx, spec.ID); err != nil {
+				return err
+			}
+			return os.RemoveAll(r.StateDir(spec.ID))
+		}},
+		{Name: "QEMUWithoutDirectory", Make: func(ctx context.Context, spec runtime.Spec) error {
+			// A running VM whose directory was removed under it: its
+			// QEMU is found in its cgroup and ended.
+			if err := r.Create(ctx, spec); err != nil {
+				return err
+			}
+			if err := r.Start(ctx, spec.ID); err != nil {
+				return err
+			}
+			return os.RemoveAll(r.StateDir(spec.ID))
 		}},
 		{Name: "QEMUKilledAfterStart", CreateRefuses: true, Make: func(ctx context.Context, spec runtime.Spec) error {
 			// A running VM whose QEMU was killed (SIGKILL, the OOM

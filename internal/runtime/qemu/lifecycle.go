@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/qemu/qmp"
@@ -96,6 +97,7 @@ func (r *Runtime) create(ctx context.Context, dir string, spec runtime.Spec) err
 	if m.DiskFormat, err = vmdisk.Clone(ctx, image, vmdisk.Raw, m.Disk); err != nil {
 		return err
 	}
+	m.Chain = chainOver(m.DiskFormat, diskLayer{image, vmdisk.Raw}, nil)
 	m.Memory, m.MemoryShared = filepath.Join(dir, memoryFile), true
 	if err := writeMachine(dir, m); err != nil {
 		return err
@@ -146,6 +148,7 @@ func (r *Runtime) machineFor(ctx context.Context, spec runtime.Spec) (machine, e
 		Guest: guestSettings{
 			Hostname: spec.Hostname,
 			Env:      spec.Env.List(),
+			PidsMax:  spec.Resources.PidsLimit,
 		},
 	}
 	if n := spec.Network; n != nil {
@@ -251,6 +254,7 @@ func (r *Runtime) stateLocked(ctx context.Context, id model.SandboxID) (runtime.
 		return runtime.Status{}, fmt.Errorf("state of %s: %w", id, runtime.ErrNotFound)
 	}
 	pid := vmPid(dir, id.String())
+	r.drainLog(dir)
 	if pid == 0 {
 		if exists(filepath.Join(dir, snapshotDir, snapshotMeta)) {
 			return runtime.Status{}, fmt.Errorf("state of %s: suspended: %w", id, runtime.ErrNotFound)
@@ -303,6 +307,7 @@ func (r *Runtime) Stop(ctx context.Context, id model.SandboxID) error {
 	if err := killVM(ctx, pid, id.String()); err != nil {
 		return fmt.Errorf("stop %s: %w", id, err)
 	}
+	r.closeLog(dir)
 	return nil
 }
 
@@ -322,20 +327,32 @@ func (r *Runtime) Delete(ctx context.Context, id model.SandboxID) error {
 
 // removeVM kills the VM whose state is in dir (if it runs) and removes
 // dir.
+// It also removes the VM's cgroup (killing anything left in it) and frees
+// its uid.
 func (r *Runtime) removeVM(ctx context.Context, dir, name string) error {
 	if pid := vmPid(dir, name); pid != 0 {
 		if err := killVM(ctx, pid, name); err != nil {
 			return err
 		}
 	}
+	r.closeLog(dir)
+	if err := r.removeCgroup(ctx, name); err != nil {
+		return err
+	}
+	uid := readUID(dir)
 	if err := os.RemoveAll(dir); err != nil {
 		return err
+	}
+	if uid != 0 {
+		return r.releaseUID(ctx, dir, uid)
 	}
 	return nil
 }
 
 // List names every sandbox with a directory (running, stopped, suspended
-// or a half-made create's leftovers).
+// or a half-made create's leftovers), and every sandbox whose directory is
+// gone but whose cgroup is left (a Delete that crashed): deleting it
+// removes that.
 func (r *Runtime) List(ctx context.Context) ([]model.SandboxID, error) {
 	entries, err := os.ReadDir(r.stateRoot)
 	if err != nil {
@@ -348,6 +365,14 @@ func (r *Runtime) List(ctx context.Context) ([]model.SandboxID, error) {
 			continue
 		}
 		ids = append(ids, id)
+	}
+	if dir, err := r.cg.ControllerDir("pids", cgroups.Path(CgroupParent)); err == nil {
+		cgs, _ := os.ReadDir(dir)
+		for _, e := range cgs {
+			if id, err := model.ParseSandboxID(e.Name()); err == nil && e.IsDir() && !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
 	}
 	slices.Sort(ids)
 	return ids, nil

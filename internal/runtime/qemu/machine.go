@@ -39,6 +39,10 @@ type machine struct {
 	// Disk is the root disk (absolute), of DiskFormat.
 	Disk       string        `json:"disk"`
 	DiskFormat vmdisk.Format `json:"disk_format"`
+	// Chain is the root disk's backing chain, top down, as the host made
+	// it (never read from a qcow2 header, which QEMU writes): QEMU gets
+	// each file as a descriptor.
+	Chain []diskLayer `json:"chain,omitempty"`
 	// Memory is the file guest RAM lives in; MemoryShared maps it shared
 	// (the VM's own RAM file: writes land in it, so a suspend need not
 	// copy RAM) or private (a base snapshot's RAM, copy-on-write: clones
@@ -59,6 +63,26 @@ type machine struct {
 	Guest guestSettings `json:"guest"`
 }
 
+// diskLayer is one backing file of a root disk.
+type diskLayer struct {
+	Path   string        `json:"path"`
+	Format vmdisk.Format `json:"format"`
+}
+
+// chainOver is the backing chain of a disk cloned (vmdisk.Clone, which
+// returned format) over base, whose own chain is baseChain: a raw clone
+// (a reflink copy) has none.
+func chainOver(format vmdisk.Format, base diskLayer, baseChain []diskLayer) []diskLayer {
+	if format == vmdisk.Raw {
+		return nil
+	}
+	c := []diskLayer{base}
+	if base.Format == vmdisk.QCOW2 {
+		c = append(c, baseChain...)
+	}
+	return c
+}
+
 // guestSettings are what makes a sandbox itself inside its VM, applied
 // through the agent after every boot or restore.
 type guestSettings struct {
@@ -68,19 +92,57 @@ type guestSettings struct {
 	Gateway  string   `json:"gateway,omitempty"`
 	DNS      string   `json:"dns,omitempty"`
 	CACert   []byte   `json:"ca_cert,omitempty"`
+	// PidsMax limits the processes of the guest's workload (the agent's
+	// pids cgroup in the guest); 0: unlimited.
+	PidsMax int64 `json:"pids_max,omitempty"`
 }
 
 // args is QEMU's command line for m with its sockets, console and pid file
 // in dir (relative names: QEMU runs in dir, which keeps socket paths short).
 // incoming: wait for a migration stream (a restore) instead of booting.
+// The runtime itself starts QEMU with descriptors instead of these paths
+// (launch, handles); the devices and their order are the same.
 func (m machine) args(name string, incoming bool) []string {
-	return m.commandLine(name, incoming, false)
+	return m.commandLine(name, incoming, false, m.pathHandles())
+}
+
+// handles are how QEMU reaches what a machine names: paths (BareVM, args),
+// or the descriptors launch hands it.
+type handles struct {
+	kernel, initrd, memory string
+	// addFD are -add-fd values; drive is the -drive value of the root disk.
+	addFD []string
+	drive string
+	// qmp and agents are the chardev backends of the QMP socket and of the
+	// agent ports ("socket,…" without id).
+	qmp    string
+	agents []string
+	// tap is the -netdev tap options after "tap,id=net0," ("" when the
+	// NIC is joined to nothing).
+	tap string
+}
+
+// pathHandles names everything by path, relative to QEMU's directory for
+// the sockets (QEMU creates them).
+func (m machine) pathHandles() handles {
+	h := handles{
+		kernel: m.Kernel, initrd: m.Initrd, memory: m.Memory,
+		drive: fmt.Sprintf("id=root,file=%s,format=%s,if=none,cache=writeback,discard=unmap", qemuOptValue(m.Disk), m.DiskFormat),
+		qmp:   "socket,path=" + qmpSocket + ",server=on,wait=off",
+	}
+	for i := range agentPorts {
+		h.agents = append(h.agents, fmt.Sprintf("socket,path=%s,server=on,wait=off", agentSocketName(i)))
+	}
+	if m.TAP != "" {
+		h.tap = "ifname=" + m.TAP + ",script=no,downscript=no"
+	}
+	return h
 }
 
 // commandLine is args; bare leaves out what the runtime adds around the
 // devices (-no-shutdown, the console ring, the pid file, the seccomp
 // sandbox, -S; see BareVM) and writes the console to bareConsoleLog.
-func (m machine) commandLine(name string, incoming, bare bool) []string {
+func (m machine) commandLine(name string, incoming, bare bool, h handles) []string {
 	a := []string{
 		"-name", "guest=" + name,
 		"-machine", "microvm,memory-backend=ram",
@@ -92,15 +154,24 @@ func (m machine) commandLine(name string, incoming, bare bool) []string {
 		// reports it stopped and Stop or Delete end it.
 		a = append(a, "-no-shutdown")
 	}
-	a = append(a, "-accel", string(m.Accel))
+	if m.Accel == AccelTCG {
+		// A bounded translation cache (QEMU 7.2's default is 1 GiB), so
+		// QEMU fits in its cgroup (HostMemoryBytes).
+		a = append(a, "-accel", fmt.Sprintf("tcg,tb-size=%d", tcgCacheMiB))
+	} else {
+		a = append(a, "-accel", string(m.Accel))
+	}
 	if m.Accel == AccelKVM {
 		a = append(a, "-cpu", "host")
+	}
+	for _, fd := range h.addFD {
+		a = append(a, "-add-fd", fd)
 	}
 	a = append(a,
 		"-smp", strconv.Itoa(m.CPUs),
 		"-m", fmt.Sprintf("%dM", m.MemoryMiB),
-		"-object", fmt.Sprintf("memory-backend-file,id=ram,size=%dM,mem-path=%s,share=%s", m.MemoryMiB, qemuOptValue(m.Memory), onOff(m.MemoryShared)),
-		"-kernel", m.Kernel, "-initrd", m.Initrd, "-append", m.Cmdline,
+		"-object", fmt.Sprintf("memory-backend-file,id=ram,size=%dM,mem-path=%s,share=%s", m.MemoryMiB, qemuOptValue(h.memory), onOff(m.MemoryShared)),
+		"-kernel", h.kernel, "-initrd", h.initrd, "-append", m.Cmdline,
 	)
 	if bare {
 		a = append(a, "-chardev", fmt.Sprintf("file,id=%s,path=%s", consoleDevice, bareConsoleLog))
@@ -113,16 +184,16 @@ func (m machine) commandLine(name string, incoming, bare bool) []string {
 	a = append(a, "-serial", "chardev:"+consoleDevice, "-device", "virtio-serial-device")
 	for i := range agentPorts {
 		a = append(a,
-			"-chardev", fmt.Sprintf("socket,id=agent%d,path=%s,server=on,wait=off", i, agentSocketName(i)),
+			"-chardev", fmt.Sprintf("%s,id=agent%d", h.agents[i], i),
 			"-device", fmt.Sprintf("virtserialport,chardev=agent%d,name=%s", i, agentPortName(i)))
 	}
 	a = append(a,
-		"-drive", fmt.Sprintf("id=root,file=%s,format=%s,if=none,cache=writeback,discard=unmap", qemuOptValue(m.Disk), m.DiskFormat),
+		"-drive", h.drive,
 		"-device", "virtio-blk-device,drive=root",
 	)
 	if m.NIC {
-		if m.TAP != "" {
-			a = append(a, "-netdev", "tap,id=net0,ifname="+m.TAP+",script=no,downscript=no")
+		if h.tap != "" {
+			a = append(a, "-netdev", "tap,id=net0,"+h.tap)
 		} else {
 			a = append(a, "-netdev", "hubport,id=net0,hubid=0")
 		}
@@ -132,10 +203,9 @@ func (m machine) commandLine(name string, incoming, bare bool) []string {
 		}
 		a = append(a, "-device", dev)
 	}
-	a = append(a, "-qmp", "unix:"+qmpSocket+",server=on,wait=off")
+	a = append(a, "-chardev", h.qmp+",id=qmp", "-mon", "chardev=qmp,mode=control")
 	if !bare {
 		a = append(a,
-			"-pidfile", pidFile,
 			// QEMU's own seccomp filter: no obsolete system calls, no
 			// setuid/setgid, no fork/exec, no scheduler or affinity changes.
 			"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
@@ -188,14 +258,18 @@ const launchTimeout = 30 * time.Second
 // in QEMU, read over QMP).
 const qemuLog = "qemu.log"
 
-// launch starts QEMU for m in dir (in m.Netns when set) and returns its
-// pid once its QMP socket exists. QEMU runs in a session of its own with
-// its output in a file, so nothing ties it to the server: it outlives a
-// server that exits or crashes, and a later server finds it by its pid
-// file. It is not daemonized (-daemonize forks and calls setsid after
-// QEMU's seccomp filter is in place, which forbids both): a goroutine of
-// the runtime waits for it instead, so it is reaped when it exits while
-// this server runs (the goroutine ends with the process).
+// launch starts QEMU for m in dir (in m.Netns when set, else in a network
+// namespace of its own with nothing in it) and returns its pid once it
+// answers on its QMP socket. QEMU runs as the VM's own host uid and gid
+// (vmUID) with no capabilities, in the VM's cgroup (makeCgroup), and
+// reaches only what it is handed (see confine.go). It runs in a session of
+// its own with its output in a pipe, so nothing ties it to the server: it
+// outlives a server that exits or crashes, and a later server finds it by
+// its pid file (written here). It is not daemonized (-daemonize forks and
+// calls setsid after QEMU's seccomp filter is in place, which forbids
+// both): a goroutine of the runtime waits for it instead, so it is reaped
+// when it exits while this server runs (the goroutine ends with the
+// process).
 func (r *Runtime) launch(ctx context.Context, dir, name string, m machine, incoming bool) (int, error) {
 	stale := []string{qmpSocket, pidFile}
 	for i := range agentPorts {
@@ -208,32 +282,269 @@ func (r *Runtime) launch(ctx context.Context, dir, name string, m machine, incom
 	}
 	ctx, cancel := context.WithTimeout(ctx, launchTimeout)
 	defer cancel()
-	logf, err := os.OpenFile(filepath.Join(dir, qemuLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_CLOEXEC, 0o600)
+	t0 := time.Now()
+	uid, err := r.vmUID(ctx, dir)
 	if err != nil {
 		return 0, err
 	}
-	defer logf.Close() // the child has its own copy
-	cmd := exec.Command(r.binary, m.args(name, incoming)...)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own session: a signal to the server's process group (a ^C)
-	// does not reach the VM.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if m.Netns != "" {
-		err = inNetns(m.Netns, cmd.Start)
-	} else {
-		err = cmd.Start()
+	tUID := time.Since(t0)
+	join, err := r.makeCgroup(name, m)
+	if err != nil {
+		return 0, err
 	}
+	tCgroup := time.Since(t0)
+	var files launchFiles
+	defer files.close()
+	h, err := r.handles(ctx, dir, m, uid, &files)
 	if err != nil {
 		return 0, fmt.Errorf("start qemu: %w", err)
 	}
+	logw, logr, err := logPipe(dir)
+	if err != nil {
+		return 0, err
+	}
+	files.own = append(files.own, logw)
+	r.closeLog(dir)
+	r.logs.set(dir, logr)
+	cmd := exec.Command(r.binary, m.commandLine(name, incoming, false, h)...)
+	cmd.Dir = "/"
+	cmd.Env = []string{}
+	cmd.Stdout, cmd.Stderr = logw, logw
+	cmd.ExtraFiles = files.extra
+	// Its own session: a signal to the server's process group (a ^C)
+	// does not reach the VM. Its own uid and gid, no supplementary group
+	// but /dev/kvm's (under KVM).
+	cred := &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}
+	if m.Accel == AccelKVM {
+		var st unix.Stat_t
+		if err := unix.Stat("/dev/kvm", &st); err == nil {
+			cred.Groups = []uint32{st.Gid}
+		}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: cred}
+	if m.Netns == "" {
+		cmd.SysProcAttr.Cloneflags = unix.CLONE_NEWNET
+	}
+	if join.v2Dir != "" {
+		cg, err := os.Open(join.v2Dir)
+		if err != nil {
+			return 0, fmt.Errorf("start qemu: %w", err)
+		}
+		files.own = append(files.own, cg)
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	}
+	tHandles := time.Since(t0)
+	if err := forkConfined(m.Netns, join, cmd.Start); err != nil {
+		return 0, fmt.Errorf("start qemu: %w", err)
+	}
+	files.close()
+	tFork := time.Since(t0)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	if err := waitQMPSocket(ctx, dir, exited); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600); err != nil {
+		_ = cmd.Process.Kill()
+		return 0, fmt.Errorf("start qemu: %w", err)
+	}
+	if err := r.waitQMP(ctx, dir, exited); err != nil {
 		_ = cmd.Process.Kill() // nothing to do when it exited
 		return 0, fmt.Errorf("start qemu: %w", err)
 	}
+	r.log.DebugContext(ctx, "qemu launched, confined", "vm", name, "uid", uid, "uid_reserve", tUID, "cgroup", tCgroup-tUID,
+		"handles", tHandles-tCgroup, "fork", tFork-tHandles, "qmp_greeting", time.Since(t0)-tFork)
 	return cmd.Process.Pid, nil
+}
+
+// launchFiles are the descriptors a QEMU is started with: extra become its
+// fds 3, 4, …; own are closed once it started (extra are among them).
+type launchFiles struct {
+	extra []*os.File
+	own   []*os.File
+}
+
+// pass adds f to QEMU's descriptors and returns its number there; keep: f
+// is not the runtime's to close.
+func (l *launchFiles) pass(f *os.File, keep bool) int {
+	l.extra = append(l.extra, f)
+	if !keep {
+		l.own = append(l.own, f)
+	}
+	return 2 + len(l.extra)
+}
+
+func (l *launchFiles) close() {
+	for _, f := range l.own {
+		f.Close()
+	}
+	l.own = nil
+}
+
+// handles opens what QEMU needs of m and adds it to files: the kernel and
+// initramfs (0644, reopened through /proc/self/fd), the RAM file (the VM's
+// own, chowned to uid, or a base snapshot's as a sealed memfd), the root
+// disk and its backing chain (fd sets), the QMP and agent sockets (bound
+// and listening here) and the TAP device (opened in m.Netns).
+func (r *Runtime) handles(ctx context.Context, dir string, m machine, uid uint32, files *launchFiles) (handles, error) {
+	var h handles
+	open := func(p string, flag int) (*os.File, error) {
+		return os.OpenFile(p, flag|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	}
+	proc := func(fd int) string { return fmt.Sprintf("/proc/self/fd/%d", fd) }
+	for _, b := range []struct {
+		path string
+		dst  *string
+	}{{m.Kernel, &h.kernel}, {m.Initrd, &h.initrd}} {
+		f, err := open(b.path, os.O_RDONLY)
+		if err != nil {
+			return h, err
+		}
+		fd := files.pass(f, false)
+		if fi, err := f.Stat(); err != nil || fi.Mode().Perm()&0o004 == 0 {
+			return h, fmt.Errorf("boot input %s must be readable by everyone (mode 0644): QEMU runs as its VM's uid", b.path)
+		}
+		*b.dst = proc(fd)
+	}
+	if within(dir, m.Memory) {
+		// The VM's own RAM: made here, its uid's (QEMU reopens it).
+		f, err := os.OpenFile(m.Memory, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return h, err
+		}
+		fd := files.pass(f, false)
+		fi, err := f.Stat()
+		if err != nil {
+			return h, err
+		}
+		if fi.Size() == 0 {
+			if err := f.Truncate(m.MemoryMiB << 20); err != nil {
+				return h, err
+			}
+		}
+		if err := f.Chown(int(uid), int(uid)); err != nil {
+			return h, err
+		}
+		h.memory = proc(fd)
+	} else {
+		if m.MemoryShared {
+			return h, fmt.Errorf("the shared RAM file %s is not the VM's own", m.Memory)
+		}
+		f, err := r.baseMemory(m.Memory)
+		if err != nil {
+			return h, err
+		}
+		h.memory = proc(files.pass(f, true))
+	}
+	// The root disk: fd set 1 (read-write and read-only: QEMU asks for
+	// either), its backing files sets 2, 3, … read-only.
+	set := 0
+	addSet := func(p string, rw bool) error {
+		set++
+		flags := []int{os.O_RDONLY}
+		if rw {
+			flags = append(flags, os.O_RDWR)
+		}
+		for _, fl := range flags {
+			f, err := open(p, fl)
+			if err != nil {
+				return err
+			}
+			h.addFD = append(h.addFD, fmt.Sprintf("fd=%d,set=%d", files.pass(f, false), set))
+		}
+		return nil
+	}
+	if err := addSet(m.Disk, true); err != nil {
+		return h, err
+	}
+	if m.DiskFormat == vmdisk.QCOW2 && len(m.Chain) == 0 {
+		return h, fmt.Errorf("the qcow2 root disk %s has no recorded backing chain", m.Disk)
+	}
+	h.drive = fmt.Sprintf("id=root,file=/dev/fdset/%d,format=%s,if=none,cache=writeback,discard=unmap", set, m.DiskFormat)
+	prefix := ""
+	for _, l := range m.Chain {
+		if err := addSet(l.Path, false); err != nil {
+			return h, err
+		}
+		prefix += "backing."
+		h.drive += fmt.Sprintf(",%sdriver=%s,%sfile.filename=/dev/fdset/%d", prefix, l.Format, prefix, set)
+	}
+	listen := func(name string) (string, error) {
+		f, err := listenIn(dir, name)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("socket,fd=%d,server=on,wait=off", files.pass(f, false)), nil
+	}
+	var err error
+	if h.qmp, err = listen(qmpSocket); err != nil {
+		return h, err
+	}
+	for i := range agentPorts {
+		s, err := listen(agentSocketName(i))
+		if err != nil {
+			return h, err
+		}
+		h.agents = append(h.agents, s)
+	}
+	if m.NIC && m.TAP != "" {
+		var tap *os.File
+		if err := inNetns(m.Netns, func() (err error) { tap, err = openTAP(m.TAP); return err }); err != nil {
+			return h, fmt.Errorf("tap: %w", err)
+		}
+		h.tap = fmt.Sprintf("fd=%d", files.pass(tap, false))
+	}
+	return h, ctx.Err()
+}
+
+// within reports whether p is in dir.
+func within(dir, p string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != "." && !strings.HasPrefix(rel, "..") && !strings.Contains(rel, "/")
+}
+
+// listenIn binds and listens on the Unix socket name in dir (through the
+// directory's descriptor: no 108-byte limit) and returns it as a file.
+func listenIn(dir, name string) (*os.File, error) {
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: fmt.Sprintf("/proc/self/fd/%d/%s", dfd, name)}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("bind %s/%s: %w", dir, name, err)
+	}
+	if err := unix.Listen(fd, 16); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(dir, name)), nil
+}
+
+// waitQMP waits until the QEMU running in dir greets on its QMP socket,
+// for at most launchTimeout; a value on exited means QEMU exited first.
+func (r *Runtime) waitQMP(ctx context.Context, dir string, exited <-chan error) error {
+	ctx, cancel := context.WithTimeout(ctx, launchTimeout)
+	defer cancel()
+	greeted := make(chan error, 1)
+	go func() {
+		greeted <- withQMP(ctx, dir, func(c *qmp.Client) error { return nil })
+	}()
+	select {
+	case err := <-greeted:
+		if err != nil {
+			r.drainLog(dir)
+			return fmt.Errorf("no QMP greeting: %w: %s", err, logTail(filepath.Join(dir, qemuLog)))
+		}
+		return nil
+	case err := <-exited:
+		cancel()
+		<-greeted
+		r.drainLog(dir)
+		return fmt.Errorf("exited (%v): %s", err, logTail(filepath.Join(dir, qemuLog)))
+	}
 }
 
 // waitQMPSocket waits until the QEMU running in dir has made its QMP

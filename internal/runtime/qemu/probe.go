@@ -95,6 +95,7 @@ func (r *Runtime) probe(ctx context.Context, accel Accel, limit time.Duration) e
 	if m.DiskFormat, err = vmdisk.Clone(ctx, image, vmdisk.Raw, m.Disk); err != nil {
 		return fmt.Errorf("probe qemu: %w", err)
 	}
+	m.Chain = chainOver(m.DiskFormat, diskLayer{image, vmdisk.Raw}, nil)
 	start := time.Now()
 	if _, err := r.launch(ctx, dir, name, m, false); err != nil {
 		return fmt.Errorf("probe qemu (%s): %w", accel, err)

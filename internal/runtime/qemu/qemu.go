@@ -20,15 +20,22 @@
 //	               and saves only the device state
 //	qmp.sock       QMP (control)
 //	agent.sock     the virtio-serial port of the guest agent
-//	qemu.log       QEMU's own messages
-//	qemu.pid       QEMU's pid file
+//	qemu.stderr    a pipe (FIFO): QEMU's stdout and stderr, drained into qemu.log
+//	qemu.log       QEMU's own messages: the last 64 KiB drained from the pipe
+//	qemu.pid       QEMU's pid (written by the runtime)
+//	uid            the VM's host uid and gid (reserved in StateRoot/.uids)
 //	created        written once the VM is made whole (held before boot, or restored)
 //	started        written once the guest was let run (cont)
 //	snapshot/      a suspended sandbox's device state and snapshot.json
 //
 // and shared state in StateRoot/.images (template disk images, built once
-// per template and disk size) and StateRoot/.base (base snapshots, one per
-// template × size, that creates restore instead of booting).
+// per template and disk size), StateRoot/.base (base snapshots, one per
+// template × size, that creates restore instead of booting) and
+// StateRoot/.uids (one file per VM uid in use, naming its VM's directory).
+//
+// QEMU runs as the VM's own uid with no capabilities, in the cgroup
+// CgroupParent/<VM name> (memory, CPU and pids limits), and opens nothing
+// by path it was not handed by the runtime: see confine.go.
 package qemu
 
 import (
@@ -41,6 +48,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/guestboot"
 	"github.com/airlockdev/airlock/internal/model"
@@ -109,7 +117,10 @@ type Config struct {
 	Accel Accel
 	// NoBaseSnapshots turns base-snapshot creates off: every create boots.
 	NoBaseSnapshots bool
-	Logger          *slog.Logger
+	// VMIDs is the pool of host uids (and gids) VMs' QEMU processes run
+	// as, one per VM.
+	VMIDs  VMIDPool
+	Logger *slog.Logger
 }
 
 // Runtime drives QEMU microVMs. It is safe for concurrent use; operations
@@ -123,6 +134,12 @@ type Runtime struct {
 	noBase    bool
 	log       *slog.Logger
 	ports     *portPool
+	ids       VMIDPool
+	cg        cgroups.Host
+	logs      logReaders
+
+	memMu    sync.Mutex
+	baseMems map[string]*os.File // sealed memfds of base snapshots' RAM, by RAM file
 
 	mu    sync.Mutex
 	accel Accel
@@ -160,6 +177,14 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("qemu: %s --version: %w", path, err)
 	}
 	version := parseVersion(string(out))
+	ids, err := cfg.VMIDs.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cg, err := cgroups.Detect()
+	if err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
 	if err := os.MkdirAll(cfg.StateRoot, 0o700); err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
 	}
@@ -181,6 +206,10 @@ func New(cfg Config) (*Runtime, error) {
 		accel:     cfg.Accel,
 		log:       log,
 		ports:     newPortPool(),
+		ids:       ids,
+		cg:        cg,
+		logs:      logReaders{m: map[string]*os.File{}},
+		baseMems:  map[string]*os.File{},
 		locks:     map[model.SandboxID]*sync.Mutex{},
 		bases:     map[string]chan struct{}{},
 	}, nil

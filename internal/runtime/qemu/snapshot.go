@@ -296,10 +296,19 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 	} else if err := os.Remove(disk); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
+	if len(m.Chain) == 0 && rec.LayerFormat == vmdisk.QCOW2 {
+		// Suspended before the runtime recorded backing chains (QEMU
+		// then ran as root and opened them by their header's names):
+		// read the chain once from the headers that QEMU wrote.
+		if m.Chain, err = legacyChain(ctx, rec.Layer); err != nil {
+			return fmt.Errorf("restore %s: %w", id, err)
+		}
+	}
 	var err2 error
 	if m.DiskFormat, err2 = vmdisk.Clone(ctx, rec.Layer, rec.LayerFormat, disk); err2 != nil {
 		return fmt.Errorf("restore %s: %w", id, err2)
 	}
+	m.Chain = chainOver(m.DiskFormat, diskLayer{rec.Layer, rec.LayerFormat}, m.Chain)
 	m.Disk = disk
 	m.Memory, m.MemoryShared = rec.Memory, false
 	if n := spec.Network; n != nil && m.NIC {
@@ -309,7 +318,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 		}
 		m.Netns, m.TAP = n.NetnsPath, link.TAP
 	}
-	m.Guest.Hostname, m.Guest.Env = spec.Hostname, spec.Env.List()
+	m.Guest.Hostname, m.Guest.Env, m.Guest.PidsMax = spec.Hostname, spec.Env.List(), spec.Resources.PidsLimit
 	if err := writeMachine(dir, m); err != nil {
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
@@ -326,6 +335,21 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 		return fmt.Errorf("restore %s: %w (console: %s)", id, err, console)
 	}
 	return markCreated(dir, fromSnapshot)
+}
+
+// legacyChain is the backing chain below the qcow2 disk at path as its
+// headers name it (qemu-img info --backing-chain), for disks made before
+// the runtime recorded chains.
+func legacyChain(ctx context.Context, path string) ([]diskLayer, error) {
+	info, err := vmdisk.Info(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	var c []diskLayer
+	for b := info.Backing; b != nil; b = b.Backing {
+		c = append(c, diskLayer{Path: b.Path, Format: b.Format})
+	}
+	return c, nil
 }
 
 // errSnapshotLost: the snapshot cannot be restored any more.

@@ -37,7 +37,8 @@ const (
 	// fails with EINVAL.
 	tapFlags = unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR
 	// tapOwner is the uid allowed to attach to the persistent TAP besides
-	// CAP_NET_ADMIN holders: root, as which QEMU runs.
+	// CAP_NET_ADMIN holders: root (the runtime attaches and hands QEMU the
+	// descriptor; QEMU's own uid may not).
 	tapOwner = 0
 	// tapRedirectPrio is the priority of the redirect filters.
 	tapRedirectPrio = 1
@@ -218,6 +219,27 @@ func createTAP() error {
 		return errors.Join(err, tapUnpersist(fd))
 	}
 	return nil
+}
+
+// openTAP attaches to the persistent TAP device name in the calling
+// thread's network namespace and returns its TUN file, which QEMU gets as
+// -netdev tap,fd=N (QEMU itself, running as the VM's uid, could not).
+func openTAP(name string) (*os.File, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /dev/net/tun: %w", err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	ifr.SetUint16(tapFlags)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("TUNSETIFF %s: %w", name, err)
+	}
+	return os.NewFile(uintptr(fd), "/dev/net/tun:"+name), nil
 }
 
 // tapUnpersist makes the TAP attached as fd vanish when fd closes.
