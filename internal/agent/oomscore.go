@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	goruntime "runtime"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultWorkloadOOMScoreAdj is the oom_score_adj the airlock-agent binary
+// gives every process it starts (--workload-oom-score-adj), while it keeps
+// its own (what the host gave it, 0 by default): in its sandbox's memory
+// cgroup the OOM killer then takes any workload process that keeps this
+// value before the agent, whatever their sizes (the value adds half the
+// cgroup's limit to a process's score), even when what fills the cgroup is
+// kernel memory (socket buffers) that no process's size shows.
+//
+// A workload process can lower its value again, but (without
+// CAP_SYS_RESOURCE in the host's user namespace, which no sandbox has) not
+// below the oom_score_adj_min it inherited from the agent: at most to the
+// agent's own value, where the larger process loses. So a hostile workload
+// can make the OOM killer pick the agent, which stops its own sandbox, and
+// no more: it cannot make itself unkillable or preferred over other
+// sandboxes. Lowering the agent below 0 would need the host's
+// CAP_SYS_RESOURCE, and a privileged write sets oom_score_adj_min too,
+// which every workload process would inherit and could go down to.
+const DefaultWorkloadOOMScoreAdj = 500
+
+// setOOMScoreAdj writes adj into /proc/PID/oom_score_adj of a process the
+// agent started (uid: the user it runs as, nil for the agent's). The file
+// belongs to the process's user and the agent holds no CAP_DAC_OVERRIDE,
+// so for another user it is opened from a thread whose filesystem uid is
+// that user's (setfsuid, which CAP_SETUID allows).
+func setOOMScoreAdj(pid int, uid *uint32, adj int) error {
+	path := "/proc/" + strconv.Itoa(pid) + "/oom_score_adj"
+	val := []byte(strconv.Itoa(adj))
+	err := writeExisting(path, val)
+	if err == nil || uid == nil || *uid == 0 || !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		prev, err := unix.SetfsuidRetUid(int(*uid))
+		if err != nil {
+			goruntime.UnlockOSThread()
+			done <- fmt.Errorf("setfsuid %d: %w", *uid, err)
+			return
+		}
+		werr := writeExisting(path, val)
+		unix.Setfsuid(prev)
+		// setfsuid reports nothing: ask for the current value (-1 changes nothing).
+		if now, _ := unix.SetfsuidRetUid(-1); now == prev {
+			goruntime.UnlockOSThread()
+		} // else the thread stays locked and ends with this goroutine
+		done <- werr
+	}()
+	return <-done
+}
+
+// writeExisting writes data to an existing file (a /proc file: no create,
+// no truncate).
+func writeExisting(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	return errors.Join(err, f.Close())
+}
