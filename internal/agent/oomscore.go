@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	goruntime "runtime"
 	"strconv"
@@ -30,17 +29,27 @@ import (
 // which every workload process would inherit and could go down to.
 const DefaultWorkloadOOMScoreAdj = 500
 
+// errNoSetfsuid: the kernel has no setfsuid (gVisor), found at an earlier
+// start.
+var errNoSetfsuid = errors.New("no setfsuid")
+
 // setOOMScoreAdj writes adj into /proc/PID/oom_score_adj of a process the
 // agent started (uid: the user it runs as, nil for the agent's). The file
 // belongs to the process's user and the agent holds no CAP_DAC_OVERRIDE,
 // so for another user it is opened from a thread whose filesystem uid is
 // that user's (setfsuid, which CAP_SETUID allows).
+//
+// It runs right after the start (os.StartProcess returns once the program
+// runs: nothing of the agent's runs in the child between fork and exec), so
+// what the program forks in its first microseconds keeps the agent's value,
+// which any workload process can go back to anyway. Raising the agent's
+// own value around the fork instead would make the agent the OOM killer's
+// first choice exactly when a fork in a full memory cgroup triggers it.
 func setOOMScoreAdj(pid int, uid *uint32, adj int) error {
 	path := "/proc/" + strconv.Itoa(pid) + "/oom_score_adj"
 	val := []byte(strconv.Itoa(adj))
-	err := writeExisting(path, val)
-	if err == nil || uid == nil || *uid == 0 || !errors.Is(err, fs.ErrPermission) {
-		return err
+	if uid == nil || *uid == 0 {
+		return writeExisting(path, val)
 	}
 	done := make(chan error, 1)
 	go func() {

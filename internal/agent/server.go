@@ -140,6 +140,7 @@ type Server struct {
 	exitedBytes int                               // cost of the events kept by exited records
 
 	streams     atomic.Int64   // output streams being served
+	noSetfsuid  atomic.Bool    // setfsuid is not implemented (gVisor): see setOOMScoreAdj
 	procWG      sync.WaitGroup // one per process's run goroutine
 	bgWG        sync.WaitGroup // janitor, connections
 	janitorStop chan struct{}

@@ -82,7 +82,9 @@ func testAgentChannelHostOnly(t *testing.T, s *suite, newRuntime newRuntimeFunc)
 		// the guest's root holds CAP_SYS_RESOURCE in its own kernel.
 		return
 	}
-	scores := strings.Fields(sh(t, c, "cat /proc/1/oom_score_adj /proc/self/oom_score_adj"))
+	// The agent sets a process's value right after its start: read it a
+	// moment later, from the shell's own entry.
+	scores := strings.Fields(sh(t, c, "sleep 0.2; cat /proc/1/oom_score_adj /proc/$$/oom_score_adj"))
 	if len(scores) != 2 {
 		t.Fatalf("oom_score_adj of the agent and a workload process: %q", scores)
 	}
@@ -94,6 +96,24 @@ func testAgentChannelHostOnly(t *testing.T, s *suite, newRuntime newRuntimeFunc)
 	t.Logf("oom_score_adj: agent %d, workload process %d", agentAdj, workAdj)
 	if workAdj <= agentAdj {
 		t.Errorf("a workload process's oom_score_adj %d is not above the agent's %d: the OOM killer may take the agent first", workAdj, agentAdj)
+	}
+	// A process started as another user gets it too (its /proc files
+	// are that user's, which the agent reaches without CAP_DAC_OVERRIDE).
+	uctx, ucancel := context.WithTimeout(context.Background(), opTimeout())
+	defer ucancel()
+	asUser, err := c.Run(uctx, agentproto.StartRequest{ID: model.NewProcessID().String(), User: &agentproto.User{UID: 1000, GID: 1000},
+		Args: []string{"sh", "-c", "sleep 0.2; cat /proc/$$/oom_score_adj"}})
+	if rtEmulatesOOMScore(rt) {
+		t.Logf("oom_score_adj of a process started as uid 1000: %q (gVisor has no setfsuid; the value decides nothing there)", asUser.Stdout)
+	} else if err != nil || strings.TrimSpace(string(asUser.Stdout)) != scores[1] {
+		if logs, lerr := c.Logs(uctx); lerr == nil {
+			for _, l := range lines(string(logs)) {
+				if strings.Contains(l, "oom_score_adj") {
+					t.Log(l)
+				}
+			}
+		}
+		t.Errorf("oom_score_adj of a process started as uid 1000: %q %q, %v; want %s", asUser.Stdout, asUser.Stderr, err, scores[1])
 	}
 	below := strconv.Itoa(agentAdj - 1)
 	lower := run(t, c, "sh", "-c", "echo "+below+" > /proc/self/oom_score_adj && cat /proc/self/oom_score_adj")
@@ -109,4 +129,46 @@ func testAgentChannelHostOnly(t *testing.T, s *suite, newRuntime newRuntimeFunc)
 // gives nothing.
 func rtEmulatesOOMScore(rt runtime.Runtime) bool {
 	return rt.Info().Isolation == environment.IsolationUserSpaceKernel
+}
+
+// testKernelMemoryOOMSparesAgent fills the sandbox's memory with kernel
+// memory that no process's size shows (full pipes, like socket buffers):
+// the OOM killer, which picks by size plus oom_score_adj, must take the
+// workload process, not the agent (larger, so the choice before the
+// workload's processes were started above the agent), and the sandbox must
+// go on.
+func testKernelMemoryOOMSparesAgent(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
+	rt := newRuntime(t)
+	if scope := rt.Info().OOMScope; scope != environment.OOMKillsProcess {
+		t.Skipf("the OOM killer takes the whole sandbox here (%s), never the agent alone", scope)
+	}
+	res := defaultResources
+	res.MemoryBytes = 96 << 20
+	spec := s.spec(res, nil)
+	s.started(t, rt, spec)
+	c := client(t, rt, spec.ID)
+	sh(t, c, "echo warm")
+	start := time.Now()
+	got, err := tryRun(t, c, "/"+syscallProbe, "pipes")
+	t.Logf("pipes: %+v, %v (%v)", got, err, time.Since(start))
+	if err != nil {
+		t.Fatalf("the agent did not survive the OOM kill: %v (state %+v)", err, mustStateAny(t, rt, spec.ID))
+	}
+	if got.Signal != "KILL" {
+		t.Errorf("the pipe filler = %+v, want it OOM-killed", got)
+	}
+	mustState(t, rt, spec.ID, runtime.PhaseRunning)
+	if out := sh(t, c, "echo still here"); out != "still here\n" {
+		t.Fatalf("after the OOM kill: %q", out)
+	}
+}
+
+// mustStateAny returns the sandbox's state, whatever it is.
+func mustStateAny(t *testing.T, rt runtime.Runtime, id model.SandboxID) runtime.Status {
+	t.Helper()
+	st, err := rt.State(ctxFor(t), id)
+	if err != nil {
+		t.Logf("state: %v", err)
+	}
+	return st
 }

@@ -109,6 +109,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		{"AgentOutOfWorkloadReach", testAgentOutOfWorkloadReach, 1},
 		{"PidsLimitCannotBeLifted", testPidsLimitCannotBeLifted, 1},
 		{"AgentChannelHostOnly", testAgentChannelHostOnly, 1},
+		{"KernelMemoryOOMSparesAgent", testKernelMemoryOOMSparesAgent, 1},
 		{"SeccompFilter", testSeccomp, 1},
 		{"DiskLimitGivesENOSPC", testDiskLimit, 1},
 		{"HostPathsHidden", testHostPathsHidden, 0},

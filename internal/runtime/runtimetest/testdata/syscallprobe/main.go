@@ -8,7 +8,9 @@
 // environment and descriptors. With "agentsock PATH" it speaks the agent
 // protocol to the Unix socket PATH as the host would (info, list, start,
 // release), with "vports" it opens every virtio-serial port (a VM's agent
-// channel), one line each: "name: ok" or the error. With "fork N" it starts N `sleep 20`s,
+// channel), one line each: "name: ok" or the error. With "pipes" it fills
+// kernel memory that no process's size shows: pipes, each holding 64 KiB,
+// until a write or a pipe fails (or it is killed); it prints how many. With "fork N" it starts N `sleep 20`s,
 // going on after failed forks (unlike a shell), and prints
 // "started S failed F"; with "fork N hold" it then stays 20 s itself.
 package main
@@ -40,6 +42,10 @@ func main() {
 	}
 	if len(os.Args) == 3 && os.Args[1] == "agentsock" {
 		probeAgentSocket(os.Args[2])
+		return
+	}
+	if len(os.Args) == 2 && os.Args[1] == "pipes" {
+		fillPipes()
 		return
 	}
 	if len(os.Args) == 2 && os.Args[1] == "vports" {
@@ -276,4 +282,24 @@ func probeVports() {
 			fmt.Printf("open %s: %v\n", d, err)
 		}
 	}
+}
+
+// fillPipes fills pipes (kernel memory, charged to the memory cgroup) until
+// something fails, then holds them for 30 s.
+func fillPipes() {
+	chunk := make([]byte, 64<<10)
+	n := 0
+	for ; n < 1<<16; n++ {
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+			fmt.Printf("pipe %d: %v\n", n, err)
+			break
+		}
+		if _, err := unix.Write(p[1], chunk); err != nil {
+			fmt.Printf("write %d: %v\n", n, err)
+			break
+		}
+	}
+	fmt.Printf("filled %d pipes (%d MiB)\n", n, n/16)
+	time.Sleep(30 * time.Second)
 }
