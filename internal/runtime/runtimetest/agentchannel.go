@@ -20,7 +20,10 @@ import (
 //   - it speaks the agent protocol to the agent's socket (runc, crun,
 //     runsc) as the host would — info, list (which would show the host's
 //     command and its arguments), start, release — or opens the agent's
-//     virtio-serial ports (a VM): every attempt must fail;
+//     virtio-serial ports (a VM, where each port opens once and the agent
+//     holds them: EBUSY): every attempt must fail. (In a VM the workload
+//     is root of its own kernel and can still trace the agent and take its
+//     descriptors: what it learns or fakes there stays in its VM.);
 //   - it sends PID 1 every signal the agent once acted on (USR1 released
 //     the socket, TERM and INT stopped the agent), again and again: the
 //     host's connection and a new one must still start commands at once;
@@ -143,7 +146,13 @@ func testKernelMemoryOOMSparesAgent(t *testing.T, s *suite, newRuntime newRuntim
 		t.Skipf("the OOM killer takes the whole sandbox here (%s), never the agent alone", scope)
 	}
 	res := defaultResources
+	// Full pipes hold 64 KiB each up to the user's pipe-user-pages-soft
+	// (64 MiB by default), one page each beyond: 96 MiB fills up (a VM
+	// takes 128 MiB at least; its kernel uses more of it).
 	res.MemoryBytes = 96 << 20
+	if isVM(rt) {
+		res.MemoryBytes = 128 << 20
+	}
 	spec := s.spec(res, nil)
 	s.started(t, rt, spec)
 	c := client(t, rt, spec.ID)
