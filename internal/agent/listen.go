@@ -90,8 +90,10 @@ type unixListener struct {
 	dir      *os.File // O_PATH descriptor of path's directory, opened before a seal
 	hostOnly bool
 	log      *slog.Logger
-	// releaseTimeout is ReleaseTimeout (shorter in tests).
+	// releaseTimeout and releaseGrace are ReleaseTimeout and
+	// releaseGrace (shorter in tests).
 	releaseTimeout time.Duration
+	releaseGrace   time.Duration
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -124,7 +126,7 @@ func listenUnix(path string, opts ListenOptions) (net.Listener, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	l := &unixListener{path: path, dir: os.NewFile(uintptr(fd), dirPath), hostOnly: opts.HostPeersOnly, log: log, releaseTimeout: ReleaseTimeout, conns: map[*trackedConn]struct{}{}}
+	l := &unixListener{path: path, dir: os.NewFile(uintptr(fd), dirPath), hostOnly: opts.HostPeersOnly, log: log, releaseTimeout: ReleaseTimeout, releaseGrace: releaseGrace, conns: map[*trackedConn]struct{}{}}
 	l.cond = sync.NewCond(&l.mu)
 	// A trigger left from before (a crash) must not end a later release
 	// at once.
@@ -201,7 +203,7 @@ func (l *unixListener) ReleaseExcept(keep net.Conn) error {
 		return nil
 	}
 	l.awaiting = kept
-	l.graceTimer = time.AfterFunc(releaseGrace, func() { kept.Close() })
+	l.graceTimer = time.AfterFunc(l.releaseGrace, func() { kept.Close() })
 	return nil
 }
 
@@ -381,9 +383,14 @@ func (l *unixListener) Close() error {
 	var err error
 	if l.ln != nil {
 		err = l.ln.Close()
+	}
+	// The socket file is there while listening and while a release waits
+	// for its asking connection.
+	if l.ln != nil || l.awaiting != nil {
 		if uerr := unix.Unlinkat(int(l.dir.Fd()), filepath.Base(l.path), 0); uerr != nil && !errors.Is(uerr, unix.ENOENT) {
 			err = errors.Join(err, uerr)
 		}
+		l.awaiting = nil
 	}
 	l.cond.Broadcast()
 	// awaitRelisten takes l.mu: wait for it unlocked.

@@ -116,6 +116,72 @@ func TestListenerReleaseAndRelisten(t *testing.T) {
 	}
 }
 
+// TestListenerReleaseKeepsAskingConnection: ReleaseExcept leaves the
+// asking connection open (and the socket file, which goes last) until its
+// peer closes it, or until the grace runs out; Close meanwhile removes the
+// socket file too.
+func TestListenerReleaseKeepsAskingConnection(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(t *testing.T, l *unixListener, client net.Conn)
+	}{
+		{"peer closes", func(t *testing.T, l *unixListener, client net.Conn) { client.Close() }},
+		{"grace runs out", func(t *testing.T, l *unixListener, client net.Conn) {
+			client.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.ReadAll(client); err != nil { // the "x" below, then EOF
+				t.Errorf("read after the grace = %v, want EOF", err)
+			}
+		}},
+		{"listener closes", func(t *testing.T, l *unixListener, client net.Conn) {
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "agent.sock")
+			ln, err := listenUnix(path, ListenOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			l := ln.(*unixListener)
+			l.releaseGrace = 100 * time.Millisecond
+			accepted, _ := acceptAll(ln)
+			asking, err := net.Dial("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer asking.Close()
+			other, err := net.Dial("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			keep := <-accepted
+			<-accepted
+			if err := l.ReleaseExcept(keep); err != nil {
+				t.Fatal(err)
+			}
+			other.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := other.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+				t.Errorf("the other connection after the release: %v, want EOF", err)
+			}
+			if _, err := keep.Write([]byte("x")); err != nil {
+				t.Errorf("the asking connection was closed at once: %v", err)
+			}
+			if _, err := os.Lstat(path); err != nil {
+				t.Errorf("socket while the asking connection is open: %v", err)
+			}
+			tc.end(t, l, asking)
+			waitUntil(t, "the socket to go", func() bool {
+				_, err := os.Lstat(path)
+				return errors.Is(err, os.ErrNotExist)
+			})
+		})
+	}
+}
+
 // TestListenerRelistensAfterTimeout: a release that no trigger follows
 // ends by itself; a stale trigger from before a start is removed, so it
 // cannot end a later release at once.
