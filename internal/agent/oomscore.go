@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/agentproto"
 )
 
 // DefaultWorkloadOOMScoreAdj is the oom_score_adj the airlock-agent binary
@@ -80,4 +82,34 @@ func writeExisting(path string, data []byte) error {
 	}
 	_, err = f.Write(data)
 	return errors.Join(err, f.Close())
+}
+
+// setWorkloadOOMScore gives a process just started as user (nil: the
+// agent's) Options.WorkloadOOMScoreAdj, logging a failure.
+func (s *Server) setWorkloadOOMScore(pid int, user *agentproto.User) {
+	adj := s.opts.WorkloadOOMScoreAdj
+	if adj == 0 {
+		return
+	}
+	var uid *uint32
+	if user != nil && user.UID != 0 {
+		uid = &user.UID
+	}
+	err := errNoSetfsuid
+	if uid == nil || !s.noSetfsuid.Load() {
+		err = setOOMScoreAdj(pid, uid, adj)
+	}
+	switch {
+	case err == nil, errors.Is(err, unix.ESRCH), errors.Is(err, os.ErrNotExist):
+		// Set, or the process is gone already.
+	case errors.Is(err, errNoSetfsuid):
+	case errors.Is(err, unix.ENOSYS) && uid != nil:
+		// gVisor has no setfsuid (and no OOM choice among a sandbox's
+		// processes: the host kills the whole sandbox).
+		if !s.noSetfsuid.Swap(true) {
+			s.logger.Info("no setfsuid: processes of other users keep the agent's oom_score_adj", "err", err)
+		}
+	default:
+		s.logger.Warn("set a process's oom_score_adj", "pid", pid, "oom_score_adj", adj, "err", err)
+	}
 }

@@ -337,29 +337,7 @@ func (s *Server) startProcess(spec startSpec) (*child, procIO, error) {
 			return nil, procIO{}, internalErr("spawn helper: %s", msg)
 		}
 	}
-	if adj := s.opts.WorkloadOOMScoreAdj; adj != 0 {
-		var uid *uint32
-		if spec.user != nil && spec.user.UID != 0 {
-			uid = &spec.user.UID
-		}
-		err := errNoSetfsuid
-		if uid == nil || !s.noSetfsuid.Load() {
-			err = setOOMScoreAdj(c.pid, uid, adj)
-		}
-		switch {
-		case err == nil, errors.Is(err, unix.ESRCH), errors.Is(err, os.ErrNotExist):
-			// Set, or the process is gone already.
-		case errors.Is(err, errNoSetfsuid):
-		case errors.Is(err, unix.ENOSYS) && uid != nil:
-			// gVisor has no setfsuid (and no OOM choice among a
-			// sandbox's processes: the host kills the whole sandbox).
-			if !s.noSetfsuid.Swap(true) {
-				s.logger.Info("no setfsuid: processes of other users keep the agent's oom_score_adj", "err", err)
-			}
-		default:
-			s.logger.Warn("set a process's oom_score_adj", "pid", c.pid, "oom_score_adj", adj, "err", err)
-		}
-	}
+	s.setWorkloadOOMScore(c.pid, spec.user)
 	ok = true
 	return c, pio, nil
 }
