@@ -8,7 +8,9 @@
 // environment and descriptors. With "agentsock PATH" it speaks the agent
 // protocol to the Unix socket PATH as the host would (info, list, start,
 // release), with "vports" it opens every virtio-serial port (a VM's agent
-// channel), one line each: "name: ok" or the error. With "pipes" it fills
+// channel), one line each: "name: ok" or the error; with "agentflood PATH
+// SECONDS" it connects to PATH from 8 goroutines as fast as it can for
+// that long and prints how many connections it made. With "pipes" it fills
 // kernel memory that no process's size shows: pipes, each holding 64 KiB,
 // until a write or a pipe fails (or it is killed); it prints how many. With "fork N" it starts N `sleep 20`s,
 // going on after failed forks (unlike a shell), and prints
@@ -42,6 +44,10 @@ func main() {
 	}
 	if len(os.Args) == 3 && os.Args[1] == "agentsock" {
 		probeAgentSocket(os.Args[2])
+		return
+	}
+	if len(os.Args) == 4 && os.Args[1] == "agentflood" {
+		floodAgentSocket(os.Args[2], os.Args[3])
 		return
 	}
 	if len(os.Args) == 2 && os.Args[1] == "pipes" {
@@ -302,4 +308,33 @@ func fillPipes() {
 	}
 	fmt.Printf("filled %d pipes (%d MiB)\n", n, n/16)
 	time.Sleep(30 * time.Second)
+}
+
+// floodAgentSocket connects to path and closes at once, from 8 goroutines,
+// for secs seconds.
+func floodAgentSocket(path, secs string) {
+	var n int
+	if _, err := fmt.Sscan(secs, &n); err != nil {
+		fmt.Println("bad seconds:", err)
+		os.Exit(2)
+	}
+	end := time.Now().Add(time.Duration(n) * time.Second)
+	counts := make(chan int)
+	for range 8 {
+		go func() {
+			n := 0
+			for time.Now().Before(end) {
+				if c, err := net.Dial("unix", path); err == nil {
+					c.Close()
+					n++
+				}
+			}
+			counts <- n
+		}()
+	}
+	total := 0
+	for range 8 {
+		total += <-counts
+	}
+	fmt.Printf("connected %d times\n", total)
 }
