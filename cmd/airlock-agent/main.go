@@ -5,7 +5,7 @@
 //
 // Usage:
 //
-//	airlock-agent --listen unix:/run/airlock/agent.sock [--pids-max N]
+//	airlock-agent --listen unix:/run/airlock/agent.sock [--pids-max N] [--host-peers-only] [--seal]
 //	airlock-agent --listen serial:airlock.agent --poweroff-on-exit   (PID 1 of a microVM, started by guestinit)
 //	airlock-agent --version
 //	airlock-userns create|limit …   (argv[0]: on the host, see internal/userns)
@@ -104,6 +104,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	pidsMax := fs.Int64("pids-max", 0, "if > 0, start every process in a child pids cgroup with this pids.max (for gVisor, where the host limit kills the whole sandbox)")
 	memLog := fs.Bool("log-to-memory", false, "once listening, log into a 1 MiB ring served at GET /v1/logs and point stdout and stderr at /dev/null (they are a host file a guest could fill)")
 	seal := fs.Bool("seal", false, "once listening, make the socket's directory and every writable cgroup mount read-only for the whole sandbox and drop CAP_SYS_ADMIN and CAP_SETPCAP (granted for this only) from all capability sets; fail if any step fails")
+	hostOnly := fs.Bool("host-peers-only", false, "with unix:, accept a connection only from a process outside the agent's PID namespace (SO_PEERCRED pid 0: the host's), and close the sandbox's own processes' connections unread")
+	oomAdj := fs.Int("workload-oom-score-adj", agent.DefaultWorkloadOOMScoreAdj, "the oom_score_adj (0 to 1000) every started process gets, while the agent keeps its own, so that the OOM killer takes workload processes first; 0 leaves them the agent's")
 	poweroff := fs.Bool("poweroff-on-exit", false, "when PID 1 of a VM, power the machine off when the agent exits (guestinit passes it; never in a container, where reboot(2) kills the PID namespace's init)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -126,6 +128,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock-agent: --listen: %v\n", err)
 		return 2
 	}
+	if *hostOnly && addr.Scheme != agentproto.SchemeUnix {
+		fmt.Fprintln(stderr, "airlock-agent: --host-peers-only applies to a unix: listener only")
+		return 2
+	}
+	if *oomAdj < 0 || *oomAdj > 1000 {
+		fmt.Fprintln(stderr, "airlock-agent: --workload-oom-score-adj must be within 0 and 1000 (a process cannot go below the agent's value)")
+		return 2
+	}
 	if *pidsMax < 0 {
 		fmt.Fprintln(stderr, "airlock-agent: --pids-max must not be negative")
 		return 2
@@ -138,7 +148,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	logger := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	code := 0
-	if err := serve(addr, *pidsMax, *seal, logger, ring, sink); err != nil {
+	if err := serve(addr, serveOptions{pidsMax: *pidsMax, seal: *seal, hostPeersOnly: *hostOnly, oomScoreAdj: *oomAdj}, logger, ring, sink); err != nil {
 		logger.Error("agent failed", "err", err)
 		code = 1
 	}
@@ -187,32 +197,71 @@ func detachStdio() error {
 	return nil
 }
 
-func serve(addr agentproto.ListenAddr, pidsMax int64, seal bool, logger *slog.Logger, ring *agent.LogRing, sink *logSink) error {
+// serveOptions are the flags serve acts on.
+type serveOptions struct {
+	pidsMax       int64
+	seal          bool
+	hostPeersOnly bool
+	oomScoreAdj   int
+}
+
+// stopSignals returns the signals that stop the agent: SIGTERM and SIGINT,
+// unless it is PID 1. As PID 1 (of a sandbox's PID namespace, or of a VM)
+// every signal it gets comes from its own sandbox's processes or from the
+// host, and it cannot tell which (Go's os/signal gives no sender): the
+// host never sends one (it stops a sandbox with SIGKILL, which the kernel
+// delivers to a namespace's init only from outside it), so the agent
+// ignores them and a workload's `kill -TERM 1` does nothing.
+func stopSignals(pid1 bool) []os.Signal {
+	if pid1 {
+		return nil
+	}
+	return []os.Signal{syscall.SIGTERM, syscall.SIGINT}
+}
+
+// harmlessSignals are signals the agent takes and ignores (see serve).
+func harmlessSignals(pid1 bool) []os.Signal {
+	sigs := []os.Signal{syscall.SIGHUP, syscall.SIGPIPE, syscall.SIGUSR1, syscall.SIGUSR2}
+	if pid1 {
+		sigs = append(sigs, syscall.SIGTERM, syscall.SIGINT)
+	}
+	return sigs
+}
+
+func serve(addr agentproto.ListenAddr, so serveOptions, logger *slog.Logger, ring *agent.LogRing, sink *logSink) error {
+	pid1 := os.Getpid() == 1
 	// Listen for stop signals (and, through the reaper, SIGCHLD) before
 	// anything can start.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	if sigs := stopSignals(pid1); len(sigs) > 0 {
+		var stopSig context.CancelFunc
+		ctx, stopSig = signal.NotifyContext(ctx, sigs...)
+		defer stopSig()
+	}
 
-	// SIGHUP (e.g. `kill -HUP 1` inside the sandbox) must not end the
-	// agent, and SIGPIPE from a stderr pipe whose reader went away (a
-	// restarted host) must not either: with a handler installed, writes
-	// fail with EPIPE instead. Handlers (unlike SIG_IGN) are reset by
-	// execve, so processes still get the default dispositions.
+	// Signals that must do nothing: SIGHUP (e.g. `kill -HUP 1` inside the
+	// sandbox); SIGPIPE from a stderr pipe whose reader went away (a
+	// restarted host): with a handler installed, writes fail with EPIPE
+	// instead; SIGUSR1 and SIGUSR2, which older agents took as the host's
+	// request to release and re-take their socket (now a request over the
+	// host's connection); and as PID 1 SIGTERM and SIGINT (stopSignals).
+	// Handlers (unlike SIG_IGN) are reset by execve, so processes still
+	// get the default dispositions.
 	harmless := make(chan os.Signal, 8)
-	signal.Notify(harmless, syscall.SIGHUP, syscall.SIGPIPE)
+	signal.Notify(harmless, harmlessSignals(pid1)...)
 	defer signal.Stop(harmless)
 	go func() {
 		for {
 			select {
 			case sig := <-harmless:
-				logger.Debug("ignoring signal", "signal", sig)
+				logger.Debug("ignoring signal", "signal", sig) // Debug: a workload could flood the log
 			case <-ctx.Done():
 				return
 			}
 		}
 	}()
 
-	pid1 := os.Getpid() == 1
 	if !pid1 {
 		// Orphans of our processes are reparented to us, not to the
 		// real init, and the central reaper collects them.
@@ -220,35 +269,35 @@ func serve(addr agentproto.ListenAddr, pidsMax int64, seal bool, logger *slog.Lo
 			logger.Warn("cannot become a child subreaper; orphans will be reaped by init", "err", err)
 		}
 	}
-	opts := agent.Options{Version: agentVersion(), Logger: logger, ReapAllChildren: true, Logs: ring}
+	opts := agent.Options{Version: agentVersion(), Logger: logger, ReapAllChildren: true, Logs: ring, WorkloadOOMScoreAdj: so.oomScoreAdj}
 	var cg agent.PidsCgroup
-	if pidsMax > 0 {
+	if so.pidsMax > 0 {
 		var err error
-		cg, err = agent.SetupPidsCgroup(agent.PidsCgroupOptions{Max: pidsMax})
+		cg, err = agent.SetupPidsCgroup(agent.PidsCgroupOptions{Max: so.pidsMax})
 		if err != nil {
-			logger.Warn("running without a pids limit for processes", "pids_max", pidsMax, "err", err)
+			logger.Warn("running without a pids limit for processes", "pids_max", so.pidsMax, "err", err)
 		} else {
 			opts.CgroupDir = cg.Dir
-			logger.Info("processes run in a pids cgroup", "dir", cg.Dir, "cgroup_version", cg.Version, "pids_max", pidsMax)
+			logger.Info("processes run in a pids cgroup", "dir", cg.Dir, "cgroup_version", cg.Version, "pids_max", so.pidsMax)
 		}
 	}
 	srv, err := agent.New(opts)
 	if err != nil {
 		return err
 	}
-	ln, err := agent.Listen(addr)
+	ln, err := agent.Listen(addr, agent.ListenOptions{HostPeersOnly: so.hostPeersOnly, Logger: logger})
 	if err != nil {
 		srv.Close()
 		return err
 	}
-	if seal {
+	if so.seal {
 		if err := sealSandbox(addr, logger); err != nil {
 			ln.Close()
 			srv.Close()
 			return err
 		}
 	}
-	logger.Info("agent listening", "addr", addr.String(), "version", opts.Version, "protocol", agentproto.ProtocolVersion, "pid", os.Getpid(), "pid1", pid1)
+	logger.Info("agent listening", "addr", addr.String(), "version", opts.Version, "protocol", agentproto.ProtocolVersion, "pid", os.Getpid(), "pid1", pid1, "host_peers_only", so.hostPeersOnly)
 	if ring != nil {
 		logger.Info("logging into memory from now on (GET /v1/logs)")
 		sink.set(ring)

@@ -269,11 +269,12 @@ func TestAgentBinary(t *testing.T) {
 	}
 }
 
-// The agent as PID 1 of a new PID namespace, as in a container.
+// The agent as PID 1 of a new PID namespace, as in a container, accepting
+// only peers from outside it (this test, as the host).
 func TestAgentAsPID1(t *testing.T) {
 	airtest.RequireRoot(t)
 	a := startAgent(t, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}, func(bin, listen string) []string {
-		return []string{bin, "--listen", listen}
+		return []string{bin, "--listen", listen, "--host-peers-only"}
 	})
 	ctx := ctxT(t)
 	c := a.client
@@ -318,7 +319,24 @@ func TestAgentAsPID1(t *testing.T) {
 	if len(kids) != 1 {
 		t.Fatalf("children of the agent: %v", kids)
 	}
-	a.stop(t)
+	// As PID 1 it cannot tell the host's signals from its sandbox's:
+	// none stops it or makes it let go of its socket (older agents
+	// released it on SIGUSR1). The host stops it with SIGKILL.
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP} {
+		if err := a.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := os.Stat(a.sock); err != nil {
+		t.Fatalf("the agent's socket after signals: %v", err)
+	}
+	if res, err := c.Run(ctx, agentproto.StartRequest{ID: newID(), Args: []string{"echo", "serving"}}); err != nil || string(res.Stdout) != "serving\n" {
+		t.Fatalf("after SIGTERM, SIGINT, SIGUSR1, SIGUSR2 and SIGHUP: %q, %v\n%s", res.Stdout, err, a.stderr.String())
+	}
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
 	waitGone(t, kids[0])
 }
 
@@ -385,10 +403,36 @@ func TestPidsMax(t *testing.T) {
 	if _, err := c.Info(ctx); err != nil {
 		t.Fatalf("agent not serving: %v", err)
 	}
-	// Joining a full cgroup is allowed (the limit applies to fork), so a
-	// plain exec still starts.
-	if res, err := c.Run(ctx, agentproto.StartRequest{ID: newID(), Args: []string{"true"}}); err != nil || res.ExitCode != 0 {
-		t.Fatalf("start while the cgroup is full: %+v, %v", res, err)
+	// A process the host starts counts against the limit: while the
+	// cgroup is full, a start is refused with a clear error, and nothing
+	// joins the cgroup beyond its limit (joining is not checked against
+	// pids.max by the kernel).
+	waitPids := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			cur, _ := os.ReadFile(filepath.Join(workload, "pids.current"))
+			if strings.TrimSpace(string(cur)) == strconv.Itoa(want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pids.current %q, want %d", cur, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitPids(0) // the fork bomb's sleeps are gone
+	if _, err := c.Start(ctx, agentproto.StartRequest{ID: newID(), Args: []string{"sh", "-c", "i=1; while [ $i -lt " + strconv.Itoa(max) + " ]; do sleep 30 & i=$((i+1)); done; wait"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitPids(max) // the shell and max-1 sleeps
+	_, err = c.Start(ctx, agentproto.StartRequest{ID: newID(), Args: []string{"true"}})
+	var aerr *agentclient.Error
+	if !errors.As(err, &aerr) || aerr.Code != agentproto.CodeExecFailed || !strings.Contains(aerr.Message, "pids limit reached") {
+		t.Fatalf("start while the cgroup is full: %v, want exec_failed \"pids limit reached\"", err)
+	}
+	if cur, _ := os.ReadFile(filepath.Join(workload, "pids.current")); strings.TrimSpace(string(cur)) != strconv.Itoa(max) {
+		t.Fatalf("pids.current = %q after the refused start, want the limit %d", cur, max)
 	}
 	removeCgroupProcs(workload)
 	a.stop(t)

@@ -170,6 +170,47 @@ func testPidsCgroupInProcess(t *testing.T, helperOnly bool) {
 		t.Fatalf("agent stopped serving during the fork bomb: %v", err)
 	}
 
+	// A process the host starts counts against the limit: while the
+	// workload is full a start is refused with a clear error, and nothing
+	// joins the cgroup beyond its limit (the helper forks outside and
+	// joins, which the kernel does not check against pids.max).
+	readCurrent := func() string {
+		cur, _ := os.ReadFile(filepath.Join(cg.Dir, "pids.current"))
+		return strings.TrimSpace(string(cur))
+	}
+	waitCurrent := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for readCurrent() != strconv.Itoa(want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("pids.current %s, want %d", readCurrent(), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitCurrent(0)
+	holder := model.NewProcessID().String()
+	if _, err := c.Start(ctx, agentproto.StartRequest{ID: holder, Args: []string{"/bin/sh", "-c", "i=1; while [ $i -lt " + strconv.Itoa(max) + " ]; do sleep 30 & i=$((i+1)); done; wait"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitCurrent(max)
+	_, err = c.Start(ctx, agentproto.StartRequest{ID: model.NewProcessID().String(), Args: []string{"true"}})
+	var full *agentclient.Error
+	if !errors.As(err, &full) || full.Code != agentproto.CodeExecFailed || !strings.Contains(full.Message, "pids limit reached") {
+		t.Fatalf("start while the workload is full: %v, want exec_failed \"pids limit reached\"", err)
+	}
+	if got := readCurrent(); got != strconv.Itoa(max) {
+		t.Fatalf("pids.current %s after the refused start, want %d", got, max)
+	}
+	procs, _ := os.ReadFile(filepath.Join(cg.Dir, "cgroup.procs"))
+	for _, f := range strings.Fields(string(procs)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	collectRun(t, c, holder)
+	waitCurrent(0)
+
 	// An exec failure inside the helper is a clean exec_failed with no record.
 	bad := filepath.Join(t.TempDir(), "badformat")
 	if err := os.WriteFile(bad, []byte("\x7fELF nonsense"), 0o755); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -37,11 +38,29 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/processes/{id}/stdin", s.handleStdin)
 	mux.HandleFunc("POST /v1/processes/{id}/resize", s.handleResize)
 	mux.HandleFunc("PUT /v1/guest", s.handleGuestConfig)
+	mux.HandleFunc("POST /v1/listener/release", s.handleReleaseListener)
 	s.fileRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, agentproto.CodeNoRoute, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
 	})
 	return mux
+}
+
+// handleReleaseListener releases the listeners (see unixListener) and
+// answers 204: the connection the request came on stays open until the
+// host, having read the answer, closes it (or for releaseGrace); the others
+// are closed at once.
+func (s *Server) handleReleaseListener(w http.ResponseWriter, r *http.Request) {
+	conn, _ := r.Context().Value(connKey{}).(net.Conn)
+	ok, err := s.releaseListeners(conn)
+	switch {
+	case !ok:
+		writeError(w, http.StatusConflict, agentproto.CodeNotSupported, "this agent serves no listener that can be released (only a Unix socket can)")
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, agentproto.CodeInternal, "release the listener: "+err.Error())
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -253,15 +253,26 @@ func (s *Server) startProcess(spec startSpec) (*child, procIO, error) {
 	execPath, argv := path, spec.args
 	var statusR *os.File
 	useHelper := func() error {
+		// The helper forks outside the cgroup and then joins it, which
+		// pids.max does not refuse: it starts only while there is room,
+		// and checks again once joined.
+		if err := s.cgroup.checkRoom(); err != nil {
+			return execFailed(fmt.Errorf("start %s: %w", spec.args[0], err))
+		}
 		r, w, err := os.Pipe()
 		if err != nil {
 			return internalErr("pipe: %w", err)
 		}
 		statusR = r
 		childFiles = append(childFiles, w)
-		attr.Files = append(attr.Files, w, s.cgroup.procs) // spawnStatusFD, spawnCgroupFD
+		attr.Files = append(attr.Files, w, s.cgroup.procs) // spawnStatusFD, then the cgroup's descriptors
+		cgArg := spawnCgroupArg
+		if s.cgroup.pidsCurrent != nil {
+			attr.Files = append(attr.Files, s.cgroup.pidsCurrent, s.cgroup.pidsMax)
+			cgArg = spawnCgroupCheckArg
+		}
 		execPath = s.spawnHelper
-		argv = append([]string{s.spawnHelper}, spawnArgs(spawnCgroupArg, path, spec.user, spec.args)...)
+		argv = append([]string{s.spawnHelper}, spawnArgs(cgArg, path, spec.user, spec.args)...)
 		sys.Credential = nil // the helper drops to the user after joining
 		return nil
 	}
@@ -289,13 +300,17 @@ func (s *Server) startProcess(spec startSpec) (*child, procIO, error) {
 		sys.Credential = &syscall.Credential{Uid: spec.user.UID, Gid: spec.user.GID, NoSetGroups: true}
 	}
 	c, err := s.waiter.spawn(start)
-	if errors.Is(err, errRefused) || errors.Is(err, errCgroupFull) {
+	if errors.Is(err, errCgroupFull) {
+		// The workload's limit counts the host's processes too.
+		return nil, procIO{}, execFailed(fmt.Errorf("start %s: %w (%w)", spec.args[0], ErrPidsLimit, err))
+	}
+	if errors.Is(err, errRefused) {
 		direct := err
 		if err := useHelper(); err != nil {
 			return nil, procIO{}, err
 		}
 		c, err = s.waiter.spawn(func() (*os.Process, error) { return os.StartProcess(execPath, argv, attr) })
-		if err == nil && errors.Is(direct, errRefused) {
+		if err == nil {
 			s.cgroup.fallBack(mode, direct)
 		}
 	}
@@ -316,9 +331,13 @@ func (s *Server) startProcess(spec startSpec) (*child, procIO, error) {
 			if m, found := strings.CutPrefix(string(msg), spawnFailExec); found {
 				return nil, procIO{}, execFailed(fmt.Errorf("start %s: %s", spec.args[0], m))
 			}
+			if m, found := strings.CutPrefix(string(msg), spawnFailPids); found {
+				return nil, procIO{}, execFailed(fmt.Errorf("start %s: %s", spec.args[0], m))
+			}
 			return nil, procIO{}, internalErr("spawn helper: %s", msg)
 		}
 	}
+	s.setWorkloadOOMScore(c.pid, spec.user)
 	ok = true
 	return c, pio, nil
 }

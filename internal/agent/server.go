@@ -99,6 +99,11 @@ type Options struct {
 	// the helper (tests of the fallback).
 	SpawnHelperOnly bool
 
+	// WorkloadOOMScoreAdj, if not 0, is written to the oom_score_adj of
+	// every process right after it started (see
+	// DefaultWorkloadOOMScoreAdj). A failure is logged, not fatal.
+	WorkloadOOMScoreAdj int
+
 	// FilesRoot is the directory the /v1/files endpoints treat as "/"
 	// ("" means DefaultFilesRoot, "/"); tests embed an agent on a temp dir.
 	FilesRoot string
@@ -125,8 +130,9 @@ type Server struct {
 	cancel context.CancelFunc
 
 	mu          sync.Mutex
-	closing     bool // no new processes
-	stopped     bool // no new background goroutines
+	releasable  []releasableListener // listeners Serve serves that can let go of their socket
+	closing     bool                 // no new processes
+	stopped     bool                 // no new background goroutines
 	procs       map[model.ProcessID]*process
 	starting    map[model.ProcessID]chan struct{} // closed once the start has finished
 	exited      []*process                        // in exit order
@@ -134,6 +140,7 @@ type Server struct {
 	exitedBytes int                               // cost of the events kept by exited records
 
 	streams     atomic.Int64   // output streams being served
+	noSetfsuid  atomic.Bool    // setfsuid is not implemented (gVisor): see setOOMScoreAdj
 	procWG      sync.WaitGroup // one per process's run goroutine
 	bgWG        sync.WaitGroup // janitor, connections
 	janitorStop chan struct{}
@@ -212,6 +219,7 @@ func (s *Server) httpServer(ctx context.Context) *http.Server {
 		Handler:     s.handler,
 		Protocols:   &p,
 		BaseContext: func(net.Listener) context.Context { return ctx },
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams: maxConcurrentStreams,
 			// The host's stdin and file uploads: enough to stream fast,
@@ -235,6 +243,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return nil
 	}
 	defer s.bgWG.Done()
+	if rl, ok := ln.(releasableListener); ok {
+		s.mu.Lock()
+		s.releasable = append(s.releasable, rl)
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			s.releasable = slices.DeleteFunc(s.releasable, func(x releasableListener) bool { return x == rl })
+			s.mu.Unlock()
+		}()
+	}
 	stopB := context.AfterFunc(s.ctx, cancel)
 	defer stopB()
 	hs := s.httpServer(ctx)
@@ -248,6 +266,32 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs.Close()
 	return fmt.Errorf("agent: listener closed: %w", err)
 }
+
+// releasableListener is a listener that can let go of its socket for a
+// while (a Unix socket's, for a runsc checkpoint: unixListener).
+type releasableListener interface {
+	net.Listener
+	// ReleaseExcept lets go of the socket and its connections but keep,
+	// which it closes once its peer has (see unixListener).
+	ReleaseExcept(keep net.Conn) error
+}
+
+// releaseListeners releases every releasable listener Serve serves,
+// leaving keep (the asking connection) to its peer; false if there is
+// none.
+func (s *Server) releaseListeners(keep net.Conn) (bool, error) {
+	s.mu.Lock()
+	lns := slices.Clone(s.releasable)
+	s.mu.Unlock()
+	var err error
+	for _, ln := range lns {
+		err = errors.Join(err, ln.ReleaseExcept(keep))
+	}
+	return len(lns) > 0, err
+}
+
+// connKey is the request context key of the connection a request came on.
+type connKey struct{}
 
 // retryListener waits and retries after temporary accept errors (e.g.
 // EMFILE) instead of spinning; net/http retries only net.Error temporaries.
@@ -641,5 +685,6 @@ func features() []string {
 		agentproto.FeatureFrames, agentproto.FeatureGap, agentproto.FeatureStdin, agentproto.FeaturePTY,
 		agentproto.FeatureUser, agentproto.FeatureTimeout, agentproto.FeatureWait, agentproto.FeatureHold,
 		agentproto.FeatureLogs, agentproto.FeatureGuestConfig, agentproto.FeatureFileUser,
+		agentproto.FeatureListenerRelease,
 	}
 }

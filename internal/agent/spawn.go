@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,8 +21,12 @@ import (
 //
 // The helper writes its own pid into the cgroup — CGROUP is "fd:N" for an
 // inherited descriptor N of the cgroup's cgroup.procs (the agent's way: its
-// cgroup mounts may be read-only for everyone by then), or a cgroup
-// directory — takes the user and group IDs if given (after joining: an
+// cgroup mounts may be read-only for everyone by then), "fd:N:C:M" with
+// descriptors C and M of its pids.current and pids.max as well, or a cgroup
+// directory. With C and M it then checks that the cgroup is within its
+// limit, counting itself (a move is not checked against pids.max, and the
+// workload may have forked since the agent looked), and fails if not. It
+// takes the user and group IDs if given (after joining: an
 // unprivileged user could not) and then execve's PATH with ARGV, so the
 // process (and everything it forks) is in the cgroup from its first
 // instruction. The descriptor gives nothing to a workload that reopens it
@@ -36,13 +41,18 @@ const SpawnCommand = "__spawn"
 const spawnStatusFD = 3
 
 // spawnCgroupArg is the CGROUP argument the agent gives the helper: the
-// workload cgroup's cgroup.procs is its descriptor 4.
-const spawnCgroupArg = "fd:4"
+// workload cgroup's cgroup.procs is its descriptor 4; spawnCgroupCheckArg
+// adds pids.current and pids.max as 5 and 6.
+const (
+	spawnCgroupArg      = "fd:4"
+	spawnCgroupCheckArg = "fd:4:5:6"
+)
 
 // Prefixes of the helper's failure reports.
 const (
 	spawnFailCgroup = "cgroup: "
 	spawnFailExec   = "exec: "
+	spawnFailPids   = "pids: " // the cgroup was over its limit once joined
 )
 
 // spawnArgs returns the helper's arguments (after the helper path).
@@ -95,7 +105,9 @@ func SpawnMain(args []string) int {
 	}
 	argv := rest[1:]
 	unix.CloseOnExec(spawnStatusFD)
-	if err := joinCgroup(dir); err != nil {
+	if err := joinCgroup(dir); errors.Is(err, ErrPidsLimit) {
+		return fail(spawnFailPids, err)
+	} else if err != nil {
 		return fail(spawnFailCgroup, err)
 	}
 	if user != "" {
@@ -118,17 +130,33 @@ func SpawnMain(args []string) int {
 }
 
 // joinCgroup moves this process into the cgroup named by the helper's
-// CGROUP argument and closes the descriptor if it names one.
+// CGROUP argument and closes the descriptors it names; with pids counters
+// it fails with ErrPidsLimit if the cgroup, joined, is over its limit.
 func joinCgroup(arg string) error {
 	pid := []byte(strconv.Itoa(os.Getpid()))
 	if n, ok := strings.CutPrefix(arg, "fd:"); ok {
-		fd, err := strconv.Atoi(n)
-		if err != nil || fd <= spawnStatusFD {
-			return fmt.Errorf("bad cgroup descriptor %q", arg)
+		var fds []int
+		for _, f := range strings.Split(n, ":") {
+			fd, err := strconv.Atoi(f)
+			if err != nil || fd <= spawnStatusFD {
+				return fmt.Errorf("bad cgroup descriptor %q", arg)
+			}
+			fds = append(fds, fd)
 		}
-		defer unix.Close(fd)
-		if _, err := unix.Write(fd, pid); err != nil {
-			return fmt.Errorf("join the cgroup through descriptor %d: %w", fd, err)
+		if len(fds) != 1 && len(fds) != 3 {
+			return fmt.Errorf("bad cgroup descriptors %q: want fd:PROCS or fd:PROCS:CURRENT:MAX", arg)
+		}
+		for _, fd := range fds {
+			defer unix.Close(fd)
+		}
+		if _, err := unix.Write(fds[0], pid); err != nil {
+			return fmt.Errorf("join the cgroup through descriptor %d: %w", fds[0], err)
+		}
+		if len(fds) == 3 {
+			cur, max, ok := readPidsCounters(fdReaderAt(fds[1]), fdReaderAt(fds[2]))
+			if ok && cur > max {
+				return pidsLimitError(cur-1, max) // without this helper
+			}
 		}
 		return nil
 	}

@@ -3,11 +3,13 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -41,15 +43,22 @@ const (
 // sandbox (SealMounts) and still move processes, because its descriptors
 // stay on the writable mount below.
 type cgroupSpawner struct {
-	dir    string
-	log    *slog.Logger
-	mu     sync.Mutex
-	mode   string
-	dirFD  int      // cgroup v2: an O_PATH descriptor of dir (kept for the process's life), else -1
-	procs  *os.File // dir/cgroup.procs, open for writing: handed to the helper
-	tasks  *os.File // cgroup v1: dir/tasks, where a spawning thread joins
-	home   *os.File // cgroup v1: tasks of the agent's own pids cgroup, where a spawning thread returns; nil: see resident
-	reason string
+	dir   string
+	log   *slog.Logger
+	mu    sync.Mutex
+	mode  string
+	dirFD int      // cgroup v2: an O_PATH descriptor of dir (kept for the process's life), else -1
+	procs *os.File // dir/cgroup.procs, open for writing: handed to the helper
+	tasks *os.File // cgroup v1: dir/tasks, where a spawning thread joins
+	home  *os.File // cgroup v1: tasks of the agent's own pids cgroup, where a spawning thread returns; nil: see resident
+	// pidsCurrent and pidsMax are dir's pids.current and pids.max, open
+	// for reading (nil if they could not be opened): a process that
+	// joins the cgroup after its fork (the helper) is started only while
+	// the cgroup has room, because a move into a cgroup is not checked
+	// against its pids.max (cgroup v1 nor v2).
+	pidsCurrent *os.File
+	pidsMax     *os.File
+	reason      string
 	// resident (cgroup v1 without home): the requests of the one spawning
 	// thread that lives in the workload cgroup for good; closed by close.
 	resident chan spawnRequest
@@ -72,6 +81,19 @@ func newCgroupSpawner(dir string, onlyHelper bool, log *slog.Logger) (*cgroupSpa
 		return nil, fmt.Errorf("workload cgroup: %w", err)
 	}
 	s := &cgroupSpawner{dir: dir, log: log, mode: spawnViaHelper, dirFD: -1, procs: procs}
+	cur, cerr := os.Open(filepath.Join(dir, "pids.current"))
+	lim, lerr := os.Open(filepath.Join(dir, "pids.max"))
+	if cerr != nil || lerr != nil {
+		log.Warn("cannot read the workload cgroup's pids counters: processes that join it after their fork are not checked against its limit",
+			"cgroup", dir, "err", errors.Join(cerr, lerr))
+		for _, f := range []*os.File{cur, lim} {
+			if f != nil {
+				f.Close()
+			}
+		}
+	} else {
+		s.pidsCurrent, s.pidsMax = cur, lim
+	}
 	if onlyHelper {
 		return s, nil
 	}
@@ -125,7 +147,7 @@ func (s *cgroupSpawner) close() {
 		close(s.resident)
 		s.resident = nil
 	}
-	for _, f := range []*os.File{s.procs, s.tasks, s.home} {
+	for _, f := range []*os.File{s.procs, s.tasks, s.home, s.pidsCurrent, s.pidsMax} {
 		if f != nil {
 			f.Close()
 		}
@@ -155,16 +177,74 @@ func (s *cgroupSpawner) fallBack(from string, err error) {
 		"cgroup", s.dir, "mechanism", from, "err", err)
 }
 
-// Failures after which the caller retries with the helper.
+// Failures of a start in the cgroup.
 var (
 	// errRefused: the mechanism itself failed (not the program); the
-	// helper is used from now on.
+	// caller retries with the helper, which is used from now on.
 	errRefused = errors.New("cgroup placement refused")
-	// errCgroupFull: the fork was refused by the cgroup's pids.max. The
-	// helper forks outside and then joins (which pids.max does not
-	// refuse), so that a full workload never locks out e.g. a kill.
+	// errCgroupFull: the fork was refused by the cgroup's pids.max (or
+	// another EAGAIN: see pidsLimitError). The start is refused: a
+	// process the host starts counts against the workload's limit like
+	// any other.
 	errCgroupFull = errors.New("workload cgroup at pids.max")
 )
+
+// ErrPidsLimit is the error of a start refused because the workload has as
+// many processes as its pids limit allows.
+var ErrPidsLimit = errors.New("pids limit reached")
+
+// pidsUsage reads the cgroup's pids.current and pids.max; ok is false if
+// they cannot be read or the limit is "max".
+func (s *cgroupSpawner) pidsUsage() (current, limit int64, ok bool) {
+	if s.pidsCurrent == nil {
+		return 0, 0, false
+	}
+	return readPidsCounters(s.pidsCurrent, s.pidsMax)
+}
+
+// readPidsCounters reads pids.current and pids.max from open files.
+func readPidsCounters(current, limit io.ReaderAt) (int64, int64, bool) {
+	read := func(f io.ReaderAt) (int64, bool) {
+		var buf [32]byte
+		n, err := f.ReadAt(buf[:], 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return 0, false
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(buf[:n])), 10, 64)
+		return v, err == nil
+	}
+	c, ok1 := read(current)
+	m, ok2 := read(limit)
+	return c, m, ok1 && ok2
+}
+
+// checkRoom fails with ErrPidsLimit if the cgroup has no room for one more
+// process.
+func (s *cgroupSpawner) checkRoom() error {
+	if cur, max, ok := s.pidsUsage(); ok && cur >= max {
+		return pidsLimitError(cur, max)
+	}
+	return nil
+}
+
+// fdReaderAt reads a descriptor at an offset (the spawn helper's
+// inherited pids counters, which it closes itself).
+type fdReaderAt int
+
+func (fd fdReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := unix.Pread(int(fd), p, off)
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func pidsLimitError(current, limit int64) error {
+	return fmt.Errorf("%w: the workload has %d processes and threads, its limit is %d", ErrPidsLimit, current, limit)
+}
 
 // start starts path with attr (whose Sys must be set) in the cgroup using
 // mode, which is spawnViaThread or spawnViaCloneInto. A failure of the

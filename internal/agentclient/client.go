@@ -546,6 +546,19 @@ func (c *Client) Resize(ctx context.Context, id string, size agentproto.WindowSi
 
 // Info returns what the agent says about itself (from a fresh request).
 
+// ReleaseListener asks the agent to close its Unix socket and every
+// connection on it (this client's too: it dials again for its next
+// request) until the host creates agentproto.RelistenTrigger in the
+// socket's directory, or for agent.ReleaseTimeout; the runtime does it
+// before a runsc checkpoint. Agents without the listener-release feature
+// give ErrUnsupported.
+func (c *Client) ReleaseListener(ctx context.Context) error {
+	if err := c.require(ctx, agentproto.FeatureListenerRelease); err != nil {
+		return err
+	}
+	return c.call(ctx, http.MethodPost, "/v1/listener/release", nil, http.StatusNoContent, nil)
+}
+
 // ConfigureGuest configures the guest machine (host name, environment of
 // later processes, entropy, clock, network: see agentproto.GuestConfig).
 // Agents without the guest-config feature give ErrUnsupported.

@@ -101,7 +101,7 @@ func unixDialer(t testing.TB, srv *agent.Server) (*connRecorder, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := agent.Listen(addr)
+	ln, err := agent.Listen(addr, agent.ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -312,7 +312,7 @@ func TestClientRedialsAfterAgentRestart(t *testing.T) {
 	path := socketPath(t)
 	addr, _ := agentproto.ParseListenAddr("unix:" + path)
 	serve := func(srv *agent.Server) func() {
-		ln, err := agent.Listen(addr)
+		ln, err := agent.Listen(addr, agent.ListenOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,6 +28,7 @@
 //	POST /v1/processes/{id}/resize         ResizeRequest → 204 (PTY processes)
 //	GET  /v1/logs                          → the agent's newest log lines (text/plain)
 //	PUT  /v1/guest                         GuestConfig → 204 (VM agents; see guest.go)
+//	POST /v1/listener/release              → 204, then the agent closes its Unix socket and every connection on it until RelistenTrigger (409 "not_supported" on other transports)
 //	…    /v1/files/…                       file endpoints: see files.go
 //
 // Output flow control: while an output stream is open, the agent never
@@ -65,7 +66,18 @@ const (
 	FeatureWait    = "wait"    // the wait endpoint
 	FeatureHold    = "hold"    // StartRequest.HoldOutput
 	FeatureLogs    = "logs"    // GET /v1/logs
+	// FeatureListenerRelease: POST /v1/listener/release and
+	// RelistenTrigger (agents before it released their socket on SIGUSR1
+	// and listened again on SIGUSR2, which the workload could send too).
+	FeatureListenerRelease = "listener-release"
 )
+
+// RelistenTrigger is the file that the host creates in the directory of a
+// released agent's Unix socket (after `runsc restore`, or when a
+// checkpoint did not happen) to make the agent listen again: the agent
+// removes it and listens. The directory is read-only for the sandbox, so
+// only the host can create it.
+const RelistenTrigger = "relisten"
 
 // Info describes a running agent.
 type Info struct {

@@ -34,4 +34,7 @@ const (
 	CodeNoPTY = "no_pty"
 	// CodeBusy (429): too many concurrent output streams of one process.
 	CodeBusy = "busy"
+	// CodeNotSupported (409): the agent cannot do this on its transport
+	// (e.g. release a listener that is not a Unix socket).
+	CodeNotSupported = "not_supported"
 )

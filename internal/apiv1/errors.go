@@ -30,7 +30,7 @@ const (
 	CodeSandboxSuspended     = "sandbox_suspended"      // the sandbox is suspended (wake it, or ask the command to wake it first)
 	CodeSandboxBusy          = "sandbox_busy"           // another lifecycle operation of the sandbox is under way; retry once it finished
 	CodeResumeTimeout        = "resume_timeout"         // the resume (or wake) a request asked for did not finish in time
-	CodeExecFailed           = "exec_failed"            // the command could not be started (not found, not executable, bad cwd, unknown user); mostly an SSE error event
+	CodeExecFailed           = "exec_failed"            // the command could not be started (not found, not executable, bad cwd, unknown user, the sandbox's pids limit reached); mostly an SSE error event
 	CodePayloadTooLarge      = "payload_too_large"      // the request body is over its limit
 	CodeUnsupportedMedia     = "unsupported_media_type" // the request body's Content-Type is not the one the route takes
 	CodeNotSupported         = "not_supported"          // a capability this deployment lacks

@@ -76,7 +76,9 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs, ids *rootfs.ID
 	// --log-to-memory: after start-up the agent logs into memory and its
 	// stdout/stderr (this host's agent.log) point at /dev/null, so a guest
 	// cannot fill the host's disk through /proc/1/fd/2.
-	args := []string{GuestAgentPath, "--listen", "unix:" + GuestSocketPath, "--log-to-memory"}
+	// --host-peers-only: the agent accepts only connections from outside
+	// the sandbox's PID namespace (the host's), not the workload's.
+	args := []string{GuestAgentPath, "--listen", "unix:" + GuestSocketPath, "--log-to-memory", "--host-peers-only"}
 	if spec.Resources.PidsLimit > 0 {
 		args = append(args, "--pids-max", strconv.FormatInt(spec.Resources.PidsLimit, 10))
 	}

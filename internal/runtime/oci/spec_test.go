@@ -31,7 +31,7 @@ func TestBundleSpec(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantArgs := []string{GuestAgentPath, "--listen", "unix:/.airlock/run/agent.sock", "--log-to-memory", "--pids-max", "100", "--seal"}
+			wantArgs := []string{GuestAgentPath, "--listen", "unix:/.airlock/run/agent.sock", "--log-to-memory", "--host-peers-only", "--pids-max", "100", "--seal"}
 			wantPids := int64(100 + agentPidsReserve)
 			if flavor == FlavorRunsc {
 				wantPids = 4*100 + 256

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,10 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/atomicfile"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/procfs"
@@ -199,7 +204,9 @@ func (r *Runtime) checkpoint(ctx context.Context, id model.SandboxID, dirs sandb
 	if _, err := r.runNet(ctx, r.joinsNetns(id), "checkpoint", "--image-path", tmp, id.String()); err != nil {
 		// The sandbox may still run (a save that failed before it
 		// stopped the kernel): let its agent listen again.
-		r.reacquireAgentSocket(context.WithoutCancel(ctx), id)
+		if rerr := r.reacquireAgentSocket(context.WithoutCancel(ctx), id, dirs); rerr != nil {
+			r.log.Warn("let the agent listen again", "sandbox", id, "err", rerr)
+		}
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	r.log.Debug("runsc checkpoint", "sandbox", id, "took", time.Since(start))
@@ -404,8 +411,8 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 	// The restored agent has no socket (it released it for the
 	// checkpoint): let it listen again now rather than after
 	// agent.ReleaseTimeout.
-	if _, err := r.run(ctx, "kill", spec.ID.String(), agentReacquireSignal); err != nil {
-		return fmt.Errorf("let the restored agent listen again: %w", err)
+	if err := r.reacquireAgentSocket(ctx, spec.ID, dirs); err != nil {
+		return fmt.Errorf("restored agent: %w", err)
 	}
 	return writeFileAtomic(filepath.Join(dirs.state, restoredName), nil)
 }
@@ -447,12 +454,18 @@ func readPidFile(path string) (int, error) {
 	return pid, nil
 }
 
-// The signals of the agent's listener (internal/agent.SignalReleaseListener
-// and SignalReacquireListener) as `runsc kill` names them.
+// The signals with which agents before agentproto.FeatureListenerRelease
+// released their socket and took it again, as `runsc kill` names them: a
+// snapshot of such an agent (made before an upgrade) is still restored.
 const (
-	agentReleaseSignal   = "USR1"
-	agentReacquireSignal = "USR2"
+	legacyReleaseSignal   = "USR1"
+	legacyReacquireSignal = "USR2"
 )
+
+// releasedBySignalName is the file in the state directory of a sandbox
+// whose old agent released its socket on legacyReleaseSignal: it needs
+// legacyReacquireSignal to listen again, not the trigger.
+const releasedBySignalName = "agent-released-by-signal"
 
 // agentReleaseTimeout bounds the wait for the agent to let go of its
 // socket.
@@ -461,10 +474,33 @@ const agentReleaseTimeout = 10 * time.Second
 // releaseAgentSocket makes the agent of a runsc sandbox close its
 // host-backed listening socket and the connections accepted on it, which
 // gVisor cannot checkpoint ("Cannot save endpoint with bound host socket"),
-// and waits until the socket file is gone (the agent removes it last).
+// and waits until the socket file is gone (the agent removes it last). It
+// asks over a connection of its own (POST /v1/listener/release): nothing a
+// workload sends the agent makes it let go.
 func (r *Runtime) releaseAgentSocket(ctx context.Context, id model.SandboxID, dirs sandboxDirs) error {
-	if _, err := r.run(ctx, "kill", id.String(), agentReleaseSignal); err != nil {
+	trigger := filepath.Join(dirs.agentRunDir(), agentproto.RelistenTrigger)
+	if err := os.Remove(trigger); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove a stale %s: %w", trigger, err)
+	}
+	_ = os.Remove(filepath.Join(dirs.state, releasedBySignalName))
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return r.DialAgent(ctx, id) }, r.log)
+	err := c.ReleaseListener(ctx)
+	c.Close()
+	if errors.Is(err, agentclient.ErrUnsupported) {
+		r.log.Info("the agent predates the release request: releasing its socket by signal", "sandbox", id)
+		if err := writeFileAtomic(filepath.Join(dirs.state, releasedBySignalName), nil); err != nil {
+			return err
+		}
+		if _, err := r.run(ctx, "kill", id.String(), legacyReleaseSignal); err != nil {
+			return fmt.Errorf("ask the agent to release its socket: %w", err)
+		}
+	} else if aerr := (*agentclient.Error)(nil); errors.As(err, &aerr) || ctx.Err() != nil {
 		return fmt.Errorf("ask the agent to release its socket: %w", err)
+	} else if err != nil {
+		// No answer (the connection broke): whether the agent
+		// released shows below. The agent keeps the asking connection
+		// open until this side closes it, so the answer normally comes.
+		r.log.Debug("release request: no answer; waiting for the socket to go", "sandbox", id, "err", err)
 	}
 	sock := filepath.Join(dirs.agentRunDir(), socketName)
 	wait := retry.Policy{Initial: time.Millisecond, Max: 10 * time.Millisecond, Jitter: 0.2, MaxElapsed: agentReleaseTimeout}.Start(nil)
@@ -473,22 +509,40 @@ func (r *Runtime) releaseAgentSocket(ctx context.Context, id model.SandboxID, di
 		if err == nil {
 			continue
 		}
-		r.reacquireAgentSocket(context.WithoutCancel(ctx), id)
+		if rerr := r.reacquireAgentSocket(context.WithoutCancel(ctx), id, dirs); rerr != nil {
+			r.log.Warn("let the agent listen again", "sandbox", id, "err", rerr)
+		}
 		if errors.Is(err, retry.ErrExhausted) {
-			return fmt.Errorf("the agent did not release its socket within %v (an agent without release support cannot be checkpointed): %w", agentReleaseTimeout, runtime.ErrNotSupported)
+			return fmt.Errorf("the agent did not release its socket within %v: %w", agentReleaseTimeout, runtime.ErrNotSupported)
 		}
 		return fmt.Errorf("wait for the agent to release its socket: %w", err)
 	}
 	return nil
 }
 
-// reacquireAgentSocket lets the agent of a sandbox whose checkpoint did
-// not happen listen again (best effort: it does by itself after
-// agent.ReleaseTimeout).
-func (r *Runtime) reacquireAgentSocket(ctx context.Context, id model.SandboxID) {
-	if _, err := r.run(ctx, "kill", id.String(), agentReacquireSignal); err != nil {
-		r.log.Warn("let the agent listen again", "sandbox", id, "err", err)
+// reacquireAgentSocket lets the agent of a sandbox whose socket was
+// released listen again (after `runsc restore`, or when the checkpoint did
+// not happen): it creates agentproto.RelistenTrigger in the agent's run
+// directory, which the agent looks for every few milliseconds and which no
+// process of the sandbox can create (the directory is read-only there);
+// an old agent gets legacyReacquireSignal instead. Without either, the
+// agent listens again after agent.ReleaseTimeout.
+func (r *Runtime) reacquireAgentSocket(ctx context.Context, id model.SandboxID, dirs sandboxDirs) error {
+	marker := filepath.Join(dirs.state, releasedBySignalName)
+	if fileExists(marker) {
+		if _, err := r.run(ctx, "kill", id.String(), legacyReacquireSignal); err != nil {
+			return fmt.Errorf("let the agent listen again: %w", err)
+		}
+		return os.Remove(marker)
 	}
+	f, err := os.OpenFile(filepath.Join(dirs.agentRunDir(), agentproto.RelistenTrigger), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("let the agent listen again: %w", err)
+	}
+	return f.Close()
 }
 
 // snapshotSize is the host disk space the snapshot takes: the disk image's

@@ -2,14 +2,17 @@ package runtimetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/agent"
 	"github.com/airlockdev/airlock/internal/agentclient"
 	"github.com/airlockdev/airlock/internal/agentproto"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
@@ -184,8 +187,11 @@ exec /` + syscallProbe + ` fork 300 hold
 	mustState(t, rt, spec.ID, runtime.PhaseRunning)
 
 	// The workload is full (for 20 s): a new connection must reach the
-	// agent at once, and the agent, outside the workload's limit, must
-	// start a command beside it.
+	// agent at once (it is outside the workload's limit), and a command
+	// the host starts counts against the limit like any other: refused
+	// with a clear error, not started beside the workload (a move into a
+	// cgroup is not checked against its pids.max: before, the agent's
+	// helper forked outside and joined, and the workload went over).
 	start := time.Now()
 	ictx, icancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer icancel()
@@ -196,11 +202,23 @@ exec /` + syscallProbe + ` fork 300 hold
 	start = time.Now()
 	echo, err := tryRun(t, c, "echo", "beside")
 	t.Logf("a command beside the full workload: %q, %v (%v)", echo.Stdout, err, time.Since(start))
-	if err != nil || string(echo.Stdout) != "beside\n" {
-		t.Errorf("the agent could not start a command beside the full workload: %+v, %v", echo, err)
+	var aerr *agentclient.Error
+	if !errors.As(err, &aerr) || aerr.Code != agentproto.CodeExecFailed || !strings.Contains(aerr.Message, "pids limit reached") {
+		t.Errorf("a command started beside the full workload: %+v, %v; want exec_failed \"pids limit reached\"", echo, err)
 	}
-	// The agent starts commands (it did above) and the sleeps stayed
-	// within the limit. Only shell built-ins count them: no fork.
+	if cg := inspector(t, rt).Artifacts(spec.ID).Cgroup; cg != "" && rt.Info().Isolation == environment.IsolationSharedKernel {
+		workload, jerr := cg.Join(agent.DefaultWorkloadCgroup)
+		if jerr != nil {
+			t.Fatal(jerr)
+		}
+		cur, cerr := s.cgroups.PidsCurrent(workload)
+		t.Logf("the workload cgroup after the refused command: pids.current %d (%v)", cur, cerr)
+		if cerr == nil && cur > res.PidsLimit {
+			t.Errorf("the workload cgroup holds %d tasks with a limit of %d", cur, res.PidsLimit)
+		}
+	}
+	// The agent starts commands once the forker is gone, and the sleeps
+	// stayed within the limit. Only shell built-ins count them: no fork.
 	count := `n=0; for f in /proc/[0-9]*/comm; do read c < "$f" 2>/dev/null && [ "$c" = sleep ] && n=$((n+1)); done; echo $n`
 	var sleeps int
 	waitFor(t, 60*time.Second, "the agent to start a command after the fork bomb", func() (bool, string) {

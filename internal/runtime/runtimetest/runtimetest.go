@@ -108,6 +108,8 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		{"AgentLogOutOfGuestReach", testAgentLogOutOfReach, 1},
 		{"AgentOutOfWorkloadReach", testAgentOutOfWorkloadReach, 1},
 		{"PidsLimitCannotBeLifted", testPidsLimitCannotBeLifted, 1},
+		{"AgentChannelHostOnly", testAgentChannelHostOnly, 1},
+		{"KernelMemoryOOMSparesAgent", testKernelMemoryOOMSparesAgent, 1},
 		{"SeccompFilter", testSeccomp, 1},
 		{"DiskLimitGivesENOSPC", testDiskLimit, 1},
 		{"HostPathsHidden", testHostPathsHidden, 0},

@@ -5,7 +5,14 @@
 //
 // With the argument "agent PID" it plays a workload that tampers with the
 // guest agent (process PID) instead: ptrace attach, reading its memory,
-// environment and descriptors. With "fork N" it starts N `sleep 20`s,
+// environment and descriptors. With "agentsock PATH" it speaks the agent
+// protocol to the Unix socket PATH as the host would (info, list, start,
+// release), with "vports" it opens every virtio-serial port (a VM's agent
+// channel), one line each: "name: ok" or the error; with "agentflood PATH
+// SECONDS" it connects to PATH from 8 goroutines as fast as it can for
+// that long and prints how many connections it made. With "pipes" it fills
+// kernel memory that no process's size shows: pipes, each holding 64 KiB,
+// until a write or a pipe fails (or it is killed); it prints how many. With "fork N" it starts N `sleep 20`s,
 // going on after failed forks (unlike a shell), and prints
 // "started S failed F"; with "fork N hold" it then stays 20 s itself. With
 // "inotify N" it creates up to N inotify instances, stopping at the first
@@ -14,20 +21,44 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/model"
 )
 
 func main() {
 	if len(os.Args) == 3 && os.Args[1] == "agent" {
 		probeAgent(os.Args[2])
+		return
+	}
+	if len(os.Args) == 3 && os.Args[1] == "agentsock" {
+		probeAgentSocket(os.Args[2])
+		return
+	}
+	if len(os.Args) == 4 && os.Args[1] == "agentflood" {
+		floodAgentSocket(os.Args[2], os.Args[3])
+		return
+	}
+	if len(os.Args) == 2 && os.Args[1] == "pipes" {
+		fillPipes()
+		return
+	}
+	if len(os.Args) == 2 && os.Args[1] == "vports" {
+		probeVports()
 		return
 	}
 	if len(os.Args) >= 3 && os.Args[1] == "fork" {
@@ -224,4 +255,119 @@ func inotifyMany(n string) {
 		}
 	}
 	fmt.Printf("created %d failed %s\n", created, failed)
+}
+
+// probeAgentSocket speaks to the agent's socket as the host does (HTTP/2
+// with prior knowledge), each request on a fresh connection: "name: ok"
+// for an answer with the status the host would get, else what happened.
+func probeAgentSocket(path string) {
+	ops := []struct {
+		name, method, path, body string
+		want                     int
+	}{
+		{"info", "GET", "/v1/info", "", http.StatusOK},
+		{"list", "GET", "/v1/processes", "", http.StatusOK},
+		{"start", "POST", "/v1/processes", `{"id":"` + model.NewProcessID().String() + `","args":["true"]}`, http.StatusCreated},
+		{"release", "POST", "/v1/listener/release", "", http.StatusNoContent},
+	}
+	for _, op := range ops {
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		tr := &http.Transport{Protocols: &p, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		req, err := http.NewRequestWithContext(ctx, op.method, "http://agent"+op.path, strings.NewReader(op.body))
+		if err == nil {
+			req.Header.Set("Content-Type", "application/json")
+			var resp *http.Response
+			if resp, err = tr.RoundTrip(req); err == nil {
+				body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+				resp.Body.Close()
+				if resp.StatusCode != op.want {
+					err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, body)
+				}
+			}
+		}
+		cancel()
+		tr.CloseIdleConnections()
+		if err == nil {
+			fmt.Printf("%s: ok\n", op.name)
+		} else {
+			fmt.Printf("%s: %s\n", op.name, strings.ReplaceAll(err.Error(), "\n", " "))
+		}
+	}
+}
+
+// probeVports opens every virtio-serial port device.
+func probeVports() {
+	devs, _ := filepath.Glob("/dev/vport*")
+	if len(devs) == 0 {
+		fmt.Println("no /dev/vport* devices")
+		return
+	}
+	for _, d := range devs {
+		f, err := os.OpenFile(d, os.O_RDWR|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+		if err == nil {
+			f.Close()
+			fmt.Printf("open %s: ok\n", d)
+			continue
+		}
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			fmt.Printf("open %s: %s\n", d, unix.ErrnoName(errno))
+		} else {
+			fmt.Printf("open %s: %v\n", d, err)
+		}
+	}
+}
+
+// fillPipes fills pipes (kernel memory, charged to the memory cgroup) until
+// something fails, then holds them for 30 s.
+func fillPipes() {
+	chunk := make([]byte, 64<<10)
+	n := 0
+	for ; n < 1<<16; n++ {
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+			fmt.Printf("pipe %d: %v\n", n, err)
+			break
+		}
+		if _, err := unix.Write(p[1], chunk); err != nil {
+			fmt.Printf("write %d: %v\n", n, err)
+			break
+		}
+	}
+	fmt.Printf("filled %d pipes (%d MiB)\n", n, n/16)
+	time.Sleep(30 * time.Second)
+}
+
+// floodAgentSocket connects to path and closes at once, from 8 goroutines,
+// for secs seconds.
+func floodAgentSocket(path, secs string) {
+	var n int
+	if _, err := fmt.Sscan(secs, &n); err != nil {
+		fmt.Println("bad seconds:", err)
+		os.Exit(2)
+	}
+	end := time.Now().Add(time.Duration(n) * time.Second)
+	counts := make(chan int)
+	for range 8 {
+		go func() {
+			n := 0
+			for time.Now().Before(end) {
+				if c, err := net.Dial("unix", path); err == nil {
+					c.Close()
+					n++
+				}
+			}
+			counts <- n
+		}()
+	}
+	total := 0
+	for range 8 {
+		total += <-counts
+	}
+	fmt.Printf("connected %d times\n", total)
 }
