@@ -4,16 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/apiv1"
-	"github.com/airlockdev/airlock/internal/store/sqlite"
 )
 
 // TestHostAllowList plays DNS rebinding against the server's handler
@@ -25,27 +22,7 @@ import (
 // --allowed-hosts), addresses (a Kubernetes probe's pod IP), localhost
 // and E2B sandbox host names keep working.
 func TestHostAllowList(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	log := slog.New(slog.DiscardHandler)
-	dd, err := openDataDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dd.close()
-	keys, err := openAttachKeys(dd, DefaultAttachKeyMaxAge, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	a, err := api.New(api.Config{Store: st, Attach: keys.Issuer(), Logger: log, Ready: func(context.Context) error { return nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, _ := newTestAPI(t, api.Config{Ready: func(context.Context) error { return nil }})
 	host, _ := os.Hostname()
 	sandboxTraffic := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("E2b-Sandbox-Id") != "" || r.Host == "3000-sbx_aaaaaaaaaaaaaaaaaaaaaaaaaa.sbx.test" {

@@ -2,22 +2,17 @@ package server
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/connbudget"
-	"github.com/airlockdev/airlock/internal/store/sqlite"
 )
 
 // The attacker's side of --max-connections and --body-read-timeout
@@ -27,34 +22,7 @@ import (
 // served.
 func TestStalledBodyFreesItsConnection(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	ctx := context.Background()
-	dir := t.TempDir()
-	dd, err := openDataDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dd.close()
-	log := slog.New(slog.DiscardHandler)
-	keys, err := openAttachKeys(dd, DefaultAttachKeyMaxAge, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	a, err := api.New(api.Config{Store: st, Attach: keys.Issuer(), Logger: log, BodyReadTimeout: timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := api.EnsureAdminKey(ctx, st, dd.join(adminKeyFile), log); err != nil {
-		t.Fatal(err)
-	}
-	adminKey, err := os.ReadFile(dd.join(adminKeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, adminKey := newTestAPI(t, api.Config{BodyReadTimeout: timeout})
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +52,7 @@ func TestStalledBodyFreesItsConnection(t *testing.T) {
 	_ = attacker.SetDeadline(time.Now().Add(20 * time.Second))
 	start := time.Now()
 	fmt.Fprintf(attacker, "POST /v1/admin/projects HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
-		"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"na", strings.TrimSpace(string(adminKey)))
+		"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"na", adminKey)
 
 	// Once the attacker's request was authenticated, the only slot is
 	// taken by an authenticated connection: this client waits in the

@@ -11,15 +11,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/apiv1"
-	"github.com/airlockdev/airlock/internal/store/sqlite"
 )
 
 // connTestServer is the server's HTTP stack (newConnBudget, newHTTPServer)
@@ -32,33 +28,8 @@ type connTestServer struct {
 func newConnTestServer(t *testing.T, opts Options) *connTestServer {
 	t.Helper()
 	ctx := context.Background()
-	dir := t.TempDir()
-	dd, err := openDataDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dd.close() })
+	a, admin := newTestAPI(t, api.Config{})
 	log := slog.New(slog.DiscardHandler)
-	keys, err := openAttachKeys(dd, DefaultAttachKeyMaxAge, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	a, err := api.New(api.Config{Store: st, Attach: keys.Issuer(), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := api.EnsureAdminKey(ctx, st, dd.join(adminKeyFile), log); err != nil {
-		t.Fatal(err)
-	}
-	adminKey, err := os.ReadFile(dd.join(adminKeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +48,6 @@ func newConnTestServer(t *testing.T, opts Options) *connTestServer {
 		}
 	})
 	s := &connTestServer{addr: inner.Addr().String()}
-	admin := strings.TrimSpace(string(adminKey))
 	s.keyA = s.projectKey(t, admin, "a")
 	s.keyB = s.projectKey(t, admin, "b")
 	return s

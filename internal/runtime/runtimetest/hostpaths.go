@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockdev/airlock/internal/egress/sandboxnet"
 	"github.com/airlockdev/airlock/internal/rootfs/mountinfo"
 	"github.com/airlockdev/airlock/internal/runtime"
 )
@@ -49,7 +50,7 @@ func testHostPathsHidden(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 			res := defaultResources
 			res.DiskBytes = disk
 			spec := s.spec(res, nil)
-			netnsPath := attachNetwork(t, &spec)
+			netnsPath := attachNetwork(t, &spec).NetnsPath
 			s.started(t, rt, spec)
 			c := client(t, rt, spec.ID)
 			a := inspector(t, rt).Artifacts(spec.ID)
@@ -164,10 +165,10 @@ func hostFilesystems(t *testing.T, paths []string) hostFS {
 
 // attachNetwork gives spec a network as a server does (a netns of its own
 // from a test pool, with resolv.conf naming the gateway and the deployment
-// CA) and returns the netns file's host path. The network is detached when
+// CA) and returns its attachment. The network is detached when
 // the test ends, after the sandbox's Delete (cleanups run last-in
 // first-out), and nothing of it may remain.
-func attachNetwork(t *testing.T, spec *runtime.Spec) string {
+func attachNetwork(t *testing.T, spec *runtime.Spec) sandboxnet.Attachment {
 	t.Helper()
 	pool, _ := testPool(t)
 	att, err := pool.Attach(ctxFor(t), spec.ID)
@@ -185,5 +186,5 @@ func attachNetwork(t *testing.T, spec *runtime.Spec) string {
 	if _, err := os.Stat(att.NetnsPath); err != nil {
 		t.Fatal(fmt.Errorf("the network's netns file: %w", err))
 	}
-	return att.NetnsPath
+	return att
 }

@@ -324,21 +324,10 @@ func testSuspendWakeNetwork(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	if !rt.Info().Capabilities.Has(runtime.CapNetwork) {
 		t.Skipf("%s does not claim %s", rt.Info().Name, runtime.CapNetwork)
 	}
-	pool, _ := testPool(t)
 	spec := s.spec(defaultResources, nil)
 	ctx := ctxFor(t)
-	att, err := pool.Attach(ctx, spec.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := pool.Detach(context.Background(), spec.ID); err != nil {
-			t.Errorf("Detach: %v", err)
-		}
-		assertNoNetwork(t, att)
-	})
+	att := attachNetwork(t, &spec)
 	gw := att.HostAddr.Addr()
-	spec.Network = &runtime.Network{NetnsPath: att.NetnsPath, GuestAddr: att.GuestAddr, Gateway: gw, DNS: gw, CACertPEM: []byte(testCACert)}
 	ln := hostEndListener(t, att)
 	defer ln.Close()
 	go func() {
