@@ -514,10 +514,21 @@ func (s *Server) janitor() {
 }
 
 // processExited records that p has exited and prunes old records.
+// Records are kept in the order of their exit times: p's exit event is
+// published (and a client may start and see the end of another process)
+// before p is recorded here, so a later exit may be recorded first.
 func (s *Server) processExited(p *process) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.exited = append(s.exited, p)
+	_, at := p.hasExited()
+	i := len(s.exited)
+	for i > s.trimmed {
+		if _, prev := s.exited[i-1].hasExited(); !prev.After(at) {
+			break
+		}
+		i--
+	}
+	s.exited = slices.Insert(s.exited, i, p)
 	s.exitedBytes += p.log.size()
 	s.pruneLocked(time.Now())
 }

@@ -6,10 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/retry/retrytest"
 )
 
@@ -88,5 +90,31 @@ func TestRetryListenerStopsWithContext(t *testing.T) {
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Fatal("Accept kept retrying after its context ended")
+	}
+}
+
+// Exited records are kept in the order the processes exited, also when
+// they are recorded in another order (a process's exit is published
+// before it is recorded, so a client may start, and see the end of,
+// another process in between): the oldest exit is pruned first.
+func TestExitedRecordsInExitOrder(t *testing.T) {
+	s := &Server{opts: Options{MaxExited: 2, ExitedTTL: time.Hour, ExitedBufferBytes: 1 << 20}, procs: map[model.ProcessID]*process{}}
+	b := &budget{max: 1 << 20}
+	t0 := time.Now()
+	exited := func(after time.Duration) *process {
+		p := &process{id: model.NewProcessID(), log: newEventLog(1<<10, b), exited: true, exitedAt: t0.Add(after)}
+		s.procs[p.id] = p
+		return p
+	}
+	first, second, third := exited(1), exited(2), exited(3)
+	s.processExited(second)
+	s.processExited(first) // recorded late
+	s.processExited(third)
+	got := s.exited
+	if want := []*process{second, third}; !slices.Equal(got, want) {
+		t.Fatalf("exited records %v, want second and third (the oldest exit pruned)", got)
+	}
+	if _, ok := s.procs[first.id]; ok {
+		t.Fatalf("the oldest exit's record is still known")
 	}
 }
