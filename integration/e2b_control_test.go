@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -124,12 +123,6 @@ type e2bListed struct {
 	Domain          *string `json:"domain"`
 }
 
-// testOnlyAccessToken stands in for the sandbox access token the gateway
-// mints: TEST ONLY, never a credential.
-func testOnlyAccessToken(_ context.Context, sb apiv1.Sandbox) (string, error) {
-	return "test-only-not-a-token-" + sb.ID, nil
-}
-
 // TestE2BControl drives the E2B control-plane API over a real server on
 // runc: create (v2 and v1 paths, chunked bodies), get, list (metadata,
 // state, paging), timeout, pause (suspend), connect (wake: 201; running:
@@ -139,26 +132,17 @@ func testOnlyAccessToken(_ context.Context, sb apiv1.Sandbox) (string, error) {
 func TestE2BControl(t *testing.T) {
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, "runc")
-	s := newServer(t, build(t), serverConfig{runtime: "runc"})
+	const domain = "sbx.test:49983"
+	s := newServer(t, build(t), serverConfig{runtime: "runc", extraArgs: []string{"--e2b-domain", domain}})
 	s.start()
 	ctx := ctxFor(t, 5*time.Minute)
 	native := s.client()
-	shared := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
-	t.Cleanup(shared.CloseIdleConnections)
-	const domain = "sbx.test:49983"
-	h, err := control.New(control.Config{
-		Native: func(key string) (*client.Client, error) {
-			return client.New(s.url, key, client.WithHTTPClient(shared))
-		},
-		AccessToken: testOnlyAccessToken,
-		Domain:      domain,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	e := e2bCaller{t: t, ctx: ctx, base: srv.URL, key: s.key, http: srv.Client()}
+	// The server's own E2B front door, as the SDKs reach it: it calls the
+	// native API in-process (the only caller that may set the reserved
+	// metadata keys it keeps the E2B template in).
+	httpc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	t.Cleanup(httpc.CloseIdleConnections)
+	e := e2bCaller{t: t, ctx: ctx, base: s.url, key: s.key, http: httpc}
 
 	// Auth and unsupported families.
 	e.fails("GET", "/v2/sandboxes", "", nil, 401, "X-API-Key")
@@ -186,10 +170,10 @@ func TestE2BControl(t *testing.T) {
 		"envVars":  map[string]string{"E2B_X": "1"},
 	}, 201, &a)
 	if a.TemplateID != "base" || a.EnvdVersion != control.EnvdVersion || a.ClientID == "" ||
-		a.EnvdAccessToken != "test-only-not-a-token-"+a.SandboxID || a.Domain == nil || *a.Domain != domain || a.TrafficAccessToken == nil || *a.TrafficAccessToken != a.EnvdAccessToken {
+		a.EnvdAccessToken == "" || a.Domain == nil || *a.Domain != domain || a.TrafficAccessToken == nil || *a.TrafficAccessToken != a.EnvdAccessToken {
 		t.Fatalf("create answered %+v", a)
 	}
-	if !bytes.Contains(rep.body, []byte(`"trafficAccessToken":"test-only-not-a-token-`)) {
+	if !bytes.Contains(rep.body, []byte(`"trafficAccessToken":"`+a.EnvdAccessToken+`"`)) {
 		t.Fatalf("trafficAccessToken is not the access token: %s", rep.body)
 	}
 	e.ok("POST", "/sandboxes", map[string]any{"templateID": "base", "metadata": map[string]string{"run": "b"}}, 201, &b)
