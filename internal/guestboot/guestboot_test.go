@@ -333,18 +333,25 @@ func TestBootTCG(t *testing.T) {
 		t.Errorf("the console lacks %q:\n%s", want, log)
 	}
 
-	// The agent stopping (SIGTERM to PID 1) powers the VM off: QEMU exits.
-	if _, err := c2.Start(ctx, agentproto.StartRequest{ID: model.NewProcessID().String(), Args: []string{"/bin/kill", "-TERM", "1"}}); err != nil {
+	// Signals from the guest's processes to PID 1 do nothing (the agent
+	// ignores them as PID 1); the guest powering itself off ends QEMU.
+	if out := bootRun(ctx, t, c2, `for s in TERM INT HUP USR1 USR2; do kill -$s 1; done; sleep 1; echo alive`); strings.TrimSpace(out) != "alive" {
+		t.Fatalf("after signals to PID 1: %q", out)
+	}
+	if _, attempts := waitInfo(c2); attempts != 1 {
+		t.Errorf("the agent took %d handshake attempts after signals to PID 1", attempts)
+	}
+	if _, err := c2.Start(ctx, agentproto.StartRequest{ID: model.NewProcessID().String(), Args: []string{"/bin/poweroff", "-f"}}); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case err := <-exited:
 		exited <- err
 		if err != nil {
-			t.Errorf("qemu exited with %v after the agent stopped", err)
+			t.Errorf("qemu exited with %v after the guest powered off", err)
 		}
 	case <-time.After(60 * time.Second):
-		t.Error("the VM is still running a minute after its agent was told to stop")
+		t.Error("the VM is still running a minute after the guest powered off")
 	}
 }
 
