@@ -143,7 +143,9 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 		if exists(filepath.Join(dir, snapshotDir, snapshotMeta)) {
 			return nil, fmt.Errorf("dial agent of %s: suspended: %w", id, runtime.ErrNotFound)
 		}
-		return nil, fmt.Errorf("dial agent of %s: %w", id, errVMStopped)
+		// QEMU is gone: say what it and the guest said last.
+		r.drainLog(dir)
+		return nil, fmt.Errorf("dial agent of %s: %w (qemu: %s; console: %s)", id, errVMStopped, logTail(filepath.Join(dir, qemuLog)), consoleTail(dir))
 	}
 	if exists(filepath.Join(dir, startedFile)) {
 		// A guest that powered off or panicked leaves QEMU running

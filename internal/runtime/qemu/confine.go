@@ -233,6 +233,56 @@ func (r *Runtime) releaseUID(ctx context.Context, dir string, id uint32) error {
 	return nil
 }
 
+// reservationOwners returns the owners (directories below StateRoot) of
+// the ids reserved in this runtime's pool.
+func (r *Runtime) reservationOwners() []string {
+	entries, err := os.ReadDir(filepath.Join(r.stateRoot, uidsDir))
+	if err != nil {
+		return nil
+	}
+	var owners []string
+	for _, e := range entries {
+		id, err := strconv.ParseUint(e.Name(), 10, 32)
+		if err != nil || !r.ids.contains(uint32(id)) {
+			continue
+		}
+		if b, err := os.ReadFile(r.reservation(uint32(id))); err == nil {
+			owners = append(owners, string(b))
+		}
+	}
+	return owners
+}
+
+// releaseOwner frees the ids reserved for dir that it no longer records
+// (dir is gone).
+func (r *Runtime) releaseOwner(ctx context.Context, dir string) error {
+	owner, err := r.owner(dir)
+	if err != nil {
+		return err
+	}
+	lock, err := r.lockUIDs(ctx)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	entries, err := os.ReadDir(filepath.Join(r.stateRoot, uidsDir))
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		id, err := strconv.ParseUint(e.Name(), 10, 32)
+		if err != nil || !r.ids.contains(uint32(id)) {
+			continue
+		}
+		if b, err := os.ReadFile(r.reservation(uint32(id))); err == nil && string(b) == owner && !r.reservationLive(uint32(id)) {
+			if err := os.Remove(r.reservation(uint32(id))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // readUID is the id recorded in dir (0: none).
 func readUID(dir string) uint32 {
 	b, err := os.ReadFile(filepath.Join(dir, uidFile))

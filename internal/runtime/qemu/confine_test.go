@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -138,7 +139,7 @@ func TestVMConfined(t *testing.T) {
 					t.Errorf("%s cgroup of the VM: %v (QEMU's /proc/PID/cgroup: %s)", c, err, cgfile)
 					continue
 				}
-				if !slices(strings.Fields(string(procs)), strconv.Itoa(pid)) {
+				if !slices.Contains(strings.Fields(string(procs)), strconv.Itoa(pid)) {
 					t.Errorf("QEMU %d is not in its %s cgroup %s (it holds %q; QEMU's /proc/PID/cgroup: %s)", pid, c, dir, procs, cgfile)
 				}
 			}
@@ -238,15 +239,6 @@ func mib(b []byte) string {
 	return strconv.FormatInt(n>>20, 10)
 }
 
-func slices(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // TestQEMULogBounded: whatever QEMU writes to its stderr, qemu.log keeps
 // its last 64 KiB and the rest is dropped (QEMU never blocks on it). The
 // "QEMU" here writes 2 MiB to stderr before it becomes QEMU; then the
@@ -314,5 +306,42 @@ func TestQEMULogBounded(t *testing.T) {
 	t.Logf("qemu.log: %d bytes after 2 MiB on QEMU's stderr and a console flood", fi.Size())
 	if fi.Size() == 0 || fi.Size() > 64<<10 {
 		t.Errorf("qemu.log holds %d bytes, want some and at most 64 KiB", fi.Size())
+	}
+}
+
+// TestListNamesOnlyItsOwnVMs: runtimes of two state roots on one host (two
+// servers, a server and a benchmark, tests side by side) share the cgroup
+// parent of VMs; one's List must not name the other's running VM, which a
+// reconciler would then delete (it did: List named every cgroup without a
+// directory of its own, and a test's VM was killed by another's cleanup).
+func TestListNamesOnlyItsOwnVMs(t *testing.T) {
+	e := newVMEnv(t)
+	mine := e.runtime(t, true)
+	other, err := qemu.New(qemu.Config{StateRoot: t.TempDir(), Boot: e.boot, Accel: qemu.AccelTCG, NoBaseSnapshots: true, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t)
+	spec := e.spec("mine", nil)
+	if err := mine.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := mine.Delete(ctxFor(t), spec.ID); err != nil {
+			t.Errorf("delete: %v", err)
+		}
+		assertNoVM(t, mine, spec.ID)
+	})
+	if err := mine.Start(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := other.List(ctx); err != nil || slices.Contains(ids, spec.ID) {
+		t.Fatalf("the other runtime lists %v (%v): it names this runtime's VM %s", ids, err, spec.ID)
+	}
+	if ids, err := mine.List(ctx); err != nil || !slices.Contains(ids, spec.ID) {
+		t.Fatalf("List = %v, %v: want %s", ids, err, spec.ID)
+	}
+	if mine.VMPid(spec.ID) == 0 {
+		t.Fatal("the VM is not running")
 	}
 }

@@ -242,7 +242,7 @@ func (r conformanceRuntime) CrashStates() []runtimetest.CrashState {
 		{Name: "CgroupWithoutDirectory", Make: func(ctx context.Context, spec runtime.Spec) error {
 			// A VM whose QEMU died and whose directory is gone, with its
 			// cgroup and uid reservation left: List finds it by its
-			// cgroup, Delete removes it, a create reuses the name.
+			// reservation, Delete removes it, a create reuses the name.
 			if err := r.Create(ctx, spec); err != nil {
 				return err
 			}
@@ -252,8 +252,9 @@ func (r conformanceRuntime) CrashStates() []runtimetest.CrashState {
 			return os.RemoveAll(r.StateDir(spec.ID))
 		}},
 		{Name: "QEMUWithoutDirectory", Make: func(ctx context.Context, spec runtime.Spec) error {
-			// A running VM whose directory was removed under it: its
-			// QEMU is found in its cgroup and ended.
+			// A running VM whose directory was removed under it: List
+			// finds it by its reservation, and its QEMU is found in its
+			// cgroup and ended.
 			if err := r.Create(ctx, spec); err != nil {
 				return err
 			}

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/qemu/qmp"
@@ -346,13 +345,17 @@ func (r *Runtime) removeVM(ctx context.Context, dir, name string) error {
 	if uid != 0 {
 		return r.releaseUID(ctx, dir, uid)
 	}
-	return nil
+	// The directory was gone already: free the id reserved for it.
+	return r.releaseOwner(ctx, dir)
 }
 
 // List names every sandbox with a directory (running, stopped, suspended
 // or a half-made create's leftovers), and every sandbox whose directory is
-// gone but whose cgroup is left (a Delete that crashed): deleting it
-// removes that.
+// gone but whose id reservation is left (a Delete that crashed, or a
+// directory removed under a VM, whose cgroup and QEMU may be left):
+// deleting it removes those. Only this runtime's VMs are named: another
+// runtime's on the host (another state root) share the cgroup parent but
+// not the reservations.
 func (r *Runtime) List(ctx context.Context) ([]model.SandboxID, error) {
 	entries, err := os.ReadDir(r.stateRoot)
 	if err != nil {
@@ -366,12 +369,9 @@ func (r *Runtime) List(ctx context.Context) ([]model.SandboxID, error) {
 		}
 		ids = append(ids, id)
 	}
-	if dir, err := r.cg.ControllerDir("pids", cgroups.Path(CgroupParent)); err == nil {
-		cgs, _ := os.ReadDir(dir)
-		for _, e := range cgs {
-			if id, err := model.ParseSandboxID(e.Name()); err == nil && e.IsDir() && !slices.Contains(ids, id) {
-				ids = append(ids, id)
-			}
+	for _, owner := range r.reservationOwners() {
+		if id, err := model.ParseSandboxID(owner); err == nil && !slices.Contains(ids, id) {
+			ids = append(ids, id)
 		}
 	}
 	slices.Sort(ids)
