@@ -178,19 +178,36 @@ func testPidsCgroupInProcess(t *testing.T, helperOnly bool) {
 		cur, _ := os.ReadFile(filepath.Join(cg.Dir, "pids.current"))
 		return strings.TrimSpace(string(cur))
 	}
+	var holder string
 	waitCurrent := func(want int) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for readCurrent() != strconv.Itoa(want) {
 			if time.Now().After(deadline) {
+				if holder != "" {
+					if st, err := c.Status(ctx, holder); err == nil && !st.Running {
+						r := collectRun(t, c, holder)
+						t.Errorf("the holder exited %d: %q", r.ExitCode, r.Stderr)
+					}
+				}
 				t.Fatalf("pids.current %s, want %d", readCurrent(), want)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	waitCurrent(0)
-	holder := model.NewProcessID().String()
-	if _, err := c.Start(ctx, agentproto.StartRequest{ID: holder, Args: []string{"/bin/sh", "-c", "i=1; while [ $i -lt " + strconv.Itoa(max) + " ]; do sleep 30 & i=$((i+1)); done; wait"}}); err != nil {
+	// The holder fills the cgroup once the start is over: until then the
+	// agent's spawning thread (cgroup v1) may still count in it.
+	fifo := filepath.Join(t.TempDir(), "go")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	holder = model.NewProcessID().String()
+	if _, err := c.Start(ctx, agentproto.StartRequest{ID: holder, Args: []string{"/bin/sh", "-c", "read go < " + fifo + "; i=1; while [ $i -lt " + strconv.Itoa(max) + " ]; do sleep 30 & i=$((i+1)); done; wait"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitCurrent(1)
+	if err := os.WriteFile(fifo, []byte("go\n"), 0); err != nil {
 		t.Fatal(err)
 	}
 	waitCurrent(max)
