@@ -57,7 +57,7 @@ func TestStalledBodyFreesItsConnection(t *testing.T) {
 	// Once the attacker's request was authenticated, the only slot is
 	// taken by an authenticated connection: this client waits in the
 	// backlog (a slot held by an unauthenticated one would be refused).
-	for conns.Counts().Unauthenticated != 0 {
+	for c := conns.Counts(); c.Total != 1 || c.Unauthenticated != 0; c = conns.Counts() {
 		time.Sleep(time.Millisecond)
 	}
 	waited := make(chan time.Duration, 1)
