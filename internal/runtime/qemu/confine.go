@@ -157,18 +157,14 @@ func (r *Runtime) vmUID(ctx context.Context, dir string) (uint32, error) {
 		return 0, err
 	}
 	defer lock.Close()
-	entries, err := os.ReadDir(filepath.Join(r.stateRoot, uidsDir))
+	reserved, err := r.reservedIDs()
 	if err != nil {
 		return 0, err
 	}
-	used := make(map[uint32]bool, len(entries))
-	for _, e := range entries {
-		id, err := strconv.ParseUint(e.Name(), 10, 32)
-		if err != nil || !r.ids.contains(uint32(id)) {
-			continue
-		}
-		if r.reservationLive(uint32(id)) {
-			used[uint32(id)] = true
+	used := make(map[uint32]bool, len(reserved))
+	for _, id := range reserved {
+		if r.reservationLive(id) {
+			used[id] = true
 		}
 	}
 	for i := 0; i < r.ids.Count; i++ {
@@ -215,47 +211,51 @@ func (r *Runtime) reservationLive(id uint32) bool {
 	return err == nil && strings.TrimSpace(string(b)) == strconv.FormatUint(uint64(id), 10)
 }
 
-// releaseUID frees the id of the VM whose directory was dir (called once
-// the directory is gone or no longer records it).
-func (r *Runtime) releaseUID(ctx context.Context, dir string, id uint32) error {
-	owner, err := r.owner(dir)
+// reservedIDs returns the ids of this runtime's pool that have a
+// reservation file.
+func (r *Runtime) reservedIDs() ([]uint32, error) {
+	entries, err := os.ReadDir(filepath.Join(r.stateRoot, uidsDir))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	lock, err := r.lockUIDs(ctx)
-	if err != nil {
-		return err
+	var ids []uint32
+	for _, e := range entries {
+		id, err := strconv.ParseUint(e.Name(), 10, 32)
+		if err == nil && r.ids.contains(uint32(id)) {
+			ids = append(ids, uint32(id))
+		}
 	}
-	defer lock.Close()
-	if b, err := os.ReadFile(r.reservation(id)); err == nil && string(b) == owner && !r.reservationLive(id) {
-		return os.Remove(r.reservation(id))
-	}
-	return nil
+	return ids, nil
 }
 
 // reservationOwners returns the owners (directories below StateRoot) of
 // the ids reserved in this runtime's pool.
 func (r *Runtime) reservationOwners() []string {
-	entries, err := os.ReadDir(filepath.Join(r.stateRoot, uidsDir))
-	if err != nil {
-		return nil
-	}
+	ids, _ := r.reservedIDs()
 	var owners []string
-	for _, e := range entries {
-		id, err := strconv.ParseUint(e.Name(), 10, 32)
-		if err != nil || !r.ids.contains(uint32(id)) {
-			continue
-		}
-		if b, err := os.ReadFile(r.reservation(uint32(id))); err == nil {
+	for _, id := range ids {
+		if b, err := os.ReadFile(r.reservation(id)); err == nil {
 			owners = append(owners, string(b))
 		}
 	}
 	return owners
 }
 
+// releaseUID frees the id of the VM whose directory was dir (called once
+// the directory is gone or no longer records it).
+func (r *Runtime) releaseUID(ctx context.Context, dir string, id uint32) error {
+	return r.release(ctx, dir, func() ([]uint32, error) { return []uint32{id}, nil })
+}
+
 // releaseOwner frees the ids reserved for dir that it no longer records
-// (dir is gone).
+// (dir is gone, and with it the record of its id).
 func (r *Runtime) releaseOwner(ctx context.Context, dir string) error {
+	return r.release(ctx, dir, r.reservedIDs)
+}
+
+// release removes, under the pool's lock, the reservations among ids()
+// that name dir and that dir no longer records.
+func (r *Runtime) release(ctx context.Context, dir string, ids func() ([]uint32, error)) error {
 	owner, err := r.owner(dir)
 	if err != nil {
 		return err
@@ -265,17 +265,13 @@ func (r *Runtime) releaseOwner(ctx context.Context, dir string) error {
 		return err
 	}
 	defer lock.Close()
-	entries, err := os.ReadDir(filepath.Join(r.stateRoot, uidsDir))
+	candidates, err := ids()
 	if err != nil {
 		return err
 	}
-	for _, e := range entries {
-		id, err := strconv.ParseUint(e.Name(), 10, 32)
-		if err != nil || !r.ids.contains(uint32(id)) {
-			continue
-		}
-		if b, err := os.ReadFile(r.reservation(uint32(id))); err == nil && string(b) == owner && !r.reservationLive(uint32(id)) {
-			if err := os.Remove(r.reservation(uint32(id))); err != nil {
+	for _, id := range candidates {
+		if b, err := os.ReadFile(r.reservation(id)); err == nil && string(b) == owner && !r.reservationLive(id) {
+			if err := os.Remove(r.reservation(id)); err != nil {
 				return err
 			}
 		}
