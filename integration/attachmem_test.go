@@ -18,6 +18,12 @@ import (
 // attachments (the per-process cap), each with a token of its own.
 func TestUnreadAttachRSS(t *testing.T) {
 	airtest.RequireRoot(t)
+	if raceServers() {
+		// The race detector's shadow memory multiplies the server's
+		// (7.4 MiB per attachment measured): nothing to compare with the
+		// documented figure. The plain run of the suite measures it.
+		t.Skip("the server is built with the race detector (AIRLOCK_TEST_RACE_SERVERS): its memory is not the product's")
+	}
 	bins := build(t)
 	s := newServer(t, bins, serverConfig{runtime: "runc"})
 	s.start()

@@ -52,11 +52,15 @@ var (
 )
 
 func raceScaled(d time.Duration) time.Duration {
-	if os.Getenv(airtest.RaceServersEnv) != "" {
+	if raceServers() {
 		return 4 * d
 	}
 	return d
 }
+
+// raceServers reports whether the servers the tests start are built with
+// the race detector (scripts/test.sh --race-servers).
+func raceServers() bool { return os.Getenv(airtest.RaceServersEnv) != "" }
 
 const (
 	clusterPort  = 7070
