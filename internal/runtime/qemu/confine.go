@@ -99,15 +99,6 @@ func memoryOverheadBytes(a Accel) int64 {
 	return 192<<20 + tcgCacheMiB<<20
 }
 
-// HostPids is pids.max of the host cgroup of a VM: what it may take of
-// the host's process table (QEMU's threads: one per vCPU, its block-I/O
-// worker pool of up to 64, the main loop, RCU and others; the guest's
-// processes are the guest kernel's, not the host's). It is what the
-// node's pids budget charges each VM, environment.QEMUHostPids (256: a
-// running 1-vCPU VM uses 5–7 threads, 64 vCPUs and a full I/O pool about
-// 140), whatever its vCPUs.
-func HostPids(int) int64 { return environment.QEMUHostPids }
-
 // HostMemoryBytes is the memory.max of the host cgroup of a VM with
 // memoryBytes of guest RAM under accel.
 func HostMemoryBytes(memoryBytes int64, accel Accel) int64 {
@@ -345,7 +336,7 @@ func (r *Runtime) makeCgroup(name string, m machine) (cgroupJoin, error) {
 		case c == "cpu":
 			files = [][2]string{{"cpu.max", fmt.Sprintf("%d %d", quota, cpuPeriodMicros)}}
 		case c == "pids":
-			files = [][2]string{{"pids.max", strconv.FormatInt(HostPids(m.CPUs), 10)}}
+			files = [][2]string{{"pids.max", strconv.Itoa(environment.QEMUHostPids)}}
 		}
 		for _, f := range files {
 			err := os.WriteFile(filepath.Join(dir, f[0]), []byte(f[1]), 0o644)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockdev/airlock/internal/cgroups"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/runtime/qemu"
 )
 
@@ -150,7 +151,7 @@ func TestVMConfined(t *testing.T) {
 			if w := qemu.HostMemoryBytes(spec.Resources.MemoryBytes, qemu.AccelTCG); lim.MemoryBytes != w {
 				t.Errorf("memory limit of the VM's cgroup = %d, want %d (RAM + overhead)", lim.MemoryBytes, w)
 			}
-			if w := qemu.HostPids(sc.cpus); lim.PidsMax != w {
+			if w := int64(environment.QEMUHostPids); lim.PidsMax != w {
 				t.Errorf("pids limit of the VM's cgroup = %d, want %d", lim.PidsMax, w)
 			}
 			if lim.CPUPeriodMicros <= 0 || lim.CPUQuotaMicros != int64(sc.cpus)*lim.CPUPeriodMicros {
