@@ -85,8 +85,21 @@ func TestE2BSDK(t *testing.T) {
 
 	work := stageScripts(t, e2bDir, modules)
 	env := e2bEnv(key, s.url)
-	for _, script := range []string{"smoke.mjs", "smoke-old.mjs"} {
-		runNode(ctx, t, node, work, env, script)
+	scripts := []string{"smoke.mjs", "smoke-old.mjs"}
+	// parity-*.mjs: one script per E2B feature beyond the smoke plan
+	// (fork, snapshots, volumes, templates as code, metrics, …), each on
+	// its own so a failure names the feature.
+	parity, err := filepath.Glob(filepath.Join(e2bDir, "parity-*.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parity {
+		scripts = append(scripts, filepath.Base(p))
+	}
+	for _, script := range scripts {
+		t.Run(strings.TrimSuffix(script, ".mjs"), func(t *testing.T) {
+			runNode(ctx, t, node, work, env, script)
+		})
 	}
 }
 
