@@ -85,18 +85,26 @@ type Usage struct {
 	DiskMiB   int64
 }
 
+// VolumeQuotaLimit is the QuotaExceededError.Limit of a volume that would
+// take its project's volumes over the server's per-project total.
+const VolumeQuotaLimit = "volume_mib"
+
 // ErrQuotaExceeded is matched (errors.Is) by *QuotaExceededError.
 var ErrQuotaExceeded = errors.New("project quota exceeded")
 
 // QuotaExceededError says which limit a new sandbox would exceed.
 type QuotaExceededError struct {
-	Limit     string // wire name: sandboxes, cpus, memory_mib or disk_mib
+	Limit     string // wire name: sandboxes, cpus, memory_mib, disk_mib or VolumeQuotaLimit
 	Max       int64  // the limit
 	Used      int64  // held by the project's live sandboxes
 	Requested int64  // what the new sandbox asks for
 }
 
 func (e *QuotaExceededError) Error() string {
+	if e.Limit == VolumeQuotaLimit {
+		return fmt.Sprintf("%s: %s: the project's volumes hold %d MiB of %d, and this volume asks for %d more; delete a volume or ask an admin to raise the limit",
+			ErrQuotaExceeded, e.Limit, e.Used, e.Max, e.Requested)
+	}
 	if e.Limit == "sandboxes" {
 		return fmt.Sprintf("%s: the project has %d live sandboxes of the %d its quota allows; delete one or ask an admin to raise the quota",
 			ErrQuotaExceeded, e.Used, e.Max)

@@ -202,6 +202,9 @@ type Sandbox struct {
 	// code); immutable after create. Airlock's own ports route
 	// (/v1/sandboxes/{id}/ports/…) wants a credential whatever it says.
 	PublicPorts bool
+	// VolumeMounts are the project's volumes it mounts (read-write), fixed
+	// at create; each volume lives on the sandbox's node.
+	VolumeMounts []VolumeMount
 	// Snapshot is set while the sandbox is suspended (and kept while it
 	// wakes): what its suspend wrote.
 	Snapshot *Snapshot

@@ -38,7 +38,40 @@ var (
 	// It wraps model.ErrInvalidTransition: the request conflicts with the
 	// sandbox's state.
 	ErrBusy = fmt.Errorf("%w: another operation of the sandbox is under way", model.ErrInvalidTransition)
+	// ErrVolumeNotFound: a volume a sandbox is to mount does not exist in
+	// its project. It wraps ErrNotFound.
+	ErrVolumeNotFound = fmt.Errorf("%w: volume", ErrNotFound)
+	// ErrVolumeElsewhere: a volume a sandbox is to mount lives on another
+	// node than the one the sandbox was placed on.
+	ErrVolumeElsewhere = errors.New("the volume lives on another node")
 )
+
+// Volumes are a project's persistent volumes (see model.Volume).
+type Volumes interface {
+	// CreateVolume stores a new volume (no node yet). A name the project
+	// already uses is ErrAlreadyExists, an unknown project ErrNotFound; a
+	// volume that would take the project's volumes over maxTotalMiB (0:
+	// no limit) together is refused with a *model.QuotaExceededError
+	// (limit model.VolumeQuotaLimit), checked in the insert's transaction
+	// under the project's row lock: racing creates cannot both fit.
+	CreateVolume(ctx context.Context, v model.Volume, maxTotalMiB int64) error
+	// GetVolume returns a volume of the project by ID or name; another
+	// project's is ErrNotFound.
+	GetVolume(ctx context.Context, project model.ProjectID, ref model.VolumeRef) (model.Volume, error)
+	// GetVolumeByID returns a volume of any project (a node's reconciler).
+	GetVolumeByID(ctx context.Context, id model.VolumeID) (model.Volume, error)
+	// ListVolumes lists the project's volumes by name.
+	ListVolumes(ctx context.Context, project model.ProjectID) ([]model.Volume, error)
+	// VolumeUsers lists the sandboxes not deleted that mount the volume.
+	VolumeUsers(ctx context.Context, id model.VolumeID) ([]model.SandboxID, error)
+	// DeleteVolume removes a volume's row and returns it. A volume that a
+	// sandbox not deleted mounts is ErrInUse (checked under the volume's
+	// row lock, which a create that mounts it takes too).
+	DeleteVolume(ctx context.Context, project model.ProjectID, id model.VolumeID) (model.Volume, error)
+	// BindVolumeNode binds a volume without a node to node and returns it
+	// with its node (a volume bound already keeps its own).
+	BindVolumeNode(ctx context.Context, project model.ProjectID, id model.VolumeID, node model.NodeID) (model.Volume, error)
+}
 
 // IdempotencyRecord is the stored result of a mutating request made with an
 // Idempotency-Key. The raw key is never stored: KeyHash is its SHA-256, and
@@ -246,6 +279,8 @@ type BuildFinish struct {
 
 // Store is Airlock's desired-state store.
 type Store interface {
+	Volumes
+
 	// Projects and API keys.
 	CreateProject(ctx context.Context, p model.Project) error
 	GetProject(ctx context.Context, id model.ProjectID) (model.Project, error)
@@ -302,6 +337,10 @@ type Store interface {
 	// it; a profile it names that does not exist is an error wrapping
 	// policy.ErrUnknownProfile (and nothing is written), and the profiles it
 	// names cannot be deleted until the sandbox is.
+	// The volumes it mounts (sb.VolumeMounts) must be the project's
+	// (ErrVolumeNotFound) and live on its node, or on none yet, which
+	// binds them to its node (ErrVolumeElsewhere); a sandbox not placed
+	// yet cannot mount volumes.
 	CreateSandbox(ctx context.Context, sb model.Sandbox, egress policy.Spec, op model.Operation, idem *IdempotencyRecord) error
 	// GetSandbox returns a sandbox of the given project (ErrNotFound for another project's).
 	GetSandbox(ctx context.Context, project model.ProjectID, id model.SandboxID) (model.Sandbox, error)

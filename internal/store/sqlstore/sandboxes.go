@@ -23,7 +23,7 @@ const (
 const sandboxColumns = `s.id, s.project_id, s.template_digest, s.cpus, s.memory_mib, s.disk_mib, s.env, s.metadata,
 	s.state, s.state_reason, s.node_id, s.runtime, s.created_at, s.updated_at,
 	s.environment, s.snapshot, s.idle_timeout_ms, s.deadline, s.on_timeout, s.last_activity_at, s.node_selector,
-	s.pool_id, s.source, s.public_ports, s.host_pids`
+	s.pool_id, s.source, s.public_ports, s.host_pids, s.volume_mounts`
 
 func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 	var (
@@ -36,13 +36,17 @@ func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 		snapshot                       sql.NullString
 		idleMS, deadline, activity     int64
 		public                         int
+		volumes                        string
 	)
 	err := row.Scan(&id, &project, &digest, &sb.Resources.CPUs, &sb.Resources.MemoryMiB, &sb.Resources.DiskMiB, &env, &metadata,
 		&state, &sb.StateReason, &node, &rt, &created, &updated,
 		&envRef, &snapshot, &idleMS, &deadline, &onTimeout, &activity, &selector,
-		&pool, &source, &public, &sb.Resources.HostPids)
+		&pool, &source, &public, &sb.Resources.HostPids, &volumes)
 	if err != nil {
 		return model.Sandbox{}, err
+	}
+	if sb.VolumeMounts, err = decodeVolumeMounts(volumes); err != nil {
+		return model.Sandbox{}, fmt.Errorf("stored sandbox %s: volume mounts: %w", id, err)
 	}
 	sb.PublicPorts = public != 0
 	if pool != "" {
@@ -152,6 +156,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, egress poli
 	if err != nil {
 		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	}
+	volumes, err := encodeVolumeMounts(sb.VolumeMounts)
+	if err != nil {
+		return fmt.Errorf("create sandbox %s: volume mounts: %w", sb.ID, err)
+	}
 	err = s.write(ctx, true, func(t tx) error {
 		t.concerns(sb.NodeID) // none when unplaced: the duty pass places it
 		if err := t.insertIdempotency(ctx, idem); err != nil {
@@ -166,15 +174,18 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, egress poli
 		}
 		_, err := t.exec(ctx, `INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, disk_mib, env, metadata,
 			state, state_reason, node_id, runtime, created_at, updated_at, egress,
-			environment, idle_timeout_ms, deadline, on_timeout, last_activity_at, node_selector, pool_id, public_ports, host_pids)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			environment, idle_timeout_ms, deadline, on_timeout, last_activity_at, node_selector, pool_id, public_ports, host_pids, volume_mounts)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			string(sb.ID), string(sb.ProjectID), string(sb.Template), sb.Resources.CPUs, sb.Resources.MemoryMiB,
 			sb.Resources.DiskMiB, env, metadata, string(model.StatePending), sb.StateReason, string(sb.NodeID), sb.Runtime,
 			micro(sb.CreatedAt), micro(sb.UpdatedAt), egressText,
 			string(sb.Environment), sb.Timeouts.Idle.Milliseconds(), microOrZero(sb.Timeouts.Deadline), string(onTimeout),
-			microOrZero(sb.LastActivity), selector, string(sb.Pool), boolInt(sb.PublicPorts), sb.Resources.HostPids)
+			microOrZero(sb.LastActivity), selector, string(sb.Pool), boolInt(sb.PublicPorts), sb.Resources.HostPids, volumes)
 		if err != nil {
 			return fmt.Errorf("insert sandbox: %w", s.insertErr(err))
+		}
+		if err := t.mountVolumes(ctx, sb); err != nil {
+			return err
 		}
 		if err := t.setSandboxProfiles(ctx, sb.ID, egress); err != nil {
 			return err
