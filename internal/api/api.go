@@ -53,6 +53,13 @@ const (
 // Config configures the API.
 type Config struct {
 	Store store.Store
+	// Volumes is this node's volume storage; nil on a process that runs
+	// no sandboxes (the holding node's reconciler removes a deleted
+	// volume's files).
+	Volumes VolumeHost
+	// VolumeQuotaMiB bounds the sizes of one project's volumes together
+	// (0: DefaultVolumeQuotaMiB; negative: no bound).
+	VolumeQuotaMiB int64
 	// Distribution is the shared blob store's distributor, which the build
 	// runner pushes templates to and pulls "sha256:…" sources from; the API
 	// only asks whether there is one. nil: the server has none.

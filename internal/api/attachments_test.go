@@ -136,6 +136,7 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 		"POST /v1/sandboxes/{id}/egress/explain":                     `{"host": "a.example", "port": 443}`,
 		"PUT /v1/egress-profiles/{name}":                             `{"allow": ["a.example"]}`,
 		"PUT /v1/secrets/{name}":                                     `{"value": "v", "hosts": ["a.example"]}`,
+		"POST /v1/volumes":                                           `{"name": "vol", "size_mib": 64}`,
 		"POST /v1/sandboxes/{id}/processes/{process_id}/attachments": `{"actions": ["read"]}`,
 		"POST /v1/sandboxes/{id}/processes/{process_id}/signal":      `{"signal": "KILL"}`,
 		"POST /v1/sandboxes/{id}/files/mkdir":                        `{"path": "/x"}`,

@@ -31,6 +31,9 @@ func sandboxOut(sb model.Sandbox) apiv1.Sandbox {
 	if len(sb.NodeSelector) > 0 {
 		out.NodeSelector = map[string]string(sb.NodeSelector)
 	}
+	for _, m := range sb.VolumeMounts {
+		out.VolumeMounts = append(out.VolumeMounts, apiv1.VolumeMount{Volume: m.Volume.String(), Path: m.Path.String()})
+	}
 	timeoutsOut(&out, sb)
 	return out
 }

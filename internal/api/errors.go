@@ -119,6 +119,10 @@ func sandboxError(se *sandboxes.Error) (_ *apiError, known bool) {
 		code = apiv1.CodeInvalidTransition
 	case sandboxes.ResumeTimeout:
 		code = apiv1.CodeResumeTimeout
+	case sandboxes.VolumeNotFound:
+		code = apiv1.CodeVolumeNotFound
+	case sandboxes.VolumeConflict:
+		code = apiv1.CodeVolumeConflict
 	default:
 		return errorf(apiv1.CodeInternal, "internal error"), false
 	}

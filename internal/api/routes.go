@@ -97,6 +97,11 @@ func (a *API) routeTable() []route {
 		{"PUT", "/v1/secrets/{name}", member, mutating(a, a.putSecret)},
 		{"DELETE", "/v1/secrets/{name}", member, mutating(a, a.deleteSecret)},
 
+		{"POST", "/v1/volumes", member, mutating(a, a.createVolume)},
+		{"GET", "/v1/volumes", member, a.listVolumes},
+		{"GET", "/v1/volumes/{id}", member, a.getVolume},
+		{"DELETE", "/v1/volumes/{id}", member, mutating(a, a.deleteVolume)},
+
 		{"GET", "/v1/templates", member, a.listTemplates},
 		{"POST", "/v1/templates", admin, mutating(a, a.importTemplate)},
 		{"GET", "/v1/templates/{ref}", member, a.getTemplate},

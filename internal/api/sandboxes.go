@@ -61,6 +61,9 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 		return nil, fmt.Errorf("node_selector: %w", err)
 	}
 	req.PublicPorts = in.PublicPorts
+	if req.Volumes, err = parseVolumeMounts(in.VolumeMounts); err != nil {
+		return nil, err
+	}
 	if c.present["environment"] {
 		sel, err := environment.ParseSelector(in.Environment)
 		if err != nil {

@@ -34,6 +34,8 @@ type Sandbox struct {
 	// PublicPorts: its guest ports answer without a credential through
 	// the E2B gateway (CreateSandboxRequest.PublicPorts).
 	PublicPorts bool `json:"public_ports,omitempty"`
+	// VolumeMounts are the volumes it mounts.
+	VolumeMounts []VolumeMount `json:"volume_mounts,omitempty"`
 	// Egress is the sandbox's egress policy as given; shown by create and
 	// GET /v1/sandboxes/{id}, omitted in lists.
 	Egress    *EgressPolicy `json:"egress,omitempty"`
@@ -86,6 +88,9 @@ type CreateSandboxRequest struct {
 	// through the E2B gateway, as an E2B sandbox's do (not the code
 	// interpreter's); the E2B API's create sets it.
 	PublicPorts bool `json:"public_ports,omitempty"`
+	// VolumeMounts are the project's volumes to mount (read-write); the
+	// sandbox runs on the node that holds them.
+	VolumeMounts []VolumeMountRequest `json:"volume_mounts,omitempty"`
 }
 
 // SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: a new

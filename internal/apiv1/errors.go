@@ -79,6 +79,11 @@ const (
 
 	// The Host allow-list (DNS rebinding).
 	CodeHostNotAllowed = "host_not_allowed" // the request's Host is not a name this server answers to (--allowed-hosts)
+
+	// Volumes.
+	CodeVolumeNotFound = "volume_not_found" // the project has no volume of that ID or name (a create's volume_mounts, a volume route)
+	CodeVolumeInUse    = "volume_in_use"    // a volume delete while a sandbox that is not deleted mounts it (the message names them)
+	CodeVolumeConflict = "volume_conflict"  // the volumes a create mounts live on different nodes, or one was bound to another node meanwhile
 )
 
 // ErrorSpec is one code of the error vocabulary and how each of Airlock's
@@ -177,6 +182,10 @@ var errorSpecs = []ErrorSpec{
 	{Code: CodeEnvironmentUnavailable, Status: 409, Connect: "failed_precondition", Exit: 1},
 
 	{Code: CodeHostNotAllowed, Status: 421, Connect: "permission_denied", Exit: 1},
+
+	{Code: CodeVolumeNotFound, Status: 404, Connect: "not_found", Exit: 1},
+	{Code: CodeVolumeInUse, Status: 409, Connect: "failed_precondition", Exit: 1},
+	{Code: CodeVolumeConflict, Status: 409, Connect: "failed_precondition", Exit: 1},
 }
 
 // errorsByCode indexes errorSpecs.

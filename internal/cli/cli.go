@@ -138,6 +138,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.buildCommand(),
 		a.egressCommand(),
 		a.secretCommand(),
+		a.volumeCommand(),
 		a.envCommand(),
 		a.poolCommand(),
 		a.adminCommand(),

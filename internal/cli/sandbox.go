@@ -33,6 +33,8 @@ type createFlags struct {
 	// environment is --environment, the execution environment (an --env
 	// value without '=' names it too).
 	environment string
+	// volumes are --volume VOLUME:/path, the volumes to mount.
+	volumes []string
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
@@ -43,6 +45,7 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE of the sandbox (repeatable); a value without '=' names the execution environment instead, as --environment")
 	fs.StringVar(&f.environment, "environment", "", "execution environment: a name (runsc, crun, runc) or an env:sha256: reference, see `airlock env list` (default: the server's)")
 	fs.StringArrayVar(&f.metadata, "metadata", nil, "metadata label KEY=VALUE (repeatable)")
+	fs.StringArrayVar(&f.volumes, "volume", nil, "mount the project's volume VOLUME (name or ID) read-write at /path: VOLUME:/path (repeatable; see `airlock volume`)")
 	f.egress.register(fs, "egress-profile", "egress-default")
 	f.timeouts.register(fs)
 }
@@ -76,6 +79,9 @@ func (f *createFlags) request() (apiv1.CreateSandboxRequest, error) {
 		return req, err
 	}
 	if req.Metadata, err = parseMetadataFlag(f.metadata); err != nil {
+		return req, err
+	}
+	if req.VolumeMounts, err = parseVolumeFlags(f.volumes); err != nil {
 		return req, err
 	}
 	if err := f.timeouts.apply(&req); err != nil {

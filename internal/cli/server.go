@@ -51,6 +51,7 @@ type serverFlags struct {
 	maxConns    int
 	defaultDisk int
 	maxDisk     int
+	volumeQuota int64
 	bodyTimeout time.Duration
 	usernsBase  uint32
 	usernsN     int
@@ -124,6 +125,7 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		MaxConnections:           f.maxConns,
 		DefaultDiskMiB:           f.defaultDisk,
 		MaxDiskMiB:               f.maxDisk,
+		VolumeQuotaMiB:           f.volumeQuota,
 		BodyReadTimeout:          f.bodyTimeout,
 		UsernsBase:               f.usernsBase,
 		UsernsRanges:             f.usernsN,
@@ -381,6 +383,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.DurationVar(&f.stdinIdle, "stdin-idle-timeout", api.DefaultStdinIdleTimeout, "a process's stdin stream (POST …/stdin) that gets no data for this long is ended with 408 request_timeout (clients open a new one when they have more)")
 	fs.IntVar(&f.defaultDisk, "default-disk-mib", model.DefaultDiskMiB, "writable layer in MiB of a sandbox whose create request names none")
 	fs.IntVar(&f.maxDisk, "max-disk-mib", server.DefaultMaxDiskMiB, "largest writable layer in MiB a sandbox may ask for (above: 400 exceeds_node_capacity)")
+	fs.Int64Var(&f.volumeQuota, "volume-quota-mib", api.DefaultVolumeQuotaMiB, "the sizes of one project's volumes together in MiB at most (beyond: 403 quota_exceeded, limit volume_mib); -1: no bound")
 	fs.DurationVar(&f.bodyTimeout, "body-read-timeout", api.DefaultBodyReadTimeout, "a request body must arrive within this (a file upload: each read); then 408 and the connection is closed")
 	fs.Uint32Var(&f.usernsBase, "userns-base", oci.DefaultIDBase, "runc and crun: first host uid/gid of the ranges that sandboxes' user namespaces map root to")
 	fs.IntVar(&f.usernsN, "userns-ranges", oci.DefaultIDRanges, "runc and crun: number of 65536-id ranges from --userns-base (one per sandbox)")

@@ -74,6 +74,9 @@ type Request struct {
 	Selector    model.NodeLabels
 	// Exclude are nodes not to pick (a placement the store refused).
 	Exclude []model.NodeID
+	// Only, if set, is the one node that may take the sandbox (the node
+	// that holds the volumes it mounts).
+	Only model.NodeID
 }
 
 // Decision is where the sandbox goes, and the environment it runs in there
@@ -239,6 +242,8 @@ func (p *Placer) reject(n model.NodeStatus, req Request, envOf map[model.NodeID]
 	switch {
 	case slices.Contains(req.Exclude, n.ID):
 		return "refused the placement a moment ago"
+	case req.Only != "" && n.ID != req.Only:
+		return "does not hold the sandbox's volumes (they are on " + string(req.Only) + ")"
 	case !n.Role.RunsSandboxes():
 		return "runs no sandboxes (role " + string(n.Role) + ")"
 	case n.State != model.NodeActive:

@@ -78,10 +78,21 @@ func NewUserns(r IDRange) (*os.File, error) {
 // filesystem of src must support idmapped mounts (ext4, xfs, btrfs, tmpfs,
 // … on Linux 5.12 and later).
 func MountIDMapped(src, target string, userns *os.File) error {
+	return mountIDMapped(src, target, userns, unix.MOUNT_ATTR_RDONLY)
+}
+
+// MountIDMappedWritable is MountIDMapped without read-only: what the
+// sandbox's ids write through it lands on disk under the ids they map
+// back to (a volume's files, mounted into a user-namespaced sandbox).
+func MountIDMappedWritable(src, target string, userns *os.File) error {
+	return mountIDMapped(src, target, userns, 0)
+}
+
+func mountIDMapped(src, target string, userns *os.File, extra uint64) error {
 	if !filepath.IsAbs(target) {
 		return fmt.Errorf("idmapped mount of %s on %s: paths must be absolute", src, target)
 	}
-	tree, err := idmappedTree(src, userns)
+	tree, err := idmappedTreeWith(src, userns, extra)
 	if err != nil {
 		return err
 	}
@@ -92,6 +103,12 @@ func MountIDMapped(src, target string, userns *os.File) error {
 // idmappedTree returns a descriptor of a detached, idmapped, read-only copy
 // of the mount of src (see MountIDMapped).
 func idmappedTree(src string, userns *os.File) (int, error) {
+	return idmappedTreeWith(src, userns, unix.MOUNT_ATTR_RDONLY)
+}
+
+// idmappedTreeWith is idmappedTree with extra mount attributes instead of
+// read-only.
+func idmappedTreeWith(src string, userns *os.File, extra uint64) (int, error) {
 	if !filepath.IsAbs(src) {
 		return -1, fmt.Errorf("idmapped mount of %s: path must be absolute", src)
 	}
@@ -100,7 +117,7 @@ func idmappedTree(src string, userns *os.File) (int, error) {
 		return -1, fmt.Errorf("idmapped mount: open_tree %s: %w", src, err)
 	}
 	attr := unix.MountAttr{
-		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+		Attr_set:  unix.MOUNT_ATTR_IDMAP | extra | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
 		Userns_fd: uint64(userns.Fd()),
 	}
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {

@@ -33,6 +33,17 @@ const mkfsTimeout = 30 * time.Second
 // initialised inode tables (mount it with "noinit_itable" so the kernel does
 // not zero them in the background).
 func MakeImage(ctx context.Context, image string, size int64) error {
+	return makeImage(ctx, image, size, "^has_journal,^resize_inode,metadata_csum_seed")
+}
+
+// MakeJournaledImage is MakeImage with a journal: the filesystem of a
+// volume, whose data outlives its sandboxes and must survive a crash of the
+// host.
+func MakeJournaledImage(ctx context.Context, image string, size int64) error {
+	return makeImage(ctx, image, size, "^resize_inode,metadata_csum_seed")
+}
+
+func makeImage(ctx context.Context, image string, size int64, features string) error {
 	if size < MinImageSize {
 		return fmt.Errorf("make image %s: size %d is below the minimum of %d bytes", image, size, MinImageSize)
 	}
@@ -59,7 +70,7 @@ func MakeImage(ctx context.Context, image string, size int64) error {
 		"-m", "0",
 		// metadata_csum_seed: checksums do not depend on the UUID, which
 		// Images.Make gives every copy of a blank anew.
-		"-O", "^has_journal,^resize_inode,metadata_csum_seed",
+		"-O", features,
 		"-E", "lazy_itable_init=1,nodiscard,root_owner=0:0",
 		image)
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}

@@ -88,6 +88,11 @@ type Spec struct {
 	// exists again the snapshot is consumed; a restore that fails keeps
 	// it, for another try.
 	Restore *Snapshot
+	// Volumes are host directories (a volume's data directory on this
+	// node, internal/volumedisk) mounted read-write into the guest, so
+	// that the guest's root and users may write them: a runtime that
+	// cannot refuses a Spec with any (ErrNotSupported).
+	Volumes []VolumeMount
 	// Start says that the caller starts the sandbox right after Create (a
 	// create that is not stopped half-way): a runtime that can create and
 	// start in one step (an OCI runtime's `run --detach`, one exec instead
@@ -95,6 +100,12 @@ type Spec struct {
 	// it; the caller still calls Start, which is idempotent. Without it,
 	// Create leaves the sandbox in PhaseCreated.
 	Start bool
+}
+
+// VolumeMount is a host directory mounted read-write at a guest path.
+type VolumeMount struct {
+	Source string          // absolute host path of the directory
+	Target model.GuestPath // where the guest sees it
 }
 
 // RootFS describes a sandbox's root filesystem. Every runtime gets the

@@ -30,6 +30,9 @@ type CreateRequest struct {
 	// Environment is the execution environment asked for (a name or a
 	// reference); nil: the server's default.
 	Environment *environment.Selector
+	// Volumes are the project's volumes to mount (read-write). The
+	// sandbox is placed on the node that holds them.
+	Volumes []VolumeMountRequest
 	// Now is the request's time: the sandbox's creation and last activity.
 	Now time.Time
 	// Idempotency, if set, builds the idempotency record stored with the
@@ -79,6 +82,10 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 	if err := s.CheckResources(req.Resources); err != nil {
 		return Created{}, err
 	}
+	volumes, volumeNode, err := s.resolveVolumes(ctx, req, envSel)
+	if err != nil {
+		return Created{}, err
+	}
 	var envRef model.EnvironmentRef
 	if s.cfg.Placer == nil {
 		if envRef, err = s.resolveEnvironment(ctx, envSel); err != nil {
@@ -116,10 +123,13 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 		NodeSelector: req.NodeSelector,
 		Environment:  envRef,
 		PublicPorts:  req.PublicPorts,
+		VolumeMounts: volumes,
 	}
-	pc := s.poolCreateOf(ctx, ref, tpl.Digest, envSel, envRef, req.Resources)
-	if created, ok, err := s.claimFromPool(ctx, req, pc, sb); err != nil || ok {
-		return created, err
+	if len(volumes) == 0 { // a pool's sandboxes mount none
+		pc := s.poolCreateOf(ctx, ref, tpl.Digest, envSel, envRef, req.Resources)
+		if created, ok, err := s.claimFromPool(ctx, req, pc, sb); err != nil || ok {
+			return created, err
+		}
 	}
 	op := model.Operation{
 		ID:        model.NewOperationID(),
@@ -141,10 +151,11 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 		return s.cfg.Store.CreateSandbox(ctx, sb, req.Egress, op, rec)
 	}
 	if s.cfg.Placer != nil {
-		err = s.insertPlaced(ctx, &sb, envSel, insert)
+		err = s.insertPlaced(ctx, &sb, envSel, volumeNode, insert)
 	} else {
 		err = insert(sb)
 	}
+	err = volumeError(err)
 	if errors.Is(err, store.ErrNotFound) {
 		// The template was deleted (or collected) since it was resolved.
 		return Created{}, errorf(TemplateNotFound, "template %s (%s) was deleted meanwhile", ref, tpl.Digest)
@@ -230,8 +241,8 @@ func (s *Service) resolveEnvironment(ctx context.Context, sel environment.Select
 // insertPlaced places sb and inserts it with insert, placing it again
 // elsewhere while the store finds the chosen node full; it sets sb's node
 // and environment reference. Placement errors say what each node lacked.
-func (s *Service) insertPlaced(ctx context.Context, sb *model.Sandbox, sel environment.Selector, insert func(model.Sandbox) error) error {
-	req := placement.Request{Environment: sel, Template: sb.Template, Resources: sb.Resources, Selector: sb.NodeSelector}
+func (s *Service) insertPlaced(ctx context.Context, sb *model.Sandbox, sel environment.Selector, only model.NodeID, insert func(model.Sandbox) error) error {
+	req := placement.Request{Environment: sel, Template: sb.Template, Resources: sb.Resources, Selector: sb.NodeSelector, Only: only}
 	err := placement.PlaceAndCommit(ctx, s.cfg.Placer, req, func(d placement.Decision) error {
 		if d.Node == s.cfg.Self && s.cfg.Environments != nil {
 			// This node: its artifacts are checked now (a runtime binary

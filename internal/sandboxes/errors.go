@@ -43,6 +43,11 @@ const (
 	InvalidTransition Kind = "invalid transition"
 	// ResumeTimeout: the sandbox did not run within the resume bound.
 	ResumeTimeout Kind = "resume timeout"
+	// VolumeNotFound: a volume a create mounts is not the project's.
+	VolumeNotFound Kind = "volume not found"
+	// VolumeConflict: the volumes a create mounts cannot be mounted
+	// together (they live on different nodes).
+	VolumeConflict Kind = "volume conflict"
 )
 
 // Error is a request the service refuses: its kind and a message for

@@ -54,6 +54,8 @@ type Store interface {
 	ResolveTemplate(ctx context.Context, ref model.TemplateRef) (model.Template, error)
 	ListBuilds(ctx context.Context, q store.BuildQuery) (store.BuildPage, error)
 
+	// GetVolume resolves the volumes a create mounts.
+	GetVolume(ctx context.Context, project model.ProjectID, ref model.VolumeRef) (model.Volume, error)
 	CreateSandbox(ctx context.Context, sb model.Sandbox, egress policy.Spec, op model.Operation, idem *store.IdempotencyRecord) error
 	GetSandbox(ctx context.Context, project model.ProjectID, id model.SandboxID) (model.Sandbox, error)
 	RequestDelete(ctx context.Context, req store.DeleteRequest) (model.Sandbox, error)

@@ -22,6 +22,7 @@ import (
 	"github.com/airlockdev/airlock/internal/template"
 	"github.com/airlockdev/airlock/internal/template/build"
 	"github.com/airlockdev/airlock/internal/template/distribute"
+	"github.com/airlockdev/airlock/internal/volumedisk"
 	"github.com/airlockdev/airlock/internal/worker"
 )
 
@@ -37,6 +38,7 @@ type host struct {
 	egressNet *egressNet
 	egressSvc *egressServices
 	workers   *worker.Set
+	volumes   *volumedisk.Manager
 	capacity  model.NodeCapacity // what one sandbox may ask for here
 	metrics   *metrics.Metrics
 	tp        trace.TracerProvider
@@ -82,8 +84,15 @@ func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, te
 	if err := reconcileEgress(ctx, h.egressNet, st, nodeID); err != nil {
 		return nil, err
 	}
+	if h.volumes, err = openVolumes(dd, sandboxDir, log.With("component", "volumes")); err != nil {
+		return nil, err
+	}
+	if err := reconcileVolumes(ctx, h.volumes, st, nodeID, log.With("component", "volumes")); err != nil {
+		return nil, err
+	}
 	h.workers, err = newWorkers(h.enabled, worker.Config{
 		Network: h.egressNet,
+		Volumes: h.volumes,
 		TemplateDir: func(d model.TemplateDigest) (string, error) {
 			if !templates.Has(d) {
 				return "", fmt.Errorf("template %s is not present on this node", d)

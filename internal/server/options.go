@@ -85,6 +85,10 @@ type Options struct {
 	// and DefaultMaxDiskMiB.
 	DefaultDiskMiB int
 	MaxDiskMiB     int
+	// VolumeQuotaMiB (--volume-quota-mib) bounds the sizes of one
+	// project's volumes together; 0: api.DefaultVolumeQuotaMiB, negative:
+	// no bound.
+	VolumeQuotaMiB int64
 	// BodyReadTimeout (--body-read-timeout) bounds how long a client may
 	// take to send a request body (a file upload: each read); then it gets
 	// 408 request_timeout and its connection is closed. 0:

@@ -244,6 +244,9 @@ func Run(ctx context.Context, opts Options) error {
 	apiHandler, err := api.New(api.Config{
 		Sandboxes: sandboxSvc,
 
+		Volumes:        h.volumeHost(),
+		VolumeQuotaMiB: opts.VolumeQuotaMiB,
+
 		StdinIdleTimeout: opts.StdinIdleTimeout, // the connection budget's (--stdin-idle-timeout)
 
 		Secrets:         sealer,
@@ -345,6 +348,7 @@ func Run(ctx context.Context, opts Options) error {
 		comps = append(comps, h.components(ctrl, log)...)
 	}
 	comps = append(comps, poolComponents(pools)...)
+	comps = append(comps, volumeComponents(h.volumeStorage(), st, nodeID, log.With("component", "volumes"))...)
 	comps = append(comps, metricsComponents(metricsLn, mtr, hosts, log)...) // --metrics-listen, unauthenticated
 	comps = append(comps, idle.components(purgeDuty)...)                    // activity flushes, deadlines, idle limits, the purge of finished rows
 	comps = append(comps,

@@ -68,6 +68,9 @@ type Config struct {
 	// snapshot of another environment is not restored here. Empty: not
 	// known (snapshots are not checked).
 	Environment model.EnvironmentRef
+	// Volumes mounts the volumes of this node on the host (nil: sandboxes
+	// that mount volumes fail to create).
+	Volumes Volumes
 	// Fault, if set, is called at named points of Ensure and Destroy so tests
 	// can kill the process there (see internal/faults).
 	Fault  func(point string)
@@ -86,6 +89,13 @@ type Config struct {
 type Network interface {
 	Attach(ctx context.Context, id model.SandboxID) (runtime.Network, error)
 	Detach(ctx context.Context, id model.SandboxID) error
+}
+
+// Volumes mounts the node's volumes on the host (internal/volumedisk): the
+// volume's filesystem (made the first time), whose data directory's host
+// path it returns. It is idempotent.
+type Volumes interface {
+	Mount(ctx context.Context, id model.VolumeID, sizeMiB int) (string, error)
 }
 
 // CAEnv are the environment variables that point the common TLS stacks at
@@ -263,7 +273,12 @@ func (w *Worker) spec(ctx context.Context, sb model.Sandbox) (runtime.Spec, erro
 		ca = CAEnv(runtime.GuestCABundle, runtime.GuestCACert)
 	}
 	env := sandboxEnvWith(tplEnv, ca, sb.Env)
+	volumes, err := w.volumes(ctx, sb)
+	if err != nil {
+		return runtime.Spec{}, err
+	}
 	return runtime.Spec{
+		Volumes:  volumes,
 		ID:       sb.ID,
 		RootFS:   root,
 		Hostname: "airlock",
@@ -280,6 +295,25 @@ func (w *Worker) spec(ctx context.Context, sb model.Sandbox) (runtime.Spec, erro
 		},
 		AgentBinary: w.cfg.AgentBinary,
 	}, nil
+}
+
+// volumes mounts the sandbox's volumes on this node's host.
+func (w *Worker) volumes(ctx context.Context, sb model.Sandbox) ([]runtime.VolumeMount, error) {
+	if len(sb.VolumeMounts) == 0 {
+		return nil, nil
+	}
+	if w.cfg.Volumes == nil {
+		return nil, fmt.Errorf("%w: sandbox %s mounts volumes, and this node keeps none", ErrPermanent, sb.ID)
+	}
+	out := make([]runtime.VolumeMount, len(sb.VolumeMounts))
+	for i, m := range sb.VolumeMounts {
+		dir, err := w.cfg.Volumes.Mount(ctx, m.Volume, m.SizeMiB)
+		if err != nil {
+			return nil, fmt.Errorf("volume %s of sandbox %s: %w", m.Volume, sb.ID, err)
+		}
+		out[i] = runtime.VolumeMount{Source: dir, Target: m.Path}
+	}
+	return out, nil
 }
 
 // rootFS makes the sandbox's template present on this node and returns

@@ -177,6 +177,11 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 	if err != nil {
 		return err
 	}
+	volumes, err := r.mountVolumes(ctx, spec, dirs, ids, agent)
+	if err != nil {
+		return err
+	}
+	oci.Mounts = append(oci.Mounts, volumes...)
 	data, err := json.MarshalIndent(oci, "", "\t")
 	if err != nil {
 		return fmt.Errorf("encode config.json: %w", err)

@@ -25,6 +25,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 	if spec.RootFS.Lower == "" {
 		return errors.New("create: the spec has no root filesystem")
 	}
+	if len(spec.Volumes) > 0 {
+		// A volume's ext4 is mounted on the host and shared by the
+		// node's sandboxes: attaching its image to a VM as well would
+		// mount one filesystem twice.
+		return fmt.Errorf("create %s: volume mounts: %w", spec.ID, runtime.ErrNotSupported)
+	}
 	unlock := r.lock(spec.ID)
 	defer unlock()
 	dir := r.dir(spec.ID)
