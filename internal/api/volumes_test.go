@@ -24,7 +24,9 @@ func (f *fakeVolumeHost) Remove(_ context.Context, id model.VolumeID) error {
 	return nil
 }
 
-func (f *fakeVolumeHost) Usage(model.VolumeID) (int64, int64, bool, error) { return 4096, 1 << 20, true, nil }
+func (f *fakeVolumeHost) Usage(model.VolumeID) (int64, int64, bool, error) {
+	return 4096, 1 << 20, true, nil
+}
 
 func withVolumes(h VolumeHost, quotaMiB int64) envOption {
 	return func(c *envConfig) { c.Volumes, c.VolumeQuotaMiB = h, quotaMiB }
