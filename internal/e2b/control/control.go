@@ -37,9 +37,13 @@
 //     autoPauseMemory and pause/connect "memory" (Airlock's suspend decides
 //     what it keeps: memory where the runtime can checkpoint, the
 //     filesystem otherwise).
+//   - Volumes are native volumes (vol_… IDs; E2B's create names no size:
+//     defaultVolumeMiB); volumeMounts [{name, path}] are the native
+//     volume_mounts. The volume content API (/volumecontent) is refused
+//     with 501, and the token of VolumeAndToken is empty.
 //   - Refused with 501: metrics, network rules/proxy/ingress settings, iam,
-//     mcp, volume mounts, and every other E2B family (templates, snapshots,
-//     fork, network updates, volumes, secrets).
+//     mcp, the volume content API, and every other E2B family (templates,
+//     snapshots, fork, network updates, secrets).
 package control
 
 import (
@@ -115,6 +119,10 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /sandboxes/{id}/refreshes", h.refresh},
 		{"POST /sandboxes/{id}/pause", h.pause},
 		{"GET /sandboxes/{id}/metrics", h.metrics},
+		{"POST /volumes", h.createVolume},
+		{"GET /volumes", h.listVolumes},
+		{"GET /volumes/{id}", h.getVolume},
+		{"DELETE /volumes/{id}", h.deleteVolume},
 	}
 	for _, rt := range routes {
 		h.mux.Handle(rt.pattern, h.authed(rt.fn))

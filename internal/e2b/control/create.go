@@ -141,8 +141,10 @@ func parseCreate(in createIn) (createSpec, error) {
 		return createSpec{}, notImplemented("iam tokens are not supported by Airlock's E2B API")
 	case present(in.MCP):
 		return createSpec{}, notImplemented("mcp is not supported by Airlock's E2B API")
-	case present(in.VolumeMounts) && string(in.VolumeMounts) != "[]":
-		return createSpec{}, notImplemented("volumeMounts are not supported by Airlock's E2B API")
+	}
+	volumes, err := parseVolumeMounts(in.VolumeMounts)
+	if err != nil {
+		return createSpec{}, err
 	}
 	timeout, err := parseTimeout(in.Timeout, defaultTimeout)
 	if err != nil {
@@ -181,6 +183,8 @@ func parseCreate(in createIn) (createSpec, error) {
 			Timeout:     timeout,
 			OnTimeout:   string(on),
 			PublicPorts: publicPorts(in),
+
+			VolumeMounts: volumes,
 		},
 	}, nil
 }

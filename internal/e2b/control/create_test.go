@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/airlockdev/airlock/internal/apiv1"
+
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -70,7 +72,21 @@ func TestParseCreate(t *testing.T) {
 				t.Fatalf("%+v", s.native)
 			}
 		}},
-		{"volumes", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, http.StatusNotImplemented, nil},
+		{"volumes", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/data"},{"name":"vol_aaaaaaaaaaaaaaaaaaaaaaaaaa","path":"/home/user/x"}]}`, 0, func(t *testing.T, s createSpec) {
+			want := []apiv1.VolumeMountRequest{{Volume: "v", Path: "/data"}, {Volume: "vol_aaaaaaaaaaaaaaaaaaaaaaaaaa", Path: "/home/user/x"}}
+			if !slices.Equal(s.native.VolumeMounts, want) {
+				t.Fatalf("volume mounts %+v, want %+v", s.native.VolumeMounts, want)
+			}
+		}},
+		{"no volumes", `{"templateID":"base","volumeMounts":[]}`, 0, func(t *testing.T, s createSpec) {
+			if len(s.native.VolumeMounts) != 0 {
+				t.Fatalf("%+v", s.native.VolumeMounts)
+			}
+		}},
+		{"volume over /proc", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/proc"}]}`, http.StatusBadRequest, nil},
+		{"volume path traversal", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/data/../dev"}]}`, http.StatusBadRequest, nil},
+		{"volume bad name", `{"templateID":"base","volumeMounts":[{"name":"../v","path":"/data"}]}`, http.StatusBadRequest, nil},
+		{"volume mounts not a list", `{"templateID":"base","volumeMounts":{"name":"v"}}`, http.StatusBadRequest, nil},
 		{"mcp", `{"templateID":"base","mcp":{"x":{}}}`, http.StatusNotImplemented, nil},
 		{"iam", `{"templateID":"base","iam":{"tokens":{}}}`, http.StatusNotImplemented, nil},
 		{"no template", `{}`, http.StatusBadRequest, nil},
