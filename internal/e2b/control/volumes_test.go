@@ -96,7 +96,7 @@ func TestVolumes(t *testing.T) {
 	do("POST", "/volumes", `{"name":"../x"}`, 400)
 	do("POST", "/volumes", `{}`, 400)
 	do("POST", "/volumes", `{"name":"`+strings.Repeat("a", maxBody)+`"}`, 413)
-	do("GET", "/volumes/data", "", 404)     // E2B names volumes by ID
+	do("GET", "/volumes/data", "", 404)      // E2B names volumes by ID
 	do("DELETE", "/volumes/..%2Fx", "", 404) // never reaches the native API
 	if len(f.calls) != n {
 		t.Fatalf("refused requests reached the native API: %v", f.calls[n:])
