@@ -131,12 +131,17 @@ func (h *Handler) get(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	if err != nil {
 		return fmt.Errorf("access token for %s: %w", sb.ID, err)
 	}
+	mounts, err := volumeMountsOut(ctx, c, sb)
+	if err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusOK, detailOut{
 		listedOut:           listed(sb, st),
 		EnvdAccessToken:     tok,
 		Domain:              h.domain(),
 		AllowInternetAccess: allowInternet(sb),
 		Lifecycle:           onTimeoutOut(sb),
+		VolumeMounts:        mounts,
 	})
 	return nil
 }

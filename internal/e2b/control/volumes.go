@@ -131,3 +131,29 @@ func parseVolumeMounts(raw json.RawMessage) ([]apiv1.VolumeMountRequest, error) 
 	}
 	return out, nil
 }
+
+// volumeMountsOut is E2B's volumeMounts of a sandbox: its volumes by name
+// (the native sandbox names them by ID; a volume deleted since shows its
+// ID).
+func volumeMountsOut(ctx context.Context, c *client.Client, sb apiv1.Sandbox) ([]volumeMountIn, error) {
+	out := make([]volumeMountIn, 0, len(sb.VolumeMounts))
+	if len(sb.VolumeMounts) == 0 {
+		return out, nil
+	}
+	l, err := c.ListVolumes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make(map[string]string, len(l.Volumes))
+	for _, v := range l.Volumes {
+		names[v.ID] = v.Name
+	}
+	for _, m := range sb.VolumeMounts {
+		name := names[m.Volume]
+		if name == "" {
+			name = m.Volume
+		}
+		out = append(out, volumeMountIn{Name: name, Path: m.Path})
+	}
+	return out, nil
+}

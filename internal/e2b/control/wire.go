@@ -79,6 +79,8 @@ type detailOut struct {
 	Domain              *string       `json:"domain"`
 	AllowInternetAccess *bool         `json:"allowInternetAccess"`
 	Lifecycle           *lifecycleOut `json:"lifecycle,omitempty"`
+	// VolumeMounts are E2B's SandboxVolumeMount: a volume's name and path.
+	VolumeMounts []volumeMountIn `json:"volumeMounts"`
 }
 
 // noDeadlineSpan is how far after its start endAt lies for a sandbox
