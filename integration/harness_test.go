@@ -339,6 +339,17 @@ func (s *server) cleanup() {
 	for _, sb := range list.Sandboxes {
 		s.waitState(ctx, model.SandboxID(sb.ID), model.StateDeleted)
 	}
+	// Volumes (of the admin's project) once nothing mounts them: a
+	// volume's filesystem stays mounted on the host while it exists.
+	if vols, err := c.ListVolumes(ctx); err != nil {
+		t.Errorf("cleanup: list volumes: %v", err)
+	} else {
+		for _, v := range vols.Volumes {
+			if _, err := c.DeleteVolume(ctx, v.ID); err != nil {
+				t.Errorf("cleanup: delete volume %s: %v", v.ID, err)
+			}
+		}
+	}
 	s.stop()
 	ids := make([]model.SandboxID, 0, len(list.Sandboxes))
 	for _, sb := range list.Sandboxes {

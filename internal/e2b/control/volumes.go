@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -122,10 +121,10 @@ func parseVolumeMounts(raw json.RawMessage) ([]apiv1.VolumeMountRequest, error) 
 	out := make([]apiv1.VolumeMountRequest, 0, len(in))
 	for i, m := range in {
 		if _, err := model.ParseVolumeRef(m.Name); err != nil {
-			return nil, badRequest("volumeMounts[%d].name: %v", i, errors.Unwrap(err))
+			return nil, badRequest("volumeMounts[%d].name: %v", i, err)
 		}
 		if _, err := model.ParseVolumePath(m.Path); err != nil {
-			return nil, badRequest("volumeMounts[%d].path: %v", i, errors.Unwrap(err))
+			return nil, badRequest("volumeMounts[%d].path: %v", i, err)
 		}
 		out = append(out, apiv1.VolumeMountRequest{Volume: m.Name, Path: m.Path})
 	}
