@@ -105,3 +105,12 @@ func TestVolumes(t *testing.T) {
 	do("GET", "/volumecontent/"+created.VolumeID+"/file?path=/x", "", 501)
 	do("PUT", "/volumecontent/"+created.VolumeID+"/file?path=/x", "data", 501)
 }
+
+// A refused mount says why, naming the path (the SDK shows the message).
+func TestVolumeMountRefusalNamesThePath(t *testing.T) {
+	_, err := parseVolumeMounts([]byte(`[{"name":"v","path":"/proc"}]`))
+	he, ok := asHTTPError(err)
+	if !ok || he.status != http.StatusBadRequest || !strings.Contains(he.msg, `"/proc"`) || !strings.Contains(he.msg, "reserved") {
+		t.Fatalf("err = %v, want a 400 naming /proc", err)
+	}
+}
