@@ -16,7 +16,7 @@ import (
 	"github.com/airlockdev/airlock/internal/rootfs"
 )
 
-// TestVolumesThroughCLI: a volume made with `airlock volume create` is
+// TestVolumesThroughCLI (runc, crun, runsc): a volume made with `airlock volume create` is
 // written by one sandbox (as root and as an unprivileged user), outlives
 // it, survives a suspend and wake and a crash of the server, and is read
 // by the next sandbox that mounts it; it is bounded by its size (ENOSPC
@@ -25,7 +25,7 @@ import (
 // is left.
 func TestVolumesThroughCLI(t *testing.T) {
 	airtest.RequireRoot(t)
-	for _, rt := range []string{"runc", "runsc"} {
+	for _, rt := range []string{"runc", "crun", "runsc"} {
 		t.Run(rt, func(t *testing.T) {
 			airtest.RequireBinary(t, rt)
 			sandboxDir := shortTempDir(t)
