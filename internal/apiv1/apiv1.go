@@ -34,6 +34,9 @@ type Sandbox struct {
 	// PublicPorts: its guest ports answer without a credential through
 	// the E2B gateway (CreateSandboxRequest.PublicPorts).
 	PublicPorts bool `json:"public_ports,omitempty"`
+	// FromSnapshot is the saved snapshot (snp_…) it was created from: a
+	// fork's, or a create's "snapshot".
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 	// Egress is the sandbox's egress policy as given; shown by create and
 	// GET /v1/sandboxes/{id}, omitted in lists.
 	Egress    *EgressPolicy `json:"egress,omitempty"`
@@ -86,6 +89,12 @@ type CreateSandboxRequest struct {
 	// through the E2B gateway, as an E2B sandbox's do (not the code
 	// interpreter's); the E2B API's create sets it.
 	PublicPorts bool `json:"public_ports,omitempty"`
+	// Snapshot, if set (snp_…), starts the sandbox from that saved
+	// snapshot of the project: its template, resources, environment and
+	// egress policy are the snapshot's (template, cpus, memory_mib,
+	// disk_mib and environment must then be absent), on the node that
+	// holds it.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: a new
