@@ -17,7 +17,7 @@ import (
 func (a *app) sandboxCommand() *cobra.Command {
 	return group("sandbox", "Create, list, inspect, pause, resume, suspend, wake and delete sandboxes",
 		a.sandboxCreateCommand(), a.sandboxListCommand(), a.sandboxGetCommand(), a.sandboxDeleteCommand(),
-		a.sandboxTimeoutCommand())
+		a.sandboxTimeoutCommand(), a.sandboxForkCommand())
 }
 
 // createFlags are the sandbox spec flags of `sandbox create` and `run`.
@@ -33,6 +33,8 @@ type createFlags struct {
 	// environment is --environment, the execution environment (an --env
 	// value without '=' names it too).
 	environment string
+	// snapshot is --snapshot: start from a saved snapshot.
+	snapshot string
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
@@ -43,6 +45,7 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE of the sandbox (repeatable); a value without '=' names the execution environment instead, as --environment")
 	fs.StringVar(&f.environment, "environment", "", "execution environment: a name (runsc, crun, runc) or an env:sha256: reference, see `airlock env list` (default: the server's)")
 	fs.StringArrayVar(&f.metadata, "metadata", nil, "metadata label KEY=VALUE (repeatable)")
+	fs.StringVar(&f.snapshot, "snapshot", "", "start from this saved snapshot (snp_…, see `airlock snapshot list`): its template, resources and environment")
 	f.egress.register(fs, "egress-profile", "egress-default")
 	f.timeouts.register(fs)
 }
@@ -81,6 +84,16 @@ func (f *createFlags) request() (apiv1.CreateSandboxRequest, error) {
 	if err := f.timeouts.apply(&req); err != nil {
 		return req, err
 	}
+	if f.snapshot != "" {
+		id, err := model.ParseSnapshotID(f.snapshot)
+		if err != nil {
+			return req, usageErrorf("--snapshot: %w", err)
+		}
+		if req.Template != "" || req.CPUs != 0 || req.MemoryMiB != 0 || req.DiskMiB != 0 || req.Environment != "" {
+			return req, usageErrorf("--snapshot cannot be given with --template, --cpus, --memory-mib, --disk-mib or --environment: the sandbox gets the snapshot's")
+		}
+		req.Snapshot = id.String()
+	}
 	if f.egress.given() {
 		var p apiv1.EgressPolicy
 		if err := f.egress.policy(&p); err != nil {
@@ -111,8 +124,10 @@ func (a *app) sandboxCreateCommand() *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			if err := a.waitForTemplate(ctx, c, req.Template); err != nil {
-				return err
+			if req.Snapshot == "" {
+				if err := a.waitForTemplate(ctx, c, req.Template); err != nil {
+					return err
+				}
 			}
 			res, err := c.CreateSandbox(ctx, req)
 			if err != nil {
