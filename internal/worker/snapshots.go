@@ -45,9 +45,10 @@ func (w *Worker) LiveSnapshot(ctx context.Context, sb model.Sandbox, id model.Sn
 	if err := os.MkdirAll(w.cfg.SnapshotDir, 0o700); err != nil {
 		return model.SnapshotRecord{}, err
 	}
-	if runtime.SnapshotKindOf(w.cfg.Runtime.Info().Capabilities) == model.SnapshotMemory {
+	memory := runtime.SnapshotKindOf(w.cfg.Runtime.Info().Capabilities) == model.SnapshotMemory
+	if memory {
 		// Its agent lets go of its connections for the checkpoint: the
-		// next call dials again.
+		// next call dials again, once it answers (below).
 		w.dropAgent(sb.ID)
 	}
 	w.cfg.Fault("snapshot.before-runtime")
@@ -60,6 +61,12 @@ func (w *Worker) LiveSnapshot(ctx context.Context, sb model.Sandbox, id model.Sn
 		return model.SnapshotRecord{}, fmt.Errorf("snapshot of sandbox %s: %w", sb.ID, capability(err))
 	}
 	w.cfg.Fault("snapshot.after-runtime")
+	if memory {
+		// Running again only once its agent listens again.
+		if err := w.waitAgent(ctx, sb.ID); err != nil {
+			return model.SnapshotRecord{}, err
+		}
+	}
 	return model.SnapshotRecord{Kind: snap.Kind, Format: snap.Format, Location: snap.Location, SizeBytes: snap.SizeBytes}, nil
 }
 
