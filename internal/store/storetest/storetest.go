@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		auditTests(),
 		traceTests(),
 		opListTests(),
+		snapshotTests(),
 	}
 	for _, g := range groups {
 		for _, tc := range g {
