@@ -91,6 +91,18 @@ func TestSnapshotsAndFork(t *testing.T) {
 				t.Fatal("the source's counter does not count")
 			}
 
+			// GET /v1/environments says what a fork keeps here.
+			envs, err := mc.ListEnvironments(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantFork := map[bool]string{true: "memory", false: "filesystem"}[memory]
+			for _, e := range envs.Environments {
+				if e.Name == rt && e.Enabled && e.Fork != wantFork {
+					t.Fatalf("environment %s: fork %q, want %q", rt, e.Fork, wantFork)
+				}
+			}
+
 			// A saved snapshot; the source runs on.
 			start := time.Now()
 			var snap apiv1.SavedSnapshot

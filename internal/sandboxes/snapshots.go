@@ -270,3 +270,18 @@ func isZeroSpec(s policy.Spec) bool {
 func (s *Service) ListSnapshots(ctx context.Context, q store.SnapshotQuery) (store.SnapshotPage, error) {
 	return s.cfg.Store.ListSnapshots(ctx, q)
 }
+
+// ForkKind is what a fork (or a saved snapshot) of a sandbox on runtime
+// keeps: model.SnapshotMemory (processes continue), SnapshotFilesystem
+// (files; processes start again) or "" (it cannot fork); ok false: not
+// known here.
+func (s *Service) ForkKind(runtime string) (kind model.SnapshotKind, ok bool) {
+	if s.cfg.LifecycleSupport == nil {
+		return "", false
+	}
+	sup, ok := s.cfg.LifecycleSupport(model.Sandbox{Runtime: runtime})
+	if !ok || !sup.LiveSnapshot {
+		return "", ok
+	}
+	return sup.Snapshot, true
+}
