@@ -274,3 +274,86 @@ func (l *lifecycleCLI) stateWith(key, id string) string {
 	decode(l.t, l.ok("--api-key", key, "-o", "json", "sandbox", "get", id), &sb)
 	return sb.State
 }
+
+// TestCrashDuringSnapshot kills the server before and after the runtime
+// writes a saved snapshot, restarts it, and checks the snapshot
+// converges: the repeated request (same Idempotency-Key) replays, its
+// operation succeeds, the snapshot is ready and a sandbox starts from it;
+// a half-written snapshot directory no record wants (what a crash of
+// the runtime's copy leaves) is removed by the restarted server; after the
+// delete no snapshot file is left.
+func TestCrashDuringSnapshot(t *testing.T) {
+	airtest.RequireRoot(t)
+	bins := build(t)
+	for _, rt := range []string{"runc", "runsc"} {
+		for _, point := range []string{"snapshot.before-runtime", "snapshot.after-runtime"} {
+			t.Run(rt+"/"+point, func(t *testing.T) {
+				airtest.RequireBinary(t, rt)
+				s := newServer(t, bins, serverConfig{runtime: rt})
+				s.start()
+				ctx := ctxFor(t, 3*time.Minute)
+				c := s.client()
+				sb := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{})
+				id := model.SandboxID(sb.ID)
+				if out := execIn(ctx, t, c, id, "sh", "-c", "echo before > /root/mark"); out.exitCode != 0 {
+					t.Fatalf("write a file: %+v", out)
+				}
+				s.stop()
+				// What a crash in the middle of a runtime's copy leaves,
+				// for a snapshot whose record is gone.
+				snapDir := filepath.Join(s.dataDir, "snapshots", rt)
+				orphan := filepath.Join(snapDir, model.NewSnapshotID().String()+".tmp")
+				if err := os.MkdirAll(filepath.Join(orphan, "upper"), 0o700); err != nil {
+					t.Fatal(err)
+				}
+
+				s.cfg.crashAt = point
+				s.start()
+				keyed := client.WithIdempotencyKey(ctx, model.IdempotencyKey("snapshot-"+id.String()))
+				_, firstErr := s.client().SnapshotSandbox(keyed, id) // may die before it answers
+				s.waitExit(60 * time.Second)
+				if !strings.Contains(s.log.String(), "fault injection: killing the server") {
+					t.Fatalf("the server did not die at %s:\n%s", point, s.log.String())
+				}
+				s.cfg.crashAt = ""
+				s.start()
+				c = s.client()
+				res, err := c.SnapshotSandbox(keyed, id)
+				if err != nil {
+					t.Fatalf("repeat the snapshot (first attempt: %v): %v", firstErr, err)
+				}
+				op, err := c.WaitOperation(ctx, model.OperationID(res.Operation.ID))
+				if err != nil || op.State != string(model.OpSucceeded) {
+					t.Fatalf("snapshot after a crash at %s: %+v, %v", point, op, err)
+				}
+				snapID := model.SnapshotID(res.Snapshot.ID)
+				snap, err := c.GetSnapshot(ctx, snapID)
+				if err != nil || snap.State != string(model.SnapshotReady) {
+					t.Fatalf("snapshot after a crash at %s: %+v, %v", point, snap, err)
+				}
+				if got := s.waitState(ctx, id, model.StateRunning); got.State != string(model.StateRunning) {
+					t.Fatalf("source after the snapshot: %s", got.State)
+				}
+				made := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{Snapshot: snap.ID})
+				if out := execIn(ctx, t, c, model.SandboxID(made.ID), "cat", "/root/mark"); out.stdout != "before\n" {
+					t.Fatalf("a sandbox from the snapshot reads %+v", out)
+				}
+				waitUntil(ctx, t, "the orphaned half-written snapshot to go", func() bool {
+					_, err := os.Stat(orphan)
+					return errors.Is(err, os.ErrNotExist)
+				})
+				entries, _ := os.ReadDir(snapDir)
+				if len(entries) != 1 || entries[0].Name() != snapID.String() {
+					t.Fatalf("snapshot directory holds %v, want only %s", entries, snapID)
+				}
+				if _, err := c.DeleteSnapshot(ctx, snapID); err != nil {
+					t.Fatal(err)
+				}
+				waitUntil(ctx, t, "the deleted snapshot's files to go", func() bool {
+					entries, _ := os.ReadDir(snapDir)
+					return len(entries) == 0
+				})
+			})
+		}
+	}
+}
