@@ -183,12 +183,9 @@ func (r *Runtime) snapshotRunning(ctx context.Context, id model.SandboxID, dir s
 	}
 	r.log.Debug("snapshot: filesystem copied", "sandbox", id, "took", time.Since(start))
 	if runsc {
-		// runsc checkpoints a running sandbox: continue it, and let
-		// the checkpoint stop and continue its kernel by itself.
-		if err := r.resume(ctx, id); err != nil {
-			return runtime.Snapshot{}, fmt.Errorf("resume before the checkpoint: %w", err)
-		}
-		paused = false
+		// Checkpointed while still paused: the memory image and the
+		// copied files are of one instant (a file renamed in between
+		// would be missing on restore).
 		cp := filepath.Join(tmp, checkpointName)
 		if err := os.Mkdir(cp, 0o700); err != nil {
 			return runtime.Snapshot{}, err
