@@ -83,7 +83,9 @@ func TestSnapshotsAndFork(t *testing.T) {
 			}
 
 			var src apiv1.SandboxWithOperation
+			start := time.Now()
 			decode(t, member("-o", "json", "sandbox", "create"), &src)
+			t.Logf("cold create on %s: %v (to compare the creates from a snapshot with)", rt, time.Since(start).Round(time.Millisecond))
 			srcID := src.Sandbox.ID
 			member("exec", "-d", srcID, "--", "sh", "-c", forkCounter)
 			member("exec", srcID, "--", "sh", "-c", "echo before > /keep.txt")
@@ -104,7 +106,7 @@ func TestSnapshotsAndFork(t *testing.T) {
 			}
 
 			// A saved snapshot; the source runs on.
-			start := time.Now()
+			start = time.Now()
 			var snap apiv1.SavedSnapshot
 			decode(t, member("-o", "json", "snapshot", "create", srcID), &snap)
 			t.Logf("snapshot create on %s: %v", rt, time.Since(start).Round(time.Millisecond))
