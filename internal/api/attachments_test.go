@@ -176,6 +176,8 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 			path = strings.Replace(path, "{id}", testNode.String(), 1)
 		case strings.HasPrefix(rt.pattern, "/v1/pools/"):
 			path = strings.Replace(path, "{id}", model.NewPoolID().String(), 1)
+		case strings.HasPrefix(rt.pattern, "/v1/snapshots/"):
+			path = strings.Replace(path, "{id}", model.NewSnapshotID().String(), 1)
 		default:
 			path = strings.Replace(path, "{id}", cs.SandboxID, 1)
 		}

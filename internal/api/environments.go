@@ -30,7 +30,14 @@ func (a *API) listEnvironments(w http.ResponseWriter, r *http.Request, _ princip
 	}
 	out := apiv1.EnvironmentList{Environments: make([]apiv1.Environment, 0, len(list))}
 	for _, s := range list {
-		out.Environments = append(out.Environments, environmentOut(s))
+		e := environmentOut(s)
+		if kind, ok := a.cfg.Sandboxes.ForkKind(e.Name); ok {
+			e.Fork = string(kind)
+			if kind == "" {
+				e.Fork = "none"
+			}
+		}
+		out.Environments = append(out.Environments, e)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -123,6 +123,12 @@ func sandboxError(se *sandboxes.Error) (_ *apiError, known bool) {
 		code = apiv1.CodeVolumeNotFound
 	case sandboxes.VolumeConflict:
 		code = apiv1.CodeVolumeConflict
+	case sandboxes.SnapshotNotFound:
+		code = apiv1.CodeSnapshotNotFound
+	case sandboxes.SnapshotNotReady:
+		code = apiv1.CodeSnapshotNotReady
+	case sandboxes.SnapshotFailed:
+		code = apiv1.CodeSnapshotFailed
 	default:
 		return errorf(apiv1.CodeInternal, "internal error"), false
 	}

@@ -129,7 +129,7 @@ func (a *API) routeTable() []route {
 		{"POST", "/v1/admin/nodes/{id}/uncordon", admin, mutating(a, a.setNodeState("uncordon", model.NodeActive))},
 		{"POST", "/v1/admin/nodes/{id}/drain", admin, mutating(a, a.setNodeState("drain", model.NodeDraining))},
 		{"GET", "/v1/audit", admin, a.listAudit},
-	}, slices.Concat(a.fileRoutes(), a.lifecycleRoutes(), a.portRoutes())...)
+	}, slices.Concat(a.fileRoutes(), a.lifecycleRoutes(), a.snapshotRoutes(), a.portRoutes())...)
 }
 
 // guard authenticates and authorizes a request before its route runs.

@@ -64,6 +64,16 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	if req.Volumes, err = parseVolumeMounts(in.VolumeMounts); err != nil {
 		return nil, err
 	}
+	if c.present["snapshot"] {
+		if req.Snapshot, err = model.ParseSnapshotID(in.Snapshot); err != nil {
+			return nil, err
+		}
+		for _, f := range []string{"template", "cpus", "memory_mib", "disk_mib", "environment", "node_selector"} {
+			if c.present[f] {
+				return nil, badRequest("%s cannot be given with snapshot: a sandbox made from a snapshot has the snapshot's", f)
+			}
+		}
+	}
 	if c.present["environment"] {
 		sel, err := environment.ParseSelector(in.Environment)
 		if err != nil {

@@ -36,6 +36,9 @@ type Sandbox struct {
 	PublicPorts bool `json:"public_ports,omitempty"`
 	// VolumeMounts are the volumes it mounts.
 	VolumeMounts []VolumeMount `json:"volume_mounts,omitempty"`
+	// FromSnapshot is the saved snapshot (snp_…) it was created from: a
+	// fork's, or a create's "snapshot".
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 	// Egress is the sandbox's egress policy as given; shown by create and
 	// GET /v1/sandboxes/{id}, omitted in lists.
 	Egress    *EgressPolicy `json:"egress,omitempty"`
@@ -91,6 +94,12 @@ type CreateSandboxRequest struct {
 	// VolumeMounts are the project's volumes to mount (read-write); the
 	// sandbox runs on the node that holds them.
 	VolumeMounts []VolumeMountRequest `json:"volume_mounts,omitempty"`
+	// Snapshot, if set (snp_…), starts the sandbox from that saved
+	// snapshot of the project: its template, resources, environment and
+	// egress policy are the snapshot's (template, cpus, memory_mib,
+	// disk_mib and environment must then be absent), on the node that
+	// holds it.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: a new

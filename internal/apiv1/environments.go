@@ -19,13 +19,18 @@ type Environment struct {
 	// Default: a create that names no environment runs in this one.
 	Default bool `json:"default"`
 	// Snapshot is what a suspend keeps: none, filesystem or memory.
-	Snapshot       string             `json:"snapshot"`
-	SnapshotFormat string             `json:"snapshot_format,omitempty"`
-	OOMScope       string             `json:"oom_scope"` // process or sandbox
-	Runtime        EnvironmentRuntime `json:"runtime"`
-	Host           string             `json:"host"`  // os/arch
-	Guest          string             `json:"guest"` // os/arch
-	SchemaVersion  int                `json:"schema_version"`
+	Snapshot       string `json:"snapshot"`
+	SnapshotFormat string `json:"snapshot_format,omitempty"`
+	// Fork is what a fork or a saved snapshot of one of its sandboxes
+	// keeps: "memory" (memory and processes continue), "filesystem" (the
+	// files; processes start again) or "none" (it cannot fork); absent
+	// where this server does not know.
+	Fork          string             `json:"fork,omitempty"`
+	OOMScope      string             `json:"oom_scope"` // process or sandbox
+	Runtime       EnvironmentRuntime `json:"runtime"`
+	Host          string             `json:"host"`  // os/arch
+	Guest         string             `json:"guest"` // os/arch
+	SchemaVersion int                `json:"schema_version"`
 }
 
 // EnvironmentRuntime is an environment's runtime binding.

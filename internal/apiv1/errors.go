@@ -59,6 +59,9 @@ const (
 	CodeBuildFailed          = "build_failed"           // a create whose template's build failed; also a failed build's error code
 	CodeUnknownEgressProfile = "unknown_egress_profile" // an egress policy names a profile that does not exist
 	CodeEgressProfileInUse   = "egress_profile_in_use"  // a profile delete while the policy of a sandbox that is not deleted names it
+	CodeSnapshotNotFound     = "snapshot_not_found"     // the project has no such saved snapshot (another project's is not found either)
+	CodeSnapshotNotReady     = "snapshot_not_ready"     // the snapshot is being made, failed or is being deleted: no sandbox starts from it
+	CodeSnapshotFailed       = "snapshot_failed"        // the snapshot a fork needed could not be made (the message says why); the source runs on
 	CodeNoCapacity           = "no_capacity"            // nodes could run the sandbox but none has room now (sandboxes, memory or pids budget); see Retry-After
 	CodeNoEligibleNode       = "no_eligible_node"       // no live node can run the sandbox (environment, template or node selector); the message says what each lacked
 	CodePortUnreachable      = "port_unreachable"       // nothing in the sandbox answered on the port the port proxy was asked for (refused, timed out, or closed before answering)
@@ -166,6 +169,9 @@ var errorSpecs = []ErrorSpec{
 	{Code: CodeBuildFailed, Status: 424, Connect: "internal", Exit: 1},
 	{Code: CodeUnknownEgressProfile, Status: 400, Connect: "invalid_argument", Exit: 1},
 	{Code: CodeEgressProfileInUse, Status: 409, Connect: "failed_precondition", Exit: 1},
+	{Code: CodeSnapshotNotFound, Status: 404, Connect: "not_found", Exit: 1},
+	{Code: CodeSnapshotNotReady, Status: 409, Connect: "failed_precondition", Exit: 1},
+	{Code: CodeSnapshotFailed, Status: 500, Connect: "internal", Exit: 1},
 	{Code: CodeNoCapacity, Status: 503, Connect: "unavailable", E2BOperationStatus: 503, Exit: 1},
 	{Code: CodeNoEligibleNode, Status: 409, Connect: "failed_precondition", Exit: 1},
 	{Code: CodePortUnreachable, Status: 502, Connect: "unavailable", Exit: 1},

@@ -126,6 +126,7 @@ func (a *app) rootCommand() *cobra.Command {
 	root.AddCommand(
 		a.serverCommand(),
 		a.withLifecycle(a.sandboxCommand()),
+		a.snapshotCommand(),
 		a.execCommand(),
 		a.attachCommand(),
 		a.psCommand(),

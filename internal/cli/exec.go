@@ -390,8 +390,10 @@ const deleteTimeout = 2 * time.Minute
 
 // run creates a sandbox, runs one command in it and deletes it.
 func (a *app) run(ctx context.Context, c *client.Client, sreq apiv1.CreateSandboxRequest, creq apiv1.CreateCommandRequest, waitDelete bool, progress func(string, ...any)) (err error) {
-	if err := a.waitForTemplate(ctx, c, sreq.Template); err != nil {
-		return err
+	if sreq.Snapshot == "" {
+		if err := a.waitForTemplate(ctx, c, sreq.Template); err != nil {
+			return err
+		}
 	}
 	res, err := c.CreateSandbox(ctx, sreq)
 	if err != nil {

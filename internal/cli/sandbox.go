@@ -17,7 +17,7 @@ import (
 func (a *app) sandboxCommand() *cobra.Command {
 	return group("sandbox", "Create, list, inspect, pause, resume, suspend, wake and delete sandboxes",
 		a.sandboxCreateCommand(), a.sandboxListCommand(), a.sandboxGetCommand(), a.sandboxDeleteCommand(),
-		a.sandboxTimeoutCommand())
+		a.sandboxTimeoutCommand(), a.sandboxForkCommand())
 }
 
 // createFlags are the sandbox spec flags of `sandbox create` and `run`.
@@ -35,6 +35,8 @@ type createFlags struct {
 	environment string
 	// volumes are --volume VOLUME:/path, the volumes to mount.
 	volumes []string
+	// snapshot is --snapshot: start from a saved snapshot.
+	snapshot string
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
@@ -46,6 +48,7 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.environment, "environment", "", "execution environment: a name (runsc, crun, runc) or an env:sha256: reference, see `airlock env list` (default: the server's)")
 	fs.StringArrayVar(&f.metadata, "metadata", nil, "metadata label KEY=VALUE (repeatable)")
 	fs.StringArrayVar(&f.volumes, "volume", nil, "mount the project's volume VOLUME (name or ID) read-write at /path: VOLUME:/path (repeatable; see `airlock volume`)")
+	fs.StringVar(&f.snapshot, "snapshot", "", "start from this saved snapshot (snp_…, see `airlock snapshot list`): its template, resources and environment")
 	f.egress.register(fs, "egress-profile", "egress-default")
 	f.timeouts.register(fs)
 }
@@ -87,6 +90,16 @@ func (f *createFlags) request() (apiv1.CreateSandboxRequest, error) {
 	if err := f.timeouts.apply(&req); err != nil {
 		return req, err
 	}
+	if f.snapshot != "" {
+		id, err := model.ParseSnapshotID(f.snapshot)
+		if err != nil {
+			return req, usageErrorf("--snapshot: %w", err)
+		}
+		if req.Template != "" || req.CPUs != 0 || req.MemoryMiB != 0 || req.DiskMiB != 0 || req.Environment != "" {
+			return req, usageErrorf("--snapshot cannot be given with --template, --cpus, --memory-mib, --disk-mib or --environment: the sandbox gets the snapshot's")
+		}
+		req.Snapshot = id.String()
+	}
 	if f.egress.given() {
 		var p apiv1.EgressPolicy
 		if err := f.egress.policy(&p); err != nil {
@@ -117,8 +130,10 @@ func (a *app) sandboxCreateCommand() *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			if err := a.waitForTemplate(ctx, c, req.Template); err != nil {
-				return err
+			if req.Snapshot == "" {
+				if err := a.waitForTemplate(ctx, c, req.Template); err != nil {
+					return err
+				}
 			}
 			res, err := c.CreateSandbox(ctx, req)
 			if err != nil {

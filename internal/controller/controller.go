@@ -378,6 +378,9 @@ func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, retry 
 		return
 	}
 	log.ErrorContext(ctx, "operation failed", "err", err)
+	if op.Kind == model.OpSnapshot {
+		c.failSnapshot(ctx, op.ID, err.Error(), log)
+	}
 	opErr := &model.OperationError{Code: "runtime_error", Message: err.Error()}
 	var from, to model.SandboxState
 	if lc, lerr := model.LifecycleOf(op.Kind); lerr == nil && !lc.Retried() {
@@ -486,6 +489,10 @@ var stepCalls = map[model.Step]stepCall{
 	},
 }
 
+// controllerSteps are the lifecycle steps drive runs itself rather than
+// through stepCalls: they need their operation's record (snapshots.go).
+var controllerSteps = map[model.Step]bool{model.StepSnapshot: true}
+
 // runStep runs one lifecycle step on the worker; a step without a worker
 // call is a permanent error.
 func runStep(ctx context.Context, w *worker.Worker, step model.Step, sb model.Sandbox) (stepResult, error) {
@@ -545,7 +552,12 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 	default:
 		return c.finish(ctx, op, model.OpFailed, cancelled(op.Kind, sb.State), "", "", "")
 	}
-	res, err := runStep(ctx, routed.Worker, lc.Step, sb)
+	var res stepResult
+	if controllerSteps[lc.Step] {
+		err = c.snapshotStep(ctx, op, routed.Worker, sb)
+	} else {
+		res, err = runStep(ctx, routed.Worker, lc.Step, sb)
+	}
 	if err != nil {
 		return err
 	}
@@ -634,6 +646,9 @@ func (c *Controller) Resync(ctx context.Context) error {
 	}
 	if err := c.requeueDeletes(ctx, want); err != nil {
 		c.log.ErrorContext(ctx, "requeue deletes", "err", err)
+	}
+	if err := c.resyncSnapshots(ctx); err != nil {
+		c.log.ErrorContext(ctx, "resync snapshots", "err", err)
 	}
 	notDriven := map[string]int{}
 	for _, sb := range want {

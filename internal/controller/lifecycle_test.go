@@ -15,14 +15,15 @@ import (
 )
 
 // TestEveryLifecycleStepHasAWorkerCall: the controller can run every step
-// (and cleanup step) the lifecycle table names.
+// (and cleanup step) the lifecycle table names: by a worker call, or
+// itself (a step that needs its operation's record).
 func TestEveryLifecycleStepHasAWorkerCall(t *testing.T) {
 	for _, lc := range model.Lifecycles() {
 		for _, step := range []model.Step{lc.Step, lc.Cleanup} {
 			if step == "" {
 				continue
 			}
-			if _, ok := stepCalls[step]; !ok {
+			if _, ok := stepCalls[step]; !ok && !controllerSteps[step] {
 				t.Errorf("lifecycle %s: step %q has no worker call", lc.Kind, step)
 			}
 		}

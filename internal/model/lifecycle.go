@@ -32,6 +32,11 @@ const (
 	// once its agent answers (idempotent: a half-restored sandbox is
 	// restored again; the snapshot is kept until the sandbox is deleted).
 	StepWake Step = "wake"
+	// StepSnapshot writes a live snapshot of the running sandbox into the
+	// snapshot record of its operation, leaving it running (idempotent: a
+	// complete snapshot is reported again, a half-written one made
+	// again).
+	StepSnapshot Step = "snapshot"
 )
 
 // Lifecycle describes one operation kind: which sandbox states a request may
@@ -123,10 +128,21 @@ var lifecycles = []Lifecycle{
 		Step:       StepWake,
 	},
 	{
+		// A live snapshot (a snapshot record's, or a fork's): the
+		// sandbox runs on whatever happens; a failed one fails its
+		// snapshot record, not the sandbox.
+		Kind:       OpSnapshot,
+		From:       []SandboxState{StateRunning},
+		InProgress: StateSnapshotting,
+		Final:      StateRunning,
+		Failure:    StateRunning,
+		Step:       StepSnapshot,
+	},
+	{
 		Kind: OpDelete,
 		From: []SandboxState{
 			StatePending, StateCreating, StateRunning, StatePausing, StatePaused, StateResuming,
-			StateSuspending, StateSuspended, StateWaking, StateFailed,
+			StateSuspending, StateSuspended, StateWaking, StateSnapshotting, StateFailed,
 		},
 		InProgress: StateDeleting,
 		Final:      StateDeleted,

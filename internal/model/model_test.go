@@ -356,3 +356,51 @@ func TestSetEnv(t *testing.T) {
 		}
 	}
 }
+
+func FuzzParseSnapshotID(f *testing.F) {
+	f.Add(NewSnapshotID().String())
+	f.Add("snp_")
+	f.Add("sbx_aaaaaaaaaaaaaaaaaaaaaaaaaa")
+	f.Add("snp_aaaaaaaaaaaaaaaaaaaaaaaaa1")
+	f.Fuzz(func(t *testing.T, s string) {
+		id, err := ParseSnapshotID(s)
+		if err != nil {
+			return
+		}
+		if id.String() != s || len(s) != 4+idRandomLen {
+			t.Fatalf("accepted %q as %q", s, id)
+		}
+		if _, err := ParseSandboxID(s); err == nil {
+			t.Fatalf("%q parses as a snapshot ID and a sandbox ID", s)
+		}
+	})
+}
+
+func TestSnapshotIDAndForkCount(t *testing.T) {
+	for _, tc := range []struct {
+		in string
+		ok bool
+	}{
+		{NewSnapshotID().String(), true},
+		{NewSandboxID().String(), false},
+		{"snp_../../etc/passwd", false},
+		{"", false},
+	} {
+		if _, err := ParseSnapshotID(tc.in); (err == nil) != tc.ok {
+			t.Errorf("ParseSnapshotID(%q) = %v, want ok %v", tc.in, err, tc.ok)
+		}
+	}
+	for n, ok := range map[int]bool{0: false, 1: true, 16: true, 17: false, -1: false} {
+		if err := CheckForkCount(n); (err == nil) != ok {
+			t.Errorf("CheckForkCount(%d) = %v, want ok %v", n, err, ok)
+		}
+	}
+	for _, s := range []SnapshotState{SnapshotCreating, SnapshotReady, SnapshotFailed, SnapshotDeleting} {
+		if got, err := ParseSnapshotState(string(s)); err != nil || got != s {
+			t.Errorf("ParseSnapshotState(%q) = %q, %v", s, got, err)
+		}
+	}
+	if _, err := ParseSnapshotState("gone"); err == nil {
+		t.Error("ParseSnapshotState accepted gone")
+	}
+}

@@ -208,6 +208,10 @@ type Sandbox struct {
 	// Snapshot is set while the sandbox is suspended (and kept while it
 	// wakes): what its suspend wrote.
 	Snapshot *Snapshot
+	// FromSnapshot, if set, is the saved snapshot the sandbox was created
+	// from (a fork, or a create with "snapshot"): its create makes it from
+	// the snapshot's files instead of the template alone.
+	FromSnapshot SnapshotID
 	// Pool is set while the sandbox is an unclaimed sandbox of that warm
 	// pool (its project is SystemProject); a claim clears it.
 	Pool PoolID
@@ -236,6 +240,9 @@ const (
 	OpResume  OperationKind = "resume"
 	OpSuspend OperationKind = "suspend"
 	OpWake    OperationKind = "wake"
+	// OpSnapshot takes a live snapshot of a running sandbox into a
+	// SnapshotRecord (its Operation), leaving it running.
+	OpSnapshot OperationKind = "snapshot"
 )
 
 // OperationState is an operation's progress.

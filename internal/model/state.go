@@ -21,16 +21,20 @@ const (
 	StateSuspending SandboxState = "suspending"
 	StateSuspended  SandboxState = "suspended"
 	StateWaking     SandboxState = "waking"
-	StateDeleting   SandboxState = "deleting"
-	StateDeleted    SandboxState = "deleted"
-	StateFailed     SandboxState = "failed"
+	// StateSnapshotting: a live snapshot of the running sandbox is being
+	// taken (POST /v1/sandboxes/{id}/snapshots, a fork); it runs on, and
+	// is running again once it is written.
+	StateSnapshotting SandboxState = "snapshotting"
+	StateDeleting     SandboxState = "deleting"
+	StateDeleted      SandboxState = "deleted"
+	StateFailed       SandboxState = "failed"
 )
 
 // AllSandboxStates lists every state, in lifecycle order.
 func AllSandboxStates() []SandboxState {
 	return []SandboxState{
 		StatePending, StateCreating, StateRunning, StatePausing, StatePaused, StateResuming,
-		StateSuspending, StateSuspended, StateWaking, StateDeleting, StateDeleted, StateFailed,
+		StateSuspending, StateSuspended, StateWaking, StateSnapshotting, StateDeleting, StateDeleted, StateFailed,
 	}
 }
 
@@ -60,7 +64,7 @@ var ErrInvalidTransition = errors.New("invalid state transition")
 var transitions = map[SandboxState][]SandboxState{
 	StatePending:  {StateCreating, StateFailed, StateDeleting},
 	StateCreating: {StateRunning, StateFailed, StateDeleting},
-	StateRunning:  {StatePausing, StateSuspending, StateFailed, StateDeleting},
+	StateRunning:  {StatePausing, StateSuspending, StateSnapshotting, StateFailed, StateDeleting},
 	StatePausing:  {StatePaused, StateRunning, StateFailed, StateDeleting},
 	// paused → running only when a suspend of a paused sandbox failed
 	// before it began (the suspend's failure state).
@@ -69,9 +73,11 @@ var transitions = map[SandboxState][]SandboxState{
 	StateSuspending: {StateSuspended, StateRunning, StateFailed, StateDeleting},
 	StateSuspended:  {StateWaking, StateFailed, StateDeleting},
 	StateWaking:     {StateRunning, StateSuspended, StateFailed, StateDeleting},
-	StateFailed:     {StateDeleting},
-	StateDeleting:   {StateDeleted},
-	StateDeleted:    nil,
+	// A snapshot leaves its sandbox running, whether it succeeds or not.
+	StateSnapshotting: {StateRunning, StateFailed, StateDeleting},
+	StateFailed:       {StateDeleting},
+	StateDeleting:     {StateDeleted},
+	StateDeleted:      nil,
 }
 
 // CanTransition reports whether the state machine allows from → to.

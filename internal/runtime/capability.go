@@ -23,11 +23,17 @@ const (
 	// CapNetwork: put a sandbox into a prepared Spec.Network (without it,
 	// a sandbox has loopback only and Spec.Network must be nil).
 	CapNetwork Capability = "network"
+	// CapLiveSnapshot: snapshot a running sandbox into a directory of its
+	// own, leaving it running, and create new sandboxes from that snapshot
+	// (Spec.From): forks (LiveSnapshotter). What a fork keeps is the
+	// kind SnapshotKindOf says (memory: processes continue; filesystem:
+	// the files only, processes start again).
+	CapLiveSnapshot Capability = "live-snapshot"
 )
 
 // AllCapabilities lists every known capability, in the order
 // Capabilities.List returns them.
-var AllCapabilities = []Capability{CapPause, CapCheckpoint, CapFilesystemSnapshot, CapNetwork}
+var AllCapabilities = []Capability{CapPause, CapCheckpoint, CapFilesystemSnapshot, CapNetwork, CapLiveSnapshot}
 
 func (c Capability) bit() (uint32, bool) {
 	for i, k := range AllCapabilities {

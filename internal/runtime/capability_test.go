@@ -22,7 +22,7 @@ func TestCapabilities(t *testing.T) {
 		{"order and duplicates", NewCapabilities(CapNetwork, CapPause, CapNetwork), []Capability{CapPause, CapNetwork}, `["pause","network"]`},
 		{"with", NewCapabilities(CapPause).With(CapCheckpoint), []Capability{CapPause, CapCheckpoint}, `["pause","checkpoint"]`},
 		{"without", NewCapabilities(CapPause, CapCheckpoint).Without(CapPause), []Capability{CapCheckpoint}, `["checkpoint"]`},
-		{"all", NewCapabilities(AllCapabilities...), AllCapabilities, `["pause","checkpoint","filesystem-snapshot","network"]`},
+		{"all", NewCapabilities(AllCapabilities...), AllCapabilities, `["pause","checkpoint","filesystem-snapshot","network","live-snapshot"]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.set.List(); !slices.Equal(got, tc.want) {

@@ -93,6 +93,15 @@ type Spec struct {
 	// that the guest's root and users may write them: a runtime that
 	// cannot refuses a Spec with any (ErrNotSupported).
 	Volumes []VolumeMount
+	// From, if set, is a snapshot LiveSnapshotter.SnapshotRunning wrote
+	// of another sandbox: Create makes this new sandbox (its own ID, state
+	// directory, id range and network) from it instead of from the
+	// template alone, continuing the source's root filesystem changes and,
+	// for a SnapshotMemory, its processes (which run from Create on: Start
+	// is then a no-op). The snapshot is read, never consumed: any number
+	// of sandboxes are made from it. Spec.Resources.DiskBytes must be the
+	// source's. A Create that fails leaves nothing of the new sandbox.
+	From *Snapshot
 	// Start says that the caller starts the sandbox right after Create (a
 	// create that is not stopped half-way): a runtime that can create and
 	// start in one step (an OCI runtime's `run --detach`, one exec instead

@@ -68,3 +68,40 @@ func SnapshotKindOf(c Capabilities) model.SnapshotKind {
 	}
 	return ""
 }
+
+// LiveSnapshotter is the method set of CapLiveSnapshot.
+type LiveSnapshotter interface {
+	// SnapshotRunning writes a snapshot of a running or paused sandbox
+	// into dir, leaving the sandbox as it was (running, or paused):
+	// its processes go on, its files and state directory are not
+	// changed. dir must not exist (its parent must); it is written under
+	// a temporary name and renamed once complete, so dir either holds a
+	// complete snapshot or does not exist. A dir that already holds a
+	// complete snapshot is returned as it is (a retried call). The
+	// snapshot depends on nothing of the source sandbox: deleting the
+	// source keeps it usable.
+	SnapshotRunning(ctx context.Context, id model.SandboxID, dir string) (Snapshot, error)
+	// RemoveSnapshot removes a snapshot SnapshotRunning wrote at dir (and
+	// the temporary directory of one that stopped half-way). Removing an
+	// absent one is a no-op.
+	RemoveSnapshot(ctx context.Context, dir string) error
+}
+
+// AsLiveSnapshotter returns rt's live snapshot methods if rt claims
+// CapLiveSnapshot, and an error wrapping ErrNotSupported otherwise.
+func AsLiveSnapshotter(rt Runtime) (LiveSnapshotter, error) {
+	info := rt.Info()
+	if !info.Capabilities.Has(CapLiveSnapshot) {
+		return nil, fmt.Errorf("snapshot of a running sandbox on %s: %w", info.Name, ErrNotSupported)
+	}
+	s, ok := rt.(LiveSnapshotter)
+	if !ok {
+		return nil, fmt.Errorf("snapshot of a running sandbox on %s: claims %s without implementing runtime.LiveSnapshotter: %w", info.Name, CapLiveSnapshot, ErrNotSupported)
+	}
+	return s, nil
+}
+
+// SnapshotTempSuffix is appended to a live snapshot's directory while it
+// is being written: a directory with it is a snapshot that a crash cut
+// short, which nothing refers to and a reconciler removes.
+const SnapshotTempSuffix = ".tmp"

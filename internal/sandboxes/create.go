@@ -27,6 +27,10 @@ type CreateRequest struct {
 	// PublicPorts: the sandbox's guest ports answer without its traffic
 	// token (E2B's allowPublicTraffic).
 	PublicPorts bool
+	// Snapshot, if set, is the saved snapshot the sandbox starts from: its
+	// template, resources and environment are the snapshot's (Template,
+	// Resources, Environment and NodeSelector are ignored), on its node.
+	Snapshot model.SnapshotID
 	// Environment is the execution environment asked for (a name or a
 	// reference); nil: the server's default.
 	Environment *environment.Selector
@@ -59,6 +63,13 @@ type Created struct {
 // checked last, by the store, in the transaction that inserts the sandbox:
 // racing creates cannot both take the last slot.
 func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error) {
+	if req.Snapshot != "" {
+		out, err := s.createFromSnapshot(ctx, req, req.Snapshot, 1, false)
+		if err != nil {
+			return Created{}, err
+		}
+		return out[0], nil
+	}
 	if err := s.CheckResources(req.Resources); err != nil {
 		return Created{}, err
 	}

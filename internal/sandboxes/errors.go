@@ -41,6 +41,13 @@ const (
 	Busy Kind = "busy"
 	// InvalidTransition: the sandbox's state does not allow it.
 	InvalidTransition Kind = "invalid transition"
+	// SnapshotNotFound: the project has no such snapshot.
+	SnapshotNotFound Kind = "snapshot not found"
+	// SnapshotNotReady: the snapshot is being made, failed or is being
+	// deleted: no sandbox can start from it.
+	SnapshotNotReady Kind = "snapshot not ready"
+	// SnapshotFailed: the snapshot a fork needed could not be made.
+	SnapshotFailed Kind = "snapshot failed"
 	// ResumeTimeout: the sandbox did not run within the resume bound.
 	ResumeTimeout Kind = "resume timeout"
 	// VolumeNotFound: a volume a create mounts is not the project's.

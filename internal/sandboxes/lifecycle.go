@@ -208,6 +208,10 @@ func (s *Service) checkSupported(sb model.Sandbox, kind model.OperationKind) err
 		if !sup.Pause {
 			return errorf(NotSupported, "sandbox %s runs on %s, which cannot pause", sb.ID, runtimeName(sb))
 		}
+	case model.OpSnapshot:
+		if !sup.LiveSnapshot {
+			return errorf(NotSupported, "sandbox %s runs on %s, which cannot snapshot a running sandbox (nor fork it)", sb.ID, runtimeName(sb))
+		}
 	case model.OpSuspend, model.OpWake:
 		if sup.Snapshot == "" {
 			return errorf(NotSupported, "sandbox %s runs on %s, which cannot snapshot a sandbox: it cannot be suspended", sb.ID, runtimeName(sb))
@@ -274,7 +278,7 @@ func (s *Service) RunFirst(ctx context.Context, project model.ProjectID, sb mode
 				s.log.InfoContext(ctx, "request resumes its sandbox first", "sandbox", cur.ID, "operation", op.ID, "kind", op.Kind)
 				continue // it is now resuming (or waking)
 			}
-		case model.StatePausing, model.StateResuming, model.StateSuspending, model.StateWaking:
+		case model.StatePausing, model.StateResuming, model.StateSuspending, model.StateWaking, model.StateSnapshotting:
 			// An operation is under way: wait for it to end.
 		default:
 			return model.Sandbox{}, guestops.NotRunning(cur.ID, cur.State)

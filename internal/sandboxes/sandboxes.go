@@ -57,6 +57,8 @@ type Store interface {
 	// GetVolume resolves the volumes a create mounts.
 	GetVolume(ctx context.Context, project model.ProjectID, ref model.VolumeRef) (model.Volume, error)
 	CreateSandbox(ctx context.Context, sb model.Sandbox, egress policy.Spec, op model.Operation, idem *store.IdempotencyRecord) error
+	CreateSandboxes(ctx context.Context, sbs []model.Sandbox, egress policy.Spec, ops []model.Operation, idem *store.IdempotencyRecord) error
+	store.Snapshots
 	GetSandbox(ctx context.Context, project model.ProjectID, id model.SandboxID) (model.Sandbox, error)
 	RequestDelete(ctx context.Context, req store.DeleteRequest) (model.Sandbox, error)
 	RequestOperation(ctx context.Context, req store.OperationRequest) (model.Sandbox, error)
@@ -146,6 +148,9 @@ type LifecycleSupport struct {
 	// Snapshot is the kind of snapshot a suspend writes; "": the runtime
 	// cannot suspend (nor wake).
 	Snapshot model.SnapshotKind
+	// LiveSnapshot: a snapshot of the running sandbox that leaves it
+	// running (the snapshot noun, forks); its kind is Snapshot's.
+	LiveSnapshot bool
 }
 
 // Service creates, deletes and changes the lifecycle of sandboxes.

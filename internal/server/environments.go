@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 
 	"github.com/airlockdev/airlock/internal/environment"
@@ -212,6 +213,9 @@ func newWorkers(environments []enabledEnvironment, base worker.Config, st store.
 		cfg := base
 		cfg.Runtime = e.rt
 		cfg.Environment = e.local.Ref // its snapshots record it; another's are not restored here
+		if cfg.SnapshotDir != "" {
+			cfg.SnapshotDir = filepath.Join(cfg.SnapshotDir, string(e.local.Name))
+		}
 		cfg.Logger = log.With("component", "worker", "env", e.local.Name)
 		w, err := worker.New(cfg)
 		if err != nil {

@@ -104,9 +104,14 @@ func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, te
 			return def.Config.Env, err
 		},
 		FetchTemplate: fetchTemplate(templates, dist),
-		AgentBinary:   agentBin,
-		Fault:         fault,
-		Metrics:       m,
+		// One directory per environment below it (newWorkers).
+		SnapshotDir: dd.join("snapshots"),
+		LookupSnapshot: func(ctx context.Context, id model.SnapshotID) (model.SnapshotRecord, error) {
+			return st.GetSnapshotByID(ctx, id)
+		},
+		AgentBinary: agentBin,
+		Fault:       fault,
+		Metrics:     m,
 		// Spans of the runtime calls and the agents' requests.
 		TracerProvider: opts.TracerProvider,
 	}, st, log)

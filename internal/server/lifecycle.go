@@ -21,6 +21,8 @@ func lifecycleSupport(rts ...infoer) func(model.Sandbox) (sandboxes.LifecycleSup
 			return sandboxes.LifecycleSupport{
 				Pause:    info.Capabilities.Has(runtime.CapPause),
 				Snapshot: runtime.SnapshotKindOf(info.Capabilities),
+				// A live snapshot's kind is the suspend's.
+				LiveSnapshot: info.Capabilities.Has(runtime.CapLiveSnapshot),
 			}, true
 		}
 		return sandboxes.LifecycleSupport{}, false

@@ -306,6 +306,8 @@ type Store interface {
 
 	// Egress policies, profiles and secrets (egress.go).
 	Egress
+	// Saved snapshots of running sandboxes (snapshots.go).
+	Snapshots
 	// Execution environments and each node's view of them (environments.go).
 	Environments
 
@@ -342,6 +344,12 @@ type Store interface {
 	// binds them to its node (ErrVolumeElsewhere); a sandbox not placed
 	// yet cannot mount volumes.
 	CreateSandbox(ctx context.Context, sb model.Sandbox, egress policy.Spec, op model.Operation, idem *IdempotencyRecord) error
+	// CreateSandboxes is CreateSandbox of several sandboxes (each with its
+	// operation, ops[i] of sbs[i]) with one egress policy, in one
+	// transaction: the quota admits all of them or none. A sandbox with
+	// FromSnapshot needs that snapshot ready (else ErrSnapshotNotReady,
+	// or ErrNotFound for another project's or a missing one).
+	CreateSandboxes(ctx context.Context, sbs []model.Sandbox, egress policy.Spec, ops []model.Operation, idem *IdempotencyRecord) error
 	// GetSandbox returns a sandbox of the given project (ErrNotFound for another project's).
 	GetSandbox(ctx context.Context, project model.ProjectID, id model.SandboxID) (model.Sandbox, error)
 	// GetSandboxByID is for the control loops and the data plane, which are not project-scoped.

@@ -71,6 +71,12 @@ type Config struct {
 	// Volumes mounts the volumes of this node on the host (nil: sandboxes
 	// that mount volumes fail to create).
 	Volumes Volumes
+	// SnapshotDir is where this worker's runtime writes saved snapshots,
+	// one directory per snapshot ID (snapshots.go); "": none.
+	SnapshotDir string
+	// LookupSnapshot returns a saved snapshot's record, for a sandbox
+	// created from it; nil: such sandboxes fail.
+	LookupSnapshot func(context.Context, model.SnapshotID) (model.SnapshotRecord, error)
 	// Fault, if set, is called at named points of Ensure and Destroy so tests
 	// can kill the process there (see internal/faults).
 	Fault  func(point string)
@@ -172,7 +178,7 @@ func (w *Worker) Ensure(ctx context.Context, sb model.Sandbox) error {
 	_ = w.rtErr("state", err)
 	switch {
 	case errors.Is(err, runtime.ErrNotFound):
-		spec, err := w.spec(ctx, sb)
+		spec, err := w.createSpec(ctx, sb)
 		if err != nil {
 			return err
 		}
@@ -186,7 +192,7 @@ func (w *Worker) Ensure(ctx context.Context, sb model.Sandbox) error {
 		if err := w.Destroy(ctx, sb.ID); err != nil {
 			return err
 		}
-		spec, err := w.spec(ctx, sb)
+		spec, err := w.createSpec(ctx, sb)
 		if err != nil {
 			return err
 		}
@@ -257,6 +263,19 @@ func (w *Worker) waitAgent(ctx context.Context, id model.SandboxID) error {
 // The inputs of a runtime.Spec are prepared by separate steps, each
 // idempotent (it may run again after a crash): the template's tree on this
 // node (rootFS), the sandbox's network (network) and its environment (env).
+
+// createSpec is spec for a create: from the sandbox's saved snapshot if
+// it has one.
+func (w *Worker) createSpec(ctx context.Context, sb model.Sandbox) (runtime.Spec, error) {
+	spec, err := w.spec(ctx, sb)
+	if err != nil || sb.FromSnapshot == "" {
+		return spec, err
+	}
+	if spec.From, err = w.from(ctx, sb); err != nil {
+		return runtime.Spec{}, err
+	}
+	return spec, nil
+}
 
 // spec prepares every input of the sandbox's runtime.Spec.
 func (w *Worker) spec(ctx context.Context, sb model.Sandbox) (runtime.Spec, error) {

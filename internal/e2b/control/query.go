@@ -27,13 +27,13 @@ const (
 )
 
 // e2bStateOf maps a native state to E2B's two states. Native pending,
-// creating, resuming and waking count as running (they become running on
+// creating, resuming, waking and snapshotting count as running (they become running on
 // their own); pausing, paused, suspending and suspended as paused (E2B pause
 // is Airlock suspend; a frozen sandbox is paused too). Failed, deleting and
 // deleted sandboxes do not exist for E2B (ok false).
 func e2bStateOf(s model.SandboxState) (e2bState, bool) {
 	switch s {
-	case model.StatePending, model.StateCreating, model.StateRunning, model.StateResuming, model.StateWaking:
+	case model.StatePending, model.StateCreating, model.StateRunning, model.StateResuming, model.StateWaking, model.StateSnapshotting:
 		return stateRunning, true
 	case model.StatePausing, model.StatePaused, model.StateSuspending, model.StateSuspended:
 		return statePaused, true

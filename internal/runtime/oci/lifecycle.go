@@ -58,8 +58,20 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 	case !errors.Is(err, runtime.ErrNotFound):
 		return fmt.Errorf("create %s: %w", spec.ID, err)
 	}
+	if spec.Restore != nil && spec.From != nil {
+		return fmt.Errorf("create %s: a sandbox is restored from its own snapshot or made from another's, not both", spec.ID)
+	}
 	if spec.Restore != nil {
 		return r.createRestored(ctx, spec, dirs)
+	}
+	if spec.From != nil {
+		if hasSnapshot(dirs) {
+			return fmt.Errorf("create %s: the sandbox is suspended (its state directory holds a snapshot)", spec.ID)
+		}
+		if started, err = r.createFrom(ctx, spec, dirs); err != nil {
+			return fmt.Errorf("create %s from a snapshot: %w", spec.ID, err)
+		}
+		return nil
 	}
 	if hasSnapshot(dirs) {
 		// Its filesystem is the suspended sandbox: never a leftover.
@@ -170,8 +182,13 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 	if err != nil {
 		return err
 	}
-	if err := r.prepareStorage(ctx, spec.Resources.DiskBytes, spec.Restore != nil, dirs, ids); err != nil {
+	if err := r.prepareStorage(ctx, spec.Resources.DiskBytes, spec.Restore != nil || spec.From != nil, dirs, ids); err != nil {
 		return err
+	}
+	if spec.From != nil {
+		if err := adoptForkedFS(spec, dirs, ids); err != nil {
+			return fmt.Errorf("adopt the snapshot's filesystem: %w", err)
+		}
 	}
 	oci, err := r.bundleSpec(spec, dirs, ids, agent)
 	if err != nil {

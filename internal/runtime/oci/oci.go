@@ -250,7 +250,7 @@ func (r *Runtime) Info() runtime.Info {
 // and crun would need CRIU, and Debian's does not work on the kernels
 // Airlock runs on, so they claim only the filesystem snapshot (suspend.go).
 func CapabilitiesOf(f Flavor) runtime.Capabilities {
-	caps := runtime.NewCapabilities(runtime.CapPause, runtime.CapNetwork)
+	caps := runtime.NewCapabilities(runtime.CapPause, runtime.CapNetwork, runtime.CapLiveSnapshot)
 	if f == FlavorRunsc {
 		return caps.With(runtime.CapCheckpoint)
 	}

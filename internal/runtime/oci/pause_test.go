@@ -19,9 +19,9 @@ func TestCapabilitiesPerFlavor(t *testing.T) {
 		flavor Flavor
 		want   []runtime.Capability
 	}{
-		{FlavorRunc, []runtime.Capability{runtime.CapPause, runtime.CapFilesystemSnapshot, runtime.CapNetwork}},
-		{FlavorCrun, []runtime.Capability{runtime.CapPause, runtime.CapFilesystemSnapshot, runtime.CapNetwork}},
-		{FlavorRunsc, []runtime.Capability{runtime.CapPause, runtime.CapCheckpoint, runtime.CapNetwork}},
+		{FlavorRunc, []runtime.Capability{runtime.CapPause, runtime.CapFilesystemSnapshot, runtime.CapNetwork, runtime.CapLiveSnapshot}},
+		{FlavorCrun, []runtime.Capability{runtime.CapPause, runtime.CapFilesystemSnapshot, runtime.CapNetwork, runtime.CapLiveSnapshot}},
+		{FlavorRunsc, []runtime.Capability{runtime.CapPause, runtime.CapCheckpoint, runtime.CapNetwork, runtime.CapLiveSnapshot}},
 	} {
 		t.Run(string(tc.flavor), func(t *testing.T) {
 			want := runtime.NewCapabilities(tc.want...)

@@ -43,6 +43,9 @@ func testCapabilitiesConsistent(t *testing.T, s *suite, newRuntime newRuntimeFun
 		t.Errorf("AsPauser of a runtime not claiming %s = %v, want ErrNotSupported", runtime.CapPause, err)
 	}
 	checkSuspenderClaim(t, rt)
+	if _, implements := rt.(runtime.LiveSnapshotter); rt.Info().Capabilities.Has(runtime.CapLiveSnapshot) && !implements {
+		t.Errorf("%T claims %s without implementing runtime.LiveSnapshotter", rt, runtime.CapLiveSnapshot)
+	}
 	if again := newRuntime(t).Info().Capabilities; again != caps {
 		t.Errorf("a second value of the same configuration claims %v, the first %v", again, caps)
 	}

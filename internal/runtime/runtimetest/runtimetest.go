@@ -98,6 +98,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime) {
 		{"SuspendWake", testSuspendWake, 1},
 		{"SuspendPaused", testSuspendPaused, 1},
 		{"SuspendWakeNetwork", testSuspendWakeNetwork, 1},
+		{"LiveSnapshotFork", testLiveSnapshotFork, 3},
 		{"UnknownSandbox", testUnknownSandbox, 0},
 		{"EchoAndEnv", testEchoAndEnv, 1},
 		{"WritableCopyOnWriteRoot", testWritableRoot, 1},

@@ -140,7 +140,7 @@ func (s *Store) RequestOperation(ctx context.Context, req store.OperationRequest
 	switch {
 	case err != nil:
 		return model.Sandbox{}, fmt.Errorf("request operation on sandbox %s: %w", req.SandboxID, err)
-	case op.Kind == model.OpCreate || op.Kind == model.OpDelete:
+	case op.Kind == model.OpCreate || op.Kind == model.OpDelete || op.Kind == model.OpSnapshot:
 		return model.Sandbox{}, fmt.Errorf("request operation on sandbox %s: %w: a %s has its own request", req.SandboxID, model.ErrInvalid, op.Kind)
 	case op.State != "" && op.State != model.OpPending:
 		return model.Sandbox{}, fmt.Errorf("request %s of sandbox %s: %w: a new operation must be pending, not %s", op.Kind, req.SandboxID, model.ErrInvalid, op.State)
@@ -149,39 +149,47 @@ func (s *Store) RequestOperation(ctx context.Context, req store.OperationRequest
 	}
 	var out model.Sandbox
 	err = s.write(ctx, true, func(t tx) error {
-		if err := t.insertIdempotency(ctx, req.Idempotency); err != nil {
-			return err
-		}
-		from, err := t.lockSandboxState(ctx, req.SandboxID, req.ProjectID)
-		if err != nil {
-			return err
-		}
-		var kind string
-		err = t.queryRow(ctx, `SELECT kind FROM operations WHERE sandbox_id = ? AND state IN (?, ?) ORDER BY created_at LIMIT 1`,
-			string(req.SandboxID), string(model.OpPending), string(model.OpRunning)).Scan(&kind)
-		switch {
-		case err == nil:
-			return fmt.Errorf("%w (a %s)", store.ErrBusy, kind)
-		case !errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("look for unfinished operations: %w", err)
-		}
-		if err := lc.CheckStart(from); err != nil {
-			return err
-		}
-		if err := t.setSandboxState(ctx, req.SandboxID, from, lc.InProgress, req.Reason, req.Now); err != nil {
-			return err
-		}
-		if err := t.insertOperation(ctx, op); err != nil {
-			return err
-		}
-		out, err = scanSandbox(t.queryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes s WHERE s.id = ?`, string(req.SandboxID)))
-		if err != nil {
-			return fmt.Errorf("read sandbox: %w", err)
-		}
-		return nil
+		out, err = t.requestOperation(ctx, req, lc)
+		return err
 	})
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("request %s of sandbox %s: %w", op.Kind, req.SandboxID, err)
+	}
+	return out, nil
+}
+
+// requestOperation is RequestOperation's transaction: the idempotency
+// record, the sandbox's move to the kind's in-progress state and the
+// operation; it returns the sandbox after the change.
+func (t tx) requestOperation(ctx context.Context, req store.OperationRequest, lc model.Lifecycle) (model.Sandbox, error) {
+	if err := t.insertIdempotency(ctx, req.Idempotency); err != nil {
+		return model.Sandbox{}, err
+	}
+	from, err := t.lockSandboxState(ctx, req.SandboxID, req.ProjectID)
+	if err != nil {
+		return model.Sandbox{}, err
+	}
+	var kind string
+	err = t.queryRow(ctx, `SELECT kind FROM operations WHERE sandbox_id = ? AND state IN (?, ?) ORDER BY created_at LIMIT 1`,
+		string(req.SandboxID), string(model.OpPending), string(model.OpRunning)).Scan(&kind)
+	switch {
+	case err == nil:
+		return model.Sandbox{}, fmt.Errorf("%w (a %s)", store.ErrBusy, kind)
+	case !errors.Is(err, sql.ErrNoRows):
+		return model.Sandbox{}, fmt.Errorf("look for unfinished operations: %w", err)
+	}
+	if err := lc.CheckStart(from); err != nil {
+		return model.Sandbox{}, err
+	}
+	if err := t.setSandboxState(ctx, req.SandboxID, from, lc.InProgress, req.Reason, req.Now); err != nil {
+		return model.Sandbox{}, err
+	}
+	if err := t.insertOperation(ctx, req.Operation); err != nil {
+		return model.Sandbox{}, err
+	}
+	out, err := scanSandbox(t.queryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes s WHERE s.id = ?`, string(req.SandboxID)))
+	if err != nil {
+		return model.Sandbox{}, fmt.Errorf("read sandbox: %w", err)
 	}
 	return out, nil
 }

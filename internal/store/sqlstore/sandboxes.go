@@ -23,7 +23,7 @@ const (
 const sandboxColumns = `s.id, s.project_id, s.template_digest, s.cpus, s.memory_mib, s.disk_mib, s.env, s.metadata,
 	s.state, s.state_reason, s.node_id, s.runtime, s.created_at, s.updated_at,
 	s.environment, s.snapshot, s.idle_timeout_ms, s.deadline, s.on_timeout, s.last_activity_at, s.node_selector,
-	s.pool_id, s.source, s.public_ports, s.host_pids, s.volume_mounts`
+	s.pool_id, s.source, s.public_ports, s.host_pids, s.volume_mounts, s.from_snapshot`
 
 func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 	var (
@@ -32,7 +32,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 		env, metadata, state, node, rt string
 		created, updated               int64
 		envRef, onTimeout, selector    string
-		pool, source                   string
+		pool, source, fromSnapshot     string
 		snapshot                       sql.NullString
 		idleMS, deadline, activity     int64
 		public                         int
@@ -41,7 +41,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 	err := row.Scan(&id, &project, &digest, &sb.Resources.CPUs, &sb.Resources.MemoryMiB, &sb.Resources.DiskMiB, &env, &metadata,
 		&state, &sb.StateReason, &node, &rt, &created, &updated,
 		&envRef, &snapshot, &idleMS, &deadline, &onTimeout, &activity, &selector,
-		&pool, &source, &public, &sb.Resources.HostPids, &volumes)
+		&pool, &source, &public, &sb.Resources.HostPids, &volumes, &fromSnapshot)
 	if err != nil {
 		return model.Sandbox{}, err
 	}
@@ -49,6 +49,11 @@ func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 		return model.Sandbox{}, fmt.Errorf("stored sandbox %s: volume mounts: %w", id, err)
 	}
 	sb.PublicPorts = public != 0
+	if fromSnapshot != "" {
+		if sb.FromSnapshot, err = model.ParseSnapshotID(fromSnapshot); err != nil {
+			return model.Sandbox{}, fmt.Errorf("stored sandbox %s: %w", id, err)
+		}
+	}
 	if pool != "" {
 		if sb.Pool, err = model.ParsePoolID(pool); err != nil {
 			return model.Sandbox{}, fmt.Errorf("stored sandbox %s: %w", id, err)
@@ -130,88 +135,127 @@ func jsonMap(m map[string]string) (string, error) {
 // retry of a create that took the last slot is answered as a replay, not
 // as over quota.
 func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, egress policy.Spec, op model.Operation, idem *store.IdempotencyRecord) error {
-	if err := checkCreate(sb, op); err != nil {
-		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
-	}
-	if err := egress.Check(); err != nil {
-		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
-	}
-	egressText, err := encodeSpec(egress)
-	if err != nil {
-		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
-	}
-	env, err := jsonMap(sb.Env)
-	if err != nil {
-		return fmt.Errorf("create sandbox %s: env: %w", sb.ID, err)
-	}
-	metadata, err := jsonMap(sb.Metadata)
-	if err != nil {
-		return fmt.Errorf("create sandbox %s: metadata: %w", sb.ID, err)
-	}
-	onTimeout, err := model.ParseOnTimeout(string(sb.Timeouts.OnTimeout)) // "": delete
-	if err != nil {
-		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
-	}
-	selector, err := selectorJSON(sb.NodeSelector)
-	if err != nil {
-		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
-	}
-	volumes, err := encodeVolumeMounts(sb.VolumeMounts)
-	if err != nil {
-		return fmt.Errorf("create sandbox %s: volume mounts: %w", sb.ID, err)
-	}
-	err = s.write(ctx, true, func(t tx) error {
+	err := s.write(ctx, true, func(t tx) error {
 		t.concerns(sb.NodeID) // none when unplaced: the duty pass places it
 		if err := t.insertIdempotency(ctx, idem); err != nil {
 			return err
 		}
-		if err := t.admit(ctx, sb.ProjectID, sb.Resources); err != nil {
-			return err
-		}
-		// The template must be live, and stays so until this commits.
-		if err := t.lockLiveTemplate(ctx, sb.Template); err != nil {
-			return err
-		}
-		_, err := t.exec(ctx, `INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, disk_mib, env, metadata,
-			state, state_reason, node_id, runtime, created_at, updated_at, egress,
-			environment, idle_timeout_ms, deadline, on_timeout, last_activity_at, node_selector, pool_id, public_ports, host_pids, volume_mounts)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			string(sb.ID), string(sb.ProjectID), string(sb.Template), sb.Resources.CPUs, sb.Resources.MemoryMiB,
-			sb.Resources.DiskMiB, env, metadata, string(model.StatePending), sb.StateReason, string(sb.NodeID), sb.Runtime,
-			micro(sb.CreatedAt), micro(sb.UpdatedAt), egressText,
-			string(sb.Environment), sb.Timeouts.Idle.Milliseconds(), microOrZero(sb.Timeouts.Deadline), string(onTimeout),
-			microOrZero(sb.LastActivity), selector, string(sb.Pool), boolInt(sb.PublicPorts), sb.Resources.HostPids, volumes)
-		if err != nil {
-			return fmt.Errorf("insert sandbox: %w", s.insertErr(err))
-		}
-		if err := t.mountVolumes(ctx, sb); err != nil {
-			return err
-		}
-		if err := t.setSandboxProfiles(ctx, sb.ID, egress); err != nil {
-			return err
-		}
-		for k, v := range sb.Metadata {
-			if _, err := t.exec(ctx, `INSERT INTO sandbox_metadata (sandbox_id, key, value) VALUES (?, ?, ?)`,
-				string(sb.ID), k, v); err != nil {
-				return fmt.Errorf("insert metadata %q: %w", k, err)
-			}
-		}
-		if err := t.insertOperation(ctx, op); err != nil {
-			return err
-		}
-		if sb.NodeID == "" {
-			return nil
-		}
-		// The node's room is checked last: its row lock serializes the
-		// placements on the node until commit, so it is held for as few
-		// statements as possible (the count of its sandboxes, the notify,
-		// the commit), not for every insert above.
-		return t.checkRoom(ctx, sb.NodeID, sb.Resources, sb.ID)
+		return t.insertSandbox(ctx, sb, egress, op)
 	})
 	if err != nil {
 		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	}
 	return nil
+}
+
+// CreateSandboxes implements store.Store: CreateSandbox of several
+// sandboxes in one transaction, the quota checked for each after the ones
+// before it are inserted, so all are admitted or none.
+func (s *Store) CreateSandboxes(ctx context.Context, sbs []model.Sandbox, egress policy.Spec, ops []model.Operation, idem *store.IdempotencyRecord) error {
+	if len(sbs) == 0 || len(sbs) != len(ops) {
+		return fmt.Errorf("create sandboxes: %w: %d sandboxes and %d operations", model.ErrInvalid, len(sbs), len(ops))
+	}
+	err := s.write(ctx, true, func(t tx) error {
+		if err := t.insertIdempotency(ctx, idem); err != nil {
+			return err
+		}
+		for i, sb := range sbs {
+			t.concerns(sb.NodeID)
+			if err := t.insertSandbox(ctx, sb, egress, ops[i]); err != nil {
+				return fmt.Errorf("sandbox %s: %w", sb.ID, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("create %d sandboxes: %w", len(sbs), err)
+	}
+	return nil
+}
+
+// insertSandbox is CreateSandbox's insert of one sandbox, its create
+// operation and its egress policy inside t, after its quota and its node's
+// room are checked.
+func (t tx) insertSandbox(ctx context.Context, sb model.Sandbox, egress policy.Spec, op model.Operation) error {
+	if err := checkCreate(sb, op); err != nil {
+		return err
+	}
+	if err := egress.Check(); err != nil {
+		return err
+	}
+	egressText, err := encodeSpec(egress)
+	if err != nil {
+		return err
+	}
+	env, err := jsonMap(sb.Env)
+	if err != nil {
+		return fmt.Errorf("env: %w", err)
+	}
+	metadata, err := jsonMap(sb.Metadata)
+	if err != nil {
+		return fmt.Errorf("metadata: %w", err)
+	}
+	onTimeout, err := model.ParseOnTimeout(string(sb.Timeouts.OnTimeout)) // "": delete
+	if err != nil {
+		return err
+	}
+	selector, err := selectorJSON(sb.NodeSelector)
+	if err != nil {
+		return err
+	}
+	volumes, err := encodeVolumeMounts(sb.VolumeMounts)
+	if err != nil {
+		return fmt.Errorf("volume mounts: %w", err)
+	}
+	if err := t.admit(ctx, sb.ProjectID, sb.Resources); err != nil {
+		return err
+	}
+	// The template must be live, and stays so until this commits.
+	if err := t.lockLiveTemplate(ctx, sb.Template); err != nil {
+		return err
+	}
+	if sb.FromSnapshot != "" {
+		// The snapshot must be ready, and stays so until this commits
+		// (a delete waits for the sandboxes being made from it).
+		if err := t.lockReadySnapshot(ctx, sb.ProjectID, sb.FromSnapshot); err != nil {
+			return err
+		}
+	}
+	_, err = t.exec(ctx, `INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, disk_mib, env, metadata,
+		state, state_reason, node_id, runtime, created_at, updated_at, egress,
+		environment, idle_timeout_ms, deadline, on_timeout, last_activity_at, node_selector, pool_id, public_ports, host_pids, volume_mounts, from_snapshot)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		string(sb.ID), string(sb.ProjectID), string(sb.Template), sb.Resources.CPUs, sb.Resources.MemoryMiB,
+		sb.Resources.DiskMiB, env, metadata, string(model.StatePending), sb.StateReason, string(sb.NodeID), sb.Runtime,
+		micro(sb.CreatedAt), micro(sb.UpdatedAt), egressText,
+		string(sb.Environment), sb.Timeouts.Idle.Milliseconds(), microOrZero(sb.Timeouts.Deadline), string(onTimeout),
+		microOrZero(sb.LastActivity), selector, string(sb.Pool), boolInt(sb.PublicPorts), sb.Resources.HostPids, volumes, string(sb.FromSnapshot))
+	if err != nil {
+		return fmt.Errorf("insert sandbox: %w", t.s.insertErr(err))
+	}
+	if err := t.mountVolumes(ctx, sb); err != nil {
+		return err
+	}
+	if err := t.setSandboxProfiles(ctx, sb.ID, egress); err != nil {
+		return err
+	}
+	for k, v := range sb.Metadata {
+		if _, err := t.exec(ctx, `INSERT INTO sandbox_metadata (sandbox_id, key, value) VALUES (?, ?, ?)`,
+			string(sb.ID), k, v); err != nil {
+			return fmt.Errorf("insert metadata %q: %w", k, err)
+		}
+	}
+	if err := t.insertOperation(ctx, op); err != nil {
+		return err
+	}
+	if sb.NodeID == "" {
+		return nil
+	}
+	// The node's room is checked last: its row lock serializes the
+	// placements on the node until commit, so it is held for as few
+	// statements as possible (the count of its sandboxes, the notify,
+	// the commit), not for every insert above.
+	return t.checkRoom(ctx, sb.NodeID, sb.Resources, sb.ID)
 }
 
 func checkCreate(sb model.Sandbox, op model.Operation) error {

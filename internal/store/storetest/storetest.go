@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		traceTests(),
 		opListTests(),
 		volumeTests(),
+		snapshotTests(),
 	}
 	for _, g := range groups {
 		for _, tc := range g {

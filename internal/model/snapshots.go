@@ -1,0 +1,98 @@
+package model
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/textclip"
+)
+
+// SnapshotID identifies a saved snapshot of a running sandbox: "snp_" + 26
+// base32 characters.
+type SnapshotID string
+
+// NewSnapshotID returns a fresh random snapshot ID.
+func NewSnapshotID() SnapshotID { return SnapshotID(newID("snp")) }
+
+// ParseSnapshotID parses s as a snapshot ID.
+func ParseSnapshotID(s string) (SnapshotID, error) {
+	v, err := parseID("snapshot ID", "snp", s)
+	return SnapshotID(v), err
+}
+
+func (id SnapshotID) String() string { return string(id) }
+
+// SnapshotState is where a saved snapshot is in its life.
+type SnapshotState string
+
+// Snapshot states.
+const (
+	// SnapshotCreating: its snapshot operation has not finished; it has
+	// no files yet (or a temporary directory the node removes if the
+	// operation fails).
+	SnapshotCreating SnapshotState = "creating"
+	// SnapshotReady: complete; new sandboxes may start from it.
+	SnapshotReady SnapshotState = "ready"
+	// SnapshotFailed: its operation failed; it has no files. Deleting it
+	// removes the record.
+	SnapshotFailed SnapshotState = "failed"
+	// SnapshotDeleting: deleted (or a fork's, used): its node removes its
+	// files once no sandbox is being created from it, then the record.
+	SnapshotDeleting SnapshotState = "deleting"
+)
+
+// ParseSnapshotState parses a snapshot state.
+func ParseSnapshotState(s string) (SnapshotState, error) {
+	switch st := SnapshotState(s); st {
+	case SnapshotCreating, SnapshotReady, SnapshotFailed, SnapshotDeleting:
+		return st, nil
+	}
+	return "", fmt.Errorf("%w: unknown snapshot state %q", ErrInvalid, textclip.Bytes(s, maxEcho))
+}
+
+// SnapshotRecord is a saved snapshot of a running sandbox, a noun of its
+// own (POST /v1/sandboxes/{id}/snapshots): it outlives its source and new
+// sandboxes start from it. What a sandbox made from it needs of its source
+// is kept with it: template, resources, environment variables, egress
+// policy (stored beside) and the node and environment it was taken in.
+type SnapshotRecord struct {
+	ID        SnapshotID
+	ProjectID ProjectID
+	// Source is the sandbox it was taken of (which may be gone since).
+	Source      SandboxID
+	State       SnapshotState
+	Error       string // why it failed; empty otherwise
+	NodeID      NodeID
+	Environment EnvironmentRef
+	Runtime     string
+	Template    TemplateDigest
+	Resources   Resources
+	Env         Env
+	// Operation is the snapshot operation that writes it.
+	Operation OperationID
+	// Fork: made by POST /v1/sandboxes/{id}/fork for its sandboxes alone;
+	// not listed, and deleted once they are created.
+	Fork bool
+	// Kind, Format, Location and SizeBytes are set once it is ready:
+	// what the runtime wrote and where (a path on NodeID).
+	Kind      SnapshotKind
+	Format    string
+	Location  string
+	SizeBytes int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Bounds of a fork's count (POST /v1/sandboxes/{id}/fork).
+const (
+	MinForkCount = 1
+	MaxForkCount = 16
+)
+
+// CheckForkCount checks a fork's count against its bounds.
+func CheckForkCount(n int) error {
+	if n < MinForkCount || n > MaxForkCount {
+		return fmt.Errorf("%w: count %d must be between %d and %d", ErrInvalid, n, MinForkCount, MaxForkCount)
+	}
+	return nil
+}
