@@ -30,6 +30,10 @@ type CreateRequest struct {
 	// Environment is the execution environment asked for (a name or a
 	// reference); nil: the server's default.
 	Environment *environment.Selector
+	// Local places the sandbox on this node (Config.Self), never claimed
+	// from a pool: a template build's sandbox, whose writable layer this
+	// node reads.
+	Local bool
 	// Now is the request's time: the sandbox's creation and last activity.
 	Now time.Time
 	// Idempotency, if set, builds the idempotency record stored with the
@@ -80,7 +84,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 		return Created{}, err
 	}
 	var envRef model.EnvironmentRef
-	if s.cfg.Placer == nil {
+	if s.cfg.Placer == nil || req.Local {
 		if envRef, err = s.resolveEnvironment(ctx, envSel); err != nil {
 			return Created{}, err
 		}
@@ -117,9 +121,13 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 		Environment:  envRef,
 		PublicPorts:  req.PublicPorts,
 	}
-	pc := s.poolCreateOf(ctx, ref, tpl.Digest, envSel, envRef, req.Resources)
-	if created, ok, err := s.claimFromPool(ctx, req, pc, sb); err != nil || ok {
-		return created, err
+	if req.Local {
+		sb.NodeID = s.cfg.Self
+	} else {
+		pc := s.poolCreateOf(ctx, ref, tpl.Digest, envSel, envRef, req.Resources)
+		if created, ok, err := s.claimFromPool(ctx, req, pc, sb); err != nil || ok {
+			return created, err
+		}
 	}
 	op := model.Operation{
 		ID:        model.NewOperationID(),
@@ -140,7 +148,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 		}
 		return s.cfg.Store.CreateSandbox(ctx, sb, req.Egress, op, rec)
 	}
-	if s.cfg.Placer != nil {
+	if s.cfg.Placer != nil && !req.Local {
 		err = s.insertPlaced(ctx, &sb, envSel, insert)
 	} else {
 		err = insert(sb)

@@ -304,6 +304,11 @@ func Run(ctx context.Context, opts Options) error {
 		ln.Close()
 		return err
 	}
+	// Builds run their run steps in sandboxes made through the API.
+	if err := h.wireBuildSandboxes(sandboxSvc, st, apiHandler.InProcess(mux), baseURL); err != nil {
+		ln.Close()
+		return err
+	}
 	var handler http.Handler = mux
 	if !opts.NoE2B {
 		gw, watchers, err := e2bGateway(mux, apiHandler.Wrap, apiHandler.InProcess(mux), st, attachKeys, verifier, baseURL, opts.E2BDomain, log)
