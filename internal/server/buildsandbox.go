@@ -175,7 +175,14 @@ func (s *buildSandbox) run(ctx context.Context, deps *buildSandboxDeps, id model
 			env[k] = v
 		}
 	}
-	sess, err := c.CreateCommand(ctx, id, apiv1.CreateCommandRequest{Args: req.Argv, Env: env, Cwd: "/", User: &apiv1.User{UID: 0, GID: 0}})
+	user, cwd := &apiv1.User{UID: 0, GID: 0}, "/"
+	if req.User != nil {
+		user = &apiv1.User{UID: int64(req.User.UID), GID: int64(req.User.GID)}
+	}
+	if req.Dir != "" {
+		cwd = req.Dir
+	}
+	sess, err := c.CreateCommand(ctx, id, apiv1.CreateCommandRequest{Args: req.Argv, Env: env, Cwd: cwd, User: user})
 	if err != nil {
 		return recipe.SandboxResult{}, fmt.Errorf("start the command in build sandbox %s: %w", id, err)
 	}

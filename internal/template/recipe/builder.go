@@ -60,9 +60,14 @@ type StepError struct {
 	Step     int // 1-based
 	Kind     string
 	ExitCode int
+	// Reason, if set, says why the command did not run (ExitCode -1).
+	Reason string
 }
 
 func (e *StepError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("step %d %s: the command could not run: %s", e.Step, e.Kind, e.Reason)
+	}
 	return fmt.Sprintf("step %d %s: the command exited with status %d", e.Step, e.Kind, e.ExitCode)
 }
 
@@ -180,7 +185,11 @@ func (b *Builder) BuildWith(ctx context.Context, r Recipe, contextDir string, op
 		imp, err = b.execute(ctx, i+1, ps, cur, contextDir, log, opts.Sandbox)
 		if err != nil {
 			if se := (*StepError)(nil); errors.As(err, &se) {
-				logf("failed: the command exited with status %d", se.ExitCode)
+				if se.Reason != "" {
+					logf("failed: the command could not run: %s", se.Reason)
+				} else {
+					logf("failed: the command exited with status %d", se.ExitCode)
+				}
 				return Result{}, err
 			}
 			return Result{}, fmt.Errorf("%s: %w", head, err)

@@ -66,7 +66,10 @@ type planStep struct {
 	// sandboxed: a run or packages step on a template base, whose command
 	// runs in a build sandbox (sandbox.go), not in the helper's chroot.
 	sandboxed bool
-	env       []string
+	// A sandboxed run step's own user, directory and environment.
+	runUser, runDir string
+	runEnv          []string
+	env             []string
 	workdir   string
 	user      string
 }
@@ -159,12 +162,15 @@ func (b *Builder) plan(ctx context.Context, r Recipe, contextDir string) ([]plan
 				Dst  string `json:"dst"`
 				Mode uint32 `json:"mode"`
 			}{c.Src, c.Dst, c.Mode}, sum)
-		case r.debian == nil:
+		case r.debian == nil || s.sandboxed():
 			// In a build sandbox: its key differs from a chroot run's.
-			add(planStep{kind: KindRun, argv: slices.Clone(s.Run), sandboxed: true}, struct {
+			add(planStep{kind: KindRun, argv: slices.Clone(s.Run), sandboxed: true, runUser: s.User, runDir: s.Workdir, runEnv: slices.Clone(s.Env)}, struct {
 				Argv    []string `json:"argv"`
 				Sandbox bool     `json:"sandbox"`
-			}{s.Run, true}, "")
+				User    string   `json:"user,omitempty"`
+				Workdir string   `json:"workdir,omitempty"`
+				Env     []string `json:"env,omitempty"`
+			}{s.Run, true, s.User, s.Workdir, s.Env}, "")
 		default:
 			add(planStep{kind: KindRun, argv: slices.Clone(s.Run)}, struct {
 				Argv []string `json:"argv"`

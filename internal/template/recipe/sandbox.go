@@ -42,7 +42,10 @@ type SandboxRun struct {
 	Parent template.Imported
 	Argv   []string
 	Env    []string // NAME=VALUE
-	Log    io.Writer
+	// User runs the command as these IDs (nil: root) in Dir ("": "/").
+	User *model.UserIDs
+	Dir  string
+	Log  io.Writer
 }
 
 // SandboxResult is what a command left in its sandbox.
@@ -87,7 +90,15 @@ func (b *Builder) sandboxStep(ctx context.Context, n int, ps planStep, cur templ
 	}
 	defer st.Remove()
 	layer, upper, work, merged := filepath.Join(st.Dir(), "layer"), filepath.Join(st.Dir(), "upper"), filepath.Join(st.Dir(), "work"), filepath.Join(st.Dir(), "merged")
-	res, err := sb.Run(ctx, SandboxRun{Parent: cur, Argv: ps.argv, Env: runEnv(cfg.Env), Log: log})
+	req := SandboxRun{Parent: cur, Argv: ps.argv, Env: model.SetEnv(runEnv(cfg.Env), ps.runEnv), Dir: ps.runDir, Log: log}
+	if ps.runUser != "" {
+		ids, err := b.Store.ResolveUser(parent, ps.runUser)
+		if err != nil {
+			return template.Imported{}, &StepError{Step: n, Kind: ps.kind, ExitCode: -1, Reason: fmt.Sprintf("user %q: %v", ps.runUser, err)}
+		}
+		req.User = &ids
+	}
+	res, err := sb.Run(ctx, req)
 	if err != nil {
 		return template.Imported{}, fmt.Errorf("build sandbox: %w", err)
 	}

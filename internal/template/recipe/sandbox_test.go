@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -161,5 +162,30 @@ func TestSandboxStepRefusesDevices(t *testing.T) {
 	}
 	if !released {
 		t.Error("the sandbox was not released")
+	}
+}
+
+// A run step's user (resolved against the parent's /etc/passwd), working
+// directory and environment reach the sandbox; a user the parent lacks
+// fails the step before any sandbox is made.
+func TestSandboxStepUserDirEnv(t *testing.T) {
+	b := newBuilder(t, "")
+	base := busybox(t, b)
+	var released bool
+	var ran SandboxRun
+	sb := layerSandbox{released: &released, ran: &ran, make: func(string) {}}
+	r := mustParse(t, fmt.Sprintf("from: {template: %q}\nsteps: [{run: id, user: '1000:1001', workdir: /tmp, env: {X: y}}]\n", base))
+	if _, err := b.BuildWith(context.Background(), r, "", BuildOptions{Sandbox: sb}); err != nil {
+		t.Fatal(err)
+	}
+	if ran.User == nil || *ran.User != (model.UserIDs{UID: 1000, GID: 1001}) || ran.Dir != "/tmp" || !slices.Contains(ran.Env, "X=y") || !slices.Contains(ran.Env, "HOME=/root") {
+		t.Errorf("the sandbox ran with user %v, dir %q, env %q", ran.User, ran.Dir, ran.Env)
+	}
+	ran = SandboxRun{}
+	r = mustParse(t, fmt.Sprintf("from: {template: %q}\nsteps: [{run: id, user: nosuchuser}]\n", base))
+	_, err := b.BuildWith(context.Background(), r, "", BuildOptions{Sandbox: sb})
+	var se *StepError
+	if !errors.As(err, &se) || !strings.Contains(se.Error(), "nosuchuser") || ran.Argv != nil {
+		t.Errorf("a user the template lacks: %v (ran %q)", err, ran.Argv)
 	}
 }
