@@ -70,8 +70,8 @@ type planStep struct {
 	runUser, runDir string
 	runEnv          []string
 	env             []string
-	workdir   string
-	user      string
+	workdir         string
+	user            string
 }
 
 // Host paths, variables for tests.

@@ -181,7 +181,7 @@ var (
 	// userNameRe is a user (or user:group) by name or number, as an
 	// image's config names it.
 	userNameRe = regexp.MustCompile(`^([a-z_][a-z0-9_.-]{0,31}|[0-9]{1,10})(:([a-z_][a-z0-9_.-]{0,31}|[0-9]{1,10}))?$`)
-	variants  = []string{"extract", "custom", "essential", "apt", "required", "minbase", "buildd", "important", "debootstrap", "standard"}
+	variants   = []string{"extract", "custom", "essential", "apt", "required", "minbase", "buildd", "important", "debootstrap", "standard"}
 )
 
 func invalidf(format string, args ...any) error {
