@@ -111,10 +111,10 @@ func (h *Handler) templateRoutes() []struct {
 		{"GET /templates/{templateID}/files/{hash}", h.fileUploadLink},
 		{"POST /v2/templates/{templateID}/builds/{buildID}", h.startBuild},
 		{"GET /templates/{templateID}/builds/{buildID}/status", h.buildStatus},
-		{"GET /templates/aliases/{alias}", h.aliasExists},
+		// GET /templates/aliases/{alias} and GET /templates/{templateID}/tags.
+		{"GET /templates/{a}/{b}", h.templatePair},
 		{"POST /templates/tags", h.assignTags},
 		{"DELETE /templates/tags", h.removeTags},
-		{"GET /templates/{templateID}/tags", h.templateTags},
 	}
 }
 
@@ -390,8 +390,20 @@ func (h *Handler) tagBuild(ctx context.Context, c *client.Client, b tplBuild) er
 	return nil
 }
 
-func (h *Handler) aliasExists(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
-	alias := r.PathValue("alias")
+// templatePair answers GET /templates/aliases/{alias} and GET
+// /templates/{templateID}/tags (one pattern: the two overlap).
+func (h *Handler) templatePair(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
+	a, b := r.PathValue("a"), r.PathValue("b")
+	switch {
+	case a == "aliases":
+		return h.aliasExists(ctx, w, b, c)
+	case b == "tags":
+		return h.templateTags(ctx, w, a, c)
+	}
+	return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("no route GET %s", r.URL.Path)}
+}
+
+func (h *Handler) aliasExists(ctx context.Context, w http.ResponseWriter, alias string, c *client.Client) error {
 	if _, err := c.GetTemplate(ctx, nativeTemplate(alias)); err != nil {
 		if client.IsCode(err, apiv1.CodeTemplateNotFound) || client.IsCode(err, apiv1.CodeNotFound) || client.IsCode(err, apiv1.CodeInvalidRequest) {
 			return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("template %s not found", alias)}
@@ -467,8 +479,7 @@ func (h *Handler) removeTags(ctx context.Context, w http.ResponseWriter, r *http
 	return nil
 }
 
-func (h *Handler) templateTags(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
-	id := r.PathValue("templateID")
+func (h *Handler) templateTags(ctx context.Context, w http.ResponseWriter, id string, c *client.Client) error {
 	name, err := model.ParseTaggedName(nativeTemplate(id))
 	if err != nil {
 		return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("template %s not found", id)}
