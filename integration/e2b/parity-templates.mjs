@@ -60,7 +60,13 @@ await r.step('Template.build: copy, runCmd, makeSymlink, makeDir, setEnvs, setWo
     .setWorkdir('/app')
     .runCmd('echo "$GREETING" > greeting.txt && run.sh > ran.txt')
     .setUser('user')
-  const info = await Template.build(t, `${name}:v1`, { ...buildOpts, onBuildLogs: (e) => logs.push(e.message) })
+  let info
+  try {
+    info = await Template.build(t, `${name}:v1`, { ...buildOpts, onBuildLogs: (e) => logs.push(e.message) })
+  } catch (err) {
+    console.error(`parity-templates: the build's log:\n${logs.join('\n')}`)
+    throw err
+  }
   assert.equal(info.templateId, name)
   assert.ok(logs.some((l) => l.includes('This is a test file.')), `the run step's output is in the build log:\n${logs.join('\n')}`)
   assert.ok(logs.some((l) => l.includes('build sandbox sbx_')), 'run steps ran in build sandboxes')
