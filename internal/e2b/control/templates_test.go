@@ -67,7 +67,7 @@ func TestTranslate(t *testing.T) {
 	if s[2].User != "user" || s[2].Workdir != "/home/user" || s[3].User != "root" {
 		t.Errorf("runs as the E2B user in its home, or as asked: %+v %+v", s[2], s[3])
 	}
-	if s[4].User != "root" || s[4].Run != "mkdir -p -- '/app' && chown -- 'user' '/app'" {
+	if s[4].User != "root" || s[4].Workdir != "/home/user" || s[4].Run != "mkdir -p -- '/app' && chown -- 'user' '/app'" {
 		t.Errorf("WORKDIR: %+v", s[4])
 	}
 	if s[5].Workdir != "/app" || s[5].Env["A"] != "1" || s[5].User != "user" {
@@ -84,6 +84,13 @@ func TestTranslate(t *testing.T) {
 	}
 	if got := r.Steps(); len(got) != len(want) || got[2].User != "user" || got[2].Workdir != "/home/user" {
 		t.Errorf("parsed steps: %+v", got)
+	}
+
+	// Consecutive RUNs as one user in one directory share a sandbox.
+	doc, err = translate(tplBuildStart{Steps: []tplStep{{Type: "RUN", Args: []string{"a"}}, {Type: "RUN", Args: []string{"b"}}, {Type: "RUN", Args: []string{"c", "root"}}}},
+		tplBase{Ref: "default", HasUser: true}, &files)
+	if err != nil || len(doc.Steps) != 2 || doc.Steps[0].Run != "(a) && (b)" || doc.Steps[1].Run != "c" {
+		t.Errorf("joined runs: %+v, %v", doc.Steps, err)
 	}
 
 	// Without E2B's user on the base: root in /.

@@ -64,6 +64,10 @@ type tplBuildStart struct {
 // COPY may take two).
 const maxTplSteps = 120
 
+// maxJoinedRun bounds a run step joined of several RUNs (the recipe's
+// bound on a command is 64 KiB).
+const maxJoinedRun = 32 << 10
+
 // e2bBaseImage is the image of the SDK's fromBaseImage().
 const e2bBaseImage = "e2bdev/base"
 
@@ -131,12 +135,24 @@ func translate(start tplBuildStart, base tplBase, files tplFiles) (recipeDoc, er
 		}
 		return path.Join(wd, p)
 	}
-	run := func(cmd, as string) recipeStep {
-		s := recipeStep{Run: cmd, User: as, Workdir: wd}
+	// run adds a run step, or, when the step before is a run as the same
+	// user in the same directory with the same environment, joins it to
+	// that one ("(a) && (b)": each in a subshell, as each RUN starts
+	// anew): one build sandbox for both.
+	run := func(cmd, as, dir string) {
+		if n := len(doc.Steps); n > 0 {
+			last := &doc.Steps[n-1]
+			if last.Copy == nil && last.User == as && last.Workdir == dir && maps.Equal(last.Env, env) &&
+				len(last.Run)+len(cmd) < maxJoinedRun {
+				last.Run = "(" + last.Run + ") && (" + cmd + ")"
+				return
+			}
+		}
+		s := recipeStep{Run: cmd, User: as, Workdir: dir}
 		if len(env) > 0 {
 			s.Env = maps.Clone(env)
 		}
-		return s
+		doc.Steps = append(doc.Steps, s)
 	}
 	for i, st := range start.Steps {
 		n := i + 1
@@ -149,7 +165,7 @@ func translate(start tplBuildStart, base tplBase, files tplFiles) (recipeDoc, er
 			if len(st.Args) == 2 && st.Args[1] != "" {
 				as = st.Args[1]
 			}
-			doc.Steps = append(doc.Steps, run(st.Args[0], as))
+			run(st.Args[0], as, wd)
 		case "ENV":
 			if len(st.Args) == 0 || len(st.Args)%2 != 0 {
 				return recipeDoc{}, badRequest("step %d ENV: want name, value pairs", n)
@@ -161,13 +177,14 @@ func translate(start tplBuildStart, base tplBase, files tplFiles) (recipeDoc, er
 			if len(st.Args) != 1 || st.Args[0] == "" {
 				return recipeDoc{}, badRequest("step %d WORKDIR: want [directory]", n)
 			}
+			prev := wd
 			wd, setWD = abs(st.Args[0]), true
 			if wd != "/" {
 				cmd := "mkdir -p -- " + shellQuote(wd)
 				if user != "root" {
 					cmd += " && chown -- " + shellQuote(user) + " " + shellQuote(wd)
 				}
-				doc.Steps = append(doc.Steps, run(cmd, "root"))
+				run(cmd, "root", prev) // in the directory before: wd does not exist yet
 			}
 		case "USER":
 			if len(st.Args) != 1 || st.Args[0] == "" {
@@ -207,7 +224,7 @@ func translate(start tplBuildStart, base tplBase, files tplFiles) (recipeDoc, er
 				chown = append(chown, shellQuote(p[2]))
 			}
 			if owner != "root" && len(chown) > 0 {
-				doc.Steps = append(doc.Steps, run("chown -hR -- "+shellQuote(owner)+" "+strings.Join(chown, " "), "root"))
+				run("chown -hR -- "+shellQuote(owner)+" "+strings.Join(chown, " "), "root", wd)
 			}
 		default:
 			return recipeDoc{}, badRequest("step %d: step type %q is not supported by Airlock", n, st.Type)
