@@ -1,5 +1,5 @@
 // Templates as code through the real, unchanged `e2b` SDK: Template() with
-// fromTemplate/fromBaseImage, copy (files uploaded through the server's own
+// fromTemplate, copy (files uploaded through the server's own
 // upload links), runCmd, makeSymlink, makeDir, setEnvs, setWorkdir,
 // setUser; Template.build (logs followed), buildInBackground and
 // getBuildStatus, exists, assignTags/getTags/removeTags; a failing step and
@@ -46,27 +46,33 @@ await r.step('exists: base yes, an unknown name no', async () => {
   assert.equal(await Template.exists(`nonexistent-${tag}`, buildOpts), false)
 })
 
+// Most builds start from the busybox template `minimal` (2 MB): every step
+// of a build is a template of its own, and the Debian `base` is 450 MB a
+// copy. One build on `base` shows E2B's user and home.
 const logs = []
-await r.step('Template.build: copy, runCmd, makeSymlink, makeDir, setEnvs, setWorkdir, setUser', async () => {
-  const t = Template({ fileContextPath: ctxDir })
-    .fromTemplate('base')
-    .copy('folder/*', 'folder')
-    .copy('run.sh', '/usr/local/bin/run.sh')
-    .runCmd('cat folder/test.txt && test "$(whoami)" = user && test "$(pwd)" = /home/user')
-    .runCmd('test "$(whoami)" = root', { user: 'root' })
-    .makeSymlink('.bashrc', '.bashrc.local')
-    .makeDir('/opt/made', { mode: 0o755, user: 'root' })
-    .setEnvs({ GREETING: 'hello from an env step' })
-    .setWorkdir('/app')
-    .runCmd('echo "$GREETING" > greeting.txt && run.sh > ran.txt')
-    .setUser('user')
-  let info
+const build = async (t, tname, what) => {
+  logs.length = 0
   try {
-    info = await Template.build(t, `${name}:v1`, { ...buildOpts, onBuildLogs: (e) => logs.push(e.message) })
+    return await Template.build(t, tname, { ...buildOpts, onBuildLogs: (e) => logs.push(e.message) })
   } catch (err) {
-    console.error(`parity-templates: the build's log:\n${logs.join('\n')}`)
+    console.error(`parity-templates: the log of ${what}:\n${logs.join('\n')}`)
     throw err
   }
+}
+
+await r.step('Template.build: copy, runCmd, makeSymlink, makeDir, setEnvs, setWorkdir, setUser', async () => {
+  const t = Template({ fileContextPath: ctxDir })
+    .fromTemplate('minimal')
+    .copy('folder/*', 'folder')
+    .copy('run.sh', '/usr/local/bin/run.sh')
+    .runCmd('cat folder/test.txt && chown 1000:1000 folder/test.txt && /usr/local/bin/run.sh > ran.txt')
+    .makeSymlink('folder/test.txt', 'link.txt')
+    .makeDir('/opt/made', { mode: 0o750 })
+    .setEnvs({ GREETING: 'hello from an env step' })
+    .setWorkdir('/app')
+    .runCmd('echo "$GREETING" > greeting.txt')
+    .setUser('root')
+  const info = await build(t, `${name}:v1`, 'the main build')
   assert.equal(info.templateId, name)
   assert.ok(logs.some((l) => l.includes('This is a test file.')), `the run step's output is in the build log:\n${logs.join('\n')}`)
   assert.ok(logs.some((l) => l.includes('build sandbox sbx_')), 'run steps ran in build sandboxes')
@@ -77,21 +83,34 @@ await r.step('Sandbox.create(the built template) sees what the steps made', asyn
   const sbx = r.track(await Sandbox.create(`${name}:v1`, createOpts))
   try {
     const read = async (cmd) => (await sbx.commands.run(cmd)).stdout.trim()
-    assert.equal(await read('cat /home/user/folder/test.txt'), 'This is a test file.')
-    assert.equal(await read('readlink /home/user/folder/symlink.txt'), 'test.txt')
-    assert.equal(await read('stat -c %U /home/user/folder/test.txt'), 'user')
-    assert.equal(await read('readlink /home/user/.bashrc.local'), '.bashrc')
-    assert.equal(await read('stat -c %a /opt/made'), '755')
+    assert.equal(await read('cat /folder/test.txt'), 'This is a test file.')
+    assert.equal(await read('readlink /folder/symlink.txt'), 'test.txt')
+    assert.equal(await read('stat -c %u:%g /folder/test.txt'), '1000:1000', 'chown as root in the build sandbox')
+    assert.equal(await read('readlink /link.txt'), 'folder/test.txt')
+    assert.equal(await read('cat /ran.txt'), 'from run.sh')
+    assert.equal(await read('stat -c %a /opt/made'), '750')
     assert.equal(await read('cat /app/greeting.txt'), 'hello from an env step')
-    assert.equal(await read('cat /app/ran.txt'), 'from run.sh')
     assert.equal(await read('echo "$GREETING"'), 'hello from an env step')
   } finally {
     await sbx.kill()
   }
 }, 300_000)
 
+await r.step('on base: steps run as E2B\'s user in its home', async () => {
+  const t = Template().fromTemplate('base')
+    .runCmd('test "$(whoami)" = user && test "$(pwd)" = /home/user && echo made by user > made.txt')
+  await build(t, `${name}:base`, 'the build on base')
+  const sbx = r.track(await Sandbox.create(`${name}:base`, createOpts))
+  try {
+    const out = (await sbx.commands.run('stat -c %U /home/user/made.txt; cat /home/user/made.txt')).stdout
+    assert.equal(out, 'user\nmade by user\n')
+  } finally {
+    await sbx.kill()
+  }
+}, 600_000)
+
 await r.step('a failing step fails the build with a BuildError', async () => {
-  const t = Template().fromTemplate('base').runCmd('echo about to fail; exit 3')
+  const t = Template().fromBaseImage().runCmd('echo about to fail; exit 3')
   const err = await expectReject(Template.build(t, `${name}-bad`, buildOpts), BuildError, 'a failing build')
   assert.match(String(err.message), /status 3/)
 }, 300_000)
@@ -104,7 +123,7 @@ await r.step('fromImage of an image no registry serves fails at once', async () 
 }, 60_000)
 
 await r.step('buildInBackground, then getBuildStatus until ready', async () => {
-  const t = Template().fromBaseImage().runCmd('sleep 2; echo background')
+  const t = Template().fromTemplate('minimal').runCmd(`sleep 2; echo background ${tag}`)
   const info = await Template.buildInBackground(t, `${name}:bg`, buildOpts)
   const first = await Template.getBuildStatus(info, buildOpts)
   assert.ok(['waiting', 'building', 'ready'].includes(first.status), `status ${first.status}`)
@@ -126,8 +145,8 @@ await r.step('assignTags, getTags, removeTags', async () => {
   const assigned = await Template.assignTags(`${name}:v1`, ['prod', 'stable'], buildOpts)
   assert.deepEqual(assigned.tags, ['prod', 'stable'])
   const tags = (await Template.getTags(name, buildOpts)).map((t) => t.tag).sort()
-  assert.deepEqual(tags, ['bg', 'prod', 'stable', 'v1'])
-  await Template.removeTags(name, ['prod', 'stable', 'v1', 'bg'], buildOpts)
+  assert.deepEqual(tags, ['base', 'bg', 'prod', 'stable', 'v1'])
+  await Template.removeTags(name, ['prod', 'stable', 'v1', 'bg', 'base'], buildOpts)
   assert.equal(await Template.exists(`${name}:v1`, buildOpts), false)
 }, 60_000)
 

@@ -95,6 +95,11 @@ type Spec struct {
 	// it; the caller still calls Start, which is idempotent. Without it,
 	// Create leaves the sandbox in PhaseCreated.
 	Start bool
+	// Build marks a template build's sandbox (internal/server,
+	// buildsandbox.go): its root may change files' owners and modes as a
+	// package manager does (the OCI runtimes grant the capabilities for
+	// it inside the sandbox's isolation; a VM's root has them anyway).
+	Build bool
 }
 
 // RootFS describes a sandbox's root filesystem. Every runtime gets the

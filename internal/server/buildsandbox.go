@@ -37,8 +37,6 @@ import (
 // paused, deleted).
 const buildSandboxTimeout = 5 * time.Minute
 
-// buildSandboxMetadata names, in a build sandbox's metadata, its build.
-const buildSandboxMetadata = "airlock/build"
 
 // buildSandboxes makes the build sandboxes of this node's builds
 // (build.Sandboxes). Its dependencies are set by wire once the API exists,
@@ -122,7 +120,7 @@ func (s *buildSandbox) Run(ctx context.Context, req recipe.SandboxRun) (recipe.S
 		Manifest: req.Parent.Manifest, CreatedAt: time.Now()}); err != nil {
 		return recipe.SandboxResult{}, fmt.Errorf("record template %s: %w", req.Parent.Digest, err)
 	}
-	md, err := model.ParseMetadata(map[string]string{buildSandboxMetadata: s.build.ID.String()})
+	md, err := model.ParseMetadata(map[string]string{model.BuildSandboxMetadata: s.build.ID.String()})
 	if err != nil {
 		return recipe.SandboxResult{}, err
 	}
