@@ -37,7 +37,6 @@ import (
 // paused, deleted).
 const buildSandboxTimeout = 5 * time.Minute
 
-
 // buildSandboxes makes the build sandboxes of this node's builds
 // (build.Sandboxes). Its dependencies are set by wire once the API exists,
 // before the build runner runs.
