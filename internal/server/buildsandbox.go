@@ -271,3 +271,24 @@ func waitSandbox(ctx context.Context, st store.Store, id model.SandboxID, want m
 		}
 	}
 }
+
+// reapOrphans deletes the build sandboxes placed on node that a server
+// which stopped mid-build left (at start nothing builds here yet, so every
+// one is an orphan; the build itself runs again and makes a new one).
+func reapOrphans(ctx context.Context, st store.Store, svc *sandboxes.Service, node model.NodeID, log *slog.Logger) error {
+	sbs, err := st.ListSandboxesOnNode(ctx, node)
+	if err != nil {
+		return fmt.Errorf("build sandboxes left by a previous run: %w", err)
+	}
+	for _, sb := range sbs {
+		if sb.Metadata[model.BuildSandboxMetadata] == "" || sb.State == model.StateDeleting {
+			continue
+		}
+		_, err := svc.Delete(ctx, sandboxes.DeleteRequest{Project: sb.ProjectID, Sandbox: sb.ID, Now: time.Now().UTC().Truncate(time.Microsecond)})
+		if err != nil && !errors.Is(err, model.ErrInvalidTransition) {
+			return fmt.Errorf("delete build sandbox %s left by a previous run: %w", sb.ID, err)
+		}
+		log.Info("deleting a build sandbox a previous run left", "sandbox", sb.ID, "build", sb.Metadata[model.BuildSandboxMetadata])
+	}
+	return nil
+}

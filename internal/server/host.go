@@ -212,9 +212,13 @@ func (h *host) egressRegistry() *egress.Registry {
 
 // wireBuildSandboxes gives the build sandboxes what they make sandboxes
 // and run commands with, once the API exists.
-func (h *host) wireBuildSandboxes(svc *sandboxes.Service, st store.Store, inproc *api.InProcess, selfURL string) error {
+// The build sandboxes a previous run of this node left are deleted first.
+func (h *host) wireBuildSandboxes(ctx context.Context, svc *sandboxes.Service, st store.Store, inproc *api.InProcess, selfURL string, node model.NodeID) error {
 	if h == nil {
 		return nil
+	}
+	if err := reapOrphans(ctx, st, svc, node, h.buildSbx.log); err != nil {
+		return err
 	}
 	return h.buildSbx.wire(svc, st, inproc, selfURL)
 }

@@ -305,7 +305,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	// Builds run their run steps in sandboxes made through the API.
-	if err := h.wireBuildSandboxes(sandboxSvc, st, apiHandler.InProcess(mux), baseURL); err != nil {
+	if err := h.wireBuildSandboxes(ctx, sandboxSvc, st, apiHandler.InProcess(mux), baseURL, nodeID); err != nil {
 		ln.Close()
 		return err
 	}
