@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -280,7 +281,9 @@ func TestDefaultDebianTemplate(t *testing.T) {
 
 // TestTemplateBuildRecipe: `airlock template build -f` sends the recipe's
 // text, copies from its directory (the default context), follows the build
-// and names the template; a failing run step fails the build, visibly.
+// and names the template; run steps on a template base run in a build
+// sandbox (never on the host), which is gone afterwards; a failing run step
+// fails the build, visibly.
 func TestTemplateBuildRecipe(t *testing.T) {
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, "runc")
@@ -297,23 +300,18 @@ func TestTemplateBuildRecipe(t *testing.T) {
 		return p
 	}
 	write("hello.txt", "copied from the context\n")
+	// The run step also tries the host: the build helper's chroot ran
+	// steps with the host's root as /proc/1/root (its PID 1 was the
+	// helper), so this wrote the host's marker and listed the server's
+	// data dir. In a build sandbox /proc/1 is the sandbox's own init.
+	hostMarker := filepath.Join(t.TempDir(), "written-by-a-run-step")
+	s := newServer(t, bins, serverConfig{runtime: "runc"})
 	good := write("good.yaml", "from: {template: minimal}\n"+
 		"steps:\n"+
 		"  - copy: {src: hello.txt, dst: /etc/hello}\n"+
 		"  - run: [/bin/sh, -c, \"echo built by a run step > /etc/built\"]\n"+
+		fmt.Sprintf("  - run: [/bin/sh, -c, \"echo escaped > /proc/1/root%s; ls /proc/1/root%s > /etc/saw 2>&1; true\"]\n", hostMarker, s.dataDir)+
 		"env: {GREETING: hi}\n")
-
-	// Run steps on a template base run its programs as host root: refused
-	// unless the server allows it.
-	strict := newServer(t, bins, serverConfig{runtime: "runc"})
-	strict.start()
-	_, stderr, code := strict.cli(ctx, "template", "build", "-f", good, "--name", "rtest")
-	if code == 0 || !strings.Contains(stderr, "not_supported") || !strings.Contains(stderr, "--recipe-run-on-template-bases") {
-		t.Fatalf("a run step on a template base, not allowed: exit %d, stderr %q", code, stderr)
-	}
-	strict.stop()
-
-	s := newServer(t, bins, serverConfig{runtime: "runc", extraArgs: []string{"--recipe-run-on-template-bases"}})
 	s.start()
 	stdout, stderr, code := s.cli(ctx, "-o", "json", "template", "build", "-f", good, "--name", "rtest")
 	if code != 0 {
@@ -322,6 +320,28 @@ func TestTemplateBuildRecipe(t *testing.T) {
 	var b apiv1.Build
 	if err := json.Unmarshal([]byte(stdout), &b); err != nil || b.State != "succeeded" || b.Kind != "recipe" || b.Name != "rtest:latest" || b.StepsTotal == 0 {
 		t.Fatalf("template build printed %q (%v)", stdout, err)
+	}
+	if _, err := os.Stat(hostMarker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a run step wrote the host's %s: %v", hostMarker, err)
+	}
+	stdout, stderr, code = s.cli(ctx, "run", "--template", "rtest", "--", "/bin/cat", "/etc/saw")
+	if code != 0 || strings.Contains(stdout, "templates") || strings.Contains(stdout, "admin.key") || !strings.HasPrefix(stdout, "ls: ") {
+		t.Errorf("what a run step saw of the server's data dir %s: exit %d, %q %q", s.dataDir, code, stdout, stderr)
+	}
+	log, _, _ := s.cli(ctx, "build", "log", b.ID, "--follow=false")
+	if !strings.Contains(log, "airlock: build sandbox sbx_") {
+		t.Errorf("the build log names no build sandbox:\n%s", log)
+	}
+	c := s.client()
+	// The build sandboxes are gone.
+	all, err := c.ListAllSandboxes(ctx, client.ListSandboxesQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range all.Sandboxes {
+		if _, ok := sb.Metadata["airlock/build"]; ok && sb.State != "deleted" {
+			t.Errorf("a build sandbox is left: %s %s", sb.ID, sb.State)
+		}
 	}
 	stdout, stderr, code = s.cli(ctx, "run", "--template", "rtest", "--", "/bin/sh", "-c", "cat /etc/hello /etc/built; echo $GREETING")
 	if code != 0 || stdout != "copied from the context\nbuilt by a run step\nhi\n" {
@@ -333,7 +353,6 @@ func TestTemplateBuildRecipe(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "build bld_") {
 		t.Fatalf("a failing recipe: exit %d, stderr %q", code, stderr)
 	}
-	c := s.client()
 	l, err := c.ListBuilds(ctx, client.BuildFilter{Name: "rbad"})
 	if err != nil || len(l.Builds) != 1 || l.Builds[0].State != "failed" || l.Builds[0].Error == nil {
 		t.Fatalf("builds of rbad: %+v, %v", l, err)

@@ -81,10 +81,13 @@ func TestE2BSDK(t *testing.T) {
 		t.Fatalf("build the code-interpreter template: exit %d\n%s\n%s", code, stdout, tail(stderr, 60))
 	}
 	t.Logf("the code-interpreter template is built in %v", time.Since(start).Round(time.Millisecond))
-	key := e2bKey(ctx, t, s)
+	key := e2bKey(ctx, t, s, "member")
+	// Template builds (parity-templates.mjs) take an admin key, as
+	// Airlock's own builds do.
+	adminKey := e2bKey(ctx, t, s, "admin")
 
 	work := stageScripts(t, e2bDir, modules)
-	env := e2bEnv(key, s.url)
+	env := append(e2bEnv(key, s.url), "PARITY_ADMIN_API_KEY="+adminKey)
 	scripts := []string{"smoke.mjs", "smoke-old.mjs"}
 	// parity-*.mjs: one script per E2B feature beyond the smoke plan
 	// (fork, snapshots, volumes, templates as code, metrics, …), each on
@@ -103,9 +106,9 @@ func TestE2BSDK(t *testing.T) {
 	}
 }
 
-// e2bKey mints an E2B-form API key (member of the admin's own project, so
+// e2bKey mints an E2B-form API key of role (in the admin's own project, so
 // the harness's cleanup sees its sandboxes) with the CLI.
-func e2bKey(ctx context.Context, t *testing.T, s *server) string {
+func e2bKey(ctx context.Context, t *testing.T, s *server, role string) string {
 	t.Helper()
 	var projects apiv1.ProjectList
 	s.cliJSON(ctx, &projects, "admin", "project", "list")
@@ -119,7 +122,7 @@ func e2bKey(ctx context.Context, t *testing.T, s *server) string {
 		t.Fatalf("no project named default: %+v", projects)
 	}
 	var key apiv1.APIKey
-	s.cliJSON(ctx, &key, "admin", "key", "create", "--format", "e2b", "--project", project, "--role", "member", "--name", "e2b-sdk-test")
+	s.cliJSON(ctx, &key, "admin", "key", "create", "--format", "e2b", "--project", project, "--role", role, "--name", "e2b-sdk-test-"+role)
 	if !e2bKeyPattern.MatchString(key.Token) {
 		t.Fatalf("admin key create --format e2b made %q, not e2b_<hex>", key.Token)
 	}

@@ -63,7 +63,6 @@ type serverFlags struct {
 	blobCreds   string
 	defaultTpl  string
 	buildCache  string
-	recipeRuns  bool
 	idleDefault time.Duration
 	retention   time.Duration
 	reapEvery   time.Duration
@@ -109,46 +108,45 @@ type serverFlags struct {
 // options parses the flags into server.Options.
 func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Options, error) {
 	opts := server.Options{
-		DataDir:                  dataDir,
-		Listen:                   f.listen,
-		MetricsListen:            f.metricsAddr,
-		DatabaseURL:              f.databaseURL,
-		AgentBinary:              f.agentBinary,
-		SandboxDir:               f.sandboxDir,
-		GuestbootDir:             f.guestboot,
-		ShutdownGrace:            f.grace,
-		AttachKeyMaxAge:          f.keyMaxAge,
-		TemplateGCInterval:       f.templateGC,
-		MemoryOvercommit:         f.overcommit,
-		MutationRate:             f.mutRate,
-		MutationBurst:            f.mutBurst,
-		MaxConnections:           f.maxConns,
-		DefaultDiskMiB:           f.defaultDisk,
-		MaxDiskMiB:               f.maxDisk,
-		VolumeQuotaMiB:           f.volumeQuota,
-		BodyReadTimeout:          f.bodyTimeout,
-		UsernsBase:               f.usernsBase,
-		UsernsRanges:             f.usernsN,
-		VMUIDBase:                f.vmUIDBase,
-		VMUIDCount:               f.vmUIDN,
-		BlobStore:                f.blobStore,
-		TrustedBuckets:           f.trusted,
-		BlobStoreCredentials:     f.blobCreds,
-		DefaultTemplate:          f.defaultTpl,
-		BuildCacheDir:            f.buildCache,
-		RecipeRunOnTemplateBases: f.recipeRuns,
-		DefaultIdleTimeout:       f.idleDefault,
-		Retention:                f.retention,
-		AuditRetention:           f.auditRetention,
-		ReapInterval:             f.reapEvery,
-		PoolMemoryMiB:            f.poolMemory,
-		PoolCPUs:                 f.poolCPUs,
-		PoolPids:                 f.poolPids,
-		PoolDrainAfter:           f.poolDrain,
-		NoE2B:                    !f.e2b,
-		E2BDomain:                f.e2bDomain,
-		PoolFillParallel:         f.poolParallel,
-		AllowedHosts:             f.allowedHosts,
+		DataDir:              dataDir,
+		Listen:               f.listen,
+		MetricsListen:        f.metricsAddr,
+		DatabaseURL:          f.databaseURL,
+		AgentBinary:          f.agentBinary,
+		SandboxDir:           f.sandboxDir,
+		GuestbootDir:         f.guestboot,
+		ShutdownGrace:        f.grace,
+		AttachKeyMaxAge:      f.keyMaxAge,
+		TemplateGCInterval:   f.templateGC,
+		MemoryOvercommit:     f.overcommit,
+		MutationRate:         f.mutRate,
+		MutationBurst:        f.mutBurst,
+		MaxConnections:       f.maxConns,
+		DefaultDiskMiB:       f.defaultDisk,
+		MaxDiskMiB:           f.maxDisk,
+		VolumeQuotaMiB:       f.volumeQuota,
+		BodyReadTimeout:      f.bodyTimeout,
+		UsernsBase:           f.usernsBase,
+		UsernsRanges:         f.usernsN,
+		VMUIDBase:            f.vmUIDBase,
+		VMUIDCount:           f.vmUIDN,
+		BlobStore:            f.blobStore,
+		TrustedBuckets:       f.trusted,
+		BlobStoreCredentials: f.blobCreds,
+		DefaultTemplate:      f.defaultTpl,
+		BuildCacheDir:        f.buildCache,
+		DefaultIdleTimeout:   f.idleDefault,
+		Retention:            f.retention,
+		AuditRetention:       f.auditRetention,
+		ReapInterval:         f.reapEvery,
+		PoolMemoryMiB:        f.poolMemory,
+		PoolCPUs:             f.poolCPUs,
+		PoolPids:             f.poolPids,
+		PoolDrainAfter:       f.poolDrain,
+		NoE2B:                !f.e2b,
+		E2BDomain:            f.e2bDomain,
+		PoolFillParallel:     f.poolParallel,
+		AllowedHosts:         f.allowedHosts,
 
 		// The connection budget (docs/security.md, "Connection budgets").
 		ConnectionsPerAddress:      f.connsPerAddr,
@@ -392,7 +390,6 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.IntVar(&f.mutBurst, "mutation-burst", api.DefaultMutationBurst, "mutating requests each API key may make at once")
 	fs.DurationVar(&f.templateGC, "template-gc-interval", gc.DefaultInterval, "how often to delete templates that no tag and no live sandbox uses, and their trees on disk (0: never; POST /v1/admin/templates/gc runs it on demand)")
 	fs.StringVar(&f.defaultTpl, "default-template", server.DefaultTemplateDebian, "what the template named default is: debian (Debian 12 with python3, node, git…, built in the background at first start; creates that need it wait) or minimal (the busybox template, also named minimal, ready at once: offline hosts, fast tests)")
-	fs.BoolVar(&f.recipeRuns, "recipe-run-on-template-bases", false, "let recipes run commands (run and packages steps) on a template base: that template's own programs then run as root on this host in a chroot, not a sandbox; only if every template here is trusted")
 	fs.StringVar(&f.buildCache, "build-cache-dir", "", "directory of the recipe build cache (default: DATA_DIR/build-cache)")
 	fs.DurationVar(&f.keyMaxAge, "attach-key-max-age", server.DefaultAttachKeyMaxAge, "rotate the attachment-token signing key once it is older than this")
 	fs.StringVar(&f.blobStore, "blob-store", "", "blob store shared by nodes, where imported templates are pushed and missing ones pulled by digest: file:///DIR or s3://BUCKET[/PREFIX]?endpoint=URL[&region=R][&path_style=true] (credentials: $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY or --blob-store-credentials)")

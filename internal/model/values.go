@@ -297,6 +297,10 @@ func ParseMetadata(raw map[string]string) (Metadata, error) {
 // the templateID an E2B client named) and "airlock/" (kept for Airlock).
 var reservedMetadataPrefixes = []string{"e2b.airlock/", "airlock/"}
 
+// BuildSandboxMetadata is the reserved metadata key of a template build's
+// sandbox (its value: the build's ID); only the server sets it.
+const BuildSandboxMetadata = "airlock/build"
+
 // ReservedMetadataKey reports whether k is a key the server keeps for
 // itself (one of the reserved prefixes, case aside): no client sets it;
 // only the server's own E2B translation does, in-process.

@@ -109,6 +109,11 @@ type Spec struct {
 	// it; the caller still calls Start, which is idempotent. Without it,
 	// Create leaves the sandbox in PhaseCreated.
 	Start bool
+	// Build marks a template build's sandbox (internal/server,
+	// buildsandbox.go): its root may change files' owners and modes as a
+	// package manager does (the OCI runtimes grant the capabilities for
+	// it inside the sandbox's isolation; a VM's root has them anyway).
+	Build bool
 }
 
 // VolumeMount is a host directory mounted read-write at a guest path.
@@ -264,4 +269,31 @@ type Runtime interface {
 	// waiting (until ctx ends) for the agent to start listening. It may be
 	// called again at any time (e.g. after a server restart).
 	DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, error)
+}
+
+// Layer is a sandbox's writable layer on the host: an overlayfs upper
+// directory (with overlayfs's whiteouts and opaque directories) whose
+// owners are the guest's shifted by IDs (nil: not shifted).
+type Layer struct {
+	// Dir is the upper directory's host path.
+	Dir string
+	// IDs, if set, is the sandbox's id range: a file the guest's uid (or
+	// gid) N owns belongs to IDs.Host+N on the host.
+	IDs *LayerIDs
+}
+
+// LayerIDs is the host id range of a sandbox in a user namespace.
+type LayerIDs struct {
+	Host, Size uint32
+}
+
+// LayerReader is implemented by a runtime whose sandboxes' writes land in
+// an overlayfs upper directory on the host (the OCI runtimes: runsc runs
+// with --overlay2=none). The template builder reads it to make a template
+// of what a build sandbox wrote. It is asked by type, as SnapshotCreator.
+type LayerReader interface {
+	// WritableLayer returns the writable layer of sandbox id, which must
+	// exist with its filesystem mounted (running or paused). Its content
+	// is stable only while no process of the sandbox runs (paused).
+	WritableLayer(id model.SandboxID) (Layer, error)
 }

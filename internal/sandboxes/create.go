@@ -37,6 +37,10 @@ type CreateRequest struct {
 	// Volumes are the project's volumes to mount (read-write). The
 	// sandbox is placed on the node that holds them.
 	Volumes []VolumeMountRequest
+	// Local places the sandbox on this node (Config.Self), never claimed
+	// from a pool: a template build's sandbox, whose writable layer this
+	// node reads.
+	Local bool
 	// Now is the request's time: the sandbox's creation and last activity.
 	Now time.Time
 	// Idempotency, if set, builds the idempotency record stored with the
@@ -98,7 +102,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 		return Created{}, err
 	}
 	var envRef model.EnvironmentRef
-	if s.cfg.Placer == nil {
+	if s.cfg.Placer == nil || req.Local {
 		if envRef, err = s.resolveEnvironment(ctx, envSel); err != nil {
 			return Created{}, err
 		}
@@ -136,7 +140,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 		PublicPorts:  req.PublicPorts,
 		VolumeMounts: volumes,
 	}
-	if len(volumes) == 0 { // a pool's sandboxes mount none
+	if req.Local {
+		sb.NodeID = s.cfg.Self
+	} else if len(volumes) == 0 { // a pool's sandboxes mount none
 		pc := s.poolCreateOf(ctx, ref, tpl.Digest, envSel, envRef, req.Resources)
 		if created, ok, err := s.claimFromPool(ctx, req, pc, sb); err != nil || ok {
 			return created, err
@@ -161,7 +167,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 		}
 		return s.cfg.Store.CreateSandbox(ctx, sb, req.Egress, op, rec)
 	}
-	if s.cfg.Placer != nil {
+	if s.cfg.Placer != nil && !req.Local {
 		err = s.insertPlaced(ctx, &sb, envSel, volumeNode, insert)
 	} else {
 		err = insert(sb)

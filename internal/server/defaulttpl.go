@@ -131,16 +131,15 @@ const buildsDir = "builds"
 // startBuilds makes the template build runner (not yet running) and sets
 // up the templates named "minimal" and "default" as opts.DefaultTemplate
 // says.
-func startBuilds(ctx context.Context, opts Options, dd *dataDir, st store.Store, templates *template.Store, dist *distribute.Distributor, node model.NodeID, log *slog.Logger) (*build.Runner, error) {
+func startBuilds(ctx context.Context, opts Options, dd *dataDir, st store.Store, templates *template.Store, dist *distribute.Distributor, node model.NodeID, sbx build.Sandboxes, log *slog.Logger) (*build.Runner, error) {
 	cacheDir := opts.BuildCacheDir
 	if cacheDir == "" {
 		cacheDir = dd.join("build-cache")
 	}
 	builder := &recipe.Builder{
-		Store:              templates,
-		CacheDir:           cacheDir,
-		Logger:             log.With("component", "recipe"),
-		RunOnTemplateBases: opts.RecipeRunOnTemplateBases,
+		Store:    templates,
+		CacheDir: cacheDir,
+		Logger:   log.With("component", "recipe"),
 		Resolve: func(ctx context.Context, ref string) (model.TemplateDigest, error) {
 			r, err := model.ParseTemplateRef(ref)
 			if err != nil {
@@ -157,6 +156,7 @@ func startBuilds(ctx context.Context, opts Options, dd *dataDir, st store.Store,
 		Store:     st,
 		Templates: templates,
 		Recipes:   build.Recipes{Builder: builder},
+		Sandboxes: sbx,
 		LogDir:    dd.join(buildsDir),
 		Owner:     node,
 		// Two at once: an import need not wait for the Debian build.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"github.com/airlockdev/airlock/internal/e2b/envdfs"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/template"
 )
 
 // e2bGateway puts the E2B front door in front of native (Airlock's API and
@@ -27,7 +29,7 @@ import (
 // carries in-process (never over the network; selfURL is the base URL
 // they name). The returned Watchers hold E2B's polling file watchers;
 // close them at shutdown.
-func e2bGateway(native http.Handler, wrap func(http.Handler) http.Handler, inproc *api.InProcess, st store.Store, keys *auth.Keyring, verifier *auth.Verifier, selfURL, domain string, log *slog.Logger) (*e2b.Gateway, *envdfs.Watchers, error) {
+func e2bGateway(native http.Handler, wrap func(http.Handler) http.Handler, inproc *api.InProcess, st store.Store, keys *auth.Keyring, verifier *auth.Verifier, selfURL, domain string, tpls e2bTemplateBuilds, log *slog.Logger) (*e2b.Gateway, *envdfs.Watchers, error) {
 	self, err := loopbackURL(selfURL)
 	if err != nil {
 		return nil, nil, err
@@ -52,8 +54,10 @@ func e2bGateway(native http.Handler, wrap func(http.Handler) http.Handler, inpro
 			}
 			return mint(rec.ID, rec.ProjectID)
 		},
-		Domain: domain,
-		Logger: log.With("component", "e2b-control"),
+		Domain:          domain,
+		Logger:          log.With("component", "e2b-control"),
+		TemplateFiles:   tpls.files,
+		TemplateHasUser: tpls.hasUser(st),
 	})
 	if err != nil {
 		return nil, nil, err
@@ -110,3 +114,42 @@ func loopbackURL(base string) (string, error) {
 	u.Host = net.JoinHostPort(host, port)
 	return u.String(), nil
 }
+
+// e2bTemplateBuilds configures E2B's template build API: files is the
+// directory of its uploads and build contexts ("": the API answers 501),
+// templates this node's template store (nil on an api replica: builds
+// start as root).
+type e2bTemplateBuilds struct {
+	files     string
+	templates *template.Store
+}
+
+// hasUser reports whether a template (a reference the store resolves)
+// has an account of that name in its own /etc/passwd.
+func (t e2bTemplateBuilds) hasUser(st store.Store) func(ctx context.Context, ref, user string) (bool, error) {
+	return func(ctx context.Context, ref, user string) (bool, error) {
+		if t.templates == nil {
+			return false, nil
+		}
+		r, err := model.ParseTemplateRef(ref)
+		if err != nil {
+			return false, nil
+		}
+		tpl, err := st.ResolveTemplate(ctx, r)
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if !t.templates.Has(tpl.Digest) {
+			return false, nil
+		}
+		_, err = t.templates.ResolveUser(tpl.Digest, user)
+		return err == nil, nil
+	}
+}
+
+// e2bTemplatesDir (in the data dir) holds E2B template builds' uploads and
+// build contexts.
+const e2bTemplatesDir = "e2b-templates"

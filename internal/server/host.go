@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/api"
 	"github.com/airlockdev/airlock/internal/controller"
 	"github.com/airlockdev/airlock/internal/egress"
 	"github.com/airlockdev/airlock/internal/environment"
@@ -18,6 +19,7 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/runtime/qemu"
+	"github.com/airlockdev/airlock/internal/sandboxes"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/template"
 	"github.com/airlockdev/airlock/internal/template/build"
@@ -33,6 +35,7 @@ import (
 // and answer for one that runs nothing.
 type host struct {
 	builds    *build.Runner
+	buildSbx  *buildSandboxes // the sandboxes of the builds' run steps
 	enabled   []enabledEnvironment
 	registry  environments
 	egressNet *egressNet
@@ -55,7 +58,8 @@ func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, te
 			h.close()
 		}
 	}()
-	if h.builds, err = startBuilds(ctx, opts, dd, st, templates, dist, nodeID, log); err != nil {
+	h.buildSbx = &buildSandboxes{why: "this server runs no sandboxes", log: log.With("component", "build-sandboxes")}
+	if h.builds, err = startBuilds(ctx, opts, dd, st, templates, dist, nodeID, h.buildSbx, log); err != nil {
 		return nil, err
 	}
 	publishDefault(ctx, st, dist, log)
@@ -78,6 +82,7 @@ func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, te
 	if h.registry, err = recordEnvironments(ctx, h.enabled, st, nodeID, rts, log.With("component", "environments")); err != nil {
 		return nil, err
 	}
+	h.buildSbx.choose(h.enabled, h.registry.Default())
 	if h.egressNet, h.egressSvc, err = openEgress(egressCfg, dd, st, secretSrc, m.EgressObserver(), log.With("component", "egress")); err != nil {
 		return nil, err
 	}
@@ -217,6 +222,19 @@ func (h *host) egressRegistry() *egress.Registry {
 		return nil
 	}
 	return h.egressNet.Registry()
+}
+
+// wireBuildSandboxes gives the build sandboxes what they make sandboxes
+// and run commands with, once the API exists.
+// The build sandboxes a previous run of this node left are deleted first.
+func (h *host) wireBuildSandboxes(ctx context.Context, svc *sandboxes.Service, st store.Store, inproc *api.InProcess, selfURL string, node model.NodeID) error {
+	if h == nil {
+		return nil
+	}
+	if err := reapOrphans(ctx, st, svc, node, h.buildSbx.log); err != nil {
+		return err
+	}
+	return h.buildSbx.wire(svc, st, inproc, selfURL)
 }
 
 func (h *host) buildRunner() *build.Runner {

@@ -163,11 +163,6 @@ type Options struct {
 	// BuildCacheDir (--build-cache-dir) holds the recipe build cache; "":
 	// DataDir/build-cache.
 	BuildCacheDir string
-	// RecipeRunOnTemplateBases (--recipe-run-on-template-bases) allows
-	// recipes to run commands (run and packages steps) on a template base,
-	// which runs that template's own programs as root on this host, in a
-	// chroot, not a sandbox (recipe.Builder.RunOnTemplateBases).
-	RecipeRunOnTemplateBases bool
 	// Egress. Every sandbox gets its own network namespace wired to the
 	// host by a veth pair (internal/egress/sandboxnet) whose TCP and DNS
 	// Airlock's nftables table redirects to the egress proxy and resolver;

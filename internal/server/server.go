@@ -307,9 +307,15 @@ func Run(ctx context.Context, opts Options) error {
 		ln.Close()
 		return err
 	}
+	// Builds run their run steps in sandboxes made through the API.
+	if err := h.wireBuildSandboxes(ctx, sandboxSvc, st, apiHandler.InProcess(mux), baseURL, nodeID); err != nil {
+		ln.Close()
+		return err
+	}
 	var handler http.Handler = mux
 	if !opts.NoE2B {
-		gw, watchers, err := e2bGateway(mux, apiHandler.Wrap, apiHandler.InProcess(mux), st, attachKeys, verifier, baseURL, opts.E2BDomain, log)
+		gw, watchers, err := e2bGateway(mux, apiHandler.Wrap, apiHandler.InProcess(mux), st, attachKeys, verifier, baseURL, opts.E2BDomain,
+			e2bTemplateBuilds{files: dd.join(e2bTemplatesDir), templates: templates}, log)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("e2b gateway: %w", err)

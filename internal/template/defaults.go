@@ -184,3 +184,13 @@ func findEntry(root *os.Root, name string, match func([]string) bool) ([]string,
 	}
 	return nil, nil
 }
+
+// ResolveUser resolves spec ("name", "uid", "uid:gid", "name:group", …)
+// against template d's own /etc/passwd and /etc/group, as a template's
+// configured user is (read inside the tree only).
+func (s *Store) ResolveUser(d model.TemplateDigest, spec string) (model.UserIDs, error) {
+	if !s.Has(d) {
+		return model.UserIDs{}, fmt.Errorf("template %s: %w", d, ErrNotFound)
+	}
+	return resolveUser(s.RootfsDir(d), spec)
+}

@@ -313,6 +313,8 @@ func (w *Worker) spec(ctx context.Context, sb model.Sandbox) (runtime.Spec, erro
 			PidsLimit: int64(model.GuestPids(sb.Resources.MemoryMiB)),
 		},
 		AgentBinary: w.cfg.AgentBinary,
+		// Only the server sets this reserved key (a template build's).
+		Build: sb.Metadata[model.BuildSandboxMetadata] != "",
 	}, nil
 }
 

@@ -77,6 +77,13 @@ type Config struct {
 	// → null.
 	Domain string
 	Logger *slog.Logger
+	// TemplateFiles is the directory of E2B template builds' uploaded
+	// files and build contexts (templates.go); "": E2B's template build
+	// API answers 501.
+	TemplateFiles string
+	// TemplateHasUser reports whether the template ref has the account
+	// user (E2B builds start as "user" on a base that has one); nil: no.
+	TemplateHasUser func(ctx context.Context, ref, user string) (bool, error)
 }
 
 // Handler answers E2B control-plane requests.
@@ -84,6 +91,9 @@ type Handler struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
+
+	files     *tplFileStore // nil: no template builds
+	tplBuilds tplBuilds
 }
 
 // New returns a Handler.
@@ -123,6 +133,15 @@ func New(cfg Config) (*Handler, error) {
 		{"GET /volumes", h.listVolumes},
 		{"GET /volumes/{id}", h.getVolume},
 		{"DELETE /volumes/{id}", h.deleteVolume},
+	}
+	if cfg.TemplateFiles != "" {
+		var err error
+		if h.files, err = newTplFileStore(cfg.TemplateFiles); err != nil {
+			return nil, err
+		}
+		h.tplBuilds.builds = map[string]*tplBuild{}
+		routes = append(routes, h.templateRoutes()...)
+		h.mux.HandleFunc("PUT /templates/{templateID}/files/{hash}", h.upload)
 	}
 	for _, rt := range routes {
 		h.mux.Handle(rt.pattern, h.authed(rt.fn))

@@ -47,6 +47,14 @@ func defaultCaps() []string {
 	return []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SETGID", "CAP_SETUID"}
 }
 
+// buildCaps are added to defaultCaps for a template build's sandbox
+// (runtime.Spec.Build): what root needs to install software (dpkg and
+// chown give files owners, modes and capabilities; chroot-based
+// maintainer scripts), as Docker's default set has them. They are scoped
+// like the others: to the sandbox's user namespace (runc, crun) or to
+// gVisor's kernel (runsc).
+var buildCaps = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_SETFCAP", "CAP_SYS_CHROOT"}
+
 // hostPidsLimit is the host pids limit of a sandbox whose guest limit is n:
 // environment.HostPids, the one rule that admission charges against the
 // node's pids budget too. The agent enforces n on the workload in a cgroup
@@ -96,6 +104,7 @@ func (r *Runtime) bundleSpec(spec runtime.Spec, dirs sandboxDirs, ids *rootfs.ID
 		resources:   spec.Resources,
 		ids:         ids,
 		usernsPath:  dirs.usernsPath,
+		build:       spec.Build,
 	})
 	if err != nil {
 		return nil, err
@@ -134,6 +143,7 @@ type specParams struct {
 	resources   runtime.Resources
 	ids         *rootfs.IDRange // the user namespace's id range; nil for none
 	usernsPath  string          // with ids: where the sandbox's user namespace is bind-mounted (sandboxUserns)
+	build       bool            // a template build's sandbox: buildCaps too
 }
 
 func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
@@ -142,6 +152,7 @@ func (r *Runtime) ociSpec(p specParams) (*specs.Spec, error) {
 	}
 	s, err := BaseSpec(r.flavor, BaseParams{
 		Args: p.args, Env: p.env, Rootfs: p.rootfs, Hostname: p.hostname, Cgroup: p.cgroup, Resources: p.resources, IDs: p.ids, UsernsPath: p.usernsPath,
+		Build: p.build,
 	})
 	if err != nil {
 		return nil, err
@@ -168,6 +179,8 @@ type BaseParams struct {
 	// see addUserns for runc's rlimits there); "" has the runtime make
 	// one (owned by host root).
 	UsernsPath string
+	// Build gives root buildCaps too (a template build's sandbox).
+	Build bool
 }
 
 // BaseSpec builds the OCI config of an Airlock sandbox without the guest
@@ -183,6 +196,10 @@ func BaseSpec(flavor Flavor, p BaseParams) (*specs.Spec, error) {
 		return nil, fmt.Errorf("read RLIMIT_NOFILE: %w", err)
 	}
 	nofile := min(uint64(nofileLimit), rl.Max)
+	caps := defaultCaps
+	if p.Build {
+		caps = func() []string { return append(defaultCaps(), buildCaps...) }
+	}
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: devOptions(flavor)},
@@ -202,10 +219,10 @@ func BaseSpec(flavor Flavor, p BaseParams) (*specs.Spec, error) {
 			Env:  p.Env,
 			Cwd:  "/",
 			Capabilities: &specs.LinuxCapabilities{
-				Bounding:  defaultCaps(),
-				Effective: defaultCaps(),
-				Permitted: defaultCaps(),
-				Ambient:   defaultCaps(),
+				Bounding:  caps(),
+				Effective: caps(),
+				Permitted: caps(),
+				Ambient:   caps(),
 			},
 			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
 			NoNewPrivileges: true,

@@ -180,3 +180,34 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// A template build's sandbox (Spec.Build) gives root the capabilities a
+// package manager needs, in every set the workload has; another sandbox
+// does not get them.
+func TestBundleSpecBuildCaps(t *testing.T) {
+	for _, flavor := range allFlavors {
+		t.Run(string(flavor), func(t *testing.T) {
+			r := &Runtime{flavor: flavor, cgroupParent: "/airlock", stateRoot: "/state"}
+			id := model.NewSandboxID()
+			var ids *rootfs.IDRange
+			if usesUserns(flavor) {
+				ids = &rootfs.IDRange{Host: 1 << 30, Size: IDRangeSize}
+			}
+			for _, build := range []bool{false, true} {
+				spec := runtime.Spec{ID: id, RootFS: runtime.RootFS{Lower: "/t"}, AgentBinary: "/usr/lib/airlock/airlock-agent", Build: build}
+				s, err := r.bundleSpec(spec, r.dirs(id), ids, "/state/.agentfs/0123abcd")
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := s.Process.Capabilities
+				for name, set := range map[string][]string{"bounding": c.Bounding, "effective": c.Effective, "permitted": c.Permitted, "ambient": c.Ambient} {
+					for _, cp := range buildCaps {
+						if slices.Contains(set, cp) != build {
+							t.Errorf("build %v: %s capabilities %v: %s", build, name, set, cp)
+						}
+					}
+				}
+			}
+		})
+	}
+}

@@ -48,7 +48,7 @@ func classify(source string, err error) *model.BuildError {
 		return &model.BuildError{Code: apiv1.CodeBlobStoreCorrupt, Message: "nothing was imported: " + err.Error()}
 	case errors.Is(err, errBlobStore):
 		return &model.BuildError{Code: apiv1.CodeBlobStoreUnavailable, Message: err.Error()}
-	case errors.Is(err, errNotSupported), errors.Is(err, recipe.ErrUntrustedBase):
+	case errors.Is(err, errNotSupported), errors.Is(err, recipe.ErrNoSandbox):
 		return &model.BuildError{Code: apiv1.CodeNotSupported, Message: err.Error()}
 	case errors.Is(err, model.ErrInvalid):
 		return &model.BuildError{Code: apiv1.CodeInvalidRequest, Message: err.Error()}

@@ -16,7 +16,7 @@ type Recipes struct {
 // BuildRecipe implements RecipeBuilder: text "" is recipe.Default().
 // Progress comes from the builder's own step reports, never from the log
 // (which run steps write to).
-func (r Recipes) BuildRecipe(ctx context.Context, text, contextDir string, log io.Writer, progress func(StepProgress)) (template.Imported, []Step, error) {
+func (r Recipes) BuildRecipe(ctx context.Context, text, contextDir string, log io.Writer, progress func(StepProgress), sb recipe.Sandbox) (template.Imported, []Step, error) {
 	rc := recipe.Default()
 	if text != "" {
 		var err error
@@ -24,7 +24,7 @@ func (r Recipes) BuildRecipe(ctx context.Context, text, contextDir string, log i
 			return template.Imported{}, nil, err
 		}
 	}
-	opts := recipe.BuildOptions{Log: log}
+	opts := recipe.BuildOptions{Log: log, Sandbox: sb}
 	if progress != nil {
 		opts.Progress = func(p recipe.StepProgress) {
 			progress(StepProgress{Done: p.Done, Cached: p.Cached, Total: p.Total})

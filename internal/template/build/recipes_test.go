@@ -3,6 +3,7 @@ package build
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,7 +23,8 @@ func TestRecipeProgressIgnoresLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb := Recipes{Builder: &recipe.Builder{Store: ts, CacheDir: filepath.Join(dir, "cache"), RunOnTemplateBases: true}}
+	rb := Recipes{Builder: &recipe.Builder{Store: ts, CacheDir: filepath.Join(dir, "cache")}}
+	sb := echoSandbox{dir: t.TempDir()}
 	text := fmt.Sprintf(`
 from: {template: %q}
 steps:
@@ -31,7 +33,7 @@ steps:
 `, base.Digest)
 	var log strings.Builder
 	var got []StepProgress
-	_, steps, err := rb.BuildRecipe(context.Background(), text, t.TempDir(), &log, func(p StepProgress) { got = append(got, p) })
+	_, steps, err := rb.BuildRecipe(context.Background(), text, t.TempDir(), &log, func(p StepProgress) { got = append(got, p) }, sb)
 	if err != nil {
 		t.Fatalf("build: %v\n%s", err, log.String())
 	}
@@ -49,11 +51,24 @@ steps:
 	// Again, all from the cache: each step reported once as it starts, once
 	// as it ends.
 	got = nil
-	if _, _, err := rb.BuildRecipe(context.Background(), text, t.TempDir(), &log, func(p StepProgress) { got = append(got, p) }); err != nil {
+	if _, _, err := rb.BuildRecipe(context.Background(), text, t.TempDir(), &log, func(p StepProgress) { got = append(got, p) }, sb); err != nil {
 		t.Fatal(err)
 	}
 	want = []StepProgress{{0, 0, 3}, {1, 1, 3}, {1, 1, 3}, {2, 2, 3}, {2, 2, 3}, {3, 3, 3}}
 	if !slices.Equal(got, want) {
 		t.Errorf("cached build: progress %v, want %v", got, want)
 	}
+}
+
+// echoSandbox is a build sandbox that runs nothing: it writes a run step's
+// last argument (its script) to the log and leaves an empty layer.
+type echoSandbox struct{ dir string }
+
+func (e echoSandbox) Run(ctx context.Context, req recipe.SandboxRun) (recipe.SandboxResult, error) {
+	fmt.Fprintln(req.Log, req.Argv[len(req.Argv)-1])
+	layer, err := os.MkdirTemp(e.dir, "layer-")
+	if err != nil {
+		return recipe.SandboxResult{}, err
+	}
+	return recipe.SandboxResult{Layer: layer, Release: func() { os.RemoveAll(layer) }}, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
 	"github.com/airlockdev/airlock/internal/template"
+	"github.com/airlockdev/airlock/internal/template/recipe"
 )
 
 // Importer imports directories, tar archives and OCI images; *template.Store
@@ -56,9 +57,16 @@ type Step struct {
 // RecipeBuilder builds recipes. text is the recipe's YAML, or "" for the
 // server's default recipe; copy sources are relative to contextDir (may be
 // ""). The build's log goes to log; progress is called as steps start and
-// end.
+// end. sb runs the commands of steps on a template base (nil: such
+// recipes fail with not_supported).
 type RecipeBuilder interface {
-	BuildRecipe(ctx context.Context, text, contextDir string, log io.Writer, progress func(StepProgress)) (template.Imported, []Step, error)
+	BuildRecipe(ctx context.Context, text, contextDir string, log io.Writer, progress func(StepProgress), sb recipe.Sandbox) (template.Imported, []Step, error)
+}
+
+// Sandboxes gives the build sandbox of build b: run steps on a template
+// base run in sandboxes of b's project, with its egress policy.
+type Sandboxes interface {
+	For(b model.TemplateBuild) recipe.Sandbox
 }
 
 // StepProgress is how far a recipe build is: Done steps of Total ended,
@@ -84,6 +92,9 @@ type Config struct {
 	Store     store.Store
 	Templates Importer
 	Recipes   RecipeBuilder // nil: recipe builds fail with not_supported
+	// Sandboxes makes the build sandboxes of recipes' run steps on
+	// template bases; nil: those recipes fail with not_supported.
+	Sandboxes Sandboxes
 	// Distribution, if set, gets every template a build makes (pushed
 	// before the build succeeds) and serves "sha256:…" sources; nil: such
 	// sources fail with not_supported.
@@ -385,12 +396,16 @@ func (r *Runner) build(ctx context.Context, b model.TemplateBuild, lf *logFile) 
 		if r.cfg.Recipes == nil {
 			return template.Imported{}, fmt.Errorf("%w: this server cannot build recipes", errNotSupported)
 		}
+		var sb recipe.Sandbox
+		if r.cfg.Sandboxes != nil {
+			sb = r.cfg.Sandboxes.For(b)
+		}
 		imp, steps, err := r.cfg.Recipes.BuildRecipe(ctx, b.Recipe, b.Context, lf, func(p StepProgress) {
 			r.setProgress(b.ID, func(q *Progress) { q.StepsDone, q.StepsCached, q.StepsTotal = p.Done, p.Cached, p.Total })
 			if err := r.cfg.Store.SetBuildProgress(ctx, b.ID, r.cfg.Owner, p.Done, p.Cached, p.Total, time.Now()); err != nil && ctx.Err() == nil {
 				r.log.Warn("record build progress", "build", b.ID, "err", err)
 			}
-		})
+		}, sb)
 		if err != nil {
 			return template.Imported{}, err
 		}

@@ -33,20 +33,12 @@ type Builder struct {
 	// name:tag) into a digest of Store. Digests need no resolving; when
 	// Resolve is nil only they are accepted.
 	Resolve func(ctx context.Context, ref string) (model.TemplateDigest, error)
-	// RunOnTemplateBases allows packages and run steps on a template base
-	// ("from: template:"). Those steps run the base template's own programs
-	// (its shell, apt, package scripts) as root on the build host, in a
-	// chroot with private mount, PID, UTS and IPC namespaces, not in a
-	// sandbox: a template imported from an untrusted image could escape it.
-	// On a Debian base the programs are Debian's, from the host's apt
-	// sources, and the commands are the recipe author's (an admin). False
-	// refuses such recipes (ErrUntrustedBase).
-	RunOnTemplateBases bool
 }
 
-// ErrUntrustedBase: a recipe runs commands on a template base and the
-// Builder does not allow it (Builder.RunOnTemplateBases).
-var ErrUntrustedBase = errors.New("run and packages steps on a template base are not allowed")
+// ErrNoSandbox: a recipe runs commands (run or packages steps) on a
+// template base, which happens only inside a build sandbox
+// (BuildOptions.Sandbox), and the build has none.
+var ErrNoSandbox = errors.New("run and packages steps on a template base run in a build sandbox, and this build has none")
 
 // Result is what a build produced: the final template and one StepResult
 // per step of the hash chain, the base first.
@@ -68,9 +60,14 @@ type StepError struct {
 	Step     int // 1-based
 	Kind     string
 	ExitCode int
+	// Reason, if set, says why the command did not run (ExitCode -1).
+	Reason string
 }
 
 func (e *StepError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("step %d %s: the command could not run: %s", e.Step, e.Kind, e.Reason)
+	}
 	return fmt.Sprintf("step %d %s: the command exited with status %d", e.Step, e.Kind, e.ExitCode)
 }
 
@@ -102,6 +99,11 @@ type BuildOptions struct {
 	// the goroutine that called BuildWith. Unlike the log, which run steps
 	// write to, it reports only what the builder itself did.
 	Progress func(StepProgress)
+	// Sandbox runs the commands of run and packages steps on a template
+	// base (see Sandbox); nil refuses such recipes (ErrNoSandbox). Steps
+	// on a Debian base run in the build helper's chroot: their programs
+	// are Debian's, from the host's apt sources.
+	Sandbox Sandbox
 }
 
 // StepProgress is how far a build is: Done of Total steps ended, Cached of
@@ -134,6 +136,9 @@ func (b *Builder) BuildWith(ctx context.Context, r Recipe, contextDir string, op
 	steps, err := b.plan(ctx, r, contextDir)
 	if err != nil {
 		return Result{}, err
+	}
+	if opts.Sandbox == nil && slices.ContainsFunc(steps, func(ps planStep) bool { return ps.sandboxed }) {
+		return Result{}, fmt.Errorf("%w: base the recipe on debian, or build it through a server that runs sandboxes", ErrNoSandbox)
 	}
 	var res Result
 	var cur template.Imported
@@ -177,10 +182,14 @@ func (b *Builder) BuildWith(ctx context.Context, r Recipe, contextDir string, op
 			continue
 		}
 		logf("building")
-		imp, err = b.execute(ctx, i+1, ps, cur.Digest, contextDir, log)
+		imp, err = b.execute(ctx, i+1, ps, cur, contextDir, log, opts.Sandbox)
 		if err != nil {
 			if se := (*StepError)(nil); errors.As(err, &se) {
-				logf("failed: the command exited with status %d", se.ExitCode)
+				if se.Reason != "" {
+					logf("failed: the command could not run: %s", se.Reason)
+				} else {
+					logf("failed: the command exited with status %d", se.ExitCode)
+				}
 				return Result{}, err
 			}
 			return Result{}, fmt.Errorf("%s: %w", head, err)
@@ -235,7 +244,11 @@ func (b *Builder) Cached(r Recipe, contextDir string) (template.Imported, bool, 
 }
 
 // execute builds step n (ps) on top of parent.
-func (b *Builder) execute(ctx context.Context, n int, ps planStep, parent model.TemplateDigest, contextDir string, log io.Writer) (template.Imported, error) {
+func (b *Builder) execute(ctx context.Context, n int, ps planStep, cur template.Imported, contextDir string, log io.Writer, sb Sandbox) (template.Imported, error) {
+	if ps.sandboxed {
+		return b.sandboxStep(ctx, n, ps, cur, log, sb)
+	}
+	parent := cur.Digest
 	switch ps.kind {
 	case KindDebian:
 		return b.debian(ctx, ps, log)
@@ -300,7 +313,7 @@ func (b *Builder) overlayStep(ctx context.Context, n int, ps planStep, parent mo
 		return template.Imported{}, err
 	}
 	env := runEnv(cfg.Env)
-	h, rc, err := startHelper(ctx, lower, upper, work, merged, ps.argv, env, log)
+	h, rc, err := startHelper(ctx, []string{lower}, upper, work, merged, ps.argv, env, log)
 	if err != nil {
 		return template.Imported{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -33,8 +34,13 @@ func newBuilder(t *testing.T, cacheDir string) *Builder {
 		cacheDir = filepath.Join(tmp, "cache")
 	}
 	t.Cleanup(func() { checkClean(t, s) })
-	// The busybox base is the test's own: trusted.
-	return &Builder{Store: s, CacheDir: cacheDir, RunOnTemplateBases: true}
+	return &Builder{Store: s, CacheDir: cacheDir}
+}
+
+// buildOpts are the options of the tests' builds: run steps on the busybox
+// base run in chrootSandbox (the test's own base: trusted).
+func buildOpts(b *Builder, log io.Writer) BuildOptions {
+	return BuildOptions{Log: log, Sandbox: chrootSandbox{b: b}}
 }
 
 // checkClean fails if the store has staging leftovers or mounts.
@@ -91,7 +97,7 @@ func mustParse(t *testing.T, src string) Recipe {
 func build(t *testing.T, b *Builder, r Recipe, ctxDir string) (Result, string) {
 	t.Helper()
 	var log bytes.Buffer
-	res, err := b.Build(context.Background(), r, ctxDir, &log)
+	res, err := b.BuildWith(context.Background(), r, ctxDir, buildOpts(b, &log))
 	if err != nil {
 		t.Fatalf("build: %v\n%s", err, log.String())
 	}
@@ -375,7 +381,7 @@ func TestBuildRunFails(t *testing.T) {
 	base := busybox(t, b)
 	r := mustParse(t, fmt.Sprintf("from: {template: %q}\nsteps: [{run: 'echo partial > /p; sleep 100 & echo failing; exit 3'}]\n", base))
 	var log bytes.Buffer
-	_, err := b.Build(context.Background(), r, t.TempDir(), &log)
+	_, err := b.BuildWith(context.Background(), r, t.TempDir(), buildOpts(b, &log))
 	var se *StepError
 	if !errors.As(err, &se) || se.ExitCode != 3 || se.Step != 2 {
 		t.Fatalf("err = %v, want exit status 3 of step 2", err)
@@ -412,7 +418,7 @@ func TestBuildCancel(t *testing.T) {
 			}
 		}
 	}()
-	_, err = b.Build(ctx, r, t.TempDir(), pw)
+	_, err = b.BuildWith(ctx, r, t.TempDir(), buildOpts(b, pw))
 	pw.Close()
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
@@ -474,7 +480,7 @@ func TestBuildConcurrent(t *testing.T) {
 	digests := make(chan model.TemplateDigest, n)
 	for range n {
 		go func() {
-			res, err := b.Build(context.Background(), r, ctxDir, nil)
+			res, err := b.BuildWith(context.Background(), r, ctxDir, buildOpts(b, nil))
 			errs <- err
 			digests <- res.Imported.Digest
 		}()
@@ -493,22 +499,26 @@ func TestBuildConcurrent(t *testing.T) {
 	}
 }
 
-// A Builder that does not trust template bases refuses run and packages
-// steps on them (they would run the template's programs as host root), and
-// still builds copy and config steps there.
-func TestTemplateBaseRunsRefused(t *testing.T) {
-	b := &Builder{Store: nil}
+// Without a build sandbox, run and packages steps on a template base are
+// refused before anything is built (they would run the template's own
+// programs); copy and config steps are built.
+func TestTemplateBaseRunsNeedASandbox(t *testing.T) {
+	b := newBuilder(t, "")
+	base := busybox(t, b)
 	for _, text := range []string{
-		"from: {template: " + strings.Repeat("a", 3) + "}\nsteps:\n  - run: \"true\"\n",
-		"from: {template: aaa}\npackages: [curl]\n",
+		fmt.Sprintf("from: {template: %q}\nsteps:\n  - run: \"touch /ran\"\n", base),
+		fmt.Sprintf("from: {template: %q}\npackages: [curl]\n", base),
 	} {
-		r := mustParse(t, text)
-		if _, err := b.plan(context.Background(), r, ""); !errors.Is(err, ErrUntrustedBase) {
-			t.Errorf("plan(%q) = %v, want ErrUntrustedBase", text, err)
+		_, err := b.Build(context.Background(), mustParse(t, text), "", nil)
+		if !errors.Is(err, ErrNoSandbox) {
+			t.Errorf("build(%q) = %v, want ErrNoSandbox", text, err)
 		}
 	}
-	r := mustParse(t, "from: {template: aaa}\nenv: {A: b}\n")
-	if _, err := b.plan(context.Background(), r, ""); errors.Is(err, ErrUntrustedBase) {
-		t.Errorf("a config-only recipe on a template base was refused: %v", err)
+	if ents, _ := os.ReadDir(b.CacheDir); len(ents) != 0 {
+		t.Errorf("a refused build left cache entries: %v", ents)
+	}
+	res, _ := build(t, b, mustParse(t, fmt.Sprintf("from: {template: %q}\nenv: {A: b}\n", base)), "")
+	if res.Imported.Digest == base {
+		t.Errorf("a config-only recipe on a template base made nothing new")
 	}
 }

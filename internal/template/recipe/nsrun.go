@@ -139,12 +139,14 @@ type helper struct {
 // startHelper starts the helper and waits until the merged tree is ready
 // (copy) or the command has ended (run). It returns the command's exit
 // status (0 for a copy step).
-func startHelper(ctx context.Context, lower, upper, work, merged string, argv, env []string, log io.Writer) (*helper, int, error) {
-	for _, p := range []string{lower, upper, work} {
+// lowers are the overlay's lower layers, the top one first.
+func startHelper(ctx context.Context, lowers []string, upper, work, merged string, argv, env []string, log io.Writer) (*helper, int, error) {
+	for _, p := range append([]string{upper, work}, lowers...) {
 		if strings.ContainsAny(p, ",:\\\n") {
 			return nil, 0, fmt.Errorf("overlay path %q contains a character overlayfs options cannot hold", p)
 		}
 	}
+	lower := strings.Join(lowers, ":")
 	mode := "hold"
 	var run []string
 	if len(argv) > 0 {

@@ -62,7 +62,7 @@ func TestBuildDoesNotPinHostMounts(t *testing.T) {
 		}
 	}
 	var log strings.Builder
-	h, _, err := startHelper(ctx, lower, upper, work, merged, nil, nil, &log)
+	h, _, err := startHelper(ctx, []string{lower}, upper, work, merged, nil, nil, &log)
 	if err != nil {
 		t.Fatalf("start the helper: %v\n%s", err, log.String())
 	}

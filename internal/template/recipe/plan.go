@@ -63,9 +63,15 @@ type planStep struct {
 	copy     *Copy
 	copySum  string
 	argv     []string
-	env      []string
-	workdir  string
-	user     string
+	// sandboxed: a run or packages step on a template base, whose command
+	// runs in a build sandbox (sandbox.go), not in the helper's chroot.
+	sandboxed bool
+	// A sandboxed run step's own user, directory and environment.
+	runUser, runDir string
+	runEnv          []string
+	env             []string
+	workdir         string
+	user            string
 }
 
 // Host paths, variables for tests.
@@ -95,11 +101,6 @@ func (b *Builder) plan(ctx context.Context, r Recipe, contextDir string) ([]plan
 		ps.key = stepKey(parent, ps.kind, args, input)
 		parent = ps.key
 		steps = append(steps, ps)
-	}
-	if r.debian == nil && !b.RunOnTemplateBases && (len(r.packages) > 0 || slices.ContainsFunc(r.steps, func(s Step) bool { return s.Run != nil })) {
-		return nil, fmt.Errorf("%w: they would run template %s's own programs as root on the build host, in a chroot, "+
-			"not a sandbox; base the recipe on debian, or start the server with --recipe-run-on-template-bases "+
-			"if every template here is trusted", ErrUntrustedBase, r.template)
 	}
 	if r.debian != nil {
 		version, err := mmdebstrapVersion(ctx)
@@ -131,9 +132,10 @@ func (b *Builder) plan(ctx context.Context, r Recipe, contextDir string) ([]plan
 			script := "set -e; apt-get update; apt-get install -y --no-install-recommends " + strings.Join(r.packages, " ") +
 				"; apt-get clean; rm -rf /var/lib/apt/lists/*"
 			argv := []string{"/bin/sh", "-c", script}
-			add(planStep{kind: KindPackages, packages: r.packages, argv: argv}, struct {
+			add(planStep{kind: KindPackages, packages: r.packages, argv: argv, sandboxed: true}, struct {
 				Packages []string `json:"packages"`
-			}{r.packages}, "")
+				Sandbox  bool     `json:"sandbox"`
+			}{r.packages, true}, "")
 		}
 	}
 	var root *os.Root
@@ -160,6 +162,15 @@ func (b *Builder) plan(ctx context.Context, r Recipe, contextDir string) ([]plan
 				Dst  string `json:"dst"`
 				Mode uint32 `json:"mode"`
 			}{c.Src, c.Dst, c.Mode}, sum)
+		case r.debian == nil || s.sandboxed():
+			// In a build sandbox: its key differs from a chroot run's.
+			add(planStep{kind: KindRun, argv: slices.Clone(s.Run), sandboxed: true, runUser: s.User, runDir: s.Workdir, runEnv: slices.Clone(s.Env)}, struct {
+				Argv    []string `json:"argv"`
+				Sandbox bool     `json:"sandbox"`
+				User    string   `json:"user,omitempty"`
+				Workdir string   `json:"workdir,omitempty"`
+				Env     []string `json:"env,omitempty"`
+			}{s.Run, true, s.User, s.Workdir, s.Env}, "")
 		default:
 			add(planStep{kind: KindRun, argv: slices.Clone(s.Run)}, struct {
 				Argv []string `json:"argv"`

@@ -56,7 +56,19 @@ type Debian struct {
 type Step struct {
 	Copy *Copy    // copy files from the context directory, or
 	Run  []string // run this argv inside the tree (a string in the recipe is ["/bin/sh", "-c", it])
+	// A run step's user ("name", "uid", "uid:gid", "name:group", as a
+	// template's user), working directory (absolute) and environment
+	// (NAME=VALUE sorted by name, over the tree's); "": root, "/", none.
+	// A run step that sets any of them runs in a build sandbox, also on
+	// a Debian base.
+	User    string
+	Workdir string
+	Env     []string
 }
+
+// sandboxed reports whether the step runs in a build sandbox on a Debian
+// base too (it sets a user, directory or environment of its own).
+func (s Step) sandboxed() bool { return s.User != "" || s.Workdir != "" || len(s.Env) > 0 }
 
 // Copy copies Src (relative to the context directory; a file or a
 // directory) to Dst (absolute, in the tree). Mode, when not zero, is the
@@ -86,7 +98,7 @@ func (r Recipe) Packages() []string { return slices.Clone(r.packages) }
 func (r Recipe) Steps() []Step {
 	out := make([]Step, len(r.steps))
 	for i, s := range r.steps {
-		out[i] = Step{Run: slices.Clone(s.Run)}
+		out[i] = Step{Run: slices.Clone(s.Run), User: s.User, Workdir: s.Workdir, Env: slices.Clone(s.Env)}
 		if s.Copy != nil {
 			c := *s.Copy
 			out[i].Copy = &c
@@ -107,7 +119,8 @@ func (r Recipe) Env() []string {
 // Workdir returns the working directory the recipe sets, or "".
 func (r Recipe) Workdir() string { return r.workdir }
 
-// User returns the user ("uid" or "uid:gid") the recipe sets, or "".
+// User returns the user ("user" or "user:group", names or numbers) the
+// recipe sets, or "".
 func (r Recipe) User() string { return r.user }
 
 //go:embed default.yaml
@@ -148,8 +161,11 @@ type debianDoc struct {
 }
 
 type stepDoc struct {
-	Copy *copyDoc  `yaml:"copy"`
-	Run  yaml.Node `yaml:"run"`
+	Copy    *copyDoc          `yaml:"copy"`
+	Run     yaml.Node         `yaml:"run"`
+	User    *string           `yaml:"user"`
+	Workdir *string           `yaml:"workdir"`
+	Env     map[string]string `yaml:"env"`
 }
 
 type copyDoc struct {
@@ -162,8 +178,10 @@ var (
 	suiteRe   = regexp.MustCompile(`^[a-z][a-z0-9.-]{0,63}$`)
 	packageRe = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]{0,127}(:[a-z0-9-]{1,32})?(=[A-Za-z0-9.+~:-]{1,128})?$`)
 	envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
-	userRe    = regexp.MustCompile(`^[0-9]{1,10}(:[0-9]{1,10})?$`)
-	variants  = []string{"extract", "custom", "essential", "apt", "required", "minbase", "buildd", "important", "debootstrap", "standard"}
+	// userNameRe is a user (or user:group) by name or number, as an
+	// image's config names it.
+	userNameRe = regexp.MustCompile(`^([a-z_][a-z0-9_.-]{0,31}|[0-9]{1,10})(:([a-z_][a-z0-9_.-]{0,31}|[0-9]{1,10}))?$`)
+	variants   = []string{"extract", "custom", "essential", "apt", "required", "minbase", "buildd", "important", "debootstrap", "standard"}
 )
 
 func invalidf(format string, args ...any) error {
@@ -241,38 +259,65 @@ func Parse(data []byte) (Recipe, error) {
 		r.steps = append(r.steps, s)
 	}
 
-	if len(doc.Env) > maxEnv {
-		return Recipe{}, invalidf("env: more than %d variables", maxEnv)
+	env, err := parseEnv("env", doc.Env)
+	if err != nil {
+		return Recipe{}, err
 	}
-	for k, v := range doc.Env {
-		if !envNameRe.MatchString(k) {
-			return Recipe{}, invalidf("env: %q is not a variable name", textclip.Bytes(k, maxEcho))
-		}
-		if strings.IndexByte(v, 0) >= 0 || len(v) > maxArgBytes {
-			return Recipe{}, invalidf("env: the value of %s has a NUL byte or is too long", k)
-		}
-		r.env = append(r.env, [2]string{k, v})
-	}
-	slices.SortFunc(r.env, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	r.env = env
 	if doc.Workdir != nil {
-		wd := *doc.Workdir
-		if !path.IsAbs(wd) || path.Clean(wd) != wd || strings.IndexByte(wd, 0) >= 0 || len(wd) > 4096 {
-			return Recipe{}, invalidf("workdir %q must be a clean absolute path", textclip.Bytes(wd, maxEcho))
+		if err := checkWorkdir("workdir", *doc.Workdir); err != nil {
+			return Recipe{}, err
 		}
-		r.workdir = wd
+		r.workdir = *doc.Workdir
 	}
 	if doc.User != nil {
-		if !userRe.MatchString(*doc.User) {
-			return Recipe{}, invalidf("user %q must be \"uid\" or \"uid:gid\" (numbers)", textclip.Bytes(*doc.User, maxEcho))
-		}
-		for n := range strings.SplitSeq(*doc.User, ":") {
-			if v, _ := strconv.ParseUint(n, 10, 64); v > 1<<31-2 {
-				return Recipe{}, invalidf("user %q: id out of range", *doc.User)
-			}
+		if err := checkUser("user", *doc.User); err != nil {
+			return Recipe{}, err
 		}
 		r.user = *doc.User
 	}
 	return r, nil
+}
+
+// checkUser checks a user as a recipe names one: "uid", "uid:gid", or
+// names (resolved against the tree's /etc/passwd and /etc/group).
+func checkUser(field, u string) error {
+	if !userNameRe.MatchString(u) {
+		return invalidf("%s %q must be \"user\" or \"user:group\" (names or numbers)", field, textclip.Bytes(u, maxEcho))
+	}
+	for n := range strings.SplitSeq(u, ":") {
+		if v, err := strconv.ParseUint(n, 10, 64); err == nil && v > 1<<31-2 {
+			return invalidf("%s %q: id out of range", field, u)
+		}
+	}
+	return nil
+}
+
+// checkWorkdir checks an absolute, clean directory.
+func checkWorkdir(field, wd string) error {
+	if !path.IsAbs(wd) || path.Clean(wd) != wd || strings.IndexByte(wd, 0) >= 0 || len(wd) > 4096 {
+		return invalidf("%s %q must be a clean absolute path", field, textclip.Bytes(wd, maxEcho))
+	}
+	return nil
+}
+
+// parseEnv checks and sorts an environment.
+func parseEnv(field string, env map[string]string) ([][2]string, error) {
+	if len(env) > maxEnv {
+		return nil, invalidf("%s: more than %d variables", field, maxEnv)
+	}
+	var out [][2]string
+	for k, v := range env {
+		if !envNameRe.MatchString(k) {
+			return nil, invalidf("%s: %q is not a variable name", field, textclip.Bytes(k, maxEcho))
+		}
+		if strings.IndexByte(v, 0) >= 0 || len(v) > maxArgBytes {
+			return nil, invalidf("%s: the value of %s has a NUL byte or is too long", field, k)
+		}
+		out = append(out, [2]string{k, v})
+	}
+	slices.SortFunc(out, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	return out, nil
 }
 
 func parseStep(sd stepDoc) (Step, error) {
@@ -281,8 +326,31 @@ func parseStep(sd stepDoc) (Step, error) {
 		return Step{}, invalidf("a step is either copy: {…} or run: …")
 	}
 	if sd.Copy != nil {
+		if sd.User != nil || sd.Workdir != nil || sd.Env != nil {
+			return Step{}, invalidf("user, workdir and env are options of run steps, not of copy steps")
+		}
 		c, err := parseCopy(*sd.Copy)
 		return Step{Copy: c}, err
+	}
+	var st Step
+	if sd.User != nil {
+		if err := checkUser("run step's user", *sd.User); err != nil {
+			return Step{}, err
+		}
+		st.User = *sd.User
+	}
+	if sd.Workdir != nil {
+		if err := checkWorkdir("run step's workdir", *sd.Workdir); err != nil {
+			return Step{}, err
+		}
+		st.Workdir = *sd.Workdir
+	}
+	env, err := parseEnv("run step's env", sd.Env)
+	if err != nil {
+		return Step{}, err
+	}
+	for _, kv := range env {
+		st.Env = append(st.Env, kv[0]+"="+kv[1])
 	}
 	var argv []string
 	switch sd.Run.Kind {
@@ -315,7 +383,8 @@ func parseStep(sd stepDoc) (Step, error) {
 	if total > maxArgBytes {
 		return Step{}, invalidf("run: command longer than %d bytes", maxArgBytes)
 	}
-	return Step{Run: argv}, nil
+	st.Run = argv
+	return st, nil
 }
 
 func parseCopy(cd copyDoc) (*Copy, error) {

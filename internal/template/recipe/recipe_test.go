@@ -53,7 +53,12 @@ func TestParseErrors(t *testing.T) {
 		"both kinds":         "from: {template: minimal}\nsteps: [{run: ls, copy: {src: a, dst: /a}}]\n",
 		"bad env":            "from: {template: minimal}\nenv: {'A=B': c}\n",
 		"rel workdir":        "from: {template: minimal}\nworkdir: x\n",
-		"name user":          "from: {template: minimal}\nuser: root\n",
+		"bad user":           "from: {template: minimal}\nuser: 'Root User'\n",
+		"big uid":            "from: {template: minimal}\nuser: '4294967295'\n",
+		"copy with user":     "from: {template: minimal}\nsteps: [{copy: {src: a, dst: /a}, user: root}]\n",
+		"run rel workdir":    "from: {template: minimal}\nsteps: [{run: ls, workdir: x}]\n",
+		"run bad user":       "from: {template: minimal}\nsteps: [{run: ls, user: 'a b'}]\n",
+		"run bad env":        "from: {template: minimal}\nsteps: [{run: ls, env: {'1A': b}}]\n",
 		"two docs":           "from: {template: minimal}\n---\nfrom: {template: minimal}\n",
 		"bad template":       "from: {template: 'Not A Name!'}\n",
 		"duplicate key":      "from: {template: minimal}\nfrom: {template: x}\n",
@@ -75,6 +80,7 @@ steps:
   - copy: {src: ./app/, dst: /opt/app/, mode: 0755}
   - run: echo hi
   - run: [/bin/true, x]
+  - {run: id, user: user, workdir: /home/user, env: {Z: "1", Y: "2"}}
 env: {B: "2", A: "1"}
 workdir: /opt/app
 user: "1000:1000"
@@ -89,7 +95,10 @@ user: "1000:1000"
 		t.Errorf("packages = %q", got)
 	}
 	s := r.Steps()
-	if len(s) != 3 || *s[0].Copy != (Copy{Src: "app", Dst: "/opt/app", Mode: 0o755}) ||
+	if len(s) != 4 || s[3].User != "user" || s[3].Workdir != "/home/user" || !slices.Equal(s[3].Env, []string{"Y=2", "Z=1"}) || s[1].User != "" {
+		t.Errorf("run step options: %+v", s)
+	}
+	if len(s) != 4 || *s[0].Copy != (Copy{Src: "app", Dst: "/opt/app", Mode: 0o755}) ||
 		!slices.Equal(s[1].Run, []string{"/bin/sh", "-c", "echo hi"}) || !slices.Equal(s[2].Run, []string{"/bin/true", "x"}) {
 		t.Errorf("steps = %+v", s)
 	}
