@@ -37,9 +37,17 @@
 //     autoPauseMemory and pause/connect "memory" (Airlock's suspend decides
 //     what it keeps: memory where the runtime can checkpoint, the
 //     filesystem otherwise).
-//   - Refused with 501: metrics, network rules/proxy/ingress settings, iam,
-//     mcp, volume mounts, and every other E2B family (templates, snapshots,
-//     fork, network updates, volumes, secrets).
+//   - allow_internet_access and network.allowOut/denyOut become the
+//     sandbox's egress policy, deciding as E2B does (allowOut wins over
+//     denyOut; network.go); PUT /sandboxes/{id}/network (updateNetwork)
+//     replaces it live through the native PUT /v1/sandboxes/{id}/egress.
+//     network.maskRequestHost is kept in the reserved metadata key
+//     MaskKey; the gateway gives it to the guest as the Host of requests
+//     to its ports.
+//   - Refused with 501: metrics, network.rules (per-sandbox request
+//     transforms), egressProxy, httpsPorts, iam, mcp, volume mounts, and
+//     every other E2B family (templates, snapshots, fork, volumes,
+//     secrets).
 package control
 
 import (
@@ -115,6 +123,7 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /sandboxes/{id}/refreshes", h.refresh},
 		{"POST /sandboxes/{id}/pause", h.pause},
 		{"GET /sandboxes/{id}/metrics", h.metrics},
+		{"PUT /sandboxes/{id}/network", h.updateNetwork},
 	}
 	for _, rt := range routes {
 		h.mux.Handle(rt.pattern, h.authed(rt.fn))

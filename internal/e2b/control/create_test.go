@@ -54,11 +54,29 @@ func TestParseCreate(t *testing.T) {
 		}},
 		{"deny list", `{"templateID":"base","network":{"denyOut":["10.0.0.0/8"]}}`, 0, func(t *testing.T, s createSpec) {
 			e := s.native.Egress
-			if e == nil || e.Default != "" || !slices.Equal(e.Deny, []string{"10.0.0.0/8"}) {
+			if e == nil || e.Default != "public" || !slices.Equal(e.Allow, []string{"0.0.0.0/0"}) || !slices.Equal(e.Deny, []string{"10.0.0.0/8"}) {
 				t.Fatalf("%+v", e)
 			}
 		}},
-		{"allow and specific deny", `{"templateID":"base","network":{"denyOut":["10.0.0.0/8"],"allowOut":["10.1.1.1"]}}`, http.StatusNotImplemented, nil},
+		{"allow and specific deny", `{"templateID":"base","network":{"denyOut":["198.51.100.0/24"],"allowOut":["198.51.100.1"]}}`, 0, func(t *testing.T, s createSpec) {
+			// allowOut wins: the deny rules leave out 198.51.100.1.
+			e := s.native.Egress
+			want := []string{"198.51.100.0/32", "198.51.100.2/31", "198.51.100.4/30", "198.51.100.8/29", "198.51.100.16/28", "198.51.100.32/27", "198.51.100.64/26", "198.51.100.128/25"}
+			if e == nil || e.Default != "public" || !slices.Equal(e.Deny, want) || !slices.Contains(e.Allow, "198.51.100.1") {
+				t.Fatalf("%+v", e)
+			}
+		}},
+		{"mask request host", `{"templateID":"base","network":{"maskRequestHost":"custom-host.example.com:${PORT}"}}`, 0, func(t *testing.T, s createSpec) {
+			if s.native.Metadata[MaskKey] != "custom-host.example.com:${PORT}" || s.native.Egress != nil {
+				t.Fatalf("%+v", s.native)
+			}
+		}},
+		{"bad mask", `{"templateID":"base","network":{"maskRequestHost":"a b:${PORT}"}}`, http.StatusBadRequest, nil},
+		{"mask with a path", `{"templateID":"base","network":{"maskRequestHost":"evil.example/x"}}`, http.StatusBadRequest, nil},
+		{"mask reserved key", `{"templateID":"base","metadata":{"` + MaskKey + `":"x"}}`, http.StatusBadRequest, nil},
+		{"deny by name", `{"templateID":"base","network":{"denyOut":["example.com"]}}`, http.StatusBadRequest, nil},
+		{"entry with a port", `{"templateID":"base","network":{"allowOut":["example.com:22"]}}`, http.StatusBadRequest, nil},
+		{"egress proxy", `{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}`, http.StatusNotImplemented, nil},
 		{"rules", `{"templateID":"base","network":{"rules":{"x":[]}}}`, http.StatusNotImplemented, nil},
 		{"private traffic", `{"templateID":"base","network":{"allowPublicTraffic":false}}`, 0, func(t *testing.T, s createSpec) {
 			if s.native.PublicPorts || s.native.Egress != nil {
@@ -66,7 +84,7 @@ func TestParseCreate(t *testing.T) {
 			}
 		}},
 		{"public traffic", `{"templateID":"base","network":{"allowPublicTraffic":true,"allowOut":["1.1.1.1"]}}`, 0, func(t *testing.T, s createSpec) {
-			if !s.native.PublicPorts || s.native.Egress == nil || !slices.Equal(s.native.Egress.Allow, []string{"1.1.1.1"}) {
+			if !s.native.PublicPorts || s.native.Egress == nil || !slices.Equal(s.native.Egress.Allow, []string{"0.0.0.0/0", "1.1.1.1"}) {
 				t.Fatalf("%+v", s.native)
 			}
 		}},
