@@ -31,13 +31,15 @@ async function create(opts) {
   return r.track(await Sandbox.create({ ...createOpts, ...opts }))
 }
 
-// reaches reports whether the sandbox gets an HTTP answer from url (TLS to
-// a bare address is relayed untouched: -k, the fake internet's certificate
-// is not in the sandbox's trust store).
+// reaches reports whether the sandbox gets the fake internet's own answer
+// from url (its servers answer "fakenet proto=…"; Airlock's proxy answers a
+// refused HTTP request itself, with an error status). TLS to a bare
+// address is relayed untouched: -k, the fake internet's certificate is not
+// in the sandbox's trust store.
 async function reaches(sbx, url) {
   try {
-    const res = await sbx.commands.run(`curl -sk -o /dev/null -w '%{http_code}' --connect-timeout 3 --max-time 8 ${url}`)
-    return res.exitCode === 0 && res.stdout.trim() !== '000'
+    const res = await sbx.commands.run(`curl -sk --connect-timeout 3 --max-time 8 ${url}`)
+    return res.exitCode === 0 && res.stdout.includes('fakenet proto=')
   } catch {
     return false
   }
