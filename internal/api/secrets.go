@@ -34,6 +34,46 @@ func (b *putSecretBody) idempotencyCanonical(key string) ([]byte, error) {
 	return json.Marshal(c)
 }
 
+// Bodies that may carry a sandbox's header rules, whose values may be
+// credentials: their idempotency identity holds each value only as an
+// HMAC keyed by the Idempotency-Key, as a secret's.
+type (
+	createSandboxBody apiv1.CreateSandboxRequest
+	sandboxEgressBody apiv1.EgressPolicy
+)
+
+func (b *createSandboxBody) idempotencyCanonical(key string) ([]byte, error) {
+	c := *b
+	if c.Egress != nil {
+		e := macHeaderValues(key, *c.Egress)
+		c.Egress = &e
+	}
+	return json.Marshal(c)
+}
+
+func (b *sandboxEgressBody) idempotencyCanonical(key string) ([]byte, error) {
+	return json.Marshal(macHeaderValues(key, apiv1.EgressPolicy(*b)))
+}
+
+// macHeaderValues returns p with each header rule value replaced by its
+// HMAC keyed by the Idempotency-Key.
+func macHeaderValues(key string, p apiv1.EgressPolicy) apiv1.EgressPolicy {
+	if len(p.Headers) == 0 {
+		return p
+	}
+	rules := make([]apiv1.HeaderRule, len(p.Headers))
+	for i, r := range p.Headers {
+		rules[i] = apiv1.HeaderRule{Host: r.Host, Names: r.Names, Headers: make(map[string]string, len(r.Headers))}
+		for n, v := range r.Headers {
+			mac := hmac.New(sha256.New, []byte("airlock-header-rule-idempotency\x00"+key))
+			mac.Write([]byte(v))
+			rules[i].Headers[n] = fmt.Sprintf("hmac-sha256:%x", mac.Sum(nil))
+		}
+	}
+	p.Headers = rules
+	return p
+}
+
 func (a *API) sealer() (*secrets.Sealer, error) {
 	if a.cfg.Secrets == nil {
 		return nil, errorf(apiv1.CodeNotSupported, "this server has no secrets key; secrets are not supported")

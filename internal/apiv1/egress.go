@@ -17,6 +17,19 @@ type EgressPolicy struct {
 	Deny      []string `json:"deny,omitempty"`
 	Profiles  []string `json:"profiles,omitempty"`
 	TLSExempt []string `json:"tls_exempt,omitempty"`
+	// Headers are the sandbox's own request header rules: headers the
+	// proxy sets on its intercepted HTTPS requests to each host, once
+	// allowed. Values may hold "${secrets.NAME}", the project's secret
+	// NAME's value at injection. Answers never carry values: only Names.
+	Headers []HeaderRule `json:"headers,omitempty"`
+}
+
+// HeaderRule is one host's headers in EgressPolicy.Headers: Headers (name
+// → value) when a client writes it, Names when the API answers.
+type HeaderRule struct {
+	Host    string            `json:"host"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Names   []string          `json:"names,omitempty"`
 }
 
 // SandboxEgress is GET/PUT /v1/sandboxes/{id}/egress's answer.

@@ -95,7 +95,7 @@ func TestErrors(t *testing.T) {
 		{"templates", "POST", "/v3/templates", "k", "{}", 501, "POST /v3/templates is not supported", 0},
 		{"fork", "POST", "/sandboxes/x/fork", "k", "{}", 501, "/sandboxes/x/fork is not supported", 0},
 		{"network of a malformed id", "PUT", "/sandboxes/x/network", "k", "{}", 404, "not found", 1},
-		{"network rules", "PUT", "/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaaaaaaaa/network", "k", `{"rules":{"a.example":[{}]}}`, 501, "network.rules", 1},
+		{"network rules for an address", "PUT", "/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaaaaaaaa/network", "k", `{"rules":{"192.0.2.1":[{"transform":{"headers":{"X":"1"}}}]}}`, 501, "network.rules", 1},
 		{"network deny by name", "PUT", "/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaaaaaaaa/network", "k", `{"denyOut":["a.example"]}`, 400, "denyOut", 1},
 		{"snapshots", "GET", "/snapshots", "k", "", 501, "not supported", 0},
 		{"wrong method", "DELETE", "/v2/sandboxes", "k", "", 501, "not supported", 0},

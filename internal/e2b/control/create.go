@@ -63,8 +63,6 @@ func parseEgress(in createIn) (*apiv1.EgressPolicy, error) {
 	r := e2bRules{internet: in.AllowInternetAccess}
 	if n := in.Network; n != nil {
 		switch {
-		case present(n.Rules):
-			return nil, errNetworkRules
 		case present(n.EgressProxy):
 			return nil, errEgressProxy
 		case present(n.HTTPSPorts):
@@ -72,7 +70,19 @@ func parseEgress(in createIn) (*apiv1.EgressPolicy, error) {
 		}
 		r.allowOut, r.denyOut = n.AllowOut, n.DenyOut
 	}
-	return e2bEgress(r)
+	pol, err := e2bEgress(r)
+	if err != nil || in.Network == nil || !present(in.Network.Rules) {
+		return pol, err
+	}
+	headers, err := parseRules(in.Network.Rules)
+	if err != nil || len(headers) == 0 {
+		return pol, err
+	}
+	if pol == nil {
+		pol = &apiv1.EgressPolicy{} // the server's default, with the rules
+	}
+	pol.Headers = headers
+	return pol, nil
 }
 
 // publicPorts is whether the sandbox's guest ports answer anyone, as E2B's

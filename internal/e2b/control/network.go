@@ -250,11 +250,15 @@ type networkUpdateIn struct {
 // is E2B's open case (not the server's default, which a create without
 // network settings keeps).
 func updateNetworkPolicy(in networkUpdateIn) (apiv1.EgressPolicy, error) {
-	switch {
-	case present(in.Rules):
-		return apiv1.EgressPolicy{}, errNetworkRules
-	case present(in.EgressProxy):
+	if present(in.EgressProxy) {
 		return apiv1.EgressPolicy{}, errEgressProxy
+	}
+	var headers []apiv1.HeaderRule
+	if present(in.Rules) {
+		var err error
+		if headers, err = parseRules(in.Rules); err != nil {
+			return apiv1.EgressPolicy{}, err
+		}
 	}
 	r := e2bRules{internet: in.AllowInternetAccess, allowOut: in.AllowOut, denyOut: in.DenyOut}
 	if r.internet == nil && r.allowOut == nil && r.denyOut == nil {
@@ -265,13 +269,99 @@ func updateNetworkPolicy(in networkUpdateIn) (apiv1.EgressPolicy, error) {
 	if err != nil {
 		return apiv1.EgressPolicy{}, err
 	}
+	pol.Headers = headers
 	return *pol, nil
 }
 
-var (
-	errNetworkRules = notImplemented("network.rules (per-sandbox request transforms) are not supported by Airlock's E2B API: Airlock injects credentials per project and host with its own secrets (PUT /v1/secrets/{name}, docs/egress.md)")
-	errEgressProxy  = notImplemented("network.egressProxy is not supported by Airlock's E2B API: a sandbox's traffic leaves only through Airlock's egress proxy")
-)
+var errEgressProxy = notImplemented("network.egressProxy is not supported by Airlock's E2B API: a sandbox's traffic leaves only through Airlock's egress proxy")
+
+// E2B's network.rules: {host: [{transform: {headers: {name: value}}}]}.
+// Each host's rules become one Airlock header rule (a later rule's header
+// wins over an earlier one's, as E2B applies them in order); a rule
+// without a transform adds nothing. Header values keep E2B's secret
+// placeholders, "${e2b.secrets.NAME}", as Airlock's "${secrets.NAME}"
+// (names lower-cased, as E2B stores them), resolved by the proxy from the
+// sandbox's project's secrets when it injects the header. The native API
+// checks the rest (host patterns, header names and values, the bounds).
+type e2bRule struct {
+	Transform *struct {
+		Headers map[string]string `json:"headers"`
+	} `json:"transform"`
+}
+
+// e2bPlaceholder opens an E2B placeholder in a header value.
+const e2bPlaceholder = "${e2b."
+
+func parseRules(raw json.RawMessage) ([]apiv1.HeaderRule, error) {
+	var in map[string][]e2bRule
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return nil, badRequest("network.rules: %v", err)
+	}
+	hosts := make([]string, 0, len(in))
+	for h := range in {
+		hosts = append(hosts, h)
+	}
+	slices.Sort(hosts)
+	var out []apiv1.HeaderRule
+	for _, host := range hosts {
+		if _, err := netip.ParsePrefix(host); err == nil || isRuleAddr(host) {
+			return nil, notImplemented("network.rules[%q]: rules for addresses or CIDR blocks are not supported by Airlock: HTTPS to a bare address is relayed, never intercepted; name the host", host)
+		}
+		headers := map[string]string{}
+		for _, r := range in[host] {
+			if r.Transform == nil {
+				continue
+			}
+			for name, v := range r.Transform.Headers {
+				nv, err := translatePlaceholders(v)
+				if err != nil {
+					return nil, err
+				}
+				for k := range headers {
+					if strings.EqualFold(k, name) {
+						delete(headers, k)
+					}
+				}
+				headers[name] = nv
+			}
+		}
+		if len(headers) > 0 {
+			out = append(out, apiv1.HeaderRule{Host: host, Headers: headers})
+		}
+	}
+	return out, nil
+}
+
+func isRuleAddr(s string) bool {
+	_, err := netip.ParseAddr(strings.Trim(s, "[]"))
+	return err == nil
+}
+
+// translatePlaceholders rewrites E2B's secret placeholders as Airlock's;
+// any other E2B placeholder (workload identity tokens) is refused.
+func translatePlaceholders(v string) (string, error) {
+	var b strings.Builder
+	for rest := v; ; {
+		i := strings.Index(rest, e2bPlaceholder)
+		if i < 0 {
+			b.WriteString(rest)
+			return b.String(), nil
+		}
+		b.WriteString(rest[:i])
+		rest = rest[i:]
+		j := strings.IndexByte(rest, '}')
+		if j < 0 {
+			return "", badRequest("network.rules: an unterminated %s…} placeholder", e2bPlaceholder)
+		}
+		ref := rest[len(e2bPlaceholder):j]
+		name, ok := strings.CutPrefix(ref, "secrets.")
+		if !ok {
+			return "", notImplemented("network.rules: the placeholder ${e2b.%s} is not supported by Airlock (workload identity tokens are not); ${e2b.secrets.NAME} is", ref)
+		}
+		b.WriteString("${secrets." + strings.ToLower(name) + "}")
+		rest = rest[j+1:]
+	}
+}
 
 // updateNetwork: PUT /sandboxes/{id}/network → 204. The sandbox's
 // policy is replaced through the native API, which applies it to the

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -256,8 +257,14 @@ func TestUpdateNetwork(t *testing.T) {
 	if rec := put(mine, `{"denyOut":["8.8.8.8"]}`); rec.Code != http.StatusNoContent {
 		t.Fatalf("update: %d %s", rec.Code, rec.Body)
 	}
+	if rec := put(mine, `{"rules":{"api.example.com":[{"transform":{"headers":{"Authorization":"Bearer ${e2b.secrets.tok}"}}}]}}`); rec.Code != http.StatusNoContent {
+		t.Fatalf("update with rules: %d %s", rec.Code, rec.Body)
+	}
 	if rec := put(mine, `{}`); rec.Code != http.StatusNoContent {
 		t.Fatalf("empty update: %d %s", rec.Code, rec.Body)
+	}
+	if rec := put(mine, `{"rules":{"a.example":[{"transform":{"headers":{"A":"${e2b.identity.tokens.aws}"}}}]}}`); rec.Code != http.StatusNotImplemented {
+		t.Fatalf("identity token: %d %s", rec.Code, rec.Body)
 	}
 	// Another project's sandbox (or one that does not exist): 404, and
 	// nothing is changed.
@@ -268,6 +275,7 @@ func TestUpdateNetwork(t *testing.T) {
 	defer native.mu.Unlock()
 	want := []apiv1.EgressPolicy{
 		{Default: "public", Allow: []string{"0.0.0.0/0"}, Deny: []string{"8.8.8.8/32"}},
+		{Default: "public", Allow: []string{"0.0.0.0/0"}, Headers: []apiv1.HeaderRule{{Host: "api.example.com", Headers: map[string]string{"Authorization": "Bearer ${secrets.tok}"}}}},
 		{Default: "public", Allow: []string{"0.0.0.0/0"}}, // E2B: omitted fields clear the rules
 	}
 	if len(native.put) != len(want) {
@@ -275,7 +283,7 @@ func TestUpdateNetwork(t *testing.T) {
 	}
 	for i := range want {
 		g := native.put[i]
-		if g.Default != want[i].Default || !slices.Equal(g.Allow, want[i].Allow) || !slices.Equal(g.Deny, want[i].Deny) {
+		if g.Default != want[i].Default || !slices.Equal(g.Allow, want[i].Allow) || !slices.Equal(g.Deny, want[i].Deny) || !reflect.DeepEqual(g.Headers, want[i].Headers) {
 			t.Fatalf("put %d: %+v, want %+v", i, g, want[i])
 		}
 	}
