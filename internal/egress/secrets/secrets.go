@@ -213,10 +213,12 @@ func (s Secret) HeaderValue() string {
 	return strings.Replace(s.Format, ValueMarker, string(s.Value), 1)
 }
 
-// ParseHosts parses a secret's host list: 1 to MaxHosts patterns.
+// ParseHosts parses a secret's host list: at most MaxHosts patterns. A
+// secret without hosts is injected nowhere by itself: only sandboxes'
+// header rules use it, through their "${secrets.NAME}" placeholders.
 func ParseHosts(in []string) ([]Host, error) {
-	if len(in) == 0 || len(in) > MaxHosts {
-		return nil, fmt.Errorf("%w: a secret needs 1 to %d hosts", model.ErrInvalid, MaxHosts)
+	if len(in) > MaxHosts {
+		return nil, fmt.Errorf("%w: a secret has at most %d hosts", model.ErrInvalid, MaxHosts)
 	}
 	out := make([]Host, 0, len(in))
 	for _, s := range in {
