@@ -49,7 +49,8 @@ func TestEgressHeaderRules(t *testing.T) {
 		`{"headers": [{"host": "api.example.com", "headers": {"X": "${secrets.unterminated"}}]}`,
 		`{"headers": [{"host": "api.example.com", "names": ["X"]}]}`,
 	} {
-		e.do("PUT", "/v1/sandboxes/"+id+"/egress", e.keyA, body).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
+		e.send(req{method: "PUT", path: "/v1/sandboxes/" + id + "/egress", key: e.keyA, body: body, invalid: strings.Contains(body, "vvvv")}).
+			wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
 	}
 	e.do("PUT", "/v1/sandboxes/"+id+"/egress", e.keyB, `{"headers": [{"host": "a.example", "headers": {"X": "1"}}]}`).wantError(t, http.StatusNotFound, apiv1.CodeNotFound)
 	e.do("GET", "/v1/sandboxes/"+id+"/egress", e.keyA, "").want(t, http.StatusOK).decode(t, &got)
@@ -76,4 +77,36 @@ func TestEgressHeaderRulesNeedAKey(t *testing.T) {
 	e := newEnv(t)
 	e.send(req{method: "POST", path: "/v1/sandboxes", key: e.keyA, body: `{"egress": {"headers": [{"host": "a.example.com", "headers": {"X": "1"}}]}}`}).
 		wantError(t, http.StatusNotImplemented, apiv1.CodeNotSupported)
+}
+
+// TestSecretsCreateOnlyMetadataVersion: If-None-Match: * only creates
+// (another project's secret of the name is no obstacle), metadata and the
+// version come back, the ID stays while the secret does, and a secret
+// without hosts is accepted.
+func TestSecretsCreateOnlyMetadataVersion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withSecrets(t))
+	createOnly := http.Header{"If-None-Match": {"*"}}
+	var first, again apiv1.Secret
+	e.send(req{method: "PUT", path: "/v1/secrets/tok", key: e.keyA, header: createOnly, body: `{"value": "v1", "metadata": {"env": "test"}}`}).
+		want(t, http.StatusCreated).decode(t, &first)
+	if !strings.HasPrefix(first.ID, "sec_") || first.Version != 1 || first.Metadata["env"] != "test" || len(first.Hosts) != 0 {
+		t.Fatalf("created %+v", first)
+	}
+	e.send(req{method: "PUT", path: "/v1/secrets/tok", key: e.keyA, header: createOnly, body: `{"value": "v2"}`}).
+		wantError(t, http.StatusConflict, apiv1.CodeAlreadyExists)
+	e.send(req{method: "PUT", path: "/v1/secrets/tok", key: e.keyB, header: createOnly, body: `{"value": "theirs"}`}).want(t, http.StatusCreated)
+	e.do("PUT", "/v1/secrets/tok", e.keyA, `{"value": "v2", "metadata": {"env": "prod"}}`).want(t, http.StatusOK).decode(t, &again)
+	if again.ID != first.ID || again.Version != 2 || again.Metadata["env"] != "prod" {
+		t.Fatalf("replaced %+v (first %+v)", again, first)
+	}
+	e.send(req{method: "PUT", path: "/v1/secrets/tok", key: e.keyA, header: http.Header{"If-None-Match": {`"x"`}}, body: `{"value": "v3"}`, invalid: true}).
+		wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
+	e.send(req{method: "PUT", path: "/v1/secrets/tok", key: e.keyA, body: `{"value": "v3", "metadata": {"": "x"}}`}).
+		wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
+	e.do("DELETE", "/v1/secrets/tok", e.keyA, "").want(t, http.StatusOK)
+	e.send(req{method: "PUT", path: "/v1/secrets/tok", key: e.keyA, header: createOnly, body: `{"value": "v1"}`}).want(t, http.StatusCreated).decode(t, &again)
+	if again.Version != 1 {
+		t.Fatalf("created again %+v", again)
+	}
 }

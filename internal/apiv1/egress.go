@@ -129,21 +129,30 @@ type ExplainEgressResponse struct {
 // {value} replaced by Value, on requests of the project's sandboxes to
 // Hosts (exact names or "*.suffix") only.
 type PutSecretRequest struct {
-	Value  string   `json:"value"`
-	Hosts  []string `json:"hosts"`
-	Header string   `json:"header,omitempty"`
-	Format string   `json:"format,omitempty"`
+	Value string `json:"value"`
+	// Hosts the proxy sends the secret to; none: only sandboxes' header
+	// rules use it ("${secrets.NAME}").
+	Hosts    []string          `json:"hosts,omitempty"`
+	Header   string            `json:"header,omitempty"`
+	Format   string            `json:"format,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // Secret is a secret as the API shows it: never its value.
 type Secret struct {
+	// ID is "sec_…", the secret's for as long as it exists (created again
+	// under the same name, it has another).
+	ID     string   `json:"id"`
 	Name   string   `json:"name"`
 	Hosts  []string `json:"hosts"`
 	Header string   `json:"header"`
 	Format string   `json:"format"`
 	// Placeholder is what sandboxes use in place of the value.
-	Placeholder string    `json:"placeholder"`
-	CreatedAt   time.Time `json:"created_at"`
+	Placeholder string            `json:"placeholder"`
+	Metadata    map[string]string `json:"metadata"`
+	// Version is 1 when created, one more at each replacement.
+	Version   int64     `json:"version"`
+	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 }
 
