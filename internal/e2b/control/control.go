@@ -44,10 +44,13 @@
 //     network.maskRequestHost is kept in the reserved metadata key
 //     MaskKey; the gateway gives it to the guest as the Host of requests
 //     to its ports.
-//   - Refused with 501: metrics, network.rules (per-sandbox request
-//     transforms), egressProxy, httpsPorts, iam, mcp, volume mounts, and
-//     every other E2B family (templates, snapshots, fork, volumes,
-//     secrets).
+//   - network.rules (per-sandbox request transforms) become the sandbox's
+//     header rules (sealed in its egress policy; "${e2b.secrets.NAME}"
+//     resolved by the proxy from the project's secrets); the secrets API
+//     (secrets.go) is Airlock's secrets without hosts.
+//   - Refused with 501: metrics, egressProxy, httpsPorts, iam, mcp,
+//     volume mounts, and every other E2B family (templates, snapshots,
+//     fork, volumes).
 package control
 
 import (
@@ -124,6 +127,11 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /sandboxes/{id}/pause", h.pause},
 		{"GET /sandboxes/{id}/metrics", h.metrics},
 		{"PUT /sandboxes/{id}/network", h.updateNetwork},
+		{"POST /secrets", h.createSecret},
+		{"GET /secrets", h.listSecrets},
+		{"GET /secrets/{secret}", h.getSecret},
+		{"POST /secrets/{secret}", h.updateSecret},
+		{"DELETE /secrets/{secret}", h.deleteSecret},
 	}
 	for _, rt := range routes {
 		h.mux.Handle(rt.pattern, h.authed(rt.fn))
