@@ -153,7 +153,7 @@ type Secret struct {
 	// Version is 1 when created, one more at each replacement.
 	Version   int64     `json:"version"`
 	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // SecretList is GET /v1/secrets's answer, in name order.
