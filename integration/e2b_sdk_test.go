@@ -33,7 +33,9 @@ var e2bKeyPattern = regexp.MustCompile(`^e2b_[0-9a-f]+$`)
 //
 // The SDKs are installed once per lock file into
 // $AIRLOCK_TEST_CACHE/npm-e2b-<sha256 of package-lock.json>; that install
-// is the test's only traffic off the machine.
+// is the test's only traffic off the machine. The server runs in the egress
+// tests' fake internet, so the scripts' internet steps (network settings,
+// network.rules and secrets: parity-network.mjs) run here too.
 func TestE2BSDK(t *testing.T) {
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, "runsc")
@@ -66,9 +68,13 @@ func TestE2BSDK(t *testing.T) {
 	}
 	fillRecipeCache(t, cache, ci, filepath.Dir(recipePath))
 
-	s := newServer(t, build(t), serverConfig{runtime: "runsc", extraArgs: []string{
-		"--default-template", "debian", "--build-cache-dir", filepath.Join(cache, "recipe-cache-v1")}})
-	s.start()
+	// The server runs inside the egress tests' fake internet
+	// (internal/egress/fakenet): its public addresses and names serve HTTP
+	// and HTTPS, so the scripts' steps that need an internet run too
+	// (SMOKE_FAKE_INTERNET, e2bFakeInternetEnv).
+	n := newFakenet(t)
+	s := newEgressServer(t, build(t), "runsc", n, "--egress-default", "public",
+		"--default-template", "debian", "--build-cache-dir", filepath.Join(cache, "recipe-cache-v1"))
 	// The Debian default builds in the background at the first start; a
 	// run waits for it (and shows it), so the SDK's create does not.
 	start := time.Now()
@@ -87,7 +93,7 @@ func TestE2BSDK(t *testing.T) {
 	adminKey := e2bKey(ctx, t, s, "admin")
 
 	work := stageScripts(t, e2bDir, modules)
-	env := append(e2bEnv(key, s.url), "PARITY_ADMIN_API_KEY="+adminKey)
+	env := append(append(e2bEnv(key, s.url), "PARITY_ADMIN_API_KEY="+adminKey), e2bFakeInternetEnv()...)
 	scripts := []string{"smoke.mjs", "smoke-old.mjs"}
 	// parity-*.mjs: one script per E2B feature beyond the smoke plan
 	// (fork, snapshots, volumes, templates as code, metrics, …), each on
@@ -101,8 +107,33 @@ func TestE2BSDK(t *testing.T) {
 	}
 	for _, script := range scripts {
 		t.Run(strings.TrimSuffix(script, ".mjs"), func(t *testing.T) {
-			runNode(ctx, t, node, work, env, script)
+			// node runs in the server's namespace, where its listener is.
+			runNodeWith(ctx, t, s.command, node, work, env, script)
 		})
+	}
+}
+
+// e2bFakeInternetEnv tells the scripts that an internet is there (the
+// fake one, newFakenet) and its addresses and names:
+//
+//	SMOKE_NET_A, SMOKE_NET_B   two public addresses serving HTTP and HTTPS
+//	SMOKE_NET_C, SMOKE_NET_D   two served addresses of one /24, SMOKE_NET_CIDR
+//	SMOKE_NET_NAME             a name (resolves to SMOKE_NET_A)
+//	SMOKE_NET_NAME2            another name (resolves to SMOKE_NET_C)
+//
+// Its servers answer "fakenet proto=…" on every path, and /headers with
+// the request's headers as JSON (values of X-Digest-* headers as their
+// SHA-256 only).
+func e2bFakeInternetEnv() []string {
+	return []string{
+		"SMOKE_FAKE_INTERNET=1",
+		"SMOKE_NET_A=" + allowedAddr.String(), // allowed.example
+		"SMOKE_NET_B=" + sharedAddr.String(),
+		"SMOKE_NET_C=" + echoAddr.String(), // echo.example
+		"SMOKE_NET_D=" + blockedAddr.String(),
+		"SMOKE_NET_CIDR=203.0.113.0/24",
+		"SMOKE_NET_NAME=" + allowedName,
+		"SMOKE_NET_NAME2=echo.example",
 	}
 }
 

@@ -142,8 +142,15 @@ func stageScripts(t *testing.T, src, modules string) string {
 // line by line, and fails the test if it exits non-zero.
 func runNode(ctx context.Context, t *testing.T, node, dir string, env []string, script string) {
 	t.Helper()
+	runNodeWith(ctx, t, exec.CommandContext, node, dir, env, script)
+}
+
+// runNodeWith is runNode with the command made by mk (a server's
+// s.command, to run node in the server's network namespace).
+func runNodeWith(ctx context.Context, t *testing.T, mk func(ctx context.Context, name string, args ...string) *exec.Cmd, node, dir string, env []string, script string) {
+	t.Helper()
 	lw := &lineLog{t: t, prefix: script + "| "}
-	cmd := exec.CommandContext(ctx, node, script)
+	cmd := mk(ctx, node, script)
 	cmd.Dir = dir
 	cmd.Env = env
 	cmd.Stdout = lw

@@ -16,6 +16,7 @@ import (
 	"github.com/airlockdev/airlock/internal/egress"
 	"github.com/airlockdev/airlock/internal/egress/decisionlog"
 	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/egress/secrets"
 	"github.com/airlockdev/airlock/internal/eventstream"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
@@ -53,13 +54,48 @@ func (a *API) liveSandbox(id model.SandboxID) (*egress.Sandbox, bool) {
 	return a.cfg.Egress.ByID(id)
 }
 
-// parseEgressPolicy parses a wire policy; errors wrap model.ErrInvalid.
+// parseEgressPolicy parses a wire policy without header rules; errors
+// wrap model.ErrInvalid.
 func parseEgressPolicy(in apiv1.EgressPolicy) (policy.Spec, error) {
+	if len(in.Headers) > 0 {
+		return policy.Spec{}, fmt.Errorf("%w: header rules belong to a sandbox's policy", model.ErrInvalid)
+	}
 	b, err := json.Marshal(in)
 	if err != nil {
 		return policy.Spec{}, fmt.Errorf("encode egress policy: %w", err)
 	}
 	return policy.ParseSpec(b)
+}
+
+// parseSandboxEgress parses a sandbox's wire policy: its header rules are
+// checked and sealed for the project (the server's secrets key; without
+// one they are refused as secrets are).
+func (a *API) parseSandboxEgress(project model.ProjectID, in apiv1.EgressPolicy) (policy.Spec, error) {
+	rules := in.Headers
+	in.Headers = nil
+	spec, err := parseEgressPolicy(in)
+	if err != nil || len(rules) == 0 {
+		return spec, err
+	}
+	raw := make([]secrets.RawHeaderRule, len(rules))
+	for i, r := range rules {
+		if len(r.Names) > 0 {
+			return policy.Spec{}, fmt.Errorf("%w: egress policy: headers[%d]: names is an answer's field; give headers (name → value)", model.ErrInvalid, i)
+		}
+		raw[i] = secrets.RawHeaderRule{Host: r.Host, Headers: r.Headers}
+	}
+	parsed, err := secrets.ParseHeaderRules(raw)
+	if err != nil {
+		return policy.Spec{}, fmt.Errorf("egress policy: %w", err)
+	}
+	sealer, err := a.sealer()
+	if err != nil {
+		return policy.Spec{}, err
+	}
+	if spec.Headers, err = sealer.SealHeaderRules(project, parsed); err != nil {
+		return policy.Spec{}, err
+	}
+	return spec, nil
 }
 
 func ruleStrings(rules []policy.Rule) []string {
@@ -79,6 +115,11 @@ func egressPolicyOut(s policy.Spec) apiv1.EgressPolicy {
 	}
 	for _, p := range s.Profiles {
 		out.Profiles = append(out.Profiles, string(p))
+	}
+	if s.Headers != nil {
+		for _, h := range s.Headers.Hosts {
+			out.Headers = append(out.Headers, apiv1.HeaderRule{Host: h.Host, Names: slices.Clone(h.Names)})
+		}
 	}
 	return out
 }
@@ -124,8 +165,8 @@ func (a *API) getSandboxEgress(w http.ResponseWriter, r *http.Request, p princip
 
 // putSandboxEgress: PUT /v1/sandboxes/{id}/egress → 200 SandboxEgress. The
 // policy is stored, then applied to the running sandbox.
-func (a *API) putSandboxEgress(ctx context.Context, c *call[apiv1.EgressPolicy]) (*reply, error) {
-	spec, err := parseEgressPolicy(c.in)
+func (a *API) putSandboxEgress(ctx context.Context, c *call[sandboxEgressBody]) (*reply, error) {
+	spec, err := a.parseSandboxEgress(c.p.project, apiv1.EgressPolicy(c.in))
 	if err != nil {
 		return nil, err
 	}

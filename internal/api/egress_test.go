@@ -384,7 +384,6 @@ func TestSecrets(t *testing.T) {
 	// Bad input.
 	for _, b := range []string{
 		`{"value": "", "hosts": ["a.example"]}`,
-		`{"value": "v", "hosts": []}`,
 		`{"value": "v", "hosts": ["203.0.113.1"]}`,
 		`{"value": "v", "hosts": ["a.example"], "header": "Host"}`,
 		`{"value": "v", "hosts": ["a.example"], "format": "no marker"}`,
@@ -397,7 +396,7 @@ func TestSecrets(t *testing.T) {
 		`{"value": "v", "hosts": ["*.github.io"]}`,
 		`{"value": "v", "hosts": ["*.githubusercontent.com"]}`,
 	} {
-		e.send(req{method: "PUT", path: "/v1/secrets/other", key: e.keyA, body: b, invalid: strings.Contains(b, `"value": ""`) || strings.Contains(b, `[]`)}).
+		e.send(req{method: "PUT", path: "/v1/secrets/other", key: e.keyA, body: b, invalid: strings.Contains(b, `"value": ""`)}).
 			wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
 	}
 	e.send(req{method: "PUT", path: "/v1/secrets/bad.name", key: e.keyA, body: body, invalid: true}).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)

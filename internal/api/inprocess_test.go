@@ -193,10 +193,11 @@ func TestInProcessPorts(t *testing.T) {
 	pe := newPortEnv(t)
 	tr := pe.api.InProcess(pe.api.Handler()).AsSandbox(pe.projA, pe.id)
 	status, body, _ := inProcessDo(t, inProcessClient(tr), "POST", portPath(pe.id, pe.guest.port, "run?x=1"), "", `{"k":1}`, http.Header{
-		"X-Forwarded-For":   {"198.51.100.7"},
-		"X-Forwarded-Host":  {"3000-" + pe.id.String() + ".sbx.test"},
-		"X-Forwarded-Proto": {"https"},
-		"Airlock-Whatever":  {"dropped"},
+		"X-Forwarded-For":     {"198.51.100.7"},
+		"X-Forwarded-Host":    {"3000-" + pe.id.String() + ".sbx.test"},
+		"X-Forwarded-Proto":   {"https"},
+		"Airlock-Whatever":    {"dropped"},
+		apiv1.HeaderGuestHost: {"custom-host.example.com:3000"},
 	})
 	var saw guestSaw
 	if status != http.StatusOK || json.Unmarshal(body, &saw) != nil {
@@ -204,19 +205,22 @@ func TestInProcessPorts(t *testing.T) {
 	}
 	if saw.Path != "/run" || saw.Query != "x=1" || saw.Body != `{"k":1}` ||
 		saw.Header.Get("X-Forwarded-For") != "198.51.100.7" || saw.Header.Get("X-Forwarded-Host") != "3000-"+pe.id.String()+".sbx.test" ||
-		saw.Header.Get("X-Forwarded-Proto") != "https" || saw.Header.Get("Authorization") != "" || saw.Header.Get("Airlock-Whatever") != "" {
+		saw.Header.Get("X-Forwarded-Proto") != "https" || saw.Header.Get("Authorization") != "" || saw.Header.Get("Airlock-Whatever") != "" ||
+		saw.Host != "custom-host.example.com:3000" || saw.Header.Get(apiv1.HeaderGuestHost) != "" {
 		t.Fatalf("guest saw %+v", saw)
 	}
 	// In-process without a caller of the server's (a key of its own), or
 	// from a client over the network, the same headers are replaced.
 	status, body, _ = inProcessDo(t, inProcessClient(pe.api.InProcess(pe.api.Handler())), "GET", portPath(pe.id, pe.guest.port, "x"), pe.keyA, "",
-		http.Header{"X-Forwarded-Host": {"evil.example"}, "X-Forwarded-For": {"192.0.2.66"}})
-	if status != http.StatusOK || json.Unmarshal(body, &saw) != nil || saw.Header.Get("X-Forwarded-Host") == "evil.example" || saw.Header.Get("X-Forwarded-For") == "192.0.2.66" {
+		http.Header{"X-Forwarded-Host": {"evil.example"}, "X-Forwarded-For": {"192.0.2.66"}, apiv1.HeaderGuestHost: {"evil.example"}})
+	if status != http.StatusOK || json.Unmarshal(body, &saw) != nil || saw.Header.Get("X-Forwarded-Host") == "evil.example" || saw.Header.Get("X-Forwarded-For") == "192.0.2.66" ||
+		saw.Host == "evil.example" {
 		t.Fatalf("in-process with a key: %d, the guest saw %v", status, saw.Header)
 	}
 	res := pe.send(req{method: "GET", path: portPath(pe.id, pe.guest.port, "x"), key: pe.keyA, t: t,
-		header: http.Header{"X-Forwarded-Host": {"evil.example"}, "X-Forwarded-For": {"192.0.2.66"}}}).want(t, http.StatusOK)
-	if err := json.Unmarshal(res.body, &saw); err != nil || saw.Header.Get("X-Forwarded-Host") == "evil.example" || saw.Header.Get("X-Forwarded-For") != "127.0.0.1" {
+		header: http.Header{"X-Forwarded-Host": {"evil.example"}, "X-Forwarded-For": {"192.0.2.66"}, apiv1.HeaderGuestHost: {"evil.example"}}}).want(t, http.StatusOK)
+	if err := json.Unmarshal(res.body, &saw); err != nil || saw.Header.Get("X-Forwarded-Host") == "evil.example" || saw.Header.Get("X-Forwarded-For") != "127.0.0.1" ||
+		saw.Host == "evil.example" {
 		t.Fatalf("a client's own X-Forwarded-* reached the guest: %+v", saw.Header)
 	}
 

@@ -116,6 +116,9 @@ func (a *API) proxyPort(w http.ResponseWriter, r *http.Request, p principal) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = &url.URL{Scheme: "http", Host: target.String(), Path: path, RawPath: rawPath, RawQuery: pr.In.URL.RawQuery}
 			pr.Out.Host = "" // the guest's own address
+			if h := pr.In.Header.Get(apiv1.HeaderGuestHost); trusted && validGuestHost(h) {
+				pr.Out.Host = h // E2B's maskRequestHost, set by the gateway
+			}
 			scrubGuestRequest(pr, trusted)
 		},
 		Transport:     guestTransport(target),
@@ -138,6 +141,20 @@ func (a *API) proxyPort(w http.ResponseWriter, r *http.Request, p principal) {
 		},
 	}
 	proxy.ServeHTTP(w, r)
+}
+
+// validGuestHost reports whether h may be sent as a Host header: 1-256
+// bytes of printable ASCII without spaces, '/', '@' or '\\'.
+func validGuestHost(h string) bool {
+	if h == "" || len(h) > 256 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; c <= ' ' || c >= 0x7f || c == '/' || c == '@' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // guestPath is the path of the guest's request: what follows

@@ -21,8 +21,8 @@ import (
 
 // createSandbox: POST /v1/sandboxes → 202 SandboxWithOperation (201 for
 // a sandbox claimed from a warm pool, already running).
-func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequest]) (*reply, error) {
-	in := c.in
+func (a *API) createSandbox(ctx context.Context, c *call[createSandboxBody]) (*reply, error) {
+	in := apiv1.CreateSandboxRequest(c.in)
 	req := sandboxes.CreateRequest{Project: c.p.project, Template: model.RefByName(model.DefaultTemplate), Now: c.now}
 	var err error
 	if c.present["template"] {
@@ -49,11 +49,12 @@ func (a *API) createSandbox(ctx context.Context, c *call[apiv1.CreateSandboxRequ
 	if err := checkReservedMetadata(ctx, req.Metadata); err != nil {
 		return nil, err
 	}
-	if req.Timeouts, err = a.createTimeouts(c); err != nil {
+	// createTimeouts reads the request as its wire type.
+	if req.Timeouts, err = a.createTimeouts(&call[apiv1.CreateSandboxRequest]{r: c.r, p: c.p, in: in, present: c.present, now: c.now}); err != nil {
 		return nil, err
 	}
 	if in.Egress != nil {
-		if req.Egress, err = parseEgressPolicy(*in.Egress); err != nil {
+		if req.Egress, err = a.parseSandboxEgress(c.p.project, *in.Egress); err != nil {
 			return nil, err
 		}
 	}

@@ -34,6 +34,46 @@ func (b *putSecretBody) idempotencyCanonical(key string) ([]byte, error) {
 	return json.Marshal(c)
 }
 
+// Bodies that may carry a sandbox's header rules, whose values may be
+// credentials: their idempotency identity holds each value only as an
+// HMAC keyed by the Idempotency-Key, as a secret's.
+type (
+	createSandboxBody apiv1.CreateSandboxRequest
+	sandboxEgressBody apiv1.EgressPolicy
+)
+
+func (b *createSandboxBody) idempotencyCanonical(key string) ([]byte, error) {
+	c := *b
+	if c.Egress != nil {
+		e := macHeaderValues(key, *c.Egress)
+		c.Egress = &e
+	}
+	return json.Marshal(c)
+}
+
+func (b *sandboxEgressBody) idempotencyCanonical(key string) ([]byte, error) {
+	return json.Marshal(macHeaderValues(key, apiv1.EgressPolicy(*b)))
+}
+
+// macHeaderValues returns p with each header rule value replaced by its
+// HMAC keyed by the Idempotency-Key.
+func macHeaderValues(key string, p apiv1.EgressPolicy) apiv1.EgressPolicy {
+	if len(p.Headers) == 0 {
+		return p
+	}
+	rules := make([]apiv1.HeaderRule, len(p.Headers))
+	for i, r := range p.Headers {
+		rules[i] = apiv1.HeaderRule{Host: r.Host, Names: r.Names, Headers: make(map[string]string, len(r.Headers))}
+		for n, v := range r.Headers {
+			mac := hmac.New(sha256.New, []byte("airlock-header-rule-idempotency\x00"+key))
+			mac.Write([]byte(v))
+			rules[i].Headers[n] = fmt.Sprintf("hmac-sha256:%x", mac.Sum(nil))
+		}
+	}
+	p.Headers = rules
+	return p
+}
+
 func (a *API) sealer() (*secrets.Sealer, error) {
 	if a.cfg.Secrets == nil {
 		return nil, errorf(apiv1.CodeNotSupported, "this server has no secrets key; secrets are not supported")
@@ -46,9 +86,14 @@ func secretOut(rec model.SealedSecret) apiv1.Secret {
 	if hosts == nil {
 		hosts = []string{}
 	}
+	md := rec.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
 	return apiv1.Secret{
-		Name: rec.Name, Hosts: hosts, Header: rec.Header, Format: rec.Format,
-		Placeholder: secrets.Name(rec.Name).Placeholder(), CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
+		ID: rec.ID().String(), Name: rec.Name, Hosts: hosts, Header: rec.Header, Format: rec.Format,
+		Placeholder: secrets.Name(rec.Name).Placeholder(), Metadata: md, Version: rec.Version,
+		CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
 	}
 }
 
@@ -58,7 +103,9 @@ func (a *API) secretsChanged(c principal) {
 	}
 }
 
-// putSecret: PUT /v1/secrets/{name} → 201 (created) or 200 (replaced) Secret.
+// putSecret: PUT /v1/secrets/{name} → 201 (created) or 200 (replaced)
+// Secret. With "If-None-Match: *" it only creates: a name the project has
+// is 409 already_exists.
 func (a *API) putSecret(ctx context.Context, c *call[putSecretBody]) (*reply, error) {
 	sealer, err := a.sealer()
 	if err != nil {
@@ -84,11 +131,30 @@ func (a *API) putSecret(ctx context.Context, c *call[putSecretBody]) (*reply, er
 	if err != nil {
 		return nil, err
 	}
-	rec := sealer.Record(secrets.Secret{Project: c.p.project, Name: name, Hosts: hosts, Header: header, Format: format, Value: value})
-	rec.CreatedAt, rec.UpdatedAt = c.now, c.now
-	created, err := a.cfg.Store.PutSecret(ctx, rec)
+	md, err := secrets.ParseMetadata(c.in.Metadata)
 	if err != nil {
-		return nil, fmt.Errorf("put secret %s: %w", name, err)
+		return nil, err
+	}
+	rec := sealer.Record(secrets.Secret{Project: c.p.project, Name: name, Hosts: hosts, Header: header, Format: format, Value: value})
+	rec.Metadata = md
+	rec.CreatedAt, rec.UpdatedAt = c.now, c.now
+	var created bool
+	switch inm := c.r.Header.Get("If-None-Match"); inm {
+	case "":
+		if created, err = a.cfg.Store.PutSecret(ctx, rec); err != nil {
+			return nil, fmt.Errorf("put secret %s: %w", name, err)
+		}
+	case "*":
+		err = a.cfg.Store.CreateSecret(ctx, rec)
+		if errors.Is(err, store.ErrAlreadyExists) {
+			return nil, errorf(apiv1.CodeAlreadyExists, "the project has a secret %s", name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("create secret %s: %w", name, err)
+		}
+		created = true
+	default:
+		return nil, fmt.Errorf("%w: If-None-Match: only * (create, never replace) is understood", model.ErrInvalid)
 	}
 	if rec, err = a.cfg.Store.GetSecret(ctx, c.p.project, string(name)); err != nil {
 		return nil, fmt.Errorf("read secret %s back: %w", name, err)

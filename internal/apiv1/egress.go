@@ -17,6 +17,19 @@ type EgressPolicy struct {
 	Deny      []string `json:"deny,omitempty"`
 	Profiles  []string `json:"profiles,omitempty"`
 	TLSExempt []string `json:"tls_exempt,omitempty"`
+	// Headers are the sandbox's own request header rules: headers the
+	// proxy sets on its intercepted HTTPS requests to each host, once
+	// allowed. Values may hold "${secrets.NAME}", the project's secret
+	// NAME's value at injection. Answers never carry values: only Names.
+	Headers []HeaderRule `json:"headers,omitempty"`
+}
+
+// HeaderRule is one host's headers in EgressPolicy.Headers: Headers (name
+// → value) when a client writes it, Names when the API answers.
+type HeaderRule struct {
+	Host    string            `json:"host"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Names   []string          `json:"names,omitempty"`
 }
 
 // SandboxEgress is GET/PUT /v1/sandboxes/{id}/egress's answer.
@@ -116,22 +129,31 @@ type ExplainEgressResponse struct {
 // {value} replaced by Value, on requests of the project's sandboxes to
 // Hosts (exact names or "*.suffix") only.
 type PutSecretRequest struct {
-	Value  string   `json:"value"`
-	Hosts  []string `json:"hosts"`
-	Header string   `json:"header,omitempty"`
-	Format string   `json:"format,omitempty"`
+	Value string `json:"value"`
+	// Hosts the proxy sends the secret to; none: only sandboxes' header
+	// rules use it ("${secrets.NAME}").
+	Hosts    []string          `json:"hosts,omitempty"`
+	Header   string            `json:"header,omitempty"`
+	Format   string            `json:"format,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // Secret is a secret as the API shows it: never its value.
 type Secret struct {
+	// ID is "sec_…", the secret's for as long as it exists (created again
+	// under the same name, it has another).
+	ID     string   `json:"id"`
 	Name   string   `json:"name"`
 	Hosts  []string `json:"hosts"`
 	Header string   `json:"header"`
 	Format string   `json:"format"`
 	// Placeholder is what sandboxes use in place of the value.
-	Placeholder string    `json:"placeholder"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	Placeholder string            `json:"placeholder"`
+	Metadata    map[string]string `json:"metadata"`
+	// Version is 1 when created, one more at each replacement.
+	Version   int64     `json:"version"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // SecretList is GET /v1/secrets's answer, in name order.

@@ -267,7 +267,7 @@ func TestSecretCommands(t *testing.T) {
 	if code != 0 || f.egress.secrets["tok"].Value != "from-file" || f.egress.secrets["tok"].Header != "X-Api-Key" {
 		t.Fatalf("set from file: %d %s %+v", code, stderr, f.egress.secrets["tok"])
 	}
-	// No value, or no host: usage errors, nothing sent. There is no flag
+	// No value: a usage error, nothing sent. There is no flag
 	// that takes the value itself.
 	n := len(f.egress.rawPuts)
 	for _, args := range [][]string{

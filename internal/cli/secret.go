@@ -26,20 +26,19 @@ func (a *app) secretSetCommand() *cobra.Command {
 		header, format, valFile string
 	)
 	cmd := &cobra.Command{
-		Use:   "set NAME --host HOST [--host HOST]... [--header NAME] [--format TEMPLATE] [--value-file PATH]",
+		Use:   "set NAME [--host HOST]... [--header NAME] [--format TEMPLATE] [--value-file PATH]",
 		Short: "Create or replace a secret; the value comes from stdin or --value-file, never the command line",
 		Long: "Create or replace a secret of the key's project. The egress proxy sets header\n" +
 			"--header (default Authorization) to --format (default \"Bearer {value}\" for\n" +
 			"Authorization, \"{value}\" otherwise) on requests of the project's sandboxes to\n" +
 			"the --host names (exact or *.suffix) only. Sandboxes see only the placeholder\n" +
-			"airlock-secret-NAME. The value is read from --value-file or stdin (one trailing\n" +
+			"airlock-secret-NAME. Without --host the secret is sent only where a sandbox's\n" +
+			"header rules name it (${secrets.NAME}, E2B's network.rules).\n" +
+			"The value is read from --value-file or stdin (one trailing\n" +
 			"newline is dropped); it is never taken from arguments, which other users of the\n" +
 			"machine can see.",
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(hosts) == 0 {
-				return usageErrorf("give at least one --host")
-			}
 			value, err := a.readSecretValue(valFile)
 			if err != nil {
 				return err

@@ -148,6 +148,7 @@ type request struct {
 	wait   time.Duration
 	// optionalBody accepts a 2xx without a body (e.g. 204), leaving out as is.
 	optionalBody bool
+	header       http.Header // extra request headers (If-None-Match)
 }
 
 func (r request) String() string { return r.method + " " + r.path }
@@ -239,6 +240,9 @@ func (c *Client) attempt(ctx context.Context, r request, body []byte, key model.
 	req, err := http.NewRequestWithContext(ctx, r.method, u.String(), rd)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", r, err)
+	}
+	for k, vs := range r.header {
+		req.Header[k] = vs
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", c.userAgent)

@@ -204,6 +204,27 @@ func (c *Client) PutSecret(ctx context.Context, name string, s apiv1.PutSecretRe
 	return out, err
 }
 
+// CreateSecret creates a secret of the key's project, never replacing
+// one: a name the project has is a 409 already_exists *APIError.
+func (c *Client) CreateSecret(ctx context.Context, name string, s apiv1.PutSecretRequest) (apiv1.Secret, error) {
+	var out apiv1.Secret
+	if err := pathName("secret", name); err != nil {
+		return out, err
+	}
+	err := c.do(ctx, request{method: http.MethodPut, path: "/v1/secrets/" + name, body: s, header: http.Header{"If-None-Match": {"*"}}}, &out)
+	return out, err
+}
+
+// GetSecret shows a secret of the project (never its value).
+func (c *Client) GetSecret(ctx context.Context, name string) (apiv1.Secret, error) {
+	var out apiv1.Secret
+	if err := pathName("secret", name); err != nil {
+		return out, err
+	}
+	err := c.do(ctx, request{method: http.MethodGet, path: "/v1/secrets/" + name}, &out)
+	return out, err
+}
+
 // ListSecrets lists the project's secrets (never values).
 func (c *Client) ListSecrets(ctx context.Context) (apiv1.SecretList, error) {
 	var out apiv1.SecretList

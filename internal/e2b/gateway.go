@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/e2b/control"
 	"github.com/airlockdev/airlock/internal/e2b/guestuser"
 	"github.com/airlockdev/airlock/internal/e2b/target"
 	"github.com/airlockdev/airlock/internal/model"
@@ -254,7 +255,15 @@ func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 			return
 		}
 	}
-	r = r.WithContext(context.WithValue(ctx, portKey{}, portTarget{route: rt, project: sb.ProjectID}))
+	pt := portTarget{route: rt, project: sb.ProjectID}
+	if mask := sb.Metadata[control.MaskKey]; mask != "" {
+		// Checked at create; a host that does not check (it cannot be
+		// set otherwise) leaves the guest's own address.
+		if h, err := control.MaskedHost(mask, int(rt.Port)); err == nil {
+			pt.host = h
+		}
+	}
+	r = r.WithContext(context.WithValue(ctx, portKey{}, pt))
 	g.proxy.ServeHTTP(w, r)
 }
 

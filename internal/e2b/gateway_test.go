@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/e2b/control"
 	"github.com/airlockdev/airlock/internal/e2b/target"
 	"github.com/airlockdev/airlock/internal/model"
 )
@@ -360,6 +361,37 @@ func TestGatewayPortRequest(t *testing.T) {
 	}
 	if saw.As != sb.ProjectID.String()+"/"+sb.ID.String() || saw.Host != host || saw.Path != portPath(sb.ID, 3000)+"/a/b/c" || saw.Method != "POST" {
 		t.Errorf("the ports route saw %+v", saw)
+	}
+}
+
+// TestGatewayMaskRequestHost: a sandbox created with E2B's
+// maskRequestHost has the gateway ask the ports route for that Host
+// (${PORT} the guest port); a client's own Airlock-Guest-Host never
+// reaches the ports route, for which the in-process gateway is trusted.
+func TestGatewayMaskRequestHost(t *testing.T) {
+	masked := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning, PublicPorts: true,
+		Metadata: model.Metadata{control.MaskKey: "custom-host.example.com:${PORT}"}}
+	plain := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning, PublicPorts: true}
+	g := newTestGateway(t, fakeSandboxes{masked.ID: masked, plain.ID: plain})
+	for _, tt := range []struct {
+		sb   model.Sandbox
+		want string
+	}{
+		{masked, "custom-host.example.com:8080"},
+		{plain, ""}, // the forged header is dropped, none is set
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Host = "8080-" + tt.sb.ID.String() + ".sbx.test:8080"
+		r.Header.Set(apiv1.HeaderGuestHost, "forged.example")
+		w := httptest.NewRecorder()
+		g.ServeHTTP(w, r)
+		var saw apiSaw
+		if w.Code != http.StatusTeapot || json.Unmarshal(w.Body.Bytes(), &saw) != nil {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+		if got := strings.Join(saw.Header.Values(apiv1.HeaderGuestHost), ","); got != tt.want {
+			t.Errorf("%s: %s %q, want %q", tt.sb.ID, apiv1.HeaderGuestHost, got, tt.want)
+		}
 	}
 }
 

@@ -15,6 +15,9 @@ type portKey struct{}
 type portTarget struct {
 	route   Route
 	project model.ProjectID
+	// host is the Host the guest's server sees (E2B's
+	// maskRequestHost), "" for the guest's own address.
+	host string
 }
 
 // Headers of E2B's own, and credentials, that must not reach a server in
@@ -53,6 +56,10 @@ func (g *Gateway) rewritePort(pr *httputil.ProxyRequest) {
 	out.Host = pr.In.Host
 	for _, h := range e2bHeaders {
 		out.Header.Del(h)
+	}
+	out.Header.Del(apiv1.HeaderGuestHost) // only the gateway's own, below
+	if pt.host != "" {
+		out.Header.Set(apiv1.HeaderGuestHost, pt.host)
 	}
 	pr.SetXForwarded()
 }

@@ -55,9 +55,17 @@ type SealedSecret struct {
 	Hosts     []string // host patterns: exact names or "*.suffix"
 	Header    string   // the request header the proxy sets
 	Format    string   // the header value, "{value}" standing for the secret
+	// Metadata is the owner's key/value data (E2B's secret metadata).
+	Metadata map[string]string
+	// Version counts the secret's values: 1 when created, one more at
+	// each replacement (the store sets it).
+	Version   int64
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
+
+// ID is the secret's ID (SecretIDOf).
+func (s SealedSecret) ID() SecretID { return SecretIDOf(s.ProjectID, s.Name, s.CreatedAt) }
 
 // Template is an imported, immutable root filesystem plus configuration.
 type Template struct {

@@ -197,6 +197,13 @@ func openEgress(cfg egressConfig, dd *dataDir, st store.Store, secretSrc *secret
 	n.policyFor = n.storedPolicy(st)
 	n.secrets = secretSrc
 	secretSrc.live = func(id model.SandboxID) bool { _, ok := n.registry.ByID(id); return ok }
+	secretSrc.headers = func(id model.SandboxID) *policy.Headers {
+		sb, ok := n.registry.ByID(id)
+		if !ok {
+			return nil
+		}
+		return sb.Policy().Spec().Headers
+	}
 	svc, err := newEgressServices(&n.cfg, n.registry, ca, secretSrc, log)
 	if err != nil {
 		return nil, nil, err

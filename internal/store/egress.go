@@ -44,8 +44,12 @@ type Egress interface {
 	DeleteEgressProfile(ctx context.Context, name policy.ProfileName) error
 
 	// PutSecret creates or replaces the project's secret of that name;
-	// created reports which (a replacement keeps CreatedAt).
+	// created reports which (a replacement keeps CreatedAt and counts one
+	// more Version; a creation has Version 1).
 	PutSecret(ctx context.Context, s model.SealedSecret) (created bool, err error)
+	// CreateSecret creates the project's secret of that name;
+	// ErrAlreadyExists if it has one.
+	CreateSecret(ctx context.Context, s model.SealedSecret) error
 	GetSecret(ctx context.Context, project model.ProjectID, name string) (model.SealedSecret, error)
 	// ListSecrets returns the project's secrets in name order.
 	ListSecrets(ctx context.Context, project model.ProjectID) ([]model.SealedSecret, error)

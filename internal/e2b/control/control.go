@@ -41,9 +41,20 @@
 //     defaultVolumeMiB); volumeMounts [{name, path}] are the native
 //     volume_mounts. The volume content API (/volumecontent) is refused
 //     with 501, and the token of VolumeAndToken is empty.
-//   - Refused with 501: metrics, network rules/proxy/ingress settings, iam,
-//     mcp, the volume content API, and every other E2B family (templates,
-//     snapshots, fork, network updates, secrets).
+//   - allow_internet_access and network.allowOut/denyOut become the
+//     sandbox's egress policy, deciding as E2B does (allowOut wins over
+//     denyOut; network.go); PUT /sandboxes/{id}/network (updateNetwork)
+//     replaces it live through the native PUT /v1/sandboxes/{id}/egress.
+//     network.maskRequestHost is kept in the reserved metadata key
+//     MaskKey; the gateway gives it to the guest as the Host of requests
+//     to its ports.
+//   - network.rules (per-sandbox request transforms) become the sandbox's
+//     header rules (sealed in its egress policy; "${e2b.secrets.NAME}"
+//     resolved by the proxy from the project's secrets); the secrets API
+//     (secrets.go) is Airlock's secrets without hosts.
+//   - Refused with 501: metrics, egressProxy, httpsPorts, iam, mcp,
+//     the volume content API, and every other E2B family (snapshots,
+//     fork).
 package control
 
 import (
@@ -133,6 +144,12 @@ func New(cfg Config) (*Handler, error) {
 		{"GET /volumes", h.listVolumes},
 		{"GET /volumes/{id}", h.getVolume},
 		{"DELETE /volumes/{id}", h.deleteVolume},
+		{"PUT /sandboxes/{id}/network", h.updateNetwork},
+		{"POST /secrets", h.createSecret},
+		{"GET /secrets", h.listSecrets},
+		{"GET /secrets/{secret}", h.getSecret},
+		{"POST /secrets/{secret}", h.updateSecret},
+		{"DELETE /secrets/{secret}", h.deleteSecret},
 	}
 	if cfg.TemplateFiles != "" {
 		var err error

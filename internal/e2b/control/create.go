@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -57,69 +56,33 @@ func parseTimeout(v *int64, def int64) (int64, error) {
 	}
 }
 
-// allTraffic reports whether a CIDR stands for every address.
-func allTraffic(s string) bool {
-	switch strings.TrimSpace(s) {
-	case "0.0.0.0/0", "::/0":
-		return true
-	}
-	return false
-}
-
 // parseEgress maps allow_internet_access and network.allowOut/denyOut to
-// an Airlock egress policy. E2B lets allowOut win over denyOut; Airlock
-// lets deny win over allow, so the two only combine when denyOut blocks
-// everything (then: default none plus the allow list). Other network
-// settings have no Airlock counterpart and are refused.
+// an Airlock egress policy that decides as E2B does (e2bEgress); the
+// other network settings that have no Airlock counterpart are refused.
 func parseEgress(in createIn) (*apiv1.EgressPolicy, error) {
-	var pol apiv1.EgressPolicy
-	if in.AllowInternetAccess != nil {
-		if *in.AllowInternetAccess {
-			pol.Default = "public"
-		} else {
-			pol.Default = "none"
-		}
-	}
+	r := e2bRules{internet: in.AllowInternetAccess}
 	if n := in.Network; n != nil {
 		switch {
-		case present(n.MaskRequestHost):
-			return nil, notImplemented("network.maskRequestHost is not supported by Airlock's E2B API")
-		case present(n.Rules):
-			return nil, notImplemented("network.rules (request transforms) are not supported by Airlock's E2B API; use Airlock egress secrets")
 		case present(n.EgressProxy):
-			return nil, notImplemented("network.egressProxy is not supported by Airlock's E2B API")
+			return nil, errEgressProxy
 		case present(n.HTTPSPorts):
-			return nil, notImplemented("network.httpsPorts is not supported by Airlock's E2B API")
+			return nil, notImplemented("network.httpsPorts is not supported by Airlock's E2B API: guest ports are reached over the server's own listener")
 		}
-		denyAll := slices.ContainsFunc(n.DenyOut, allTraffic)
-		var deny []string
-		for _, d := range n.DenyOut {
-			if !allTraffic(d) {
-				deny = append(deny, strings.TrimSpace(d))
-			}
-		}
-		if denyAll {
-			pol.Default = "none"
-		}
-		if len(n.AllowOut) > 0 && len(deny) > 0 {
-			return nil, notImplemented("network.allowOut together with specific network.denyOut entries is not supported: E2B lets allowOut win, Airlock lets deny win; deny 0.0.0.0/0 and list what to allow")
-		}
-		for _, a := range n.AllowOut {
-			if allTraffic(a) {
-				if pol.Default == "none" && len(n.AllowOut) > 1 {
-					return nil, badRequest("network.allowOut 0.0.0.0/0 with other entries is ambiguous")
-				}
-				pol.Default = "public"
-				continue
-			}
-			pol.Allow = append(pol.Allow, strings.TrimSpace(a))
-		}
-		pol.Deny = deny
+		r.allowOut, r.denyOut = n.AllowOut, n.DenyOut
 	}
-	if pol.Default == "" && len(pol.Allow) == 0 && len(pol.Deny) == 0 {
-		return nil, nil
+	pol, err := e2bEgress(r)
+	if err != nil || in.Network == nil || !present(in.Network.Rules) {
+		return pol, err
 	}
-	return &pol, nil
+	headers, err := parseRules(in.Network.Rules)
+	if err != nil || len(headers) == 0 {
+		return pol, err
+	}
+	if pol == nil {
+		pol = &apiv1.EgressPolicy{} // the server's default, with the rules
+	}
+	pol.Headers = headers
+	return pol, nil
 }
 
 // publicPorts is whether the sandbox's guest ports answer anyone, as E2B's
@@ -162,6 +125,13 @@ func parseCreate(in createIn) (createSpec, error) {
 		md[k] = v
 	}
 	md[templateKey] = tpl
+	if n := in.Network; n != nil && n.MaskRequestHost != nil {
+		mask, err := parseMask(*n.MaskRequestHost)
+		if err != nil {
+			return createSpec{}, err
+		}
+		md[MaskKey] = mask
+	}
 	egress, err := parseEgress(in)
 	if err != nil {
 		return createSpec{}, err

@@ -3,6 +3,7 @@ package control
 import (
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -56,19 +57,61 @@ func TestParseCreate(t *testing.T) {
 		}},
 		{"deny list", `{"templateID":"base","network":{"denyOut":["10.0.0.0/8"]}}`, 0, func(t *testing.T, s createSpec) {
 			e := s.native.Egress
-			if e == nil || e.Default != "" || !slices.Equal(e.Deny, []string{"10.0.0.0/8"}) {
+			if e == nil || e.Default != "public" || !slices.Equal(e.Allow, []string{"0.0.0.0/0"}) || !slices.Equal(e.Deny, []string{"10.0.0.0/8"}) {
 				t.Fatalf("%+v", e)
 			}
 		}},
-		{"allow and specific deny", `{"templateID":"base","network":{"denyOut":["10.0.0.0/8"],"allowOut":["10.1.1.1"]}}`, http.StatusNotImplemented, nil},
-		{"rules", `{"templateID":"base","network":{"rules":{"x":[]}}}`, http.StatusNotImplemented, nil},
+		{"allow and specific deny", `{"templateID":"base","network":{"denyOut":["198.51.100.0/24"],"allowOut":["198.51.100.1"]}}`, 0, func(t *testing.T, s createSpec) {
+			// allowOut wins: the deny rules leave out 198.51.100.1.
+			e := s.native.Egress
+			want := []string{"198.51.100.0/32", "198.51.100.2/31", "198.51.100.4/30", "198.51.100.8/29", "198.51.100.16/28", "198.51.100.32/27", "198.51.100.64/26", "198.51.100.128/25"}
+			if e == nil || e.Default != "public" || !slices.Equal(e.Deny, want) || !slices.Contains(e.Allow, "198.51.100.1") {
+				t.Fatalf("%+v", e)
+			}
+		}},
+		{"mask request host", `{"templateID":"base","network":{"maskRequestHost":"custom-host.example.com:${PORT}"}}`, 0, func(t *testing.T, s createSpec) {
+			if s.native.Metadata[MaskKey] != "custom-host.example.com:${PORT}" || s.native.Egress != nil {
+				t.Fatalf("%+v", s.native)
+			}
+		}},
+		{"bad mask", `{"templateID":"base","network":{"maskRequestHost":"a b:${PORT}"}}`, http.StatusBadRequest, nil},
+		{"mask with a path", `{"templateID":"base","network":{"maskRequestHost":"evil.example/x"}}`, http.StatusBadRequest, nil},
+		{"mask reserved key", `{"templateID":"base","metadata":{"` + MaskKey + `":"x"}}`, http.StatusBadRequest, nil},
+		{"deny by name", `{"templateID":"base","network":{"denyOut":["example.com"]}}`, http.StatusBadRequest, nil},
+		{"entry with a port", `{"templateID":"base","network":{"allowOut":["example.com:22"]}}`, http.StatusBadRequest, nil},
+		{"egress proxy", `{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}`, http.StatusNotImplemented, nil},
+		{"rules", `{"templateID":"base","network":{"rules":{"api.example.com":[{"transform":{"headers":{"X-A":"1","x-b":"old"}}},{},{"transform":{"headers":{"X-B":"Bearer ${e2b.secrets.OpenAI-Key}"}}}]}}}`, 0, func(t *testing.T, s createSpec) {
+			// No network settings but rules: the server's default, with the rules; a later
+			// rule's header wins, the placeholder becomes Airlock's (lower-cased name).
+			e := s.native.Egress
+			want := []apiv1.HeaderRule{{Host: "api.example.com", Headers: map[string]string{"X-A": "1", "X-B": "Bearer ${secrets.openai-key}"}}}
+			if e == nil || e.Default != "" || len(e.Allow) != 0 || !reflect.DeepEqual(e.Headers, want) {
+				t.Fatalf("%+v", e)
+			}
+		}},
+		{"rules with allowOut", `{"templateID":"base","network":{"denyOut":["0.0.0.0/0"],"allowOut":["api.example.com"],"rules":{"api.example.com":[{"transform":{"headers":{"X-A":"1"}}}]}}}`, 0, func(t *testing.T, s createSpec) {
+			e := s.native.Egress
+			if e == nil || e.Default != "none" || len(e.Headers) != 1 || e.Headers[0].Host != "api.example.com" {
+				t.Fatalf("%+v", e)
+			}
+		}},
+		{"empty rules", `{"templateID":"base","network":{"rules":{"x.example":[{}]}}}`, 0, func(t *testing.T, s createSpec) {
+			if s.native.Egress != nil {
+				t.Fatalf("%+v", s.native.Egress)
+			}
+		}},
+		{"rule for an address", `{"templateID":"base","network":{"rules":{"192.0.2.1":[{"transform":{"headers":{"X":"1"}}}]}}}`, http.StatusNotImplemented, nil},
+		{"rule for a CIDR", `{"templateID":"base","network":{"rules":{"192.0.2.0/24":[{"transform":{"headers":{"X":"1"}}}]}}}`, http.StatusNotImplemented, nil},
+		{"identity token", `{"templateID":"base","network":{"rules":{"a.example":[{"transform":{"headers":{"A":"Bearer ${e2b.identity.tokens.aws}"}}}]}}}`, http.StatusNotImplemented, nil},
+		{"unterminated placeholder", `{"templateID":"base","network":{"rules":{"a.example":[{"transform":{"headers":{"A":"${e2b.secrets.x"}}}]}}}`, http.StatusBadRequest, nil},
+		{"rules not an object", `{"templateID":"base","network":{"rules":["a.example"]}}`, http.StatusBadRequest, nil},
 		{"private traffic", `{"templateID":"base","network":{"allowPublicTraffic":false}}`, 0, func(t *testing.T, s createSpec) {
 			if s.native.PublicPorts || s.native.Egress != nil {
 				t.Fatalf("%+v", s.native)
 			}
 		}},
 		{"public traffic", `{"templateID":"base","network":{"allowPublicTraffic":true,"allowOut":["1.1.1.1"]}}`, 0, func(t *testing.T, s createSpec) {
-			if !s.native.PublicPorts || s.native.Egress == nil || !slices.Equal(s.native.Egress.Allow, []string{"1.1.1.1"}) {
+			if !s.native.PublicPorts || s.native.Egress == nil || !slices.Equal(s.native.Egress.Allow, []string{"0.0.0.0/0", "1.1.1.1"}) {
 				t.Fatalf("%+v", s.native)
 			}
 		}},

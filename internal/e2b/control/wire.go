@@ -97,11 +97,12 @@ func templateIDOf(sb apiv1.Sandbox) string {
 	return sb.Template
 }
 
-// e2bMetadata returns the sandbox's metadata without the reserved key.
+// e2bMetadata returns the sandbox's metadata without the reserved keys
+// (templateKey, MaskKey).
 func e2bMetadata(sb apiv1.Sandbox) map[string]string {
 	out := make(map[string]string, len(sb.Metadata))
 	for k, v := range sb.Metadata {
-		if k != templateKey {
+		if k != templateKey && k != MaskKey {
 			out[k] = v
 		}
 	}
@@ -186,7 +187,7 @@ type networkIn struct {
 	AllowOut           []string        `json:"allowOut"`
 	DenyOut            []string        `json:"denyOut"`
 	AllowPublicTraffic *bool           `json:"allowPublicTraffic"`
-	MaskRequestHost    json.RawMessage `json:"maskRequestHost"`
+	MaskRequestHost    *string         `json:"maskRequestHost"`
 	Rules              json.RawMessage `json:"rules"`
 	EgressProxy        json.RawMessage `json:"egressProxy"`
 	HTTPSPorts         json.RawMessage `json:"httpsPorts"`

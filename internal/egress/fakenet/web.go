@@ -6,9 +6,12 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -189,7 +192,8 @@ func addrPort(a net.Addr) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
-// handler answers every path with who served it, except /bytes?n=N which
+// handler answers every path with who served it, except /headers (the
+// request's headers, writeHeaders) and /bytes?n=N which
 // sends N zero bytes (downloads for benchmarks).
 func (n *Net) handler(proto string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -206,6 +210,10 @@ func (n *Net) handler(proto string) http.Handler {
 			http.Error(w, "fakenet: CONNECT not supported", http.StatusMethodNotAllowed)
 			return
 		}
+		if r.URL.Path == "/headers" {
+			writeHeaders(w, r)
+			return
+		}
 		if r.URL.Path == "/bytes" {
 			size, err := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
 			if err != nil || size < 0 {
@@ -220,6 +228,26 @@ func (n *Net) handler(proto string) http.Handler {
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, req.Banner())
 	})
+}
+
+// writeHeaders answers /headers with the request's headers as JSON,
+// {"headers": {"Name": ["value", …]}} (httpbin's shape); with ?digest=1
+// each value is "sha256:<hex>" instead, so that a test can check a value
+// (a secret a proxy injected) without the client seeing it.
+func writeHeaders(w http.ResponseWriter, r *http.Request) {
+	digest := r.URL.Query().Get("digest") == "1"
+	out := map[string][]string{}
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			if digest {
+				sum := sha256.Sum256([]byte(v))
+				v = "sha256:" + hex.EncodeToString(sum[:])
+			}
+			out[k] = append(out[k], v)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"headers": out})
 }
 
 // Banner is the line a fake server answers with: tests match on it to tell

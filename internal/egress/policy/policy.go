@@ -98,6 +98,9 @@ type Spec struct {
 	Deny      []Rule        `json:"deny,omitempty"`
 	Profiles  []ProfileName `json:"profiles,omitempty"`
 	TLSExempt []Rule        `json:"tls_exempt,omitempty"` // SNI names or CIDRs relayed without interception
+	// Headers are the sandbox's own request header rules (headers.go):
+	// kept sealed, carried through Compile for the proxy, never decided on.
+	Headers *Headers `json:"sealed_headers,omitempty"`
 }
 
 // Limits on a Spec, so that a policy stays small enough to evaluate on every connection.
@@ -156,7 +159,7 @@ func (s Spec) Check() error {
 			return err
 		}
 	}
-	return nil
+	return s.Headers.check()
 }
 
 // CheckProfile reports what is wrong with s as a profile's body: a profile adds rules only.
@@ -164,8 +167,8 @@ func (s Spec) CheckProfile() error {
 	if err := s.Check(); err != nil {
 		return err
 	}
-	if s.Default != "" || len(s.Profiles) > 0 {
-		return fmt.Errorf("%w: an egress profile holds allow, deny and tls_exempt rules only (no default, no profiles)", model.ErrInvalid)
+	if s.Default != "" || len(s.Profiles) > 0 || s.Headers != nil {
+		return fmt.Errorf("%w: an egress profile holds allow, deny and tls_exempt rules only (no default, no profiles, no headers)", model.ErrInvalid)
 	}
 	return nil
 }
@@ -187,7 +190,7 @@ func Compile(s Spec, profile func(ProfileName) (Spec, bool), serverDefault Defau
 	if err := s.Check(); err != nil {
 		return nil, err
 	}
-	eff := Spec{Default: s.Default, Profiles: slices.Clone(s.Profiles)}
+	eff := Spec{Default: s.Default, Profiles: slices.Clone(s.Profiles), Headers: s.Headers.clone()}
 	if eff.Default == "" {
 		eff.Default = serverDefault
 	}

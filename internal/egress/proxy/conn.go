@@ -161,13 +161,11 @@ func (p *Proxy) handleTLS(cc *clientConn) {
 		_ = cc.Close()
 		return
 	case hello.serverName == "":
-		p.deny(sb, decisionlog.KindTLS, "", dst, "no-sni", "TLS without a server name (SNI) is refused: HTTPS is judged by name")
-		_ = cc.Close()
+		p.tlsByAddr(cc, "", "no-sni", "TLS without a server name (SNI) is refused unless an address rule allows the address: HTTPS is judged by name")
 		return
 	}
 	if _, err := netip.ParseAddr(hello.serverName); err == nil {
-		p.deny(sb, decisionlog.KindTLS, hello.serverName, dst, "ip-sni", "TLS with an IP address as server name (SNI) is refused: HTTPS is judged by name")
-		_ = cc.Close()
+		p.tlsByAddr(cc, hello.serverName, "ip-sni", "TLS with an IP address as server name (SNI) is refused unless an address rule allows the address: HTTPS is judged by name")
 		return
 	}
 	name, err := policy.NormalizeName(hello.serverName)
@@ -213,6 +211,39 @@ func (p *Proxy) handleTLS(cc *clientConn) {
 	}
 	_ = cc.SetDeadline(time.Time{})
 	p.handOff(cc, tc)
+}
+
+// tlsByAddr handles TLS that names no host (no SNI, or an IP address as
+// SNI): there is no name to judge, so, as on ports other than 80 and 443,
+// only an address rule (a CIDR or address the policy allows, never the
+// default) lets it through, relayed untouched to the dialled address (no
+// interception, so no secret is ever injected into it). Otherwise it is
+// refused with rule and reason.
+func (p *Proxy) tlsByAddr(cc *clientConn, sni, rule, reason string) {
+	sb, dst := cc.sb, cc.dst
+	if d := sb.Explain("", dst.Addr(), dst.Port()); !d.Allowed || p.isHostAddr(dst.Addr()) {
+		p.deny(sb, decisionlog.KindTLS, sni, dst, rule, reason)
+		_ = cc.Close()
+		return
+	}
+	if d := sb.Decide(decisionlog.KindTLS, "", dst.Addr(), dst.Port()); !d.Allowed {
+		_ = cc.Close()
+		return
+	}
+	if !cc.track("") {
+		_ = cc.Close()
+		return
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, 15*time.Second)
+	up, err := p.cfg.Dial(ctx, "tcp", dst.String())
+	cancel()
+	if err != nil {
+		p.log.Info("upstream dial failed", "sandbox", sb.ID, "dst", dst, "err", err)
+		_ = cc.Close()
+		return
+	}
+	_ = cc.SetDeadline(time.Time{})
+	p.relay(cc, up)
 }
 
 // relayTLS relays an exempt TLS connection, untouched, to the proxy's own resolution of its SNI.

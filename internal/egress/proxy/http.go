@@ -105,6 +105,12 @@ func (p *Proxy) serveRequest(w http.ResponseWriter, r *http.Request) {
 	if p.cfg.Secrets != nil {
 		for _, s := range p.cfg.Secrets.SecretsFor(sb.ID) {
 			if cc.sni != "" && s.MatchesHost(host) {
+				if s.Refuse != "" {
+					reason := fmt.Sprintf("the header %s of a rule for %s cannot be set: %s", s.Header, host, s.Refuse)
+					p.deny(sb, decisionlog.KindHTTP, host, dst, "header-rule", reason)
+					refuse(w, http.StatusForbidden, "header-rule", reason)
+					return
+				}
 				if s.Header != "" {
 					inject = append(inject, s)
 				}

@@ -24,7 +24,10 @@
 //
 // Secrets are injected over HTTPS only: a placeholder in a cleartext (port 80) request is
 // refused like one sent to a host the secret does not belong to, and a TRACE or TRACK request
-// that would get a secret is refused (it would echo the value back).
+// that would get a secret is refused (it would echo the value back). A sandbox's own header
+// rules come through the same SecretSource, after its project's secrets (so they win on the
+// same header), with their placeholders already resolved; one that could not be (Secret.Refuse)
+// refuses its host's requests rather than send them without the credential.
 package proxy
 
 import (

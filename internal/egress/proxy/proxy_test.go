@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -665,4 +666,44 @@ func TestDialsOwnResolution(t *testing.T) {
 	if e.upstreamDials() != before {
 		t.Fatal("the proxy dialled an always-denied address")
 	}
+}
+
+// TestTLSByAddress: TLS that names no host is relayed untouched to the dialled address when an
+// address rule allows it (E2B's allowOut of an IP, `curl https://1.1.1.1`), and refused as
+// before when only a name rule or the default could.
+func TestTLSByAddress(t *testing.T) {
+	e := newEnv(t, envOpts{policy: `{"default":"public","allow":["198.51.100.7:443"]}`})
+	leaf, err := e.upCA.Leaf("addr.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewUnstartedServer(whoami("by-address"))
+	s.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	e.route("198.51.100.7", 443, s.Listener.Addr().String())
+	e.route("198.51.100.8", 443, s.Listener.Addr().String())
+	fetch := func(ip string) (string, error) {
+		c, err := e.dialGuest(context.Background(), netip.AddrPortFrom(netip.MustParseAddr(ip), 443))
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true}) // no ServerName: no SNI
+		_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := tc.Write([]byte("GET /x HTTP/1.1\r\nHost: " + ip + "\r\nConnection: close\r\n\r\n")); err != nil {
+			return "", err
+		}
+		b, err := io.ReadAll(tc)
+		return string(b), err
+	}
+	body, err := fetch("198.51.100.7")
+	if err != nil || !strings.Contains(body, "by-address") {
+		t.Fatalf("allowed address: %q, %v", body, err)
+	}
+	e.event("allow 198.51.100.7:443", true)
+	if body, err := fetch("198.51.100.8"); err == nil && strings.Contains(body, "by-address") {
+		t.Fatalf("an address no rule allows was relayed: %q", body)
+	}
+	e.event("no-sni", false)
 }

@@ -20,6 +20,11 @@ type Secret struct {
 	Header      string   // e.g. "Authorization"
 	Value       string   // the full header value, e.g. "Bearer sk-..."
 	Placeholder string   // what the sandbox holds, e.g. "airlock-secret:NAME"; "" = none
+	// Refuse, when set, is why a request to Hosts is refused rather than
+	// sent without the header (a sandbox's header rule whose secret is
+	// missing: the destination would otherwise see a request that lacks
+	// the credential it was meant to carry).
+	Refuse string
 }
 
 // redacted replaces a secret's Value wherever a Secret is formatted or logged.
@@ -32,6 +37,7 @@ type redactedSecret struct {
 	Header      string
 	Value       string
 	Placeholder string
+	Refuse      string
 }
 
 func (s Secret) redact() redactedSecret {
@@ -39,7 +45,7 @@ func (s Secret) redact() redactedSecret {
 	if s.Value != "" {
 		v = redacted
 	}
-	return redactedSecret{Name: s.Name, Hosts: s.Hosts, Header: s.Header, Value: v, Placeholder: s.Placeholder}
+	return redactedSecret{Name: s.Name, Hosts: s.Hosts, Header: s.Header, Value: v, Placeholder: s.Placeholder, Refuse: s.Refuse}
 }
 
 // String describes the secret without its value.
@@ -87,8 +93,9 @@ func (s Secret) MarshalJSON() ([]byte, error) {
 	return b, nil
 }
 
-// SecretSource gives a sandbox's secrets. It is called on every request, so it should answer
-// from memory.
+// SecretSource gives a sandbox's secrets: its project's, then its own header rules (which
+// come later, so that they win on the same header). It is called on every request, so it
+// should answer from memory.
 type SecretSource interface {
 	SecretsFor(sb model.SandboxID) []Secret
 }

@@ -129,22 +129,36 @@ func associatedData(project model.ProjectID, name Name) []byte {
 
 // Seal encrypts v for the secret name of project.
 func (s *Sealer) Seal(project model.ProjectID, name Name, v Value) []byte {
-	out := make([]byte, 1+s.aead.NonceSize(), 1+s.aead.NonceSize()+len(v)+s.aead.Overhead())
+	return s.sealAD(associatedData(project, name), v)
+}
+
+// sealAD encrypts plain bound to the associated data ad.
+func (s *Sealer) sealAD(ad, plain []byte) []byte {
+	out := make([]byte, 1+s.aead.NonceSize(), 1+s.aead.NonceSize()+len(plain)+s.aead.Overhead())
 	out[0] = sealVersion
 	_, _ = rand.Read(out[1:]) // crypto/rand.Read never fails on Linux
-	return s.aead.Seal(out, out[1:], v, associatedData(project, name))
+	return s.aead.Seal(out, out[1:], plain, ad)
 }
 
 // Open decrypts a value sealed for the secret name of project; ErrOpen if
 // it does not open.
 func (s *Sealer) Open(project model.ProjectID, name Name, sealed []byte) (Value, error) {
-	n := s.aead.NonceSize()
-	if len(sealed) < 1+n+s.aead.Overhead() || sealed[0] != sealVersion {
-		return nil, fmt.Errorf("secret %s: %w (unknown format)", name, ErrOpen)
-	}
-	v, err := s.aead.Open(nil, sealed[1:1+n], sealed[1+n:], associatedData(project, name))
+	v, err := s.openAD(associatedData(project, name), sealed)
 	if err != nil {
-		return nil, fmt.Errorf("secret %s: %w", name, ErrOpen)
+		return nil, fmt.Errorf("secret %s: %w", name, err)
 	}
 	return Value(v), nil
+}
+
+// openAD decrypts what sealAD sealed with ad; ErrOpen if it does not open.
+func (s *Sealer) openAD(ad, sealed []byte) ([]byte, error) {
+	n := s.aead.NonceSize()
+	if len(sealed) < 1+n+s.aead.Overhead() || sealed[0] != sealVersion {
+		return nil, fmt.Errorf("%w (unknown format)", ErrOpen)
+	}
+	v, err := s.aead.Open(nil, sealed[1:1+n], sealed[1+n:], ad)
+	if err != nil {
+		return nil, ErrOpen
+	}
+	return v, nil
 }

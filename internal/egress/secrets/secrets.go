@@ -17,6 +17,8 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/publicsuffix"
@@ -213,10 +215,12 @@ func (s Secret) HeaderValue() string {
 	return strings.Replace(s.Format, ValueMarker, string(s.Value), 1)
 }
 
-// ParseHosts parses a secret's host list: 1 to MaxHosts patterns.
+// ParseHosts parses a secret's host list: at most MaxHosts patterns. A
+// secret without hosts is injected nowhere by itself: only sandboxes'
+// header rules use it, through their "${secrets.NAME}" placeholders.
 func ParseHosts(in []string) ([]Host, error) {
-	if len(in) == 0 || len(in) > MaxHosts {
-		return nil, fmt.Errorf("%w: a secret needs 1 to %d hosts", model.ErrInvalid, MaxHosts)
+	if len(in) > MaxHosts {
+		return nil, fmt.Errorf("%w: a secret has at most %d hosts", model.ErrInvalid, MaxHosts)
 	}
 	out := make([]Host, 0, len(in))
 	for _, s := range in {
@@ -236,6 +240,55 @@ func HostStrings(hosts []Host) []string {
 		out[i] = h.String()
 	}
 	return out
+}
+
+// Limits of a secret's metadata (E2B's).
+const (
+	MaxMetadataEntries  = 32
+	MaxMetadataKeyLen   = 128
+	MaxMetadataValueLen = 1024
+	MaxMetadataSize     = 8192
+)
+
+// ParseMetadata checks a secret's metadata: at most MaxMetadataEntries
+// entries of non-empty keys up to MaxMetadataKeyLen bytes and values up to
+// MaxMetadataValueLen, MaxMetadataSize bytes in all, valid UTF-8 without
+// control characters. Errors wrap model.ErrInvalid; empty gives nil.
+func ParseMetadata(in map[string]string) (map[string]string, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	if len(in) > MaxMetadataEntries {
+		return nil, fmt.Errorf("%w: secret metadata has %d entries, at most %d", model.ErrInvalid, len(in), MaxMetadataEntries)
+	}
+	total := 0
+	for k, v := range in {
+		switch {
+		case k == "" || len(k) > MaxMetadataKeyLen:
+			return nil, fmt.Errorf("%w: secret metadata keys are 1 to %d bytes", model.ErrInvalid, MaxMetadataKeyLen)
+		case len(v) > MaxMetadataValueLen:
+			return nil, fmt.Errorf("%w: secret metadata values are at most %d bytes", model.ErrInvalid, MaxMetadataValueLen)
+		case !printable(k) || !printable(v):
+			return nil, fmt.Errorf("%w: secret metadata must be UTF-8 text without control characters", model.ErrInvalid)
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxMetadataSize {
+		return nil, fmt.Errorf("%w: secret metadata is at most %d bytes in all", model.ErrInvalid, MaxMetadataSize)
+	}
+	return in, nil
+}
+
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // maxEcho is how many bytes of a value an error message quotes (textclip.Bytes).

@@ -230,6 +230,16 @@ func (s *Store) DeleteEgressProfile(ctx context.Context, name policy.ProfileName
 
 // PutSecret implements store.Store.
 func (s *Store) PutSecret(ctx context.Context, rec model.SealedSecret) (bool, error) {
+	return s.putSecret(ctx, rec, false)
+}
+
+// CreateSecret implements store.Store.
+func (s *Store) CreateSecret(ctx context.Context, rec model.SealedSecret) error {
+	_, err := s.putSecret(ctx, rec, true)
+	return err
+}
+
+func (s *Store) putSecret(ctx context.Context, rec model.SealedSecret, createOnly bool) (bool, error) {
 	if rec.Name == "" || len(rec.Sealed) == 0 {
 		return false, fmt.Errorf("put secret: %w: a secret needs a name and a sealed value", model.ErrInvalid)
 	}
@@ -240,21 +250,29 @@ func (s *Store) PutSecret(ctx context.Context, rec model.SealedSecret) (bool, er
 	if rec.Hosts == nil {
 		hosts = []byte("[]")
 	}
+	md := []byte("{}")
+	if len(rec.Metadata) > 0 {
+		if md, err = json.Marshal(rec.Metadata); err != nil {
+			return false, fmt.Errorf("put secret %s: %w", rec.Name, err)
+		}
+	}
 	created := false
 	err = s.write(ctx, false, func(t tx) error {
-		res, err := t.exec(ctx, `UPDATE secrets SET sealed = ?, hosts = ?, header = ?, format = ?, updated_at = ?
+		if !createOnly {
+			res, err := t.exec(ctx, `UPDATE secrets SET sealed = ?, hosts = ?, header = ?, format = ?, metadata = ?, version = version + 1, updated_at = ?
 			WHERE project_id = ? AND name = ?`,
-			rec.Sealed, string(hosts), rec.Header, rec.Format, micro(rec.UpdatedAt), string(rec.ProjectID), rec.Name)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n > 0 {
-			return err
+				rec.Sealed, string(hosts), rec.Header, rec.Format, string(md), micro(rec.UpdatedAt), string(rec.ProjectID), rec.Name)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n > 0 {
+				return err
+			}
 		}
 		created = true
-		_, err = t.exec(ctx, `INSERT INTO secrets (project_id, name, sealed, hosts, header, format, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			string(rec.ProjectID), rec.Name, rec.Sealed, string(hosts), rec.Header, rec.Format, micro(rec.CreatedAt), micro(rec.UpdatedAt))
+		_, err := t.exec(ctx, `INSERT INTO secrets (project_id, name, sealed, hosts, header, format, metadata, version, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`,
+			string(rec.ProjectID), rec.Name, rec.Sealed, string(hosts), rec.Header, rec.Format, string(md), micro(rec.CreatedAt), micro(rec.UpdatedAt))
 		return s.insertErr(err)
 	})
 	if err != nil {
@@ -263,19 +281,25 @@ func (s *Store) PutSecret(ctx context.Context, rec model.SealedSecret) (bool, er
 	return created, nil
 }
 
-const secretColumns = `project_id, name, sealed, hosts, header, format, created_at, updated_at`
+const secretColumns = `project_id, name, sealed, hosts, header, format, metadata, version, created_at, updated_at`
 
 func scanSecret(row interface{ Scan(...any) error }) (model.SealedSecret, error) {
 	var (
-		rec              model.SealedSecret
-		project, hosts   string
-		created, updated int64
+		rec                model.SealedSecret
+		project, hosts, md string
+		created, updated   int64
 	)
-	if err := row.Scan(&project, &rec.Name, &rec.Sealed, &hosts, &rec.Header, &rec.Format, &created, &updated); err != nil {
+	if err := row.Scan(&project, &rec.Name, &rec.Sealed, &hosts, &rec.Header, &rec.Format, &md, &rec.Version, &created, &updated); err != nil {
 		return model.SealedSecret{}, err
 	}
 	if err := json.Unmarshal([]byte(hosts), &rec.Hosts); err != nil {
 		return model.SealedSecret{}, fmt.Errorf("stored secret %s: hosts: %w", rec.Name, err)
+	}
+	if err := json.Unmarshal([]byte(md), &rec.Metadata); err != nil {
+		return model.SealedSecret{}, fmt.Errorf("stored secret %s: metadata: %w", rec.Name, err)
+	}
+	if len(rec.Metadata) == 0 {
+		rec.Metadata = nil
 	}
 	c := columns{row: "secret " + rec.Name}
 	rec.ProjectID = c.projectID("project_id", project)

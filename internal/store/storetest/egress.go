@@ -247,7 +247,7 @@ func testSecrets(e *env) {
 	}
 	got, err := e.s.GetSecret(e.ctx, p.ID, "gh-token")
 	must(t, err)
-	rec.CreatedAt, rec.UpdatedAt = us(now), us(now)
+	rec.CreatedAt, rec.UpdatedAt, rec.Version = us(now), us(now), 1
 	if !reflect.DeepEqual(got, rec) {
 		t.Fatalf("secret = %+v, want %+v", got, rec)
 	}
@@ -267,6 +267,8 @@ func testSecrets(e *env) {
 	later := e.now()
 	upd := rec
 	upd.Sealed, upd.Hosts, upd.Header, upd.Format, upd.UpdatedAt = []byte{7, 7}, []string{"api.example.com"}, "X-Api-Key", "{value}", later
+	upd.Metadata = map[string]string{"env": "test"}
+	upd.Version = 99 // the store counts, whatever the caller says
 	created, err = e.s.PutSecret(e.ctx, upd)
 	must(t, err)
 	if created {
@@ -274,12 +276,27 @@ func testSecrets(e *env) {
 	}
 	list, err = e.s.ListSecrets(e.ctx, p.ID)
 	must(t, err)
-	upd.UpdatedAt = us(later)
+	upd.UpdatedAt, upd.Version = us(later), 2
 	if len(list) != 1 || !reflect.DeepEqual(list[0], upd) {
 		t.Fatalf("list = %+v, want [%+v]", list, upd)
 	}
 	_, err = e.s.PutSecret(e.ctx, model.SealedSecret{ProjectID: p.ID, Name: "empty", CreatedAt: later, UpdatedAt: later})
 	mustIs(t, err, model.ErrInvalid)
+
+	// CreateSecret creates only: a taken name is ErrAlreadyExists and the
+	// secret stays as it was; a secret without hosts is kept as one.
+	dup := upd
+	dup.Sealed, dup.Metadata = []byte{1}, nil
+	mustIs(t, e.s.CreateSecret(e.ctx, dup), store.ErrAlreadyExists)
+	if got, err := e.s.GetSecret(e.ctx, p.ID, "gh-token"); err != nil || !reflect.DeepEqual(got, upd) {
+		t.Fatalf("after a refused create: %+v, %v", got, err)
+	}
+	bare := model.SealedSecret{ProjectID: p.ID, Name: "bare", Sealed: []byte{5}, CreatedAt: later, UpdatedAt: later}
+	must(t, e.s.CreateSecret(e.ctx, bare))
+	if got, err := e.s.GetSecret(e.ctx, p.ID, "bare"); err != nil || len(got.Hosts) != 0 || got.Version != 1 || got.ID() != bare.ID() {
+		t.Fatalf("bare secret: %+v, %v", got, err)
+	}
+	must(t, e.s.DeleteSecret(e.ctx, p.ID, "bare"))
 	must(t, e.s.DeleteSecret(e.ctx, p.ID, "gh-token"))
 	mustIs(t, e.s.DeleteSecret(e.ctx, p.ID, "gh-token"), store.ErrNotFound)
 	list, err = e.s.ListSecrets(e.ctx, other.ID)
