@@ -84,7 +84,27 @@ func (c *Client) ListDir(ctx context.Context, p string, opts ...FileOption) (age
 // Mkdir creates a directory and its missing parents.
 func (c *Client) Mkdir(ctx context.Context, req agentproto.MkdirRequest, opts ...FileOption) (agentproto.FileInfo, error) {
 	var fi agentproto.FileInfo
+	if req.Owner != nil {
+		if err := c.require(ctx, agentproto.FeatureMkdirOwner); err != nil {
+			return fi, err
+		}
+	}
 	path, err := c.filePath(ctx, "mkdir", "", opts)
+	if err != nil {
+		return fi, err
+	}
+	err = c.call(ctx, http.MethodPost, path, req, http.StatusOK, &fi)
+	return fi, err
+}
+
+// SetMetadata replaces a file's metadata (agentproto.SetMetadataRequest)
+// and describes it; it needs an agent with FeatureFileMetadata.
+func (c *Client) SetMetadata(ctx context.Context, req agentproto.SetMetadataRequest, opts ...FileOption) (agentproto.FileInfo, error) {
+	var fi agentproto.FileInfo
+	if err := c.require(ctx, agentproto.FeatureFileMetadata); err != nil {
+		return fi, err
+	}
+	path, err := c.filePath(ctx, "metadata", "", opts)
 	if err != nil {
 		return fi, err
 	}

@@ -110,7 +110,7 @@ func addEntries(ctx context.Context, c caller, dir string, evs []*filesystempb.F
 		case err != nil:
 			return nativeError(ctx, "stat "+p, err)
 		default:
-			e.Entry = entryOf(fi)
+			e.Entry = c.entry(fi)
 		}
 	}
 	return nil
