@@ -83,6 +83,10 @@ type Config struct {
 	// a token from before a key rotation stays good as long as that token
 	// does.
 	Tokens func(sb model.SandboxID, project model.ProjectID) ([]string, error)
+	// LiveSandboxes lists every sandbox that is not deleted, of every
+	// project and node, to find the sandbox of a signed /files URL that
+	// names none (URL mode, signedurl.go); nil refuses such URLs.
+	LiveSandboxes func(ctx context.Context) ([]model.Sandbox, error)
 	// Domain is the --e2b-domain: when set, only hosts under it are
 	// routed to sandboxes by name.
 	Domain string
@@ -101,6 +105,7 @@ type Gateway struct {
 	self   *url.URL
 	users  *guestuser.Cache
 	interp *interpreters
+	signed *signedIndex
 	proxy  *httputil.ReverseProxy
 }
 
@@ -119,7 +124,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	g := &Gateway{cfg: cfg, self: self, users: guestuser.NewCache(), interp: newInterpreters()}
+	g := &Gateway{cfg: cfg, self: self, users: guestuser.NewCache(), interp: newInterpreters(), signed: newSignedIndex()}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewritePort,
 		Transport:      portTransport{g},
@@ -141,6 +146,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt, err := RouteOf(r, g.cfg.Domain)
 	switch {
 	case errors.Is(err, errNotSandbox):
+		if isSignedFilesURL(r) {
+			g.signedFiles(w, r)
+			return
+		}
 		if g.cfg.OwnsControl(r.URL.Path) {
 			g.cfg.Control.ServeHTTP(w, r)
 			return
@@ -151,6 +160,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		g.sandbox(w, r, rt)
 	}
+}
+
+// isSignedFilesURL reports whether r is envd's /files with a signature:
+// what uploadUrl and downloadUrl build in URL mode, naming no sandbox
+// (Airlock's own API has no /files).
+func isSignedFilesURL(r *http.Request) bool {
+	return r.URL.Path == "/files" && (r.Method == http.MethodGet || r.Method == http.MethodPost) && r.URL.Query().Has("signature")
 }
 
 // writeError answers in the E2B error shape: {"code": status, "message"}.
@@ -346,6 +362,11 @@ func (g *Gateway) authorizeEnvd(w http.ResponseWriter, r *http.Request, rt Route
 		for _, tok := range tokens {
 			if err = checkFileSignature(q.Get("signature"), q.Get("signature_expiration"), q.Get("path"), op, user, tok, g.cfg.Now()); err == nil {
 				return user, true
+			}
+			if errors.Is(err, errSignatureExpired) {
+				// E2B's answer, to a caller who held the token.
+				writeError(w, http.StatusUnauthorized, expiredMessage)
+				return "", false
 			}
 		}
 		g.cfg.Logger.Debug("e2b: signed /files URL refused", "sandbox", sb.ID, "err", err)

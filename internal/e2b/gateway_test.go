@@ -448,3 +448,91 @@ func TestGatewayWakes(t *testing.T) {
 		})
 	}
 }
+
+// TestSignedFilesURLMode: a signed /files URL that names no sandbox (what
+// uploadUrl/downloadUrl build with E2B_SANDBOX_URL) is answered for the
+// sandbox whose token signed it, and for no other.
+func TestSignedFilesURLMode(t *testing.T) {
+	a := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning}
+	b := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning}
+	gone := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateDeleted}
+	pooled := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.SystemProject, State: model.StateRunning}
+	sbs := fakeSandboxes{a.ID: a, b.ID: b, gone.ID: gone, pooled.ID: pooled}
+	g := newTestGateway(t, sbs)
+	lists := 0
+	live := []model.Sandbox{a, gone, pooled}
+	g.cfg.LiveSandboxes = func(context.Context) ([]model.Sandbox, error) {
+		lists++
+		return live, nil
+	}
+	now := g.cfg.Now().Unix()
+	future, past := fmt.Sprint(now+60), fmt.Sprint(now-10)
+	signed := func(sb model.Sandbox, op, path, user, exp string) string {
+		q := url.Values{"path": {path}, "signature": {fileSignature(path, op, user, "tok-"+sb.ID.String(), exp)}}
+		if user != "" {
+			q.Set("username", user)
+		}
+		if exp != "" {
+			q.Set("signature_expiration", exp)
+		}
+		return "/files?" + q.Encode()
+	}
+	do := func(method, target string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, target, nil)
+		rec := httptest.NewRecorder()
+		g.ServeHTTP(rec, req)
+		return rec
+	}
+	for _, tc := range []struct {
+		name, method, url string
+		status            int
+		target, msg       string
+	}{
+		{"download", "GET", signed(a, opRead, "/home/user/a.txt", "", ""), http.StatusTeapot, a.ID.String() + "/", ""},
+		{"upload as root, expiring", "POST", signed(a, opWrite, "hello.txt", "root", future), http.StatusTeapot, a.ID.String() + "/root", ""},
+		{"expired", "GET", signed(a, opRead, "/a", "", past), http.StatusUnauthorized, "", expiredMessage},
+		{"read signature used to write", "POST", signed(a, opRead, "/a", "", ""), http.StatusUnauthorized, "", ""},
+		{"forged", "GET", "/files?path=%2Fa&signature=v1_" + strings.Repeat("A", 43), http.StatusUnauthorized, "", ""},
+		{"malformed", "GET", "/files?path=%2Fa&signature=x", http.StatusUnauthorized, "", ""},
+		{"deleted sandbox", "GET", signed(gone, opRead, "/a", "", ""), http.StatusUnauthorized, "", ""},
+		{"pool sandbox", "GET", signed(pooled, opRead, "/a", "", ""), http.StatusUnauthorized, "", ""},
+		{"unsigned", "GET", "/files?path=%2Fa", http.StatusTeapot, "", ""}, // not a signed URL: Airlock's own API (native)
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := do(tc.method, tc.url)
+			if rec.Code != tc.status {
+				t.Fatalf("status %d, want %d: %s", rec.Code, tc.status, rec.Body)
+			}
+			if tc.status == http.StatusTeapot && tc.target != "" && (rec.Header().Get("X-Went") != "files" || rec.Header().Get("X-Target") != tc.target) {
+				t.Fatalf("went to %q for %q, want files for %q", rec.Header().Get("X-Went"), rec.Header().Get("X-Target"), tc.target)
+			}
+			if tc.msg != "" {
+				var body struct {
+					Code    int    `json:"code"`
+					Message string `json:"message"`
+				}
+				if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Code != 401 || body.Message != tc.msg {
+					t.Fatalf("body %s, want {code: 401, message: %q}", rec.Body, tc.msg)
+				}
+			}
+		})
+	}
+	// A sandbox created since the index was built is found after one
+	// rebuild (the index is older than its TTL by then).
+	live = append(live, b)
+	before := lists
+	g.cfg.Now = func() time.Time { return time.Unix(now+5, 0) }
+	if rec := do("GET", signed(b, opRead, "/a", "", "")); rec.Code != http.StatusTeapot || rec.Header().Get("X-Target") != b.ID.String()+"/" {
+		t.Fatalf("new sandbox: %d %s", rec.Code, rec.Body)
+	}
+	if lists != before+1 {
+		t.Fatalf("%d listings for one miss, want 1", lists-before)
+	}
+	// Misses within the TTL do not list again.
+	for range 5 {
+		do("GET", "/files?path=%2Fa&signature=v1_"+strings.Repeat("B", 43))
+	}
+	if lists != before+1 {
+		t.Fatalf("%d listings for misses within the TTL", lists-before-1)
+	}
+}
