@@ -162,6 +162,33 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// notFoundMessage is E2B's client proxy's message for a sandbox that is
+// not there (killed, timed out, unknown).
+const notFoundMessage = "The sandbox was not found"
+
+// writeNotRunning answers a request for sandbox id, in state, that cannot
+// be served: 502 (what E2B's SDKs read as "not running": isRunning false,
+// the "killed or reached its end of life" of a dropped stream) with E2B's
+// client proxy's body, {code, message, sandboxId}. A sandbox being or
+// already deleted is E2B's "The sandbox was not found"; another state says
+// why (detail, or the state).
+func writeNotRunning(w http.ResponseWriter, id model.SandboxID, state model.SandboxState, detail string) {
+	msg := notFoundMessage
+	if state != model.StateDeleting && state != model.StateDeleted {
+		msg = detail
+		if msg == "" {
+			msg = fmt.Sprintf("sandbox %s is %s", id, state)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadGateway)
+	_ = json.NewEncoder(w).Encode(struct {
+		Code      int    `json:"code"`
+		Message   string `json:"message"`
+		SandboxID string `json:"sandboxId"`
+	}{http.StatusBadGateway, msg, id.String()})
+}
+
 // isSignedFilesURL reports whether r is envd's /files with a signature:
 // what uploadUrl and downloadUrl build in URL mode, naming no sandbox
 // (Airlock's own API has no /files).
@@ -214,7 +241,7 @@ func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 		// Unknown (or an unclaimed pool sandbox, which no caller owns).
 		if g.hasTokenFor(r, rt, model.Sandbox{ID: rt.Sandbox}, false) {
 			// E2B clients read 502 as "sandbox not running".
-			writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s not found", rt.Sandbox))
+			writeNotRunning(w, rt.Sandbox, model.StateDeleted, "")
 			return
 		}
 		g.refuseAnonymous(w, rt)
@@ -230,7 +257,7 @@ func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State))
+		writeNotRunning(w, sb.ID, sb.State, "")
 		return
 	}
 	native, err := g.nativeFor(sb)

@@ -536,3 +536,54 @@ func TestSignedFilesURLMode(t *testing.T) {
 		t.Fatalf("%d listings for misses within the TTL", lists-before-1)
 	}
 }
+
+// TestGoneSandboxAnswer: a sandbox that was killed answers its token's
+// holder 502 with E2B's client proxy's body, naming the sandbox.
+func TestGoneSandboxAnswer(t *testing.T) {
+	deleting := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateDeleting}
+	deleted := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateDeleted}
+	paused := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StatePaused}
+	unknown := model.NewSandboxID()
+	g := newTestGateway(t, fakeSandboxes{deleting.ID: deleting, deleted.ID: deleted, paused.ID: paused})
+	for _, tc := range []struct {
+		name, path string
+		id         model.SandboxID
+		msg        string
+	}{
+		{"health of a deleting sandbox", "/health", deleting.ID, notFoundMessage},
+		{"command to a deleting sandbox", "/process.Process/Start", deleting.ID, notFoundMessage},
+		{"deleted", "/files?path=%2Fa", deleted.ID, notFoundMessage},
+		{"unknown", "/health", unknown, notFoundMessage},
+		{"health of a paused sandbox", "/health", paused.ID, "sandbox " + paused.ID.String() + " is paused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest("POST", tc.path, nil)
+			if strings.HasPrefix(tc.path, "/health") || strings.HasPrefix(tc.path, "/files") {
+				req.Method = "GET"
+			}
+			req.Header.Set(headerSandboxID, tc.id.String())
+			req.Header.Set(headerSandboxPort, "49983")
+			req.Header.Set("X-Access-Token", "tok-"+tc.id.String())
+			rec := httptest.NewRecorder()
+			g.ServeHTTP(rec, req)
+			var body struct {
+				Code      int    `json:"code"`
+				Message   string `json:"message"`
+				SandboxID string `json:"sandboxId"`
+			}
+			if rec.Code != http.StatusBadGateway || json.Unmarshal(rec.Body.Bytes(), &body) != nil ||
+				body.Code != 502 || body.Message != tc.msg || body.SandboxID != tc.id.String() {
+				t.Fatalf("%d %s, want 502 {code: 502, message: %q, sandboxId: %s}", rec.Code, rec.Body, tc.msg, tc.id)
+			}
+		})
+	}
+	// Without the token: the anonymous answer, which names nothing.
+	req := httptest.NewRequest("GET", "/health", nil)
+	req.Header.Set(headerSandboxID, deleting.ID.String())
+	req.Header.Set(headerSandboxPort, "49983")
+	rec := httptest.NewRecorder()
+	g.ServeHTTP(rec, req)
+	if rec.Code != http.StatusUnauthorized || strings.Contains(rec.Body.String(), "sandboxId") {
+		t.Fatalf("anonymous: %d %s", rec.Code, rec.Body)
+	}
+}
