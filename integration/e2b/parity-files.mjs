@@ -135,7 +135,11 @@ await r.step('write creates missing parents, also under /, owned by the user', a
   // Nothing of the agent's staging is left beside it.
   const { stdout } = await sbx.commands.run('ls -a /')
   assert.ok(!stdout.includes('.airlock-mkdir-'), stdout)
+  // The user empties what it owns; root (without CAP_DAC_OVERRIDE in a
+  // sandbox) removes the directory from /, which is root's.
+  await sbx.files.remove(`${dir}/sub`)
   await sbx.files.remove(dir, { user: 'root' })
+  assert.equal(await sbx.files.exists(dir), false)
 })
 
 await r.step('signed downloadUrl and uploadUrl work in URL mode', async () => {
