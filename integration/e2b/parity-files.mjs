@@ -1,7 +1,9 @@
 // Parity of envd's file surface and of a killed sandbox's errors with E2B,
 // driven through the real `e2b` SDK (package.json pins it) in the URL mode
 // docs/e2b.md recommends (E2B_SANDBOX_URL): what E2B's JS SDK tests
-// tests/sandbox/files/{metadata,info,list,write,signing,watch}.test.ts and
+// tests/sandbox/files/{metadata,info,list,write,signing,watch}.test.ts (the
+// server reports envd 0.6.4, so the SDK sends metadata, includeEntry and
+// allowNetworkMounts) and
 // tests/sandbox/commands/sandboxKilledDuringRun.test.ts check of envd.
 //
 // Run by integration/e2b_sdk_test.go (TestE2BSDK). By hand:
@@ -117,6 +119,21 @@ await r.step('watchDir with includeEntry', async () => {
     assert.equal(ev.entry.type, FileType.FILE)
     assert.equal(ev.entry.path, `${home}/watched-entry/new.txt`)
     assert.equal(ev.entry.owner, 'user')
+  } finally {
+    await w.stop()
+  }
+})
+
+await r.step('watchDir with allowNetworkMounts on a local directory', async () => {
+  await sbx.files.makeDir('watched-net')
+  const events = []
+  const w = await sbx.files.watchDir('watched-net', (ev) => events.push(ev), { allowNetworkMounts: true })
+  try {
+    await sbx.files.write('watched-net/a.txt', 'a')
+    await waitFor('an event', () => events.some((x) => x.name === 'a.txt'), {
+      timeoutMs: 10_000,
+      describe: () => `events ${JSON.stringify(events)}`,
+    })
   } finally {
     await w.stop()
   }

@@ -287,7 +287,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		flusher.Flush()
 		return nil
 	}
-	if err := emit(agentproto.FileEvent{Type: agentproto.FileEventReady, Path: p.String()}); err != nil {
+	if err := emit(agentproto.FileEvent{Type: agentproto.FileEventReady, Path: p.String(), NetworkFS: wt.networkFS}); err != nil {
 		wt.f.Close()
 		return
 	}

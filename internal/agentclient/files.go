@@ -231,6 +231,9 @@ const maxWatchEvent = 64 << 10
 type WatchStream struct {
 	body io.ReadCloser
 	sc   *bufio.Scanner
+	// Ready is the agent's first event (its NetworkFS says whether the
+	// directory is on a network file system).
+	Ready agentproto.FileEvent
 }
 
 // Watch watches a guest directory's entries. The agent's first event
@@ -257,6 +260,7 @@ func (c *Client) Watch(ctx context.Context, dir string, opts ...FileOption) (*Wa
 		ws.Close()
 		return nil, fmt.Errorf("agent watch %s: first event %q, want %q", dir, ev.Type, agentproto.FileEventReady)
 	}
+	ws.Ready = ev
 	return ws, nil
 }
 

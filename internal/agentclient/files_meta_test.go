@@ -138,3 +138,20 @@ func TestMkdirOwner(t *testing.T) {
 	_, err = c.Mkdir(ctx, agentproto.MkdirRequest{Path: "/rootonly/z", Owner: owner}, agentclient.AsUser(owner))
 	wantCode(t, "owner and user", err, agentproto.CodeInvalidRequest)
 }
+
+// TestWatchReadyLocal: a watch of a local directory says it is on no
+// network file system.
+func TestWatchReadyLocal(t *testing.T) {
+	c, root, _ := filesAgent(t)
+	if err := os.Mkdir(filepath.Join(root, "w"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := c.Watch(context.Background(), "/w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if ws.Ready.Type != agentproto.FileEventReady || ws.Ready.NetworkFS != "" {
+		t.Fatalf("ready %+v", ws.Ready)
+	}
+}

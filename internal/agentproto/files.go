@@ -138,6 +138,10 @@ type FileEvent struct {
 	Path  string `json:"path,omitempty"`
 	From  string `json:"from,omitempty"`
 	IsDir bool   `json:"is_dir,omitempty"`
+	// NetworkFS (the ready event only) names the network file system the
+	// watched directory is on ("nfs", "cifs", "smb", "fuse"), where events
+	// may be unreliable; empty for a local one.
+	NetworkFS string `json:"network_fs,omitempty"`
 }
 
 // FileEventReady is the type of the first event of a watch stream.

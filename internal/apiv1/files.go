@@ -133,6 +133,10 @@ type FileEvent struct {
 	Path  string `json:"path,omitempty"`
 	From  string `json:"from,omitempty"`
 	IsDir bool   `json:"is_dir,omitempty"`
+	// NetworkFS (the ready event only) names the network file system the
+	// directory is on ("nfs", "cifs", "smb", "fuse"), whose events may be
+	// unreliable; absent for a local one.
+	NetworkFS string `json:"network_fs,omitempty"`
 }
 
 // FilesDataRoute is the data plane's file transfer endpoint as a net/http

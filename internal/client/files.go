@@ -197,6 +197,9 @@ func (c *Client) TarIn(ctx context.Context, sb model.SandboxID, dir model.GuestP
 type FileWatch struct {
 	body io.ReadCloser
 	sc   *bufio.Scanner
+	// Ready is the server's first event (NetworkFS: the directory is on a
+	// network file system).
+	Ready apiv1.FileEvent
 }
 
 // WatchFiles watches a sandbox directory's entries. The server's "ready"
@@ -214,6 +217,7 @@ func (c *Client) WatchFiles(ctx context.Context, sb model.SandboxID, dir model.G
 		w.Close()
 		return nil, fmt.Errorf("watch %s: no ready event (%v)", dir, err)
 	}
+	w.Ready = ev
 	return w, nil
 }
 

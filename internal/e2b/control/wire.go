@@ -9,13 +9,13 @@ import (
 )
 
 // EnvdVersion is the envd version advertised to E2B SDKs. It gates SDK
-// features (docs/e2b.md, "SDK versions"): 0.6.3 enables CloseStdin
-// (≥ 0.5.2), octet-stream uploads (≥ 0.5.7), file metadata (X-Metadata-*
-// headers, ≥ 0.6.2) and watchDir's includeEntry (≥ 0.6.3), all of which
-// the envd translation implements, but not watchDir's allowNetworkMounts
-// (0.6.4): the translation does not tell network mounts apart, so the SDK
-// refuses that option itself.
-const EnvdVersion = "0.6.3"
+// features (docs/e2b.md, "SDK versions"), each of which the envd
+// translation implements: CloseStdin (≥ 0.5.2), octet-stream uploads
+// (≥ 0.5.7), file metadata (X-Metadata-* headers, ≥ 0.6.2), watchDir's
+// includeEntry (≥ 0.6.3) and allowNetworkMounts (≥ 0.6.4: a directory on
+// NFS, CIFS, SMB or FUSE is refused without it). The JS SDK 2.51 gates
+// nothing on a later version.
+const EnvdVersion = "0.6.4"
 
 // clientID is the deprecated Sandbox.clientID: any constant.
 const clientID = "airlock"

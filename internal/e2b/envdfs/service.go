@@ -28,6 +28,10 @@
 //     WatchDir or CreateWatcher holds one native watch per directory (at
 //     most 64; more is resource_exhausted), added as directories appear.
 //   - CHMOD events are never reported (the native watch does not see them).
+//   - A watch of a directory on a network file system (NFS, CIFS, SMB,
+//     FUSE, as the sandbox's agent reads its statfs type) is refused with
+//     failed_precondition unless allow_network_mounts, as envd ≥ 0.6.4
+//     does; only the watched directory is checked, not those below it.
 //   - A symlink's symlink_target is its link text made absolute against its
 //     directory, not the fully resolved path.
 package envdfs
