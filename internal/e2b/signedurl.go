@@ -99,9 +99,10 @@ func (g *Gateway) signedFiles(w http.ResponseWriter, r *http.Request) {
 	g.sandbox(w, r, Route{Sandbox: sb.ID, Port: EnvdPort})
 }
 
-// signedEntries returns the index, rebuilt when older than signedIndexTTL
-// (or, with stale, whenever it is not younger than that); fresh says it
-// was built by this call or within the TTL.
+// signedEntries returns the index: as it is while younger than
+// signedIndexTTL; older, as it is again unless rebuild (a miss asks for
+// the rebuild, so an unknown signature lists the sandboxes at most once
+// per TTL). fresh says it was built by this call or within the TTL.
 func (g *Gateway) signedEntries(ctx context.Context, rebuild bool) ([]signedEntry, bool, error) {
 	ix := g.signed
 	ix.mu.Lock()
