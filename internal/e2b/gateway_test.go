@@ -517,8 +517,8 @@ func TestSignedFilesURLMode(t *testing.T) {
 			}
 		})
 	}
-	// A sandbox created since the index was built is found after one
-	// rebuild (the index is older than its TTL by then).
+	// A sandbox created since the index was built is found: the miss lists
+	// the live sandboxes again (once).
 	live = append(live, b)
 	before := lists
 	g.cfg.Now = func() time.Time { return time.Unix(now+5, 0) }
@@ -528,12 +528,24 @@ func TestSignedFilesURLMode(t *testing.T) {
 	if lists != before+1 {
 		t.Fatalf("%d listings for one miss, want 1", lists-before)
 	}
-	// Misses within the TTL do not list again.
-	for range 5 {
-		do("GET", "/files?path=%2Fa&signature=v1_"+strings.Repeat("B", 43))
-	}
+	// A hit lists nothing; a miss after a listing that began when it
+	// arrived (or later) lists nothing either.
+	do("GET", signed(a, opRead, "/a", "", ""))
+	do("GET", "/files?path=%2Fa&signature=v1_"+strings.Repeat("B", 43))
 	if lists != before+1 {
-		t.Fatalf("%d listings for misses within the TTL", lists-before-1)
+		t.Fatalf("%d listings after a hit and a covered miss, want 1", lists-before)
+	}
+	// Sandbox tokens are minted once per signedTokenTTL, not per listing.
+	g.cfg.Now = func() time.Time { return time.Unix(now+6, 0) }
+	mints := 0
+	tokens := g.cfg.Tokens
+	g.cfg.Tokens = func(sb model.SandboxID, p model.ProjectID) ([]string, error) {
+		mints++
+		return tokens(sb, p)
+	}
+	do("GET", "/files?path=%2Fa&signature=v1_"+strings.Repeat("C", 43))
+	if lists != before+2 || mints != 0 {
+		t.Fatalf("a later miss: %d listings, %d mints; want 2 and 0", lists-before, mints)
 	}
 }
 

@@ -20,15 +20,18 @@ import (
 // sandbox's holders know. The gateway finds the one live sandbox whose
 // token (current or still verifying) makes the signature match, then
 // answers the request as if it had named that sandbox, through the same
-// checks (authorizeEnvd verifies the signature again). The tokens of the
-// live sandboxes are kept for signedIndexTTL and rebuilt at most that
-// often; at most maxSignedSandboxes are searched, and two searches at
-// once (others wait for their turn, bounded by their context).
+// checks (authorizeEnvd verifies the signature again).
+//
+// The index of live sandboxes and their tokens is reused while no request
+// misses in it; a miss lists the live sandboxes again unless a listing
+// began after the request arrived (concurrent misses share one), so every
+// sandbox created before a request is found. A sandbox's tokens are minted
+// once and kept for signedTokenTTL (a key rotation shows after that). At
+// most maxSignedSandboxes are searched, two searches at once (others wait
+// for their turn, bounded by their context).
 
-// signedIndexTTL is how long the index of live sandboxes' tokens is
-// reused; a sandbox created since is found after a rebuild, which a miss
-// triggers when the index is older than this.
-const signedIndexTTL = time.Second
+// signedTokenTTL is how long a sandbox's minted tokens are reused.
+const signedTokenTTL = time.Minute
 
 // maxSignedSandboxes bounds the sandboxes one search considers.
 const maxSignedSandboxes = 100_000
@@ -36,12 +39,13 @@ const maxSignedSandboxes = 100_000
 type signedEntry struct {
 	sb     model.Sandbox
 	tokens []string
+	minted time.Time
 }
 
 // signedIndex is the live sandboxes' tokens, rebuilt on demand.
 type signedIndex struct {
 	mu      sync.Mutex
-	built   time.Time
+	listed  time.Time // when the last listing began
 	entries []signedEntry
 	slots   chan struct{}
 }
@@ -51,6 +55,7 @@ func newSignedIndex() *signedIndex { return &signedIndex{slots: make(chan struct
 // signedFiles answers GET/POST /files carrying a signature and no sandbox.
 func (g *Gateway) signedFiles(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
+	arrived := g.cfg.Now()
 	q := r.URL.Query()
 	sig := q.Get("signature")
 	refuse := func() {
@@ -80,17 +85,15 @@ func (g *Gateway) signedFiles(w http.ResponseWriter, r *http.Request) {
 		}
 		return model.Sandbox{}, false
 	}
-	entries, fresh, err := g.signedEntries(ctx, false)
-	if err != nil {
-		g.cfg.Logger.Error("e2b: live sandboxes for a signed URL", "err", err)
-		writeError(w, http.StatusInternalServerError, "cannot check the URL signature")
-		return
-	}
-	sb, ok := find(entries)
-	if !ok && !fresh {
-		if entries, _, err = g.signedEntries(ctx, true); err == nil {
-			sb, ok = find(entries)
+	sb, ok := find(g.signedEntries(ctx, time.Time{}))
+	if !ok {
+		entries, err := g.signedEntriesErr(ctx, arrived)
+		if err != nil {
+			g.cfg.Logger.Error("e2b: live sandboxes for a signed URL", "err", err)
+			writeError(w, http.StatusInternalServerError, "cannot check the URL signature")
+			return
 		}
+		sb, ok = find(entries)
 	}
 	if !ok {
 		refuse()
@@ -99,39 +102,49 @@ func (g *Gateway) signedFiles(w http.ResponseWriter, r *http.Request) {
 	g.sandbox(w, r, Route{Sandbox: sb.ID, Port: EnvdPort})
 }
 
-// signedEntries returns the index: as it is while younger than
-// signedIndexTTL; older, as it is again unless rebuild (a miss asks for
-// the rebuild, so an unknown signature lists the sandboxes at most once
-// per TTL). fresh says it was built by this call or within the TTL.
-func (g *Gateway) signedEntries(ctx context.Context, rebuild bool) ([]signedEntry, bool, error) {
+// signedEntries returns the index; with since set, one whose listing
+// began at or after since (listing the live sandboxes again if needed).
+// Without since it never lists (an error is then an empty index).
+func (g *Gateway) signedEntries(ctx context.Context, since time.Time) []signedEntry {
+	entries, _ := g.signedEntriesErr(ctx, since)
+	return entries
+}
+
+func (g *Gateway) signedEntriesErr(ctx context.Context, since time.Time) ([]signedEntry, error) {
 	ix := g.signed
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	age := g.cfg.Now().Sub(ix.built)
-	if ix.entries != nil && age < signedIndexTTL {
-		return ix.entries, true, nil
+	if since.IsZero() || !ix.listed.Before(since) {
+		return ix.entries, nil
 	}
-	if ix.entries != nil && !rebuild {
-		return ix.entries, false, nil
-	}
+	began := g.cfg.Now()
 	sbs, err := g.cfg.LiveSandboxes(ctx)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	if len(sbs) > maxSignedSandboxes {
 		sbs = sbs[:maxSignedSandboxes]
+	}
+	known := make(map[model.SandboxID]signedEntry, len(ix.entries))
+	for _, e := range ix.entries {
+		known[e.sb.ID] = e
 	}
 	entries := make([]signedEntry, 0, len(sbs))
 	for _, sb := range sbs {
 		if sb.ProjectID == model.SystemProject || sb.State == model.StateDeleted {
 			continue
 		}
+		if e, ok := known[sb.ID]; ok && e.sb.ProjectID == sb.ProjectID && began.Sub(e.minted) < signedTokenTTL {
+			e.sb = sb
+			entries = append(entries, e)
+			continue
+		}
 		toks, err := g.cfg.Tokens(sb.ID, sb.ProjectID)
 		if err != nil {
-			return nil, false, fmt.Errorf("tokens of %s: %w", sb.ID, err)
+			return nil, fmt.Errorf("tokens of %s: %w", sb.ID, err)
 		}
-		entries = append(entries, signedEntry{sb: sb, tokens: toks})
+		entries = append(entries, signedEntry{sb: sb, tokens: toks, minted: began})
 	}
-	ix.entries, ix.built = entries, g.cfg.Now()
-	return entries, true, nil
+	ix.entries, ix.listed = entries, began
+	return entries, nil
 }
