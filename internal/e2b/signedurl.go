@@ -25,10 +25,15 @@ import (
 // The index of live sandboxes and their tokens is reused while no request
 // misses in it; a miss lists the live sandboxes again unless a listing
 // began after the request arrived (concurrent misses share one), so every
-// sandbox created before a request is found. A sandbox's tokens are minted
+// sandbox created before a request is found; listings are at least
+// signedListGap apart (at most 20 a second, whatever anyone sends). A sandbox's tokens are minted
 // once and kept for signedTokenTTL (a key rotation shows after that). At
 // most maxSignedSandboxes are searched, two searches at once (others wait
 // for their turn, bounded by their context).
+
+// signedListGap is the least time between two listings of the live
+// sandboxes.
+const signedListGap = 50 * time.Millisecond
 
 // signedTokenTTL is how long a sandbox's minted tokens are reused.
 const signedTokenTTL = time.Minute
@@ -116,6 +121,17 @@ func (g *Gateway) signedEntriesErr(ctx context.Context, since time.Time) ([]sign
 	defer ix.mu.Unlock()
 	if since.IsZero() || !ix.listed.Before(since) {
 		return ix.entries, nil
+	}
+	// Listings are spaced signedListGap apart whatever the load of
+	// unknown signatures (anyone may send them): a miss waits for the next.
+	if wait := signedListGap - g.cfg.Now().Sub(ix.listed); wait > 0 && !ix.listed.IsZero() {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
 	}
 	began := g.cfg.Now()
 	sbs, err := g.cfg.LiveSandboxes(ctx)
