@@ -172,6 +172,7 @@ func statAt(dirfd int, name, p string) (agentproto.FileInfo, error) {
 			fi.LinkTarget = string(buf[:n])
 		}
 	}
+	fi.Metadata = readMetadataAt(dirfd, name, fi.Type)
 	return fi, nil
 }
 
@@ -187,6 +188,8 @@ func infoOf(st *unix.Stat_t, p string) agentproto.FileInfo {
 		Size:    st.Size,
 		Mode:    st.Mode & 0o7777,
 		ModTime: time.Unix(st.Mtim.Unix()).UTC(),
+		UID:     st.Uid,
+		GID:     st.Gid,
 	}
 }
 

@@ -20,6 +20,7 @@ func (s *Server) fileRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/files/stat", s.asFileUser(s.handleFileStat))
 	mux.HandleFunc("GET /v1/files/list", s.asFileUser(s.handleFileList))
 	mux.HandleFunc("POST /v1/files/mkdir", s.asFileUser(s.handleFileMkdir))
+	mux.HandleFunc("POST /v1/files/metadata", s.asFileUser(s.handleFileMetadata))
 	mux.HandleFunc("POST /v1/files/move", s.asFileUser(s.handleFileMove))
 	mux.HandleFunc("POST /v1/files/remove", s.asFileUser(s.handleFileRemove))
 	mux.HandleFunc("GET /v1/files/content", s.asFileUser(s.handleFileRead))
@@ -92,7 +93,17 @@ func (s *Server) handleFileMkdir(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, err := parsePath(req.Path)
-	if err == nil {
+	if err == nil && req.Owner != nil {
+		if _, asUser := r.URL.Query()[agentproto.QueryFileUser]; asUser {
+			writeError(w, http.StatusBadRequest, agentproto.CodeInvalidRequest, "a mkdir with an owner runs as the agent: name no user")
+			return
+		}
+		var fi agentproto.FileInfo
+		if fi, err = s.files().mkdirAllOwned(s.logger, p, req.Mode, *req.Owner); err == nil {
+			writeJSON(w, http.StatusOK, fi)
+			return
+		}
+	} else if err == nil {
 		var fi agentproto.FileInfo
 		if fi, err = s.files().mkdirAll(p, req.Mode); err == nil {
 			writeJSON(w, http.StatusOK, fi)
@@ -100,6 +111,29 @@ func (s *Server) handleFileMkdir(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.writeFileError(w, r, err)
+}
+
+func (s *Server) handleFileMetadata(w http.ResponseWriter, r *http.Request) {
+	var req agentproto.SetMetadataRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	p, err := parsePath(req.Path)
+	if err != nil {
+		s.writeFileError(w, r, err)
+		return
+	}
+	m, err := model.ParseFileMetadata(req.Metadata)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, agentproto.CodeInvalidRequest, err.Error())
+		return
+	}
+	fi, err := s.files().setMetadata(p, m)
+	if err != nil {
+		s.writeFileError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, fi)
 }
 
 func (s *Server) handleFileMove(w http.ResponseWriter, r *http.Request) {
@@ -253,7 +287,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		flusher.Flush()
 		return nil
 	}
-	if err := emit(agentproto.FileEvent{Type: agentproto.FileEventReady, Path: p.String()}); err != nil {
+	if err := emit(agentproto.FileEvent{Type: agentproto.FileEventReady, Path: p.String(), NetworkFS: wt.networkFS}); err != nil {
 		wt.f.Close()
 		return
 	}

@@ -25,6 +25,25 @@ type watcher struct {
 	dir string // the guest path of the directory
 	f   *os.File
 	buf []byte
+	// networkFS is the network file system the directory is on, or "".
+	networkFS string
+}
+
+// networkFS names the network file system of statfs type t ("" for any
+// other): those E2B's envd refuses to watch unless asked (events on them
+// may be unreliable or missing).
+func networkFS(t int64) string {
+	switch uint32(t) {
+	case unix.NFS_SUPER_MAGIC:
+		return "nfs"
+	case unix.CIFS_SUPER_MAGIC, unix.SMB2_SUPER_MAGIC:
+		return "cifs"
+	case unix.SMB_SUPER_MAGIC:
+		return "smb"
+	case unix.FUSE_SUPER_MAGIC:
+		return "fuse"
+	}
+	return ""
 }
 
 // watch starts watching directory p (its entries, not recursively). The
@@ -36,6 +55,11 @@ func (r fsRoot) watch(p model.GuestPath) (*watcher, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
+	var sfs unix.Statfs_t
+	netFS := ""
+	if err := unix.Fstatfs(fd, &sfs); err == nil {
+		netFS = networkFS(int64(sfs.Type))
+	}
 	ifd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("inotify: %w", err)
@@ -48,7 +72,7 @@ func (r fsRoot) watch(p model.GuestPath) (*watcher, error) {
 			return nil, errnoError("watch", string(p), errors.Join(err2, err))
 		}
 	}
-	return &watcher{dir: string(p), f: os.NewFile(uintptr(ifd), "inotify"), buf: make([]byte, 64<<10)}, nil
+	return &watcher{dir: string(p), f: os.NewFile(uintptr(ifd), "inotify"), buf: make([]byte, 64<<10), networkFS: netFS}, nil
 }
 
 // run reads events and hands each to emit until ctx ends, the directory

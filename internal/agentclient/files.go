@@ -84,7 +84,27 @@ func (c *Client) ListDir(ctx context.Context, p string, opts ...FileOption) (age
 // Mkdir creates a directory and its missing parents.
 func (c *Client) Mkdir(ctx context.Context, req agentproto.MkdirRequest, opts ...FileOption) (agentproto.FileInfo, error) {
 	var fi agentproto.FileInfo
+	if req.Owner != nil {
+		if err := c.require(ctx, agentproto.FeatureMkdirOwner); err != nil {
+			return fi, err
+		}
+	}
 	path, err := c.filePath(ctx, "mkdir", "", opts)
+	if err != nil {
+		return fi, err
+	}
+	err = c.call(ctx, http.MethodPost, path, req, http.StatusOK, &fi)
+	return fi, err
+}
+
+// SetMetadata replaces a file's metadata (agentproto.SetMetadataRequest)
+// and describes it; it needs an agent with FeatureFileMetadata.
+func (c *Client) SetMetadata(ctx context.Context, req agentproto.SetMetadataRequest, opts ...FileOption) (agentproto.FileInfo, error) {
+	var fi agentproto.FileInfo
+	if err := c.require(ctx, agentproto.FeatureFileMetadata); err != nil {
+		return fi, err
+	}
+	path, err := c.filePath(ctx, "metadata", "", opts)
 	if err != nil {
 		return fi, err
 	}
@@ -211,6 +231,9 @@ const maxWatchEvent = 64 << 10
 type WatchStream struct {
 	body io.ReadCloser
 	sc   *bufio.Scanner
+	// Ready is the agent's first event (its NetworkFS says whether the
+	// directory is on a network file system).
+	Ready agentproto.FileEvent
 }
 
 // Watch watches a guest directory's entries. The agent's first event
@@ -237,6 +260,7 @@ func (c *Client) Watch(ctx context.Context, dir string, opts ...FileOption) (*Wa
 		ws.Close()
 		return nil, fmt.Errorf("agent watch %s: first event %q, want %q", dir, ev.Type, agentproto.FileEventReady)
 	}
+	ws.Ready = ev
 	return ws, nil
 }
 

@@ -17,6 +17,7 @@ import "time"
 //	POST /v1/files/mkdir                      MkdirRequest → 200 FileInfo (like mkdir -p)
 //	POST /v1/files/move                       MoveRequest → 204
 //	POST /v1/files/remove                     RemoveRequest → 204
+//	POST /v1/files/metadata                   SetMetadataRequest → 200 FileInfo
 //	GET  /v1/files/content?path=P             → 200 raw bytes (application/octet-stream, Content-Length)
 //	PUT  /v1/files/content?path=P[&mode=0644] raw body → 200 FileInfo (written to a temp file beside P, then renamed over it)
 //	GET  /v1/files/tar?path=D                 → 200 application/x-tar of directory D (names relative to D)
@@ -45,6 +46,14 @@ type FileInfo struct {
 	Mode       uint32    `json:"mode"` // permission bits and setuid/setgid/sticky (0o7777)
 	ModTime    time.Time `json:"mod_time"`
 	LinkTarget string    `json:"link_target,omitempty"` // symlinks
+	// UID and GID own the file (numeric: names are the guest's business).
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+	// Metadata is the file's user-defined metadata: its extended
+	// attributes in the FileMetadataXattrPrefix namespace, the prefix
+	// stripped (regular files and directories only; nil when none or
+	// when the caller may not read the file).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // FileList is the response of GET /v1/files/list. At most MaxListEntries
@@ -59,9 +68,38 @@ type FileList struct {
 const MaxListEntries = 10000
 
 // MkdirRequest creates a directory and its missing parents. Mode defaults to 0o755.
+//
+// With Owner (FeatureMkdirOwner; the request then names no user) every
+// directory the call creates belongs to Owner, also where only root may
+// create it (under "/"): the agent has no CAP_CHOWN, so it creates such a
+// directory as Owner inside a staging directory of its own beside it and
+// renames it into place.
 type MkdirRequest struct {
-	Path string `json:"path"`
-	Mode uint32 `json:"mode,omitempty"`
+	Path  string    `json:"path"`
+	Mode  uint32    `json:"mode,omitempty"`
+	Owner *FileUser `json:"owner,omitempty"`
+}
+
+// FeatureMkdirOwner: MkdirRequest.Owner is honoured.
+const FeatureMkdirOwner = "mkdir-owner"
+
+// FeatureFileMetadata: FileInfo carries UID, GID and Metadata, and
+// POST /v1/files/metadata sets a file's metadata.
+const FeatureFileMetadata = "file-metadata"
+
+// FileMetadataXattrPrefix is the extended attribute namespace of file
+// metadata (E2B's envd keeps its file metadata there too).
+const FileMetadataXattrPrefix = "user.e2b."
+
+// SetMetadataRequest replaces the metadata of Path (a regular file or a
+// directory, never followed through a final symlink): every attribute of
+// the FileMetadataXattrPrefix namespace goes, then Metadata's are set.
+// Metadata is checked as model.ParseFileMetadata checks it.
+//
+//	POST /v1/files/metadata SetMetadataRequest → 200 FileInfo
+type SetMetadataRequest struct {
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata"`
 }
 
 // MoveRequest renames From to To. Without Overwrite an existing To is
@@ -100,6 +138,10 @@ type FileEvent struct {
 	Path  string `json:"path,omitempty"`
 	From  string `json:"from,omitempty"`
 	IsDir bool   `json:"is_dir,omitempty"`
+	// NetworkFS (the ready event only) names the network file system the
+	// watched directory is on ("nfs", "cifs", "smb", "fuse"), where events
+	// may be unreliable; empty for a local one.
+	NetworkFS string `json:"network_fs,omitempty"`
 }
 
 // FileEventReady is the type of the first event of a watch stream.

@@ -33,7 +33,8 @@ const MaxFileID = 1<<32 - 2
 
 // FileUser is the numeric user and primary group a file operation runs as.
 type FileUser struct {
-	UID, GID uint32
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
 }
 
 // String formats u as the query parameter's value, "<uid>:<gid>".

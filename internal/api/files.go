@@ -24,6 +24,7 @@ func (a *API) fileRoutes() []route {
 		{"POST", "/v1/sandboxes/{id}/files/mkdir", member | sandboxToken, a.hosted(mutating(a, a.mkdirFile))},
 		{"POST", "/v1/sandboxes/{id}/files/move", member | sandboxToken, a.hosted(mutating(a, a.moveFile))},
 		{"POST", "/v1/sandboxes/{id}/files/remove", member | sandboxToken, a.hosted(mutating(a, a.removeFile))},
+		{"POST", "/v1/sandboxes/{id}/files/metadata", member | sandboxToken, a.hosted(mutating(a, a.setFileMetadata))},
 		{"POST", "/v1/sandboxes/{id}/files/transfers", member | sandboxToken, a.hosted(mutating(a, a.createTransfer))},
 	}
 }
@@ -175,8 +176,34 @@ func (a *API) mkdirFile(ctx context.Context, c *call[apiv1.MkdirRequest]) (*repl
 	if err != nil {
 		return nil, err
 	}
+	owner, err := fileUser(c.in.Owner)
+	if err != nil {
+		return nil, err
+	}
+	if owner != nil && user != nil {
+		return nil, badRequest("give user or owner, not both: a mkdir with an owner runs as the agent")
+	}
 	return fileMutation(ctx, a, c, func(ctx context.Context, guest guestops.Guest) (apiv1.FileInfo, error) {
-		return guest.Mkdir(ctx, path, user)
+		return guest.Mkdir(ctx, path, user, owner)
+	})
+}
+
+// setFileMetadata: POST /v1/sandboxes/{id}/files/metadata → 200 FileInfo.
+func (a *API) setFileMetadata(ctx context.Context, c *call[apiv1.SetFileMetadataRequest]) (*reply, error) {
+	path, err := parsePathField("path", c.in.Path)
+	if err != nil {
+		return nil, err
+	}
+	user, err := fileUser(c.in.User)
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.ParseFileMetadata(c.in.Metadata)
+	if err != nil {
+		return nil, badRequest("metadata: %v", err)
+	}
+	return fileMutation(ctx, a, c, func(ctx context.Context, guest guestops.Guest) (apiv1.FileInfo, error) {
+		return guest.SetMetadata(ctx, path, m, user)
 	})
 }
 

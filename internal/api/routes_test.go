@@ -27,6 +27,7 @@ var tokenRoutes = []string{
 	"GET /v1/sandboxes/{id}/files/stat",
 	"GET /v1/sandboxes/{id}/files/list",
 	"POST /v1/sandboxes/{id}/files/mkdir",
+	"POST /v1/sandboxes/{id}/files/metadata",
 	"POST /v1/sandboxes/{id}/files/move",
 	"POST /v1/sandboxes/{id}/files/remove",
 	"POST /v1/sandboxes/{id}/files/transfers",

@@ -269,6 +269,7 @@ func TestSandboxTokenScopeOnEveryRoute(t *testing.T) {
 		"POST /v1/sandboxes/{id}/processes/{process_id}/attachments": `{"actions": ["read"]}`,
 		"POST /v1/sandboxes/{id}/processes/{process_id}/signal":      `{"signal": "KILL"}`,
 		"POST /v1/sandboxes/{id}/files/mkdir":                        `{"path": "/x"}`,
+		"POST /v1/sandboxes/{id}/files/metadata":                     `{"path": "/x", "metadata": {}}`,
 		"POST /v1/sandboxes/{id}/files/move":                         `{"from": "/x", "to": "/y"}`,
 		"POST /v1/sandboxes/{id}/files/remove":                       `{"path": "/x"}`,
 		"POST /v1/sandboxes/{id}/files/transfers":                    `{"path": "/x", "direction": "download"}`,

@@ -19,6 +19,13 @@ type FileInfo struct {
 	Mode       uint32    `json:"mode"` // permission bits (0o7777)
 	ModTime    time.Time `json:"mod_time"`
 	LinkTarget string    `json:"link_target,omitempty"`
+	// UID and GID own the file (numeric: names are the guest's
+	// /etc/passwd and /etc/group business).
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+	// Metadata is the file's user-defined metadata (regular files and
+	// directories; see SetFileMetadataRequest), absent when none.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // FileList is the response of GET /v1/sandboxes/{id}/files/list.
@@ -39,9 +46,25 @@ type FileList struct {
 const FileUserQuery = "user"
 
 // MkdirRequest is the body of POST /v1/sandboxes/{id}/files/mkdir (mkdir -p).
+// Owner (with no User) creates the missing directories as the agent and
+// gives each one it creates to Owner, also where only root may create one
+// (as E2B's envd makes a write's missing parents).
 type MkdirRequest struct {
-	Path string `json:"path"`
-	User *User  `json:"user,omitempty"`
+	Path  string `json:"path"`
+	User  *User  `json:"user,omitempty"`
+	Owner *User  `json:"owner,omitempty"`
+}
+
+// SetFileMetadataRequest is the body of POST
+// /v1/sandboxes/{id}/files/metadata: Metadata replaces the file's
+// user-defined metadata (kept as its extended attributes "user.e2b.<key>",
+// where E2B's envd keeps it; empty removes it). Keys are HTTP token
+// characters, lowercased; values printable ASCII; at most 32 entries of
+// 3072 bytes in all. The answer is the file's FileInfo.
+type SetFileMetadataRequest struct {
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata"`
+	User     *User             `json:"user,omitempty"`
 }
 
 // MoveRequest is the body of POST /v1/sandboxes/{id}/files/move.
@@ -110,6 +133,10 @@ type FileEvent struct {
 	Path  string `json:"path,omitempty"`
 	From  string `json:"from,omitempty"`
 	IsDir bool   `json:"is_dir,omitempty"`
+	// NetworkFS (the ready event only) names the network file system the
+	// directory is on ("nfs", "cifs", "smb", "fuse"), whose events may be
+	// unreliable; absent for a local one.
+	NetworkFS string `json:"network_fs,omitempty"`
 }
 
 // FilesDataRoute is the data plane's file transfer endpoint as a net/http

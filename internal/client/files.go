@@ -71,6 +71,23 @@ func (c *Client) Mkdir(ctx context.Context, sb model.SandboxID, p model.GuestPat
 	return out, err
 }
 
+// MkdirOwned creates a directory and its missing parents in a sandbox as
+// the agent, giving each directory it creates to owner
+// (apiv1.MkdirRequest.Owner).
+func (c *Client) MkdirOwned(ctx context.Context, sb model.SandboxID, p model.GuestPath, owner apiv1.User) (apiv1.FileInfo, error) {
+	var out apiv1.FileInfo
+	err := c.do(ctx, request{method: http.MethodPost, path: filesPath(sb, "mkdir"), body: apiv1.MkdirRequest{Path: p.String(), Owner: &owner}}, &out)
+	return out, err
+}
+
+// SetFileMetadata replaces the metadata of a file in a sandbox and
+// describes the file.
+func (c *Client) SetFileMetadata(ctx context.Context, sb model.SandboxID, p model.GuestPath, m map[string]string, opts ...FileOption) (apiv1.FileInfo, error) {
+	var out apiv1.FileInfo
+	err := c.do(ctx, request{method: http.MethodPost, path: filesPath(sb, "metadata"), body: apiv1.SetFileMetadataRequest{Path: p.String(), Metadata: m, User: fileOpts(opts).user}}, &out)
+	return out, err
+}
+
 // MoveFile renames a file or directory in a sandbox and describes the
 // result. An AsUser option overrides req.User.
 func (c *Client) MoveFile(ctx context.Context, sb model.SandboxID, req apiv1.MoveRequest, opts ...FileOption) (apiv1.FileInfo, error) {
@@ -180,6 +197,9 @@ func (c *Client) TarIn(ctx context.Context, sb model.SandboxID, dir model.GuestP
 type FileWatch struct {
 	body io.ReadCloser
 	sc   *bufio.Scanner
+	// Ready is the server's first event (NetworkFS: the directory is on a
+	// network file system).
+	Ready apiv1.FileEvent
 }
 
 // WatchFiles watches a sandbox directory's entries. The server's "ready"
@@ -197,6 +217,7 @@ func (c *Client) WatchFiles(ctx context.Context, sb model.SandboxID, dir model.G
 		w.Close()
 		return nil, fmt.Errorf("watch %s: no ready event (%v)", dir, err)
 	}
+	w.Ready = ev
 	return w, nil
 }
 

@@ -244,7 +244,13 @@ func (d *DataPlane) watch(ctx context.Context, w http.ResponseWriter, agent *age
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	enc := json.NewEncoder(w)
-	if err := enc.Encode(apiv1.FileEvent{Type: agentproto.FileEventReady, Path: p}); err != nil {
+	// The guest's word, passed on only as one of the names it may be.
+	netFS := ""
+	switch ws.Ready.NetworkFS {
+	case "nfs", "cifs", "smb", "fuse":
+		netFS = ws.Ready.NetworkFS
+	}
+	if err := enc.Encode(apiv1.FileEvent{Type: agentproto.FileEventReady, Path: p, NetworkFS: netFS}); err != nil {
 		return
 	}
 	flusher.Flush()

@@ -84,6 +84,10 @@ type Config struct {
 	// a token from before a key rotation stays good as long as that token
 	// does.
 	Tokens func(sb model.SandboxID, project model.ProjectID) ([]string, error)
+	// LiveSandboxes lists every sandbox that is not deleted, of every
+	// project and node, to find the sandbox of a signed /files URL that
+	// names none (URL mode, signedurl.go); nil refuses such URLs.
+	LiveSandboxes func(ctx context.Context) ([]model.Sandbox, error)
 	// Domain is the --e2b-domain: when set, only hosts under it are
 	// routed to sandboxes by name.
 	Domain string
@@ -102,6 +106,7 @@ type Gateway struct {
 	self   *url.URL
 	users  *guestuser.Cache
 	interp *interpreters
+	signed *signedIndex
 	proxy  *httputil.ReverseProxy
 }
 
@@ -120,7 +125,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	g := &Gateway{cfg: cfg, self: self, users: guestuser.NewCache(), interp: newInterpreters()}
+	g := &Gateway{cfg: cfg, self: self, users: guestuser.NewCache(), interp: newInterpreters(), signed: newSignedIndex()}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewritePort,
 		Transport:      portTransport{g},
@@ -142,6 +147,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt, err := RouteOf(r, g.cfg.Domain)
 	switch {
 	case errors.Is(err, errNotSandbox):
+		if isSignedFilesURL(r) {
+			g.signedFiles(w, r)
+			return
+		}
 		if g.cfg.OwnsControl(r.URL.Path) {
 			g.cfg.Control.ServeHTTP(w, r)
 			return
@@ -152,6 +161,40 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		g.sandbox(w, r, rt)
 	}
+}
+
+// notFoundMessage is E2B's client proxy's message for a sandbox that is
+// not there (killed, timed out, unknown).
+const notFoundMessage = "The sandbox was not found"
+
+// writeNotRunning answers a request for sandbox id, in state, that cannot
+// be served: 502 (what E2B's SDKs read as "not running": isRunning false,
+// the "killed or reached its end of life" of a dropped stream) with E2B's
+// client proxy's body, {code, message, sandboxId}. A sandbox being or
+// already deleted is E2B's "The sandbox was not found"; another state says
+// why (detail, or the state).
+func writeNotRunning(w http.ResponseWriter, id model.SandboxID, state model.SandboxState, detail string) {
+	msg := notFoundMessage
+	if state != model.StateDeleting && state != model.StateDeleted {
+		msg = detail
+		if msg == "" {
+			msg = fmt.Sprintf("sandbox %s is %s", id, state)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadGateway)
+	_ = json.NewEncoder(w).Encode(struct {
+		Code      int    `json:"code"`
+		Message   string `json:"message"`
+		SandboxID string `json:"sandboxId"`
+	}{http.StatusBadGateway, msg, id.String()})
+}
+
+// isSignedFilesURL reports whether r is envd's /files with a signature:
+// what uploadUrl and downloadUrl build in URL mode, naming no sandbox
+// (Airlock's own API has no /files).
+func isSignedFilesURL(r *http.Request) bool {
+	return r.URL.Path == "/files" && (r.Method == http.MethodGet || r.Method == http.MethodPost) && r.URL.Query().Has("signature")
 }
 
 // writeError answers in the E2B error shape: {"code": status, "message"}.
@@ -199,7 +242,7 @@ func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 		// Unknown (or an unclaimed pool sandbox, which no caller owns).
 		if g.hasTokenFor(r, rt, model.Sandbox{ID: rt.Sandbox}, false) {
 			// E2B clients read 502 as "sandbox not running".
-			writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s not found", rt.Sandbox))
+			writeNotRunning(w, rt.Sandbox, model.StateDeleted, "")
 			return
 		}
 		g.refuseAnonymous(w, rt)
@@ -215,7 +258,7 @@ func (g *Gateway) sandbox(w http.ResponseWriter, r *http.Request, rt Route) {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State))
+		writeNotRunning(w, sb.ID, sb.State, "")
 		return
 	}
 	native, err := g.nativeFor(sb)
@@ -355,6 +398,11 @@ func (g *Gateway) authorizeEnvd(w http.ResponseWriter, r *http.Request, rt Route
 		for _, tok := range tokens {
 			if err = checkFileSignature(q.Get("signature"), q.Get("signature_expiration"), q.Get("path"), op, user, tok, g.cfg.Now()); err == nil {
 				return user, true
+			}
+			if errors.Is(err, errSignatureExpired) {
+				// E2B's answer, to a caller who held the token.
+				writeError(w, http.StatusUnauthorized, expiredMessage)
+				return "", false
 			}
 		}
 		g.cfg.Logger.Debug("e2b: signed /files URL refused", "sandbox", sb.ID, "err", err)

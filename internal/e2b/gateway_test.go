@@ -480,3 +480,154 @@ func TestGatewayWakes(t *testing.T) {
 		})
 	}
 }
+
+// TestSignedFilesURLMode: a signed /files URL that names no sandbox (what
+// uploadUrl/downloadUrl build with E2B_SANDBOX_URL) is answered for the
+// sandbox whose token signed it, and for no other.
+func TestSignedFilesURLMode(t *testing.T) {
+	a := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning}
+	b := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning}
+	gone := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateDeleted}
+	pooled := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.SystemProject, State: model.StateRunning}
+	sbs := fakeSandboxes{a.ID: a, b.ID: b, gone.ID: gone, pooled.ID: pooled}
+	g := newTestGateway(t, sbs)
+	lists := 0
+	live := []model.Sandbox{a, gone, pooled}
+	g.cfg.LiveSandboxes = func(context.Context) ([]model.Sandbox, error) {
+		lists++
+		return live, nil
+	}
+	now := g.cfg.Now().Unix()
+	future, past := fmt.Sprint(now+60), fmt.Sprint(now-10)
+	signed := func(sb model.Sandbox, op, path, user, exp string) string {
+		q := url.Values{"path": {path}, "signature": {fileSignature(path, op, user, "tok-"+sb.ID.String(), exp)}}
+		if user != "" {
+			q.Set("username", user)
+		}
+		if exp != "" {
+			q.Set("signature_expiration", exp)
+		}
+		return "/files?" + q.Encode()
+	}
+	do := func(method, target string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, target, nil)
+		rec := httptest.NewRecorder()
+		g.ServeHTTP(rec, req)
+		return rec
+	}
+	for _, tc := range []struct {
+		name, method, url string
+		status            int
+		target, msg       string
+	}{
+		{"download", "GET", signed(a, opRead, "/home/user/a.txt", "", ""), http.StatusTeapot, a.ID.String() + "/", ""},
+		{"upload as root, expiring", "POST", signed(a, opWrite, "hello.txt", "root", future), http.StatusTeapot, a.ID.String() + "/root", ""},
+		{"expired", "GET", signed(a, opRead, "/a", "", past), http.StatusUnauthorized, "", expiredMessage},
+		{"read signature used to write", "POST", signed(a, opRead, "/a", "", ""), http.StatusUnauthorized, "", ""},
+		{"forged", "GET", "/files?path=%2Fa&signature=v1_" + strings.Repeat("A", 43), http.StatusUnauthorized, "", ""},
+		{"malformed", "GET", "/files?path=%2Fa&signature=x", http.StatusUnauthorized, "", ""},
+		{"deleted sandbox", "GET", signed(gone, opRead, "/a", "", ""), http.StatusUnauthorized, "", ""},
+		{"pool sandbox", "GET", signed(pooled, opRead, "/a", "", ""), http.StatusUnauthorized, "", ""},
+		{"unsigned", "GET", "/files?path=%2Fa", http.StatusTeapot, "", ""}, // not a signed URL: Airlock's own API (native)
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := do(tc.method, tc.url)
+			if rec.Code != tc.status {
+				t.Fatalf("status %d, want %d: %s", rec.Code, tc.status, rec.Body)
+			}
+			if tc.status == http.StatusTeapot && tc.target != "" && (rec.Header().Get("X-Went") != "files" || rec.Header().Get("X-Target") != tc.target) {
+				t.Fatalf("went to %q for %q, want files for %q", rec.Header().Get("X-Went"), rec.Header().Get("X-Target"), tc.target)
+			}
+			if tc.msg != "" {
+				var body struct {
+					Code    int    `json:"code"`
+					Message string `json:"message"`
+				}
+				if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Code != 401 || body.Message != tc.msg {
+					t.Fatalf("body %s, want {code: 401, message: %q}", rec.Body, tc.msg)
+				}
+			}
+		})
+	}
+	// A sandbox created since the index was built is found: the miss lists
+	// the live sandboxes again (once).
+	live = append(live, b)
+	before := lists
+	g.cfg.Now = func() time.Time { return time.Unix(now+5, 0) }
+	if rec := do("GET", signed(b, opRead, "/a", "", "")); rec.Code != http.StatusTeapot || rec.Header().Get("X-Target") != b.ID.String()+"/" {
+		t.Fatalf("new sandbox: %d %s", rec.Code, rec.Body)
+	}
+	if lists != before+1 {
+		t.Fatalf("%d listings for one miss, want 1", lists-before)
+	}
+	// A hit lists nothing; a miss after a listing that began when it
+	// arrived (or later) lists nothing either.
+	do("GET", signed(a, opRead, "/a", "", ""))
+	do("GET", "/files?path=%2Fa&signature=v1_"+strings.Repeat("B", 43))
+	if lists != before+1 {
+		t.Fatalf("%d listings after a hit and a covered miss, want 1", lists-before)
+	}
+	// Sandbox tokens are minted once per signedTokenTTL, not per listing.
+	g.cfg.Now = func() time.Time { return time.Unix(now+6, 0) }
+	mints := 0
+	tokens := g.cfg.Tokens
+	g.cfg.Tokens = func(sb model.SandboxID, p model.ProjectID) ([]string, error) {
+		mints++
+		return tokens(sb, p)
+	}
+	do("GET", "/files?path=%2Fa&signature=v1_"+strings.Repeat("C", 43))
+	if lists != before+2 || mints != 0 {
+		t.Fatalf("a later miss: %d listings, %d mints; want 2 and 0", lists-before, mints)
+	}
+}
+
+// TestGoneSandboxAnswer: a sandbox that was killed answers its token's
+// holder 502 with E2B's client proxy's body, naming the sandbox.
+func TestGoneSandboxAnswer(t *testing.T) {
+	deleting := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateDeleting}
+	deleted := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateDeleted}
+	paused := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StatePaused}
+	unknown := model.NewSandboxID()
+	g := newTestGateway(t, fakeSandboxes{deleting.ID: deleting, deleted.ID: deleted, paused.ID: paused})
+	for _, tc := range []struct {
+		name, path string
+		id         model.SandboxID
+		msg        string
+	}{
+		{"health of a deleting sandbox", "/health", deleting.ID, notFoundMessage},
+		{"command to a deleting sandbox", "/process.Process/Start", deleting.ID, notFoundMessage},
+		{"deleted", "/files?path=%2Fa", deleted.ID, notFoundMessage},
+		{"unknown", "/health", unknown, notFoundMessage},
+		{"health of a paused sandbox", "/health", paused.ID, "sandbox " + paused.ID.String() + " is paused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest("POST", tc.path, nil)
+			if strings.HasPrefix(tc.path, "/health") || strings.HasPrefix(tc.path, "/files") {
+				req.Method = "GET"
+			}
+			req.Header.Set(headerSandboxID, tc.id.String())
+			req.Header.Set(headerSandboxPort, "49983")
+			req.Header.Set("X-Access-Token", "tok-"+tc.id.String())
+			rec := httptest.NewRecorder()
+			g.ServeHTTP(rec, req)
+			var body struct {
+				Code      int    `json:"code"`
+				Message   string `json:"message"`
+				SandboxID string `json:"sandboxId"`
+			}
+			if rec.Code != http.StatusBadGateway || json.Unmarshal(rec.Body.Bytes(), &body) != nil ||
+				body.Code != 502 || body.Message != tc.msg || body.SandboxID != tc.id.String() {
+				t.Fatalf("%d %s, want 502 {code: 502, message: %q, sandboxId: %s}", rec.Code, rec.Body, tc.msg, tc.id)
+			}
+		})
+	}
+	// Without the token: the anonymous answer, which names nothing.
+	req := httptest.NewRequest("GET", "/health", nil)
+	req.Header.Set(headerSandboxID, deleting.ID.String())
+	req.Header.Set(headerSandboxPort, "49983")
+	rec := httptest.NewRecorder()
+	g.ServeHTTP(rec, req)
+	if rec.Code != http.StatusUnauthorized || strings.Contains(rec.Body.String(), "sandboxId") {
+		t.Fatalf("anonymous: %d %s", rec.Code, rec.Body)
+	}
+}

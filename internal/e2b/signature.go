@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -33,22 +34,47 @@ func fileSignature(path, operation, username, token string, expiration string) s
 
 var errBadSignature = errors.New("invalid file URL signature")
 
+// errSignatureExpired is a signature made with the sandbox's token whose
+// expiration has passed; its text is E2B's envd's answer to it (401).
+var errSignatureExpired = fmt.Errorf("%w: signature is already expired", errBadSignature)
+
+// expiredMessage is the message E2B's envd answers an expired signature with.
+const expiredMessage = "signature is already expired"
+
 // checkFileSignature checks a signed /files URL's signature against the
 // sandbox's access token: the signature must match and, when the URL
-// carries an expiration (unix seconds), it must not have passed.
+// carries an expiration (unix seconds), it must not have passed
+// (errSignatureExpired, only for a signature that matches: it tells
+// nothing to a caller who could not sign).
 func checkFileSignature(sig, expiration, path, operation, username, token string, now time.Time) error {
+	if !signatureMatches(sig, expiration, path, operation, username, token) {
+		return errBadSignature
+	}
 	if expiration != "" {
 		exp, err := strconv.ParseInt(expiration, 10, 64)
 		if err != nil || exp < 0 {
 			return fmt.Errorf("%w: signature_expiration %q is not unix seconds", errBadSignature, expiration)
 		}
 		if now.Unix() > exp {
-			return fmt.Errorf("%w: the URL expired at %s", errBadSignature, time.Unix(exp, 0).UTC().Format(time.RFC3339))
+			return errSignatureExpired
 		}
 	}
-	want := fileSignature(path, operation, username, token, expiration)
-	if subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 {
-		return errBadSignature
-	}
 	return nil
+}
+
+// signatureMatches reports whether sig signs the URL with token.
+func signatureMatches(sig, expiration, path, operation, username, token string) bool {
+	want := fileSignature(path, operation, username, token, expiration)
+	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+}
+
+// wellFormedSignature reports whether sig has the shape of E2B's file
+// URL signatures: "v1_" and 43 base64 characters.
+func wellFormedSignature(sig string) bool {
+	rest, ok := strings.CutPrefix(sig, signaturePrefix)
+	if !ok || len(rest) != 43 {
+		return false
+	}
+	_, err := base64.RawStdEncoding.DecodeString(rest)
+	return err == nil
 }

@@ -25,6 +25,7 @@ func TestFileSignature(t *testing.T) {
 		{"valid", fileSignature("/a", opRead, "", "tok", ""), "", "/a", opRead, "", "tok", true},
 		{"valid with user and expiry", fileSignature("/a", opWrite, "root", "tok", future), future, "/a", opWrite, "root", "tok", true},
 		{"expired", fileSignature("/a", opRead, "", "tok", past), past, "/a", opRead, "", "tok", false},
+		{"expired, other token", fileSignature("/a", opRead, "", "tok2", past), past, "/a", opRead, "", "tok", false},
 		{"other path", fileSignature("/a", opRead, "", "tok", ""), "", "/b", opRead, "", "tok", false},
 		{"read signature used to write", fileSignature("/a", opRead, "", "tok", ""), "", "/a", opWrite, "", "tok", false},
 		{"other user", fileSignature("/a", opRead, "", "tok", ""), "", "/a", opRead, "root", "tok", false},
@@ -41,6 +42,10 @@ func TestFileSignature(t *testing.T) {
 			}
 			if err != nil && !errors.Is(err, errBadSignature) {
 				t.Fatalf("error %v does not wrap errBadSignature", err)
+			}
+			// Only a signature made with the token learns that it expired.
+			if errors.Is(err, errSignatureExpired) != (tc.name == "expired") {
+				t.Fatalf("error %v: expired = %v", err, errors.Is(err, errSignatureExpired))
 			}
 		})
 	}

@@ -20,7 +20,7 @@ func (g *Gateway) ensureRunning(w http.ResponseWriter, r *http.Request, native *
 	got, _, err := wake.Running(r.Context(), native, sb.ID)
 	if err != nil {
 		if r.Context().Err() == nil {
-			writeError(w, http.StatusBadGateway, err.Error())
+			writeNotRunning(w, sb.ID, sb.State, err.Error())
 		}
 		return sb, false
 	}

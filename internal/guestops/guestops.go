@@ -42,8 +42,13 @@ type Guest interface {
 	// ListDir lists the directory path (the agent bounds the list and
 	// says so with Truncated).
 	ListDir(ctx context.Context, path model.GuestPath, as *model.UserIDs) (apiv1.FileList, error)
-	// Mkdir makes the directory path and its parents (mkdir -p).
-	Mkdir(ctx context.Context, path model.GuestPath, as *model.UserIDs) (apiv1.FileInfo, error)
+	// Mkdir makes the directory path and its parents (mkdir -p). With
+	// owner (as then nil) it runs as the agent and every directory it
+	// creates belongs to owner, also where only root may create one.
+	Mkdir(ctx context.Context, path model.GuestPath, as, owner *model.UserIDs) (apiv1.FileInfo, error)
+	// SetMetadata replaces the metadata of path (a regular file or a
+	// directory) with m and describes it.
+	SetMetadata(ctx context.Context, path model.GuestPath, m model.FileMetadata, as *model.UserIDs) (apiv1.FileInfo, error)
 	// Move renames from to to (replacing to only with overwrite) and
 	// describes to.
 	Move(ctx context.Context, from, to model.GuestPath, overwrite bool, as *model.UserIDs) (apiv1.FileInfo, error)

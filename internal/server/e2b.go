@@ -82,6 +82,23 @@ func e2bGateway(native http.Handler, wrap func(http.Handler) http.Handler, inpro
 		Tokens: func(sb model.SandboxID, project model.ProjectID) ([]string, error) {
 			return keys.SandboxTokens(auth.SandboxClaims{Sandbox: sb, Project: project}, time.Now())
 		},
+		LiveSandboxes: func(ctx context.Context) ([]model.Sandbox, error) {
+			// Every placed sandbox of every node (signed /files URLs in
+			// URL mode name no sandbox: internal/e2b/signedurl.go).
+			nodes, err := st.ListNodes(ctx)
+			if err != nil {
+				return nil, err
+			}
+			var out []model.Sandbox
+			for _, n := range nodes {
+				sbs, err := st.ListSandboxesOnNode(ctx, n.ID)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, sbs...)
+			}
+			return out, nil
+		},
 		Domain:  domain,
 		SelfURL: self,
 		Logger:  log.With("component", "e2b"),

@@ -9,11 +9,13 @@ import (
 )
 
 // EnvdVersion is the envd version advertised to E2B SDKs. It gates SDK
-// features (docs/e2b.md, "SDK versions"): 0.5.7 enables CloseStdin
-// (≥ 0.5.2) and octet-stream uploads (≥ 0.5.7) but not file metadata
-// headers (0.6.2) or watchDir's includeEntry (0.6.3), which the envd
-// translation does not implement.
-const EnvdVersion = "0.5.7"
+// features (docs/e2b.md, "SDK versions"), each of which the envd
+// translation implements: CloseStdin (≥ 0.5.2), octet-stream uploads
+// (≥ 0.5.7), file metadata (X-Metadata-* headers, ≥ 0.6.2), watchDir's
+// includeEntry (≥ 0.6.3) and allowNetworkMounts (≥ 0.6.4: a directory on
+// NFS, CIFS, SMB or FUSE is refused without it). The JS SDK 2.51 gates
+// nothing on a later version.
+const EnvdVersion = "0.6.4"
 
 // clientID is the deprecated Sandbox.clientID: any constant.
 const clientID = "airlock"

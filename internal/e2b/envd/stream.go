@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path"
 	"sync"
 	"time"
@@ -68,7 +69,7 @@ func (s *Process) Start(ctx context.Context, req *connect.Request[processpb.Star
 	send := func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.StartResponse{Event: ev})
 	}
-	return s.relay(ctx, st, p, relayOptions{keepalive: opts.keepalive, ownsLifetime: opts.lifetime > 0}, send)
+	return s.relay(ctx, st, p, relayOptions{keepalive: opts.keepalive, ownsLifetime: opts.lifetime > 0, gone: goneCheck(t)}, send)
 }
 
 // Connect streams the events of a running process: start{pid}, the output
@@ -98,7 +99,7 @@ func (s *Process) Connect(ctx context.Context, req *connect.Request[processpb.Co
 	send := func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.ConnectResponse{Event: ev})
 	}
-	return s.relay(ctx, st, p, relayOptions{keepalive: opts.keepalive}, send)
+	return s.relay(ctx, st, p, relayOptions{keepalive: opts.keepalive, gone: goneCheck(t)}, send)
 }
 
 // command translates a StartRequest for Airlock's API: the user's IDs, the
@@ -199,6 +200,38 @@ type relayOptions struct {
 	// ownsLifetime: the stream started the process with its
 	// Connect-Timeout-Ms as the process's lifetime (Start, not Connect).
 	ownsLifetime bool
+	// gone reports whether the sandbox is being or has been deleted; nil
+	// never.
+	gone func(context.Context) bool
+}
+
+// goneCheck is relayOptions.gone of t's sandbox: deleting, deleted, or no
+// longer readable with its token.
+func goneCheck(t target.Target) func(context.Context) bool {
+	return func(ctx context.Context) bool {
+		sb, err := t.Native.GetSandbox(ctx, t.Sandbox)
+		if err != nil {
+			var ae *client.APIError
+			return errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusGone || ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden)
+		}
+		return sb.State == string(model.StateDeleting) || sb.State == string(model.StateDeleted)
+	}
+}
+
+// abortIfGone breaks the response when the stream failed because its
+// sandbox was deleted (killed, or its deadline passed): as the connection
+// to a dead envd drops on E2B, so that the SDK asks /health (502 here)
+// and says that the sandbox was killed or reached its end of life,
+// instead of reading an ordinary error.
+func abortIfGone(ctx context.Context, o relayOptions) {
+	if o.gone == nil || ctx.Err() != nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if o.gone(cctx) {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // relay sends start{pid}, then st's output and exit as envd events, with a
@@ -247,6 +280,7 @@ func (s *Process) relay(ctx context.Context, st *client.Stream, p apiv1.Process,
 		case r = <-next:
 		}
 		if r.err != nil {
+			abortIfGone(ctx, o)
 			return nativeError(r.err)
 		}
 		switch r.ev.Kind {
@@ -267,6 +301,7 @@ func (s *Process) relay(ctx context.Context, st *client.Stream, p apiv1.Process,
 			}
 			return send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_End{End: endEvent(r.ev.ExitCode, r.ev.Signal)}})
 		case apiv1.EventError:
+			abortIfGone(ctx, o)
 			if r.ev.Err == nil {
 				return connect.NewError(connect.CodeInternal, errors.New("the output stream failed"))
 			}

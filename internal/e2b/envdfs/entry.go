@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb"
+	"github.com/airlockdev/airlock/internal/e2b/guestuser"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -58,10 +59,14 @@ func fileType(t string) filesystempb.FileType {
 	return filesystempb.FileType_FILE_TYPE_UNSPECIFIED
 }
 
+// entry is entryOf with the caller's sandbox's accounts.
+func (c caller) entry(fi apiv1.FileInfo) *filesystempb.EntryInfo { return entryOf(fi, c.acc) }
+
 // entryOf converts a native FileInfo to E2B's EntryInfo. Mode is the
 // permission bits (envd's FileMode.Perm()), Permissions the whole mode as
-// ls shows it. Owner and group stay empty: the native API does not say.
-func entryOf(fi apiv1.FileInfo) *filesystempb.EntryInfo {
+// ls shows it; owner and group are the names acc gives the file's IDs (the
+// number when the sandbox has no name for one); metadata the file's.
+func entryOf(fi apiv1.FileInfo, acc guestuser.Accounts) *filesystempb.EntryInfo {
 	m := fileMode(fi)
 	e := &filesystempb.EntryInfo{
 		Name:        path.Base(fi.Path),
@@ -70,6 +75,9 @@ func entryOf(fi apiv1.FileInfo) *filesystempb.EntryInfo {
 		Size:        fi.Size,
 		Mode:        uint32(m.Perm()),
 		Permissions: m.String(),
+		Owner:       acc.UserName(int64(fi.UID)),
+		Group:       acc.GroupName(int64(fi.GID)),
+		Metadata:    fi.Metadata,
 	}
 	if fi.Name != "" {
 		e.Name = fi.Name
@@ -131,7 +139,7 @@ func (w *walker) walk(dir model.GuestPath, depth int) error {
 		if len(w.entries) >= maxListEntries {
 			return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("list %s: %w (more than %d); ask for a smaller depth", dir, errTooMany, maxListEntries))
 		}
-		w.entries = append(w.entries, entryOf(fi))
+		w.entries = append(w.entries, w.c.entry(fi))
 		if depth > 1 && fi.Type == apiv1.FileTypeDirectory {
 			sub, err := model.ParseGuestPath(fi.Path)
 			if err != nil {

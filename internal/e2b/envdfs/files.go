@@ -33,25 +33,61 @@ type filesHandler struct {
 // A multipart upload writes each part named "file" to the path its
 // filename carries (relative to the user's home when not absolute); with a
 // ?path= query every such part is written to that path instead (the SDK
-// sends ?path= only for single-file writes). Parent directories are
-// created. Uploads are streamed to the native API, which writes each file to a
-// temporary name and renames it over the target when complete. The native
-// API has no size limit for an upload: the bound is the sandbox's disk,
-// and a write that fills it fails with 500 (the native API does not tell
-// ENOSPC from other write failures, so 507 is never sent). Files are owned
-// by the agent's user, not chowned to the E2B user (the native upload takes
-// no owner). X-Metadata-* headers are refused with 400: envd ≥ 0.6.2
-// stores them as xattrs, which the native API cannot; the SDK sends them
-// only to envd ≥ 0.6.2, so advertise a lower version.
+// sends ?path= only for single-file writes). Files are written as the
+// user; missing parent directories are created as E2B's envd creates
+// them, owned by the user, also where only root may create them (under
+// "/"). Uploads are streamed to the native API, which writes each file to
+// a temporary name and renames it over the target when complete. The
+// native API has no size limit for an upload: the bound is the sandbox's
+// disk, and a write that fills it fails with 500 (the native API does not
+// tell ENOSPC from other write failures, so 507 is never sent).
+// X-Metadata-<key> headers (envd ≥ 0.6.2) are the written files' metadata,
+// kept as their extended attributes user.e2b.<key> (model.FileMetadata
+// bounds them); a bad one is 400 before anything is written.
 func FilesHandler(logger *slog.Logger) http.Handler {
 	return &filesHandler{log: logger}
 }
 
 // fileResult is one written file in the answer to POST /files.
 type fileResult struct {
-	Path string `json:"path"`
-	Name string `json:"name"`
-	Type string `json:"type"`
+	Path     string            `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// metadataHeaderPrefix starts the headers that carry a write's file
+// metadata (X-Metadata-<key>: <value>), as E2B's SDK sends them.
+const metadataHeaderPrefix = "X-Metadata-"
+
+// uploadMetadata parses the X-Metadata-* headers of an upload (keys
+// lowercased, as E2B's envd keeps them); a bad one is 400 before anything
+// is written.
+func uploadMetadata(h http.Header) (model.FileMetadata, error) {
+	raw := map[string]string{}
+	for k, vs := range h {
+		key, ok := cutPrefixFold(k, metadataHeaderPrefix)
+		if !ok {
+			continue
+		}
+		if len(vs) != 1 {
+			return nil, errorf(http.StatusBadRequest, "metadata header %s is given %d times", textclip.Bytes(k, maxEcho), len(vs))
+		}
+		raw[key] = vs[0]
+	}
+	m, err := model.ParseFileMetadata(raw)
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, "%v", err)
+	}
+	return m, nil
+}
+
+// cutPrefixFold is strings.CutPrefix ignoring ASCII case.
+func cutPrefixFold(s, prefix string) (string, bool) {
+	if len(s) < len(prefix) || !strings.EqualFold(s[:len(prefix)], prefix) {
+		return "", false
+	}
+	return s[len(prefix):], true
 }
 
 // httpError is an /files error: status and message.
@@ -211,11 +247,11 @@ func (h *filesHandler) upload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	for k := range r.Header {
-		if strings.HasPrefix(strings.ToLower(k), "x-metadata-") {
-			return errorf(http.StatusBadRequest, "file metadata (X-Metadata-* headers) is not supported by this server")
-		}
+	meta, err := uploadMetadata(r.Header)
+	if err != nil {
+		return err
 	}
+	c.meta = meta
 	var dst model.GuestPath
 	if raw != "" {
 		if dst, err = c.path(raw); err != nil {
@@ -323,13 +359,12 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// writeFile creates dst's missing parents and streams r into dst
-// (replacing it).
+// writeFile creates dst's missing parents (the caller's, as E2B's envd
+// makes them), streams r into dst (replacing it: a new file, without the
+// metadata of the one it replaces) and sets the caller's metadata on it.
 func writeFile(ctx context.Context, c caller, dst model.GuestPath, r io.Reader) (fileResult, error) {
-	if parent := path.Dir(dst.String()); parent != "/" {
-		if _, err := c.t.Native.Mkdir(ctx, c.t.Sandbox, model.GuestPath(parent), c.as()); err != nil {
-			return fileResult{}, nativeError(ctx, "create parent of "+dst.String(), err)
-		}
+	if err := c.mkdirParents(ctx, dst); err != nil {
+		return fileResult{}, err
 	}
 	br := &bodyReader{r: r}
 	fi, err := c.t.Native.Upload(ctx, c.t.Sandbox, dst, -1, br, c.as())
@@ -347,5 +382,13 @@ func writeFile(ctx context.Context, c caller, dst model.GuestPath, r io.Reader) 
 	if p == "" {
 		p = dst.String()
 	}
-	return fileResult{Path: p, Name: path.Base(p), Type: "file"}, nil
+	res := fileResult{Path: p, Name: path.Base(p), Type: "file"}
+	if len(c.meta) > 0 {
+		fi, err := c.t.Native.SetFileMetadata(ctx, c.t.Sandbox, dst, c.meta, c.as())
+		if err != nil {
+			return fileResult{}, nativeError(ctx, "set the metadata of "+dst.String(), err)
+		}
+		res.Metadata = fi.Metadata
+	}
+	return res, nil
 }

@@ -11,15 +11,27 @@
 //
 // Known differences from E2B's envd, all because the native API does not
 // offer the capability (nothing is faked):
-//   - EntryInfo.owner and .group are empty: native file info carries no
-//     owner.
+//   - EntryInfo.owner and .group are the names the sandbox's /etc/passwd
+//     and /etc/group give the file's IDs (read through the native API,
+//     cached 30 s), the number when there is none.
 //   - Every file call runs as the E2B user's UID and primary GID (the
 //     native API's file user), so permissions are the user's and what it
-//     creates is its own; supplementary groups are not applied.
+//     creates is its own; supplementary groups are not applied. Missing
+//     directories (MakeDir, a write's or a move's parents) are created
+//     by the agent and given to the user (native mkdir with an owner), as
+//     envd (root) makes them; the agent has no CAP_DAC_OVERRIDE, so not
+//     where root of the sandbox could not create them either.
+//   - Metadata (EntryInfo.metadata, X-Metadata-* on uploads) is the
+//     file's user.e2b.* extended attributes, as envd keeps it, set through
+//     the native API after the upload (model.FileMetadata bounds it).
 //   - A native watch covers one directory's entries, so a recursive
 //     WatchDir or CreateWatcher holds one native watch per directory (at
 //     most 64; more is resource_exhausted), added as directories appear.
 //   - CHMOD events are never reported (the native watch does not see them).
+//   - A watch of a directory on a network file system (NFS, CIFS, SMB,
+//     FUSE, as the sandbox's agent reads its statfs type) is refused with
+//     failed_precondition unless allow_network_mounts, as envd ≥ 0.6.4
+//     does; only the watched directory is checked, not those below it.
 //   - A symlink's symlink_target is its link text made absolute against its
 //     directory, not the fully resolved path.
 package envdfs
@@ -69,7 +81,26 @@ func NewHandler(logger *slog.Logger, watchers *Watchers) (path string, h http.Ha
 type caller struct {
 	t    target.Target
 	user guestuser.User
+	acc  guestuser.Accounts
+	meta model.FileMetadata // of the files an upload writes
 }
+
+// mkdirParents creates the missing parents of p, owned by the caller's
+// user, as E2B's envd (root) makes them: also where only root may create
+// one.
+func (c caller) mkdirParents(ctx context.Context, p model.GuestPath) error {
+	parent := path.Dir(p.String())
+	if parent == "/" {
+		return nil
+	}
+	if _, err := c.t.Native.MkdirOwned(ctx, c.t.Sandbox, model.GuestPath(parent), c.owner()); err != nil {
+		return nativeError(ctx, "create parent of "+p.String(), err)
+	}
+	return nil
+}
+
+// owner is the caller's user as the owner of what is created for it.
+func (c caller) owner() apiv1.User { return apiv1.User{UID: c.user.UID, GID: c.user.GID} }
 
 // resolveCaller reads the request's target and resolves its user; name
 // overrides the target's user when not empty (?username= of /files).
@@ -81,14 +112,18 @@ func resolveCaller(ctx context.Context, name string) (caller, error) {
 	if name != "" {
 		t.User = name
 	}
-	u, err := t.LookupUser(ctx)
+	acc, err := t.Accounts(ctx)
+	if err != nil {
+		return caller{}, nativeError(ctx, "resolve user", err)
+	}
+	u, err := acc.Pick(t.User)
 	if errors.Is(err, guestuser.ErrUnknown) {
 		return caller{}, connect.NewError(connect.CodeUnauthenticated, err)
 	}
 	if err != nil {
 		return caller{}, nativeError(ctx, "resolve user", err)
 	}
-	return caller{t: t, user: u}, nil
+	return caller{t: t, user: u, acc: acc}, nil
 }
 
 // callerTarget is the sandbox of a request that needs no user.
@@ -155,7 +190,7 @@ func (s *Service) Stat(ctx context.Context, req *connect.Request[filesystempb.St
 	if err != nil {
 		return nil, nativeError(ctx, "stat "+p.String(), err)
 	}
-	return connect.NewResponse(&filesystempb.StatResponse{Entry: entryOf(fi)}), nil
+	return connect.NewResponse(&filesystempb.StatResponse{Entry: c.entry(fi)}), nil
 }
 
 // MakeDir creates a directory and its missing parents; an existing
@@ -178,11 +213,11 @@ func (s *Service) MakeDir(ctx context.Context, req *connect.Request[filesystempb
 	case !client.IsNotFound(err):
 		return nil, nativeError(ctx, "stat "+p.String(), err)
 	}
-	fi, err = c.t.Native.Mkdir(ctx, c.t.Sandbox, p, c.as())
+	fi, err = c.t.Native.MkdirOwned(ctx, c.t.Sandbox, p, c.owner())
 	if err != nil {
 		return nil, nativeError(ctx, "mkdir "+p.String(), err)
 	}
-	return connect.NewResponse(&filesystempb.MakeDirResponse{Entry: entryOf(fi)}), nil
+	return connect.NewResponse(&filesystempb.MakeDirResponse{Entry: c.entry(fi)}), nil
 }
 
 // Move renames source to destination (replacing a file there, as
@@ -203,16 +238,14 @@ func (s *Service) Move(ctx context.Context, req *connect.Request[filesystempb.Mo
 	if _, err := c.t.Native.StatFile(ctx, c.t.Sandbox, from, c.as()); err != nil {
 		return nil, nativeError(ctx, "source "+from.String(), err)
 	}
-	if parent := path.Dir(to.String()); parent != "/" {
-		if _, err := c.t.Native.Mkdir(ctx, c.t.Sandbox, model.GuestPath(parent), c.as()); err != nil {
-			return nil, nativeError(ctx, "create parent of "+to.String(), err)
-		}
+	if err := c.mkdirParents(ctx, to); err != nil {
+		return nil, err
 	}
 	fi, err := c.t.Native.MoveFile(ctx, c.t.Sandbox, apiv1.MoveRequest{From: from.String(), To: to.String(), Overwrite: true}, c.as())
 	if err != nil {
 		return nil, nativeError(ctx, "move "+from.String()+" to "+to.String(), err)
 	}
-	return connect.NewResponse(&filesystempb.MoveResponse{Entry: entryOf(fi)}), nil
+	return connect.NewResponse(&filesystempb.MoveResponse{Entry: c.entry(fi)}), nil
 }
 
 // Remove removes a file, symlink or directory (recursively); a missing

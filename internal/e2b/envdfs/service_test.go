@@ -20,6 +20,7 @@ import (
 	"github.com/airlockdev/airlock/internal/e2b/connecterr"
 	"github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb"
 	"github.com/airlockdev/airlock/internal/e2b/envdfs/filesystempb/filesystempbconnect"
+	"github.com/airlockdev/airlock/internal/e2b/guestuser"
 	"github.com/airlockdev/airlock/internal/e2b/keepalive"
 	"github.com/airlockdev/airlock/internal/model"
 )
@@ -101,7 +102,7 @@ func TestEntryOf(t *testing.T) {
 		linkTo   string
 		wantName string
 	}{
-		{apiv1.FileInfo{Path: "/a/f", Name: "f", Type: "file", Size: 3, Mode: 0o644, ModTime: mt}, filesystempb.FileType_FILE_TYPE_FILE, 0o644, "-rw-r--r--", "", "f"},
+		{apiv1.FileInfo{Path: "/a/f", Name: "f", Type: "file", Size: 3, Mode: 0o644, ModTime: mt, UID: 1000, GID: 1000}, filesystempb.FileType_FILE_TYPE_FILE, 0o644, "-rw-r--r--", "", "f"},
 		{apiv1.FileInfo{Path: "/a/d", Name: "d", Type: "directory", Mode: 0o755, ModTime: mt}, filesystempb.FileType_FILE_TYPE_DIRECTORY, 0o755, "drwxr-xr-x", "", "d"},
 		{apiv1.FileInfo{Path: "/tmp", Name: "tmp", Type: "directory", Mode: 0o1777}, filesystempb.FileType_FILE_TYPE_DIRECTORY, 0o777, "dtrwxrwxrwx", "", "tmp"},
 		{apiv1.FileInfo{Path: "/bin/su", Name: "su", Type: "file", Mode: 0o4755}, filesystempb.FileType_FILE_TYPE_FILE, 0o755, "urwxr-xr-x", "", "su"},
@@ -109,8 +110,16 @@ func TestEntryOf(t *testing.T) {
 		{apiv1.FileInfo{Path: "/a/l2", Type: "symlink", Mode: 0o777, LinkTarget: "/etc/x"}, filesystempb.FileType_FILE_TYPE_SYMLINK, 0o777, "Lrwxrwxrwx", "/etc/x", "l2"},
 		{apiv1.FileInfo{Path: "/dev/null", Name: "null", Type: "other", Mode: 0o666}, filesystempb.FileType_FILE_TYPE_UNSPECIFIED, 0o666, "?rw-rw-rw-", "", "null"},
 	}
+	acc := guestuser.Accounts{
+		Users:  []guestuser.User{{Name: "root", UID: 0}, {Name: "user", UID: 1000, GID: 1000}},
+		Groups: map[int64]string{0: "root", 1000: "user"},
+	}
 	for _, tt := range tests {
-		e := entryOf(tt.in)
+		e := entryOf(tt.in, acc)
+		wantOwner := map[uint32]string{0: "root", 1000: "user"}[tt.in.UID]
+		if e.GetOwner() != wantOwner || e.GetGroup() != wantOwner {
+			t.Errorf("entryOf(%+v) owner %q group %q, want %q", tt.in, e.GetOwner(), e.GetGroup(), wantOwner)
+		}
 		if e.GetType() != tt.typ || e.GetMode() != tt.mode || e.GetPermissions() != tt.perms || e.GetName() != tt.wantName || e.GetPath() != tt.in.Path || e.GetSize() != tt.in.Size {
 			t.Errorf("entryOf(%+v) = %v", tt.in, e)
 		}
@@ -120,6 +129,56 @@ func TestEntryOf(t *testing.T) {
 		if tt.in.ModTime.IsZero() != (e.GetModifiedTime() == nil) || (e.GetModifiedTime() != nil && !e.GetModifiedTime().AsTime().Equal(tt.in.ModTime)) {
 			t.Errorf("entryOf(%+v) modified %v", tt.in, e.GetModifiedTime())
 		}
+	}
+}
+
+func TestEntryOfNamesAndMetadata(t *testing.T) {
+	acc := guestuser.Accounts{Users: []guestuser.User{{Name: "user", UID: 1000, GID: 1000}}, Groups: map[int64]string{1001: "staff"}}
+	e := entryOf(apiv1.FileInfo{Path: "/f", Type: "file", UID: 1000, GID: 1001, Metadata: map[string]string{"author": "mish"}}, acc)
+	if e.GetOwner() != "user" || e.GetGroup() != "staff" || e.GetMetadata()["author"] != "mish" {
+		t.Fatalf("entry %v", e)
+	}
+	// IDs without a name are shown as numbers, as ls shows them.
+	e = entryOf(apiv1.FileInfo{Path: "/f", Type: "file", UID: 4242, GID: 4343}, acc)
+	if e.GetOwner() != "4242" || e.GetGroup() != "4343" || e.GetMetadata() != nil {
+		t.Fatalf("entry %v", e)
+	}
+}
+
+func TestUploadMetadata(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    http.Header
+		want map[string]string
+		bad  bool
+	}{
+		{"none", http.Header{"Content-Type": {"x"}}, nil, false},
+		{"lowercased", http.Header{"X-Metadata-Author": {"mish"}, "X-Metadata-Purpose": {"upload"}}, map[string]string{"author": "mish", "purpose": "upload"}, false},
+		{"twice", http.Header{"X-Metadata-A": {"1", "2"}}, nil, true},
+		{"bad value", http.Header{"X-Metadata-A": {"a\x01"}}, nil, true},
+		{"too long", http.Header{"X-Metadata-A": {strings.Repeat("v", model.MaxFileMetadataValue+1)}}, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := uploadMetadata(tc.h)
+			if tc.bad != (err != nil) {
+				t.Fatalf("err = %v", err)
+			}
+			if err != nil {
+				var he *httpError
+				if !errors.As(err, &he) || he.status != http.StatusBadRequest {
+					t.Fatalf("err %v is not a 400", err)
+				}
+				return
+			}
+			if len(m) != len(tc.want) {
+				t.Fatalf("got %v, want %v", m, tc.want)
+			}
+			for k, v := range tc.want {
+				if m[k] != v {
+					t.Fatalf("got %v, want %v", m, tc.want)
+				}
+			}
+		})
 	}
 }
 

@@ -46,8 +46,10 @@ type treeWatch struct {
 }
 
 // openTree validates a watch request and opens its native watches; the
-// caller must Close it.
-func openTree(ctx context.Context, c caller, raw string, recursive bool) (*treeWatch, error) {
+// caller must Close it. A directory on a network file system (NFS, CIFS,
+// SMB, FUSE: the sandbox's agent says) is refused unless allowNetwork, as
+// envd (≥ 0.6.4) refuses it without allow_network_mounts.
+func openTree(ctx context.Context, c caller, raw string, recursive, allowNetwork bool) (*treeWatch, error) {
 	root, err := c.path(raw)
 	if err != nil {
 		return nil, err
@@ -64,6 +66,16 @@ func openTree(ctx context.Context, c caller, raw string, recursive bool) (*treeW
 	if err := tw.addTree(root, true); err != nil {
 		tw.Close()
 		return nil, err
+	}
+	tw.mu.Lock()
+	netFS := ""
+	if w := tw.watches[root.String()]; w != nil {
+		netFS = w.Ready.NetworkFS
+	}
+	tw.mu.Unlock()
+	if netFS != "" && !allowNetwork {
+		tw.Close()
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s is on a network file system (%s), whose events may be unreliable or missing: watch it with allowNetworkMounts", root, netFS))
 	}
 	return tw, nil
 }

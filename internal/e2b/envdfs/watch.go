@@ -110,7 +110,7 @@ func addEntries(ctx context.Context, c caller, dir string, evs []*filesystempb.F
 		case err != nil:
 			return nativeError(ctx, "stat "+p, err)
 		default:
-			e.Entry = entryOf(fi)
+			e.Entry = c.entry(fi)
 		}
 	}
 	return nil
@@ -124,7 +124,7 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[filesystemp
 	if err != nil {
 		return err
 	}
-	tw, err := openTree(ctx, c, req.Msg.GetPath(), req.Msg.GetRecursive())
+	tw, err := openTree(ctx, c, req.Msg.GetPath(), req.Msg.GetRecursive(), req.Msg.GetAllowNetworkMounts())
 	if err != nil {
 		return err
 	}

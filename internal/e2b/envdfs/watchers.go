@@ -208,7 +208,7 @@ func (s *Service) CreateWatcher(ctx context.Context, req *connect.Request[filesy
 	// the watch is being opened.
 	timer := time.AfterFunc(ws.limits.OpenTimeout, cancel)
 	stop := context.AfterFunc(ctx, cancel)
-	tw, err := openTree(wctx, c, req.Msg.GetPath(), req.Msg.GetRecursive())
+	tw, err := openTree(wctx, c, req.Msg.GetPath(), req.Msg.GetRecursive(), req.Msg.GetAllowNetworkMounts())
 	beforeTimeout, beforeEnd := timer.Stop(), stop()
 	opened := beforeTimeout && beforeEnd
 	if err == nil && !opened {

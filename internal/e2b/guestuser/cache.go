@@ -25,8 +25,8 @@ type Cache struct {
 }
 
 type cached struct {
-	users []User
-	at    time.Time
+	acc Accounts
+	at  time.Time
 }
 
 // NewCache returns an empty cache.
@@ -36,21 +36,30 @@ func NewCache() *Cache {
 
 // Lookup is Lookup of the package, through the cache.
 func (c *Cache) Lookup(ctx context.Context, native *client.Client, sb model.SandboxID, name string) (User, error) {
+	acc, err := c.Accounts(ctx, native, sb)
+	if err != nil {
+		return User{}, err
+	}
+	return acc.Pick(name)
+}
+
+// Accounts is ReadAccounts through the cache.
+func (c *Cache) Accounts(ctx context.Context, native *client.Client, sb model.SandboxID) (Accounts, error) {
 	c.mu.Lock()
 	e, ok := c.entries[sb]
 	c.mu.Unlock()
 	if ok && c.now().Sub(e.at) < cacheTTL {
-		return Pick(e.users, name)
+		return e.acc, nil
 	}
-	users, err := readUsers(ctx, native, sb)
+	acc, err := ReadAccounts(ctx, native, sb)
 	if err != nil {
-		return User{}, err
+		return Accounts{}, err
 	}
 	c.mu.Lock()
 	if len(c.entries) >= maxCached {
 		clear(c.entries)
 	}
-	c.entries[sb] = cached{users: users, at: c.now()}
+	c.entries[sb] = cached{acc: acc, at: c.now()}
 	c.mu.Unlock()
-	return Pick(users, name)
+	return acc, nil
 }

@@ -38,27 +38,101 @@ type User struct {
 	Home model.GuestPath
 }
 
+// Accounts are a sandbox's users (/etc/passwd) and group names
+// (/etc/group).
+type Accounts struct {
+	Users  []User
+	Groups map[int64]string
+}
+
+// Pick is Pick of a.Users.
+func (a Accounts) Pick(name string) (User, error) { return Pick(a.Users, name) }
+
+// UserName is the name of the first account with uid, or the number when
+// there is none (as ls shows an owner without a name).
+func (a Accounts) UserName(uid int64) string {
+	for _, u := range a.Users {
+		if u.UID == uid {
+			return u.Name
+		}
+	}
+	if uid == 0 {
+		return "root"
+	}
+	return strconv.FormatInt(uid, 10)
+}
+
+// GroupName is the name of group gid, or the number when there is none.
+func (a Accounts) GroupName(gid int64) string {
+	if n, ok := a.Groups[gid]; ok {
+		return n
+	}
+	if gid == 0 {
+		return "root"
+	}
+	return strconv.FormatInt(gid, 10)
+}
+
 // Lookup returns the sandbox's account called name; name "" is E2B's
 // default user ("user" when the sandbox has it, else root).
 func Lookup(ctx context.Context, native *client.Client, sb model.SandboxID, name string) (User, error) {
-	users, err := readUsers(ctx, native, sb)
+	acc, err := ReadAccounts(ctx, native, sb)
 	if err != nil {
 		return User{}, err
 	}
-	return Pick(users, name)
+	return acc.Pick(name)
 }
 
-func readUsers(ctx context.Context, native *client.Client, sb model.SandboxID) ([]User, error) {
+// ReadAccounts reads the sandbox's /etc/passwd and /etc/group (a sandbox
+// without /etc/group has no group names).
+func ReadAccounts(ctx context.Context, native *client.Client, sb model.SandboxID) (Accounts, error) {
 	body, _, err := native.Download(ctx, sb, "/etc/passwd")
 	if err != nil {
-		return nil, fmt.Errorf("read /etc/passwd of %s: %w", sb, err)
+		return Accounts{}, fmt.Errorf("read /etc/passwd of %s: %w", sb, err)
+	}
+	users, err := Parse(io.LimitReader(body, maxPasswd))
+	body.Close()
+	if err != nil {
+		return Accounts{}, fmt.Errorf("/etc/passwd of %s: %w", sb, err)
+	}
+	acc := Accounts{Users: users}
+	body, _, err = native.Download(ctx, sb, "/etc/group")
+	switch {
+	case client.IsNotFound(err):
+		return acc, nil
+	case err != nil:
+		return Accounts{}, fmt.Errorf("read /etc/group of %s: %w", sb, err)
 	}
 	defer body.Close()
-	users, err := Parse(io.LimitReader(body, maxPasswd))
-	if err != nil {
-		return nil, fmt.Errorf("/etc/passwd of %s: %w", sb, err)
+	if acc.Groups, err = ParseGroups(io.LimitReader(body, maxPasswd)); err != nil {
+		return Accounts{}, fmt.Errorf("/etc/group of %s: %w", sb, err)
 	}
-	return users, nil
+	return acc, nil
+}
+
+// ParseGroups reads group(5) lines into GID → name (the first name of a
+// GID wins, as getgrgid gives it); malformed lines are skipped.
+func ParseGroups(r io.Reader) (map[int64]string, error) {
+	out := make(map[int64]string)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 64<<10)
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), ":")
+		if len(f) != 4 || f[0] == "" || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		gid, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil || gid < 0 || gid > 1<<32-2 {
+			continue
+		}
+		if _, ok := out[gid]; !ok {
+			out[gid] = f[0]
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("parse group: %w", err)
+	}
+	return out, nil
 }
 
 // Pick returns the user called name from users; "" picks E2B's default

@@ -71,3 +71,33 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestParseGroupsAndNames(t *testing.T) {
+	groups, err := ParseGroups(strings.NewReader("root:x:0:\n# comment:x:5:\nuser:x:1000:\nalias:x:1000:\nbad:x:-1:\nshort:x:7\nstaff:x:50:user\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64]string{0: "root", 1000: "user", 50: "staff"}
+	if len(groups) != len(want) {
+		t.Fatalf("groups %v, want %v", groups, want)
+	}
+	for gid, name := range want {
+		if groups[gid] != name {
+			t.Fatalf("groups %v, want %v", groups, want)
+		}
+	}
+	acc := Accounts{Users: []User{{Name: "user", UID: 1000, GID: 1000}}, Groups: groups}
+	for _, tc := range []struct {
+		uid, gid  int64
+		user, grp string
+	}{
+		{1000, 1000, "user", "user"},
+		{0, 0, "root", "root"}, // root without a passwd line is still root
+		{4242, 50, "4242", "staff"},
+		{1000, 4343, "user", "4343"},
+	} {
+		if u, g := acc.UserName(tc.uid), acc.GroupName(tc.gid); u != tc.user || g != tc.grp {
+			t.Errorf("%d:%d → %s:%s, want %s:%s", tc.uid, tc.gid, u, g, tc.user, tc.grp)
+		}
+	}
+}

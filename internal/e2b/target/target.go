@@ -50,8 +50,17 @@ func From(ctx context.Context) (Target, bool) {
 // LookupUser resolves t.User in the sandbox (through t.Users when set):
 // guestuser.ErrUnknown when the sandbox has no such account.
 func (t Target) LookupUser(ctx context.Context) (guestuser.User, error) {
-	if t.Users != nil {
-		return t.Users.Lookup(ctx, t.Native, t.Sandbox, t.User)
+	acc, err := t.Accounts(ctx)
+	if err != nil {
+		return guestuser.User{}, err
 	}
-	return guestuser.Lookup(ctx, t.Native, t.Sandbox, t.User)
+	return acc.Pick(t.User)
+}
+
+// Accounts reads the sandbox's accounts (through t.Users when set).
+func (t Target) Accounts(ctx context.Context) (guestuser.Accounts, error) {
+	if t.Users != nil {
+		return t.Users.Accounts(ctx, t.Native, t.Sandbox)
+	}
+	return guestuser.ReadAccounts(ctx, t.Native, t.Sandbox)
 }

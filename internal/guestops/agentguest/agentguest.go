@@ -84,9 +84,20 @@ func (g guest) ListDir(ctx context.Context, path model.GuestPath, as *model.User
 	})
 }
 
-func (g guest) Mkdir(ctx context.Context, path model.GuestPath, as *model.UserIDs) (apiv1.FileInfo, error) {
+func (g guest) Mkdir(ctx context.Context, path model.GuestPath, as, owner *model.UserIDs) (apiv1.FileInfo, error) {
 	return fileCall(ctx, func(ctx context.Context) (apiv1.FileInfo, error) {
-		fi, err := g.c.Mkdir(ctx, agentproto.MkdirRequest{Path: path.String()}, AgentUser(as))
+		req := agentproto.MkdirRequest{Path: path.String()}
+		if owner != nil {
+			req.Owner = &agentproto.FileUser{UID: owner.UID, GID: owner.GID}
+		}
+		fi, err := g.c.Mkdir(ctx, req, AgentUser(as))
+		return FileInfoOut(fi), err
+	})
+}
+
+func (g guest) SetMetadata(ctx context.Context, path model.GuestPath, m model.FileMetadata, as *model.UserIDs) (apiv1.FileInfo, error) {
+	return fileCall(ctx, func(ctx context.Context) (apiv1.FileInfo, error) {
+		fi, err := g.c.SetMetadata(ctx, agentproto.SetMetadataRequest{Path: path.String(), Metadata: m}, AgentUser(as))
 		return FileInfoOut(fi), err
 	})
 }
@@ -230,7 +241,12 @@ func ProcessOut(st agentproto.ProcessStatus) apiv1.Process {
 
 // FileInfoOut converts the agent's FileInfo to the API's.
 func FileInfoOut(fi agentproto.FileInfo) apiv1.FileInfo {
-	return apiv1.FileInfo{Path: fi.Path, Name: fi.Name, Type: fi.Type, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime, LinkTarget: fi.LinkTarget}
+	out := apiv1.FileInfo{Path: fi.Path, Name: fi.Name, Type: fi.Type, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime, LinkTarget: fi.LinkTarget, UID: fi.UID, GID: fi.GID}
+	// The agent is not trusted: only metadata that parses reaches clients.
+	if m, err := model.ParseFileMetadata(fi.Metadata); err == nil && len(m) > 0 {
+		out.Metadata = m
+	}
+	return out
 }
 
 // AgentUser is the agent call option that runs a file call as u (nil: as
