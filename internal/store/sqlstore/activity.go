@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"time"
@@ -151,6 +152,26 @@ func (s *Store) ListDeadlinePassed(ctx context.Context, q store.ReapQuery) ([]mo
 		return nil, fmt.Errorf("list passed deadlines: %w", err)
 	}
 	return list, nil
+}
+
+// NextDeadline implements store.Store: one read of the partial index on
+// deadline (its minimum above now among the node's and the unplaced
+// sandboxes').
+func (s *Store) NextDeadline(ctx context.Context, q store.ReapQuery) (time.Time, bool, error) {
+	if q.Node == "" {
+		return time.Time{}, false, fmt.Errorf("next deadline: %w: empty node ID", model.ErrInvalid)
+	}
+	var next sql.NullInt64
+	err := s.queryRow(ctx, `SELECT MIN(s.deadline) FROM sandboxes s
+		WHERE s.deadline <> 0 AND s.deadline > ? AND (s.node_id || '') IN (?, '')`,
+		micro(q.Now), string(q.Node)).Scan(&next)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next deadline: %w", err)
+	}
+	if !next.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromMicro(next.Int64), true, nil
 }
 
 // ListIdle implements store.Store. It reads the node's running and paused
