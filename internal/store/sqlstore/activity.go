@@ -224,7 +224,7 @@ func (s *Store) PurgeFinished(ctx context.Context, p store.Purge) (store.PurgeCo
 			for i, id := range chunk {
 				args[i] = id
 			}
-			for _, table := range []string{"sandbox_metadata", "sandbox_egress_profiles", "command_sessions", "operations"} {
+			for _, table := range []string{"sandbox_metadata", "sandbox_egress_profiles", "command_sessions", "operations", "sandbox_metrics"} {
 				res, err := t.exec(ctx, `DELETE FROM `+table+` WHERE sandbox_id IN `+in, args...)
 				if err != nil {
 					return fmt.Errorf("purge %s of deleted sandboxes: %w", table, err)
