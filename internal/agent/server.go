@@ -696,6 +696,6 @@ func features() []string {
 		agentproto.FeatureFrames, agentproto.FeatureGap, agentproto.FeatureStdin, agentproto.FeaturePTY,
 		agentproto.FeatureUser, agentproto.FeatureTimeout, agentproto.FeatureWait, agentproto.FeatureHold,
 		agentproto.FeatureLogs, agentproto.FeatureGuestConfig, agentproto.FeatureFileUser,
-		agentproto.FeatureListenerRelease,
+		agentproto.FeatureListenerRelease, agentproto.FeatureUsage,
 	}
 }
