@@ -37,7 +37,9 @@
 //     autoPauseMemory and pause/connect "memory" (Airlock's suspend decides
 //     what it keeps: memory where the runtime can checkpoint, the
 //     filesystem otherwise).
-//   - Refused with 501: metrics, network rules/proxy/ingress settings, iam,
+//   - Metrics (GET /sandboxes/{id}/metrics, /sandboxes/metrics) are the
+//     native samples (GET /v1/sandboxes/{id}/metrics), every 5 s.
+//   - Refused with 501: network rules/proxy/ingress settings, iam,
 //     mcp, volume mounts, and every other E2B family (templates, snapshots,
 //     fork, network updates, volumes, secrets).
 package control
@@ -115,6 +117,7 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /sandboxes/{id}/refreshes", h.refresh},
 		{"POST /sandboxes/{id}/pause", h.pause},
 		{"GET /sandboxes/{id}/metrics", h.metrics},
+		{"GET /sandboxes/metrics", h.listMetrics},
 	}
 	for _, rt := range routes {
 		h.mux.Handle(rt.pattern, h.authed(rt.fn))

@@ -24,6 +24,9 @@ type fakeNative struct {
 	busy    int // lifecycle calls answered sandbox_busy before one succeeds
 	calls   []string
 	timeout *apiv1.SetTimeoutRequest
+	// metrics are the native samples; metricsQuery the last query of them.
+	metrics      []apiv1.SandboxMetric
+	metricsQuery string
 }
 
 func (f *fakeNative) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -40,6 +43,9 @@ func (f *fakeNative) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.script = f.script[1:]
 		}
 		_ = json.NewEncoder(w).Encode(sb)
+	case r.Method == "GET" && r.URL.Path == base+"/metrics":
+		f.metricsQuery = r.URL.RawQuery
+		_ = json.NewEncoder(w).Encode(apiv1.SandboxMetricList{Metrics: append([]apiv1.SandboxMetric{}, f.metrics...)})
 	case r.Method == "GET" && strings.HasPrefix(r.URL.Path, "/v1/operations/"):
 		_ = json.NewEncoder(w).Encode(apiv1.Operation{ID: strings.TrimPrefix(r.URL.Path, "/v1/operations/"), State: "succeeded"})
 	case r.Method == "POST" && r.URL.Path == base+"/timeout":
@@ -113,7 +119,7 @@ func TestLifecycle(t *testing.T) {
 		{"kill deleting", "DELETE", "", ``, S(model.StateDeleting), 0, 404, nil, "", 0},
 		{"get failed", "GET", "", ``, S(model.StateFailed), 0, 404, nil, "", 0},
 		{"get suspended", "GET", "", ``, S(model.StateSuspended), 0, 200, nil, "", 0},
-		{"metrics", "GET", "/metrics", ``, S(model.StateRunning), 0, 501, nil, "", 0},
+		{"metrics failed", "GET", "/metrics", ``, S(model.StateFailed), 0, 404, nil, "", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

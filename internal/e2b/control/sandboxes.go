@@ -385,19 +385,6 @@ func (h *Handler) pause(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	return nil
 }
 
-// metrics answers GET /sandboxes/{id}/metrics: Airlock's API has no
-// per-sandbox resource metrics to translate.
-func (h *Handler) metrics(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
-	id, err := parseID(r)
-	if err != nil {
-		return err
-	}
-	if _, _, err := lookup(ctx, c, id); err != nil {
-		return err
-	}
-	return notImplemented("sandbox metrics are not supported by Airlock's E2B API: Airlock's API reports no per-sandbox CPU, memory or disk usage")
-}
-
 // list answers GET /v2/sandboxes.
 func (h *Handler) list(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
 	q, err := parseListQuery(r.URL.Query())
