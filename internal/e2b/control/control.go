@@ -33,10 +33,15 @@
 //     gateway, or, when false, only with the trafficAccessToken (which is
 //     the envdAccessToken, the sandbox's access token).
 //   - Accepted and ignored: secure (an access token is always issued),
-//     autoResume (sandbox traffic always wakes a suspended sandbox),
-//     autoPauseMemory and pause/connect "memory" (Airlock's suspend decides
-//     what it keeps: memory where the runtime can checkpoint, the
-//     filesystem otherwise).
+//     autoResume (sandbox traffic always wakes a suspended sandbox), and
+//     pause "memory": true (the SDK's default: the suspend keeps what the
+//     runtime can, memory where it checkpoints, the filesystem otherwise).
+//   - pause "memory": false is a native suspend with keep_memory false
+//     (honoured on runc and crun, whose suspend keeps only the
+//     filesystem; refused with 501 on runsc and qemu, whose suspend keeps
+//     memory), and autoPauseMemory false with autoPause is refused with 501
+//     at create unless the default environment's suspend keeps only the
+//     filesystem.
 //   - Metrics (GET /sandboxes/{id}/metrics, /sandboxes/metrics) are the
 //     native samples (GET /v1/sandboxes/{id}/metrics), every 5 s.
 //   - Refused with 501: network rules/proxy/ingress settings, iam,

@@ -2,6 +2,7 @@ package control
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,6 +28,10 @@ type fakeNative struct {
 	// metrics are the native samples; metricsQuery the last query of them.
 	metrics      []apiv1.SandboxMetric
 	metricsQuery string
+	// suspendBody is the body of the last native suspend; snapshot what
+	// the default environment's suspend keeps (GET /v1/environments).
+	suspendBody string
+	snapshot    string
 }
 
 func (f *fakeNative) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -43,6 +48,9 @@ func (f *fakeNative) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.script = f.script[1:]
 		}
 		_ = json.NewEncoder(w).Encode(sb)
+	case r.Method == "GET" && r.URL.Path == "/v1/environments":
+		_ = json.NewEncoder(w).Encode(apiv1.EnvironmentList{Environments: []apiv1.Environment{
+			{Name: "crun", Snapshot: "filesystem"}, {Name: "runsc", Default: true, Snapshot: f.snapshot}}})
 	case r.Method == "GET" && r.URL.Path == base+"/metrics":
 		f.metricsQuery = r.URL.RawQuery
 		_ = json.NewEncoder(w).Encode(apiv1.SandboxMetricList{Metrics: append([]apiv1.SandboxMetric{}, f.metrics...)})
@@ -60,6 +68,10 @@ func (f *fakeNative) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			kind = "delete"
 		}
 		f.calls = append(f.calls, kind)
+		if kind == "suspend" {
+			body, _ := io.ReadAll(r.Body)
+			f.suspendBody = string(body)
+		}
 		if f.busy > 0 {
 			f.busy--
 			w.WriteHeader(http.StatusConflict)
