@@ -1,0 +1,150 @@
+package integration
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockdev/airlock/internal/airtest"
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// TestControlParity runs on runc the control-plane pieces E2B parity
+// needed, through a real server with its default --reap-interval (5 s):
+//
+//   - deadlines fire on a timer: several sandboxes with a short timeout are
+//     being deleted one second after their deadline, which the former 5 s
+//     poll missed most of the time (it acted 0-5 s late);
+//   - metrics: the node samples each sandbox's CPU, memory and disk every
+//     5 s; `airlock sandbox metrics` shows them, and they go with the
+//     sandbox;
+//   - suspend --keep-memory=false is honoured (runc's suspend keeps only
+//     the filesystem), --keep-memory is refused with not_supported.
+func TestControlParity(t *testing.T) {
+	airtest.RequireRoot(t)
+	airtest.RequireBinary(t, "runc")
+	s := newServer(t, build(t), serverConfig{runtime: "runc"})
+	s.start()
+	ctx := ctxFor(t, 4*time.Minute)
+	c := s.client()
+	never := int64(0)
+
+	t.Run("deadlines fire within a second", func(t *testing.T) {
+		const n = 4
+		var wg sync.WaitGroup
+		errs := make(chan string, n)
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sb := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{Timeout: 3, IdleTimeout: &never})
+				if sb.TimeoutAt == nil {
+					errs <- sb.ID + ": no deadline"
+					return
+				}
+				// From the deadline on, on this host's clock (the
+				// server's), until one second after it: deleting or
+				// deleted by then. The delay seen is logged.
+				time.Sleep(time.Until(*sb.TimeoutAt))
+				for {
+					got, err := c.GetSandbox(ctx, model.SandboxID(sb.ID))
+					if err != nil {
+						errs <- sb.ID + ": " + err.Error()
+						return
+					}
+					late := time.Since(*sb.TimeoutAt)
+					if got.State == string(model.StateDeleting) || got.State == string(model.StateDeleted) {
+						t.Logf("%s is %s %v after its deadline (seen by polling every 20 ms)", sb.ID, got.State, late.Round(time.Millisecond))
+						return
+					}
+					if late > time.Second {
+						errs <- sb.ID + " is " + got.State + " 1 s after its deadline"
+						return
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Error(e)
+		}
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		sb := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{IdleTimeout: &never, DiskMiB: 256})
+		id := model.SandboxID(sb.ID)
+		// Some CPU and a file on its disk.
+		if _, stderr, code := s.cli(ctx, "exec", sb.ID, "--", "sh", "-c", "dd if=/dev/zero of=/root/f bs=1M count=20 && i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"); code != 0 {
+			t.Fatalf("exec: exit %d: %s", code, stderr)
+		}
+		var list apiv1.SandboxMetricList
+		for end := time.Now().Add(30 * time.Second); len(list.Metrics) == 0; {
+			if time.Now().After(end) {
+				t.Fatal("no metrics 30 s after the create")
+			}
+			time.Sleep(time.Second)
+			stdout, stderr, code := s.cli(ctx, "-o", "json", "sandbox", "metrics", sb.ID)
+			if code != 0 {
+				t.Fatalf("sandbox metrics: exit %d: %s", code, stderr)
+			}
+			if err := json.Unmarshal([]byte(stdout), &list); err != nil {
+				t.Fatalf("decode %q: %v", stdout, err)
+			}
+		}
+		m := list.Metrics[len(list.Metrics)-1]
+		t.Logf("sample: %+v", m)
+		switch {
+		case m.CPUCount != 1 || m.MemTotal != int64(sb.MemoryMiB)<<20:
+			t.Errorf("cpu_count %d mem_total %d, want 1 and %d MiB", m.CPUCount, m.MemTotal, sb.MemoryMiB)
+		case m.MemUsed <= 0 || m.MemUsed > m.MemTotal:
+			t.Errorf("mem_used %d of %d", m.MemUsed, m.MemTotal)
+		case m.DiskTotal < 200<<20 || m.DiskTotal > 300<<20 || m.DiskUsed < 20<<20 || m.DiskUsed > m.DiskTotal:
+			// The 256 MiB image less ext4's own metadata.
+			t.Errorf("disk %d of %d, want at least the 20 MiB written of about 256 MiB", m.DiskUsed, m.DiskTotal)
+		case m.CPUUsedPct < 0 || m.CPUUsedPct > 100:
+			t.Errorf("cpu_used_pct %v", m.CPUUsedPct)
+		}
+		// The table form too.
+		if stdout, _, code := s.cli(ctx, "sandbox", "metrics", sb.ID, "--since", "1m"); code != 0 || !strings.Contains(stdout, "MiB") {
+			t.Errorf("sandbox metrics table: exit %d: %q", code, stdout)
+		}
+		// A range before the sandbox has none.
+		old, err := c.SandboxMetrics(ctx, id, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour))
+		if err != nil || len(old.Metrics) != 0 {
+			t.Errorf("an hour ago: %+v, %v", old, err)
+		}
+		// Deleted: its samples go.
+		if _, stderr, code := s.cli(ctx, "sandbox", "delete", sb.ID); code != 0 {
+			t.Fatalf("delete: exit %d: %s", code, stderr)
+		}
+		s.waitState(ctx, id, model.StateDeleted)
+		after, err := c.SandboxMetrics(ctx, id, time.Time{}, time.Time{})
+		if err != nil || len(after.Metrics) != 0 {
+			t.Errorf("after the delete: %d samples, %v", len(after.Metrics), err)
+		}
+	})
+
+	t.Run("suspend keep-memory", func(t *testing.T) {
+		sb := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{IdleTimeout: &never})
+		_, stderr, code := s.cli(ctx, "sandbox", "suspend", sb.ID, "--keep-memory")
+		if code == 0 || !strings.Contains(stderr, "not_supported") || !strings.Contains(stderr, "keep_memory true") {
+			t.Fatalf("suspend --keep-memory on runc: exit %d: %s", code, stderr)
+		}
+		stdout, stderr, code := s.cli(ctx, "-o", "json", "sandbox", "suspend", sb.ID, "--keep-memory=false")
+		if code != 0 {
+			t.Fatalf("suspend --keep-memory=false: exit %d: %s", code, stderr)
+		}
+		var res apiv1.SandboxWithOperation
+		if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+			t.Fatalf("decode %q: %v", stdout, err)
+		}
+		if res.Sandbox.State != string(model.StateSuspended) || res.Sandbox.Snapshot == nil || res.Sandbox.Snapshot.Kind != apiv1.SnapshotFilesystem {
+			t.Fatalf("after suspend --keep-memory=false: %s, snapshot %+v", res.Sandbox.State, res.Sandbox.Snapshot)
+		}
+	})
+}
