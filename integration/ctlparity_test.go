@@ -12,8 +12,9 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 )
 
-// TestControlParity runs on runc the control-plane pieces E2B parity
-// needed, through a real server with its default --reap-interval (5 s):
+// TestControlParity runs on runc and runsc the control-plane pieces E2B
+// parity needed, through a real server with its default --reap-interval
+// (5 s):
 //
 //   - deadlines fire on a timer: several sandboxes with a short timeout are
 //     being deleted one second after their deadline, which the former 5 s
@@ -21,12 +22,22 @@ import (
 //   - metrics: the node samples each sandbox's CPU, memory and disk every
 //     5 s; `airlock sandbox metrics` shows them, and they go with the
 //     sandbox;
-//   - suspend --keep-memory=false is honoured (runc's suspend keeps only
-//     the filesystem), --keep-memory is refused with not_supported.
+//   - suspend --keep-memory=false is honoured on runc (whose suspend keeps
+//     only the filesystem) and refused with not_supported on runsc (whose
+//     suspend keeps memory), --keep-memory the other way round.
 func TestControlParity(t *testing.T) {
 	airtest.RequireRoot(t)
-	airtest.RequireBinary(t, "runc")
-	s := newServer(t, build(t), serverConfig{runtime: "runc"})
+	bins := build(t)
+	for _, rt := range []string{"runc", "runsc"} {
+		t.Run(rt, func(t *testing.T) {
+			airtest.RequireBinary(t, rt)
+			testControlParity(t, bins, rt)
+		})
+	}
+}
+
+func testControlParity(t *testing.T, bins binaries, rt string) {
+	s := newServer(t, bins, serverConfig{runtime: rt})
 	s.start()
 	ctx := ctxFor(t, 4*time.Minute)
 	c := s.client()
@@ -131,20 +142,30 @@ func TestControlParity(t *testing.T) {
 
 	t.Run("suspend keep-memory", func(t *testing.T) {
 		sb := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{IdleTimeout: &never})
-		_, stderr, code := s.cli(ctx, "sandbox", "suspend", sb.ID, "--keep-memory")
-		if code == 0 || !strings.Contains(stderr, "not_supported") || !strings.Contains(stderr, "keep_memory true") {
-			t.Fatalf("suspend --keep-memory on runc: exit %d: %s", code, stderr)
+		// runc's suspend keeps the filesystem, runsc's memory.
+		refused, honoured, kind := "--keep-memory", "--keep-memory=false", apiv1.SnapshotFilesystem
+		refusal := "keep_memory true"
+		if rt == "runsc" {
+			refused, honoured, kind = "--keep-memory=false", "--keep-memory", apiv1.SnapshotMemory
+			refusal = "keep_memory false"
 		}
-		stdout, stderr, code := s.cli(ctx, "-o", "json", "sandbox", "suspend", sb.ID, "--keep-memory=false")
+		_, stderr, code := s.cli(ctx, "sandbox", "suspend", sb.ID, refused)
+		if code == 0 || !strings.Contains(stderr, "not_supported") || !strings.Contains(stderr, refusal) {
+			t.Fatalf("suspend %s on %s: exit %d: %s", refused, rt, code, stderr)
+		}
+		if got, err := c.GetSandbox(ctx, model.SandboxID(sb.ID)); err != nil || got.State != string(model.StateRunning) {
+			t.Fatalf("after the refused suspend: %+v, %v", got.State, err)
+		}
+		stdout, stderr, code := s.cli(ctx, "-o", "json", "sandbox", "suspend", sb.ID, honoured)
 		if code != 0 {
-			t.Fatalf("suspend --keep-memory=false: exit %d: %s", code, stderr)
+			t.Fatalf("suspend %s: exit %d: %s", honoured, code, stderr)
 		}
 		var res apiv1.SandboxWithOperation
 		if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 			t.Fatalf("decode %q: %v", stdout, err)
 		}
-		if res.Sandbox.State != string(model.StateSuspended) || res.Sandbox.Snapshot == nil || res.Sandbox.Snapshot.Kind != apiv1.SnapshotFilesystem {
-			t.Fatalf("after suspend --keep-memory=false: %s, snapshot %+v", res.Sandbox.State, res.Sandbox.Snapshot)
+		if res.Sandbox.State != string(model.StateSuspended) || res.Sandbox.Snapshot == nil || res.Sandbox.Snapshot.Kind != kind {
+			t.Fatalf("after suspend %s: %s, snapshot %+v", honoured, res.Sandbox.State, res.Sandbox.Snapshot)
 		}
 	})
 }
