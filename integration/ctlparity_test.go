@@ -34,6 +34,49 @@ func TestControlParity(t *testing.T) {
 			testControlParity(t, bins, rt)
 		})
 	}
+	t.Run("qemu", func(t *testing.T) {
+		airtest.RequireBinary(t, "runsc")
+		requireQEMU(t)
+		testControlParityQEMU(t, bins)
+	})
+}
+
+// testControlParityQEMU: a VM's metrics (CPU from its VM cgroup, memory
+// and disk from the guest agent) and the refusal of a filesystem-only
+// suspend (a qemu suspend keeps memory).
+func testControlParityQEMU(t *testing.T, bins binaries) {
+	s := newServer(t, bins, serverConfig{extraArgs: qemuServerArgs(t)})
+	s.start()
+	ctx := ctxFor(t, 6*time.Minute)
+	c := s.client()
+	never := int64(0)
+	sb := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{Environment: "qemu", IdleTimeout: &never})
+	if _, stderr, code := s.cli(ctx, "exec", sb.ID, "--", "sh", "-c", "dd if=/dev/zero of=/root/f bs=1M count=8 && sync"); code != 0 {
+		t.Fatalf("exec: exit %d: %s", code, stderr)
+	}
+	var m apiv1.SandboxMetric
+	for end := time.Now().Add(60 * time.Second); ; {
+		list, err := c.SandboxMetrics(ctx, model.SandboxID(sb.ID), time.Time{}, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(list.Metrics); n > 0 {
+			m = list.Metrics[n-1]
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("no metrics of the VM 60 s after its create (see the server log for a usage warning)")
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("VM sample: %+v", m)
+	if m.MemUsed <= 0 || m.MemUsed > m.MemTotal || m.DiskTotal <= 0 || m.DiskUsed < 8<<20 || m.DiskUsed > m.DiskTotal || m.CPUUsedPct < 0 || m.CPUUsedPct > 100 {
+		t.Errorf("VM sample out of bounds: %+v", m)
+	}
+	_, stderr, code := s.cli(ctx, "sandbox", "suspend", sb.ID, "--keep-memory=false")
+	if code == 0 || !strings.Contains(stderr, "not_supported") || !strings.Contains(stderr, "keep_memory false") {
+		t.Fatalf("suspend --keep-memory=false on qemu: exit %d: %s", code, stderr)
+	}
 }
 
 func testControlParity(t *testing.T, bins binaries, rt string) {

@@ -10,8 +10,9 @@
 // over the wall time between them times the sandbox's CPUs, so a sandbox's
 // first sample is written at its second reading (one Interval after the
 // sampler first sees it running). Running and paused sandboxes are
-// sampled (a paused one uses no CPU but holds its memory); a suspended one
-// has nothing to sample.
+// sampled (a paused one uses no CPU but holds its memory; a paused VM is
+// not: its frozen guest cannot be asked); a suspended one has nothing to
+// sample.
 //
 // Bound: samples older than Retention are removed as new ones are added
 // (at 5 s, 4320 samples of a sandbox; one that lives longer keeps its last
@@ -38,6 +39,9 @@ const (
 	DefaultInterval = 5 * time.Second
 	// Retention is how long samples are kept.
 	Retention = 6 * time.Hour
+	// DefaultReadTimeout bounds one sandbox's reading (a guest agent that
+	// does not answer must not hold the others' samples).
+	DefaultReadTimeout = 2 * time.Second
 )
 
 // Store is what the sampler reads and writes (store.Store is one).
@@ -56,8 +60,9 @@ type Config struct {
 	Store    Store
 	Reader   Reader
 	Node     model.NodeID
-	Interval time.Duration    // 0: DefaultInterval
-	Now      func() time.Time // nil: time.Now
+	Interval    time.Duration    // 0: DefaultInterval
+	ReadTimeout time.Duration    // of one sandbox's reading; 0: DefaultReadTimeout
+	Now         func() time.Time // nil: time.Now
 	Logger   *slog.Logger     // nil: slog.Default()
 }
 
@@ -81,11 +86,14 @@ func New(cfg Config) (*Sampler, error) {
 	if cfg.Store == nil || cfg.Reader == nil || cfg.Node == "" {
 		return nil, errors.New("usage: Config.Store, Config.Reader and Config.Node are required")
 	}
-	if cfg.Interval < 0 {
-		return nil, errors.New("usage: Config.Interval must not be negative")
+	if cfg.Interval < 0 || cfg.ReadTimeout < 0 {
+		return nil, errors.New("usage: Config.Interval and Config.ReadTimeout must not be negative")
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -125,14 +133,19 @@ func (s *Sampler) Sample(ctx context.Context) (int, error) {
 		if sb.State != model.StateRunning && sb.State != model.StatePaused {
 			continue
 		}
-		u, err := s.cfg.Reader.Usage(ctx, sb)
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.ReadTimeout)
+		u, err := s.cfg.Reader.Usage(rctx, sb)
+		cancel()
 		now := s.cfg.Now()
 		if err != nil {
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
 			}
-			// Gone meanwhile, or a runtime that cannot tell: no sample.
-			if !errors.Is(err, runtime.ErrNotFound) && !s.failing[sb.ID] {
+			// Gone meanwhile, or nothing to read now (a paused VM's
+			// guest, a runtime that cannot tell): no sample. Other
+			// failures are logged once a sandbox.
+			quiet := errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrNotSupported)
+			if !quiet && !s.failing[sb.ID] {
 				s.failing[sb.ID] = true
 				s.log.Warn("cannot read a sandbox's usage", "sandbox", sb.ID, "err", err)
 			}

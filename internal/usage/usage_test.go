@@ -32,7 +32,15 @@ func (f *fakeStore) AddSandboxMetrics(_ context.Context, m []model.SandboxMetric
 
 type fakeReader map[model.SandboxID]runtime.Usage
 
-func (f fakeReader) Usage(_ context.Context, sb model.Sandbox) (runtime.Usage, error) {
+// hang is the ID of a sandbox whose reading never answers (a frozen
+// guest): only the read timeout ends it.
+const hang model.SandboxID = "sbx_hanghanghanghanghanghangha"
+
+func (f fakeReader) Usage(ctx context.Context, sb model.Sandbox) (runtime.Usage, error) {
+	if sb.ID == hang {
+		<-ctx.Done()
+		return runtime.Usage{}, ctx.Err()
+	}
 	u, ok := f[sb.ID]
 	if !ok {
 		return runtime.Usage{}, fmt.Errorf("sandbox %s: %w", sb.ID, runtime.ErrNotFound)
@@ -95,5 +103,30 @@ func TestSample(t *testing.T) {
 	}
 	if _, ok := s.prev[frozen.ID]; ok || len(s.prev) != 1 {
 		t.Errorf("bases kept: %v", s.prev)
+	}
+}
+
+// TestSampleReadTimeout: a reading that does not answer is given up after
+// ReadTimeout; the other sandboxes are sampled all the same.
+func TestSampleReadTimeout(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	ok := model.Sandbox{ID: model.NewSandboxID(), State: model.StateRunning, Resources: model.Resources{CPUs: 1, MemoryMiB: 256}}
+	st := &fakeStore{list: []model.Sandbox{{ID: hang, State: model.StateRunning}, ok}}
+	rd := fakeReader{ok.ID: {CPU: time.Second}}
+	s, err := New(Config{Store: st, Reader: rd, Node: "node_x", ReadTimeout: 10 * time.Millisecond, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := s.Sample(context.Background()); err != nil {
+			t.Fatalf("sample %d: %v", i, err)
+		}
+		now = now.Add(5 * time.Second)
+	}
+	if len(st.added) != 1 || st.added[0].SandboxID != ok.ID {
+		t.Fatalf("stored %+v, want one sample of %s", st.added, ok.ID)
+	}
+	if !s.failing[hang] {
+		t.Error("the hung reading was not noted (logged once)")
 	}
 }

@@ -13,6 +13,13 @@ import (
 // sees neither, runtime.Usage.Guest). A runtime that cannot read usage
 // gives an error wrapping runtime.ErrNotSupported.
 func (w *Worker) Usage(ctx context.Context, id model.SandboxID) (runtime.Usage, error) {
+	return w.usage(ctx, id, false)
+}
+
+// usage is Usage; frozen says the sandbox is paused: a VM's guest, frozen,
+// cannot answer, so its reading is refused (ErrNotSupported) rather than
+// left waiting.
+func (w *Worker) usage(ctx context.Context, id model.SandboxID, frozen bool) (runtime.Usage, error) {
 	ur, ok := w.cfg.Runtime.(runtime.UsageReader)
 	if !ok {
 		return runtime.Usage{}, fmt.Errorf("usage on %s: %w", w.cfg.Runtime.Info().Name, runtime.ErrNotSupported)
@@ -20,6 +27,9 @@ func (w *Worker) Usage(ctx context.Context, id model.SandboxID) (runtime.Usage, 
 	u, err := ur.Usage(ctx, id)
 	if err != nil || !u.Guest {
 		return u, w.rtErr("usage", err)
+	}
+	if frozen {
+		return runtime.Usage{}, fmt.Errorf("usage of %s: the guest of a paused VM cannot be asked: %w", id, runtime.ErrNotSupported)
 	}
 	c, err := w.Agent(id)
 	if err != nil {
@@ -40,5 +50,5 @@ func (s *Set) Usage(ctx context.Context, sb model.Sandbox) (runtime.Usage, error
 	if err != nil {
 		return runtime.Usage{}, err
 	}
-	return e.Worker.Usage(ctx, sb.ID)
+	return e.Worker.usage(ctx, sb.ID, sb.State == model.StatePaused)
 }
