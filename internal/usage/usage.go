@@ -57,13 +57,13 @@ type Reader interface {
 
 // Config configures a Sampler.
 type Config struct {
-	Store    Store
-	Reader   Reader
-	Node     model.NodeID
+	Store       Store
+	Reader      Reader
+	Node        model.NodeID
 	Interval    time.Duration    // 0: DefaultInterval
 	ReadTimeout time.Duration    // of one sandbox's reading; 0: DefaultReadTimeout
 	Now         func() time.Time // nil: time.Now
-	Logger   *slog.Logger     // nil: slog.Default()
+	Logger      *slog.Logger     // nil: slog.Default()
 }
 
 // Sampler samples the node's sandboxes; see the package comment.
