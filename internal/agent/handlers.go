@@ -29,6 +29,7 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/info", s.handleInfo)
 	mux.HandleFunc("GET /v1/logs", s.handleLogs)
+	mux.HandleFunc("GET /v1/usage", s.handleUsage)
 	mux.HandleFunc("POST /v1/processes", s.handleStart)
 	mux.HandleFunc("GET /v1/processes", s.handleList)
 	mux.HandleFunc("GET /v1/processes/{id}", s.handleStatus)

@@ -697,5 +697,6 @@ func features() []string {
 		agentproto.FeatureUser, agentproto.FeatureTimeout, agentproto.FeatureWait, agentproto.FeatureHold,
 		agentproto.FeatureLogs, agentproto.FeatureGuestConfig, agentproto.FeatureFileUser,
 		agentproto.FeatureListenerRelease, agentproto.FeatureMkdirOwner, agentproto.FeatureFileMetadata,
+		agentproto.FeatureUsage,
 	}
 }

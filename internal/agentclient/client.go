@@ -536,6 +536,17 @@ func (c *Client) Logs(ctx context.Context) ([]byte, error) {
 	return logs, nil
 }
 
+// Usage returns the guest's memory and root filesystem use (a VM's agent;
+// agents before FeatureUsage refuse).
+func (c *Client) Usage(ctx context.Context) (agentproto.GuestUsage, error) {
+	var u agentproto.GuestUsage
+	if err := c.require(ctx, agentproto.FeatureUsage); err != nil {
+		return u, err
+	}
+	err := c.call(ctx, http.MethodGet, "/v1/usage", nil, http.StatusOK, &u)
+	return u, err
+}
+
 // Resize changes a PTY process's terminal size.
 func (c *Client) Resize(ctx context.Context, id string, size agentproto.WindowSize) error {
 	if err := c.require(ctx, agentproto.FeaturePTY); err != nil {

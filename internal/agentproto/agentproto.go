@@ -27,6 +27,7 @@
 //	POST /v1/processes/{id}/stdin[?close=1] raw body appended to the process's stdin → 204 (close=1: close stdin after the body)
 //	POST /v1/processes/{id}/resize         ResizeRequest → 204 (PTY processes)
 //	GET  /v1/logs                          → the agent's newest log lines (text/plain)
+//	GET  /v1/usage                         → GuestUsage (FeatureUsage; what a VM's host cannot see)
 //	PUT  /v1/guest                         GuestConfig → 204 (VM agents; see guest.go)
 //	POST /v1/listener/release              → 204, then the agent closes its Unix socket and every connection on it until RelistenTrigger (409 "not_supported" on other transports)
 //	…    /v1/files/…                       file endpoints: see files.go
@@ -70,7 +71,21 @@ const (
 	// RelistenTrigger (agents before it released their socket on SIGUSR1
 	// and listened again on SIGUSR2, which the workload could send too).
 	FeatureListenerRelease = "listener-release"
+	// FeatureUsage: GET /v1/usage.
+	FeatureUsage = "usage"
 )
+
+// GuestUsage is the guest's own view of its memory and root filesystem,
+// for a VM whose host sees neither (internal/usage asks for it). Inside a
+// container it would show the host's memory: the host reads the
+// container's cgroup instead.
+type GuestUsage struct {
+	MemTotal     int64 `json:"mem_total"`     // /proc/meminfo MemTotal, bytes
+	MemAvailable int64 `json:"mem_available"` // MemAvailable
+	MemCache     int64 `json:"mem_cache"`     // Cached + Buffers
+	DiskTotal    int64 `json:"disk_total"`    // statfs("/"): blocks × size
+	DiskUsed     int64 `json:"disk_used"`     // (blocks − free) × size
+}
 
 // RelistenTrigger is the file that the host creates in the directory of a
 // released agent's Unix socket (after `runsc restore`, or when a

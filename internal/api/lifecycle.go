@@ -17,7 +17,7 @@ func (a *API) lifecycleRoutes() []route {
 	return []route{
 		{"POST", "/v1/sandboxes/{id}/pause", member, mutating(a, a.lifecycleOp(model.OpPause))},
 		{"POST", "/v1/sandboxes/{id}/resume", member | sandboxToken, mutating(a, a.lifecycleOp(model.OpResume))},
-		{"POST", "/v1/sandboxes/{id}/suspend", member, mutating(a, a.lifecycleOp(model.OpSuspend))},
+		{"POST", "/v1/sandboxes/{id}/suspend", member, mutating(a, a.suspendOp)},
 		{"POST", "/v1/sandboxes/{id}/wake", member | sandboxToken, mutating(a, a.lifecycleOp(model.OpWake))},
 	}
 }
@@ -59,4 +59,33 @@ func snapshotOut(s *model.Snapshot) *apiv1.Snapshot {
 		return nil
 	}
 	return &apiv1.Snapshot{Kind: string(s.Kind), Environment: s.Environment.String(), SizeBytes: s.SizeBytes, CreatedAt: s.CreatedAt.UTC()}
+}
+
+// suspendBody is the optional body of POST /v1/sandboxes/{id}/suspend
+// (apiv1.SuspendRequest); none is {}.
+type suspendBody apiv1.SuspendRequest
+
+func (suspendBody) optionalBody() {}
+
+// suspendOp: POST /v1/sandboxes/{id}/suspend [SuspendRequest] → 202
+// SandboxWithOperation, as lifecycleOp; keep_memory, when given, must be
+// what the sandbox's runtime keeps (501 not_supported otherwise: a
+// filesystem-only suspend on runsc or qemu, a memory one on runc or crun).
+func (a *API) suspendOp(ctx context.Context, c *call[suspendBody]) (*reply, error) {
+	id, err := model.ParseSandboxID(c.r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	var rep *reply
+	_, err = a.cfg.Sandboxes.Lifecycle(ctx, sandboxes.LifecycleRequest{Project: c.p.project, Sandbox: id, Kind: model.OpSuspend, Now: c.now,
+		KeepMemory: c.in.KeepMemory,
+		Idempotency: func(ch sandboxes.Changed) (*store.IdempotencyRecord, error) {
+			r, rec, err := c.reply(http.StatusAccepted, apiv1.SandboxWithOperation{Sandbox: sandboxOut(ch.Sandbox), Operation: operationOut(ch.Operation)})
+			rep = r
+			return rec, err
+		}})
+	if err != nil {
+		return nil, err
+	}
+	return rep, nil
 }

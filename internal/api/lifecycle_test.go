@@ -411,3 +411,54 @@ func TestFilesOfPausedSandbox(t *testing.T) {
 		t.Fatalf("upload after the resume: %s", res.Status)
 	}
 }
+
+// TestSuspendKeepMemory: keep_memory is honoured where the runtime's
+// suspend keeps exactly that, refused (501, nothing queued) where it keeps
+// the other, never ignored.
+func TestSuspendKeepMemory(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		snapshot model.SnapshotKind // what the sandbox's runtime keeps
+		body     string
+		status   int
+		message  string // in the refusal
+	}{
+		{"filesystem-only on runc", model.SnapshotFilesystem, `{"keep_memory": false}`, http.StatusAccepted, ""},
+		{"memory on runsc", model.SnapshotMemory, `{"keep_memory": true}`, http.StatusAccepted, ""},
+		{"no preference on runsc", model.SnapshotMemory, `{}`, http.StatusAccepted, ""},
+		{"filesystem-only on runsc", model.SnapshotMemory, `{"keep_memory": false}`, http.StatusNotImplemented, "filesystem-only suspend (keep_memory false) is not supported"},
+		{"memory on runc", model.SnapshotFilesystem, `{"keep_memory": true}`, http.StatusNotImplemented, "keep_memory true) is not supported"},
+		{"cannot suspend at all", "", `{"keep_memory": false}`, http.StatusNotImplemented, "cannot snapshot"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, func(c *envConfig) {
+				c.svc.LifecycleSupport = func(sb model.Sandbox) (sandboxes.LifecycleSupport, bool) {
+					return sandboxes.LifecycleSupport{Pause: true, Snapshot: tc.snapshot}, true
+				}
+			})
+			id := e.runningSandbox(e.keyA)
+			r := e.send(req{method: "POST", path: "/v1/sandboxes/" + string(id) + "/suspend", key: e.keyA, body: tc.body})
+			if tc.status == http.StatusAccepted {
+				r.want(t, tc.status)
+				if got := e.sandboxState(t, id).State; got != string(model.StateSuspending) {
+					t.Fatalf("state %s after the suspend", got)
+				}
+				return
+			}
+			var ae apiv1.Error
+			r.wantError(t, tc.status, apiv1.CodeNotSupported).decode(t, &ae)
+			if !strings.Contains(ae.Message, tc.message) {
+				t.Errorf("message %q, want it to say %q", ae.Message, tc.message)
+			}
+			if got := e.sandboxState(t, id).State; got != string(model.StateRunning) {
+				t.Fatalf("state %s after the refusal", got)
+			}
+		})
+	}
+	e := newEnv(t)
+	id := e.runningSandbox(e.keyA)
+	e.send(req{method: "POST", path: "/v1/sandboxes/" + string(id) + "/suspend", key: e.keyA, body: `{"keep_memory": "no"}`, invalid: true}).
+		wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
+}

@@ -75,6 +75,7 @@ func (a *API) routeTable() []route {
 		{"GET", "/v1/sandboxes/{id}", member | sandboxToken, a.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", member, mutating(a, a.deleteSandbox)},
 		{"POST", "/v1/sandboxes/{id}/timeout", member, mutating(a, a.setSandboxTimeout)},
+		{"GET", "/v1/sandboxes/{id}/metrics", member, a.sandboxMetrics},
 		{"POST", "/v1/sandboxes/{id}/commands", member | sandboxToken, a.hosted(mutating(a, a.createCommand))},
 		{"GET", "/v1/sandboxes/{id}/processes", member | sandboxToken, a.hosted(a.listProcesses)},
 		{"GET", "/v1/sandboxes/{id}/processes/{process_id}", member | sandboxToken, a.hosted(a.getProcess)},

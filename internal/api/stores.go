@@ -27,6 +27,7 @@ type sandboxStore interface {
 	ListSandboxes(ctx context.Context, q store.SandboxQuery) (store.SandboxPage, error)
 	GetSandboxEgress(ctx context.Context, project model.ProjectID, id model.SandboxID) (policy.Spec, error)
 	CreateCommandSession(ctx context.Context, cs model.CommandSession, idem *store.IdempotencyRecord) error
+	ListSandboxMetrics(ctx context.Context, q store.MetricsQuery) ([]model.SandboxMetric, error)
 }
 
 // poolStore is what the pool routes read and delete themselves (pools.go);

@@ -3,7 +3,17 @@ package apiv1
 import "time"
 
 // The lifecycle routes POST /v1/sandboxes/{id}/pause|resume|suspend|wake
-// take no body and answer 202 SandboxWithOperation, as create does.
+// take no body (suspend: an optional SuspendRequest) and answer 202
+// SandboxWithOperation, as create does.
+
+// SuspendRequest is the optional body of POST /v1/sandboxes/{id}/suspend.
+type SuspendRequest struct {
+	// KeepMemory, if set, is what the suspend must keep: true, memory and
+	// processes (runsc, qemu); false, only the filesystem, processes end
+	// (runc, crun). A runtime whose suspend keeps the other refuses with
+	// 501 not_supported; absent, the runtime's suspend keeps what it can.
+	KeepMemory *bool `json:"keep_memory,omitempty"`
+}
 
 // Snapshot kinds: what a suspend kept.
 const (

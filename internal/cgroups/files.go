@@ -377,3 +377,67 @@ func (h Host) Freezer(p Path) (FreezerState, error) {
 
 // maxEcho is how many bytes of a cgroup file's content an error message quotes (textclip.Bytes).
 const maxEcho = 80
+
+// Usage is what a cgroup's tasks used.
+type Usage struct {
+	CPU time.Duration // CPU time so far (user and system)
+	// Memory is the memory charged to it without its page cache; Cache is
+	// that page cache (reclaimable).
+	Memory, Cache int64
+}
+
+// Usage reads the CPU time and memory of cgroup p: cgroup v1's
+// cpuacct.usage, memory.usage_in_bytes and memory.stat total_cache, or
+// cgroup v2's cpu.stat usage_usec, memory.current and memory.stat file.
+func (h Host) Usage(p Path) (Usage, error) {
+	var u Usage
+	v1CPU := h.isV1("cpuacct")
+	controller := "cpu"
+	if v1CPU {
+		controller = "cpuacct"
+	}
+	cpuDir, err := h.ControllerDir(controller, p)
+	if err != nil {
+		return u, err
+	}
+	if v1CPU {
+		ns, err := readLimit(filepath.Join(cpuDir, "cpuacct.usage"))
+		if err != nil {
+			return u, err
+		}
+		u.CPU = time.Duration(ns)
+	} else {
+		data, err := os.ReadFile(filepath.Join(cpuDir, "cpu.stat"))
+		if err != nil {
+			return u, fmt.Errorf("read cgroup: %w", err)
+		}
+		us, ok, err := KeyedValue(string(data), "usage_usec")
+		if err != nil || !ok {
+			return u, fmt.Errorf("%s: no usage_usec: %v", filepath.Join(cpuDir, "cpu.stat"), err)
+		}
+		u.CPU = time.Duration(us) * time.Microsecond
+	}
+	memDir, err := h.ControllerDir("memory", p)
+	if err != nil {
+		return u, err
+	}
+	usageFile, cacheKey := "memory.current", "file"
+	if h.isV1("memory") {
+		usageFile, cacheKey = "memory.usage_in_bytes", "total_cache"
+	}
+	total, err := readLimit(filepath.Join(memDir, usageFile))
+	if err != nil {
+		return u, err
+	}
+	data, err := os.ReadFile(filepath.Join(memDir, "memory.stat"))
+	if err != nil {
+		return u, fmt.Errorf("read cgroup: %w", err)
+	}
+	cache, _, err := KeyedValue(string(data), cacheKey)
+	if err != nil {
+		return u, fmt.Errorf("%s: %w", filepath.Join(memDir, "memory.stat"), err)
+	}
+	u.Cache = min(max(cache, 0), total)
+	u.Memory = total - u.Cache
+	return u, nil
+}

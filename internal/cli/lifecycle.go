@@ -32,14 +32,17 @@ func (a *app) lifecycleCommands() []*cobra.Command {
 			"Suspend a running or paused sandbox: write a snapshot and free its processes'\n"+
 				"memory and CPU. The sandbox's Snapshot line says what was kept: \"memory\" (its\n"+
 				"processes continue on wake, runsc) or \"filesystem\" (only its files; on wake it\n"+
-				"boots again, runc)."),
+				"boots again, runc).\n\n"+
+				"--keep-memory=false asks for a filesystem-only suspend (processes end, files\n"+
+				"kept), --keep-memory for one that keeps memory; the server refuses the one the\n"+
+				"sandbox's runtime cannot do (runsc and qemu keep memory, runc and crun do not)."),
 		a.lifecycleCommand(model.OpWake, "Wake a suspended sandbox and wait until it runs",
 			"Wake a suspended sandbox from its snapshot."),
 	}
 }
 
 func (a *app) lifecycleCommand(kind model.OperationKind, short, long string) *cobra.Command {
-	var noWait bool
+	var noWait, keepMemory bool
 	cmd := &cobra.Command{
 		Use:   string(kind) + " SANDBOX",
 		Short: short,
@@ -56,7 +59,12 @@ func (a *app) lifecycleCommand(kind model.OperationKind, short, long string) *co
 				return err
 			}
 			ctx := cmd.Context()
-			res, err := c.LifecycleSandbox(ctx, id, kind)
+			var res apiv1.SandboxWithOperation
+			if kind == model.OpSuspend && cmd.Flags().Changed("keep-memory") {
+				res, err = c.SuspendSandboxKeeping(ctx, id, keepMemory)
+			} else {
+				res, err = c.LifecycleSandbox(ctx, id, kind)
+			}
 			if err != nil {
 				return err
 			}
@@ -79,6 +87,9 @@ func (a *app) lifecycleCommand(kind model.OperationKind, short, long string) *co
 		},
 	}
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the request is accepted")
+	if kind == model.OpSuspend {
+		cmd.Flags().BoolVar(&keepMemory, "keep-memory", false, "require a suspend that keeps memory (true) or only the filesystem (false); default: what the runtime keeps")
+	}
 	return cmd
 }
 

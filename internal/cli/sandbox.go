@@ -17,7 +17,7 @@ import (
 func (a *app) sandboxCommand() *cobra.Command {
 	return group("sandbox", "Create, list, inspect, pause, resume, suspend, wake and delete sandboxes",
 		a.sandboxCreateCommand(), a.sandboxListCommand(), a.sandboxGetCommand(), a.sandboxDeleteCommand(),
-		a.sandboxTimeoutCommand(), a.sandboxForkCommand())
+		a.sandboxTimeoutCommand(), a.sandboxForkCommand(), a.sandboxMetricsCommand())
 }
 
 // createFlags are the sandbox spec flags of `sandbox create` and `run`.

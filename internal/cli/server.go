@@ -398,7 +398,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.DurationVar(&f.idleDefault, "default-idle-timeout", model.DefaultIdleTimeout, "idle limit of a sandbox whose create request names none: without activity for this long it is suspended (0: never)")
 	fs.DurationVar(&f.retention, "retention", reaper.DefaultRetention, "how long deleted sandboxes (with their command sessions) and finished operations stay in the store before they are purged")
 	fs.DurationVar(&f.auditRetention, "audit-retention", reaper.DefaultAuditRetention, "how long audit log entries stay in the store before they are purged, oldest first")
-	fs.DurationVar(&f.reapEvery, "reap-interval", reaper.DefaultInterval, "how often passed deadlines and idle sandboxes are looked for")
+	fs.DurationVar(&f.reapEvery, "reap-interval", reaper.DefaultInterval, "how often idle sandboxes are looked for (deadlines fire on a timer; this is their safety poll)")
 	fs.IntVar(&f.poolMemory, "pool-memory-mib", 0, "memory (as their limits) that the unclaimed sandboxes of every warm pool on this node may hold together (0: a quarter of the host's memory)")
 	fs.IntVar(&f.poolCPUs, "pool-cpus", 0, "vCPUs (as their limits) that the unclaimed sandboxes of every warm pool on this node may hold together (0: four per host CPU)")
 	fs.IntVar(&f.poolPids, "pool-pids", 0, "host pids (their host pids limits, as --pids-budget counts them) that the unclaimed sandboxes of every warm pool on this node may hold together (0: the share of the node's pids budget that --pool-memory-mib is of the node's memory)")

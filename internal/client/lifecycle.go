@@ -30,6 +30,17 @@ func (c *Client) SuspendSandbox(ctx context.Context, id model.SandboxID) (apiv1.
 	return c.lifecycle(ctx, id, model.OpSuspend)
 }
 
+// SuspendSandboxKeeping asks for a suspend that keeps memory (true) or
+// only the filesystem (false); the server refuses with not_supported where
+// the sandbox's runtime keeps the other (POST /v1/sandboxes/{id}/suspend
+// {"keep_memory": …}).
+func (c *Client) SuspendSandboxKeeping(ctx context.Context, id model.SandboxID, keepMemory bool) (apiv1.SandboxWithOperation, error) {
+	var out apiv1.SandboxWithOperation
+	err := c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes/" + id.String() + "/suspend",
+		body: apiv1.SuspendRequest{KeepMemory: &keepMemory}}, &out)
+	return out, err
+}
+
 // WakeSandbox asks for a suspended sandbox to be restored from its
 // snapshot (POST /v1/sandboxes/{id}/wake).
 func (c *Client) WakeSandbox(ctx context.Context, id model.SandboxID) (apiv1.SandboxWithOperation, error) {

@@ -195,3 +195,19 @@ func stateOrUnknown(op apiv1.Operation) string {
 	}
 	return op.State
 }
+
+// SandboxMetrics returns a sandbox's resource samples between start and
+// end (both included; zero: unbounded), oldest first (GET
+// /v1/sandboxes/{id}/metrics).
+func (c *Client) SandboxMetrics(ctx context.Context, id model.SandboxID, start, end time.Time) (apiv1.SandboxMetricList, error) {
+	q := url.Values{}
+	if !start.IsZero() {
+		q.Set("start", start.UTC().Format(time.RFC3339Nano))
+	}
+	if !end.IsZero() {
+		q.Set("end", end.UTC().Format(time.RFC3339Nano))
+	}
+	var out apiv1.SandboxMetricList
+	err := c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/" + id.String() + "/metrics", query: q}, &out)
+	return out, err
+}

@@ -2,8 +2,17 @@
 // finished rows from the store after a retention period.
 //
 // The Reaper runs on every server for the sandboxes placed on its node (and,
-// for deadlines, those placed nowhere yet). Each pass reads two indexed
-// queries and turns what they return into ordinary lifecycle requests
+// for deadlines, those placed nowhere yet). Deadlines are kept on a timer:
+// Run sleeps until the earliest pending deadline (store NextDeadline) and
+// acts when it comes, so a deadline fires within milliseconds rather than a
+// polling interval late; a store change that may set or move a deadline
+// (Config.Watch: the node's watch, which a new or changed deadline wakes,
+// from any server sharing the store) wakes it to read the next deadline
+// again. The store holds every deadline, so a restarted server finds them,
+// and a passed one is acted on by its first pass. Idle limits are checked
+// every Interval (they are minutes to hours long), which is also the safety
+// poll for a lost notification. Each pass reads indexed queries and turns
+// what they return into ordinary lifecycle requests
 // (store.RequestDelete, store.RequestOperation), so a reaper-made delete or
 // suspend is an operation like a user's, visible in the operations list,
 // with the reason in the sandbox's state_reason. A request that loses to a
@@ -58,6 +67,7 @@ const (
 // Store is what the reaper reads and writes (store.Store is one).
 type Store interface {
 	ListDeadlinePassed(ctx context.Context, q store.ReapQuery) ([]model.Sandbox, error)
+	NextDeadline(ctx context.Context, q store.ReapQuery) (time.Time, bool, error)
 	ListIdle(ctx context.Context, q store.ReapQuery) ([]model.Sandbox, error)
 	ClearDeadline(ctx context.Context, id model.SandboxID, deadline time.Time) (bool, error)
 	BackfillActivity(ctx context.Context, node model.NodeID, now time.Time) (int, error)
@@ -80,10 +90,20 @@ type Config struct {
 	// suspend or pause it; nil: it can.
 	CanSuspend func(model.Sandbox) bool
 	CanPause   func(model.Sandbox) bool
-	Interval   time.Duration    // between passes; 0: DefaultInterval
-	Batch      int              // sandboxes read per query per pass; 0: DefaultBatch
-	Now        func() time.Time // nil: time.Now
-	Logger     *slog.Logger     // nil: slog.Default()
+	// Watch, if set, returns a channel that receives a value after a
+	// store change that may set or move a deadline of the node's (or an
+	// unplaced) sandbox (store.Store.WatchNode): Run then reads the next
+	// deadline again. Without it a new deadline is seen by the next
+	// Interval's pass only.
+	Watch    func(ctx context.Context) <-chan struct{}
+	Interval time.Duration    // between idle passes (and the safety poll); 0: DefaultInterval
+	Batch    int              // sandboxes read per query per pass; 0: DefaultBatch
+	Now      func() time.Time // nil: time.Now
+	// Timer, if set, replaces time.NewTimer in Run (a test's fake clock):
+	// it returns a channel that receives once d has passed on the clock Now
+	// reads, and a func that stops it.
+	Timer  func(d time.Duration) (<-chan time.Time, func())
+	Logger *slog.Logger // nil: slog.Default()
 }
 
 // Reaper acts on deadlines and idle limits; see the package comment.
@@ -118,6 +138,12 @@ func New(cfg Config) (*Reaper, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Timer == nil {
+		cfg.Timer = func(d time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTimer(d)
+			return t.C, func() { t.Stop() }
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -131,19 +157,63 @@ func New(cfg Config) (*Reaper, error) {
 	return &Reaper{cfg: cfg, log: cfg.Logger, cannot: map[model.SandboxID]bool{}}, nil
 }
 
-// Run makes a pass every Interval until ctx ends.
+// Run acts on deadlines as they come and on idle limits every Interval,
+// until ctx ends: after each pass it sleeps until the earliest of the next
+// pending deadline, the next idle pass and a store change (Config.Watch).
+// A store that fails is asked again after Interval.
 func (r *Reaper) Run(ctx context.Context) {
-	tick := time.NewTicker(r.cfg.Interval)
-	defer tick.Stop()
+	var changes <-chan struct{}
+	if r.cfg.Watch != nil {
+		changes = r.cfg.Watch(ctx)
+	}
+	idleDue := r.cfg.Now() // the first pass checks idle limits too
 	for {
-		if _, err := r.Pass(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("reaper pass", "err", err)
+		now := r.cfg.Now()
+		var (
+			more bool
+			err  error
+		)
+		if now.Before(idleDue) {
+			_, more, err = r.deadlines(ctx, now)
+		} else {
+			_, more, err = r.pass(ctx, now)
+			idleDue = now.Add(r.cfg.Interval)
 		}
+		wait := idleDue.Sub(r.cfg.Now())
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				r.log.Warn("reaper pass", "err", err)
+			}
+		case more:
+			wait = 0 // a whole batch acted on: more may have passed
+		default:
+			// The next deadline after the pass's now: one that came
+			// during the pass is due at once.
+			next, ok, err := r.cfg.Store.NextDeadline(ctx, store.ReapQuery{Node: r.cfg.Node, Now: now})
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("reaper: next deadline", "err", err)
+				}
+			} else if ok {
+				wait = min(wait, next.Sub(r.cfg.Now()))
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if wait <= 0 {
+			continue
+		}
+		fire, stop := r.cfg.Timer(wait)
 		select {
 		case <-ctx.Done():
+			stop()
 			return
-		case <-tick.C:
+		case <-changes:
+		case <-fire:
 		}
+		stop()
 	}
 }
 
@@ -157,14 +227,47 @@ type Result struct {
 
 // Pass makes one pass over passed deadlines and idle sandboxes.
 func (r *Reaper) Pass(ctx context.Context) (Result, error) {
-	var res Result
-	now := r.cfg.Now()
+	res, _, err := r.pass(ctx, r.cfg.Now())
+	return res, err
+}
+
+// pass is Pass at now; more: see deadlines.
+func (r *Reaper) pass(ctx context.Context, now time.Time) (res Result, more bool, err error) {
+	res, more, err = r.deadlines(ctx, now)
+	if err != nil {
+		return res, more, err
+	}
+	q := store.ReapQuery{Node: r.cfg.Node, Now: now, Limit: r.cfg.Batch}
+	idle, err := r.cfg.Store.ListIdle(ctx, q)
+	if err != nil {
+		return res, more, err
+	}
+	seen := make(map[model.SandboxID]bool, len(idle))
+	for _, sb := range idle {
+		seen[sb.ID] = true
+		if err := r.idle(ctx, sb, now, &res); err != nil {
+			return res, more, err
+		}
+	}
+	for id := range r.cannot {
+		if !seen[id] {
+			delete(r.cannot, id) // no longer idle: log again next time
+		}
+	}
+	return res, more, nil
+}
+
+// deadlines acts on the deadlines passed at now (one batch). more reports
+// a whole batch of which some were acted on: more deadlines may have
+// passed. (A batch of sandboxes that are all waited for, being created,
+// is not more: the change that ends their wait wakes Run.)
+func (r *Reaper) deadlines(ctx context.Context, now time.Time) (res Result, more bool, err error) {
 	if !r.backfilled {
 		// Activity was not recorded before this version: such sandboxes
 		// count as active now rather than idle since their last change.
 		n, err := r.cfg.Store.BackfillActivity(ctx, r.cfg.Node, now)
 		if err != nil {
-			return res, err
+			return res, false, err
 		}
 		if n > 0 {
 			r.log.Info("sandboxes without recorded activity count as active from now", "sandboxes", n)
@@ -174,30 +277,14 @@ func (r *Reaper) Pass(ctx context.Context) (Result, error) {
 	q := store.ReapQuery{Node: r.cfg.Node, Now: now, Limit: r.cfg.Batch}
 	due, err := r.cfg.Store.ListDeadlinePassed(ctx, q)
 	if err != nil {
-		return res, err
+		return res, false, err
 	}
 	for _, sb := range due {
 		if err := r.deadline(ctx, sb, now, &res); err != nil {
-			return res, err
+			return res, false, err
 		}
 	}
-	idle, err := r.cfg.Store.ListIdle(ctx, q)
-	if err != nil {
-		return res, err
-	}
-	seen := make(map[model.SandboxID]bool, len(idle))
-	for _, sb := range idle {
-		seen[sb.ID] = true
-		if err := r.idle(ctx, sb, now, &res); err != nil {
-			return res, err
-		}
-	}
-	for id := range r.cannot {
-		if !seen[id] {
-			delete(r.cannot, id) // no longer idle: log again next time
-		}
-	}
-	return res, nil
+	return res, len(due) == r.cfg.Batch && res != Result{}, nil
 }
 
 // deadline acts on one sandbox whose deadline passed.

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
@@ -296,4 +297,29 @@ type LayerReader interface {
 	// exist with its filesystem mounted (running or paused). Its content
 	// is stable only while no process of the sandbox runs (paused).
 	WritableLayer(id model.SandboxID) (Layer, error)
+}
+
+// Usage is a runtime's reading of one sandbox's resource use, from the
+// host's side.
+type Usage struct {
+	CPU time.Duration // CPU time its processes (or its VMM) used so far
+	// MemUsed and MemCache: memory charged to it without, and its page
+	// cache. Valid unless Guest.
+	MemUsed, MemCache int64
+	// DiskUsed and DiskTotal: its writable filesystem (the disk image the
+	// host mounts). Valid unless Guest; both 0 for a sandbox without a
+	// disk of its own.
+	DiskUsed, DiskTotal int64
+	// Guest: the host cannot see the guest's memory and disk use (a VM's
+	// memory is the guest's to manage, its disk the guest's filesystem);
+	// the caller asks the guest agent for them.
+	Guest bool
+}
+
+// UsageReader is implemented by a runtime that can read a sandbox's
+// resource use (asked by type: internal/usage samples it).
+type UsageReader interface {
+	// Usage reads the resource use of a running or paused sandbox;
+	// ErrNotFound if it has none (not created, suspended, deleted).
+	Usage(ctx context.Context, id model.SandboxID) (Usage, error)
 }

@@ -62,6 +62,13 @@ type LifecycleRequest struct {
 	Sandbox model.SandboxID
 	Kind    model.OperationKind
 	Now     time.Time
+	// KeepMemory, for a suspend, is what the caller needs it to keep
+	// (nil: whatever the runtime's suspend keeps): true, memory and
+	// processes; false, only the filesystem, processes not kept. A runtime
+	// whose suspend keeps something else refuses it (NotSupported): a
+	// runsc or qemu suspend always keeps memory, a runc or crun suspend
+	// never does.
+	KeepMemory *bool
 	// Idempotency, if set, builds the idempotency record stored with the
 	// operation from what the request changes.
 	Idempotency func(Changed) (*store.IdempotencyRecord, error)
@@ -90,6 +97,9 @@ func (s *Service) Lifecycle(ctx context.Context, req LifecycleRequest) (Changed,
 		return Changed{}, err
 	}
 	if err := s.checkSupported(sb, req.Kind); err != nil {
+		return Changed{}, err
+	}
+	if err := s.checkKeepMemory(sb, req); err != nil {
 		return Changed{}, err
 	}
 	op := model.Operation{
@@ -218,6 +228,38 @@ func (s *Service) checkSupported(sb model.Sandbox, kind model.OperationKind) err
 		}
 	}
 	return nil
+}
+
+// checkKeepMemory refuses, with NotSupported, a suspend whose KeepMemory
+// the sandbox's runtime cannot honour (see LifecycleRequest.KeepMemory),
+// and a KeepMemory on any other kind (model.ErrInvalid).
+func (s *Service) checkKeepMemory(sb model.Sandbox, req LifecycleRequest) error {
+	if req.KeepMemory == nil {
+		return nil
+	}
+	if req.Kind != model.OpSuspend {
+		return fmt.Errorf("%w: keep_memory applies to a suspend, not a %s", model.ErrInvalid, req.Kind)
+	}
+	want := model.SnapshotFilesystem
+	if *req.KeepMemory {
+		want = model.SnapshotMemory
+	}
+	var kind model.SnapshotKind
+	if s.cfg.LifecycleSupport != nil {
+		if sup, ok := s.cfg.LifecycleSupport(sb); ok {
+			kind = sup.Snapshot
+		}
+	}
+	switch {
+	case kind == want:
+		return nil
+	case kind == "":
+		return errorf(NotSupported, "sandbox %s runs on %s, whose suspend keeps neither memory nor the filesystem that this server knows of: keep_memory %v cannot be honoured", sb.ID, runtimeName(sb), *req.KeepMemory)
+	case want == model.SnapshotFilesystem:
+		return errorf(NotSupported, "sandbox %s runs on %s, whose suspend keeps memory and processes (a memory snapshot): a filesystem-only suspend (keep_memory false) is not supported there; suspend it with its memory, or delete it", sb.ID, runtimeName(sb))
+	default:
+		return errorf(NotSupported, "sandbox %s runs on %s, whose suspend keeps only the filesystem (its processes end): a suspend that keeps memory (keep_memory true) is not supported there", sb.ID, runtimeName(sb))
+	}
 }
 
 func runtimeName(sb model.Sandbox) string {

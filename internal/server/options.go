@@ -196,8 +196,9 @@ type Options struct {
 	// AuditRetention (--audit-retention): audit entries older than this
 	// are purged (internal/reaper); 0: reaper.DefaultAuditRetention.
 	AuditRetention time.Duration
-	// ReapInterval (--reap-interval): how often the reaper looks for passed
-	// deadlines and idle sandboxes; 0: reaper.DefaultInterval.
+	// ReapInterval (--reap-interval): how often the reaper looks for idle
+	// sandboxes (deadlines fire on a timer; this is their safety poll); 0:
+	// reaper.DefaultInterval.
 	ReapInterval time.Duration
 	// Several nodes on one PostgreSQL (cluster.go).
 	//

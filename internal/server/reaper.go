@@ -48,6 +48,7 @@ func newTimeouts(opts Options, st store.Store, node model.NodeID, environments [
 		Activity:   tracker,
 		CanSuspend: func(sb model.Sandbox) bool { s, _ := sup(sb); return s.Snapshot != "" },
 		CanPause:   func(sb model.Sandbox) bool { s, _ := sup(sb); return s.Pause },
+		Watch:      func(ctx context.Context) <-chan struct{} { return st.WatchNode(ctx, node) },
 		Interval:   opts.ReapInterval,
 		Logger:     log.With("component", "reaper"),
 	})

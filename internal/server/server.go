@@ -34,6 +34,7 @@ import (
 	"github.com/airlockdev/airlock/internal/store/sqlstore"
 	"github.com/airlockdev/airlock/internal/template"
 	"github.com/airlockdev/airlock/internal/template/gc"
+	"github.com/airlockdev/airlock/internal/usage"
 )
 
 // closeGrace is how long, after the streams were told to reconnect, the
@@ -185,8 +186,13 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	var ctrl *controller.Controller
 	var pools *pool.Controller
+	var sampler *usage.Sampler
 	if h != nil {
 		if ctrl, err = h.controller(st, member, log); err != nil {
+			ln.Close()
+			return err
+		}
+		if sampler, err = usage.New(usage.Config{Store: st, Reader: h.workers, Node: nodeID, Logger: log.With("component", "usage")}); err != nil {
 			ln.Close()
 			return err
 		}
@@ -352,6 +358,7 @@ func Run(ctx context.Context, opts Options) error {
 	comps := []component{member.component()}
 	if h != nil {
 		comps = append(comps, h.components(ctrl, log)...)
+		comps = append(comps, loop("usage sampler", sampler.Run)) // sandboxes' CPU, memory and disk every 5 s (getMetrics)
 	}
 	comps = append(comps, poolComponents(pools)...)
 	comps = append(comps, volumeComponents(h.volumeStorage(), st, nodeID, log.With("component", "volumes"))...)

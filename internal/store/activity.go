@@ -68,6 +68,11 @@ type Activity interface {
 	// node, in any state, whose deadline is set and not after q.Now,
 	// earliest deadline first (an indexed read).
 	ListDeadlinePassed(ctx context.Context, q ReapQuery) ([]model.Sandbox, error)
+	// NextDeadline returns the earliest deadline strictly after q.Now of a
+	// sandbox on q.Node or on no node (ok false: none), so that the reaper
+	// sleeps until it rather than polling; q.Limit is not used. A deadline
+	// at or before q.Now is ListDeadlinePassed's.
+	NextDeadline(ctx context.Context, q ReapQuery) (deadline time.Time, ok bool, err error)
 	// ListIdle returns up to q.Limit sandboxes on q.Node that are running or
 	// paused, have an idle limit, no unfinished operation, and neither
 	// activity nor a state change within their idle limit before q.Now,

@@ -313,6 +313,8 @@ type Store interface {
 
 	// Activity, deadlines and the purge of finished rows (activity.go).
 	Activity
+	// Sandboxes' resource use over time (metrics.go).
+	Metrics
 
 	// Warm pools and their claims (pools.go).
 	Pools

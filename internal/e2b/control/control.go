@@ -33,10 +33,17 @@
 //     gateway, or, when false, only with the trafficAccessToken (which is
 //     the envdAccessToken, the sandbox's access token).
 //   - Accepted and ignored: secure (an access token is always issued),
-//     autoResume (sandbox traffic always wakes a suspended sandbox),
-//     autoPauseMemory and pause/connect "memory" (Airlock's suspend decides
-//     what it keeps: memory where the runtime can checkpoint, the
-//     filesystem otherwise).
+//     autoResume (sandbox traffic always wakes a suspended sandbox), and
+//     pause "memory": true (the SDK's default: the suspend keeps what the
+//     runtime can, memory where it checkpoints, the filesystem otherwise).
+//   - pause "memory": false is a native suspend with keep_memory false
+//     (honoured on runc and crun, whose suspend keeps only the
+//     filesystem; refused with 501 on runsc and qemu, whose suspend keeps
+//     memory), and autoPauseMemory false with autoPause is refused with 501
+//     at create unless the default environment's suspend keeps only the
+//     filesystem.
+//   - Metrics (GET /sandboxes/{id}/metrics, /sandboxes/metrics) are the
+//     native samples (GET /v1/sandboxes/{id}/metrics), every 5 s.
 //   - Volumes are native volumes (vol_… IDs; E2B's create names no size:
 //     defaultVolumeMiB); volumeMounts [{name, path}] are the native
 //     volume_mounts. The volume content API (/volumecontent) is refused
@@ -52,7 +59,7 @@
 //     header rules (sealed in its egress policy; "${e2b.secrets.NAME}"
 //     resolved by the proxy from the project's secrets); the secrets API
 //     (secrets.go) is Airlock's secrets without hosts.
-//   - Refused with 501: metrics, egressProxy, httpsPorts, iam, mcp,
+//   - Refused with 501: egressProxy, httpsPorts, iam, mcp,
 //     the volume content API, and every other E2B family (snapshots,
 //     fork).
 package control
@@ -140,6 +147,7 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /sandboxes/{id}/refreshes", h.refresh},
 		{"POST /sandboxes/{id}/pause", h.pause},
 		{"GET /sandboxes/{id}/metrics", h.metrics},
+		{"GET /sandboxes/metrics", h.listMetrics},
 		{"POST /volumes", h.createVolume},
 		{"GET /volumes", h.listVolumes},
 		{"GET /volumes/{id}", h.getVolume},

@@ -36,6 +36,10 @@ func notImplemented(format string, args ...any) error {
 // createSpec is a parsed E2B create request.
 type createSpec struct {
 	e2bTemplate string // as the caller named it
+	// fsOnlyPause: lifecycle onTimeout pause with keepMemory false
+	// (autoPauseMemory false): the deadline's suspend must keep only the
+	// filesystem.
+	fsOnlyPause bool
 	native      apiv1.CreateSandboxRequest
 }
 
@@ -145,6 +149,7 @@ func parseCreate(in createIn) (createSpec, error) {
 	// traffic woke after a pause cleared its deadline.
 	return createSpec{
 		e2bTemplate: tpl,
+		fsOnlyPause: on == model.OnTimeoutSuspend && in.AutoPauseMemory != nil && !*in.AutoPauseMemory,
 		native: apiv1.CreateSandboxRequest{
 			Template:    nativeTemplate(tpl),
 			Env:         in.EnvVars,

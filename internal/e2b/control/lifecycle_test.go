@@ -2,6 +2,7 @@ package control
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -24,6 +25,13 @@ type fakeNative struct {
 	busy    int // lifecycle calls answered sandbox_busy before one succeeds
 	calls   []string
 	timeout *apiv1.SetTimeoutRequest
+	// metrics are the native samples; metricsQuery the last query of them.
+	metrics      []apiv1.SandboxMetric
+	metricsQuery string
+	// suspendBody is the body of the last native suspend; snapshot what
+	// the default environment's suspend keeps (GET /v1/environments).
+	suspendBody string
+	snapshot    string
 }
 
 func (f *fakeNative) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -40,6 +48,12 @@ func (f *fakeNative) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.script = f.script[1:]
 		}
 		_ = json.NewEncoder(w).Encode(sb)
+	case r.Method == "GET" && r.URL.Path == "/v1/environments":
+		_ = json.NewEncoder(w).Encode(apiv1.EnvironmentList{Environments: []apiv1.Environment{
+			{Name: "crun", Snapshot: "filesystem"}, {Name: "runsc", Default: true, Snapshot: f.snapshot}}})
+	case r.Method == "GET" && r.URL.Path == base+"/metrics":
+		f.metricsQuery = r.URL.RawQuery
+		_ = json.NewEncoder(w).Encode(apiv1.SandboxMetricList{Metrics: append([]apiv1.SandboxMetric{}, f.metrics...)})
 	case r.Method == "GET" && strings.HasPrefix(r.URL.Path, "/v1/operations/"):
 		_ = json.NewEncoder(w).Encode(apiv1.Operation{ID: strings.TrimPrefix(r.URL.Path, "/v1/operations/"), State: "succeeded"})
 	case r.Method == "POST" && r.URL.Path == base+"/timeout":
@@ -54,6 +68,10 @@ func (f *fakeNative) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			kind = "delete"
 		}
 		f.calls = append(f.calls, kind)
+		if kind == "suspend" {
+			body, _ := io.ReadAll(r.Body)
+			f.suspendBody = string(body)
+		}
 		if f.busy > 0 {
 			f.busy--
 			w.WriteHeader(http.StatusConflict)
@@ -113,7 +131,7 @@ func TestLifecycle(t *testing.T) {
 		{"kill deleting", "DELETE", "", ``, S(model.StateDeleting), 0, 404, nil, "", 0},
 		{"get failed", "GET", "", ``, S(model.StateFailed), 0, 404, nil, "", 0},
 		{"get suspended", "GET", "", ``, S(model.StateSuspended), 0, 200, nil, "", 0},
-		{"metrics", "GET", "/metrics", ``, S(model.StateRunning), 0, 501, nil, "", 0},
+		{"metrics failed", "GET", "/metrics", ``, S(model.StateFailed), 0, 404, nil, "", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -89,6 +89,11 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if err != nil {
 		return err
 	}
+	if spec.fsOnlyPause {
+		if err := checkFilesystemSuspend(ctx, c); err != nil {
+			return err
+		}
+	}
 	res, err := c.CreateSandbox(ctx, spec.native)
 	if err != nil {
 		return fmt.Errorf("create sandbox: %w", err)
@@ -369,7 +374,15 @@ func (h *Handler) pause(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			return fmt.Errorf("clear the deadline of sandbox %s: %w", id, err)
 		}
 	}
-	res, err := c.SuspendSandbox(ctx, id)
+	// memory false: a filesystem-only suspend, which the native API
+	// refuses (501) on a runtime whose suspend keeps memory; memory true
+	// (the SDK's default) takes what the runtime's suspend keeps.
+	var res apiv1.SandboxWithOperation
+	if in.Memory != nil && !*in.Memory {
+		res, err = c.SuspendSandboxKeeping(ctx, id, false)
+	} else {
+		res, err = c.SuspendSandbox(ctx, id)
+	}
 	if err != nil && sb.TimeoutAt != nil {
 		if left := int64(time.Until(*sb.TimeoutAt).Seconds()); left > 0 {
 			if _, rerr := c.SetSandboxTimeout(ctx, id, apiv1.SetTimeoutRequest{Timeout: left, OnTimeout: sb.OnTimeout}); rerr != nil {
@@ -388,19 +401,6 @@ func (h *Handler) pause(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
-}
-
-// metrics answers GET /sandboxes/{id}/metrics: Airlock's API has no
-// per-sandbox resource metrics to translate.
-func (h *Handler) metrics(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
-	id, err := parseID(r)
-	if err != nil {
-		return err
-	}
-	if _, _, err := lookup(ctx, c, id); err != nil {
-		return err
-	}
-	return notImplemented("sandbox metrics are not supported by Airlock's E2B API: Airlock's API reports no per-sandbox CPU, memory or disk usage")
 }
 
 // list answers GET /v2/sandboxes.

@@ -311,7 +311,7 @@ func (r *Runtime) makeCgroup(name string, m machine) (cgroupJoin, error) {
 	mem := HostMemoryBytes(m.MemoryMiB<<20, m.Accel)
 	quota := int64(m.CPUs) * cpuPeriodMicros
 	var join cgroupJoin
-	for _, c := range []string{"memory", "cpu", "pids"} {
+	for _, c := range r.vmControllers(cg) {
 		dir, err := r.cg.ControllerDir(c, cg)
 		if err != nil {
 			return cgroupJoin{}, fmt.Errorf("qemu: cgroup of %s: %w", name, err)
@@ -356,6 +356,21 @@ func (r *Runtime) makeCgroup(name string, m machine) (cgroupJoin, error) {
 		}
 	}
 	return join, nil
+}
+
+// vmControllers are the controllers a VM's cgroup is made in: memory, cpu
+// and pids (its limits) and, where cgroup v1 mounts cpuacct in a hierarchy
+// of its own (not with cpu), cpuacct, which has no limit but counts the
+// VM's CPU time (its metrics, Usage).
+func (r *Runtime) vmControllers(cg cgroups.Path) []string {
+	out := []string{"memory", "cpu", "pids"}
+	if r.cg.IsV1("cpuacct") {
+		acct, err := r.cg.ControllerDir("cpuacct", cg)
+		if cpu, cerr := r.cg.ControllerDir("cpu", cg); err == nil && cerr == nil && acct != cpu {
+			out = append(out, "cpuacct")
+		}
+	}
+	return out
 }
 
 // enableV2 enables controller for the children of the v2 cgroup dir (and

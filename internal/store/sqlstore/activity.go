@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"time"
@@ -153,6 +154,26 @@ func (s *Store) ListDeadlinePassed(ctx context.Context, q store.ReapQuery) ([]mo
 	return list, nil
 }
 
+// NextDeadline implements store.Store: one read of the partial index on
+// deadline (its minimum above now among the node's and the unplaced
+// sandboxes').
+func (s *Store) NextDeadline(ctx context.Context, q store.ReapQuery) (time.Time, bool, error) {
+	if q.Node == "" {
+		return time.Time{}, false, fmt.Errorf("next deadline: %w: empty node ID", model.ErrInvalid)
+	}
+	var next sql.NullInt64
+	err := s.queryRow(ctx, `SELECT MIN(s.deadline) FROM sandboxes s
+		WHERE s.deadline <> 0 AND s.deadline > ? AND (s.node_id || '') IN (?, '')`,
+		micro(q.Now), string(q.Node)).Scan(&next)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next deadline: %w", err)
+	}
+	if !next.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromMicro(next.Int64), true, nil
+}
+
 // ListIdle implements store.Store. It reads the node's running and paused
 // sandboxes through the (node_id, state) index; a sandbox's idle time counts
 // from its last activity or its last change (a wake, a resume), whichever is
@@ -203,7 +224,7 @@ func (s *Store) PurgeFinished(ctx context.Context, p store.Purge) (store.PurgeCo
 			for i, id := range chunk {
 				args[i] = id
 			}
-			for _, table := range []string{"sandbox_metadata", "sandbox_egress_profiles", "sandbox_volumes", "command_sessions", "operations"} {
+			for _, table := range []string{"sandbox_metadata", "sandbox_egress_profiles", "sandbox_volumes", "command_sessions", "operations", "sandbox_metrics"} {
 				res, err := t.exec(ctx, `DELETE FROM `+table+` WHERE sandbox_id IN `+in, args...)
 				if err != nil {
 					return fmt.Errorf("purge %s of deleted sandboxes: %w", table, err)

@@ -50,6 +50,12 @@ func (t tx) setSandboxState(ctx context.Context, id model.SandboxID, from, to mo
 	if n != 1 {
 		return store.ErrStateChanged
 	}
+	if to == model.StateDeleted {
+		// Its resource samples go with it (store.Metrics).
+		if _, err := t.exec(ctx, `DELETE FROM sandbox_metrics WHERE sandbox_id = ?`, string(id)); err != nil {
+			return fmt.Errorf("remove the metrics of a deleted sandbox: %w", err)
+		}
+	}
 	return nil
 }
 

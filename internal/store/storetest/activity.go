@@ -202,7 +202,7 @@ func testListDeadlinePassed(e *env) {
 	future := e.sandboxWith(p.ID, tpl.Digest, onNode("", with(base.Add(time.Hour))))
 	elsewhere := e.sandboxWith(p.ID, tpl.Digest, onNode(other, with(base.Add(61*time.Second))))
 	mine := e.sandboxWith(p.ID, tpl.Digest, onNode(node, with(base.Add(90*time.Second))))
-	_, _ = none, future
+	_ = none
 
 	now := base.Add(2 * time.Minute)
 	got, err := e.s.ListDeadlinePassed(e.ctx, store.ReapQuery{Node: node, Now: now, Limit: 10})
@@ -217,6 +217,29 @@ func testListDeadlinePassed(e *env) {
 	_, err = e.s.ListDeadlinePassed(e.ctx, store.ReapQuery{Node: node, Now: now, Limit: 0})
 	mustIs(t, err, model.ErrInvalid)
 	_, err = e.s.ListDeadlinePassed(e.ctx, store.ReapQuery{Now: now, Limit: 10})
+	mustIs(t, err, model.ErrInvalid)
+
+	// NextDeadline: the earliest deadline strictly after now, of the
+	// node's and the unplaced sandboxes.
+	for _, tc := range []struct {
+		name string
+		node model.NodeID
+		now  time.Time
+		want time.Time // zero: none
+	}{
+		{"before every deadline", node, base, early.Timeouts.Deadline},
+		{"at a deadline: the next one", node, early.Timeouts.Deadline, mine.Timeouts.Deadline},
+		{"other node", other, early.Timeouts.Deadline, elsewhere.Timeouts.Deadline},
+		{"after the node's: an unplaced one", node, base.Add(2 * time.Minute), future.Timeouts.Deadline},
+		{"after every deadline", node, base.Add(2 * time.Hour), time.Time{}},
+	} {
+		got, ok, err := e.s.NextDeadline(e.ctx, store.ReapQuery{Node: tc.node, Now: tc.now})
+		must(t, err)
+		if ok != !tc.want.IsZero() || !got.Equal(tc.want) {
+			t.Errorf("NextDeadline, %s: %v %v; want %v", tc.name, got, ok, tc.want)
+		}
+	}
+	_, _, err = e.s.NextDeadline(e.ctx, store.ReapQuery{Now: now})
 	mustIs(t, err, model.ErrInvalid)
 }
 

@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		countTests(),
 		auditTests(),
 		traceTests(),
+		metricsTests(),
 		opListTests(),
 		volumeTests(),
 		snapshotTests(),
