@@ -36,9 +36,10 @@
 //     autoResume (sandbox traffic always wakes a suspended sandbox),
 //     autoPauseMemory and pause/connect "memory" (Airlock's suspend decides
 //     what it keeps: memory where the runtime can checkpoint, the
-//     filesystem otherwise).
+//     filesystem otherwise), mcp (an object: the SDK starts the template's
+//     mcp-gateway itself once the sandbox runs; the server keeps nothing).
 //   - Refused with 501: metrics, network rules/proxy/ingress settings, iam,
-//     mcp, volume mounts, and every other E2B family (templates, snapshots,
+//     volume mounts, and every other E2B family (templates, snapshots,
 //     fork, network updates, volumes, secrets).
 package control
 
