@@ -29,8 +29,10 @@
 # directory it names at the end). Everything it starts is removed when it
 # ends (server, sandboxes, namespaces, temporary checkout).
 #
-# Time: about 15 minutes per mode on a 2-core machine once the templates and
-# npm packages are cached (the first run builds the Debian template: add ~10).
+# Time: about 20 minutes for both modes on a busy 2-core machine once the
+# templates and npm packages are cached (a run without a backend ~3 min,
+# server and templates ~3.5, URL mode ~4.5, domain mode ~6.5); the first run
+# on a machine adds the Debian bootstrap (2-10 minutes).
 set -euo pipefail
 caller=$(pwd)
 cd "$(dirname "$0")/.."
@@ -88,11 +90,13 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM # the EXIT trap cleans up then too
 
 # 1. The checkout: given, or a throwaway one outside this repository.
 if [ -z "$checkout" ]; then
   if [ "$(git -C "$E2B_GIT" rev-parse --is-bare-repository 2>/dev/null)" = true ]; then
     worktree_of=$E2B_GIT
+    git -C "$E2B_GIT" worktree prune # checkouts of runs that were killed
     git -C "$E2B_GIT" worktree add --quiet --detach "$tmp/E2B" "$E2B_COMMIT" >/dev/null
   else
     git clone --quiet --no-checkout "$E2B_GIT" "$tmp/E2B"
