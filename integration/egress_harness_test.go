@@ -93,15 +93,20 @@ func egressZone() *fakenet.Zone {
 }
 
 // newFakenet builds the fake internet, torn down when the test ends (after
-// the servers started later, whose cleanups run first).
-func newFakenet(t *testing.T) *fakenet.Net {
+// the servers started later, whose cleanups run first); opts may add to its
+// configuration (more records, more served addresses).
+func newFakenet(t *testing.T, opts ...func(*fakenet.Config)) *fakenet.Net {
 	t.Helper()
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, "nsenter")
-	n, err := fakenet.New(fakenet.Config{
+	cfg := fakenet.Config{
 		Zone:      egressZone(),
 		RogueZone: fakenet.NewZone(map[string]fakenet.Record{allowedName: {Addrs: []netip.Addr{blockedAddr}}}),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	n, err := fakenet.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

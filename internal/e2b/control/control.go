@@ -33,9 +33,11 @@
 //     gateway, or, when false, only with the trafficAccessToken (which is
 //     the envdAccessToken, the sandbox's access token).
 //   - Accepted and ignored: secure (an access token is always issued),
-//     autoResume (sandbox traffic always wakes a suspended sandbox), and
+//     autoResume (sandbox traffic always wakes a suspended sandbox),
 //     pause "memory": true (the SDK's default: the suspend keeps what the
-//     runtime can, memory where it checkpoints, the filesystem otherwise).
+//     runtime can, memory where it checkpoints, the filesystem otherwise),
+//     mcp (an object: the SDK starts the template's mcp-gateway itself
+//     once the sandbox runs; the server keeps nothing).
 //   - pause "memory": false is a native suspend with keep_memory false
 //     (honoured on runc and crun, whose suspend keeps only the
 //     filesystem; refused with 501 on runsc and qemu, whose suspend keeps
@@ -59,7 +61,7 @@
 //     header rules (sealed in its egress policy; "${e2b.secrets.NAME}"
 //     resolved by the proxy from the project's secrets); the secrets API
 //     (secrets.go) is Airlock's secrets without hosts.
-//   - Refused with 501: egressProxy, httpsPorts, iam, mcp,
+//   - Refused with 501: egressProxy, httpsPorts, iam,
 //     the volume content API, and every other E2B family (snapshots,
 //     fork).
 package control

@@ -103,7 +103,7 @@ func TestErrors(t *testing.T) {
 		{"bad json", "POST", "/v2/sandboxes", "k", "{", 400, "not valid JSON", 1},
 		{"too large", "POST", "/v2/sandboxes", "k", `{"templateID":"` + strings.Repeat("a", maxBody) + `"}`, 413, "larger than", 1},
 		{"bad list query", "GET", "/v2/sandboxes?limit=0", "k", "", 400, "limit", 1},
-		{"unsupported create", "POST", "/sandboxes", "k", `{"templateID":"base","mcp":{}}`, 501, "mcp", 1},
+		{"unsupported create", "POST", "/sandboxes", "k", `{"templateID":"base","iam":{}}`, 501, "iam", 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -106,8 +106,11 @@ func parseCreate(in createIn) (createSpec, error) {
 	switch {
 	case present(in.IAM):
 		return createSpec{}, notImplemented("iam tokens are not supported by Airlock's E2B API")
-	case present(in.MCP):
-		return createSpec{}, notImplemented("mcp is not supported by Airlock's E2B API")
+	case present(in.MCP) && !isObject(in.MCP):
+		// The SDK itself starts the gateway in the new sandbox (the
+		// template's mcp-gateway, run as root with the config); the
+		// server only takes the config, as E2B's does.
+		return createSpec{}, badRequest("mcp must be an object (MCP server name → configuration)")
 	}
 	volumes, err := parseVolumeMounts(in.VolumeMounts)
 	if err != nil {

@@ -130,7 +130,16 @@ func TestParseCreate(t *testing.T) {
 		{"volume path traversal", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/data/../dev"}]}`, http.StatusBadRequest, nil},
 		{"volume bad name", `{"templateID":"base","volumeMounts":[{"name":"../v","path":"/data"}]}`, http.StatusBadRequest, nil},
 		{"volume mounts not a list", `{"templateID":"base","volumeMounts":{"name":"v"}}`, http.StatusBadRequest, nil},
-		{"mcp", `{"templateID":"base","mcp":{"x":{}}}`, http.StatusNotImplemented, nil},
+		{"mcp", `{"templateID":"base","mcp":{"x":{}}}`, 0, func(t *testing.T, s createSpec) {
+			// The SDK starts the gateway in the sandbox; nothing of it
+			// reaches the native create.
+			if s.e2bTemplate != "base" || len(s.native.Metadata) != 1 || s.native.Env != nil {
+				t.Fatalf("%+v", s.native)
+			}
+		}},
+		{"mcp null", `{"templateID":"base","mcp":null}`, 0, func(*testing.T, createSpec) {}},
+		{"mcp not an object", `{"templateID":"base","mcp":["x"]}`, http.StatusBadRequest, nil},
+		{"mcp a string", `{"templateID":"base","mcp":"x"}`, http.StatusBadRequest, nil},
 		{"iam", `{"templateID":"base","iam":{"tokens":{}}}`, http.StatusNotImplemented, nil},
 		{"no template", `{}`, http.StatusBadRequest, nil},
 		{"negative timeout", `{"templateID":"base","timeout":-1}`, http.StatusBadRequest, nil},

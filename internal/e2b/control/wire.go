@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 
@@ -217,4 +218,9 @@ type pauseIn struct {
 // present reports whether a raw optional field carries a value.
 func present(raw json.RawMessage) bool {
 	return len(raw) > 0 && string(raw) != "null"
+}
+
+// isObject reports whether raw (valid JSON) is an object.
+func isObject(raw json.RawMessage) bool {
+	return bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{"))
 }

@@ -88,11 +88,16 @@ type Config struct {
 	RogueZone *Zone
 	// Logger receives server errors; nil discards them.
 	Logger *slog.Logger
+	// ExtraAddrs are served like WebAddrs too (HTTP, HTTPS, echo): public
+	// addresses a client under test names literally (for example E2B's SDK
+	// tests curl https://1.1.1.1), which then reach I, never the internet.
+	ExtraAddrs []netip.Addr
 }
 
 // Net is a running fake internet. Close tears it down.
 type Net struct {
 	inet, host *os.File
+	extra      []netip.Addr
 	ca         *testCA
 	zone       *Zone
 	rogue      *Zone
@@ -112,7 +117,7 @@ type Net struct {
 // New builds the namespaces, links and servers. It needs CAP_NET_ADMIN and
 // CAP_SYS_ADMIN.
 func New(cfg Config) (_ *Net, err error) {
-	n := &Net{zone: cfg.Zone, rogue: cfg.RogueZone, log: cfg.Logger}
+	n := &Net{zone: cfg.Zone, rogue: cfg.RogueZone, log: cfg.Logger, extra: cfg.ExtraAddrs}
 	if n.zone == nil {
 		n.zone = NewZone(nil)
 	}
@@ -208,6 +213,7 @@ func (n *Net) wire() error {
 	}
 	served := append([]netip.Addr{DNSAddr, RogueDNSAddr}, WebAddrs...)
 	served = append(served, BaitAddrs...)
+	served = append(served, n.extra...)
 	for _, a := range served {
 		if err := ih.AddrAdd(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(a, a.BitLen()))}); err != nil {
 			return fmt.Errorf("address %s on the internet's loopback: %w", a, err)

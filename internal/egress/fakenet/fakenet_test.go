@@ -28,6 +28,7 @@ var (
 	allowedAddr = netip.MustParseAddr("192.0.2.10")
 	otherAddr   = netip.MustParseAddr("203.0.113.7")
 	v6Addr      = netip.MustParseAddr("2001:db8::10")
+	extraAddr   = netip.MustParseAddr("1.1.1.1") // Config.ExtraAddrs
 )
 
 func newTestNet(t *testing.T) *Net {
@@ -40,7 +41,7 @@ func newTestNet(t *testing.T) *Net {
 		"metadata.example": {Addrs: []netip.Addr{netip.MustParseAddr("169.254.169.254")}},
 	})
 	rogue := NewZone(map[string]Record{"allowed.example": {Addrs: []netip.Addr{otherAddr}}})
-	n, err := New(Config{Zone: zone, RogueZone: rogue})
+	n, err := New(Config{Zone: zone, RogueZone: rogue, ExtraAddrs: []netip.Addr{extraAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +152,7 @@ func TestWeb(t *testing.T) {
 		{"ipv6", "http://[2001:db8::10]/", "", "fakenet proto=http addr=[2001:db8::10]:80 host=[2001:db8::10] sni= path=/"},
 		{"https by IP", "https://203.0.113.7/", "", "fakenet proto=https addr=203.0.113.7:443 host=203.0.113.7 sni= path=/"},
 		{"bait", "http://169.254.169.254/latest", "", "fakenet proto=http addr=169.254.169.254:80 host=169.254.169.254 sni= path=/latest"},
+		{"extra address", "https://1.1.1.1/x", "", "fakenet proto=https addr=1.1.1.1:443 host=1.1.1.1 sni= path=/x"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, err := http.NewRequest(http.MethodGet, tc.url, nil)
@@ -185,6 +187,18 @@ func TestWeb(t *testing.T) {
 		out, _ := io.ReadAll(c)
 		if !strings.Contains(string(out), "fakenet proto=https addr=192.0.2.11:443 host=other.example sni=allowed.example path=/") {
 			t.Fatalf("got %q", out)
+		}
+	})
+
+	t.Run("generate_204", func(t *testing.T) {
+		resp, err := client.Get("https://192.0.2.10/generate_204")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent || len(body) != 0 {
+			t.Fatalf("got %s %q, want 204 and no body", resp.Status, body)
 		}
 	})
 

@@ -193,8 +193,10 @@ func addrPort(a net.Addr) netip.AddrPort {
 }
 
 // handler answers every path with who served it, except /headers (the
-// request's headers, writeHeaders) and /bytes?n=N which
-// sends N zero bytes (downloads for benchmarks).
+// request's headers, writeHeaders), /bytes?n=N which sends N zero bytes
+// (downloads for benchmarks) and /generate_204, answered 204 with no body
+// as the connectivity checks of operating systems and browsers expect
+// (E2B's SDK tests curl one).
 func (n *Net) handler(proto string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		local, _ := r.Context().Value(keyLocal).(netip.AddrPort)
@@ -223,6 +225,10 @@ func (n *Net) handler(proto string) http.Handler {
 			w.Header().Set("Content-Type", "application/octet-stream")
 			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 			_, _ = io.CopyN(w, zeros{}, size)
+			return
+		}
+		if r.URL.Path == "/generate_204" {
+			w.WriteHeader(http.StatusNoContent)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain")
