@@ -99,10 +99,12 @@ func run(ctx context.Context, o options) (int, error) {
 		return 0, errors.New("run from the module root (go run ./scripts/testrun)")
 	}
 	r := &runner{o: o, root: root, cache: testCache()}
+	ownDir := false
 	if r.logDir = o.logDir; r.logDir == "" {
 		if r.logDir, err = os.MkdirTemp("", "airlock-testrun-"); err != nil {
 			return 0, err
 		}
+		ownDir = true
 	}
 	if err := os.MkdirAll(r.logDir, 0o755); err != nil {
 		return 0, err
@@ -118,8 +120,16 @@ func run(ctx context.Context, o options) (int, error) {
 		err = r.fullRun(ctx)
 	}
 	r.report(os.Stdout, time.Since(start))
+	// The integration test binary (~50 MB) is built per run: it goes
+	// whatever the outcome. A run that passed leaves nothing of its
+	// own in /tmp; a failed one keeps its logs (named above).
+	_ = os.Remove(filepath.Join(r.logDir, "integration.test"))
 	if err != nil {
 		return 1, err
+	}
+	if ownDir {
+		_ = os.RemoveAll(r.logDir)
+		fmt.Printf("testrun: passed; its logs are removed (keep them with --log-dir DIR)\n")
 	}
 	return 0, nil
 }
