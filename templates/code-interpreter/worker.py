@@ -377,6 +377,9 @@ class NodeBridge(WorkerBase):
 
     def __init__(self, language, node):
         super().__init__()
+        self.proc = None
+        # Before node exists: a SIGTERM at any time kills and reaps it.
+        signal.signal(signal.SIGTERM, self._on_sigterm)
         r, w = os.pipe()
         self.proc = subprocess.Popen(
             [node, helper("node_worker.js"), "--language", language, "--msg-fd", str(w)],
@@ -386,7 +389,6 @@ class NodeBridge(WorkerBase):
         self.start_readers()
         self.disp = load_display()
         signal.signal(signal.SIGINT, self._on_sigint)
-        signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigint(self, signum, frame):
         try:
@@ -395,12 +397,14 @@ class NodeBridge(WorkerBase):
             pass
 
     def _on_sigterm(self, signum, frame):
-        """The server ends the context: node is killed and reaped first."""
-        try:
-            self.proc.kill()
-        except OSError:
-            pass
-        self.proc.wait()
+        """The server ends the context: node is killed and reaped first
+        (directly: the main thread may be inside the Popen's own wait)."""
+        if self.proc is not None:
+            try:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                os.waitpid(self.proc.pid, 0)
+            except OSError:
+                pass  # already reaped
         os._exit(0)
 
     def run(self):

@@ -255,6 +255,17 @@ func TestCodeInterpreterContextUser(t *testing.T) {
 		t.Skip("needs root: the server switches users only when it runs as root")
 	}
 	s := startServer(t)
+	// The context's user runs the same python: on a host whose python3 is
+	// under /root (pyenv), no other user can.
+	exe, err := exec.Command(s.python, "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := filepath.Dir(strings.TrimSpace(string(exe))); d != "/"; d = filepath.Dir(d) {
+		if st, err := os.Stat(d); err != nil || st.Mode().Perm()&0o001 == 0 {
+			t.Skipf("the host's python3 (%s) is not reachable by other users (%s)", exe, d)
+		}
+	}
 	parent, err := os.MkdirTemp("", "ci-cwd-")
 	if err != nil {
 		t.Fatal(err)

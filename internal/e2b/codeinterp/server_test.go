@@ -89,9 +89,10 @@ func startServer(t testing.TB) *interp {
 		}
 		// Its workers end with it (their request pipes close).
 		out, _ := exec.Command("pgrep", "-g", fmt.Sprint(cmd.Process.Pid)).Output()
-		if len(bytes.TrimSpace(out)) > 0 {
+		if pids := strings.Fields(string(out)); len(pids) > 0 {
+			ps, _ := exec.Command("ps", "-o", "pid,ppid,stat,args", "-p", strings.Join(pids, ",")).CombinedOutput()
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			t.Errorf("processes left after the server stopped: %s", out)
+			t.Errorf("processes left after the server stopped:\n%s", ps)
 		}
 	})
 	select {
