@@ -125,9 +125,15 @@ class StreamReader:
 def load_display():
     """display.py, loaded by path (not importable by user code as a module
     of sys.path)."""
-    spec = importlib.util.spec_from_file_location("_airlock_display", helper("display.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    # No __pycache__ beside it (the template's directory is root's; the
+    # repository's is no place for one).
+    dont_write, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        spec = importlib.util.spec_from_file_location("_airlock_display", helper("display.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.dont_write_bytecode = dont_write
     return mod
 
 
