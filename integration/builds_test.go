@@ -272,6 +272,16 @@ func TestDefaultDebianTemplate(t *testing.T) {
 	if code != 0 || stdout != "42\n" {
 		t.Fatalf("airlock run -- python3: exit %d, stdout %q\nstderr:\n%s", code, stdout, tail(stderr, 40))
 	}
+	// E2B's base: python is python3, and user (1000) may sudo without a
+	// password, to the sandbox's root (runc: of its user namespace).
+	stdout, stderr, code = s.cli(ctx, "run", "--", "python", "-c", "import sys; print(sys.version_info[0])")
+	if code != 0 || stdout != "3\n" {
+		t.Errorf("airlock run -- python: exit %d, stdout %q\nstderr:\n%s", code, stdout, tail(stderr, 40))
+	}
+	stdout, stderr, code = s.cli(ctx, "run", "--user", "1000:1000", "--", "sh", "-c", "id -u; sudo -n id -u; sudo -n -u user id -un")
+	if code != 0 || stdout != "1000\n0\nuser\n" {
+		t.Errorf("airlock run --user 1000 -- sudo: exit %d, stdout %q\nstderr:\n%s", code, stdout, tail(stderr, 40))
+	}
 	// minimal stays the busybox template.
 	stdout, stderr, code = s.cli(ctx, "run", "--template", "minimal", "--", "/bin/busybox", "true")
 	if code != 0 {

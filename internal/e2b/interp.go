@@ -106,15 +106,15 @@ func (in *interpreters) start(ctx context.Context, g *Gateway, native *client.Cl
 		}
 		return fmt.Errorf("look for the code interpreter in sandbox %s: %w", sb, err)
 	}
-	u, err := g.users.Lookup(ctx, native, sb, "")
-	if err != nil {
-		return fmt.Errorf("code interpreter of sandbox %s: %w", sb, err)
-	}
-	_, err = native.CreateCommand(ctx, sb, apiv1.CreateCommandRequest{
+	// As root, as E2B's runs: the server runs each context as the owner of
+	// its working directory (/home/user: user; /root: root), since in a
+	// sandbox root lacks CAP_DAC_OVERRIDE and could not write in user's
+	// home.
+	_, err := native.CreateCommand(ctx, sb, apiv1.CreateCommandRequest{
 		Args:       []string{InterpreterPath.String(), "--port", CodeInterpreterPort.String()},
-		Cwd:        u.Home.String(),
-		User:       &apiv1.User{UID: u.UID, GID: u.GID},
-		Env:        map[string]string{"HOME": u.Home.String(), "USER": u.Name},
+		Cwd:        "/",
+		User:       &apiv1.User{UID: 0, GID: 0},
+		Env:        map[string]string{"HOME": "/root", "USER": "root"},
 		Background: true,
 	})
 	if err != nil {

@@ -12,17 +12,34 @@ It answers what the @e2b/code-interpreter SDKs call (see
   POST   /contexts/{id}/restart -> 204 (fresh globals)
   GET    /health                -> 200
 
-Only Python 3 is supported (the standard library; matplotlib figures are
-returned as PNG results when matplotlib is installed).
+Languages: python (python3), javascript (js, node, nodejs) and typescript
+(ts), the last two on the sandbox's Node.js (node_worker.js beside this
+script or in /usr/local/lib/airlock-code-interpreter); any other is refused
+(UnsupportedLanguage in an execution, 501 for a context), as are JavaScript
+without node and TypeScript without a way to strip types.
 
-Every context is its own Python process (a "worker": this script run with
---worker), like a Jupyter kernel: its globals persist between executions, and
-its working directory, environment, output and crashes are its own. The
-server runs the executions of one context one at a time (a lock per context);
-different contexts run concurrently. A worker's file descriptors 1 and 2 are
-pipes it reads itself, so output from print(), from C extensions and from
-child processes (os.system, subprocess) is all captured and streamed, one
-line per message (a partial line after 50 ms without more output).
+Every context is its own process (a "worker": worker.py, beside this script
+or in /usr/local/lib/airlock-code-interpreter), like a Jupyter kernel: its state persists between executions, and
+its working directory, environment, output and crashes are its own. A
+JavaScript or TypeScript worker runs node_worker.js under it and relays its
+messages. The server runs the executions of one context one at a time (a lock
+per context); different contexts run concurrently. A worker's file
+descriptors 1 and 2 are pipes it reads itself, so output from print() or
+console.log, from C extensions and from child processes is all captured and
+streamed, one line per message (a partial line after 50 ms without more
+output).
+
+Results are E2B's (display.py): the text/plain of the value as IPython shows
+it without surrounding single quotes ('hello' is hello), the formats of its
+_repr_*_ methods, a DataFrame's data, and for every matplotlib figure left
+open or shown, a result with its PNG and its structure as a chart.
+
+A context's working directory is any existing directory (cwd; default
+/home/user, else /). Run as root, the server runs each context as the owner
+of its working directory (/home/user: user; /root, /tmp: root), with that
+user's groups, HOME and USER: in an Airlock sandbox root lacks
+CAP_DAC_OVERRIDE, so only the owner can be sure to write there. Run as
+anyone else, it runs contexts as itself.
 
 Interrupts: when the client goes away during an execution (the SDK's
 timeoutMs aborts its request), the server sends SIGINT to the worker, which
@@ -35,44 +52,48 @@ env_vars apply to os.environ for the duration of that execution only.
 """
 
 import argparse
-import ast
-import asyncio
-import base64
-import builtins
-import codecs
-import datetime
-import io
 import json
-import linecache
 import logging
 import os
+import pwd
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import traceback
-import types
 import uuid
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 DEFAULT_PORT = 49999
-LANGUAGE = "python"
-# Names a client may use for the one language this server has.
-PYTHON_NAMES = ("python", "python3")
+# The names a client may use for each language this server runs.
+LANGUAGES = {
+    "python": "python", "python3": "python",
+    "javascript": "javascript", "js": "javascript", "node": "javascript", "nodejs": "javascript",
+    "typescript": "typescript", "ts": "typescript",
+}
 MAX_BODY = 64 << 20
+# Where the server's helpers (worker.py, display.py, node_worker.js) are:
+# beside this script (the repository, tests) or where the template installs
+# them.
+HELPER_DIRS = (os.path.dirname(os.path.realpath(__file__)), "/usr/local/lib/airlock-code-interpreter")
 
 log = logging.getLogger("airlock-code-interpreter")
 
 
-def now_iso():
-    return datetime.datetime.now(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
-
-
 def default_cwd():
     return "/home/user" if os.path.isdir("/home/user") else "/"
+
+
+def helper(name):
+    """The path of one of the server's helper files."""
+    for d in HELPER_DIRS:
+        p = os.path.join(d, name)
+        if os.path.isfile(p):
+            return p
+    raise RequestError(500, "%s is missing (looked in %s)" % (name, ", ".join(HELPER_DIRS)))
 
 
 class RequestError(Exception):
@@ -85,14 +106,92 @@ class RequestError(Exception):
 
 
 def parse_language(value):
-    """The language of a request: None (the default), or python; else 400."""
+    """The language of a request: python (None, the default), javascript or
+    typescript; 400 if it is not a string, 501 for any other language."""
     if value is None or value == "":
-        return LANGUAGE
+        return "python"
     if not isinstance(value, str):
         raise RequestError(400, "language must be a string")
-    if value.lower() in PYTHON_NAMES:
-        return LANGUAGE
-    raise RequestError(400, "language %r is not supported: this code interpreter runs only python" % value)
+    lang = LANGUAGES.get(value.strip().lower())
+    if lang is None:
+        raise RequestError(501, "language %r is not supported: this code interpreter runs python, "
+                                "javascript (js) and typescript (ts)" % value)
+    return lang
+
+
+class NodeSupport:
+    """What the sandbox's Node.js can run, asked once (node_worker.js --probe)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._probed = False
+        self.node = None  # the node executable, if any
+        self.version = None
+        self.typescript = False
+
+    def check(self, language):
+        """Returns the node executable for language, or raises 501."""
+        with self._lock:
+            if not self._probed:
+                self._probe()
+                self._probed = True
+        if self.node is None:
+            raise RequestError(501, "language %s needs Node.js, which is not installed in this sandbox "
+                                    "(no node on PATH)" % language)
+        if language == "typescript" and not self.typescript:
+            raise RequestError(501, "language typescript is not supported by this sandbox's Node.js %s: it "
+                                    "needs Node.js 22.13 or later (type stripping) or the typescript package "
+                                    "(Debian: node-typescript)" % self.version)
+        return self.node
+
+    def _probe(self):
+        node = shutil.which("node") or shutil.which("nodejs")
+        if node is None:
+            return
+        try:
+            out = subprocess.run([node, helper("node_worker.js"), "--probe"], capture_output=True, timeout=30,
+                                 stdin=subprocess.DEVNULL, close_fds=True)
+            info = json.loads(out.stdout.decode() or "{}")
+        except (OSError, ValueError, subprocess.TimeoutExpired, RequestError) as e:
+            log.error("probe node: %s", e)
+            return
+        self.node = node
+        self.version = info.get("node")
+        self.typescript = bool(info.get("typescript"))
+
+
+class Identity:
+    """The user a context runs as: the owner of its working directory when
+    the server is root, the server's own user otherwise."""
+
+    def __init__(self, uid, gid, groups, env):
+        self.uid, self.gid, self.groups, self.env = uid, gid, groups, env
+
+    @classmethod
+    def for_cwd(cls, cwd):
+        try:
+            st = os.stat(cwd)
+        except FileNotFoundError:
+            raise RequestError(400, "cwd %s does not exist" % cwd)
+        except OSError as e:
+            raise RequestError(400, "cwd %s: %s" % (cwd, e.strerror))
+        if not os.path.isdir(cwd):
+            raise RequestError(400, "cwd %s is not a directory" % cwd)
+        if os.geteuid() != 0:
+            if not os.access(cwd, os.R_OK | os.X_OK):
+                raise RequestError(400, "cwd %s is not accessible to the code interpreter's user (uid %d)"
+                                   % (cwd, os.geteuid()))
+            return None  # the server's own user, environment as it is
+        uid = st.st_uid
+        try:
+            pw = pwd.getpwuid(uid)
+        except KeyError:
+            return cls(uid, st.st_gid, [st.st_gid], {"HOME": cwd})
+        try:
+            groups = os.getgrouplist(pw.pw_name, pw.pw_gid)
+        except OSError:
+            groups = [pw.pw_gid]
+        return cls(uid, pw.pw_gid, groups, {"HOME": pw.pw_dir or cwd, "USER": pw.pw_name, "LOGNAME": pw.pw_name})
 
 
 # ---------------------------------------------------------------------------
@@ -100,14 +199,15 @@ def parse_language(value):
 
 
 class Context:
-    """A Python context: one worker process, its executions serialized."""
+    """A context: one worker process, its executions serialized."""
 
-    def __init__(self, cwd, script, env=None):
+    def __init__(self, cwd, language, script, identity, node=None):
         self.id = str(uuid.uuid4())
-        self.language = LANGUAGE
+        self.language = language
         self.cwd = cwd
         self._script = script
-        self._env = env
+        self._identity = identity
+        self._node = node  # the node executable (javascript, typescript)
         self.lock = threading.Lock()  # held for a whole execution
         self._proc_lock = threading.Lock()  # guards self.proc
         self.proc = None
@@ -123,17 +223,22 @@ class Context:
                 raise RequestError(404, "context %s was removed" % self.id)
             if self.proc is not None and self.proc.poll() is None:
                 return self.proc
-            env = dict(os.environ if self._env is None else self._env)
+            env = dict(os.environ)
             env.setdefault("MPLBACKEND", "Agg")
             env["PYTHONUNBUFFERED"] = "1"
-            self.proc = subprocess.Popen(
-                [sys.executable, self._script, "--worker"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                cwd=self.cwd,
-                env=env,
-                close_fds=True,
-            )
+            args = [sys.executable, self._script, "--language", self.language]
+            if self._node is not None:
+                args += ["--node", self._node]
+            ident = {}
+            if self._identity is not None:
+                env.update(self._identity.env)
+                ident = {"user": self._identity.uid, "group": self._identity.gid,
+                         "extra_groups": self._identity.groups}
+            try:
+                self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=self.cwd,
+                                             env=env, close_fds=True, **ident)
+            except OSError as e:
+                raise RequestError(400, "cannot start a %s context in %s: %s" % (self.language, self.cwd, e))
             return self.proc
 
     def kill(self):
@@ -142,6 +247,14 @@ class Context:
             proc = self.proc
             self.proc = None
         if proc is not None:
+            if proc.poll() is None and self._node is not None:
+                # A node worker kills and reaps its node on SIGTERM: a
+                # SIGKILL would leave node to be reaped by init.
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
@@ -240,7 +353,7 @@ class Context:
         emit(ndjson({
             "type": "error",
             "name": name,
-            "value": "the Python process of context %s %s; its state is lost" % (self.id, how),
+            "value": "the %s process of context %s %s; its state is lost" % (self.language, self.id, how),
             "traceback": "",
         }))
         emit(ndjson({"type": "unexpected_end_of_execution"}))
@@ -257,31 +370,33 @@ class Contexts:
         self._script = script
         self._lock = threading.Lock()
         self._by_id = {}
-        self._default = None
+        self._defaults = {}  # language -> its default context
+        self.node = NodeSupport()
 
-    def create(self, cwd=None):
+    def create(self, cwd=None, language="python"):
         cwd = cwd or default_cwd()
-        if not os.path.isabs(cwd):
+        if not os.path.isabs(cwd) or "\0" in cwd:
             raise RequestError(400, "cwd must be an absolute path, not %r" % cwd)
-        if not os.path.isdir(cwd):
-            raise RequestError(400, "cwd %s is not a directory" % cwd)
-        ctx = Context(cwd, self._script)
+        cwd = os.path.normpath(cwd)
+        node = self.node.check(language) if language != "python" else None
+        ctx = Context(cwd, language, self._script, Identity.for_cwd(cwd), node)
         ctx.start()
         with self._lock:
             self._by_id[ctx.id] = ctx
         return ctx
 
-    def default(self):
+    def default(self, language="python"):
         with self._lock:
-            ctx = self._default
+            ctx = self._defaults.get(language)
             if ctx is not None and not ctx.closed:
                 return ctx
-        ctx = self.create()
+        ctx = self.create(language=language)
         with self._lock:
-            if self._default is not None and not self._default.closed:
-                other = self._default
+            other = self._defaults.get(language)
+            if other is not None and not other.closed:
+                pass
             else:
-                self._default, other = ctx, None
+                self._defaults[language], other = ctx, None
         if other is not None:
             self.remove(ctx.id)
             return other
@@ -301,8 +416,9 @@ class Contexts:
     def remove(self, ctx_id):
         with self._lock:
             ctx = self._by_id.pop(ctx_id, None)
-            if ctx is self._default:
-                self._default = None
+            for lang, c in list(self._defaults.items()):
+                if c is ctx:
+                    del self._defaults[lang]
         if ctx is None:
             raise RequestError(404, "context %s not found" % ctx_id)
         ctx.close()
@@ -311,7 +427,7 @@ class Contexts:
         with self._lock:
             ctxs = list(self._by_id.values())
             self._by_id.clear()
-            self._default = None
+            self._defaults.clear()
         for c in ctxs:
             c.close()
 
@@ -342,11 +458,11 @@ class Handler(BaseHTTPRequestHandler):
                 return self._execute(self._body())
             if path == "/contexts" and method == "POST":
                 body = self._body()
-                parse_language(body.get("language"))
+                language = parse_language(body.get("language"))
                 cwd = body.get("cwd")
                 if cwd is not None and not isinstance(cwd, str):
                     raise RequestError(400, "cwd must be a string")
-                return self._json(200, self.contexts.create(cwd).info())
+                return self._json(200, self.contexts.create(cwd, language).info())
             if path == "/contexts" and method == "GET":
                 self._drain_body()
                 return self._json(200, self.contexts.list())
@@ -461,10 +577,11 @@ class Handler(BaseHTTPRequestHandler):
             ctx = self.contexts.get(ctx_id)
         else:
             try:
-                parse_language(language)
+                ctx = self.contexts.default(parse_language(language))
             except RequestError as e:
-                unsupported = e.message
-            ctx = None if unsupported else self.contexts.default()
+                if e.status != 501:
+                    raise
+                unsupported, ctx = e.message, None
 
         self._streaming = True
         self.send_response(200)
@@ -524,7 +641,7 @@ class Server(ThreadingHTTPServer):
 
 def serve(args):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    contexts = Contexts(os.path.realpath(__file__))
+    contexts = Contexts(helper("worker.py"))
     contexts.default()  # warm: the first execution finds its worker running
     srv = Server((args.host, args.port), contexts)
     stop = threading.Event()
@@ -544,323 +661,11 @@ def serve(args):
         contexts.close_all()
 
 
-# ---------------------------------------------------------------------------
-# The worker process: one context's interpreter.
-
-
-class Channel:
-    """The worker's NDJSON messages to the server (its original stdout)."""
-
-    def __init__(self, fd):
-        self._f = os.fdopen(fd, "wb", buffering=0)
-        self._lock = threading.Lock()
-        self.active = False  # inside an execution: stream messages are sent
-
-    def send(self, obj):
-        data = json.dumps(obj, default=str).encode() + b"\n"
-        with self._lock:
-            self._f.write(data)
-
-
-class StreamReader:
-    """Reads one of the worker's output pipes (fd 1 or 2) and sends what
-    arrives as stdout/stderr messages, a line at a time."""
-
-    SENTINEL = "\x00airlock-code-interpreter-drain-%s\x00" % uuid.uuid4().hex
-
-    def __init__(self, name, fd, channel):
-        self.name = name
-        self._fd = fd
-        self._ch = channel
-        self._cond = threading.Condition()
-        self._seen = 0  # sentinels read
-        self._thread = threading.Thread(target=self._run, name="read-" + name, daemon=True)
-        self._thread.start()
-
-    def _emit(self, text):
-        if text and self._ch.active:
-            self._ch.send({"type": self.name, "text": text, "timestamp": now_iso()})
-
-    def _run(self):
-        dec = codecs.getincrementaldecoder("utf-8")("replace")
-        buf = ""
-        while True:
-            r, _, _ = select.select([self._fd], [], [], 0.05 if buf else None)
-            if not r:
-                self._emit(buf)  # a partial line, after a pause
-                buf = ""
-                continue
-            data = os.read(self._fd, 1 << 16)
-            if not data:
-                self._emit(buf + dec.decode(b"", final=True))
-                return
-            buf += dec.decode(data)
-            while True:
-                s = buf.find(self.SENTINEL)
-                nl = buf.find("\n")
-                if nl >= 0 and (s < 0 or nl < s):
-                    self._emit(buf[: nl + 1])
-                    buf = buf[nl + 1 :]
-                elif s >= 0:
-                    self._emit(buf[:s])
-                    buf = buf[s + len(self.SENTINEL) :]
-                    with self._cond:
-                        self._seen += 1
-                        self._cond.notify_all()
-                else:
-                    break
-
-    def mark(self):
-        with self._cond:
-            return self._seen
-
-    def wait(self, target, timeout):
-        with self._cond:
-            return self._cond.wait_for(lambda: self._seen >= target, timeout)
-
-
-class Worker:
-    def __init__(self):
-        # The request channel is the original stdin, the message channel the
-        # original stdout; user code gets /dev/null as stdin and pipes as
-        # fds 1 and 2.
-        self._requests = os.fdopen(os.dup(0), "rb")
-        self.channel = Channel(os.dup(1))
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.close(devnull)
-        self.readers = []
-        for name, fd in (("stdout", 1), ("stderr", 2)):
-            r, w = os.pipe()
-            os.dup2(w, fd)
-            os.close(w)
-            self.readers.append(StreamReader(name, r, self.channel))
-        sys.stdin = open(0, "r", closefd=False)
-        # Line-buffered: print() reaches the pipe a whole line at a time.
-        sys.stdout = io.TextIOWrapper(open(1, "wb", buffering=0, closefd=False), encoding="utf-8",
-                                      errors="backslashreplace", line_buffering=True)
-        sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False), encoding="utf-8",
-                                      errors="backslashreplace", line_buffering=True)
-        sys.path[0] = ""  # like an interactive interpreter: the working directory
-        main = types.ModuleType("__main__")
-        main.__dict__["__builtins__"] = builtins
-        main.__dict__["display"] = self.display
-        sys.modules["__main__"] = main
-        self.globals = main.__dict__
-        self.count = 0
-        self.executing = False
-        self.loop = None
-        self._pyplot_patched = False
-        signal.signal(signal.SIGINT, self._on_sigint)
-
-    def _on_sigint(self, signum, frame):
-        if self.executing:
-            raise KeyboardInterrupt
-
-    def run(self):
-        for line in self._requests:
-            try:
-                req = json.loads(line)
-            except ValueError:
-                continue
-            self.execute(req.get("code", ""), req.get("env_vars") or {})
-
-    def drain(self):
-        """Waits until what was written to fds 1 and 2 so far was sent."""
-        for f in (sys.stdout, sys.stderr):
-            try:
-                f.flush()
-            except (OSError, ValueError):
-                pass
-        targets = [r.mark() + 1 for r in self.readers]
-        for fd in (1, 2):
-            try:
-                os.write(fd, StreamReader.SENTINEL.encode())
-            except OSError:
-                return
-        for r, t in zip(self.readers, targets):
-            r.wait(t, 30)
-
-    def execute(self, code, env_vars):
-        self.count += 1
-        ch = self.channel
-        ch.active = True
-        ch.send({"type": "number_of_executions", "execution_count": self.count})
-        saved = {k: os.environ.get(k) for k in env_vars}
-        os.environ.update(env_vars)
-        value, error = None, None
-        try:
-            value, error = self._run_code(code)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        self.drain()
-        if value is not None:
-            ch.send(self._result(value, True))
-        self._flush_figures()
-        if error is not None:
-            ch.send(error)
-        self.drain()
-        ch.active = False
-        ch.send({"type": "end_of_execution"})
-
-    def _run_code(self, code):
-        """Runs code; returns (value of its last expression, error message)."""
-        filename = "<cell %d>" % self.count
-        lines = code.splitlines(True)
-        linecache.cache[filename] = (len(code), None, lines, filename)
-        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-        try:
-            tree = ast.parse(code, filename, "exec")
-            last = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = ast.Expression(tree.body.pop().value)
-            body = compile(tree, filename, "exec", flags=flags)
-            expr = compile(last, filename, "eval", flags=flags) if last is not None else None
-        except (SyntaxError, ValueError, OverflowError) as e:
-            e.__traceback__ = None  # the parser's frames are not the user's
-            return None, self._error(e)
-        self._patch_pyplot()
-        self.executing = True
-        try:
-            self._run(body)
-            value = self._run(expr) if expr is not None else None
-            return value, None
-        except BaseException as e:  # noqa: B902 - user code may raise anything, SystemExit too
-            return None, self._error(e)
-        finally:
-            self.executing = False
-
-    def _run(self, code_obj):
-        """Evaluates a compiled cell part (a frame skipped in tracebacks)."""
-        result = eval(code_obj, self.globals)
-        if code_obj.co_flags & 0x80:  # CO_COROUTINE: top-level await
-            if self.loop is None:
-                self.loop = asyncio.new_event_loop()
-            result = self.loop.run_until_complete(result)
-        return result
-
-    def _error(self, e):
-        # The traceback starts at the user's code: the worker's frames (and
-        # asyncio's, for top-level await) before it are left out.
-        tb = e.__traceback__
-        while tb is not None and (tb.tb_frame.f_code.co_filename == __file__
-                                  or os.sep + "asyncio" + os.sep in tb.tb_frame.f_code.co_filename):
-            tb = tb.tb_next
-        text = "".join(traceback.format_exception(type(e), e, tb))
-        return {"type": "error", "name": type(e).__name__, "value": str(e), "traceback": text}
-
-    # Rich results -----------------------------------------------------------
-
-    REPRS = (
-        ("_repr_html_", "html"),
-        ("_repr_markdown_", "markdown"),
-        ("_repr_svg_", "svg"),
-        ("_repr_png_", "png"),
-        ("_repr_jpeg_", "jpeg"),
-        ("_repr_latex_", "latex"),
-        ("_repr_json_", "json"),
-        ("_repr_javascript_", "javascript"),
-    )
-
-    def _result(self, value, main):
-        msg = {"type": "result", "is_main_result": main}
-        try:
-            msg["text"] = repr(value)
-        except Exception as e:  # a broken __repr__ must not end the worker
-            msg["text"] = "<repr failed: %s: %s>" % (type(e).__name__, e)
-        if self._is_figure(value):
-            png = self._figure_png(value)
-            if png:
-                msg["png"] = png
-            return msg
-        for attr, key in self.REPRS:
-            fn = getattr(type(value), attr, None)
-            if fn is None:
-                continue
-            try:
-                out = fn(value)
-            except Exception:
-                continue
-            if isinstance(out, tuple):  # (data, metadata)
-                out = out[0]
-            if out is None:
-                continue
-            if key in ("png", "jpeg") and isinstance(out, (bytes, bytearray)):
-                out = base64.b64encode(out).decode()
-            msg[key] = out
-        return msg
-
-    def display(self, *objs):
-        """IPython's display(): each object becomes a result (not the main one)."""
-        self.drain()
-        for obj in objs:
-            self.channel.send(self._result(obj, False))
-
-    # matplotlib -------------------------------------------------------------
-
-    @staticmethod
-    def _is_figure(value):
-        mod = sys.modules.get("matplotlib.figure")
-        return mod is not None and isinstance(value, mod.Figure)
-
-    @staticmethod
-    def _figure_png(fig):
-        try:
-            buf = io.BytesIO()
-            fig.savefig(buf, format="png", bbox_inches="tight")
-            return base64.b64encode(buf.getvalue()).decode()
-        except Exception as e:
-            print("airlock-code-interpreter: could not render a figure: %s" % e, file=sys.stderr)
-            return None
-        finally:
-            plt = sys.modules.get("matplotlib.pyplot")
-            if plt is not None:
-                plt.close(fig)
-
-    def _patch_pyplot(self):
-        """Makes plt.show() send the open figures (it would do nothing on Agg)."""
-        plt = sys.modules.get("matplotlib.pyplot")
-        if plt is None or self._pyplot_patched:
-            return
-        self._pyplot_patched = True
-
-        def show(*args, **kwargs):
-            self.drain()
-            self._flush_figures()
-
-        plt.show = show
-
-    def _flush_figures(self):
-        """Sends every open figure as a PNG result and closes it."""
-        plt = sys.modules.get("matplotlib.pyplot")
-        if plt is None:
-            return
-        try:
-            nums = plt.get_fignums()
-        except Exception:
-            return
-        for n in nums:
-            fig = plt.figure(n)
-            self.channel.send(self._result(fig, False))
-
-
-def work():
-    Worker().run()
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(prog="airlock-code-interpreter", description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to listen on (default %d; 0: any)" % DEFAULT_PORT)
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.worker:
-        work()
-        return
     # Descriptors inherited beyond stdin, stdout and stderr (a parent's
     # pipes left without close-on-exec) would be held open as long as the
     # server runs.

@@ -7,7 +7,9 @@
 // streaming NDJSON, /contexts, GET /health). It is not running when a
 // sandbox starts: the E2B gateway starts GuestCommand through Airlock's
 // native commands API the first time a connection to Port is refused, then
-// retries. Each code context is a Python process of its own in the guest.
+// retries, as root: each code context is a process of its own in the
+// guest (Python, or Node.js for JavaScript and TypeScript), run as the
+// owner of its working directory.
 //
 // The tests of this package run the server on the host's python3.
 package codeinterp
@@ -26,3 +28,8 @@ const TemplateName = "code-interpreter"
 
 // ScriptPath is the server's source, relative to the repository root.
 const ScriptPath = "templates/code-interpreter/server.py"
+
+// HelperDir is where the template installs the server's helpers
+// (worker.py, display.py, node_worker.js), which the server looks for
+// beside itself first.
+const HelperDir = "/usr/local/lib/airlock-code-interpreter"

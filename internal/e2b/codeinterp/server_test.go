@@ -89,9 +89,10 @@ func startServer(t testing.TB) *interp {
 		}
 		// Its workers end with it (their request pipes close).
 		out, _ := exec.Command("pgrep", "-g", fmt.Sprint(cmd.Process.Pid)).Output()
-		if len(bytes.TrimSpace(out)) > 0 {
+		if pids := strings.Fields(string(out)); len(pids) > 0 {
+			ps, _ := exec.Command("ps", "-o", "pid,ppid,stat,args", "-p", strings.Join(pids, ",")).CombinedOutput()
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			t.Errorf("processes left after the server stopped: %s", out)
+			t.Errorf("processes left after the server stopped:\n%s", ps)
 		}
 	})
 	select {
@@ -227,7 +228,8 @@ func (s *interp) run(t *testing.T, code string) execution {
 	return s.exec(t, map[string]any{"code": code})
 }
 
-// call makes a JSON request and decodes the answer into out (if not nil).
+// call makes a JSON request and decodes the answer (an error's too) into
+// out (if not nil).
 func (s *interp) call(t *testing.T, method, path string, body any, out any) int {
 	t.Helper()
 	var rd io.Reader
@@ -260,6 +262,9 @@ func (s *interp) call(t *testing.T, method, path string, body any, out any) int 
 			}
 			if err := json.Unmarshal(b, &e); err != nil || e.Error == "" || e.Code != resp.StatusCode {
 				t.Errorf("%s %s: %s: error body %q is not {error, code}", method, path, resp.Status, b)
+			}
+			if out != nil {
+				_ = json.Unmarshal(b, out)
 			}
 		} else if len(b) != 0 {
 			t.Errorf("%s %s: 204 with a body %q", method, path, b)
@@ -314,7 +319,13 @@ func TestCodeInterpreterExecute(t *testing.T) {
 		{name: "last expression only", code: "y = 1\ny + 1\ny + 2", text: "3"},
 		{name: "None is no result", code: "None"},
 		{name: "statement last", code: "z = [1, 'a']\nfor i in range(2): print(i)", stdout: []string{"0\n", "1\n"}},
-		{name: "repr", code: "'a' + 'b'", text: "'ab'"},
+		// E2B's text: text/plain without one pair of surrounding single quotes.
+		{name: "string", code: "'a' + 'b'", text: "ab"},
+		{name: "string with a quote", code: `"it's"`, text: `"it's"`},
+		{name: "list of strings", code: "['a']", text: "['a']"},
+		{name: "long list, one item a line", code: "list(range(30))", text: "[0,\n 1,\n 2,\n 3,\n 4,\n 5,\n 6,\n 7,\n 8,\n 9,\n 10,\n 11,\n 12,\n 13,\n 14,\n 15,\n 16,\n 17,\n 18,\n 19,\n 20,\n 21,\n 22,\n 23,\n 24,\n 25,\n 26,\n 27,\n 28,\n 29]"},
+		{name: "long dict", code: "{'a': 'x' * 40, 'b': 'y' * 40}", text: "{'a': '" + strings.Repeat("x", 40) + "',\n 'b': '" + strings.Repeat("y", 40) + "'}"},
+		{name: "indented code", code: "\n    v = 6\n    if v:\n        v *= 7\n\n    v\n    ", text: "42"},
 		{name: "stderr", code: "import sys\nprint('oops', file=sys.stderr)", stderr: []string{"oops\n"}},
 		{name: "child process output", code: "import os\n_ = os.system('echo from-sh; echo to-err >&2')", stdout: []string{"from-sh\n"}, stderr: []string{"to-err\n"}},
 		{name: "partial line", code: "print('no newline', end='')", stdout: []string{"no newline"}},
@@ -326,7 +337,7 @@ func TestCodeInterpreterExecute(t *testing.T) {
 		{name: "SystemExit is an error", code: "import sys\nsys.exit(3)", errN: "SystemExit", errV: "3"},
 		{name: "top-level await", code: "import asyncio\nawait asyncio.sleep(0)\n7 * 6", text: "42"},
 		{name: "rich repr", code: "class H:\n    def _repr_html_(self): return '<b>h</b>'\n    def __repr__(self): return 'H()'\nH()", text: "H()"},
-		{name: "env_vars during the execution", code: "import os\nos.environ['CI_TEST_VAR']", env: map[string]string{"CI_TEST_VAR": "v1"}, text: "'v1'"},
+		{name: "env_vars during the execution", code: "import os\nos.environ['CI_TEST_VAR']", env: map[string]string{"CI_TEST_VAR": "v1"}, text: "v1"},
 		{name: "env_vars after it", code: "import os\nos.environ.get('CI_TEST_VAR')"},
 		{name: "input() reads nothing", code: "input()", errN: "EOFError"},
 	}
@@ -378,13 +389,24 @@ func TestCodeInterpreterExecute(t *testing.T) {
 	t.Run("display", func(t *testing.T) {
 		e := s.run(t, "display('shown')\nprint('after')")
 		rs := e.of("result")
-		if len(rs) != 1 || rs[0]["is_main_result"] != false || rs[0].str("text") != "'shown'" {
+		if len(rs) != 1 || rs[0]["is_main_result"] != false || rs[0].str("text") != "shown" {
 			t.Errorf("results %v", rs)
 		}
 	})
+	t.Run("mime bundle", func(t *testing.T) {
+		e := s.run(t, "class M:\n    def _repr_mimebundle_(self, include=None, exclude=None):\n"+
+			"        return {'text/plain': 'M!', 'text/markdown': '**m**', 'application/x-thing': {'k': 1}}\nM()")
+		m := e.main()
+		if m == nil || m.str("text") != "M!" || m.str("markdown") != "**m**" {
+			t.Fatalf("main result %v", m)
+		}
+		if x, _ := m["extra"].(map[string]any); x == nil || x["application/x-thing"] == nil {
+			t.Errorf("extra %v", m["extra"])
+		}
+	})
 	t.Run("unsupported language", func(t *testing.T) {
-		e := s.exec(t, map[string]any{"code": "1", "language": "javascript"})
-		if em := e.err(); em == nil || em.str("name") != "UnsupportedLanguage" || !strings.Contains(em.str("value"), "only python") {
+		e := s.exec(t, map[string]any{"code": "1", "language": "r"})
+		if em := e.err(); em == nil || em.str("name") != "UnsupportedLanguage" || !strings.Contains(em.str("value"), "'r' is not supported") {
 			t.Errorf("error %v", em)
 		}
 		if got := s.exec(t, map[string]any{"code": "1", "language": "python"}).main(); got == nil || got.str("text") != "1" {
@@ -433,7 +455,7 @@ func TestCodeInterpreterStreams(t *testing.T) {
 		}
 		rest = append(rest, m.typ()+":"+m.str("text"))
 	}
-	if want := []string{"stdout:second\n", "result:'done'", "end_of_execution:"}; !slices.Equal(rest, want) {
+	if want := []string{"stdout:second\n", "result:done", "end_of_execution:"}; !slices.Equal(rest, want) {
 		t.Errorf("after the file: %q, want %q", rest, want)
 	}
 }
@@ -472,10 +494,10 @@ func TestCodeInterpreterContexts(t *testing.T) {
 	on := func(id, code string) execution {
 		return s.exec(t, map[string]any{"code": code, "context_id": id})
 	}
-	if got := on(c.ID, "import os\nv = 'in c'\nos.getcwd()").main(); got == nil || got.str("text") != fmt.Sprintf("%q", dir) && got.str("text") != "'"+dir+"'" {
+	if got := on(c.ID, "import os\nv = 'in c'\nos.getcwd()").main(); got == nil || got.str("text") != dir {
 		t.Errorf("cwd of the context: %v", got)
 	}
-	if got := on(c.ID, "v").main(); got == nil || got.str("text") != "'in c'" {
+	if got := on(c.ID, "v").main(); got == nil || got.str("text") != "in c" {
 		t.Errorf("state of the context: %v", got)
 	}
 	if e := on(d.ID, "v").err(); e == nil || e.str("name") != "NameError" {
@@ -517,7 +539,8 @@ func TestCodeInterpreterContexts(t *testing.T) {
 		{http.MethodPost, "/execute", map[string]any{"context_id": d.ID}, http.StatusBadRequest},
 		{http.MethodPost, "/execute", map[string]any{"code": "1", "env_vars": map[string]any{"A": 1}}, http.StatusBadRequest},
 		{http.MethodPost, "/execute", "not an object", http.StatusBadRequest},
-		{http.MethodPost, "/contexts", map[string]any{"language": "r"}, http.StatusBadRequest},
+		{http.MethodPost, "/contexts", map[string]any{"language": "r"}, http.StatusNotImplemented},
+		{http.MethodPost, "/contexts", map[string]any{"language": 7}, http.StatusBadRequest},
 		{http.MethodPost, "/contexts", map[string]any{"cwd": "relative"}, http.StatusBadRequest},
 		{http.MethodPost, "/contexts", map[string]any{"cwd": filepath.Join(dir, "missing")}, http.StatusBadRequest},
 		{http.MethodGet, "/nope", nil, http.StatusNotFound},
@@ -577,7 +600,7 @@ func TestCodeInterpreterInterrupt(t *testing.T) {
 	}
 	cancel()
 	// The next execution waits for the interrupted one (one at a time).
-	if got := s.exec(t, map[string]any{"context_id": c.ID, "code": "state"}).main(); got == nil || got.str("text") != "'interrupted'" {
+	if got := s.exec(t, map[string]any{"context_id": c.ID, "code": "state"}).main(); got == nil || got.str("text") != "interrupted" {
 		t.Errorf("state = %v", got)
 	}
 }

@@ -44,6 +44,10 @@ func (r *Runtime) globalArgs(joinNetns bool) []string {
 			// map order, so most forks beyond pids.max succeed (measured: 161
 			// of 300 with a limit of 24); v2 checks every controller.
 			"--in-sandbox-cgroup=v2",
+			// Set-user-ID programs (sudo) raise the effective ID as on
+			// runc: gVisor ignores the bits without this flag, whatever the
+			// spec's noNewPrivileges (docs/security.md, sudo in a sandbox).
+			"--allow-suid",
 		)
 	}
 	return args

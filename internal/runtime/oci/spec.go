@@ -224,8 +224,12 @@ func BaseSpec(flavor Flavor, p BaseParams) (*specs.Spec, error) {
 				Permitted: caps(),
 				Ambient:   caps(),
 			},
-			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
-			NoNewPrivileges: true,
+			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
+			// Set-user-ID programs work (sudo for E2B's user): they reach
+			// the sandbox's root, whose capabilities are only the bounding
+			// set's (defaultCaps, once the agent's seal dropped its own),
+			// which any command run as root has anyway (docs/security.md).
+			NoNewPrivileges: false,
 		},
 		Root:     &specs.Root{Path: p.Rootfs, Readonly: false},
 		Hostname: p.Hostname,

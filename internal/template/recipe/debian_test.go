@@ -75,6 +75,19 @@ func TestBuildDefaultDebian(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(root, "home/user")); err != nil || !st.IsDir() || st.Sys().(*syscall.Stat_t).Uid != 1000 {
 		t.Errorf("/home/user: %v %v", st, err)
 	}
+	// E2B's base: python is python3, and user may sudo without a password
+	// (sudo setuid root; its rule root's and read-only, or sudo ignores it).
+	if target, err := os.Readlink(filepath.Join(root, "usr/bin/python")); err != nil || !strings.HasPrefix(target, "python3") {
+		t.Errorf("/usr/bin/python -> %q, %v", target, err)
+	}
+	if st, err := os.Stat(filepath.Join(root, "usr/bin/sudo")); err != nil || st.Mode()&os.ModeSetuid == 0 || st.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("/usr/bin/sudo: %v %v", st, err)
+	}
+	if st, err := os.Stat(filepath.Join(root, "etc/sudoers.d/user")); err != nil || st.Mode().Perm() != 0o440 || st.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("/etc/sudoers.d/user: %v %v", st, err)
+	} else if rule := readTree(t, b, res.Imported.Digest, "etc/sudoers.d/user"); rule != "user ALL=(ALL:ALL) NOPASSWD: ALL\n" {
+		t.Errorf("/etc/sudoers.d/user = %q", rule)
+	}
 	if imp, ok, err := b.Cached(Default(), ""); err != nil || !ok || imp.Digest != res.Imported.Digest {
 		t.Errorf("Cached(Default()) = %s %v %v", imp.Digest, ok, err)
 	}

@@ -16,16 +16,27 @@ func TestDefault(t *testing.T) {
 	if d == nil || tpl != "" || d.Suite != "bookworm" || d.Variant != "minbase" {
 		t.Fatalf("base = %+v %q", d, tpl)
 	}
-	for _, p := range []string{"bash", "coreutils", "python3", "python3-pip", "python3-venv", "nodejs", "npm", "git", "curl", "ca-certificates", "procps"} {
+	for _, p := range []string{"bash", "coreutils", "python3", "python3-pip", "python3-venv", "python-is-python3", "nodejs", "npm", "git", "curl",
+		"ca-certificates", "procps", "sudo"} {
 		if !slices.Contains(r.Packages(), p) {
 			t.Errorf("default lacks %s", p)
 		}
 	}
-	// E2B's default user, created by the recipe's one step; the template
-	// runs as root unless a sandbox asks for a user.
-	want := []Step{{Run: []string{"/usr/sbin/useradd", "-m", "-u", "1000", "-s", "/bin/bash", "user"}}}
-	if got := r.Steps(); len(got) != 1 || got[0].Copy != nil || !slices.Equal(got[0].Run, want[0].Run) {
-		t.Errorf("steps = %+v, want %+v", got, want)
+	// E2B's default user, created by the recipe's first step, allowed to
+	// sudo without a password by its second; the template runs as root
+	// unless a sandbox asks for a user.
+	want := []Step{
+		{Run: []string{"/usr/sbin/useradd", "-m", "-u", "1000", "-s", "/bin/bash", "user"}},
+		{Run: []string{"/bin/sh", "-c", "echo 'user ALL=(ALL:ALL) NOPASSWD: ALL' > /etc/sudoers.d/user && chmod 0440 /etc/sudoers.d/user"}},
+	}
+	got := r.Steps()
+	if len(got) != len(want) {
+		t.Fatalf("steps = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i].Copy != nil || !slices.Equal(got[i].Run, want[i].Run) {
+			t.Errorf("step %d = %+v, want %+v", i+1, got[i], want[i])
+		}
 	}
 	if r.User() != "" {
 		t.Errorf("user = %q, want the base's (root)", r.User())
