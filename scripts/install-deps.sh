@@ -23,7 +23,10 @@ fi
 export PATH="/usr/local/go/bin:/usr/local/bin:$PATH"
 export DEBIAN_FRONTEND=noninteractive
 
-packages=(runc crun busybox-static mmdebstrap bubblewrap util-linux e2fsprogs iproute2 xfsprogs postgresql gcc libc6-dev ca-certificates git qemu-system-x86 qemu-utils chromium)
+# python3-matplotlib and python3-pandas: the code interpreter's
+# unit tests run its server with the host's python3 (charts and
+# DataFrames), as the code-interpreter template has them.
+packages=(runc crun busybox-static mmdebstrap bubblewrap util-linux e2fsprogs iproute2 xfsprogs postgresql gcc libc6-dev ca-certificates git qemu-system-x86 qemu-utils chromium python3-matplotlib python3-pandas)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
