@@ -72,19 +72,6 @@ type FilesystemSuspender interface {
 	SuspendFilesystem(ctx context.Context, id model.SandboxID) (Snapshot, error)
 }
 
-// SuspendKindsOf are the kinds of snapshot a suspend on a runtime with
-// these capabilities can write, its default (SnapshotKindOf) first.
-func SuspendKindsOf(c Capabilities) []model.SnapshotKind {
-	var out []model.SnapshotKind
-	if c.Has(CapCheckpoint) {
-		out = append(out, model.SnapshotMemory)
-	}
-	if c.Has(CapFilesystemSnapshot) {
-		out = append(out, model.SnapshotFilesystem)
-	}
-	return out
-}
-
 // SuspendAs suspends sandbox id on rt writing a snapshot of kind ("": the
 // runtime's own, SnapshotKindOf); a kind rt cannot write wraps
 // ErrNotSupported.
