@@ -23,8 +23,11 @@ import (
 //     5 s; `airlock sandbox metrics` shows them, and they go with the
 //     sandbox;
 //   - suspend --keep-memory=false is honoured on runc (whose suspend keeps
-//     only the filesystem) and refused with not_supported on runsc (whose
-//     suspend keeps memory), --keep-memory the other way round.
+//     only the filesystem) and on runsc (which then stops the sandbox
+//     without a checkpoint): after the wake a file written before is there
+//     and a background process started before is gone; --keep-memory is
+//     honoured on runsc and refused with not_supported on runc, and
+//     --keep-memory=false on qemu.
 func TestControlParity(t *testing.T) {
 	airtest.RequireRoot(t)
 	bins := build(t)
@@ -185,30 +188,64 @@ func testControlParity(t *testing.T, bins binaries, rt string) {
 
 	t.Run("suspend keep-memory", func(t *testing.T) {
 		sb := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{IdleTimeout: &never})
-		// runc's suspend keeps the filesystem, runsc's memory.
-		refused, honoured, kind := "--keep-memory", "--keep-memory=false", apiv1.SnapshotFilesystem
-		refusal := "keep_memory true"
-		if rt == "runsc" {
-			refused, honoured, kind = "--keep-memory=false", "--keep-memory", apiv1.SnapshotMemory
-			refusal = "keep_memory false"
+		if rt == "runc" {
+			// runc's suspend keeps the filesystem only.
+			_, stderr, code := s.cli(ctx, "sandbox", "suspend", sb.ID, "--keep-memory")
+			if code == 0 || !strings.Contains(stderr, "not_supported") || !strings.Contains(stderr, "keep_memory true") {
+				t.Fatalf("suspend --keep-memory on runc: exit %d: %s", code, stderr)
+			}
+			if got, err := c.GetSandbox(ctx, model.SandboxID(sb.ID)); err != nil || got.State != string(model.StateRunning) {
+				t.Fatalf("after the refused suspend: %+v, %v", got.State, err)
+			}
 		}
-		_, stderr, code := s.cli(ctx, "sandbox", "suspend", sb.ID, refused)
-		if code == 0 || !strings.Contains(stderr, "not_supported") || !strings.Contains(stderr, refusal) {
-			t.Fatalf("suspend %s on %s: exit %d: %s", refused, rt, code, stderr)
+		if _, stderr, code := s.cli(ctx, "exec", sb.ID, "--", "sh", "-c", "echo kept > /root/fs-kept.txt"); code != 0 {
+			t.Fatalf("write the file: exit %d: %s", code, stderr)
 		}
-		if got, err := c.GetSandbox(ctx, model.SandboxID(sb.ID)); err != nil || got.State != string(model.StateRunning) {
-			t.Fatalf("after the refused suspend: %+v, %v", got.State, err)
+		if _, stderr, code := s.cli(ctx, "exec", "--detach", sb.ID, "--", "sleep", "600"); code != 0 {
+			t.Fatalf("start the background process: exit %d: %s", code, stderr)
 		}
-		stdout, stderr, code := s.cli(ctx, "-o", "json", "sandbox", "suspend", sb.ID, honoured)
+		if out, stderr, code := s.cli(ctx, "exec", sb.ID, "--", "ps", "-eo", "args"); code != 0 || !strings.Contains(out, "sleep 600") {
+			t.Fatalf("the background process before the suspend: exit %d: %s%s", code, out, stderr)
+		}
+		stdout, stderr, code := s.cli(ctx, "-o", "json", "sandbox", "suspend", sb.ID, "--keep-memory=false")
 		if code != 0 {
-			t.Fatalf("suspend %s: exit %d: %s", honoured, code, stderr)
+			t.Fatalf("suspend --keep-memory=false: exit %d: %s", code, stderr)
 		}
 		var res apiv1.SandboxWithOperation
 		if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 			t.Fatalf("decode %q: %v", stdout, err)
 		}
-		if res.Sandbox.State != string(model.StateSuspended) || res.Sandbox.Snapshot == nil || res.Sandbox.Snapshot.Kind != kind {
-			t.Fatalf("after suspend %s: %s, snapshot %+v", honoured, res.Sandbox.State, res.Sandbox.Snapshot)
+		if res.Sandbox.State != string(model.StateSuspended) || res.Sandbox.Snapshot == nil || res.Sandbox.Snapshot.Kind != apiv1.SnapshotFilesystem {
+			t.Fatalf("after suspend --keep-memory=false: %s, snapshot %+v", res.Sandbox.State, res.Sandbox.Snapshot)
+		}
+		if _, stderr, code := s.cli(ctx, "sandbox", "wake", sb.ID); code != 0 {
+			t.Fatalf("wake: exit %d: %s", code, stderr)
+		}
+		if out, stderr, code := s.cli(ctx, "exec", sb.ID, "--", "cat", "/root/fs-kept.txt"); code != 0 || out != "kept\n" {
+			t.Fatalf("the file after the wake: exit %d: %q %s", code, out, stderr)
+		}
+		if out, stderr, code := s.cli(ctx, "exec", sb.ID, "--", "ps", "-eo", "args"); code != 0 || strings.Contains(out, "sleep 600") {
+			t.Fatalf("processes after a filesystem-only suspend and wake (sleep 600 must be gone): exit %d: %s%s", code, out, stderr)
+		}
+		if rt == "runsc" {
+			// The default suspend still keeps memory: the process goes on.
+			if _, stderr, code := s.cli(ctx, "exec", "--detach", sb.ID, "--", "sleep", "601"); code != 0 {
+				t.Fatalf("start the background process: exit %d: %s", code, stderr)
+			}
+			stdout, stderr, code := s.cli(ctx, "-o", "json", "sandbox", "suspend", sb.ID, "--keep-memory")
+			if code != 0 {
+				t.Fatalf("suspend --keep-memory: exit %d: %s", code, stderr)
+			}
+			var res apiv1.SandboxWithOperation
+			if err := json.Unmarshal([]byte(stdout), &res); err != nil || res.Sandbox.Snapshot == nil || res.Sandbox.Snapshot.Kind != apiv1.SnapshotMemory {
+				t.Fatalf("after suspend --keep-memory: %q, %v", stdout, err)
+			}
+			if _, stderr, code := s.cli(ctx, "sandbox", "wake", sb.ID); code != 0 {
+				t.Fatalf("wake: exit %d: %s", code, stderr)
+			}
+			if out, stderr, code := s.cli(ctx, "exec", sb.ID, "--", "ps", "-eo", "args"); code != 0 || !strings.Contains(out, "sleep 601") {
+				t.Fatalf("processes after a memory suspend and wake (sleep 601 must run): exit %d: %s%s", code, out, stderr)
+			}
 		}
 	})
 }

@@ -6,10 +6,13 @@
 //   - deadlines fire on a timer: several sandboxes with a short timeout
 //     are gone (killed) or paused one second after their deadline, which
 //     the former 5 s poll of the reaper missed most of the time;
-//   - pause({ keepMemory: false }) and lifecycle onTimeout pause with
-//     keepMemory false are refused with a clear 501 on runsc, whose pause
-//     (suspend) keeps memory, instead of being silently ignored; the
-//     sandbox keeps running and nothing is created.
+//   - pause({ keepMemory: false }) on runsc is a filesystem-only suspend:
+//     after connect (the wake) a file written before is there and a
+//     background process started before is gone (a fresh sandbox over the
+//     kept files), where a plain pause keeps it;
+//   - lifecycle onTimeout pause with keepMemory false is still refused
+//     with a clear 501 on runsc (the deadline's suspend would keep
+//     memory), instead of being silently ignored; nothing is created.
 //
 // By hand: E2B_API_KEY=… E2B_API_URL=… E2B_SANDBOX_URL=… node parity-control.mjs
 
@@ -64,22 +67,20 @@ await r.step('Sandbox.getMetrics(id, {start, end}): in the range; none before th
   assert.deepEqual(before, [])
 })
 
-await r.step('pause({keepMemory: false}) on runsc: 501, still running', async () => {
-  const endBefore = (await sbx.getInfo()).endAt
-  let err
-  try {
-    await sbx.pause({ keepMemory: false })
-  } catch (e) {
-    err = e
-  }
-  assert.ok(err, 'pause({keepMemory: false}) resolved: a runsc pause keeps memory, so it must be refused')
-  assert.match(String(err), /501/)
-  assert.match(String(err), /filesystem-only suspend \(keep_memory false\) is not supported/)
-  const info = await sbx.getInfo()
-  assert.equal(info.state, 'running')
-  assert.ok(await sbx.isRunning(), 'not running after the refused pause')
-  // The pause cleared the deadline first and put it back when refused.
-  assert.ok(Math.abs(info.endAt.getTime() - endBefore.getTime()) < 2000, `endAt ${info.endAt.toISOString()}, was ${endBefore.toISOString()}`)
+await r.step('pause({keepMemory: false}) on runsc: files kept, processes not', async () => {
+  await sbx.files.write('/home/user/fs-kept.txt', 'kept across a filesystem pause\n')
+  const bg = await sbx.commands.run('sleep 600', { background: true })
+  assert.ok((await sbx.commands.list()).some((p) => p.pid === bg.pid), 'the background process is not listed before the pause')
+  await bg.disconnect() // its stream would end with the sandbox's processes
+  await sbx.pause({ keepMemory: false })
+  assert.equal((await sbx.getInfo()).state, 'paused')
+  sbx = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 300_000 })
+  assert.equal((await sbx.getInfo()).state, 'running')
+  assert.equal(await sbx.files.read('/home/user/fs-kept.txt'), 'kept across a filesystem pause\n')
+  const listed = await sbx.commands.list()
+  assert.ok(!listed.some((p) => p.cmd === 'sleep 600' || (p.args ?? []).includes('600')), `a process survived the filesystem pause: ${JSON.stringify(listed)}`)
+  const ps = await sbx.commands.run('ps -eo args')
+  assert.ok(!/sleep 600/.test(ps.stdout), `sleep 600 still runs after the filesystem pause:\n${ps.stdout}`)
 })
 
 await r.step('create with onTimeout pause, keepMemory false, on runsc: 501, nothing created', async () => {

@@ -412,30 +412,35 @@ func TestFilesOfPausedSandbox(t *testing.T) {
 	}
 }
 
-// TestSuspendKeepMemory: keep_memory is honoured where the runtime's
-// suspend keeps exactly that, refused (501, nothing queued) where it keeps
-// the other, never ignored.
+// TestSuspendKeepMemory: keep_memory is honoured where the runtime can
+// write that kind of snapshot (carried on the queued suspend), refused
+// (501, nothing queued) where it cannot, never ignored.
 func TestSuspendKeepMemory(t *testing.T) {
 	t.Parallel()
+	runc := sandboxes.LifecycleSupport{Pause: true, Snapshot: model.SnapshotFilesystem, FilesystemSuspend: true}
+	runsc := sandboxes.LifecycleSupport{Pause: true, Snapshot: model.SnapshotMemory, FilesystemSuspend: true}
+	qemu := sandboxes.LifecycleSupport{Pause: true, Snapshot: model.SnapshotMemory}
 	for _, tc := range []struct {
-		name     string
-		snapshot model.SnapshotKind // what the sandbox's runtime keeps
-		body     string
-		status   int
-		message  string // in the refusal
+		name    string
+		support sandboxes.LifecycleSupport // what the sandbox's runtime can do
+		body    string
+		status  int
+		kind    model.SnapshotKind // carried on the queued suspend
+		message string             // in the refusal
 	}{
-		{"filesystem-only on runc", model.SnapshotFilesystem, `{"keep_memory": false}`, http.StatusAccepted, ""},
-		{"memory on runsc", model.SnapshotMemory, `{"keep_memory": true}`, http.StatusAccepted, ""},
-		{"no preference on runsc", model.SnapshotMemory, `{}`, http.StatusAccepted, ""},
-		{"filesystem-only on runsc", model.SnapshotMemory, `{"keep_memory": false}`, http.StatusNotImplemented, "filesystem-only suspend (keep_memory false) is not supported"},
-		{"memory on runc", model.SnapshotFilesystem, `{"keep_memory": true}`, http.StatusNotImplemented, "keep_memory true) is not supported"},
-		{"cannot suspend at all", "", `{"keep_memory": false}`, http.StatusNotImplemented, "cannot snapshot"},
+		{"filesystem-only on runc", runc, `{"keep_memory": false}`, http.StatusAccepted, model.SnapshotFilesystem, ""},
+		{"memory on runsc", runsc, `{"keep_memory": true}`, http.StatusAccepted, model.SnapshotMemory, ""},
+		{"no preference on runsc", runsc, `{}`, http.StatusAccepted, "", ""},
+		{"filesystem-only on runsc", runsc, `{"keep_memory": false}`, http.StatusAccepted, model.SnapshotFilesystem, ""},
+		{"filesystem-only on qemu", qemu, `{"keep_memory": false}`, http.StatusNotImplemented, "", "filesystem-only suspend (keep_memory false) is not supported"},
+		{"memory on runc", runc, `{"keep_memory": true}`, http.StatusNotImplemented, "", "keep_memory true) is not supported"},
+		{"cannot suspend at all", sandboxes.LifecycleSupport{Pause: true}, `{"keep_memory": false}`, http.StatusNotImplemented, "", "cannot snapshot"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, func(c *envConfig) {
 				c.svc.LifecycleSupport = func(sb model.Sandbox) (sandboxes.LifecycleSupport, bool) {
-					return sandboxes.LifecycleSupport{Pause: true, Snapshot: tc.snapshot}, true
+					return tc.support, true
 				}
 			})
 			id := e.runningSandbox(e.keyA)
@@ -444,6 +449,22 @@ func TestSuspendKeepMemory(t *testing.T) {
 				r.want(t, tc.status)
 				if got := e.sandboxState(t, id).State; got != string(model.StateSuspending) {
 					t.Fatalf("state %s after the suspend", got)
+				}
+				ops, err := e.st.ListUnfinishedOperations(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				found := false
+				for _, op := range ops {
+					if op.SandboxID == id && op.Kind == model.OpSuspend {
+						found = true
+						if op.SnapshotKind != tc.kind {
+							t.Fatalf("the queued suspend carries snapshot kind %q, want %q", op.SnapshotKind, tc.kind)
+						}
+					}
+				}
+				if !found {
+					t.Fatal("no suspend queued")
 				}
 				return
 			}

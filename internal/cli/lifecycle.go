@@ -35,7 +35,7 @@ func (a *app) lifecycleCommands() []*cobra.Command {
 				"boots again, runc).\n\n"+
 				"--keep-memory=false asks for a filesystem-only suspend (processes end, files\n"+
 				"kept), --keep-memory for one that keeps memory; the server refuses the one the\n"+
-				"sandbox's runtime cannot do (runsc and qemu keep memory, runc and crun do not)."),
+				"sandbox's runtime cannot do (runsc does both, qemu keeps memory, runc and crun do not)."),
 		a.lifecycleCommand(model.OpWake, "Wake a suspended sandbox and wait until it runs",
 			"Wake a suspended sandbox from its snapshot."),
 	}

@@ -391,7 +391,7 @@ func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, retry 
 		e, rerr := c.cfg.Workers.Route(sb)
 		if lc.Cleanup != "" && rerr == nil {
 			// Release what the failed attempt left behind; the record stays.
-			if _, cerr := runStep(ctx, e.Worker, lc.Cleanup, sb); cerr != nil {
+			if _, cerr := runStep(ctx, e.Worker, lc.Cleanup, sb, op); cerr != nil {
 				log.ErrorContext(ctx, "clean up failed operation", "step", lc.Cleanup, "err", cerr)
 			}
 		}
@@ -455,18 +455,19 @@ type stepResult struct {
 	source      model.Source // a create's: how the sandbox got running
 }
 
-type stepCall func(ctx context.Context, w *worker.Worker, sb model.Sandbox) (stepResult, error)
+// stepCall runs a step of op on the worker.
+type stepCall func(ctx context.Context, w *worker.Worker, sb model.Sandbox, op model.Operation) (stepResult, error)
 
 // noResult adapts a worker call that reports only success.
 func noResult(f func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error) stepCall {
-	return func(ctx context.Context, w *worker.Worker, sb model.Sandbox) (stepResult, error) {
+	return func(ctx context.Context, w *worker.Worker, sb model.Sandbox, _ model.Operation) (stepResult, error) {
 		return stepResult{}, f(ctx, w, sb)
 	}
 }
 
 // stepCalls maps each lifecycle step to the worker call that runs it.
 var stepCalls = map[model.Step]stepCall{
-	model.StepEnsure: func(ctx context.Context, w *worker.Worker, sb model.Sandbox) (stepResult, error) {
+	model.StepEnsure: func(ctx context.Context, w *worker.Worker, sb model.Sandbox, _ model.Operation) (stepResult, error) {
 		if err := w.Ensure(ctx, sb); err != nil {
 			return stepResult{}, err
 		}
@@ -475,8 +476,10 @@ var stepCalls = map[model.Step]stepCall{
 	model.StepDestroy: noResult(func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Destroy(ctx, sb.ID) }),
 	model.StepPause:   noResult(func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Pause(ctx, sb) }),
 	model.StepResume:  noResult(func(ctx context.Context, w *worker.Worker, sb model.Sandbox) error { return w.Resume(ctx, sb) }),
-	model.StepSuspend: func(ctx context.Context, w *worker.Worker, sb model.Sandbox) (stepResult, error) {
-		snap, err := w.Suspend(ctx, sb)
+	// A suspend writes the kind of snapshot its request asked for
+	// (keep_memory), on every attempt.
+	model.StepSuspend: func(ctx context.Context, w *worker.Worker, sb model.Sandbox, op model.Operation) (stepResult, error) {
+		snap, err := w.Suspend(ctx, sb, op.SnapshotKind)
 		if err != nil {
 			return stepResult{}, err
 		}
@@ -484,7 +487,7 @@ var stepCalls = map[model.Step]stepCall{
 	},
 	// A woken sandbox's snapshot is consumed: its files are the running
 	// sandbox's again (or were restored and removed).
-	model.StepWake: func(ctx context.Context, w *worker.Worker, sb model.Sandbox) (stepResult, error) {
+	model.StepWake: func(ctx context.Context, w *worker.Worker, sb model.Sandbox, _ model.Operation) (stepResult, error) {
 		return stepResult{setSnapshot: true}, w.Wake(ctx, sb)
 	},
 }
@@ -495,12 +498,12 @@ var controllerSteps = map[model.Step]bool{model.StepSnapshot: true}
 
 // runStep runs one lifecycle step on the worker; a step without a worker
 // call is a permanent error.
-func runStep(ctx context.Context, w *worker.Worker, step model.Step, sb model.Sandbox) (stepResult, error) {
+func runStep(ctx context.Context, w *worker.Worker, step model.Step, sb model.Sandbox, op model.Operation) (stepResult, error) {
 	call, ok := stepCalls[step]
 	if !ok {
 		return stepResult{}, fmt.Errorf("%w: no worker call for lifecycle step %q", worker.ErrPermanent, step)
 	}
-	return call(ctx, w, sb)
+	return call(ctx, w, sb, op)
 }
 
 // drive runs an operation as its lifecycle says: a sandbox in one of the
@@ -556,7 +559,7 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 	if controllerSteps[lc.Step] {
 		err = c.snapshotStep(ctx, op, routed.Worker, sb)
 	} else {
-		res, err = runStep(ctx, routed.Worker, lc.Step, sb)
+		res, err = runStep(ctx, routed.Worker, lc.Step, sb, op)
 	}
 	if err != nil {
 		return err

@@ -294,9 +294,13 @@ type Operation struct {
 	// is untrusted: the controller parses it and starts a new trace when it
 	// does not parse.
 	TraceParent string
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	FinishedAt  *time.Time
+	// SnapshotKind, for a suspend, is the kind of snapshot it must write
+	// ("": the runtime's own): a suspend asked to keep only the filesystem
+	// (keep_memory false) carries SnapshotFilesystem, on every attempt.
+	SnapshotKind SnapshotKind
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	FinishedAt   *time.Time
 }
 
 // ProcessSpec is what to run for a command.

@@ -18,7 +18,8 @@ const (
 	// restore it so its processes continue (runsc checkpoint/restore).
 	CapCheckpoint Capability = "checkpoint"
 	// CapFilesystemSnapshot: keep a sandbox's root filesystem changes
-	// without its processes and create a sandbox from them again.
+	// without its processes and create a sandbox from them again (with
+	// CapCheckpoint too: on request, FilesystemSuspender).
 	CapFilesystemSnapshot Capability = "filesystem-snapshot"
 	// CapNetwork: put a sandbox into a prepared Spec.Network (without it,
 	// a sandbox has loopback only and Spec.Network must be nil).

@@ -33,7 +33,9 @@ type Suspender interface {
 	// is then not found by State (it has no container), but List still
 	// names it. Suspending a suspended sandbox returns its snapshot again.
 	// A runtime claiming CapCheckpoint writes a SnapshotMemory; one
-	// claiming only CapFilesystemSnapshot a SnapshotFilesystem.
+	// claiming only CapFilesystemSnapshot a SnapshotFilesystem (one
+	// claiming both writes a SnapshotFilesystem on request:
+	// FilesystemSuspender).
 	Suspend(ctx context.Context, id model.SandboxID) (Snapshot, error)
 	// ForgetSnapshot removes the snapshot of a sandbox that was restored
 	// from it (Create with Spec.Restore) and runs again: the waker calls
@@ -55,6 +57,42 @@ func AsSuspender(rt Runtime) (Suspender, error) {
 		return nil, fmt.Errorf("suspend on %s: claims a snapshot capability without implementing runtime.Suspender: %w", info.Name, ErrNotSupported)
 	}
 	return s, nil
+}
+
+// FilesystemSuspender is implemented by a runtime claiming both
+// CapCheckpoint and CapFilesystemSnapshot: its Suspend keeps memory, and
+// SuspendFilesystem keeps only the root filesystem's changes (processes are
+// not kept; a wake boots a fresh agent over the kept files).
+type FilesystemSuspender interface {
+	// SuspendFilesystem is Suspend writing a SnapshotFilesystem: the
+	// sandbox's processes stop without a checkpoint, its filesystem
+	// stays. The same idempotence holds: a sandbox already suspended
+	// returns its snapshot (of whichever kind it is), and a suspend that
+	// stopped half-way is finished.
+	SuspendFilesystem(ctx context.Context, id model.SandboxID) (Snapshot, error)
+}
+
+// SuspendAs suspends sandbox id on rt writing a snapshot of kind ("": the
+// runtime's own, SnapshotKindOf); a kind rt cannot write wraps
+// ErrNotSupported.
+func SuspendAs(ctx context.Context, rt Runtime, id model.SandboxID, kind model.SnapshotKind) (Snapshot, error) {
+	s, err := AsSuspender(rt)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	info := rt.Info()
+	def := SnapshotKindOf(info.Capabilities)
+	if kind == "" || kind == def {
+		return s.Suspend(ctx, id)
+	}
+	if kind != model.SnapshotFilesystem || !info.Capabilities.Has(CapFilesystemSnapshot) {
+		return Snapshot{}, fmt.Errorf("a %s suspend on %s: %w", kind, info.Name, ErrNotSupported)
+	}
+	fs, ok := rt.(FilesystemSuspender)
+	if !ok {
+		return Snapshot{}, fmt.Errorf("a filesystem suspend on %s: claims %s and %s without implementing runtime.FilesystemSuspender: %w", info.Name, CapCheckpoint, CapFilesystemSnapshot, ErrNotSupported)
+	}
+	return fs.SuspendFilesystem(ctx, id)
 }
 
 // SnapshotKindOf is the kind of snapshot a runtime with these capabilities

@@ -64,10 +64,11 @@ type LifecycleRequest struct {
 	Now     time.Time
 	// KeepMemory, for a suspend, is what the caller needs it to keep
 	// (nil: whatever the runtime's suspend keeps): true, memory and
-	// processes; false, only the filesystem, processes not kept. A runtime
-	// whose suspend keeps something else refuses it (NotSupported): a
-	// runsc or qemu suspend always keeps memory, a runc or crun suspend
-	// never does.
+	// processes; false, only the filesystem, processes not kept. It is
+	// carried on the operation (Operation.SnapshotKind) to the runtime. A
+	// runtime that cannot write that kind refuses it (NotSupported): runsc
+	// writes either (memory by default), qemu only memory, runc and crun
+	// only the filesystem.
 	KeepMemory *bool
 	// Idempotency, if set, builds the idempotency record stored with the
 	// operation from what the request changes.
@@ -99,7 +100,8 @@ func (s *Service) Lifecycle(ctx context.Context, req LifecycleRequest) (Changed,
 	if err := s.checkSupported(sb, req.Kind); err != nil {
 		return Changed{}, err
 	}
-	if err := s.checkKeepMemory(sb, req); err != nil {
+	snapKind, err := s.checkKeepMemory(sb, req)
+	if err != nil {
 		return Changed{}, err
 	}
 	op := model.Operation{
@@ -108,8 +110,10 @@ func (s *Service) Lifecycle(ctx context.Context, req LifecycleRequest) (Changed,
 		SandboxID: sb.ID,
 		Kind:      req.Kind,
 		State:     model.OpPending,
-		CreatedAt: req.Now,
-		UpdatedAt: req.Now,
+		// The kind of snapshot a suspend must write ("": the runtime's).
+		SnapshotKind: snapKind,
+		CreatedAt:    req.Now,
+		UpdatedAt:    req.Now,
 	}
 	// The sandbox as the store leaves it when it accepts the request: in
 	// the kind's in-progress state.
@@ -230,35 +234,38 @@ func (s *Service) checkSupported(sb model.Sandbox, kind model.OperationKind) err
 	return nil
 }
 
-// checkKeepMemory refuses, with NotSupported, a suspend whose KeepMemory
-// the sandbox's runtime cannot honour (see LifecycleRequest.KeepMemory),
-// and a KeepMemory on any other kind (model.ErrInvalid).
-func (s *Service) checkKeepMemory(sb model.Sandbox, req LifecycleRequest) error {
+// checkKeepMemory returns the kind of snapshot a suspend with KeepMemory
+// must write ("" without KeepMemory: the runtime's own), refusing with
+// NotSupported one the sandbox's runtime cannot write (see
+// LifecycleRequest.KeepMemory), and a KeepMemory on any other kind
+// (model.ErrInvalid).
+func (s *Service) checkKeepMemory(sb model.Sandbox, req LifecycleRequest) (model.SnapshotKind, error) {
 	if req.KeepMemory == nil {
-		return nil
+		return "", nil
 	}
 	if req.Kind != model.OpSuspend {
-		return fmt.Errorf("%w: keep_memory applies to a suspend, not a %s", model.ErrInvalid, req.Kind)
+		return "", fmt.Errorf("%w: keep_memory applies to a suspend, not a %s", model.ErrInvalid, req.Kind)
 	}
 	want := model.SnapshotFilesystem
 	if *req.KeepMemory {
 		want = model.SnapshotMemory
 	}
-	var kind model.SnapshotKind
-	if s.cfg.LifecycleSupport != nil {
-		if sup, ok := s.cfg.LifecycleSupport(sb); ok {
-			kind = sup.Snapshot
-		}
+	if s.cfg.LifecycleSupport == nil {
+		return want, nil
 	}
+	sup, ok := s.cfg.LifecycleSupport(sb)
 	switch {
-	case kind == want:
-		return nil
-	case kind == "":
-		return errorf(NotSupported, "sandbox %s runs on %s, whose suspend keeps neither memory nor the filesystem that this server knows of: keep_memory %v cannot be honoured", sb.ID, runtimeName(sb), *req.KeepMemory)
+	case !ok && sb.Runtime == "":
+		// Not placed yet: its state refuses a suspend anyway.
+		return want, nil
+	case sup.Snapshot == want || want == model.SnapshotFilesystem && sup.FilesystemSuspend:
+		return want, nil
+	case sup.Snapshot == "":
+		return "", errorf(NotSupported, "sandbox %s runs on %s, whose suspend keeps neither memory nor the filesystem that this server knows of: keep_memory %v cannot be honoured", sb.ID, runtimeName(sb), *req.KeepMemory)
 	case want == model.SnapshotFilesystem:
-		return errorf(NotSupported, "sandbox %s runs on %s, whose suspend keeps memory and processes (a memory snapshot): a filesystem-only suspend (keep_memory false) is not supported there; suspend it with its memory, or delete it", sb.ID, runtimeName(sb))
+		return "", errorf(NotSupported, "sandbox %s runs on %s, whose suspend keeps memory and processes (a memory snapshot): a filesystem-only suspend (keep_memory false) is not supported there; suspend it with its memory, or delete it", sb.ID, runtimeName(sb))
 	default:
-		return errorf(NotSupported, "sandbox %s runs on %s, whose suspend keeps only the filesystem (its processes end): a suspend that keeps memory (keep_memory true) is not supported there", sb.ID, runtimeName(sb))
+		return "", errorf(NotSupported, "sandbox %s runs on %s, whose suspend keeps only the filesystem (its processes end): a suspend that keeps memory (keep_memory true) is not supported there", sb.ID, runtimeName(sb))
 	}
 }
 

@@ -148,6 +148,9 @@ type LifecycleSupport struct {
 	// Snapshot is the kind of snapshot a suspend writes; "": the runtime
 	// cannot suspend (nor wake).
 	Snapshot model.SnapshotKind
+	// FilesystemSuspend: a suspend may be asked to keep only the
+	// filesystem (keep_memory false) although Snapshot is memory (runsc).
+	FilesystemSuspend bool
 	// LiveSnapshot: a snapshot of the running sandbox that leaves it
 	// running (the snapshot noun, forks); its kind is Snapshot's.
 	LiveSnapshot bool

@@ -17,6 +17,7 @@ func TestLifecycleSupport(t *testing.T) {
 	sup := lifecycleSupport(
 		infoOnly{Name: "runc", Capabilities: runtime.NewCapabilities(runtime.CapPause, runtime.CapFilesystemSnapshot)},
 		infoOnly{Name: "runsc", Capabilities: runtime.NewCapabilities(runtime.CapPause, runtime.CapCheckpoint, runtime.CapFilesystemSnapshot)},
+		infoOnly{Name: "qemu-like", Capabilities: runtime.NewCapabilities(runtime.CapPause, runtime.CapCheckpoint)},
 		infoOnly{Name: "plain"},
 	)
 	for _, tc := range []struct {
@@ -24,8 +25,9 @@ func TestLifecycleSupport(t *testing.T) {
 		want    sandboxes.LifecycleSupport
 		known   bool
 	}{
-		{"runc", sandboxes.LifecycleSupport{Pause: true, Snapshot: model.SnapshotFilesystem}, true},
-		{"runsc", sandboxes.LifecycleSupport{Pause: true, Snapshot: model.SnapshotMemory}, true},
+		{"runc", sandboxes.LifecycleSupport{Pause: true, Snapshot: model.SnapshotFilesystem, FilesystemSuspend: true}, true},
+		{"runsc", sandboxes.LifecycleSupport{Pause: true, Snapshot: model.SnapshotMemory, FilesystemSuspend: true}, true},
+		{"qemu-like", sandboxes.LifecycleSupport{Pause: true, Snapshot: model.SnapshotMemory}, true},
 		{"plain", sandboxes.LifecycleSupport{}, true},
 		{"qemu", sandboxes.LifecycleSupport{}, false}, // not driven here
 		{"", sandboxes.LifecycleSupport{}, false},     // not placed yet

@@ -55,19 +55,21 @@ func (w *Worker) Resume(ctx context.Context, sb model.Sandbox) error {
 // sandbox returns its snapshot again, and suspending one whose suspend
 // stopped half-way finishes it. A suspend that fails after the sandbox
 // stopped running (its checkpoint taken, its container gone) wraps
-// ErrStopped.
-func (w *Worker) Suspend(ctx context.Context, sb model.Sandbox) (model.Snapshot, error) {
-	s, err := runtime.AsSuspender(w.cfg.Runtime)
-	if err != nil {
+// ErrStopped. kind is the kind of snapshot to write ("": the runtime's
+// own; model.SnapshotFilesystem on runsc stops the sandbox without a
+// checkpoint); a kind the runtime cannot write is refused.
+func (w *Worker) Suspend(ctx context.Context, sb model.Sandbox, kind model.SnapshotKind) (model.Snapshot, error) {
+	if _, err := runtime.AsSuspender(w.cfg.Runtime); err != nil {
 		return model.Snapshot{}, capability(err)
 	}
+	var err error
 	// Its agent connection ends with its processes; streams attached to
 	// it end now rather than hang.
 	w.dropAgent(sb.ID)
 	w.cfg.Fault("suspend.before-runtime")
 	var snap runtime.Snapshot
 	err = w.traceRuntime(ctx, "suspend", sb.ID, func(ctx context.Context) (err error) {
-		snap, err = s.Suspend(ctx, sb.ID)
+		snap, err = runtime.SuspendAs(ctx, w.cfg.Runtime, sb.ID, kind)
 		return err
 	})
 	if w.rtErr("suspend", err) != nil {

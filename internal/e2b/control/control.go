@@ -39,9 +39,9 @@
 //     mcp (an object: the SDK starts the template's mcp-gateway itself
 //     once the sandbox runs; the server keeps nothing).
 //   - pause "memory": false is a native suspend with keep_memory false
-//     (honoured on runc and crun, whose suspend keeps only the
-//     filesystem; refused with 501 on runsc and qemu, whose suspend keeps
-//     memory), and autoPauseMemory false with autoPause is refused with 501
+//     (honoured on runc, crun and runsc, which then suspends without a
+//     checkpoint; refused with 501 on qemu, whose suspend keeps memory),
+//     and autoPauseMemory false with autoPause is refused with 501
 //     at create unless the default environment's suspend keeps only the
 //     filesystem.
 //   - Metrics (GET /sandboxes/{id}/metrics, /sandboxes/metrics) are the

@@ -252,7 +252,9 @@ func (r *Runtime) Info() runtime.Info {
 func CapabilitiesOf(f Flavor) runtime.Capabilities {
 	caps := runtime.NewCapabilities(runtime.CapPause, runtime.CapNetwork, runtime.CapLiveSnapshot)
 	if f == FlavorRunsc {
-		return caps.With(runtime.CapCheckpoint)
+		// A checkpoint by default, the filesystem only on request
+		// (SuspendFilesystem).
+		return caps.With(runtime.CapCheckpoint).With(runtime.CapFilesystemSnapshot)
 	}
 	return caps.With(runtime.CapFilesystemSnapshot)
 }

@@ -21,7 +21,7 @@ func TestCapabilitiesPerFlavor(t *testing.T) {
 	}{
 		{FlavorRunc, []runtime.Capability{runtime.CapPause, runtime.CapFilesystemSnapshot, runtime.CapNetwork, runtime.CapLiveSnapshot}},
 		{FlavorCrun, []runtime.Capability{runtime.CapPause, runtime.CapFilesystemSnapshot, runtime.CapNetwork, runtime.CapLiveSnapshot}},
-		{FlavorRunsc, []runtime.Capability{runtime.CapPause, runtime.CapCheckpoint, runtime.CapNetwork, runtime.CapLiveSnapshot}},
+		{FlavorRunsc, []runtime.Capability{runtime.CapPause, runtime.CapCheckpoint, runtime.CapFilesystemSnapshot, runtime.CapNetwork, runtime.CapLiveSnapshot}},
 	} {
 		t.Run(string(tc.flavor), func(t *testing.T) {
 			want := runtime.NewCapabilities(tc.want...)

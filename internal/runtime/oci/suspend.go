@@ -57,6 +57,11 @@ const (
 	// upper layer (runsc runs with --overlay2=none, so guest writes land
 	// there and the image refers to them).
 	FormatRunscCheckpoint = "runsc-checkpoint/1"
+	// FormatRunscUpper is a runsc filesystem-only snapshot
+	// (SuspendFilesystem): the overlay's upper layer as FormatUpper's, but
+	// written by a runsc sandbox (files owned by the ids the sandbox saw,
+	// no id range shift), processes not kept.
+	FormatRunscUpper = "runsc-upper/1"
 )
 
 // Names in a sandbox's state directory.
@@ -80,31 +85,63 @@ type snapshotManifest struct {
 	DiskImage bool `json:"disk_image"`
 }
 
-// snapshotFormat is the format this runtime writes and restores.
-func (r *Runtime) snapshotFormat() (model.SnapshotKind, string) {
+// snapshotFormat is the format of a snapshot of kind this runtime writes
+// and restores ("": its default kind), and whether it writes that kind.
+func (r *Runtime) snapshotFormat(kind model.SnapshotKind) (model.SnapshotKind, string, bool) {
 	if r.flavor == FlavorRunsc {
-		return model.SnapshotMemory, FormatRunscCheckpoint
+		switch kind {
+		case "", model.SnapshotMemory:
+			return model.SnapshotMemory, FormatRunscCheckpoint, true
+		case model.SnapshotFilesystem:
+			return model.SnapshotFilesystem, FormatRunscUpper, true
+		}
+		return kind, "", false
 	}
-	return model.SnapshotFilesystem, FormatUpper
+	if kind == "" || kind == model.SnapshotFilesystem {
+		return model.SnapshotFilesystem, FormatUpper, true
+	}
+	return kind, "", false
 }
 
 // Suspend snapshots a running, paused or created sandbox and frees what
 // it holds while running; see the package's suspend notes above. Suspending
 // a suspended sandbox returns its snapshot again.
 func (r *Runtime) Suspend(ctx context.Context, id model.SandboxID) (runtime.Snapshot, error) {
+	return r.suspendAs(ctx, id, "")
+}
+
+var _ runtime.FilesystemSuspender = (*Runtime)(nil)
+
+// SuspendFilesystem implements runtime.FilesystemSuspender: Suspend
+// keeping only the filesystem. On runc and crun it is Suspend; on runsc
+// the sandbox is stopped without `runsc checkpoint` (its processes and
+// memory are not kept) and its upper layer stays, from which a wake
+// creates a fresh container (FormatRunscUpper). runsc runs with
+// --overlay2=none and its gofer writes regular files through host file
+// descriptors, so what the guest wrote is in the host's files when the
+// sandbox stops.
+func (r *Runtime) SuspendFilesystem(ctx context.Context, id model.SandboxID) (runtime.Snapshot, error) {
+	return r.suspendAs(ctx, id, model.SnapshotFilesystem)
+}
+
+func (r *Runtime) suspendAs(ctx context.Context, id model.SandboxID, kind model.SnapshotKind) (runtime.Snapshot, error) {
 	if _, err := model.ParseSandboxID(id.String()); err != nil {
 		return runtime.Snapshot{}, fmt.Errorf("suspend: %w", err)
 	}
 	unlock := r.lock(id)
 	defer unlock()
-	snap, err := r.suspend(ctx, id)
+	snap, err := r.suspend(ctx, id, kind)
 	if err != nil {
 		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
 	}
 	return snap, nil
 }
 
-func (r *Runtime) suspend(ctx context.Context, id model.SandboxID) (runtime.Snapshot, error) {
+func (r *Runtime) suspend(ctx context.Context, id model.SandboxID, want model.SnapshotKind) (runtime.Snapshot, error) {
+	kind, format, ok := r.snapshotFormat(want)
+	if !ok {
+		return runtime.Snapshot{}, fmt.Errorf("%s cannot write a %s snapshot: %w", r.flavor, want, runtime.ErrNotSupported)
+	}
 	dirs := r.dirs(id)
 	st, err := r.observe(ctx, id)
 	alive := err == nil && (st.Phase.Alive() || st.Phase == runtime.PhaseCreated)
@@ -137,7 +174,12 @@ func (r *Runtime) suspend(ctx context.Context, id model.SandboxID) (runtime.Snap
 		}
 		r.log.Info("finishing a suspend that stopped half-way", "sandbox", id)
 	}
-	needCheckpoint := r.flavor == FlavorRunsc && !dirExists(filepath.Join(dirs.state, checkpointName))
+	// A checkpoint left by a memory suspend that a crash cut short makes
+	// it one: finish it as such, whatever this request asked.
+	if r.flavor == FlavorRunsc && kind == model.SnapshotFilesystem && dirExists(filepath.Join(dirs.state, checkpointName)) {
+		kind, format, _ = r.snapshotFormat(model.SnapshotMemory)
+	}
+	needCheckpoint := kind == model.SnapshotMemory && r.flavor == FlavorRunsc && !dirExists(filepath.Join(dirs.state, checkpointName))
 	if needCheckpoint && (!alive || st.Phase == runtime.PhaseCreated) {
 		// The sandbox's memory is gone (or its agent never started): a
 		// memory snapshot cannot be made.
@@ -160,7 +202,6 @@ func (r *Runtime) suspend(ctx context.Context, id model.SandboxID) (runtime.Snap
 	if err := r.waitLoopFree(ctx, dirs.image); err != nil {
 		return runtime.Snapshot{}, err
 	}
-	kind, format := r.snapshotFormat()
 	m := snapshotManifest{Kind: kind, Format: format, CreatedAt: time.Now().UTC(), DiskImage: fileExists(dirs.image)}
 	if m.SizeBytes, err = snapshotSize(dirs); err != nil {
 		return runtime.Snapshot{}, err
@@ -317,10 +358,11 @@ func readSnapshotManifest(state string) (snapshotManifest, error) {
 // it complete; it returns its manifest.
 func (r *Runtime) checkRestore(spec runtime.Spec, dirs sandboxDirs) (snapshotManifest, error) {
 	snap := spec.Restore
-	kind, format := r.snapshotFormat()
-	if snap.Format != format || snap.Kind != kind {
+	kind, format, ok := r.snapshotFormat(snap.Kind)
+	if !ok || snap.Format != format || snap.Kind != kind {
+		def, defFormat, _ := r.snapshotFormat("")
 		return snapshotManifest{}, fmt.Errorf("restore: a %s snapshot in format %q cannot be restored by %s (it restores %s snapshots in format %q): %w",
-			snap.Kind, snap.Format, r.flavor, kind, format, runtime.ErrNotSupported)
+			snap.Kind, snap.Format, r.flavor, def, defFormat, runtime.ErrNotSupported)
 	}
 	if filepath.Clean(snap.Location) != dirs.state {
 		return snapshotManifest{}, fmt.Errorf("restore: the snapshot at %q is not this sandbox's (%s)", snap.Location, dirs.state)
@@ -338,7 +380,7 @@ func (r *Runtime) checkRestore(spec runtime.Spec, dirs sandboxDirs) (snapshotMan
 	if want := spec.Resources.DiskBytes > 0; want != m.DiskImage {
 		return m, fmt.Errorf("restore: the snapshot was taken with disk image %v, the spec asks for %v (a disk limit cannot be added or removed by a restore)", m.DiskImage, want)
 	}
-	if r.flavor == FlavorRunsc && !dirExists(filepath.Join(dirs.state, checkpointName)) {
+	if format == FormatRunscCheckpoint && !dirExists(filepath.Join(dirs.state, checkpointName)) {
 		return m, fmt.Errorf("restore: the checkpoint image %s is missing", filepath.Join(dirs.state, checkpointName))
 	}
 	return m, nil
@@ -390,7 +432,9 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, dirs sandboxDi
 	if err := r.prepare(ctx, spec, dirs); err != nil {
 		return err
 	}
-	if r.flavor != FlavorRunsc {
+	if spec.Restore.Format != FormatRunscCheckpoint {
+		// A filesystem snapshot (runc, crun, or runsc's
+		// SuspendFilesystem): a fresh container over the kept files.
 		if err := r.runDetached(ctx, dirs.agentLog, netnsOf(spec), "create", "--bundle", dirs.bundle, "--pid-file", dirs.pidFile, spec.ID.String()); err != nil {
 			return err
 		}

@@ -13,21 +13,21 @@ import (
 )
 
 const operationColumns = `o.id, o.project_id, o.sandbox_id, o.kind, o.state, o.error_code, o.error_message,
-	o.attempts, o.not_before, o.created_at, o.updated_at, o.finished_at, o.source, o.trace_parent`
+	o.attempts, o.not_before, o.created_at, o.updated_at, o.finished_at, o.source, o.trace_parent, o.snapshot_kind`
 
 // operationReturning is operationColumns without the alias, for RETURNING.
 const operationReturning = `id, project_id, sandbox_id, kind, state, error_code, error_message,
-	attempts, not_before, created_at, updated_at, finished_at, source, trace_parent`
+	attempts, not_before, created_at, updated_at, finished_at, source, trace_parent, snapshot_kind`
 
 func scanOperation(row interface{ Scan(...any) error }) (model.Operation, error) {
 	var (
-		op                                     model.Operation
-		id, project, sandbox, kind, st, source string
-		code, msg                              sql.NullString
-		notBefore, created, updated            int64
-		finished                               sql.NullInt64
+		op                                           model.Operation
+		id, project, sandbox, kind, st, source, snap string
+		code, msg                                    sql.NullString
+		notBefore, created, updated                  int64
+		finished                                     sql.NullInt64
 	)
-	if err := row.Scan(&id, &project, &sandbox, &kind, &st, &code, &msg, &op.Attempts, &notBefore, &created, &updated, &finished, &source, &op.TraceParent); err != nil {
+	if err := row.Scan(&id, &project, &sandbox, &kind, &st, &code, &msg, &op.Attempts, &notBefore, &created, &updated, &finished, &source, &op.TraceParent, &snap); err != nil {
 		return model.Operation{}, err
 	}
 	if source != "" {
@@ -36,6 +36,13 @@ func scanOperation(row interface{ Scan(...any) error }) (model.Operation, error)
 			return model.Operation{}, fmt.Errorf("stored operation %s: %w", id, err)
 		}
 		op.Source = src
+	}
+	if snap != "" {
+		sk, err := model.ParseSnapshotKind(snap)
+		if err != nil {
+			return model.Operation{}, fmt.Errorf("stored operation %s: %w", id, err)
+		}
+		op.SnapshotKind = sk
 	}
 	k, err := model.ParseOperationKind(kind)
 	if err != nil {
@@ -104,6 +111,14 @@ func (t tx) insertOperationAs(ctx context.Context, op model.Operation) error {
 	if err := op.Kind.Validate(); err != nil {
 		return fmt.Errorf("insert operation %s: %w", op.ID, err)
 	}
+	if op.SnapshotKind != "" {
+		if _, err := model.ParseSnapshotKind(string(op.SnapshotKind)); err != nil {
+			return fmt.Errorf("insert operation %s: %w", op.ID, err)
+		}
+		if op.Kind != model.OpSuspend {
+			return fmt.Errorf("insert operation %s: %w: a snapshot kind is for a suspend, not a %s", op.ID, model.ErrInvalid, op.Kind)
+		}
+	}
 	if op.TraceParent == "" {
 		op.TraceParent = tracing.TraceParent(ctx)
 	}
@@ -113,10 +128,10 @@ func (t tx) insertOperationAs(ctx context.Context, op model.Operation) error {
 		finished = sql.NullInt64{Int64: micro(*op.FinishedAt), Valid: true}
 	}
 	_, err := t.exec(ctx, `INSERT INTO operations (id, project_id, sandbox_id, kind, state, error_code, error_message,
-		attempts, not_before, lease_owner, lease_expires_at, created_at, updated_at, finished_at, source, trace_parent)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', 0, ?, ?, ?, ?, ?)`,
+		attempts, not_before, lease_owner, lease_expires_at, created_at, updated_at, finished_at, source, trace_parent, snapshot_kind)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', 0, ?, ?, ?, ?, ?, ?)`,
 		string(op.ID), string(op.ProjectID), string(op.SandboxID), string(op.Kind), string(op.State),
-		code, msg, op.Attempts, microOrZero(op.NotBefore), micro(op.CreatedAt), micro(op.UpdatedAt), finished, string(op.Source), op.TraceParent)
+		code, msg, op.Attempts, microOrZero(op.NotBefore), micro(op.CreatedAt), micro(op.UpdatedAt), finished, string(op.Source), op.TraceParent, string(op.SnapshotKind))
 	if err != nil {
 		return fmt.Errorf("insert operation %s: %w", op.ID, t.s.insertErr(err))
 	}
