@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
@@ -23,12 +24,14 @@ import (
 // that cannot be reached is registry_unavailable; a template pulled by
 // digest that the blob store lacks is template_not_found, one that does not
 // verify blob_store_corrupt, a blob store that fails blob_store_unavailable;
-// the rest is build_failed.
+// the rest is build_failed (a full disk of the server's among them, said as
+// such).
 func classify(source string, err error) *model.BuildError {
 	var (
 		te *transport.Error
 		ue *url.Error
-		ne net.Error
+		oe *net.OpError
+		de *net.DNSError
 	)
 	switch {
 	case errors.As(err, &te):
@@ -52,7 +55,10 @@ func classify(source string, err error) *model.BuildError {
 		return &model.BuildError{Code: apiv1.CodeNotSupported, Message: err.Error()}
 	case errors.Is(err, model.ErrInvalid):
 		return &model.BuildError{Code: apiv1.CodeInvalidRequest, Message: err.Error()}
-	case errors.As(err, &ue) || errors.As(err, &ne):
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		// Before the network case: a syscall.Errno is a net.Error too.
+		return &model.BuildError{Code: apiv1.CodeBuildFailed, Message: "cannot import " + source + ": the server's disk is full: " + err.Error()}
+	case errors.As(err, &ue), errors.As(err, &oe), errors.As(err, &de):
 		return &model.BuildError{Code: apiv1.CodeRegistryUnavailable, Message: "cannot import " + source + ": the registry could not be reached: " + err.Error()}
 	}
 	return &model.BuildError{Code: apiv1.CodeBuildFailed, Message: err.Error()}
