@@ -14,6 +14,7 @@ import (
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/guestboot/guestboottest"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -22,7 +23,8 @@ import (
 const forkCounter = `i=0; while :; do i=$((i+1)); echo $i > /n.new; mv /n.new /n; sleep 0.1; done`
 
 // TestSnapshotsAndFork drives saved snapshots and forks through the CLI on
-// runsc (memory: processes continue) and runc (filesystem: files only),
+// runsc and qemu (memory: processes continue) and runc (filesystem: files
+// only),
 // as a project's member: `snapshot create` leaves the source running and
 // gives a ready snapshot that `snapshot list` shows; `sandbox create
 // --snapshot` starts a sandbox from it with the file written before (and,
@@ -34,13 +36,19 @@ const forkCounter = `i=0; while :; do i=$((i+1)); echo $i > /n.new; mv /n.new /n
 func TestSnapshotsAndFork(t *testing.T) {
 	airtest.RequireRoot(t)
 	bins := build(t)
-	for _, rt := range []string{"runsc", "runc"} {
+	for _, rt := range []string{"runsc", "runc", "qemu"} {
 		t.Run(rt, func(t *testing.T) {
-			airtest.RequireBinary(t, rt)
-			s := newServer(t, bins, serverConfig{runtime: rt})
+			cfg := serverConfig{runtime: rt}
+			if rt == "qemu" {
+				requireQEMU(t)
+				cfg = serverConfig{extraArgs: []string{"--env", "qemu", "--guestboot-dir", guestboottest.Cache(t)}}
+			} else {
+				airtest.RequireBinary(t, rt)
+			}
+			s := newServer(t, bins, cfg)
 			s.start()
 			ctx := ctxFor(t, 6*time.Minute)
-			memory := rt == "runsc"
+			memory := rt != "runc"
 
 			var prj apiv1.Project
 			s.cliJSON(ctx, &prj, "admin", "project", "create", "fork-e2e")
