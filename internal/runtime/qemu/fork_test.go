@@ -3,6 +3,7 @@ package qemu_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,7 +25,8 @@ import (
 // own uid; every file it holds writable is its own or a sealed memfd, so
 // the snapshot's RAM is shared copy-on-write, never written) and it can
 // be suspended and woken afterwards, its process counting on; nothing of
-// the helper VM that wrote the snapshot is left.
+// the helper VM that wrote the snapshot is left; a paused source is paused
+// again after its snapshot.
 func TestForkOutlivesItsSnapshot(t *testing.T) {
 	e := newVMEnv(t)
 	rt := e.runtime(t, false)
@@ -84,6 +86,28 @@ func TestForkOutlivesItsSnapshot(t *testing.T) {
 	t.Logf("SnapshotRunning: %v", time.Since(t0))
 	if helpers, _ := os.ReadDir(filepath.Join(e.root, ".fork")); len(helpers) != 0 {
 		t.Errorf("helper VM directories left: %v", helpers)
+	}
+
+	// A paused source is paused again after its snapshot.
+	p := runtime.Pauser(rt)
+	if err := p.Pause(ctx, src.ID); err != nil {
+		t.Fatal(err)
+	}
+	dir2 := filepath.Join(t.TempDir(), "snp-paused")
+	if _, err := rt.SnapshotRunning(ctx, src.ID, dir2); err != nil {
+		t.Fatalf("snapshot of a paused source: %v", err)
+	}
+	if st, err := rt.State(ctx, src.ID); err != nil || st.Phase != runtime.PhasePaused {
+		t.Fatalf("a paused source after its snapshot: %+v, %v", st, err)
+	}
+	if err := p.Resume(ctx, src.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.RemoveSnapshot(ctx, dir2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir2); !os.IsNotExist(err) {
+		t.Errorf("RemoveSnapshot left %s: %v", dir2, err)
 	}
 
 	fork := e.spec("fork", nil)
@@ -180,5 +204,37 @@ func TestForkOutlivesItsSnapshot(t *testing.T) {
 	}
 	if snap.Format != qemu.FormatFork || snap.Kind != model.SnapshotMemory {
 		t.Errorf("snapshot %+v: want a memory snapshot in %s", snap, qemu.FormatFork)
+	}
+}
+
+// TestProbeSweepsForkHelperLeftovers: the directory of a live snapshot's
+// helper VM whose process is gone (a server that crashed mid-snapshot) is
+// removed when the runtime starts (Probe); one of a live process stays.
+func TestProbeSweepsForkHelperLeftovers(t *testing.T) {
+	e := newVMEnv(t)
+	rt := e.runtime(t, true)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(e.root, ".fork", fmt.Sprintf("fork-%d-0a0b0c0d0e0f", gone.Process.Pid))
+	live := filepath.Join(e.root, ".fork", fmt.Sprintf("fork-%d-0a0b0c0d0e0f", os.Getpid()))
+	for _, d := range []string{dead, live} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "memory"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { os.RemoveAll(live) })
+	if err := rt.Probe(ctxFor(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("a dead process's helper directory stays: %v", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("a live process's helper directory was removed: %v", err)
 	}
 }
