@@ -38,14 +38,7 @@ func TestSnapshotsAndFork(t *testing.T) {
 	bins := build(t)
 	for _, rt := range []string{"runsc", "runc", "qemu"} {
 		t.Run(rt, func(t *testing.T) {
-			cfg := serverConfig{runtime: rt}
-			if rt == "qemu" {
-				requireQEMU(t)
-				cfg = serverConfig{extraArgs: []string{"--env", "qemu", "--guestboot-dir", guestboottest.Cache(t)}}
-			} else {
-				airtest.RequireBinary(t, rt)
-			}
-			s := newServer(t, bins, cfg)
+			s := newServer(t, bins, forkServerConfig(t, rt))
 			s.start()
 			ctx := ctxFor(t, 6*time.Minute)
 			memory := rt != "runc"
@@ -285,6 +278,18 @@ func (l *lifecycleCLI) stateWith(key, id string) string {
 	return sb.State
 }
 
+// forkServerConfig is a server whose only (so default) environment is rt,
+// skipping the test when rt cannot run here.
+func forkServerConfig(t *testing.T, rt string) serverConfig {
+	t.Helper()
+	if rt == "qemu" {
+		requireQEMU(t)
+		return serverConfig{extraArgs: []string{"--env", "qemu", "--guestboot-dir", guestboottest.Cache(t)}}
+	}
+	airtest.RequireBinary(t, rt)
+	return serverConfig{runtime: rt}
+}
+
 // TestCrashDuringSnapshot kills the server before and after the runtime
 // writes a saved snapshot, restarts it, and checks the snapshot
 // converges: the repeated request (same Idempotency-Key) replays, its
@@ -295,11 +300,10 @@ func (l *lifecycleCLI) stateWith(key, id string) string {
 func TestCrashDuringSnapshot(t *testing.T) {
 	airtest.RequireRoot(t)
 	bins := build(t)
-	for _, rt := range []string{"runc", "runsc"} {
+	for _, rt := range []string{"runc", "runsc", "qemu"} {
 		for _, point := range []string{"snapshot.before-runtime", "snapshot.after-runtime"} {
 			t.Run(rt+"/"+point, func(t *testing.T) {
-				airtest.RequireBinary(t, rt)
-				s := newServer(t, bins, serverConfig{runtime: rt})
+				s := newServer(t, bins, forkServerConfig(t, rt))
 				s.start()
 				ctx := ctxFor(t, 3*time.Minute)
 				c := s.client()
