@@ -14,6 +14,7 @@ import (
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/guestboot/guestboottest"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -22,7 +23,8 @@ import (
 const forkCounter = `i=0; while :; do i=$((i+1)); echo $i > /n.new; mv /n.new /n; sleep 0.1; done`
 
 // TestSnapshotsAndFork drives saved snapshots and forks through the CLI on
-// runsc (memory: processes continue) and runc (filesystem: files only),
+// runsc and qemu (memory: processes continue) and runc (filesystem: files
+// only),
 // as a project's member: `snapshot create` leaves the source running and
 // gives a ready snapshot that `snapshot list` shows; `sandbox create
 // --snapshot` starts a sandbox from it with the file written before (and,
@@ -34,13 +36,12 @@ const forkCounter = `i=0; while :; do i=$((i+1)); echo $i > /n.new; mv /n.new /n
 func TestSnapshotsAndFork(t *testing.T) {
 	airtest.RequireRoot(t)
 	bins := build(t)
-	for _, rt := range []string{"runsc", "runc"} {
+	for _, rt := range []string{"runsc", "runc", "qemu"} {
 		t.Run(rt, func(t *testing.T) {
-			airtest.RequireBinary(t, rt)
-			s := newServer(t, bins, serverConfig{runtime: rt})
+			s := newServer(t, bins, forkServerConfig(t, rt))
 			s.start()
 			ctx := ctxFor(t, 6*time.Minute)
-			memory := rt == "runsc"
+			memory := rt != "runc"
 
 			var prj apiv1.Project
 			s.cliJSON(ctx, &prj, "admin", "project", "create", "fork-e2e")
@@ -277,6 +278,18 @@ func (l *lifecycleCLI) stateWith(key, id string) string {
 	return sb.State
 }
 
+// forkServerConfig is a server whose only (so default) environment is rt,
+// skipping the test when rt cannot run here.
+func forkServerConfig(t *testing.T, rt string) serverConfig {
+	t.Helper()
+	if rt == "qemu" {
+		requireQEMU(t)
+		return serverConfig{extraArgs: []string{"--env", "qemu", "--guestboot-dir", guestboottest.Cache(t)}}
+	}
+	airtest.RequireBinary(t, rt)
+	return serverConfig{runtime: rt}
+}
+
 // TestCrashDuringSnapshot kills the server before and after the runtime
 // writes a saved snapshot, restarts it, and checks the snapshot
 // converges: the repeated request (same Idempotency-Key) replays, its
@@ -287,11 +300,10 @@ func (l *lifecycleCLI) stateWith(key, id string) string {
 func TestCrashDuringSnapshot(t *testing.T) {
 	airtest.RequireRoot(t)
 	bins := build(t)
-	for _, rt := range []string{"runc", "runsc"} {
+	for _, rt := range []string{"runc", "runsc", "qemu"} {
 		for _, point := range []string{"snapshot.before-runtime", "snapshot.after-runtime"} {
 			t.Run(rt+"/"+point, func(t *testing.T) {
-				airtest.RequireBinary(t, rt)
-				s := newServer(t, bins, serverConfig{runtime: rt})
+				s := newServer(t, bins, forkServerConfig(t, rt))
 				s.start()
 				ctx := ctxFor(t, 3*time.Minute)
 				c := s.client()

@@ -533,6 +533,18 @@ func (r *Runtime) baseMemory(path string) (*os.File, error) {
 	return dst, nil
 }
 
+// forgetBaseMemory closes the memfd of the RAM file at path (a removed
+// live snapshot's), if one was made: VMs that map it keep their own
+// descriptor.
+func (r *Runtime) forgetBaseMemory(path string) {
+	r.memMu.Lock()
+	defer r.memMu.Unlock()
+	if f, ok := r.baseMems[path]; ok {
+		f.Close()
+		delete(r.baseMems, path)
+	}
+}
+
 // copySparse copies src's data (not its holes) into the empty dst, which
 // gets src's size.
 func copySparse(dst, src *os.File) error {

@@ -70,7 +70,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", spec.ID, err)
 	}
-	err := r.create(ctx, dir, spec)
+	var err error
+	if spec.From != nil {
+		err = r.createFrom(ctx, dir, spec)
+	} else {
+		err = r.create(ctx, dir, spec)
+	}
 	if err != nil {
 		r.removeVM(context.WithoutCancel(ctx), dir, name)
 		return fmt.Errorf("create %s: %w", spec.ID, err)
@@ -117,6 +122,7 @@ func (r *Runtime) create(ctx context.Context, dir string, spec runtime.Spec) err
 const (
 	booted       = ""
 	fromSnapshot = "snapshot\n" // restored from a base snapshot
+	forked       = "fork\n"     // restored from a live snapshot (Spec.From)
 )
 
 // markCreated records that the VM in dir was made whole (booting held

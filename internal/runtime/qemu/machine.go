@@ -457,7 +457,12 @@ func (r *Runtime) handles(ctx context.Context, dir string, m machine, uid uint32
 	if m.DiskFormat == vmdisk.QCOW2 && len(m.Chain) == 0 {
 		return h, fmt.Errorf("the qcow2 root disk %s has no recorded backing chain", m.Disk)
 	}
-	h.drive = fmt.Sprintf("id=root,file=/dev/fdset/%d,format=%s,if=none,cache=writeback,discard=unmap", set, m.DiskFormat)
+	// No image locking on the top file: nothing but this QEMU holds it,
+	// and its two descriptors are two open file descriptions, whose
+	// locks conflict when QEMU takes the disk back after a migration
+	// that let it go (a live snapshot's cont: "Failed to get write
+	// lock").
+	h.drive = fmt.Sprintf("id=root,file=/dev/fdset/%d,file.locking=off,format=%s,if=none,cache=writeback,discard=unmap", set, m.DiskFormat)
 	prefix := ""
 	for _, l := range m.Chain {
 		if err := addSet(l.Path, false); err != nil {

@@ -29,8 +29,12 @@ const kvmProbeTimeout = 20 * time.Second
 // its agent answers over virtio-serial: it boots a throwaway VM over an
 // empty root disk and removes it. Without a configured accelerator it
 // tries KVM first when /dev/kvm exists and falls back to TCG, and keeps
-// what worked (Info's isolation class follows).
+// what worked (Info's isolation class follows). First it removes the
+// helper VMs of live snapshots that a crashed process left (fork.go).
 func (r *Runtime) Probe(ctx context.Context) error {
+	// At a server's start: helper VMs of live snapshots that a crashed
+	// server left (their QEMU, cgroup, uid and directory) go.
+	r.sweepForkHelpers(ctx)
 	r.mu.Lock()
 	accel := r.accel
 	r.mu.Unlock()

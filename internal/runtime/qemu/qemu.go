@@ -226,9 +226,10 @@ func parseVersion(out string) string {
 
 // Capabilities of the QEMU runtime: pause (QMP stop/cont), memory
 // checkpoint (a suspend saves the VM's device state; its RAM is a file
-// already) and a prepared network (a TAP device in the sandbox's netns).
+// already), a prepared network (a TAP device in the sandbox's netns) and
+// live snapshots whose forks continue the source's memory (fork.go).
 func Capabilities() runtime.Capabilities {
-	return runtime.NewCapabilities(runtime.CapPause, runtime.CapCheckpoint, runtime.CapNetwork)
+	return runtime.NewCapabilities(runtime.CapPause, runtime.CapCheckpoint, runtime.CapNetwork, runtime.CapLiveSnapshot)
 }
 
 // Info describes the runtime. The isolation class follows the accelerator:

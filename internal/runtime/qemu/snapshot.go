@@ -311,6 +311,15 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 	m.Chain = chainOver(m.DiskFormat, diskLayer{rec.Layer, rec.LayerFormat}, m.Chain)
 	m.Disk = disk
 	m.Memory, m.MemoryShared = rec.Memory, false
+	if !rec.IgnoreShared && !within(dir, rec.Memory) && !exists(rec.Memory) {
+		// The stream holds the whole RAM and the file the VM mapped
+		// private is gone (a fork's live snapshot, removed once its
+		// sandboxes were made): the RAM goes into a file of its own.
+		m.Memory, m.MemoryShared = filepath.Join(dir, memoryFile), true
+		if err := os.Remove(m.Memory); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("restore %s: %w", id, err)
+		}
+	}
 	if n := spec.Network; n != nil && m.NIC {
 		link, err := attachTAP(ctx, n.NetnsPath)
 		if err != nil {

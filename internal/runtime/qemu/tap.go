@@ -502,3 +502,50 @@ func inNetns(netnsPath string, fn func() error) error {
 	}
 	return r.err
 }
+
+// scratchNetnsWithTAP makes a network namespace of its own, holding only
+// loopback and a persistent tap0, and returns it (the caller closes it;
+// the namespace and its TAP go once nothing is in it): for a VM whose NIC
+// must be a TAP's but must reach nothing (a live snapshot's helper VM).
+func scratchNetnsWithTAP() (netns.NsHandle, error) {
+	type result struct {
+		ns  netns.NsHandle
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res := result{ns: -1}
+		defer func() { done <- res }()
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			res.err = fmt.Errorf("get own network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		ns, err := netns.New() // unshare: the thread is in it from here
+		if err != nil {
+			// Still locked: if the thread changed namespace, it dies.
+			res.err = fmt.Errorf("new network namespace: %w", err)
+			return
+		}
+		res.ns = ns
+		if err := createTAP(); err != nil {
+			res.err = err
+		}
+		if err := netns.Set(orig); err != nil {
+			res.err = errors.Join(res.err, fmt.Errorf("back to the own network namespace: %w", err))
+			return // locked: the thread dies with the goroutine
+		}
+		runtime.UnlockOSThread()
+	}()
+	res := <-done
+	if res.err != nil {
+		if res.ns >= 0 {
+			res.ns.Close()
+		}
+		return -1, res.err
+	}
+	return res.ns, nil
+}
