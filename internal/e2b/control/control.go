@@ -41,9 +41,14 @@
 //     defaultVolumeMiB); volumeMounts [{name, path}] are the native
 //     volume_mounts. The volume content API (/volumecontent) is refused
 //     with 501, and the token of VolumeAndToken is empty.
+//   - Snapshots are native saved snapshots (snp_… is the snapshotID; E2B
+//     treats one as a template: Sandbox.create(snapshotID) is a native
+//     create with "snapshot", DELETE /templates/{snapshotID} deletes it);
+//     names are refused (501). fork is the native fork, each fork waited
+//     for on its own and given the E2B timeout (snapshots.go).
 //   - Refused with 501: metrics, network rules/proxy/ingress settings, iam,
 //     mcp, the volume content API, and every other E2B family (templates,
-//     snapshots, fork, network updates, secrets).
+//     network updates, secrets).
 package control
 
 import (
@@ -123,6 +128,10 @@ func New(cfg Config) (*Handler, error) {
 		{"GET /volumes", h.listVolumes},
 		{"GET /volumes/{id}", h.getVolume},
 		{"DELETE /volumes/{id}", h.deleteVolume},
+		{"POST /sandboxes/{id}/snapshots", h.createSnapshot},
+		{"GET /snapshots", h.listSnapshots},
+		{"DELETE /templates/{id}", h.deleteTemplate},
+		{"POST /sandboxes/{id}/fork", h.fork},
 	}
 	for _, rt := range routes {
 		h.mux.Handle(rt.pattern, h.authed(rt.fn))
