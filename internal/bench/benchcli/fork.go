@@ -7,6 +7,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/bench"
 	"github.com/airlockdev/airlock/internal/cli"
+	"github.com/airlockdev/airlock/internal/model"
 )
 
 func forkCommand(t cli.Tool) *cobra.Command {
@@ -23,8 +24,11 @@ func forkCommand(t cli.Tool) *cobra.Command {
 			"Needs root. Everything it creates is removed on exit.",
 		Args: cli.ExactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if runs < 1 || warmup < 0 || count < 1 {
-				return cli.UsageErrorf("--runs and --count must be at least 1 and --warmup not negative")
+			if runs < 1 || warmup < 0 {
+				return cli.UsageErrorf("--runs must be at least 1 and --warmup not negative")
+			}
+			if model.CheckForkCount(count) != nil {
+				return cli.UsageErrorf("--count must be from %d to %d", model.MinForkCount, model.MaxForkCount)
 			}
 			level, agent, err := prepare(logLevel, agentBinary)
 			if err != nil {
