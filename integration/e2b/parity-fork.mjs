@@ -3,8 +3,8 @@
 // listSnapshots (all, for a sandbox, by ID), Sandbox.create(snapshotId)
 // continuing the process (runsc keeps memory), fork of N sandboxes that
 // continue it too, each independent of its source, deleteSnapshot (true,
-// then false), a named snapshot refused clearly (501), and the errors
-// E2B's SDK tests expect.
+// then false), a named snapshot found by its name, and the errors E2B's
+// SDK tests expect.
 //
 // Run by integration/e2b_sdk_test.go (TestE2BSDK, runsc) with the
 // environment of smoke.mjs.
@@ -104,8 +104,19 @@ await r.step('fork 2: each continues the process, the source runs on', async () 
   await Promise.all(forks.map((f) => f.kill()))
 })
 
-await r.step('a named snapshot is refused clearly', async () => {
-  await assert.rejects(src.createSnapshot({ name: 'my-snapshot' }), /not supported/)
+await r.step('a named snapshot: names, listSnapshots by name', async () => {
+  const name = `snap-${src.sandboxId.slice(-8)}`
+  const named = await src.createSnapshot({ name, requestTimeoutMs: 180_000 })
+  try {
+    assert.match(named.snapshotId, /^snp_[a-z2-7]{26}$/)
+    assert.ok(named.names.some((n) => n.includes(name)), `names: ${JSON.stringify(named)}`)
+    const byName = await Sandbox.listSnapshots({ name }).nextItems()
+    assert.deepEqual(byName.map((s) => s.snapshotId), [named.snapshotId])
+    assert.deepEqual(await Sandbox.listSnapshots({ name: `${name}-does-not-exist` }).nextItems(), [])
+    await assert.rejects(src.createSnapshot({ name: '../x' }), /name/)
+  } finally {
+    await Sandbox.deleteSnapshot(named.snapshotId)
+  }
 })
 
 await r.step('deleteSnapshot: true, then false', async () => {

@@ -217,7 +217,7 @@ func (a *airlockSubject) snapshotRound(ctx context.Context, src model.SandboxID,
 	ctx, cancel := context.WithTimeout(ctx, 2*airlockRunTimeout)
 	defer cancel()
 	t0 := time.Now()
-	res, err := a.c.SnapshotSandbox(ctx, src)
+	res, err := a.c.SnapshotSandbox(ctx, src, apiv1.SnapshotRequest{})
 	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}

@@ -44,7 +44,7 @@
 //   - Snapshots are native saved snapshots (snp_… is the snapshotID; E2B
 //     treats one as a template: Sandbox.create(snapshotID) is a native
 //     create with "snapshot", DELETE /templates/{snapshotID} deletes it);
-//     names are refused (501). fork is the native fork, each fork waited
+//     names are the native snapshot names. fork is the native fork, each fork waited
 //     for on its own and given the E2B timeout (snapshots.go).
 //   - Refused with 501: metrics, network rules/proxy/ingress settings, iam,
 //     mcp, the volume content API, and every other E2B family (templates,

@@ -17,9 +17,9 @@ import (
 // E2B treats a snapshot as a template: SnapshotInfo{snapshotID, names},
 // deleted through DELETE /templates/{templateID} and started with
 // Sandbox.create(snapshotID). Here a snapshot is a native saved snapshot
-// (snp_…): its snapshotID is its native ID. Names are not kept (the native
-// noun has none): a create with a name is refused (501), and names is
-// empty.
+// (snp_…): its snapshotID is its native ID, and names holds its native
+// name, if it has one (names are not unique: E2B's reuse of a name for a
+// new build of the same template is a second snapshot of that name).
 
 // snapshotTag is the tag E2B appends to a snapshot template's ID
 // ("abc123:default"); an ID given with it names the same snapshot.
@@ -61,7 +61,40 @@ func parseSnapshotRef(s string) (model.SnapshotID, bool) {
 }
 
 func snapshotInfo(s apiv1.SavedSnapshot) snapshotInfoOut {
-	return snapshotInfoOut{SnapshotID: s.ID, Names: []string{}}
+	names := []string{}
+	if s.Name != "" {
+		names = append(names, s.Name)
+	}
+	return snapshotInfoOut{SnapshotID: s.ID, Names: names}
+}
+
+// snapshotFilter is the name filter of E2B's snapshot listing: a snapshot
+// ID, or a name, optionally team-qualified ("team/name") and tagged
+// (":default", the only tag a snapshot has). ok is false when it can
+// match nothing.
+type snapshotFilter struct {
+	id   model.SnapshotID
+	name model.SnapshotName
+}
+
+func parseSnapshotFilter(s string) (f snapshotFilter, ok bool) {
+	if id, isID := parseSnapshotRef(s); isID {
+		return snapshotFilter{id: id}, true
+	}
+	if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		s = s[i+1:]
+	}
+	if base, tag, tagged := strings.Cut(s, ":"); tagged {
+		if ":"+tag != snapshotTag {
+			return f, false
+		}
+		s = base
+	}
+	n, err := model.ParseSnapshotName(s)
+	if err != nil {
+		return f, false
+	}
+	return snapshotFilter{name: n}, true
 }
 
 // snapshotNotFound is E2B's 404 for a snapshot (template) ID.
@@ -80,13 +113,18 @@ func (h *Handler) createSnapshot(ctx context.Context, w http.ResponseWriter, r *
 	if err := decodeBody(r, &in); err != nil {
 		return err
 	}
+	var req apiv1.SnapshotRequest
 	if in.Name != nil && *in.Name != "" {
-		return notImplemented("named snapshots are not supported by Airlock's E2B API: a snapshot is addressed by its snapshotID")
+		n, err := model.ParseSnapshotName(*in.Name)
+		if err != nil {
+			return badRequest("name: %v", err)
+		}
+		req.Name = n.String()
 	}
 	if _, _, err := lookup(ctx, c, id); err != nil {
 		return err
 	}
-	res, err := c.SnapshotSandbox(ctx, id)
+	res, err := c.SnapshotSandbox(ctx, id, req)
 	if err != nil {
 		if client.IsCode(err, apiv1.CodeNotFound) {
 			return notFound(id)
@@ -102,8 +140,8 @@ func (h *Handler) createSnapshot(ctx context.Context, w http.ResponseWriter, r *
 
 // listSnapshots: GET /snapshots?sandboxID&name&limit&nextToken → 200
 // [SnapshotInfo], X-Next-Token. Only ready snapshots are listed; name
-// filters by snapshot ID (snapshots have no names). nextToken is the last
-// ID of the previous page.
+// filters by snapshot ID or name (parseSnapshotFilter). nextToken is the
+// last ID of the previous page.
 func (h *Handler) listSnapshots(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
 	q := r.URL.Query()
 	limit, err := parseLimit(q["limit"])
@@ -111,14 +149,14 @@ func (h *Handler) listSnapshots(ctx context.Context, w http.ResponseWriter, r *h
 		return badRequest("%v", err)
 	}
 	sbx := q.Get("sandboxID")
-	var nameID model.SnapshotID
+	var filter snapshotFilter
 	if name := q.Get("name"); name != "" {
-		id, ok := parseSnapshotRef(name)
+		f, ok := parseSnapshotFilter(name)
 		if !ok {
 			writeJSON(w, http.StatusOK, []snapshotInfoOut{})
 			return nil
 		}
-		nameID = id
+		filter = f
 	}
 	after := q.Get("nextToken")
 	if after != "" {
@@ -129,14 +167,14 @@ func (h *Handler) listSnapshots(ctx context.Context, w http.ResponseWriter, r *h
 	var all []apiv1.SavedSnapshot
 	cursor := ""
 	for {
-		page, err := c.ListSnapshots(ctx, 0, cursor)
+		page, err := c.ListSnapshots(ctx, filter.name.String(), 0, cursor)
 		if err != nil {
 			return fmt.Errorf("list snapshots: %w", err)
 		}
 		for _, s := range page.Snapshots {
 			if s.State != string(model.SnapshotReady) ||
 				(sbx != "" && s.SourceSandboxID != sbx) ||
-				(nameID != "" && s.ID != nameID.String()) {
+				(filter.id != "" && s.ID != filter.id.String()) {
 				continue
 			}
 			all = append(all, s)

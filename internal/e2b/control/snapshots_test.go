@@ -60,7 +60,9 @@ func (f *fakeSnapshots) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		reply(200, apiv1.Sandbox{ID: id, State: "running", Metadata: map[string]string{templateKey: "base"}})
 	case r.Method == "POST" && strings.HasSuffix(path, "/snapshots"):
-		s := apiv1.SavedSnapshot{ID: model.NewSnapshotID().String(), State: "ready", SourceSandboxID: f.src.String()}
+		var in apiv1.SnapshotRequest
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		s := apiv1.SavedSnapshot{ID: model.NewSnapshotID().String(), Name: in.Name, State: "ready", SourceSandboxID: f.src.String()}
 		f.snaps = append(f.snaps, s)
 		reply(202, apiv1.SnapshotWithOperation{Snapshot: s, Operation: f.op("snapshot", f.src.String(), false)})
 	case r.Method == "POST" && strings.HasSuffix(path, "/fork"):
@@ -81,8 +83,10 @@ func (f *fakeSnapshots) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(202, apiv1.SandboxWithOperation{})
 	case path == "/v1/snapshots":
 		l := apiv1.SnapshotList{Snapshots: []apiv1.SavedSnapshot{}}
-		if mine {
-			l.Snapshots = append(l.Snapshots, f.snaps...)
+		for _, s := range f.snaps {
+			if mine && (r.URL.Query().Get("name") == "" || r.URL.Query().Get("name") == s.Name) {
+				l.Snapshots = append(l.Snapshots, s)
+			}
 		}
 		reply(200, l)
 	case strings.HasPrefix(path, "/v1/snapshots/"):
@@ -123,7 +127,7 @@ func TestSnapshotsAndFork(t *testing.T) {
 	if err := json.Unmarshal(do("k", "POST", src+"/snapshots", `{}`, 201), &info); err != nil || info.SnapshotID != f.snaps[0].ID || info.Names == nil {
 		t.Fatalf("createSnapshot = %+v, %v", info, err)
 	}
-	do("k", "POST", src+"/snapshots", `{"name":"mine"}`, 501)
+	do("k", "POST", src+"/snapshots", `{"name":"../x"}`, 400)
 	do("other", "POST", src+"/snapshots", `{}`, 404) // another project's sandbox
 	do("k", "POST", "/sandboxes/"+model.NewSandboxID().String()+"/snapshots", `{}`, 404)
 
@@ -153,8 +157,28 @@ func TestSnapshotsAndFork(t *testing.T) {
 	}
 	do("k", "GET", "/snapshots?nextToken=../x", "", 400)
 
-	// Paging: two more snapshots, one per page.
-	do("k", "POST", src+"/snapshots", `{}`, 201)
+	// Named: names holds the name; the listing finds it by name, as E2B
+	// qualifies it or not.
+	var named snapshotInfoOut
+	if err := json.Unmarshal(do("k", "POST", src+"/snapshots", `{"name":"snap-1"}`, 201), &named); err != nil ||
+		len(named.Names) != 1 || named.Names[0] != "snap-1" || named.SnapshotID == info.SnapshotID {
+		t.Fatalf("named createSnapshot = %+v, %v", named, err)
+	}
+	for _, q := range []string{"snap-1", "team%2Fsnap-1", "snap-1:default"} {
+		if l := list("k", "?name="+q); len(l) != 1 || l[0].SnapshotID != named.SnapshotID {
+			t.Fatalf("list ?name=%s = %+v", q, l)
+		}
+	}
+	for _, q := range []string{"snap-1:v2", "snap-2", "-x", "a:b:c"} {
+		if l := list("k", "?name="+q); len(l) != 0 {
+			t.Fatalf("list ?name=%s = %+v", q, l)
+		}
+	}
+	if l := list("other", "?name=snap-1"); len(l) != 0 {
+		t.Fatalf("another project lists %+v", l)
+	}
+
+	// Paging: three snapshots by now, one per page.
 	do("k", "POST", src+"/snapshots", `{}`, 201)
 	var seen []string
 	token := ""
