@@ -65,6 +65,21 @@ await r.step('listSnapshots: all, for the sandbox, by ID', async () => {
   assert.deepEqual(await Sandbox.listSnapshots({ sandboxId: 'sbx_aaaaaaaaaaaaaaaaaaaaaaaaaa' }).nextItems(), [])
 })
 
+await r.step("another project's key finds neither the sandbox nor the snapshot", async () => {
+  const apiKey = process.env.AIRLOCK_TEST_OTHER_E2B_KEY
+  assert.ok(apiKey, 'AIRLOCK_TEST_OTHER_E2B_KEY is not set')
+  const other = { apiKey, requestTimeoutMs: 60_000 }
+  const listed = await Sandbox.listSnapshots(other).nextItems()
+  assert.ok(!listed.some((s) => s.snapshotId === snap.snapshotId), `listed: ${JSON.stringify(listed)}`)
+  assert.deepEqual(await Sandbox.listSnapshots({ ...other, name: snap.snapshotId }).nextItems(), [])
+  await expectReject(Sandbox.createSnapshot(src.sandboxId, other), SandboxNotFoundError, "another project's createSnapshot")
+  await expectReject(Sandbox.fork(src.sandboxId, other), SandboxNotFoundError, "another project's fork")
+  await assert.rejects(Sandbox.create(snap.snapshotId, { ...other, timeoutMs: 60_000 }), /not found/i)
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, other), false)
+  // Still there for its own project.
+  assert.ok((await Sandbox.listSnapshots({ name: snap.snapshotId }).nextItems()).length === 1)
+})
+
 await r.step('Sandbox.create(snapshotId): the file, and the process continues', async () => {
   fromSnap = r.track(await Sandbox.create(snap.snapshotId, createOpts))
   assert.notEqual(fromSnap.sandboxId, src.sandboxId)
