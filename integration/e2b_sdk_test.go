@@ -94,6 +94,9 @@ func TestE2BSDK(t *testing.T) {
 
 	work := stageScripts(t, e2bDir, modules)
 	env := append(append(e2bEnv(key, s.url), "PARITY_ADMIN_API_KEY="+adminKey), e2bFakeInternetEnv()...)
+	// Another project's key, for the scripts' attacker-side checks (its
+	// project never holds a sandbox: it only tries the first one's).
+	env = append(env, "AIRLOCK_TEST_OTHER_E2B_KEY="+otherE2BKey(ctx, t, s))
 	scripts := []string{"smoke.mjs", "smoke-old.mjs"}
 	// parity-*.mjs: one script per E2B feature beyond the smoke plan
 	// (fork, snapshots, volumes, templates as code, metrics, …), each on
@@ -135,6 +138,19 @@ func e2bFakeInternetEnv() []string {
 		"SMOKE_NET_NAME=" + allowedName,
 		"SMOKE_NET_NAME2=echo.example",
 	}
+}
+
+// otherE2BKey mints an E2B-form API key of a project of its own.
+func otherE2BKey(ctx context.Context, t *testing.T, s *server) string {
+	t.Helper()
+	var prj apiv1.Project
+	s.cliJSON(ctx, &prj, "admin", "project", "create", "e2b-other")
+	var key apiv1.APIKey
+	s.cliJSON(ctx, &key, "admin", "key", "create", "--format", "e2b", "--project", prj.ID, "--role", "member", "--name", "e2b-other")
+	if !e2bKeyPattern.MatchString(key.Token) {
+		t.Fatalf("admin key create --format e2b made %q, not e2b_<hex>", key.Token)
+	}
+	return key.Token
 }
 
 // e2bKey mints an E2B-form API key of role (in the admin's own project, so

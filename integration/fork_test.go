@@ -109,13 +109,13 @@ func TestSnapshotsAndFork(t *testing.T) {
 			// A saved snapshot; the source runs on.
 			start = time.Now()
 			var snap apiv1.SavedSnapshot
-			decode(t, member("-o", "json", "snapshot", "create", srcID), &snap)
+			decode(t, member("-o", "json", "snapshot", "create", srcID, "--name", "first-"+rt), &snap)
 			t.Logf("snapshot create on %s: %v", rt, time.Since(start).Round(time.Millisecond))
 			wantKind := apiv1.SnapshotFilesystem
 			if memory {
 				wantKind = apiv1.SnapshotMemory
 			}
-			if snap.State != string(model.SnapshotReady) || snap.Kind != wantKind || snap.SourceSandboxID != srcID || snap.SizeBytes <= 0 {
+			if snap.State != string(model.SnapshotReady) || snap.Kind != wantKind || snap.SourceSandboxID != srcID || snap.SizeBytes <= 0 || snap.Name != "first-"+rt {
 				t.Fatalf("snapshot %+v: want ready, kind %s, of %s", snap, wantKind, srcID)
 			}
 			atSnap := counter(srcID)
@@ -125,6 +125,12 @@ func TestSnapshotsAndFork(t *testing.T) {
 			member("exec", srcID, "--", "sh", "-c", "echo after > /after.txt")
 			if list := member("snapshot", "list"); !strings.Contains(list, snap.ID) || !strings.Contains(list, "ready") {
 				t.Fatalf("snapshot list:\n%s", list)
+			}
+			if list := member("snapshot", "list", "--name", "first-"+rt); !strings.Contains(list, snap.ID) {
+				t.Fatalf("snapshot list --name first-%s:\n%s", rt, list)
+			}
+			if list := member("snapshot", "list", "--name", "other"); strings.Contains(list, snap.ID) {
+				t.Fatalf("snapshot list --name other:\n%s", list)
 			}
 
 			// Another project's snapshot is not there for it.
@@ -324,7 +330,7 @@ func TestCrashDuringSnapshot(t *testing.T) {
 				s.cfg.crashAt = point
 				s.start()
 				keyed := client.WithIdempotencyKey(ctx, model.IdempotencyKey("snapshot-"+id.String()))
-				_, firstErr := s.client().SnapshotSandbox(keyed, id) // may die before it answers
+				_, firstErr := s.client().SnapshotSandbox(keyed, id, apiv1.SnapshotRequest{}) // may die before it answers
 				s.waitExit(60 * time.Second)
 				if !strings.Contains(s.log.String(), "fault injection: killing the server") {
 					t.Fatalf("the server did not die at %s:\n%s", point, s.log.String())
@@ -332,7 +338,7 @@ func TestCrashDuringSnapshot(t *testing.T) {
 				s.cfg.crashAt = ""
 				s.start()
 				c = s.client()
-				res, err := c.SnapshotSandbox(keyed, id)
+				res, err := c.SnapshotSandbox(keyed, id, apiv1.SnapshotRequest{})
 				if err != nil {
 					t.Fatalf("repeat the snapshot (first attempt: %v): %v", firstErr, err)
 				}

@@ -97,6 +97,10 @@ func TestBadInput(t *testing.T) {
 		{"no content type", "POST", sbx, A, `{}`, hdr("Content-Type", ""), true, 415, apiv1.CodeUnsupportedMedia},
 		{"latin-1 charset", "POST", sbx, A, `{}`, hdr("Content-Type", "application/json; charset=latin1"), false, 415, apiv1.CodeUnsupportedMedia},
 		// Values.
+		{"bad snapshot name", "POST", "/v1/sandboxes/" + running + "/snapshots", A, `{"name": "-x"}`, nil, true, 400, apiv1.CodeInvalidRequest},
+		{"snapshot name like an ID", "POST", "/v1/sandboxes/" + running + "/snapshots", A, `{"name": "snp_x"}`, nil, false, 400, apiv1.CodeInvalidRequest},
+		{"unknown snapshot field", "POST", "/v1/sandboxes/" + running + "/snapshots", A, `{"names": ["x"]}`, nil, true, 400, apiv1.CodeInvalidRequest},
+		{"bad snapshot list name", "GET", "/v1/snapshots?name=a/b", A, ``, nil, true, 400, apiv1.CodeInvalidRequest},
 		{"bad template name", "POST", sbx, A, `{"template": "Bad_Name"}`, nil, true, 400, apiv1.CodeInvalidRequest},
 		{"empty template", "POST", sbx, A, `{"template": ""}`, nil, true, 400, apiv1.CodeInvalidRequest},
 		{"short digest", "POST", sbx, A, `{"template": "sha256:abc"}`, nil, true, 400, apiv1.CodeInvalidRequest},

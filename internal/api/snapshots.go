@@ -27,7 +27,7 @@ func (a *API) snapshotRoutes() []route {
 // snapshotRecordOut is the wire form of a saved snapshot.
 func snapshotRecordOut(r model.SnapshotRecord) apiv1.SavedSnapshot {
 	return apiv1.SavedSnapshot{
-		ID: r.ID.String(), State: string(r.State), Error: r.Error, SourceSandboxID: r.Source.String(),
+		ID: r.ID.String(), Name: r.Name.String(), State: string(r.State), Error: r.Error, SourceSandboxID: r.Source.String(),
 		Kind: string(r.Kind), Runtime: r.Runtime, Environment: string(r.Environment), NodeID: string(r.NodeID),
 		Template: r.Template.String(), CPUs: r.Resources.CPUs, MemoryMiB: r.Resources.MemoryMiB, DiskMiB: r.Resources.DiskMiB,
 		SizeBytes: r.SizeBytes, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
@@ -38,13 +38,19 @@ func snapshotRecordOut(r model.SnapshotRecord) apiv1.SavedSnapshot {
 // SnapshotWithOperation: the snapshot (creating) and its operation; the
 // sandbox is snapshotting, then running again. Refused as a lifecycle
 // request is (404, 409 sandbox_busy or invalid_transition, 501).
-func (a *API) createSnapshot(ctx context.Context, c *call[noBody]) (*reply, error) {
+func (a *API) createSnapshot(ctx context.Context, c *call[snapshotBody]) (*reply, error) {
 	id, err := model.ParseSandboxID(c.r.PathValue("id"))
 	if err != nil {
 		return nil, err
 	}
+	var name model.SnapshotName
+	if c.present["name"] {
+		if name, err = model.ParseSnapshotName(c.in.Name); err != nil {
+			return nil, err
+		}
+	}
 	var rep *reply
-	ch, err := a.cfg.Sandboxes.Snapshot(ctx, sandboxes.SnapshotRequest{Project: c.p.project, Sandbox: id, Now: c.now,
+	ch, err := a.cfg.Sandboxes.Snapshot(ctx, sandboxes.SnapshotRequest{Project: c.p.project, Sandbox: id, Name: name, Now: c.now,
 		Idempotency: func(ch sandboxes.SnapshotChanged) (*store.IdempotencyRecord, error) {
 			r, rec, err := c.reply(http.StatusAccepted, apiv1.SnapshotWithOperation{Snapshot: snapshotRecordOut(ch.Snapshot), Operation: operationOut(ch.Operation)})
 			rep = r
@@ -56,6 +62,12 @@ func (a *API) createSnapshot(ctx context.Context, c *call[noBody]) (*reply, erro
 	c.created(ch.Snapshot.ID.String())
 	return rep, nil
 }
+
+// snapshotBody is the optional body of createSnapshot: none is a
+// snapshot without a name.
+type snapshotBody apiv1.SnapshotRequest
+
+func (snapshotBody) optionalBody() {}
 
 // forkBody is the optional body of forkSandbox: none is one sandbox.
 type forkBody apiv1.ForkRequest
@@ -174,6 +186,15 @@ func parseSnapshotQuery(project model.ProjectID, q url.Values) (store.SnapshotQu
 				return sq, err
 			}
 			sq.After = &store.SnapshotCursor{CreatedAt: at, ID: id}
+		case "name":
+			if len(vals) != 1 {
+				return sq, badRequest("give name once")
+			}
+			n, err := model.ParseSnapshotName(vals[0])
+			if err != nil {
+				return sq, err
+			}
+			sq.Name = n
 		default:
 			return sq, badRequest("unknown query parameter %q", textclip.Bytes(name, maxEcho))
 		}

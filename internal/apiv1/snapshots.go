@@ -7,6 +7,9 @@ import "time"
 // ("snapshot" in a create).
 type SavedSnapshot struct {
 	ID string `json:"id"` // snp_…
+	// Name is its optional name (not unique; GET /v1/snapshots?name=
+	// filters by it).
+	Name string `json:"name,omitempty"`
 	// State: creating, ready, failed or deleting.
 	State string `json:"state"`
 	// Error says why it failed.
@@ -26,6 +29,14 @@ type SavedSnapshot struct {
 	SizeBytes   int64     `json:"size_bytes"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// SnapshotRequest is the optional body of POST
+// /v1/sandboxes/{id}/snapshots.
+type SnapshotRequest struct {
+	// Name, if set, names the snapshot: 1 to 63 letters, digits, '.', '_'
+	// or '-', starting with a letter or digit, not "snp_…".
+	Name string `json:"name,omitempty"`
 }
 
 // SnapshotWithOperation is the 202 response of POST

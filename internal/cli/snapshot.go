@@ -20,7 +20,10 @@ func (a *app) snapshotCommand() *cobra.Command {
 }
 
 func (a *app) snapshotCreateCommand() *cobra.Command {
-	var noWait bool
+	var (
+		noWait bool
+		name   string
+	)
 	cmd := &cobra.Command{
 		Use:   "create SANDBOX",
 		Short: "Save a snapshot of a running sandbox and wait until it is ready",
@@ -39,7 +42,15 @@ func (a *app) snapshotCreateCommand() *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			res, err := c.SnapshotSandbox(ctx, id)
+			var req apiv1.SnapshotRequest
+			if name != "" {
+				n, err := model.ParseSnapshotName(name)
+				if err != nil {
+					return usageErrorf("--name: %v", err)
+				}
+				req.Name = n.String()
+			}
+			res, err := c.SnapshotSandbox(ctx, id, req)
 			if err != nil {
 				return err
 			}
@@ -76,6 +87,7 @@ func (a *app) snapshotCreateCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the request is accepted")
+	cmd.Flags().StringVar(&name, "name", "", "a name for the snapshot (not unique; list --name finds it)")
 	return cmd
 }
 
@@ -83,6 +95,7 @@ func (a *app) snapshotListCommand() *cobra.Command {
 	var (
 		limit  int
 		cursor string
+		name   string
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -96,7 +109,12 @@ func (a *app) snapshotListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			list, err := c.ListSnapshots(cmd.Context(), limit, cursor)
+			if name != "" {
+				if _, err := model.ParseSnapshotName(name); err != nil {
+					return usageErrorf("--name: %v", err)
+				}
+			}
+			list, err := c.ListSnapshots(cmd.Context(), name, limit, cursor)
 			if err != nil {
 				return err
 			}
@@ -111,6 +129,7 @@ func (a *app) snapshotListCommand() *cobra.Command {
 	}
 	cmd.Flags().IntVar(&limit, "limit", 0, "page size (default: the server's)")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "start at this page (a previous list's next cursor)")
+	cmd.Flags().StringVar(&name, "name", "", "only snapshots of this name")
 	return cmd
 }
 
@@ -218,6 +237,9 @@ func (p printer) snapshot(s apiv1.SavedSnapshot) error {
 
 func snapshotRecordFields(w io.Writer, s apiv1.SavedSnapshot) {
 	fmt.Fprintf(w, "ID:\t%s\n", s.ID)
+	if s.Name != "" {
+		fmt.Fprintf(w, "Name:\t%s\n", s.Name)
+	}
 	fmt.Fprintf(w, "State:\t%s\n", s.State)
 	if s.Error != "" {
 		fmt.Fprintf(w, "Error:\t%s\n", oneLine(s.Error))
@@ -240,9 +262,9 @@ func snapshotRecordFields(w io.Writer, s apiv1.SavedSnapshot) {
 
 func (p printer) snapshotList(l apiv1.SnapshotList) error {
 	return p.print(l, func(w io.Writer) {
-		fmt.Fprintln(w, "ID\tSTATE\tSOURCE\tKIND\tRUNTIME\tSIZE\tCREATED")
+		fmt.Fprintln(w, "ID\tNAME\tSTATE\tSOURCE\tKIND\tRUNTIME\tSIZE\tCREATED")
 		for _, s := range l.Snapshots {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.State, s.SourceSandboxID, orDash(s.Kind), orDash(s.Runtime),
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, orDash(s.Name), s.State, s.SourceSandboxID, orDash(s.Kind), orDash(s.Runtime),
 				byteSize(s.SizeBytes), timeText(s.CreatedAt))
 		}
 	})

@@ -13,9 +13,9 @@ import (
 // SnapshotSandbox asks for a saved snapshot of a running sandbox (POST
 // /v1/sandboxes/{id}/snapshots); it is ready once the returned operation
 // succeeds (WaitOperation), and the sandbox runs on.
-func (c *Client) SnapshotSandbox(ctx context.Context, id model.SandboxID) (apiv1.SnapshotWithOperation, error) {
+func (c *Client) SnapshotSandbox(ctx context.Context, id model.SandboxID, req apiv1.SnapshotRequest) (apiv1.SnapshotWithOperation, error) {
 	var out apiv1.SnapshotWithOperation
-	err := c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes/" + id.String() + "/snapshots"}, &out)
+	err := c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes/" + id.String() + "/snapshots", body: req}, &out)
 	return out, err
 }
 
@@ -36,9 +36,13 @@ func (c *Client) GetSnapshot(ctx context.Context, id model.SnapshotID) (apiv1.Sa
 }
 
 // ListSnapshots returns one page of the project's snapshots (GET
-// /v1/snapshots); limit 0 is the server's page size.
-func (c *Client) ListSnapshots(ctx context.Context, limit int, cursor string) (apiv1.SnapshotList, error) {
+// /v1/snapshots), of that name if name is not ""; limit 0 is the server's
+// page size.
+func (c *Client) ListSnapshots(ctx context.Context, name string, limit int, cursor string) (apiv1.SnapshotList, error) {
 	q := url.Values{}
+	if name != "" {
+		q.Set("name", name)
+	}
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}

@@ -376,6 +376,24 @@ func FuzzParseSnapshotID(f *testing.F) {
 	})
 }
 
+func FuzzParseSnapshotName(f *testing.F) {
+	for _, s := range []string{"my-snapshot", "snp_x", "", "a", "-a", "a:b", "a/b", "x.y_z-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseSnapshotName(s)
+		if err != nil {
+			return
+		}
+		if n.String() != s || len(s) == 0 || len(s) > MaxSnapshotNameLen || strings.ContainsAny(s, ":/ \x00") {
+			t.Fatalf("accepted %q as %q", s, n)
+		}
+		if _, err := ParseSnapshotID(s); err == nil {
+			t.Fatalf("%q parses as a snapshot name and a snapshot ID", s)
+		}
+	})
+}
+
 func TestSnapshotIDAndForkCount(t *testing.T) {
 	for _, tc := range []struct {
 		in string

@@ -22,6 +22,35 @@ func ParseSnapshotID(s string) (SnapshotID, error) {
 
 func (id SnapshotID) String() string { return string(id) }
 
+// MaxSnapshotNameLen bounds a snapshot's name.
+const MaxSnapshotNameLen = 63
+
+// SnapshotName is the optional name of a saved snapshot: 1 to 63 letters,
+// digits, '.', '_' or '-', starting with a letter or digit, never "snp_…"
+// (so that a reference is an ID or a name, not both). Names are not
+// unique: a listing filtered by name shows every snapshot that has it.
+type SnapshotName string
+
+// ParseSnapshotName parses s as a snapshot name.
+func ParseSnapshotName(s string) (SnapshotName, error) {
+	if s == "" || len(s) > MaxSnapshotNameLen {
+		return "", fmt.Errorf("%w: snapshot name %q must be 1 to %d characters", ErrInvalid, textclip.Bytes(s, maxEcho), MaxSnapshotNameLen)
+	}
+	if len(s) >= 4 && s[:4] == "snp_" {
+		return "", fmt.Errorf("%w: snapshot name %q must not start with \"snp_\" (snapshot IDs do)", ErrInvalid, textclip.Bytes(s, maxEcho))
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return "", fmt.Errorf("%w: snapshot name %q must be letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalid, textclip.Bytes(s, maxEcho))
+		}
+	}
+	return SnapshotName(s), nil
+}
+
+func (n SnapshotName) String() string { return string(n) }
+
 // SnapshotState is where a saved snapshot is in its life.
 type SnapshotState string
 
@@ -58,6 +87,8 @@ func ParseSnapshotState(s string) (SnapshotState, error) {
 type SnapshotRecord struct {
 	ID        SnapshotID
 	ProjectID ProjectID
+	// Name is its optional name ("" for none).
+	Name SnapshotName
 	// Source is the sandbox it was taken of (which may be gone since).
 	Source      SandboxID
 	State       SnapshotState

@@ -18,6 +18,7 @@ const MaxForkWait = 2 * time.Minute
 type SnapshotRequest struct {
 	Project model.ProjectID
 	Sandbox model.SandboxID
+	Name    model.SnapshotName // "" for none
 	Now     time.Time
 	// Idempotency, if set, builds the idempotency record stored with the
 	// request.
@@ -62,7 +63,7 @@ func (s *Service) snapshot(ctx context.Context, req SnapshotRequest, fork bool) 
 		State: model.OpPending, CreatedAt: req.Now, UpdatedAt: req.Now,
 	}
 	snap := model.SnapshotRecord{
-		ID: model.NewSnapshotID(), ProjectID: req.Project, Source: sb.ID, State: model.SnapshotCreating,
+		ID: model.NewSnapshotID(), ProjectID: req.Project, Name: req.Name, Source: sb.ID, State: model.SnapshotCreating,
 		NodeID: sb.NodeID, Environment: sb.Environment, Runtime: sb.Runtime, Template: sb.Template,
 		Resources: sb.Resources, Env: sb.Env, Operation: op.ID, Fork: fork, CreatedAt: req.Now, UpdatedAt: req.Now,
 	}

@@ -22,8 +22,9 @@ type SnapshotCursor struct {
 // SnapshotQuery selects one project's snapshots (forks' are not listed).
 type SnapshotQuery struct {
 	ProjectID model.ProjectID
-	Limit     int             // 1..1000
-	After     *SnapshotCursor // exclusive; nil starts at the beginning
+	Name      model.SnapshotName // "" for any; else only those of that name
+	Limit     int                // 1..1000
+	After     *SnapshotCursor    // exclusive; nil starts at the beginning
 }
 
 // SnapshotPage is one page of a snapshot listing, oldest first.

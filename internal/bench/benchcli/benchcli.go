@@ -59,7 +59,7 @@ func root(argv0 string) *cobra.Command {
 func commands(t cli.Tool) []*cobra.Command {
 	return []*cobra.Command{
 		createCommand(t), execCommand(t), throughputCommand(t), templateSizeCommand(t),
-		templateBuildCommand(t), egressCommand(t), lifecycleCommand(t), nodesCommand(t),
+		templateBuildCommand(t), egressCommand(t), lifecycleCommand(t), forkCommand(t), nodesCommand(t),
 		vmCommand(t), burstCommand(t), densityCommand(t),
 	}
 }

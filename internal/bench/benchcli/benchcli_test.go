@@ -78,3 +78,22 @@ func TestBenchNodesUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestBenchForkUsageErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--runs", "0"}, "--runs must be at least 1"},
+		{[]string{"--warmup", "-1"}, "--warmup not negative"},
+		{[]string{"--count", "0"}, "--count must be from 1 to 16"},
+		{[]string{"--count", "17"}, "--count must be from 1 to 16"},
+	}
+	for _, tt := range tests {
+		var out, errb bytes.Buffer
+		code := Run(context.Background(), cli.Env{Stdout: &out, Stderr: &errb}, append([]string{"fork"}, tt.args...))
+		if code != exitUsage || !strings.Contains(errb.String(), tt.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tt.args, code, errb.String(), exitUsage, tt.want)
+		}
+	}
+}

@@ -50,6 +50,11 @@
 //     defaultVolumeMiB); volumeMounts [{name, path}] are the native
 //     volume_mounts. The volume content API (/volumecontent) is refused
 //     with 501, and the token of VolumeAndToken is empty.
+//   - Snapshots are native saved snapshots (snp_… is the snapshotID; E2B
+//     treats one as a template: Sandbox.create(snapshotID) is a native
+//     create with "snapshot", DELETE /templates/{snapshotID} deletes it);
+//     names are the native snapshot names. fork is the native fork, each fork waited
+//     for on its own and given the E2B timeout (snapshots.go).
 //   - allow_internet_access and network.allowOut/denyOut become the
 //     sandbox's egress policy, deciding as E2B does (allowOut wins over
 //     denyOut; network.go); PUT /sandboxes/{id}/network (updateNetwork)
@@ -61,9 +66,9 @@
 //     header rules (sealed in its egress policy; "${e2b.secrets.NAME}"
 //     resolved by the proxy from the project's secrets); the secrets API
 //     (secrets.go) is Airlock's secrets without hosts.
-//   - Refused with 501: egressProxy, httpsPorts, iam,
-//     the volume content API, and every other E2B family (snapshots,
-//     fork).
+//   - Refused with 501: egressProxy, httpsPorts, iam, the volume
+//     content API, template deletion (DELETE /templates/{id} deletes
+//     snapshots only).
 package control
 
 import (
@@ -160,6 +165,10 @@ func New(cfg Config) (*Handler, error) {
 		{"GET /secrets/{secret}", h.getSecret},
 		{"POST /secrets/{secret}", h.updateSecret},
 		{"DELETE /secrets/{secret}", h.deleteSecret},
+		{"POST /sandboxes/{id}/snapshots", h.createSnapshot},
+		{"GET /snapshots", h.listSnapshots},
+		{"DELETE /templates/{id}", h.deleteTemplate},
+		{"POST /sandboxes/{id}/fork", h.fork},
 	}
 	if cfg.TemplateFiles != "" {
 		var err error

@@ -150,11 +150,18 @@ func parseCreate(in createIn) (createSpec, error) {
 	// The E2B timeout ends an E2B sandbox; the server's idle limit (not
 	// E2B's) still suspends one nobody uses, which bounds a sandbox that
 	// traffic woke after a pause cleared its deadline.
+	native := nativeTemplate(tpl)
+	var snapshot string
+	if id, ok := parseSnapshotRef(tpl); ok {
+		// E2B starts from a snapshot as from a template.
+		native, snapshot = "", id.String()
+	}
 	return createSpec{
 		e2bTemplate: tpl,
 		fsOnlyPause: on == model.OnTimeoutSuspend && in.AutoPauseMemory != nil && !*in.AutoPauseMemory,
 		native: apiv1.CreateSandboxRequest{
-			Template:    nativeTemplate(tpl),
+			Template:    native,
+			Snapshot:    snapshot,
 			Env:         in.EnvVars,
 			Metadata:    md,
 			Egress:      egress,

@@ -13,18 +13,18 @@ import (
 	"github.com/airlockdev/airlock/internal/store"
 )
 
-const snapshotColumns = `id, project_id, source_sandbox, state, error, node_id, environment, runtime, template_digest,
+const snapshotColumns = `id, project_id, name, source_sandbox, state, error, node_id, environment, runtime, template_digest,
 	cpus, memory_mib, disk_mib, host_pids, env, operation_id, fork, kind, format, location, size_bytes, created_at, updated_at`
 
 func scanSnapshotRecord(row interface{ Scan(...any) error }) (model.SnapshotRecord, error) {
 	var (
-		r                                        model.SnapshotRecord
-		id, project, source, state, node, envRef string
-		digest, env, op, kind                    string
-		fork                                     int
-		created, updated                         int64
+		r                                              model.SnapshotRecord
+		id, project, name, source, state, node, envRef string
+		digest, env, op, kind                          string
+		fork                                           int
+		created, updated                               int64
 	)
-	err := row.Scan(&id, &project, &source, &state, &r.Error, &node, &envRef, &r.Runtime, &digest,
+	err := row.Scan(&id, &project, &name, &source, &state, &r.Error, &node, &envRef, &r.Runtime, &digest,
 		&r.Resources.CPUs, &r.Resources.MemoryMiB, &r.Resources.DiskMiB, &r.Resources.HostPids, &env, &op, &fork,
 		&kind, &r.Format, &r.Location, &r.SizeBytes, &created, &updated)
 	if err != nil {
@@ -36,6 +36,11 @@ func scanSnapshotRecord(row interface{ Scan(...any) error }) (model.SnapshotReco
 	}
 	if r.State, err = model.ParseSnapshotState(state); err != nil {
 		return r, fmt.Errorf("%s: %w", what, err)
+	}
+	if name != "" {
+		if r.Name, err = model.ParseSnapshotName(name); err != nil {
+			return r, fmt.Errorf("%s: %w", what, err)
+		}
 	}
 	if kind != "" {
 		if r.Kind, err = model.ParseSnapshotKind(kind); err != nil {
@@ -99,10 +104,10 @@ func (s *Store) RequestSnapshot(ctx context.Context, req store.SnapshotRequest) 
 		if out, err = t.requestOperation(ctx, req.Request, lc); err != nil {
 			return err
 		}
-		_, err := t.exec(ctx, `INSERT INTO snapshots (id, project_id, source_sandbox, state, error, node_id, environment, runtime,
+		_, err := t.exec(ctx, `INSERT INTO snapshots (id, project_id, name, source_sandbox, state, error, node_id, environment, runtime,
 			template_digest, cpus, memory_mib, disk_mib, host_pids, env, egress, operation_id, fork, kind, format, location,
-			size_bytes, created_at, updated_at) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', '', '', 0, ?, ?)`,
-			string(snap.ID), string(snap.ProjectID), string(snap.Source), string(model.SnapshotCreating),
+			size_bytes, created_at, updated_at) VALUES (?, ?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', '', '', 0, ?, ?)`,
+			string(snap.ID), string(snap.ProjectID), string(snap.Name), string(snap.Source), string(model.SnapshotCreating),
 			string(out.NodeID), string(out.Environment), out.Runtime, string(out.Template),
 			out.Resources.CPUs, out.Resources.MemoryMiB, out.Resources.DiskMiB, out.Resources.HostPids,
 			env, egressText, string(op.ID), boolInt(snap.Fork), micro(snap.CreatedAt), micro(snap.CreatedAt))
@@ -161,6 +166,10 @@ func (s *Store) ListSnapshots(ctx context.Context, q store.SnapshotQuery) (store
 			model.ErrInvalid, q.Limit, MinListLimit, MaxListLimit)
 	}
 	where, args := `project_id = ? AND fork = 0`, []any{string(q.ProjectID)}
+	if q.Name != "" {
+		where += ` AND name = ?`
+		args = append(args, string(q.Name))
+	}
 	if q.After != nil {
 		c := micro(q.After.CreatedAt)
 		where += ` AND (created_at > ? OR (created_at = ? AND id > ?))`

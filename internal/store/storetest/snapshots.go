@@ -15,6 +15,7 @@ func snapshotTests() []namedTest {
 		{"SnapshotRequestRefusedLeavesNothing", testSnapshotRequestRefused},
 		{"CreateSandboxesFromSnapshotQuotaAllOrNone", testCreateSandboxesQuota},
 		{"SnapshotListPagesAndHidesForks", testSnapshotListPages},
+		{"SnapshotNamesListedAndFiltered", testSnapshotNames},
 	}
 }
 
@@ -268,5 +269,55 @@ func testSnapshotListPages(e *env) {
 	}
 	if _, err := e.s.ListSnapshots(e.ctx, store.SnapshotQuery{ProjectID: p.ID, Limit: 0}); !errors.Is(err, model.ErrInvalid) {
 		e.t.Fatalf("limit 0: %v", err)
+	}
+}
+
+// testSnapshotNames: a snapshot's name is kept; a listing filtered by
+// name shows the project's snapshots of that name (two may share it),
+// never another project's nor those without it.
+func testSnapshotNames(e *env) {
+	p, other := e.project(), e.project()
+	tpl := e.template()
+	sb := e.runningSandbox(p.ID, tpl.Digest)
+	osb := e.runningSandbox(other.ID, tpl.Digest)
+	named := func(sb model.Sandbox, name model.SnapshotName) model.SnapshotID {
+		e.t.Helper()
+		now := e.now()
+		op := model.Operation{ID: model.NewOperationID(), ProjectID: sb.ProjectID, SandboxID: sb.ID, Kind: model.OpSnapshot,
+			State: model.OpPending, CreatedAt: now, UpdatedAt: now}
+		snap := model.SnapshotRecord{ID: model.NewSnapshotID(), ProjectID: sb.ProjectID, Name: name, Source: sb.ID,
+			State: model.SnapshotCreating, Env: model.Env{}, Operation: op.ID, CreatedAt: now}
+		_, err := e.s.RequestSnapshot(e.ctx, store.SnapshotRequest{
+			Request:  store.OperationRequest{ProjectID: sb.ProjectID, SandboxID: sb.ID, Operation: op, Now: now},
+			Snapshot: snap, Egress: policy.Spec{Default: policy.Default("none")},
+		})
+		must(e.t, err)
+		e.finishSnapshotOp(sb, op)
+		return snap.ID
+	}
+	a1 := named(sb, "alpha")
+	named(sb, "")
+	a2 := named(sb, "alpha")
+	named(sb, "beta")
+	named(osb, "alpha")
+	got, err := e.s.GetSnapshot(e.ctx, p.ID, a1)
+	must(e.t, err)
+	if got.Name != "alpha" {
+		e.t.Fatalf("name = %q, want alpha", got.Name)
+	}
+	page, err := e.s.ListSnapshots(e.ctx, store.SnapshotQuery{ProjectID: p.ID, Name: "alpha", Limit: 10})
+	must(e.t, err)
+	if len(page.Snapshots) != 2 || page.Snapshots[0].ID != a1 || page.Snapshots[1].ID != a2 {
+		e.t.Fatalf("listed by name: %+v, want %s and %s", page.Snapshots, a1, a2)
+	}
+	page, err = e.s.ListSnapshots(e.ctx, store.SnapshotQuery{ProjectID: p.ID, Name: "gamma", Limit: 10})
+	must(e.t, err)
+	if len(page.Snapshots) != 0 {
+		e.t.Fatalf("listed by an unknown name: %+v", page.Snapshots)
+	}
+	page, err = e.s.ListSnapshots(e.ctx, store.SnapshotQuery{ProjectID: p.ID, Limit: 10})
+	must(e.t, err)
+	if len(page.Snapshots) != 4 {
+		e.t.Fatalf("listed %d snapshots, want 4", len(page.Snapshots))
 	}
 }
