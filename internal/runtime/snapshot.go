@@ -2,7 +2,11 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
@@ -143,3 +147,22 @@ func AsLiveSnapshotter(rt Runtime) (LiveSnapshotter, error) {
 // is being written: a directory with it is a snapshot that a crash cut
 // short, which nothing refers to and a reconciler removes.
 const SnapshotTempSuffix = ".tmp"
+
+// RemoveSnapshotDir removes a live snapshot's directory dir and what a
+// crash left of writing it (dir+SnapshotTempSuffix), the file manifest (its
+// runtime's record of a complete snapshot) first, so that a crash half-way
+// leaves no snapshot that looks complete. dir must be absolute and clean.
+func RemoveSnapshotDir(dir, manifest string) error {
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+		return fmt.Errorf("remove snapshot: directory %q must be absolute and clean", dir)
+	}
+	if err := os.Remove(filepath.Join(dir, manifest)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove snapshot: %w", err)
+	}
+	for _, d := range []string{dir, dir + SnapshotTempSuffix} {
+		if err := os.RemoveAll(d); err != nil {
+			return fmt.Errorf("remove snapshot: %w", err)
+		}
+	}
+	return nil
+}

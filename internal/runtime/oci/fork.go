@@ -278,20 +278,7 @@ func copyFile(ctx context.Context, src, dst string) (err error) {
 
 // RemoveSnapshot implements runtime.LiveSnapshotter.
 func (r *Runtime) RemoveSnapshot(_ context.Context, dir string) error {
-	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
-		return fmt.Errorf("remove snapshot: directory %q must be absolute and clean", dir)
-	}
-	// The manifest first: a crash half-way leaves no snapshot that looks
-	// complete.
-	if err := os.Remove(filepath.Join(dir, snapshotManifestName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove snapshot: %w", err)
-	}
-	for _, d := range []string{dir, dir + runtime.SnapshotTempSuffix} {
-		if err := os.RemoveAll(d); err != nil {
-			return fmt.Errorf("remove snapshot: %w", err)
-		}
-	}
-	return nil
+	return runtime.RemoveSnapshotDir(dir, snapshotManifestName)
 }
 
 func readForkManifest(dir string) (forkManifest, error) {

@@ -381,25 +381,12 @@ func (r *Runtime) sweepForkHelpers(ctx context.Context) {
 }
 
 // RemoveSnapshot implements runtime.LiveSnapshotter. Forks made from the
-// snapshot keep running: their disks' lower layers and their RAM are
-// descriptors QEMU holds (a fork's disk names the snapshot's, so a fork
-// must not outlive it across a restart of its QEMU: the caller deletes
-// forks' snapshots only when no fork uses them).
-func (r *Runtime) RemoveSnapshot(ctx context.Context, dir string) error {
-	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
-		return fmt.Errorf("remove snapshot: directory %q must be absolute and clean", dir)
-	}
-	if err := os.Remove(filepath.Join(dir, forkManifestName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove snapshot: %w", err)
-	}
+// snapshot keep running and outlive it: each has a copy of its disk's top
+// layer, and its RAM is a descriptor QEMU holds (a suspended fork wakes
+// into a RAM file of its own).
+func (r *Runtime) RemoveSnapshot(_ context.Context, dir string) error {
 	r.forgetBaseMemory(filepath.Join(dir, memoryFile))
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("remove snapshot: %w", err)
-	}
-	if err := os.RemoveAll(dir + runtime.SnapshotTempSuffix); err != nil {
-		return fmt.Errorf("remove snapshot: %w", err)
-	}
-	return nil
+	return runtime.RemoveSnapshotDir(dir, forkManifestName)
 }
 
 func readForkManifest(dir string) (forkManifest, error) {
