@@ -50,6 +50,14 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A run started under nohup inherits SIGHUP ignored, and so would
+	// every process the tests start (execve keeps SIG_IGN): tests that
+	// send HUP would wait for ever. A handler (which execve resets to the
+	// default) keeps this run deaf to HUP as nohup meant, and its children
+	// not.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	code, err := run(ctx, o)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "testrun: %v\n", err)
