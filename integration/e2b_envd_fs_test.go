@@ -246,7 +246,14 @@ func TestE2BEnvdFilesystem(t *testing.T) {
 		e.wantError("octet-stream without path", 400, status, body)
 		status, _, body = e.do(ctx, http.MethodPost, "path=/tmp/e2b/bad.gz", http.Header{"Content-Type": {"application/octet-stream"}, "Content-Encoding": {"gzip"}}, strings.NewReader("not gzip at all"))
 		e.wantError("bad gzip", 400, status, body)
+		// File metadata (envd 0.6.2): kept with the file; over its bound
+		// (a value of at most 1024 bytes) refused before anything is
+		// written.
 		status, _, body = e.do(ctx, http.MethodPost, "path=/tmp/e2b/m.txt", http.Header{"Content-Type": {"application/octet-stream"}, "X-Metadata-Color": {"red"}}, strings.NewReader("x"))
+		if status != http.StatusOK {
+			t.Errorf("upload with metadata: %d %s", status, body)
+		}
+		status, _, body = e.do(ctx, http.MethodPost, "path=/tmp/e2b/m2.txt", http.Header{"Content-Type": {"application/octet-stream"}, "X-Metadata-Color": {strings.Repeat("r", 1025)}}, strings.NewReader("x"))
 		e.wantError("metadata", 400, status, body)
 		ct, mb := multipartBody(t, nil)
 		status, _, body = e.do(ctx, http.MethodPost, "", http.Header{"Content-Type": {ct}}, bytes.NewReader(mb))
@@ -350,14 +357,14 @@ func TestE2BEnvdFilesystem(t *testing.T) {
 			}
 			return out
 		}
-		want1 := []string{"a/", "big.bin", "empty", "moved/"}
+		want1 := []string{"a/", "big.bin", "empty", "m.txt", "moved/"}
 		if got := names(1); !slices.Equal(got, want1) {
 			t.Errorf("depth 1 = %v, want %v", got, want1)
 		}
 		if got := names(0); !slices.Equal(got, want1) {
 			t.Errorf("depth 0 = %v, want %v", got, want1)
 		}
-		want2 := []string{"a/", "a/b/", "big.bin", "empty", "moved/", "moved/q2.txt"}
+		want2 := []string{"a/", "a/b/", "big.bin", "empty", "m.txt", "moved/", "moved/q2.txt"}
 		if got := names(2); !slices.Equal(got, want2) {
 			t.Errorf("depth 2 = %v, want %v", got, want2)
 		}
