@@ -181,11 +181,12 @@ func testVolumeQuotaRace(e *env) {
 	const limit = 100 // MiB: room for two volumes of 40, not three
 	var wg sync.WaitGroup
 	errs := make([]error, 6)
+	now := e.now() // the env's clock is the test's, not the racers'
 	for i := range errs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			v := model.Volume{ID: model.NewVolumeID(), ProjectID: p.ID, Name: model.VolumeName("v" + string(rune('a'+i))), SizeMiB: 40, CreatedAt: e.now()}
+			v := model.Volume{ID: model.NewVolumeID(), ProjectID: p.ID, Name: model.VolumeName("v" + string(rune('a'+i))), SizeMiB: 40, CreatedAt: now}
 			errs[i] = e.s.CreateVolume(e.ctx, v, limit)
 		}()
 	}
