@@ -136,7 +136,7 @@ func (r *Runtime) snapshotRunning(ctx context.Context, id model.SandboxID, dir s
 				err = errors.Join(err, fmt.Errorf("resume the source: %w", rerr))
 			}
 		case !paused && wasPaused:
-			if _, perr := r.run(bg, "pause", id.String()); perr != nil {
+			if perr := r.freeze(bg, id); perr != nil {
 				err = errors.Join(err, fmt.Errorf("pause the source again: %w", perr))
 			}
 		}
@@ -160,7 +160,7 @@ func (r *Runtime) snapshotRunning(ctx context.Context, id model.SandboxID, dir s
 		}()
 	}
 	if !paused {
-		if _, err := r.run(ctx, "pause", id.String()); err != nil {
+		if err := r.freeze(ctx, id); err != nil {
 			return runtime.Snapshot{}, fmt.Errorf("freeze the source: %w", err)
 		}
 		paused = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/cgroups"
@@ -43,7 +44,7 @@ func (r *Runtime) pause(ctx context.Context, id model.SandboxID) (int, error) {
 	default:
 		return 0, fmt.Errorf("pause %s: sandbox is %s, not running", id, st.Phase)
 	}
-	if _, err := r.run(ctx, "pause", id.String()); err != nil {
+	if err := r.freeze(ctx, id); err != nil {
 		return 0, fmt.Errorf("pause %s: %w", id, err)
 	}
 	if err := r.waitFrozen(ctx, id); err != nil {
@@ -54,6 +55,23 @@ func (r *Runtime) pause(ctx context.Context, id model.SandboxID) (int, error) {
 		return 0, fmt.Errorf("pause %s: %w", id, err)
 	}
 	return st.Pid, nil
+}
+
+// freeze runs `pause`. runc's cgroup v1 freezer gives up ("unable to
+// freeze", the cgroup left thawed) when a task does not reach the frozen
+// state within its own retries: a task in uninterruptible sleep on a host
+// busy with I/O (seen in CI: a PauseResume conformance case). That is
+// transient: it is tried again for up to freezeTimeout; any other failure
+// is returned at once.
+func (r *Runtime) freeze(ctx context.Context, id model.SandboxID) error {
+	return retry.Do(ctx, retry.Policy{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond, Jitter: 0.2, MaxElapsed: freezeTimeout}, nil,
+		func() error {
+			_, err := r.run(ctx, "pause", id.String())
+			if err != nil && !strings.Contains(err.Error(), "unable to freeze") {
+				return retry.Permanent(err)
+			}
+			return err
+		}, nil)
 }
 
 // Resume continues a paused sandbox. Resuming a running sandbox is a
