@@ -58,6 +58,27 @@ func parseMetadataFlag(vals []string) (map[string]string, error) {
 	return md, nil
 }
 
+// parseLabelFlag parses repeated KEY=VALUE node labels of flag (--label of
+// the server, --node-selector of a create): each key once.
+func parseLabelFlag(flag string, vals []string) (model.NodeLabels, error) {
+	labels := map[string]string{}
+	for _, l := range vals {
+		k, v, err := model.ParseNodeLabel(l)
+		if err != nil {
+			return nil, usageErrorf("%s: %w", flag, err)
+		}
+		if _, dup := labels[k]; dup {
+			return nil, usageErrorf("%s %s given twice", flag, k)
+		}
+		labels[k] = v
+	}
+	out, err := model.ParseNodeLabels(labels)
+	if err != nil {
+		return nil, usageErrorf("%s: %w", flag, err)
+	}
+	return out, nil
+}
+
 // parseMetadataFilters parses --metadata filter terms of a list.
 func parseMetadataFilters(vals []string) ([]client.MetadataFilter, error) {
 	var out []client.MetadataFilter

@@ -78,7 +78,16 @@ func TestCreateFlagsRequest(t *testing.T) {
 	if err != nil || req.Template != "python-3.12:latest" || req.CPUs != 2 || req.MemoryMiB != 1024 || req.Env["A"] != "1" || req.Metadata["k"] != "v" {
 		t.Fatalf("%+v, %v", req, err)
 	}
-	for _, bad := range []createFlags{{template: "Bad Name"}, {template: "sha256:zz"}, {cpus: -1}, {memoryMiB: -5}, {env: []string{"X"}}} {
+	f = createFlags{publicPorts: true, nodeSelector: []string{"zone=a", "gpu=none"}}
+	req, err = f.request()
+	if err != nil || !req.PublicPorts || len(req.NodeSelector) != 2 || req.NodeSelector["zone"] != "a" || req.NodeSelector["gpu"] != "none" {
+		t.Fatalf("%+v, %v", req, err)
+	}
+	if req, err := (&createFlags{}).request(); err != nil || req.PublicPorts || req.NodeSelector != nil {
+		t.Fatalf("defaults: %+v, %v", req, err)
+	}
+	for _, bad := range []createFlags{{template: "Bad Name"}, {template: "sha256:zz"}, {cpus: -1}, {memoryMiB: -5}, {env: []string{"X"}},
+		{nodeSelector: []string{"zone"}}, {nodeSelector: []string{"zone=a", "zone=b"}}, {nodeSelector: []string{"bad key=a"}}} {
 		if _, err := bad.request(); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}

@@ -37,6 +37,12 @@ type createFlags struct {
 	volumes []string
 	// snapshot is --snapshot: start from a saved snapshot.
 	snapshot string
+	// publicPorts is --public-ports: guest ports answer without a
+	// credential through the E2B gateway.
+	publicPorts bool
+	// nodeSelector is --node-selector KEY=VALUE: labels the sandbox's
+	// node must carry.
+	nodeSelector []string
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
@@ -49,6 +55,8 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.metadata, "metadata", nil, "metadata label KEY=VALUE (repeatable)")
 	fs.StringArrayVar(&f.volumes, "volume", nil, "mount the project's volume VOLUME (name or ID) read-write at /path: VOLUME:/path (repeatable; see `airlock volume`)")
 	fs.StringVar(&f.snapshot, "snapshot", "", "start from this saved snapshot (snp_…, see `airlock snapshot list`): its template, resources and environment")
+	fs.BoolVar(&f.publicPorts, "public-ports", false, "let the sandbox's guest ports answer without a credential through the E2B gateway (https://PORT-ID.DOMAIN), as an E2B sandbox's do; fixed at create")
+	fs.StringArrayVar(&f.nodeSelector, "node-selector", nil, "node label KEY=VALUE the node that runs the sandbox must carry (repeatable; nodes get theirs from `airlock server --label`)")
 	f.egress.register(fs, "egress-profile", "egress-default")
 	f.timeouts.register(fs)
 }
@@ -87,6 +95,12 @@ func (f *createFlags) request() (apiv1.CreateSandboxRequest, error) {
 	if req.VolumeMounts, err = parseVolumeFlags(f.volumes); err != nil {
 		return req, err
 	}
+	sel, err := parseLabelFlag("--node-selector", f.nodeSelector)
+	if err != nil {
+		return req, err
+	}
+	req.NodeSelector = sel
+	req.PublicPorts = f.publicPorts
 	if err := f.timeouts.apply(&req); err != nil {
 		return req, err
 	}

@@ -440,19 +440,8 @@ func (f serverFlags) clusterOptions(opts *server.Options) error {
 			return usageErrorf("--advertise-url: %w", err)
 		}
 	}
-	labels := map[string]string{}
-	for _, l := range f.labels {
-		k, v, err := model.ParseNodeLabel(l)
-		if err != nil {
-			return usageErrorf("--label: %w", err)
-		}
-		if _, dup := labels[k]; dup {
-			return usageErrorf("--label %s given twice", k)
-		}
-		labels[k] = v
-	}
-	if opts.Labels, err = model.ParseNodeLabels(labels); err != nil {
-		return usageErrorf("--label: %w", err)
+	if opts.Labels, err = parseLabelFlag("--label", f.labels); err != nil {
+		return err
 	}
 	if f.maxSandboxes < 0 {
 		return usageErrorf("--max-sandboxes must be at least 1 (0: the default, %d), not %d", server.DefaultMaxSandboxes, f.maxSandboxes)
