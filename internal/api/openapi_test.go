@@ -288,3 +288,15 @@ func TestOperationKindsDocumented(t *testing.T) {
 		t.Fatalf("documented operation kinds %v, lifecycle table %v", got, want)
 	}
 }
+
+// TestOperationErrorCodesInVocabulary: every code a failed operation's
+// error gets (model.OperationErrorCodes, set by the controller and the
+// store) is a code of the API's vocabulary, so clients can look it up.
+func TestOperationErrorCodesInVocabulary(t *testing.T) {
+	t.Parallel()
+	for _, c := range model.OperationErrorCodes() {
+		if _, ok := apiv1.LookupError(c); !ok {
+			t.Errorf("operation error code %q is not in apiv1's error vocabulary", c)
+		}
+	}
+}

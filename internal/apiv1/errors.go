@@ -87,6 +87,12 @@ const (
 	CodeVolumeNotFound = "volume_not_found" // the project has no volume of that ID or name (a create's volume_mounts, a volume route)
 	CodeVolumeInUse    = "volume_in_use"    // a volume delete while a sandbox that is not deleted mounts it (the message names them)
 	CodeVolumeConflict = "volume_conflict"  // the volumes a create mounts live on different nodes, or one was bound to another node meanwhile
+	// Codes of a failed operation only (GET /v1/operations/{id}'s error;
+	// model.OperationErrorCodes): no request is refused with them.
+	CodeRuntimeError          = "runtime_error"           // the runtime failed a step of the operation (the message says how)
+	CodeCancelled             = "cancelled"               // the operation was superseded: its sandbox was deleted, or changed state, before it finished
+	CodeEnvironmentNotEnabled = "environment_not_enabled" // the sandbox runs on a runtime this server does not drive (its --env does not enable it)
+	CodeNodeLost              = "node_lost"               // the sandbox's node was declared dead before the operation finished
 )
 
 // ErrorSpec is one code of the error vocabulary and how each of Airlock's
@@ -192,6 +198,10 @@ var errorSpecs = []ErrorSpec{
 	{Code: CodeVolumeNotFound, Status: 404, Connect: "not_found", Exit: 1},
 	{Code: CodeVolumeInUse, Status: 409, Connect: "failed_precondition", Exit: 1},
 	{Code: CodeVolumeConflict, Status: 409, Connect: "failed_precondition", Exit: 1},
+	{Code: CodeRuntimeError, Status: 500, Connect: "internal", Exit: 1},
+	{Code: CodeCancelled, Status: 409, Connect: "aborted", Exit: 1},
+	{Code: CodeEnvironmentNotEnabled, Status: 409, Connect: "failed_precondition", Exit: 1},
+	{Code: CodeNodeLost, Status: 503, Connect: "unavailable", E2BOperationStatus: 503, Exit: 1},
 }
 
 // errorsByCode indexes errorSpecs.

@@ -299,7 +299,7 @@ func (c *Controller) runOperation(ctx context.Context, op model.Operation) {
 	start := time.Now()
 	lc, err := model.LifecycleOf(op.Kind)
 	if err != nil {
-		err = c.finish(ctx, op, model.OpFailed, &model.OperationError{Code: "not_supported", Message: fmt.Sprintf("operation kind %q is not supported by this server", op.Kind)}, "", "", "")
+		err = c.finish(ctx, op, model.OpFailed, &model.OperationError{Code: model.OpErrNotSupported, Message: fmt.Sprintf("operation kind %q is not supported by this server", op.Kind)}, "", "", "")
 	} else {
 		err = c.drive(opCtx, op, lc, log)
 	}
@@ -381,7 +381,7 @@ func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, retry 
 	if op.Kind == model.OpSnapshot {
 		c.failSnapshot(ctx, op.ID, err.Error(), log)
 	}
-	opErr := &model.OperationError{Code: "runtime_error", Message: err.Error()}
+	opErr := &model.OperationError{Code: model.OpErrRuntime, Message: err.Error()}
 	var from, to model.SandboxState
 	if lc, lerr := model.LifecycleOf(op.Kind); lerr == nil && !lc.Retried() {
 		sb, gerr := c.cfg.Store.GetSandboxByID(ctx, op.SandboxID)
@@ -535,7 +535,7 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 			if sb.State == lc.InProgress && !lc.Retried() {
 				from, to = lc.InProgress, lc.Failure
 			}
-			opErr := &model.OperationError{Code: "environment_not_enabled", Message: err.Error()}
+			opErr := &model.OperationError{Code: model.OpErrEnvironmentNotEnabled, Message: err.Error()}
 			return c.finish(ctx, op, model.OpFailed, opErr, from, to, "")
 		}
 		return err // never placed: it fails, nothing of it runs anywhere
@@ -603,7 +603,7 @@ func (c *Controller) drive(ctx context.Context, op model.Operation, lc model.Lif
 }
 
 func cancelled(kind model.OperationKind, state model.SandboxState) *model.OperationError {
-	return &model.OperationError{Code: "cancelled", Message: fmt.Sprintf("sandbox became %s before the %s finished", state, kind)}
+	return &model.OperationError{Code: model.OpErrCancelled, Message: fmt.Sprintf("sandbox became %s before the %s finished", state, kind)}
 }
 
 // Resync compares the sandboxes this node should have with what its runtime

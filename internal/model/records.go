@@ -267,9 +267,25 @@ const (
 // Done reports whether the operation has finished.
 func (s OperationState) Done() bool { return s == OpSucceeded || s == OpFailed }
 
+// The codes of a failed operation's error, as the controller and the store
+// give them. Each is in the API's error vocabulary (internal/apiv1; a test
+// of internal/api keeps the two equal), where clients look them up.
+const (
+	OpErrRuntime               = "runtime_error"           // the runtime failed a step of the operation (the message says how)
+	OpErrCancelled             = "cancelled"               // superseded: the sandbox was deleted, or changed state, before it finished
+	OpErrEnvironmentNotEnabled = "environment_not_enabled" // the sandbox runs on a runtime this server does not drive
+	OpErrNodeLost              = "node_lost"               // the sandbox's node was declared dead before it finished
+	OpErrNotSupported          = "not_supported"           // this server does not know the operation's kind
+)
+
+// OperationErrorCodes lists the codes a failed operation's error has.
+func OperationErrorCodes() []string {
+	return []string{OpErrRuntime, OpErrCancelled, OpErrEnvironmentNotEnabled, OpErrNodeLost, OpErrNotSupported}
+}
+
 // OperationError says why an operation failed.
 type OperationError struct {
-	Code    string // stable machine code, e.g. "runtime_error", "cancelled"
+	Code    string // stable machine code: one of OperationErrorCodes
 	Message string
 }
 

@@ -14,7 +14,7 @@ import (
 // Code and message of the error given to pending operations that a delete
 // request supersedes.
 const (
-	CancelledCode    = "cancelled"
+	CancelledCode    = model.OpErrCancelled
 	CancelledMessage = "superseded by delete"
 )
 

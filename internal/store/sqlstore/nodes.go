@@ -372,10 +372,10 @@ func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration) (stor
 			WHERE state IN ('pending', 'running') AND kind = 'delete' AND sandbox_id IN`, set.deleting, now, now); err != nil {
 			return fmt.Errorf("complete deletes: %w", err)
 		}
-		if err := t.inIDs(ctx, `UPDATE operations SET state = 'failed', error_code = 'node_lost', error_message = ?,
+		if err := t.inIDs(ctx, `UPDATE operations SET state = 'failed', error_code = ?, error_message = ?,
 			updated_at = ?, finished_at = ?
 			WHERE state IN ('pending', 'running') AND kind <> 'delete' AND sandbox_id IN`, set.deleting,
-			"the sandbox's node was declared dead", now, now); err != nil {
+			model.OpErrNodeLost, "the sandbox's node was declared dead", now, now); err != nil {
 			return fmt.Errorf("fail operations of deleted sandboxes: %w", err)
 		}
 		if err := t.inIDs(ctx, `UPDATE sandboxes SET state = 'deleted', state_reason = ?, updated_at = ? WHERE id IN`,
@@ -384,10 +384,10 @@ func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration) (stor
 		}
 		loss.Deleted = len(set.deleting)
 		// Everything else that lived there is lost.
-		if err := t.inIDs(ctx, `UPDATE operations SET state = 'failed', error_code = 'node_lost', error_message = ?,
+		if err := t.inIDs(ctx, `UPDATE operations SET state = 'failed', error_code = ?, error_message = ?,
 			updated_at = ?, finished_at = ?
 			WHERE state IN ('pending', 'running') AND sandbox_id IN`, set.lost,
-			"the sandbox's node was declared dead", now, now); err != nil {
+			model.OpErrNodeLost, "the sandbox's node was declared dead", now, now); err != nil {
 			return fmt.Errorf("fail operations: %w", err)
 		}
 		if err := t.inIDs(ctx, `UPDATE sandboxes SET state = 'failed', state_reason = ?, updated_at = ? WHERE id IN`,
