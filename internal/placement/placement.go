@@ -170,6 +170,13 @@ func (p *Placer) decide(v view, req Request) (Decision, error) {
 	)
 	for _, n := range nodes {
 		why := p.reject(n, req, envOf, holders)
+		if why == "" && slices.Contains(req.Exclude, n.ID) {
+			// The store refused it a moment ago (store.ErrNodeFull): it
+			// filled up, which is room, not a node that cannot run the
+			// sandbox (a client retries no_capacity, not no_eligible_node).
+			why = "full (it refused the placement a moment ago)"
+			roomOnly++
+		}
 		if why == "" {
 			if lacks := n.Lacks(req.Resources); lacks != "" {
 				why = "full (" + lacks + ")"
@@ -240,8 +247,6 @@ func nearBest(fits []candidate) int {
 // aside).
 func (p *Placer) reject(n model.NodeStatus, req Request, envOf map[model.NodeID]model.EnvironmentRef, holders []model.NodeID) string {
 	switch {
-	case slices.Contains(req.Exclude, n.ID):
-		return "refused the placement a moment ago"
 	case req.Only != "" && n.ID != req.Only:
 		return "does not hold the sandbox's volumes (they are on " + string(req.Only) + ")"
 	case !n.Role.RunsSandboxes():

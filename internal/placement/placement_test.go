@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -183,6 +184,13 @@ func TestFilters(t *testing.T) {
 	if _, err := f.placer("").Place(f.ctx, req); !errors.Is(err, ErrNoRoom) {
 		t.Fatalf("excluded: %v", err)
 	}
+	// An excluded node that matches otherwise lacks room, whatever it
+	// shows: the only node left is not ErrNoNode (a 409 no_eligible_node
+	// a client takes for good) but ErrNoRoom.
+	req.Selector = model.NodeLabels{"gpu": "no"}
+	if _, err := f.placer("").Place(f.ctx, req); !errors.Is(err, ErrNoRoom) || !contains(err.Error(), "refused the placement a moment ago") {
+		t.Fatalf("the one matching node excluded: %v, want ErrNoRoom", err)
+	}
 
 	// Nothing fits but a full node: ErrNoRoom; nothing at all: ErrNoNode.
 	req = f.request()
@@ -296,3 +304,30 @@ func TestNewChecksConfig(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+
+// TestPlaceAndCommitRefused: the one node that fits refuses the commit
+// (store.ErrNodeFull: another create filled it meanwhile): the placement
+// is tried again without it and ends in ErrNoRoom, the no_capacity a
+// client retries, never ErrNoNode.
+func TestPlaceAndCommitRefused(t *testing.T) {
+	f := newFixture(t)
+	only := f.node(nodeOpts{template: true})
+	commits := 0
+	err := PlaceAndCommit(f.ctx, f.placer(""), f.request(), func(d Decision) error {
+		commits++
+		if d.Node != only {
+			t.Errorf("placed on %s, want %s", d.Node, only)
+		}
+		return fmt.Errorf("%w: node %s is full (memory)", store.ErrNodeFull, d.Node)
+	})
+	if !errors.Is(err, ErrNoRoom) || errors.Is(err, ErrNoNode) || commits != 1 {
+		t.Fatalf("after the only node refused: %v (%d commits), want ErrNoRoom", err, commits)
+	}
+	// A commit that fails otherwise is returned as it is, tried once.
+	boom := errors.New("boom")
+	commits = 0
+	if err := PlaceAndCommit(f.ctx, f.placer(""), f.request(), func(Decision) error { commits++; return boom }); !errors.Is(err, boom) || commits != 1 {
+		t.Fatalf("other commit error: %v (%d commits)", err, commits)
+	}
+}
