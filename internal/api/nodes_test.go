@@ -189,7 +189,7 @@ func TestNodeDeadRefusesStateChanges(t *testing.T) {
 	ctx := context.Background()
 	n := e.registerNode(nil)
 	time.Sleep(30 * time.Millisecond)
-	loss, err := e.st.DeclareDeadNodes(ctx, 10*time.Millisecond)
+	loss, err := e.st.DeclareDeadNodes(ctx, 10*time.Millisecond, "")
 	if err != nil || !slices.Contains(loss.Nodes, n.ID) {
 		t.Fatalf("DeclareDeadNodes = %+v, %v", loss, err)
 	}

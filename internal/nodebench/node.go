@@ -134,7 +134,7 @@ func (n *simNode) heartbeats(ctx context.Context, f store.Fence, s nodeSetup) {
 		if _, err := s.store.Heartbeat(ctx, f); err != nil && ctx.Err() == nil {
 			n.fail(fmt.Errorf("heartbeat: %w", err))
 		}
-		if _, err := s.store.DeclareDeadNodes(ctx, s.deadAfter); err != nil && ctx.Err() == nil {
+		if _, err := s.store.DeclareDeadNodes(ctx, s.deadAfter, f.Node); err != nil && ctx.Err() == nil {
 			n.fail(fmt.Errorf("declare dead nodes: %w", err))
 		}
 	}

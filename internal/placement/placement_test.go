@@ -226,7 +226,7 @@ func TestStaleAndDeadNodes(t *testing.T) {
 	if _, err := stale.Place(f.ctx, f.request()); !errors.Is(err, ErrNoNode) || !contains(err.Error(), "no heartbeat") {
 		t.Fatalf("stale heartbeat: %v", err)
 	}
-	if _, err := f.st.DeclareDeadNodes(f.ctx, 10*time.Millisecond); err != nil {
+	if _, err := f.st.DeclareDeadNodes(f.ctx, 10*time.Millisecond, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Place(f.ctx, f.request()); !errors.Is(err, ErrNoNode) || !contains(err.Error(), "dead") {

@@ -289,7 +289,7 @@ func (m *membership) holdPass(ctx context.Context, d *duty) {
 
 // clusterDuties declare nodes dead and place what has no node.
 func (m *membership) clusterDuties(ctx context.Context) {
-	loss, err := m.st.DeclareDeadNodes(ctx, m.deadAfter)
+	loss, err := m.st.DeclareDeadNodes(ctx, m.deadAfter, m.node.ID)
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {

@@ -86,8 +86,11 @@ type Nodes interface {
 	// failed or placed again: nobody else would remove them. It settles
 	// sandboxes of nodes declared dead earlier too
 	// (a delete requested after the loss), so it is safe to call from
-	// every process, often.
-	DeclareDeadNodes(ctx context.Context, after time.Duration) (NodeLoss, error)
+	// every process, often. The node self (the caller's own, or "") is
+	// never declared dead: a node whose heartbeat cannot be written (the
+	// store slow or down) is alive, and declaring itself dead would fail
+	// every sandbox it runs; another node declares it dead if it is gone.
+	DeclareDeadNodes(ctx context.Context, after time.Duration, self model.NodeID) (NodeLoss, error)
 	// HoldDutyLease takes, or renews, the lease on the cluster-wide duty
 	// name for f's node run, for ttl by the database's clock, and reports
 	// whether f holds it now. It is taken when nobody holds it, its holder

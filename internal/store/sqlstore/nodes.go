@@ -312,14 +312,14 @@ func (s *Store) NodesWithTemplate(ctx context.Context, digest model.TemplateDige
 // below works on exactly that set, whatever commits meanwhile (on
 // PostgreSQL each statement reads a new snapshot): a delete requested
 // later is settled by the next call.
-func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration) (store.NodeLoss, error) {
+func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration, self model.NodeID) (store.NodeLoss, error) {
 	if after <= 0 {
 		return store.NodeLoss{}, fmt.Errorf("declare dead nodes: %w: the limit %s must be positive", model.ErrInvalid, after)
 	}
-	stale := `SELECT 1 FROM nodes WHERE state <> 'dead' AND heartbeat_at < (` + s.dbNow() + `) - ?`
+	stale := `SELECT 1 FROM nodes WHERE state <> 'dead' AND heartbeat_at < (` + s.dbNow() + `) - ? AND id <> ?`
 	var todo int
 	if err := s.queryRow(ctx, `SELECT CASE WHEN EXISTS (`+stale+`) OR EXISTS (`+unsettledSQL+`) THEN 1 ELSE 0 END`,
-		after.Microseconds()).Scan(&todo); err != nil {
+		after.Microseconds(), string(self)).Scan(&todo); err != nil {
 		return store.NodeLoss{}, fmt.Errorf("declare dead nodes: %w", err)
 	}
 	if todo == 0 {
@@ -334,8 +334,8 @@ func (s *Store) DeclareDeadNodes(ctx context.Context, after time.Duration) (stor
 			return err
 		}
 		rows, err := t.tx.QueryContext(ctx, s.q(`UPDATE nodes SET state = 'dead', state_reason = ?
-			WHERE state <> 'dead' AND heartbeat_at < ? RETURNING id`),
-			fmt.Sprintf("no heartbeat for %s", after), now-after.Microseconds())
+			WHERE state <> 'dead' AND heartbeat_at < ? AND id <> ? RETURNING id`),
+			fmt.Sprintf("no heartbeat for %s", after), now-after.Microseconds(), string(self))
 		if err != nil {
 			return fmt.Errorf("mark nodes dead: %w", err)
 		}

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
@@ -13,6 +14,7 @@ func nodeFenceTests() []namedTest {
 		{"NodeTransitionOnNodeIsFenced", testTransitionOnNode},
 		{"NodeDeleteOfUnplacedSandboxIsSettled", testDeleteUnplaced},
 		{"NodeDeclareDeadNothingToDo", testDeclareDeadNothingToDo},
+		{"NodeNeverDeclaresItselfDead", testNeverDeclaresItselfDead},
 	}
 }
 
@@ -87,7 +89,7 @@ func testDeleteUnplaced(e *env) {
 	if _, err := e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: p.ID, SandboxID: sb.ID, Operation: del, Now: e.now()}); err != nil {
 		t.Fatal(err)
 	}
-	if loss, err := e.s.DeclareDeadNodes(e.ctx, time.Hour); err != nil || loss.Deleted != 1 {
+	if loss, err := e.s.DeclareDeadNodes(e.ctx, time.Hour, ""); err != nil || loss.Deleted != 1 {
 		t.Fatalf("DeclareDeadNodes = %+v, %v; want the delete completed", loss, err)
 	}
 	if got := e.getSandbox(sb.ID); got.State != model.StateDeleted {
@@ -119,7 +121,7 @@ func testDeclareDeadNothingToDo(e *env) {
 	for len(ch) > 0 {
 		<-ch
 	}
-	loss, err := e.s.DeclareDeadNodes(e.ctx, time.Hour)
+	loss, err := e.s.DeclareDeadNodes(e.ctx, time.Hour, "")
 	if err != nil || len(loss.Nodes) != 0 || loss.Failed+loss.Replaced+loss.Deleted != 0 {
 		t.Fatalf("DeclareDeadNodes = %+v, %v; want nothing", loss, err)
 	}
@@ -127,5 +129,34 @@ func testDeclareDeadNothingToDo(e *env) {
 	case <-ch:
 		t.Fatal("a DeclareDeadNodes that did nothing woke the watchers")
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// testNeverDeclaresItselfDead: the node that asks (self) is not declared
+// dead however old its heartbeat (its store was slow or down, it is
+// alive), and its sandboxes stay; another node, as old, is; and the
+// caller's node is declared dead by another that asks. (Nodes the env
+// registered before are as old and declared dead too.)
+func testNeverDeclaresItselfDead(e *env) {
+	t := e.t
+	p, tpl := e.project(), e.template()
+	self, other := e.node(), e.node()
+	sb, _ := e.mustCreateOn(p.ID, tpl.Digest, self)
+	time.Sleep(30 * time.Millisecond)
+	loss, err := e.s.DeclareDeadNodes(e.ctx, 10*time.Millisecond, self)
+	must(t, err)
+	if !slices.Contains(loss.Nodes, other) || slices.Contains(loss.Nodes, self) {
+		t.Fatalf("declared dead %v, want %s and not the caller %s", loss.Nodes, other, self)
+	}
+	if n := e.getNode(self); n.State != model.NodeActive {
+		t.Fatalf("the caller's node is %s", n.State)
+	}
+	if got := e.getSandbox(sb.ID); got.State == model.StateFailed || got.NodeID != self {
+		t.Fatalf("the caller's sandbox: %s on %q", got.State, got.NodeID)
+	}
+	loss, err = e.s.DeclareDeadNodes(e.ctx, 10*time.Millisecond, other)
+	must(t, err)
+	if !slices.Equal(loss.Nodes, []model.NodeID{self}) {
+		t.Fatalf("asked by %s: declared dead %v, want %s", other, loss.Nodes, self)
 	}
 }

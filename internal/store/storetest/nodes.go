@@ -96,7 +96,7 @@ func (e *env) getNode(id model.NodeID) model.NodeStatus {
 func (e *env) declareDead() store.NodeLoss {
 	e.t.Helper()
 	time.Sleep(30 * time.Millisecond)
-	loss, err := e.s.DeclareDeadNodes(e.ctx, 10*time.Millisecond)
+	loss, err := e.s.DeclareDeadNodes(e.ctx, 10*time.Millisecond, "")
 	if err != nil {
 		e.t.Fatalf("DeclareDeadNodes: %v", err)
 	}
@@ -332,7 +332,7 @@ func testNodeHeartbeat(e *env) {
 		t.Fatalf("dead node after a refused heartbeat: %+v, want dead, its heartbeat still %s", got, last)
 	}
 	for _, after := range []time.Duration{0, -time.Second} {
-		_, err = e.s.DeclareDeadNodes(e.ctx, after)
+		_, err = e.s.DeclareDeadNodes(e.ctx, after, "")
 		mustIs(t, err, model.ErrInvalid)
 	}
 }
@@ -388,7 +388,7 @@ func testNodeDeclareDead(e *env) {
 	time.Sleep(600 * time.Millisecond)
 	_, err = e.s.Heartbeat(e.ctx, e.fence(alive))
 	must(t, err)
-	loss, err := e.s.DeclareDeadNodes(e.ctx, 500*time.Millisecond)
+	loss, err := e.s.DeclareDeadNodes(e.ctx, 500*time.Millisecond, "")
 	must(t, err)
 	want := store.NodeLoss{Nodes: []model.NodeID{dead}, Failed: 1, Replaced: 2, Deleted: 2}
 	if !reflect.DeepEqual(loss, want) {
@@ -464,7 +464,7 @@ func testNodeDeclareDead(e *env) {
 	must(t, err)
 	_, err = e.s.Heartbeat(e.ctx, e.fence(alive))
 	must(t, err)
-	loss, err = e.s.DeclareDeadNodes(e.ctx, 500*time.Millisecond)
+	loss, err = e.s.DeclareDeadNodes(e.ctx, 500*time.Millisecond, "")
 	must(t, err)
 	if want := (store.NodeLoss{Deleted: 1}); !reflect.DeepEqual(loss, want) {
 		t.Fatalf("second DeclareDeadNodes = %+v, want %+v", loss, want)
@@ -952,7 +952,7 @@ func testNodeLossRacesDeletes(e *env) {
 	errs := make([]error, n+2)
 	parallel(n+2, func(i int) {
 		if i >= n {
-			_, errs[i] = e.s.DeclareDeadNodes(e.ctx, 10*time.Millisecond)
+			_, errs[i] = e.s.DeclareDeadNodes(e.ctx, 10*time.Millisecond, "")
 			return
 		}
 		_, errs[i] = e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: p.ID, SandboxID: list[i].ID, Operation: dels[i], Now: now})
@@ -962,7 +962,7 @@ func testNodeLossRacesDeletes(e *env) {
 			t.Fatalf("goroutine %d: %v", i, err)
 		}
 	}
-	_, err := e.s.DeclareDeadNodes(e.ctx, 10*time.Millisecond)
+	_, err := e.s.DeclareDeadNodes(e.ctx, 10*time.Millisecond, "")
 	must(t, err)
 	for i, sb := range list {
 		if got := e.getSandbox(sb.ID); got.State != model.StateDeleted {
