@@ -32,8 +32,10 @@ const createOpts = { timeoutMs: 300_000, requestTimeoutMs: 180_000 }
 
 const ctxDir = fs.mkdtempSync(path.join(os.tmpdir(), 'parity-startcmd-'))
 process.on('exit', () => fs.rmSync(ctxDir, { recursive: true, force: true }))
-// The SDK runs commands with /bin/bash, which busybox's `minimal` lacks.
+// The SDK runs commands with /bin/bash, and waitForProcess runs pgrep:
+// busybox's `minimal` has neither (the default template has both).
 fs.writeFileSync(path.join(ctxDir, 'bash'), '#!/bin/sh\nexec /bin/sh "$@"\n', { mode: 0o755 })
+fs.writeFileSync(path.join(ctxDir, 'pgrep'), '#!/bin/sh\nps -o comm | grep -qx -- "$1"\n', { mode: 0o755 })
 
 const logs = []
 const build = async (t, tname) => {
@@ -54,6 +56,7 @@ await r.step('Template.build with setStartCmd(cmd, waitForFile): checked in the 
   const t = Template({ fileContextPath: ctxDir })
     .fromTemplate('minimal')
     .copy('bash', '/bin/')
+    .copy('pgrep', '/usr/local/bin/')
     .setWorkdir('/srv')
     .setStartCmd(startCmd, waitForFile('/tmp/started'))
   await build(t, `${name}:file`)
