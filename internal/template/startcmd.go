@@ -127,3 +127,14 @@ func (c Config) CheckScript() []string {
 	b.WriteString("exit \"$rc\"\n")
 	return []string{"/bin/sh", "-c", b.String()}
 }
+
+// StartEnv is what the start and ready commands' environment adds to the
+// sandbox's: the template user's HOME, USER and LOGNAME from its
+// /etc/passwd entry (as E2B's envd gives every command of a user); none
+// for root or a user the file lacks.
+func (d Defaults) StartEnv() []string {
+	if d.User == nil || d.User.UID == 0 || d.Home == "" {
+		return nil
+	}
+	return []string{"HOME=" + d.Home, "USER=" + d.UserName, "LOGNAME=" + d.UserName}
+}

@@ -129,3 +129,30 @@ func TestCheckScript(t *testing.T) {
 		t.Fatalf("never ready: exit %d: %s", code, out)
 	}
 }
+
+// The start and ready commands get the template user's HOME, USER and
+// LOGNAME from its passwd entry; root and unknown numeric users get none.
+func TestStartEnv(t *testing.T) {
+	root := writeRoot(t, map[string]string{"etc/passwd": testPasswd, "etc/group": testGroup})
+	for _, c := range []struct {
+		spec string
+		want []string
+	}{
+		{"app", []string{"HOME=/home/app", "USER=app", "LOGNAME=app"}},
+		{"1234:staff", []string{"HOME=/home/app", "USER=app", "LOGNAME=app"}},
+		{"root", nil},
+		{"4321", nil},
+	} {
+		u, err := resolveUserEntry(root, c.spec)
+		if err != nil {
+			t.Fatalf("%s: %v", c.spec, err)
+		}
+		d := Defaults{User: &u.ids, UserName: u.name, Home: u.home}
+		if got := d.StartEnv(); strings.Join(got, " ") != strings.Join(c.want, " ") {
+			t.Errorf("%s: StartEnv %q, want %q", c.spec, got, c.want)
+		}
+	}
+	if got := (Defaults{}).StartEnv(); got != nil {
+		t.Errorf("no user: %q", got)
+	}
+}

@@ -85,7 +85,7 @@ func (w *Worker) startTemplate(ctx context.Context, sb model.Sandbox) error {
 		user = &agentproto.User{UID: def.User.UID, GID: def.User.GID}
 	}
 	if argv := c.StartArgv(); argv != nil {
-		_, err := agent.Start(ctx, agentproto.StartRequest{ID: startProcessID(sb.ID).String(), Args: argv, Cwd: c.WorkingDir, User: user})
+		_, err := agent.Start(ctx, agentproto.StartRequest{ID: startProcessID(sb.ID).String(), Args: argv, Env: def.StartEnv(), Cwd: c.WorkingDir, User: user})
 		var ae *agentclient.Error
 		switch {
 		case err == nil:
@@ -101,7 +101,7 @@ func (w *Worker) startTemplate(ctx context.Context, sb model.Sandbox) error {
 	if c.ReadyCmd == "" {
 		return nil
 	}
-	res, err := agent.Run(ctx, agentproto.StartRequest{ID: model.NewProcessID().String(), Args: c.ReadyScript(), Cwd: c.WorkingDir, User: user,
+	res, err := agent.Run(ctx, agentproto.StartRequest{ID: model.NewProcessID().String(), Args: c.ReadyScript(), Env: def.StartEnv(), Cwd: c.WorkingDir, User: user,
 		TimeoutMillis: (c.ReadyTimeout() + template.ReadyGrace).Milliseconds()})
 	if err != nil {
 		return fmt.Errorf("sandbox %s: the template's ready command: %w", sb.ID, err)

@@ -169,7 +169,7 @@ func (b *Builder) startStep(ctx context.Context, n int, cur template.Imported, l
 		return template.Imported{}, &StepError{Step: n, Kind: KindStart, ExitCode: -1, Reason: def.UserErr.Error()}
 	}
 	cfg := def.Config
-	res, err := sb.Run(ctx, SandboxRun{Parent: cur, Argv: cfg.CheckScript(), User: def.User, Dir: cfg.WorkingDir, Log: log,
+	res, err := sb.Run(ctx, SandboxRun{Parent: cur, Argv: cfg.CheckScript(), Env: def.StartEnv(), User: def.User, Dir: cfg.WorkingDir, Log: log,
 		Timeout: cfg.ReadyTimeout() + template.ReadyGrace, Check: true})
 	if err != nil {
 		return template.Imported{}, fmt.Errorf("build sandbox: %w", err)
