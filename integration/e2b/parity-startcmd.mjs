@@ -16,14 +16,10 @@ import path from 'node:path'
 
 import { Sandbox, Template, waitForFile, waitForProcess } from 'e2b'
 
-import { Runner, env } from './lib.mjs'
+import { Runner, adminKey, buildLogged, env } from './lib.mjs'
 
 env()
-const admin = process.env.PARITY_ADMIN_API_KEY
-if (!admin) {
-  console.error('parity-startcmd: PARITY_ADMIN_API_KEY is not set')
-  process.exit(2)
-}
+const admin = adminKey('parity-startcmd')
 const r = new Runner('parity-startcmd')
 const tag = randomBytes(4).toString('hex')
 const name = `startcmd-${tag}`
@@ -38,15 +34,7 @@ fs.writeFileSync(path.join(ctxDir, 'bash'), '#!/bin/sh\nexec /bin/sh "$@"\n', { 
 fs.writeFileSync(path.join(ctxDir, 'pgrep'), '#!/bin/sh\nps -o comm | grep -qx -- "$1"\n', { mode: 0o755 })
 
 const logs = []
-const build = async (t, tname) => {
-  logs.length = 0
-  try {
-    return await Template.build(t, tname, { ...buildOpts, onBuildLogs: (e) => logs.push(e.message) })
-  } catch (err) {
-    console.error(`parity-startcmd: the log of ${tname}:\n${logs.join('\n')}`)
-    throw err
-  }
-}
+const build = (t, tname) => buildLogged(Template, t, tname, buildOpts, logs)
 
 // The start command takes a moment before it writes its file: a create
 // that did not wait for the ready command would not find it.
