@@ -20,9 +20,10 @@ import (
 // them; a sandbox of the template has the start command running (it
 // wrote its file, it listens on its port, it is one of the sandbox's
 // processes) at its first exec, and its create took as long as the ready
-// command needed; a sandbox on which the ready command never passes (its
-// environment says so) fails its create with template_not_ready and
-// leaves nothing.
+// command needed; after a suspend and a wake it runs once (started again
+// on runc, whose suspend keeps files only; continued on runsc); a sandbox
+// on which the ready command never passes (its environment says so) fails
+// its create with template_not_ready and leaves nothing.
 func TestTemplateStartCmd(t *testing.T) {
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, "unshare")
@@ -85,18 +86,34 @@ func TestTemplateStartCmd(t *testing.T) {
 			if code != 0 || stdout != "up\nhello\n/tmp\n" {
 				t.Fatalf("first exec: exit %d, %q %q", code, stdout, stderr)
 			}
-			procs, err := c.ListProcesses(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			running := 0
-			for _, p := range procs.Processes {
-				if p.Running && len(p.Args) == 3 && strings.Contains(p.Args[2], "nc -ll") {
-					running++
+			startRunning := func(when string) {
+				t.Helper()
+				procs, err := c.ListProcesses(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				running := 0
+				for _, p := range procs.Processes {
+					if p.Running && len(p.Args) == 3 && strings.Contains(p.Args[2], "nc -ll") {
+						running++
+					}
+				}
+				if running != 1 {
+					t.Errorf("%s: %d running start commands among %+v", when, running, procs.Processes)
 				}
 			}
-			if running != 1 {
-				t.Errorf("%d running start commands among %+v", running, procs.Processes)
+			startRunning("after the create")
+			// A suspend and a wake: on runc (files only) the processes
+			// start again, the start command among them; on runsc (memory
+			// kept) it runs on and is not started a second time.
+			for _, op := range []string{"suspend", "wake"} {
+				if stdout, stderr, code := s.cli(ctx, "sandbox", op, sb.ID); code != 0 {
+					t.Fatalf("%s: exit %d %s %s", op, code, stdout, stderr)
+				}
+			}
+			startRunning("after a suspend and a wake")
+			if stdout, stderr, code := s.cli(ctx, "exec", sb.ID, "--", "/bin/sh", "-c", "nc 127.0.0.1 7070 </dev/null"); code != 0 || stdout != "hello\n" {
+				t.Errorf("the port after the wake: exit %d, %q %q", code, stdout, stderr)
 			}
 			if _, _, code := s.cli(ctx, "sandbox", "delete", sb.ID); code != 0 {
 				t.Errorf("delete: exit %d", code)
