@@ -140,3 +140,26 @@ export function requestLog() {
     },
   }
 }
+
+// adminKey returns PARITY_ADMIN_API_KEY, the admin key template builds
+// take (as Airlock's own builds do); a missing one is a usage error.
+export function adminKey(script) {
+  const key = process.env.PARITY_ADMIN_API_KEY
+  if (!key) {
+    console.error(`${script}: PARITY_ADMIN_API_KEY is not set`)
+    process.exit(2)
+  }
+  return key
+}
+
+// buildLogged runs Template.build(t, name, opts) collecting the build log
+// into logs (emptied first), printed if the build fails.
+export async function buildLogged(Template, t, name, opts, logs) {
+  logs.length = 0
+  try {
+    return await Template.build(t, name, { ...opts, onBuildLogs: (e) => logs.push(e.message) })
+  } catch (err) {
+    console.error(`the build log of ${name}:\n${logs.join('\n')}`)
+    throw err
+  }
+}

@@ -65,7 +65,12 @@ func templateConfig(manifest []byte) *apiv1.TemplateConfig {
 	if env == nil {
 		env = []string{}
 	}
-	return &apiv1.TemplateConfig{Env: env, WorkingDir: c.WorkingDir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd}
+	out := &apiv1.TemplateConfig{Env: env, WorkingDir: c.WorkingDir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd,
+		StartCmd: c.StartCmd, ReadyCmd: c.ReadyCmd}
+	if c.ReadyCmd != "" {
+		out.ReadyTimeoutMS = c.ReadyTimeout().Milliseconds()
+	}
+	return out
 }
 
 // parseRefPath parses the {ref} path value: a digest, name or name:tag.

@@ -62,6 +62,7 @@ const (
 	CodeSnapshotNotFound     = "snapshot_not_found"     // the project has no such saved snapshot (another project's is not found either)
 	CodeSnapshotNotReady     = "snapshot_not_ready"     // the snapshot is being made, failed or is being deleted: no sandbox starts from it
 	CodeSnapshotFailed       = "snapshot_failed"        // the snapshot a fork needed could not be made (the message says why); the source runs on
+	CodeTemplateNotReady     = "template_not_ready"     // a create's sandbox ran its template's start command, and the ready command did not succeed within the template's ready timeout (or the start command could not start); the sandbox was removed
 	CodeNoCapacity           = "no_capacity"            // nodes could run the sandbox but none has room now (sandboxes, memory or pids budget); see Retry-After
 	CodeNoEligibleNode       = "no_eligible_node"       // no live node can run the sandbox (environment, template or node selector); the message says what each lacked
 	CodePortUnreachable      = "port_unreachable"       // nothing in the sandbox answered on the port the port proxy was asked for (refused, timed out, or closed before answering)
@@ -178,6 +179,7 @@ var errorSpecs = []ErrorSpec{
 	{Code: CodeSnapshotNotFound, Status: 404, Connect: "not_found", Exit: 1},
 	{Code: CodeSnapshotNotReady, Status: 409, Connect: "failed_precondition", Exit: 1},
 	{Code: CodeSnapshotFailed, Status: 500, Connect: "internal", Exit: 1},
+	{Code: CodeTemplateNotReady, Status: 500, Connect: "failed_precondition", Exit: 1},
 	{Code: CodeNoCapacity, Status: 503, Connect: "unavailable", E2BOperationStatus: 503, Exit: 1},
 	{Code: CodeNoEligibleNode, Status: 409, Connect: "failed_precondition", Exit: 1},
 	{Code: CodePortUnreachable, Status: 502, Connect: "unavailable", Exit: 1},

@@ -7,6 +7,12 @@ type TemplateConfig struct {
 	User       string   `json:"user,omitempty"`
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	Cmd        []string `json:"cmd,omitempty"`
+	// The start and ready commands (docs/templates.md) and, with a ready
+	// command, how long it may take to succeed (the default when the
+	// template sets none), in milliseconds.
+	StartCmd       string `json:"start_cmd,omitempty"`
+	ReadyCmd       string `json:"ready_cmd,omitempty"`
+	ReadyTimeoutMS int64  `json:"ready_timeout_ms,omitempty"`
 }
 
 // SetTemplateTagRequest is the body of PUT /v1/templates/tags/{name_tag}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -155,6 +156,12 @@ func templateFields(w io.Writer, t apiv1.Template) {
 		}
 		if len(c.Cmd) > 0 {
 			fmt.Fprintf(w, "Cmd:\t%s\n", quoteArgs(c.Cmd))
+		}
+		if c.StartCmd != "" {
+			fmt.Fprintf(w, "Start:\t%s\n", c.StartCmd)
+		}
+		if c.ReadyCmd != "" {
+			fmt.Fprintf(w, "Ready:\t%s (within %s)\n", c.ReadyCmd, time.Duration(c.ReadyTimeoutMS)*time.Millisecond)
 		}
 	}
 }

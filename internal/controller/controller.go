@@ -382,6 +382,9 @@ func (c *Controller) retryOrFail(ctx context.Context, op model.Operation, retry 
 		c.failSnapshot(ctx, op.ID, err.Error(), log)
 	}
 	opErr := &model.OperationError{Code: model.OpErrRuntime, Message: err.Error()}
+	if ce := (*worker.CodedError)(nil); errors.As(err, &ce) {
+		opErr.Code = ce.Code
+	}
 	var from, to model.SandboxState
 	if lc, lerr := model.LifecycleOf(op.Kind); lerr == nil && !lc.Retried() {
 		sb, gerr := c.cfg.Store.GetSandboxByID(ctx, op.SandboxID)

@@ -56,6 +56,13 @@ func newEnvWith(t testing.TB, flavor string, templateErr error, cc Config, opts 
 // the runtime itself), e.g. to inject failures; env.rt is the runtime.
 func newEnvWrapped(t testing.TB, flavor string, templateErr error, cc Config, wrap func(*oci.Runtime) runtime.Runtime, opts ...func(*oci.Config)) *env {
 	t.Helper()
+	return newEnvFull(t, flavor, templateErr, cc, wrap, nil, opts...)
+}
+
+// newEnvFull is newEnvWrapped whose worker's configuration wcfg may change
+// (nil: none).
+func newEnvFull(t testing.TB, flavor string, templateErr error, cc Config, wrap func(*oci.Runtime) runtime.Runtime, wcfg func(*worker.Config), opts ...func(*oci.Config)) *env {
+	t.Helper()
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, flavor)
 	ctx := context.Background()
@@ -104,7 +111,7 @@ func newEnvWrapped(t testing.TB, flavor string, templateErr error, cc Config, wr
 	if wrap != nil {
 		driven = wrap(rt)
 	}
-	wk, err := worker.New(worker.Config{
+	wc := worker.Config{
 		Runtime: driven,
 		TemplateDir: func(model.TemplateDigest) (string, error) {
 			if templateErr != nil {
@@ -115,7 +122,11 @@ func newEnvWrapped(t testing.TB, flavor string, templateErr error, cc Config, wr
 		AgentBinary:    airtest.BuildAgent(t),
 		Logger:         log,
 		TracerProvider: cc.TracerProvider,
-	})
+	}
+	if wcfg != nil {
+		wcfg(&wc)
+	}
+	wk, err := worker.New(wc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -276,11 +276,12 @@ const (
 	OpErrEnvironmentNotEnabled = "environment_not_enabled" // the sandbox runs on a runtime this server does not drive
 	OpErrNodeLost              = "node_lost"               // the sandbox's node was declared dead before it finished
 	OpErrNotSupported          = "not_supported"           // this server does not know the operation's kind
+	OpErrTemplateNotReady      = "template_not_ready"      // the template's ready command did not succeed in time (a worker's coded error)
 )
 
 // OperationErrorCodes lists the codes a failed operation's error has.
 func OperationErrorCodes() []string {
-	return []string{OpErrRuntime, OpErrCancelled, OpErrEnvironmentNotEnabled, OpErrNodeLost, OpErrNotSupported}
+	return []string{OpErrRuntime, OpErrCancelled, OpErrEnvironmentNotEnabled, OpErrNodeLost, OpErrNotSupported, OpErrTemplateNotReady}
 }
 
 // OperationError says why an operation failed.

@@ -179,7 +179,11 @@ func (s *buildSandbox) run(ctx context.Context, deps *buildSandboxDeps, id model
 	if req.Dir != "" {
 		cwd = req.Dir
 	}
-	sess, err := c.CreateCommand(ctx, id, apiv1.CreateCommandRequest{Args: req.Argv, Env: env, Cwd: cwd, User: user})
+	cr := apiv1.CreateCommandRequest{Args: req.Argv, Env: env, Cwd: cwd, User: user}
+	if req.Timeout > 0 {
+		cr.TimeoutSecs = int((req.Timeout + time.Second - 1) / time.Second)
+	}
+	sess, err := c.CreateCommand(ctx, id, cr)
 	if err != nil {
 		return recipe.SandboxResult{}, fmt.Errorf("start the command in build sandbox %s: %w", id, err)
 	}
@@ -212,7 +216,7 @@ func (s *buildSandbox) run(ctx context.Context, deps *buildSandboxDeps, id model
 			return recipe.SandboxResult{}, fmt.Errorf("the command in build sandbox %s: %s", id, msg)
 		}
 	}
-	if exit != 0 {
+	if exit != 0 || req.Check {
 		return recipe.SandboxResult{ExitCode: exit}, nil
 	}
 	// No process of the sandbox writes from here on.

@@ -108,7 +108,8 @@ func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, te
 			def, err := templates.Defaults(d)
 			return def.Config.Env, err
 		},
-		FetchTemplate: fetchTemplate(templates, dist),
+		TemplateDefaults: templates.Defaults,
+		FetchTemplate:    fetchTemplate(templates, dist),
 		// One directory per environment below it (newWorkers).
 		SnapshotDir: dd.join("snapshots"),
 		LookupSnapshot: func(ctx context.Context, id model.SnapshotID) (model.SnapshotRecord, error) {

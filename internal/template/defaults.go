@@ -26,6 +26,9 @@ type Defaults struct {
 	// not stop sandboxes from being created: a command that runs as the
 	// template's user fails with it, one that names its own user does not.
 	UserErr error
+	// UserName and Home are Config.User's /etc/passwd entry's name and
+	// home directory ("" when the template's passwd has no entry for it).
+	UserName, Home string
 }
 
 // Bounds on what resolving a template's user reads.
@@ -54,11 +57,11 @@ func (s *Store) Defaults(d model.TemplateDigest) (Defaults, error) {
 	}
 	def = Defaults{Config: m.Config}
 	if m.Config.User != "" {
-		u, err := resolveUser(s.RootfsDir(d), m.Config.User)
+		u, err := resolveUserEntry(s.RootfsDir(d), m.Config.User)
 		if err != nil {
 			def.UserErr = fmt.Errorf("the template's user %q: %w", textclip.Bytes(m.Config.User, maxEcho), err)
 		} else {
-			def.User = &u
+			def.User, def.UserName, def.Home = &u.ids, u.name, u.home
 		}
 	}
 	s.defMu.Lock()
@@ -77,13 +80,37 @@ func (s *Store) Defaults(d model.TemplateDigest) (Defaults, error) {
 // group, or 0 when it has none. The files are read inside rootfs only
 // (symbolic links cannot leave it).
 func resolveUser(rootfs, spec string) (model.UserIDs, error) {
+	u, err := resolveUserEntry(rootfs, spec)
+	return u.ids, err
+}
+
+// userEntry is a resolved user: its IDs and, when /etc/passwd has it, its
+// name and home directory.
+type userEntry struct {
+	ids        model.UserIDs
+	name, home string
+}
+
+// resolveUserEntry is resolveUser with the passwd entry's name and home.
+func resolveUserEntry(rootfs, spec string) (userEntry, error) {
+	ids, ent, err := resolveIDs(rootfs, spec)
+	out := userEntry{ids: ids}
+	if len(ent) >= 6 {
+		out.name, out.home = ent[0], ent[5]
+	}
+	return out, err
+}
+
+// resolveIDs resolves spec and returns the user's passwd entry's fields
+// (nil for a numeric user the file lacks).
+func resolveIDs(rootfs, spec string) (model.UserIDs, []string, error) {
 	userPart, groupPart, hasGroup := strings.Cut(spec, ":")
 	if userPart == "" || hasGroup && groupPart == "" {
-		return model.UserIDs{}, errors.New("want user[:group]")
+		return model.UserIDs{}, nil, errors.New("want user[:group]")
 	}
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
-		return model.UserIDs{}, fmt.Errorf("open the template's root: %w", err)
+		return model.UserIDs{}, nil, fmt.Errorf("open the template's root: %w", err)
 	}
 	defer root.Close()
 
@@ -102,40 +129,41 @@ func resolveUser(rootfs, spec string) (model.UserIDs, error) {
 	})
 	switch {
 	case err != nil && !(numeric && errors.Is(err, fs.ErrNotExist)):
-		return model.UserIDs{}, err
+		return model.UserIDs{}, nil, err
 	case ent != nil:
 		u, ok1 := parseID(ent[2])
 		g, ok2 := parseID(ent[3])
 		if !ok1 || !ok2 {
-			return model.UserIDs{}, errors.New("the template's /etc/passwd has a malformed entry for it")
+			return model.UserIDs{}, nil, errors.New("the template's /etc/passwd has a malformed entry for it")
 		}
 		ids = model.UserIDs{UID: u, GID: g}
 	case numeric:
 		ids = model.UserIDs{UID: uid}
 	default:
-		return model.UserIDs{}, errors.New("no such user in the template's /etc/passwd")
+		return model.UserIDs{}, nil, errors.New("no such user in the template's /etc/passwd")
 	}
+	pw := ent
 	if !hasGroup {
-		return ids, nil
+		return ids, pw, nil
 	}
 	if gid, ok := parseID(groupPart); ok {
 		ids.GID = gid
-		return ids, nil
+		return ids, pw, nil
 	}
 	// name:pw:gid:members
 	ent, err = findEntry(root, "etc/group", func(f []string) bool { return len(f) >= 3 && f[0] == groupPart })
 	if err != nil {
-		return model.UserIDs{}, err
+		return model.UserIDs{}, nil, err
 	}
 	if ent == nil {
-		return model.UserIDs{}, fmt.Errorf("no group %q in the template's /etc/group", textclip.Bytes(groupPart, maxEcho))
+		return model.UserIDs{}, nil, fmt.Errorf("no group %q in the template's /etc/group", textclip.Bytes(groupPart, maxEcho))
 	}
 	gid, ok := parseID(ent[2])
 	if !ok {
-		return model.UserIDs{}, fmt.Errorf("the template's /etc/group has a malformed entry for group %q", textclip.Bytes(groupPart, maxEcho))
+		return model.UserIDs{}, nil, fmt.Errorf("the template's /etc/group has a malformed entry for group %q", textclip.Bytes(groupPart, maxEcho))
 	}
 	ids.GID = gid
-	return ids, nil
+	return ids, pw, nil
 }
 
 // parseID parses a decimal user or group ID in the range model accepts.

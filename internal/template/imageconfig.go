@@ -38,6 +38,9 @@ func (c Config) validateProcess() error {
 	if total > maxConfigArgBytes {
 		return fmt.Errorf("%w: manifest config.cmd and config.entrypoint are longer than %d bytes", model.ErrInvalid, maxConfigArgBytes)
 	}
+	if err := c.ValidateStart(); err != nil {
+		return err
+	}
 	if len(c.User) > maxConfigUserLen || strings.ContainsFunc(c.User, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return fmt.Errorf("%w: manifest config.user %q must be at most %d printable bytes", model.ErrInvalid, textclip.Bytes(c.User, maxEcho), maxConfigUserLen)
 	}

@@ -42,6 +42,11 @@ type Manifest struct {
 // the bytes, and so the digests, they had before these fields existed.
 // Sandboxes use Env, WorkingDir and User as their defaults (see Defaults);
 // Entrypoint and Cmd are recorded for later use and change nothing yet.
+//
+// StartCmd, ReadyCmd and ReadyTimeoutMS (omitted when empty, so older
+// manifests keep their bytes) are the template's start and ready commands
+// (startcmd.go): a sandbox of the template starts StartCmd in the
+// background and is running only once ReadyCmd exits 0.
 type Config struct {
 	// Cmd is the image's default command (arguments to Entrypoint, if any).
 	Cmd []string `json:"cmd,omitempty"`
@@ -49,6 +54,15 @@ type Config struct {
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	// Env is the environment as KEY=VALUE strings, in order.
 	Env []string `json:"env"`
+	// ReadyCmd is a shell command run (again every 200 ms) until it exits
+	// 0: the sandbox is ready then. Empty: ready once StartCmd started.
+	ReadyCmd string `json:"ready_cmd,omitempty"`
+	// ReadyTimeoutMS bounds the wait for ReadyCmd; 0: DefaultReadyTimeout.
+	ReadyTimeoutMS int64 `json:"ready_timeout_ms,omitempty"`
+	// StartCmd is a shell command started in the background, as the
+	// template's user in its working directory, when a sandbox starts
+	// afresh (not when it resumes with its memory).
+	StartCmd string `json:"start_cmd,omitempty"`
 	// User is the image's user as written there: "uid", "uid:gid", "name"
 	// or "name:group", resolved against the template's /etc files later.
 	User string `json:"user,omitempty"`

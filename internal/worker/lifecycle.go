@@ -155,6 +155,18 @@ func (w *Worker) Wake(ctx context.Context, sb model.Sandbox) error {
 	if err := w.startAndWait(ctx, sb, st.Phase, "wake"); err != nil {
 		return err
 	}
+	if snap.Kind == model.SnapshotFilesystem {
+		// Its processes start again: so does the template's start
+		// command. A ready command that does not succeed is logged, not
+		// a failed wake: the sandbox runs (a failed wake would leave it
+		// recorded as suspended while its container runs).
+		if err := w.startTemplate(ctx, sb); err != nil {
+			if !errors.Is(err, ErrPermanent) {
+				return err
+			}
+			w.log.WarnContext(ctx, "woke a sandbox whose template is not ready", "sandbox", sb.ID, "err", err)
+		}
+	}
 	// Only now: a wake that failed before keeps its snapshot to try again.
 	if err := w.rtErr("forget_snapshot", s.ForgetSnapshot(ctx, sb.ID)); err != nil {
 		return fmt.Errorf("sandbox %s: remove the snapshot it woke from: %w", sb.ID, err)

@@ -51,6 +51,10 @@ type Config struct {
 	// order; a later entry of a name wins), the base of its sandboxes'
 	// environment. Nil: templates add none.
 	TemplateEnv func(model.TemplateDigest) ([]string, error)
+	// TemplateDefaults returns a template's defaults, whose start and
+	// ready commands a sandbox starting afresh runs (startcmd.go). Nil:
+	// templates start nothing.
+	TemplateDefaults func(model.TemplateDigest) (template.Defaults, error)
 	// FetchTemplate, if set, makes a template present on this node before
 	// a sandbox is created from it: it pulls one that is missing from the
 	// shared blob store. An error wrapping template.ErrNotFound or
@@ -201,7 +205,15 @@ func (w *Worker) Ensure(ctx context.Context, sb model.Sandbox) error {
 		}
 		st.Phase = runtime.PhaseCreated
 	}
-	return w.startAndWait(ctx, sb, st.Phase, "create")
+	if err := w.startAndWait(ctx, sb, st.Phase, "create"); err != nil {
+		return err
+	}
+	// A paused sandbox was alive: its start command runs already. One
+	// made from a snapshot with its memory continues the source's.
+	if st.Phase == runtime.PhasePaused || sb.FromSnapshot != "" && !w.startsAfresh() {
+		return nil
+	}
+	return w.startTemplate(ctx, sb)
 }
 
 // CreateSource says how Ensure got the sandbox running: restored from a

@@ -37,8 +37,7 @@ import (
 //
 // The builds E2B asked for live in this server's memory (at most
 // maxTplBuilds; a restart forgets them: their status is then 404, their
-// templates stay). startCmd and readyCmd are refused (501): Airlock does
-// not run a template's start command at create.
+// templates stay).
 
 // maxTplBuilds bounds the E2B builds remembered.
 const maxTplBuilds = 1000
@@ -233,9 +232,6 @@ func (h *Handler) startBuild(ctx context.Context, w http.ResponseWriter, r *http
 	var start tplBuildStart
 	if err := decodeBody(r, &start); err != nil {
 		return err
-	}
-	if start.StartCmd != nil && *start.StartCmd != "" || start.ReadyCmd != nil && *start.ReadyCmd != "" {
-		return notImplemented("startCmd and readyCmd are not supported by Airlock: a sandbox does not run a template's start command at create")
 	}
 	base, err := h.tplBase(ctx, c, start)
 	if err != nil {

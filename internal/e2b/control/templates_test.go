@@ -99,6 +99,23 @@ func TestTranslate(t *testing.T) {
 		t.Errorf("on a base without user: %+v, %v", doc, err)
 	}
 
+	// startCmd and readyCmd: the template's, run as the builder's last
+	// user in its last directory (here the E2B user in its home).
+	sc, rc := `echo "Hello, world!"`, "sleep 10"
+	doc, err = translate(tplBuildStart{StartCmd: &sc, ReadyCmd: &rc, Steps: []tplStep{{Type: "WORKDIR", Args: []string{"/app"}}}},
+		tplBase{Ref: "default", HasUser: true}, &files)
+	if err != nil || doc.StartCmd != sc || doc.ReadyCmd != rc || doc.User != "user" || doc.Workdir != "/app" {
+		t.Fatalf("start and ready commands: %+v, %v", doc, err)
+	}
+	text, _ = json.Marshal(doc)
+	if r, err = recipe.Parse(text); err != nil || r.Start() != (recipe.Start{Cmd: sc, ReadyCmd: rc}) || r.User() != "user" {
+		t.Fatalf("the recipe with start and ready commands: %+v %v\n%s", r.Start(), err, text)
+	}
+	blank := " "
+	if _, err := translate(tplBuildStart{StartCmd: &blank}, tplBase{Ref: "default"}, &files); err == nil {
+		t.Error("a blank startCmd is taken")
+	}
+
 	for name, steps := range map[string][]tplStep{
 		"unknown type":  {{Type: "FROM", Args: []string{"x"}}},
 		"odd env":       {{Type: "ENV", Args: []string{"A"}}},
@@ -277,6 +294,7 @@ func itoa(v int64) string {
 // that need the server's signature.
 func TestTemplateRoutes(t *testing.T) {
 	var imports atomic.Int32
+	var recipes atomic.Value
 	native := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch {
@@ -284,6 +302,9 @@ func TestTemplateRoutes(t *testing.T) {
 			_ = json.NewEncoder(w).Encode(apiv1.Template{Digest: "sha256:" + strings.Repeat("a", 64), Names: []string{"default:latest"}})
 		case r.Method == "POST" && r.URL.Path == "/v1/templates":
 			imports.Add(1)
+			var req apiv1.ImportTemplateRequest
+			_ = json.NewDecoder(r.Body).Decode(&req)
+			recipes.Store(req.Recipe)
 			w.WriteHeader(http.StatusAccepted)
 			_ = json.NewEncoder(w).Encode(apiv1.Build{ID: "bld_aaaaaaaaaaaaaaaaaaaaaaaaaa", State: "pending"})
 		default:
@@ -335,8 +356,8 @@ func TestTemplateRoutes(t *testing.T) {
 		t.Errorf("another key's build: %d, want 404", code)
 	}
 	start := "/v2/templates/my-tpl/builds/" + rb.BuildID
-	if code, body := do("POST", start, "k", `{"fromTemplate":"base","startCmd":"sleep 1","steps":[]}`); code != 501 || !strings.Contains(body, "startCmd") {
-		t.Errorf("startCmd: %d %s", code, body)
+	if code, body := do("POST", start, "k", `{"fromTemplate":"base","startCmd":" ","steps":[]}`); code != 400 || !strings.Contains(body, "startCmd") {
+		t.Errorf("a blank startCmd: %d %s", code, body)
 	}
 	if code, body := do("POST", start, "k", `{"fromImage":"ubuntu:22.04","steps":[]}`); code != 400 || !strings.Contains(body, "registry") {
 		t.Errorf("an image no registry serves: %d %s", code, body)
@@ -372,8 +393,11 @@ func TestTemplateRoutes(t *testing.T) {
 	if code, body := do("GET", "/templates/my-tpl/files/"+hash, "other-key", ""); !strings.Contains(body, `"present":false`) {
 		t.Errorf("another key sees the upload: %d %s", code, body)
 	}
-	if code, body := do("POST", start, "k", `{"fromTemplate":"base","steps":[{"type":"COPY","args":["a","/b"],"filesHash":"`+hash+`"},{"type":"RUN","args":["cat /b"]}]}`); code != 202 || imports.Load() != 1 {
+	if code, body := do("POST", start, "k", `{"fromTemplate":"base","startCmd":"sleep 100","readyCmd":"pgrep sleep","steps":[{"type":"COPY","args":["a","/b"],"filesHash":"`+hash+`"},{"type":"RUN","args":["cat /b"]}]}`); code != 202 || imports.Load() != 1 {
 		t.Errorf("start: %d %s (%d imports)", code, body, imports.Load())
+	}
+	if got, _ := recipes.Load().(string); !strings.Contains(got, `"start_cmd":"sleep 100"`) || !strings.Contains(got, `"ready_cmd":"pgrep sleep"`) {
+		t.Errorf("the native recipe lacks the start and ready commands: %s", got)
 	}
 	if code, _ := do("POST", start, "k", `{"fromTemplate":"base","steps":[]}`); code != 409 {
 		t.Errorf("a second start: %d, want 409", code)

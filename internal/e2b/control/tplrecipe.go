@@ -35,6 +35,11 @@ import (
 //     current user) by a run step as root (chown -hR); mode sets the
 //     files' permission bits.
 //
+// startCmd and readyCmd become the recipe's start_cmd and ready_cmd (a
+// sandbox of the template starts the one and waits for the other; the
+// build checks both), and make the builder's current user and directory
+// the template's, as whom they run.
+//
 // makeDir, makeSymlink, remove, rename, aptInstall, pipInstall and
 // npmInstall are RUN steps the SDK makes itself. The E2B builder starts
 // as user "user" in /home/user when the base has that account (Airlock's
@@ -78,6 +83,9 @@ type recipeDoc struct {
 	Env     map[string]string `json:"env,omitempty"`
 	Workdir string            `json:"workdir,omitempty"`
 	User    string            `json:"user,omitempty"`
+	// The start and ready commands (startCmd, readyCmd).
+	StartCmd string `json:"start_cmd,omitempty"`
+	ReadyCmd string `json:"ready_cmd,omitempty"`
 }
 
 type recipeFrom struct {
@@ -236,10 +244,31 @@ func translate(start tplBuildStart, base tplBase, files tplFiles) (recipeDoc, er
 	if setWD {
 		doc.Workdir = wd
 	}
+	startCmd, readyCmd := deref(start.StartCmd), deref(start.ReadyCmd)
+	if strings.TrimSpace(startCmd) == "" && startCmd != "" || strings.TrimSpace(readyCmd) == "" && readyCmd != "" {
+		return recipeDoc{}, badRequest("startCmd and readyCmd must not be blank")
+	}
+	if startCmd != "" || readyCmd != "" {
+		// E2B runs them as the builder's last user in its last
+		// directory: the template's, which Airlock's start and ready
+		// commands run as.
+		doc.StartCmd, doc.ReadyCmd = startCmd, readyCmd
+		setWD, setUser = true, true
+	}
+	if setWD {
+		doc.Workdir = wd
+	}
 	if setUser {
 		doc.User = user
 	}
 	return doc, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // shellQuote quotes s for /bin/sh.

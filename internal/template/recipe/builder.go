@@ -245,6 +245,9 @@ func (b *Builder) Cached(r Recipe, contextDir string) (template.Imported, bool, 
 
 // execute builds step n (ps) on top of parent.
 func (b *Builder) execute(ctx context.Context, n int, ps planStep, cur template.Imported, contextDir string, log io.Writer, sb Sandbox) (template.Imported, error) {
+	if ps.kind == KindStart {
+		return b.startStep(ctx, n, cur, log, sb)
+	}
 	if ps.sandboxed {
 		return b.sandboxStep(ctx, n, ps, cur, log, sb)
 	}
@@ -263,6 +266,10 @@ func (b *Builder) execute(ctx context.Context, n int, ps planStep, cur template.
 		}
 		if ps.user != "" {
 			cfg.User = ps.user
+		}
+		if ps.start != (Start{}) {
+			sc := ps.start.config()
+			cfg.StartCmd, cfg.ReadyCmd, cfg.ReadyTimeoutMS = sc.StartCmd, sc.ReadyCmd, sc.ReadyTimeoutMS
 		}
 		return b.Store.ImportDirConfig(ctx, b.Store.RootfsDir(parent), cfg, nil)
 	}

@@ -106,8 +106,27 @@ func (b *Builder) dropEntry(key string) {
 	}
 }
 
-// store records a step's result: the tar, then the entry.
+// store records a step's result: the tar, then the entry. A start step
+// (a check whose result is its parent's template, whose entry has the
+// tree) records the entry alone: without the template in the store it is
+// a miss, and the check runs again.
 func (b *Builder) store(ctx context.Context, key, kind string, imp template.Imported) error {
+	if kind != KindStart {
+		if err := b.storeTar(ctx, key, imp); err != nil {
+			return err
+		}
+	}
+	data, err := json.Marshal(cacheEntry{Digest: imp.Digest, Manifest: string(imp.Manifest), Kind: kind, Created: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(b.entryPath(key), data, 0o644); err != nil {
+		return fmt.Errorf("build cache: %w", err)
+	}
+	return nil
+}
+
+func (b *Builder) storeTar(ctx context.Context, key string, imp template.Imported) error {
 	tmp, err := os.CreateTemp(b.CacheDir, key+".tar.tmp-")
 	if err != nil {
 		return fmt.Errorf("build cache: %w", err)
@@ -125,13 +144,6 @@ func (b *Builder) store(ctx context.Context, key, kind string, imp template.Impo
 	}
 	if err != nil {
 		return fmt.Errorf("build cache: write %s: %w", b.tarPath(key), err)
-	}
-	data, err := json.Marshal(cacheEntry{Digest: imp.Digest, Manifest: string(imp.Manifest), Kind: kind, Created: time.Now().UTC()})
-	if err != nil {
-		return err
-	}
-	if err := atomicfile.Write(b.entryPath(key), data, 0o644); err != nil {
-		return fmt.Errorf("build cache: %w", err)
 	}
 	return nil
 }

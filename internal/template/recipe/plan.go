@@ -45,6 +45,9 @@ const (
 	KindCopy     = "copy"
 	KindRun      = "run"
 	KindConfig   = "config"
+	// KindStart checks the start and ready commands in a build sandbox of
+	// the configured template; its result is that template.
+	KindStart = "start"
 )
 
 // ErrNoMmdebstrap: a recipe from a Debian base needs mmdebstrap, which is
@@ -72,6 +75,7 @@ type planStep struct {
 	env             []string
 	workdir         string
 	user            string
+	start           Start
 }
 
 // Host paths, variables for tests.
@@ -177,13 +181,26 @@ func (b *Builder) plan(ctx context.Context, r Recipe, contextDir string) ([]plan
 			}{s.Run}, "")
 		}
 	}
-	if len(r.env) > 0 || r.workdir != "" || r.user != "" {
+	st := r.start
+	if len(r.env) > 0 || r.workdir != "" || r.user != "" || st != (Start{}) {
 		env := r.Env()
-		add(planStep{kind: KindConfig, env: env, workdir: r.workdir, user: r.user}, struct {
-			Env     []string `json:"env"`
-			Workdir string   `json:"workdir"`
-			User    string   `json:"user"`
-		}{env, r.workdir, r.user}, "")
+		// The start fields are omitted when empty: the keys of recipes
+		// without them are what they were before they existed.
+		add(planStep{kind: KindConfig, env: env, workdir: r.workdir, user: r.user, start: st}, struct {
+			Env          []string `json:"env"`
+			Workdir      string   `json:"workdir"`
+			User         string   `json:"user"`
+			StartCmd     string   `json:"start_cmd,omitempty"`
+			ReadyCmd     string   `json:"ready_cmd,omitempty"`
+			ReadyTimeout int64    `json:"ready_timeout_ms,omitempty"`
+		}{env, r.workdir, r.user, st.Cmd, st.ReadyCmd, st.ReadyTimeout.Milliseconds()}, "")
+	}
+	if st != (Start{}) {
+		// Checked in a sandbox of the configured template, always as
+		// the template's user (its configuration says which).
+		add(planStep{kind: KindStart, sandboxed: true, start: st}, struct {
+			Sandbox bool `json:"sandbox"`
+		}{true}, "")
 	}
 	return steps, nil
 }

@@ -19,10 +19,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/template"
 	"github.com/airlockdev/airlock/internal/textclip"
 )
 
@@ -44,6 +46,16 @@ type Recipe struct {
 	env      [][2]string // sorted by name
 	workdir  string
 	user     string
+	start    Start
+}
+
+// Start is a recipe's start and ready commands (template.Config's
+// StartCmd, ReadyCmd and ReadyTimeoutMS): the build checks them in a
+// sandbox of the result and records them in its configuration.
+type Start struct {
+	Cmd          string
+	ReadyCmd     string
+	ReadyTimeout time.Duration // 0: template.DefaultReadyTimeout
 }
 
 // Debian is a Debian base bootstrapped with mmdebstrap.
@@ -123,6 +135,9 @@ func (r Recipe) Workdir() string { return r.workdir }
 // recipe sets, or "".
 func (r Recipe) User() string { return r.user }
 
+// Start returns the recipe's start and ready commands (zero: none).
+func (r Recipe) Start() Start { return r.start }
+
 //go:embed default.yaml
 var defaultYAML []byte
 
@@ -142,12 +157,15 @@ func Default() Recipe {
 
 // The YAML document.
 type fileDoc struct {
-	From     *fromDoc          `yaml:"from"`
-	Packages []string          `yaml:"packages"`
-	Steps    []stepDoc         `yaml:"steps"`
-	Env      map[string]string `yaml:"env"`
-	Workdir  *string           `yaml:"workdir"`
-	User     *string           `yaml:"user"`
+	From         *fromDoc          `yaml:"from"`
+	Packages     []string          `yaml:"packages"`
+	Steps        []stepDoc         `yaml:"steps"`
+	Env          map[string]string `yaml:"env"`
+	Workdir      *string           `yaml:"workdir"`
+	User         *string           `yaml:"user"`
+	StartCmd     *string           `yaml:"start_cmd"`
+	ReadyCmd     *string           `yaml:"ready_cmd"`
+	ReadyTimeout *string           `yaml:"ready_timeout"`
 }
 
 type fromDoc struct {
@@ -276,7 +294,43 @@ func Parse(data []byte) (Recipe, error) {
 		}
 		r.user = *doc.User
 	}
+	if r.start, err = parseStart(doc); err != nil {
+		return Recipe{}, err
+	}
 	return r, nil
+}
+
+// parseStart checks the start and ready commands as a template's
+// configuration takes them.
+func parseStart(doc fileDoc) (Start, error) {
+	var st Start
+	if doc.StartCmd != nil {
+		if st.Cmd = *doc.StartCmd; st.Cmd == "" {
+			return Start{}, invalidf("start_cmd: empty command")
+		}
+	}
+	if doc.ReadyCmd != nil {
+		if st.ReadyCmd = *doc.ReadyCmd; st.ReadyCmd == "" {
+			return Start{}, invalidf("ready_cmd: empty command")
+		}
+	}
+	if doc.ReadyTimeout != nil {
+		d, err := time.ParseDuration(*doc.ReadyTimeout)
+		if err != nil || d < time.Millisecond || d > template.MaxReadyTimeout {
+			return Start{}, invalidf("ready_timeout %q: want a duration such as 30s, from 1ms to %s", textclip.Bytes(*doc.ReadyTimeout, maxEcho), template.MaxReadyTimeout)
+		}
+		st.ReadyTimeout = d.Truncate(time.Millisecond)
+	}
+	c := st.config()
+	if err := c.ValidateStart(); err != nil {
+		return Start{}, invalidf("%v", strings.TrimPrefix(err.Error(), model.ErrInvalid.Error()+": manifest config."))
+	}
+	return st, nil
+}
+
+// config is st as a template's configuration sets it.
+func (st Start) config() template.Config {
+	return template.Config{StartCmd: st.Cmd, ReadyCmd: st.ReadyCmd, ReadyTimeoutMS: st.ReadyTimeout.Milliseconds()}
 }
 
 // checkUser checks a user as a recipe names one: "uid", "uid:gid", or

@@ -124,6 +124,7 @@ user: "1000:1000"
 func FuzzParse(f *testing.F) {
 	f.Add(defaultYAML)
 	f.Add([]byte("from: {template: minimal}\nsteps: [{copy: {src: a, dst: /a, mode: 0644}}, {run: ls}]\nenv: {A: b}\nuser: '1'\n"))
+	f.Add([]byte("from: {template: minimal}\nstart_cmd: x\nready_cmd: '[ -f /r ]'\nready_timeout: 5s\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := Parse(data)
 		if err != nil {
@@ -140,6 +141,10 @@ func FuzzParse(f *testing.F) {
 			if (s.Copy == nil) == (len(s.Run) == 0) {
 				t.Fatalf("step %+v", s)
 			}
+		}
+		// What a recipe accepts, a template's configuration accepts.
+		if err := r.Start().config().ValidateStart(); err != nil {
+			t.Fatalf("start %+v: %v", r.Start(), err)
 		}
 	})
 }

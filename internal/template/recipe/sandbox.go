@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -46,6 +47,12 @@ type SandboxRun struct {
 	User *model.UserIDs
 	Dir  string
 	Log  io.Writer
+	// Timeout, if set, kills the command (its process group) this long
+	// after it started.
+	Timeout time.Duration
+	// Check runs the command to check the sandbox, not to change it: the
+	// result's Layer is not needed (the sandbox need not be paused).
+	Check bool
 }
 
 // SandboxResult is what a command left in its sandbox.
@@ -143,6 +150,42 @@ func (b *Builder) sandboxStep(ctx context.Context, n int, ps planStep, cur templ
 		}
 	}
 	return imp, err
+}
+
+// startStep checks the start and ready commands of cur's configuration
+// (template.Config.CheckScript) in a build sandbox of cur, as the
+// template's user in its working directory, as a sandbox of it will run
+// them. The step's result is cur itself: nothing of the check is kept.
+// A ready command that does not succeed in time fails the build.
+func (b *Builder) startStep(ctx context.Context, n int, cur template.Imported, log io.Writer, sb Sandbox) (template.Imported, error) {
+	if sb == nil {
+		return template.Imported{}, ErrNoSandbox
+	}
+	def, err := b.Store.Defaults(cur.Digest)
+	if err != nil {
+		return template.Imported{}, err
+	}
+	if def.UserErr != nil {
+		return template.Imported{}, &StepError{Step: n, Kind: KindStart, ExitCode: -1, Reason: def.UserErr.Error()}
+	}
+	cfg := def.Config
+	res, err := sb.Run(ctx, SandboxRun{Parent: cur, Argv: cfg.CheckScript(), Env: def.StartEnv(), User: def.User, Dir: cfg.WorkingDir, Log: log,
+		Timeout: cfg.ReadyTimeout() + template.ReadyGrace, Check: true})
+	if err != nil {
+		return template.Imported{}, fmt.Errorf("build sandbox: %w", err)
+	}
+	if res.Release != nil {
+		res.Release()
+	}
+	switch res.ExitCode {
+	case 0:
+		return cur, nil
+	case template.ReadyTimeoutExit, -1:
+		return template.Imported{}, &StepError{Step: n, Kind: KindStart, ExitCode: res.ExitCode,
+			Reason: fmt.Sprintf("the ready command did not succeed within %s", cfg.ReadyTimeout())}
+	default:
+		return template.Imported{}, &StepError{Step: n, Kind: KindStart, ExitCode: res.ExitCode}
+	}
 }
 
 // copyLayer copies the sandbox's layer src (a directory the sandbox's
