@@ -157,3 +157,53 @@ func (c *Controller) keepPulled(ctx context.Context, id model.SnapshotID) bool {
 	used, err := c.cfg.Store.SnapshotInUse(ctx, id)
 	return err != nil || used
 }
+
+// deleteOrphanedStored finishes the deletion of stored snapshots whose
+// node is dead (it would remove their files and record, and will not):
+// their blobs and record go here, once no sandbox is being made from
+// them. Should the node come back, its resync removes the files no record
+// wants.
+func (c *Controller) deleteOrphanedStored(ctx context.Context) {
+	var w *worker.Worker
+	for _, e := range c.cfg.Workers.Environments() {
+		if e.Worker.CanStoreSnapshots() {
+			w = e.Worker
+			break
+		}
+	}
+	if w == nil {
+		return
+	}
+	nodes, err := c.cfg.Store.ListNodes(ctx)
+	if err != nil {
+		c.log.WarnContext(ctx, "list nodes for the snapshots of dead ones", "err", err)
+		return
+	}
+	for _, n := range nodes {
+		if n.State != model.NodeDead || n.ID == c.cfg.NodeID {
+			continue
+		}
+		recs, err := c.cfg.Store.ListSnapshotsOnNode(ctx, n.ID)
+		if err != nil {
+			c.log.WarnContext(ctx, "snapshots of a dead node", "node", n.ID, "err", err)
+			continue
+		}
+		for _, rec := range recs {
+			if rec.State != model.SnapshotDeleting || rec.Storage == model.SnapshotLocal {
+				continue
+			}
+			if used, err := c.cfg.Store.SnapshotInUse(ctx, rec.ID); err != nil || used {
+				continue
+			}
+			if err := c.deleteSnapshotBlobs(ctx, w, rec.ID); err != nil {
+				c.log.WarnContext(ctx, "delete the blobs of a dead node's snapshot", "snapshot", rec.ID, "err", err)
+				continue
+			}
+			if err := c.cfg.Store.RemoveSnapshotRecord(ctx, rec.ID); err != nil {
+				c.log.WarnContext(ctx, "remove a dead node's deleted snapshot", "snapshot", rec.ID, "err", err)
+				continue
+			}
+			c.log.InfoContext(ctx, "deleted a snapshot of a dead node from the blob store", "snapshot", rec.ID, "node", n.ID)
+		}
+	}
+}

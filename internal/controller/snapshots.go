@@ -95,6 +95,7 @@ func (c *Controller) resyncSnapshots(ctx context.Context) error {
 		return err
 	}
 	c.finishBlobDeletions(ctx)
+	c.deleteOrphanedStored(ctx)
 	keep := make(map[model.SnapshotID]bool, len(recs))
 	now := c.cfg.Now()
 	for _, rec := range recs {

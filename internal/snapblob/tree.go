@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -79,10 +80,10 @@ func writeTree(ctx context.Context, dir string, w io.Writer) error {
 				return fmt.Errorf("extended attributes of %s: %w", rel, err)
 			}
 		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return fmt.Errorf("%s: %w", rel, err)
-		}
 		if hdr.Typeflag != tar.TypeReg {
+			if err := tw.WriteHeader(hdr); err != nil {
+				return fmt.Errorf("%s: %w", rel, err)
+			}
 			return nil
 		}
 		f, err := os.Open(path)
@@ -90,8 +91,17 @@ func writeTree(ctx context.Context, dir string, w io.Writer) error {
 			return err
 		}
 		defer f.Close()
-		if _, err := io.Copy(tw, io.LimitReader(f, hdr.Size)); err != nil {
+		extents, err := sparseExtents(f, hdr)
+		if err != nil {
 			return fmt.Errorf("%s: %w", rel, err)
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		for _, e := range extents {
+			if _, err := io.Copy(tw, io.NewSectionReader(f, e.off, e.n)); err != nil {
+				return fmt.Errorf("%s: %w", rel, err)
+			}
 		}
 		return nil
 	})
@@ -231,7 +241,11 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		x.dirHdrs = append(x.dirHdrs, hdr)
 		return nil
 	case tar.TypeReg:
-		if err := writeSparse(path, r, hdr.Size); err != nil {
+		extents, size, err := parseSparse(hdr)
+		if err != nil {
+			return err
+		}
+		if err := writeSparse(path, r, extents, size); err != nil {
 			return err
 		}
 		x.files[name] = true
@@ -294,9 +308,10 @@ func (x *extractor) meta(hdr *tar.Header, symlink bool) error {
 // zeros.
 const sparseBlock = 64 << 10
 
-// writeSparse writes the size bytes read from r into the new file path,
-// leaving holes where whole blocks are zero.
-func writeSparse(path string, r io.Reader, size int64) (err error) {
+// writeSparse writes the data extents read from r, in order, into the new
+// file path of size bytes, leaving holes between them and where whole
+// blocks are zero.
+func writeSparse(path string, r io.Reader, extents []extent, size int64) (err error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return corrupt(err)
@@ -307,18 +322,19 @@ func writeSparse(path string, r io.Reader, size int64) (err error) {
 		}
 	}()
 	buf := make([]byte, sparseBlock)
-	var off int64
-	for off < size {
-		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), size-off)])
-		if err != nil {
-			return corrupt(err)
-		}
-		if !allZero(buf[:n]) {
-			if _, err := f.WriteAt(buf[:n], off); err != nil {
-				return err
+	for _, e := range extents {
+		for off, end := e.off, e.off+e.n; off < end; {
+			n, err := io.ReadFull(r, buf[:min(int64(len(buf)), end-off)])
+			if err != nil {
+				return corrupt(err)
 			}
+			if !allZero(buf[:n]) {
+				if _, err := f.WriteAt(buf[:n], off); err != nil {
+					return err
+				}
+			}
+			off += int64(n)
 		}
-		off += int64(n)
 	}
 	return f.Truncate(size)
 }
@@ -330,4 +346,109 @@ func allZero(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// sparseRecord is the PAX record of a sparse regular file: its size and
+// its data extents ("SIZE;OFF+LEN,OFF+LEN…"); the entry's content is the
+// extents' bytes, in order, and its tar size their sum. A file without
+// holes has none.
+const sparseRecord = "AIRLOCK.sparse"
+
+// maxSparseRecord bounds the record; a file with more extents than fit is
+// written in full.
+const maxSparseRecord = 256 << 10
+
+type extent struct{ off, n int64 }
+
+// sparseExtents returns the data extents of the regular file f of
+// hdr.Size bytes (SEEK_DATA/SEEK_HOLE) and, if it has holes, records them
+// in hdr (its Size becomes their sum).
+func sparseExtents(f *os.File, hdr *tar.Header) ([]extent, error) {
+	size := hdr.Size
+	whole := []extent{{0, size}}
+	if size == 0 {
+		return nil, nil
+	}
+	fd := int(f.Fd())
+	var out []extent
+	var sum int64
+	for off := int64(0); off < size; {
+		start, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break
+		}
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) {
+			return whole, nil // no hole reporting
+		}
+		if err != nil {
+			return nil, err
+		}
+		if start >= size {
+			break
+		}
+		end, err := unix.Seek(fd, start, unix.SEEK_HOLE)
+		if err != nil {
+			return nil, err
+		}
+		end = min(end, size)
+		out = append(out, extent{start, end - start})
+		sum += end - start
+		off = end
+	}
+	if len(out) == 1 && out[0] == whole[0] {
+		return whole, nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d;", size)
+	for i, e := range out {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d+%d", e.off, e.n)
+	}
+	if b.Len() > maxSparseRecord {
+		return whole, nil
+	}
+	if hdr.PAXRecords == nil {
+		hdr.PAXRecords = map[string]string{}
+	}
+	hdr.PAXRecords[sparseRecord] = b.String()
+	hdr.Size = sum
+	return out, nil
+}
+
+// parseSparse returns a regular file entry's data extents and size: its
+// sparse record's, checked (in order, apart, within the size, adding up to
+// the entry's content), or the whole content.
+func parseSparse(hdr *tar.Header) ([]extent, int64, error) {
+	rec, ok := hdr.PAXRecords[sparseRecord]
+	if !ok {
+		return []extent{{0, hdr.Size}}, hdr.Size, nil
+	}
+	bad := func() ([]extent, int64, error) {
+		return nil, 0, fmt.Errorf("%w: %s: bad sparse record", ErrCorrupt, hdr.Name)
+	}
+	sizeText, list, ok := strings.Cut(rec, ";")
+	size, err := strconv.ParseInt(sizeText, 10, 64)
+	if !ok || err != nil || size < 0 {
+		return bad()
+	}
+	var out []extent
+	var sum, prev int64
+	if list != "" {
+		for _, item := range strings.Split(list, ",") {
+			o, n, ok := strings.Cut(item, "+")
+			off, err1 := strconv.ParseInt(o, 10, 64)
+			ln, err2 := strconv.ParseInt(n, 10, 64)
+			if !ok || err1 != nil || err2 != nil || off < prev || ln <= 0 || off > size-ln {
+				return bad()
+			}
+			out = append(out, extent{off, ln})
+			prev, sum = off+ln, sum+ln
+		}
+	}
+	if sum != hdr.Size {
+		return bad()
+	}
+	return out, size, nil
 }
