@@ -118,13 +118,7 @@ func (c *Controller) deleteSnapshotBlobs(ctx context.Context, w *worker.Worker, 
 // finishBlobDeletions deletes the blobs a deletion that a crash cut short
 // left marked being deleted.
 func (c *Controller) finishBlobDeletions(ctx context.Context) {
-	var w *worker.Worker
-	for _, e := range c.cfg.Workers.Environments() {
-		if e.Worker.CanStoreSnapshots() {
-			w = e.Worker
-			break
-		}
-	}
+	w := c.blobWorker()
 	if w == nil || !c.blobMu.TryLock() {
 		return // none, or a push under way: the next resync
 	}
@@ -164,13 +158,7 @@ func (c *Controller) keepPulled(ctx context.Context, id model.SnapshotID) bool {
 // them. Should the node come back, its resync removes the files no record
 // wants.
 func (c *Controller) deleteOrphanedStored(ctx context.Context) {
-	var w *worker.Worker
-	for _, e := range c.cfg.Workers.Environments() {
-		if e.Worker.CanStoreSnapshots() {
-			w = e.Worker
-			break
-		}
-	}
+	w := c.blobWorker()
 	if w == nil {
 		return
 	}
@@ -206,4 +194,15 @@ func (c *Controller) deleteOrphanedStored(ctx context.Context) {
 			c.log.InfoContext(ctx, "deleted a snapshot of a dead node from the blob store", "snapshot", rec.ID, "node", n.ID)
 		}
 	}
+}
+
+// blobWorker returns a worker of this node that reaches the blob store
+// (they share one), nil if none does.
+func (c *Controller) blobWorker() *worker.Worker {
+	for _, e := range c.cfg.Workers.Environments() {
+		if e.Worker.CanStoreSnapshots() {
+			return e.Worker
+		}
+	}
+	return nil
 }
