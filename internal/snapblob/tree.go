@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockdev/airlock/internal/rootfs/treecopy"
 )
 
 const xattrPrefix = "SCHILY.xattr."
@@ -114,7 +116,7 @@ func writeTree(ctx context.Context, dir string, w io.Writer) error {
 // xattrRecords returns path's extended attributes as PAX records (nil for
 // none), not following a symlink.
 func xattrRecords(path string) (map[string]string, error) {
-	list, err := xattrBuffer(func(b []byte) (int, error) { return unix.Llistxattr(path, b) })
+	list, err := treecopy.XattrBuffer(func(b []byte) (int, error) { return unix.Llistxattr(path, b) })
 	if err != nil {
 		return nil, err
 	}
@@ -130,31 +132,13 @@ func xattrRecords(path string) (map[string]string, error) {
 	slices.Sort(names)
 	out := make(map[string]string, len(names))
 	for _, n := range names {
-		v, err := xattrBuffer(func(b []byte) (int, error) { return unix.Lgetxattr(path, n, b) })
+		v, err := treecopy.XattrBuffer(func(b []byte) (int, error) { return unix.Lgetxattr(path, n, b) })
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", n, err)
 		}
 		out[xattrPrefix+n] = string(v)
 	}
 	return out, nil
-}
-
-// xattrBuffer calls a list or get extended-attribute syscall with a growing
-// buffer; a filesystem without extended attributes yields nothing.
-func xattrBuffer(call func([]byte) (int, error)) ([]byte, error) {
-	for size := 256; ; size *= 4 {
-		buf := make([]byte, size)
-		n, err := call(buf)
-		switch {
-		case err == nil:
-			return buf[:n], nil
-		case errors.Is(err, unix.ERANGE) && size < 1<<20:
-		case errors.Is(err, unix.ENOTSUP):
-			return nil, nil
-		default:
-			return nil, err
-		}
-	}
 }
 
 // readTree unpacks the tar stream r into the new directory dst, which it
