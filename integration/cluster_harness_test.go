@@ -255,9 +255,23 @@ type cluster struct {
 // nftables table left in any node's namespace).
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
+	return newClusterOf(t, clusterSpec{runtime: "runc", nodes: 3, apis: 2})
+}
+
+// clusterSpec says what newClusterOf starts: nodes running runtime, api
+// replicas, and arguments every process gets besides the cluster's own.
+type clusterSpec struct {
+	runtime     string
+	nodes, apis int
+	extraArgs   []string
+}
+
+// newClusterOf starts a cluster as spec says (newCluster: TestCluster's).
+func newClusterOf(t *testing.T, spec clusterSpec) *cluster {
+	t.Helper()
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, "nsenter")
-	airtest.RequireBinary(t, "runc")
+	airtest.RequireBinary(t, spec.runtime)
 	netnstest.RequireNetAdmin(t)
 	if err := pgtest.Available(); err != nil {
 		t.Skipf("skipping: %v", err)
@@ -278,8 +292,8 @@ func newCluster(t *testing.T) *cluster {
 	secretsKey := filepath.Join(keys, "secrets.key") // made by the first process, read by the others
 
 	common := func(ns *memberNetns, role model.NodeRole) serverConfig {
-		return serverConfig{
-			runtime:      "runc",
+		cfg := serverConfig{
+			runtime:      spec.runtime,
 			databaseURL:  c.dsn,
 			netns:        ns,
 			adminKeyFile: adminKey,
@@ -292,13 +306,15 @@ func newCluster(t *testing.T) *cluster {
 				"--shutdown-grace", "2s",
 			},
 		}
+		cfg.extraArgs = append(cfg.extraArgs, spec.extraArgs...)
+		return cfg
 	}
 	// The api replicas first: their cleanups run after the nodes'.
-	for i := range 2 {
+	for i := range spec.apis {
 		s := newServer(t, c.bins, common(c.fabric.join(t, 21+i), model.RoleAPI))
 		c.apis = append(c.apis, s)
 	}
-	for i := range 3 {
+	for i := range spec.nodes {
 		cfg := common(c.fabric.join(t, 11+i), model.RoleNode)
 		// Each node its own user-namespace id ranges, as separate hosts
 		// would not share them either.

@@ -27,7 +27,7 @@ func (a *API) snapshotRoutes() []route {
 // snapshotRecordOut is the wire form of a saved snapshot.
 func snapshotRecordOut(r model.SnapshotRecord) apiv1.SavedSnapshot {
 	return apiv1.SavedSnapshot{
-		ID: r.ID.String(), Name: r.Name.String(), State: string(r.State), Error: r.Error, SourceSandboxID: r.Source.String(),
+		ID: r.ID.String(), Name: r.Name.String(), State: string(r.State), Storage: r.Storage.String(), Error: r.Error, SourceSandboxID: r.Source.String(),
 		Kind: string(r.Kind), Runtime: r.Runtime, Environment: string(r.Environment), NodeID: string(r.NodeID),
 		Template: r.Template.String(), CPUs: r.Resources.CPUs, MemoryMiB: r.Resources.MemoryMiB, DiskMiB: r.Resources.DiskMiB,
 		SizeBytes: r.SizeBytes, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),

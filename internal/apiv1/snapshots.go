@@ -12,6 +12,10 @@ type SavedSnapshot struct {
 	Name string `json:"name,omitempty"`
 	// State: creating, ready, failed or deleting.
 	State string `json:"state"`
+	// Storage is where its files are kept: "local" (only on its node),
+	// "saving" (being pushed to the blob store) or "stored" (in the blob
+	// store too: any node can start sandboxes from it).
+	Storage string `json:"storage"`
 	// Error says why it failed.
 	Error           string `json:"error,omitempty"`
 	SourceSandboxID string `json:"source_sandbox_id"`

@@ -245,6 +245,14 @@ func snapshotRecordFields(w io.Writer, s apiv1.SavedSnapshot) {
 		fmt.Fprintf(w, "Error:\t%s\n", oneLine(s.Error))
 	}
 	fmt.Fprintf(w, "Source:\t%s\n", s.SourceSandboxID)
+	if s.Storage != "" && s.State == "ready" {
+		where := map[string]string{
+			"local":  "on node " + s.NodeID + " only",
+			"saving": "on node " + s.NodeID + ", being pushed to the blob store",
+			"stored": "in the blob store (any node can start sandboxes from it)",
+		}[s.Storage]
+		fmt.Fprintf(w, "Storage:\t%s: %s\n", s.Storage, where)
+	}
 	if s.Kind != "" {
 		what := "memory and processes (they continue in sandboxes made from it)"
 		if s.Kind == apiv1.SnapshotFilesystem {

@@ -75,6 +75,11 @@ type Controller struct {
 	cfg    Config
 	log    *slog.Logger
 	tracer trace.Tracer // nil: not traced
+
+	// pushKick wakes the push loop of saved snapshots (snapblob.go);
+	// blobMu makes this node's pushes and blob deletions one at a time.
+	pushKick chan struct{}
+	blobMu   sync.Mutex
 }
 
 // New returns a Controller.
@@ -112,7 +117,7 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Controller{cfg: cfg, log: cfg.Logger, tracer: tracing.Tracer(cfg.TracerProvider)}, nil
+	return &Controller{cfg: cfg, log: cfg.Logger, tracer: tracing.Tracer(cfg.TracerProvider), pushKick: make(chan struct{}, 1)}, nil
 }
 
 // Run reconciles until ctx ends. It first takes back operations that a
@@ -135,6 +140,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		c.operationLoop(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.pushLoop(ctx)
 	}()
 	wg.Add(1)
 	go func() {

@@ -41,9 +41,13 @@ func (c *Controller) snapshotStep(ctx context.Context, op model.Operation, w *wo
 	if err != nil {
 		return err
 	}
+	if !rec.Fork && w.CanStoreSnapshots() {
+		written.Storage = model.SnapshotSaving // pushed by the push loop (snapblob.go)
+	}
 	if err := c.cfg.Store.FinishSnapshot(ctx, rec.ID, written, c.cfg.Now()); err != nil {
 		return fmt.Errorf("record snapshot %s: %w", rec.ID, err)
 	}
+	c.kickPush()
 	return nil
 }
 
@@ -90,6 +94,8 @@ func (c *Controller) resyncSnapshots(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.finishBlobDeletions(ctx)
+	c.deleteOrphanedStored(ctx)
 	keep := make(map[model.SnapshotID]bool, len(recs))
 	now := c.cfg.Now()
 	for _, rec := range recs {
@@ -137,6 +143,12 @@ func (c *Controller) resyncSnapshots(ctx context.Context) error {
 				continue
 			}
 			keep[rec.ID] = false
+			if rec.Storage != model.SnapshotLocal {
+				if err := c.deleteSnapshotBlobs(ctx, w, rec.ID); err != nil {
+					c.log.ErrorContext(ctx, "delete a deleted snapshot's blobs", "snapshot", rec.ID, "err", err)
+					continue
+				}
+			}
 			if err := c.cfg.Store.RemoveSnapshotRecord(ctx, rec.ID); err != nil {
 				c.log.ErrorContext(ctx, "remove a deleted snapshot's record", "snapshot", rec.ID, "err", err)
 				continue
@@ -146,6 +158,9 @@ func (c *Controller) resyncSnapshots(ctx context.Context) error {
 	}
 	for _, d := range disks {
 		for _, id := range d.ids {
+			if _, ours := keep[id]; !ours && c.keepPulled(ctx, id) {
+				continue
+			}
 			if keep[id] {
 				continue
 			}

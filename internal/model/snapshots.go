@@ -110,9 +110,59 @@ type SnapshotRecord struct {
 	Format    string
 	Location  string
 	SizeBytes int64
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	// Storage says whether its files are also in the shared blob store
+	// ("" local: only on NodeID; saving; stored: any node can pull them),
+	// and BlobManifest is then the digest of its blob manifest.
+	Storage      SnapshotStorage
+	BlobManifest BlobDigest
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 }
+
+// SnapshotStorage says where a ready snapshot's files are kept.
+type SnapshotStorage string
+
+// Snapshot storages.
+const (
+	// SnapshotLocal: only on the node that took it (no blob store, a
+	// fork's, or a runtime whose snapshots cannot move).
+	SnapshotLocal SnapshotStorage = ""
+	// SnapshotSaving: ready on its node, being pushed to the blob store.
+	SnapshotSaving SnapshotStorage = "saving"
+	// SnapshotStored: in the blob store as well; any node can pull it.
+	SnapshotStored SnapshotStorage = "stored"
+)
+
+// ParseSnapshotStorage parses a snapshot storage ("" is SnapshotLocal).
+func ParseSnapshotStorage(s string) (SnapshotStorage, error) {
+	switch st := SnapshotStorage(s); st {
+	case SnapshotLocal, SnapshotSaving, SnapshotStored:
+		return st, nil
+	}
+	return "", fmt.Errorf("%w: unknown snapshot storage %q", ErrInvalid, textclip.Bytes(s, maxEcho))
+}
+
+// String returns the storage's name, "local" for SnapshotLocal.
+func (s SnapshotStorage) String() string {
+	if s == SnapshotLocal {
+		return "local"
+	}
+	return string(s)
+}
+
+// BlobDigest is the content address of a blob in the shared blob store,
+// "sha256:" + 64 lower-case hex characters, parsed once (ParseBlobDigest).
+type BlobDigest string
+
+// ParseBlobDigest parses s as a blob digest.
+func ParseBlobDigest(s string) (BlobDigest, error) {
+	if _, err := ParseTemplateDigest(s); err != nil {
+		return "", fmt.Errorf("%w: blob digest %q must be sha256:<64 lower-case hex characters>", ErrInvalid, textclip.Bytes(s, maxEcho))
+	}
+	return BlobDigest(s), nil
+}
+
+func (d BlobDigest) String() string { return string(d) }
 
 // Bounds of a fork's count (POST /v1/sandboxes/{id}/fork).
 const (

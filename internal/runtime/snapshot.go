@@ -129,6 +129,22 @@ type LiveSnapshotter interface {
 	RemoveSnapshot(ctx context.Context, dir string) error
 }
 
+// PortableSnapshots is implemented by a LiveSnapshotter whose snapshots
+// hold nothing of their node (no host path, no reference to the source's
+// files): their directory, copied to the same place below another node's
+// snapshot directory, makes sandboxes there as well (given the template).
+// Such snapshots may be kept in the shared blob store.
+type PortableSnapshots interface {
+	LiveSnapshotsPortable() bool
+}
+
+// LiveSnapshotsPortable reports whether rt's live snapshots may move
+// between nodes (PortableSnapshots).
+func LiveSnapshotsPortable(rt Runtime) bool {
+	p, ok := rt.(PortableSnapshots)
+	return ok && p.LiveSnapshotsPortable()
+}
+
 // AsLiveSnapshotter returns rt's live snapshot methods if rt claims
 // CapLiveSnapshot, and an error wrapping ErrNotSupported otherwise.
 func AsLiveSnapshotter(rt Runtime) (LiveSnapshotter, error) {

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/egress/policy"
+	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/placement"
 	"github.com/airlockdev/airlock/internal/store"
 )
 
@@ -161,22 +163,36 @@ func (s *Service) createFromSnapshot(ctx context.Context, req CreateRequest, id 
 		sb := model.Sandbox{
 			ID: model.NewSandboxID(), ProjectID: req.Project, Template: rec.Template, Resources: rec.Resources,
 			Env: env, Metadata: req.Metadata, State: model.StatePending, CreatedAt: req.Now, UpdatedAt: req.Now,
-			Timeouts: req.Timeouts, LastActivity: req.Now, NodeID: rec.NodeID, Environment: rec.Environment,
-			PublicPorts: req.PublicPorts, FromSnapshot: rec.ID,
+			Timeouts: req.Timeouts, LastActivity: req.Now, PublicPorts: req.PublicPorts, FromSnapshot: rec.ID,
 		}
-		op := model.Operation{
+		ops[i] = model.Operation{
 			ID: model.NewOperationID(), ProjectID: req.Project, SandboxID: sb.ID, Kind: model.OpCreate,
 			State: model.OpPending, CreatedAt: req.Now, UpdatedAt: req.Now,
 		}
-		sbs[i], ops[i], out[i] = sb, op, Created{Sandbox: sb, Operation: op, Egress: egress}
+		sbs[i] = sb
 	}
-	var idem *store.IdempotencyRecord
-	if req.Idempotency != nil && count == 1 {
-		if idem, err = req.Idempotency(out[0]); err != nil {
-			return nil, err
+	insert := func(node model.NodeID, envRef model.EnvironmentRef) error {
+		for i := range sbs {
+			sbs[i].NodeID, sbs[i].Environment = node, envRef
+			out[i] = Created{Sandbox: sbs[i], Operation: ops[i], Egress: egress}
 		}
+		var idem *store.IdempotencyRecord
+		if req.Idempotency != nil && count == 1 {
+			var err error
+			if idem, err = req.Idempotency(out[0]); err != nil {
+				return err
+			}
+		}
+		return s.cfg.Store.CreateSandboxes(ctx, sbs, egress, ops, idem)
 	}
-	err = s.cfg.Store.CreateSandboxes(ctx, sbs, egress, ops, idem)
+	if rec.Storage == model.SnapshotStored && s.cfg.Placer != nil {
+		// Any node of its environment can pull it: its own node first
+		// (nothing to pull), else wherever placement finds room.
+		err = s.placeFromSnapshot(ctx, rec, insert)
+	} else {
+		// Its files are on its node only (being saved, or no blob store).
+		err = insert(rec.NodeID, rec.Environment)
+	}
 	switch {
 	case errors.Is(err, store.ErrSnapshotNotReady):
 		return nil, errorf(SnapshotNotReady, "snapshot %s was deleted meanwhile", id)
@@ -185,9 +201,34 @@ func (s *Service) createFromSnapshot(ctx context.Context, req CreateRequest, id 
 	case errors.Is(err, store.ErrNodeFull):
 		return nil, errorf(NoCapacity, "the node of snapshot %s has no room for %d more sandboxes now; retry", id, count)
 	case err != nil:
+		var coded *Error
+		if errors.As(err, &coded) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("create from snapshot %s: %w", id, err)
 	}
 	return out, nil
+}
+
+// placeFromSnapshot places the sandboxes of a stored snapshot and inserts
+// them with insert: on the snapshot's own node if it can take them, else
+// on any node of its environment that can (it pulls the snapshot).
+func (s *Service) placeFromSnapshot(ctx context.Context, rec model.SnapshotRecord, insert func(model.NodeID, model.EnvironmentRef) error) error {
+	sel := environment.Selector{Ref: rec.Environment}
+	req := placement.Request{Environment: sel, Template: rec.Template, Resources: rec.Resources, Only: rec.NodeID}
+	commit := func(d placement.Decision) error { return insert(d.Node, d.Environment) }
+	err := placement.PlaceAndCommit(ctx, s.cfg.Placer, req, commit)
+	if errors.Is(err, placement.ErrNoNode) || errors.Is(err, placement.ErrNoRoom) || errors.Is(err, placement.ErrRefusedEverywhere) {
+		req.Only = ""
+		err = placement.PlaceAndCommit(ctx, s.cfg.Placer, req, commit)
+	}
+	switch {
+	case errors.Is(err, placement.ErrRefusedEverywhere):
+		return errorf(NoCapacity, "nodes filled up while the sandboxes of snapshot %s were being placed; retry", rec.ID)
+	case errors.Is(err, placement.ErrUnknownEnvironment), errors.Is(err, placement.ErrNoNode), errors.Is(err, placement.ErrNoRoom):
+		return s.placementError(ctx, sel, err)
+	}
+	return err
 }
 
 // ForkRequest asks for count new sandboxes continuing from a running

@@ -175,3 +175,12 @@ func distribution(dist *distribute.Distributor) build.Distributor {
 	}
 	return dist
 }
+
+// snapshotBlobs is the blob store saved snapshots are pushed to: the
+// templates' (nil without one).
+func snapshotBlobs(dist *distribute.Distributor) blobstore.Store {
+	if dist == nil {
+		return nil
+	}
+	return dist.Blobs()
+}

@@ -115,6 +115,7 @@ func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, te
 		LookupSnapshot: func(ctx context.Context, id model.SnapshotID) (model.SnapshotRecord, error) {
 			return st.GetSnapshotByID(ctx, id)
 		},
+		Blobs:       snapshotBlobs(dist),
 		AgentBinary: agentBin,
 		Fault:       fault,
 		Metrics:     m,

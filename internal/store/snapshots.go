@@ -64,7 +64,9 @@ type Snapshots interface {
 	// ListSnapshotsOnNode lists every snapshot whose files are on node.
 	ListSnapshotsOnNode(ctx context.Context, node model.NodeID) ([]model.SnapshotRecord, error)
 	// FinishSnapshot moves a creating snapshot to ready with what the
-	// runtime wrote (ErrStateChanged if it is not creating any more).
+	// runtime wrote (ErrStateChanged if it is not creating any more);
+	// written.Storage SnapshotSaving marks it to be pushed to the blob
+	// store.
 	FinishSnapshot(ctx context.Context, id model.SnapshotID, written model.SnapshotRecord, now time.Time) error
 	// FailSnapshot moves a creating snapshot to failed with why.
 	FailSnapshot(ctx context.Context, id model.SnapshotID, reason string, now time.Time) error
@@ -78,4 +80,34 @@ type Snapshots interface {
 	// RemoveSnapshotRecord removes a deleting snapshot's record, once its
 	// node removed its files (ErrStateChanged if it is not deleting).
 	RemoveSnapshotRecord(ctx context.Context, id model.SnapshotID) error
+	SnapshotBlobs
+}
+
+// SnapshotBlobs is the store's part of keeping saved snapshots in the
+// shared blob store (025_snapblob.sql). A blob is content addressed and
+// may be held by several snapshots: each holder claims it before pushing
+// it, and a blob is deleted only once no snapshot claims it. Claims and
+// deletions of one digest are serialized by a lock row per digest, so a
+// push never claims a blob that a deletion is removing.
+type SnapshotBlobs interface {
+	// ClaimSnapshotBlobs records that the snapshot (ready and saving)
+	// holds exactly these blobs, replacing an earlier claim of its own.
+	// ErrBusy: one of them is being deleted (retry once it is gone);
+	// ErrStateChanged: the snapshot is not ready and saving.
+	ClaimSnapshotBlobs(ctx context.Context, id model.SnapshotID, digests []model.BlobDigest) error
+	// MarkSnapshotStored moves a ready, saving snapshot to stored with its
+	// manifest's digest, which it must have claimed (ErrStateChanged if it
+	// is not saving any more).
+	MarkSnapshotStored(ctx context.Context, id model.SnapshotID, manifest model.BlobDigest, now time.Time) error
+	// ReleaseSnapshotBlobs drops every claim of a deleting (or removed)
+	// snapshot and returns the blobs no snapshot claims any more, now
+	// marked being deleted: the caller deletes them from the blob store,
+	// then ForgetDeletedBlobs.
+	ReleaseSnapshotBlobs(ctx context.Context, id model.SnapshotID) ([]model.BlobDigest, error)
+	// BlobsBeingDeleted lists the blobs marked being deleted (a deletion
+	// that a crash cut short leaves them).
+	BlobsBeingDeleted(ctx context.Context) ([]model.BlobDigest, error)
+	// ForgetDeletedBlobs removes the marks of blobs deleted from the blob
+	// store; they may be claimed again.
+	ForgetDeletedBlobs(ctx context.Context, digests []model.BlobDigest) error
 }

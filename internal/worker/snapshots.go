@@ -106,6 +106,9 @@ func (w *Worker) ListSnapshots(ctx context.Context) ([]model.SnapshotID, error) 
 	var out []model.SnapshotID
 	seen := map[model.SnapshotID]bool{}
 	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), pullSuffix) {
+			continue // a pull under way (localSnapshot)
+		}
 		id, err := model.ParseSnapshotID(strings.TrimSuffix(e.Name(), runtime.SnapshotTempSuffix))
 		if err != nil {
 			w.log.WarnContext(ctx, "not a snapshot; left alone", "path", filepath.Join(w.cfg.SnapshotDir, e.Name()))
@@ -135,5 +138,9 @@ func (w *Worker) from(ctx context.Context, sb model.Sandbox) (*runtime.Snapshot,
 	case rec.Environment != "" && w.cfg.Environment != "" && rec.Environment != w.cfg.Environment:
 		return nil, fmt.Errorf("%w: snapshot %s was taken in environment %s, and this worker runs %s", ErrPermanent, rec.ID, rec.Environment.Short(), w.cfg.Environment.Short())
 	}
-	return &runtime.Snapshot{Kind: rec.Kind, Format: rec.Format, Location: rec.Location, SizeBytes: rec.SizeBytes, CreatedAt: rec.CreatedAt}, nil
+	dir, err := w.localSnapshot(ctx, rec)
+	if err != nil {
+		return nil, err
+	}
+	return &runtime.Snapshot{Kind: rec.Kind, Format: rec.Format, Location: dir, SizeBytes: rec.SizeBytes, CreatedAt: rec.CreatedAt}, nil
 }

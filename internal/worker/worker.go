@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlockdev/airlock/internal/agentclient"
+	"github.com/airlockdev/airlock/internal/blobstore"
 	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
@@ -81,6 +82,9 @@ type Config struct {
 	// LookupSnapshot returns a saved snapshot's record, for a sandbox
 	// created from it; nil: such sandboxes fail.
 	LookupSnapshot func(context.Context, model.SnapshotID) (model.SnapshotRecord, error)
+	// Blobs is the shared blob store saved snapshots are pushed to and
+	// pulled from (snapblob.go); nil: snapshots stay on their node.
+	Blobs blobstore.Store
 	// Fault, if set, is called at named points of Ensure and Destroy so tests
 	// can kill the process there (see internal/faults).
 	Fault  func(point string)
@@ -136,6 +140,8 @@ type Worker struct {
 	// would remove. Entries expire after goneTTL (by then the store says
 	// the sandbox is deleted and nobody asks).
 	gone map[model.SandboxID]time.Time
+	// pullMu makes pulls of saved snapshots one at a time (snapblob.go).
+	pullMu sync.Mutex
 }
 
 // goneTTL is how long a destroyed sandbox's ID is remembered.
@@ -161,7 +167,12 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Fault == nil {
 		cfg.Fault = func(string) {}
 	}
-	return &Worker{cfg: cfg, log: cfg.Logger, tracer: tracing.Tracer(cfg.TracerProvider), agents: map[model.SandboxID]*agentclient.Client{}, gone: map[model.SandboxID]time.Time{}}, nil
+	w := &Worker{cfg: cfg, log: cfg.Logger, tracer: tracing.Tracer(cfg.TracerProvider), agents: map[model.SandboxID]*agentclient.Client{}, gone: map[model.SandboxID]time.Time{}}
+	// No pull runs yet: what a crash left of one goes.
+	if err := w.removeStalePulls(); err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // RuntimeInfo describes the runtime this worker drives.

@@ -276,6 +276,12 @@ func copyFile(ctx context.Context, src, dst string) (err error) {
 	return nil
 }
 
+// LiveSnapshotsPortable implements runtime.PortableSnapshots: a live
+// snapshot is its manifest (no paths), the copied filesystem (owners of
+// the source's id range, which a fork shifts from) and runsc's checkpoint
+// image, restored into a new container whatever its paths.
+func (r *Runtime) LiveSnapshotsPortable() bool { return true }
+
 // RemoveSnapshot implements runtime.LiveSnapshotter.
 func (r *Runtime) RemoveSnapshot(_ context.Context, dir string) error {
 	return runtime.RemoveSnapshotDir(dir, snapshotManifestName)

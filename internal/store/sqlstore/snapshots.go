@@ -14,19 +14,19 @@ import (
 )
 
 const snapshotColumns = `id, project_id, name, source_sandbox, state, error, node_id, environment, runtime, template_digest,
-	cpus, memory_mib, disk_mib, host_pids, env, operation_id, fork, kind, format, location, size_bytes, created_at, updated_at`
+	cpus, memory_mib, disk_mib, host_pids, env, operation_id, fork, kind, format, location, size_bytes, blob_state, blob_manifest, created_at, updated_at`
 
 func scanSnapshotRecord(row interface{ Scan(...any) error }) (model.SnapshotRecord, error) {
 	var (
 		r                                              model.SnapshotRecord
 		id, project, name, source, state, node, envRef string
-		digest, env, op, kind                          string
+		digest, env, op, kind, storage, manifest       string
 		fork                                           int
 		created, updated                               int64
 	)
 	err := row.Scan(&id, &project, &name, &source, &state, &r.Error, &node, &envRef, &r.Runtime, &digest,
 		&r.Resources.CPUs, &r.Resources.MemoryMiB, &r.Resources.DiskMiB, &r.Resources.HostPids, &env, &op, &fork,
-		&kind, &r.Format, &r.Location, &r.SizeBytes, &created, &updated)
+		&kind, &r.Format, &r.Location, &r.SizeBytes, &storage, &manifest, &created, &updated)
 	if err != nil {
 		return model.SnapshotRecord{}, err
 	}
@@ -44,6 +44,14 @@ func scanSnapshotRecord(row interface{ Scan(...any) error }) (model.SnapshotReco
 	}
 	if kind != "" {
 		if r.Kind, err = model.ParseSnapshotKind(kind); err != nil {
+			return r, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if r.Storage, err = model.ParseSnapshotStorage(storage); err != nil {
+		return r, fmt.Errorf("%s: %w", what, err)
+	}
+	if manifest != "" {
+		if r.BlobManifest, err = model.ParseBlobDigest(manifest); err != nil {
 			return r, fmt.Errorf("%s: %w", what, err)
 		}
 	}
@@ -275,9 +283,12 @@ func (s *Store) FinishSnapshot(ctx context.Context, id model.SnapshotID, w model
 	if _, err := model.ParseSnapshotKind(string(w.Kind)); err != nil {
 		return fmt.Errorf("finish snapshot %s: %w", id, err)
 	}
+	if w.Storage != model.SnapshotLocal && w.Storage != model.SnapshotSaving {
+		return fmt.Errorf("finish snapshot %s: %w: a snapshot is finished local or saving, not %s", id, model.ErrInvalid, w.Storage)
+	}
 	err := s.setSnapshot(ctx, id, []model.SnapshotState{model.SnapshotCreating}, model.SnapshotReady,
-		`, kind = ?, format = ?, location = ?, size_bytes = ?, updated_at = ?`,
-		string(w.Kind), w.Format, w.Location, w.SizeBytes, micro(now))
+		`, kind = ?, format = ?, location = ?, size_bytes = ?, blob_state = ?, updated_at = ?`,
+		string(w.Kind), w.Format, w.Location, w.SizeBytes, string(w.Storage), micro(now))
 	if err != nil {
 		return fmt.Errorf("finish snapshot %s: %w", id, err)
 	}

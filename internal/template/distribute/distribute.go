@@ -98,6 +98,10 @@ func New(cfg Config) (*Distributor, error) {
 	return &Distributor{cfg: cfg, links: links, log: cfg.Logger, fetches: map[model.TemplateDigest]*fetch{}}, nil
 }
 
+// Blobs returns the shared blob store the distributor uses (saved
+// snapshots are kept in it too: internal/snapblob).
+func (d *Distributor) Blobs() blobstore.Store { return d.cfg.Blobs }
+
 // Publish pushes local template d to the blob store and returns the digest
 // of its tree archive. A template already there (its link and both blobs
 // present) is not archived again.
