@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		opListTests(),
 		volumeTests(),
 		snapshotTests(),
+		e2bBuildTests(),
 		fsSuspendTests(),
 	}
 	for _, g := range groups {
