@@ -299,6 +299,9 @@ func TestTemplateRoutes(t *testing.T) {
 		},
 		AccessToken:   func(context.Context, apiv1.Sandbox) (string, error) { return "test-only-token", nil },
 		TemplateFiles: t.TempDir(),
+		Builds:        newMemBuilds(),
+		Caller:        testCallers,
+		Node:          "node_aaaaaaaaaaaaaaaaaaaaaaaaaa",
 	})
 	if err != nil {
 		t.Fatal(err)
