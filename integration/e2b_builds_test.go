@@ -92,6 +92,7 @@ func TestE2BBuildSurvivesRestart(t *testing.T) {
 	}
 	s.kill()
 	s.start()
+	e.base, native = s.url, s.client() // a new port
 	if code, st := get(s.key); code != 200 || st.Status == "ready" {
 		t.Fatalf("status right after the restart: HTTP %d %+v", code, st)
 	}
