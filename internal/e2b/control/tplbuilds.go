@@ -174,6 +174,17 @@ func (h *Handler) requestBuild(ctx context.Context, w http.ResponseWriter, r *ht
 	return nil
 }
 
+// callersBuild resolves the caller (an admin when admin) and the build of
+// its project the path names.
+func (h *Handler) callersBuild(ctx context.Context, r *http.Request, admin bool) (Caller, model.E2BBuild, error) {
+	who, err := h.caller(ctx, r, admin)
+	if err != nil {
+		return Caller{}, model.E2BBuild{}, err
+	}
+	b, err := h.getBuild(ctx, r, who)
+	return who, b, err
+}
+
 // getBuild returns the caller's build the path names; another project's,
 // another template's or a malformed ID is a 404, as an unknown one.
 func (h *Handler) getBuild(ctx context.Context, r *http.Request, who Caller) (model.E2BBuild, error) {
@@ -190,11 +201,7 @@ func (h *Handler) getBuild(ctx context.Context, r *http.Request, who Caller) (mo
 }
 
 func (h *Handler) startBuild(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
-	who, err := h.caller(ctx, r, true)
-	if err != nil {
-		return err
-	}
-	b, err := h.getBuild(ctx, r, who)
+	who, b, err := h.callersBuild(ctx, r, true)
 	if err != nil {
 		return err
 	}
@@ -269,11 +276,7 @@ func (h *Handler) startBuild(ctx context.Context, w http.ResponseWriter, r *http
 }
 
 func (h *Handler) buildStatus(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
-	who, err := h.caller(ctx, r, false)
-	if err != nil {
-		return err
-	}
-	b, err := h.getBuild(ctx, r, who)
+	who, b, err := h.callersBuild(ctx, r, false)
 	if err != nil {
 		return err
 	}
