@@ -148,3 +148,22 @@ func (a *API) connectionAuthenticated(w http.ResponseWriter, r *http.Request, p 
 	}
 	return nil
 }
+
+// KeyCaller authenticates an API key (alk_…) as a request's bearer key is
+// authenticated, for the server's own front doors (the E2B API): ok is
+// false for a key that does not authenticate (malformed, unknown, a wrong
+// secret, revoked); err is a failure to check it.
+func (a *API) KeyCaller(ctx context.Context, token string) (project model.ProjectID, role model.Role, ok bool, err error) {
+	if auth.KindOf(token) != auth.KindAPIKey {
+		return "", "", false, nil
+	}
+	p, err := a.authenticateKey(ctx, token)
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return "", "", false, nil
+	}
+	if err != nil {
+		return "", "", false, err
+	}
+	return p.project, p.role, true, nil
+}

@@ -29,7 +29,7 @@ import (
 // carries in-process (never over the network; selfURL is the base URL
 // they name). The returned Watchers hold E2B's polling file watchers;
 // close them at shutdown.
-func e2bGateway(native http.Handler, wrap func(http.Handler) http.Handler, inproc *api.InProcess, st store.Store, keys *auth.Keyring, verifier *auth.Verifier, selfURL, domain string, tpls e2bTemplateBuilds, log *slog.Logger) (*e2b.Gateway, *envdfs.Watchers, error) {
+func e2bGateway(ctx context.Context, native http.Handler, wrap func(http.Handler) http.Handler, inproc *api.InProcess, st store.Store, keys *auth.Keyring, verifier *auth.Verifier, selfURL, domain string, tpls e2bTemplateBuilds, log *slog.Logger) (*e2b.Gateway, *envdfs.Watchers, error) {
 	self, err := loopbackURL(selfURL)
 	if err != nil {
 		return nil, nil, err
@@ -58,8 +58,14 @@ func e2bGateway(native http.Handler, wrap func(http.Handler) http.Handler, inpro
 		Logger:          log.With("component", "e2b-control"),
 		TemplateFiles:   tpls.files,
 		TemplateHasUser: tpls.hasUser(st),
+		Builds:          e2bBuildRecords{st},
+		Caller:          tpls.caller,
+		Node:            tpls.node,
 	})
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := ctl.ReconcileBuilds(ctx); err != nil {
 		return nil, nil, err
 	}
 	envdLog := log.With("component", "e2b-envd")
@@ -135,10 +141,53 @@ func loopbackURL(base string) (string, error) {
 // e2bTemplateBuilds configures E2B's template build API: files is the
 // directory of its uploads and build contexts ("": the API answers 501),
 // templates this node's template store (nil on an api replica: builds
-// start as root).
+// start as root), node this server's node, keys the API's key check.
 type e2bTemplateBuilds struct {
 	files     string
 	templates *template.Store
+	node      model.NodeID
+	keys      func(ctx context.Context, token string) (model.ProjectID, model.Role, bool, error)
+}
+
+// caller is control.Config.Caller on the API's key check.
+func (t e2bTemplateBuilds) caller(ctx context.Context, key string) (control.Caller, bool, error) {
+	if t.keys == nil {
+		return control.Caller{}, false, errors.New("e2b template builds: no key check configured")
+	}
+	project, role, ok, err := t.keys(ctx, key)
+	return control.Caller{Project: project, Admin: role == model.RoleAdmin}, ok, err
+}
+
+// e2bBuildRecords is the store's E2B builds as control.BuildRecords: its
+// ErrNotFound and ErrStateChanged wrapped as control's.
+type e2bBuildRecords struct{ store.E2BBuilds }
+
+func e2bBuildErr(err error) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("%w: %w", control.ErrBuildNotFound, err)
+	case errors.Is(err, store.ErrStateChanged):
+		return fmt.Errorf("%w: %w", control.ErrBuildStateChanged, err)
+	}
+	return err
+}
+
+func (r e2bBuildRecords) GetE2BBuild(ctx context.Context, project model.ProjectID, id model.E2BBuildID) (model.E2BBuild, error) {
+	b, err := r.E2BBuilds.GetE2BBuild(ctx, project, id)
+	return b, e2bBuildErr(err)
+}
+
+func (r e2bBuildRecords) StartE2BBuild(ctx context.Context, project model.ProjectID, id model.E2BBuildID, node model.NodeID, files []string, now time.Time) (model.E2BBuild, error) {
+	b, err := r.E2BBuilds.StartE2BBuild(ctx, project, id, node, files, now)
+	return b, e2bBuildErr(err)
+}
+
+func (r e2bBuildRecords) SetE2BBuildNative(ctx context.Context, id model.E2BBuildID, native model.BuildID, now time.Time) error {
+	return e2bBuildErr(r.E2BBuilds.SetE2BBuildNative(ctx, id, native, now))
+}
+
+func (r e2bBuildRecords) EndE2BBuild(ctx context.Context, id model.E2BBuildID, status model.E2BBuildStatus, reason string, now time.Time) error {
+	return e2bBuildErr(r.E2BBuilds.EndE2BBuild(ctx, id, status, reason, now))
 }
 
 // hasUser reports whether a template (a reference the store resolves)

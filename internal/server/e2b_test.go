@@ -155,7 +155,7 @@ func newE2BEnv(tb testing.TB) *e2bEnv {
 // gateway wires the E2B gateway in front of mux as Run does.
 func (e *e2bEnv) gateway(mux http.Handler) (http.Handler, *envdfs.Watchers) {
 	e.tb.Helper()
-	gw, watchers, err := e2bGateway(mux, e.api.Wrap, e.api.InProcess(mux), e.st, e.keys, e.keys.Verifier(),
+	gw, watchers, err := e2bGateway(context.Background(), mux, e.api.Wrap, e.api.InProcess(mux), e.st, e.keys, e.keys.Verifier(),
 		"http://"+e.srv.Listener.Addr().String(), "", e2bTemplateBuilds{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		e.tb.Fatal(err)

@@ -320,8 +320,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	var handler http.Handler = mux
 	if !opts.NoE2B {
-		gw, watchers, err := e2bGateway(mux, apiHandler.Wrap, apiHandler.InProcess(mux), st, attachKeys, verifier, baseURL, opts.E2BDomain,
-			e2bTemplateBuilds{files: dd.join(e2bTemplatesDir), templates: templates}, log)
+		gw, watchers, err := e2bGateway(ctx, mux, apiHandler.Wrap, apiHandler.InProcess(mux), st, attachKeys, verifier, baseURL, opts.E2BDomain,
+			e2bTemplateBuilds{files: dd.join(e2bTemplatesDir), templates: templates, node: nodeID, keys: apiHandler.KeyCaller}, log)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("e2b gateway: %w", err)

@@ -280,6 +280,7 @@ type BuildFinish struct {
 // Store is Airlock's desired-state store.
 type Store interface {
 	Volumes
+	E2BBuilds
 
 	// Projects and API keys.
 	CreateProject(ctx context.Context, p model.Project) error

@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -55,6 +57,124 @@ func (s *Store) ImportDir(ctx context.Context, src string, progress func(Progres
 // ImportDirConfig is ImportDir with the runtime configuration cfg in the
 // template's manifest.
 func (s *Store) ImportDirConfig(ctx context.Context, src string, cfg Config, progress func(Progress)) (Imported, error) {
+	return s.importDir(ctx, src, cfg, progress, nil)
+}
+
+// ImportLayered imports merged, the tree of an overlay whose top layer
+// is the directory top (a build step's changes) over template parent's
+// tree, as ImportDirConfig does, and makes the same template; but a
+// regular file the top layer does not hold, and that is the very inode of
+// parent's file at the same path (overlayfs shows a lower file's own
+// inode when its layers share a filesystem, as the store's do) with the
+// same size, mode, owner and modification time, is hard-linked from
+// parent's tree instead of copied, and its hash is the one remembered
+// when parent was imported by this process (hashmemo.go) instead of read
+// again. A file that fails any of these checks, or whose link fails, is
+// copied.
+func (s *Store) ImportLayered(ctx context.Context, merged, top string, parent model.TemplateDigest, cfg Config, progress func(Progress)) (Imported, error) {
+	parentDir := s.RootfsDir(parent)
+	if parentDir == "" {
+		return Imported{}, fmt.Errorf("%w: template digest %q", model.ErrInvalid, parent)
+	}
+	topRoot, err := os.OpenRoot(top)
+	if err != nil {
+		return Imported{}, fmt.Errorf("import %s: top layer: %w", merged, err)
+	}
+	defer topRoot.Close()
+	parentRoot, err := os.OpenRoot(parentDir)
+	if err != nil {
+		return Imported{}, fmt.Errorf("import %s: parent %s: %w", merged, parent, err)
+	}
+	defer parentRoot.Close()
+	topDirs, parentDirs := &dirCache{root: topRoot}, &dirCache{root: parentRoot}
+	defer topDirs.close()
+	defer parentDirs.close()
+	linked := 0
+	imp, err := s.importDir(ctx, merged, cfg, progress, func(stg *stager, e *walkEntry) (bool, error) {
+		dir, base := path.Split(e.rel)
+		td, err := topDirs.open(dir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, nil // not knowable: copied
+		}
+		if td != nil {
+			var tst unix.Stat_t
+			if err := unix.Fstatat(int(td.Fd()), base, &tst, unix.AT_SYMLINK_NOFOLLOW); !errors.Is(err, unix.ENOENT) {
+				return false, nil // changed (or not knowable): copied
+			}
+		}
+		pd, err := parentDirs.open(dir)
+		if err != nil {
+			return false, nil
+		}
+		fd, err := unix.Openat(int(pd.Fd()), base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return false, nil
+		}
+		f := os.NewFile(uintptr(fd), e.rel)
+		defer f.Close()
+		var pst unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &pst); err != nil {
+			return false, nil
+		}
+		st := &e.st
+		if pst.Mode != st.Mode || pst.Ino != st.Ino || pst.Size != st.Size || pst.Uid != st.Uid || pst.Gid != st.Gid || pst.Mtim != st.Mtim {
+			return false, nil
+		}
+		after, err := stg.linkFrom(e.rel, pst.Size, f)
+		if err != nil {
+			if errors.Is(err, model.ErrInvalid) { // over a limit, or refused as a copy would be
+				return false, err
+			}
+			s.logger.Debug("template import: link from the parent failed; copying", "path", e.rel, "err", err)
+			return false, nil
+		}
+		s.hashes.relink(&pst, &after)
+		linked++
+		return true, nil
+	})
+	imp.LinkedFiles = linked
+	return imp, err
+}
+
+// dirCache keeps the directory of the last entry open below root (a walk
+// meets a directory's entries one after another).
+type dirCache struct {
+	root *os.Root
+	rel  string
+	f    *os.File // nil: rel does not exist below root
+	err  error
+	ok   bool
+}
+
+// open returns directory dir ("" for the root, else ending in "/") below
+// root, or an error wrapping fs.ErrNotExist when it does not exist.
+func (c *dirCache) open(dir string) (*os.File, error) {
+	if c.ok && c.rel == dir {
+		return c.f, c.err
+	}
+	c.close()
+	name := strings.TrimSuffix(dir, "/")
+	if name == "" {
+		name = "."
+	}
+	c.f, c.err = c.root.OpenFile(name, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if c.err != nil {
+		c.f = nil
+	}
+	c.rel, c.ok = dir, true
+	return c.f, c.err
+}
+
+func (c *dirCache) close() {
+	if c.f != nil {
+		c.f.Close()
+	}
+	c.f, c.err, c.ok = nil, nil, false
+}
+
+// importDir imports the tree at src; reuse, if set, may place a regular
+// file itself (true) instead of its copy.
+func (s *Store) importDir(ctx context.Context, src string, cfg Config, progress func(Progress), reuse func(*stager, *walkEntry) (bool, error)) (Imported, error) {
 	return s.importWith(ctx, progress, cfg, src, func(ctx context.Context, stg *stager) error {
 		links := map[inodeKey]string{}
 		return walkTree(ctx, src, func(e *walkEntry) error {
@@ -74,10 +194,29 @@ func (s *Store) ImportDirConfig(ctx context.Context, src string, cfg Config, pro
 			case unix.S_IFREG:
 				key := inodeKey{uint64(st.Dev), st.Ino}
 				if first, ok := links[key]; ok {
-					return stg.hardlink(e.rel, first)
+					if reuse == nil {
+						return stg.hardlink(e.rel, first)
+					}
+					// The link changes the inode's change time: carry its
+					// remembered hash over (hashmemo.go).
+					var before, after unix.Stat_t
+					firstPath := filepath.Join(stg.rootPath, first)
+					errBefore := unix.Lstat(firstPath, &before)
+					if err := stg.hardlink(e.rel, first); err != nil {
+						return err
+					}
+					if errBefore == nil && unix.Lstat(firstPath, &after) == nil {
+						s.hashes.relink(&before, &after)
+					}
+					return nil
 				}
 				if st.Nlink > 1 {
 					links[key] = e.rel
+				}
+				if reuse != nil {
+					if done, err := reuse(stg, e); done || err != nil {
+						return err
+					}
 				}
 				f, err := e.open()
 				if err != nil {

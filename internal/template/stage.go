@@ -401,9 +401,9 @@ func fileMode(mode uint32) os.FileMode {
 	return fm
 }
 
-// setTimes sets the access and modification times of rel (not following a
-// symlink) through its open parent directory.
-func (s *stager) setTimes(rel string, t time.Time) error {
+// openParent returns rel's parent directory, open (kept open for the
+// next entry of the same directory; close closes it), and rel's name in it.
+func (s *stager) openParent(rel string) (*os.File, string, error) {
 	parent, base := path.Split(rel)
 	parent = strings.TrimSuffix(parent, "/")
 	if parent == "" {
@@ -416,12 +416,22 @@ func (s *stager) setTimes(rel string, t time.Time) error {
 		}
 		f, err := s.root.OpenFile(parent, os.O_RDONLY|unix.O_DIRECTORY, 0)
 		if err != nil {
-			return fmt.Errorf("open directory %s: %w", parent, err)
+			return nil, "", fmt.Errorf("open directory %s: %w", parent, err)
 		}
 		s.parentFile, s.parentRel = f, parent
 	}
+	return s.parentFile, base, nil
+}
+
+// setTimes sets the access and modification times of rel (not following a
+// symlink) through its open parent directory.
+func (s *stager) setTimes(rel string, t time.Time) error {
+	parent, base, err := s.openParent(rel)
+	if err != nil {
+		return err
+	}
 	ts := unix.NsecToTimespec(clampTime(t).UnixNano())
-	if err := unix.UtimesNanoAt(int(s.parentFile.Fd()), base, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.UtimesNanoAt(int(parent.Fd()), base, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("set times of %s: %w", rel, err)
 	}
 	return nil

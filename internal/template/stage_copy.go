@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/rootfs/treecopy"
 )
@@ -72,4 +74,33 @@ func (s *stager) copyFile(ctx context.Context, rel string, m meta, size int64, s
 		return fmt.Errorf("copy %s: %w", rel, err)
 	}
 	return s.setTimes(rel, m.mtime)
+}
+
+// linkFrom makes rel another name of src, an open regular file of size
+// bytes of a published template (the parent of a layered import): the
+// same inode, whose metadata and extended attributes are the parent's and
+// so are left as they are (a template's files are never changed). It
+// returns the file's stat after the link.
+func (s *stager) linkFrom(rel string, size int64, src *os.File) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	if size > s.limits.MaxBytes-s.bytes {
+		return st, tooLargef("%s: %d bytes would exceed the limit of %d bytes in total", rel, size, s.limits.MaxBytes)
+	}
+	if _, err := s.prepare(rel, kindFile); err != nil {
+		return st, err
+	}
+	d, base, err := s.openParent(rel)
+	if err != nil {
+		return st, err
+	}
+	if err := unix.Linkat(int(src.Fd()), "", int(d.Fd()), base, unix.AT_EMPTY_PATH); err != nil {
+		return st, fmt.Errorf("link %s: %w", rel, err)
+	}
+	s.kinds[rel] = kindFile
+	s.bytes += size
+	s.progress.report(s.entries, s.bytes, false)
+	if err := unix.Fstat(int(src.Fd()), &st); err != nil {
+		return st, fmt.Errorf("stat %s: %w", rel, err)
+	}
+	return st, nil
 }

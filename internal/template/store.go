@@ -79,6 +79,11 @@ type Imported struct {
 	SizeBytes int64  // regular file bytes of the tree
 	Entries   int    // entries of the tree, the root included
 	Reused    bool   // the template was already in the store
+	// What the import cost, for build logs: file bytes read to hash the
+	// tree (not those whose hash was remembered), and files linked from
+	// the parent instead of copied (ImportLayered).
+	HashedBytes int64
+	LinkedFiles int
 }
 
 // Store is a template store in one directory. Its methods are safe for
@@ -92,6 +97,8 @@ type Store struct {
 
 	defMu    sync.Mutex
 	defaults map[model.TemplateDigest]Defaults // see Defaults
+
+	hashes hashMemo // content hashes of published files (hashmemo.go)
 }
 
 // Open opens (creating if needed) the template store in dir and removes
@@ -258,7 +265,7 @@ func (s *Store) Verify(ctx context.Context, d model.TemplateDigest) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrCorrupt, d, err)
 	}
-	sum, err := digestTree(ctx, s.RootfsDir(d))
+	sum, err := digestTree(ctx, s.RootfsDir(d), nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
@@ -388,7 +395,7 @@ func (s *Store) importChecked(ctx context.Context, progress func(Progress), cfg 
 // template with runtime configuration cfg, unless the store has it already;
 // with want set, only if that is the template it makes (else ErrCorrupt).
 func (s *Store) publishStaged(ctx context.Context, st *staging, cfg Config, what string, want model.TemplateDigest) (Imported, error) {
-	imp, err := templateOfTree(ctx, st.rootfs(), cfg)
+	imp, hashed, err := templateOfTree(ctx, st.rootfs(), cfg, &s.hashes)
 	if err != nil {
 		return Imported{}, fmt.Errorf("import %s: %w", what, err)
 	}
@@ -407,6 +414,9 @@ func (s *Store) publishStaged(ctx context.Context, st *staging, cfg Config, what
 		return Imported{}, fmt.Errorf("import %s: %w", what, err)
 	}
 	imp.Reused = !published
+	if published {
+		s.hashes.add(hashed)
+	}
 	s.logger.Info("template imported", "source", what, "digest", imp.Digest, "entries", imp.Entries,
 		"bytes", imp.SizeBytes, "reused", imp.Reused)
 	return imp, nil
@@ -473,10 +483,10 @@ func syncfs(dir string) error {
 
 // templateOfTree digests the tree at rootfs and makes its canonical manifest
 // with runtime configuration cfg: the template it is, not yet stored.
-func templateOfTree(ctx context.Context, rootfs string, cfg Config) (Imported, error) {
-	sum, err := digestTree(ctx, rootfs)
+func templateOfTree(ctx context.Context, rootfs string, cfg Config, memo *hashMemo) (Imported, map[memoKey]memoEntry, error) {
+	sum, err := digestTree(ctx, rootfs, memo)
 	if err != nil {
-		return Imported{}, fmt.Errorf("digest the tree: %w", err)
+		return Imported{}, nil, fmt.Errorf("digest the tree: %w", err)
 	}
 	m := Manifest{
 		SchemaVersion: ManifestSchemaVersion,
@@ -485,7 +495,7 @@ func templateOfTree(ctx context.Context, rootfs string, cfg Config) (Imported, e
 	}
 	data, err := m.Encode()
 	if err != nil {
-		return Imported{}, err
+		return Imported{}, nil, err
 	}
-	return Imported{Digest: manifestDigest(data), Manifest: data, SizeBytes: sum.size, Entries: sum.entries}, nil
+	return Imported{Digest: manifestDigest(data), Manifest: data, SizeBytes: sum.size, Entries: sum.entries, HashedBytes: sum.read}, sum.hashed, nil
 }

@@ -43,6 +43,11 @@ type treeSummary struct {
 	digest  [32]byte
 	size    int64 // regular file bytes, each inode once
 	entries int   // including the root
+	// hashed are the files digestTree read, with their hashes (only with
+	// a memo: for the memo once the tree is published).
+	hashed map[memoKey]memoEntry
+	// read is how many bytes of file content it read.
+	read int64
 }
 
 func (t treeSummary) digestString() string { return "sha256:" + hex.EncodeToString(t.digest[:]) }
@@ -50,9 +55,13 @@ func (t treeSummary) digestString() string { return "sha256:" + hex.EncodeToStri
 type inodeKey struct{ dev, ino uint64 }
 
 // digestTree computes the tree digest of the directory at root without
-// following any symlink inside it.
-func digestTree(ctx context.Context, root string) (treeSummary, error) {
+// following any symlink inside it. With a memo, a file whose hash it
+// remembers is not read (see hashmemo.go).
+func digestTree(ctx context.Context, root string, memo *hashMemo) (treeSummary, error) {
 	var sum treeSummary
+	if memo != nil {
+		sum.hashed = map[memoKey]memoEntry{}
+	}
 	h := sha256.New()
 	io.WriteString(h, treeDigestMagic)
 	links := map[inodeKey]string{}
@@ -94,18 +103,27 @@ func digestTree(ctx context.Context, root string) (treeSummary, error) {
 			if st.Nlink > 1 {
 				links[key] = e.rel
 			}
-			f, err := e.open()
-			if err != nil {
-				return err
+			fileSum, known := memo.lookup(st)
+			n := st.Size
+			if !known {
+				f, err := e.open()
+				if err != nil {
+					return err
+				}
+				fileHash.Reset()
+				n, err = io.CopyBuffer(fileHash, ctxReader{ctx, f}, buf)
+				f.Close()
+				if err != nil {
+					return fmt.Errorf("read %s: %w", e.rel, err)
+				}
+				if n != st.Size {
+					return fmt.Errorf("%w: %s changed size while being hashed", ErrCorrupt, e.rel)
+				}
+				sum.read += n
+				copy(fileSum[:], fileHash.Sum(nil))
 			}
-			fileHash.Reset()
-			n, err := io.CopyBuffer(fileHash, ctxReader{ctx, f}, buf)
-			f.Close()
-			if err != nil {
-				return fmt.Errorf("read %s: %w", e.rel, err)
-			}
-			if n != st.Size {
-				return fmt.Errorf("%w: %s changed size while being hashed", ErrCorrupt, e.rel)
+			if sum.hashed != nil {
+				sum.hashed[memoKeyOf(st)] = memo.entryOf(st, fileSum)
 			}
 			sum.size += n
 			field("f")
@@ -114,7 +132,8 @@ func digestTree(ctx context.Context, root string) (treeSummary, error) {
 			num(uint64(st.Uid))
 			num(uint64(st.Gid))
 			num(uint64(n))
-			field(hex.EncodeToString(fileHash.Sum(nil)))
+			field(hex.EncodeToString(fileSum[:]))
+			var err error
 			if rec, err = appendXattrRecords(rec, e); err != nil {
 				return err
 			}

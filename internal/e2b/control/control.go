@@ -85,6 +85,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/client"
+	"github.com/airlockdev/airlock/internal/model"
 )
 
 // maxBody bounds a request body.
@@ -109,6 +110,13 @@ type Config struct {
 	// TemplateHasUser reports whether the template ref has the account
 	// user (E2B builds start as "user" on a base that has one); nil: no.
 	TemplateHasUser func(ctx context.Context, ref, user string) (bool, error)
+	// Builds keeps E2B template builds (required with TemplateFiles).
+	Builds BuildRecords
+	// Caller authenticates an API key as the native API does: ok is
+	// false for a key that does not (required with TemplateFiles).
+	Caller func(ctx context.Context, apiKey string) (c Caller, ok bool, err error)
+	// Node is this server's node: the starter of the builds it starts.
+	Node model.NodeID
 }
 
 // Handler answers E2B control-plane requests.
@@ -117,8 +125,7 @@ type Handler struct {
 	log *slog.Logger
 	mux *http.ServeMux
 
-	files     *tplFileStore // nil: no template builds
-	tplBuilds tplBuilds
+	files *tplFileStore // nil: no template builds
 }
 
 // New returns a Handler.
@@ -171,11 +178,13 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /sandboxes/{id}/fork", h.fork},
 	}
 	if cfg.TemplateFiles != "" {
+		if cfg.Builds == nil || cfg.Caller == nil || cfg.Node == "" {
+			return nil, errors.New("e2b control: template builds need Config.Builds, Config.Caller and Config.Node")
+		}
 		var err error
 		if h.files, err = newTplFileStore(cfg.TemplateFiles); err != nil {
 			return nil, err
 		}
-		h.tplBuilds.builds = map[string]*tplBuild{}
 		routes = append(routes, h.templateRoutes()...)
 		h.mux.HandleFunc("PUT /templates/{templateID}/files/{hash}", h.upload)
 	}

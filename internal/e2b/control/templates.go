@@ -2,13 +2,10 @@ package control
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -35,66 +32,12 @@ import (
 //   - POST /templates/tags, DELETE /templates/tags, GET
 //     /templates/{templateID}/tags: tags of a template name (native tags).
 //
-// The builds E2B asked for live in this server's memory (at most
-// maxTplBuilds; a restart forgets them: their status is then 404, their
-// templates stay).
-
-// maxTplBuilds bounds the E2B builds remembered.
-const maxTplBuilds = 1000
-
-// maxLogEntries is how many log entries one status call answers (E2B's).
-const maxLogEntries = 100
-
-// tplBuild is one E2B build.
-type tplBuild struct {
-	id, templateID string
-	scope          string
-	name           model.TaggedName // what the build names
-	tags           []string         // further tags of name's name
-	native         string           // the native build, once started
-	tagged         bool             // tags pointed at the result
-	created        time.Time
-}
-
-// tplBuilds remembers E2B builds.
-type tplBuilds struct {
-	mu     sync.Mutex
-	builds map[string]*tplBuild
-}
-
-func (t *tplBuilds) add(b *tplBuild) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.builds) >= maxTplBuilds {
-		var oldest *tplBuild
-		for _, x := range t.builds {
-			if oldest == nil || x.created.Before(oldest.created) {
-				oldest = x
-			}
-		}
-		delete(t.builds, oldest.id)
-	}
-	t.builds[b.id] = b
-}
-
-// get returns a copy of scope's build id of templateID.
-func (t *tplBuilds) get(scope, templateID, id string) (tplBuild, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b, ok := t.builds[id]
-	if !ok || b.scope != scope || b.templateID != templateID {
-		return tplBuild{}, false
-	}
-	return *b, true
-}
-
-func (t *tplBuilds) update(id string, fn func(*tplBuild)) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if b, ok := t.builds[id]; ok {
-		fn(b)
-	}
-}
+// The builds are kept in the store (Config.Builds): any server of a
+// cluster answers their status, and a restart forgets none (tplbuilds.go).
+// Building, tagging and deleting templates needs an admin key
+// (templates are shared by every project: a template name is global and
+// any project may create sandboxes from it), refused with E2B's 403 and
+// the reason; the status of a build answers any key of its project.
 
 // templateRoutes are the template routes, registered by New when
 // Config.TemplateFiles is set.
@@ -117,64 +60,6 @@ func (h *Handler) templateRoutes() []struct {
 	}
 }
 
-func newUUID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
-}
-
-func (h *Handler) requestBuild(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
-	var req struct {
-		Name  string   `json:"name"`
-		Alias string   `json:"alias"`
-		Tags  []string `json:"tags"`
-	}
-	if err := decodeBody(r, &req); err != nil {
-		return err
-	}
-	if req.Name == "" {
-		req.Name = req.Alias
-	}
-	if req.Name == "" {
-		return badRequest("name is required")
-	}
-	name, err := model.ParseTaggedName(req.Name)
-	if err != nil {
-		return badRequest("name %q: %v", req.Name, err)
-	}
-	for _, t := range req.Tags {
-		if _, err := model.ParseTaggedName(name.Name.String() + ":" + t); err != nil {
-			return badRequest("tag %q: %v", t, err)
-		}
-	}
-	if len(req.Tags) > 32 {
-		return badRequest("at most 32 tags")
-	}
-	h.files.tidy()
-	b := &tplBuild{id: newUUID(), templateID: name.Name.String(), scope: scopeOf(apiKey(r)), name: name, tags: req.Tags, created: time.Now()}
-	if len(req.Tags) > 0 && !strings.Contains(req.Name, ":") {
-		// Tags given, none in the name: the build names the first.
-		b.name, _ = model.ParseTaggedName(name.Name.String() + ":" + req.Tags[0])
-		b.tags = req.Tags[1:]
-	}
-	h.tplBuilds.add(b)
-	names := []string{b.name.String()}
-	for _, t := range b.tags {
-		names = append(names, name.Name.String()+":"+t)
-	}
-	tags := append([]string{b.name.Tag.String()}, b.tags...)
-	writeJSON(w, http.StatusAccepted, struct {
-		TemplateID string   `json:"templateID"`
-		BuildID    string   `json:"buildID"`
-		Aliases    []string `json:"aliases"`
-		Names      []string `json:"names"`
-		Tags       []string `json:"tags"`
-		Public     bool     `json:"public"`
-	}{b.templateID, b.id, []string{b.templateID}, names, tags, false})
-	return nil
-}
-
 // requestBase is the scheme and host the caller reached the server at.
 func requestBase(r *http.Request) string {
 	scheme := "http"
@@ -185,6 +70,9 @@ func requestBase(r *http.Request) string {
 }
 
 func (h *Handler) fileUploadLink(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
+	if _, err := h.caller(ctx, r, true); err != nil {
+		return err
+	}
 	hash := r.PathValue("hash")
 	if !filesHashRe.MatchString(hash) {
 		return badRequest("files hash %q is not a SHA-256 in hex", hash)
@@ -218,44 +106,6 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusOK)
-}
-
-func (h *Handler) startBuild(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
-	scope := scopeOf(apiKey(r))
-	b, ok := h.tplBuilds.get(scope, r.PathValue("templateID"), r.PathValue("buildID"))
-	if !ok {
-		return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("build %s of template %s not found", r.PathValue("buildID"), r.PathValue("templateID"))}
-	}
-	if b.native != "" {
-		return &httpError{status: http.StatusConflict, msg: fmt.Sprintf("build %s has started already", b.id)}
-	}
-	var start tplBuildStart
-	if err := decodeBody(r, &start); err != nil {
-		return err
-	}
-	base, err := h.tplBase(ctx, c, start)
-	if err != nil {
-		return err
-	}
-	ctxDir, err := h.files.newContext(b.id)
-	if err != nil {
-		return err
-	}
-	doc, err := translate(start, base, buildFiles{store: h.files, scope: scope, ctxDir: ctxDir})
-	if err != nil {
-		return err
-	}
-	text, err := json.Marshal(doc)
-	if err != nil {
-		return err
-	}
-	nb, err := c.ImportTemplate(ctx, apiv1.ImportTemplateRequest{Recipe: string(text) + "\n", Context: ctxDir, Name: b.name.String()})
-	if err != nil {
-		return err
-	}
-	h.tplBuilds.update(b.id, func(x *tplBuild) { x.native = nb.ID })
-	w.WriteHeader(http.StatusAccepted)
-	return nil
 }
 
 // tplBase resolves the build's base: fromTemplate names an Airlock
@@ -296,96 +146,6 @@ func (h *Handler) tplBase(ctx context.Context, c *client.Client, start tplBuildS
 	return tplBase{Ref: ref, HasUser: hasUser}, nil
 }
 
-func (h *Handler) buildStatus(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
-	scope := scopeOf(apiKey(r))
-	b, ok := h.tplBuilds.get(scope, r.PathValue("templateID"), r.PathValue("buildID"))
-	if !ok {
-		return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("build %s of template %s not found", r.PathValue("buildID"), r.PathValue("templateID"))}
-	}
-	offset := 0
-	if v := r.URL.Query().Get("logsOffset"); v != "" {
-		if _, err := fmt.Sscan(v, &offset); err != nil || offset < 0 {
-			return badRequest("logsOffset %q is not a non-negative integer", v)
-		}
-	}
-	type logEntry struct {
-		Timestamp time.Time `json:"timestamp"`
-		Level     string    `json:"level"`
-		Message   string    `json:"message"`
-	}
-	out := struct {
-		BuildID    string     `json:"buildID"`
-		TemplateID string     `json:"templateID"`
-		Status     string     `json:"status"`
-		LogEntries []logEntry `json:"logEntries"`
-		Logs       []string   `json:"logs"`
-		Reason     *struct {
-			Message string `json:"message"`
-		} `json:"reason,omitempty"`
-	}{BuildID: b.id, TemplateID: b.templateID, Status: "waiting", LogEntries: []logEntry{}, Logs: []string{}}
-	if b.native != "" {
-		id, err := model.ParseBuildID(b.native)
-		if err != nil {
-			return err
-		}
-		var text strings.Builder
-		nb, err := c.FollowBuild(ctx, id, false, func(ev client.BuildEvent) error {
-			text.WriteString(ev.Log)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		lines := strings.Split(strings.TrimRight(text.String(), "\n"), "\n")
-		if text.Len() == 0 {
-			lines = nil
-		}
-		now := time.Now().UTC()
-		for i := offset; i < len(lines) && len(out.LogEntries) < maxLogEntries; i++ {
-			level := "info"
-			if strings.HasPrefix(lines[i], "airlock: failed") {
-				level = "error"
-			}
-			out.LogEntries = append(out.LogEntries, logEntry{Timestamp: now, Level: level, Message: lines[i]})
-			out.Logs = append(out.Logs, lines[i])
-		}
-		switch nb.State {
-		case "running":
-			out.Status = "building"
-		case "succeeded":
-			if err := h.tagBuild(ctx, c, b); err != nil {
-				return err
-			}
-			out.Status = "ready"
-		case "failed":
-			out.Status = "error"
-			msg := "the build failed"
-			if nb.Error != nil {
-				msg = nb.Error.Message
-			}
-			out.Reason = &struct {
-				Message string `json:"message"`
-			}{msg}
-		}
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
-}
-
-// tagBuild points b's further tags at its template, once.
-func (h *Handler) tagBuild(ctx context.Context, c *client.Client, b tplBuild) error {
-	if b.tagged {
-		return nil
-	}
-	for _, t := range b.tags {
-		if _, err := c.TagTemplate(ctx, b.name.String(), b.name.Name.String()+":"+t); err != nil {
-			return err
-		}
-	}
-	h.tplBuilds.update(b.id, func(x *tplBuild) { x.tagged = true })
-	return nil
-}
-
 // templatePair answers GET /templates/aliases/{alias} and GET
 // /templates/{templateID}/tags (one pattern: the two overlap).
 func (h *Handler) templatePair(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
@@ -414,6 +174,9 @@ func (h *Handler) aliasExists(ctx context.Context, w http.ResponseWriter, alias 
 }
 
 func (h *Handler) assignTags(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
+	if _, err := h.caller(ctx, r, true); err != nil {
+		return err
+	}
 	var req struct {
 		Target string   `json:"target"`
 		Tags   []string `json:"tags"`
@@ -448,6 +211,9 @@ func (h *Handler) assignTags(ctx context.Context, w http.ResponseWriter, r *http
 }
 
 func (h *Handler) removeTags(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
+	if _, err := h.caller(ctx, r, true); err != nil {
+		return err
+	}
 	var req struct {
 		Name string   `json:"name"`
 		Tags []string `json:"tags"`

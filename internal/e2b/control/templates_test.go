@@ -4,11 +4,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,7 +16,6 @@ import (
 	"time"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
-	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/template/recipe"
 )
 
@@ -312,27 +309,7 @@ func TestTemplateRoutes(t *testing.T) {
 			_ = json.NewEncoder(w).Encode(apiv1.Error{Code: apiv1.CodeTemplateNotFound, Message: "template not found"})
 		}
 	})
-	srv := httptest.NewServer(native)
-	t.Cleanup(srv.Close)
-	h, err := New(Config{
-		Native: func(key string) (*client.Client, error) {
-			return client.New(srv.URL, key, client.WithHTTPClient(srv.Client()), client.WithRetries(0, 0))
-		},
-		AccessToken:   func(context.Context, apiv1.Sandbox) (string, error) { return "test-only-token", nil },
-		TemplateFiles: t.TempDir(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	do := func(method, path, key, body string) (int, string) {
-		req := httptest.NewRequest(method, path, strings.NewReader(body))
-		if key != "" {
-			req.Header.Set("X-API-Key", key)
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec.Code, rec.Body.String()
-	}
+	do := buildsHandler(t, native, newMemBuilds(), t.TempDir())
 	if code, body := do("GET", "/templates/aliases/base", "k", ""); code != 200 || !strings.Contains(body, `"templateID":"base"`) {
 		t.Errorf("alias base: %d %s", code, body)
 	}

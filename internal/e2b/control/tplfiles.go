@@ -186,6 +186,14 @@ func (f *tplFileStore) newContext(id string) (string, error) {
 	return d, os.Mkdir(d, 0o755)
 }
 
+// removeContext removes a context directory newContext made.
+func (f *tplFileStore) removeContext(dir string) error {
+	if filepath.Dir(dir) != filepath.Join(f.dir, "ctx") {
+		return fmt.Errorf("%s is not a build context directory", dir)
+	}
+	return os.RemoveAll(dir)
+}
+
 // buildFiles lays out one build's COPY sources (tplFiles).
 type buildFiles struct {
 	store  *tplFileStore

@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		volumeTests(),
 		snapshotTests(),
 		snapshotBlobTests(),
+		e2bBuildTests(),
 		fsSuspendTests(),
 	}
 	for _, g := range groups {

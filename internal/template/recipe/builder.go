@@ -203,7 +203,7 @@ func (b *Builder) BuildWith(ctx context.Context, r Recipe, contextDir string, op
 		}
 		cur = imp
 		sr.Digest = imp.Digest
-		logf("built in %.1fs", time.Since(start).Seconds())
+		logf("built in %.1fs (%d files linked from the parent, %.1f MB read to hash)", time.Since(start).Seconds(), imp.LinkedFiles, float64(imp.HashedBytes)/1e6)
 		res.Steps = append(res.Steps, sr)
 		report(i+1, i+1, ps.kind)
 	}
@@ -333,7 +333,7 @@ func (b *Builder) overlayStep(ctx context.Context, n int, ps planStep, parent mo
 				return template.Imported{}, err
 			}
 		}
-		return b.Store.ImportDirConfig(ctx, h.path(merged), cfg, nil)
+		return b.Store.ImportLayered(ctx, h.path(merged), upper, parent, cfg, nil)
 	}()
 	if werr := h.wait(); werr != nil && err == nil {
 		var ee *exec.ExitError

@@ -142,7 +142,8 @@ func (b *Builder) sandboxStep(ctx context.Context, n int, ps planStep, cur templ
 	if err != nil {
 		return template.Imported{}, err
 	}
-	imp, err := b.Store.ImportDirConfig(ctx, h.path(merged), cfg, nil)
+	// What the step did not change is linked from the parent, not copied.
+	imp, err := b.Store.ImportLayered(ctx, h.path(merged), layer, parent, cfg, nil)
 	if werr := h.wait(); werr != nil && err == nil {
 		var ee *exec.ExitError
 		if !errors.As(werr, &ee) {
