@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		volumeTests(),
 		snapshotTests(),
 		fsSuspendTests(),
+		keepMemTests(),
 	}
 	for _, g := range groups {
 		for _, tc := range g {
