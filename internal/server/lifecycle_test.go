@@ -46,9 +46,6 @@ func TestLifecycleSupport(t *testing.T) {
 	}
 }
 
-// qemuFilesystemSuspend: qemu's suspend can keep only the disk.
-const qemuFilesystemSuspend = false
-
 // TestSuspendKindOfEveryRuntime: which suspend a sandbox may ask for (a
 // suspend's keep_memory, a deadline's timeout_keep_memory) is what each
 // runtime's declared capabilities say, through the one check
@@ -77,7 +74,7 @@ func TestSuspendKindOfEveryRuntime(t *testing.T) {
 		{"runc", fs, true}, {"runc", mem, false}, {"runc", "", true},
 		{"crun", fs, true}, {"crun", mem, false}, {"crun", "", true},
 		{"runsc", fs, true}, {"runsc", mem, true}, {"runsc", "", true},
-		{"qemu", fs, qemuFilesystemSuspend}, {"qemu", mem, true}, {"qemu", "", true},
+		{"qemu", fs, true}, {"qemu", mem, true}, {"qemu", "", true},
 		{"no-such-runtime", fs, true}, // not known here: checked where it runs
 	}
 	seen := map[string]bool{}
