@@ -28,8 +28,8 @@ import (
 //     only the filesystem) and on runsc (which then stops the sandbox
 //     without a checkpoint): after the wake a file written before is there
 //     and a background process started before is gone; --keep-memory is
-//     honoured on runsc and refused with not_supported on runc, and
-//     --keep-memory=false on qemu;
+//     honoured on runsc and refused with not_supported on runc;
+//     --keep-memory=false on qemu keeps the disk and boots the VM again;
 //   - a deadline's suspend keeps what the create said (timeout_keep_memory,
 //     E2B's onTimeout pause with keepMemory false): only the filesystem on
 //     runc and runsc, memory on runsc without it.
@@ -50,8 +50,8 @@ func TestControlParity(t *testing.T) {
 }
 
 // testControlParityQEMU: a VM's metrics (CPU from its VM cgroup, memory
-// and disk from the guest agent) and the refusal of a filesystem-only
-// suspend (a qemu suspend keeps memory).
+// and disk from the guest agent) and a filesystem-only suspend (the disk
+// kept, the VM booted again on wake).
 func testControlParityQEMU(t *testing.T, bins binaries) {
 	s := newServer(t, bins, serverConfig{extraArgs: qemuServerArgs(t)})
 	s.start()
@@ -81,9 +81,25 @@ func testControlParityQEMU(t *testing.T, bins binaries) {
 	if m.MemUsed <= 0 || m.MemUsed > m.MemTotal || m.DiskTotal <= 0 || m.DiskUsed < 8<<20 || m.DiskUsed > m.DiskTotal || m.CPUUsedPct < 0 || m.CPUUsedPct > 100 {
 		t.Errorf("VM sample out of bounds: %+v", m)
 	}
-	_, stderr, code := s.cli(ctx, "sandbox", "suspend", sb.ID, "--keep-memory=false")
-	if code == 0 || !strings.Contains(stderr, "not_supported") || !strings.Contains(stderr, "keep_memory false") {
+	// A filesystem-only suspend: the guest syncs, only the disk is kept,
+	// the wake boots the VM again (the file is there, the boot is new).
+	boot, stderr, code := s.cli(ctx, "exec", sb.ID, "--", "cat", "/proc/sys/kernel/random/boot_id")
+	if code != 0 {
+		t.Fatalf("boot_id: exit %d: %s", code, stderr)
+	}
+	stdout, stderr, code := s.cli(ctx, "-o", "json", "sandbox", "suspend", sb.ID, "--keep-memory=false")
+	if code != 0 {
 		t.Fatalf("suspend --keep-memory=false on qemu: exit %d: %s", code, stderr)
+	}
+	var res apiv1.SandboxWithOperation
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || res.Sandbox.Snapshot == nil || res.Sandbox.Snapshot.Kind != apiv1.SnapshotFilesystem {
+		t.Fatalf("after suspend --keep-memory=false on qemu: %q, %v", stdout, err)
+	}
+	if _, stderr, code := s.cli(ctx, "sandbox", "wake", sb.ID); code != 0 {
+		t.Fatalf("wake: exit %d: %s", code, stderr)
+	}
+	if out, stderr, code := s.cli(ctx, "exec", sb.ID, "--", "sh", "-c", "wc -c < /root/f; cat /proc/sys/kernel/random/boot_id"); code != 0 || !strings.HasPrefix(out, "8388608\n") || strings.HasSuffix(out, boot) {
+		t.Fatalf("after the wake (want the 8 MiB file and a new boot, not %q): exit %d: %q %s", boot, code, out, stderr)
 	}
 }
 
