@@ -12,6 +12,7 @@ import (
 func keepMemTests() []namedTest {
 	return []namedTest{
 		{"TimeoutSnapshotKind", testTimeoutSnapshotKind},
+		{"PoolClaimTimeoutSnapshotKind", testPoolClaimTimeoutSnapshotKind},
 	}
 }
 
@@ -81,5 +82,32 @@ func testTimeoutSnapshotKind(e *env) {
 	mustIs(t, e.s.CreateSandbox(e.ctx, bad, policy.Spec{}, op, nil), model.ErrInvalid)
 	if _, err := e.s.GetSandbox(e.ctx, p.ID, bad.ID); err == nil {
 		t.Fatalf("a refused create stored sandbox %s", bad.ID)
+	}
+}
+
+// A sandbox claimed from a warm pool gets the claim's deadline suspend
+// kind too; a kind with a delete is refused and the pool keeps its
+// sandbox.
+func testPoolClaimTimeoutSnapshotKind(e *env) {
+	t := e.t
+	a := e.project()
+	tpl := e.template()
+	p := e.pool("python", 1)
+	ready := e.poolSandbox(p, tpl.Digest, true)
+	bad := e.poolClaim(p, tpl.Digest, a.ID)
+	bad.Timeouts.SnapshotKind = model.SnapshotFilesystem // with OnTimeoutDelete
+	if _, err := e.s.ClaimPoolSandbox(e.ctx, bad); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("a claim with a kind and a delete: %v, want model.ErrInvalid", err)
+	}
+	if got := e.getSandbox(ready.ID); got.Pool != p.ID {
+		t.Fatalf("the refused claim took the pool sandbox: %+v", got)
+	}
+	c := e.poolClaim(p, tpl.Digest, a.ID)
+	c.Timeouts.OnTimeout, c.Timeouts.SnapshotKind = model.OnTimeoutSuspend, model.SnapshotFilesystem
+	c.Timeouts.Deadline = e.now().Add(time.Hour)
+	got, err := e.s.ClaimPoolSandbox(e.ctx, c)
+	must(t, err)
+	if got.Timeouts.SnapshotKind != model.SnapshotFilesystem || e.getSandbox(got.ID).Timeouts.SnapshotKind != model.SnapshotFilesystem {
+		t.Fatalf("claimed: timeouts %+v, want the filesystem kind", got.Timeouts)
 	}
 }
