@@ -66,9 +66,9 @@ type LifecycleRequest struct {
 	// (nil: whatever the runtime's suspend keeps): true, memory and
 	// processes; false, only the filesystem, processes not kept. It is
 	// carried on the operation (Operation.SnapshotKind) to the runtime. A
-	// runtime that cannot write that kind refuses it (NotSupported): runsc
-	// writes either (memory by default), qemu only memory, runc and crun
-	// only the filesystem.
+	// runtime that cannot write that kind refuses it (NotSupported, from
+	// its capabilities: CheckSuspendKind): runsc and qemu write either
+	// (memory by default), runc and crun only the filesystem.
 	KeepMemory *bool
 	// Idempotency, if set, builds the idempotency record stored with the
 	// operation from what the request changes.

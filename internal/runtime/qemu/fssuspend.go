@@ -35,52 +35,12 @@ const syncTimeout = time.Minute
 // leaves a VM that is not live (no started marker), which the next attempt
 // ends (or, with no snapshot record yet, syncs and stops again).
 func (r *Runtime) SuspendFilesystem(ctx context.Context, id model.SandboxID) (runtime.Snapshot, error) {
-	unlock := r.lock(id)
-	defer unlock()
-	dir := r.dir(id)
-	name := id.String()
-	snapDir := filepath.Join(dir, snapshotDir)
-	snap, done, err := r.suspendBegin(ctx, dir, name, snapDir)
-	if err != nil || done {
-		if err != nil {
-			err = fmt.Errorf("suspend %s: %w", id, err)
+	return r.suspendWith(ctx, id, func(dir, _ string, m machine) (snapshotRecord, error) {
+		if err := r.syncAndStop(ctx, id, dir); err != nil {
+			return snapshotRecord{}, err
 		}
-		return snap, err
-	}
-	pid := vmPid(dir, name)
-	m, err := readMachine(dir)
-	if err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
-	}
-	if err := r.syncAndStop(ctx, id, dir); err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
-	}
-	// From here the VM is not live: a crash before the record leaves a
-	// stopped QEMU that the next attempt syncs and stops again, one after
-	// it a record whose QEMU suspendBegin ends.
-	if err := os.Remove(filepath.Join(dir, startedFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
-	}
-	now := time.Now().UTC()
-	rec := snapshotRecord{
-		Format: FormatDisk, CreatedAt: now,
-		Layer: filepath.Join(dir, fmt.Sprintf("layer-%d", now.UnixNano())), LayerFormat: m.DiskFormat,
-		SizeBytes: allocated(m.Disk),
-	}
-	if err := writeSnapshot(snapDir, rec); err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
-	}
-	if err := killVM(ctx, pid, name); err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
-	}
-	// Nothing of its memory is kept: its own RAM file goes (one mapped
-	// private from a base snapshot is the base's).
-	if m.MemoryShared && within(dir, m.Memory) {
-		if err := os.Remove(m.Memory); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
-		}
-	}
-	return rec.snapshot(snapDir), nil
+		return snapshotRecord{Format: FormatDisk, SizeBytes: allocated(m.Disk)}, nil
+	})
 }
 
 // syncAndStop has the guest sync its filesystems (letting a paused VM run

@@ -95,46 +95,77 @@ const migrationTimeout = 2 * time.Minute
 // a private copy-on-write mapping) is saved with it. The disk stays as it
 // was, frozen.
 func (r *Runtime) Suspend(ctx context.Context, id model.SandboxID) (runtime.Snapshot, error) {
+	return r.suspendWith(ctx, id, func(dir, snapDir string, m machine) (snapshotRecord, error) {
+		state := filepath.Join(snapDir, stateFile)
+		if err := saveVM(ctx, dir, state, m.MemoryShared); err != nil {
+			return snapshotRecord{}, err
+		}
+		rec := snapshotRecord{Format: FormatMigration, IgnoreShared: m.MemoryShared, Memory: m.Memory, BootID: hostBootID()}
+		if fi, err := os.Stat(state); err == nil {
+			rec.SizeBytes = fi.Size()
+		}
+		if m.MemoryShared {
+			rec.SizeBytes += allocated(m.Memory)
+		}
+		return rec, nil
+	})
+}
+
+// suspendWith suspends sandbox id: save stops its VM (m, in dir) and
+// writes into snapDir what the snapshot keeps, returning its record
+// (Format, what it keeps of the memory); the frozen disk's layer name is
+// added here. Then the VM is no longer live (no started marker), the
+// record is written and QEMU ends; a RAM file of the VM's own that the
+// record does not keep goes. A sandbox suspended already returns its
+// snapshot (suspendBegin).
+func (r *Runtime) suspendWith(ctx context.Context, id model.SandboxID, save func(dir, snapDir string, m machine) (snapshotRecord, error)) (runtime.Snapshot, error) {
 	unlock := r.lock(id)
 	defer unlock()
+	snap, err := r.suspendLocked(ctx, id, save)
+	if err != nil {
+		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+	}
+	return snap, nil
+}
+
+func (r *Runtime) suspendLocked(ctx context.Context, id model.SandboxID, save func(dir, snapDir string, m machine) (snapshotRecord, error)) (runtime.Snapshot, error) {
 	dir := r.dir(id)
 	name := id.String()
 	snapDir := filepath.Join(dir, snapshotDir)
-	snap, done, err := r.suspendBegin(ctx, dir, name, snapDir)
-	if err != nil || done {
-		if err != nil {
-			err = fmt.Errorf("suspend %s: %w", id, err)
-		}
+	if snap, done, err := r.suspendBegin(ctx, dir, name, snapDir); err != nil || done {
 		return snap, err
 	}
 	pid := vmPid(dir, name)
 	m, err := readMachine(dir)
 	if err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+		return runtime.Snapshot{}, err
 	}
-	state := filepath.Join(snapDir, stateFile)
-	if err := saveVM(ctx, dir, state, m.MemoryShared); err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+	rec, err := save(dir, snapDir, m)
+	if err != nil {
+		return runtime.Snapshot{}, err
+	}
+	// From here the VM is not live: a crash before the record leaves a
+	// stopped QEMU that the next attempt saves again, one after it a
+	// record whose QEMU suspendBegin ends.
+	if err := os.Remove(filepath.Join(dir, startedFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return runtime.Snapshot{}, err
 	}
 	now := time.Now().UTC()
-	rec := snapshotRecord{
-		Format: FormatMigration, IgnoreShared: m.MemoryShared, Memory: m.Memory, CreatedAt: now,
-		Layer: filepath.Join(dir, fmt.Sprintf("layer-%d", now.UnixNano())), LayerFormat: m.DiskFormat,
-		BootID: hostBootID(),
-	}
-	if fi, err := os.Stat(state); err == nil {
-		rec.SizeBytes = fi.Size()
-	}
-	if m.MemoryShared {
-		rec.SizeBytes += allocated(m.Memory)
-	}
+	rec.CreatedAt = now
+	rec.Layer, rec.LayerFormat = filepath.Join(dir, fmt.Sprintf("layer-%d", now.UnixNano())), m.DiskFormat
 	if err := writeSnapshot(snapDir, rec); err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+		return runtime.Snapshot{}, err
 	}
 	if err := killVM(ctx, pid, name); err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+		return runtime.Snapshot{}, err
 	}
-	_ = os.Remove(filepath.Join(dir, startedFile))
+	if rec.Memory != m.Memory && m.MemoryShared && within(dir, m.Memory) {
+		// Its memory is not kept (one mapped private from a base
+		// snapshot is the base's, not the VM's).
+		if err := os.Remove(m.Memory); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return runtime.Snapshot{}, err
+		}
+	}
 	return rec.snapshot(snapDir), nil
 }
 
