@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -26,8 +28,11 @@ import (
 //     only the filesystem) and on runsc (which then stops the sandbox
 //     without a checkpoint): after the wake a file written before is there
 //     and a background process started before is gone; --keep-memory is
-//     honoured on runsc and refused with not_supported on runc, and
-//     --keep-memory=false on qemu.
+//     honoured on runsc and refused with not_supported on runc;
+//     --keep-memory=false on qemu keeps the disk and boots the VM again;
+//   - a deadline's suspend keeps what the create said (timeout_keep_memory,
+//     E2B's onTimeout pause with keepMemory false): only the filesystem on
+//     runc and runsc, memory on runsc without it.
 func TestControlParity(t *testing.T) {
 	airtest.RequireRoot(t)
 	bins := build(t)
@@ -45,8 +50,8 @@ func TestControlParity(t *testing.T) {
 }
 
 // testControlParityQEMU: a VM's metrics (CPU from its VM cgroup, memory
-// and disk from the guest agent) and the refusal of a filesystem-only
-// suspend (a qemu suspend keeps memory).
+// and disk from the guest agent) and a filesystem-only suspend (the disk
+// kept, the VM booted again on wake).
 func testControlParityQEMU(t *testing.T, bins binaries) {
 	s := newServer(t, bins, serverConfig{extraArgs: qemuServerArgs(t)})
 	s.start()
@@ -76,9 +81,25 @@ func testControlParityQEMU(t *testing.T, bins binaries) {
 	if m.MemUsed <= 0 || m.MemUsed > m.MemTotal || m.DiskTotal <= 0 || m.DiskUsed < 8<<20 || m.DiskUsed > m.DiskTotal || m.CPUUsedPct < 0 || m.CPUUsedPct > 100 {
 		t.Errorf("VM sample out of bounds: %+v", m)
 	}
-	_, stderr, code := s.cli(ctx, "sandbox", "suspend", sb.ID, "--keep-memory=false")
-	if code == 0 || !strings.Contains(stderr, "not_supported") || !strings.Contains(stderr, "keep_memory false") {
+	// A filesystem-only suspend: the guest syncs, only the disk is kept,
+	// the wake boots the VM again (the file is there, the boot is new).
+	boot, stderr, code := s.cli(ctx, "exec", sb.ID, "--", "cat", "/proc/sys/kernel/random/boot_id")
+	if code != 0 {
+		t.Fatalf("boot_id: exit %d: %s", code, stderr)
+	}
+	stdout, stderr, code := s.cli(ctx, "-o", "json", "sandbox", "suspend", sb.ID, "--keep-memory=false")
+	if code != 0 {
 		t.Fatalf("suspend --keep-memory=false on qemu: exit %d: %s", code, stderr)
+	}
+	var res apiv1.SandboxWithOperation
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || res.Sandbox.Snapshot == nil || res.Sandbox.Snapshot.Kind != apiv1.SnapshotFilesystem {
+		t.Fatalf("after suspend --keep-memory=false on qemu: %q, %v", stdout, err)
+	}
+	if _, stderr, code := s.cli(ctx, "sandbox", "wake", sb.ID); code != 0 {
+		t.Fatalf("wake: exit %d: %s", code, stderr)
+	}
+	if out, stderr, code := s.cli(ctx, "exec", sb.ID, "--", "sh", "-c", "wc -c < /root/f; cat /proc/sys/kernel/random/boot_id"); code != 0 || !strings.HasPrefix(out, "8388608\n") || strings.HasSuffix(out, boot) {
+		t.Fatalf("after the wake (want the 8 MiB file and a new boot, not %q): exit %d: %q %s", boot, code, out, stderr)
 	}
 }
 
@@ -186,6 +207,10 @@ func testControlParity(t *testing.T, bins binaries, rt string) {
 		}
 	})
 
+	t.Run("deadline keep-memory false", func(t *testing.T) {
+		testDeadlineKeepMemory(ctx, t, s, rt)
+	})
+
 	t.Run("suspend keep-memory", func(t *testing.T) {
 		sb := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{IdleTimeout: &never})
 		if rt == "runc" {
@@ -248,4 +273,76 @@ func testControlParity(t *testing.T, bins binaries, rt string) {
 			}
 		}
 	})
+}
+
+// testDeadlineKeepMemory: sandboxes whose deadline suspends them, one
+// asking to keep only the filesystem (timeout_keep_memory false) and, on
+// runsc, one asking nothing (its runtime's suspend keeps memory): each has
+// a file written and a background process started before its deadline;
+// after the deadline's suspend and a wake the file is there in both, the
+// process only in the second. On runc a deadline that must keep memory is
+// refused at create (501 not_supported), nothing made.
+func testDeadlineKeepMemory(ctx context.Context, t *testing.T, s *server, rt string) {
+	c := s.client()
+	never, no, yes := int64(0), false, true
+	if rt == "runc" {
+		_, err := c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{IdleTimeout: &never, Timeout: 60, OnTimeout: "suspend", TimeoutKeepMemory: &yes})
+		if !client.IsCode(err, apiv1.CodeNotSupported) || !strings.Contains(err.Error(), "keep_memory true") {
+			t.Fatalf("a deadline keeping memory on runc: %v, want not_supported", err)
+		}
+	}
+	type tcase struct {
+		name string
+		keep *bool
+		kind string // the snapshot's
+		runs bool   // the process after the wake
+	}
+	cases := []tcase{{"filesystem only", &no, apiv1.SnapshotFilesystem, false}}
+	if rt == "runsc" {
+		cases = append(cases, tcase{"the runtime's (memory)", nil, apiv1.SnapshotMemory, true})
+	}
+	var wg sync.WaitGroup
+	for _, tc := range cases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb := createSandbox(ctx, t, c, apiv1.CreateSandboxRequest{IdleTimeout: &never, Timeout: 10, OnTimeout: "suspend", TimeoutKeepMemory: tc.keep})
+			if (sb.TimeoutKeepMemory == nil) != (tc.keep == nil) {
+				t.Errorf("%s: timeout_keep_memory %v", tc.name, sb.TimeoutKeepMemory)
+				return
+			}
+			if _, stderr, code := s.cli(ctx, "exec", sb.ID, "--", "sh", "-c", "echo kept > /root/deadline-kept.txt"); code != 0 {
+				t.Errorf("%s: write the file: exit %d: %s", tc.name, code, stderr)
+				return
+			}
+			if _, stderr, code := s.cli(ctx, "exec", "--detach", sb.ID, "--", "sleep", "602"); code != 0 {
+				t.Errorf("%s: start the background process: exit %d: %s", tc.name, code, stderr)
+				return
+			}
+			if got, err := c.GetSandbox(ctx, model.SandboxID(sb.ID)); err != nil || got.State != string(model.StateRunning) {
+				t.Errorf("%s: not running before its deadline (the test was too slow?): %+v, %v", tc.name, got.State, err)
+				return
+			}
+			got := s.waitState(ctx, model.SandboxID(sb.ID), model.StateSuspended)
+			if got.Snapshot == nil || got.Snapshot.Kind != tc.kind {
+				t.Errorf("%s: suspended by its deadline with snapshot %+v, want %s", tc.name, got.Snapshot, tc.kind)
+				return
+			}
+			if _, stderr, code := s.cli(ctx, "sandbox", "wake", sb.ID); code != 0 {
+				t.Errorf("%s: wake: exit %d: %s", tc.name, code, stderr)
+				return
+			}
+			if out, stderr, code := s.cli(ctx, "exec", sb.ID, "--", "cat", "/root/deadline-kept.txt"); code != 0 || out != "kept\n" {
+				t.Errorf("%s: the file after the wake: exit %d: %q %s", tc.name, code, out, stderr)
+			}
+			out, stderr, code := s.cli(ctx, "exec", sb.ID, "--", "ps", "-eo", "args")
+			if code != 0 || strings.Contains(out, "sleep 602") != tc.runs {
+				t.Errorf("%s: processes after the wake (sleep 602 running: want %v): exit %d: %s%s", tc.name, tc.runs, code, out, stderr)
+			}
+			if _, stderr, code := s.cli(ctx, "sandbox", "delete", sb.ID); code != 0 {
+				t.Errorf("%s: delete: exit %d: %s", tc.name, code, stderr)
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -10,9 +10,11 @@
 //     after connect (the wake) a file written before is there and a
 //     background process started before is gone (a fresh sandbox over the
 //     kept files), where a plain pause keeps it;
-//   - lifecycle onTimeout pause with keepMemory false is still refused
-//     with a clear 501 on runsc (the deadline's suspend would keep
-//     memory), instead of being silently ignored; nothing is created.
+//   - lifecycle onTimeout {action: 'pause', keepMemory: false} on runsc:
+//     the deadline's pause keeps only the filesystem (it used to be refused
+//     with 501): after connect a file written before is there, a background
+//     process started before is gone and the sandbox booted again (a new
+//     boot_id), where the plain deadline pause below keeps memory.
 //
 // By hand: E2B_API_KEY=… E2B_API_URL=… E2B_SANDBOX_URL=… node parity-control.mjs
 
@@ -86,19 +88,22 @@ await r.step('pause({keepMemory: false}) on runsc: files kept, processes not', a
   assert.ok(!/sleep 600/.test(ps.stdout), `sleep 600 still runs after the filesystem pause:\n${ps.stdout}`)
 })
 
-await r.step('create with onTimeout pause, keepMemory false, on runsc: 501, nothing created', async () => {
-  const run = `${tag}-fsonly`
-  let err
-  try {
-    r.track(await Sandbox.create({ ...opts, metadata: { purpose: 'parity-control', run }, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }))
-  } catch (e) {
-    err = e
-  }
-  assert.ok(err, 'the create resolved: the deadline would keep memory the caller said not to keep')
-  assert.match(String(err), /501/)
-  assert.match(String(err), /keepMemory: false is not supported/)
-  const p = Sandbox.list({ query: { metadata: { run } } })
-  assert.deepEqual(await p.nextItems(), [], 'a sandbox was created')
+await r.step('create with onTimeout pause, keepMemory false, on runsc: the deadline pauses keeping files, not processes', async () => {
+  const fs = r.track(await Sandbox.create({ ...opts, timeoutMs: 8_000, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }))
+  await fs.files.write('/home/user/deadline-kept.txt', 'kept across the deadline pause\n')
+  const bootBefore = (await fs.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout.trim()
+  const bg = await fs.commands.run('sleep 603', { background: true })
+  await bg.disconnect()
+  assert.equal((await fs.getInfo()).state, 'running', 'paused before its deadline: the test was too slow')
+  await waitFor('the deadline pause', async () => (await fs.getInfo()).state === 'paused', { timeoutMs: 60_000, intervalMs: 250 })
+  const woken = await Sandbox.connect(fs.sandboxId, { timeoutMs: 300_000 })
+  assert.equal((await woken.getInfo()).state, 'running')
+  assert.equal(await woken.files.read('/home/user/deadline-kept.txt'), 'kept across the deadline pause\n')
+  const ps = await woken.commands.run('ps -eo args')
+  assert.ok(!/sleep 603/.test(ps.stdout), `sleep 603 still runs after the filesystem-only deadline pause:\n${ps.stdout}`)
+  const bootAfter = (await woken.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout.trim()
+  assert.notEqual(bootAfter, bootBefore, 'the same boot after a filesystem-only pause')
+  await woken.kill()
 })
 
 await r.step('kill', async () => {
@@ -115,6 +120,10 @@ await r.step('short timeouts fire on time: gone or paused 1 s after the deadline
   made.forEach((s) => r.track(s))
   const checks = made.map(async (s, i) => {
     const endAt = (await s.getInfo()).endAt
+    if (i === 3) {
+      // The plain deadline pause keeps memory: this process goes on.
+      await (await s.commands.run('sleep 604', { background: true })).disconnect()
+    }
     const wait = endAt.getTime() + 1000 - Date.now()
     assert.ok(wait > 0, `${s.sandboxId}: its deadline passed before the check could start (created too slowly)`)
     await sleep(wait)
@@ -130,7 +139,10 @@ await r.step('short timeouts fire on time: gone or paused 1 s after the deadline
     } else {
       const info = await Sandbox.getInfo(s.sandboxId)
       assert.equal(info.state, 'paused', `${s.sandboxId} 1 s after its deadline (${endAt.toISOString()})`)
-      await s.kill()
+      const woken = await Sandbox.connect(s.sandboxId, { timeoutMs: 300_000 })
+      const ps = await woken.commands.run('ps -eo args')
+      assert.ok(/sleep 604/.test(ps.stdout), `sleep 604 is gone after a plain deadline pause (memory kept):\n${ps.stdout}`)
+      await woken.kill()
     }
   })
   await Promise.all(checks)

@@ -38,9 +38,14 @@ func fakeEnvironment(t *testing.T, n environment.Name, iso environment.Isolation
 	return registry.Local{Detection: registry.Detection{Name: n, Definition: &d, Ref: ref, Available: available, Reason: reason}, Binary: bin, Enabled: enabled}
 }
 
+// runcCaps are what the fake runc declares: pause, no suspend.
+func (te *testEnvironments) runcCaps() runtime.Capabilities {
+	return runtime.NewCapabilities(runtime.CapPause)
+}
+
 func withEnvironments(t *testing.T, te *testEnvironments) envOption {
 	te.runsc = fakeEnvironment(t, environment.NameRunsc, environment.IsolationUserSpaceKernel, runtime.NewCapabilities(runtime.CapCheckpoint), true, true, "")
-	te.runc = fakeEnvironment(t, environment.NameRunc, environment.IsolationSharedKernel, runtime.NewCapabilities(runtime.CapPause), true, true, "")
+	te.runc = fakeEnvironment(t, environment.NameRunc, environment.IsolationSharedKernel, te.runcCaps(), true, true, "")
 	te.crun = fakeEnvironment(t, environment.NameCrun, environment.IsolationSharedKernel, runtime.Capabilities{}, false, false, "probe crun: run a container: exit status 1")
 	return func(c *envConfig) {
 		reg, err := registry.New(registry.Config{Store: c.Store, NodeID: testNode, Environments: []registry.Local{te.runsc, te.runc, te.crun}, Default: environment.NameRunsc})

@@ -417,9 +417,9 @@ func TestFilesOfPausedSandbox(t *testing.T) {
 // (501, nothing queued) where it cannot, never ignored.
 func TestSuspendKeepMemory(t *testing.T) {
 	t.Parallel()
-	runc := sandboxes.LifecycleSupport{Pause: true, Snapshot: model.SnapshotFilesystem, FilesystemSuspend: true}
-	runsc := sandboxes.LifecycleSupport{Pause: true, Snapshot: model.SnapshotMemory, FilesystemSuspend: true}
-	qemu := sandboxes.LifecycleSupport{Pause: true, Snapshot: model.SnapshotMemory}
+	runc := sandboxes.LifecycleSupport{Pause: true, Suspends: []model.SnapshotKind{model.SnapshotFilesystem}}
+	runsc := sandboxes.LifecycleSupport{Pause: true, Suspends: []model.SnapshotKind{model.SnapshotMemory, model.SnapshotFilesystem}}
+	qemu := sandboxes.LifecycleSupport{Pause: true, Suspends: []model.SnapshotKind{model.SnapshotMemory}}
 	for _, tc := range []struct {
 		name    string
 		support sandboxes.LifecycleSupport // what the sandbox's runtime can do
@@ -432,7 +432,7 @@ func TestSuspendKeepMemory(t *testing.T) {
 		{"memory on runsc", runsc, `{"keep_memory": true}`, http.StatusAccepted, model.SnapshotMemory, ""},
 		{"no preference on runsc", runsc, `{}`, http.StatusAccepted, "", ""},
 		{"filesystem-only on runsc", runsc, `{"keep_memory": false}`, http.StatusAccepted, model.SnapshotFilesystem, ""},
-		{"filesystem-only on qemu", qemu, `{"keep_memory": false}`, http.StatusNotImplemented, "", "filesystem-only suspend (keep_memory false) is not supported"},
+		{"filesystem-only on qemu", qemu, `{"keep_memory": false}`, http.StatusNotImplemented, "", "keeps only the filesystem (processes end) (keep_memory false) is not supported"},
 		{"memory on runc", runc, `{"keep_memory": true}`, http.StatusNotImplemented, "", "keep_memory true) is not supported"},
 		{"cannot suspend at all", sandboxes.LifecycleSupport{Pause: true}, `{"keep_memory": false}`, http.StatusNotImplemented, "", "cannot snapshot"},
 	} {

@@ -63,6 +63,24 @@ func parseOnTimeout(present bool, s string) (model.OnTimeout, error) {
 	return model.ParseOnTimeout(s)
 }
 
+// timeoutSnapshotKind is the kind of snapshot a deadline that does on
+// writes: from timeout_keep_memory when the request gives it (only with
+// on_timeout suspend), else cur (what the sandbox had, "" at create) while
+// on is a suspend.
+func timeoutSnapshotKind(on model.OnTimeout, present bool, keep *bool, cur model.SnapshotKind) (model.SnapshotKind, error) {
+	switch {
+	case present && keep == nil:
+		return "", badRequest("timeout_keep_memory must be true or false, not null (omit it for what the runtime's suspend keeps)")
+	case present && on != model.OnTimeoutSuspend:
+		return "", badRequest("timeout_keep_memory applies to on_timeout suspend, not %s", on)
+	case present:
+		return model.SnapshotKindKeeping(*keep), nil
+	case on != model.OnTimeoutSuspend:
+		return "", nil
+	}
+	return cur, nil
+}
+
 // createTimeouts reads the timeout, on_timeout and idle_timeout of a
 // create request.
 func (a *API) createTimeouts(c *call[apiv1.CreateSandboxRequest]) (model.Timeouts, error) {
@@ -74,6 +92,9 @@ func (a *API) createTimeouts(c *call[apiv1.CreateSandboxRequest]) (model.Timeout
 		return model.Timeouts{}, err
 	}
 	if to.OnTimeout, err = parseOnTimeout(c.present["on_timeout"], c.in.OnTimeout); err != nil {
+		return model.Timeouts{}, err
+	}
+	if to.SnapshotKind, err = timeoutSnapshotKind(to.OnTimeout, c.present["timeout_keep_memory"], c.in.TimeoutKeepMemory, ""); err != nil {
 		return model.Timeouts{}, err
 	}
 	if c.present["idle_timeout"] {
@@ -108,13 +129,22 @@ func (a *API) setSandboxTimeout(ctx context.Context, c *call[apiv1.SetTimeoutReq
 	if err != nil {
 		return nil, err
 	}
-	on := cur.Timeouts.OnTimeout
+	on, kind := cur.Timeouts.OnTimeout, cur.Timeouts.SnapshotKind
 	if c.present["on_timeout"] {
 		if on, err = parseOnTimeout(true, c.in.OnTimeout); err != nil {
 			return nil, err
 		}
+		kind = "" // a new on_timeout: the runtime's unless said again
 	}
-	sb, err := a.cfg.Store.SetSandboxTimeout(ctx, c.p.project, id, deadline, on, c.now)
+	if kind, err = timeoutSnapshotKind(on, c.present["timeout_keep_memory"], c.in.TimeoutKeepMemory, kind); err != nil {
+		return nil, err
+	}
+	if kind != cur.Timeouts.SnapshotKind && cur.Runtime != "" {
+		if err := a.cfg.Sandboxes.CheckSuspendKind("sandbox "+string(id)+"'s deadline", cur.Runtime, kind); err != nil {
+			return nil, err
+		}
+	}
+	sb, err := a.cfg.Store.SetSandboxTimeout(ctx, c.p.project, id, deadline, on, kind, c.now)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, notFound("sandbox %s not found", id)
 	}
@@ -143,6 +173,10 @@ func timeoutsOut(out *apiv1.Sandbox, sb model.Sandbox) {
 		on = sb.Timeouts.OnTimeout
 	}
 	out.OnTimeout = string(on)
+	if k := sb.Timeouts.SnapshotKind; k != "" {
+		keep := k == model.SnapshotMemory
+		out.TimeoutKeepMemory = &keep
+	}
 	out.IdleTimeout = int64(sb.Timeouts.Idle / time.Second)
 	if !sb.Timeouts.Deadline.IsZero() {
 		t := sb.Timeouts.Deadline.UTC()

@@ -50,6 +50,10 @@ type Sandbox struct {
 	// it was acted on.
 	TimeoutAt *time.Time `json:"timeout_at"`
 	OnTimeout string     `json:"on_timeout"`
+	// TimeoutKeepMemory, with on_timeout suspend, is what the deadline's
+	// suspend keeps: true memory and processes, false only the
+	// filesystem; absent: what the runtime's suspend keeps.
+	TimeoutKeepMemory *bool `json:"timeout_keep_memory,omitempty"`
 	// IdleTimeout is its idle limit in seconds (0: never suspended for
 	// idleness); LastActivityAt when it was last used (null: not
 	// recorded), as last written to the store (activity is flushed every
@@ -79,6 +83,12 @@ type CreateSandboxRequest struct {
 	// (default) or "suspend".
 	Timeout   int64  `json:"timeout,omitempty"`
 	OnTimeout string `json:"on_timeout,omitempty"`
+	// TimeoutKeepMemory, only with on_timeout suspend, is what the
+	// deadline's suspend must keep (as POST …/suspend's keep_memory):
+	// false, only the filesystem (processes end; a wake boots again);
+	// true, memory and processes; absent, what the runtime's suspend
+	// keeps. A runtime that cannot is refused (501 not_supported).
+	TimeoutKeepMemory *bool `json:"timeout_keep_memory,omitempty"`
 	// IdleTimeout, in seconds, is how long the sandbox may go without
 	// activity before it is suspended; absent: the server's default
 	// (--default-idle-timeout, 6 h unless its operator chose another);
@@ -108,6 +118,9 @@ type CreateSandboxRequest struct {
 type SetTimeoutRequest struct {
 	Timeout   int64  `json:"timeout"`
 	OnTimeout string `json:"on_timeout,omitempty"`
+	// TimeoutKeepMemory is as CreateSandboxRequest's; absent: the
+	// sandbox's stays unless on_timeout is given (then the runtime's).
+	TimeoutKeepMemory *bool `json:"timeout_keep_memory,omitempty"`
 }
 
 // SandboxWithOperation is the 202 response of POST /v1/sandboxes.

@@ -19,6 +19,7 @@ type timeoutFlags struct {
 	fs        *pflag.FlagSet
 	timeout   time.Duration
 	onTimeout string
+	keep      bool
 	idle      time.Duration
 }
 
@@ -26,6 +27,7 @@ func (f *timeoutFlags) register(fs *pflag.FlagSet) {
 	f.fs = fs
 	fs.DurationVar(&f.timeout, "sandbox-timeout", 0, "delete (or suspend, --on-timeout) the sandbox this long after it is created, whatever its activity, e.g. 2h (default: never)")
 	fs.StringVar(&f.onTimeout, "on-timeout", "", "what happens when --sandbox-timeout passes: delete or suspend (default: delete)")
+	fs.BoolVar(&f.keep, keepFlag, false, keepUsage)
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "suspend the sandbox after this long without activity; 0: never (default: the server's --default-idle-timeout, 6h)")
 }
 
@@ -36,6 +38,12 @@ func seconds(flag string, d time.Duration) (int64, error) {
 	}
 	return int64(d / time.Second), nil
 }
+
+// keepFlag says what a deadline's suspend keeps (timeout_keep_memory).
+const (
+	keepFlag  = "timeout-keep-memory"
+	keepUsage = "with --on-timeout suspend: =false keeps only the files at the deadline (processes end; the wake boots again), =true memory and processes (default: what the runtime's suspend keeps)"
+)
 
 // apply adds the flags given to a create request.
 func (f *timeoutFlags) apply(req *apiv1.CreateSandboxRequest) error {
@@ -53,6 +61,10 @@ func (f *timeoutFlags) apply(req *apiv1.CreateSandboxRequest) error {
 		}
 		req.OnTimeout = string(on)
 	}
+	if f.fs != nil && f.fs.Changed(keepFlag) {
+		keep := f.keep
+		req.TimeoutKeepMemory = &keep
+	}
 	if f.fs != nil && f.fs.Changed("idle-timeout") {
 		s, err := seconds("idle-timeout", f.idle)
 		if err != nil {
@@ -64,7 +76,10 @@ func (f *timeoutFlags) apply(req *apiv1.CreateSandboxRequest) error {
 }
 
 func (a *app) sandboxTimeoutCommand() *cobra.Command {
-	var onTimeout string
+	var (
+		onTimeout string
+		keep      bool
+	)
 	cmd := &cobra.Command{
 		Use:   "timeout SANDBOX DURATION",
 		Short: "Set or remove a sandbox's deadline",
@@ -92,6 +107,9 @@ func (a *app) sandboxTimeoutCommand() *cobra.Command {
 				}
 				req.OnTimeout = string(on)
 			}
+			if cmd.Flags().Changed(keepFlag) {
+				req.TimeoutKeepMemory = &keep
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
@@ -104,13 +122,20 @@ func (a *app) sandboxTimeoutCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&onTimeout, "on-timeout", "", "what happens at the deadline: delete or suspend (default: the sandbox's current choice)")
+	cmd.Flags().BoolVar(&keep, keepFlag, false, keepUsage+"; without it the sandbox's choice stays unless --on-timeout is given")
 	return cmd
 }
 
 // timeoutFields are the deadline and idle lines of a sandbox's table.
 func timeoutFields(w io.Writer, sb apiv1.Sandbox) {
 	if sb.TimeoutAt != nil {
-		fmt.Fprintf(w, "Deadline:\t%s (then %s)\n", timeText(*sb.TimeoutAt), sb.OnTimeout)
+		then := sb.OnTimeout
+		if k := sb.TimeoutKeepMemory; k != nil && !*k {
+			then += ", keeping only the files"
+		} else if k != nil {
+			then += ", keeping memory"
+		}
+		fmt.Fprintf(w, "Deadline:\t%s (then %s)\n", timeText(*sb.TimeoutAt), then)
 	}
 	idle := "never"
 	if sb.IdleTimeout > 0 {

@@ -59,6 +59,15 @@ const (
 	SnapshotFilesystem SnapshotKind = "filesystem"
 )
 
+// SnapshotKindKeeping is the kind of snapshot a suspend asked to keep
+// memory (keep_memory true) or only the filesystem (false) writes.
+func SnapshotKindKeeping(memory bool) SnapshotKind {
+	if memory {
+		return SnapshotMemory
+	}
+	return SnapshotFilesystem
+}
+
 // ParseSnapshotKind parses "memory" or "filesystem".
 func ParseSnapshotKind(s string) (SnapshotKind, error) {
 	switch k := SnapshotKind(s); k {
@@ -119,4 +128,9 @@ type Timeouts struct {
 	// (OnTimeout), whatever its activity.
 	Deadline  time.Time
 	OnTimeout OnTimeout
+	// SnapshotKind, with OnTimeoutSuspend, is the kind of snapshot the
+	// deadline's suspend writes ("": the runtime's own): SnapshotFilesystem
+	// keeps only the files (E2B's onTimeout pause with keepMemory false).
+	// Stored with the deadline, before any suspend, so a restart finds it.
+	SnapshotKind SnapshotKind
 }

@@ -86,9 +86,10 @@ type Config struct {
 	Node  model.NodeID
 	// Activity, if set, adds activity not yet flushed to the store.
 	Activity Activity
-	// CanSuspend and CanPause say whether the runtime of a sandbox can
-	// suspend or pause it; nil: it can.
-	CanSuspend func(model.Sandbox) bool
+	// CanSuspend says whether the runtime of a sandbox can suspend it
+	// writing a snapshot of kind ("": its own kind), CanPause whether it
+	// can pause it; nil: it can.
+	CanSuspend func(sb model.Sandbox, kind model.SnapshotKind) bool
 	CanPause   func(model.Sandbox) bool
 	// Watch, if set, returns a channel that receives a value after a
 	// store change that may set or move a deadline of the node's (or an
@@ -149,7 +150,7 @@ func New(cfg Config) (*Reaper, error) {
 	}
 	yes := func(model.Sandbox) bool { return true }
 	if cfg.CanSuspend == nil {
-		cfg.CanSuspend = yes
+		cfg.CanSuspend = func(model.Sandbox, model.SnapshotKind) bool { return true }
 	}
 	if cfg.CanPause == nil {
 		cfg.CanPause = yes
@@ -298,7 +299,7 @@ func (r *Reaper) deadline(ctx context.Context, sb model.Sandbox, now time.Time, 
 	case sb.State == model.StateDeleting || sb.State == model.StateDeleted:
 		done = true
 	case sb.Timeouts.OnTimeout == model.OnTimeoutDelete:
-		err = r.request(ctx, sb, model.OpDelete, ReasonDeadline, now)
+		err = r.request(ctx, sb, model.OpDelete, ReasonDeadline, now, "")
 		if done = err == nil; done {
 			res.Deleted++
 			log.Info("deadline passed; delete requested")
@@ -307,17 +308,28 @@ func (r *Reaper) deadline(ctx context.Context, sb model.Sandbox, now time.Time, 
 		done = true
 	case sb.State != model.StateRunning && sb.State != model.StatePaused:
 		// Pending, creating or changing state: a later pass acts.
-	case r.cfg.CanSuspend(sb):
-		err = r.request(ctx, sb, model.OpSuspend, ReasonDeadline, now)
+	case r.cfg.CanSuspend(sb, ""):
+		// The kind the sandbox asked its deadline's suspend to keep
+		// (stored with its deadline, so a crash between here and the
+		// suspend changes nothing) is carried on the operation. A runtime
+		// that cannot write it (checked when the deadline was set: the
+		// runtime changed since) keeps what its own suspend keeps rather
+		// than nothing.
+		snap := sb.Timeouts.SnapshotKind
+		if !r.cfg.CanSuspend(sb, snap) {
+			log.Warn("its runtime cannot write the snapshot kind its deadline asked for; it writes its own", "snapshot_kind", snap)
+			snap = ""
+		}
+		err = r.request(ctx, sb, model.OpSuspend, ReasonDeadline, now, snap)
 		if done = err == nil; done {
 			res.Suspended++
-			log.Info("deadline passed; suspend requested")
+			log.Info("deadline passed; suspend requested", "snapshot_kind", snap)
 		}
 	case sb.State == model.StatePaused:
 		done = true
 		log.Info("deadline passed; its runtime cannot suspend, and it is paused already")
 	case r.cfg.CanPause(sb):
-		err = r.request(ctx, sb, model.OpPause, ReasonDeadlinePaused, now)
+		err = r.request(ctx, sb, model.OpPause, ReasonDeadlinePaused, now, "")
 		if done = err == nil; done {
 			res.Paused++
 			log.Info("deadline passed; its runtime cannot suspend, pause requested")
@@ -362,14 +374,14 @@ func (r *Reaper) idle(ctx context.Context, sb model.Sandbox, now time.Time, res 
 		return nil
 	}
 	log := r.log.With("sandbox", sb.ID, "state", sb.State, "idle_timeout", sb.Timeouts.Idle, "idle_since", since)
-	if !r.cfg.CanSuspend(sb) {
+	if !r.cfg.CanSuspend(sb, "") {
 		if !r.cannot[sb.ID] {
 			r.cannot[sb.ID] = true
 			log.Info("idle, but its runtime cannot suspend it; it keeps running")
 		}
 		return nil
 	}
-	if err := r.request(ctx, sb, model.OpSuspend, fmt.Sprintf(reasonIdleFormat, sb.Timeouts.Idle), now); err != nil {
+	if err := r.request(ctx, sb, model.OpSuspend, fmt.Sprintf(reasonIdleFormat, sb.Timeouts.Idle), now, ""); err != nil {
 		return r.lost(ctx, log, err)
 	}
 	res.Suspended++
@@ -377,16 +389,19 @@ func (r *Reaper) idle(ctx context.Context, sb model.Sandbox, now time.Time, res 
 	return nil
 }
 
-// request asks the store for a lifecycle operation of kind on sb.
-func (r *Reaper) request(ctx context.Context, sb model.Sandbox, kind model.OperationKind, reason string, now time.Time) error {
+// request asks the store for a lifecycle operation of kind on sb; snap,
+// for a suspend, is the kind of snapshot it must write ("": the
+// runtime's).
+func (r *Reaper) request(ctx context.Context, sb model.Sandbox, kind model.OperationKind, reason string, now time.Time, snap model.SnapshotKind) error {
 	op := model.Operation{
-		ID:        model.NewOperationID(),
-		ProjectID: sb.ProjectID,
-		SandboxID: sb.ID,
-		Kind:      kind,
-		State:     model.OpPending,
-		CreatedAt: now,
-		UpdatedAt: now,
+		ID:           model.NewOperationID(),
+		ProjectID:    sb.ProjectID,
+		SandboxID:    sb.ID,
+		Kind:         kind,
+		State:        model.OpPending,
+		SnapshotKind: snap,
+		CreatedAt:    now,
+		UpdatedAt:    now,
 	}
 	var err error
 	if kind == model.OpDelete {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -213,7 +214,7 @@ func TestReaper(t *testing.T) {
 			sb := f.sandbox(tc.timeouts, tc.state)
 			cfg := Config{Store: f.st, Node: f.node, Now: f.clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			if !tc.canSuspend {
-				cfg.CanSuspend = no
+				cfg.CanSuspend = func(sb model.Sandbox, _ model.SnapshotKind) bool { return no(sb) }
 			}
 			if tc.cannotStop {
 				cfg.CanPause = no
@@ -246,6 +247,47 @@ func TestReaper(t *testing.T) {
 			}
 			if ops := f.unfinished(sb.ID); fmt.Sprint(ops) != fmt.Sprint(tc.want.ops) {
 				t.Fatalf("after a second pass: unfinished operations %v, want %v", ops, tc.want.ops)
+			}
+		})
+	}
+}
+
+// TestReaperDeadlineSnapshotKind: a deadline's suspend carries the kind
+// of snapshot the sandbox asked it to write onto the operation it queues;
+// a runtime that cannot write that kind suspends with its own (rather than
+// leaving the sandbox running past its deadline).
+func TestReaperDeadlineSnapshotKind(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kind model.SnapshotKind
+		can  []model.SnapshotKind // what the runtime's suspend can write
+		want model.SnapshotKind
+	}{
+		{"filesystem asked, can", model.SnapshotFilesystem, []model.SnapshotKind{model.SnapshotMemory, model.SnapshotFilesystem}, model.SnapshotFilesystem},
+		{"memory asked, can", model.SnapshotMemory, []model.SnapshotKind{model.SnapshotMemory, model.SnapshotFilesystem}, model.SnapshotMemory},
+		{"none asked", "", []model.SnapshotKind{model.SnapshotMemory, model.SnapshotFilesystem}, ""},
+		{"filesystem asked, cannot", model.SnapshotFilesystem, []model.SnapshotKind{model.SnapshotMemory}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			sb := f.sandbox(model.Timeouts{OnTimeout: model.OnTimeoutSuspend, SnapshotKind: tc.kind, Deadline: t0.Add(time.Second)}, model.StateRunning)
+			r, err := New(Config{Store: f.st, Node: f.node, Now: f.clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				CanSuspend: func(_ model.Sandbox, k model.SnapshotKind) bool { return k == "" || slices.Contains(tc.can, k) }})
+			must(t, err)
+			f.now = f.now.Add(time.Minute)
+			if _, err := r.Pass(f.ctx); err != nil {
+				t.Fatalf("Pass: %v", err)
+			}
+			ops, err := f.st.ListUnfinishedOperations(f.ctx)
+			must(t, err)
+			var got []model.Operation
+			for _, op := range ops {
+				if op.SandboxID == sb.ID {
+					got = append(got, op)
+				}
+			}
+			if len(got) != 1 || got[0].Kind != model.OpSuspend || got[0].SnapshotKind != tc.want {
+				t.Fatalf("queued %+v, want one suspend writing %q", got, tc.want)
 			}
 		})
 	}

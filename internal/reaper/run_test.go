@@ -142,7 +142,7 @@ func TestRunFiresAtTheDeadline(t *testing.T) {
 
 	// A deadline set now (by any server: a store change) wakes Run,
 	// which sets its timer for it.
-	_, err = f.st.SetSandboxTimeout(f.ctx, f.proj, later.ID, t0.Add(3*time.Second), model.OnTimeoutSuspend, t0.Add(time.Second))
+	_, err = f.st.SetSandboxTimeout(f.ctx, f.proj, later.ID, t0.Add(3*time.Second), model.OnTimeoutSuspend, "", t0.Add(time.Second))
 	must(t, err)
 	clock.waitArmed(t, t0.Add(time.Hour), t0.Add(3*time.Second))
 	clock.set(t0.Add(3 * time.Second))

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/model"
@@ -85,11 +86,10 @@ func SuspendAs(ctx context.Context, rt Runtime, id model.SandboxID, kind model.S
 		return Snapshot{}, err
 	}
 	info := rt.Info()
-	def := SnapshotKindOf(info.Capabilities)
-	if kind == "" || kind == def {
+	if kind == "" || kind == SnapshotKindOf(info.Capabilities) {
 		return s.Suspend(ctx, id)
 	}
-	if kind != model.SnapshotFilesystem || !info.Capabilities.Has(CapFilesystemSnapshot) {
+	if !slices.Contains(SuspendKinds(info.Capabilities), kind) {
 		return Snapshot{}, fmt.Errorf("a %s suspend on %s: %w", kind, info.Name, ErrNotSupported)
 	}
 	fs, ok := rt.(FilesystemSuspender)
@@ -102,13 +102,27 @@ func SuspendAs(ctx context.Context, rt Runtime, id model.SandboxID, kind model.S
 // SnapshotKindOf is the kind of snapshot a runtime with these capabilities
 // writes ("" if none).
 func SnapshotKindOf(c Capabilities) model.SnapshotKind {
-	switch {
-	case c.Has(CapCheckpoint):
-		return model.SnapshotMemory
-	case c.Has(CapFilesystemSnapshot):
-		return model.SnapshotFilesystem
+	if kinds := SuspendKinds(c); len(kinds) > 0 {
+		return kinds[0]
 	}
 	return ""
+}
+
+// SuspendKinds are the kinds of snapshot a suspend on a runtime with these
+// capabilities can be asked to write, its own (SnapshotKindOf) first; none:
+// it cannot suspend. CapCheckpoint writes memory; CapFilesystemSnapshot the
+// filesystem only (beside CapCheckpoint: on request, FilesystemSuspender).
+// This is the one place that says which suspend keeps what: SuspendAs
+// and the API's checks (keep_memory, a deadline's suspend) read it.
+func SuspendKinds(c Capabilities) []model.SnapshotKind {
+	var out []model.SnapshotKind
+	if c.Has(CapCheckpoint) {
+		out = append(out, model.SnapshotMemory)
+	}
+	if c.Has(CapFilesystemSnapshot) {
+		out = append(out, model.SnapshotFilesystem)
+	}
+	return out
 }
 
 // LiveSnapshotter is the method set of CapLiveSnapshot.

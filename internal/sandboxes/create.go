@@ -87,6 +87,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 	if err != nil {
 		return Created{}, err
 	}
+	if err := s.checkTimeoutKind(ctx, envSel, req.Timeouts.SnapshotKind); err != nil {
+		return Created{}, err
+	}
 	// Its host tasks, charged against its node's pids budget: one that
 	// alone exceeds this node's is refused here (ExceedsCapacity), one
 	// that does not fit what the nodes have left by placement and the
@@ -218,17 +221,26 @@ func (s *Service) environmentSelector(asked *environment.Selector) (environment.
 // reference; a reference nobody recorded is charged as a name this binary
 // does not know (the most), and placement refuses it anyway.
 func (s *Service) hostPids(ctx context.Context, sel environment.Selector, memoryMiB int) (int, error) {
-	name := sel.Name
-	if sel.Ref != "" {
-		rec, err := s.cfg.Store.GetEnvironment(ctx, sel.Ref)
-		switch {
-		case err == nil:
-			name = rec.Name
-		case !errors.Is(err, store.ErrNotFound):
-			return 0, fmt.Errorf("read environment %s: %w", sel.Ref, err)
-		}
+	name, err := s.environmentName(ctx, sel)
+	if err != nil {
+		return 0, err
 	}
 	return environment.HostPids(name, model.GuestPids(memoryMiB)), nil
+}
+
+// checkTimeoutKind refuses (NotSupported) a deadline whose suspend must
+// write a snapshot kind the runtime of the environment sel names cannot
+// write (CheckSuspendKind): at create, before anything is stored.
+func (s *Service) checkTimeoutKind(ctx context.Context, sel environment.Selector, kind model.SnapshotKind) error {
+	if kind == "" {
+		return nil
+	}
+	name, err := s.environmentName(ctx, sel)
+	if err != nil || name == "" {
+		return err
+	}
+	// An environment is named after its runtime (runsc, runc, crun, qemu).
+	return s.CheckSuspendKind("a deadline's suspend", string(name), kind)
 }
 
 // resolveEnvironment resolves the environment sel names to the reference

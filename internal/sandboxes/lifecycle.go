@@ -66,9 +66,9 @@ type LifecycleRequest struct {
 	// (nil: whatever the runtime's suspend keeps): true, memory and
 	// processes; false, only the filesystem, processes not kept. It is
 	// carried on the operation (Operation.SnapshotKind) to the runtime. A
-	// runtime that cannot write that kind refuses it (NotSupported): runsc
-	// writes either (memory by default), qemu only memory, runc and crun
-	// only the filesystem.
+	// runtime that cannot write that kind refuses it (NotSupported, from
+	// its capabilities: CheckSuspendKind): runsc and qemu write either
+	// (memory by default), runc and crun only the filesystem.
 	KeepMemory *bool
 	// Idempotency, if set, builds the idempotency record stored with the
 	// operation from what the request changes.
@@ -227,7 +227,7 @@ func (s *Service) checkSupported(sb model.Sandbox, kind model.OperationKind) err
 			return errorf(NotSupported, "sandbox %s runs on %s, which cannot snapshot a running sandbox (nor fork it)", sb.ID, runtimeName(sb))
 		}
 	case model.OpSuspend, model.OpWake:
-		if sup.Snapshot == "" {
+		if sup.Snapshot() == "" {
 			return errorf(NotSupported, "sandbox %s runs on %s, which cannot snapshot a sandbox: it cannot be suspended", sb.ID, runtimeName(sb))
 		}
 	}
@@ -246,27 +246,49 @@ func (s *Service) checkKeepMemory(sb model.Sandbox, req LifecycleRequest) (model
 	if req.Kind != model.OpSuspend {
 		return "", fmt.Errorf("%w: keep_memory applies to a suspend, not a %s", model.ErrInvalid, req.Kind)
 	}
-	want := model.SnapshotFilesystem
-	if *req.KeepMemory {
-		want = model.SnapshotMemory
+	want := model.SnapshotKindKeeping(*req.KeepMemory)
+	// A sandbox not placed yet is not known to any runtime (its state
+	// refuses a suspend anyway).
+	if err := s.CheckSuspendKind("sandbox "+string(sb.ID), sb.Runtime, want); err != nil {
+		return "", err
 	}
-	if s.cfg.LifecycleSupport == nil {
-		return want, nil
+	return want, nil
+}
+
+// CheckSuspendKind refuses, with NotSupported, a suspend that must write a
+// snapshot of kind on runtime when the runtime's capabilities
+// (LifecycleSupport.Suspends) say it cannot write one: a suspend asked with
+// keep_memory, and at create and set-timeout a deadline's suspend
+// (model.Timeouts.SnapshotKind); what names that suspend in the message. A
+// runtime this server does not know of (nor a server without
+// LifecycleSupport) is not checked here: its sandboxes' deadlines fall back
+// to the runtime's own suspend (reaper).
+func (s *Service) CheckSuspendKind(what, runtime string, kind model.SnapshotKind) error {
+	if s.cfg.LifecycleSupport == nil || kind == "" {
+		return nil
 	}
-	sup, ok := s.cfg.LifecycleSupport(sb)
-	switch {
-	case !ok && sb.Runtime == "":
-		// Not placed yet: its state refuses a suspend anyway.
-		return want, nil
-	case sup.Snapshot == want || want == model.SnapshotFilesystem && sup.FilesystemSuspend:
-		return want, nil
-	case sup.Snapshot == "":
-		return "", errorf(NotSupported, "sandbox %s runs on %s, whose suspend keeps neither memory nor the filesystem that this server knows of: keep_memory %v cannot be honoured", sb.ID, runtimeName(sb), *req.KeepMemory)
-	case want == model.SnapshotFilesystem:
-		return "", errorf(NotSupported, "sandbox %s runs on %s, whose suspend keeps memory and processes (a memory snapshot): a filesystem-only suspend (keep_memory false) is not supported there; suspend it with its memory, or delete it", sb.ID, runtimeName(sb))
-	default:
-		return "", errorf(NotSupported, "sandbox %s runs on %s, whose suspend keeps only the filesystem (its processes end): a suspend that keeps memory (keep_memory true) is not supported there", sb.ID, runtimeName(sb))
+	sup, ok := s.cfg.LifecycleSupport(model.Sandbox{Runtime: runtime})
+	if !ok || sup.CanSuspendAs(kind) {
+		return nil
 	}
+	can := "cannot suspend a sandbox"
+	if len(sup.Suspends) > 0 {
+		ks := make([]string, len(sup.Suspends))
+		for i, k := range sup.Suspends {
+			ks[i] = kept(k)
+		}
+		can = "suspends keeping " + strings.Join(ks, ", or on request ")
+	}
+	return errorf(NotSupported, "%s runs on %s, which %s: a suspend that keeps %s (keep_memory %v) is not supported there",
+		what, runtime, can, kept(kind), kind == model.SnapshotMemory)
+}
+
+// kept says what a snapshot of kind keeps, for a message.
+func kept(kind model.SnapshotKind) string {
+	if kind == model.SnapshotMemory {
+		return "memory and processes"
+	}
+	return "only the filesystem (processes end)"
 }
 
 func runtimeName(sb model.Sandbox) string {

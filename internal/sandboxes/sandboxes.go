@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/airlockdev/airlock/internal/egress"
@@ -145,15 +146,31 @@ type LiveEgress interface {
 type LifecycleSupport struct {
 	// Pause: pause and resume (memory stays resident).
 	Pause bool
-	// Snapshot is the kind of snapshot a suspend writes; "": the runtime
-	// cannot suspend (nor wake).
-	Snapshot model.SnapshotKind
-	// FilesystemSuspend: a suspend may be asked to keep only the
-	// filesystem (keep_memory false) although Snapshot is memory (runsc).
-	FilesystemSuspend bool
+	// Suspends are the kinds of snapshot a suspend can be asked to write,
+	// the runtime's own first (runtime.SuspendKinds of its capabilities);
+	// none: it cannot suspend (nor wake).
+	Suspends []model.SnapshotKind
 	// LiveSnapshot: a snapshot of the running sandbox that leaves it
 	// running (the snapshot noun, forks); its kind is Snapshot's.
 	LiveSnapshot bool
+}
+
+// Snapshot is the kind of snapshot a suspend writes unless asked for
+// another; "": the runtime cannot suspend.
+func (l LifecycleSupport) Snapshot() model.SnapshotKind {
+	if len(l.Suspends) == 0 {
+		return ""
+	}
+	return l.Suspends[0]
+}
+
+// CanSuspendAs says whether a suspend may be asked to write kind ("": the
+// runtime's own, if it can suspend at all).
+func (l LifecycleSupport) CanSuspendAs(kind model.SnapshotKind) bool {
+	if kind == "" {
+		return len(l.Suspends) > 0
+	}
+	return slices.Contains(l.Suspends, kind)
 }
 
 // Service creates, deletes and changes the lifecycle of sandboxes.

@@ -140,6 +140,9 @@ func (s *Service) createFromSnapshot(ctx context.Context, req CreateRequest, id 
 	if rec.State != model.SnapshotReady {
 		return nil, errorf(SnapshotNotReady, "snapshot %s is %s; a sandbox starts only from a ready snapshot", id, rec.State)
 	}
+	if err := s.CheckSuspendKind("a deadline's suspend", rec.Runtime, req.Timeouts.SnapshotKind); err != nil {
+		return nil, err
+	}
 	egress := req.Egress
 	if isZeroSpec(egress) {
 		if egress, err = s.cfg.Store.GetSnapshotEgress(ctx, id); err != nil {
@@ -325,5 +328,5 @@ func (s *Service) ForkKind(runtime string) (kind model.SnapshotKind, ok bool) {
 	if !ok || !sup.LiveSnapshot {
 		return "", ok
 	}
-	return sup.Snapshot, true
+	return sup.Snapshot(), true
 }

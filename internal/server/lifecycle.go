@@ -20,10 +20,7 @@ func lifecycleSupport(rts ...infoer) func(model.Sandbox) (sandboxes.LifecycleSup
 			}
 			return sandboxes.LifecycleSupport{
 				Pause:    info.Capabilities.Has(runtime.CapPause),
-				Snapshot: runtime.SnapshotKindOf(info.Capabilities),
-				// runsc claims both: a checkpoint by default, the
-				// filesystem only on request.
-				FilesystemSuspend: info.Capabilities.Has(runtime.CapFilesystemSnapshot),
+				Suspends: runtime.SuspendKinds(info.Capabilities),
 				// A live snapshot's kind is the suspend's.
 				LiveSnapshot: info.Capabilities.Has(runtime.CapLiveSnapshot),
 			}, true

@@ -46,7 +46,7 @@ func newTimeouts(opts Options, st store.Store, node model.NodeID, environments [
 		Store:      st,
 		Node:       node,
 		Activity:   tracker,
-		CanSuspend: func(sb model.Sandbox) bool { s, _ := sup(sb); return s.Snapshot != "" },
+		CanSuspend: func(sb model.Sandbox, kind model.SnapshotKind) bool { s, _ := sup(sb); return s.CanSuspendAs(kind) },
 		CanPause:   func(sb model.Sandbox) bool { s, _ := sup(sb); return s.Pause },
 		Watch:      func(ctx context.Context) <-chan struct{} { return st.WatchNode(ctx, node) },
 		Interval:   opts.ReapInterval,

@@ -55,11 +55,13 @@ type Activity interface {
 	// was recorded), so that their idle time counts from now rather than
 	// from their last state change, and returns how many it changed.
 	BackfillActivity(ctx context.Context, node model.NodeID, now time.Time) (int, error)
-	// SetSandboxTimeout replaces a sandbox's deadline (zero: none) and
-	// on_timeout, and returns the sandbox as it is then. A sandbox that is
+	// SetSandboxTimeout replaces a sandbox's deadline (zero: none),
+	// on_timeout and the kind of snapshot its suspend writes (kind, ""
+	// the runtime's own; only with OnTimeoutSuspend, else model.ErrInvalid),
+	// and returns the sandbox as it is then. A sandbox that is
 	// deleting or deleted is refused with an error wrapping
 	// model.ErrInvalidTransition; another project's is ErrNotFound.
-	SetSandboxTimeout(ctx context.Context, project model.ProjectID, id model.SandboxID, deadline time.Time, on model.OnTimeout, now time.Time) (model.Sandbox, error)
+	SetSandboxTimeout(ctx context.Context, project model.ProjectID, id model.SandboxID, deadline time.Time, on model.OnTimeout, kind model.SnapshotKind, now time.Time) (model.Sandbox, error)
 	// ClearDeadline sets a sandbox's deadline to none if it is still
 	// deadline (a compare-and-swap, so that a deadline changed meanwhile is
 	// kept) and reports whether it did.

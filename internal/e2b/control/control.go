@@ -39,11 +39,10 @@
 //     mcp (an object: the SDK starts the template's mcp-gateway itself
 //     once the sandbox runs; the server keeps nothing).
 //   - pause "memory": false is a native suspend with keep_memory false
-//     (honoured on runc, crun and runsc, which then suspends without a
-//     checkpoint; refused with 501 on qemu, whose suspend keeps memory),
-//     and autoPauseMemory false with autoPause is refused with 501
-//     at create unless the default environment's suspend keeps only the
-//     filesystem.
+//     (a filesystem-only suspend, on every runtime), and autoPauseMemory
+//     with autoPause (lifecycle onTimeout {action: 'pause', keepMemory})
+//     the native create's timeout_keep_memory, kept with the deadline for
+//     its suspend (the native API refuses, 501, a runtime that cannot).
 //   - Metrics (GET /sandboxes/{id}/metrics, /sandboxes/metrics) are the
 //     native samples (GET /v1/sandboxes/{id}/metrics), every 5 s.
 //   - Volumes are native volumes (vol_… IDs; E2B's create names no size:

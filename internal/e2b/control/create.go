@@ -36,10 +36,6 @@ func notImplemented(format string, args ...any) error {
 // createSpec is a parsed E2B create request.
 type createSpec struct {
 	e2bTemplate string // as the caller named it
-	// fsOnlyPause: lifecycle onTimeout pause with keepMemory false
-	// (autoPauseMemory false): the deadline's suspend must keep only the
-	// filesystem.
-	fsOnlyPause bool
 	native      apiv1.CreateSandboxRequest
 }
 
@@ -147,6 +143,20 @@ func parseCreate(in createIn) (createSpec, error) {
 	if in.AutoPause != nil && *in.AutoPause {
 		on = model.OnTimeoutSuspend
 	}
+	// autoPauseMemory (lifecycle onTimeout {action: 'pause', keepMemory})
+	// is what the deadline's suspend keeps: false, only the filesystem (a
+	// wake boots again). The native create refuses (501) a runtime that
+	// cannot do that; E2B refuses it beside auto-resume, as here.
+	var keepMemory *bool
+	if in.AutoPauseMemory != nil {
+		switch {
+		case on != model.OnTimeoutSuspend:
+			return createSpec{}, badRequest("autoPauseMemory applies to autoPause true (lifecycle onTimeout pause), not kill")
+		case !*in.AutoPauseMemory && in.AutoResume != nil && in.AutoResume.Enabled:
+			return createSpec{}, badRequest("autoPauseMemory false (a filesystem-only pause, resumed by connect) cannot be combined with autoResume")
+		}
+		keepMemory = in.AutoPauseMemory
+	}
 	// The E2B timeout ends an E2B sandbox; the server's idle limit (not
 	// E2B's) still suspends one nobody uses, which bounds a sandbox that
 	// traffic woke after a pause cleared its deadline.
@@ -158,7 +168,6 @@ func parseCreate(in createIn) (createSpec, error) {
 	}
 	return createSpec{
 		e2bTemplate: tpl,
-		fsOnlyPause: on == model.OnTimeoutSuspend && in.AutoPauseMemory != nil && !*in.AutoPauseMemory,
 		native: apiv1.CreateSandboxRequest{
 			Template:    native,
 			Snapshot:    snapshot,
@@ -168,6 +177,8 @@ func parseCreate(in createIn) (createSpec, error) {
 			Timeout:     timeout,
 			OnTimeout:   string(on),
 			PublicPorts: publicPorts(in),
+
+			TimeoutKeepMemory: keepMemory,
 
 			VolumeMounts: volumes,
 		},

@@ -38,22 +38,34 @@ func TestKeepMemoryFalse(t *testing.T) {
 			t.Errorf("native suspend body %q, want none", f.suspendBody)
 		}
 	})
-	const create = `{"templateID":"base","timeout":3,"autoPause":true,"autoPauseMemory":false}`
-	t.Run("onTimeout pause keepMemory false on runsc: refused", func(t *testing.T) {
-		f := &fakeNative{id: model.NewSandboxID(), script: []model.SandboxState{model.StateRunning}, snapshot: "memory"}
-		rec := send(t, f, "POST", "/sandboxes", create)
-		if rec.Code != 501 || !strings.Contains(rec.Body.String(), "keepMemory: false is not supported") || !strings.Contains(rec.Body.String(), "runsc") {
-			t.Fatalf("status %d: %s", rec.Code, rec.Body)
-		}
-		if len(f.calls) != 0 {
-			t.Errorf("native calls %v after the refusal, want none", f.calls)
-		}
-	})
-	t.Run("onTimeout pause keepMemory false on runc: created", func(t *testing.T) {
-		f := &fakeNative{id: model.NewSandboxID(), script: []model.SandboxState{model.StateRunning}, snapshot: "filesystem"}
-		send(t, f, "POST", "/sandboxes", create)
-		if len(f.calls) == 0 {
-			t.Errorf("no native create")
-		}
-	})
+	// lifecycle onTimeout {action: 'pause', keepMemory}: the native create
+	// carries it (the native API refuses, 501, a runtime that cannot).
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		native     string // in the native create's body
+	}{
+		{"keepMemory false", `{"templateID":"base","timeout":3,"autoPause":true,"autoPauseMemory":false}`, 0, `"timeout_keep_memory":false`},
+		{"keepMemory true", `{"templateID":"base","timeout":3,"autoPause":true,"autoPauseMemory":true}`, 0, `"timeout_keep_memory":true`},
+		{"pause without keepMemory", `{"templateID":"base","timeout":3,"autoPause":true}`, 0, `"on_timeout":"suspend"`},
+		{"keepMemory with kill", `{"templateID":"base","timeout":3,"autoPause":false,"autoPauseMemory":false}`, 400, ""},
+		{"keepMemory false with autoResume", `{"templateID":"base","timeout":3,"autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":true}}`, 400, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeNative{id: model.NewSandboxID(), script: []model.SandboxState{model.StateRunning}}
+			rec := send(t, f, "POST", "/sandboxes", tc.body)
+			if tc.status != 0 {
+				if rec.Code != tc.status || len(f.calls) != 0 {
+					t.Fatalf("status %d (%s), native calls %v; want %d and none", rec.Code, rec.Body, f.calls, tc.status)
+				}
+				return
+			}
+			if !strings.Contains(f.createBody, tc.native) {
+				t.Fatalf("native create %q, want %s", f.createBody, tc.native)
+			}
+			if strings.Contains(tc.body, "autoPauseMemory") != strings.Contains(f.createBody, "timeout_keep_memory") {
+				t.Fatalf("native create %q carries timeout_keep_memory when the create did not say it (or not when it did)", f.createBody)
+			}
+		})
+	}
 }

@@ -28,10 +28,10 @@ type fakeNative struct {
 	// metrics are the native samples; metricsQuery the last query of them.
 	metrics      []apiv1.SandboxMetric
 	metricsQuery string
-	// suspendBody is the body of the last native suspend; snapshot what
-	// the default environment's suspend keeps (GET /v1/environments).
+	// suspendBody is the body of the last native suspend, createBody of
+	// the last native create.
 	suspendBody string
-	snapshot    string
+	createBody  string
 }
 
 func (f *fakeNative) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -48,9 +48,6 @@ func (f *fakeNative) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.script = f.script[1:]
 		}
 		_ = json.NewEncoder(w).Encode(sb)
-	case r.Method == "GET" && r.URL.Path == "/v1/environments":
-		_ = json.NewEncoder(w).Encode(apiv1.EnvironmentList{Environments: []apiv1.Environment{
-			{Name: "crun", Snapshot: "filesystem"}, {Name: "runsc", Default: true, Snapshot: f.snapshot}}})
 	case r.Method == "GET" && r.URL.Path == base+"/metrics":
 		f.metricsQuery = r.URL.RawQuery
 		_ = json.NewEncoder(w).Encode(apiv1.SandboxMetricList{Metrics: append([]apiv1.SandboxMetric{}, f.metrics...)})
@@ -68,9 +65,11 @@ func (f *fakeNative) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			kind = "delete"
 		}
 		f.calls = append(f.calls, kind)
-		if kind == "suspend" {
-			body, _ := io.ReadAll(r.Body)
+		switch body, _ := io.ReadAll(r.Body); {
+		case kind == "suspend":
 			f.suspendBody = string(body)
+		case r.URL.Path == "/v1/sandboxes":
+			f.createBody = string(body)
 		}
 		if f.busy > 0 {
 			f.busy--

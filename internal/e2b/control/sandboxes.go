@@ -89,11 +89,6 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if err != nil {
 		return err
 	}
-	if spec.fsOnlyPause {
-		if err := checkFilesystemSuspend(ctx, c); err != nil {
-			return err
-		}
-	}
 	res, err := c.CreateSandbox(ctx, spec.native)
 	if err != nil {
 		return fmt.Errorf("create sandbox: %w", err)
@@ -184,7 +179,8 @@ func extendTimeout(ctx context.Context, c *client.Client, sb apiv1.Sandbox, time
 	if autoPause != nil {
 		req.OnTimeout = string(model.OnTimeoutDelete)
 		if *autoPause {
-			req.OnTimeout = string(model.OnTimeoutSuspend)
+			// What the pause keeps stays as the create said.
+			req.OnTimeout, req.TimeoutKeepMemory = string(model.OnTimeoutSuspend), sb.TimeoutKeepMemory
 		}
 	}
 	if !force && req.OnTimeout == "" && (sb.TimeoutAt == nil || !sb.TimeoutAt.Before(want)) {
@@ -385,7 +381,7 @@ func (h *Handler) pause(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 	if err != nil && sb.TimeoutAt != nil {
 		if left := int64(time.Until(*sb.TimeoutAt).Seconds()); left > 0 {
-			if _, rerr := c.SetSandboxTimeout(ctx, id, apiv1.SetTimeoutRequest{Timeout: left, OnTimeout: sb.OnTimeout}); rerr != nil {
+			if _, rerr := c.SetSandboxTimeout(ctx, id, apiv1.SetTimeoutRequest{Timeout: left, OnTimeout: sb.OnTimeout, TimeoutKeepMemory: sb.TimeoutKeepMemory}); rerr != nil {
 				h.log.Error("e2b: put back the deadline after a refused pause", "sandbox", id, "err", rerr)
 			}
 		}

@@ -160,6 +160,12 @@ func (r *Runtime) DialAgent(ctx context.Context, id model.SandboxID) (net.Conn, 
 			return nil, fmt.Errorf("dial agent of %s: %w (console: %s)", id, errVMStopped, consoleTail(dir))
 		}
 	}
+	return r.dialLive(ctx, id, dir)
+}
+
+// dialLive connects to the agent of a VM known to run (its caller may hold
+// the sandbox's lock, which DialAgent takes).
+func (r *Runtime) dialLive(ctx context.Context, id model.SandboxID, dir string) (net.Conn, error) {
 	port, err := r.ports.acquire(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("dial agent: %w", err)

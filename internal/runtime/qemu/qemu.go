@@ -226,10 +226,12 @@ func parseVersion(out string) string {
 
 // Capabilities of the QEMU runtime: pause (QMP stop/cont), memory
 // checkpoint (a suspend saves the VM's device state; its RAM is a file
-// already), a prepared network (a TAP device in the sandbox's netns) and
-// live snapshots whose forks continue the source's memory (fork.go).
+// already), on request a filesystem-only suspend (the guest syncs, the VM
+// stops, its disk stays and a wake boots it again: fssuspend.go), a
+// prepared network (a TAP device in the sandbox's netns) and live
+// snapshots whose forks continue the source's memory (fork.go).
 func Capabilities() runtime.Capabilities {
-	return runtime.NewCapabilities(runtime.CapPause, runtime.CapCheckpoint, runtime.CapNetwork, runtime.CapLiveSnapshot)
+	return runtime.NewCapabilities(runtime.CapPause, runtime.CapCheckpoint, runtime.CapFilesystemSnapshot, runtime.CapNetwork, runtime.CapLiveSnapshot)
 }
 
 // Info describes the runtime. The isolation class follows the accelerator:

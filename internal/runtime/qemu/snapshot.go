@@ -95,71 +95,114 @@ const migrationTimeout = 2 * time.Minute
 // a private copy-on-write mapping) is saved with it. The disk stays as it
 // was, frozen.
 func (r *Runtime) Suspend(ctx context.Context, id model.SandboxID) (runtime.Snapshot, error) {
+	return r.suspendWith(ctx, id, func(dir, snapDir string, m machine) (snapshotRecord, error) {
+		state := filepath.Join(snapDir, stateFile)
+		if err := saveVM(ctx, dir, state, m.MemoryShared); err != nil {
+			return snapshotRecord{}, err
+		}
+		rec := snapshotRecord{Format: FormatMigration, IgnoreShared: m.MemoryShared, Memory: m.Memory, BootID: hostBootID()}
+		if fi, err := os.Stat(state); err == nil {
+			rec.SizeBytes = fi.Size()
+		}
+		if m.MemoryShared {
+			rec.SizeBytes += allocated(m.Memory)
+		}
+		return rec, nil
+	})
+}
+
+// suspendWith suspends sandbox id: save stops its VM (m, in dir) and
+// writes into snapDir what the snapshot keeps, returning its record
+// (Format, what it keeps of the memory); the frozen disk's layer name is
+// added here. Then the VM is no longer live (no started marker), the
+// record is written and QEMU ends; a RAM file of the VM's own that the
+// record does not keep goes. A sandbox suspended already returns its
+// snapshot (suspendBegin).
+func (r *Runtime) suspendWith(ctx context.Context, id model.SandboxID, save func(dir, snapDir string, m machine) (snapshotRecord, error)) (runtime.Snapshot, error) {
 	unlock := r.lock(id)
 	defer unlock()
-	dir := r.dir(id)
-	name := id.String()
-	snapDir := filepath.Join(dir, snapshotDir)
-	if rec, err := readSnapshot(snapDir); err == nil {
-		pid := vmPid(dir, name)
-		if pid == 0 {
-			return rec.snapshot(snapDir), nil // suspended already
-		}
-		if live, err := r.liveAfterWake(ctx, dir); err != nil {
-			return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
-		} else if !live {
-			// A suspend that crashed after writing its snapshot (QEMU
-			// stopped after the migration), or a wake's leftover QEMU
-			// that never ran: end it.
-			if err := killVM(ctx, pid, name); err != nil {
-				return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
-			}
-			return rec.snapshot(snapDir), nil
-		}
-		// Woken from that snapshot and running (ForgetSnapshot not
-		// called yet): a new snapshot replaces it below.
-	}
-	if !exists(dir) {
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, runtime.ErrNotFound)
-	}
-	pid := vmPid(dir, name)
-	if pid == 0 {
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: the sandbox is stopped", id)
-	}
-	m, err := readMachine(dir)
+	snap, err := r.suspendLocked(ctx, id, save)
 	if err != nil {
 		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
 	}
-	if err := os.RemoveAll(snapDir); err != nil { // a partial earlier attempt
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+	return snap, nil
+}
+
+func (r *Runtime) suspendLocked(ctx context.Context, id model.SandboxID, save func(dir, snapDir string, m machine) (snapshotRecord, error)) (runtime.Snapshot, error) {
+	dir := r.dir(id)
+	name := id.String()
+	snapDir := filepath.Join(dir, snapshotDir)
+	if snap, done, err := r.suspendBegin(ctx, dir, name, snapDir); err != nil || done {
+		return snap, err
 	}
-	if err := os.Mkdir(snapDir, 0o700); err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+	pid := vmPid(dir, name)
+	m, err := readMachine(dir)
+	if err != nil {
+		return runtime.Snapshot{}, err
 	}
-	state := filepath.Join(snapDir, stateFile)
-	if err := saveVM(ctx, dir, state, m.MemoryShared); err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+	rec, err := save(dir, snapDir, m)
+	if err != nil {
+		return runtime.Snapshot{}, err
+	}
+	// From here the VM is not live: a crash before the record leaves a
+	// stopped QEMU that the next attempt saves again, one after it a
+	// record whose QEMU suspendBegin ends.
+	if err := os.Remove(filepath.Join(dir, startedFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return runtime.Snapshot{}, err
 	}
 	now := time.Now().UTC()
-	rec := snapshotRecord{
-		Format: FormatMigration, IgnoreShared: m.MemoryShared, Memory: m.Memory, CreatedAt: now,
-		Layer: filepath.Join(dir, fmt.Sprintf("layer-%d", now.UnixNano())), LayerFormat: m.DiskFormat,
-		BootID: hostBootID(),
-	}
-	if fi, err := os.Stat(state); err == nil {
-		rec.SizeBytes = fi.Size()
-	}
-	if m.MemoryShared {
-		rec.SizeBytes += allocated(m.Memory)
-	}
+	rec.CreatedAt = now
+	rec.Layer, rec.LayerFormat = filepath.Join(dir, fmt.Sprintf("layer-%d", now.UnixNano())), m.DiskFormat
 	if err := writeSnapshot(snapDir, rec); err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+		return runtime.Snapshot{}, err
 	}
 	if err := killVM(ctx, pid, name); err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("suspend %s: %w", id, err)
+		return runtime.Snapshot{}, err
 	}
-	_ = os.Remove(filepath.Join(dir, startedFile))
+	if rec.Memory != m.Memory && m.MemoryShared && within(dir, m.Memory) {
+		// Its memory is not kept (one mapped private from a base
+		// snapshot is the base's, not the VM's).
+		if err := os.Remove(m.Memory); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return runtime.Snapshot{}, err
+		}
+	}
 	return rec.snapshot(snapDir), nil
+}
+
+// suspendBegin is the start of a suspend of the VM in dir: done with the
+// snapshot when it is suspended already (of whichever kind; a suspend that
+// crashed after writing its snapshot, or a wake's leftover QEMU that never
+// ran, is ended first); otherwise a live VM with an empty snapDir for the
+// new snapshot (one woken from a snapshot and running, ForgetSnapshot not
+// called yet, gets a new one in its place).
+func (r *Runtime) suspendBegin(ctx context.Context, dir, name, snapDir string) (snap runtime.Snapshot, done bool, err error) {
+	if rec, err := readSnapshot(snapDir); err == nil {
+		pid := vmPid(dir, name)
+		if pid == 0 {
+			return rec.snapshot(snapDir), true, nil // suspended already
+		}
+		if live, err := r.liveAfterWake(ctx, dir); err != nil {
+			return runtime.Snapshot{}, false, err
+		} else if !live {
+			if err := killVM(ctx, pid, name); err != nil {
+				return runtime.Snapshot{}, false, err
+			}
+			return rec.snapshot(snapDir), true, nil
+		}
+	}
+	if !exists(dir) {
+		return runtime.Snapshot{}, false, runtime.ErrNotFound
+	}
+	if vmPid(dir, name) == 0 {
+		return runtime.Snapshot{}, false, errors.New("the sandbox is stopped")
+	}
+	if err := os.RemoveAll(snapDir); err != nil { // a partial earlier attempt
+		return runtime.Snapshot{}, false, err
+	}
+	if err := os.Mkdir(snapDir, 0o700); err != nil {
+		return runtime.Snapshot{}, false, err
+	}
+	return runtime.Snapshot{}, false, nil
 }
 
 // saveVM stops the VM and writes its migration stream to state (fsynced).
@@ -253,8 +296,8 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 	dir := r.dir(id)
 	name := id.String()
 	snapDir := filepath.Join(dir, snapshotDir)
-	if spec.Restore.Format != FormatMigration {
-		return fmt.Errorf("restore %s: snapshot format %q is not %q", id, spec.Restore.Format, FormatMigration)
+	if spec.Restore.Format != FormatMigration && spec.Restore.Format != FormatDisk {
+		return fmt.Errorf("restore %s: snapshot format %q is neither %q nor %q", id, spec.Restore.Format, FormatMigration, FormatDisk)
 	}
 	if filepath.Clean(spec.Restore.Location) != snapDir {
 		return fmt.Errorf("restore %s: the snapshot at %s is not this sandbox's (%s)", id, spec.Restore.Location, snapDir)
@@ -262,6 +305,9 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 	rec, err := readSnapshot(snapDir)
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	if rec.Format != spec.Restore.Format {
+		return fmt.Errorf("restore %s: the snapshot is %q, not %q", id, rec.Format, spec.Restore.Format)
 	}
 	if pid := vmPid(dir, name); pid != 0 {
 		if exists(filepath.Join(dir, createdFile)) && !exists(filepath.Join(dir, startedFile)) {
@@ -311,6 +357,11 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 	m.Chain = chainOver(m.DiskFormat, diskLayer{rec.Layer, rec.LayerFormat}, m.Chain)
 	m.Disk = disk
 	m.Memory, m.MemoryShared = rec.Memory, false
+	if rec.Format == FormatDisk {
+		// Only the disk was kept: the VM boots again over it, with fresh
+		// memory.
+		return r.bootFromDisk(ctx, spec, dir, m)
+	}
 	if !rec.IgnoreShared && !within(dir, rec.Memory) && !exists(rec.Memory) {
 		// The stream holds the whole RAM and the file the VM mapped
 		// private is gone (a fork's live snapshot, removed once its
@@ -320,20 +371,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 			return fmt.Errorf("restore %s: %w", id, err)
 		}
 	}
-	if n := spec.Network; n != nil && m.NIC {
-		link, err := attachTAP(ctx, n.NetnsPath)
-		if err != nil {
-			return fmt.Errorf("restore %s: network: %w", id, err)
-		}
-		m.Netns, m.TAP = n.NetnsPath, link.TAP
-	}
-	m.Guest.Hostname, m.Guest.Env, m.Guest.PidsMax = spec.Hostname, spec.Env.List(), spec.Resources.PidsLimit
-	if err := writeMachine(dir, m); err != nil {
-		return fmt.Errorf("restore %s: %w", id, err)
-	}
-	_ = os.Remove(filepath.Join(dir, startedFile))
-	_ = os.Remove(filepath.Join(dir, createdFile))
-	if _, err := r.launch(ctx, dir, name, m, true); err != nil {
+	if err := r.relaunch(ctx, spec, dir, m, true); err != nil {
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
 	if err := loadVM(ctx, dir, filepath.Join(snapDir, stateFile), rec.IgnoreShared); err != nil {
@@ -344,6 +382,28 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec) error {
 		return fmt.Errorf("restore %s: %w (console: %s)", id, err, console)
 	}
 	return markCreated(dir, fromSnapshot)
+}
+
+// relaunch starts QEMU again for a sandbox being woken, with machine m
+// on the sandbox's network (a new TAP in its namespace) and the spec's
+// guest settings: held before its first instruction for a boot, waiting
+// for its state with incoming.
+func (r *Runtime) relaunch(ctx context.Context, spec runtime.Spec, dir string, m machine, incoming bool) error {
+	if n := spec.Network; n != nil && m.NIC {
+		link, err := attachTAP(ctx, n.NetnsPath)
+		if err != nil {
+			return fmt.Errorf("network: %w", err)
+		}
+		m.Netns, m.TAP = n.NetnsPath, link.TAP
+	}
+	m.Guest.Hostname, m.Guest.Env, m.Guest.PidsMax = spec.Hostname, spec.Env.List(), spec.Resources.PidsLimit
+	if err := writeMachine(dir, m); err != nil {
+		return err
+	}
+	_ = os.Remove(filepath.Join(dir, startedFile))
+	_ = os.Remove(filepath.Join(dir, createdFile))
+	_, err := r.launch(ctx, dir, spec.ID.String(), m, incoming)
+	return err
 }
 
 // legacyChain is the backing chain below the qcow2 disk at path as its
@@ -407,8 +467,12 @@ func (r *Runtime) ForgetSnapshot(ctx context.Context, id model.SandboxID) error 
 }
 
 func (rec snapshotRecord) snapshot(loc string) runtime.Snapshot {
+	kind := model.SnapshotMemory
+	if rec.Format == FormatDisk {
+		kind = model.SnapshotFilesystem
+	}
 	return runtime.Snapshot{
-		Kind:      model.SnapshotMemory,
+		Kind:      kind,
 		Format:    rec.Format,
 		Location:  loc,
 		SizeBytes: rec.SizeBytes,
@@ -425,8 +489,8 @@ func readSnapshot(snapDir string) (snapshotRecord, error) {
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return rec, fmt.Errorf("%s: %w", filepath.Join(snapDir, snapshotMeta), err)
 	}
-	if rec.Format != FormatMigration {
-		return rec, fmt.Errorf("%s: format %q is not %q", filepath.Join(snapDir, snapshotMeta), rec.Format, FormatMigration)
+	if rec.Format != FormatMigration && rec.Format != FormatDisk {
+		return rec, fmt.Errorf("%s: format %q is neither %q nor %q", filepath.Join(snapDir, snapshotMeta), rec.Format, FormatMigration, FormatDisk)
 	}
 	return rec, nil
 }

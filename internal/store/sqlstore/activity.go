@@ -67,8 +67,8 @@ func (s *Store) BackfillActivity(ctx context.Context, node model.NodeID, now tim
 }
 
 // SetSandboxTimeout implements store.Store.
-func (s *Store) SetSandboxTimeout(ctx context.Context, project model.ProjectID, id model.SandboxID, deadline time.Time, on model.OnTimeout, now time.Time) (model.Sandbox, error) {
-	on, err := model.ParseOnTimeout(string(on))
+func (s *Store) SetSandboxTimeout(ctx context.Context, project model.ProjectID, id model.SandboxID, deadline time.Time, on model.OnTimeout, kind model.SnapshotKind, now time.Time) (model.Sandbox, error) {
+	on, kind, err := onTimeoutColumns(model.Timeouts{OnTimeout: on, SnapshotKind: kind})
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("set timeout of sandbox %s: %w", id, err)
 	}
@@ -81,8 +81,8 @@ func (s *Store) SetSandboxTimeout(ctx context.Context, project model.ProjectID, 
 		if state == model.StateDeleting || state == model.StateDeleted {
 			return fmt.Errorf("%w: the sandbox is %s", model.ErrInvalidTransition, state)
 		}
-		if _, err := t.exec(ctx, `UPDATE sandboxes SET deadline = ?, on_timeout = ?, updated_at = ? WHERE id = ?`,
-			microOrZero(deadline), string(on), micro(now), string(id)); err != nil {
+		if _, err := t.exec(ctx, `UPDATE sandboxes SET deadline = ?, on_timeout = ?, timeout_snapshot_kind = ?, updated_at = ? WHERE id = ?`,
+			microOrZero(deadline), string(on), string(kind), micro(now), string(id)); err != nil {
 			return fmt.Errorf("update deadline: %w", err)
 		}
 		out, err = scanSandbox(t.queryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes s WHERE s.id = ?`, string(id)))

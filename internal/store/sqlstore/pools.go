@@ -241,7 +241,7 @@ func (s *Store) ClaimPoolSandbox(ctx context.Context, c store.PoolClaim) (model.
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("claim from pool %s: metadata: %w", c.Pool, err)
 	}
-	onTimeout, err := model.ParseOnTimeout(string(c.Timeouts.OnTimeout))
+	onTimeout, timeoutKind, err := onTimeoutColumns(c.Timeouts)
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("claim from pool %s: %w", c.Pool, err)
 	}
@@ -284,10 +284,10 @@ func (s *Store) ClaimPoolSandbox(ctx context.Context, c store.PoolClaim) (model.
 			return err
 		}
 		res, err := t.exec(ctx, `UPDATE sandboxes SET project_id = ?, pool_id = '', source = ?, env = ?, metadata = ?, public_ports = ?, egress = ?,
-			idle_timeout_ms = ?, deadline = ?, on_timeout = ?, last_activity_at = ?, node_selector = ?, created_at = ?, updated_at = ?
+			idle_timeout_ms = ?, deadline = ?, on_timeout = ?, timeout_snapshot_kind = ?, last_activity_at = ?, node_selector = ?, created_at = ?, updated_at = ?
 			WHERE id = ? AND pool_id = ? AND state = ?`,
 			string(c.ProjectID), string(model.SourcePool), env, metadata, boolInt(c.PublicPorts), egressText,
-			c.Timeouts.Idle.Milliseconds(), microOrZero(c.Timeouts.Deadline), string(onTimeout), micro(c.Now), selector,
+			c.Timeouts.Idle.Milliseconds(), microOrZero(c.Timeouts.Deadline), string(onTimeout), string(timeoutKind), micro(c.Now), selector,
 			micro(c.Now), micro(c.Now), string(id), string(c.Pool), string(model.StateRunning))
 		if err != nil {
 			return fmt.Errorf("claim sandbox %s: %w", id, err)

@@ -22,7 +22,7 @@ const (
 
 const sandboxColumns = `s.id, s.project_id, s.template_digest, s.cpus, s.memory_mib, s.disk_mib, s.env, s.metadata,
 	s.state, s.state_reason, s.node_id, s.runtime, s.created_at, s.updated_at,
-	s.environment, s.snapshot, s.idle_timeout_ms, s.deadline, s.on_timeout, s.last_activity_at, s.node_selector,
+	s.environment, s.snapshot, s.idle_timeout_ms, s.deadline, s.on_timeout, s.timeout_snapshot_kind, s.last_activity_at, s.node_selector,
 	s.pool_id, s.source, s.public_ports, s.host_pids, s.volume_mounts, s.from_snapshot`
 
 func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
@@ -32,6 +32,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 		env, metadata, state, node, rt string
 		created, updated               int64
 		envRef, onTimeout, selector    string
+		timeoutKind                    string
 		pool, source, fromSnapshot     string
 		snapshot                       sql.NullString
 		idleMS, deadline, activity     int64
@@ -40,7 +41,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 	)
 	err := row.Scan(&id, &project, &digest, &sb.Resources.CPUs, &sb.Resources.MemoryMiB, &sb.Resources.DiskMiB, &env, &metadata,
 		&state, &sb.StateReason, &node, &rt, &created, &updated,
-		&envRef, &snapshot, &idleMS, &deadline, &onTimeout, &activity, &selector,
+		&envRef, &snapshot, &idleMS, &deadline, &onTimeout, &timeoutKind, &activity, &selector,
 		&pool, &source, &public, &sb.Resources.HostPids, &volumes, &fromSnapshot)
 	if err != nil {
 		return model.Sandbox{}, err
@@ -77,6 +78,11 @@ func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 	if sb.Timeouts.OnTimeout, err = model.ParseOnTimeout(onTimeout); err != nil {
 		return model.Sandbox{}, fmt.Errorf("stored sandbox %s: %w", id, err)
 	}
+	if timeoutKind != "" {
+		if sb.Timeouts.SnapshotKind, err = model.ParseSnapshotKind(timeoutKind); err != nil {
+			return model.Sandbox{}, fmt.Errorf("stored sandbox %s: timeout snapshot kind: %w", id, err)
+		}
+	}
 	if sb.NodeSelector, err = decodeLabels(selector); err != nil {
 		return model.Sandbox{}, fmt.Errorf("stored sandbox %s: node selector: %w", id, err)
 	}
@@ -112,6 +118,24 @@ func scanSandbox(row interface{ Scan(...any) error }) (model.Sandbox, error) {
 	sb.CreatedAt = fromMicro(created)
 	sb.UpdatedAt = fromMicro(updated)
 	return sb, nil
+}
+
+// onTimeoutColumns checks what a deadline does and the kind of snapshot
+// its suspend writes ("" for a delete): the on_timeout and
+// timeout_snapshot_kind columns.
+func onTimeoutColumns(to model.Timeouts) (model.OnTimeout, model.SnapshotKind, error) {
+	on, err := model.ParseOnTimeout(string(to.OnTimeout))
+	if err != nil {
+		return "", "", err
+	}
+	if to.SnapshotKind == "" {
+		return on, "", nil
+	}
+	if on != model.OnTimeoutSuspend {
+		return "", "", fmt.Errorf("%w: a snapshot kind for the deadline needs on_timeout suspend, not %s", model.ErrInvalid, on)
+	}
+	kind, err := model.ParseSnapshotKind(string(to.SnapshotKind))
+	return on, kind, err
 }
 
 // jsonMap encodes a string map as a JSON object ("{}" for nil).
@@ -195,7 +219,7 @@ func (t tx) insertSandbox(ctx context.Context, sb model.Sandbox, egress policy.S
 	if err != nil {
 		return fmt.Errorf("metadata: %w", err)
 	}
-	onTimeout, err := model.ParseOnTimeout(string(sb.Timeouts.OnTimeout)) // "": delete
+	onTimeout, timeoutKind, err := onTimeoutColumns(sb.Timeouts) // "": delete
 	if err != nil {
 		return err
 	}
@@ -223,12 +247,12 @@ func (t tx) insertSandbox(ctx context.Context, sb model.Sandbox, egress policy.S
 	}
 	_, err = t.exec(ctx, `INSERT INTO sandboxes (id, project_id, template_digest, cpus, memory_mib, disk_mib, env, metadata,
 		state, state_reason, node_id, runtime, created_at, updated_at, egress,
-		environment, idle_timeout_ms, deadline, on_timeout, last_activity_at, node_selector, pool_id, public_ports, host_pids, volume_mounts, from_snapshot)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		environment, idle_timeout_ms, deadline, on_timeout, timeout_snapshot_kind, last_activity_at, node_selector, pool_id, public_ports, host_pids, volume_mounts, from_snapshot)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		string(sb.ID), string(sb.ProjectID), string(sb.Template), sb.Resources.CPUs, sb.Resources.MemoryMiB,
 		sb.Resources.DiskMiB, env, metadata, string(model.StatePending), sb.StateReason, string(sb.NodeID), sb.Runtime,
 		micro(sb.CreatedAt), micro(sb.UpdatedAt), egressText,
-		string(sb.Environment), sb.Timeouts.Idle.Milliseconds(), microOrZero(sb.Timeouts.Deadline), string(onTimeout),
+		string(sb.Environment), sb.Timeouts.Idle.Milliseconds(), microOrZero(sb.Timeouts.Deadline), string(onTimeout), string(timeoutKind),
 		microOrZero(sb.LastActivity), selector, string(sb.Pool), boolInt(sb.PublicPorts), sb.Resources.HostPids, volumes, string(sb.FromSnapshot))
 	if err != nil {
 		return fmt.Errorf("insert sandbox: %w", t.s.insertErr(err))

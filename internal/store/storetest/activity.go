@@ -137,7 +137,7 @@ func testSetSandboxTimeout(e *env) {
 	sb, _ := e.sandbox(p.ID, tpl.Digest, nil)
 	at := e.now()
 	deadline := at.Add(90 * time.Second)
-	got, err := e.s.SetSandboxTimeout(e.ctx, p.ID, sb.ID, deadline, model.OnTimeoutDelete, at)
+	got, err := e.s.SetSandboxTimeout(e.ctx, p.ID, sb.ID, deadline, model.OnTimeoutDelete, "", at)
 	must(t, err)
 	want := sb
 	want.Timeouts.Deadline, want.Timeouts.OnTimeout, want.UpdatedAt = deadline, model.OnTimeoutDelete, at
@@ -146,18 +146,18 @@ func testSetSandboxTimeout(e *env) {
 
 	// Zero removes the deadline.
 	at = e.now()
-	got, err = e.s.SetSandboxTimeout(e.ctx, p.ID, sb.ID, time.Time{}, model.OnTimeoutSuspend, at)
+	got, err = e.s.SetSandboxTimeout(e.ctx, p.ID, sb.ID, time.Time{}, model.OnTimeoutSuspend, "", at)
 	must(t, err)
 	want.Timeouts.Deadline, want.Timeouts.OnTimeout, want.UpdatedAt = time.Time{}, model.OnTimeoutSuspend, at
 	checkSandbox(t, got, want)
 
-	_, err = e.s.SetSandboxTimeout(e.ctx, other.ID, sb.ID, deadline, model.OnTimeoutDelete, e.now())
+	_, err = e.s.SetSandboxTimeout(e.ctx, other.ID, sb.ID, deadline, model.OnTimeoutDelete, "", e.now())
 	mustIs(t, err, store.ErrNotFound)
-	_, err = e.s.SetSandboxTimeout(e.ctx, p.ID, sb.ID, deadline, "later", e.now())
+	_, err = e.s.SetSandboxTimeout(e.ctx, p.ID, sb.ID, deadline, "later", "", e.now())
 	mustIs(t, err, model.ErrInvalid)
 	_, err = e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: p.ID, SandboxID: sb.ID, Operation: e.deleteOp(sb), Now: e.now()})
 	must(t, err)
-	_, err = e.s.SetSandboxTimeout(e.ctx, p.ID, sb.ID, deadline, model.OnTimeoutDelete, e.now())
+	_, err = e.s.SetSandboxTimeout(e.ctx, p.ID, sb.ID, deadline, model.OnTimeoutDelete, "", e.now())
 	mustIs(t, err, model.ErrInvalidTransition)
 	if d := e.getSandbox(sb.ID).Timeouts.Deadline; !d.IsZero() {
 		t.Fatalf("a refused change wrote deadline %s", d)
@@ -469,7 +469,7 @@ func testConcurrentFlushes(e *env) {
 		}
 		sb := list[i-flushers]
 		if i%2 == 0 {
-			_, errs[i] = e.s.SetSandboxTimeout(e.ctx, p.ID, sb.ID, base.Add(time.Hour), model.OnTimeoutDelete, base)
+			_, errs[i] = e.s.SetSandboxTimeout(e.ctx, p.ID, sb.ID, base.Add(time.Hour), model.OnTimeoutDelete, "", base)
 			return
 		}
 		op := model.Operation{ID: model.NewOperationID(), ProjectID: p.ID, SandboxID: sb.ID, Kind: model.OpPause,

@@ -48,6 +48,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		snapshotBlobTests(),
 		e2bBuildTests(),
 		fsSuspendTests(),
+		keepMemTests(),
 	}
 	for _, g := range groups {
 		for _, tc := range g {
