@@ -1,4 +1,4 @@
--- 025_keepmem: what a sandbox's deadline suspend keeps.
+-- 027_keepmem: what a sandbox's deadline suspend keeps.
 --
 -- timeout_snapshot_kind, for a sandbox whose on_timeout is 'suspend', is the
 -- kind of snapshot the deadline's suspend writes: '' the runtime's own,
