@@ -56,49 +56,64 @@ func (s *Store) ImportDir(ctx context.Context, src string, progress func(Progres
 // template's manifest.
 func (s *Store) ImportDirConfig(ctx context.Context, src string, cfg Config, progress func(Progress)) (Imported, error) {
 	return s.importWith(ctx, progress, cfg, src, func(ctx context.Context, stg *stager) error {
-		links := map[inodeKey]string{}
-		return walkTree(ctx, src, func(e *walkEntry) error {
-			st := &e.st
-			m := meta{
-				mode:  st.Mode & 0o7777,
-				uid:   int(st.Uid),
-				gid:   int(st.Gid),
-				mtime: time.Unix(st.Mtim.Unix()),
+		return fillFromDir(ctx, stg, src, false)
+	})
+}
+
+// fillFromDir stages the tree rooted at directory src (see ImportDir).
+// With link, its regular files are hard links to src's own inodes (Clone:
+// src is an immutable tree of a store), copied only when src is on another
+// filesystem.
+func fillFromDir(ctx context.Context, stg *stager, src string, link bool) error {
+	links := map[inodeKey]string{}
+	return walkTree(ctx, src, func(e *walkEntry) error {
+		st := &e.st
+		m := meta{
+			mode:  st.Mode & 0o7777,
+			uid:   int(st.Uid),
+			gid:   int(st.Gid),
+			mtime: time.Unix(st.Mtim.Unix()),
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			if err := stg.dir(e.rel, m); err != nil {
+				return err
 			}
-			switch st.Mode & unix.S_IFMT {
-			case unix.S_IFDIR:
-				if err := stg.dir(e.rel, m); err != nil {
-					return err
-				}
-				return copyXattrs(stg, e)
-			case unix.S_IFREG:
-				key := inodeKey{uint64(st.Dev), st.Ino}
-				if first, ok := links[key]; ok {
-					return stg.hardlink(e.rel, first)
-				}
-				if st.Nlink > 1 {
-					links[key] = e.rel
-				}
-				f, err := e.open()
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if err := stg.copyFile(ctx, e.rel, m, st.Size, f); err != nil {
-					return err
-				}
-				return copyXattrs(stg, e)
-			case unix.S_IFLNK:
-				target, err := e.readlink()
-				if err != nil {
-					return err
-				}
-				return stg.symlink(e.rel, target, m)
-			default:
-				return rejectf("%s is a %s; templates may hold only regular files, directories, symlinks and hardlinks",
-					filepath.Join(src, e.rel), fileTypeName(st.Mode))
+			return copyXattrs(stg, e)
+		case unix.S_IFREG:
+			key := inodeKey{uint64(st.Dev), st.Ino}
+			if first, ok := links[key]; ok {
+				return stg.hardlink(e.rel, first)
 			}
-		})
+			if st.Nlink > 1 {
+				links[key] = e.rel
+			}
+			if link {
+				err := stg.link(e, m)
+				if !errors.Is(err, unix.EXDEV) {
+					return err
+				}
+				link = false // another filesystem: copy this file and the rest
+			}
+			f, err := e.open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := stg.copyFile(ctx, e.rel, m, st.Size, f); err != nil {
+				return err
+			}
+			return copyXattrs(stg, e)
+		case unix.S_IFLNK:
+			target, err := e.readlink()
+			if err != nil {
+				return err
+			}
+			return stg.symlink(e.rel, target, m)
+		default:
+			return rejectf("%s is a %s; templates may hold only regular files, directories, symlinks and hardlinks",
+				filepath.Join(src, e.rel), fileTypeName(st.Mode))
+		}
 	})
 }
 

@@ -404,6 +404,21 @@ func fileMode(mode uint32) os.FileMode {
 // setTimes sets the access and modification times of rel (not following a
 // symlink) through its open parent directory.
 func (s *stager) setTimes(rel string, t time.Time) error {
+	dirFd, base, err := s.parent(rel)
+	if err != nil {
+		return err
+	}
+	ts := unix.NsecToTimespec(clampTime(t).UnixNano())
+	if err := unix.UtimesNanoAt(dirFd, base, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("set times of %s: %w", rel, err)
+	}
+	return nil
+}
+
+// parent returns an open descriptor of rel's parent directory (cached
+// while consecutive entries share it; the stager owns it) and rel's base
+// name.
+func (s *stager) parent(rel string) (int, string, error) {
 	parent, base := path.Split(rel)
 	parent = strings.TrimSuffix(parent, "/")
 	if parent == "" {
@@ -416,15 +431,11 @@ func (s *stager) setTimes(rel string, t time.Time) error {
 		}
 		f, err := s.root.OpenFile(parent, os.O_RDONLY|unix.O_DIRECTORY, 0)
 		if err != nil {
-			return fmt.Errorf("open directory %s: %w", parent, err)
+			return -1, "", fmt.Errorf("open directory %s: %w", parent, err)
 		}
 		s.parentFile, s.parentRel = f, parent
 	}
-	ts := unix.NsecToTimespec(clampTime(t).UnixNano())
-	if err := unix.UtimesNanoAt(int(s.parentFile.Fd()), base, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("set times of %s: %w", rel, err)
-	}
-	return nil
+	return int(s.parentFile.Fd()), base, nil
 }
 
 // clampTime keeps times within what UnixNano and common filesystems hold.

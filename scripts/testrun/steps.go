@@ -195,7 +195,10 @@ func (r *runner) integration(ctx context.Context, name string) error {
 			// A failed test's whole server log is kept beside the run's.
 			env := []string{"AIRLOCK_TEST_LOG_DIR=" + filepath.Join(r.logDir, "server-logs")}
 			cmd := r.command(ctx, dir, env, "go", "tool", "test2json", "-t", "-p", integration,
-				bin, "-test.v=test2json", "-test.count=1", "-test.timeout=45m", "-test.run", pattern)
+				bin, "-test.v=test2json", "-test.count=1", "-test.timeout=45m", "-test.run", pattern,
+				// Subtests that may run side by side (TestE2BSDK's scripts)
+				// get 3 at once, not GOMAXPROCS (2 here): they mostly wait.
+				"-test.parallel=3")
 			return r.jsonRun(cmd, gname)
 		}
 	}
