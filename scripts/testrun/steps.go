@@ -18,9 +18,11 @@ const (
 	kubeDir     = "deploy/kubernetes/test"
 )
 
-// fullRun is the full tier: static checks, then the unit packages, the
-// integration groups and the Kubernetes test side by side.
+// fullRun is the full tier: the shared recipe cache pruned
+// (cachegc.go), static checks, then the unit packages, the integration
+// groups and the Kubernetes test side by side.
 func (r *runner) fullRun(ctx context.Context) error {
+	r.pruneTestCache(ctx)
 	if err := r.timed("static checks", func() error { return r.static(ctx) }); err != nil {
 		return err
 	}
@@ -55,6 +57,7 @@ func (r *runner) fastRun(ctx context.Context) error {
 // soakRun runs the integration package o.soak times in a row while the
 // unit packages run over and over beside it.
 func (r *runner) soakRun(ctx context.Context) error {
+	r.pruneTestCache(ctx)
 	pkgs, err := r.unitPackages(ctx)
 	if err != nil {
 		return err

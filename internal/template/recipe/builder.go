@@ -165,6 +165,9 @@ func (b *Builder) BuildWith(ctx context.Context, r Recipe, contextDir string, op
 		report(i+1, i, ps.kind)
 		if i < resume {
 			sr.Cached, sr.Digest = true, b.entryDigest(ps.key)
+			if ps.kind == KindTemplate {
+				sr.Digest = ps.base
+			}
 			if i == resume-1 {
 				sr.Digest = cur.Digest
 			}

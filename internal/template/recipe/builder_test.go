@@ -236,6 +236,9 @@ func TestBuildCacheChain(t *testing.T) {
 	if err := b2.Store.Verify(context.Background(), final); err != nil {
 		t.Fatal(err)
 	}
+	if res4.Steps[0].Digest != base {
+		t.Errorf("fresh store: the base step's digest %s, want %s", res4.Steps[0].Digest, base)
+	}
 	for i, st := range res.Steps[1:5] {
 		if b2.Store.Has(st.Digest) {
 			t.Errorf("fresh store: step %d's tree %s was imported too", i+2, st.Digest)
