@@ -391,19 +391,14 @@ func TestTemplateBuildRecipe(t *testing.T) {
 func fillRecipeCache(t *testing.T, cache string, r recipe.Recipe, contextDir string) model.TemplateDigest {
 	t.Helper()
 	ctx := ctxFor(t, 15*time.Minute)
-	// internal/template/recipe's tests check the store at rest while they
-	// hold it.
-	storeDir := filepath.Join(cache, "recipe-store-v1")
-	defer airtest.LockShared(t, storeDir)()
-	store, err := template.Open(storeDir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, unlock := lockSharedStore(t, cache)
+	defer unlock()
 	b := &recipe.Builder{Store: store, CacheDir: filepath.Join(cache, "recipe-cache-v1")}
 	var log strings.Builder
 	start := time.Now()
 	var res recipe.Result
-	err = netnstest.InHost(func() error {
+	err := netnstest.InHost(func() error {
+		var err error
 		res, err = b.Build(ctx, r, contextDir, &log)
 		return err
 	})
@@ -412,6 +407,21 @@ func fillRecipeCache(t *testing.T, cache string, r recipe.Recipe, contextDir str
 	}
 	t.Logf("recipe in the build cache (%v):\n%s", time.Since(start).Round(time.Millisecond), tail(log.String(), 10))
 	return res.Imported.Digest
+}
+
+// lockSharedStore opens the shared recipe store (recipe-store-v1) and
+// holds its lock until unlock: internal/template/recipe's tests check the
+// store at rest while they hold it, and scripts/testrun prunes it.
+func lockSharedStore(t *testing.T, cache string) (_ *template.Store, unlock func()) {
+	t.Helper()
+	storeDir := filepath.Join(cache, "recipe-store-v1")
+	unlock = airtest.LockShared(t, storeDir)
+	store, err := template.Open(storeDir, nil)
+	if err != nil {
+		unlock()
+		t.Fatal(err)
+	}
+	return store, unlock
 }
 
 // seedTemplates gives server s, before its first start, templates ds of
@@ -425,12 +435,8 @@ func fillRecipeCache(t *testing.T, cache string, r recipe.Recipe, contextDir str
 func seedTemplates(t *testing.T, cache string, s *server, ds ...model.TemplateDigest) {
 	t.Helper()
 	ctx := ctxFor(t, 5*time.Minute)
-	storeDir := filepath.Join(cache, "recipe-store-v1")
-	defer airtest.LockShared(t, storeDir)()
-	shared, err := template.Open(storeDir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	shared, unlock := lockSharedStore(t, cache)
+	defer unlock()
 	own, err := template.Open(filepath.Join(s.dataDir, "templates"), nil)
 	if err != nil {
 		t.Fatal(err)
