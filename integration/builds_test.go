@@ -387,26 +387,71 @@ func TestTemplateBuildRecipe(t *testing.T) {
 // Debian's archive: a server under test runs in this package's namespace,
 // which has no route out, and finds every step of r cached. The first run
 // on a machine bootstraps Debian (40 s to 2 minutes); later ones hash keys.
-func fillRecipeCache(t *testing.T, cache string, r recipe.Recipe, contextDir string) {
+// It returns the template r makes, which the shared store holds.
+func fillRecipeCache(t *testing.T, cache string, r recipe.Recipe, contextDir string) model.TemplateDigest {
 	t.Helper()
 	ctx := ctxFor(t, 15*time.Minute)
-	// internal/template/recipe's tests check the store at rest while they
-	// hold it.
-	storeDir := filepath.Join(cache, "recipe-store-v1")
-	defer airtest.LockShared(t, storeDir)()
-	store, err := template.Open(storeDir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, unlock := lockSharedStore(t, cache)
+	defer unlock()
 	b := &recipe.Builder{Store: store, CacheDir: filepath.Join(cache, "recipe-cache-v1")}
 	var log strings.Builder
 	start := time.Now()
-	err = netnstest.InHost(func() error {
-		_, err := b.Build(ctx, r, contextDir, &log)
+	var res recipe.Result
+	err := netnstest.InHost(func() error {
+		var err error
+		res, err = b.Build(ctx, r, contextDir, &log)
 		return err
 	})
 	if err != nil {
 		t.Fatalf("build a recipe into the recipe cache: %v\n%s", err, tail(log.String(), 40))
 	}
 	t.Logf("recipe in the build cache (%v):\n%s", time.Since(start).Round(time.Millisecond), tail(log.String(), 10))
+	return res.Imported.Digest
+}
+
+// lockSharedStore opens the shared recipe store (recipe-store-v1) and
+// holds its lock until unlock: internal/template/recipe's tests check the
+// store at rest while they hold it, and scripts/testrun prunes it.
+func lockSharedStore(t *testing.T, cache string) (_ *template.Store, unlock func()) {
+	t.Helper()
+	storeDir := filepath.Join(cache, "recipe-store-v1")
+	unlock = airtest.LockShared(t, storeDir)
+	store, err := template.Open(storeDir, nil)
+	if err != nil {
+		unlock()
+		t.Fatal(err)
+	}
+	return store, unlock
+}
+
+// seedTemplates gives server s, before its first start, templates ds of
+// the shared recipe store (fillRecipeCache's results) as clones by hard
+// link (template.Store.Clone: nothing copied, the digest checked), so that
+// a server sharing the recipe build cache finds those recipes' results in
+// its own store and imports nothing: its Debian default is ready at start,
+// and a build of the same recipe is answered from the cache at once. A test
+// of the server's own import from the cache (TestDefaultDebianTemplate)
+// does not seed.
+func seedTemplates(t *testing.T, cache string, s *server, ds ...model.TemplateDigest) {
+	t.Helper()
+	ctx := ctxFor(t, 5*time.Minute)
+	shared, unlock := lockSharedStore(t, cache)
+	defer unlock()
+	own, err := template.Open(filepath.Join(s.dataDir, "templates"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if !shared.Has(d) {
+			// Pruned since fillRecipeCache (scripts/testrun prunes the
+			// shared store at the start of a run of its own).
+			t.Logf("template %s is not in the shared store: the server imports it from the build cache", d)
+			continue
+		}
+		start := time.Now()
+		if _, err := own.Clone(ctx, shared, d); err != nil {
+			t.Fatalf("seed the server's store with %s: %v", d, err)
+		}
+		t.Logf("template %s cloned into the server's store in %v", d, time.Since(start).Round(time.Millisecond))
+	}
 }

@@ -2,10 +2,12 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +59,7 @@ func TestE2BSDK(t *testing.T) {
 	}
 	ctx := ctxFor(t, 40*time.Minute)
 	modules := npmInstall(ctx, t, npm, cache, e2bDir, "e2b")
-	fillRecipeCache(t, cache, recipe.Default(), t.TempDir())
+	debian := fillRecipeCache(t, cache, recipe.Default(), t.TempDir())
 	recipeYAML, err := os.ReadFile(recipePath)
 	if err != nil {
 		t.Fatal(err)
@@ -66,17 +68,20 @@ func TestE2BSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the code-interpreter template's recipe: %v", err)
 	}
-	fillRecipeCache(t, cache, ci, filepath.Dir(recipePath))
+	codeInterp := fillRecipeCache(t, cache, ci, filepath.Dir(recipePath))
 
 	// The server runs inside the egress tests' fake internet
 	// (internal/egress/fakenet): its public addresses and names serve HTTP
 	// and HTTPS, so the scripts' steps that need an internet run too
 	// (SMOKE_FAKE_INTERNET, e2bFakeInternetEnv).
 	n := newFakenet(t)
-	s := newEgressServer(t, build(t), "runsc", n, "--egress-default", "public",
-		"--default-template", "debian", "--build-cache-dir", filepath.Join(cache, "recipe-cache-v1"))
-	// The Debian default builds in the background at the first start; a
-	// run waits for it (and shows it), so the SDK's create does not.
+	// The server's store gets both templates from the shared store by
+	// hard link (TestDefaultDebianTemplate covers a server importing the
+	// default from the build cache itself).
+	s := newEgressServerWith(t, build(t), "runsc", n, func(s *server) { seedTemplates(t, cache, s, debian, codeInterp) },
+		"--egress-default", "public", "--default-template", "debian", "--build-cache-dir", filepath.Join(cache, "recipe-cache-v1"))
+	// The Debian default is ready at start (its recipe's result is in the
+	// server's store); a run would wait for its build otherwise.
 	start := time.Now()
 	if stdout, stderr, code := s.cli(ctx, "run", "--", "true"); code != 0 {
 		t.Fatalf("wait for the default template: exit %d\n%s\n%s", code, stdout, tail(stderr, 40))
@@ -108,12 +113,43 @@ func TestE2BSDK(t *testing.T) {
 	for _, p := range parity {
 		scripts = append(scripts, filepath.Base(p))
 	}
+	// The scripts are independent (each makes, names and kills its own
+	// sandboxes, templates, volumes, secrets and snapshots under random
+	// tags, and lists only by them), so they run side by side: in
+	// e2bScriptsAtOnce lanes (parallel subtests: as many at once as
+	// -test.parallel allows, scripts/testrun passes 3), each taking the
+	// next script from one queue, slowest first, so the longest does not
+	// start last. The lanes end before the server's cleanup.
+	slices.SortStableFunc(scripts, func(a, b string) int { return e2bScriptRank(a) - e2bScriptRank(b) })
+	queue := make(chan string, len(scripts))
 	for _, script := range scripts {
-		t.Run(strings.TrimSuffix(script, ".mjs"), func(t *testing.T) {
-			// node runs in the server's namespace, where its listener is.
-			runNodeWith(ctx, t, s.command, node, work, env, script)
+		queue <- script
+	}
+	close(queue)
+	for lane := 1; lane <= e2bScriptsAtOnce; lane++ {
+		t.Run(fmt.Sprintf("lane%d", lane), func(t *testing.T) {
+			t.Parallel()
+			for script := range queue {
+				t.Run(strings.TrimSuffix(script, ".mjs"), func(t *testing.T) {
+					// node runs in the server's namespace, where its listener is.
+					runNodeWith(ctx, t, s.command, node, work, env, script)
+				})
+			}
 		})
 	}
+}
+
+// e2bScriptsAtOnce bounds the SDK scripts TestE2BSDK runs side by side.
+const e2bScriptsAtOnce = 3
+
+// e2bScriptRank orders the scripts slowest first (by their times in CI:
+// templates 48 s, network 23 s, control 21 s, smoke 12 s, the rest ≤ 12 s),
+// so that the longest does not start last.
+func e2bScriptRank(script string) int {
+	if i := slices.Index([]string{"parity-templates.mjs", "parity-network.mjs", "parity-control.mjs", "smoke.mjs"}, script); i >= 0 {
+		return i
+	}
+	return 4
 }
 
 // e2bFakeInternetEnv tells the scripts that an internet is there (the

@@ -127,7 +127,7 @@ func TestE2BSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fillRecipeCache(t, cache, recipe.Default(), t.TempDir())
+	debian := fillRecipeCache(t, cache, recipe.Default(), t.TempDir())
 	recipePath, err := filepath.Abs(filepath.Join("..", "templates", "code-interpreter", "recipe.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -140,9 +140,9 @@ func TestE2BSuite(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the code-interpreter template's recipe: %v", err)
 	}
-	fillRecipeCache(t, cache, ci, filepath.Dir(recipePath))
-	s := newEgressServer(t, build(t), "runsc", n, "--default-template", "debian",
-		"--build-cache-dir", filepath.Join(cache, "recipe-cache-v1"), "--e2b-domain", e2bSuiteDomain)
+	codeInterp := fillRecipeCache(t, cache, ci, filepath.Dir(recipePath))
+	s := newEgressServerWith(t, build(t), "runsc", n, func(s *server) { seedTemplates(t, cache, s, debian, codeInterp) },
+		"--default-template", "debian", "--build-cache-dir", filepath.Join(cache, "recipe-cache-v1"), "--e2b-domain", e2bSuiteDomain)
 	start = time.Now()
 	if stdout, stderr, code := s.cli(ctx, "run", "--", "true"); code != 0 {
 		t.Fatalf("wait for the default template: exit %d\n%s\n%s", code, stdout, tail(stderr, 40))

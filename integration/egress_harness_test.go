@@ -134,6 +134,13 @@ func newFakenet(t *testing.T, opts ...func(*fakenet.Config)) *fakenet.Net {
 // trusting the fake internet's CA (SSL_CERT_FILE, read by Go's system pool).
 func newEgressServer(t *testing.T, bins binaries, rt string, n *fakenet.Net, extra ...string) *server {
 	t.Helper()
+	return newEgressServerWith(t, bins, rt, n, nil, extra...)
+}
+
+// newEgressServerWith is newEgressServer that calls prepare, if set, on
+// the server before its first start (to seed its data dir).
+func newEgressServerWith(t *testing.T, bins binaries, rt string, n *fakenet.Net, prepare func(*server), extra ...string) *server {
+	t.Helper()
 	ca := filepath.Join(t.TempDir(), "fakenet-ca.pem")
 	if err := n.WriteCA(ca); err != nil {
 		t.Fatal(err)
@@ -141,6 +148,9 @@ func newEgressServer(t *testing.T, bins binaries, rt string, n *fakenet.Net, ext
 	t.Setenv("SSL_CERT_FILE", ca)
 	args := append([]string{"--egress-upstream-dns", netip.AddrPortFrom(fakenet.DNSAddr, 53).String()}, extra...)
 	s := newServer(t, bins, serverConfig{runtime: rt, netns: n, extraArgs: args})
+	if prepare != nil {
+		prepare(s)
+	}
 	s.start()
 	return s
 }

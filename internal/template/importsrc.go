@@ -176,68 +176,84 @@ func (c *dirCache) close() {
 // file itself (true) instead of its copy.
 func (s *Store) importDir(ctx context.Context, src string, cfg Config, progress func(Progress), reuse func(*stager, *walkEntry) (bool, error)) (Imported, error) {
 	return s.importWith(ctx, progress, cfg, src, func(ctx context.Context, stg *stager) error {
-		links := map[inodeKey]string{}
-		return walkTree(ctx, src, func(e *walkEntry) error {
-			st := &e.st
-			m := meta{
-				mode:  st.Mode & 0o7777,
-				uid:   int(st.Uid),
-				gid:   int(st.Gid),
-				mtime: time.Unix(st.Mtim.Unix()),
+		return s.fillFromDir(ctx, stg, src, false, reuse)
+	})
+}
+
+// fillFromDir stages the tree rooted at directory src (see ImportDir).
+// With link, its regular files are hard links to src's own inodes (Clone:
+// src is an immutable tree of a store), copied only when src is on another
+// filesystem. reuse, if set, may place a regular file itself (true)
+// instead of its copy (ImportLayered).
+func (s *Store) fillFromDir(ctx context.Context, stg *stager, src string, link bool, reuse func(*stager, *walkEntry) (bool, error)) error {
+	links := map[inodeKey]string{}
+	return walkTree(ctx, src, func(e *walkEntry) error {
+		st := &e.st
+		m := meta{
+			mode:  st.Mode & 0o7777,
+			uid:   int(st.Uid),
+			gid:   int(st.Gid),
+			mtime: time.Unix(st.Mtim.Unix()),
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			if err := stg.dir(e.rel, m); err != nil {
+				return err
 			}
-			switch st.Mode & unix.S_IFMT {
-			case unix.S_IFDIR:
-				if err := stg.dir(e.rel, m); err != nil {
+			return copyXattrs(stg, e)
+		case unix.S_IFREG:
+			key := inodeKey{uint64(st.Dev), st.Ino}
+			if first, ok := links[key]; ok {
+				if reuse == nil {
+					return stg.hardlink(e.rel, first)
+				}
+				// The link changes the inode's change time: carry its
+				// remembered hash over (hashmemo.go).
+				var before, after unix.Stat_t
+				firstPath := filepath.Join(stg.rootPath, first)
+				errBefore := unix.Lstat(firstPath, &before)
+				if err := stg.hardlink(e.rel, first); err != nil {
 					return err
 				}
-				return copyXattrs(stg, e)
-			case unix.S_IFREG:
-				key := inodeKey{uint64(st.Dev), st.Ino}
-				if first, ok := links[key]; ok {
-					if reuse == nil {
-						return stg.hardlink(e.rel, first)
-					}
-					// The link changes the inode's change time: carry its
-					// remembered hash over (hashmemo.go).
-					var before, after unix.Stat_t
-					firstPath := filepath.Join(stg.rootPath, first)
-					errBefore := unix.Lstat(firstPath, &before)
-					if err := stg.hardlink(e.rel, first); err != nil {
-						return err
-					}
-					if errBefore == nil && unix.Lstat(firstPath, &after) == nil {
-						s.hashes.relink(&before, &after)
-					}
-					return nil
+				if errBefore == nil && unix.Lstat(firstPath, &after) == nil {
+					s.hashes.relink(&before, &after)
 				}
-				if st.Nlink > 1 {
-					links[key] = e.rel
-				}
-				if reuse != nil {
-					if done, err := reuse(stg, e); done || err != nil {
-						return err
-					}
-				}
-				f, err := e.open()
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if err := stg.copyFile(ctx, e.rel, m, st.Size, f); err != nil {
-					return err
-				}
-				return copyXattrs(stg, e)
-			case unix.S_IFLNK:
-				target, err := e.readlink()
-				if err != nil {
-					return err
-				}
-				return stg.symlink(e.rel, target, m)
-			default:
-				return rejectf("%s is a %s; templates may hold only regular files, directories, symlinks and hardlinks",
-					filepath.Join(src, e.rel), fileTypeName(st.Mode))
+				return nil
 			}
-		})
+			if st.Nlink > 1 {
+				links[key] = e.rel
+			}
+			if reuse != nil {
+				if done, err := reuse(stg, e); done || err != nil {
+					return err
+				}
+			}
+			if link {
+				err := stg.link(e, m)
+				if !errors.Is(err, unix.EXDEV) {
+					return err
+				}
+				link = false // another filesystem: copy this file and the rest
+			}
+			f, err := e.open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := stg.copyFile(ctx, e.rel, m, st.Size, f); err != nil {
+				return err
+			}
+			return copyXattrs(stg, e)
+		case unix.S_IFLNK:
+			target, err := e.readlink()
+			if err != nil {
+				return err
+			}
+			return stg.symlink(e.rel, target, m)
+		default:
+			return rejectf("%s is a %s; templates may hold only regular files, directories, symlinks and hardlinks",
+				filepath.Join(src, e.rel), fileTypeName(st.Mode))
+		}
 	})
 }
 

@@ -81,6 +81,10 @@ func (r *runner) jsonRun(cmd *exec.Cmd, name string) error {
 func (r *runner) consume(rd io.Reader, step string) int {
 	type key struct{ pkg, test string }
 	out := map[key][]string{}
+	// When each top-level test started: go test's Elapsed of a test leaves
+	// out the time its parallel subtests ran after it returned
+	// (TestE2BSDK's lanes), which the groups are shared out by.
+	started := map[key]time.Time{}
 	failed := 0
 	sc := bufio.NewScanner(rd)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
@@ -95,6 +99,10 @@ func (r *runner) consume(rd io.Reader, step string) int {
 		top, _, _ := strings.Cut(e.Test, "/")
 		k := key{e.Package, top}
 		switch e.Action {
+		case "run":
+			if e.Test != "" && !strings.Contains(e.Test, "/") {
+				started[k] = e.Time
+			}
 		case "output":
 			lines := append(out[k], e.Output)
 			if len(lines) > maxKeptLines {
@@ -104,6 +112,10 @@ func (r *runner) consume(rd io.Reader, step string) int {
 		case "pass", "fail", "skip":
 			res := result{step: step, pkg: e.Package, test: e.Test, action: e.Action,
 				elapsed: time.Duration(e.Elapsed * float64(time.Second))}
+			if t0, ok := started[k]; ok && e.Test == top && !e.Time.IsZero() {
+				res.elapsed = max(res.elapsed, e.Time.Sub(t0))
+				delete(started, k)
+			}
 			r.mu.Lock()
 			r.results = append(r.results, res)
 			r.mu.Unlock()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,9 +19,11 @@ const (
 	kubeDir     = "deploy/kubernetes/test"
 )
 
-// fullRun is the full tier: static checks, then the unit packages, the
-// integration groups and the Kubernetes test side by side.
+// fullRun is the full tier: the shared recipe cache pruned
+// (cachegc.go), static checks, then the unit packages, the integration
+// groups and the Kubernetes test side by side.
 func (r *runner) fullRun(ctx context.Context) error {
+	r.pruneTestCache(ctx)
 	if err := r.timed("static checks", func() error { return r.static(ctx) }); err != nil {
 		return err
 	}
@@ -55,6 +58,7 @@ func (r *runner) fastRun(ctx context.Context) error {
 // soakRun runs the integration package o.soak times in a row while the
 // unit packages run over and over beside it.
 func (r *runner) soakRun(ctx context.Context) error {
+	r.pruneTestCache(ctx)
 	pkgs, err := r.unitPackages(ctx)
 	if err != nil {
 		return err
@@ -140,13 +144,35 @@ func (r *runner) unitPackages(ctx context.Context) ([]string, error) {
 
 // unit runs go test on pkgs with the extra flags (and -run, but for the
 // soak's load, which is all of them whatever -run says).
+//
+// The packages are given slowest first by their last recorded times: go
+// test starts them in that order (at most GOMAXPROCS at once), so the
+// longest ones do not start last and make the tail.
 func (r *runner) unit(ctx context.Context, name string, pkgs []string, flags ...string) error {
 	args := append([]string{"test", "-json", "-count=1", "-timeout", "30m"}, flags...)
 	if r.o.run != "" && r.o.soak == 0 {
 		args = append(args, "-run", r.o.run)
 	}
-	args = append(args, pkgs...)
-	return r.jsonRun(r.command(ctx, r.root, nil, "go", args...), name)
+	args = append(args, slowestFirst(pkgs, loadTimes(r.timesPath()))...)
+	err := r.jsonRun(r.command(ctx, r.root, nil, "go", args...), name)
+	if r.o.run == "" && !r.o.fast && r.o.soak == 0 { // the full tier's times only
+		r.saveTimes(func(res result) bool { return res.step == name && res.test == "" && res.pkg != integration })
+	}
+	return err
+}
+
+// slowestFirst orders packages by their recorded times, longest first;
+// those never timed keep their order after the timed ones.
+func slowestFirst(pkgs []string, times testTimes) []string {
+	out := slices.Clone(pkgs)
+	known := func(p string) time.Duration {
+		if _, ok := times[p+"."]; ok {
+			return times.of(p, "")
+		}
+		return 0
+	}
+	slices.SortStableFunc(out, func(a, b string) int { return cmp.Compare(known(b), known(a)) })
+	return out
 }
 
 // integration builds the integration package's test binary once and runs
@@ -195,12 +221,15 @@ func (r *runner) integration(ctx context.Context, name string) error {
 			// A failed test's whole server log is kept beside the run's.
 			env := []string{"AIRLOCK_TEST_LOG_DIR=" + filepath.Join(r.logDir, "server-logs")}
 			cmd := r.command(ctx, dir, env, "go", "tool", "test2json", "-t", "-p", integration,
-				bin, "-test.v=test2json", "-test.count=1", "-test.timeout=45m", "-test.run", pattern)
+				bin, "-test.v=test2json", "-test.count=1", "-test.timeout=45m", "-test.run", pattern,
+				// Subtests that may run side by side (TestE2BSDK's scripts)
+				// get 3 at once, not GOMAXPROCS (2 here): they mostly wait.
+				"-test.parallel=3")
 			return r.jsonRun(cmd, gname)
 		}
 	}
 	err = together(fns...)
-	r.saveTimes(times)
+	r.saveTimes(func(res result) bool { return res.pkg == integration && res.test != "" })
 	return err
 }
 
@@ -229,14 +258,19 @@ func (r *runner) kube(ctx context.Context) error {
 // timesPath is where the integration tests' last times are kept.
 func (r *runner) timesPath() string { return filepath.Join(r.cache, "test-times.json") }
 
-func (r *runner) saveTimes(t testTimes) {
+// saveTimes records the times of the results that pass filter (passed or
+// failed ones) in the times file, read again now: steps that end at
+// different times each add theirs (integration tests, unit packages as
+// "package.").
+func (r *runner) saveTimes(filter func(result) bool) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := loadTimes(r.timesPath())
 	for _, res := range r.results {
-		if res.pkg == integration && (res.action == "pass" || res.action == "fail") {
+		if (res.action == "pass" || res.action == "fail") && filter(res) {
 			t.set(res.pkg, res.test, res.elapsed)
 		}
 	}
-	r.mu.Unlock()
 	if err := t.save(r.timesPath()); err != nil {
 		fmt.Printf("testrun: keep the tests' times: %v\n", err)
 	}

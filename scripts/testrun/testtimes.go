@@ -13,7 +13,8 @@ import (
 // unknownTestTime is the time assumed for a test never timed here.
 const unknownTestTime = 30 * time.Second
 
-// testTimes are the last recorded times of tests, by "package.Test".
+// testTimes are the last recorded times of tests, by "package.Test", and
+// of unit packages, by "package." (the whole package).
 type testTimes map[string]float64 // seconds
 
 func loadTimes(path string) testTimes {

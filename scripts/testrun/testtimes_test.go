@@ -64,3 +64,14 @@ func TestTimesRoundTrip(t *testing.T) {
 		t.Fatalf("time after a round trip = %v", got)
 	}
 }
+
+func TestSlowestFirst(t *testing.T) {
+	times := testTimes{}
+	times.set("p/b", "", 5*time.Second)
+	times.set("p/d", "", 90*time.Second)
+	times.set("p/a", "TestX", time.Hour) // a test's time, not its package's
+	got := slowestFirst([]string{"p/a", "p/b", "p/c", "p/d"}, times)
+	if want := []string{"p/d", "p/b", "p/a", "p/c"}; !slices.Equal(got, want) {
+		t.Fatalf("slowestFirst = %v, want %v", got, want)
+	}
+}

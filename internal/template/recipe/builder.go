@@ -141,19 +141,42 @@ func (b *Builder) BuildWith(ctx context.Context, r Recipe, contextDir string, op
 		return Result{}, fmt.Errorf("%w: base the recipe on debian, or build it through a server that runs sandboxes", ErrNoSandbox)
 	}
 	var res Result
-	var cur template.Imported
 	cached := 0
 	report := func(step, done int, kind string) {
 		if opts.Progress != nil {
 			opts.Progress(StepProgress{Done: done, Cached: cached, Total: len(steps), Step: step, Kind: kind})
 		}
 	}
+	// Keys chain on keys, not on trees: the last step the cache answers
+	// makes every step before it unnecessary, so only its tree is imported
+	// into a store that lacks it (a server sharing the cache imports one
+	// tree, not one per step).
+	resume, cur, err := b.resume(ctx, steps, func(i int, format string, args ...any) {
+		fmt.Fprintf(log, stepHead(steps, i)+": "+format+"\n", args...)
+	})
+	if err != nil {
+		return Result{}, err
+	}
 	for i, ps := range steps {
-		head := fmt.Sprintf("step %d/%d %s %s", i+1, len(steps), ps.kind, short(ps.key))
+		head := stepHead(steps, i)
 		logf := func(format string, args ...any) { fmt.Fprintf(log, head+": "+format+"\n", args...) }
 		start := time.Now()
 		sr := StepResult{Key: ps.key, Kind: ps.kind}
 		report(i+1, i, ps.kind)
+		if i < resume {
+			sr.Cached, sr.Digest = true, b.entryDigest(ps.key)
+			if ps.kind == KindTemplate {
+				sr.Digest = ps.base
+			}
+			if i == resume-1 {
+				sr.Digest = cur.Digest
+			}
+			logf("CACHED")
+			res.Steps = append(res.Steps, sr)
+			cached++
+			report(i+1, i+1, ps.kind)
+			continue
+		}
 		if ps.kind == KindTemplate {
 			if !b.Store.Has(ps.base) {
 				return Result{}, fmt.Errorf("%s: base template %s: %w", head, ps.base, template.ErrNotFound)
@@ -209,6 +232,44 @@ func (b *Builder) BuildWith(ctx context.Context, r Recipe, contextDir string, op
 	}
 	res.Imported = cur
 	return res, nil
+}
+
+// resume returns how many leading steps of the plan the cache answers and
+// the template the last of them made (imported into the store if it lacks
+// it): the last step with a usable cache entry. 0 when there is none, or
+// when the recipe starts from a template the store does not hold (the
+// steps then report that as before).
+func (b *Builder) resume(ctx context.Context, steps []planStep, logf func(step int, format string, args ...any)) (int, template.Imported, error) {
+	if steps[0].kind == KindTemplate && !b.Store.Has(steps[0].base) {
+		return 0, template.Imported{}, nil
+	}
+	for k := len(steps) - 1; k >= 0 && steps[k].kind != KindTemplate; k-- {
+		imp, hit, err := b.lookup(ctx, steps[k].key, func(format string, args ...any) { logf(k, format, args...) })
+		if err != nil {
+			return 0, template.Imported{}, fmt.Errorf("%s: %w", stepHead(steps, k), err)
+		}
+		if hit {
+			return k + 1, imp, nil
+		}
+	}
+	return 0, template.Imported{}, nil
+}
+
+// stepHead names step i of steps in logs and errors.
+func stepHead(steps []planStep, i int) string {
+	return fmt.Sprintf("step %d/%d %s %s", i+1, len(steps), steps[i].kind, short(steps[i].key))
+}
+
+// entryDigest is the digest key's cache entry records ("" when it has
+// none: a step before a cached one may have been tidied away), and marks
+// the entry used.
+func (b *Builder) entryDigest(key string) model.TemplateDigest {
+	e, ok, err := b.readEntry(key)
+	if err != nil || !ok {
+		return ""
+	}
+	b.touch(key)
+	return e.Digest
 }
 
 // Cached reports whether r's final result is in the cache and in the store,

@@ -221,7 +221,9 @@ func TestBuildCacheChain(t *testing.T) {
 	}
 	writeFiles(t, ctxDir, map[string]string{"dir/c.txt": "gamma\n"})
 
-	// A fresh store sharing the cache: every step from the cache's tars.
+	// A fresh store sharing the cache: every step from the cache, and only
+	// the last step's tar imported (keys chain on keys: the steps before
+	// it need no tree).
 	b2 := newBuilder(t, b.CacheDir)
 	if _, ok, err := b2.Cached(r, ctxDir); ok || err != nil {
 		t.Errorf("Cached on a fresh store = %v %v", ok, err)
@@ -234,11 +236,26 @@ func TestBuildCacheChain(t *testing.T) {
 	if err := b2.Store.Verify(context.Background(), final); err != nil {
 		t.Fatal(err)
 	}
+	if res4.Steps[0].Digest != base {
+		t.Errorf("fresh store: the base step's digest %s, want %s", res4.Steps[0].Digest, base)
+	}
+	for i, st := range res.Steps[1:5] {
+		if b2.Store.Has(st.Digest) {
+			t.Errorf("fresh store: step %d's tree %s was imported too", i+2, st.Digest)
+		}
+		if res4.Steps[i+1].Digest != st.Digest {
+			t.Errorf("fresh store: step %d digest %s, want %s (from its cache entry)", i+2, res4.Steps[i+1].Digest, st.Digest)
+		}
+	}
+	if n := strings.Count(log4, ": CACHED"); n != 6 {
+		t.Errorf("fresh store log:\n%s", log4)
+	}
 
-	// A corrupt tar is detected and the step rebuilt.
+	// A corrupt tar is detected and the step rebuilt from the step before
+	// it, the last one the cache answers.
 	b3 := newBuilder(t, b.CacheDir)
 	busybox(t, b3)
-	tarPath := b.tarPath(res.Steps[4].Key)
+	tarPath := b.tarPath(res.Steps[5].Key)
 	data, err := os.ReadFile(tarPath)
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +269,7 @@ func TestBuildCacheChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	res5, log5 := build(t, b3, r, ctxDir)
-	if got, want := cachedSteps(res5), []bool{true, true, true, true, false, true}; !slices.Equal(got, want) {
+	if got, want := cachedSteps(res5), []bool{true, true, true, true, true, false}; !slices.Equal(got, want) {
 		t.Fatalf("corrupt entry: cached = %v, want %v\n%s", got, want, log5)
 	}
 	if res5.Imported.Digest != final || !strings.Contains(log5, "corrupt") {
