@@ -20,19 +20,10 @@ import (
 
 // ForkOptions configures RunFork.
 type ForkOptions struct {
-	// Runtimes are the OCI runtimes measured, each with its own in-process
-	// server (default runc and runsc).
-	Runtimes []string
-	Runs     int // counted rounds per runtime (default 10)
-	Warmup   int // uncounted rounds before them (default 1)
+	ServerRuns // Runs defaults to 10
 	// Count is how many sandboxes each fork makes (default 2, at most
 	// model.MaxForkCount).
 	Count int
-	// AgentBinary is the static airlock-agent the servers use (required).
-	AgentBinary string
-	TempDir     string    // default os.TempDir()
-	Progress    io.Writer // a line per runtime and round; nil: none
-	ServerLog   io.Writer // the servers' logs; nil: discarded
 }
 
 // ForkSubject is one runtime's figures, each from a request to the first
@@ -65,42 +56,13 @@ type ForkReport struct {
 }
 
 func (o *ForkOptions) check() error {
-	if len(o.Runtimes) == 0 {
-		o.Runtimes = []string{string(oci.FlavorRunc), string(oci.FlavorRunsc)}
-	}
-	for _, r := range o.Runtimes {
-		if _, err := oci.ParseFlavor(r); err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-	}
-	if o.Runs == 0 {
-		o.Runs = 10
-	}
 	if o.Count == 0 {
 		o.Count = 2
-	}
-	if o.Runs < 1 || o.Warmup < 0 {
-		return fmt.Errorf("bench: runs (%d) must be at least 1 and warm-up runs (%d) not negative", o.Runs, o.Warmup)
 	}
 	if err := model.CheckForkCount(o.Count); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	if o.AgentBinary == "" {
-		return errors.New("bench: the airlock-agent binary is required")
-	}
-	if o.TempDir == "" {
-		o.TempDir = os.TempDir()
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
-	if o.ServerLog == nil {
-		o.ServerLog = io.Discard
-	}
-	if os.Geteuid() != 0 {
-		return ErrNotRoot
-	}
-	return nil
+	return o.ServerRuns.check(10)
 }
 
 // RunFork runs `airlock bench fork`: for each runtime an in-process

@@ -19,16 +19,7 @@ import (
 
 // LifecycleOptions configures RunLifecycle.
 type LifecycleOptions struct {
-	// Runtimes are the OCI runtimes measured, each with its own in-process
-	// server (default runc and runsc).
-	Runtimes []string
-	Runs     int // counted runs per runtime (default 20)
-	Warmup   int // uncounted runs before them (default 2)
-	// AgentBinary is the static airlock-agent the servers use (required).
-	AgentBinary string
-	TempDir     string    // default os.TempDir()
-	Progress    io.Writer // a line per runtime and round; nil: none
-	ServerLog   io.Writer // the servers' logs; nil: discarded
+	ServerRuns // Runs defaults to 20
 }
 
 // LifecycleSubject is one runtime's figures. Every duration is the API's
@@ -62,38 +53,7 @@ type LifecycleReport struct {
 	Met map[string]bool `json:"targets_met"`
 }
 
-func (o *LifecycleOptions) check() error {
-	if len(o.Runtimes) == 0 {
-		o.Runtimes = []string{string(oci.FlavorRunc), string(oci.FlavorRunsc)}
-	}
-	for _, r := range o.Runtimes {
-		if _, err := oci.ParseFlavor(r); err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-	}
-	if o.Runs == 0 {
-		o.Runs = 20
-	}
-	if o.Runs < 1 || o.Warmup < 0 {
-		return fmt.Errorf("bench: runs (%d) must be at least 1 and warm-up runs (%d) not negative", o.Runs, o.Warmup)
-	}
-	if o.AgentBinary == "" {
-		return errors.New("bench: the airlock-agent binary is required")
-	}
-	if o.TempDir == "" {
-		o.TempDir = os.TempDir()
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
-	if o.ServerLog == nil {
-		o.ServerLog = io.Discard
-	}
-	if os.Geteuid() != 0 {
-		return ErrNotRoot
-	}
-	return nil
-}
+func (o *LifecycleOptions) check() error { return o.ServerRuns.check(20) }
 
 // RunLifecycle runs `airlock bench lifecycle`: for each runtime an
 // in-process airlock server, and per round one sandbox taken through pause,

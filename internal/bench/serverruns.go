@@ -1,0 +1,67 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/airlockdev/airlock/internal/runtime/oci"
+)
+
+// ServerRuns are the options of the benches that measure rounds against
+// in-process airlock servers, one per OCI runtime (fork, lifecycle).
+type ServerRuns struct {
+	// Runtimes are the OCI runtimes measured, each with its own in-process
+	// server (default runc and runsc).
+	Runtimes []string
+	Runs     int // counted rounds per runtime (default: the bench's own)
+	Warmup   int // uncounted rounds before them
+	// AgentBinary is the static airlock-agent the servers use (required).
+	AgentBinary string
+	TempDir     string    // default os.TempDir()
+	Progress    io.Writer // a line per runtime and round; nil: none
+	ServerLog   io.Writer // the servers' logs; nil: discarded
+}
+
+// check fills in the defaults (defaultRuns counted rounds) and refuses what
+// cannot run.
+func (o *ServerRuns) check(defaultRuns int) error {
+	if len(o.Runtimes) == 0 {
+		o.Runtimes = []string{string(oci.FlavorRunc), string(oci.FlavorRunsc)}
+	}
+	for _, r := range o.Runtimes {
+		if _, err := oci.ParseFlavor(r); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
+	if o.Runs == 0 {
+		o.Runs = defaultRuns
+	}
+	if o.Runs < 1 || o.Warmup < 0 {
+		return fmt.Errorf("bench: runs (%d) must be at least 1 and warm-up runs (%d) not negative", o.Runs, o.Warmup)
+	}
+	return checkServerHost(o.AgentBinary, &o.TempDir, &o.Progress, &o.ServerLog)
+}
+
+// checkServerHost is what every bench that starts airlock servers needs:
+// an agent binary, a temporary directory, writers for progress and the
+// servers' logs (nil: discarded) and root.
+func checkServerHost(agentBinary string, tempDir *string, progress, serverLog *io.Writer) error {
+	if agentBinary == "" {
+		return errors.New("bench: the airlock-agent binary is required")
+	}
+	if *tempDir == "" {
+		*tempDir = os.TempDir()
+	}
+	if *progress == nil {
+		*progress = io.Discard
+	}
+	if *serverLog == nil {
+		*serverLog = io.Discard
+	}
+	if os.Geteuid() != 0 {
+		return ErrNotRoot
+	}
+	return nil
+}
