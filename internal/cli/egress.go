@@ -79,26 +79,8 @@ func (a *app) egressCommand() *cobra.Command {
 }
 
 func (a *app) egressGetCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "get SANDBOX",
-		Short: "Show a sandbox's egress policy, as given and in force",
-		Args:  exactArgs("SANDBOX"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseSandboxID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			out, err := c.GetSandboxEgress(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			return a.printer().sandboxEgress(out)
-		},
-	}
+	return argCommand(a, &cobra.Command{Use: "get SANDBOX", Short: "Show a sandbox's egress policy, as given and in force"},
+		"SANDBOX", model.ParseSandboxID, (*client.Client).GetSandboxEgress, printer.sandboxEgress)
 }
 
 func (a *app) egressSetCommand() *cobra.Command {
