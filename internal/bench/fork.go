@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -76,27 +75,14 @@ func RunFork(ctx context.Context, opts ForkOptions) (rep ForkReport, err error) 
 		return rep, err
 	}
 	rep = ForkReport{StartedAt: time.Now().UTC(), Runs: opts.Runs, Count: opts.Count}
-	tmp, err := os.MkdirTemp(opts.TempDir, "airlock-bench-fork-")
-	if err != nil {
-		return rep, fmt.Errorf("bench: %w", err)
-	}
-	if err := os.Chmod(tmp, 0o711); err != nil {
-		return rep, errors.Join(fmt.Errorf("bench: %w", err), os.RemoveAll(tmp))
-	}
-	defer func() {
-		if rerr := os.RemoveAll(tmp); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("bench: %w", rerr))
+	err = opts.eachRuntime("airlock-bench-fork-", func(flavor oci.Flavor, dir string, serverLog *slog.Logger) error {
+		subj, err := runForkOn(ctx, flavor, dir, opts, serverLog)
+		if err == nil {
+			rep.Subjects = append(rep.Subjects, subj)
 		}
-	}()
-	serverLog := slog.New(slog.NewTextHandler(opts.ServerLog, nil))
-	for _, name := range opts.Runtimes {
-		subj, err := runForkOn(ctx, oci.Flavor(name), filepath.Join(tmp, name), opts, serverLog)
-		if err != nil {
-			return rep, err
-		}
-		rep.Subjects = append(rep.Subjects, subj)
-	}
-	return rep, nil
+		return err
+	})
+	return rep, err
 }
 
 func runForkOn(ctx context.Context, flavor oci.Flavor, dir string, opts ForkOptions, serverLog *slog.Logger) (subj ForkSubject, err error) {

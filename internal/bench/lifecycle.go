@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -66,36 +65,22 @@ func RunLifecycle(ctx context.Context, opts LifecycleOptions) (rep LifecycleRepo
 		return rep, err
 	}
 	rep = LifecycleReport{StartedAt: time.Now().UTC(), Runs: opts.Runs, Met: map[string]bool{}}
-	tmp, err := os.MkdirTemp(opts.TempDir, "airlock-bench-lc-")
-	if err != nil {
-		return rep, fmt.Errorf("bench: %w", err)
-	}
-	// runc and crun sandboxes run as unprivileged host users that must
-	// reach their state directories below it.
-	if err := os.Chmod(tmp, 0o711); err != nil {
-		return rep, errors.Join(fmt.Errorf("bench: %w", err), os.RemoveAll(tmp))
-	}
-	defer func() {
-		if rerr := os.RemoveAll(tmp); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("bench: %w", rerr))
-		}
-	}()
-	serverLog := slog.New(slog.NewTextHandler(opts.ServerLog, nil))
-	for _, name := range opts.Runtimes {
-		subj, err := runLifecycleOn(ctx, oci.Flavor(name), filepath.Join(tmp, name), opts, serverLog)
+	err = opts.eachRuntime("airlock-bench-lc-", func(flavor oci.Flavor, dir string, serverLog *slog.Logger) error {
+		subj, err := runLifecycleOn(ctx, flavor, dir, opts, serverLog)
 		if err != nil {
-			return rep, err
+			return err
 		}
 		rep.Subjects = append(rep.Subjects, subj)
-		switch oci.Flavor(name) {
+		switch flavor {
 		case oci.FlavorRunsc:
 			rep.Met["runsc_wake_p50_le_150ms"] = subj.Wake.P50 <= 150*time.Millisecond
 		case oci.FlavorRunc:
 			rep.Met["runc_pause_p50_le_10ms"] = subj.Pause.P50 <= 10*time.Millisecond
 			rep.Met["runc_resume_p50_le_10ms"] = subj.Resume.P50 <= 10*time.Millisecond
 		}
-	}
-	return rep, nil
+		return nil
+	})
+	return rep, err
 }
 
 func runLifecycleOn(ctx context.Context, flavor oci.Flavor, dir string, opts LifecycleOptions, serverLog *slog.Logger) (subj LifecycleSubject, err error) {

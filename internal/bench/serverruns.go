@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
@@ -62,6 +64,34 @@ func checkServerHost(agentBinary string, tempDir *string, progress, serverLog *i
 	}
 	if os.Geteuid() != 0 {
 		return ErrNotRoot
+	}
+	return nil
+}
+
+// eachRuntime runs run once per runtime of o, in order, each with a
+// directory of its own below a temporary directory named after prefix
+// (removed when it returns) and the servers' logger; it stops at the first
+// error.
+func (o ServerRuns) eachRuntime(prefix string, run func(flavor oci.Flavor, dir string, serverLog *slog.Logger) error) (err error) {
+	tmp, err := os.MkdirTemp(o.TempDir, prefix)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer func() {
+		if rerr := os.RemoveAll(tmp); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("bench: %w", rerr))
+		}
+	}()
+	// runc and crun sandboxes run as unprivileged host users that must
+	// reach their state directories below it.
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	serverLog := slog.New(slog.NewTextHandler(o.ServerLog, nil))
+	for _, name := range o.Runtimes {
+		if err := run(oci.Flavor(name), filepath.Join(tmp, name), serverLog); err != nil {
+			return err
+		}
 	}
 	return nil
 }
