@@ -16,11 +16,7 @@ func argCommand[T, Out any](a *app, cmd *cobra.Command, arg string, parse func(s
 	call func(*client.Client, context.Context, T) (Out, error), show func(printer, Out) error) *cobra.Command {
 	cmd.Args = exactArgs(arg)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		v, err := parseArg(parse, args[0])
-		if err != nil {
-			return err
-		}
-		c, err := a.client()
+		v, c, err := parseArgClient(a, parse, args[0])
 		if err != nil {
 			return err
 		}
@@ -31,4 +27,16 @@ func argCommand[T, Out any](a *app, cmd *cobra.Command, arg string, parse func(s
 		return show(a.printer(), out)
 	}
 	return cmd
+}
+
+// parseArgClient parses the argument s (a usage error when it does not
+// parse), then makes the client: the start of every command about one
+// noun.
+func parseArgClient[T any](a *app, parse func(string) (T, error), s string) (T, *client.Client, error) {
+	v, err := parseArg(parse, s)
+	if err != nil {
+		return v, nil, err
+	}
+	c, err := a.client()
+	return v, c, err
 }

@@ -159,11 +159,7 @@ func (a *app) egressLogCommand() *cobra.Command {
 		Short: "Show a sandbox's egress decisions (--follow: until interrupted or the sandbox is deleted)",
 		Args:  exactArgs("SANDBOX"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseSandboxID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			id, c, err := parseArgClient(a, model.ParseSandboxID, args[0])
 			if err != nil {
 				return err
 			}
@@ -270,11 +266,7 @@ func (a *app) egressProfileGetCommand() *cobra.Command {
 		Short: "Show an egress profile",
 		Args:  exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := parseArg(policy.ParseProfileName, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			name, c, err := parseArgClient(a, policy.ParseProfileName, args[0])
 			if err != nil {
 				return err
 			}
@@ -327,11 +319,7 @@ func (a *app) egressProfileRmCommand() *cobra.Command {
 		Short: "Remove an egress profile (admin); refused while a sandbox that is not deleted names it",
 		Args:  exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := parseArg(policy.ParseProfileName, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			name, c, err := parseArgClient(a, policy.ParseProfileName, args[0])
 			if err != nil {
 				return err
 			}

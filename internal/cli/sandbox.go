@@ -272,11 +272,7 @@ func (a *app) sandboxDeleteCommand() *cobra.Command {
 		Short: "Delete a sandbox and wait until it is gone",
 		Args:  exactArgs("SANDBOX"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseSandboxID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			id, c, err := parseArgClient(a, model.ParseSandboxID, args[0])
 			if err != nil {
 				return err
 			}

@@ -33,11 +33,7 @@ func (a *app) snapshotCreateCommand() *cobra.Command {
 			"from it with `airlock sandbox create --snapshot SNAPSHOT`.",
 		Args: exactArgs("SANDBOX"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseSandboxID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			id, c, err := parseArgClient(a, model.ParseSandboxID, args[0])
 			if err != nil {
 				return err
 			}
