@@ -108,7 +108,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// The cluster-wide passes run on one node at a time, the holder of
 	// their duty lease (taken by the membership's duty loop).
-	purgeDuty, gcDuty := newDuty(purgeLease), newDuty(templateGCLease)
+	purgeDuty, gcDuty, metricsDuty := newDuty(purgeLease), newDuty(templateGCLease), newDuty(metricsLease)
 	collector, err := gc.New(gc.Config{Store: st, Trees: templates, Tombstones: gcDuty.Held,
 		Logger: log.With("component", "template-gc")})
 	if err != nil {
@@ -175,7 +175,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	member := &membership{st: st, node: self, interval: hbInterval, deadAfter: deadAfter, placer: placer, defaultEnvironment: defaultEnvironment,
-		passes: []*duty{purgeDuty, gcDuty}, log: log.With("component", "membership")}
+		passes: []*duty{purgeDuty, gcDuty, metricsDuty}, log: log.With("component", "membership")}
 	if h != nil {
 		h.describe(&member.node, opts)
 		member.templates = templates.Digests
@@ -364,6 +364,7 @@ func Run(ctx context.Context, opts Options) error {
 	comps = append(comps, volumeComponents(h.volumeStorage(), st, nodeID, log.With("component", "volumes"))...)
 	comps = append(comps, metricsComponents(metricsLn, mtr, hosts, log)...) // --metrics-listen, unauthenticated
 	comps = append(comps, idle.components(purgeDuty)...)                    // activity flushes, deadlines, idle limits, the purge of finished rows
+	comps = append(comps, metricsRetention(st, metricsDuty, usage.PruneInterval, log.With("component", "usage")))
 	comps = append(comps,
 		loop("template gc", func(ctx context.Context) { collector.Run(ctx, opts.TemplateGCInterval) }),
 		loop("attachment key rotation", func(ctx context.Context) { rotateAttachKeys(ctx, attachKeys, attachKeyAge, log) }),
