@@ -99,6 +99,7 @@ func e2bGateway(native http.Handler, wrap func(http.Handler) http.Handler, inpro
 			}
 			return out, nil
 		},
+		Changes: st.Watch, // sandboxes created or deleted anywhere make the index stale
 		Domain:  domain,
 		SelfURL: self,
 		Logger:  log.With("component", "e2b"),

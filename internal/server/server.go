@@ -19,6 +19,7 @@ import (
 	"github.com/airlockdev/airlock/internal/binpath"
 	"github.com/airlockdev/airlock/internal/controller"
 	"github.com/airlockdev/airlock/internal/dataplane"
+	"github.com/airlockdev/airlock/internal/e2b"
 	"github.com/airlockdev/airlock/internal/egress/secrets"
 	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/guestops/agentguest"
@@ -319,6 +320,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	var handler http.Handler = mux
+	var e2bGW *e2b.Gateway
 	if !opts.NoE2B {
 		gw, watchers, err := e2bGateway(mux, apiHandler.Wrap, apiHandler.InProcess(mux), st, attachKeys, verifier, baseURL, opts.E2BDomain,
 			e2bTemplateBuilds{files: dd.join(e2bTemplatesDir), templates: templates}, log)
@@ -327,7 +329,7 @@ func Run(ctx context.Context, opts Options) error {
 			return fmt.Errorf("e2b gateway: %w", err)
 		}
 		defer watchers.Close()
-		handler = gw
+		handler, e2bGW = gw, gw
 	}
 	// The Host allow-list, before any route (DNS rebinding).
 	hosts, err := allowedHosts(opts, self.AdvertiseURL)
@@ -364,6 +366,9 @@ func Run(ctx context.Context, opts Options) error {
 	comps = append(comps, volumeComponents(h.volumeStorage(), st, nodeID, log.With("component", "volumes"))...)
 	comps = append(comps, metricsComponents(metricsLn, mtr, hosts, log)...) // --metrics-listen, unauthenticated
 	comps = append(comps, idle.components(purgeDuty)...)                    // activity flushes, deadlines, idle limits, the purge of finished rows
+	if e2bGW != nil {
+		comps = append(comps, loop("e2b signed URL index", e2bGW.RunSignedIndex)) // store changes make URL mode's index stale
+	}
 	comps = append(comps, metricsRetention(st, metricsDuty, usage.PruneInterval, log.With("component", "usage")))
 	comps = append(comps,
 		loop("template gc", func(ctx context.Context) { collector.Run(ctx, opts.TemplateGCInterval) }),
