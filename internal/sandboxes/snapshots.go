@@ -124,7 +124,11 @@ func (s *Service) DeleteSnapshot(ctx context.Context, project model.ProjectID, i
 // snapshot's node and environment, with its template, resources,
 // environment (req.Env replacing it name by name) and egress policy
 // (req.Egress if it sets one); the rest is req's.
-func (s *Service) createFromSnapshot(ctx context.Context, req CreateRequest, id model.SnapshotID, count int, allowFork bool) ([]Created, error) {
+//
+// idem, if set, builds the idempotency record stored in that transaction
+// from what is about to be stored.
+func (s *Service) createFromSnapshot(ctx context.Context, req CreateRequest, id model.SnapshotID, count int, allowFork bool,
+	idem func([]Created) (*store.IdempotencyRecord, error)) ([]Created, error) {
 	if err := model.CheckForkCount(count); err != nil {
 		return nil, err
 	}
@@ -170,13 +174,13 @@ func (s *Service) createFromSnapshot(ctx context.Context, req CreateRequest, id 
 		}
 		sbs[i], ops[i], out[i] = sb, op, Created{Sandbox: sb, Operation: op, Egress: egress}
 	}
-	var idem *store.IdempotencyRecord
-	if req.Idempotency != nil && count == 1 {
-		if idem, err = req.Idempotency(out[0]); err != nil {
+	var idemRec *store.IdempotencyRecord
+	if idem != nil {
+		if idemRec, err = idem(out); err != nil {
 			return nil, err
 		}
 	}
-	err = s.cfg.Store.CreateSandboxes(ctx, sbs, egress, ops, idem)
+	err = s.cfg.Store.CreateSandboxes(ctx, sbs, egress, ops, idemRec)
 	switch {
 	case errors.Is(err, store.ErrSnapshotNotReady):
 		return nil, errorf(SnapshotNotReady, "snapshot %s was deleted meanwhile", id)
@@ -199,6 +203,10 @@ type ForkRequest struct {
 	Metadata model.Metadata
 	Timeouts model.Timeouts
 	Now      time.Time
+	// Idempotency, if set, builds the idempotency record stored in the
+	// transaction that inserts the forks, from what is about to be stored:
+	// a retry of the request never makes a second fork.
+	Idempotency func([]Created) (*store.IdempotencyRecord, error)
 }
 
 // Fork takes a live snapshot of the sandbox (its source runs on), waits
@@ -224,7 +232,7 @@ func (s *Service) Fork(ctx context.Context, req ForkRequest) ([]Created, error) 
 		return nil, err
 	}
 	cr := CreateRequest{Project: req.Project, Metadata: req.Metadata, Timeouts: req.Timeouts, Now: req.Now}
-	return s.createFromSnapshot(ctx, cr, ch.Snapshot.ID, req.Count, true)
+	return s.createFromSnapshot(ctx, cr, ch.Snapshot.ID, req.Count, true, req.Idempotency)
 }
 
 // waitOperation waits, at most MaxForkWait, until operation id ends, and

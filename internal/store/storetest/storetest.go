@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		opListTests(),
 		volumeTests(),
 		snapshotTests(),
+		idempotentCreateTests(),
 		fsSuspendTests(),
 	}
 	for _, g := range groups {
