@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -75,8 +73,8 @@ func RunFork(ctx context.Context, opts ForkOptions) (rep ForkReport, err error) 
 		return rep, err
 	}
 	rep = ForkReport{StartedAt: time.Now().UTC(), Runs: opts.Runs, Count: opts.Count}
-	err = opts.eachRuntime("airlock-bench-fork-", func(flavor oci.Flavor, dir string, serverLog *slog.Logger) error {
-		subj, err := runForkOn(ctx, flavor, dir, opts, serverLog)
+	err = opts.eachRuntime(ctx, "fork", "airlock-bench-fork-", func(flavor oci.Flavor, a *airlockSubject) error {
+		subj, err := runForkOn(ctx, flavor, a, opts)
 		if err == nil {
 			rep.Subjects = append(rep.Subjects, subj)
 		}
@@ -85,16 +83,7 @@ func RunFork(ctx context.Context, opts ForkOptions) (rep ForkReport, err error) 
 	return rep, err
 }
 
-func runForkOn(ctx context.Context, flavor oci.Flavor, dir string, opts ForkOptions, serverLog *slog.Logger) (subj ForkSubject, err error) {
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return subj, fmt.Errorf("bench: %w", err)
-	}
-	fmt.Fprintf(opts.Progress, "bench fork: starting an airlock server on %s\n", flavor)
-	a, err := startAirlock(ctx, flavor, dir, opts.AgentBinary, serverLog, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	if err != nil {
-		return subj, err
-	}
-	defer func() { err = errors.Join(err, a.stop()) }()
+func runForkOn(ctx context.Context, flavor oci.Flavor, a *airlockSubject, opts ForkOptions) (subj ForkSubject, err error) {
 	subj.Runtime = string(flavor)
 	src, err := a.forkSource(ctx)
 	if err != nil {

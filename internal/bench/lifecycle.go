@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
 	"text/tabwriter"
 	"time"
 
@@ -65,8 +63,8 @@ func RunLifecycle(ctx context.Context, opts LifecycleOptions) (rep LifecycleRepo
 		return rep, err
 	}
 	rep = LifecycleReport{StartedAt: time.Now().UTC(), Runs: opts.Runs, Met: map[string]bool{}}
-	err = opts.eachRuntime("airlock-bench-lc-", func(flavor oci.Flavor, dir string, serverLog *slog.Logger) error {
-		subj, err := runLifecycleOn(ctx, flavor, dir, opts, serverLog)
+	err = opts.eachRuntime(ctx, "lifecycle", "airlock-bench-lc-", func(flavor oci.Flavor, a *airlockSubject) error {
+		subj, err := runLifecycleOn(ctx, flavor, a, opts)
 		if err != nil {
 			return err
 		}
@@ -83,16 +81,7 @@ func RunLifecycle(ctx context.Context, opts LifecycleOptions) (rep LifecycleRepo
 	return rep, err
 }
 
-func runLifecycleOn(ctx context.Context, flavor oci.Flavor, dir string, opts LifecycleOptions, serverLog *slog.Logger) (subj LifecycleSubject, err error) {
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return subj, fmt.Errorf("bench: %w", err)
-	}
-	fmt.Fprintf(opts.Progress, "bench lifecycle: starting an airlock server on %s\n", flavor)
-	a, err := startAirlock(ctx, flavor, dir, opts.AgentBinary, serverLog, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	if err != nil {
-		return subj, err
-	}
-	defer func() { err = errors.Join(err, a.stop()) }()
+func runLifecycleOn(ctx context.Context, flavor oci.Flavor, a *airlockSubject, opts LifecycleOptions) (subj LifecycleSubject, err error) {
 	subj.Runtime = string(flavor)
 	var pause, resume, suspend, wake, wakeOut, cold []time.Duration
 	for i := range opts.Warmup + opts.Runs {

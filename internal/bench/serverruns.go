@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -68,11 +69,12 @@ func checkServerHost(agentBinary string, tempDir *string, progress, serverLog *i
 	return nil
 }
 
-// eachRuntime runs run once per runtime of o, in order, each with a
-// directory of its own below a temporary directory named after prefix
-// (removed when it returns) and the servers' logger; it stops at the first
+// eachRuntime runs run once per runtime of o, in order, each against an
+// airlock server of that runtime on a data directory of its own below a
+// temporary directory named after prefix (all removed when it returns);
+// bench names the benchmark in the progress lines. It stops at the first
 // error.
-func (o ServerRuns) eachRuntime(prefix string, run func(flavor oci.Flavor, dir string, serverLog *slog.Logger) error) (err error) {
+func (o ServerRuns) eachRuntime(ctx context.Context, bench, prefix string, run func(flavor oci.Flavor, a *airlockSubject) error) (err error) {
 	tmp, err := os.MkdirTemp(o.TempDir, prefix)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -89,9 +91,25 @@ func (o ServerRuns) eachRuntime(prefix string, run func(flavor oci.Flavor, dir s
 	}
 	serverLog := slog.New(slog.NewTextHandler(o.ServerLog, nil))
 	for _, name := range o.Runtimes {
-		if err := run(oci.Flavor(name), filepath.Join(tmp, name), serverLog); err != nil {
+		if err := o.onServer(ctx, bench, oci.Flavor(name), filepath.Join(tmp, name), serverLog, run); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// onServer starts an airlock server of flavor on dir, has run measure it
+// and stops it.
+func (o ServerRuns) onServer(ctx context.Context, bench string, flavor oci.Flavor, dir string, serverLog *slog.Logger,
+	run func(flavor oci.Flavor, a *airlockSubject) error) (err error) {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	fmt.Fprintf(o.Progress, "bench %s: starting an airlock server on %s\n", bench, flavor)
+	a, err := startAirlock(ctx, flavor, dir, o.AgentBinary, serverLog, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, a.stop()) }()
+	return run(flavor, a)
 }

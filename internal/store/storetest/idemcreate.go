@@ -34,6 +34,23 @@ func (e *env) conflictOf(err error, first *store.IdempotencyRecord) {
 	}
 }
 
+// twinsMade counts the racing twins that stored their change; every other
+// must have been told of the first's record.
+func (e *env) twinsMade(errs []error) int {
+	e.t.Helper()
+	made := 0
+	for _, err := range errs {
+		var conflict *store.IdempotencyConflictError
+		switch {
+		case err == nil:
+			made++
+		case !errors.As(err, &conflict):
+			e.t.Fatalf("a twin: %v, want nil or *IdempotencyConflictError", err)
+		}
+	}
+	return made
+}
+
 func testVolumeCreateIdempotent(e *env) {
 	t := e.t
 	p := e.project()
@@ -70,16 +87,7 @@ func testVolumeCreateIdempotent(e *env) {
 		}()
 	}
 	wg.Wait()
-	made := 0
-	for _, err := range errs {
-		var conflict *store.IdempotencyConflictError
-		switch {
-		case err == nil:
-			made++
-		case !errors.As(err, &conflict):
-			t.Fatalf("a twin: %v, want nil or *IdempotencyConflictError", err)
-		}
-	}
+	made := e.twinsMade(errs)
 	vols, err := e.s.ListVolumes(e.ctx, p.ID)
 	must(t, err)
 	if made != 1 || len(vols) != 2 {
@@ -131,16 +139,7 @@ func testForkIdempotent(e *env) {
 		}()
 	}
 	wg.Wait()
-	made := 0
-	for _, err := range errs {
-		var conflict *store.IdempotencyConflictError
-		switch {
-		case err == nil:
-			made++
-		case !errors.As(err, &conflict):
-			t.Fatalf("a twin: %v, want nil or *IdempotencyConflictError", err)
-		}
-	}
+	made := e.twinsMade(errs)
 	if n := count(); made != 1 || n != before+4 {
 		t.Fatalf("racing twins: %d forks made, %d sandboxes; want 1 and %d", made, n, before+4)
 	}
