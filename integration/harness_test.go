@@ -345,7 +345,11 @@ func (s *server) cleanup() {
 		t.Errorf("cleanup: list volumes: %v", err)
 	} else {
 		for _, v := range vols.Volumes {
-			if _, err := c.DeleteVolume(ctx, v.ID); err != nil {
+			ref, err := model.ParseVolumeRef(v.ID)
+			if err == nil {
+				_, err = c.DeleteVolume(ctx, ref)
+			}
+			if err != nil {
 				t.Errorf("cleanup: delete volume %s: %v", v.ID, err)
 			}
 		}

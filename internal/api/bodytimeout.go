@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -19,8 +20,9 @@ const DefaultBodyReadTimeout = 30 * time.Second
 const DefaultStdinIdleTimeout = 60 * time.Second
 
 // errBodyTimeout is wrapped by a request body's Read when the client did
-// not send it in time; classify answers 408 request_timeout.
-var errBodyTimeout = errors.New("the request body did not arrive in time")
+// not send it in time, and is the cause (context.Cause) of the request's
+// context then; classify answers 408 request_timeout.
+var errBodyTimeout = apiv1.ErrBodyTimeout
 
 // bodyMode says how a route's request body is timed.
 type bodyMode int
@@ -101,9 +103,23 @@ func (a *API) withBodyDeadline(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		// The handler's context is canceled with the cause errBodyTimeout
+		// when the deadline passed: net/http cancels the request's own
+		// context (with context.Canceled) inside the read that failed,
+		// before that read returns, so a handler that sees its context
+		// end first (an agent call streaming the body) could not tell
+		// the deadline from a client gone. Read here knows.
+		parent := r.Context()
+		ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+		b.cancel = cancel
+		stop := context.AfterFunc(parent, func() { cancel(b.cause(context.Cause(parent))) })
+		defer func() {
+			stop()
+			cancel(context.Canceled)
+		}()
 		r.Body = b
 		defer b.finish()
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
@@ -116,10 +132,26 @@ type deadlineBody struct {
 	step time.Duration // each read must get data this soon
 	end  time.Time     // and the whole body by then (zero: no bound)
 
-	mu      sync.Mutex
-	done    bool  // the handler returned: the connection is no longer this request's to time
-	ended   error // the body's read ended (EOF or failure): later reads repeat it
-	expired bool
+	cancel context.CancelCauseFunc // the handler's context
+
+	mu       sync.Mutex
+	done     bool      // the handler returned: the connection is no longer this request's to time
+	ended    error     // the body's read ended (EOF or failure): later reads repeat it
+	expired  bool      // a read passed the deadline
+	deadline time.Time // the connection's read deadline, as last armed
+}
+
+// cause is why the handler's context ends when the request's own context
+// ended with parent: errBodyTimeout once the armed read deadline has
+// passed on a body not read to its end (net/http canceled it for the read
+// that failed), else parent.
+func (b *deadlineBody) cause(parent error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.expired || (!b.done && b.ended == nil && !b.deadline.IsZero() && !time.Now().Before(b.deadline)) {
+		return errBodyTimeout
+	}
+	return parent
 }
 
 func (b *deadlineBody) arm() error {
@@ -136,7 +168,11 @@ func (b *deadlineBody) armLocked() error {
 	if !b.end.IsZero() && b.end.Before(d) {
 		d = b.end
 	}
-	return b.rc.SetReadDeadline(d)
+	if err := b.rc.SetReadDeadline(d); err != nil {
+		return err
+	}
+	b.deadline = d
+	return nil
 }
 
 // finish is called when the handler has returned; later reads (which
@@ -173,6 +209,9 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	defer b.mu.Unlock()
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		b.expired = true
+		if b.cancel != nil {
+			b.cancel(errBodyTimeout)
+		}
 		return n, fmt.Errorf("%w: %w", errBodyTimeout, err)
 	}
 	b.ended = err

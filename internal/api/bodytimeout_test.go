@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -316,5 +317,54 @@ func TestUploadBodyTimeoutIsProgressBased(t *testing.T) {
 		case <-deadline:
 			t.Fatal("the stalled upload's handler did not return")
 		}
+	}
+}
+
+// TestBodyDeadlineIsTheContextCause: a handler that streams its body
+// elsewhere (as stdin goes to an agent) and watches only its context
+// learns from context.Cause that the body's deadline passed, whichever
+// ends first (net/http cancels the request's own context inside the read
+// that failed); a client that goes away before the deadline is not taken
+// for one.
+func TestBodyDeadlineIsTheContextCause(t *testing.T) {
+	t.Parallel()
+	const idle = 200 * time.Millisecond
+	causes := make(chan error, 4)
+	a := &API{cfg: Config{BodyReadTimeout: time.Minute, StdinIdleTimeout: idle}}
+	srv := httptest.NewServer(a.withBodyDeadline(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		go io.Copy(io.Discard, r.Body) // the reader is not the handler
+		<-r.Context().Done()
+		causes <- context.Cause(r.Context())
+	})))
+	defer srv.Close()
+	path := strings.Replace(apiv1.StdinRoute, "{process_id}", model.NewProcessID().String(), 1)
+	head := "POST " + path + " HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"
+
+	c := rawConn(t, srv.URL)
+	if _, err := io.WriteString(c, head); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-causes:
+		if !errors.Is(err, apiv1.ErrBodyTimeout) {
+			t.Fatalf("cause after an idle stdin body: %v, want ErrBodyTimeout", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's context did not end after the deadline")
+	}
+
+	c = rawConn(t, srv.URL)
+	if _, err := io.WriteString(c, head); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(idle / 4)
+	c.Close()
+	select {
+	case err := <-causes:
+		if err == nil || errors.Is(err, apiv1.ErrBodyTimeout) {
+			t.Fatalf("cause after the client went away: %v, want not ErrBodyTimeout", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's context did not end when the client went away")
 	}
 }

@@ -138,8 +138,9 @@ func sandboxError(se *sandboxes.Error) (_ *apiError, known bool) {
 // writeError answers with the JSON error for err and logs internal errors.
 func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ctx := r.Context()
-	if ctx.Err() != nil && errors.Is(err, context.Cause(ctx)) {
-		// The client went away; nobody reads the answer.
+	if cause := context.Cause(ctx); ctx.Err() != nil && !errors.Is(cause, errBodyTimeout) && errors.Is(err, cause) {
+		// The client went away; nobody reads the answer. (A body that
+		// did not arrive in time is answered: 408.)
 		a.log.DebugContext(ctx, "request cancelled", "err", err)
 		return
 	}

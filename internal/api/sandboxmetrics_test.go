@@ -24,7 +24,7 @@ func TestSandboxMetrics(t *testing.T) {
 		samples = append(samples, model.SandboxMetric{SandboxID: id, At: base.Add(time.Duration(i) * 5 * time.Second), CPUCount: 1,
 			CPUUsedPct: 12.5, MemUsed: 64 << 20, MemCache: 1 << 20, MemTotal: 512 << 20, DiskUsed: 2 << 20, DiskTotal: 1 << 30})
 	}
-	if err := e.st.AddSandboxMetrics(context.Background(), samples, time.Time{}); err != nil {
+	if err := e.st.AddSandboxMetrics(context.Background(), samples); err != nil {
 		t.Fatal(err)
 	}
 	path := "/v1/sandboxes/" + sb.ID + "/metrics"

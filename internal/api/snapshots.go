@@ -99,15 +99,23 @@ func (a *API) forkSandbox(ctx context.Context, c *call[forkBody]) (*reply, error
 	if err := checkReservedMetadata(ctx, md); err != nil {
 		return nil, err
 	}
-	made, err := a.cfg.Sandboxes.Fork(ctx, sandboxes.ForkRequest{Project: c.p.project, Sandbox: id, Count: count, Metadata: md, Now: c.now})
-	if err != nil {
+	// The answer is encoded before the store call so that the idempotency
+	// record is written in the forks' transaction: a retry never forks
+	// twice.
+	var rep *reply
+	idem := func(made []sandboxes.Created) (*store.IdempotencyRecord, error) {
+		out := apiv1.ForkResult{Sandboxes: make([]apiv1.SandboxWithOperation, 0, len(made))}
+		for _, cr := range made {
+			out.Sandboxes = append(out.Sandboxes, apiv1.SandboxWithOperation{Sandbox: sandboxOut(cr.Sandbox), Operation: operationOut(cr.Operation)})
+		}
+		r, rec, err := c.reply(http.StatusAccepted, out)
+		rep = r
+		return rec, err
+	}
+	if _, err := a.cfg.Sandboxes.Fork(ctx, sandboxes.ForkRequest{Project: c.p.project, Sandbox: id, Count: count, Metadata: md, Now: c.now, Idempotency: idem}); err != nil {
 		return nil, err
 	}
-	out := apiv1.ForkResult{Sandboxes: make([]apiv1.SandboxWithOperation, 0, len(made))}
-	for _, cr := range made {
-		out.Sandboxes = append(out.Sandboxes, apiv1.SandboxWithOperation{Sandbox: sandboxOut(cr.Sandbox), Operation: operationOut(cr.Operation)})
-	}
-	return idempotentReply(ctx, a, c, http.StatusAccepted, out)
+	return rep, nil
 }
 
 // getSnapshot: GET /v1/snapshots/{id} → 200 SavedSnapshot; another

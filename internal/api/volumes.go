@@ -77,7 +77,13 @@ func (a *API) createVolume(ctx context.Context, c *call[apiv1.CreateVolumeReques
 	if quota == 0 {
 		quota = DefaultVolumeQuotaMiB
 	}
-	err = a.cfg.Store.CreateVolume(ctx, v, max(quota, 0))
+	// The answer is encoded before the store call so that the idempotency
+	// record is written in the volume's transaction.
+	rep, idem, err := c.reply(http.StatusCreated, volumeOut(v))
+	if err != nil {
+		return nil, err
+	}
+	err = a.cfg.Store.CreateVolume(ctx, v, max(quota, 0), idem)
 	if errors.Is(err, store.ErrAlreadyExists) {
 		return nil, errorf(apiv1.CodeAlreadyExists, "the project has a volume named %s already", name)
 	} else if err != nil {
@@ -85,7 +91,7 @@ func (a *API) createVolume(ctx context.Context, c *call[apiv1.CreateVolumeReques
 	}
 	a.log.InfoContext(ctx, "volume created", "volume", v.ID, "name", name, "size_mib", size, "project", c.p.project, "by", c.p.keyID)
 	c.created(v.ID.String())
-	return idempotentReply(ctx, a, c, http.StatusCreated, volumeOut(v))
+	return rep, nil
 }
 
 // listVolumes: GET /v1/volumes → 200 VolumeList.

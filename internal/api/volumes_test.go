@@ -165,3 +165,35 @@ func TestVolumeMountedBySandbox(t *testing.T) {
 		t.Fatalf("removed %v", host.removed)
 	}
 }
+
+// TestVolumeCreateIdempotentTwins: racing twins of one POST /v1/volumes
+// (the same Idempotency-Key) make one volume and all answer its 201: the
+// key's record is written in the volume's transaction, so a twin that
+// found none yet is told of it by the store (before, it was written after,
+// and a twin got 409 already_exists for the name its sibling took).
+func TestVolumeCreateIdempotentTwins(t *testing.T) {
+	e := newEnv(t, withVolumes(&fakeVolumeHost{}, 0))
+	const twins = 16
+	answers := make([]<-chan *resp, twins)
+	for i := range answers {
+		answers[i] = e.sendAsync(t, req{method: "POST", path: "/v1/volumes", key: e.keyA, header: idem("vol-twins"),
+			body: `{"name": "data", "size_mib": 64}`})
+	}
+	var first []byte
+	for _, ch := range answers {
+		r := <-ch
+		if r.status != http.StatusCreated {
+			t.Fatalf("a twin: %d %s, want 201", r.status, r.body)
+		}
+		if first == nil {
+			first = r.body
+		} else if string(r.body) != string(first) {
+			t.Fatalf("twins answered differently:\n%s\n%s", first, r.body)
+		}
+	}
+	var list apiv1.VolumeList
+	e.do("GET", "/v1/volumes", e.keyA, "").want(t, http.StatusOK).decode(t, &list)
+	if len(list.Volumes) != 1 {
+		t.Fatalf("%d volumes after %d twins, want 1", len(list.Volumes), twins)
+	}
+}

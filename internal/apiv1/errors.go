@@ -1,6 +1,16 @@
 package apiv1
 
-import "slices"
+import (
+	"errors"
+	"slices"
+)
+
+// ErrBodyTimeout is the cause (context.Cause) of a request's context, and
+// is wrapped by its body's Read, when the client did not send the body in
+// time (the server's body read deadline passed): the request answers
+// CodeRequestTimeout. Handlers that stream a body elsewhere (a process's
+// stdin) read the cause instead of guessing from a canceled context.
+var ErrBodyTimeout = errors.New("the request body did not arrive in time")
 
 // Error is the body of every error response: {"code": "...", "message": "..."}.
 type Error struct {

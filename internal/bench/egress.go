@@ -162,22 +162,7 @@ func (o *EgressOptions) check() error {
 		}
 		o.ProbeBinary = exe
 	}
-	if o.AgentBinary == "" {
-		return errors.New("bench: the airlock-agent binary is required")
-	}
-	if o.TempDir == "" {
-		o.TempDir = os.TempDir()
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
-	if o.ServerLog == nil {
-		o.ServerLog = io.Discard
-	}
-	if os.Geteuid() != 0 {
-		return ErrNotRoot
-	}
-	return nil
+	return checkServerHost(o.AgentBinary, &o.TempDir, &o.Progress, &o.ServerLog)
 }
 
 // egressBench is one RunEgress in progress.

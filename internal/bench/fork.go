@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -20,19 +17,10 @@ import (
 
 // ForkOptions configures RunFork.
 type ForkOptions struct {
-	// Runtimes are the OCI runtimes measured, each with its own in-process
-	// server (default runc and runsc).
-	Runtimes []string
-	Runs     int // counted rounds per runtime (default 10)
-	Warmup   int // uncounted rounds before them (default 1)
+	ServerRuns // Runs defaults to 10
 	// Count is how many sandboxes each fork makes (default 2, at most
 	// model.MaxForkCount).
 	Count int
-	// AgentBinary is the static airlock-agent the servers use (required).
-	AgentBinary string
-	TempDir     string    // default os.TempDir()
-	Progress    io.Writer // a line per runtime and round; nil: none
-	ServerLog   io.Writer // the servers' logs; nil: discarded
 }
 
 // ForkSubject is one runtime's figures, each from a request to the first
@@ -65,42 +53,13 @@ type ForkReport struct {
 }
 
 func (o *ForkOptions) check() error {
-	if len(o.Runtimes) == 0 {
-		o.Runtimes = []string{string(oci.FlavorRunc), string(oci.FlavorRunsc)}
-	}
-	for _, r := range o.Runtimes {
-		if _, err := oci.ParseFlavor(r); err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-	}
-	if o.Runs == 0 {
-		o.Runs = 10
-	}
 	if o.Count == 0 {
 		o.Count = 2
-	}
-	if o.Runs < 1 || o.Warmup < 0 {
-		return fmt.Errorf("bench: runs (%d) must be at least 1 and warm-up runs (%d) not negative", o.Runs, o.Warmup)
 	}
 	if err := model.CheckForkCount(o.Count); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	if o.AgentBinary == "" {
-		return errors.New("bench: the airlock-agent binary is required")
-	}
-	if o.TempDir == "" {
-		o.TempDir = os.TempDir()
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
-	if o.ServerLog == nil {
-		o.ServerLog = io.Discard
-	}
-	if os.Geteuid() != 0 {
-		return ErrNotRoot
-	}
-	return nil
+	return o.ServerRuns.check(10)
 }
 
 // RunFork runs `airlock bench fork`: for each runtime an in-process
@@ -114,39 +73,17 @@ func RunFork(ctx context.Context, opts ForkOptions) (rep ForkReport, err error) 
 		return rep, err
 	}
 	rep = ForkReport{StartedAt: time.Now().UTC(), Runs: opts.Runs, Count: opts.Count}
-	tmp, err := os.MkdirTemp(opts.TempDir, "airlock-bench-fork-")
-	if err != nil {
-		return rep, fmt.Errorf("bench: %w", err)
-	}
-	if err := os.Chmod(tmp, 0o711); err != nil {
-		return rep, errors.Join(fmt.Errorf("bench: %w", err), os.RemoveAll(tmp))
-	}
-	defer func() {
-		if rerr := os.RemoveAll(tmp); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("bench: %w", rerr))
+	err = opts.eachRuntime(ctx, "fork", "airlock-bench-fork-", func(flavor oci.Flavor, a *airlockSubject) error {
+		subj, err := runForkOn(ctx, flavor, a, opts)
+		if err == nil {
+			rep.Subjects = append(rep.Subjects, subj)
 		}
-	}()
-	serverLog := slog.New(slog.NewTextHandler(opts.ServerLog, nil))
-	for _, name := range opts.Runtimes {
-		subj, err := runForkOn(ctx, oci.Flavor(name), filepath.Join(tmp, name), opts, serverLog)
-		if err != nil {
-			return rep, err
-		}
-		rep.Subjects = append(rep.Subjects, subj)
-	}
-	return rep, nil
+		return err
+	})
+	return rep, err
 }
 
-func runForkOn(ctx context.Context, flavor oci.Flavor, dir string, opts ForkOptions, serverLog *slog.Logger) (subj ForkSubject, err error) {
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return subj, fmt.Errorf("bench: %w", err)
-	}
-	fmt.Fprintf(opts.Progress, "bench fork: starting an airlock server on %s\n", flavor)
-	a, err := startAirlock(ctx, flavor, dir, opts.AgentBinary, serverLog, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	if err != nil {
-		return subj, err
-	}
-	defer func() { err = errors.Join(err, a.stop()) }()
+func runForkOn(ctx context.Context, flavor oci.Flavor, a *airlockSubject, opts ForkOptions) (subj ForkSubject, err error) {
 	subj.Runtime = string(flavor)
 	src, err := a.forkSource(ctx)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 func TestRunForkRunc(t *testing.T) {
 	cfg := benchConfig(t)
 	var progress bytes.Buffer
-	opts := ForkOptions{Runtimes: []string{"runc"}, Runs: 1, Count: 2, AgentBinary: cfg.AgentBinary, TempDir: cfg.TempDir, Progress: &progress}
+	opts := ForkOptions{ServerRuns: ServerRuns{Runtimes: []string{"runc"}, Runs: 1, AgentBinary: cfg.AgentBinary, TempDir: cfg.TempDir, Progress: &progress}, Count: 2}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	rep, err := RunFork(ctx, opts)

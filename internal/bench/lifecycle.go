@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -19,16 +16,7 @@ import (
 
 // LifecycleOptions configures RunLifecycle.
 type LifecycleOptions struct {
-	// Runtimes are the OCI runtimes measured, each with its own in-process
-	// server (default runc and runsc).
-	Runtimes []string
-	Runs     int // counted runs per runtime (default 20)
-	Warmup   int // uncounted runs before them (default 2)
-	// AgentBinary is the static airlock-agent the servers use (required).
-	AgentBinary string
-	TempDir     string    // default os.TempDir()
-	Progress    io.Writer // a line per runtime and round; nil: none
-	ServerLog   io.Writer // the servers' logs; nil: discarded
+	ServerRuns // Runs defaults to 20
 }
 
 // LifecycleSubject is one runtime's figures. Every duration is the API's
@@ -62,38 +50,7 @@ type LifecycleReport struct {
 	Met map[string]bool `json:"targets_met"`
 }
 
-func (o *LifecycleOptions) check() error {
-	if len(o.Runtimes) == 0 {
-		o.Runtimes = []string{string(oci.FlavorRunc), string(oci.FlavorRunsc)}
-	}
-	for _, r := range o.Runtimes {
-		if _, err := oci.ParseFlavor(r); err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-	}
-	if o.Runs == 0 {
-		o.Runs = 20
-	}
-	if o.Runs < 1 || o.Warmup < 0 {
-		return fmt.Errorf("bench: runs (%d) must be at least 1 and warm-up runs (%d) not negative", o.Runs, o.Warmup)
-	}
-	if o.AgentBinary == "" {
-		return errors.New("bench: the airlock-agent binary is required")
-	}
-	if o.TempDir == "" {
-		o.TempDir = os.TempDir()
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
-	if o.ServerLog == nil {
-		o.ServerLog = io.Discard
-	}
-	if os.Geteuid() != 0 {
-		return ErrNotRoot
-	}
-	return nil
-}
+func (o *LifecycleOptions) check() error { return o.ServerRuns.check(20) }
 
 // RunLifecycle runs `airlock bench lifecycle`: for each runtime an
 // in-process airlock server, and per round one sandbox taken through pause,
@@ -106,48 +63,25 @@ func RunLifecycle(ctx context.Context, opts LifecycleOptions) (rep LifecycleRepo
 		return rep, err
 	}
 	rep = LifecycleReport{StartedAt: time.Now().UTC(), Runs: opts.Runs, Met: map[string]bool{}}
-	tmp, err := os.MkdirTemp(opts.TempDir, "airlock-bench-lc-")
-	if err != nil {
-		return rep, fmt.Errorf("bench: %w", err)
-	}
-	// runc and crun sandboxes run as unprivileged host users that must
-	// reach their state directories below it.
-	if err := os.Chmod(tmp, 0o711); err != nil {
-		return rep, errors.Join(fmt.Errorf("bench: %w", err), os.RemoveAll(tmp))
-	}
-	defer func() {
-		if rerr := os.RemoveAll(tmp); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("bench: %w", rerr))
-		}
-	}()
-	serverLog := slog.New(slog.NewTextHandler(opts.ServerLog, nil))
-	for _, name := range opts.Runtimes {
-		subj, err := runLifecycleOn(ctx, oci.Flavor(name), filepath.Join(tmp, name), opts, serverLog)
+	err = opts.eachRuntime(ctx, "lifecycle", "airlock-bench-lc-", func(flavor oci.Flavor, a *airlockSubject) error {
+		subj, err := runLifecycleOn(ctx, flavor, a, opts)
 		if err != nil {
-			return rep, err
+			return err
 		}
 		rep.Subjects = append(rep.Subjects, subj)
-		switch oci.Flavor(name) {
+		switch flavor {
 		case oci.FlavorRunsc:
 			rep.Met["runsc_wake_p50_le_150ms"] = subj.Wake.P50 <= 150*time.Millisecond
 		case oci.FlavorRunc:
 			rep.Met["runc_pause_p50_le_10ms"] = subj.Pause.P50 <= 10*time.Millisecond
 			rep.Met["runc_resume_p50_le_10ms"] = subj.Resume.P50 <= 10*time.Millisecond
 		}
-	}
-	return rep, nil
+		return nil
+	})
+	return rep, err
 }
 
-func runLifecycleOn(ctx context.Context, flavor oci.Flavor, dir string, opts LifecycleOptions, serverLog *slog.Logger) (subj LifecycleSubject, err error) {
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return subj, fmt.Errorf("bench: %w", err)
-	}
-	fmt.Fprintf(opts.Progress, "bench lifecycle: starting an airlock server on %s\n", flavor)
-	a, err := startAirlock(ctx, flavor, dir, opts.AgentBinary, serverLog, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	if err != nil {
-		return subj, err
-	}
-	defer func() { err = errors.Join(err, a.stop()) }()
+func runLifecycleOn(ctx context.Context, flavor oci.Flavor, a *airlockSubject, opts LifecycleOptions) (subj LifecycleSubject, err error) {
 	subj.Runtime = string(flavor)
 	var pause, resume, suspend, wake, wakeOut, cold []time.Duration
 	for i := range opts.Warmup + opts.Runs {

@@ -181,11 +181,7 @@ func (a *app) keyRevokeCommand() *cobra.Command {
 		Short: "Revoke an API key",
 		Args:  exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseAPIKeyID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			id, c, err := parseArgClient(a, model.ParseAPIKeyID, args[0])
 			if err != nil {
 				return err
 			}

@@ -79,26 +79,8 @@ func (a *app) egressCommand() *cobra.Command {
 }
 
 func (a *app) egressGetCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "get SANDBOX",
-		Short: "Show a sandbox's egress policy, as given and in force",
-		Args:  exactArgs("SANDBOX"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseSandboxID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			out, err := c.GetSandboxEgress(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			return a.printer().sandboxEgress(out)
-		},
-	}
+	return argCommand(a, &cobra.Command{Use: "get SANDBOX", Short: "Show a sandbox's egress policy, as given and in force"},
+		"SANDBOX", model.ParseSandboxID, (*client.Client).GetSandboxEgress, printer.sandboxEgress)
 }
 
 func (a *app) egressSetCommand() *cobra.Command {
@@ -177,11 +159,7 @@ func (a *app) egressLogCommand() *cobra.Command {
 		Short: "Show a sandbox's egress decisions (--follow: until interrupted or the sandbox is deleted)",
 		Args:  exactArgs("SANDBOX"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseSandboxID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			id, c, err := parseArgClient(a, model.ParseSandboxID, args[0])
 			if err != nil {
 				return err
 			}
@@ -288,11 +266,7 @@ func (a *app) egressProfileGetCommand() *cobra.Command {
 		Short: "Show an egress profile",
 		Args:  exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := parseArg(policy.ParseProfileName, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			name, c, err := parseArgClient(a, policy.ParseProfileName, args[0])
 			if err != nil {
 				return err
 			}
@@ -345,11 +319,7 @@ func (a *app) egressProfileRmCommand() *cobra.Command {
 		Short: "Remove an egress profile (admin); refused while a sandbox that is not deleted names it",
 		Args:  exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := parseArg(policy.ParseProfileName, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			name, c, err := parseArgClient(a, policy.ParseProfileName, args[0])
 			if err != nil {
 				return err
 			}

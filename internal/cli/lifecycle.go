@@ -50,11 +50,7 @@ func (a *app) lifecycleCommand(kind model.OperationKind, short, long string) *co
 			"fails if it fails; --no-wait returns once the server has accepted the request.",
 		Args: exactArgs("SANDBOX"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseSandboxID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			id, c, err := parseArgClient(a, model.ParseSandboxID, args[0])
 			if err != nil {
 				return err
 			}

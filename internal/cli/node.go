@@ -44,49 +44,12 @@ func (a *app) nodeListCommand() *cobra.Command {
 }
 
 func (a *app) nodeGetCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "get NODE",
-		Short: "Show a node",
-		Args:  exactArgs("NODE"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseNodeID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			n, err := c.GetNode(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			return a.printer().node(n)
-		},
-	}
+	return argCommand(a, &cobra.Command{Use: "get NODE", Short: "Show a node"},
+		"NODE", model.ParseNodeID, (*client.Client).GetNode, printer.node)
 }
 
 func (a *app) nodeStateCommand(verb, short string, set func(*client.Client, context.Context, model.NodeID) (apiv1.Node, error)) *cobra.Command {
-	return &cobra.Command{
-		Use:   verb + " NODE",
-		Short: short,
-		Args:  exactArgs("NODE"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseNodeID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			n, err := set(c, cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			return a.printer().node(n)
-		},
-	}
+	return argCommand(a, &cobra.Command{Use: verb + " NODE", Short: short}, "NODE", model.ParseNodeID, set, printer.node)
 }
 
 func (a *app) nodeDrainCommand() *cobra.Command {

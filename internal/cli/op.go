@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -17,26 +19,11 @@ func (a *app) opCommand() *cobra.Command {
 }
 
 func (a *app) opGetCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "get OPERATION",
-		Short: "Show an operation",
-		Args:  exactArgs("OPERATION"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseOperationID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			op, err := c.GetOperation(cmd.Context(), id, 0)
-			if err != nil {
-				return err
-			}
-			return a.printer().operation(op)
-		},
+	get := func(c *client.Client, ctx context.Context, id model.OperationID) (apiv1.Operation, error) {
+		return c.GetOperation(ctx, id, 0)
 	}
+	return argCommand(a, &cobra.Command{Use: "get OPERATION", Short: "Show an operation"},
+		"OPERATION", model.ParseOperationID, get, printer.operation)
 }
 
 func (a *app) opWaitCommand() *cobra.Command {

@@ -86,11 +86,7 @@ func (a *app) poolRmCommand() *cobra.Command {
 		Short: "Remove a warm pool; its unclaimed sandboxes are deleted, claimed ones are not touched",
 		Args:  exactArgs("POOL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParsePoolID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			id, c, err := parseArgClient(a, model.ParsePoolID, args[0])
 			if err != nil {
 				return err
 			}

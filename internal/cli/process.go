@@ -27,11 +27,7 @@ func (a *app) attachCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			pid, err := parseArg(model.ParseProcessID, args[1])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			pid, c, err := parseArgClient(a, model.ParseProcessID, args[1])
 			if err != nil {
 				return err
 			}
@@ -93,11 +89,7 @@ func (a *app) psCommand() *cobra.Command {
 		Long:  "List the running processes of a sandbox; -a also lists exited ones the sandbox still remembers.",
 		Args:  exactArgs("SANDBOX"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sb, err := parseArg(model.ParseSandboxID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			sb, c, err := parseArgClient(a, model.ParseSandboxID, args[0])
 			if err != nil {
 				return err
 			}

@@ -275,26 +275,8 @@ func (a *app) sandboxListCommand() *cobra.Command {
 }
 
 func (a *app) sandboxGetCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "get SANDBOX",
-		Short: "Show a sandbox",
-		Args:  exactArgs("SANDBOX"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseSandboxID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			sb, err := c.GetSandbox(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			return a.printer().sandbox(sb)
-		},
-	}
+	return argCommand(a, &cobra.Command{Use: "get SANDBOX", Short: "Show a sandbox"},
+		"SANDBOX", model.ParseSandboxID, (*client.Client).GetSandbox, printer.sandbox)
 }
 
 func (a *app) sandboxDeleteCommand() *cobra.Command {
@@ -304,11 +286,7 @@ func (a *app) sandboxDeleteCommand() *cobra.Command {
 		Short: "Delete a sandbox and wait until it is gone",
 		Args:  exactArgs("SANDBOX"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseSandboxID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			id, c, err := parseArgClient(a, model.ParseSandboxID, args[0])
 			if err != nil {
 				return err
 			}

@@ -33,11 +33,7 @@ func (a *app) snapshotCreateCommand() *cobra.Command {
 			"from it with `airlock sandbox create --snapshot SNAPSHOT`.",
 		Args: exactArgs("SANDBOX"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseSandboxID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			id, c, err := parseArgClient(a, model.ParseSandboxID, args[0])
 			if err != nil {
 				return err
 			}
@@ -134,51 +130,17 @@ func (a *app) snapshotListCommand() *cobra.Command {
 }
 
 func (a *app) snapshotGetCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "get SNAPSHOT",
-		Short: "Show a snapshot",
-		Args:  exactArgs("SNAPSHOT"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseSnapshotID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			snap, err := c.GetSnapshot(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			return a.printer().snapshot(snap)
-		},
-	}
+	return argCommand(a, &cobra.Command{Use: "get SNAPSHOT", Short: "Show a snapshot"},
+		"SNAPSHOT", model.ParseSnapshotID, (*client.Client).GetSnapshot, printer.snapshot)
 }
 
 func (a *app) snapshotDeleteCommand() *cobra.Command {
-	return &cobra.Command{
+	return argCommand(a, &cobra.Command{
 		Use:   "delete SNAPSHOT",
 		Short: "Delete a snapshot",
 		Long: "Delete a snapshot: it is deleting at once, and its files are removed from its\n" +
 			"node once no sandbox is being created from it.",
-		Args: exactArgs("SNAPSHOT"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseArg(model.ParseSnapshotID, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			snap, err := c.DeleteSnapshot(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			return a.printer().snapshot(snap)
-		},
-	}
+	}, "SNAPSHOT", model.ParseSnapshotID, (*client.Client).DeleteSnapshot, printer.snapshot)
 }
 
 // sandboxForkCommand is `airlock sandbox fork SANDBOX --count N`.

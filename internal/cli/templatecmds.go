@@ -25,11 +25,7 @@ func (a *app) templateInspectCommand() *cobra.Command {
 		Example: "  airlock template inspect default\n  airlock template inspect python:3.12 -o json",
 		Args:    exactArgs("REF"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref, err := parseArg(model.ParseTemplateRef, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			ref, c, err := parseArgClient(a, model.ParseTemplateRef, args[0])
 			if err != nil {
 				return err
 			}
@@ -56,11 +52,7 @@ func (a *app) templateTagCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			name, err := parseArg(model.ParseTaggedName, args[1])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			name, c, err := parseArgClient(a, model.ParseTaggedName, args[1])
 			if err != nil {
 				return err
 			}
@@ -85,11 +77,7 @@ func (a *app) templateRmCommand() *cobra.Command {
 		Example: "  airlock template rm python:3.11\n  airlock template rm sha256:…",
 		Args:    exactArgs("REF"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref, err := parseArg(model.ParseTemplateRef, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
+			ref, c, err := parseArgClient(a, model.ParseTemplateRef, args[0])
 			if err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/client"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -68,47 +69,26 @@ func (a *app) volumeListCommand() *cobra.Command {
 }
 
 func (a *app) volumeGetCommand() *cobra.Command {
-	return &cobra.Command{
+	return argCommand(a, &cobra.Command{
 		Use:   "get VOLUME",
 		Short: "Show a volume (by ID or name): its size, node and the sandboxes that mount it",
-		Args:  exactArgs("VOLUME"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := model.ParseVolumeRef(args[0]); err != nil {
-				return usageErrorf("VOLUME: %w", err)
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			v, err := c.GetVolume(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return a.printer().volume(v)
-		},
+	}, "VOLUME", parseVolumeArg, (*client.Client).GetVolume, printer.volume)
+}
+
+// parseVolumeArg parses a VOLUME argument (an ID or a name).
+func parseVolumeArg(s string) (model.VolumeRef, error) {
+	ref, err := model.ParseVolumeRef(s)
+	if err != nil {
+		return ref, fmt.Errorf("VOLUME: %w", err)
 	}
+	return ref, nil
 }
 
 func (a *app) volumeDeleteCommand() *cobra.Command {
-	return &cobra.Command{
+	return argCommand(a, &cobra.Command{
 		Use:   "delete VOLUME",
 		Short: "Delete a volume (by ID or name) and its data; refused while a sandbox that is not deleted mounts it",
-		Args:  exactArgs("VOLUME"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := model.ParseVolumeRef(args[0]); err != nil {
-				return usageErrorf("VOLUME: %w", err)
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			v, err := c.DeleteVolume(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return a.printer().volume(v)
-		},
-	}
+	}, "VOLUME", parseVolumeArg, (*client.Client).DeleteVolume, printer.volume)
 }
 
 // parseVolumeFlags parses --volume VOLUME:/path values (VOLUME a name or

@@ -6,6 +6,7 @@ import (
 	"net/url"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/model"
 )
 
 // CreateVolume creates a volume of the key's project.
@@ -23,15 +24,15 @@ func (c *Client) ListVolumes(ctx context.Context) (apiv1.VolumeList, error) {
 }
 
 // GetVolume returns a volume of the project by ID or name.
-func (c *Client) GetVolume(ctx context.Context, ref string) (apiv1.Volume, error) {
+func (c *Client) GetVolume(ctx context.Context, ref model.VolumeRef) (apiv1.Volume, error) {
 	var out apiv1.Volume
-	err := c.do(ctx, request{method: http.MethodGet, path: "/v1/volumes/" + url.PathEscape(ref)}, &out)
+	err := c.do(ctx, request{method: http.MethodGet, path: "/v1/volumes/" + url.PathEscape(ref.String())}, &out)
 	return out, err
 }
 
 // DeleteVolume deletes a volume of the project (by ID or name) and its data.
-func (c *Client) DeleteVolume(ctx context.Context, ref string) (apiv1.Volume, error) {
+func (c *Client) DeleteVolume(ctx context.Context, ref model.VolumeRef) (apiv1.Volume, error) {
 	var out apiv1.Volume
-	err := c.do(ctx, request{method: http.MethodDelete, path: "/v1/volumes/" + url.PathEscape(ref)}, &out)
+	err := c.do(ctx, request{method: http.MethodDelete, path: "/v1/volumes/" + url.PathEscape(ref.String())}, &out)
 	return out, err
 }

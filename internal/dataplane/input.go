@@ -7,10 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/airlockdev/airlock/internal/agentproto"
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -62,15 +58,15 @@ func (d *DataPlane) stdin(w http.ResponseWriter, r *http.Request) {
 	}
 	defer d.hold(t.cs.SandboxID)() // a stdin stream is activity while it lasts
 	defer d.cfg.Metrics.StreamOpened(metrics.StreamStdin)()
-	in := &deadlineSeen{Reader: r.Body}
-	body := d.countIn(metrics.StreamStdin, in)
+	body := d.countIn(metrics.StreamStdin, r.Body)
 	defer body.done()
 	if err := t.agent.Stdin(r.Context(), t.pid.String(), body, closeAfter); err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) || (r.Context().Err() != nil && in.passed(time.Second)) {
-			// The body's read deadline (--stdin-idle-timeout) passed (it
-			// also cancels the request's context): what came before it
-			// was written; net/http closes the connection after this
-			// answer.
+		if errors.Is(err, apiv1.ErrBodyTimeout) || errors.Is(context.Cause(r.Context()), apiv1.ErrBodyTimeout) {
+			// The body's read deadline (--stdin-idle-timeout) passed:
+			// the API's body deadline says so in the read's error or,
+			// when the agent call saw the context end first, in its
+			// cause. What came before it was written; net/http closes
+			// the connection after this answer.
 			writeError(w, apiv1.CodeRequestTimeout, "no stdin data arrived for the stdin idle timeout; what was sent before was written (send more in a new request)")
 			return
 		}
@@ -150,41 +146,4 @@ func decodeControl(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
-}
-
-// deadlineSeen records whether a read of the body passed its deadline.
-// net/http cancels the request's context inside that read, before the
-// read returns its error, so the agent call (whose transport reads the
-// body in a goroutine of its own) may end first with the context
-// canceled: passed waits for a read still in flight before it answers.
-type deadlineSeen struct {
-	io.Reader
-	mu   sync.Mutex // held during a read
-	seen atomic.Bool
-}
-
-func (b *deadlineSeen) Read(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n, err := b.Reader.Read(p)
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		b.seen.Store(true)
-	}
-	return n, err
-}
-
-// passed reports whether a read passed its deadline, waiting up to wait
-// for a read in flight to end (a read the deadline ended returns at once;
-// one the context ended for another reason may block up to its deadline).
-func (b *deadlineSeen) passed(wait time.Duration) bool {
-	for end := time.Now().Add(wait); !b.seen.Load(); time.Sleep(2 * time.Millisecond) {
-		if b.mu.TryLock() {
-			b.mu.Unlock()
-			break
-		}
-		if time.Now().After(end) {
-			break
-		}
-	}
-	return b.seen.Load()
 }

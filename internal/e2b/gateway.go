@@ -88,6 +88,11 @@ type Config struct {
 	// project and node, to find the sandbox of a signed /files URL that
 	// names none (URL mode, signedurl.go); nil refuses such URLs.
 	LiveSandboxes func(ctx context.Context) ([]model.Sandbox, error)
+	// Changes, if set, is a watch of the store that receives a value after
+	// sandboxes change (store.Watch): while nothing changed, a signed URL
+	// of no sandbox the index knows is refused without listing the store
+	// (RunSignedIndex). Nil: every such miss may list it.
+	Changes func(ctx context.Context) <-chan struct{}
 	// Domain is the --e2b-domain: when set, only hosts under it are
 	// routed to sandboxes by name.
 	Domain string

@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -629,5 +631,108 @@ func TestGoneSandboxAnswer(t *testing.T) {
 	g.ServeHTTP(rec, req)
 	if rec.Code != http.StatusUnauthorized || strings.Contains(rec.Body.String(), "sandboxId") {
 		t.Fatalf("anonymous: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestSignedIndexCache: with the store's changes watched, unknown
+// signatures are refused from the cached index without listing the store;
+// a change makes the next miss list it again (a new sandbox is found); a
+// deleted sandbox's URL is refused at once and leaves the index; and the
+// index is listed again signedTokenTTL after its last listing.
+func TestSignedIndexCache(t *testing.T) {
+	a := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning}
+	b := model.Sandbox{ID: model.NewSandboxID(), ProjectID: model.NewProjectID(), State: model.StateRunning}
+	sbs := fakeSandboxes{a.ID: a}
+	g := newTestGateway(t, sbs)
+	var lists atomic.Int32
+	var mu sync.Mutex
+	live := []model.Sandbox{a}
+	g.cfg.LiveSandboxes = func(context.Context) ([]model.Sandbox, error) {
+		lists.Add(1)
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(live), nil
+	}
+	changes := make(chan struct{})
+	g.cfg.Changes = func(context.Context) <-chan struct{} { return changes }
+	clock := time.Unix(1_800_000_000, 0)
+	g.cfg.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.RunSignedIndex(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitWatched := func() {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			g.signed.mu.Lock()
+			ok := g.signed.watched && g.signed.stale
+			g.signed.mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the index was not marked stale")
+			}
+		}
+	}
+	waitWatched()
+	signed := func(sb model.Sandbox) string {
+		return "/files?" + url.Values{"path": {"/a"}, "signature": {fileSignature("/a", opRead, "", "tok-"+sb.ID.String(), "")}}.Encode()
+	}
+	do := func(target string) int {
+		rec := httptest.NewRecorder()
+		g.ServeHTTP(rec, httptest.NewRequest("GET", target, nil))
+		return rec.Code
+	}
+
+	if code := do(signed(a)); code != http.StatusTeapot || lists.Load() != 1 {
+		t.Fatalf("first URL: %d after %d listings, want 418 after 1", code, lists.Load())
+	}
+	for i := range 20 {
+		advance(time.Second)
+		if code := do("/files?path=%2Fa&signature=v1_" + strings.Repeat(string(rune('A'+i)), 43)); code != http.StatusUnauthorized {
+			t.Fatalf("unknown signature: %d", code)
+		}
+	}
+	if n := lists.Load(); n != 1 {
+		t.Fatalf("20 unknown signatures listed the store %d times; want none (nothing changed)", n-1)
+	}
+
+	// A sandbox created (a change): the next miss lists once and finds it.
+	mu.Lock()
+	live = append(live, b)
+	mu.Unlock()
+	sbs[b.ID] = b
+	changes <- struct{}{}
+	waitWatched()
+	advance(time.Second)
+	if code := do(signed(b)); code != http.StatusTeapot || lists.Load() != 2 {
+		t.Fatalf("new sandbox: %d after %d listings, want 418 after 2", code, lists.Load())
+	}
+
+	// Deleted (the notification not seen yet): its URL is refused and it
+	// leaves the index, without a listing.
+	gone := a
+	gone.State = model.StateDeleted
+	sbs[a.ID] = gone
+	if code := do(signed(a)); code != http.StatusUnauthorized {
+		t.Fatalf("deleted sandbox's URL: %d, want 401", code)
+	}
+	for _, e := range g.signedEntries(ctx, time.Time{}) {
+		if e.sb.ID == a.ID {
+			t.Fatal("the deleted sandbox is still in the index")
+		}
+	}
+	if code := do(signed(b)); code != http.StatusTeapot || lists.Load() != 2 {
+		t.Fatalf("the other sandbox after the delete: %d after %d listings, want 418 after 2", code, lists.Load())
+	}
+
+	// signedTokenTTL after the last listing (a lost notification, a key
+	// rotation), a miss lists again.
+	advance(signedTokenTTL)
+	do("/files?path=%2Fa&signature=v1_" + strings.Repeat("Z", 43))
+	if n := lists.Load(); n != 3 {
+		t.Fatalf("%d listings after signedTokenTTL, want 3", n)
 	}
 }

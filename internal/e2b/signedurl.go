@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,14 +23,22 @@ import (
 // answers the request as if it had named that sandbox, through the same
 // checks (authorizeEnvd verifies the signature again).
 //
-// The index of live sandboxes and their tokens is reused while no request
-// misses in it; a miss lists the live sandboxes again unless a listing
-// began after the request arrived (concurrent misses share one), so every
-// sandbox created before a request is found; listings are at least
-// signedListGap apart (at most 20 a second, whatever anyone sends). A sandbox's tokens are minted
-// once and kept for signedTokenTTL (a key rotation shows after that). At
-// most maxSignedSandboxes are searched, two searches at once (others wait
-// for their turn, bounded by their context).
+// The index is a cache of the live sandboxes and their access tokens: a
+// lookup hashes its candidates, and no request lists the store while the
+// index is fresh. It goes stale when the store changes (Config.Changes,
+// watched by RunSignedIndex: a sandbox created or deleted anywhere) and
+// signedTokenTTL after its last listing (a lost notification, a key
+// rotation); without Changes it is stale at every miss. A miss on a stale
+// index lists the live sandboxes again unless a listing began after the
+// request arrived (concurrent misses share one), so every sandbox created
+// before a request is found; listings are at least signedListGap apart
+// (at most 20 a second, whatever anyone sends), and a miss on a fresh
+// index lists nothing: unknown signatures cost hashing only. A sandbox's
+// tokens are minted once and kept for signedTokenTTL (a key rotation
+// shows after that). A hit is checked against the store (one read of that
+// sandbox): a deleted sandbox leaves the index at once and its URL is
+// refused. At most maxSignedSandboxes are searched, two searches at once
+// (others wait for their turn, bounded by their context).
 
 // signedListGap is the least time between two listings of the live
 // sandboxes.
@@ -47,15 +56,58 @@ type signedEntry struct {
 	minted time.Time
 }
 
-// signedIndex is the live sandboxes' tokens, rebuilt on demand.
+// signedIndex is the live sandboxes' tokens, listed again on demand.
 type signedIndex struct {
 	mu      sync.Mutex
 	listed  time.Time // when the last listing began
 	entries []signedEntry
-	slots   chan struct{}
+	// watched: RunSignedIndex marks the index stale on every store change;
+	// stale: one came since the last listing began (or none was made).
+	watched, stale bool
+	slots          chan struct{}
 }
 
-func newSignedIndex() *signedIndex { return &signedIndex{slots: make(chan struct{}, 2)} }
+func newSignedIndex() *signedIndex { return &signedIndex{stale: true, slots: make(chan struct{}, 2)} }
+
+// RunSignedIndex watches Config.Changes until ctx ends, marking the index
+// of signed-URL candidates stale on every change, so that a miss lists the
+// store only when something may have changed. Without Changes or
+// LiveSandboxes it returns at once (every miss is then stale).
+func (g *Gateway) RunSignedIndex(ctx context.Context) {
+	if g.cfg.Changes == nil || g.cfg.LiveSandboxes == nil {
+		return
+	}
+	changes := g.cfg.Changes(ctx)
+	ix := g.signed
+	ix.mu.Lock()
+	ix.watched, ix.stale = true, true // what changed before the watch began
+	ix.mu.Unlock()
+	defer func() {
+		ix.mu.Lock()
+		ix.watched = false
+		ix.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-changes:
+			if !ok {
+				return
+			}
+			ix.mu.Lock()
+			ix.stale = true
+			ix.mu.Unlock()
+		}
+	}
+}
+
+// drop removes a sandbox from the index (found deleted by a hit).
+func (ix *signedIndex) drop(id model.SandboxID) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.entries = slices.DeleteFunc(slices.Clone(ix.entries), func(e signedEntry) bool { return e.sb.ID == id })
+}
 
 // signedFiles answers GET/POST /files carrying a signature and no sandbox.
 func (g *Gateway) signedFiles(w http.ResponseWriter, r *http.Request) {
@@ -100,6 +152,15 @@ func (g *Gateway) signedFiles(w http.ResponseWriter, r *http.Request) {
 		}
 		sb, ok = find(entries)
 	}
+	if ok {
+		// The index may predate the sandbox's delete: its URL dies
+		// with it.
+		cur, err := g.cfg.Sandboxes.GetSandboxByID(ctx, sb.ID)
+		if err != nil || cur.State == model.StateDeleted || cur.ProjectID != sb.ProjectID {
+			g.signed.drop(sb.ID)
+			ok = false
+		}
+	}
 	if !ok {
 		refuse()
 		return
@@ -122,6 +183,10 @@ func (g *Gateway) signedEntriesErr(ctx context.Context, since time.Time) ([]sign
 	if since.IsZero() || !ix.listed.Before(since) {
 		return ix.entries, nil
 	}
+	if ix.watched && !ix.stale && g.cfg.Now().Sub(ix.listed) < signedTokenTTL {
+		// Nothing changed since the last listing: a miss is a miss.
+		return ix.entries, nil
+	}
 	// Listings are spaced signedListGap apart whatever the load of
 	// unknown signatures (anyone may send them): a miss waits for the next.
 	if wait := signedListGap - g.cfg.Now().Sub(ix.listed); wait > 0 && !ix.listed.IsZero() {
@@ -134,8 +199,10 @@ func (g *Gateway) signedEntriesErr(ctx context.Context, since time.Time) ([]sign
 		}
 	}
 	began := g.cfg.Now()
+	ix.stale = false // a change from now on makes it stale again
 	sbs, err := g.cfg.LiveSandboxes(ctx)
 	if err != nil {
+		ix.stale = true
 		return nil, err
 	}
 	if len(sbs) > maxSignedSandboxes {
@@ -157,6 +224,7 @@ func (g *Gateway) signedEntriesErr(ctx context.Context, since time.Time) ([]sign
 		}
 		toks, err := g.cfg.Tokens(sb.ID, sb.ProjectID)
 		if err != nil {
+			ix.stale = true
 			return nil, fmt.Errorf("tokens of %s: %w", sb.ID, err)
 		}
 		entries = append(entries, signedEntry{sb: sb, tokens: toks, minted: began})

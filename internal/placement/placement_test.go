@@ -305,7 +305,6 @@ func TestNewChecksConfig(t *testing.T) {
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
-
 // TestPlaceAndCommitRefused: the one node that fits refuses the commit
 // (store.ErrNodeFull: another create filled it meanwhile): the placement
 // is tried again without it and ends in ErrNoRoom, the no_capacity a

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -195,4 +196,74 @@ func RemoveSnapshotDir(dir, manifest string) error {
 		}
 	}
 	return nil
+}
+
+// ReadSnapshotManifest reads a snapshot's JSON manifest, the file name in
+// dir (an fs.ErrNotExist error when there is none).
+func ReadSnapshotManifest[M any](dir, name string) (M, error) {
+	var m M
+	data, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("%s: %w", name, err)
+	}
+	return m, nil
+}
+
+// ExistingLiveSnapshot is the start of every LiveSnapshotter's
+// SnapshotRunning: it checks id and dir (absolute and clean) and has read
+// return the manifest of a snapshot already complete at dir (a retry of
+// one that succeeded; read's fs.ErrNotExist: none); found says whether
+// there is one.
+func ExistingLiveSnapshot[M any](id model.SandboxID, dir string, read func(dir string) (M, error)) (m M, found bool, err error) {
+	if _, err := model.ParseSandboxID(id.String()); err != nil {
+		return m, false, fmt.Errorf("snapshot: %w", err)
+	}
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+		return m, false, fmt.Errorf("snapshot of %s: directory %q must be absolute and clean", id, dir)
+	}
+	m, err = read(dir)
+	switch {
+	case err == nil:
+		return m, true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return m, false, nil
+	}
+	return m, false, fmt.Errorf("snapshot of %s: %w", id, err)
+}
+
+// WriteLiveSnapshot has write fill a fresh temporary directory
+// (dir+SnapshotTempSuffix; whatever a crash left there is removed first)
+// and, once write succeeded, renames it to dir and syncs dir's parent: a
+// live snapshot is at dir complete or not at all. The temporary directory
+// is removed when anything fails.
+func WriteLiveSnapshot(dir string, write func(tmp string) error) (err error) {
+	tmp := dir + SnapshotTempSuffix
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			if rerr := os.RemoveAll(tmp); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("remove the failed snapshot: %w", rerr))
+			}
+		}
+	}()
+	if err := write(tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return err
+	}
+	parent, err := os.Open(filepath.Dir(dir))
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	return parent.Sync()
 }

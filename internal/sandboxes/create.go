@@ -68,7 +68,11 @@ type Created struct {
 // racing creates cannot both take the last slot.
 func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error) {
 	if req.Snapshot != "" {
-		out, err := s.createFromSnapshot(ctx, req, req.Snapshot, 1, false)
+		var idem func([]Created) (*store.IdempotencyRecord, error)
+		if req.Idempotency != nil {
+			idem = func(out []Created) (*store.IdempotencyRecord, error) { return req.Idempotency(out[0]) }
+		}
+		out, err := s.createFromSnapshot(ctx, req, req.Snapshot, 1, false, idem)
 		if err != nil {
 			return Created{}, err
 		}

@@ -126,7 +126,11 @@ func (s *Service) DeleteSnapshot(ctx context.Context, project model.ProjectID, i
 // snapshot's node and environment, with its template, resources,
 // environment (req.Env replacing it name by name) and egress policy
 // (req.Egress if it sets one); the rest is req's.
-func (s *Service) createFromSnapshot(ctx context.Context, req CreateRequest, id model.SnapshotID, count int, allowFork bool) ([]Created, error) {
+//
+// idem, if set, builds the idempotency record stored in that transaction
+// from what is about to be stored.
+func (s *Service) createFromSnapshot(ctx context.Context, req CreateRequest, id model.SnapshotID, count int, allowFork bool,
+	idem func([]Created) (*store.IdempotencyRecord, error)) ([]Created, error) {
 	if err := model.CheckForkCount(count); err != nil {
 		return nil, err
 	}
@@ -179,14 +183,14 @@ func (s *Service) createFromSnapshot(ctx context.Context, req CreateRequest, id 
 			sbs[i].NodeID, sbs[i].Environment = node, envRef
 			out[i] = Created{Sandbox: sbs[i], Operation: ops[i], Egress: egress}
 		}
-		var idem *store.IdempotencyRecord
-		if req.Idempotency != nil && count == 1 {
+		var idemRec *store.IdempotencyRecord
+		if idem != nil {
 			var err error
-			if idem, err = req.Idempotency(out[0]); err != nil {
+			if idemRec, err = idem(out); err != nil {
 				return err
 			}
 		}
-		return s.cfg.Store.CreateSandboxes(ctx, sbs, egress, ops, idem)
+		return s.cfg.Store.CreateSandboxes(ctx, sbs, egress, ops, idemRec)
 	}
 	if rec.Storage == model.SnapshotStored && s.cfg.Placer != nil {
 		// Any node of its environment can pull it: its own node first
@@ -243,6 +247,10 @@ type ForkRequest struct {
 	Metadata model.Metadata
 	Timeouts model.Timeouts
 	Now      time.Time
+	// Idempotency, if set, builds the idempotency record stored in the
+	// transaction that inserts the forks, from what is about to be stored:
+	// a retry of the request never makes a second fork.
+	Idempotency func([]Created) (*store.IdempotencyRecord, error)
 }
 
 // Fork takes a live snapshot of the sandbox (its source runs on), waits
@@ -268,7 +276,7 @@ func (s *Service) Fork(ctx context.Context, req ForkRequest) ([]Created, error) 
 		return nil, err
 	}
 	cr := CreateRequest{Project: req.Project, Metadata: req.Metadata, Timeouts: req.Timeouts, Now: req.Now}
-	return s.createFromSnapshot(ctx, cr, ch.Snapshot.ID, req.Count, true)
+	return s.createFromSnapshot(ctx, cr, ch.Snapshot.ID, req.Count, true, req.Idempotency)
 }
 
 // waitOperation waits, at most MaxForkWait, until operation id ends, and

@@ -10,7 +10,7 @@ import (
 func (f *fixture) volume(name string) model.Volume {
 	f.t.Helper()
 	v := model.Volume{ID: model.NewVolumeID(), ProjectID: f.proj, Name: model.VolumeName(name), SizeMiB: 64, CreatedAt: f.now}
-	must(f.t, f.st.CreateVolume(f.ctx, v, 0))
+	must(f.t, f.st.CreateVolume(f.ctx, v, 0, nil))
 	return v
 }
 
@@ -54,7 +54,7 @@ func TestCreateWithVolumes(t *testing.T) {
 	other := model.Project{ID: model.NewProjectID(), Name: "other", CreatedAt: t0}
 	must(t, f.st.CreateProject(f.ctx, other))
 	theirs := model.Volume{ID: model.NewVolumeID(), ProjectID: other.ID, Name: "theirs", SizeMiB: 64, CreatedAt: t0}
-	must(t, f.st.CreateVolume(f.ctx, theirs, 0))
+	must(t, f.st.CreateVolume(f.ctx, theirs, 0, nil))
 	_, err = f.create(s, func(r *CreateRequest) {
 		r.Volumes = []VolumeMountRequest{{Volume: model.VolumeRef{ID: theirs.ID}, Path: "/x"}}
 	})

@@ -2,8 +2,11 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlockdev/airlock/internal/usage"
 )
 
 // Names of the duty leases of the cluster-wide passes besides the cluster
@@ -16,6 +19,9 @@ const (
 	// half of template garbage collection (internal/template/gc); every
 	// node still removes its own trees from its disk.
 	templateGCLease = "template-gc"
+	// metricsLease: the removal of sandboxes' resource samples older than
+	// their retention (internal/usage's Prune), every usage.PruneInterval.
+	metricsLease = "metrics-retention"
 )
 
 // duty is the lease on one cluster-wide pass as this process knows it. The
@@ -78,4 +84,20 @@ func (d *duty) every(ctx context.Context, interval time.Duration, pass func(cont
 		}
 		timer.Stop()
 	}
+}
+
+// metricsRetention is the cluster-wide removal of old resource samples: on
+// the holder of d's lease, usage.Prune every interval.
+func metricsRetention(st usage.PruneStore, d *duty, interval time.Duration, log *slog.Logger) component {
+	return loop("metrics retention", func(ctx context.Context) {
+		d.every(ctx, interval, func(ctx context.Context) {
+			n, err := usage.Prune(ctx, st, time.Now())
+			switch {
+			case err != nil && ctx.Err() == nil:
+				log.Warn("remove old resource samples", "err", err)
+			case n > 0:
+				log.Debug("removed old resource samples", "samples", n)
+			}
+		})
+	})
 }

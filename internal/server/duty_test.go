@@ -11,6 +11,7 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/placement"
 	"github.com/airlockdev/airlock/internal/store/sqlite"
+	"github.com/airlockdev/airlock/internal/usage"
 )
 
 // TestDutyEvery: a pass runs only while the lease is held: at once when
@@ -71,14 +72,16 @@ func TestClusterPassesOnOneNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const interval = 20 * time.Millisecond
+	// The leases last 3 intervals: long enough that a round of the two
+	// nodes' renewals fits under -race on a loaded machine.
+	const interval = 100 * time.Millisecond
 	type node struct {
 		m      *membership
 		passes map[string]*atomic.Int32 // runs of each pass
 		stop   context.CancelFunc
 		done   chan struct{}
 	}
-	names := []string{purgeLease, templateGCLease}
+	names := []string{purgeLease, templateGCLease, metricsLease}
 	nodes := make([]*node, 2)
 	for i := range nodes {
 		n := &node{passes: map[string]*atomic.Int32{}, done: make(chan struct{})}
@@ -173,5 +176,54 @@ func TestClusterPassesOnOneNode(t *testing.T) {
 	}
 	for _, name := range names {
 		waitRuns(other, name, 1)
+	}
+}
+
+type countingPrune struct {
+	calls  atomic.Int32
+	before atomic.Int64 // the last cut-off, Unix microseconds
+}
+
+func (c *countingPrune) DeleteSandboxMetricsBefore(_ context.Context, before time.Time) (int, error) {
+	c.calls.Add(1)
+	c.before.Store(before.UnixMicro())
+	return 0, nil
+}
+
+// TestMetricsRetentionOnTheHolder: old resource samples are removed by the
+// holder of the metrics-retention lease only, once per interval (it was a
+// DELETE by every node at every 5 s sampling).
+func TestMetricsRetentionOnTheHolder(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	d := newDuty(metricsLease)
+	st := &countingPrune{}
+	c := metricsRetention(st, d, interval, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	time.Sleep(3 * interval)
+	if n := st.calls.Load(); n != 0 {
+		t.Fatalf("%d prunes without the lease", n)
+	}
+	start := time.Now()
+	d.set(true)
+	time.Sleep(interval / 2)
+	if n := st.calls.Load(); n != 1 {
+		t.Fatalf("%d prunes right after the lease was taken, want 1", n)
+	}
+	if cut := time.UnixMicro(st.before.Load()); cut.Sub(start.Add(-usage.Retention)).Abs() > time.Second {
+		t.Errorf("cut-off %v, want about %v", cut, start.Add(-usage.Retention))
+	}
+	time.Sleep(3 * interval)
+	d.set(false)
+	n := st.calls.Load()
+	if n < 3 || n > 5 {
+		t.Fatalf("%d prunes in 3.5 intervals, want about one an interval", n)
+	}
+	time.Sleep(3 * interval)
+	if m := st.calls.Load(); m != n {
+		t.Fatalf("%d prunes after the lease was lost, want %d", m, n)
 	}
 }

@@ -105,6 +105,7 @@ func e2bGateway(ctx context.Context, native http.Handler, wrap func(http.Handler
 			}
 			return out, nil
 		},
+		Changes: st.Watch, // sandboxes created or deleted anywhere make the index stale
 		Domain:  domain,
 		SelfURL: self,
 		Logger:  log.With("component", "e2b"),

@@ -17,6 +17,7 @@ import (
 	"github.com/airlockdev/airlock/internal/guestops/agentguest"
 	"github.com/airlockdev/airlock/internal/metrics"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 	"github.com/airlockdev/airlock/internal/runtime/qemu"
 	"github.com/airlockdev/airlock/internal/sandboxes"
@@ -75,7 +76,7 @@ func openHost(ctx context.Context, opts Options, dd *dataDir, st store.Store, te
 	if err != nil {
 		return nil, err
 	}
-	rts := runtimes{ids: oci.IDPool{Base: opts.UsernsBase, Ranges: opts.UsernsRanges}, vmIDs: qemu.VMIDPool{Base: opts.VMUIDBase, Count: opts.VMUIDCount}, dd: dd, sandboxDir: sandboxDir, guestbootDir: opts.GuestbootDir, agentBin: agentBin, log: log}
+	rts := runtimes{ids: runtime.IDPool{Base: opts.UsernsBase, Count: opts.UsernsRanges}, vmIDs: runtime.IDPool{Base: opts.VMUIDBase, Count: opts.VMUIDCount}, dd: dd, sandboxDir: sandboxDir, guestbootDir: opts.GuestbootDir, agentBin: agentBin, log: log}
 	if h.enabled, err = openEnvironments(ctx, opts.Environments, rts, log); err != nil {
 		return nil, err
 	}

@@ -9,16 +9,16 @@ import (
 
 	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/environment/registry"
+	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
-	"github.com/airlockdev/airlock/internal/runtime/qemu"
 )
 
 // runtimes makes the OCI runtimes of execution environments: each has its
 // own state and sandbox directories below the data dir (or --sandbox-dir),
 // so one never mistakes another's sandboxes for orphans.
 type runtimes struct {
-	ids        oci.IDPool
-	vmIDs      qemu.VMIDPool
+	ids        runtime.IDPool
+	vmIDs      runtime.IDPool
 	dd         *dataDir
 	sandboxDir string
 	// guestbootDir holds the VM boot inputs ("": DATA_DIR/guestboot).

@@ -11,6 +11,7 @@ import (
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/environment"
 	"github.com/airlockdev/airlock/internal/rootfs"
+	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/runtime/oci"
 )
 
@@ -65,7 +66,7 @@ func TestSandboxDirSearchableForUserns(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// A pool of its own, far from the default one of servers on this host.
-	ids := oci.IDPool{Base: oci.DefaultIDBase + 1<<29, Ranges: 2}
+	ids := runtime.IDPool{Base: oci.DefaultIDBase + 1<<29, Count: 2}
 	rt, err := runtimes{ids: ids, dd: dd, sandboxDir: sandboxDir, agentBin: agent, log: log}.open(context.Background(), environment.NameRunc)
 	if err != nil {
 		t.Fatalf("runc with --sandbox-dir: %v", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/airlockdev/airlock/internal/binpath"
 	"github.com/airlockdev/airlock/internal/controller"
 	"github.com/airlockdev/airlock/internal/dataplane"
+	"github.com/airlockdev/airlock/internal/e2b"
 	"github.com/airlockdev/airlock/internal/egress/secrets"
 	"github.com/airlockdev/airlock/internal/guestops"
 	"github.com/airlockdev/airlock/internal/guestops/agentguest"
@@ -108,7 +109,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// The cluster-wide passes run on one node at a time, the holder of
 	// their duty lease (taken by the membership's duty loop).
-	purgeDuty, gcDuty := newDuty(purgeLease), newDuty(templateGCLease)
+	purgeDuty, gcDuty, metricsDuty := newDuty(purgeLease), newDuty(templateGCLease), newDuty(metricsLease)
 	collector, err := gc.New(gc.Config{Store: st, Trees: templates, Tombstones: gcDuty.Held,
 		Logger: log.With("component", "template-gc")})
 	if err != nil {
@@ -175,7 +176,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	member := &membership{st: st, node: self, interval: hbInterval, deadAfter: deadAfter, placer: placer, defaultEnvironment: defaultEnvironment,
-		passes: []*duty{purgeDuty, gcDuty}, log: log.With("component", "membership")}
+		passes: []*duty{purgeDuty, gcDuty, metricsDuty}, log: log.With("component", "membership")}
 	if h != nil {
 		h.describe(&member.node, opts)
 		member.templates = templates.Digests
@@ -319,6 +320,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	var handler http.Handler = mux
+	var e2bGW *e2b.Gateway
 	if !opts.NoE2B {
 		gw, watchers, err := e2bGateway(ctx, mux, apiHandler.Wrap, apiHandler.InProcess(mux), st, attachKeys, verifier, baseURL, opts.E2BDomain,
 			e2bTemplateBuilds{files: dd.join(e2bTemplatesDir), templates: templates, node: nodeID, keys: apiHandler.KeyCaller}, log)
@@ -327,7 +329,7 @@ func Run(ctx context.Context, opts Options) error {
 			return fmt.Errorf("e2b gateway: %w", err)
 		}
 		defer watchers.Close()
-		handler = gw
+		handler, e2bGW = gw, gw
 	}
 	// The Host allow-list, before any route (DNS rebinding).
 	hosts, err := allowedHosts(opts, self.AdvertiseURL)
@@ -364,6 +366,10 @@ func Run(ctx context.Context, opts Options) error {
 	comps = append(comps, volumeComponents(h.volumeStorage(), st, nodeID, log.With("component", "volumes"))...)
 	comps = append(comps, metricsComponents(metricsLn, mtr, hosts, log)...) // --metrics-listen, unauthenticated
 	comps = append(comps, idle.components(purgeDuty)...)                    // activity flushes, deadlines, idle limits, the purge of finished rows
+	if e2bGW != nil {
+		comps = append(comps, loop("e2b signed URL index", e2bGW.RunSignedIndex)) // store changes make URL mode's index stale
+	}
+	comps = append(comps, metricsRetention(st, metricsDuty, usage.PruneInterval, log.With("component", "usage")))
 	comps = append(comps,
 		loop("template gc", func(ctx context.Context) { collector.Run(ctx, opts.TemplateGCInterval) }),
 		loop("attachment key rotation", func(ctx context.Context) { rotateAttachKeys(ctx, attachKeys, attachKeyAge, log) }),

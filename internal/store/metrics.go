@@ -23,12 +23,14 @@ type MetricsQuery struct {
 // Metrics keeps what each node samples of its sandboxes' resource use
 // (internal/usage).
 type Metrics interface {
-	// AddSandboxMetrics stores samples and, in the same transaction,
-	// removes every sample taken before keepAfter (any sandbox's: the
-	// retention window). A sample of a sandbox that is deleted or unknown
-	// is skipped (a sample that raced the delete), as is a second sample
-	// of a sandbox at the same time. It does not wake watchers.
-	AddSandboxMetrics(ctx context.Context, samples []model.SandboxMetric, keepAfter time.Time) error
+	// AddSandboxMetrics stores samples. A sample of a sandbox that is
+	// deleted or unknown is skipped (a sample that raced the delete), as
+	// is a second sample of a sandbox at the same time. It does not wake
+	// watchers.
+	AddSandboxMetrics(ctx context.Context, samples []model.SandboxMetric) error
+	// DeleteSandboxMetricsBefore removes every sample taken before before
+	// (any sandbox's: the retention window) and returns how many.
+	DeleteSandboxMetricsBefore(ctx context.Context, before time.Time) (int, error)
 	// ListSandboxMetrics returns the samples of one of the project's
 	// sandboxes in q's range, oldest first. Another project's sandbox is
 	// ErrNotFound; a deleted one has none (they were removed with it).

@@ -53,8 +53,10 @@ type Volumes interface {
 	// volume that would take the project's volumes over maxTotalMiB (0:
 	// no limit) together is refused with a *model.QuotaExceededError
 	// (limit model.VolumeQuotaLimit), checked in the insert's transaction
-	// under the project's row lock: racing creates cannot both fit.
-	CreateVolume(ctx context.Context, v model.Volume, maxTotalMiB int64) error
+	// under the project's row lock: racing creates cannot both fit. idem,
+	// if set, is stored in the same transaction (an
+	// *IdempotencyConflictError if its key has one already).
+	CreateVolume(ctx context.Context, v model.Volume, maxTotalMiB int64, idem *IdempotencyRecord) error
 	// GetVolume returns a volume of the project by ID or name; another
 	// project's is ErrNotFound.
 	GetVolume(ctx context.Context, project model.ProjectID, ref model.VolumeRef) (model.Volume, error)

@@ -14,10 +14,11 @@
 // not: its frozen guest cannot be asked); a suspended one has nothing to
 // sample.
 //
-// Bound: samples older than Retention are removed as new ones are added
-// (at 5 s, 4320 samples of a sandbox; one that lives longer keeps its last
-// Retention), and the store removes a sandbox's samples when it becomes
-// deleted.
+// Bound: samples older than Retention are removed every PruneInterval by
+// Prune, which one node of the cluster runs (the holder of the server's
+// metrics-retention duty lease), so a sandbox keeps about its last
+// Retention (at 5 s, 4320 samples); the store removes a sandbox's samples
+// when it becomes deleted.
 package usage
 
 import (
@@ -39,6 +40,10 @@ const (
 	DefaultInterval = 5 * time.Second
 	// Retention is how long samples are kept.
 	Retention = 6 * time.Hour
+	// PruneInterval is how often the samples older than Retention are
+	// removed (Prune): a sandbox may hold up to this much beyond its
+	// Retention.
+	PruneInterval = time.Minute
 	// DefaultReadTimeout bounds one sandbox's reading (a guest agent that
 	// does not answer must not hold the others' samples).
 	DefaultReadTimeout = 2 * time.Second
@@ -47,7 +52,23 @@ const (
 // Store is what the sampler reads and writes (store.Store is one).
 type Store interface {
 	ListSandboxesOnNode(ctx context.Context, node model.NodeID) ([]model.Sandbox, error)
-	AddSandboxMetrics(ctx context.Context, samples []model.SandboxMetric, keepAfter time.Time) error
+	AddSandboxMetrics(ctx context.Context, samples []model.SandboxMetric) error
+}
+
+// PruneStore is what Prune writes (store.Store is one).
+type PruneStore interface {
+	DeleteSandboxMetricsBefore(ctx context.Context, before time.Time) (int, error)
+}
+
+// Prune removes every sample taken more than Retention before now (any
+// sandbox's, any node's) and returns how many. One pass is one indexed
+// DELETE on the store: run it every PruneInterval on one node.
+func Prune(ctx context.Context, st PruneStore, now time.Time) (int, error) {
+	n, err := st.DeleteSandboxMetricsBefore(ctx, now.Add(-Retention))
+	if err != nil {
+		return 0, fmt.Errorf("usage: remove samples older than %s: %w", Retention, err)
+	}
+	return n, nil
 }
 
 // Reader reads a hosted sandbox's resource use (*worker.Set).
@@ -173,7 +194,7 @@ func (s *Sampler) Sample(ctx context.Context) (int, error) {
 	if len(samples) == 0 {
 		return 0, nil
 	}
-	if err := s.cfg.Store.AddSandboxMetrics(ctx, samples, s.cfg.Now().Add(-Retention)); err != nil {
+	if err := s.cfg.Store.AddSandboxMetrics(ctx, samples); err != nil {
 		return 0, fmt.Errorf("store %d samples: %w", len(samples), err)
 	}
 	return len(samples), nil

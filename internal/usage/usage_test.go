@@ -2,6 +2,7 @@ package usage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -11,22 +12,21 @@ import (
 )
 
 type fakeStore struct {
-	list      []model.Sandbox
-	added     []model.SandboxMetric
-	keepAfter time.Time
+	list  []model.Sandbox
+	added []model.SandboxMetric
 }
 
 func (f *fakeStore) ListSandboxesOnNode(context.Context, model.NodeID) ([]model.Sandbox, error) {
 	return f.list, nil
 }
 
-func (f *fakeStore) AddSandboxMetrics(_ context.Context, m []model.SandboxMetric, keepAfter time.Time) error {
+func (f *fakeStore) AddSandboxMetrics(_ context.Context, m []model.SandboxMetric) error {
 	for _, x := range m {
 		if err := x.Validate(); err != nil {
 			return err
 		}
 	}
-	f.added, f.keepAfter = append(f.added, m...), keepAfter
+	f.added = append(f.added, m...)
 	return nil
 }
 
@@ -84,9 +84,6 @@ func TestSample(t *testing.T) {
 	if len(st.added) != 2 || st.added[0] != want[0] || st.added[1] != want[1] {
 		t.Fatalf("stored %+v\nwant %+v", st.added, want)
 	}
-	if !st.keepAfter.Equal(now.Add(-Retention)) {
-		t.Errorf("keepAfter %s, want %s", st.keepAfter, now.Add(-Retention))
-	}
 	// A CPU reading below the last (the sandbox was made again: a wake)
 	// starts a new base; an overshoot of the quota is clipped at 100 %.
 	now = now.Add(5 * time.Second)
@@ -128,5 +125,28 @@ func TestSampleReadTimeout(t *testing.T) {
 	}
 	if !s.failing[hang] {
 		t.Error("the hung reading was not noted (logged once)")
+	}
+}
+
+type pruneStore struct {
+	before []time.Time
+	err    error
+}
+
+func (p *pruneStore) DeleteSandboxMetricsBefore(_ context.Context, before time.Time) (int, error) {
+	p.before = append(p.before, before)
+	return 3, p.err
+}
+
+// TestPrune: one pass removes what is older than Retention.
+func TestPrune(t *testing.T) {
+	now := time.Date(2026, 12, 8, 1, 0, 0, 0, time.UTC)
+	st := &pruneStore{}
+	if n, err := Prune(context.Background(), st, now); err != nil || n != 3 || len(st.before) != 1 || !st.before[0].Equal(now.Add(-Retention)) {
+		t.Fatalf("Prune = %d, %v; deleted before %v, want %v", n, err, st.before, now.Add(-Retention))
+	}
+	st.err = errors.New("down")
+	if _, err := Prune(context.Background(), st, now); !errors.Is(err, st.err) {
+		t.Fatalf("Prune with a failing store: %v", err)
 	}
 }

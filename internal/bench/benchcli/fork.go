@@ -34,7 +34,7 @@ func forkCommand(t cli.Tool) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			opts := bench.ForkOptions{Runtimes: runtimes, Runs: runs, Warmup: warmup, Count: count, AgentBinary: agent, Progress: t.Stderr()}
+			opts := bench.ForkOptions{ServerRuns: bench.ServerRuns{Runtimes: runtimes, Runs: runs, Warmup: warmup, AgentBinary: agent, Progress: t.Stderr()}, Count: count}
 			if level <= slog.LevelDebug {
 				opts.ServerLog = t.Stderr()
 			}

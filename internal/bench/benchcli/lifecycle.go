@@ -31,7 +31,7 @@ func lifecycleCommand(t cli.Tool) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			opts := bench.LifecycleOptions{Runtimes: runtimes, Runs: runs, Warmup: warmup, AgentBinary: agent, Progress: t.Stderr()}
+			opts := bench.LifecycleOptions{ServerRuns: bench.ServerRuns{Runtimes: runtimes, Runs: runs, Warmup: warmup, AgentBinary: agent, Progress: t.Stderr()}}
 			if level <= slog.LevelDebug {
 				opts.ServerLog = t.Stderr()
 			}

@@ -85,7 +85,7 @@ func (h *Handler) getVolume(ctx context.Context, w http.ResponseWriter, r *http.
 	if err != nil {
 		return err
 	}
-	v, err := c.GetVolume(ctx, id.String())
+	v, err := c.GetVolume(ctx, model.VolumeRef{ID: id})
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,7 @@ func (h *Handler) deleteVolume(ctx context.Context, w http.ResponseWriter, r *ht
 	if err != nil {
 		return err
 	}
-	if _, err := c.DeleteVolume(ctx, id.String()); err != nil {
+	if _, err := c.DeleteVolume(ctx, model.VolumeRef{ID: id}); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

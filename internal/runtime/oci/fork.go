@@ -2,7 +2,6 @@ package oci
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,7 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlockdev/airlock/internal/atomicfile"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/rootfs"
 	"github.com/airlockdev/airlock/internal/rootfs/treecopy"
@@ -58,13 +56,10 @@ const (
 
 // forkManifest is a live snapshot's snapshot.json.
 type forkManifest struct {
-	Kind      model.SnapshotKind `json:"kind"`
-	Format    string             `json:"format"`
-	CreatedAt time.Time          `json:"created_at"`
-	SizeBytes int64              `json:"size_bytes"`
-	// DiskImage: the source had a disk limit (the snapshot holds its
-	// image); a sandbox made from it must ask for one too.
-	DiskImage bool `json:"disk_image"`
+	// snapshotManifest's DiskImage: the source had a disk limit (the
+	// snapshot holds its image); a sandbox made from it must ask for one
+	// too.
+	snapshotManifest
 	// IDHost is the first host id of the source's id range (runc and
 	// crun), whose owners the copy's files carry; 0: none (runsc).
 	IDHost uint32 `json:"id_host,omitempty"`
@@ -81,16 +76,10 @@ func (r *Runtime) forkFormat() (model.SnapshotKind, string) {
 
 // SnapshotRunning implements runtime.LiveSnapshotter.
 func (r *Runtime) SnapshotRunning(ctx context.Context, id model.SandboxID, dir string) (runtime.Snapshot, error) {
-	if _, err := model.ParseSandboxID(id.String()); err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("snapshot: %w", err)
-	}
-	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
-		return runtime.Snapshot{}, fmt.Errorf("snapshot of %s: directory %q must be absolute and clean", id, dir)
-	}
-	if m, err := readForkManifest(dir); err == nil {
-		return forkSnapshotOf(dir, m), nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return runtime.Snapshot{}, fmt.Errorf("snapshot of %s: %w", id, err)
+	if m, found, err := runtime.ExistingLiveSnapshot(id, dir, readForkManifest); err != nil {
+		return runtime.Snapshot{}, err
+	} else if found {
+		return m.snapshot(dir), nil
 	}
 	unlock := r.lock(id)
 	defer unlock()
@@ -101,7 +90,7 @@ func (r *Runtime) SnapshotRunning(ctx context.Context, id model.SandboxID, dir s
 	return snap, nil
 }
 
-func (r *Runtime) snapshotRunning(ctx context.Context, id model.SandboxID, dir string) (snap runtime.Snapshot, err error) {
+func (r *Runtime) snapshotRunning(ctx context.Context, id model.SandboxID, dir string) (runtime.Snapshot, error) {
 	st, err := r.observe(ctx, id)
 	if err != nil {
 		return runtime.Snapshot{}, err
@@ -109,22 +98,23 @@ func (r *Runtime) snapshotRunning(ctx context.Context, id model.SandboxID, dir s
 	if !st.Phase.Alive() {
 		return runtime.Snapshot{}, fmt.Errorf("sandbox is %s, not running or paused: nothing to snapshot", st.Phase)
 	}
+	var m forkManifest
+	err = runtime.WriteLiveSnapshot(dir, func(tmp string) (werr error) {
+		m, werr = r.writeLiveSnapshot(ctx, id, st.Phase, tmp)
+		return werr
+	})
+	if err != nil {
+		return runtime.Snapshot{}, err
+	}
+	r.log.Info("sandbox snapshotted, left running", "sandbox", id, "dir", dir, "kind", m.Kind, "size", m.SizeBytes)
+	return m.snapshot(dir), nil
+}
+
+// writeLiveSnapshot writes the live snapshot of the sandbox, in phase,
+// into the empty directory tmp and leaves it in that phase again.
+func (r *Runtime) writeLiveSnapshot(ctx context.Context, id model.SandboxID, phase runtime.Phase, tmp string) (m forkManifest, err error) {
 	dirs := r.dirs(id)
-	tmp := dir + runtime.SnapshotTempSuffix
-	if err := os.RemoveAll(tmp); err != nil {
-		return runtime.Snapshot{}, err
-	}
-	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return runtime.Snapshot{}, err
-	}
-	defer func() {
-		if err != nil {
-			if rerr := os.RemoveAll(tmp); rerr != nil {
-				r.log.Warn("remove a failed snapshot", "dir", tmp, "err", rerr)
-			}
-		}
-	}()
-	wasPaused := st.Phase == runtime.PhasePaused
+	wasPaused := phase == runtime.PhasePaused
 	runsc := r.flavor == FlavorRunsc
 	// Back to the phase it was in, whatever happens below.
 	paused := wasPaused
@@ -142,16 +132,12 @@ func (r *Runtime) snapshotRunning(ctx context.Context, id model.SandboxID, dir s
 		}
 	}()
 	if runsc {
-		// Its agent must let go of its host socket for the checkpoint
-		// (releaseAgentSocket), which it does only while running.
-		if wasPaused {
-			if err := r.resume(ctx, id); err != nil {
-				return runtime.Snapshot{}, fmt.Errorf("resume before the snapshot: %w", err)
-			}
+		resumed, err := r.releaseForCheckpoint(ctx, id, dirs, phase)
+		if resumed {
 			paused = false
 		}
-		if err := r.releaseAgentSocket(ctx, id, dirs); err != nil {
-			return runtime.Snapshot{}, err
+		if err != nil {
+			return m, err
 		}
 		defer func() {
 			if rerr := r.reacquireAgentSocket(context.WithoutCancel(ctx), id, dirs); rerr != nil {
@@ -161,23 +147,23 @@ func (r *Runtime) snapshotRunning(ctx context.Context, id model.SandboxID, dir s
 	}
 	if !paused {
 		if err := r.freeze(ctx, id); err != nil {
-			return runtime.Snapshot{}, fmt.Errorf("freeze the source: %w", err)
+			return m, fmt.Errorf("freeze the source: %w", err)
 		}
 		paused = true
 		if err := r.waitFrozen(ctx, id); err != nil {
-			return runtime.Snapshot{}, fmt.Errorf("freeze the source: %w", err)
+			return m, fmt.Errorf("freeze the source: %w", err)
 		}
 	}
 	start := time.Now()
-	m := forkManifest{DiskImage: fileExists(dirs.image)}
+	m.DiskImage = fileExists(dirs.image)
 	m.Kind, m.Format = r.forkFormat()
 	if err := copyForkFS(ctx, dirs, tmp, m.DiskImage); err != nil {
-		return runtime.Snapshot{}, err
+		return m, err
 	}
 	if r.ids != nil {
 		rg, err := readIDRange(dirs.state)
 		if err != nil {
-			return runtime.Snapshot{}, fmt.Errorf("the source's id range: %w", err)
+			return m, fmt.Errorf("the source's id range: %w", err)
 		}
 		m.IDHost = rg.Host
 	}
@@ -188,36 +174,22 @@ func (r *Runtime) snapshotRunning(ctx context.Context, id model.SandboxID, dir s
 		// would be missing on restore).
 		cp := filepath.Join(tmp, checkpointName)
 		if err := os.Mkdir(cp, 0o700); err != nil {
-			return runtime.Snapshot{}, err
+			return m, err
 		}
 		start := time.Now()
 		if _, err := r.runNet(ctx, r.joinsNetns(id), "checkpoint", "--leave-running", "--image-path", cp, id.String()); err != nil {
-			return runtime.Snapshot{}, fmt.Errorf("checkpoint: %w", err)
+			return m, fmt.Errorf("checkpoint: %w", err)
 		}
 		r.log.Debug("runsc checkpoint --leave-running", "sandbox", id, "took", time.Since(start))
 	}
 	m.CreatedAt = time.Now().UTC()
-	if m.SizeBytes, err = treeSize(tmp); err != nil {
-		return runtime.Snapshot{}, err
+	if m.SizeBytes, err = blocksUnder(tmp); err != nil {
+		return m, err
 	}
-	data, err := json.MarshalIndent(m, "", "\t")
-	if err != nil {
-		return runtime.Snapshot{}, err
+	if err := writeManifest(filepath.Join(tmp, snapshotManifestName), m); err != nil {
+		return m, err
 	}
-	if err := os.WriteFile(filepath.Join(tmp, snapshotManifestName), data, 0o600); err != nil {
-		return runtime.Snapshot{}, err
-	}
-	if err := syncTree(tmp); err != nil {
-		return runtime.Snapshot{}, err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return runtime.Snapshot{}, err
-	}
-	if err := atomicfile.SyncDir(filepath.Dir(dir)); err != nil {
-		return runtime.Snapshot{}, err
-	}
-	r.log.Info("sandbox snapshotted, left running", "sandbox", id, "dir", dir, "kind", m.Kind, "size", m.SizeBytes)
-	return forkSnapshotOf(dir, m), nil
+	return m, syncTree(tmp)
 }
 
 // copyForkFS syncs the frozen sandbox's filesystem and copies it into
@@ -282,25 +254,13 @@ func copyFile(ctx context.Context, src, dst string) (err error) {
 // image, restored into a new container whatever its paths.
 func (r *Runtime) LiveSnapshotsPortable() bool { return true }
 
+func readForkManifest(dir string) (forkManifest, error) {
+	return runtime.ReadSnapshotManifest[forkManifest](dir, snapshotManifestName)
+}
+
 // RemoveSnapshot implements runtime.LiveSnapshotter.
 func (r *Runtime) RemoveSnapshot(_ context.Context, dir string) error {
 	return runtime.RemoveSnapshotDir(dir, snapshotManifestName)
-}
-
-func readForkManifest(dir string) (forkManifest, error) {
-	var m forkManifest
-	data, err := os.ReadFile(filepath.Join(dir, snapshotManifestName))
-	if err != nil {
-		return m, err
-	}
-	if err := json.Unmarshal(data, &m); err != nil {
-		return m, fmt.Errorf("%s: %w", snapshotManifestName, err)
-	}
-	return m, nil
-}
-
-func forkSnapshotOf(dir string, m forkManifest) runtime.Snapshot {
-	return runtime.Snapshot{Kind: m.Kind, Format: m.Format, Location: dir, SizeBytes: m.SizeBytes, CreatedAt: m.CreatedAt}
 }
 
 // checkFrom checks that spec.From is a live snapshot of this runtime's
@@ -457,23 +417,4 @@ func shiftOwners(root string, from, to uint32) error {
 		}
 		return nil
 	})
-}
-
-// treeSize is the disk space the files below root take.
-func treeSize(root string) (int64, error) {
-	var total int64
-	err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			total += st.Blocks * 512
-		}
-		return nil
-	})
-	return total, err
 }

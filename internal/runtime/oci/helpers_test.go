@@ -15,6 +15,7 @@ import (
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/cgroups"
 	"github.com/airlockdev/airlock/internal/rootfs"
+	"github.com/airlockdev/airlock/internal/runtime"
 )
 
 var allFlavors = []Flavor{FlavorRunc, FlavorCrun, FlavorRunsc}
@@ -55,7 +56,7 @@ func testConfig(t testing.TB, flavor Flavor) Config {
 		// (and test processes) that run at once never give two sandboxes
 		// the same host ids, which would share the kernel's per-user
 		// budgets of their namespaces' owner (InotifyBudgetIsPerSandbox).
-		IDPool: IDPool{Base: DefaultIDBase + uint32(mathrand.IntN(DefaultIDRanges-testIDRanges))*IDRangeSize, Ranges: testIDRanges},
+		IDPool: runtime.IDPool{Base: DefaultIDBase + uint32(mathrand.IntN(DefaultIDRanges-testIDRanges))*IDRangeSize, Count: testIDRanges},
 	}
 	host, err := cgroups.Detect()
 	if err != nil {

@@ -3,7 +3,7 @@
 // (`create` + `start`) so it outlives the server process, whose root
 // filesystem is an overlayfs over the template's read-only tree (runc and
 // crun: over an idmapped view of it, the sandbox being in a user namespace
-// whose root is a host id range of its own, see IDPool) and whose
+// whose root is a host id range of its own, see Config.IDPool) and whose
 // first process is the guest agent listening on a Unix socket in a
 // bind-mounted host directory.
 //
@@ -18,7 +18,7 @@
 //	  meta/             without a limit a small tmpfs; the agent's files:
 //	    run/            bind-mounted at /.airlock/run; the agent listens on run/agent.sock
 //	lower/              runc, crun: where the template's idmapped view is attached while the overlay is mounted, on kernels that cannot use it detached
-//	idrange             the sandbox's host uid/gid range (runc, crun): see IDPool
+//	idrange             the sandbox's host uid/gid range (runc, crun): see Config.IDPool
 //	userns              runc, crun: the sandbox's user namespace (owned by the range's first id), bind-mounted; the runtime joins it
 //	rootfs/             the overlay mount (the container's root)
 //	net/                with a network: the netns marker, the network
@@ -96,7 +96,7 @@ type Config struct {
 	CgroupParent string // default DefaultCgroupParent
 	// IDPool is where the host uid/gid ranges of runc and crun sandboxes'
 	// user namespaces come from (zero value: the defaults). Unused by runsc.
-	IDPool IDPool
+	IDPool runtime.IDPool
 	Logger *slog.Logger // default slog.Default()
 }
 
@@ -207,7 +207,7 @@ func New(cfg Config) (*Runtime, error) {
 		r.unifiedToHide = unified.MountPoint
 	}
 	if usesUserns(flavor) {
-		pool, err := cfg.IDPool.withDefaults()
+		pool, err := cfg.IDPool.WithDefaults(idPoolRules)
 		if err != nil {
 			return nil, err
 		}

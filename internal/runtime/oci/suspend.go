@@ -157,8 +157,8 @@ func (r *Runtime) suspend(ctx context.Context, id model.SandboxID, want model.Sn
 	default:
 		// No live container: a complete snapshot, a suspend to finish, or
 		// nothing to suspend.
-		if m, err := readSnapshotManifest(dirs.state); err == nil {
-			return r.snapshotOf(dirs, m), nil
+		if m, err := runtime.ReadSnapshotManifest[snapshotManifest](dirs.state, snapshotManifestName); err == nil {
+			return m.snapshot(dirs.state), nil
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return runtime.Snapshot{}, err
 		}
@@ -206,17 +206,13 @@ func (r *Runtime) suspend(ctx context.Context, id model.SandboxID, want model.Sn
 	if m.SizeBytes, err = snapshotSize(dirs); err != nil {
 		return runtime.Snapshot{}, err
 	}
-	data, err := json.MarshalIndent(m, "", "\t")
-	if err != nil {
-		return runtime.Snapshot{}, err
-	}
 	// Durable (contents, then the directory entry): its presence means a
 	// complete snapshot.
-	if err := atomicfile.Write(filepath.Join(dirs.state, snapshotManifestName), data, 0o600); err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("write the snapshot manifest: %w", err)
+	if err := writeManifest(filepath.Join(dirs.state, snapshotManifestName), m); err != nil {
+		return runtime.Snapshot{}, err
 	}
 	r.log.Info("sandbox suspended", "sandbox", id, "kind", kind, "size", m.SizeBytes)
-	return r.snapshotOf(dirs, m), nil
+	return m.snapshot(dirs.state), nil
 }
 
 // checkpoint runs `runsc checkpoint` of a running or paused sandbox into
@@ -224,13 +220,6 @@ func (r *Runtime) suspend(ctx context.Context, id model.SandboxID, want model.Sn
 // exits once checkpointed. runsc takes the global flags the sandbox was
 // created with (its network mode).
 func (r *Runtime) checkpoint(ctx context.Context, id model.SandboxID, dirs sandboxDirs, phase runtime.Phase) error {
-	if phase == runtime.PhasePaused {
-		// runsc checkpoints a running sandbox; the tasks run for the few
-		// milliseconds between resume and checkpoint.
-		if err := r.resume(ctx, id); err != nil {
-			return fmt.Errorf("resume before checkpoint: %w", err)
-		}
-	}
 	tmp := filepath.Join(dirs.state, checkpointTmpName)
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
@@ -238,7 +227,7 @@ func (r *Runtime) checkpoint(ctx context.Context, id model.SandboxID, dirs sandb
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return err
 	}
-	if err := r.releaseAgentSocket(ctx, id, dirs); err != nil {
+	if _, err := r.releaseForCheckpoint(ctx, id, dirs, phase); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -258,6 +247,22 @@ func (r *Runtime) checkpoint(ctx context.Context, id model.SandboxID, dirs sandb
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	return atomicfile.SyncDir(dirs.state)
+}
+
+// releaseForCheckpoint readies a runsc sandbox in phase for `runsc
+// checkpoint`: running (runsc checkpoints a running sandbox; a paused one
+// is resumed, its tasks run for the few milliseconds until the checkpoint
+// or a freeze) and its agent's host socket let go (releaseAgentSocket,
+// which the agent does only while running). resumed says whether it was
+// resumed, also when the release then failed.
+func (r *Runtime) releaseForCheckpoint(ctx context.Context, id model.SandboxID, dirs sandboxDirs, phase runtime.Phase) (resumed bool, err error) {
+	if phase == runtime.PhasePaused {
+		if err := r.resume(ctx, id); err != nil {
+			return false, fmt.Errorf("resume before checkpoint: %w", err)
+		}
+		resumed = true
+	}
+	return resumed, r.releaseAgentSocket(ctx, id, dirs)
 }
 
 // releaseRunning frees what a sandbox holds only while it runs, keeping
@@ -337,20 +342,21 @@ func hasSnapshot(dirs sandboxDirs) bool {
 	return false
 }
 
-func (r *Runtime) snapshotOf(dirs sandboxDirs, m snapshotManifest) runtime.Snapshot {
-	return runtime.Snapshot{Kind: m.Kind, Format: m.Format, Location: dirs.state, SizeBytes: m.SizeBytes, CreatedAt: m.CreatedAt}
+// snapshot is the runtime's handle on the snapshot m describes, at location.
+func (m snapshotManifest) snapshot(location string) runtime.Snapshot {
+	return runtime.Snapshot{Kind: m.Kind, Format: m.Format, Location: location, SizeBytes: m.SizeBytes, CreatedAt: m.CreatedAt}
 }
 
-func readSnapshotManifest(state string) (snapshotManifest, error) {
-	var m snapshotManifest
-	data, err := os.ReadFile(filepath.Join(state, snapshotManifestName))
+// writeManifest writes a snapshot's manifest m to path durably.
+func writeManifest(path string, m any) error {
+	data, err := json.MarshalIndent(m, "", "\t")
 	if err != nil {
-		return m, err
+		return err
 	}
-	if err := json.Unmarshal(data, &m); err != nil {
-		return m, fmt.Errorf("%s: %w", snapshotManifestName, err)
+	if err := atomicfile.Write(path, data, 0o600); err != nil {
+		return fmt.Errorf("write the snapshot manifest: %w", err)
 	}
-	return m, nil
+	return nil
 }
 
 // checkRestore checks that snap is a snapshot this runtime wrote of the
@@ -367,7 +373,7 @@ func (r *Runtime) checkRestore(spec runtime.Spec, dirs sandboxDirs) (snapshotMan
 	if filepath.Clean(snap.Location) != dirs.state {
 		return snapshotManifest{}, fmt.Errorf("restore: the snapshot at %q is not this sandbox's (%s)", snap.Location, dirs.state)
 	}
-	m, err := readSnapshotManifest(dirs.state)
+	m, err := runtime.ReadSnapshotManifest[snapshotManifest](dirs.state, snapshotManifestName)
 	if errors.Is(err, fs.ErrNotExist) {
 		return m, fmt.Errorf("restore: no complete snapshot in %s (suspended half-way, or already restored): %w", dirs.state, runtime.ErrNotFound)
 	}
@@ -593,13 +599,19 @@ func (r *Runtime) reacquireAgentSocket(ctx context.Context, id model.SandboxID, 
 // allocated blocks (or the upper and work directories' without a limit)
 // plus the checkpoint image's.
 func snapshotSize(dirs sandboxDirs) (int64, error) {
-	var total int64
 	roots := []string{filepath.Join(dirs.state, checkpointName)}
 	if fileExists(dirs.image) {
 		roots = append(roots, dirs.image)
 	} else {
 		roots = append(roots, dirs.upper, dirs.work)
 	}
+	return blocksUnder(roots...)
+}
+
+// blocksUnder is the host disk space the files below roots take (a root
+// that does not exist takes none).
+func blocksUnder(roots ...string) (int64, error) {
+	var total int64
 	for _, root := range roots {
 		err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
 			if err != nil {

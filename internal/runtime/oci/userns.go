@@ -37,41 +37,21 @@ const (
 	DefaultIDRanges = 1 << 14
 )
 
-// IDPool configures the host id ranges of runc and crun sandboxes.
-type IDPool struct {
-	Base   uint32 // first host id; 0 means DefaultIDBase
-	Ranges int    // number of IDRangeSize ranges; 0 means DefaultIDRanges
-}
+// idPoolRules are the id pool's (Config.IDPool) defaults and bounds: a
+// block is one sandbox's range of IDRangeSize ids, and no host id below
+// one range (host root, the host's users) is in it.
+var idPoolRules = runtime.IDPoolRules{What: "oci: id pool", Base: DefaultIDBase, Count: DefaultIDRanges, BlockSize: IDRangeSize, MinBase: IDRangeSize}
 
-func (p IDPool) withDefaults() (IDPool, error) {
-	if p.Base == 0 {
-		p.Base = DefaultIDBase
-	}
-	if p.Ranges == 0 {
-		p.Ranges = DefaultIDRanges
-	}
-	if p.Ranges < 0 {
-		return p, fmt.Errorf("oci: id pool: %d ranges", p.Ranges)
-	}
-	if end := uint64(p.Base) + uint64(p.Ranges)*IDRangeSize; end > 1<<32-1 {
-		return p, fmt.Errorf("oci: id pool of %d ranges from %d ends beyond the largest id (%d > 4294967295)", p.Ranges, p.Base, end)
-	}
-	if p.Base < IDRangeSize {
-		return p, fmt.Errorf("oci: id pool base %d must be at least %d: host root and the host's users must not map into a sandbox", p.Base, IDRangeSize)
-	}
-	return p, nil
-}
-
-// idAllocator hands out the ranges of an IDPool. One Runtime value owns a
+// idAllocator hands out the ranges of an id pool. One Runtime value owns a
 // state root; the allocator learns the ranges in use from the state
 // directories when the Runtime is made.
 type idAllocator struct {
-	pool IDPool
+	pool runtime.IDPool
 	mu   sync.Mutex
 	used map[string]uint32 // sandbox (or probe) name → first host id
 }
 
-func newIDAllocator(pool IDPool) *idAllocator {
+func newIDAllocator(pool runtime.IDPool) *idAllocator {
 	return &idAllocator{pool: pool, used: map[string]uint32{}}
 }
 
@@ -123,8 +103,8 @@ func (a *idAllocator) allocate(name, stateDir string) (rootfs.IDRange, error) {
 			taken[h] = true
 		}
 	}
-	for i := range a.pool.Ranges {
-		host := a.pool.Base + uint32(i)*IDRangeSize
+	for i := range a.pool.Count {
+		host := a.pool.Block(i, IDRangeSize)
 		if taken[host] {
 			continue
 		}
@@ -135,7 +115,7 @@ func (a *idAllocator) allocate(name, stateDir string) (rootfs.IDRange, error) {
 		a.used[name] = host
 		return r, nil
 	}
-	return rootfs.IDRange{}, fmt.Errorf("all %d id ranges of the pool from %d are in use", a.pool.Ranges, a.pool.Base)
+	return rootfs.IDRange{}, fmt.Errorf("all %d id ranges of the pool from %d are in use", a.pool.Count, a.pool.Base)
 }
 
 // release frees name's range; call it once nothing of the sandbox is left.

@@ -6,30 +6,31 @@ import (
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/rootfs"
+	"github.com/airlockdev/airlock/internal/runtime"
 )
 
 func TestIDPoolDefaults(t *testing.T) {
 	tests := []struct {
 		name    string
-		pool    IDPool
-		want    IDPool
+		pool    runtime.IDPool
+		want    runtime.IDPool
 		wantErr bool
 	}{
-		{"zero value", IDPool{}, IDPool{Base: DefaultIDBase, Ranges: DefaultIDRanges}, false},
-		{"explicit", IDPool{Base: 200000, Ranges: 3}, IDPool{Base: 200000, Ranges: 3}, false},
-		{"base below one range", IDPool{Base: 1000, Ranges: 1}, IDPool{}, true},
-		{"negative count", IDPool{Base: 200000, Ranges: -1}, IDPool{}, true},
-		{"beyond the largest id", IDPool{Base: 1 << 31, Ranges: 1 << 15}, IDPool{}, true},
-		{"up to the largest id", IDPool{Base: 1<<32 - 1 - 2*IDRangeSize, Ranges: 2}, IDPool{Base: 1<<32 - 1 - 2*IDRangeSize, Ranges: 2}, false},
+		{"zero value", runtime.IDPool{}, runtime.IDPool{Base: DefaultIDBase, Count: DefaultIDRanges}, false},
+		{"explicit", runtime.IDPool{Base: 200000, Count: 3}, runtime.IDPool{Base: 200000, Count: 3}, false},
+		{"base below one range", runtime.IDPool{Base: 1000, Count: 1}, runtime.IDPool{}, true},
+		{"negative count", runtime.IDPool{Base: 200000, Count: -1}, runtime.IDPool{}, true},
+		{"beyond the largest id", runtime.IDPool{Base: 1 << 31, Count: 1 << 15}, runtime.IDPool{}, true},
+		{"up to the largest id", runtime.IDPool{Base: 1<<32 - 1 - 2*IDRangeSize, Count: 2}, runtime.IDPool{Base: 1<<32 - 1 - 2*IDRangeSize, Count: 2}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := tt.pool.withDefaults()
+			got, err := tt.pool.WithDefaults(idPoolRules)
 			if (err != nil) != tt.wantErr {
-				t.Fatalf("withDefaults() = %+v, %v; want error %v", got, err, tt.wantErr)
+				t.Fatalf("WithDefaults() = %+v, %v; want error %v", got, err, tt.wantErr)
 			}
 			if err == nil && got != tt.want {
-				t.Fatalf("withDefaults() = %+v, want %+v", got, tt.want)
+				t.Fatalf("WithDefaults() = %+v, want %+v", got, tt.want)
 			}
 		})
 	}
@@ -46,7 +47,7 @@ func TestIDAllocator(t *testing.T) {
 		}
 		return d
 	}
-	pool := IDPool{Base: 1 << 20, Ranges: 3}
+	pool := runtime.IDPool{Base: 1 << 20, Count: 3}
 	a := newIDAllocator(pool)
 	alloc := func(a *idAllocator, name string) rootfs.IDRange {
 		t.Helper()

@@ -50,32 +50,6 @@ const (
 	DefaultVMIDCount = 1 << 16
 )
 
-// VMIDPool configures the host ids of VMs.
-type VMIDPool struct {
-	Base  uint32 // first id; 0 means DefaultVMIDBase
-	Count int    // number of ids; 0 means DefaultVMIDCount
-}
-
-func (p VMIDPool) withDefaults() (VMIDPool, error) {
-	if p.Base == 0 {
-		p.Base = DefaultVMIDBase
-	}
-	if p.Count == 0 {
-		p.Count = DefaultVMIDCount
-	}
-	if p.Count < 0 {
-		return p, fmt.Errorf("qemu: VM id pool of %d ids", p.Count)
-	}
-	if p.Base < 65536 {
-		return p, fmt.Errorf("qemu: VM id pool base %d must be at least 65536 (above the host's users)", p.Base)
-	}
-	// 2^32-1 is (uid_t)-1, which set*id reads as "unchanged".
-	if end := uint64(p.Base) + uint64(p.Count); end > 1<<32-1 {
-		return p, fmt.Errorf("qemu: VM id pool of %d ids from %d ends beyond the largest id", p.Count, p.Base)
-	}
-	return p, nil
-}
-
 // The cgroup of each VM's QEMU.
 const (
 	// CgroupParent holds one cgroup per VM (named as the VM: its sandbox
@@ -132,7 +106,7 @@ func (r *Runtime) owner(dir string) (string, error) {
 func (r *Runtime) vmUID(ctx context.Context, dir string) (uint32, error) {
 	if b, err := os.ReadFile(filepath.Join(dir, uidFile)); err == nil {
 		id, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
-		if err != nil || !r.ids.contains(uint32(id)) {
+		if err != nil || !r.ids.Contains(uint32(id), 1) {
 			return 0, fmt.Errorf("qemu: %s: %q is not an id of the VM pool", filepath.Join(dir, uidFile), b)
 		}
 		return uint32(id), nil
@@ -159,7 +133,7 @@ func (r *Runtime) vmUID(ctx context.Context, dir string) (uint32, error) {
 		}
 	}
 	for i := 0; i < r.ids.Count; i++ {
-		id := r.ids.Base + uint32(i)
+		id := r.ids.Block(i, 1)
 		if used[id] {
 			continue
 		}
@@ -173,10 +147,6 @@ func (r *Runtime) vmUID(ctx context.Context, dir string) (uint32, error) {
 		return id, nil
 	}
 	return 0, fmt.Errorf("qemu: all %d VM ids from %d are in use", r.ids.Count, r.ids.Base)
-}
-
-func (p VMIDPool) contains(id uint32) bool {
-	return id >= p.Base && uint64(id) < uint64(p.Base)+uint64(p.Count)
 }
 
 func (r *Runtime) reservation(id uint32) string {
@@ -212,7 +182,7 @@ func (r *Runtime) reservedIDs() ([]uint32, error) {
 	var ids []uint32
 	for _, e := range entries {
 		id, err := strconv.ParseUint(e.Name(), 10, 32)
-		if err == nil && r.ids.contains(uint32(id)) {
+		if err == nil && r.ids.Contains(uint32(id), 1) {
 			ids = append(ids, uint32(id))
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/airlockdev/airlock/internal/runtime"
 	"github.com/airlockdev/airlock/internal/vmdisk"
 )
 
@@ -32,26 +33,31 @@ func TestChainOver(t *testing.T) {
 
 func TestVMIDPool(t *testing.T) {
 	for _, tc := range []struct {
-		in      VMIDPool
-		want    VMIDPool
+		in      runtime.IDPool
+		want    runtime.IDPool
 		wantErr bool
 	}{
-		{VMIDPool{}, VMIDPool{DefaultVMIDBase, DefaultVMIDCount}, false},
-		{VMIDPool{Base: 200000, Count: 10}, VMIDPool{200000, 10}, false},
-		{VMIDPool{Base: 1000}, VMIDPool{}, true},                  // among the host's users
-		{VMIDPool{Base: 1<<32 - 10, Count: 20}, VMIDPool{}, true}, // past the largest id
-		{VMIDPool{Count: -1}, VMIDPool{}, true},
+		{runtime.IDPool{}, runtime.IDPool{Base: DefaultVMIDBase, Count: DefaultVMIDCount}, false},
+		{runtime.IDPool{Base: 200000, Count: 10}, runtime.IDPool{Base: 200000, Count: 10}, false},
+		{runtime.IDPool{Base: 1000}, runtime.IDPool{}, true},                  // among the host's users
+		{runtime.IDPool{Base: 1<<32 - 10, Count: 20}, runtime.IDPool{}, true}, // past the largest id
+		{runtime.IDPool{Count: -1}, runtime.IDPool{}, true},
 	} {
-		got, err := tc.in.withDefaults()
+		got, err := tc.in.WithDefaults(vmIDRules)
 		if (err != nil) != tc.wantErr || (err == nil && got != tc.want) {
 			t.Errorf("%+v: %+v, %v; want %+v (error %v)", tc.in, got, err, tc.want, tc.wantErr)
 		}
 	}
-	p := VMIDPool{Base: 100000, Count: 2}
+	p := runtime.IDPool{Base: 100000, Count: 2}
 	for id, want := range map[uint32]bool{99999: false, 100000: true, 100001: true, 100002: false} {
-		if p.contains(id) != want {
-			t.Errorf("contains(%d) = %v", id, !want)
+		if p.Contains(id, 1) != want {
+			t.Errorf("Contains(%d) = %v", id, !want)
 		}
+	}
+	// Blocks of a range: the oci pool's shape.
+	p = runtime.IDPool{Base: 1 << 20, Count: 2}
+	if p.Block(1, 1<<16) != 1<<20+1<<16 || !p.Contains(1<<20+2<<16-1, 1<<16) || p.Contains(1<<20+2<<16, 1<<16) {
+		t.Errorf("blocks of 65536: Block(1) = %d", p.Block(1, 1<<16))
 	}
 }
 

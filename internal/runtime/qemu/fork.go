@@ -80,66 +80,46 @@ var _ runtime.LiveSnapshotter = (*Runtime)(nil)
 
 // SnapshotRunning implements runtime.LiveSnapshotter.
 func (r *Runtime) SnapshotRunning(ctx context.Context, id model.SandboxID, dir string) (runtime.Snapshot, error) {
-	if _, err := model.ParseSandboxID(id.String()); err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("snapshot: %w", err)
+	if m, found, err := runtime.ExistingLiveSnapshot(id, dir, readForkManifest); err != nil {
+		return runtime.Snapshot{}, err
+	} else if found {
+		return m.snapshot(dir), nil
 	}
-	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
-		return runtime.Snapshot{}, fmt.Errorf("snapshot of %s: directory %q must be absolute and clean", id, dir)
-	}
-	if m, err := readForkManifest(dir); err == nil {
-		return forkSnapshotOf(dir, m), nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return runtime.Snapshot{}, fmt.Errorf("snapshot of %s: %w", id, err)
-	}
-	snap, err := r.snapshotRunning(ctx, id, dir)
+	var man forkManifest
+	err := runtime.WriteLiveSnapshot(dir, func(tmp string) (err error) {
+		man, err = r.writeLiveSnapshot(ctx, id, tmp, dir)
+		return err
+	})
 	if err != nil {
 		return runtime.Snapshot{}, fmt.Errorf("snapshot of %s: %w", id, err)
 	}
-	return snap, nil
+	return man.snapshot(dir), nil
 }
 
-func (r *Runtime) snapshotRunning(ctx context.Context, id model.SandboxID, dir string) (snap runtime.Snapshot, err error) {
-	tmp := dir + runtime.SnapshotTempSuffix
-	if err := os.RemoveAll(tmp); err != nil {
-		return runtime.Snapshot{}, err
-	}
-	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return runtime.Snapshot{}, err
-	}
-	defer func() {
-		if err != nil {
-			if rerr := os.RemoveAll(tmp); rerr != nil {
-				r.log.Warn("remove a failed snapshot", "dir", tmp, "err", rerr)
-			}
-		}
-	}()
+// writeLiveSnapshot writes the live snapshot of the sandbox into the empty
+// directory tmp, to be renamed to dir.
+func (r *Runtime) writeLiveSnapshot(ctx context.Context, id model.SandboxID, tmp, dir string) (forkManifest, error) {
 	m, diskSize, tapBacked, err := r.captureSource(ctx, id, tmp, dir)
 	if err != nil {
-		return runtime.Snapshot{}, err
+		return forkManifest{}, err
 	}
 	// The source runs on; the stream becomes a RAM file and a state.
 	if err := r.convertStream(ctx, tmp, m, tapBacked); err != nil {
-		return runtime.Snapshot{}, fmt.Errorf("convert the migration stream: %w", err)
+		return forkManifest{}, fmt.Errorf("convert the migration stream: %w", err)
 	}
 	man := forkManifest{Format: FormatFork, CreatedAt: time.Now().UTC(), Machine: m, DiskBytes: diskSize, TAPBacked: tapBacked}
 	entries, err := os.ReadDir(tmp)
 	if err != nil {
-		return runtime.Snapshot{}, err
+		return forkManifest{}, err
 	}
 	for _, e := range entries {
 		man.SizeBytes += allocated(filepath.Join(tmp, e.Name()))
 	}
 	b, err := json.Marshal(man)
 	if err != nil {
-		return runtime.Snapshot{}, err
+		return forkManifest{}, err
 	}
-	if err := atomicfile.Write(filepath.Join(tmp, forkManifestName), b, 0o600); err != nil {
-		return runtime.Snapshot{}, err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return runtime.Snapshot{}, err
-	}
-	return forkSnapshotOf(dir, man), nil
+	return man, atomicfile.Write(filepath.Join(tmp, forkManifestName), b, 0o600)
 }
 
 // captureSource stops the source's vCPUs, migrates its whole state into
@@ -390,21 +370,15 @@ func (r *Runtime) RemoveSnapshot(_ context.Context, dir string) error {
 }
 
 func readForkManifest(dir string) (forkManifest, error) {
-	var m forkManifest
-	data, err := os.ReadFile(filepath.Join(dir, forkManifestName))
-	if err != nil {
-		return m, err
-	}
-	if err := json.Unmarshal(data, &m); err != nil {
-		return m, fmt.Errorf("%s: %w", forkManifestName, err)
-	}
-	if m.Format != FormatFork {
+	m, err := runtime.ReadSnapshotManifest[forkManifest](dir, forkManifestName)
+	if err == nil && m.Format != FormatFork {
 		return m, fmt.Errorf("%s: format %q is not %q: %w", filepath.Join(dir, forkManifestName), m.Format, FormatFork, runtime.ErrNotSupported)
 	}
-	return m, nil
+	return m, err
 }
 
-func forkSnapshotOf(dir string, m forkManifest) runtime.Snapshot {
+// snapshot is the runtime's handle on the live snapshot at dir.
+func (m forkManifest) snapshot(dir string) runtime.Snapshot {
 	return runtime.Snapshot{Kind: model.SnapshotMemory, Format: m.Format, Location: dir, SizeBytes: m.SizeBytes, CreatedAt: m.CreatedAt}
 }
 

@@ -104,6 +104,10 @@ func (b Boot) cmdline(accel Accel) string {
 	return b.CommandLine
 }
 
+// vmIDRules are the VM id pool's (Config.VMIDs) defaults and bounds: a
+// block is one id.
+var vmIDRules = runtime.IDPoolRules{What: "qemu: VM id pool", Base: DefaultVMIDBase, Count: DefaultVMIDCount, BlockSize: 1, MinBase: 65536}
+
 // Config configures a Runtime.
 type Config struct {
 	// Binary is qemu-system-x86_64; "" looks it up in PATH.
@@ -119,7 +123,7 @@ type Config struct {
 	NoBaseSnapshots bool
 	// VMIDs is the pool of host uids (and gids) VMs' QEMU processes run
 	// as, one per VM.
-	VMIDs  VMIDPool
+	VMIDs  runtime.IDPool
 	Logger *slog.Logger
 }
 
@@ -134,7 +138,7 @@ type Runtime struct {
 	noBase    bool
 	log       *slog.Logger
 	ports     *portPool
-	ids       VMIDPool
+	ids       runtime.IDPool
 	cg        cgroups.Host
 	logs      logReaders
 
@@ -177,7 +181,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("qemu: %s --version: %w", path, err)
 	}
 	version := parseVersion(string(out))
-	ids, err := cfg.VMIDs.withDefaults()
+	ids, err := cfg.VMIDs.WithDefaults(vmIDRules)
 	if err != nil {
 		return nil, err
 	}

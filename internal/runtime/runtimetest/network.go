@@ -2,7 +2,6 @@ package runtimetest
 
 import (
 	"bufio"
-	"context"
 	"crypto/rand"
 	"fmt"
 	"net"
@@ -37,21 +36,9 @@ func testPreparedNetwork(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	if !rt.Info().Capabilities.Has(runtime.CapNetwork) {
 		t.Skipf("%s does not claim %s", rt.Info().Name, runtime.CapNetwork)
 	}
-	pool, prefix := testPool(t)
 	spec := s.spec(defaultResources, nil)
-	ctx := ctxFor(t)
-	att, err := pool.Attach(ctx, spec.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := pool.Detach(context.Background(), spec.ID); err != nil {
-			t.Errorf("Detach: %v", err)
-		}
-		assertNoNetwork(t, att)
-	})
+	att := attachNetwork(t, &spec)
 	gw := att.HostAddr.Addr()
-	spec.Network = &runtime.Network{NetnsPath: att.NetnsPath, GuestAddr: att.GuestAddr, Gateway: gw, DNS: gw, CACertPEM: []byte(testCACert)}
 
 	// The host end moves into a "host" namespace of the test's own, so
 	// the machine's ruleset (an Airlock server's nftables table confines
@@ -79,7 +66,7 @@ func testPreparedNetwork(t *testing.T, s *suite, newRuntime newRuntimeFunc) {
 	c := client(t, rt, spec.ID)
 	addrs := sh(t, c, "ip -4 addr show dev eth0")
 	if !strings.Contains(addrs, "inet "+att.GuestAddr.String()) {
-		t.Errorf("eth0 addresses:\n%s\nwant %s (pool %s)", addrs, att.GuestAddr, prefix)
+		t.Errorf("eth0 addresses:\n%s\nwant %s", addrs, att.GuestAddr)
 	}
 	if routes := sh(t, c, "ip -4 route"); !strings.Contains(routes, "default via "+gw.String()) {
 		t.Errorf("routes:\n%s\nwant default via %s", routes, gw)

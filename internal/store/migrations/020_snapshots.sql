@@ -1,4 +1,4 @@
--- 019_snapshots: saved snapshots of running sandboxes, a noun of their own.
+-- 020_snapshots: saved snapshots of running sandboxes, a noun of their own.
 --
 -- A snapshot row is made with its snapshot operation (state creating) and
 -- is written by the node that holds its files (node_id) once the

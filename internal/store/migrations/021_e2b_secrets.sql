@@ -1,4 +1,4 @@
--- 019_e2b_secrets: secrets carry metadata and a version (issue 28, E2B's
+-- 021_e2b_secrets: secrets carry metadata and a version (issue 28, E2B's
 -- secrets API on Airlock's secrets).
 --
 -- metadata is the owner's key/value data as a JSON object; version is 1

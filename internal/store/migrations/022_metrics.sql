@@ -1,4 +1,4 @@
--- 019_metrics: sandboxes' resource use over time (getMetrics).
+-- 022_metrics: sandboxes' resource use over time (getMetrics).
 --
 -- Each node samples the CPU, memory and disk use of its running and paused
 -- sandboxes every 5 s (internal/usage) and adds one row per sandbox. Rows

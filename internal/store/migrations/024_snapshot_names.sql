@@ -1,4 +1,4 @@
--- 021_forke2b: saved snapshots may have a name (E2B's createSnapshot({name})
+-- 024_snapshot_names: saved snapshots may have a name (E2B's createSnapshot({name})
 -- and listSnapshots({name})): '' for none; not unique within a project.
 
 ALTER TABLE snapshots ADD COLUMN name TEXT NOT NULL DEFAULT '';

@@ -345,3 +345,19 @@ func TestKindChecksMatchLifecycleTable(t *testing.T) {
 		t.Fatalf("the schema's CHECK on operations.kind lists %v; the lifecycle table has %v", last, want)
 	}
 }
+
+// TestHeaderNamesTheFile: each migration's first line is "-- NNN_name:",
+// its own file name (migrations renumbered at a merge kept their old
+// names in it). The runner keys applied migrations by version only and
+// hashes no content, so the comment may be mended after the fact.
+func TestHeaderNamesTheFile(t *testing.T) {
+	ms, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if first, _, _ := strings.Cut(m.SQL, "\n"); !strings.HasPrefix(first, "-- "+m.Name+":") {
+			t.Errorf("%s.sql begins %q, want \"-- %s: …\"", m.Name, first, m.Name)
+		}
+	}
+}

@@ -15,7 +15,7 @@ import (
 const maxMetricsBatch = 10000
 
 // AddSandboxMetrics implements store.Store.
-func (s *Store) AddSandboxMetrics(ctx context.Context, samples []model.SandboxMetric, keepAfter time.Time) error {
+func (s *Store) AddSandboxMetrics(ctx context.Context, samples []model.SandboxMetric) error {
 	if len(samples) > maxMetricsBatch {
 		return fmt.Errorf("add sandbox metrics: %w: %d samples, at most %d", model.ErrInvalid, len(samples), maxMetricsBatch)
 	}
@@ -39,17 +39,25 @@ func (s *Store) AddSandboxMetrics(ctx context.Context, samples []model.SandboxMe
 				return fmt.Errorf("insert sample of %s: %w", m.SandboxID, err)
 			}
 		}
-		if !keepAfter.IsZero() {
-			if _, err := t.exec(ctx, `DELETE FROM sandbox_metrics WHERE at < ?`, micro(keepAfter)); err != nil {
-				return fmt.Errorf("remove samples before the retention window: %w", err)
-			}
-		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("add sandbox metrics: %w", err)
 	}
 	return nil
+}
+
+// DeleteSandboxMetricsBefore implements store.Store.
+func (s *Store) DeleteSandboxMetricsBefore(ctx context.Context, before time.Time) (int, error) {
+	res, err := s.exec(ctx, `DELETE FROM sandbox_metrics WHERE at < ?`, micro(before))
+	if err != nil {
+		return 0, fmt.Errorf("remove samples before %s: %w", before.UTC().Format(time.RFC3339), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("remove samples before %s: %w", before.UTC().Format(time.RFC3339), err)
+	}
+	return int(n), nil
 }
 
 // ListSandboxMetrics implements store.Store.

@@ -46,7 +46,7 @@ func scanVolume(row interface{ Scan(...any) error }) (model.Volume, error) {
 }
 
 // CreateVolume implements store.Store.
-func (s *Store) CreateVolume(ctx context.Context, v model.Volume, maxTotalMiB int64) error {
+func (s *Store) CreateVolume(ctx context.Context, v model.Volume, maxTotalMiB int64, idem *store.IdempotencyRecord) error {
 	if _, err := model.ParseVolumeID(string(v.ID)); err != nil {
 		return fmt.Errorf("create volume: %w", err)
 	}
@@ -66,6 +66,9 @@ func (s *Store) CreateVolume(ctx context.Context, v model.Volume, maxTotalMiB in
 		var one int
 		if err := t.queryRow(ctx, `SELECT 1 FROM projects WHERE id = ? `+t.s.d.QuotaLock, string(v.ProjectID)).Scan(&one); err != nil {
 			return fmt.Errorf("project %s: %w", v.ProjectID, errNotFound(err))
+		}
+		if err := t.insertIdempotency(ctx, idem); err != nil {
+			return err
 		}
 		if maxTotalMiB > 0 {
 			var used int64

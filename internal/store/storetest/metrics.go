@@ -30,9 +30,9 @@ func testSandboxMetrics(e *env) {
 	for i := range 5 {
 		want = append(want, sample(sb.ID, base.Add(time.Duration(i)*5*time.Second), float64(i)*12.345))
 	}
-	must(t, e.s.AddSandboxMetrics(e.ctx, want[:3], time.Time{}))
+	must(t, e.s.AddSandboxMetrics(e.ctx, want[:3]))
 	// A sample again at the same time is skipped, not an error.
-	must(t, e.s.AddSandboxMetrics(e.ctx, append(want[2:], sample(model.NewSandboxID(), base, 1)), time.Time{}))
+	must(t, e.s.AddSandboxMetrics(e.ctx, append(want[2:], sample(model.NewSandboxID(), base, 1))))
 	list := func(q store.MetricsQuery) []model.SandboxMetric {
 		t.Helper()
 		if q.ProjectID == "" {
@@ -74,7 +74,7 @@ func testSandboxMetrics(e *env) {
 	_, err = e.s.ListSandboxMetrics(e.ctx, store.MetricsQuery{ProjectID: p.ID, SandboxID: sb.ID, Limit: 0})
 	mustIs(t, err, model.ErrInvalid)
 	bad := sample(sb.ID, base.Add(time.Hour), 101)
-	mustIs(t, e.s.AddSandboxMetrics(e.ctx, []model.SandboxMetric{sample(sb.ID, base.Add(time.Minute), 1), bad}, time.Time{}), model.ErrInvalid)
+	mustIs(t, e.s.AddSandboxMetrics(e.ctx, []model.SandboxMetric{sample(sb.ID, base.Add(time.Minute), 1), bad}), model.ErrInvalid)
 	if got := list(store.MetricsQuery{}); len(got) != 5 {
 		t.Errorf("after a refused batch: %d samples, want 5", len(got))
 	}
@@ -88,10 +88,17 @@ func testSandboxMetricsRetention(e *env) {
 	a := e.run(e.sandboxWith(p.ID, tpl.Digest, func(*model.Sandbox) {}), node)
 	b := e.run(e.sandboxWith(p.ID, tpl.Digest, func(*model.Sandbox) {}), node)
 	base := e.now()
-	must(t, e.s.AddSandboxMetrics(e.ctx, []model.SandboxMetric{sample(a.ID, base, 1), sample(b.ID, base, 1)}, time.Time{}))
-	// The next sampling, past the window of the first: the old samples go.
+	must(t, e.s.AddSandboxMetrics(e.ctx, []model.SandboxMetric{sample(a.ID, base, 1), sample(b.ID, base, 1)}))
+	// The next sampling, then a prune past the window of the first: the
+	// old samples go, the new stay.
 	later := base.Add(time.Hour)
-	must(t, e.s.AddSandboxMetrics(e.ctx, []model.SandboxMetric{sample(a.ID, later, 2), sample(b.ID, later, 2)}, base.Add(time.Second)))
+	must(t, e.s.AddSandboxMetrics(e.ctx, []model.SandboxMetric{sample(a.ID, later, 2), sample(b.ID, later, 2)}))
+	if n, err := e.s.DeleteSandboxMetricsBefore(e.ctx, base.Add(time.Second)); err != nil || n != 2 {
+		t.Fatalf("DeleteSandboxMetricsBefore: %d, %v; want the 2 old samples", n, err)
+	}
+	if n, err := e.s.DeleteSandboxMetricsBefore(e.ctx, base.Add(time.Second)); err != nil || n != 0 {
+		t.Fatalf("DeleteSandboxMetricsBefore again: %d, %v; want none", n, err)
+	}
 	count := func(id model.SandboxID) int {
 		t.Helper()
 		got, err := e.s.ListSandboxMetrics(e.ctx, store.MetricsQuery{ProjectID: p.ID, SandboxID: id, Limit: 100})
@@ -106,7 +113,7 @@ func testSandboxMetricsRetention(e *env) {
 	_, err := e.s.RequestDelete(e.ctx, store.DeleteRequest{ProjectID: p.ID, SandboxID: a.ID, Operation: e.deleteOp(a), Now: e.now()})
 	must(t, err)
 	e.finishDelete(a, node, e.now())
-	must(t, e.s.AddSandboxMetrics(e.ctx, []model.SandboxMetric{sample(a.ID, later.Add(5*time.Second), 3)}, time.Time{}))
+	must(t, e.s.AddSandboxMetrics(e.ctx, []model.SandboxMetric{sample(a.ID, later.Add(5*time.Second), 3)}))
 	if n := count(a.ID); n != 0 {
 		t.Errorf("a deleted sandbox has %d samples", n)
 	}

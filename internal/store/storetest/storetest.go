@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		snapshotTests(),
 		snapshotBlobTests(),
 		e2bBuildTests(),
+		idempotentCreateTests(),
 		fsSuspendTests(),
 		keepMemTests(),
 	}

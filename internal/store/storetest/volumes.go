@@ -21,7 +21,7 @@ func volumeTests() []namedTest {
 func (e *env) newVolume(p model.ProjectID, name string, size int) model.Volume {
 	e.t.Helper()
 	v := model.Volume{ID: model.NewVolumeID(), ProjectID: p, Name: model.VolumeName(name), SizeMiB: size, CreatedAt: e.now()}
-	must(e.t, e.s.CreateVolume(e.ctx, v, 0))
+	must(e.t, e.s.CreateVolume(e.ctx, v, 0, nil))
 	return v
 }
 
@@ -43,17 +43,17 @@ func testVolumeRoundTrip(e *env) {
 	}
 	// The name is the project's: a second "data" is refused, nothing written.
 	dup := model.Volume{ID: model.NewVolumeID(), ProjectID: p.ID, Name: "data", SizeMiB: 16, CreatedAt: e.now()}
-	mustIs(t, e.s.CreateVolume(e.ctx, dup, 0), store.ErrAlreadyExists)
+	mustIs(t, e.s.CreateVolume(e.ctx, dup, 0, nil), store.ErrAlreadyExists)
 	_, err = e.s.GetVolumeByID(e.ctx, dup.ID)
 	mustIs(t, err, store.ErrNotFound)
 	// An unknown project is refused.
 	orphan := model.Volume{ID: model.NewVolumeID(), ProjectID: model.NewProjectID(), Name: "x", SizeMiB: 16, CreatedAt: e.now()}
-	mustIs(t, e.s.CreateVolume(e.ctx, orphan, 0), store.ErrNotFound)
+	mustIs(t, e.s.CreateVolume(e.ctx, orphan, 0, nil), store.ErrNotFound)
 	// Bad values never reach the table.
 	bad := model.Volume{ID: model.NewVolumeID(), ProjectID: p.ID, Name: "../x", SizeMiB: 16, CreatedAt: e.now()}
-	mustIs(t, e.s.CreateVolume(e.ctx, bad, 0), model.ErrInvalid)
+	mustIs(t, e.s.CreateVolume(e.ctx, bad, 0, nil), model.ErrInvalid)
 	small := model.Volume{ID: model.NewVolumeID(), ProjectID: p.ID, Name: "small", SizeMiB: 1, CreatedAt: e.now()}
-	mustIs(t, e.s.CreateVolume(e.ctx, small, 0), model.ErrInvalid)
+	mustIs(t, e.s.CreateVolume(e.ctx, small, 0, nil), model.ErrInvalid)
 
 	e.newVolume(p.ID, "alpha", 16)
 	list, err := e.s.ListVolumes(e.ctx, p.ID)
@@ -187,7 +187,7 @@ func testVolumeQuotaRace(e *env) {
 		go func() {
 			defer wg.Done()
 			v := model.Volume{ID: model.NewVolumeID(), ProjectID: p.ID, Name: model.VolumeName("v" + string(rune('a'+i))), SizeMiB: 40, CreatedAt: now}
-			errs[i] = e.s.CreateVolume(e.ctx, v, limit)
+			errs[i] = e.s.CreateVolume(e.ctx, v, limit, nil)
 		}()
 	}
 	wg.Wait()
