@@ -55,6 +55,13 @@ type tplBuild struct {
 	native         string           // the native build, once started
 	tagged         bool             // tags pointed at the result
 	created        time.Time
+	// A fromImage pulled first (tplimage.go): the native import, the
+	// image, and the steps to build on it once it is in.
+	pull     string
+	image    string
+	start    *tplBuildStart
+	starting bool   // a status call is starting the recipe build
+	failed   string // why the recipe could not start after the pull
 }
 
 // tplBuilds remembers E2B builds.
@@ -227,7 +234,7 @@ func (h *Handler) startBuild(ctx context.Context, w http.ResponseWriter, r *http
 	if !ok {
 		return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("build %s of template %s not found", r.PathValue("buildID"), r.PathValue("templateID"))}
 	}
-	if b.native != "" {
+	if b.native != "" || b.pull != "" {
 		return &httpError{status: http.StatusConflict, msg: fmt.Sprintf("build %s has started already", b.id)}
 	}
 	var start tplBuildStart
@@ -237,59 +244,107 @@ func (h *Handler) startBuild(ctx context.Context, w http.ResponseWriter, r *http
 	if start.StartCmd != nil && *start.StartCmd != "" || start.ReadyCmd != nil && *start.ReadyCmd != "" {
 		return notImplemented("startCmd and readyCmd are not supported by Airlock: a sandbox does not run a template's start command at create")
 	}
-	base, err := h.tplBase(ctx, c, start)
+	base, pull, err := h.tplBase(ctx, c, start)
 	if err != nil {
 		return err
 	}
-	ctxDir, err := h.files.newContext(b.id)
-	if err != nil {
+	if pull != nil {
+		// Checked now (a bad step is a 400 at once), built once the image
+		// is in (tplimage.go).
+		if _, err := h.recipeFor(b.id, scope, start, tplBase{Ref: "default"}); err != nil {
+			return err
+		}
+		if err := h.startPull(ctx, c, b, start, *pull); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusAccepted)
+		return nil
+	}
+	if err := h.startRecipe(ctx, c, b, start, base); err != nil {
 		return err
+	}
+	w.WriteHeader(http.StatusAccepted)
+	return nil
+}
+
+// recipeFor translates start onto base, the COPY sources laid out in the
+// build's context directory (made anew).
+func (h *Handler) recipeFor(id, scope string, start tplBuildStart, base tplBase) (apiv1.ImportTemplateRequest, error) {
+	ctxDir, err := h.files.newContext(id)
+	if err != nil {
+		return apiv1.ImportTemplateRequest{}, err
 	}
 	doc, err := translate(start, base, buildFiles{store: h.files, scope: scope, ctxDir: ctxDir})
 	if err != nil {
-		return err
+		return apiv1.ImportTemplateRequest{}, err
 	}
 	text, err := json.Marshal(doc)
 	if err != nil {
+		return apiv1.ImportTemplateRequest{}, err
+	}
+	return apiv1.ImportTemplateRequest{Recipe: string(text) + "\n", Context: ctxDir}, nil
+}
+
+// startRecipe queues b's recipe on base natively.
+func (h *Handler) startRecipe(ctx context.Context, c *client.Client, b tplBuild, start tplBuildStart, base tplBase) error {
+	req, err := h.recipeFor(b.id, b.scope, start, base)
+	if err != nil {
 		return err
 	}
-	nb, err := c.ImportTemplate(ctx, apiv1.ImportTemplateRequest{Recipe: string(text) + "\n", Context: ctxDir, Name: b.name.String()})
+	req.Name = b.name.String()
+	nb, err := c.ImportTemplate(ctx, req)
 	if err != nil {
 		return err
 	}
 	h.tplBuilds.update(b.id, func(x *tplBuild) { x.native = nb.ID })
-	w.WriteHeader(http.StatusAccepted)
 	return nil
 }
 
 // tplBase resolves the build's base: fromTemplate names an Airlock
 // template (E2B's base and code-interpreter-v1 map as at create);
-// fromImage the SDK's base image (Airlock's default template) or an
-// Airlock template of that name: no registry is reachable from here, so
-// any other image is refused at once.
-func (h *Handler) tplBase(ctx context.Context, c *client.Client, start tplBuildStart) (tplBase, error) {
+// fromImage the SDK's base image (Airlock's default template), an Airlock
+// template of that name, or else an image to pull from its registry
+// (returned as pull, with fromImageRegistry's credentials).
+func (h *Handler) tplBase(ctx context.Context, c *client.Client, start tplBuildStart) (tplBase, *imagePull, error) {
 	ref := "default"
 	switch {
+	case hasRegistry(start.FromImageRegistry) && (start.FromImage == nil || *start.FromImage == ""):
+		return tplBase{}, nil, badRequest("fromImageRegistry goes with fromImage")
 	case start.FromTemplate != nil && *start.FromTemplate != "":
 		ref = nativeTemplate(*start.FromTemplate)
-	case len(start.FromImageRegistry) > 0 && string(start.FromImageRegistry) != "null":
-		return tplBase{}, badRequest("fromImage with registry credentials: this server pulls no images (no registry is reachable); import the image as a template (airlock template import) and use fromTemplate")
 	case start.FromImage != nil && *start.FromImage != "":
 		img := *start.FromImage
-		if img == e2bBaseImage || img == e2bBaseImage+":latest" {
+		auth, err := parseRegistryAuth(start.FromImageRegistry)
+		if err != nil {
+			return tplBase{}, nil, err
+		}
+		if auth == nil && (img == e2bBaseImage || img == e2bBaseImage+":latest") {
 			break
 		}
-		if _, err := model.ParseTemplateRef(img); err != nil {
-			return tplBase{}, badRequest("fromImage %q: this server pulls no images (no registry is reachable); import it as a template (airlock template import) and use fromTemplate", img)
+		if auth == nil {
+			if _, err := model.ParseTemplateRef(img); err == nil {
+				if _, err := c.GetTemplate(ctx, img); err == nil {
+					ref = img // a template of this server: kept as before
+					break
+				} else if !client.IsCode(err, apiv1.CodeTemplateNotFound) && !client.IsCode(err, apiv1.CodeNotFound) {
+					return tplBase{}, nil, err
+				}
+			}
 		}
-		ref = img
+		return tplBase{}, &imagePull{image: img, auth: auth}, nil
 	}
 	if _, err := c.GetTemplate(ctx, ref); err != nil {
 		if client.IsCode(err, apiv1.CodeTemplateNotFound) || client.IsCode(err, apiv1.CodeNotFound) {
-			return tplBase{}, badRequest("base %q is not a template of this server (no registry is reachable to pull an image of that name; import it with airlock template import)", ref)
+			return tplBase{}, nil, badRequest("base %q is not a template of this server (use fromImage to pull an image from a registry, or import it with airlock template import)", ref)
 		}
-		return tplBase{}, err
+		return tplBase{}, nil, err
 	}
+	base, err := h.baseOf(ctx, ref)
+	return base, nil, err
+}
+
+// baseOf is ref as a base: whether it has E2B's user.
+func (h *Handler) baseOf(ctx context.Context, ref string) (tplBase, error) {
 	hasUser := false
 	if h.cfg.TemplateHasUser != nil {
 		var err error
@@ -326,54 +381,102 @@ func (h *Handler) buildStatus(ctx context.Context, w http.ResponseWriter, r *htt
 		Reason     *struct {
 			Message string `json:"message"`
 		} `json:"reason,omitempty"`
-	}{BuildID: b.id, TemplateID: b.templateID, Status: "waiting", LogEntries: []logEntry{}, Logs: []string{}}
-	if b.native != "" {
-		id, err := model.ParseBuildID(b.native)
-		if err != nil {
+	}{BuildID: b.id, TemplateID: b.templateID, LogEntries: []logEntry{}, Logs: []string{}}
+	st, err := h.tplState(ctx, c, b)
+	if err != nil {
+		return err
+	}
+	out.Status = st.status
+	if st.status == "ready" {
+		if err := h.tagBuild(ctx, c, b); err != nil {
 			return err
 		}
-		var text strings.Builder
-		nb, err := c.FollowBuild(ctx, id, false, func(ev client.BuildEvent) error {
-			text.WriteString(ev.Log)
-			return nil
-		})
-		if err != nil {
-			return err
+	}
+	if st.reason != "" {
+		out.Reason = &struct {
+			Message string `json:"message"`
+		}{st.reason}
+	}
+	now := time.Now().UTC()
+	for i := offset; i < len(st.lines) && len(out.LogEntries) < maxLogEntries; i++ {
+		level := "info"
+		if strings.HasPrefix(st.lines[i], "airlock: failed") {
+			level = "error"
 		}
-		lines := strings.Split(strings.TrimRight(text.String(), "\n"), "\n")
-		if text.Len() == 0 {
-			lines = nil
-		}
-		now := time.Now().UTC()
-		for i := offset; i < len(lines) && len(out.LogEntries) < maxLogEntries; i++ {
-			level := "info"
-			if strings.HasPrefix(lines[i], "airlock: failed") {
-				level = "error"
-			}
-			out.LogEntries = append(out.LogEntries, logEntry{Timestamp: now, Level: level, Message: lines[i]})
-			out.Logs = append(out.Logs, lines[i])
-		}
-		switch nb.State {
-		case "running":
-			out.Status = "building"
-		case "succeeded":
-			if err := h.tagBuild(ctx, c, b); err != nil {
-				return err
-			}
-			out.Status = "ready"
-		case "failed":
-			out.Status = "error"
-			msg := "the build failed"
-			if nb.Error != nil {
-				msg = nb.Error.Message
-			}
-			out.Reason = &struct {
-				Message string `json:"message"`
-			}{msg}
-		}
+		out.LogEntries = append(out.LogEntries, logEntry{Timestamp: now, Level: level, Message: st.lines[i]})
+		out.Logs = append(out.Logs, st.lines[i])
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// tplStatus is an E2B build's state: E2B's status (waiting, building,
+// ready, error), the reason of an error, and the log's lines so far.
+type tplStatus struct {
+	status, reason string
+	lines          []string
+}
+
+// tplState reads b's state from its native builds: the pull of its
+// fromImage (starting the recipe once it is in) and the recipe.
+func (h *Handler) tplState(ctx context.Context, c *client.Client, b tplBuild) (tplStatus, error) {
+	var st tplStatus
+	if b.pull != "" {
+		pb, lines, err := nativeBuild(ctx, c, b.pull)
+		if err != nil {
+			return st, err
+		}
+		st.lines = lines
+		if pb.State == "failed" || b.native == "" {
+			if done, err := h.advancePull(ctx, c, b, pb, &st); done || err != nil {
+				return st, err
+			}
+			if b, _ = h.tplBuilds.get(b.scope, b.templateID, b.id); b.native == "" {
+				st.status = "building"
+				return st, nil
+			}
+		}
+	}
+	if b.native == "" {
+		st.status = "waiting"
+		return st, nil
+	}
+	nb, lines, err := nativeBuild(ctx, c, b.native)
+	if err != nil {
+		return st, err
+	}
+	st.lines = append(st.lines, lines...)
+	switch nb.State {
+	case "pending":
+		st.status = "waiting"
+	case "running":
+		st.status = "building"
+	case "succeeded":
+		st.status = "ready"
+	case "failed":
+		st.status, st.reason = "error", "the build failed"
+		if nb.Error != nil {
+			st.reason = nb.Error.Message
+		}
+	}
+	return st, nil
+}
+
+// nativeBuild reads native build id and its log's lines.
+func nativeBuild(ctx context.Context, c *client.Client, nid string) (apiv1.Build, []string, error) {
+	id, err := model.ParseBuildID(nid)
+	if err != nil {
+		return apiv1.Build{}, nil, err
+	}
+	var text strings.Builder
+	nb, err := c.FollowBuild(ctx, id, false, func(ev client.BuildEvent) error {
+		text.WriteString(ev.Log)
+		return nil
+	})
+	if err != nil || text.Len() == 0 {
+		return nb, nil, err
+	}
+	return nb, strings.Split(strings.TrimRight(text.String(), "\n"), "\n"), nil
 }
 
 // tagBuild points b's further tags at its template, once.
