@@ -81,6 +81,8 @@ func (a *API) importTemplate(ctx context.Context, c *call[importTemplateBody]) (
 	switch {
 	case in.Source != "" && in.Recipe != "":
 		return nil, badRequest("give source (an import) or recipe (a build), not both")
+	case in.Recipe != "" && in.RegistryAuth != nil:
+		return nil, badRequest("registry_auth goes with a registry source")
 	case in.Recipe != "":
 		// Parsed here too, so that a malformed recipe is a 400 at once.
 		if _, err := recipe.Parse([]byte(in.Recipe)); err != nil {
