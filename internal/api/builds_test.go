@@ -151,7 +151,7 @@ func TestBuildsScopedToProject(t *testing.T) {
 // the test finishes them.
 type noBuilds struct{}
 
-func (noBuilds) LogDir() string { return "" }
+func (noBuilds) LogDir() string                                { return "" }
 func (noBuilds) SetRegistryAuth(model.BuildID, string, string) {}
 func (noBuilds) Progress(model.BuildID) (build.Progress, bool) {
 	return build.Progress{}, false
