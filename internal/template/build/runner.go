@@ -309,7 +309,8 @@ func (r *Runner) run(ctx context.Context, b model.TemplateBuild) {
 			if c := context.Cause(bctx); c != nil && !errors.Is(c, context.Canceled) {
 				err = c
 			}
-			buildEr = classify(b.Source, err)
+			_, authed := r.auths.get(b.ID)
+			buildEr = classify(b.Source, authed, err)
 		}
 	}
 	if buildEr != nil {
