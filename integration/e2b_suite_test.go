@@ -119,9 +119,11 @@ func TestE2BSuite(t *testing.T) {
 	t.Logf("without a backend (%v): %d tests, %d need a backend", time.Since(start).Round(time.Second), len(noBackend), nb)
 
 	// 2. The server, in the fake internet's host namespace.
+	inet := newSuiteInternet(t)
 	n := newFakenet(t, func(c *fakenet.Config) {
 		c.ExtraAddrs = append(c.ExtraAddrs, e2bSuitePublicAddrs...)
 		c.Zone.Set("connectivitycheck.gstatic.com", fakenet.Record{Addrs: []netip.Addr{sharedAddr}})
+		inet.configure(t, c) // Docker Hub, the server's resolver (e2b_suite_inet_test.go)
 	})
 	cache, err := airtest.TestCache()
 	if err != nil {
@@ -150,6 +152,12 @@ func TestE2BSuite(t *testing.T) {
 	if stdout, stderr, code := s.cli(ctx, "template", "build", "-f", recipePath, "--name", "code-interpreter"); code != 0 {
 		t.Fatalf("build the code-interpreter template: exit %d\n%s\n%s", code, stdout, tail(stderr, 60))
 	}
+	def, err := s.client().GetTemplate(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inet.pushUbuntu(ctx, t, filepath.Join(s.dataDir, "templates", "blobs", strings.Replace(def.Digest, ":", "-", 1), "rootfs"))
+	trustFakeCA(ctx, t, s, n)
 	t.Logf("templates ready in %v", time.Since(start).Round(time.Second))
 	key := e2bKey(ctx, t, s, "admin") // E2B keys may build templates; Airlock asks an admin key for that
 
