@@ -7,6 +7,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,10 +19,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/airlockdev/airlock/internal/airtest"
 	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/egress/fakenet"
 	"github.com/airlockdev/airlock/internal/model"
 )
 
@@ -40,46 +43,15 @@ func TestE2BTemplateFromRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	layerDigests := map[string]bool{}
-	for _, l := range layers {
-		d, err := l.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		layerDigests[d.String()] = true
-	}
-	var layerGets atomic.Int32
-	pushing := true
-	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	reg := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if i := strings.LastIndex(r.URL.Path, "/blobs/"); i >= 0 && r.Method == http.MethodGet && layerDigests[r.URL.Path[i+len("/blobs/"):]] {
-			layerGets.Add(1)
-		}
-		if strings.HasPrefix(r.URL.Path, "/v2/private/") && !pushing {
-			if u, p, ok := r.BasicAuth(); !ok || u != "alice" || p != "s3cret" {
-				w.Header().Set("WWW-Authenticate", `Basic realm="airlock-test"`)
-				w.WriteHeader(http.StatusUnauthorized)
-				_, _ = io.WriteString(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`)
-				return
-			}
-		}
-		inner.ServeHTTP(w, r)
-	}))
+	tr := newTestRegistry(t, img)
+	reg := httptest.NewTLSServer(tr)
 	t.Cleanup(reg.Close)
 	u, err := url.Parse(reg.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, repo := range []string{"e2b/bb:v1", "private/bb:v1"} {
-		ref, err := name.ParseReference(u.Host + "/" + repo)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := remote.Write(ref, img, remote.WithTransport(reg.Client().Transport), remote.WithAuth(authn.Anonymous)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pushing = false
+	tr.push(t, reg.Client().Transport, u.Host)
+	layerGets := &tr.layerGets
 	ca := filepath.Join(shortTempDir(t), "registry-ca.pem")
 	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: reg.Certificate().Raw}), 0o644); err != nil {
 		t.Fatal(err)
@@ -172,5 +144,99 @@ func TestE2BTemplateFromRegistry(t *testing.T) {
 	}
 	if strings.Contains(s.log.String(), "s3cret") {
 		t.Errorf("the server logged the registry password")
+	}
+}
+
+// testRegistry is go-containerregistry's registry holding img as
+// e2b/bb:v1 and private/bb:v1, the latter read only with alice's basic
+// credentials (s3cret); it counts the GETs of img's layers.
+type testRegistry struct {
+	img       v1.Image
+	inner     http.Handler
+	layers    map[string]bool
+	pushing   atomic.Bool
+	layerGets atomic.Int32
+}
+
+func newTestRegistry(t *testing.T, img v1.Image) *testRegistry {
+	t.Helper()
+	r := &testRegistry{img: img, inner: registry.New(registry.Logger(log.New(io.Discard, "", 0))), layers: map[string]bool{}}
+	ls, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range ls {
+		d, err := l.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.layers[d.String()] = true
+	}
+	return r
+}
+
+func (r *testRegistry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if i := strings.LastIndex(req.URL.Path, "/blobs/"); i >= 0 && req.Method == http.MethodGet && r.layers[req.URL.Path[i+len("/blobs/"):]] {
+		r.layerGets.Add(1)
+	}
+	if strings.HasPrefix(req.URL.Path, "/v2/private/") && !r.pushing.Load() {
+		if u, p, ok := req.BasicAuth(); !ok || u != "alice" || p != "s3cret" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="airlock-test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`)
+			return
+		}
+	}
+	r.inner.ServeHTTP(w, req)
+}
+
+// push writes the image to the registry, reached at host through tr.
+func (r *testRegistry) push(t *testing.T, tr http.RoundTripper, host string) {
+	t.Helper()
+	r.pushing.Store(true)
+	defer r.pushing.Store(false)
+	for _, repo := range []string{"e2b/bb:v1", "private/bb:v1"} {
+		ref, err := name.ParseReference(host + "/" + repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(ref, r.img, remote.WithTransport(tr), remote.WithAuth(authn.Anonymous)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// sdkRegistryName is the registry's name in TestE2BSDK's fake internet.
+const sdkRegistryName = "registry.airlock.test"
+
+// sdkRegistry makes the registry parity-registry.mjs pulls from in
+// TestE2BSDK's fake internet (HTTPS at sdkRegistryName with the fake
+// internet's CA, which the server trusts; the fake DNS also at
+// /etc/resolv.conf's resolver, for the server's own lookups), and the
+// script's environment.
+func sdkRegistry(t *testing.T) (func(*fakenet.Config), []string) {
+	t.Helper()
+	// The SDK runs commands as /bin/bash -l -c CMD: busybox's sh stands in.
+	r := newTestRegistry(t, busyboxImage(t, tarLayer(t, [2]string{"srv/greeting", "hello from the registry\n"},
+		[2]string{"bin/bash", "#!/bin/sh\nexec /bin/sh \"$@\"\n"})))
+	local := httptest.NewServer(r)
+	defer local.Close()
+	u, err := url.Parse(local.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.push(t, local.Client().Transport, u.Host)
+	opt := func(c *fakenet.Config) {
+		if c.Sites == nil {
+			c.Sites = map[string]http.Handler{}
+		}
+		c.Sites[sdkRegistryName] = r
+		c.Zone.Set(sdkRegistryName, fakenet.Record{Addrs: []netip.Addr{sharedAddr}})
+		c.ResolverAddrs = append(c.ResolverAddrs, resolverAddrs(t)...)
+	}
+	return opt, []string{
+		"PARITY_REGISTRY_IMAGE=" + sdkRegistryName + "/e2b/bb:v1",
+		"PARITY_REGISTRY_PRIVATE=" + sdkRegistryName + "/private/bb:v1",
+		"PARITY_REGISTRY_USER=alice", "PARITY_REGISTRY_PASSWORD=s3cret",
 	}
 }

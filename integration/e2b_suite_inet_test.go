@@ -76,13 +76,22 @@ func (si *suiteInternet) configure(t *testing.T, c *fakenet.Config) {
 		c.Sites[n] = si.reg
 		c.Zone.Set(n, fakenet.Record{Addrs: []netip.Addr{sharedAddr}})
 	}
+	c.ResolverAddrs = append(c.ResolverAddrs, resolverAddrs(t)...)
+}
+
+// resolverAddrs are the resolvers of /etc/resolv.conf the fake internet
+// can answer at (not loopback ones: a process in H reaches its own
+// loopback).
+func resolverAddrs(t *testing.T) []netip.Addr {
+	var out []netip.Addr
 	for _, a := range resolvConfAddrs(t) {
 		if a.IsLoopback() {
 			t.Logf("resolver %s in /etc/resolv.conf is a loopback address: the server cannot reach the fake internet's names by it", a)
 			continue
 		}
-		c.ResolverAddrs = append(c.ResolverAddrs, a)
+		out = append(out, a)
 	}
+	return out
 }
 
 // resolvConfAddrs are the nameserver addresses of /etc/resolv.conf.
