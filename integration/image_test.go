@@ -88,7 +88,14 @@ func busyboxImage(t *testing.T, upper ...v1.Layer) v1.Image {
 		[2]string{"root/", ""}, [2]string{"run/", ""},
 		[2]string{".airlock/", ""}, [2]string{".airlock/bin/", ""}, [2]string{".airlock/run/", ""},
 		[2]string{"srv/", ""}, [2]string{"srv/greeting", "from the lower layer\n"})
-	img, err := mutate.AppendLayers(empty.Image, append([]v1.Layer{base}, upper...)...)
+	return linuxImage(t, v1.Config{Env: []string{"PATH=/bin"}}, append([]v1.Layer{base}, upper...)...)
+}
+
+// linuxImage is an image of the layers for linux on this architecture,
+// with cfg as its config.
+func linuxImage(t *testing.T, cfg v1.Config, layers ...v1.Layer) v1.Image {
+	t.Helper()
+	img, err := mutate.AppendLayers(empty.Image, layers...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +105,7 @@ func busyboxImage(t *testing.T, upper ...v1.Layer) v1.Image {
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config = v1.Config{Env: []string{"PATH=/bin"}}
+	cf.Config = cfg
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		t.Fatal(err)
 	}
