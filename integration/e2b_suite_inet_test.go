@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -148,12 +149,15 @@ func (si *suiteInternet) pushUbuntu(ctx context.Context, t *testing.T, rootfs st
 	t.Logf("docker.io/library/ubuntu:22.04 (%s: the Debian default template's tree) served in %v", d, time.Since(start).Round(time.Second))
 }
 
-// suiteCARecipe puts the fake internet's CA (ca.crt in the context
-// directory) in the system trust store of the default template.
+// suiteCARecipe puts the fake internet's CA (its PEM lines, indented, in
+// place of the verb) in the system trust store of the default template:
+// one run step (each step copies the tree).
 const suiteCARecipe = `from: {template: default}
 steps:
-  - copy: {src: ca.crt, dst: /usr/local/share/ca-certificates/airlock-fakenet.crt}
-  - run: update-ca-certificates
+  - run: |
+      cat > /usr/local/share/ca-certificates/airlock-fakenet.crt <<'PEM'
+%s      PEM
+      update-ca-certificates
 `
 
 // trustFakeCA rebuilds the server's default template with the fake
@@ -161,10 +165,14 @@ steps:
 func trustFakeCA(ctx context.Context, t *testing.T, s *server, n *fakenet.Net) {
 	t.Helper()
 	dir := t.TempDir()
-	if err := n.WriteCA(filepath.Join(dir, "ca.crt")); err != nil {
-		t.Fatal(err)
+	var pemLines strings.Builder
+	for _, l := range strings.SplitAfter(string(n.CAPEM()), "\n") {
+		if l != "" {
+			pemLines.WriteString("      " + l)
+		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "recipe.yaml"), []byte(suiteCARecipe), 0o644); err != nil {
+	recipeText := fmt.Sprintf(suiteCARecipe, pemLines.String())
+	if err := os.WriteFile(filepath.Join(dir, "recipe.yaml"), []byte(recipeText), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if stdout, stderr, code := s.cli(ctx, "template", "build", "-f", filepath.Join(dir, "recipe.yaml"), "--name", "default"); code != 0 {
