@@ -1,12 +1,14 @@
 package integration
 
 import (
+	"archive/tar"
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"context"
-	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -14,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,14 +44,19 @@ import (
 //     resolves the names through the fake internet's DNS, which also
 //     answers at the address /etc/resolv.conf names (the server's own
 //     lookups, not its sandboxes', use it).
-//   - Certificates of public addresses: the server's default template gets
-//     the fake internet's CA in its system trust store (a recipe on it:
-//     update-ca-certificates), so that `curl https://1.1.1.1` in a sandbox
-//     verifies the fake internet's certificate as it would a public one.
-//     Only the suite's server, never the product's default template.
+//   - Certificates of public addresses: the server's template default is
+//     pointed at the default's tree with the fake internet's CA added to
+//     its system trust store (an image of the suite's registry, imported),
+//     so that `curl https://1.1.1.1` in a sandbox verifies the fake
+//     internet's certificate as it would a public one. Only the suite's
+//     server, never the product's default template.
 
 // dockerHubNames are the host names a docker.io pull may use.
 var dockerHubNames = []string{"index.docker.io", "registry-1.docker.io"}
+
+// suiteRegistryName serves the same registry under a name of the test's
+// own, for the harness's own image (the default template with the CA).
+const suiteRegistryName = "registry.airlock.test"
 
 // suiteInternet is the suite's stand-in registry, made before the fake
 // internet (its handler is one of the fake internet's sites) and filled
@@ -71,7 +79,7 @@ func (si *suiteInternet) configure(t *testing.T, c *fakenet.Config) {
 	if c.Sites == nil {
 		c.Sites = map[string]http.Handler{}
 	}
-	for _, n := range dockerHubNames {
+	for _, n := range append([]string{suiteRegistryName}, dockerHubNames...) {
 		c.Sites[n] = si.reg
 		c.Zone.Set(n, fakenet.Record{Addrs: []netip.Addr{sharedAddr}})
 	}
@@ -114,10 +122,12 @@ func resolvConfAddrs(t *testing.T) []netip.Addr {
 	return out
 }
 
-// pushUbuntu exports the template tree at rootfs as a one-layer image and
-// pushes it as library/ubuntu:22.04 (through a loopback listener on the
-// same registry handler the fake internet serves).
-func (si *suiteInternet) pushUbuntu(ctx context.Context, t *testing.T, rootfs string) {
+// pushImages exports the template tree at rootfs as a one-layer image and
+// pushes it as library/ubuntu:22.04, and the same with a layer adding the
+// fake internet's CA to the system trust store as
+// airlock/default-ca:1 (through a loopback listener on the same registry
+// handler the fake internet serves).
+func (si *suiteInternet) pushImages(ctx context.Context, t *testing.T, rootfs string, caPEM []byte) {
 	t.Helper()
 	start := time.Now()
 	layerTar := filepath.Join(t.TempDir(), "ubuntu-layer.tar")
@@ -131,51 +141,70 @@ func (si *suiteInternet) pushUbuntu(ctx context.Context, t *testing.T, rootfs st
 	if err != nil {
 		t.Fatal(err)
 	}
-	img := linuxImage(t, v1.Config{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, Cmd: []string{"/bin/bash"}}, layer)
+	bundle, err := os.ReadFile(filepath.Join(rootfs, "etc", "ssl", "certs", "ca-certificates.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caLayer := fileLayer(t, map[string][]byte{
+		"etc/ssl/certs/ca-certificates.crt":                   append(bundle, caPEM...),
+		"usr/local/share/ca-certificates/airlock-fakenet.crt": caPEM,
+	})
+	cfg := v1.Config{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}
 	srv := httptest.NewServer(si.reg)
 	defer srv.Close()
 	u, err := url.Parse(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := name.ParseReference(u.Host + "/library/ubuntu:22.04")
+	for repo, img := range map[string]v1.Image{
+		"library/ubuntu:22.04": linuxImage(t, cfg, layer),
+		"airlock/default-ca:1": linuxImage(t, cfg, layer, caLayer),
+	} {
+		ref, err := name.ParseReference(u.Host + "/" + repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+			t.Fatalf("push %s to the suite's registry: %v", repo, err)
+		}
+	}
+	t.Logf("docker.io/library/ubuntu:22.04 (the Debian default template's tree) and %s/airlock/default-ca:1 served in %v",
+		suiteRegistryName, time.Since(start).Round(time.Second))
+}
+
+// fileLayer is a layer of regular files (0644, root's).
+func fileLayer(t *testing.T, files map[string][]byte) v1.Layer {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, n := range slices.Sorted(maps.Keys(files)) {
+		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(files[n])), ModTime: time.Unix(1704067200, 0), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(files[n]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data := buf.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
-		t.Fatalf("push ubuntu:22.04 to the suite's registry: %v", err)
-	}
-	d, _ := img.Digest()
-	t.Logf("docker.io/library/ubuntu:22.04 (%s: the Debian default template's tree) served in %v", d, time.Since(start).Round(time.Second))
+	return l
 }
 
-// suiteCARecipe puts the fake internet's CA (its PEM lines, indented, in
-// place of the verb) in the system trust store of the default template:
-// one run step (each step copies the tree).
-const suiteCARecipe = `from: {template: default}
-steps:
-  - run: |
-      cat > /usr/local/share/ca-certificates/airlock-fakenet.crt <<'PEM'
-%s      PEM
-      update-ca-certificates
-`
-
-// trustFakeCA rebuilds the server's default template with the fake
-// internet's CA trusted (named default: E2B's base).
-func trustFakeCA(ctx context.Context, t *testing.T, s *server, n *fakenet.Net) {
+// trustFakeCA points the server's template default (E2B's base) at the
+// default's tree with the fake internet's CA in its trust store, imported
+// from the suite's registry. (Not a recipe step: a build sandbox's
+// /etc/ssl/certs/ca-certificates.crt is the runtime's bind mount, and
+// sandboxes get the template's bundle with Airlock's CA appended.)
+func trustFakeCA(ctx context.Context, t *testing.T, s *server) {
 	t.Helper()
-	dir := t.TempDir()
-	var pemLines strings.Builder
-	for _, l := range strings.SplitAfter(string(n.CAPEM()), "\n") {
-		if l != "" {
-			pemLines.WriteString("      " + l)
-		}
-	}
-	recipeText := fmt.Sprintf(suiteCARecipe, pemLines.String())
-	if err := os.WriteFile(filepath.Join(dir, "recipe.yaml"), []byte(recipeText), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if stdout, stderr, code := s.cli(ctx, "template", "build", "-f", filepath.Join(dir, "recipe.yaml"), "--name", "default"); code != 0 {
-		t.Fatalf("build the default template with the fake internet's CA: exit %d\n%s\n%s", code, stdout, tail(stderr, 40))
+	src := "docker://" + suiteRegistryName + "/airlock/default-ca:1"
+	if stdout, stderr, code := s.cli(ctx, "template", "import", src, "--name", "default"); code != 0 {
+		t.Fatalf("import the default template with the fake internet's CA: exit %d\n%s\n%s", code, stdout, tail(stderr, 40))
 	}
 }

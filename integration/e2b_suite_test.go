@@ -144,8 +144,8 @@ func TestE2BSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inet.pushUbuntu(ctx, t, filepath.Join(s.dataDir, "templates", "blobs", strings.Replace(def.Digest, ":", "-", 1), "rootfs"))
-	trustFakeCA(ctx, t, s, n)
+	inet.pushImages(ctx, t, filepath.Join(s.dataDir, "templates", "blobs", strings.Replace(def.Digest, ":", "-", 1), "rootfs"), n.CAPEM())
+	trustFakeCA(ctx, t, s)
 	t.Logf("templates ready in %v", time.Since(start).Round(time.Second))
 	key := e2bKey(ctx, t, s, "admin") // E2B keys may build templates; Airlock asks an admin key for that
 
