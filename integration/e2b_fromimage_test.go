@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -118,6 +119,19 @@ func TestE2BTemplateFromRegistry(t *testing.T) {
 	}
 	if n := layerGets.Load(); n != 0 {
 		t.Errorf("the second build of the same image fetched %d layers, want 0", n)
+	}
+
+	// Who may pull: whoever may build (an admin key); a member's build
+	// start is refused before anything is pulled.
+	member := e2bKey(ctx, t, s, "member")
+	var mb struct{ TemplateID, BuildID string }
+	if rep := e.call("POST", "/v3/templates", member, map[string]any{"name": "from-reg-member"}); rep.status != 202 || json.Unmarshal(rep.body, &mb) != nil {
+		t.Fatalf("a member's build request: %d %s", rep.status, rep.body)
+	}
+	layerGets.Store(0)
+	e.fails("POST", "/v2/templates/"+mb.TemplateID+"/builds/"+mb.BuildID, member, map[string]any{"fromImage": public, "steps": steps}, 403, "")
+	if n := layerGets.Load(); n != 0 {
+		t.Errorf("a member's refused build fetched %d layers", n)
 	}
 
 	private := u.Host + "/private/bb:v1"
