@@ -84,6 +84,11 @@ func (si *suiteInternet) configure(t *testing.T, c *fakenet.Config) {
 		c.Zone.Set(n, fakenet.Record{Addrs: []netip.Addr{sharedAddr}})
 	}
 	c.ResolverAddrs = append(c.ResolverAddrs, resolverAddrs(t)...)
+	// What the public resolvers' web servers answer at their bare address
+	// (E2B's network tests check the status): Cloudflare redirects
+	// https://1.1.1.1/ with 301, Google https://8.8.8.8/ with 302.
+	c.Sites["1.1.1.1"] = http.RedirectHandler("https://one.one.one.one/", http.StatusMovedPermanently)
+	c.Sites["8.8.8.8"] = http.RedirectHandler("https://dns.google/", http.StatusFound)
 }
 
 // resolverAddrs are the resolvers of /etc/resolv.conf the fake internet
