@@ -1,14 +1,11 @@
 package integration
 
 import (
-	"archive/tar"
 	"bufio"
-	"bytes"
 	"compress/gzip"
 	"context"
 	"io"
 	"log"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -16,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -150,10 +146,9 @@ func (si *suiteInternet) pushImages(ctx context.Context, t *testing.T, rootfs st
 	if err != nil {
 		t.Fatal(err)
 	}
-	caLayer := fileLayer(t, map[string][]byte{
-		"etc/ssl/certs/ca-certificates.crt":                   append(bundle, caPEM...),
-		"usr/local/share/ca-certificates/airlock-fakenet.crt": caPEM,
-	})
+	caLayer := tarLayer(t,
+		[2]string{"etc/ssl/certs/ca-certificates.crt", string(append(bundle, caPEM...))},
+		[2]string{"usr/local/share/ca-certificates/airlock-fakenet.crt", string(caPEM)})
 	cfg := v1.Config{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}
 	srv := httptest.NewServer(si.reg)
 	defer srv.Close()
@@ -175,30 +170,6 @@ func (si *suiteInternet) pushImages(ctx context.Context, t *testing.T, rootfs st
 	}
 	t.Logf("docker.io/library/ubuntu:22.04 (the Debian default template's tree) and %s/airlock/default-ca:1 served in %v",
 		suiteRegistryName, time.Since(start).Round(time.Second))
-}
-
-// fileLayer is a layer of regular files (0644, root's).
-func fileLayer(t *testing.T, files map[string][]byte) v1.Layer {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, n := range slices.Sorted(maps.Keys(files)) {
-		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(files[n])), ModTime: time.Unix(1704067200, 0), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(files[n]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	data := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
 }
 
 // trustFakeCA points the server's template default (E2B's base) at the
