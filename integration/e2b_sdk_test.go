@@ -74,7 +74,9 @@ func TestE2BSDK(t *testing.T) {
 	// (internal/egress/fakenet): its public addresses and names serve HTTP
 	// and HTTPS, so the scripts' steps that need an internet run too
 	// (SMOKE_FAKE_INTERNET, e2bFakeInternetEnv).
-	n := newFakenet(t)
+	// A registry there too, for parity-registry.mjs (e2b_fromimage_test.go).
+	regOpt, regEnv := sdkRegistry(t)
+	n := newFakenet(t, regOpt)
 	// The server's store gets both templates from the shared store by
 	// hard link (TestDefaultDebianTemplate covers a server importing the
 	// default from the build cache itself).
@@ -99,6 +101,7 @@ func TestE2BSDK(t *testing.T) {
 
 	work := stageScripts(t, e2bDir, modules)
 	env := append(append(e2bEnv(key, s.url), "PARITY_ADMIN_API_KEY="+adminKey), e2bFakeInternetEnv()...)
+	env = append(env, regEnv...)
 	// Another project's key, for the scripts' attacker-side checks (its
 	// project never holds a sandbox: it only tries the first one's).
 	env = append(env, "AIRLOCK_TEST_OTHER_E2B_KEY="+otherE2BKey(ctx, t, s))

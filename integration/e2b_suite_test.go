@@ -44,8 +44,9 @@ import (
 // backend. Then an `airlock server` on gVisor starts in the fake internet's
 // host namespace (egress_harness_test.go; the names and addresses E2B's
 // tests curl — connectivitycheck.gstatic.com, 1.1.1.1, 8.8.8.8 — are served
-// there, nothing leaves the machine), with the Debian default and the
-// code-interpreter templates, and the suite runs once per mode:
+// there, nothing leaves the machine; Docker Hub and trusted certificates of
+// public addresses are emulated too, e2b_suite_inet_test.go), with the
+// Debian default template, and the suite runs once per mode:
 //
 //   - url: E2B_API_URL and E2B_SANDBOX_URL name the server (docs/e2b.md).
 //   - domain: E2B_DOMAIN only. The SDK then calls https://api.<domain> and
@@ -119,37 +120,32 @@ func TestE2BSuite(t *testing.T) {
 	t.Logf("without a backend (%v): %d tests, %d need a backend", time.Since(start).Round(time.Second), len(noBackend), nb)
 
 	// 2. The server, in the fake internet's host namespace.
+	inet := newSuiteInternet(t)
 	n := newFakenet(t, func(c *fakenet.Config) {
 		c.ExtraAddrs = append(c.ExtraAddrs, e2bSuitePublicAddrs...)
 		c.Zone.Set("connectivitycheck.gstatic.com", fakenet.Record{Addrs: []netip.Addr{sharedAddr}})
+		inet.configure(t, c) // Docker Hub, the server's resolver (e2b_suite_inet_test.go)
 	})
 	cache, err := airtest.TestCache()
 	if err != nil {
 		t.Fatal(err)
 	}
 	debian := fillRecipeCache(t, cache, recipe.Default(), t.TempDir())
-	recipePath, err := filepath.Abs(filepath.Join("..", "templates", "code-interpreter", "recipe.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	recipeYAML, err := os.ReadFile(recipePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ci, err := recipe.Parse(recipeYAML)
-	if err != nil {
-		t.Fatalf("the code-interpreter template's recipe: %v", err)
-	}
-	codeInterp := fillRecipeCache(t, cache, ci, filepath.Dir(recipePath))
-	s := newEgressServerWith(t, build(t), "runsc", n, func(s *server) { seedTemplates(t, cache, s, debian, codeInterp) },
+	// No test of the JS SDK's suite uses the code-interpreter template (its
+	// tests are in e2b-dev/code-interpreter): it is not built (a server's
+	// store holds each of its steps' trees, gigabytes).
+	s := newEgressServerWith(t, build(t), "runsc", n, func(s *server) { seedTemplates(t, cache, s, debian) },
 		"--default-template", "debian", "--build-cache-dir", filepath.Join(cache, "recipe-cache-v1"), "--e2b-domain", e2bSuiteDomain)
 	start = time.Now()
 	if stdout, stderr, code := s.cli(ctx, "run", "--", "true"); code != 0 {
 		t.Fatalf("wait for the default template: exit %d\n%s\n%s", code, stdout, tail(stderr, 40))
 	}
-	if stdout, stderr, code := s.cli(ctx, "template", "build", "-f", recipePath, "--name", "code-interpreter"); code != 0 {
-		t.Fatalf("build the code-interpreter template: exit %d\n%s\n%s", code, stdout, tail(stderr, 60))
+	def, err := s.client().GetTemplate(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
 	}
+	inet.pushImages(ctx, t, filepath.Join(s.dataDir, "templates", "blobs", strings.Replace(def.Digest, ":", "-", 1), "rootfs"), n.CAPEM())
+	trustFakeCA(ctx, t, s)
 	t.Logf("templates ready in %v", time.Since(start).Round(time.Second))
 	key := e2bKey(ctx, t, s, "admin") // E2B keys may build templates; Airlock asks an admin key for that
 

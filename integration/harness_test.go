@@ -58,6 +58,8 @@ type serverConfig struct {
 	// adminKeyFile, when set, is passed as --admin-key-file and is where
 	// the harness reads the admin key (else DATA_DIR/admin.key).
 	adminKeyFile string
+	// env is added to the server's environment (SSL_CERT_FILE=…).
+	env []string
 }
 
 // server is one running (or crashed) `airlock server` process over a data dir
@@ -166,7 +168,7 @@ func (s *server) launch() {
 	args = append(args, "--pids-budget", strconv.Itoa(harnessPidsBudget))
 	args = append(args, s.cfg.extraArgs...)
 	cmd := s.command(context.Background(), s.bins.airlock, args...)
-	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_CRASH_AT="+s.cfg.crashAt)
+	cmd.Env = append(append(os.Environ(), "AIRLOCK_TEST_CRASH_AT="+s.cfg.crashAt), s.cfg.env...)
 	// One log across restarts, so a failure shows every incarnation.
 	if s.log == nil {
 		s.log = &lockedBuffer{}

@@ -75,15 +75,11 @@ func tarLayer(t *testing.T, entries ...[2]string) v1.Layer {
 	return l
 }
 
-// TestImportImageFromRegistry: `airlock template import` pulls an image from
-// a loopback registry, and a sandbox created from it runs the image's files.
-func TestImportImageFromRegistry(t *testing.T) {
-	airtest.RequireRoot(t)
-	airtest.RequireBinary(t, "runc")
+// busyboxImage is an image of the host's busybox userland (with
+// /srv/greeting "from the lower layer") and the layers given over it.
+func busyboxImage(t *testing.T, upper ...v1.Layer) v1.Image {
+	t.Helper()
 	bb := staticBusybox(t)
-
-	// A two-layer image: a busybox userland, then the content to find (the
-	// upper layer replaces a file of the lower).
 	base := tarLayer(t,
 		[2]string{"bin/", ""}, [2]string{"bin/busybox", string(bb)}, [2]string{"bin/sh", "->busybox"},
 		[2]string{"bin/cat", "->busybox"}, [2]string{"etc/", ""},
@@ -92,8 +88,14 @@ func TestImportImageFromRegistry(t *testing.T) {
 		[2]string{"root/", ""}, [2]string{"run/", ""},
 		[2]string{".airlock/", ""}, [2]string{".airlock/bin/", ""}, [2]string{".airlock/run/", ""},
 		[2]string{"srv/", ""}, [2]string{"srv/greeting", "from the lower layer\n"})
-	top := tarLayer(t, [2]string{"srv/greeting", "hello from the OCI image\n"})
-	img, err := mutate.AppendLayers(empty.Image, base, top)
+	return linuxImage(t, v1.Config{Env: []string{"PATH=/bin"}}, append([]v1.Layer{base}, upper...)...)
+}
+
+// linuxImage is an image of the layers for linux on this architecture,
+// with cfg as its config.
+func linuxImage(t *testing.T, cfg v1.Config, layers ...v1.Layer) v1.Image {
+	t.Helper()
+	img, err := mutate.AppendLayers(empty.Image, layers...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,10 +105,21 @@ func TestImportImageFromRegistry(t *testing.T) {
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config = v1.Config{Env: []string{"PATH=/bin"}}
+	cf.Config = cfg
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		t.Fatal(err)
 	}
+	return img
+}
+
+// TestImportImageFromRegistry: `airlock template import` pulls an image from
+// a loopback registry, and a sandbox created from it runs the image's files.
+func TestImportImageFromRegistry(t *testing.T) {
+	airtest.RequireRoot(t)
+	airtest.RequireBinary(t, "runc")
+	// A two-layer image: a busybox userland, then the content to find (the
+	// upper layer replaces a file of the lower).
+	img := busyboxImage(t, tarLayer(t, [2]string{"srv/greeting", "hello from the OCI image\n"}))
 
 	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(reg.Close)

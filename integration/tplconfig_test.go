@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/airlockdev/airlock/internal/airtest"
@@ -116,19 +114,7 @@ func importImageTemplate(ctx context.Context, t *testing.T, dataDir, name string
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := mutate.AppendLayers(empty.Image, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture, cf.Config = "linux", runtime.GOARCH, cfg
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
+	img := linuxImage(t, cfg, l)
 	dir := t.TempDir()
 	p, err := layout.Write(dir, empty.Index)
 	if err != nil {

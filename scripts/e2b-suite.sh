@@ -22,8 +22,10 @@
 # by E2B's pnpm-lock.yaml, cached under $AIRLOCK_TEST_CACHE keyed by the E2B
 # commit and the manifest), then runs TestE2BSuite (integration/e2b_suite_test.go):
 # an `airlock server` on gVisor in a network namespace of its own whose only
-# way out is a fake internet (the egress tests'), the Debian default and the
-# code-interpreter templates (recipe cache shared with TestE2BSDK), an e2b_
+# way out is a fake internet (the egress tests', with Docker Hub serving
+# library/ubuntu:22.04 made of the Debian default's tree, and the fake CA
+# trusted by the server and by its default template: test-only emulation),
+# the Debian default template (recipe cache shared with TestE2BSDK), an e2b_
 # key, and vitest with a JSON reporter for each mode; it prints a table per
 # test file and writes results.md / results-<mode>.json to --out (default: a
 # directory it names at the end). Everything it starts is removed when it

@@ -154,6 +154,7 @@ func (l logBuilds) LogDir() string { return l.dir }
 func (logBuilds) Progress(model.BuildID) (build.Progress, bool) {
 	return build.Progress{}, false
 }
+func (logBuilds) SetRegistryAuth(model.BuildID, string, string) {}
 
 // logEvents parses a log stream's events: the log events' data (checking
 // that each id is its offset) and whether it ended with done.

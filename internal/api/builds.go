@@ -2,6 +2,9 @@ package api
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +17,7 @@ import (
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/template"
 	"github.com/airlockdev/airlock/internal/template/build"
 	"github.com/airlockdev/airlock/internal/template/recipe"
 	"github.com/airlockdev/airlock/internal/textclip"
@@ -24,7 +28,29 @@ import (
 type BuildRunner interface {
 	LogDir() string
 	Progress(id model.BuildID) (build.Progress, bool)
+	// SetRegistryAuth keeps the credentials build id pulls with, in memory
+	// ("" forgets them).
+	SetRegistryAuth(id model.BuildID, username, password string)
 }
+
+// importTemplateBody is POST /v1/templates's body. Its idempotency identity
+// holds the registry password only as an HMAC keyed by the Idempotency-Key,
+// as a secret's value.
+type importTemplateBody apiv1.ImportTemplateRequest
+
+func (b *importTemplateBody) idempotencyCanonical(key string) ([]byte, error) {
+	c := *b
+	if c.RegistryAuth != nil {
+		mac := hmac.New(sha256.New, []byte("airlock-registry-auth-idempotency\x00"+key))
+		mac.Write([]byte(c.RegistryAuth.Password))
+		c.RegistryAuth = &apiv1.RegistryAuth{Username: c.RegistryAuth.Username, Password: fmt.Sprintf("hmac-sha256:%x", mac.Sum(nil))}
+	}
+	return json.Marshal(c)
+}
+
+// maxRegistryAuth bounds a registry user name and password (a registry
+// token included).
+const maxRegistryAuth = 8 << 10
 
 func buildOut(b model.TemplateBuild) apiv1.Build {
 	out := apiv1.Build{
@@ -49,12 +75,14 @@ func buildOut(b model.TemplateBuild) apiv1.Build {
 // import (source) or a recipe build (recipe) that the build runner runs in
 // the background; the build points the optional name at the template when
 // it succeeds. A path source that does not exist is refused at once.
-func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRequest]) (*reply, error) {
+func (a *API) importTemplate(ctx context.Context, c *call[importTemplateBody]) (*reply, error) {
 	in := c.in
 	b := model.TemplateBuild{ID: model.NewBuildID(), Project: c.p.project, CreatedAt: c.now}
 	switch {
 	case in.Source != "" && in.Recipe != "":
 		return nil, badRequest("give source (an import) or recipe (a build), not both")
+	case in.Recipe != "" && in.RegistryAuth != nil:
+		return nil, badRequest("registry_auth goes with a registry source")
 	case in.Recipe != "":
 		// Parsed here too, so that a malformed recipe is a 400 at once.
 		if _, err := recipe.Parse([]byte(in.Recipe)); err != nil {
@@ -88,6 +116,19 @@ func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRe
 			}
 		}
 		b.Kind, b.Source = model.BuildImport, src.String()
+		if in.RegistryAuth != nil {
+			if src.image.Source() != template.ImageRegistry {
+				return nil, badRequest("registry_auth goes with a registry source")
+			}
+			ra := in.RegistryAuth
+			if ra.Username == "" || ra.Password == "" || len(ra.Username)+len(ra.Password) > maxRegistryAuth ||
+				strings.ContainsAny(ra.Username, ":\r\n") {
+				return nil, badRequest("registry_auth needs a username (without ':') and a password, at most %d bytes together", maxRegistryAuth)
+			}
+			if a.cfg.Builds == nil {
+				return nil, errorf(apiv1.CodeNotSupported, "this server runs no builds to pull with registry_auth")
+			}
+		}
 	}
 	if c.present["name"] {
 		var err error
@@ -100,7 +141,15 @@ func (a *API) importTemplate(ctx context.Context, c *call[apiv1.ImportTemplateRe
 	if err != nil {
 		return nil, err
 	}
+	if in.RegistryAuth != nil {
+		// Before the build is queued: the runner must find them when it
+		// claims it.
+		a.cfg.Builds.SetRegistryAuth(b.ID, in.RegistryAuth.Username, in.RegistryAuth.Password)
+	}
 	if err := a.cfg.Store.CreateBuild(ctx, b, rec); err != nil {
+		if in.RegistryAuth != nil {
+			a.cfg.Builds.SetRegistryAuth(b.ID, "", "")
+		}
 		return nil, fmt.Errorf("queue build: %w", err)
 	}
 	a.log.InfoContext(ctx, "template build queued", "build", b.ID, "kind", b.Kind, "source", b.Source, "name", b.Name)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,7 +151,8 @@ func TestBuildsScopedToProject(t *testing.T) {
 // the test finishes them.
 type noBuilds struct{}
 
-func (noBuilds) LogDir() string { return "" }
+func (noBuilds) LogDir() string                                { return "" }
+func (noBuilds) SetRegistryAuth(model.BuildID, string, string) {}
 func (noBuilds) Progress(model.BuildID) (build.Progress, bool) {
 	return build.Progress{}, false
 }
@@ -209,5 +211,62 @@ func TestCreateWaitsForBuild(t *testing.T) {
 				t.Fatalf("create after the failed build: %d %s", r.status, r.body)
 			}
 		}
+	}
+}
+
+// authBuilds records the registry credentials builds are given.
+type authBuilds struct {
+	noBuilds
+	mu   sync.Mutex
+	auth map[model.BuildID][2]string
+}
+
+func (a *authBuilds) SetRegistryAuth(id model.BuildID, u, p string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if u == "" {
+		delete(a.auth, id)
+		return
+	}
+	a.auth[id] = [2]string{u, p}
+}
+
+// TestImportRegistryAuth: registry_auth goes to the runner of that build
+// only, never into the build's record or answer; it is refused with any
+// source but a registry's, or incomplete.
+func TestImportRegistryAuth(t *testing.T) {
+	t.Parallel()
+	ab := &authBuilds{auth: map[model.BuildID][2]string{}}
+	e := newEnv(t, func(c *envConfig) { c.Builds = ab })
+	ctx := context.Background()
+	for _, c := range []struct {
+		body    string
+		invalid bool // by the OpenAPI document too
+	}{
+		{fmt.Sprintf(`{"source": %q, "registry_auth": {"username": "u", "password": "p"}}`, e.tplDir), false},
+		{`{"source": "docker://registry.example/a:1", "registry_auth": {"username": "u"}}`, true},
+		{`{"source": "docker://registry.example/a:1", "registry_auth": {"username": "u:x", "password": "p"}}`, false},
+		{`{"recipe": "from: {template: default}\n", "registry_auth": {"username": "u", "password": "p"}}`, false},
+	} {
+		e.send(req{method: "POST", path: "/v1/templates", key: e.admin, body: c.body, invalid: c.invalid}).
+			wantError(t, http.StatusBadRequest, apiv1.CodeInvalidRequest)
+	}
+	var b apiv1.Build
+	raw := e.do("POST", "/v1/templates", e.admin, `{"source": "docker://registry.example/a:1", "registry_auth": {"username": "alice", "password": "pw-6f1c"}}`).
+		want(t, http.StatusAccepted)
+	raw.decode(t, &b)
+	if strings.Contains(string(raw.body), "pw-6f1c") {
+		t.Errorf("the answer shows the password: %s", raw.body)
+	}
+	ab.mu.Lock()
+	got := ab.auth[model.BuildID(b.ID)]
+	n := len(ab.auth)
+	ab.mu.Unlock()
+	if got != [2]string{"alice", "pw-6f1c"} || n != 1 {
+		t.Errorf("runner got %v (%d builds), want alice's for %s", got, n, b.ID)
+	}
+	stored, err := e.st.GetBuild(ctx, model.BuildID(b.ID))
+	if err != nil || strings.Contains(fmt.Sprintf("%+v", stored), "pw-6f1c") || stored.Source != "index.docker.io/library/a:1" && !strings.Contains(stored.Source, "registry.example/a:1") {
+		t.Errorf("stored build %+v, %v: no password, the source", stored, err)
 	}
 }

@@ -196,11 +196,23 @@ type TemplateList struct {
 // (YAML, see docs/templates.md); Context is a clean absolute directory on
 // the server host that the recipe's copy sources are relative to. The
 // import or build runs in the background: the response (202) is the Build.
+//
+// RegistryAuth, only with a registry source, is the user name and password
+// (or token) the pull presents to that registry (HTTP basic, or the
+// registry's token service): kept in the memory of the server that took
+// the request for that build only, never stored, logged or returned.
 type ImportTemplateRequest struct {
-	Source  string `json:"source,omitempty"`
-	Name    string `json:"name,omitempty"`
-	Recipe  string `json:"recipe,omitempty"`
-	Context string `json:"context,omitempty"`
+	Source       string        `json:"source,omitempty"`
+	Name         string        `json:"name,omitempty"`
+	Recipe       string        `json:"recipe,omitempty"`
+	Context      string        `json:"context,omitempty"`
+	RegistryAuth *RegistryAuth `json:"registry_auth,omitempty"`
+}
+
+// RegistryAuth is a registry's credentials for one pull.
+type RegistryAuth struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
 }
 
 // Build is a template build or import, run in the background.

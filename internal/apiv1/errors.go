@@ -189,7 +189,7 @@ var errorSpecs = []ErrorSpec{
 	{Code: CodeSnapshotNotFound, Status: 404, Connect: "not_found", Exit: 1},
 	{Code: CodeSnapshotNotReady, Status: 409, Connect: "failed_precondition", Exit: 1},
 	{Code: CodeSnapshotFailed, Status: 500, Connect: "internal", Exit: 1},
-	{Code: CodeTemplateNotReady, Status: 500, Connect: "failed_precondition", Exit: 1},
+	{Code: CodeTemplateNotReady, Status: 500, Connect: "internal", Exit: 1},
 	{Code: CodeNoCapacity, Status: 503, Connect: "unavailable", E2BOperationStatus: 503, Exit: 1},
 	{Code: CodeNoEligibleNode, Status: 409, Connect: "failed_precondition", Exit: 1},
 	{Code: CodePortUnreachable, Status: 502, Connect: "unavailable", Exit: 1},

@@ -63,6 +63,7 @@ type serverFlags struct {
 	blobCreds   string
 	defaultTpl  string
 	buildCache  string
+	registryCA  string
 	idleDefault time.Duration
 	retention   time.Duration
 	reapEvery   time.Duration
@@ -135,6 +136,7 @@ func (f serverFlags) options(dataDir string, stderr slog.Handler) (server.Option
 		BlobStoreCredentials: f.blobCreds,
 		DefaultTemplate:      f.defaultTpl,
 		BuildCacheDir:        f.buildCache,
+		RegistryCA:           f.registryCA,
 		DefaultIdleTimeout:   f.idleDefault,
 		Retention:            f.retention,
 		AuditRetention:       f.auditRetention,
@@ -391,6 +393,7 @@ func (a *app) serverCommand() *cobra.Command {
 	fs.DurationVar(&f.templateGC, "template-gc-interval", gc.DefaultInterval, "how often to delete templates that no tag and no live sandbox uses, and their trees on disk (0: never; POST /v1/admin/templates/gc runs it on demand)")
 	fs.StringVar(&f.defaultTpl, "default-template", server.DefaultTemplateDebian, "what the template named default is: debian (Debian 12 with python3, node, git…, built in the background at first start; creates that need it wait) or minimal (the busybox template, also named minimal, ready at once: offline hosts, fast tests)")
 	fs.StringVar(&f.buildCache, "build-cache-dir", "", "directory of the recipe build cache (default: DATA_DIR/build-cache)")
+	fs.StringVar(&f.registryCA, "registry-ca", "", "PEM file of CA certificates that image pulls from registries trust besides the system's")
 	fs.DurationVar(&f.keyMaxAge, "attach-key-max-age", server.DefaultAttachKeyMaxAge, "rotate the attachment-token signing key once it is older than this")
 	fs.StringVar(&f.blobStore, "blob-store", "", "blob store shared by nodes, where imported templates are pushed and missing ones pulled by digest: file:///DIR or s3://BUCKET[/PREFIX]?endpoint=URL[&region=R][&path_style=true] (credentials: $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY or --blob-store-credentials)")
 	fs.StringSliceVar(&f.trusted, "trusted-bucket", nil, "an S3 bucket the server may use as its blob store (repeatable); an s3:// --blob-store must name one of them")

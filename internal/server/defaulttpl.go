@@ -2,13 +2,18 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/airlockdev/airlock/internal/atomicfile"
 	"github.com/airlockdev/airlock/internal/model"
@@ -152,13 +157,18 @@ func startBuilds(ctx context.Context, opts Options, dd *dataDir, st store.Store,
 			return t.Digest, nil
 		},
 	}
+	regTransport, err := registryTransport(opts.RegistryCA)
+	if err != nil {
+		return nil, err
+	}
 	runner, err := build.New(build.Config{
-		Store:     st,
-		Templates: templates,
-		Recipes:   build.Recipes{Builder: builder},
-		Sandboxes: sbx,
-		LogDir:    dd.join(buildsDir),
-		Owner:     node,
+		RegistryTransport: regTransport,
+		Store:             st,
+		Templates:         templates,
+		Recipes:           build.Recipes{Builder: builder},
+		Sandboxes:         sbx,
+		LogDir:            dd.join(buildsDir),
+		Owner:             node,
 		// Two at once: an import need not wait for the Debian build.
 		Workers:      2,
 		Distribution: distribution(dist),
@@ -259,4 +269,27 @@ func (d *defaultTag) set(ctx context.Context, digest model.TemplateDigest, now t
 		return fmt.Errorf("default template: %w", err)
 	}
 	return nil
+}
+
+// registryTransport carries image pulls: go-containerregistry's default,
+// trusting the CA certificates in the PEM file caFile besides the
+// system's; nil when caFile is "".
+func registryTransport(caFile string) (http.RoundTripper, error) {
+	if caFile == "" {
+		return nil, nil
+	}
+	pemData, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--registry-ca: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pemData) {
+		return nil, fmt.Errorf("--registry-ca: %s holds no PEM certificate", caFile)
+	}
+	tr := remote.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return tr, nil
 }

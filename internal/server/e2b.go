@@ -187,6 +187,10 @@ func (r e2bBuildRecords) SetE2BBuildNative(ctx context.Context, id model.E2BBuil
 	return e2bBuildErr(r.E2BBuilds.SetE2BBuildNative(ctx, id, native, now))
 }
 
+func (r e2bBuildRecords) ReplaceE2BBuildNative(ctx context.Context, id model.E2BBuildID, from, to model.BuildID, now time.Time) error {
+	return e2bBuildErr(r.E2BBuilds.ReplaceE2BBuildNative(ctx, id, from, to, now))
+}
+
 func (r e2bBuildRecords) EndE2BBuild(ctx context.Context, id model.E2BBuildID, status model.E2BBuildStatus, reason string, now time.Time) error {
 	return e2bBuildErr(r.E2BBuilds.EndE2BBuild(ctx, id, status, reason, now))
 }

@@ -163,6 +163,10 @@ type Options struct {
 	// BuildCacheDir (--build-cache-dir) holds the recipe build cache; "":
 	// DataDir/build-cache.
 	BuildCacheDir string
+	// RegistryCA (--registry-ca) is a PEM file of CA certificates that
+	// image pulls from registries trust besides the system's; "": the
+	// system's only.
+	RegistryCA string
 	// Egress. Every sandbox gets its own network namespace wired to the
 	// host by a veth pair (internal/egress/sandboxnet) whose TCP and DNS
 	// Airlock's nftables table redirects to the egress proxy and resolver;

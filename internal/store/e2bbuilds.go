@@ -24,6 +24,11 @@ type E2BBuilds interface {
 	// SetE2BBuildNative moves a starting build to building with its
 	// native build (ErrStateChanged if it is not starting any more).
 	SetE2BBuildNative(ctx context.Context, id model.E2BBuildID, native model.BuildID, now time.Time) error
+	// ReplaceE2BBuildNative moves a building build from native build from
+	// (its first phase: the pull of a fromImage) to native build to
+	// (ErrStateChanged if it is not building on from any more: another
+	// server or call moved it first, or it ended).
+	ReplaceE2BBuildNative(ctx context.Context, id model.E2BBuildID, from, to model.BuildID, now time.Time) error
 	// EndE2BBuild moves a build that has not ended to status (ready or
 	// error) with reason (ErrStateChanged if it has ended already).
 	EndE2BBuild(ctx context.Context, id model.E2BBuildID, status model.E2BBuildStatus, reason string, now time.Time) error

@@ -56,13 +56,21 @@ func (s *Store) EnsureDefault(ctx context.Context, busyboxPath string) (Imported
 	if err != nil {
 		return Imported{}, err
 	}
-	if err := os.MkdirAll(filepath.Dir(record), 0o700); err == nil {
-		err = atomicfile.Write(record, []byte(imp.Digest.String()+"\n"), 0o600)
+	s.remember(record, imp.Digest)
+	return imp, nil
+}
+
+// remember writes record (under sources/), naming template d; a failure
+// only costs a later import its shortcut.
+func (s *Store) remember(record string, d model.TemplateDigest) {
+	err := os.MkdirAll(filepath.Dir(record), 0o700)
+	if err == nil {
+		err = atomicfile.Write(record, []byte(d.String()+"\n"), 0o600)
 	}
 	if err != nil {
-		s.logger.Warn("default template: cannot remember the build; the next start builds it again", "err", err)
+		s.logger.Warn("template store: cannot remember an import; the next one of the same source imports it again",
+			"record", filepath.Base(record), "err", err)
 	}
-	return imp, nil
 }
 
 // defaultRecipe names the default template's recipe: change it whenever

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 
@@ -70,7 +72,17 @@ func (s *Store) ImportImage(ctx context.Context, ref ImageRef, opts ImageOptions
 	}
 	s.logger.InfoContext(ctx, "template import: image resolved", "image", what, "digest", plan.digest,
 		"layers", len(plan.layers))
-	return s.importWith(ctx, progress, plan.config, what, func(ctx context.Context, stg *stager) error {
+	record := s.imageRecord(plan.digest)
+	if record != "" {
+		if imp, ok := s.remembered(record); ok {
+			// The same image manifest made this template before: its layers
+			// are not fetched again.
+			s.logger.InfoContext(ctx, "template import: image imported before", "image", what,
+				"digest", plan.digest, "template", imp.Digest)
+			return imp, nil
+		}
+	}
+	imp, err := s.importWith(ctx, progress, plan.config, what, func(ctx context.Context, stg *stager) error {
 		a := newLayerApplier(stg)
 		for i, l := range plan.layers {
 			if err := a.applyLayer(ctx, l.layer, l.size, l.diffID); err != nil {
@@ -79,7 +91,29 @@ func (s *Store) ImportImage(ctx context.Context, ref ImageRef, opts ImageOptions
 		}
 		return nil
 	})
+	if err == nil && record != "" {
+		s.remember(record, imp.Digest)
+	}
+	return imp, err
 }
+
+// imageRecipe names how an image becomes a template: change it whenever
+// ImportImage's output changes for the same image, so that a template
+// remembered by an older conversion is not reused.
+const imageRecipe = "image-v1"
+
+// imageRecord is the file that remembers the template made from the image
+// whose manifest has digest ("sha256:<hex>"), or "" when the manifest is
+// not a registry's or a layout's own (a docker archive's is synthesized).
+func (s *Store) imageRecord(digest string) string {
+	hex, ok := strings.CutPrefix(digest, "sha256:")
+	if !ok || !sha256Hex.MatchString(hex) {
+		return ""
+	}
+	return filepath.Join(s.dir, "sources", imageRecipe+"-"+hex)
+}
+
+var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // resolve finds the image ref names, picking this host's platform from an
 // image index.

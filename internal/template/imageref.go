@@ -169,6 +169,15 @@ func (r ImageRef) Source() ImageSource { return r.source }
 // reference, "" for a registry reference.
 func (r ImageRef) Path() string { return r.path }
 
+// Registry returns the registry host of a registry reference
+// ("index.docker.io" for Docker Hub), "" for the other sources.
+func (r ImageRef) Registry() string {
+	if r.source != ImageRegistry {
+		return ""
+	}
+	return r.ref.Context().RegistryStr()
+}
+
 // String returns the reference in a form ParseImageRef accepts and that
 // names the same image; registry references are fully qualified
 // ("index.docker.io/library/alpine:latest").

@@ -125,6 +125,7 @@ type Handler struct {
 	mux *http.ServeMux
 
 	files *tplFileStore // nil: no template builds
+	pulls pullTable     // builds waiting on their fromImage's pull
 }
 
 // New returns a Handler.

@@ -110,32 +110,49 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 
 // tplBase resolves the build's base: fromTemplate names an Airlock
 // template (E2B's base and code-interpreter-v1 map as at create);
-// fromImage the SDK's base image (Airlock's default template) or an
-// Airlock template of that name: no registry is reachable from here, so
-// any other image is refused at once.
-func (h *Handler) tplBase(ctx context.Context, c *client.Client, start tplBuildStart) (tplBase, error) {
+// fromImage the SDK's base image (Airlock's default template), an Airlock
+// template of that name, or else an image to pull from its registry
+// (returned as pull, with fromImageRegistry's credentials).
+func (h *Handler) tplBase(ctx context.Context, c *client.Client, start tplBuildStart) (tplBase, *imagePull, error) {
 	ref := "default"
 	switch {
+	case hasRegistry(start.FromImageRegistry) && (start.FromImage == nil || *start.FromImage == ""):
+		return tplBase{}, nil, badRequest("fromImageRegistry goes with fromImage")
 	case start.FromTemplate != nil && *start.FromTemplate != "":
 		ref = nativeTemplate(*start.FromTemplate)
-	case len(start.FromImageRegistry) > 0 && string(start.FromImageRegistry) != "null":
-		return tplBase{}, badRequest("fromImage with registry credentials: this server pulls no images (no registry is reachable); import the image as a template (airlock template import) and use fromTemplate")
 	case start.FromImage != nil && *start.FromImage != "":
 		img := *start.FromImage
-		if img == e2bBaseImage || img == e2bBaseImage+":latest" {
+		auth, err := parseRegistryAuth(start.FromImageRegistry)
+		if err != nil {
+			return tplBase{}, nil, err
+		}
+		if auth == nil && (img == e2bBaseImage || img == e2bBaseImage+":latest") {
 			break
 		}
-		if _, err := model.ParseTemplateRef(img); err != nil {
-			return tplBase{}, badRequest("fromImage %q: this server pulls no images (no registry is reachable); import it as a template (airlock template import) and use fromTemplate", img)
+		if auth == nil {
+			if _, err := model.ParseTemplateRef(img); err == nil {
+				if _, err := c.GetTemplate(ctx, img); err == nil {
+					ref = img // a template of this server: kept as before
+					break
+				} else if !client.IsCode(err, apiv1.CodeTemplateNotFound) && !client.IsCode(err, apiv1.CodeNotFound) {
+					return tplBase{}, nil, err
+				}
+			}
 		}
-		ref = img
+		return tplBase{}, &imagePull{image: img, auth: auth}, nil
 	}
 	if _, err := c.GetTemplate(ctx, ref); err != nil {
 		if client.IsCode(err, apiv1.CodeTemplateNotFound) || client.IsCode(err, apiv1.CodeNotFound) {
-			return tplBase{}, badRequest("base %q is not a template of this server (no registry is reachable to pull an image of that name; import it with airlock template import)", ref)
+			return tplBase{}, nil, badRequest("base %q is not a template of this server (use fromImage to pull an image from a registry, or import it with airlock template import)", ref)
 		}
-		return tplBase{}, err
+		return tplBase{}, nil, err
 	}
+	base, err := h.baseOf(ctx, ref)
+	return base, nil, err
+}
+
+// baseOf is ref as a base: whether it has E2B's user.
+func (h *Handler) baseOf(ctx context.Context, ref string) (tplBase, error) {
 	hasUser := false
 	if h.cfg.TemplateHasUser != nil {
 		var err error

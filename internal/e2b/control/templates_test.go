@@ -336,8 +336,21 @@ func TestTemplateRoutes(t *testing.T) {
 	if code, body := do("POST", start, "k", `{"fromTemplate":"base","startCmd":" ","steps":[]}`); code != 400 || !strings.Contains(body, "startCmd") {
 		t.Errorf("a blank startCmd: %d %s", code, body)
 	}
-	if code, body := do("POST", start, "k", `{"fromImage":"ubuntu:22.04","steps":[]}`); code != 400 || !strings.Contains(body, "registry") {
-		t.Errorf("an image no registry serves: %d %s", code, body)
+	for _, c := range []struct {
+		body string
+		code int
+		want string
+	}{
+		{`{"fromImage":"ubuntu:22.04","fromImageRegistry":{"type":"aws","awsAccessKeyId":"a","awsSecretAccessKey":"b","awsRegion":"r"},"steps":[]}`, 501, "aws is not supported"},
+		{`{"fromImage":"ubuntu:22.04","fromImageRegistry":{"type":"gcp","serviceAccountJson":"{}"},"steps":[]}`, 501, "gcp is not supported"},
+		{`{"fromImage":"ubuntu:22.04","fromImageRegistry":{"type":"registry","username":"u"},"steps":[]}`, 400, "needs a username and a password"},
+		{`{"fromImage":"ubuntu:22.04","fromImageRegistry":{"type":"ftp"},"steps":[]}`, 400, "not one of"},
+		{`{"fromTemplate":"base","fromImageRegistry":{"type":"registry","username":"u","password":"p"},"steps":[]}`, 400, "goes with fromImage"},
+		{`{"fromImage":"ubuntu:22.04","steps":[{"type":"RUN","args":[]}]}`, 400, "step 1 RUN"},
+	} {
+		if code, body := do("POST", start, "k", c.body); code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("%s: %d %s, want %d %q", c.body, code, body, c.code, c.want)
+		}
 	}
 	hash := strings.Repeat("c", 64)
 	if code, body := do("POST", start, "k", `{"fromTemplate":"base","steps":[{"type":"COPY","args":["a","b"],"filesHash":"`+hash+`"}]}`); code != 400 || !strings.Contains(body, "not uploaded") {

@@ -39,6 +39,7 @@ type BuildRecords interface {
 	GetE2BBuild(ctx context.Context, project model.ProjectID, id model.E2BBuildID) (model.E2BBuild, error)
 	StartE2BBuild(ctx context.Context, project model.ProjectID, id model.E2BBuildID, node model.NodeID, files []string, now time.Time) (model.E2BBuild, error)
 	SetE2BBuildNative(ctx context.Context, id model.E2BBuildID, native model.BuildID, now time.Time) error
+	ReplaceE2BBuildNative(ctx context.Context, id model.E2BBuildID, from, to model.BuildID, now time.Time) error
 	EndE2BBuild(ctx context.Context, id model.E2BBuildID, status model.E2BBuildStatus, reason string, now time.Time) error
 	FailStartingE2BBuilds(ctx context.Context, node model.NodeID, before time.Time, reason string, now time.Time) (int, error)
 	PruneE2BBuilds(ctx context.Context, before time.Time) (int, error)
@@ -213,32 +214,20 @@ func (h *Handler) startBuild(ctx context.Context, w http.ResponseWriter, r *http
 	if err := decodeBody(r, &start); err != nil {
 		return err
 	}
-	base, err := h.tplBase(ctx, c, start)
+	base, pull, err := h.tplBase(ctx, c, start)
 	if err != nil {
 		return err
 	}
-	// A context directory of this attempt's own: a refused or losing
-	// start removes it, and two starts never share one.
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	ctxDir, err := h.files.newContext(b.ID.String() + "." + hex.EncodeToString(suffix))
-	if err != nil {
-		return err
-	}
-	queued := false
-	defer func() {
-		if !queued {
-			_ = h.files.removeContext(ctxDir)
-		}
-	}()
 	scope := scopeOf(apiKey(r))
-	doc, err := translate(start, base, buildFiles{store: h.files, scope: scope, ctxDir: ctxDir})
-	if err != nil {
-		return err
-	}
-	text, err := json.Marshal(doc)
-	if err != nil {
-		return err
+	if pull != nil {
+		// The steps are checked now (a bad step is a 400 at once, the
+		// build stays waiting) and queued on the image once it is in
+		// (tplimage.go).
+		ctxDir, _, err := h.layRecipe(b, start, tplBase{Ref: "default"}, scope)
+		if err != nil {
+			return err
+		}
+		_ = h.files.removeContext(ctxDir)
 	}
 	var hashes []string
 	for _, st := range start.Steps {
@@ -246,30 +235,96 @@ func (h *Handler) startBuild(ctx context.Context, w http.ResponseWriter, r *http
 			hashes = append(hashes, st.FilesHash)
 		}
 	}
-	if _, err := h.cfg.Builds.StartE2BBuild(ctx, who.Project, b.ID, h.cfg.Node, hashes, time.Now()); err != nil {
-		if errors.Is(err, ErrBuildStateChanged) {
-			return started
+	var native model.BuildID
+	if pull == nil {
+		// Laid out before the start is recorded: a refused start leaves
+		// the build waiting.
+		ctxDir, text, err := h.layRecipe(b, start, base, scope)
+		if err != nil {
+			return err
 		}
-		return err
-	}
-	nb, err := c.ImportTemplate(ctx, apiv1.ImportTemplateRequest{Recipe: string(text) + "\n", Context: ctxDir, Name: b.Name.String()})
-	if err != nil {
-		// Nothing was queued: the build ends here, with the refusal.
-		if eerr := h.cfg.Builds.EndE2BBuild(context.WithoutCancel(ctx), b.ID, model.E2BBuildError, "queueing the build failed: "+err.Error(), time.Now()); eerr != nil {
-			h.log.Warn("e2b build: recording a failed start", "build", b.ID, "err", eerr)
+		if _, err := h.cfg.Builds.StartE2BBuild(ctx, who.Project, b.ID, h.cfg.Node, hashes, time.Now()); err != nil {
+			_ = h.files.removeContext(ctxDir)
+			if errors.Is(err, ErrBuildStateChanged) {
+				return started
+			}
+			return err
 		}
-		return err
-	}
-	queued = true
-	native, err := model.ParseBuildID(nb.ID)
-	if err != nil {
-		return err
+		native, err = h.importRecipe(ctx, c, b, ctxDir, text)
+		if err != nil {
+			h.failStart(ctx, b, err)
+			return err
+		}
+	} else {
+		if _, err := h.cfg.Builds.StartE2BBuild(ctx, who.Project, b.ID, h.cfg.Node, hashes, time.Now()); err != nil {
+			if errors.Is(err, ErrBuildStateChanged) {
+				return started
+			}
+			return err
+		}
+		nb, err := h.queuePull(ctx, c, *pull)
+		if err == nil {
+			native, err = model.ParseBuildID(nb.ID)
+		}
+		if err != nil {
+			h.failStart(ctx, b, err)
+			return err
+		}
+		h.pulls.put(b.ID, pendingPull{start: start, scope: scope})
 	}
 	if err := h.cfg.Builds.SetE2BBuildNative(context.WithoutCancel(ctx), b.ID, native, time.Now()); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusAccepted)
 	return nil
+}
+
+// layRecipe checks start's steps on base and lays out the files they copy
+// in a context directory of this attempt's own (two starts never share
+// one); it returns the directory and the native recipe.
+func (h *Handler) layRecipe(b model.E2BBuild, start tplBuildStart, base tplBase, scope string) (string, string, error) {
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	ctxDir, err := h.files.newContext(b.ID.String() + "." + hex.EncodeToString(suffix))
+	if err != nil {
+		return "", "", err
+	}
+	doc, err := translate(start, base, buildFiles{store: h.files, scope: scope, ctxDir: ctxDir})
+	if err == nil {
+		var text []byte
+		if text, err = json.Marshal(doc); err == nil {
+			return ctxDir, string(text), nil
+		}
+	}
+	_ = h.files.removeContext(ctxDir)
+	return "", "", err
+}
+
+// importRecipe queues the native build of recipe text over ctxDir, naming
+// b's template; a refusal removes ctxDir.
+func (h *Handler) importRecipe(ctx context.Context, c *client.Client, b model.E2BBuild, ctxDir, text string) (model.BuildID, error) {
+	nb, err := c.ImportTemplate(ctx, apiv1.ImportTemplateRequest{Recipe: text + "\n", Context: ctxDir, Name: b.Name.String()})
+	if err != nil {
+		_ = h.files.removeContext(ctxDir)
+		return "", err
+	}
+	return model.ParseBuildID(nb.ID)
+}
+
+// queueRecipe lays out and queues start's steps on base for b.
+func (h *Handler) queueRecipe(ctx context.Context, c *client.Client, b model.E2BBuild, start tplBuildStart, base tplBase, scope string) (model.BuildID, error) {
+	ctxDir, text, err := h.layRecipe(b, start, base, scope)
+	if err != nil {
+		return "", err
+	}
+	return h.importRecipe(ctx, c, b, ctxDir, text)
+}
+
+// failStart ends b, whose start was recorded, in error: nothing was queued.
+func (h *Handler) failStart(ctx context.Context, b model.E2BBuild, err error) {
+	if eerr := h.cfg.Builds.EndE2BBuild(context.WithoutCancel(ctx), b.ID, model.E2BBuildError, "queueing the build failed: "+err.Error(), time.Now()); eerr != nil {
+		h.log.Warn("e2b build: recording a failed start", "build", b.ID, "err", eerr)
+	}
 }
 
 func (h *Handler) buildStatus(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
@@ -333,7 +388,11 @@ func (h *Handler) buildStatus(ctx context.Context, w http.ResponseWriter, r *htt
 			out.LogEntries = append(out.LogEntries, logEntry{Timestamp: now, Level: level, Message: lines[i]})
 			out.Logs = append(out.Logs, lines[i])
 		}
-		if status, why, err = h.observeNative(ctx, c, b, nb); err != nil {
+		observe := h.observeNative
+		if nb.Kind == "import" {
+			observe = h.advancePull // the pull of a fromImage, the steps to follow
+		}
+		if status, why, err = observe(ctx, c, b, nb); err != nil {
 			return err
 		}
 	}
@@ -379,6 +438,12 @@ func (h *Handler) observeNative(ctx context.Context, c *client.Client, b model.E
 	default:
 		return model.E2BBuildBuilding, "", nil
 	}
+	return h.endBuild(ctx, b, status, why)
+}
+
+// endBuild records the end of b (once): if another server or call ended
+// it first, what that one recorded is answered.
+func (h *Handler) endBuild(ctx context.Context, b model.E2BBuild, status model.E2BBuildStatus, why string) (model.E2BBuildStatus, string, error) {
 	err := h.cfg.Builds.EndE2BBuild(context.WithoutCancel(ctx), b.ID, status, why, time.Now())
 	if errors.Is(err, ErrBuildStateChanged) {
 		// Another server (or call) recorded it first: answer what it did.

@@ -76,6 +76,18 @@ func (s *memBuilds) SetE2BBuildNative(_ context.Context, id model.E2BBuildID, na
 	})
 }
 
+func (s *memBuilds) ReplaceE2BBuildNative(_ context.Context, id model.E2BBuildID, from, to model.BuildID, now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.m[id]
+	if !ok || b.Status != model.E2BBuildBuilding || b.Native != from {
+		return ErrBuildStateChanged
+	}
+	b.Native, b.UpdatedAt = to, now
+	s.m[id] = b
+	return nil
+}
+
 func (s *memBuilds) EndE2BBuild(_ context.Context, id model.E2BBuildID, status model.E2BBuildStatus, reason string, now time.Time) error {
 	return s.set("", id, []model.E2BBuildStatus{model.E2BBuildWaiting, model.E2BBuildStarting, model.E2BBuildBuilding}, func(b *model.E2BBuild) {
 		b.Status, b.Reason, b.UpdatedAt = status, reason, now

@@ -92,12 +92,23 @@ type Config struct {
 	// addresses a client under test names literally (for example E2B's SDK
 	// tests curl https://1.1.1.1), which then reach I, never the internet.
 	ExtraAddrs []netip.Addr
+	// ResolverAddrs answer Zone too, as DNSAddr does: the addresses of the
+	// resolvers a process in H finds in /etc/resolv.conf (a Go program's
+	// own lookups then reach the fake internet's names).
+	ResolverAddrs []netip.Addr
+	// Sites serve HTTPS requests whose host name (SNI, else Host) is the
+	// key, on every served address, in place of the default answer (for
+	// example a container registry at index.docker.io, with Zone naming an
+	// address for it).
+	Sites map[string]http.Handler
 }
 
 // Net is a running fake internet. Close tears it down.
 type Net struct {
 	inet, host *os.File
 	extra      []netip.Addr
+	resolvers  []netip.Addr
+	sites      map[string]http.Handler
 	ca         *testCA
 	zone       *Zone
 	rogue      *Zone
@@ -117,7 +128,8 @@ type Net struct {
 // New builds the namespaces, links and servers. It needs CAP_NET_ADMIN and
 // CAP_SYS_ADMIN.
 func New(cfg Config) (_ *Net, err error) {
-	n := &Net{zone: cfg.Zone, rogue: cfg.RogueZone, log: cfg.Logger, extra: cfg.ExtraAddrs}
+	n := &Net{zone: cfg.Zone, rogue: cfg.RogueZone, log: cfg.Logger, extra: cfg.ExtraAddrs,
+		resolvers: cfg.ResolverAddrs, sites: cfg.Sites}
 	if n.zone == nil {
 		n.zone = NewZone(nil)
 	}
@@ -149,6 +161,11 @@ func New(cfg Config) (_ *Net, err error) {
 	}
 	if err := n.startDNS(RogueDNSAddr, n.rogue); err != nil {
 		return nil, fmt.Errorf("fakenet: %w", err)
+	}
+	for _, a := range n.resolvers {
+		if err := n.startDNS(a, n.zone); err != nil {
+			return nil, fmt.Errorf("fakenet: %w", err)
+		}
 	}
 	if err := n.startWeb(); err != nil {
 		return nil, fmt.Errorf("fakenet: %w", err)
@@ -214,6 +231,7 @@ func (n *Net) wire() error {
 	served := append([]netip.Addr{DNSAddr, RogueDNSAddr}, WebAddrs...)
 	served = append(served, BaitAddrs...)
 	served = append(served, n.extra...)
+	served = append(served, n.resolvers...)
 	for _, a := range served {
 		if err := ih.AddrAdd(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(a, a.BitLen()))}); err != nil {
 			return fmt.Errorf("address %s on the internet's loopback: %w", a, err)

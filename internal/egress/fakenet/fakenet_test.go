@@ -357,3 +357,47 @@ func netnsHolders(t *testing.T, id string) []string {
 	}
 	return out
 }
+
+// Sites answer HTTPS for their name (by SNI, or Host without one) on any
+// served address; other names get the default answer. ResolverAddrs answer
+// the zone as DNSAddr does.
+func TestSitesAndResolvers(t *testing.T) {
+	netnstest.RequireNetAdmin(t)
+	resolver := netip.MustParseAddr("10.255.254.53")
+	zone := NewZone(map[string]Record{"registry.example": {Addrs: []netip.Addr{allowedAddr}}})
+	site := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "site "+r.URL.Path) })
+	n, err := New(Config{Zone: zone, ResolverAddrs: []netip.Addr{resolver}, Sites: map[string]http.Handler{"registry.example": site}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	if got := answerAddrs(exchange(t, n, "udp", resolver, "registry.example", dns.TypeA)); !slices.Equal(got, []string{allowedAddr.String()}) {
+		t.Errorf("the extra resolver answered %v, want %s", got, allowedAddr)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(n.CAPEM())
+	tr := n.HostTransport()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	tr.DisableKeepAlives = true // one connection (one SNI) a request
+	for _, c := range []struct{ host, want string }{
+		{"registry.example", "site /v2/"},
+		{"other.example", "fakenet proto=https"},
+	} {
+		req, _ := http.NewRequest("GET", "https://"+allowedAddr.String()+"/v2/", nil)
+		req.Host = c.host
+		tr.TLSClientConfig.ServerName = c.host
+		res, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.host, err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if !strings.HasPrefix(string(b), c.want) {
+			t.Errorf("%s: %q, want %q…", c.host, b, c.want)
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -206,6 +207,16 @@ func (n *Net) handler(proto string) http.Handler {
 			req.SNI = r.TLS.ServerName
 		}
 		n.record(req)
+		if r.TLS != nil {
+			name := r.TLS.ServerName
+			if name == "" {
+				name, _, _ = strings.Cut(r.Host, ":")
+			}
+			if site, ok := n.sites[name]; ok {
+				site.ServeHTTP(w, r)
+				return
+			}
+		}
 		if r.Method == http.MethodConnect {
 			// A web server, not an open proxy: a 200 to CONNECT can only
 			// come from whoever sits in between.

@@ -154,6 +154,30 @@ func (s *Store) SetE2BBuildNative(ctx context.Context, id model.E2BBuildID, nati
 	return nil
 }
 
+// ReplaceE2BBuildNative implements store.Store.
+func (s *Store) ReplaceE2BBuildNative(ctx context.Context, id model.E2BBuildID, from, to model.BuildID, now time.Time) error {
+	if _, err := model.ParseBuildID(string(to)); err != nil {
+		return fmt.Errorf("replace e2b build %s native: %w", id, err)
+	}
+	err := s.write(ctx, false, func(t tx) error {
+		res, err := t.exec(ctx, `UPDATE e2b_builds SET native_build = ?, updated_at = ? WHERE id = ? AND status = ? AND native_build = ?`,
+			string(to), micro(now), string(id), string(model.E2BBuildBuilding), string(from))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != 1 {
+			return fmt.Errorf("%w: the build is not building on %s", store.ErrStateChanged, from)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("replace e2b build %s native: %w", id, err)
+	}
+	return nil
+}
+
 // EndE2BBuild implements store.Store.
 func (s *Store) EndE2BBuild(ctx context.Context, id model.E2BBuildID, status model.E2BBuildStatus, reason string, now time.Time) error {
 	if !status.Ended() {

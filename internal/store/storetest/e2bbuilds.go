@@ -63,9 +63,17 @@ func testE2BBuildLifecycle(e *env) {
 	native := model.NewBuildID()
 	must(t, e.s.SetE2BBuildNative(e.ctx, b.ID, native, e.now()))
 	mustIs(t, e.s.SetE2BBuildNative(e.ctx, b.ID, model.NewBuildID(), e.now()), store.ErrStateChanged)
+	// A fromImage's pull, then its steps: the native build is replaced
+	// once, from the one it is on.
+	pull := native
+	native = model.NewBuildID()
+	mustIs(t, e.s.ReplaceE2BBuildNative(e.ctx, b.ID, model.NewBuildID(), native, e.now()), store.ErrStateChanged)
+	must(t, e.s.ReplaceE2BBuildNative(e.ctx, b.ID, pull, native, e.now()))
+	mustIs(t, e.s.ReplaceE2BBuildNative(e.ctx, b.ID, pull, model.NewBuildID(), e.now()), store.ErrStateChanged)
 	mustIs(t, e.s.EndE2BBuild(e.ctx, b.ID, model.E2BBuildBuilding, "", e.now()), model.ErrInvalid)
 	must(t, e.s.EndE2BBuild(e.ctx, b.ID, model.E2BBuildReady, "", e.now()))
 	mustIs(t, e.s.EndE2BBuild(e.ctx, b.ID, model.E2BBuildError, "late", e.now()), store.ErrStateChanged)
+	mustIs(t, e.s.ReplaceE2BBuildNative(e.ctx, b.ID, native, model.NewBuildID(), e.now()), store.ErrStateChanged) // ended
 	got, err = e.s.GetE2BBuild(e.ctx, p.ID, b.ID)
 	must(t, err)
 	if got.Status != model.E2BBuildReady || got.Native != native || got.Reason != "" {

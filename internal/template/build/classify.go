@@ -25,8 +25,8 @@ import (
 // digest that the blob store lacks is template_not_found, one that does not
 // verify blob_store_corrupt, a blob store that fails blob_store_unavailable;
 // the rest is build_failed (a full disk of the server's among them, said as
-// such).
-func classify(source string, err error) *model.BuildError {
+// such). authed says whether the pull presented credentials.
+func classify(source string, authed bool, err error) *model.BuildError {
 	var (
 		te *transport.Error
 		ue *url.Error
@@ -37,8 +37,12 @@ func classify(source string, err error) *model.BuildError {
 	case errors.As(err, &te):
 		switch te.StatusCode {
 		case http.StatusNotFound, http.StatusUnauthorized, http.StatusForbidden, http.StatusBadRequest:
+			how := "anonymously"
+			if authed {
+				how = "with the credentials given"
+			}
 			return &model.BuildError{Code: apiv1.CodeInvalidRequest, Message: fmt.Sprintf(
-				"cannot import %s: the registry answered %d (%s): the image does not exist or may not be read anonymously", source, te.StatusCode, registryDetail(te))}
+				"cannot import %s: the registry answered %d (%s): the image does not exist or may not be read %s", source, te.StatusCode, registryDetail(te), how)}
 		}
 		return &model.BuildError{Code: apiv1.CodeRegistryUnavailable, Message: fmt.Sprintf("cannot import %s: the registry answered %d: %s", source, te.StatusCode, registryDetail(te))}
 	case errors.Is(err, fs.ErrNotExist):

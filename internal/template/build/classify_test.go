@@ -31,7 +31,7 @@ func TestClassify(t *testing.T) {
 		{"plain", errors.New("step 2 exited 1"), apiv1.CodeBuildFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := classify("src", tc.err)
+			got := classify("src", false, tc.err)
 			if got.Code != tc.code {
 				t.Fatalf("classify(%v) = %s (%s), want %s", tc.err, got.Code, got.Message, tc.code)
 			}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -99,10 +100,14 @@ type Config struct {
 	// before the build succeeds) and serves "sha256:…" sources; nil: such
 	// sources fail with not_supported.
 	Distribution Distributor
-	LogDir       string        // build logs, LogPath(LogDir, id)
-	Owner        model.NodeID  // lease holder: this node
-	Workers      int           // concurrent builds; default 1
-	Lease        time.Duration // default 1 minute, renewed every third of it
+	// RegistryTransport carries image pulls from registries; nil:
+	// go-containerregistry's default (the system's CA certificates, or
+	// SSL_CERT_FILE).
+	RegistryTransport http.RoundTripper
+	LogDir            string        // build logs, LogPath(LogDir, id)
+	Owner             model.NodeID  // lease holder: this node
+	Workers           int           // concurrent builds; default 1
+	Lease             time.Duration // default 1 minute, renewed every third of it
 	// Poll is how often an idle runner looks for a build without a
 	// wake-up from the store (WatchBuilds): for the leases of other nodes
 	// that expire, and for a notification that was lost. Default
@@ -119,6 +124,7 @@ type Runner struct {
 
 	mu       sync.Mutex
 	progress map[model.BuildID]Progress
+	auths    regAuths // registry credentials of builds, in memory
 }
 
 // New checks cfg and returns a Runner.
@@ -248,6 +254,7 @@ func (r *Runner) run(ctx context.Context, b model.TemplateBuild) {
 		r.renew(bctx, b.ID, cancel)
 	}()
 	r.setProgress(b.ID, func(*Progress) {})
+	defer r.auths.set(b.ID, "", "", time.Time{})
 	defer func() {
 		r.mu.Lock()
 		delete(r.progress, b.ID)
@@ -302,7 +309,8 @@ func (r *Runner) run(ctx context.Context, b model.TemplateBuild) {
 			if c := context.Cause(bctx); c != nil && !errors.Is(c, context.Canceled) {
 				err = c
 			}
-			buildEr = classify(b.Source, err)
+			_, authed := r.auths.get(b.ID)
+			buildEr = classify(b.Source, authed, err)
 		}
 	}
 	if buildEr != nil {
@@ -384,8 +392,13 @@ func (r *Runner) build(ctx context.Context, b model.TemplateBuild, lf *logFile) 
 			if perr != nil {
 				return template.Imported{}, perr
 			}
-			// Anonymous access; plain HTTP only to loopback registries.
-			imp, err = r.cfg.Templates.ImportImage(ctx, ref, template.ImageOptions{}, progress)
+			// Anonymous access unless the build came with credentials
+			// (this node's memory); plain HTTP only to loopback registries.
+			opts := template.ImageOptions{Transport: r.cfg.RegistryTransport, Keychain: r.keychainFor(b.ID, ref.Registry())}
+			if opts.Keychain != nil {
+				lf.Printf("airlock: pulling with the credentials given for %s", ref.Registry())
+			}
+			imp, err = r.cfg.Templates.ImportImage(ctx, ref, opts, progress)
 		}
 		if err != nil {
 			return template.Imported{}, err
