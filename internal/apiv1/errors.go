@@ -87,6 +87,7 @@ const (
 	CodeVolumeNotFound = "volume_not_found" // the project has no volume of that ID or name (a create's volume_mounts, a volume route)
 	CodeVolumeInUse    = "volume_in_use"    // a volume delete while a sandbox that is not deleted mounts it (the message names them)
 	CodeVolumeConflict = "volume_conflict"  // the volumes a create mounts live on different nodes, or one was bound to another node meanwhile
+	CodeVolumeFull     = "volume_full"      // a write of the volume content API found the volume's filesystem full (its size is its hard limit)
 )
 
 // ErrorSpec is one code of the error vocabulary and how each of Airlock's
@@ -192,6 +193,7 @@ var errorSpecs = []ErrorSpec{
 	{Code: CodeVolumeNotFound, Status: 404, Connect: "not_found", Exit: 1},
 	{Code: CodeVolumeInUse, Status: 409, Connect: "failed_precondition", Exit: 1},
 	{Code: CodeVolumeConflict, Status: 409, Connect: "failed_precondition", Exit: 1},
+	{Code: CodeVolumeFull, Status: 507, Connect: "resource_exhausted", Exit: 1},
 }
 
 // errorsByCode indexes errorSpecs.

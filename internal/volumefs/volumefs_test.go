@@ -275,6 +275,3 @@ func (r *Root) rootPath(t *testing.T) string {
 	}
 	return p
 }
-
-
-

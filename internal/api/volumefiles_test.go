@@ -1,0 +1,199 @@
+package api
+
+import (
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlockdev/airlock/internal/apiv1"
+	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/model"
+)
+
+// volumeEnv is an env whose volume host keeps content in a directory, with
+// a volume "data" of project A.
+func volumeEnv(t *testing.T) (*testEnv, *fakeVolumeHost, apiv1.Volume) {
+	t.Helper()
+	host := &fakeVolumeHost{base: t.TempDir()}
+	e := newEnv(t, withVolumes(host, 0))
+	var v apiv1.Volume
+	e.do("POST", "/v1/volumes", e.keyA, `{"name": "data", "size_mib": 16}`).want(t, http.StatusCreated).decode(t, &v)
+	return e, host, v
+}
+
+func (e *testEnv) putVolumeFile(t *testing.T, key, vol, path, query, body string) *resp {
+	t.Helper()
+	return e.send(req{method: "PUT", path: "/v1/volumes/" + vol + "/files/content?path=" + url.QueryEscape(path) + query, key: key, body: body,
+		header: http.Header{"Content-Type": {"application/octet-stream"}}})
+}
+
+func volumeFilesPath(vol, op, path string) string {
+	return "/v1/volumes/" + vol + "/files/" + op + "?path=" + url.QueryEscape(path)
+}
+
+// TestVolumeContent: write, read, stat, list, mkdir, move, metadata and
+// remove through the content API, by ID and by name; the first call binds
+// the volume to the node answering, and every call releases the volume.
+func TestVolumeContent(t *testing.T) {
+	e, host, v := volumeEnv(t)
+	var f apiv1.VolumeFile
+	e.putVolumeFile(t, e.keyA, v.ID, "/docs/hello.txt", "&mode=600&uid=1000&gid=1000", "hello volume").want(t, http.StatusCreated).decode(t, &f)
+	if f.Path != "/docs/hello.txt" || f.Name != "hello.txt" || f.Type != "file" || f.Size != 12 || f.Mode != 0o600 || f.UID != 1000 || f.GID != 1000 {
+		t.Fatalf("written: %+v", f)
+	}
+	var got apiv1.Volume
+	e.do("GET", "/v1/volumes/"+v.ID, e.keyA, "").want(t, http.StatusOK).decode(t, &got)
+	if got.NodeID != string(testNode) {
+		t.Fatalf("the volume is on node %q after a write, want this node %q", got.NodeID, testNode)
+	}
+	r := e.do("GET", volumeFilesPath("data", "content", "docs/hello.txt"), e.keyA, "").want(t, http.StatusOK)
+	if string(r.body) != "hello volume" || r.header.Get("Content-Type") != "application/octet-stream" {
+		t.Fatalf("read: %q %v", r.body, r.header)
+	}
+	e.putVolumeFile(t, e.keyA, v.ID, "/docs/hello.txt", "&overwrite=false", "x").wantError(t, http.StatusConflict, apiv1.CodeAlreadyExists)
+	e.putVolumeFile(t, e.keyA, v.ID, "/docs/hello.txt", "", "replaced").want(t, http.StatusCreated)
+	if r := e.do("GET", volumeFilesPath(v.ID, "content", "/docs/hello.txt"), e.keyA, "").want(t, http.StatusOK); string(r.body) != "replaced" {
+		t.Fatalf("after overwrite: %q", r.body)
+	}
+	e.do("POST", "/v1/volumes/"+v.ID+"/files/mkdir", e.keyA, `{"path": "/a/b/c", "mode": 448}`).want(t, http.StatusOK).decode(t, &f)
+	if f.Type != "directory" || f.Mode != 0o700 {
+		t.Fatalf("mkdir: %+v", f)
+	}
+	var list apiv1.VolumeFileList
+	e.do("GET", volumeFilesPath(v.ID, "list", "/")+"&depth=3", e.keyA, "").want(t, http.StatusOK).decode(t, &list)
+	var paths []string
+	for _, en := range list.Entries {
+		paths = append(paths, en.Path)
+	}
+	if strings.Join(paths, " ") != "/a /a/b /a/b/c /docs /docs/hello.txt" {
+		t.Fatalf("list: %v", paths)
+	}
+	e.do("POST", "/v1/volumes/"+v.ID+"/files/move", e.keyA, `{"from": "/docs/hello.txt", "to": "/a/moved.txt"}`).want(t, http.StatusOK)
+	e.do("POST", "/v1/volumes/"+v.ID+"/files/metadata", e.keyA, `{"path": "/a/moved.txt", "mode": 420, "uid": 7}`).want(t, http.StatusOK).decode(t, &f)
+	if f.Mode != 0o644 || f.UID != 7 || f.GID != 0 { // the overwrite made it 0:0
+		t.Fatalf("metadata: %+v", f)
+	}
+	e.do("GET", volumeFilesPath(v.ID, "stat", "/docs/hello.txt"), e.keyA, "").wantError(t, http.StatusNotFound, apiv1.CodeNotFound)
+	e.do("POST", "/v1/volumes/"+v.ID+"/files/remove", e.keyA, `{"path": "/a"}`).wantError(t, http.StatusConflict, apiv1.CodeDirectoryNotEmpty)
+	e.do("POST", "/v1/volumes/"+v.ID+"/files/remove", e.keyA, `{"path": "/a", "recursive": true}`).want(t, http.StatusOK)
+	e.do("GET", volumeFilesPath(v.ID, "stat", "/a"), e.keyA, "").wantError(t, http.StatusNotFound, apiv1.CodeNotFound)
+	e.do("GET", volumeFilesPath(v.ID, "content", "/docs"), e.keyA, "").wantError(t, http.StatusConflict, apiv1.CodeIsADirectory)
+	host.mu.Lock()
+	defer host.mu.Unlock()
+	if host.opened[model.VolumeID(v.ID)] != 0 {
+		t.Fatalf("%d calls did not release the volume", host.opened[model.VolumeID(v.ID)])
+	}
+}
+
+// TestVolumeContentBoundaries: the attacker's side. Another project's
+// volume does not exist; paths with ".." are refused and symlinks planted
+// in the volume (as a sandbox could) do not lead out of it; a body larger
+// than the volume is refused before it is read.
+func TestVolumeContentBoundaries(t *testing.T) {
+	e, host, v := volumeEnv(t)
+	e.putVolumeFile(t, e.keyA, v.ID, "/f", "", "mine").want(t, http.StatusCreated)
+	// Another project: 404 on every route, nothing bound or written.
+	e.do("GET", volumeFilesPath(v.ID, "content", "/f"), e.keyB, "").wantError(t, http.StatusNotFound, apiv1.CodeVolumeNotFound)
+	e.putVolumeFile(t, e.keyB, v.ID, "/g", "", "theirs").wantError(t, http.StatusNotFound, apiv1.CodeVolumeNotFound)
+	e.do("POST", "/v1/volumes/"+v.ID+"/files/remove", e.keyB, `{"path": "/f"}`).wantError(t, http.StatusNotFound, apiv1.CodeVolumeNotFound)
+	e.do("GET", volumeFilesPath("data", "list", "/"), e.keyB, "").wantError(t, http.StatusNotFound, apiv1.CodeVolumeNotFound)
+
+	for _, p := range []string{"../../etc/passwd", "/a/../../x", "/..", "/a//b", "/a\x00b"} {
+		e.send(req{method: "GET", path: volumeFilesPath(v.ID, "content", p), key: e.keyA}).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidPath)
+	}
+	e.do("POST", "/v1/volumes/"+v.ID+"/files/move", e.keyA, `{"from": "/f", "to": "/../escaped"}`).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidPath)
+	e.do("POST", "/v1/volumes/"+v.ID+"/files/remove", e.keyA, `{"path": "/", "recursive": true}`).wantError(t, http.StatusBadRequest, apiv1.CodeInvalidPath)
+
+	// Symlinks a sandbox planted: to the host's files, absolute and relative.
+	outside := filepath.Join(t.TempDir(), "outside")
+	if err := os.MkdirAll(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("host secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(host.base, v.ID, "data")
+	rel, _ := filepath.Rel(data, outside)
+	// "etc" points at itself taken from the volume's root: a loop (400).
+	for _, tc := range []struct {
+		name, target string
+		status       int
+		code         string
+	}{
+		{"abs", outside, http.StatusNotFound, apiv1.CodeNotFound},
+		{"rel", rel, http.StatusNotFound, apiv1.CodeNotFound},
+		{"etc", "/etc", http.StatusBadRequest, apiv1.CodeInvalidPath},
+	} {
+		if err := os.Symlink(tc.target, filepath.Join(data, tc.name)); err != nil {
+			t.Fatal(err)
+		}
+		e.do("GET", volumeFilesPath(v.ID, "content", "/"+tc.name+"/secret"), e.keyA, "").wantError(t, tc.status, tc.code)
+		e.do("GET", volumeFilesPath(v.ID, "list", "/"+tc.name), e.keyA, "").wantError(t, tc.status, tc.code)
+		e.putVolumeFile(t, e.keyA, v.ID, "/"+tc.name+"/planted", "", "x").wantError(t, tc.status, tc.code)
+		e.do("POST", "/v1/volumes/"+v.ID+"/files/remove", e.keyA, `{"path": "/`+tc.name+`/secret"}`).wantError(t, tc.status, tc.code)
+	}
+	if r := e.do("GET", volumeFilesPath(v.ID, "content", "/etc/passwd"), e.keyA, ""); r.status == http.StatusOK {
+		t.Fatalf("read the host's /etc/passwd through a symlink: %q", r.body)
+	}
+	if b, err := os.ReadFile(filepath.Join(outside, "secret")); err != nil || string(b) != "host secret" {
+		t.Fatalf("the outside file changed: %q, %v", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(outside, "planted")); err == nil {
+		t.Fatal("a write planted a file outside the volume")
+	}
+
+	// Larger than the volume (16 MiB): refused by its Content-Length.
+	r := req{method: "PUT", path: volumeFilesPath(v.ID, "content", "/big"), key: e.keyA, body: "x",
+		header: http.Header{"Content-Type": {"application/octet-stream"}}}
+	hr, _ := http.NewRequest(r.method, e.srv.URL+r.path, strings.NewReader(strings.Repeat("x", 17<<20)))
+	hr.Header.Set("Authorization", "Bearer "+e.keyA)
+	hr.Header.Set("Content-Type", "application/octet-stream")
+	res, err := e.client.Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a body larger than the volume: %d", res.StatusCode)
+	}
+	if _, err := os.Lstat(filepath.Join(data, "big")); err == nil {
+		t.Fatal("the refused body was written")
+	}
+}
+
+// TestVolumeContentToken: a volume content token opens its own volume's
+// file routes only; forged, another volume's or a deleted volume's
+// tokens are refused.
+func TestVolumeContentToken(t *testing.T) {
+	e, _, v := volumeEnv(t)
+	var other apiv1.Volume
+	e.do("POST", "/v1/volumes", e.keyA, `{"name": "other", "size_mib": 16}`).want(t, http.StatusCreated).decode(t, &other)
+	tok, err := e.ring.Issuer().IssueVolume(auth.VolumeClaims{Volume: model.VolumeID(v.ID), Project: e.projA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.putVolumeFile(t, tok, v.ID, "/by-token", "", "t").want(t, http.StatusCreated)
+	e.do("GET", volumeFilesPath(v.ID, "content", "/by-token"), tok, "").want(t, http.StatusOK)
+	// Out of scope: the volume's own record, by name, another volume, sandboxes.
+	e.do("GET", "/v1/volumes/"+v.ID, tok, "").wantError(t, http.StatusForbidden, apiv1.CodeTokenScope)
+	e.do("DELETE", "/v1/volumes/"+v.ID, tok, "").wantError(t, http.StatusForbidden, apiv1.CodeTokenScope)
+	e.do("GET", volumeFilesPath("data", "list", "/"), tok, "").wantError(t, http.StatusForbidden, apiv1.CodeTokenScope)
+	e.do("GET", volumeFilesPath(other.ID, "list", "/"), tok, "").wantError(t, http.StatusForbidden, apiv1.CodeTokenScope)
+	e.do("GET", "/v1/sandboxes", tok, "").wantError(t, http.StatusForbidden, apiv1.CodeTokenScope)
+	// Forged: claims of project B for A's volume, a token signed by another key.
+	wrongProject, _ := e.ring.Issuer().IssueVolume(auth.VolumeClaims{Volume: model.VolumeID(v.ID), Project: e.projB})
+	e.do("GET", volumeFilesPath(v.ID, "list", "/"), wrongProject, "").wantError(t, http.StatusUnauthorized, apiv1.CodeUnauthenticated)
+	otherRing, err := auth.OpenKeyring(t.TempDir(), auth.KeyringOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, _ := otherRing.Issuer().IssueVolume(auth.VolumeClaims{Volume: model.VolumeID(v.ID), Project: e.projA})
+	e.do("GET", volumeFilesPath(v.ID, "list", "/"), forged, "").wantError(t, http.StatusUnauthorized, apiv1.CodeUnauthenticated)
+	e.do("GET", volumeFilesPath(v.ID, "list", "/"), tok+"x", "").wantError(t, http.StatusUnauthorized, apiv1.CodeUnauthenticated)
+	// A deleted volume's token is dead.
+	e.do("DELETE", "/v1/volumes/"+v.ID, e.keyA, "").want(t, http.StatusOK)
+	e.do("GET", volumeFilesPath(v.ID, "list", "/"), tok, "").wantError(t, http.StatusUnauthorized, apiv1.CodeUnauthenticated)
+}
