@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -93,6 +94,7 @@ func TestAuditEveryMutatingOperation(t *testing.T) {
 		"PUT /v1/templates/tags/{name_tag}":                          `{"template": "default"}`,
 		"PUT /v1/pools":                                              `{"template": "default", "size": 1}`,
 	}
+	maps.Copy(bodies, volumeFileBodies)
 	routes := map[string]route{}
 	for _, rt := range e.api.routes {
 		routes[rt.method+" "+rt.pattern] = rt
@@ -150,6 +152,7 @@ func TestAuditEveryMutatingOperation(t *testing.T) {
 		default:
 			path = strings.Replace(path, "{id}", cs.SandboxID, 1)
 		}
+		path += volumeFileQueries[op]
 		t.Run(op, func(t *testing.T) {
 			before := len(e.auditAll(t))
 			res := e.send(req{method: method, path: path, key: e.admin, body: bodies[op], t: t})

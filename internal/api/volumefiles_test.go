@@ -1,6 +1,8 @@
 package api
 
 import (
+	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -12,6 +14,59 @@ import (
 	"github.com/airlockdev/airlock/internal/auth"
 	"github.com/airlockdev/airlock/internal/model"
 )
+
+// volumeFileBodies and volumeFileQueries complete the requests of the
+// content routes in the tests that walk every route.
+var (
+	volumeFileBodies = map[string]string{
+		"POST /v1/volumes/{id}/files/mkdir":    `{"path": "/x"}`,
+		"POST /v1/volumes/{id}/files/remove":   `{"path": "/x"}`,
+		"POST /v1/volumes/{id}/files/move":     `{"from": "/x", "to": "/y"}`,
+		"POST /v1/volumes/{id}/files/metadata": `{"path": "/x"}`,
+	}
+	volumeFileQueries = map[string]string{
+		"GET /v1/volumes/{id}/files/stat":    "?path=/",
+		"GET /v1/volumes/{id}/files/list":    "?path=/",
+		"GET /v1/volumes/{id}/files/content": "?path=/x",
+		"PUT /v1/volumes/{id}/files/content": "?path=/x",
+	}
+)
+
+// everyRouteRequests gives the bodies and queries that make each route's
+// request valid, for the tests that try every route with a credential
+// that must be refused.
+func everyRouteRequests(e *testEnv) (bodies, queries map[string]string) {
+	bodies = map[string]string{
+		"POST /v1/sandboxes":                                         `{}`,
+		"POST /v1/sandboxes/{id}/commands":                           `{"args": ["true"]}`,
+		"POST /v1/sandboxes/{id}/timeout":                            `{"timeout": 60}`,
+		"POST /v1/templates":                                         fmt.Sprintf(`{"source": %q}`, e.tplDir),
+		"POST /v1/admin/projects":                                    `{"name": "evil"}`,
+		"POST /v1/admin/keys":                                        fmt.Sprintf(`{"project_id": %q, "role": "admin", "name": "x"}`, e.projA),
+		"PUT /v1/admin/projects/{id}/quota":                          `{"sandboxes": 0}`,
+		"PUT /v1/sandboxes/{id}/egress":                              `{"default": "none"}`,
+		"POST /v1/sandboxes/{id}/egress/explain":                     `{"host": "a.example", "port": 443}`,
+		"PUT /v1/egress-profiles/{name}":                             `{"allow": ["a.example"]}`,
+		"PUT /v1/secrets/{name}":                                     `{"value": "v", "hosts": ["a.example"]}`,
+		"POST /v1/volumes":                                           `{"name": "vol", "size_mib": 64}`,
+		"POST /v1/sandboxes/{id}/processes/{process_id}/attachments": `{"actions": ["read"]}`,
+		"POST /v1/sandboxes/{id}/processes/{process_id}/signal":      `{"signal": "KILL"}`,
+		"POST /v1/sandboxes/{id}/files/mkdir":                        `{"path": "/x"}`,
+		"POST /v1/sandboxes/{id}/files/metadata":                     `{"path": "/x", "metadata": {}}`,
+		"POST /v1/sandboxes/{id}/files/move":                         `{"from": "/x", "to": "/y"}`,
+		"POST /v1/sandboxes/{id}/files/remove":                       `{"path": "/x"}`,
+		"POST /v1/sandboxes/{id}/files/transfers":                    `{"path": "/x", "direction": "download"}`,
+		"PUT /v1/templates/tags/{name_tag}":                          `{"template": "default"}`,
+		"PUT /v1/pools":                                              `{"template": "default", "size": 1}`,
+	}
+	queries = map[string]string{
+		"GET /v1/sandboxes/{id}/files/stat": "?path=/",
+		"GET /v1/sandboxes/{id}/files/list": "?path=/",
+	}
+	maps.Copy(bodies, volumeFileBodies)
+	maps.Copy(queries, volumeFileQueries)
+	return bodies, queries
+}
 
 // volumeEnv is an env whose volume host keeps content in a directory, with
 // a volume "data" of project A.
@@ -196,4 +251,54 @@ func TestVolumeContentToken(t *testing.T) {
 	// A deleted volume's token is dead.
 	e.do("DELETE", "/v1/volumes/"+v.ID, e.keyA, "").want(t, http.StatusOK)
 	e.do("GET", volumeFilesPath(v.ID, "list", "/"), tok, "").wantError(t, http.StatusUnauthorized, apiv1.CodeUnauthenticated)
+}
+
+// TestVolumeTokenScopeOnEveryRoute: a volume content token is refused
+// (403 token_scope) on every route but its own volume's file routes, with
+// {id} its own volume's ID wherever there is one, and trying changes
+// nothing.
+func TestVolumeTokenScopeOnEveryRoute(t *testing.T) {
+	e, _, v := volumeEnv(t)
+	cs := e.newSession(e.keyA)
+	tok, err := e.ring.Issuer().IssueVolume(auth.VolumeClaims{Volume: model.VolumeID(v.ID), Project: e.projA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies, queries := everyRouteRequests(e)
+	before := e.dump()
+	n := 0
+	for _, rt := range e.api.routes {
+		if rt.access.level() == publicAccess || rt.has(volumeToken) {
+			continue
+		}
+		key := rt.method + " " + rt.pattern
+		path := strings.NewReplacer("{process_id}", cs.ProcessID, "{ref}", "default", "{name_tag}", "x:y", "{name}", "x",
+			"{port}", "3000", "{path...}", "x").Replace(rt.pattern)
+		id := cs.SandboxID // its own volume where {id} is a volume, else an ID of the route's kind
+		for prefix, other := range map[string]string{
+			"/v1/volumes/": v.ID, "/v1/operations/": model.NewOperationID().String(), "/v1/builds/": model.NewBuildID().String(),
+			"/v1/admin/keys/": model.NewAPIKeyID().String(), "/v1/admin/projects/": e.projA.String(), "/v1/admin/nodes/": testNode.String(),
+			"/v1/pools/": model.NewPoolID().String(), "/v1/snapshots/": model.NewSnapshotID().String(),
+		} {
+			if strings.HasPrefix(rt.pattern, prefix) {
+				id = other
+			}
+		}
+		path = strings.Replace(path, "{id}", id, 1)
+		t.Run(key, func(t *testing.T) {
+			res := e.send(req{method: rt.method, path: path + queries[key], key: tok, body: bodies[key], t: t})
+			if rt.method == http.MethodHead {
+				res.want(t, http.StatusForbidden)
+				return
+			}
+			res.wantError(t, http.StatusForbidden, apiv1.CodeTokenScope)
+		})
+		n++
+	}
+	if n < 40 {
+		t.Fatalf("only %d routes tried", n)
+	}
+	if after := e.dump(); after != before {
+		t.Fatalf("refused requests changed the store:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
 }
