@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto'
 
 import { Sandbox, Volume, VolumePathNotFoundError } from 'e2b'
 
-import { Runner, env, expectReject } from './lib.mjs'
+import { Runner, env, expectReject, waitFor } from './lib.mjs'
 
 const cfg = env()
 // The SDK sends volume content requests to E2B_VOLUME_API_URL (not
@@ -93,16 +93,8 @@ await r.step('remove', async () => {
 
 await r.step('Volume.destroy', async () => {
   await sbx.kill()
-  const deadline = Date.now() + 60_000
-  for (;;) {
-    try {
-      assert.equal(await Volume.destroy(vol.volumeId), true)
-      break
-    } catch (err) {
-      if (Date.now() > deadline) throw err
-      await new Promise((res) => setTimeout(res, 250))
-    }
-  }
+  // Refused (volume_in_use) until the sandbox's delete completes.
+  await waitFor('destroy once the sandbox is deleted', () => Volume.destroy(vol.volumeId), { timeoutMs: 60_000, intervalMs: 250 })
   assert.equal(await Volume.destroy(other.volumeId), true)
 })
 
