@@ -1,6 +1,8 @@
 package api
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -300,5 +302,43 @@ func TestVolumeTokenScopeOnEveryRoute(t *testing.T) {
 	}
 	if after := e.dump(); after != before {
 		t.Fatalf("refused requests changed the store:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// TestForwardVolumeContent: a content call reaching a replica that keeps
+// no volumes is forwarded to the node that holds the volume (with an API
+// key or the volume's token); before any node holds it, the replica
+// refuses (501) and a node binds it to itself.
+func TestForwardVolumeContent(t *testing.T) {
+	host := &fakeVolumeHost{base: t.TempDir()}
+	c := newCluster(t, func(cfg *Config) { cfg.Volumes = host })
+	res, body := c.call(c.a, "POST", "/v1/volumes", c.keyA, `{"name": "shared", "size_mib": 16}`, nil)
+	var v apiv1.Volume
+	if res.StatusCode != http.StatusCreated || json.Unmarshal(body, &v) != nil {
+		t.Fatalf("create: %d %s", res.StatusCode, body)
+	}
+	octet := http.Header{"Content-Type": {"application/octet-stream"}}
+	put := volumeFilesPath(v.ID, "content", "/f.txt")
+	if res, body := c.call(c.a, "PUT", put, c.keyA, "data", octet); res.StatusCode != http.StatusNotImplemented || !strings.Contains(string(body), "not_supported") {
+		t.Fatalf("write through a replica before any node holds the volume: %d %s", res.StatusCode, body)
+	}
+	if res, body := c.call(c.b, "PUT", put, c.keyA, "on b", octet); res.StatusCode != http.StatusCreated {
+		t.Fatalf("write on node b: %d %s", res.StatusCode, body)
+	}
+	if got, _ := c.st.GetVolumeByID(context.Background(), model.VolumeID(v.ID)); got.NodeID != c.b.id {
+		t.Fatalf("the volume is on %q, want node b %q", got.NodeID, c.b.id)
+	}
+	tok, err := c.b.ring.Issuer().IssueVolume(auth.VolumeClaims{Volume: model.VolumeID(v.ID), Project: c.projA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{c.keyA, tok} {
+		res, body := c.call(c.a, "GET", put, key, "", nil)
+		if res.StatusCode != http.StatusOK || string(body) != "on b" {
+			t.Fatalf("read through the replica: %d %q", res.StatusCode, body)
+		}
+	}
+	if res, _ := c.call(c.a, "GET", put, c.keyB, "", nil); res.StatusCode != http.StatusNotFound {
+		t.Fatalf("another project through the replica: %d", res.StatusCode)
 	}
 }
