@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -135,26 +134,7 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 			continue
 		}
 		key := rt.method + " " + rt.pattern
-		path := strings.NewReplacer("{process_id}", cs.ProcessID, "{ref}", "default", "{name_tag}", "x:y", "{name}", "x",
-			"{port}", "3000", "{path...}", "x").Replace(rt.pattern)
-		switch {
-		case strings.HasPrefix(rt.pattern, "/v1/admin/keys/"):
-			path = strings.Replace(path, "{id}", keyID.String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/admin/projects/"):
-			path = strings.Replace(path, "{id}", e.projA.String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/operations/"):
-			path = strings.Replace(path, "{id}", model.NewOperationID().String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/builds/"):
-			path = strings.Replace(path, "{id}", model.NewBuildID().String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/admin/nodes/"):
-			path = strings.Replace(path, "{id}", testNode.String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/pools/"):
-			path = strings.Replace(path, "{id}", model.NewPoolID().String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/snapshots/"):
-			path = strings.Replace(path, "{id}", model.NewSnapshotID().String(), 1)
-		default:
-			path = strings.Replace(path, "{id}", cs.SandboxID, 1)
-		}
+		path := e.walkPath(rt, cs.ProcessID, keyID, cs.SandboxID, "")
 		path += queries[key]
 		for _, tok := range []string{cs.AttachmentToken, "alt_x", "alt_" + e.keyA} {
 			t.Run(key+" "+tok[:5], func(t *testing.T) {

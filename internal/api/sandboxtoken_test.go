@@ -255,26 +255,7 @@ func TestSandboxTokenScopeOnEveryRoute(t *testing.T) {
 	}
 	bodies, queries := everyRouteRequests(e)
 	pathOf := func(rt route, sb model.SandboxID) string {
-		path := strings.NewReplacer("{process_id}", cs.ProcessID, "{ref}", "default", "{name_tag}", "x:y", "{name}", "x",
-			"{port}", "3000", "{path...}", "x").Replace(rt.pattern)
-		switch {
-		case strings.HasPrefix(rt.pattern, "/v1/admin/keys/"):
-			path = strings.Replace(path, "{id}", keyID.String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/admin/projects/"):
-			path = strings.Replace(path, "{id}", e.projA.String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/operations/"):
-			path = strings.Replace(path, "{id}", model.NewOperationID().String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/builds/"):
-			path = strings.Replace(path, "{id}", model.NewBuildID().String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/admin/nodes/"):
-			path = strings.Replace(path, "{id}", testNode.String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/pools/"):
-			path = strings.Replace(path, "{id}", model.NewPoolID().String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/snapshots/"):
-			path = strings.Replace(path, "{id}", model.NewSnapshotID().String(), 1)
-		default:
-			path = strings.Replace(path, "{id}", sb.String(), 1)
-		}
+		path := e.walkPath(rt, cs.ProcessID, keyID, sb.String(), "")
 		return path + queries[rt.method+" "+rt.pattern]
 	}
 	isOwn := func(rt route) bool {

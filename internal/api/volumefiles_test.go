@@ -70,6 +70,26 @@ func everyRouteRequests(e *testEnv) (bodies, queries map[string]string) {
 	return bodies, queries
 }
 
+// walkPath is the path of route rt in the tests that try every route:
+// its placeholders filled, {id} an ID of the route's kind (the API key
+// keyID, project A, a fresh ID of an operation, build, pool or snapshot,
+// this node), volume under /v1/volumes/ (if not ""), else sandbox.
+func (e *testEnv) walkPath(rt route, processID string, keyID model.APIKeyID, sandbox, volume string) string {
+	path := strings.NewReplacer("{process_id}", processID, "{ref}", "default", "{name_tag}", "x:y", "{name}", "x",
+		"{port}", "3000", "{path...}", "x").Replace(rt.pattern)
+	id := sandbox
+	for prefix, other := range map[string]string{
+		"/v1/admin/keys/": keyID.String(), "/v1/admin/projects/": e.projA.String(), "/v1/operations/": model.NewOperationID().String(),
+		"/v1/builds/": model.NewBuildID().String(), "/v1/admin/nodes/": testNode.String(), "/v1/pools/": model.NewPoolID().String(),
+		"/v1/snapshots/": model.NewSnapshotID().String(), "/v1/volumes/": volume,
+	} {
+		if strings.HasPrefix(rt.pattern, prefix) && other != "" {
+			id = other
+		}
+	}
+	return strings.Replace(path, "{id}", id, 1)
+}
+
 // volumeEnv is an env whose volume host keeps content in a directory, with
 // a volume "data" of project A.
 func volumeEnv(t *testing.T) (*testEnv, *fakeVolumeHost, apiv1.Volume) {
@@ -266,6 +286,10 @@ func TestVolumeTokenScopeOnEveryRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	keyID, _, err := auth.ParseAPIKey(e.keyA)
+	if err != nil {
+		t.Fatal(err)
+	}
 	bodies, queries := everyRouteRequests(e)
 	before := e.dump()
 	n := 0
@@ -274,19 +298,7 @@ func TestVolumeTokenScopeOnEveryRoute(t *testing.T) {
 			continue
 		}
 		key := rt.method + " " + rt.pattern
-		path := strings.NewReplacer("{process_id}", cs.ProcessID, "{ref}", "default", "{name_tag}", "x:y", "{name}", "x",
-			"{port}", "3000", "{path...}", "x").Replace(rt.pattern)
-		id := cs.SandboxID // its own volume where {id} is a volume, else an ID of the route's kind
-		for prefix, other := range map[string]string{
-			"/v1/volumes/": v.ID, "/v1/operations/": model.NewOperationID().String(), "/v1/builds/": model.NewBuildID().String(),
-			"/v1/admin/keys/": model.NewAPIKeyID().String(), "/v1/admin/projects/": e.projA.String(), "/v1/admin/nodes/": testNode.String(),
-			"/v1/pools/": model.NewPoolID().String(), "/v1/snapshots/": model.NewSnapshotID().String(),
-		} {
-			if strings.HasPrefix(rt.pattern, prefix) {
-				id = other
-			}
-		}
-		path = strings.Replace(path, "{id}", id, 1)
+		path := e.walkPath(rt, cs.ProcessID, keyID, cs.SandboxID, v.ID)
 		t.Run(key, func(t *testing.T) {
 			res := e.send(req{method: rt.method, path: path + queries[key], key: tok, body: bodies[key], t: t})
 			if rt.method == http.MethodHead {
