@@ -149,7 +149,6 @@ func TestE2BControl(t *testing.T) {
 	e.fails("GET", "/v2/sandboxes", "e2b_00112233445566778899aabbccddeeff", nil, 401, "")
 	e.fails("POST", "/v2/sandboxes", "alk_bogus", map[string]any{"templateID": "base"}, 401, "")
 	// What is still not supported answers 501 with a clear message.
-	e.fails("GET", "/volumecontent/v/file", s.key, map[string]any{}, 501, "not supported")
 	e.fails("DELETE", "/templates/base", s.key, nil, 501, "only snapshots")
 	// The families issue 28 added answer for themselves: bad input and
 	// absent sandboxes as E2B does.
@@ -157,6 +156,7 @@ func TestE2BControl(t *testing.T) {
 	e.fails("POST", "/sandboxes/sbx_x/fork", s.key, map[string]any{}, 404, "not found")
 	e.fails("POST", "/sandboxes/sbx_x/snapshots", s.key, map[string]any{}, 404, "not found")
 	e.fails("PUT", "/sandboxes/sbx_x/network", s.key, map[string]any{}, 404, "not found")
+	e.fails("GET", "/volumecontent/v/file?path=/x", s.key, nil, 404, "not found")
 	e.fails("POST", "/v2/sandboxes", s.key, map[string]any{"templateID": "base", "volumeMounts": []any{map[string]string{"name": "no-such-volume", "path": "/data"}}}, 404, "")
 	e.fails("POST", "/v2/sandboxes", s.key, map[string]any{"templateID": "no-such-template"}, 404, "")
 	missing := model.NewSandboxID().String()

@@ -17,7 +17,9 @@ import (
 )
 
 // TestVolumesThroughCLI (runc, crun, runsc): a volume made with `airlock volume create` is
-// written by one sandbox (as root and as an unprivileged user), outlives
+// written through the content API (`volume put`, before any sandbox) and
+// read and written by the content API and a sandbox that mounts it at
+// once (`volume cat`, `ls`, `rm`); it is written by one sandbox (as root and as an unprivileged user), outlives
 // it, survives a suspend and wake and a crash of the server, and is read
 // by the next sandbox that mounts it; it is bounded by its size (ENOSPC
 // inside, the image no larger outside); it cannot be deleted while a
@@ -57,11 +59,41 @@ func TestVolumesThroughCLI(t *testing.T) {
 			if err := json.Unmarshal([]byte(cli("-o", "json", "volume", "create", "data", "--size-mib", "32")), &vol); err != nil {
 				t.Fatal(err)
 			}
+			// The content API writes it before any sandbox mounts it
+			// (which binds it to this node and mounts it on the host).
+			local := filepath.Join(t.TempDir(), "in.txt")
+			if err := os.WriteFile(local, []byte("from-the-api\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cli("volume", "put", "data:/api/in.txt", local, "--uid", "1000", "--gid", "1000")
 			first := create("--volume", "data:/data")
 			if len(first.VolumeMounts) != 1 || first.VolumeMounts[0].Volume != vol.ID {
 				t.Fatalf("sandbox mounts %+v, want %s", first.VolumeMounts, vol.ID)
 			}
+			if got := exec(first.ID, "sh", "-c", "cat /data/api/in.txt && stat -c %u:%g /data/api/in.txt"); got != "from-the-api\n1000:1000" {
+				t.Fatalf("the sandbox reads what the content API wrote: %q", got)
+			}
 			exec(first.ID, "sh", "-c", "echo from-root > /data/root.txt && mkdir -p /data/dir")
+			// And the content API reads what the sandbox wrote, while it
+			// mounts the volume.
+			if got := cli("volume", "cat", "data:/root.txt"); got != "from-root\n" {
+				t.Fatalf("volume cat = %q", got)
+			}
+			var l apiv1.VolumeFileList
+			if err := json.Unmarshal([]byte(cli("-o", "json", "volume", "ls", "data", "--depth", "2")), &l); err != nil {
+				t.Fatal(err)
+			}
+			var paths []string
+			for _, e := range l.Entries {
+				paths = append(paths, e.Path)
+			}
+			if !strings.Contains(strings.Join(paths, " "), "/api/in.txt") || !strings.Contains(strings.Join(paths, " "), "/root.txt") {
+				t.Fatalf("volume ls = %v", paths)
+			}
+			cli("volume", "rm", "-r", "data:/api")
+			if got := exec(first.ID, "sh", "-c", "test -e /data/api && echo left || echo gone"); got != "gone" {
+				t.Fatalf("after volume rm: %s", got)
+			}
 			// An unprivileged guest user may write the volume's root too.
 			cli("exec", "-u", "1000:1000", first.ID, "--", "sh", "-c", "echo from-user > /data/user.txt")
 			if got := exec(first.ID, "stat", "-c", "%u:%g", "/data/root.txt", "/data/user.txt"); got != "0:0\n1000:1000" {

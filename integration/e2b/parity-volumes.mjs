@@ -1,8 +1,8 @@
 // E2B volumes against Airlock (docs/e2b.md, "Volumes"): Volume.create,
 // getInfo, list and destroy on Airlock's volumes, Sandbox.create's
 // volumeMounts (by Volume and by name), data that outlives the sandbox
-// that wrote it, destroy refused while a sandbox mounts the volume, and
-// the volume content API refused clearly (501).
+// that wrote it, destroy refused while a sandbox mounts the volume (the
+// volume content API: parity-volcontent.mjs).
 //
 // Run by integration/e2b_sdk_test.go (TestE2BSDK) with the environment of
 // smoke.mjs.
@@ -63,11 +63,6 @@ await r.step('data outlives the sandbox: the next one reads it (mounted by name)
 
 await r.step('a mount over a system directory is refused', async () => {
   await assert.rejects(Sandbox.create({ ...createOpts, volumeMounts: { '/proc': vol } }), /proc/)
-})
-
-await r.step('the volume content API is refused clearly', async () => {
-  const err = await expectReject(vol.list('/'), VolumeError, 'content API')
-  assert.match(String(err.message), /not supported/)
 })
 
 await r.step('Volume.destroy', async () => {

@@ -1,10 +1,8 @@
 package api
 
 import (
-	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
@@ -124,33 +122,7 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 	e := newEnv(t)
 	cs := e.newSession(e.keyA)
 	keysBefore := len(e.ring.Keys())
-	bodies := map[string]string{
-		"POST /v1/sandboxes":                                         `{}`,
-		"POST /v1/sandboxes/{id}/commands":                           `{"args": ["true"]}`,
-		"POST /v1/sandboxes/{id}/timeout":                            `{"timeout": 60}`,
-		"POST /v1/templates":                                         fmt.Sprintf(`{"source": %q}`, e.tplDir),
-		"POST /v1/admin/projects":                                    `{"name": "evil"}`,
-		"POST /v1/admin/keys":                                        fmt.Sprintf(`{"project_id": %q, "role": "admin", "name": "x"}`, e.projA),
-		"PUT /v1/admin/projects/{id}/quota":                          `{"sandboxes": 0}`,
-		"PUT /v1/sandboxes/{id}/egress":                              `{"default": "none"}`,
-		"POST /v1/sandboxes/{id}/egress/explain":                     `{"host": "a.example", "port": 443}`,
-		"PUT /v1/egress-profiles/{name}":                             `{"allow": ["a.example"]}`,
-		"PUT /v1/secrets/{name}":                                     `{"value": "v", "hosts": ["a.example"]}`,
-		"POST /v1/volumes":                                           `{"name": "vol", "size_mib": 64}`,
-		"POST /v1/sandboxes/{id}/processes/{process_id}/attachments": `{"actions": ["read"]}`,
-		"POST /v1/sandboxes/{id}/processes/{process_id}/signal":      `{"signal": "KILL"}`,
-		"POST /v1/sandboxes/{id}/files/mkdir":                        `{"path": "/x"}`,
-		"POST /v1/sandboxes/{id}/files/metadata":                     `{"path": "/x", "metadata": {}}`,
-		"POST /v1/sandboxes/{id}/files/move":                         `{"from": "/x", "to": "/y"}`,
-		"POST /v1/sandboxes/{id}/files/remove":                       `{"path": "/x"}`,
-		"POST /v1/sandboxes/{id}/files/transfers":                    `{"path": "/x", "direction": "download"}`,
-		"PUT /v1/templates/tags/{name_tag}":                          `{"template": "default"}`,
-		"PUT /v1/pools":                                              `{"template": "default", "size": 1}`,
-	}
-	queries := map[string]string{
-		"GET /v1/sandboxes/{id}/files/stat": "?path=/",
-		"GET /v1/sandboxes/{id}/files/list": "?path=/",
-	}
+	bodies, queries := everyRouteRequests(e)
 	keyID, _, err := auth.ParseAPIKey(e.keyA)
 	if err != nil {
 		t.Fatal(err)
@@ -162,26 +134,7 @@ func TestAttachmentTokenRefusedOnEveryRoute(t *testing.T) {
 			continue
 		}
 		key := rt.method + " " + rt.pattern
-		path := strings.NewReplacer("{process_id}", cs.ProcessID, "{ref}", "default", "{name_tag}", "x:y", "{name}", "x",
-			"{port}", "3000", "{path...}", "x").Replace(rt.pattern)
-		switch {
-		case strings.HasPrefix(rt.pattern, "/v1/admin/keys/"):
-			path = strings.Replace(path, "{id}", keyID.String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/admin/projects/"):
-			path = strings.Replace(path, "{id}", e.projA.String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/operations/"):
-			path = strings.Replace(path, "{id}", model.NewOperationID().String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/builds/"):
-			path = strings.Replace(path, "{id}", model.NewBuildID().String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/admin/nodes/"):
-			path = strings.Replace(path, "{id}", testNode.String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/pools/"):
-			path = strings.Replace(path, "{id}", model.NewPoolID().String(), 1)
-		case strings.HasPrefix(rt.pattern, "/v1/snapshots/"):
-			path = strings.Replace(path, "{id}", model.NewSnapshotID().String(), 1)
-		default:
-			path = strings.Replace(path, "{id}", cs.SandboxID, 1)
-		}
+		path := e.walkPath(rt, cs.ProcessID, keyID, cs.SandboxID, "")
 		path += queries[key]
 		for _, tok := range []string{cs.AttachmentToken, "alt_x", "alt_" + e.keyA} {
 			t.Run(key+" "+tok[:5], func(t *testing.T) {

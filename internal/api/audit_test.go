@@ -70,35 +70,7 @@ func TestAuditEveryMutatingOperation(t *testing.T) {
 	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
 		t.Fatal(err)
 	}
-	bodies := map[string]string{
-		"POST /v1/sandboxes":                                         `{}`,
-		"POST /v1/sandboxes/{id}/commands":                           `{"args": ["true"]}`,
-		"POST /v1/sandboxes/{id}/timeout":                            `{"timeout": 60}`,
-		"POST /v1/templates":                                         fmt.Sprintf(`{"source": %q}`, e.tplDir),
-		"POST /v1/admin/projects":                                    `{"name": "audited"}`,
-		"POST /v1/admin/keys":                                        fmt.Sprintf(`{"project_id": %q, "role": "member", "name": "x"}`, e.projA),
-		"PUT /v1/admin/projects/{id}/quota":                          `{"sandboxes": 5}`,
-		"PUT /v1/sandboxes/{id}/egress":                              `{"default": "none"}`,
-		"POST /v1/sandboxes/{id}/egress/explain":                     `{"host": "a.example", "port": 443}`,
-		"PUT /v1/egress-profiles/{name}":                             `{"allow": ["a.example"]}`,
-		"PUT /v1/secrets/{name}":                                     `{"value": "v", "hosts": ["a.example"]}`,
-		"POST /v1/volumes":                                           `{"name": "vol", "size_mib": 64}`,
-		"POST /v1/sandboxes/{id}/processes/{process_id}/attachments": `{"actions": ["read"]}`,
-		"POST /v1/sandboxes/{id}/processes/{process_id}/signal":      `{"signal": "KILL"}`,
-		"POST /v1/sandboxes/{id}/files/mkdir":                        `{"path": "/x"}`,
-		"POST /v1/sandboxes/{id}/files/metadata":                     `{"path": "/x", "metadata": {}}`,
-		"POST /v1/sandboxes/{id}/files/move":                         `{"from": "/x", "to": "/y"}`,
-		"POST /v1/sandboxes/{id}/files/remove":                       `{"path": "/x"}`,
-		"POST /v1/sandboxes/{id}/files/transfers":                    `{"path": "/x", "direction": "download"}`,
-		"PUT /v1/templates/tags/{name_tag}":                          `{"template": "default"}`,
-		"PUT /v1/pools":                                              `{"template": "default", "size": 1}`,
-		// Refused at once (400, a reserved metadata key): a fork the
-		// harness could make would wait the whole MaxForkWait (2 minutes)
-		// for a snapshot no controller here takes. Forks themselves: the
-		// integration tests TestSnapshotsAndFork and TestE2BSDK
-		// (parity-fork.mjs).
-		"POST /v1/sandboxes/{id}/fork": `{"metadata": {"airlock/audit": "x"}}`,
-	}
+	bodies, queries := everyRouteRequests(e)
 	routes := map[string]route{}
 	for _, rt := range e.api.routes {
 		routes[rt.method+" "+rt.pattern] = rt
@@ -156,6 +128,7 @@ func TestAuditEveryMutatingOperation(t *testing.T) {
 		default:
 			path = strings.Replace(path, "{id}", cs.SandboxID, 1)
 		}
+		path += queries[op]
 		t.Run(op, func(t *testing.T) {
 			before := len(e.auditAll(t))
 			res := e.send(req{method: method, path: path, key: e.admin, body: bodies[op], t: t})

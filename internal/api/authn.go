@@ -24,6 +24,12 @@ type principal struct {
 	// project without an API key (keyID is empty), and guard lets it call
 	// only the routes of that sandbox.
 	sandbox model.SandboxID
+	// volume, if set, is the one volume whose files the caller may read
+	// and write: it authenticated with that volume's content token
+	// (auth.VolumeTokenPrefix), as a member of project without an API
+	// key, and guard lets it call only the volumeToken routes of that
+	// volume.
+	volume model.VolumeID
 }
 
 // limitKey is what the caller's mutations are rate-limited by: its API
@@ -32,6 +38,9 @@ func (p principal) limitKey() string {
 	if p.sandbox != "" {
 		return p.sandbox.String()
 	}
+	if p.volume != "" {
+		return p.volume.String()
+	}
 	return p.keyID.String()
 }
 
@@ -39,10 +48,23 @@ func (p principal) limitKey() string {
 // sandbox access token, which opens only the routes of its own sandbox
 // ({id}) that the route table marks sandboxToken (member routes only).
 func (p principal) inScope(rt route, r *http.Request) bool {
-	if p.sandbox == "" {
-		return true
+	switch {
+	case p.sandbox != "":
+		return rt.access.level() == member && rt.has(sandboxToken) && r.PathValue("id") == p.sandbox.String()
+	case p.volume != "":
+		return rt.access.level() == member && rt.has(volumeToken) && r.PathValue("id") == p.volume.String()
 	}
-	return rt.access.level() == member && rt.has(sandboxToken) && r.PathValue("id") == p.sandbox.String()
+	return true
+}
+
+// scopeError is the refusal of a route out of p's scope.
+func (p principal) scopeError() error {
+	if p.volume != "" {
+		return errorf(apiv1.CodeTokenScope,
+			"a volume content token opens only the file routes of its own volume (/v1/volumes/%s/files…); use an API key", p.volume)
+	}
+	return errorf(apiv1.CodeTokenScope,
+		"a sandbox access token opens only the routes of its own sandbox (/v1/sandboxes/%s…); use an API key", p.sandbox)
 }
 
 func unauthenticated(format string, args ...any) *apiError {
@@ -79,6 +101,8 @@ func (a *API) authenticate(r *http.Request, rt route) (principal, error) {
 			"a data-plane token cannot call the management API; use an API key")
 	case auth.KindSandbox:
 		return a.authenticateSandbox(r, token)
+	case auth.KindVolume:
+		return a.authenticateVolume(r, token)
 	case auth.KindAPIKey:
 	default:
 		return principal{}, unauthenticated("malformed API key")
@@ -129,6 +153,29 @@ func (a *API) authenticateSandbox(r *http.Request, token string) (principal, err
 		return principal{}, fmt.Errorf("load sandbox %s of a sandbox token: %w", c.Sandbox, err)
 	}
 	return principal{project: c.Project, role: model.RoleMember, sandbox: c.Sandbox}, nil
+}
+
+// authenticateVolume checks a volume content token: signed by a key that
+// still verifies (auth.Verifier.VerifyVolumeAt), naming a volume that
+// exists in the token's project. The principal is a member of that
+// project limited to that volume's files (principal.inScope). Every
+// failure is a 401 that does not say which check failed.
+func (a *API) authenticateVolume(r *http.Request, token string) (principal, error) {
+	if a.cfg.SandboxTokens == nil {
+		return principal{}, unauthenticated("this server takes no volume content tokens; use an API key")
+	}
+	c, err := a.cfg.SandboxTokens.VerifyVolumeAt(token, a.cfg.Now())
+	if err != nil || c.Project == model.SystemProject {
+		return principal{}, unauthenticated("invalid volume content token")
+	}
+	v, err := a.cfg.Store.GetVolumeByID(r.Context(), c.Volume)
+	if errors.Is(err, store.ErrNotFound) || err == nil && v.ProjectID != c.Project {
+		return principal{}, unauthenticated("invalid volume content token")
+	}
+	if err != nil {
+		return principal{}, fmt.Errorf("load volume %s of a volume token: %w", c.Volume, err)
+	}
+	return principal{project: c.Project, role: model.RoleMember, volume: c.Volume}, nil
 }
 
 // connectionAuthenticated tells the server's connection budget that the

@@ -55,6 +55,7 @@ func bodyModes() *http.ServeMux {
 	m.Handle(apiv1.FilesDataRoute, modeHandler(bodyProgress))
 	m.Handle("POST "+apiv1.StdinRoute, modeHandler(bodyStdin))
 	m.Handle(portsPattern, modeHandler(bodyProgress)) // a guest's uploads, of any size
+	m.Handle(volumeContentPattern, modeHandler(bodyProgress))
 	return m
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/auth"
+	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/noderoute"
 	"github.com/airlockdev/airlock/internal/textclip"
 )
@@ -103,24 +104,29 @@ func (a *API) forwardToHost(w http.ResponseWriter, r *http.Request, p principal)
 		noderoute.WriteNotHere(w, sb.ID, sb.NodeID)
 		return true
 	}
+	a.forwardTo(w, r, p, sb.NodeID)
+	return true
+}
+
+// forwardTo forwards r, authenticated here as p, to node (see above).
+func (a *API) forwardTo(w http.ResponseWriter, r *http.Request, p principal, node model.NodeID) {
 	tok, err := a.cfg.Attach.IssueForward(auth.ForwardClaims{
-		From: a.cfg.Self, To: sb.NodeID, Request: requestLine(r), Base: a.baseURL(r), IssuedAt: a.cfg.Now(),
+		From: a.cfg.Self, To: node, Request: requestLine(r), Base: a.baseURL(r), IssuedAt: a.cfg.Now(),
 	})
 	if err != nil {
 		a.writeError(w, r, fmt.Errorf("sign forward token: %w", err))
-		return true
+		return
 	}
 	extra := http.Header{}
 	extra.Set(noderoute.HeaderForwardToken, tok)
 	if err := a.forwardCredential(r, p, extra); err != nil {
 		a.writeError(w, r, err)
-		return true
+		return
 	}
 	if id := requestIDFrom(r.Context()); id != "" {
 		extra.Set("X-Request-Id", id) // one ID in both nodes' logs
 	}
 	a.injectTrace(r, extra) // one trace across both nodes
-	ans := a.router.Forward(w, r, sb.NodeID, extra)
+	ans := a.router.Forward(w, r, node, extra)
 	noteAnswer(r.Context(), ans.ErrorCode, ans.CreatedID) // the node's answer, for the audit entry recorded here
-	return true
 }

@@ -44,6 +44,10 @@ const (
 	// entry (route.audited), no Idempotency-Key of Airlock's, and the
 	// console's session cookie is refused on it (cookieAuth).
 	guestTraffic
+	// volumeToken: the content token of the route's own volume ({id}, by
+	// ID) may call it too (principal.inScope), with level member only:
+	// the volume content API (E2B's volume token).
+	volumeToken
 )
 
 // level is a's level without its flags.
@@ -130,7 +134,7 @@ func (a *API) routeTable() []route {
 		{"POST", "/v1/admin/nodes/{id}/uncordon", admin, mutating(a, a.setNodeState("uncordon", model.NodeActive))},
 		{"POST", "/v1/admin/nodes/{id}/drain", admin, mutating(a, a.setNodeState("drain", model.NodeDraining))},
 		{"GET", "/v1/audit", admin, a.listAudit},
-	}, slices.Concat(a.fileRoutes(), a.lifecycleRoutes(), a.snapshotRoutes(), a.portRoutes())...)
+	}, slices.Concat(a.fileRoutes(), a.lifecycleRoutes(), a.snapshotRoutes(), a.portRoutes(), a.volumeFileRoutes())...)
 }
 
 // guard authenticates and authorizes a request before its route runs.
@@ -167,8 +171,7 @@ func (a *API) guard(rt route) http.Handler {
 				return
 			}
 			if !p.inScope(rt, r) {
-				a.writeError(w, r, errorf(apiv1.CodeTokenScope,
-					"a sandbox access token opens only the routes of its own sandbox (/v1/sandboxes/%s…); use an API key", p.sandbox))
+				a.writeError(w, r, p.scopeError())
 				return
 			}
 			if rt.access.level() == admin && p.role != model.RoleAdmin {

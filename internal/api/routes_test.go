@@ -66,7 +66,10 @@ func TestRouteAttributes(t *testing.T) {
 		default:
 			t.Errorf("%s: unknown access level %d", key, rt.access.level())
 		}
-		if rest := rt.access &^ levels &^ sandboxToken &^ guestTraffic; rest != 0 {
+		if rt.has(volumeToken) && (rt.access.level() != member || !strings.HasPrefix(rt.pattern, "/v1/volumes/{id}/files/")) {
+			t.Errorf("%s: a volume content token on a route that is not a member route under /v1/volumes/{id}/files/", key)
+		}
+		if rest := rt.access &^ levels &^ sandboxToken &^ guestTraffic &^ volumeToken; rest != 0 {
 			t.Errorf("%s: unknown access flags %#x", key, int(rest))
 		}
 		if rt.has(sandboxToken) {

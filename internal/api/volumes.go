@@ -10,6 +10,7 @@ import (
 	"github.com/airlockdev/airlock/internal/model"
 	"github.com/airlockdev/airlock/internal/sandboxes"
 	"github.com/airlockdev/airlock/internal/store"
+	"github.com/airlockdev/airlock/internal/volumefs"
 )
 
 // VolumeHost is this node's volume storage (internal/volumedisk): the API
@@ -19,6 +20,10 @@ import (
 type VolumeHost interface {
 	Remove(ctx context.Context, id model.VolumeID) error
 	Usage(id model.VolumeID) (used, total int64, ok bool, err error)
+	// Content mounts the volume (an image of sizeMiB the first time)
+	// unless it is mounted and opens its files for the content API
+	// (volumefiles.go), until release.
+	Content(ctx context.Context, id model.VolumeID, sizeMiB int) (root *volumefs.Root, release func(), err error)
 }
 
 // DefaultVolumeQuotaMiB is the per-project total of volume sizes when the

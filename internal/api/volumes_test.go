@@ -2,19 +2,26 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/airlockdev/airlock/internal/apiv1"
 	"github.com/airlockdev/airlock/internal/model"
+	"github.com/airlockdev/airlock/internal/volumefs"
 )
 
-// fakeVolumeHost records the volumes whose files the API removed.
+// fakeVolumeHost records the volumes whose files the API removed and
+// keeps their content in directories below base (none without one).
 type fakeVolumeHost struct {
 	mu      sync.Mutex
 	removed []model.VolumeID
+	base    string
+	opened  map[model.VolumeID]int // Content calls not released
 }
 
 func (f *fakeVolumeHost) Remove(_ context.Context, id model.VolumeID) error {
@@ -26,6 +33,34 @@ func (f *fakeVolumeHost) Remove(_ context.Context, id model.VolumeID) error {
 
 func (f *fakeVolumeHost) Usage(model.VolumeID) (int64, int64, bool, error) {
 	return 4096, 1 << 20, true, nil
+}
+
+func (f *fakeVolumeHost) Content(_ context.Context, id model.VolumeID, _ int) (*volumefs.Root, func(), error) {
+	if f.base == "" {
+		return nil, nil, errors.New("this fake keeps no content")
+	}
+	data, staging := filepath.Join(f.base, id.String(), "data"), filepath.Join(f.base, id.String(), "staging")
+	for _, d := range []string{data, staging} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, nil, err
+		}
+	}
+	root, err := volumefs.Open(data, staging)
+	if err != nil {
+		return nil, nil, err
+	}
+	f.mu.Lock()
+	if f.opened == nil {
+		f.opened = map[model.VolumeID]int{}
+	}
+	f.opened[id]++
+	f.mu.Unlock()
+	return root, func() {
+		root.Close()
+		f.mu.Lock()
+		f.opened[id]--
+		f.mu.Unlock()
+	}, nil
 }
 
 func withVolumes(h VolumeHost, quotaMiB int64) envOption {

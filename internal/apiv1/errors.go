@@ -104,6 +104,7 @@ const (
 	CodeCancelled             = "cancelled"               // the operation was superseded: its sandbox was deleted, or changed state, before it finished
 	CodeEnvironmentNotEnabled = "environment_not_enabled" // the sandbox runs on a runtime this server does not drive (its --env does not enable it)
 	CodeNodeLost              = "node_lost"               // the sandbox's node was declared dead before the operation finished
+	CodeVolumeFull     = "volume_full"      // a write of the volume content API found the volume's filesystem full (its size is its hard limit)
 )
 
 // ErrorSpec is one code of the error vocabulary and how each of Airlock's
@@ -214,6 +215,7 @@ var errorSpecs = []ErrorSpec{
 	{Code: CodeCancelled, Status: 409, Connect: "aborted", Exit: 1},
 	{Code: CodeEnvironmentNotEnabled, Status: 409, Connect: "failed_precondition", Exit: 1},
 	{Code: CodeNodeLost, Status: 503, Connect: "unavailable", E2BOperationStatus: 503, Exit: 1},
+	{Code: CodeVolumeFull, Status: 507, Connect: "resource_exhausted", Exit: 1},
 }
 
 // errorsByCode indexes errorSpecs.

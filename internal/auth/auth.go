@@ -57,6 +57,7 @@ const (
 	KindAttachment                  // "alt_…": data-plane attachment token
 	KindFiles                       // "alf_…": data-plane file transfer token (see FilesTokenPrefix)
 	KindSandbox                     // "als_…": sandbox access token (see SandboxTokenPrefix)
+	KindVolume                      // "alv_…": volume content token (see VolumeTokenPrefix)
 )
 
 func (k TokenKind) String() string {
@@ -69,6 +70,8 @@ func (k TokenKind) String() string {
 		return "file transfer token"
 	case KindSandbox:
 		return "sandbox access token"
+	case KindVolume:
+		return "volume content token"
 	}
 	return "unknown"
 }
@@ -99,6 +102,8 @@ func KindOf(s string) TokenKind {
 		return KindFiles
 	case strings.HasPrefix(s, SandboxTokenPrefix):
 		return KindSandbox
+	case strings.HasPrefix(s, VolumeTokenPrefix):
+		return KindVolume
 	}
 	return KindUnknown
 }

@@ -64,24 +64,50 @@ func (c SandboxClaims) validate() error {
 	return nil
 }
 
-// sandboxWire is the JWT payload of a sandbox token. It is its own type,
-// not jwt.RegisteredClaims, so that its JSON has exactly these fields in
-// this order (the token is deterministic) and no time.
-type sandboxWire struct {
+// scopedWire is the JWT payload of a sandbox token (Sandbox set) and of
+// a volume token (Volume set). It is its own type, not
+// jwt.RegisteredClaims, so that its JSON has exactly these fields in this
+// order (the token is deterministic) and no time.
+type scopedWire struct {
 	Issuer   string `json:"iss"`
 	Audience string `json:"aud"`
-	Sandbox  string `json:"sbx"`
+	Sandbox  string `json:"sbx,omitempty"`
+	Volume   string `json:"vol,omitempty"`
 	Project  string `json:"prj"`
 }
 
 // The jwt.Claims interface: no times, one audience.
-func (w sandboxWire) GetExpirationTime() (*jwt.NumericDate, error) { return nil, nil }
-func (w sandboxWire) GetIssuedAt() (*jwt.NumericDate, error)       { return nil, nil }
-func (w sandboxWire) GetNotBefore() (*jwt.NumericDate, error)      { return nil, nil }
-func (w sandboxWire) GetIssuer() (string, error)                   { return w.Issuer, nil }
-func (w sandboxWire) GetSubject() (string, error)                  { return "", nil }
-func (w sandboxWire) GetAudience() (jwt.ClaimStrings, error) {
+func (w scopedWire) GetExpirationTime() (*jwt.NumericDate, error) { return nil, nil }
+func (w scopedWire) GetIssuedAt() (*jwt.NumericDate, error)       { return nil, nil }
+func (w scopedWire) GetNotBefore() (*jwt.NumericDate, error)      { return nil, nil }
+func (w scopedWire) GetIssuer() (string, error)                   { return w.Issuer, nil }
+func (w scopedWire) GetSubject() (string, error)                  { return "", nil }
+func (w scopedWire) GetAudience() (jwt.ClaimStrings, error) {
 	return jwt.ClaimStrings{w.Audience}, nil
+}
+
+// verifyScoped checks a scoped token of prefix and audience at now and
+// returns its payload and the kid of its key.
+func (v *Verifier) verifyScoped(token, prefix, audience string, now time.Time) (scopedWire, string, error) {
+	if len(token) > maxSandboxTokenLen {
+		return scopedWire{}, "", fmt.Errorf("%w: too long", ErrInvalidToken)
+	}
+	raw, ok := strings.CutPrefix(token, prefix)
+	if !ok {
+		return scopedWire{}, "", fmt.Errorf("%w: a %s token starts with %q", ErrInvalidToken, audience, prefix)
+	}
+	var kid string
+	parser := jwt.NewParser(
+		jwt.WithValidMethods([]string{signingAlg}),
+		jwt.WithStrictDecoding(),
+		jwt.WithIssuer(tokenIssuer),
+		jwt.WithAudience(audience),
+	)
+	var w scopedWire
+	if _, err := parser.ParseWithClaims(raw, &w, v.keyfunc(now, &kid)); err != nil {
+		return scopedWire{}, "", fmt.Errorf("%w: %s token: %w", ErrInvalidToken, audience, err)
+	}
+	return w, kid, nil
 }
 
 // IssueSandbox signs c as a sandbox access token with the active key. The
@@ -90,7 +116,7 @@ func (i *Issuer) IssueSandbox(c SandboxClaims) (string, error) {
 	if err := c.validate(); err != nil {
 		return "", fmt.Errorf("issue sandbox token: %w", err)
 	}
-	s, err := i.sign(sandboxWire{Issuer: tokenIssuer, Audience: sandboxAudience, Sandbox: c.Sandbox.String(), Project: c.Project.String()})
+	s, err := i.sign(scopedWire{Issuer: tokenIssuer, Audience: sandboxAudience, Sandbox: c.Sandbox.String(), Project: c.Project.String()})
 	if err != nil {
 		return "", fmt.Errorf("sign sandbox token: %w", err)
 	}
@@ -133,26 +159,11 @@ func (v *Verifier) VerifySandbox(token string) (SandboxClaims, error) {
 // caller checks that it still exists in the project. Every error wraps
 // ErrInvalidToken (a sandbox token does not expire).
 func (v *Verifier) VerifySandboxAt(token string, now time.Time) (SandboxClaims, error) {
-	if len(token) > maxSandboxTokenLen {
-		return SandboxClaims{}, fmt.Errorf("%w: too long", ErrInvalidToken)
-	}
-	raw, ok := strings.CutPrefix(token, SandboxTokenPrefix)
-	if !ok {
-		return SandboxClaims{}, fmt.Errorf("%w: a sandbox token starts with %q", ErrInvalidToken, SandboxTokenPrefix)
-	}
-	var kid string
-	parser := jwt.NewParser(
-		jwt.WithValidMethods([]string{signingAlg}),
-		jwt.WithStrictDecoding(),
-		jwt.WithIssuer(tokenIssuer),
-		jwt.WithAudience(sandboxAudience),
-	)
-	var w sandboxWire
-	if _, err := parser.ParseWithClaims(raw, &w, v.keyfunc(now, &kid)); err != nil {
-		return SandboxClaims{}, fmt.Errorf("%w: sandbox token: %w", ErrInvalidToken, err)
+	w, kid, err := v.verifyScoped(token, SandboxTokenPrefix, sandboxAudience, now)
+	if err != nil {
+		return SandboxClaims{}, err
 	}
 	var c SandboxClaims
-	var err error
 	if c.Sandbox, err = model.ParseSandboxID(w.Sandbox); err != nil {
 		return SandboxClaims{}, fmt.Errorf("%w: sbx: %w", ErrInvalidToken, err)
 	}

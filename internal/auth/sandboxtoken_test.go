@@ -81,7 +81,7 @@ func TestSandboxTokenRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantPrefix := "als_" + b64(map[string]string{"alg": "EdDSA", "kid": "aaaaaaaaaaaaaaaa", "typ": "JWT"}) + "." +
-		b64(sandboxWire{Issuer: "airlock", Audience: "airlock-sandbox", Sandbox: "sbx_aaaaaaaaaaaaaaaaaaaaaaaaaa", Project: "prj_bbbbbbbbbbbbbbbbbbbbbbbbbb"}) + "."
+		b64(scopedWire{Issuer: "airlock", Audience: "airlock-sandbox", Sandbox: "sbx_aaaaaaaaaaaaaaaaaaaaaaaaaa", Project: "prj_bbbbbbbbbbbbbbbbbbbbbbbbbb"}) + "."
 	if !strings.HasPrefix(ft, wantPrefix) {
 		t.Fatalf("token %q does not start with %q", ft, wantPrefix)
 	}

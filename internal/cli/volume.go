@@ -13,8 +13,9 @@ import (
 )
 
 func (a *app) volumeCommand() *cobra.Command {
-	return group("volume", "Create, list, inspect and delete the project's persistent volumes",
-		a.volumeCreateCommand(), a.volumeListCommand(), a.volumeGetCommand(), a.volumeDeleteCommand())
+	return group("volume", "Create, list, inspect and delete the project's persistent volumes, and read and write their files",
+		a.volumeCreateCommand(), a.volumeListCommand(), a.volumeGetCommand(), a.volumeDeleteCommand(),
+		a.volumeLsCommand(), a.volumeCatCommand(), a.volumePutCommand(), a.volumeRmCommand(), a.volumeMkdirCommand())
 }
 
 func (a *app) volumeCreateCommand() *cobra.Command {

@@ -161,3 +161,58 @@ func CheckVolumeMountPaths(mounts []VolumeMount) error {
 	}
 	return nil
 }
+
+// VolumeFilePath is a path inside a volume's filesystem: absolute from the
+// volume's root ("/" is the root itself) and clean, as a GuestPath. It is
+// only a name: the volume content API resolves it beneath the volume's
+// root (internal/volumefs), where no symlink can lead out.
+type VolumeFilePath string
+
+// ParseVolumeFilePath parses s as a path inside a volume. A relative path
+// ("a/b") is taken from the root ("/a/b"); otherwise it must be a clean
+// GuestPath: no "..", "." or repeated slashes, no NUL, at most 4096 bytes.
+func ParseVolumeFilePath(s string) (VolumeFilePath, error) {
+	if s != "" && !strings.HasPrefix(s, "/") {
+		s = "/" + s
+	}
+	p, err := ParseGuestPath(s)
+	if err != nil {
+		return "", err
+	}
+	return VolumeFilePath(p), nil
+}
+
+func (p VolumeFilePath) String() string { return string(p) }
+
+// IsRoot reports whether p is the volume's root.
+func (p VolumeFilePath) IsRoot() bool { return p == "/" }
+
+// Rel is p relative to the volume's root ("." for the root).
+func (p VolumeFilePath) Rel() string {
+	if p.IsRoot() {
+		return "."
+	}
+	return string(p[1:])
+}
+
+// Split returns p's parent and its last component (the root: itself and
+// "").
+func (p VolumeFilePath) Split() (VolumeFilePath, string) {
+	if p.IsRoot() {
+		return p, ""
+	}
+	i := strings.LastIndexByte(string(p), '/')
+	parent := p[:i]
+	if parent == "" {
+		parent = "/"
+	}
+	return parent, string(p[i+1:])
+}
+
+// Join is p with the single component name below it.
+func (p VolumeFilePath) Join(name string) VolumeFilePath {
+	if p.IsRoot() {
+		return VolumeFilePath("/" + name)
+	}
+	return VolumeFilePath(string(p) + "/" + name)
+}

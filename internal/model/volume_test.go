@@ -2,6 +2,7 @@ package model
 
 import (
 	"errors"
+	"path"
 	"strings"
 	"testing"
 )
@@ -129,6 +130,68 @@ func FuzzParseVolumePath(f *testing.F) {
 		}
 		if p == "/" {
 			t.Fatalf("accepted /")
+		}
+	})
+}
+
+func TestParseVolumeFilePath(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"/", "/", true},
+		{"/a/b.txt", "/a/b.txt", true},
+		{"a/b", "/a/b", true},
+		{"", "", false},
+		{"/a/../b", "", false},
+		{"../etc/passwd", "", false},
+		{"..", "", false},
+		{"/a//b", "", false},
+		{"/a/./b", "", false},
+		{"/a/", "", false},
+		{"/a\x00b", "", false},
+		{"/" + strings.Repeat("x", 256), "", false},
+	} {
+		p, err := ParseVolumeFilePath(tc.in)
+		if (err == nil) != tc.ok || err == nil && p.String() != tc.want {
+			t.Errorf("ParseVolumeFilePath(%q) = %q, %v; want %q ok=%v", tc.in, p, err, tc.want, tc.ok)
+		}
+	}
+	p, _ := ParseVolumeFilePath("/a/b")
+	if dir, name := p.Split(); dir != "/a" || name != "b" {
+		t.Errorf("Split(/a/b) = %q %q", dir, name)
+	}
+	if dir, name := VolumeFilePath("/a").Split(); dir != "/" || name != "a" || dir.Join(name) != "/a" {
+		t.Errorf("Split(/a) = %q %q", dir, name)
+	}
+	if VolumeFilePath("/").Rel() != "." || p.Rel() != "a/b" {
+		t.Errorf("Rel")
+	}
+}
+
+func FuzzParseVolumeFilePath(f *testing.F) {
+	for _, s := range []string{"/", "a", "/a/b", "../x", "/a/..", "a//b", "\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := ParseVolumeFilePath(s)
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(string(p), "/") || path.Clean(string(p)) != string(p) || strings.Contains(string(p), "\x00") {
+			t.Fatalf("ParseVolumeFilePath(%q) = %q: not absolute and clean", s, p)
+		}
+		for _, c := range strings.Split(string(p), "/") {
+			if c == ".." || c == "." {
+				t.Fatalf("ParseVolumeFilePath(%q) = %q has %q", s, p, c)
+			}
+		}
+		if again, err := ParseVolumeFilePath(string(p)); err != nil || again != p {
+			t.Fatalf("not stable: %q → %q, %v", p, again, err)
+		}
+		dir, name := p.Split()
+		if !p.IsRoot() && dir.Join(name) != p {
+			t.Fatalf("Split/Join of %q: %q %q", p, dir, name)
 		}
 	})
 }

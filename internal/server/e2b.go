@@ -54,6 +54,17 @@ func e2bGateway(ctx context.Context, native http.Handler, wrap func(http.Handler
 			}
 			return mint(rec.ID, rec.ProjectID)
 		},
+		VolumeToken: func(ctx context.Context, v apiv1.Volume) (string, error) {
+			id, err := model.ParseVolumeID(v.ID)
+			if err != nil {
+				return "", err
+			}
+			rec, err := st.GetVolumeByID(ctx, id)
+			if err != nil {
+				return "", fmt.Errorf("volume %s: %w", id, err)
+			}
+			return keys.Issuer().IssueVolume(auth.VolumeClaims{Volume: rec.ID, Project: rec.ProjectID})
+		},
 		Domain:          domain,
 		Logger:          log.With("component", "e2b-control"),
 		TemplateFiles:   tpls.files,

@@ -19,6 +19,14 @@ import (
 // through this node's own API removes them at once.
 const volumeReconcileInterval = time.Minute
 
+// volumeIdle is how long a volume that no sandbox of its node mounts
+// stays mounted after the content API's last call on it (or after the
+// node first saw it so); volumeIdleInterval is how often a node looks.
+const (
+	volumeIdle         = 2 * time.Minute
+	volumeIdleInterval = 30 * time.Second
+)
+
 // openVolumes opens the node's volume storage: SANDBOX_DIR/volumes with
 // --sandbox-dir (on the sandboxes' filesystem), else DATA_DIR/volumes.
 func openVolumes(dd *dataDir, sandboxDir string, log *slog.Logger) (*volumedisk.Manager, error) {
@@ -66,6 +74,10 @@ func volumeComponents(vols *volumedisk.Manager, st store.Store, node model.NodeI
 	if vols == nil {
 		return nil
 	}
+	inUse := func(ctx context.Context, id model.VolumeID) (bool, error) {
+		users, err := st.VolumeUsers(ctx, id)
+		return len(users) > 0, err
+	}
 	return []component{loop("volumes", func(ctx context.Context) {
 		t := time.NewTicker(volumeReconcileInterval)
 		defer t.Stop()
@@ -76,6 +88,19 @@ func volumeComponents(vols *volumedisk.Manager, st store.Store, node model.NodeI
 			case <-t.C:
 				if err := reconcileVolumes(ctx, vols, st, node, log); err != nil && ctx.Err() == nil {
 					log.WarnContext(ctx, "volumes", "err", err)
+				}
+			}
+		}
+	}), loop("volume-idle", func(ctx context.Context) {
+		t := time.NewTicker(volumeIdleInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				if _, err := vols.UnmountIdle(ctx, volumeIdle, now, inUse); err != nil && ctx.Err() == nil {
+					log.WarnContext(ctx, "unmount idle volumes", "err", err)
 				}
 			}
 		}

@@ -11,6 +11,7 @@
 //	<id>/disk.img   the image (made as disk.img.tmp, renamed once whole)
 //	<id>/fs/        its mount point while mounted
 //	<id>/fs/data/   what sandboxes see at their mount path (mode 0777)
+//	<id>/fs/staging/ writes of the content API in progress (mode 0700)
 //
 // Every method is idempotent, and safe after a crash at any point: a
 // half-made image is never renamed into place, a mount left behind is found
@@ -36,6 +37,11 @@ import (
 // sandboxes see: the filesystem's root holds lost+found besides.
 const DataDirName = "data"
 
+// stagingDirName is the directory of a mounted volume's filesystem where
+// the content API stages writes (internal/volumefs), beside the data
+// directory: on the same filesystem, seen by no sandbox.
+const stagingDirName = "staging"
+
 // Manager keeps the volumes of one node below one directory.
 type Manager struct {
 	dir string
@@ -43,6 +49,8 @@ type Manager struct {
 
 	mu    sync.Mutex
 	locks map[model.VolumeID]*volumeLock
+	// content: the volumes the content API holds or held (content.go).
+	content map[model.VolumeID]*contentUse
 }
 
 type volumeLock struct {
@@ -61,7 +69,7 @@ func New(dir string, logger *slog.Logger) (*Manager, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Manager{dir: dir, log: logger, locks: map[model.VolumeID]*volumeLock{}}, nil
+	return &Manager{dir: dir, log: logger, locks: map[model.VolumeID]*volumeLock{}, content: map[model.VolumeID]*contentUse{}}, nil
 }
 
 // Dir is the directory the volumes are kept in.
@@ -138,6 +146,9 @@ func (m *Manager) Mount(ctx context.Context, id model.VolumeID, sizeMiB int) (st
 	} else if err != nil {
 		return "", fmt.Errorf("mount volume %s: %w", id, err)
 	}
+	if err := waitLoopFree(ctx, vol); err != nil {
+		return "", fmt.Errorf("mount volume %s: %w", id, err)
+	}
 	if err := rootfs.MountImage(image, fs); err != nil {
 		return "", fmt.Errorf("mount volume %s: %w", id, err)
 	}
@@ -154,6 +165,9 @@ func (m *Manager) Mount(ctx context.Context, id model.VolumeID, sizeMiB int) (st
 	}
 	if fi, err := os.Lstat(data); err != nil || !fi.IsDir() {
 		return "", m.undo(ctx, id, fs, fmt.Errorf("data directory: %v (is a directory: %v)", err, err == nil && fi.IsDir()))
+	}
+	if err := makeStaging(filepath.Join(fs, stagingDirName)); err != nil {
+		return "", m.undo(ctx, id, fs, err)
 	}
 	return data, nil
 }

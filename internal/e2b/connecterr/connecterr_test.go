@@ -41,6 +41,7 @@ var knownMismatches = map[string]bool{
 	apiv1.CodeMethodNotAllowed: true, // 405 → internal (no status rule matched 405)
 	apiv1.CodeUnsupportedMedia: true, // 415 → internal (likewise)
 	apiv1.CodeBuildFailed:      true, // 424 → internal (likewise)
+	apiv1.CodeVolumeFull:       true, // 507 → resource_exhausted (the caller frees room: envd's own answer to a full disk)
 }
 
 // serverSide are the Connect codes of a failure the caller cannot fix by

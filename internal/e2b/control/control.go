@@ -47,8 +47,10 @@
 //     native samples (GET /v1/sandboxes/{id}/metrics), every 5 s.
 //   - Volumes are native volumes (vol_… IDs; E2B's create names no size:
 //     defaultVolumeMiB); volumeMounts [{name, path}] are the native
-//     volume_mounts. The volume content API (/volumecontent) is refused
-//     with 501, and the token of VolumeAndToken is empty.
+//     volume_mounts. The token of VolumeAndToken is the native volume
+//     content token (alv_…, derived, never stored), which the volume
+//     content API (/volumecontent, volumecontent.go) passes on as the
+//     bearer key of the native one (/v1/volumes/{id}/files).
 //   - Snapshots are native saved snapshots (snp_… is the snapshotID; E2B
 //     treats one as a template: Sandbox.create(snapshotID) is a native
 //     create with "snapshot", DELETE /templates/{snapshotID} deletes it);
@@ -65,9 +67,8 @@
 //     header rules (sealed in its egress policy; "${e2b.secrets.NAME}"
 //     resolved by the proxy from the project's secrets); the secrets API
 //     (secrets.go) is Airlock's secrets without hosts.
-//   - Refused with 501: egressProxy, httpsPorts, iam, the volume
-//     content API, template deletion (DELETE /templates/{id} deletes
-//     snapshots only).
+//   - Refused with 501: egressProxy, httpsPorts, iam, template
+//     deletion (DELETE /templates/{id} deletes snapshots only).
 package control
 
 import (
@@ -98,6 +99,10 @@ type Config struct {
 	// AccessToken returns the sandbox access token (E2B envdAccessToken)
 	// for a sandbox.
 	AccessToken func(ctx context.Context, sb apiv1.Sandbox) (string, error)
+	// VolumeToken returns the volume content token (the token of E2B's
+	// VolumeAndToken) for a volume the caller's key has read; nil: the
+	// token is empty.
+	VolumeToken func(ctx context.Context, v apiv1.Volume) (string, error)
 	// Domain is returned as the sandbox `domain` (may carry :port); empty
 	// → null.
 	Domain string
@@ -189,7 +194,11 @@ func New(cfg Config) (*Handler, error) {
 		h.mux.HandleFunc("PUT /templates/{templateID}/files/{hash}", h.upload)
 	}
 	for _, rt := range routes {
-		h.mux.Handle(rt.pattern, h.authed(rt.fn))
+		h.mux.Handle(rt.pattern, h.authed(rt.fn, maxBody))
+	}
+	for _, rt := range h.volumeContentRoutes() {
+		// A file's bytes: bounded by the native API (the volume's size).
+		h.mux.Handle(rt.pattern, h.authed(rt.fn, -1))
 	}
 	h.mux.HandleFunc("/", h.unsupported)
 	return h, nil
@@ -238,9 +247,9 @@ func apiKey(r *http.Request) string {
 	return ""
 }
 
-// authed wraps a route: it requires a key, bounds the body and answers
-// the route's error.
-func (h *Handler) authed(fn func(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error) http.Handler {
+// authed wraps a route: it requires a key, bounds the body to limit
+// bytes (negative: no bound here) and answers the route's error.
+func (h *Handler) authed(fn func(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error, limit int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := apiKey(r)
 		if key == "" {
@@ -254,7 +263,9 @@ func (h *Handler) authed(fn func(ctx context.Context, w http.ResponseWriter, r *
 			writeError(w, http.StatusUnauthorized, "invalid API key")
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		if limit >= 0 {
+			r.Body = http.MaxBytesReader(w, r.Body, limit)
+		}
 		if err := fn(r.Context(), w, r, c); err != nil {
 			h.writeErr(w, r, err)
 		}

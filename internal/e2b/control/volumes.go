@@ -24,7 +24,7 @@ type (
 		Name     string `json:"name"`
 	}
 	// volumeAndTokenOut: token authenticates E2B's volume content API
-	// (/volumecontent), which Airlock does not serve (501): it is empty.
+	// (/volumecontent): the native volume content token.
 	volumeAndTokenOut struct {
 		VolumeID string `json:"volumeID"`
 		Name     string `json:"name"`
@@ -50,8 +50,7 @@ func (h *Handler) createVolume(ctx context.Context, w http.ResponseWriter, r *ht
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, volumeAndTokenOut{VolumeID: v.ID, Name: v.Name})
-	return nil
+	return h.writeVolumeAndToken(ctx, w, http.StatusCreated, v)
 }
 
 // listVolumes: GET /volumes → 200 [Volume].
@@ -89,7 +88,20 @@ func (h *Handler) getVolume(ctx context.Context, w http.ResponseWriter, r *http.
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, volumeAndTokenOut{VolumeID: v.ID, Name: v.Name})
+	return h.writeVolumeAndToken(ctx, w, http.StatusOK, v)
+}
+
+// writeVolumeAndToken answers a volume with its content token.
+func (h *Handler) writeVolumeAndToken(ctx context.Context, w http.ResponseWriter, status int, v apiv1.Volume) error {
+	out := volumeAndTokenOut{VolumeID: v.ID, Name: v.Name}
+	if h.cfg.VolumeToken != nil {
+		tok, err := h.cfg.VolumeToken(ctx, v)
+		if err != nil {
+			return err
+		}
+		out.Token = tok
+	}
+	writeJSON(w, status, out)
 	return nil
 }
 

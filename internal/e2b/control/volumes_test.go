@@ -101,9 +101,13 @@ func TestVolumes(t *testing.T) {
 	if len(f.calls) != n {
 		t.Fatalf("refused requests reached the native API: %v", f.calls[n:])
 	}
-	// The content API is not served.
-	do("GET", "/volumecontent/"+created.VolumeID+"/file?path=/x", "", 501)
-	do("PUT", "/volumecontent/"+created.VolumeID+"/file?path=/x", "data", 501)
+	// The content API names volumes by ID and checks the path here.
+	n = len(f.calls)
+	do("GET", "/volumecontent/data/file?path=/x", "", 404)
+	do("GET", "/volumecontent/"+created.VolumeID+"/file?path=/../x", "", 400)
+	if len(f.calls) != n {
+		t.Fatalf("refused content requests reached the native API: %v", f.calls[n:])
+	}
 }
 
 // A refused mount says why, naming the path (the SDK shows the message).
