@@ -104,7 +104,7 @@ const (
 	CodeCancelled             = "cancelled"               // the operation was superseded: its sandbox was deleted, or changed state, before it finished
 	CodeEnvironmentNotEnabled = "environment_not_enabled" // the sandbox runs on a runtime this server does not drive (its --env does not enable it)
 	CodeNodeLost              = "node_lost"               // the sandbox's node was declared dead before the operation finished
-	CodeVolumeFull     = "volume_full"      // a write of the volume content API found the volume's filesystem full (its size is its hard limit)
+	CodeVolumeFull            = "volume_full"             // a write of the volume content API found the volume's filesystem full (its size is its hard limit)
 )
 
 // ErrorSpec is one code of the error vocabulary and how each of Airlock's
