@@ -59,12 +59,7 @@ func heldFrom(ctx context.Context) *heldVolume {
 func (a *API) volumeHosted(h func(http.ResponseWriter, *http.Request, principal)) func(http.ResponseWriter, *http.Request, principal) {
 	return func(w http.ResponseWriter, r *http.Request, p principal) {
 		ctx := r.Context()
-		ref, err := volumeRef(r)
-		if err != nil {
-			a.writeError(w, r, err)
-			return
-		}
-		v, err := a.getVolumeOf(ctx, p.project, ref)
+		v, err := a.requestedVolume(r, p)
 		if err != nil {
 			a.writeError(w, r, err)
 			return
@@ -78,13 +73,13 @@ func (a *API) volumeHosted(h func(http.ResponseWriter, *http.Request, principal)
 		switch {
 		case v.NodeID == "":
 			a.writeError(w, r, errorf(apiv1.CodeNotSupported,
-				"volume %s is on no node yet, and this server keeps no volumes (an api replica): write it through a node, or mount it in a sandbox first", ref))
+				"volume %s is on no node yet, and this server keeps no volumes (an api replica): write it through a node, or mount it in a sandbox first", v.ID))
 			return
 		case a.router != nil && a.router.Remote(v.NodeID) && peerFrom(ctx) == nil:
 			a.forwardTo(w, r, p, v.NodeID)
 			return
 		case a.cfg.Volumes == nil || v.NodeID != a.cfg.Self:
-			a.writeError(w, r, errorf(apiv1.CodeUnavailable, "volume %s is on node %s, not here", ref, v.NodeID))
+			a.writeError(w, r, errorf(apiv1.CodeUnavailable, "volume %s is on node %s, not here", v.ID, v.NodeID))
 			return
 		}
 		root, release, err := a.cfg.Volumes.Content(ctx, v.ID, v.SizeMiB)

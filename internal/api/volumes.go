@@ -113,17 +113,22 @@ func (a *API) listVolumes(w http.ResponseWriter, r *http.Request, p principal) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// requestedVolume is the volume {id} (its ID or name) of the caller's
+// project; another project's is volume_not_found.
+func (a *API) requestedVolume(r *http.Request, p principal) (model.Volume, error) {
+	ref, err := volumeRef(r)
+	if err != nil {
+		return model.Volume{}, err
+	}
+	return a.getVolumeOf(r.Context(), p.project, ref)
+}
+
 // getVolume: GET /v1/volumes/{id} → 200 Volume ({id}: its ID or name),
 // with the sandboxes that mount it and, on the node that holds it, its
 // usage.
 func (a *API) getVolume(w http.ResponseWriter, r *http.Request, p principal) {
 	ctx := r.Context()
-	ref, err := volumeRef(r)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	v, err := a.getVolumeOf(ctx, p.project, ref)
+	v, err := a.requestedVolume(r, p)
 	if err != nil {
 		a.writeError(w, r, err)
 		return

@@ -91,6 +91,28 @@ func uint32Query(r *http.Request, name string) (*uint32, error) {
 	return &v, nil
 }
 
+// createArgs are the arguments of a call that makes a file or a
+// directory: volume, path, owner and mode, force.
+type createArgs struct {
+	v              model.VolumeRef
+	p              model.VolumeFilePath
+	mode, uid, gid *uint32
+	force          *bool
+}
+
+func volumeCreateArgs(r *http.Request) (createArgs, error) {
+	var a createArgs
+	var err error
+	if a.v, a.p, err = volumeContentArgs(r); err != nil {
+		return a, err
+	}
+	if a.mode, a.uid, a.gid, err = ownerQuery(r); err != nil {
+		return a, err
+	}
+	a.force, err = boolQuery(r, "force")
+	return a, err
+}
+
 // ownerQuery parses ?uid= &gid= &mode= (decimal, as E2B sends them).
 func ownerQuery(r *http.Request) (mode, uid, gid *uint32, err error) {
 	if mode, err = uint32Query(r, "mode"); err != nil {
@@ -200,18 +222,11 @@ func (h *Handler) listVolumeDir(ctx context.Context, w http.ResponseWriter, r *h
 // existing directory is no error); without, the parent must exist and
 // the path must not.
 func (h *Handler) makeVolumeDir(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
-	v, p, err := volumeContentArgs(r)
+	a, err := volumeCreateArgs(r)
 	if err != nil {
 		return err
 	}
-	mode, uid, gid, err := ownerQuery(r)
-	if err != nil {
-		return err
-	}
-	force, err := boolQuery(r, "force")
-	if err != nil {
-		return err
-	}
+	v, p, mode, uid, gid, force := a.v, a.p, a.mode, a.uid, a.gid, a.force
 	if force == nil || !*force {
 		if _, err := c.StatVolumeFile(ctx, v, p); err == nil {
 			return &httpError{status: http.StatusConflict, msg: "path " + p.String() + " exists already"}
@@ -258,18 +273,11 @@ func (h *Handler) readVolumeFile(ctx context.Context, w http.ResponseWriter, r *
 // with the bytes → 201 VolumeEntryStat. An existing file is replaced
 // (the SDK's writeFile overwrites) unless force=false.
 func (h *Handler) writeVolumeFile(ctx context.Context, w http.ResponseWriter, r *http.Request, c *client.Client) error {
-	v, p, err := volumeContentArgs(r)
+	a, err := volumeCreateArgs(r)
 	if err != nil {
 		return err
 	}
-	mode, uid, gid, err := ownerQuery(r)
-	if err != nil {
-		return err
-	}
-	force, err := boolQuery(r, "force")
-	if err != nil {
-		return err
-	}
+	v, p, mode, uid, gid, force := a.v, a.p, a.mode, a.uid, a.gid, a.force
 	q := url.Values{}
 	if mode != nil {
 		q.Set("mode", strconv.FormatUint(uint64(*mode), 8))
