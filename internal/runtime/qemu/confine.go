@@ -418,13 +418,57 @@ func (r *Runtime) removeCgroup(ctx context.Context, name string) error {
 	}
 	for _, pid := range procs {
 		if pid == os.Getpid() {
-			return fmt.Errorf("qemu: a thread of this process is in the cgroup %s", cg)
+			// A thread of this process is there: one made by the forking
+			// thread while it sat in the cgroup (seen under the race
+			// detector, whose runtime starts threads of its own). It goes
+			// back to this process's own cgroups; QEMU is never this
+			// process, so nothing is killed for it.
+			if err := r.moveOwnThreadsOut(cg); err != nil {
+				return fmt.Errorf("qemu: a thread of this process is in the cgroup %s: %w", cg, err)
+			}
+			continue
 		}
 		if err := killVM(ctx, pid, name); err != nil {
 			return err
 		}
 	}
 	return r.cg.Remove(ctx, cg)
+}
+
+// moveOwnThreadsOut moves every thread of this process found in the v1
+// hierarchies of cgroup cg back to the process's own cgroup of that
+// controller (a v2 cgroup holds whole processes: this process is never in
+// a VM's).
+func (r *Runtime) moveOwnThreadsOut(cg cgroups.Path) error {
+	for _, c := range r.vmControllers(cg) {
+		if !r.cg.IsV1(c) {
+			continue
+		}
+		dir, err := r.cg.ControllerDir(c, cg)
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(filepath.Join(dir, "tasks"))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		own, err := r.ownCgroup(c)
+		if err != nil {
+			return err
+		}
+		for _, tid := range strings.Fields(string(data)) {
+			if _, err := os.Stat(filepath.Join("/proc/self/task", tid)); err != nil {
+				continue // another process's (its QEMU), or gone
+			}
+			if err := os.WriteFile(filepath.Join(own, "tasks"), []byte(tid), 0o644); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("move thread %s to %s: %w", tid, own, err)
+			}
+		}
+	}
+	return nil
 }
 
 // forkConfined runs start (exec.Cmd.Start) on a locked OS thread that first

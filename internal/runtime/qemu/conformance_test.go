@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -239,6 +242,16 @@ func (r conformanceRuntime) CrashStates() []runtimetest.CrashState {
 			}
 			return r.killQEMU(ctx, spec.ID)
 		}},
+		{Name: "ThreadOfThisProcessInCgroup", Make: func(ctx context.Context, spec runtime.Spec) error {
+			// A running VM whose v1 cgroups also hold a thread of this
+			// process, as one the race detector's runtime started while
+			// a forking thread sat there: Delete moves it back out
+			// instead of failing, and removes the cgroup.
+			if err := r.Create(ctx, spec); err != nil {
+				return err
+			}
+			return r.strayThreadIn(spec.ID)
+		}},
 		{Name: "CgroupWithoutDirectory", Make: func(ctx context.Context, spec runtime.Spec) error {
 			// A VM whose QEMU died and whose directory is gone, with its
 			// cgroup and uid reservation left: List finds it by its
@@ -279,6 +292,47 @@ func (r conformanceRuntime) CrashStates() []runtimetest.CrashState {
 
 // killQEMU kills the sandbox's QEMU with SIGKILL and waits until it is
 // gone.
+// strayThreadIn parks a locked thread of this process in the v1 cgroups
+// of VM id (those its QEMU is in) until the test ends; the thread ends
+// with its goroutine.
+func (r conformanceRuntime) strayThreadIn(id model.SandboxID) error {
+	pid := r.VMPid(id)
+	if pid == 0 {
+		return errors.New("no QEMU runs")
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return err
+	}
+	var tasks []string
+	for _, l := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(l, ":", 3)
+		if len(parts) != 3 || parts[1] == "" || strings.HasPrefix(parts[1], "name=") || !strings.Contains(parts[2], qemu.CgroupParent) {
+			continue
+		}
+		tasks = append(tasks, filepath.Join("/sys/fs/cgroup", parts[1], parts[2], "tasks"))
+	}
+	if len(tasks) == 0 {
+		r.t.Skip("the VM has no v1 cgroup")
+	}
+	release := make(chan struct{})
+	r.t.Cleanup(func() { close(release) })
+	joined := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		tid := strconv.Itoa(unix.Gettid())
+		for _, f := range tasks {
+			if err := os.WriteFile(f, []byte(tid), 0o644); err != nil {
+				joined <- err
+				return
+			}
+		}
+		joined <- nil
+		<-release
+	}()
+	return <-joined
+}
+
 func (r conformanceRuntime) killQEMU(ctx context.Context, id model.SandboxID) error {
 	pid := r.VMPid(id)
 	if pid == 0 {
