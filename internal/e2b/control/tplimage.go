@@ -150,10 +150,20 @@ func (h *Handler) advancePull(ctx context.Context, c *client.Client, b model.E2B
 	}
 	p, ok, held := h.pulls.claim(b.ID)
 	if !ok {
-		if !held && b.Node == h.cfg.Node {
-			return h.endBuild(ctx, b, model.E2BBuildError, fmt.Sprintf("fromImage %s was pulled, but this server restarted before it queued the build's steps; start the build again", image))
+		if held || b.Node != h.cfg.Node {
+			return model.E2BBuildBuilding, "", nil // being queued by another call, or by the server that took it
 		}
-		return model.E2BBuildBuilding, "", nil // queued by another call, or by the server that took it
+		// Not remembered here: another call queued the steps (it forgets
+		// the pull only after moving the build on, so a fresh read shows
+		// that), or this server restarted since it took the build.
+		cur, err := h.cfg.Builds.GetE2BBuild(ctx, b.ProjectID, b.ID)
+		if err != nil {
+			return "", "", err
+		}
+		if cur.Native != b.Native || cur.Status.Ended() {
+			return cur.Status, cur.Reason, nil
+		}
+		return h.endBuild(ctx, cur, model.E2BBuildError, fmt.Sprintf("fromImage %s was pulled, but this server restarted before it queued the build's steps; start the build again", image))
 	}
 	defer h.pulls.done(b.ID)
 	fail := func(err error) (model.E2BBuildStatus, string, error) {
@@ -169,7 +179,15 @@ func (h *Handler) advancePull(ctx context.Context, c *client.Client, b model.E2B
 		return fail(err)
 	}
 	if err := h.cfg.Builds.ReplaceE2BBuildNative(context.WithoutCancel(ctx), b.ID, b.Native, native, time.Now()); err != nil {
-		return "", "", err
+		if !errors.Is(err, ErrBuildStateChanged) {
+			return "", "", err
+		}
+		// Ended meanwhile (by another server's status call): answer that.
+		cur, gerr := h.cfg.Builds.GetE2BBuild(ctx, b.ProjectID, b.ID)
+		if gerr != nil {
+			return "", "", gerr
+		}
+		return cur.Status, cur.Reason, nil
 	}
 	return model.E2BBuildBuilding, "", nil
 }
